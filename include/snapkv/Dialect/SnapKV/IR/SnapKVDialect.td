@@ -1,0 +1,20 @@
+#ifndef SNAPKV_DIALECT_SNAPKV_IR_SNAPKVDIALECT_TD
+#define SNAPKV_DIALECT_SNAPKV_IR_SNAPKVDIALECT_TD
+
+include "mlir/IR/OpBase.td"
+
+def SnapKV_Dialect : Dialect {
+  let name = "snapkv";
+  let cppNamespace = "::mlir::snapkv";
+  let summary = "SnapKV observation-window KV-cache selection";
+  let description = [{
+    The `snapkv` dialect expresses SnapKV prompt KV-cache compression: the last
+    `window` prompt queries vote, through their full causal softmax, for earlier
+    positions; the votes are pooled over neighbouring positions and each head
+    keeps its top-scoring prefix positions plus the whole observation window.
+    Keys and values are gathered with the same indices.
+  }];
+  let dependentDialects = [];
+}
+
+#endif // SNAPKV_DIALECT_SNAPKV_IR_SNAPKVDIALECT_TD

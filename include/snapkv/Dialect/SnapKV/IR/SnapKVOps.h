@@ -1,0 +1,16 @@
+#ifndef SNAPKV_DIALECT_SNAPKV_IR_SNAPKVOPS_H
+#define SNAPKV_DIALECT_SNAPKV_IR_SNAPKVOPS_H
+
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#include "snapkv/Dialect/SnapKV/IR/SnapKVDialect.h"
+#include "snapkv/Dialect/SnapKV/IR/SnapKVEnums.h.inc"
+
+#define GET_OP_CLASSES
+#include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h.inc"
+
+#endif // SNAPKV_DIALECT_SNAPKV_IR_SNAPKVOPS_H

@@ -1,0 +1,107 @@
+#ifndef SNAPKV_DIALECT_SNAPKV_IR_SNAPKVOPS_TD
+#define SNAPKV_DIALECT_SNAPKV_IR_SNAPKVOPS_TD
+
+include "snapkv/Dialect/SnapKV/IR/SnapKVDialect.td"
+include "snapkv/Dialect/SnapKV/IR/SnapKVEnums.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/IR/BuiltinAttributes.td"
+
+class SnapKV_Op<string mnemonic, list<Trait> traits = []>
+    : Op<SnapKV_Dialect, mnemonic, traits>;
+
+def SnapKV_SelectOp : SnapKV_Op<"select", [Pure]> {
+  let summary = "observation-window KV selection (SnapKV)";
+  let description = [{
+    Selects, per head, which prompt positions of `keys`/`values` to keep.
+
+    * `queries : [B, Hq, W, D]` are the last `W = window` prompt queries (after
+      RoPE); `keys`, `values : [B, Hkv, L, D]` are the prompt's keys and values
+      (after RoPE, before any GQA repeat). Query head `h` reads kv head
+      `h / (Hq / Hkv)`.
+    * Votes: each window query `t` (absolute position `L - W + t`) takes a
+      softmax over ALL causally visible positions `j <= L - W + t` of
+      `scale * <q_t, k_j>` (f32, max-subtracted); the votes of prefix position
+      `j < L - W` are the sum of its probabilities over the window queries.
+    * `gqa`: `expand` keeps one selection per query head (`Hc = Hq`); `mean` /
+      `max` average / take the maximum of the votes of the query heads of a kv
+      head (`Hc = Hkv`). Aggregation happens before pooling.
+    * `pooling` with odd `kernel` (stride 1, `kernel / 2` each side): `avg`
+      divides by `kernel` always (zero padding); `max` takes the maximum of the
+      in-range neighbours.
+    * Top `capacity - window` prefix positions by pooled score are kept, exact
+      ties going to the lower position and NaN ranking below every number; the
+      `window` positions are always kept.
+    * `order`: `position` lists kept positions ascending; `score` lists the
+      prefix by descending score (ties: lower position first), then the window.
+    * If `L < capacity` nothing is selected: all `L` positions are kept.
+
+    Results: `keys`, `values : [B, Hc, S, D]` (exact copies of the input rows)
+    and `indices : [B, Hc, S] x i64`, with `S = min(L, capacity)`. `L` may be
+    dynamic; the lowering then checks `L >= window` at run time.
+
+    Example:
+
+    ```mlir
+    %k_out, %v_out, %idx = snapkv.select %q, %k, %v
+        window 32 capacity 1024 kernel 5 pooling avg gqa expand order position
+        : (tensor<1x32x32x128xf16>, tensor<1x8x?x128xf16>, tensor<1x8x?x128xf16>)
+        -> (tensor<1x32x?x128xf16>, tensor<1x32x?x128xf16>, tensor<1x32x?xi64>)
+    ```
+  }];
+
+  let arguments = (ins
+    AnyRankedTensor:$queries,
+    AnyRankedTensor:$keys,
+    AnyRankedTensor:$values,
+    I64Attr:$window,
+    I64Attr:$capacity,
+    DefaultValuedAttr<I64Attr, "5">:$kernel,
+    DefaultValuedAttr<SnapKV_PoolingKindAttr,
+                      "::mlir::snapkv::PoolingKind::avg">:$pooling,
+    DefaultValuedAttr<SnapKV_GqaPolicyAttr,
+                      "::mlir::snapkv::GqaPolicy::expand">:$gqa,
+    DefaultValuedAttr<SnapKV_OrderAttr,
+                      "::mlir::snapkv::Order::position">:$order,
+    OptionalAttr<F32Attr>:$scale
+  );
+  let results = (outs
+    AnyRankedTensor:$selected_keys,
+    AnyRankedTensor:$selected_values,
+    AnyRankedTensor:$indices
+  );
+
+  let assemblyFormat = [{
+    $queries `,` $keys `,` $values
+    `window` $window `capacity` $capacity
+    (`kernel` $kernel^)? (`pooling` $pooling^)? (`gqa` $gqa^)?
+    (`order` $order^)? (`scale` $scale^)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+
+  let builders = [
+    // Builds the op with result types inferred from the operands and options.
+    OpBuilder<(ins "::mlir::Value":$queries, "::mlir::Value":$keys,
+                   "::mlir::Value":$values, "int64_t":$window,
+                   "int64_t":$capacity, "int64_t":$kernel,
+                   "::mlir::snapkv::PoolingKind":$pooling,
+                   "::mlir::snapkv::GqaPolicy":$gqa,
+                   "::mlir::snapkv::Order":$order,
+                   "::mlir::FloatAttr":$scale)>
+  ];
+
+  let extraClassDeclaration = [{
+    /// Result types implied by operand types, `capacity` and `gqa`
+    /// (`keys`, `values`, `indices`); failure if the operands are not
+    /// well-formed ranked tensors of rank 4.
+    static ::mlir::FailureOr<::llvm::SmallVector<::mlir::Type, 3>>
+    inferResultTypes(::mlir::Type queries, ::mlir::Type keys,
+                     int64_t capacity, ::mlir::snapkv::GqaPolicy gqa);
+
+    /// The softmax scale: the `scale` attribute or `1/sqrt(D)`.
+    double getEffectiveScale();
+  }];
+
+  let hasVerifier = 1;
+}
+
+#endif // SNAPKV_DIALECT_SNAPKV_IR_SNAPKVOPS_TD

@@ -1,0 +1,151 @@
+#include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace mlir::snapkv;
+
+#include "snapkv/Dialect/SnapKV/IR/SnapKVEnums.cpp.inc"
+
+#define GET_OP_CLASSES
+#include "snapkv/Dialect/SnapKV/IR/SnapKVOps.cpp.inc"
+
+FailureOr<SmallVector<Type, 3>>
+SelectOp::inferResultTypes(Type queries, Type keys, int64_t capacity,
+                           GqaPolicy gqa) {
+  auto qTy = dyn_cast<RankedTensorType>(queries);
+  auto kTy = dyn_cast<RankedTensorType>(keys);
+  if (!qTy || !kTy || qTy.getRank() != 4 || kTy.getRank() != 4)
+    return failure();
+  int64_t heads = gqa == GqaPolicy::expand ? qTy.getDimSize(1)
+                                           : kTy.getDimSize(1);
+  int64_t length = kTy.getDimSize(2);
+  int64_t kept = ShapedType::isDynamic(length) ? ShapedType::kDynamic
+                                                : std::min(length, capacity);
+  int64_t batch = qTy.getDimSize(0), dim = qTy.getDimSize(3);
+  Type rows = RankedTensorType::get({batch, heads, kept, dim},
+                                    kTy.getElementType());
+  Type indices = RankedTensorType::get(
+      {batch, heads, kept}, IntegerType::get(queries.getContext(), 64));
+  return SmallVector<Type, 3>{rows, rows, indices};
+}
+
+void SelectOp::build(OpBuilder &builder, OperationState &state, Value queries,
+                     Value keys, Value values, int64_t window,
+                     int64_t capacity, int64_t kernel, PoolingKind pooling,
+                     GqaPolicy gqa, Order order, FloatAttr scale) {
+  FailureOr<SmallVector<Type, 3>> types =
+      inferResultTypes(queries.getType(), keys.getType(), capacity, gqa);
+  assert(succeeded(types) && "operands must be rank-4 ranked tensors");
+  build(builder, state, *types, queries, keys, values, window, capacity,
+        kernel, pooling, gqa, order, scale);
+}
+
+double SelectOp::getEffectiveScale() {
+  if (std::optional<APFloat> scale = getScale())
+    return scale->convertToDouble();
+  int64_t dim = getQueries().getType().getDimSize(3);
+  return 1.0 / std::sqrt(static_cast<double>(dim));
+}
+
+namespace {
+/// Checks one operand's rank, element type and static dims; `dynamicDim` is
+/// the only dim allowed to be dynamic (-1: none).
+LogicalResult checkOperand(SelectOp op, StringRef name, RankedTensorType type,
+                           int64_t dynamicDim) {
+  if (type.getRank() != 4)
+    return op.emitOpError() << "'" << name
+                            << "' must be a rank-4 tensor, got rank "
+                            << type.getRank();
+  Type elem = type.getElementType();
+  if (!elem.isF16() && !elem.isBF16() && !elem.isF32())
+    return op.emitOpError() << "'" << name
+                            << "' element type must be f16, bf16 or f32, got "
+                            << elem;
+  for (int64_t d = 0; d < 4; ++d)
+    if (d != dynamicDim && type.isDynamicDim(d))
+      return op.emitOpError() << "only the prompt length may be dynamic, but '"
+                              << name << "' dim " << d << " is dynamic";
+  return success();
+}
+} // namespace
+
+LogicalResult SelectOp::verify() {
+  RankedTensorType qTy = getQueries().getType();
+  RankedTensorType kTy = getKeys().getType();
+  RankedTensorType vTy = getValues().getType();
+  if (failed(checkOperand(*this, "queries", qTy, -1)) ||
+      failed(checkOperand(*this, "keys", kTy, 2)) ||
+      failed(checkOperand(*this, "values", vTy, 2)))
+    return failure();
+
+  for (auto [name, ty] : {std::pair<StringRef, RankedTensorType>{"keys", kTy},
+                          {"values", vTy}}) {
+    if (ty.getElementType() != qTy.getElementType())
+      return emitOpError() << "'" << name << "' element type "
+                           << ty.getElementType()
+                           << " differs from 'queries' element type "
+                           << qTy.getElementType();
+    if (ty.getDimSize(0) != qTy.getDimSize(0))
+      return emitOpError() << "batch size of '" << name << "' ("
+                           << ty.getDimSize(0) << ") differs from 'queries' ("
+                           << qTy.getDimSize(0) << ")";
+    if (ty.getDimSize(3) != qTy.getDimSize(3))
+      return emitOpError() << "head dim of '" << name << "' ("
+                           << ty.getDimSize(3) << ") differs from 'queries' ("
+                           << qTy.getDimSize(3) << ")";
+  }
+  if (vTy.getDimSize(1) != kTy.getDimSize(1))
+    return emitOpError() << "'values' has " << vTy.getDimSize(1)
+                         << " kv heads but 'keys' has " << kTy.getDimSize(1);
+  if (!kTy.isDynamicDim(2) && !vTy.isDynamicDim(2) &&
+      vTy.getDimSize(2) != kTy.getDimSize(2))
+    return emitOpError() << "prompt length of 'values' (" << vTy.getDimSize(2)
+                         << ") differs from 'keys' (" << kTy.getDimSize(2)
+                         << ")";
+  int64_t queryHeads = qTy.getDimSize(1), kvHeads = kTy.getDimSize(1);
+  if (kvHeads < 1 || queryHeads % kvHeads != 0)
+    return emitOpError() << "query heads (" << queryHeads
+                         << ") are not a multiple of key/value heads ("
+                         << kvHeads << ")";
+
+  int64_t window = getWindow(), capacity = getCapacity();
+  if (window < 1)
+    return emitOpError() << "window must be at least 1, got " << window;
+  if (capacity <= window)
+    return emitOpError() << "capacity (" << capacity
+                         << ") must be greater than window (" << window << ")";
+  if (getKernel() < 1 || getKernel() % 2 == 0)
+    return emitOpError() << "kernel must be odd and positive, got "
+                         << getKernel();
+  if (qTy.getDimSize(2) != window)
+    return emitOpError() << "'queries' dim 2 (" << qTy.getDimSize(2)
+                         << ") must equal window (" << window << ")";
+  for (auto [name, ty] : {std::pair<StringRef, RankedTensorType>{"keys", kTy},
+                          {"values", vTy}})
+    if (!ty.isDynamicDim(2) && ty.getDimSize(2) < window)
+      return emitOpError() << "prompt length of '" << name << "' ("
+                           << ty.getDimSize(2) << ") is shorter than window ("
+                           << window << ")";
+  if (std::optional<APFloat> scale = getScale(); scale && !scale->isFinite())
+    return emitOpError() << "scale must be finite, got "
+                         << scale->convertToDouble();
+
+  // Operands are valid here, so inference succeeds.
+  SmallVector<Type, 3> expected =
+      *inferResultTypes(qTy, kTy, capacity, getGqa());
+  static constexpr StringLiteral names[] = {"selected_keys", "selected_values",
+                                            "indices"};
+  auto idxTy = dyn_cast<RankedTensorType>(getIndices().getType());
+  if (idxTy && !idxTy.getElementType().isInteger(64))
+    return emitOpError() << "result 'indices' must have element type i64, got "
+                         << idxTy.getElementType();
+  for (auto [i, result] : llvm::enumerate(getResults()))
+    if (result.getType() != expected[i])
+      return emitOpError() << "result '" << names[i] << "' has type "
+                           << result.getType() << ", expected " << expected[i];
+  return success();
+}

@@ -1,0 +1,43 @@
+//===- CPUPipeline.cpp - --snapkv-cpu-pipeline ----------------------------===//
+
+#include "snapkv/Pipelines/Pipelines.h"
+
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "llvm/Support/ErrorHandling.h"
+
+using namespace mlir;
+
+// Written as a textual pipeline so that it reads like the mlir-opt command it
+// is equivalent to (and can be copied for debugging).
+static constexpr const char *kCPUPipeline =
+    // Tensor level: our op to linalg, user elementwise ops to linalg, then
+    // tile + vectorise every linalg op.
+    "convert-snapkv-to-linalg,canonicalize,cse,"
+    "func.func(convert-elementwise-to-linalg,linalg-fuse-elementwise-ops,"
+    "snapkv-vectorize-linalg),canonicalize,cse,"
+    // Buffers, with deallocation so repeated calls do not leak.
+    "one-shot-bufferize{bufferize-function-boundaries "
+    "function-boundary-type-conversion=identity-layout-map},"
+    "buffer-deallocation-pipeline,"
+    // What is left of linalg becomes loops; vectors become LLVM vectors.
+    "func.func(convert-linalg-to-loops,lower-vector-mask,"
+    "lower-vector-multi-reduction,convert-vector-to-scf),"
+    "canonicalize,cse,expand-strided-metadata,lower-affine,"
+    "convert-scf-to-cf,convert-vector-to-llvm,finalize-memref-to-llvm,"
+    "convert-math-to-llvm,convert-arith-to-llvm,convert-index-to-llvm,"
+    "convert-ub-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,"
+    "reconcile-unrealized-casts";
+
+void snapkv::buildCPUPipeline(OpPassManager &pm) {
+  if (failed(parsePassPipeline(kCPUPipeline, pm)))
+    llvm::report_fatal_error("snapkv: the built-in CPU pipeline does not parse");
+}
+
+void snapkv::registerPipelines() {
+  PassPipelineRegistration<>(
+      "snapkv-cpu-pipeline",
+      "Lower snapkv and upstream tensor-level ops to the LLVM dialect for CPU "
+      "execution (vectorised)",
+      [](OpPassManager &pm) { buildCPUPipeline(pm); });
+}

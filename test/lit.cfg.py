@@ -1,0 +1,29 @@
+# -*- Python -*-
+import os
+
+import lit.formats
+from lit.llvm import llvm_config
+from lit.llvm.subst import ToolSubst
+
+config.name = "SNAPKV"
+config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
+config.suffixes = [".mlir"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.snapkv_obj_root, "test")
+# Models/ holds fixtures (inputs of other tests), not tests.
+config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "Models"]
+
+config.substitutions.append(("%PATH%", config.environment["PATH"]))
+config.substitutions.append(
+    ("%mlir_runner_utils", os.path.join(config.llvm_lib_dir, "libmlir_runner_utils.so"))
+)
+config.substitutions.append(
+    ("%mlir_c_runner_utils", os.path.join(config.llvm_lib_dir, "libmlir_c_runner_utils.so"))
+)
+
+llvm_config.use_default_substitutions()
+llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
+
+tool_dirs = [config.snapkv_tools_dir, config.llvm_tools_dir]
+tools = ["snapkv-opt", "mlir-runner", "mlir-opt"]
+llvm_config.add_tool_substitutions(tools, tool_dirs)
