@@ -1,4 +1,12 @@
 //===- VectorizeLinalg.cpp - tile linalg ops to vectors and vectorise -----===//
+//
+// Two phases: (1) tile each linalg op on tensors to vector-sized tiles and
+// peel every tile loop whose trip count is not a known multiple of its step,
+// so the main loops hold statically shaped tiles; (2) after canonicalisation
+// has folded those shapes, vectorise the static tiles without masks. Peeled
+// remainders (dynamic prompt lengths) stay scalar.
+//
+//===----------------------------------------------------------------------===//
 
 #include "snapkv/Codegen/Passes.h"
 
@@ -8,9 +16,12 @@
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/SCF/Transforms/TileUsingInterface.h"
+#include "mlir/Dialect/SCF/Transforms/Transforms.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Utils/IndexingUtils.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/PatternMatch.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
 namespace mlir::snapkv {
 #define GEN_PASS_DEF_VECTORIZELINALG
@@ -21,18 +32,26 @@ using namespace mlir;
 
 namespace {
 
-/// Tile sizes: the innermost loop gets `width`; if it is a reduction, the
-/// innermost parallel loop gets `width / 2` so reductions produce several
-/// lanes at once; everything else is 1. Sizes never exceed a static extent.
+/// Marks tiles created by phase 1 for phase 2.
+constexpr StringLiteral kTileMarker = "snapkv.vector_tile";
+/// Tile sizes chosen by whoever built the op (convert-snapkv-to-linalg).
+constexpr StringLiteral kTileSizesHint = "snapkv.tile_sizes";
+constexpr StringLiteral kInterchangeHint = "snapkv.tile_interchange";
+
+/// Tile sizes: the op's `snapkv.tile_sizes` hint if it has one; otherwise
+/// the innermost loop gets `width` and, if it is a reduction, the innermost
+/// parallel loop gets `width / 2` so reductions produce several lanes at
+/// once; everything else is 1. Sizes never exceed a static extent.
 SmallVector<int64_t> chooseTileSizes(linalg::LinalgOp op, int64_t width) {
   SmallVector<int64_t> ranges = op.getStaticLoopRanges();
   SmallVector<utils::IteratorType> iters = op.getIteratorTypesArray();
   SmallVector<int64_t> sizes(ranges.size(), 1);
-  if (ranges.empty())
-    return sizes;
   int64_t last = static_cast<int64_t>(ranges.size()) - 1;
   sizes[last] = width;
-  if (iters[last] == utils::IteratorType::reduction) {
+  auto hint = op->getAttrOfType<DenseI64ArrayAttr>(kTileSizesHint);
+  if (hint && hint.size() == static_cast<int64_t>(sizes.size()))
+    sizes = llvm::to_vector(hint.asArrayRef());
+  else if (iters[last] == utils::IteratorType::reduction) {
     for (int64_t d = last - 1; d >= 0; --d) {
       if (iters[d] == utils::IteratorType::parallel) {
         sizes[d] = std::max<int64_t>(width / 2, 1);
@@ -44,6 +63,10 @@ SmallVector<int64_t> chooseTileSizes(linalg::LinalgOp op, int64_t width) {
     if (!ShapedType::isDynamic(range))
       size = std::max<int64_t>(std::min(size, range), 1);
   return sizes;
+}
+
+bool hasStaticLoopRanges(linalg::LinalgOp op) {
+  return llvm::none_of(op.getStaticLoopRanges(), ShapedType::isDynamic);
 }
 
 struct VectorizeLinalgPass
@@ -58,17 +81,50 @@ struct VectorizeLinalgPass
     });
     IRRewriter rewriter(&getContext());
     for (linalg::LinalgOp op : candidates)
-      tileAndVectorize(rewriter, op);
+      tileAndPeel(rewriter, op);
+
+    // Fold the peeled tiles' sizes into their types.
+    RewritePatternSet patterns(&getContext());
+    for (Dialect *dialect : getContext().getLoadedDialects())
+      dialect->getCanonicalizationPatterns(patterns);
+    for (RegisteredOperationName name :
+         getContext().getRegisteredOperations())
+      name.getCanonicalizationPatterns(patterns, &getContext());
+    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
+      return signalPassFailure();
+
+    SmallVector<linalg::LinalgOp> tiles;
+    getOperation().walk([&](linalg::LinalgOp op) {
+      if (op->removeAttr(kTileMarker) && hasStaticLoopRanges(op))
+        tiles.push_back(op);
+    });
+    for (linalg::LinalgOp tile : tiles) {
+      rewriter.setInsertionPoint(tile);
+      FailureOr<linalg::VectorizationResult> vectorized = linalg::vectorize(
+          rewriter, tile, {}, {}, /*vectorizeNDExtract=*/true);
+      if (failed(vectorized))
+        continue;
+      if (vectorized->replacements.empty())
+        rewriter.eraseOp(tile);
+      else
+        rewriter.replaceOp(tile, vectorized->replacements);
+    }
   }
 
-  void tileAndVectorize(IRRewriter &rewriter, linalg::LinalgOp op) {
+  void tileAndPeel(IRRewriter &rewriter, linalg::LinalgOp op) {
     SmallVector<int64_t> sizes = chooseTileSizes(op, vectorWidth);
-    auto tileable = cast<TilingInterface>(op.getOperation());
+    op->removeAttr(kTileSizesHint);
     scf::SCFTilingOptions options;
     options.setTileSizes(getAsIndexOpFoldResult(&getContext(), sizes));
+    if (auto order = op->getAttrOfType<DenseI64ArrayAttr>(kInterchangeHint)) {
+      if (isPermutationVector(order.asArrayRef()) &&
+          order.size() == static_cast<int64_t>(sizes.size()))
+        options.setInterchange(order.asArrayRef());
+      op->removeAttr(kInterchangeHint);
+    }
     rewriter.setInsertionPoint(op);
-    FailureOr<scf::SCFTilingResult> tiled =
-        scf::tileUsingSCF(rewriter, tileable, options);
+    FailureOr<scf::SCFTilingResult> tiled = scf::tileUsingSCF(
+        rewriter, cast<TilingInterface>(op.getOperation()), options);
     if (failed(tiled))
       return;
     auto tiledOp = dyn_cast<linalg::LinalgOp>(tiled->tiledOps.back());
@@ -82,19 +138,15 @@ struct VectorizeLinalgPass
         rewriter.eraseOp(tiledOp);
       return;
     }
+    tiledOp->setAttr(kTileMarker, rewriter.getUnitAttr());
     rewriter.replaceOp(op, tiled->replacements);
-    rewriter.setInsertionPoint(tiledOp);
-    // Vector sizes only matter (as masks) for tiles of dynamic size.
-    ArrayRef<int64_t> vectorSizes;
-    if (llvm::any_of(tiledOp.getStaticLoopRanges(), ShapedType::isDynamic))
-      vectorSizes = sizes;
-    FailureOr<linalg::VectorizationResult> vectorized = linalg::vectorize(
-        rewriter, tiledOp, vectorSizes, {}, /*vectorizeNDExtract=*/true);
-    if (succeeded(vectorized)) {
-      if (vectorized->replacements.empty())
-        rewriter.eraseOp(tiledOp);
-      else
-        rewriter.replaceOp(tiledOp, vectorized->replacements);
+    for (LoopLikeOpInterface loop : tiled->loops) {
+      auto forOp = dyn_cast<scf::ForOp>(loop.getOperation());
+      if (!forOp)
+        continue;
+      scf::ForOp remainder;
+      // Fails (harmlessly) when the step already divides the trip count.
+      (void)scf::peelForLoopAndSimplifyBounds(rewriter, forOp, remainder);
     }
   }
 };

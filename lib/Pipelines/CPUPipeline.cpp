@@ -14,15 +14,16 @@ static constexpr const char *kCPUPipeline =
     // Tensor level: our op to linalg, user elementwise ops to linalg, then
     // tile + vectorise every linalg op.
     "convert-snapkv-to-linalg,canonicalize,cse,"
-    "func.func(convert-elementwise-to-linalg,linalg-fuse-elementwise-ops,"
-    "snapkv-vectorize-linalg),canonicalize,cse,"
+    "func.func(convert-elementwise-to-linalg,"
+    "snapkv-vectorize-linalg,canonicalize,loop-invariant-subset-hoisting,"
+    "snapkv-optimize-math),canonicalize,cse,"
     // Buffers, with deallocation so repeated calls do not leak.
     "one-shot-bufferize{bufferize-function-boundaries "
     "function-boundary-type-conversion=identity-layout-map},"
-    "buffer-deallocation-pipeline,"
+    "buffer-deallocation-pipeline,convert-bufferization-to-memref,"
     // What is left of linalg becomes loops; vectors become LLVM vectors.
     "func.func(convert-linalg-to-loops,lower-vector-mask,"
-    "lower-vector-multi-reduction,convert-vector-to-scf),"
+    "lower-vector-multi-reduction,convert-vector-to-scf{full-unroll}),"
     "canonicalize,cse,expand-strided-metadata,lower-affine,"
     "convert-scf-to-cf,convert-vector-to-llvm,finalize-memref-to-llvm,"
     "convert-math-to-llvm,convert-arith-to-llvm,convert-index-to-llvm,"

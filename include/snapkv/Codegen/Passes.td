@@ -11,8 +11,12 @@ def VectorizeLinalg : Pass<"snapkv-vectorize-linalg", "::mlir::func::FuncOp"> {
     tensors is tiled with `scf.for` so that its innermost loop becomes a tile of
     `vector-width` elements and, when the innermost loop is a reduction, the
     innermost parallel loop a tile of `vector-width / 2`; all other loops get
-    tile size 1. The tiles are then vectorised with `linalg::vectorize`
-    (masked where the prompt length is dynamic). Ops the vectoriser does not
+    tile size 1. An op may carry a `snapkv.tile_sizes` array attribute (set by
+    `convert-snapkv-to-linalg` where it knows a better register tile); it
+    replaces the default and is removed; likewise `snapkv.tile_interchange`
+    orders the tile loops (for cache reuse). Tile loops whose trip count is not a
+    multiple of the tile are peeled. The static tiles are then vectorised with `linalg::vectorize`
+    without masks; peeled remainders stay scalar. Ops the vectoriser does not
     support (for example the pooling window with its `d2 + d3` access) are left
     as they are and become scalar loops later.
   }];
@@ -25,6 +29,27 @@ def VectorizeLinalg : Pass<"snapkv-vectorize-linalg", "::mlir::func::FuncOp"> {
     "::mlir::arith::ArithDialect",
     "::mlir::scf::SCFDialect",
     "::mlir::tensor::TensorDialect",
+    "::mlir::vector::VectorDialect"
+  ];
+}
+
+def OptimizeMath : Pass<"snapkv-optimize-math", "::mlir::func::FuncOp"> {
+  let summary = "Vector-friendly f32 math: polynomial exp and FMA contraction";
+  let description = [{
+    Run after vectorisation, before lowering to LLVM:
+
+    * LLVM scalarises `llvm.exp` on vectors into one `expf` call per lane;
+      the upstream polynomial approximation of `math.exp` (within a few ulp of
+      libm over the whole f32 range, with underflow to 0 and overflow to inf)
+      stays in vector registers.
+    * `arith.addf(acc, arith.mulf(a, b) fastmath<contract>)` becomes
+      `math.fma(a, b, acc)`. The vectoriser turns the accumulation of a
+      linalg reduction into a new `arith.addf` that does not inherit the
+      multiply's `contract` flag, so LLVM alone would not fuse them.
+  }];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect",
+    "::mlir::math::MathDialect",
     "::mlir::vector::VectorDialect"
   ];
 }

@@ -18,6 +18,7 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
     and an `scf.if` that bypasses selection when `L < capacity`.
   }];
   let dependentDialects = [
+    "::mlir::affine::AffineDialect",
     "::mlir::arith::ArithDialect",
     "::mlir::cf::ControlFlowDialect",
     "::mlir::linalg::LinalgDialect",

@@ -11,6 +11,7 @@
 #include "snapkv/Conversion/SnapKVToLinalg/SnapKVToLinalg.h"
 #include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
 
+#include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/ControlFlow/IR/ControlFlowOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
@@ -99,6 +100,13 @@ private:
                                      ValueRange{init}, maps, iters, body)
         .getResult(0);
   }
+  /// Records the CPU tile shape that suits this op (see the
+  /// snapkv-vectorize-linalg pass); other targets ignore it.
+  static void setTileSizes(Value result, ArrayRef<int64_t> sizes) {
+    Operation *producer = result.getDefiningOp();
+    producer->setAttr("snapkv.tile_sizes",
+                      DenseI64ArrayAttr::get(producer->getContext(), sizes));
+  }
   static Value toF32(OpBuilder &nb, Location l, Value v) {
     if (v.getType().isF32())
       return v;
@@ -135,26 +143,87 @@ private:
 };
 
 /// logits[b, kv, g, t, j] = <q[b, kv*G + g, t], k[b, kv, j]> in f32 (unscaled).
+/// K is packed into panels Kp[b, kv, j / 16, d, j % 16] (zero-padded to a
+/// multiple of 16 keys) so the innermost loop reads one contiguous 64-byte
+/// row of a panel per d and each step is a broadcast of one query element
+/// times 16 keys, accumulated in a [t, j] register tile. The padded columns
+/// are sliced off again.
 Value SelectEmitter::logits(OpFoldResult length) {
+  constexpr int64_t panel = 16;
   auto qExpTy =
       RankedTensorType::get({batch, kvHeads, group, window, dim}, elemTy);
   Value q = tensor::ExpandShapeOp::create(
       b, loc, qExpTy, op.getQueries(),
       ArrayRef<ReassociationIndices>{{0}, {1, 2}, {3}, {4}});
-  SmallVector<OpFoldResult> shape = {ofr(batch), ofr(kvHeads), ofr(group),
-                                     ofr(window), length};
-  Value init = filled(shape, f32, cF32(0.0f));
-  return generic(
-      init.getType(), {q, op.getKeys()}, init,
-      {map(6, {0, 1, 2, 3, 5}), map(6, {0, 1, 4, 5}), map(6, {0, 1, 2, 3, 4})},
-      {par, par, par, par, par, red},
+
+  // Pad L up to a multiple of the panel width.
+  AffineExpr l0 = b.getAffineSymbolExpr(0);
+  OpFoldResult padded = affine::makeComposedFoldedAffineApply(
+      b, loc, (l0 + panel - 1).floorDiv(panel) * panel, {length});
+  OpFoldResult panels = affine::makeComposedFoldedAffineApply(
+      b, loc, (l0 + panel - 1).floorDiv(panel), {length});
+  OpFoldResult extra = affine::makeComposedFoldedAffineApply(
+      b, loc, (l0 + panel - 1).floorDiv(panel) * panel - l0, {length});
+  Value keys = op.getKeys();
+  if (!isConstantIntValue(extra, 0)) {
+    Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(elemTy));
+    keys = tensor::PadOp::create(
+        b, loc, Type(), keys,
+        ArrayRef<OpFoldResult>{ofr(0), ofr(0), ofr(0), ofr(0)},
+        ArrayRef<OpFoldResult>{ofr(0), ofr(0), extra, ofr(0)}, zero);
+  }
+  SmallVector<OpFoldResult> splitShape = {ofr(batch), ofr(kvHeads), panels,
+                                          ofr(panel), ofr(dim)};
+  Type splitTy = RankedTensorType::get(
+      {batch, kvHeads, getConstantIntValue(panels).value_or(ShapedType::kDynamic),
+       panel, dim},
+      elemTy);
+  Value split = tensor::ExpandShapeOp::create(
+      b, loc, splitTy, keys,
+      ArrayRef<ReassociationIndices>{{0}, {1}, {2, 3}, {4}}, splitShape);
+  Value packed =
+      empty({ofr(batch), ofr(kvHeads), panels, ofr(dim), ofr(panel)}, elemTy);
+  packed = generic(packed.getType(), {split}, packed,
+                   {map(5, {0, 1, 2, 4, 3}), map(5, {0, 1, 2, 3, 4})},
+                   {par, par, par, par, par},
+                   [](OpBuilder &nb, Location l, ValueRange args) {
+                     linalg::YieldOp::create(nb, l, ValueRange{args[0]});
+                   });
+  setTileSizes(packed, {1, 1, 1, 16, 16});
+
+  // Loops (b, kv, g, t, jp, jj, d) over logits viewed as [.., L/16, 16].
+  Value init = filled({ofr(batch), ofr(kvHeads), ofr(group), ofr(window),
+                       panels, ofr(panel)},
+                      f32, cF32(0.0f));
+  Value result = generic(
+      init.getType(), {q, packed}, init,
+      {map(7, {0, 1, 2, 3, 6}), map(7, {0, 1, 4, 6, 5}),
+       map(7, {0, 1, 2, 3, 4, 5})},
+      {par, par, par, par, par, par, red},
       [](OpBuilder &nb, Location l, ValueRange args) {
+        // `contract` lets snapkv-optimize-math fuse the multiply-add.
+        auto contract = arith::FastMathFlags::contract;
         Value prod = arith::MulFOp::create(nb, l, toF32(nb, l, args[0]),
-                                           toF32(nb, l, args[1]));
-        linalg::YieldOp::create(nb, l,
-                                ValueRange{arith::AddFOp::create(
-                                    nb, l, args[2], prod)});
+                                           toF32(nb, l, args[1]), contract);
+        linalg::YieldOp::create(
+            nb, l,
+            ValueRange{arith::AddFOp::create(nb, l, args[2], prod, contract)});
       });
+  setTileSizes(result, {1, 1, 1, std::min<int64_t>(window, 4), 1, panel, 1});
+  // Loop order (b, kv, jp, g, t, jj, d): one 8 KiB panel stays in L1 while
+  // every query row of the kv head uses it.
+  result.getDefiningOp()->setAttr(
+      "snapkv.tile_interchange",
+      b.getDenseI64ArrayAttr({0, 1, 4, 2, 3, 5, 6}));
+  Value flat = tensor::CollapseShapeOp::create(
+      b, loc, result,
+      ArrayRef<ReassociationIndices>{{0}, {1}, {2}, {3}, {4, 5}});
+  if (isConstantIntValue(extra, 0))
+    return flat;
+  SmallVector<OpFoldResult> offsets(5, ofr(0)), strides(5, ofr(1));
+  SmallVector<OpFoldResult> sizes = {ofr(batch), ofr(kvHeads), ofr(group),
+                                     ofr(window), length};
+  return tensor::ExtractSliceOp::create(b, loc, flat, offsets, sizes, strides);
 }
 
 /// Row maximum and row sum of exp(scaled logit - max) over the causally
@@ -180,17 +249,19 @@ std::pair<Value, Value> SelectEmitter::rowStatistics(Value logitsT,
     return arith::MulFOp::create(nb, l, raw, sc);
   };
 
-  Value maxInit =
-      filled(rowShape, f32, cF32(-std::numeric_limits<float>::infinity()));
+  // Bodies are `acc <combiner> select(visible, x, neutral)` so that the
+  // vectoriser recognises the reduction.
+  float negInf = -std::numeric_limits<float>::infinity();
+  Value maxInit = filled(rowShape, f32, cF32(negInf));
   Value rowMax = generic(
       maxInit.getType(), {logitsT}, maxInit, maps, iters,
       [&](OpBuilder &nb, Location l, ValueRange args) {
-        Value x = scaled(nb, l, args[0]);
-        Value m = arith::MaximumFOp::create(nb, l, args[1], x);
+        Value neutral =
+            arith::ConstantOp::create(nb, l, nb.getF32FloatAttr(negInf));
+        Value x = arith::SelectOp::create(nb, l, visible(nb, l),
+                                          scaled(nb, l, args[0]), neutral);
         linalg::YieldOp::create(
-            nb, l,
-            ValueRange{arith::SelectOp::create(nb, l, visible(nb, l), m,
-                                               args[1])});
+            nb, l, ValueRange{arith::MaximumFOp::create(nb, l, args[1], x)});
       });
 
   maps.insert(maps.begin() + 1, map(5, {0, 1, 2, 3}));
@@ -200,12 +271,11 @@ std::pair<Value, Value> SelectEmitter::rowStatistics(Value logitsT,
       [&](OpBuilder &nb, Location l, ValueRange args) {
         Value x = arith::SubFOp::create(nb, l, scaled(nb, l, args[0]),
                                         args[1]);
-        Value sum = arith::AddFOp::create(nb, l, args[2],
-                                          math::ExpOp::create(nb, l, x));
+        Value zero = arith::ConstantOp::create(nb, l, nb.getF32FloatAttr(0.0f));
+        Value e = arith::SelectOp::create(nb, l, visible(nb, l),
+                                          math::ExpOp::create(nb, l, x), zero);
         linalg::YieldOp::create(
-            nb, l,
-            ValueRange{arith::SelectOp::create(nb, l, visible(nb, l), sum,
-                                               args[2])});
+            nb, l, ValueRange{arith::AddFOp::create(nb, l, args[2], e)});
       });
   return {rowMax, rowSum};
 }
@@ -225,9 +295,11 @@ Value SelectEmitter::votes(Value logitsT, Value rowMax, Value rowSum,
   double s = scale;
   return generic(
       init.getType(), {prefixLogits, rowMax, rowSum}, init,
-      {map(5, {0, 1, 2, 4, 3}), map(5, {0, 1, 2, 4}), map(5, {0, 1, 2, 4}),
-       map(5, {0, 1, 2, 3})},
-      {par, par, par, par, red},
+      // Loops (b, kv, g, t, j): the reduction over t is outside the
+      // contiguous j loop, so rows are read and accumulated lane-wise.
+      {map(5, {0, 1, 2, 3, 4}), map(5, {0, 1, 2, 3}), map(5, {0, 1, 2, 3}),
+       map(5, {0, 1, 2, 4})},
+      {par, par, par, red, par},
       [s](OpBuilder &nb, Location l, ValueRange args) {
         Value sc = arith::ConstantOp::create(nb, l, nb.getF32FloatAttr(s));
         Value x = arith::SubFOp::create(
@@ -252,7 +324,7 @@ Value SelectEmitter::aggregateHeads(Value votesT) {
   float groupSize = static_cast<float>(group);
   return generic(
       init.getType(), {votesT}, init,
-      {map(4, {0, 1, 3, 2}), map(4, {0, 1, 2})}, {par, par, par, red},
+      {map(4, {0, 1, 2, 3}), map(4, {0, 1, 3})}, {par, par, red, par},
       [mean, groupSize](OpBuilder &nb, Location l, ValueRange args) {
         Value r;
         if (mean) {
