@@ -112,15 +112,18 @@ LogicalResult SelectOp::verify() {
                          << ") are not a multiple of key/value heads ("
                          << kvHeads << ")";
 
-  int64_t window = getWindow(), capacity = getCapacity();
+  // I64Attr getters are unsigned; read the attributes as signed so negative
+  // values are reported instead of wrapping around.
+  int64_t window = getWindowAttr().getInt();
+  int64_t capacity = getCapacityAttr().getInt();
+  int64_t kernel = getKernelAttr().getInt();
   if (window < 1)
     return emitOpError() << "window must be at least 1, got " << window;
   if (capacity <= window)
     return emitOpError() << "capacity (" << capacity
                          << ") must be greater than window (" << window << ")";
-  if (getKernel() < 1 || getKernel() % 2 == 0)
-    return emitOpError() << "kernel must be odd and positive, got "
-                         << getKernel();
+  if (kernel < 1 || kernel % 2 == 0)
+    return emitOpError() << "kernel must be odd and positive, got " << kernel;
   if (qTy.getDimSize(2) != window)
     return emitOpError() << "'queries' dim 2 (" << qTy.getDimSize(2)
                          << ") must equal window (" << window << ")";
@@ -131,8 +134,7 @@ LogicalResult SelectOp::verify() {
                            << ty.getDimSize(2) << ") is shorter than window ("
                            << window << ")";
   if (std::optional<APFloat> scale = getScale(); scale && !scale->isFinite())
-    return emitOpError() << "scale must be finite, got "
-                         << scale->convertToDouble();
+    return emitOpError() << "scale must be a finite number";
 
   // Operands are valid here, so inference succeeds.
   SmallVector<Type, 3> expected =

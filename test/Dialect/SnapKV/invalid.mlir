@@ -1,0 +1,270 @@
+// RUN: snapkv-opt %s -split-input-file -verify-diagnostics
+// One case per verifier rule of SPEC section 3; messages name the offending value.
+
+// rank of queries
+func.func @f0(%q: tensor<4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op 'queries' must be a rank-4 tensor, got rank 3}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 : (tensor<4x2x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
+  return
+}
+
+// -----
+
+// rank of keys
+func.func @f1(%q: tensor<1x4x2x8xf32>, %k: tensor<2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op 'keys' must be a rank-4 tensor, got rank 3}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 : (tensor<1x4x2x8xf32>, tensor<2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
+  return
+}
+
+// -----
+
+// rank of values
+func.func @f2(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x1x2x8x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op 'values' must be a rank-4 tensor, got rank 5}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>, tensor<1x1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
+  return
+}
+
+// -----
+
+// element type not f16/bf16/f32
+func.func @f3(%q: tensor<1x4x2x8xf64>, %k: tensor<1x2x8x8xf64>, %v: tensor<1x2x8x8xf64>) {
+  // expected-error @+1 {{'snapkv.select' op 'queries' element type must be f16, bf16 or f32, got 'f64'}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 : (tensor<1x4x2x8xf64>, tensor<1x2x8x8xf64>, tensor<1x2x8x8xf64>) -> (tensor<1x4x5x8xf64>, tensor<1x4x5x8xf64>, tensor<1x4x5xi64>)
+  return
+}
+
+// -----
+
+// integer element type
+func.func @f4(%q: tensor<1x4x2x8xi32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op 'queries' element type must be f16, bf16 or f32, got 'i32'}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 : (tensor<1x4x2x8xi32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
+  return
+}
+
+// -----
+
+// element types differ
+func.func @f5(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf16>, %v: tensor<1x2x8x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op 'keys' element type 'f16' differs from 'queries' element type 'f32'}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf16>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
+  return
+}
+
+// -----
+
+// values element type differs
+func.func @f6(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xbf16>) {
+  // expected-error @+1 {{'snapkv.select' op 'values' element type 'bf16' differs from 'queries' element type 'f32'}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xbf16>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
+  return
+}
+
+// -----
+
+// dynamic head count
+func.func @f7(%q: tensor<1x?x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op only the prompt length may be dynamic, but 'queries' dim 1 is dynamic}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 : (tensor<1x?x2x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
+  return
+}
+
+// -----
+
+// dynamic head dim of keys
+func.func @f8(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x?xf32>, %v: tensor<1x2x8x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op only the prompt length may be dynamic, but 'keys' dim 3 is dynamic}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 : (tensor<1x4x2x8xf32>, tensor<1x2x8x?xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
+  return
+}
+
+// -----
+
+// batch mismatch
+func.func @f9(%q: tensor<2x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op batch size of 'keys' (1) differs from 'queries' (2)}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 : (tensor<2x4x2x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<2x4x5x8xf32>, tensor<2x4x5x8xf32>, tensor<2x4x5xi64>)
+  return
+}
+
+// -----
+
+// head dim mismatch
+func.func @f10(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x4xf32>, %v: tensor<1x2x8x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op head dim of 'keys' (4) differs from 'queries' (8)}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 : (tensor<1x4x2x8xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
+  return
+}
+
+// -----
+
+// values head dim mismatch
+func.func @f11(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x4xf32>) {
+  // expected-error @+1 {{'snapkv.select' op head dim of 'values' (4) differs from 'queries' (8)}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x4xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
+  return
+}
+
+// -----
+
+// kv heads of values differ
+func.func @f12(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x4x8x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op 'values' has 4 kv heads but 'keys' has 2}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>, tensor<1x4x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
+  return
+}
+
+// -----
+
+// prompt length of values differs
+func.func @f13(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x9x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op prompt length of 'values' (9) differs from 'keys' (8)}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x9x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
+  return
+}
+
+// -----
+
+// Hq not a multiple of Hkv
+func.func @f14(%q: tensor<1x6x2x8xf32>, %k: tensor<1x4x8x8xf32>, %v: tensor<1x4x8x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op query heads (6) are not a multiple of key/value heads (4)}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 : (tensor<1x6x2x8xf32>, tensor<1x4x8x8xf32>, tensor<1x4x8x8xf32>) -> (tensor<1x6x5x8xf32>, tensor<1x6x5x8xf32>, tensor<1x6x5xi64>)
+  return
+}
+
+// -----
+
+// window < 1
+func.func @f15(%q: tensor<1x4x0x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op window must be at least 1, got 0}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 0 capacity 5 : (tensor<1x4x0x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
+  return
+}
+
+// -----
+
+// capacity == window
+func.func @f16(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op capacity (2) must be greater than window (2)}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 2 : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2xi64>)
+  return
+}
+
+// -----
+
+// capacity < window
+func.func @f17(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op capacity (1) must be greater than window (2)}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 1 : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x1x8xf32>, tensor<1x4x1x8xf32>, tensor<1x4x1xi64>)
+  return
+}
+
+// -----
+
+// even kernel
+func.func @f18(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op kernel must be odd and positive, got 4}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 kernel 4 : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
+  return
+}
+
+// -----
+
+// non-positive kernel
+func.func @f19(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op kernel must be odd and positive, got -1}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 kernel -1 : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
+  return
+}
+
+// -----
+
+// static W differs from window
+func.func @f20(%q: tensor<1x4x3x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op 'queries' dim 2 (3) must equal window (2)}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 : (tensor<1x4x3x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
+  return
+}
+
+// -----
+
+// static L < W
+func.func @f21(%q: tensor<1x4x4x8xf32>, %k: tensor<1x2x3x8xf32>, %v: tensor<1x2x3x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op prompt length of 'keys' (3) is shorter than window (4)}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 4 capacity 5 : (tensor<1x4x4x8xf32>, tensor<1x2x3x8xf32>, tensor<1x2x3x8xf32>) -> (tensor<1x4x3x8xf32>, tensor<1x4x3x8xf32>, tensor<1x4x3xi64>)
+  return
+}
+
+// -----
+
+// non-finite scale
+func.func @f22(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op scale must be a finite number}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 scale 0x7F800000 : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
+  return
+}
+
+// -----
+
+// indices not i64
+func.func @f23(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op result 'indices' must have element type i64, got 'i32'}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi32>)
+  return
+}
+
+// -----
+
+// kept length contradicts min(L, C)
+func.func @f24(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op result 'selected_keys' has type 'tensor<1x4x8x8xf32>', expected 'tensor<1x4x5x8xf32>'}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x8x8xf32>, tensor<1x4x8x8xf32>, tensor<1x4x8xi64>)
+  return
+}
+
+// -----
+
+// gqa mean keeps Hkv heads
+func.func @f25(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op result 'selected_keys' has type 'tensor<1x4x5x8xf32>', expected 'tensor<1x2x5x8xf32>'}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 gqa mean : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
+  return
+}
+
+// -----
+
+// values result element type
+func.func @f26(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op result 'selected_values' has type 'tensor<1x4x5x8xf16>', expected 'tensor<1x4x5x8xf32>'}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf16>, tensor<1x4x5xi64>)
+  return
+}
+
+// -----
+
+// dynamic L gives dynamic S
+func.func @f27(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x?x8xf32>, %v: tensor<1x2x?x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op result 'selected_keys' has type 'tensor<1x4x5x8xf32>', expected 'tensor<1x4x?x8xf32>'}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 : (tensor<1x4x2x8xf32>, tensor<1x2x?x8xf32>, tensor<1x2x?x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
+  return
+}
+
+// -----
+
+// unranked operand
+func.func @f28(%q: tensor<*xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op operand #0 must be ranked tensor of any type values, but got 'tensor<*xf32>'}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 : (tensor<*xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
+  return
+}
+
+// -----
+
+// negative window (I64 attributes are read as signed)
+func.func @negative_window(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op window must be at least 1, got -2}}
+  %a, %b, %c = snapkv.select %q, %k, %v window -2 capacity 5 : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
+  return
+}

@@ -1,0 +1,44 @@
+// RUN: snapkv-opt %s | FileCheck %s
+// Round trip through the generic form must give the same pretty form back.
+// RUN: snapkv-opt %s --mlir-print-op-generic | snapkv-opt | FileCheck %s
+// RUN: snapkv-opt %s --mlir-print-op-generic | FileCheck %s --check-prefix=GENERIC
+
+// Defaults are omitted from the printed form.
+// CHECK-LABEL: func.func @defaults
+// CHECK: snapkv.select %{{.*}}, %{{.*}}, %{{.*}} window 32 capacity 1024 :
+// CHECK-SAME: (tensor<1x32x32x128xf16>, tensor<1x8x?x128xf16>, tensor<1x8x?x128xf16>) -> (tensor<1x32x?x128xf16>, tensor<1x32x?x128xf16>, tensor<1x32x?xi64>)
+// GENERIC-LABEL: sym_name = "defaults"
+// GENERIC: "snapkv.select"(%{{.*}}, %{{.*}}, %{{.*}}) <{capacity = 1024 : i64, gqa = 0 : i32, kernel = 5 : i64, order = 0 : i32, pooling = 0 : i32, window = 32 : i64}>
+func.func @defaults(%q: tensor<1x32x32x128xf16>, %k: tensor<1x8x?x128xf16>, %v: tensor<1x8x?x128xf16>)
+    -> (tensor<1x32x?x128xf16>, tensor<1x32x?x128xf16>, tensor<1x32x?xi64>) {
+  %ko, %vo, %idx = snapkv.select %q, %k, %v window 32 capacity 1024 kernel 5 pooling avg gqa expand order position
+      : (tensor<1x32x32x128xf16>, tensor<1x8x?x128xf16>, tensor<1x8x?x128xf16>)
+      -> (tensor<1x32x?x128xf16>, tensor<1x32x?x128xf16>, tensor<1x32x?xi64>)
+  return %ko, %vo, %idx : tensor<1x32x?x128xf16>, tensor<1x32x?x128xf16>, tensor<1x32x?xi64>
+}
+
+// Every non-default clause is printed, in the documented order.
+// CHECK-LABEL: func.func @all_clauses
+// CHECK: snapkv.select %{{.*}}, %{{.*}}, %{{.*}} window 2 capacity 5 kernel 3 pooling max gqa mean order score scale 2.500000e-01 :
+// CHECK-SAME: (tensor<2x4x2x8xbf16>, tensor<2x2x16x8xbf16>, tensor<2x2x16x8xbf16>) -> (tensor<2x2x5x8xbf16>, tensor<2x2x5x8xbf16>, tensor<2x2x5xi64>)
+// GENERIC-LABEL: sym_name = "all_clauses"
+// GENERIC: "snapkv.select"(%{{.*}}, %{{.*}}, %{{.*}}) <{capacity = 5 : i64, gqa = 1 : i32, kernel = 3 : i64, order = 1 : i32, pooling = 1 : i32, scale = 2.500000e-01 : f32, window = 2 : i64}>
+func.func @all_clauses(%q: tensor<2x4x2x8xbf16>, %k: tensor<2x2x16x8xbf16>, %v: tensor<2x2x16x8xbf16>)
+    -> (tensor<2x2x5x8xbf16>, tensor<2x2x5x8xbf16>, tensor<2x2x5xi64>) {
+  %ko, %vo, %idx = snapkv.select %q, %k, %v window 2 capacity 5 kernel 3 pooling max gqa mean order score scale 0.25
+      : (tensor<2x4x2x8xbf16>, tensor<2x2x16x8xbf16>, tensor<2x2x16x8xbf16>)
+      -> (tensor<2x2x5x8xbf16>, tensor<2x2x5x8xbf16>, tensor<2x2x5xi64>)
+  return %ko, %vo, %idx : tensor<2x2x5x8xbf16>, tensor<2x2x5x8xbf16>, tensor<2x2x5xi64>
+}
+
+// gqa max keeps Hkv heads; a short static prompt keeps S = L < capacity.
+// CHECK-LABEL: func.func @short_prompt_gqa_max
+// CHECK: snapkv.select %{{.*}}, %{{.*}}, %{{.*}} window 4 capacity 64 kernel 1 gqa max :
+// CHECK-SAME: -> (tensor<1x2x10x16xf32>, tensor<1x2x10x16xf32>, tensor<1x2x10xi64>)
+func.func @short_prompt_gqa_max(%q: tensor<1x6x4x16xf32>, %k: tensor<1x2x10x16xf32>, %v: tensor<1x2x10x16xf32>)
+    -> (tensor<1x2x10x16xf32>, tensor<1x2x10x16xf32>, tensor<1x2x10xi64>) {
+  %ko, %vo, %idx = snapkv.select %q, %k, %v window 4 capacity 64 kernel 1 gqa max
+      : (tensor<1x6x4x16xf32>, tensor<1x2x10x16xf32>, tensor<1x2x10x16xf32>)
+      -> (tensor<1x2x10x16xf32>, tensor<1x2x10x16xf32>, tensor<1x2x10xi64>)
+  return %ko, %vo, %idx : tensor<1x2x10x16xf32>, tensor<1x2x10x16xf32>, tensor<1x2x10xi64>
+}
