@@ -7,13 +7,15 @@ from lit.llvm.subst import ToolSubst
 
 config.name = "SNAPKV"
 config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
-config.suffixes = [".mlir"]
+config.suffixes = [".mlir", ".test"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.snapkv_obj_root, "test")
 # Models/ holds fixtures (inputs of other tests), not tests.
 config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "Models"]
 
 config.substitutions.append(("%PATH%", config.environment["PATH"]))
+config.substitutions.append(("%snapkv_src_root", config.snapkv_src_root))
+config.substitutions.append(("%snapkv_obj_root", config.snapkv_obj_root))
 config.substitutions.append(
     ("%mlir_runner_utils", os.path.join(config.llvm_lib_dir, "libmlir_runner_utils.so"))
 )
