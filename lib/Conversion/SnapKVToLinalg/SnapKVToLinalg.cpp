@@ -40,16 +40,30 @@ using utils::IteratorType;
 constexpr IteratorType par = IteratorType::parallel;
 constexpr IteratorType red = IteratorType::reduction;
 
-/// Emits the lowering of one snapkv.select. Shapes follow SPEC section 2:
-/// B batch, Hq/Hkv query/kv heads, G = Hq / Hkv, W window, D head dim,
-/// L prompt length (maybe dynamic), P = L - W, K = C - W kept prefix rows,
-/// Hc selection heads (Hq for expand, Hkv otherwise).
+/// What a selection needs to know, from snapkv.select or snapkv.score (which
+/// has no values, capacity or order).
+struct SelectionParams {
+  Value queries, keys, values;
+  int64_t window, capacity, kernel;
+  PoolingKind pooling;
+  GqaPolicy gqa;
+  Order order;
+  double scale;
+  TypeRange resultTypes;
+  StringRef opName; // for run-time check messages
+};
+
+/// Emits the lowering of one snapkv.select / snapkv.score. Shapes follow
+/// SPEC section 2: B batch, Hq/Hkv query/kv heads, G = Hq / Hkv, W window,
+/// D head dim, L prompt length (maybe dynamic), P = L - W, K = C - W kept
+/// prefix rows, Hc selection heads (Hq for expand, Hkv otherwise).
 class SelectEmitter {
 public:
-  SelectEmitter(SelectOp op, PatternRewriter &rewriter)
-      : op(op), b(rewriter), loc(op.getLoc()) {
-    RankedTensorType qTy = op.getQueries().getType();
-    RankedTensorType kTy = op.getKeys().getType();
+  SelectEmitter(const SelectionParams &params, PatternRewriter &rewriter,
+                Location loc)
+      : p(params), b(rewriter), loc(loc) {
+    auto qTy = cast<RankedTensorType>(p.queries.getType());
+    auto kTy = cast<RankedTensorType>(p.keys.getType());
     elemTy = qTy.getElementType();
     f32 = b.getF32Type();
     i32 = b.getI32Type();
@@ -58,14 +72,17 @@ public:
     queryHeads = qTy.getDimSize(1);
     kvHeads = kTy.getDimSize(1);
     group = queryHeads / kvHeads;
-    window = op.getWindow();
+    window = p.window;
     dim = qTy.getDimSize(3);
-    capacity = op.getCapacity();
+    capacity = p.capacity;
     keep = capacity - window;
-    expand = op.getGqa() == GqaPolicy::expand;
+    expand = p.gqa == GqaPolicy::expand;
     heads = expand ? queryHeads : kvHeads;
-    scale = op.getEffectiveScale();
+    scale = p.scale;
   }
+
+  /// snapkv.score: (votes, pooled), each [B, Hc, P] f32.
+  SmallVector<Value> emitScores();
 
   /// Returns the replacement values (keys, values, indices).
   SmallVector<Value> emit();
@@ -129,10 +146,16 @@ private:
   Value iota(OpFoldResult length);
   Value gather(Value source, Value indices, OpFoldResult kept);
 
+  OpFoldResult prefixLength(OpFoldResult length);
+  /// (GQA-aggregated votes, pooled scores), each [B, Hc, P] f32.
+  std::pair<Value, Value> scores(OpFoldResult length);
   SmallVector<Value> emitSelection(OpFoldResult length);
   SmallVector<Value> emitBypass(OpFoldResult length);
+  /// The prompt length as an index, with run-time checks (dynamic case).
+  Value checkedLength();
+  SmallVector<Value> castToResults(SmallVector<Value> values);
 
-  SelectOp op;
+  SelectionParams p;
   PatternRewriter &b;
   Location loc;
   Type elemTy, f32, i32, i64;
@@ -153,7 +176,7 @@ Value SelectEmitter::logits(OpFoldResult length) {
   auto qExpTy =
       RankedTensorType::get({batch, kvHeads, group, window, dim}, elemTy);
   Value q = tensor::ExpandShapeOp::create(
-      b, loc, qExpTy, op.getQueries(),
+      b, loc, qExpTy, p.queries,
       ArrayRef<ReassociationIndices>{{0}, {1, 2}, {3}, {4}});
 
   // Pad L up to a multiple of the panel width.
@@ -164,7 +187,7 @@ Value SelectEmitter::logits(OpFoldResult length) {
       b, loc, (l0 + panel - 1).floorDiv(panel), {length});
   OpFoldResult extra = affine::makeComposedFoldedAffineApply(
       b, loc, (l0 + panel - 1).floorDiv(panel) * panel - l0, {length});
-  Value keys = op.getKeys();
+  Value keys = p.keys;
   if (!isConstantIntValue(extra, 0)) {
     Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(elemTy));
     keys = tensor::PadOp::create(
@@ -316,7 +339,7 @@ Value SelectEmitter::aggregateHeads(Value votesT) {
   if (expand)
     return tensor::CollapseShapeOp::create(
         b, loc, votesT, ArrayRef<ReassociationIndices>{{0}, {1, 2}, {3}});
-  bool mean = op.getGqa() == GqaPolicy::mean;
+  bool mean = p.gqa == GqaPolicy::mean;
   OpFoldResult prefix = tensor::getMixedSize(b, loc, votesT, 3);
   Value init = filled({ofr(batch), ofr(kvHeads), prefix}, f32,
                       cF32(mean ? 0.0f
@@ -344,8 +367,8 @@ Value SelectEmitter::aggregateHeads(Value votesT) {
 /// and division by the kernel size (count_include_pad); max: -inf padding,
 /// i.e. the maximum over in-range neighbours.
 Value SelectEmitter::pool(Value aggregated) {
-  int64_t kernel = op.getKernel();
-  bool avg = op.getPooling() == PoolingKind::avg;
+  int64_t kernel = p.kernel;
+  bool avg = p.pooling == PoolingKind::avg;
   float padValue = avg ? 0.0f : -std::numeric_limits<float>::infinity();
   OpFoldResult prefix = tensor::getMixedSize(b, loc, aggregated, 2);
   Value source = aggregated;
@@ -694,80 +717,107 @@ Value SelectEmitter::gather(Value source, Value indices, OpFoldResult kept) {
       });
 }
 
-SmallVector<Value> SelectEmitter::emitSelection(OpFoldResult length) {
-  OpFoldResult prefixLen;
+OpFoldResult SelectEmitter::prefixLength(OpFoldResult length) {
   if (std::optional<int64_t> l = getConstantIntValue(length))
-    prefixLen = ofr(*l - window);
-  else
-    prefixLen = Value(arith::SubIOp::create(
-        b, loc, cast<Value>(length), cIndex(window)));
-  Value prefix = getValueOrCreateConstantIndexOp(b, loc, prefixLen);
+    return ofr(*l - window);
+  return Value(
+      arith::SubIOp::create(b, loc, cast<Value>(length), cIndex(window)));
+}
+
+std::pair<Value, Value> SelectEmitter::scores(OpFoldResult length) {
+  OpFoldResult prefixLen = prefixLength(length);
   Value logitsT = logits(length);
   auto [rowMax, rowSum] = rowStatistics(logitsT, prefixLen);
-  Value pooled =
-      pool(aggregateHeads(votes(logitsT, rowMax, rowSum, prefixLen)));
-  Value keys = orderKeys(pooled);
+  Value aggregated =
+      aggregateHeads(votes(logitsT, rowMax, rowSum, prefixLen));
+  return {aggregated, pool(aggregated)};
+}
+
+SmallVector<Value> SelectEmitter::emitSelection(OpFoldResult length) {
+  Value prefix =
+      getValueOrCreateConstantIndexOp(b, loc, prefixLength(length));
+  Value keys = orderKeys(scores(length).second);
   Value thresh = threshold(keys);
   Value ties = tiesNeeded(keys, thresh);
   auto [positions, keptKeys] = compact(keys, thresh, ties, prefix);
-  if (op.getOrder() == Order::score)
+  if (p.order == Order::score)
     positions = orderByScore(positions, keptKeys);
   Value indices = appendWindow(positions, prefix);
-  return {gather(op.getKeys(), indices, ofr(capacity)),
-          gather(op.getValues(), indices, ofr(capacity)), indices};
+  return {gather(p.keys, indices, ofr(capacity)),
+          gather(p.values, indices, ofr(capacity)), indices};
 }
 
 SmallVector<Value> SelectEmitter::emitBypass(OpFoldResult length) {
   Value indices = iota(length);
   OpFoldResult kept = tensor::getMixedSize(b, loc, indices, 2);
-  return {gather(op.getKeys(), indices, kept),
-          gather(op.getValues(), indices, kept), indices};
+  return {gather(p.keys, indices, kept),
+          gather(p.values, indices, kept), indices};
+}
+
+SmallVector<Value> SelectEmitter::castToResults(SmallVector<Value> values) {
+  for (auto [v, ty] : llvm::zip(values, p.resultTypes))
+    if (v.getType() != ty)
+      v = tensor::CastOp::create(b, loc, ty, v);
+  return values;
+}
+
+Value SelectEmitter::checkedLength() {
+  auto kTy = cast<RankedTensorType>(p.keys.getType());
+  Value length = kTy.isDynamicDim(2)
+                     ? Value(tensor::DimOp::create(b, loc, p.keys, 2))
+                     : cIndex(kTy.getDimSize(2));
+  if (p.values) {
+    Value valuesLength = tensor::DimOp::create(b, loc, p.values, 2);
+    Value same = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                       length, valuesLength);
+    cf::AssertOp::create(
+        b, loc, same,
+        (p.opName + ": prompt length of 'values' differs from 'keys'").str());
+  }
+  Value longEnough = arith::CmpIOp::create(
+      b, loc, arith::CmpIPredicate::sge, length, cIndex(window));
+  cf::AssertOp::create(
+      b, loc, longEnough,
+      llvm::formatv("{0}: prompt length (keys dim 2) is shorter than window "
+                    "{1}",
+                    p.opName, window)
+          .str());
+  return length;
+}
+
+static bool hasStaticLength(Value v) {
+  return !v || !cast<RankedTensorType>(v.getType()).isDynamicDim(2);
+}
+
+SmallVector<Value> SelectEmitter::emitScores() {
+  if (hasStaticLength(p.keys)) {
+    auto [votesT, pooled] = scores(
+        ofr(cast<RankedTensorType>(p.keys.getType()).getDimSize(2)));
+    return castToResults({votesT, pooled});
+  }
+  auto [votesT, pooled] = scores(checkedLength());
+  return castToResults({votesT, pooled});
 }
 
 SmallVector<Value> SelectEmitter::emit() {
-  RankedTensorType kTy = op.getKeys().getType();
-  RankedTensorType vTy = op.getValues().getType();
-  auto castAll = [&](SmallVector<Value> values) {
-    for (auto [v, ty] : llvm::zip(values, op.getResultTypes()))
-      if (v.getType() != ty)
-        v = tensor::CastOp::create(b, loc, ty, v);
-    return values;
-  };
-
-  if (!kTy.isDynamicDim(2) && !vTy.isDynamicDim(2)) {
-    int64_t length = kTy.getDimSize(2);
-    return castAll(length < capacity ? emitBypass(ofr(length))
-                                     : emitSelection(ofr(length)));
+  if (hasStaticLength(p.keys) && hasStaticLength(p.values)) {
+    int64_t length = cast<RankedTensorType>(p.keys.getType()).getDimSize(2);
+    return castToResults(length < capacity ? emitBypass(ofr(length))
+                                           : emitSelection(ofr(length)));
   }
-
-  // Dynamic prompt length: check what the verifier could not.
-  Value length = kTy.isDynamicDim(2)
-                     ? Value(tensor::DimOp::create(b, loc, op.getKeys(), 2))
-                     : cIndex(kTy.getDimSize(2));
-  Value valuesLength = tensor::DimOp::create(b, loc, op.getValues(), 2);
-  Value sameLength = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
-                                           length, valuesLength);
-  cf::AssertOp::create(b, loc, sameLength,
-                       "snapkv.select: prompt length of 'values' differs "
-                       "from 'keys'");
-  Value longEnough = arith::CmpIOp::create(
-      b, loc, arith::CmpIPredicate::sge, length, cIndex(window));
-  std::string message =
-      llvm::formatv("snapkv.select: prompt length (keys dim 2) is shorter "
-                    "than window {0}",
-                    window)
-          .str();
-  cf::AssertOp::create(b, loc, longEnough, message);
+  // Dynamic prompt length: check at run time what the verifier could not,
+  // then branch between the bypass and the selection.
+  Value length = checkedLength();
   Value isShort = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt,
                                         length, cIndex(capacity));
-  auto ifOp = scf::IfOp::create(b, loc, op.getResultTypes(), isShort,
+  auto ifOp = scf::IfOp::create(b, loc, p.resultTypes, isShort,
                                 /*withElseRegion=*/true);
   {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(ifOp.thenBlock());
-    scf::YieldOp::create(b, loc, castAll(emitBypass(length)));
+    scf::YieldOp::create(b, loc, castToResults(emitBypass(length)));
     b.setInsertionPointToStart(ifOp.elseBlock());
-    scf::YieldOp::create(b, loc, castAll(emitSelection(length)));
+    scf::YieldOp::create(b, loc, castToResults(emitSelection(length)));
   }
   return SmallVector<Value>(ifOp.getResults());
 }
@@ -776,8 +826,44 @@ struct SelectOpLowering : OpRewritePattern<SelectOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(SelectOp op,
                                 PatternRewriter &rewriter) const override {
-    SelectEmitter emitter(op, rewriter);
+    SelectionParams params{op.getQueries(),
+                           op.getKeys(),
+                           op.getValues(),
+                           static_cast<int64_t>(op.getWindow()),
+                           static_cast<int64_t>(op.getCapacity()),
+                           static_cast<int64_t>(op.getKernel()),
+                           op.getPooling(),
+                           op.getGqa(),
+                           op.getOrder(),
+                           op.getEffectiveScale(),
+                           op->getResultTypes(),
+                           op->getName().getStringRef()};
+    SelectEmitter emitter(params, rewriter, op.getLoc());
     rewriter.replaceOp(op, emitter.emit());
+    return success();
+  }
+};
+
+struct ScoreOpLowering : OpRewritePattern<ScoreOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(ScoreOp op,
+                                PatternRewriter &rewriter) const override {
+    // No selection happens: capacity only needs to exceed the window.
+    int64_t window = op.getWindow();
+    SelectionParams params{op.getQueries(),
+                           op.getKeys(),
+                           Value(),
+                           window,
+                           window + 1,
+                           static_cast<int64_t>(op.getKernel()),
+                           op.getPooling(),
+                           op.getGqa(),
+                           Order::position,
+                           op.getEffectiveScale(),
+                           op->getResultTypes(),
+                           op->getName().getStringRef()};
+    SelectEmitter emitter(params, rewriter, op.getLoc());
+    rewriter.replaceOp(op, emitter.emitScores());
     return success();
   }
 };
@@ -787,14 +873,16 @@ struct ConvertSnapKVToLinalgPass
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
     populateSnapKVToLinalgPatterns(patterns);
-    // Only the select ops are rewritten; nothing else is folded here.
+    // Only snapkv ops are rewritten; nothing else is folded here.
     GreedyRewriteConfig config;
     config.setStrictness(GreedyRewriteStrictness::ExistingOps);
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns),
                                      config)))
       return signalPassFailure();
-    WalkResult leftover = getOperation()->walk([](SelectOp op) {
-      op.emitError("snapkv.select could not be lowered to linalg");
+    WalkResult leftover = getOperation()->walk([](Operation *op) {
+      if (!isa<SelectOp, ScoreOp>(op))
+        return WalkResult::advance();
+      op->emitError() << op->getName() << " could not be lowered to linalg";
       return WalkResult::interrupt();
     });
     if (leftover.wasInterrupted())
@@ -805,5 +893,5 @@ struct ConvertSnapKVToLinalgPass
 } // namespace
 
 void mlir::snapkv::populateSnapKVToLinalgPatterns(RewritePatternSet &patterns) {
-  patterns.add<SelectOpLowering>(patterns.getContext());
+  patterns.add<SelectOpLowering, ScoreOpLowering>(patterns.getContext());
 }

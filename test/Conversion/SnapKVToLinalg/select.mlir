@@ -138,3 +138,22 @@ func.func @dynamic_length(%q: tensor<1x2x4x8xf16>, %k: tensor<1x2x?x8xf16>, %v: 
       -> (tensor<1x2x?x8xf16>, tensor<1x2x?x8xf16>, tensor<1x2x?xi64>)
   return %a, %b, %c : tensor<1x2x?x8xf16>, tensor<1x2x?x8xf16>, tensor<1x2x?xi64>
 }
+
+// -----
+
+// snapkv.score is the first half of the selection: votes, GQA aggregation
+// and pooling, no threshold search or gather. Dynamic L is checked at run
+// time with the score op's own message.
+// CHECK-LABEL: func.func @score
+// CHECK: cf.assert %{{.*}}, "snapkv.score: prompt length (keys dim 2) is shorter than window 4"
+// CHECK-NOT: "snapkv.score: prompt length of 'values'
+// CHECK: math.exp
+// CHECK: arith.maximumf
+// CHECK-NOT: scf.for
+// CHECK-NOT: tensor.extract %
+// CHECK: return %{{.*}}, %{{.*}} : tensor<1x2x?xf32>, tensor<1x2x?xf32>
+func.func @score(%q: tensor<1x4x4x8xf32>, %k: tensor<1x2x?x8xf32>) -> (tensor<1x2x?xf32>, tensor<1x2x?xf32>) {
+  %v, %p = snapkv.score %q, %k window 4 kernel 3 gqa max
+      : (tensor<1x4x4x8xf32>, tensor<1x2x?x8xf32>) -> (tensor<1x2x?xf32>, tensor<1x2x?xf32>)
+  return %v, %p : tensor<1x2x?xf32>, tensor<1x2x?xf32>
+}

@@ -268,3 +268,37 @@ func.func @negative_window(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v:
   %a, %b, %c = snapkv.select %q, %k, %v window -2 capacity 5 : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
   return
 }
+
+// -----
+
+// snapkv.score shares the operand rules of snapkv.select
+func.func @score_heads(%q: tensor<1x6x2x8xf32>, %k: tensor<1x4x8x8xf32>) {
+  // expected-error @+1 {{'snapkv.score' op query heads (6) are not a multiple of key/value heads (4)}}
+  %v, %p = snapkv.score %q, %k window 2 : (tensor<1x6x2x8xf32>, tensor<1x4x8x8xf32>) -> (tensor<1x6x6xf32>, tensor<1x6x6xf32>)
+  return
+}
+
+// -----
+
+// snapkv.score results are [B, Hc, L - W] f32
+func.func @score_result(%q: tensor<1x4x2x8xf16>, %k: tensor<1x2x8x8xf16>) {
+  // expected-error @+1 {{'snapkv.score' op result 'votes' has type 'tensor<1x4x6xf16>', expected 'tensor<1x4x6xf32>'}}
+  %v, %p = snapkv.score %q, %k window 2 : (tensor<1x4x2x8xf16>, tensor<1x2x8x8xf16>) -> (tensor<1x4x6xf16>, tensor<1x4x6xf32>)
+  return
+}
+
+// -----
+
+func.func @score_pooled_heads(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>) {
+  // expected-error @+1 {{'snapkv.score' op result 'pooled' has type 'tensor<1x4x6xf32>', expected 'tensor<1x2x6xf32>'}}
+  %v, %p = snapkv.score %q, %k window 2 gqa max : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x2x6xf32>, tensor<1x4x6xf32>)
+  return
+}
+
+// -----
+
+func.func @score_short(%q: tensor<1x4x4x8xf32>, %k: tensor<1x2x3x8xf32>) {
+  // expected-error @+1 {{'snapkv.score' op prompt length of 'keys' (3) is shorter than window (4)}}
+  %v, %p = snapkv.score %q, %k window 4 : (tensor<1x4x4x8xf32>, tensor<1x2x3x8xf32>) -> (tensor<1x4x0xf32>, tensor<1x4x0xf32>)
+  return
+}

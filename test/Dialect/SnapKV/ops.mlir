@@ -42,3 +42,20 @@ func.func @short_prompt_gqa_max(%q: tensor<1x6x4x16xf32>, %k: tensor<1x2x10x16xf
       -> (tensor<1x2x10x16xf32>, tensor<1x2x10x16xf32>, tensor<1x2x10xi64>)
   return %ko, %vo, %idx : tensor<1x2x10x16xf32>, tensor<1x2x10x16xf32>, tensor<1x2x10xi64>
 }
+
+// snapkv.score: votes and pooled scores over the P = L - W prefix positions.
+// CHECK-LABEL: func.func @score
+// CHECK: snapkv.score %{{.*}}, %{{.*}} window 2 kernel 3 pooling max gqa mean scale 5.000000e-01 :
+// CHECK-SAME: (tensor<1x4x2x8xf32>, tensor<1x2x?x8xf32>) -> (tensor<1x2x?xf32>, tensor<1x2x?xf32>)
+// CHECK: snapkv.score %{{.*}}, %{{.*}} window 2 :
+// CHECK-SAME: -> (tensor<1x4x14xf32>, tensor<1x4x14xf32>)
+// GENERIC-LABEL: sym_name = "score"
+// GENERIC: "snapkv.score"(%{{.*}}, %{{.*}}) <{gqa = 1 : i32, kernel = 3 : i64, pooling = 1 : i32, scale = 5.000000e-01 : f32, window = 2 : i64}>
+func.func @score(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x?x8xf32>, %ks: tensor<1x2x16x8xf32>)
+    -> (tensor<1x2x?xf32>, tensor<1x2x?xf32>, tensor<1x4x14xf32>, tensor<1x4x14xf32>) {
+  %v, %p = snapkv.score %q, %k window 2 kernel 3 pooling max gqa mean scale 0.5
+      : (tensor<1x4x2x8xf32>, tensor<1x2x?x8xf32>) -> (tensor<1x2x?xf32>, tensor<1x2x?xf32>)
+  %v2, %p2 = snapkv.score %q, %ks window 2
+      : (tensor<1x4x2x8xf32>, tensor<1x2x16x8xf32>) -> (tensor<1x4x14xf32>, tensor<1x4x14xf32>)
+  return %v, %p, %v2, %p2 : tensor<1x2x?xf32>, tensor<1x2x?xf32>, tensor<1x4x14xf32>, tensor<1x4x14xf32>
+}

@@ -44,110 +44,155 @@ void SelectOp::build(OpBuilder &builder, OperationState &state, Value queries,
         kernel, pooling, gqa, order, scale);
 }
 
-double SelectOp::getEffectiveScale() {
-  if (std::optional<APFloat> scale = getScale())
+static double effectiveScale(std::optional<APFloat> scale,
+                             RankedTensorType queries) {
+  if (scale)
     return scale->convertToDouble();
-  int64_t dim = getQueries().getType().getDimSize(3);
-  return 1.0 / std::sqrt(static_cast<double>(dim));
+  return 1.0 / std::sqrt(static_cast<double>(queries.getDimSize(3)));
 }
 
+double SelectOp::getEffectiveScale() {
+  return effectiveScale(getScale(), getQueries().getType());
+}
+
+double ScoreOp::getEffectiveScale() {
+  return effectiveScale(getScale(), getQueries().getType());
+}
 namespace {
 /// Checks one operand's rank, element type and static dims; `dynamicDim` is
 /// the only dim allowed to be dynamic (-1: none).
-LogicalResult checkOperand(SelectOp op, StringRef name, RankedTensorType type,
+LogicalResult checkOperand(Operation *op, StringRef name, RankedTensorType type,
                            int64_t dynamicDim) {
   if (type.getRank() != 4)
-    return op.emitOpError() << "'" << name
-                            << "' must be a rank-4 tensor, got rank "
-                            << type.getRank();
+    return op->emitOpError() << "'" << name
+                             << "' must be a rank-4 tensor, got rank "
+                             << type.getRank();
   Type elem = type.getElementType();
   if (!elem.isF16() && !elem.isBF16() && !elem.isF32())
-    return op.emitOpError() << "'" << name
-                            << "' element type must be f16, bf16 or f32, got "
-                            << elem;
+    return op->emitOpError() << "'" << name
+                             << "' element type must be f16, bf16 or f32, got "
+                             << elem;
   for (int64_t d = 0; d < 4; ++d)
     if (d != dynamicDim && type.isDynamicDim(d))
-      return op.emitOpError() << "only the prompt length may be dynamic, but '"
-                              << name << "' dim " << d << " is dynamic";
+      return op->emitOpError()
+             << "only the prompt length may be dynamic, but '" << name
+             << "' dim " << d << " is dynamic";
   return success();
 }
 } // namespace
 
-LogicalResult SelectOp::verify() {
-  RankedTensorType qTy = getQueries().getType();
-  RankedTensorType kTy = getKeys().getType();
-  RankedTensorType vTy = getValues().getType();
-  if (failed(checkOperand(*this, "queries", qTy, -1)) ||
-      failed(checkOperand(*this, "keys", kTy, 2)) ||
-      failed(checkOperand(*this, "values", vTy, 2)))
+/// The rules of SPEC section 3 on operands and attributes, shared by select
+/// and score. `vTy` is null for score, `capacity` empty for score.
+static LogicalResult
+verifyInputs(Operation *op, RankedTensorType qTy, RankedTensorType kTy,
+             RankedTensorType vTy, IntegerAttr windowAttr,
+             std::optional<int64_t> capacity, IntegerAttr kernelAttr,
+             std::optional<APFloat> scale) {
+  if (failed(checkOperand(op, "queries", qTy, -1)) ||
+      failed(checkOperand(op, "keys", kTy, 2)) ||
+      (vTy && failed(checkOperand(op, "values", vTy, 2))))
     return failure();
 
-  for (auto [name, ty] : {std::pair<StringRef, RankedTensorType>{"keys", kTy},
-                          {"values", vTy}}) {
+  SmallVector<std::pair<StringRef, RankedTensorType>, 2> kv = {{"keys", kTy}};
+  if (vTy)
+    kv.push_back({"values", vTy});
+  for (auto [name, ty] : kv) {
     if (ty.getElementType() != qTy.getElementType())
-      return emitOpError() << "'" << name << "' element type "
-                           << ty.getElementType()
-                           << " differs from 'queries' element type "
-                           << qTy.getElementType();
+      return op->emitOpError()
+             << "'" << name << "' element type " << ty.getElementType()
+             << " differs from 'queries' element type " << qTy.getElementType();
     if (ty.getDimSize(0) != qTy.getDimSize(0))
-      return emitOpError() << "batch size of '" << name << "' ("
-                           << ty.getDimSize(0) << ") differs from 'queries' ("
-                           << qTy.getDimSize(0) << ")";
+      return op->emitOpError()
+             << "batch size of '" << name << "' (" << ty.getDimSize(0)
+             << ") differs from 'queries' (" << qTy.getDimSize(0) << ")";
     if (ty.getDimSize(3) != qTy.getDimSize(3))
-      return emitOpError() << "head dim of '" << name << "' ("
-                           << ty.getDimSize(3) << ") differs from 'queries' ("
-                           << qTy.getDimSize(3) << ")";
+      return op->emitOpError()
+             << "head dim of '" << name << "' (" << ty.getDimSize(3)
+             << ") differs from 'queries' (" << qTy.getDimSize(3) << ")";
   }
-  if (vTy.getDimSize(1) != kTy.getDimSize(1))
-    return emitOpError() << "'values' has " << vTy.getDimSize(1)
-                         << " kv heads but 'keys' has " << kTy.getDimSize(1);
-  if (!kTy.isDynamicDim(2) && !vTy.isDynamicDim(2) &&
+  if (vTy && vTy.getDimSize(1) != kTy.getDimSize(1))
+    return op->emitOpError() << "'values' has " << vTy.getDimSize(1)
+                             << " kv heads but 'keys' has "
+                             << kTy.getDimSize(1);
+  if (vTy && !kTy.isDynamicDim(2) && !vTy.isDynamicDim(2) &&
       vTy.getDimSize(2) != kTy.getDimSize(2))
-    return emitOpError() << "prompt length of 'values' (" << vTy.getDimSize(2)
-                         << ") differs from 'keys' (" << kTy.getDimSize(2)
-                         << ")";
+    return op->emitOpError()
+           << "prompt length of 'values' (" << vTy.getDimSize(2)
+           << ") differs from 'keys' (" << kTy.getDimSize(2) << ")";
   int64_t queryHeads = qTy.getDimSize(1), kvHeads = kTy.getDimSize(1);
   if (kvHeads < 1 || queryHeads % kvHeads != 0)
-    return emitOpError() << "query heads (" << queryHeads
-                         << ") are not a multiple of key/value heads ("
-                         << kvHeads << ")";
+    return op->emitOpError() << "query heads (" << queryHeads
+                             << ") are not a multiple of key/value heads ("
+                             << kvHeads << ")";
 
   // I64Attr getters are unsigned; read the attributes as signed so negative
   // values are reported instead of wrapping around.
-  int64_t window = getWindowAttr().getInt();
-  int64_t capacity = getCapacityAttr().getInt();
-  int64_t kernel = getKernelAttr().getInt();
+  int64_t window = windowAttr.getInt();
+  int64_t kernel = kernelAttr.getInt();
   if (window < 1)
-    return emitOpError() << "window must be at least 1, got " << window;
-  if (capacity <= window)
-    return emitOpError() << "capacity (" << capacity
-                         << ") must be greater than window (" << window << ")";
+    return op->emitOpError() << "window must be at least 1, got " << window;
+  if (capacity && *capacity <= window)
+    return op->emitOpError() << "capacity (" << *capacity
+                             << ") must be greater than window (" << window
+                             << ")";
   if (kernel < 1 || kernel % 2 == 0)
-    return emitOpError() << "kernel must be odd and positive, got " << kernel;
+    return op->emitOpError() << "kernel must be odd and positive, got "
+                             << kernel;
   if (qTy.getDimSize(2) != window)
-    return emitOpError() << "'queries' dim 2 (" << qTy.getDimSize(2)
-                         << ") must equal window (" << window << ")";
-  for (auto [name, ty] : {std::pair<StringRef, RankedTensorType>{"keys", kTy},
-                          {"values", vTy}})
+    return op->emitOpError() << "'queries' dim 2 (" << qTy.getDimSize(2)
+                             << ") must equal window (" << window << ")";
+  for (auto [name, ty] : kv)
     if (!ty.isDynamicDim(2) && ty.getDimSize(2) < window)
-      return emitOpError() << "prompt length of '" << name << "' ("
-                           << ty.getDimSize(2) << ") is shorter than window ("
-                           << window << ")";
-  if (std::optional<APFloat> scale = getScale(); scale && !scale->isFinite())
-    return emitOpError() << "scale must be a finite number";
+      return op->emitOpError()
+             << "prompt length of '" << name << "' (" << ty.getDimSize(2)
+             << ") is shorter than window (" << window << ")";
+  if (scale && !scale->isFinite())
+    return op->emitOpError() << "scale must be a finite number";
+  return success();
+}
 
-  // Operands are valid here, so inference succeeds.
-  SmallVector<Type, 3> expected =
-      *inferResultTypes(qTy, kTy, capacity, getGqa());
-  static constexpr StringLiteral names[] = {"selected_keys", "selected_values",
-                                            "indices"};
+/// Checks each result against its expected type, naming it.
+static LogicalResult verifyResults(Operation *op, ArrayRef<StringRef> names,
+                                   ArrayRef<Type> expected) {
+  for (auto [i, result] : llvm::enumerate(op->getResults()))
+    if (result.getType() != expected[i])
+      return op->emitOpError() << "result '" << names[i] << "' has type "
+                               << result.getType() << ", expected "
+                               << expected[i];
+  return success();
+}
+
+LogicalResult SelectOp::verify() {
+  RankedTensorType qTy = getQueries().getType();
+  RankedTensorType kTy = getKeys().getType();
+  if (failed(verifyInputs(*this, qTy, kTy, getValues().getType(),
+                          getWindowAttr(), getCapacityAttr().getInt(),
+                          getKernelAttr(), getScale())))
+    return failure();
   auto idxTy = dyn_cast<RankedTensorType>(getIndices().getType());
   if (idxTy && !idxTy.getElementType().isInteger(64))
     return emitOpError() << "result 'indices' must have element type i64, got "
                          << idxTy.getElementType();
-  for (auto [i, result] : llvm::enumerate(getResults()))
-    if (result.getType() != expected[i])
-      return emitOpError() << "result '" << names[i] << "' has type "
-                           << result.getType() << ", expected " << expected[i];
-  return success();
+  // Operands are valid here, so inference succeeds.
+  SmallVector<Type, 3> expected =
+      *inferResultTypes(qTy, kTy, getCapacityAttr().getInt(), getGqa());
+  return verifyResults(*this, {"selected_keys", "selected_values", "indices"},
+                       expected);
+}
+
+LogicalResult ScoreOp::verify() {
+  RankedTensorType qTy = getQueries().getType();
+  RankedTensorType kTy = getKeys().getType();
+  if (failed(verifyInputs(*this, qTy, kTy, nullptr, getWindowAttr(),
+                          std::nullopt, getKernelAttr(), getScale())))
+    return failure();
+  int64_t heads = getGqa() == GqaPolicy::expand ? qTy.getDimSize(1)
+                                                : kTy.getDimSize(1);
+  int64_t length = kTy.getDimSize(2);
+  int64_t prefix = ShapedType::isDynamic(length)
+                       ? ShapedType::kDynamic
+                       : length - getWindowAttr().getInt();
+  Type expected = RankedTensorType::get({qTy.getDimSize(0), heads, prefix},
+                                        Float32Type::get(getContext()));
+  return verifyResults(*this, {"votes", "pooled"}, {expected, expected});
 }

@@ -104,4 +104,53 @@ def SnapKV_SelectOp : SnapKV_Op<"select", [Pure]> {
   let hasVerifier = 1;
 }
 
+def SnapKV_ScoreOp : SnapKV_Op<"score", [Pure]> {
+  let summary = "observation-window votes and pooled scores (SnapKV)";
+  let description = [{
+    Computes the ranking that `snapkv.select` uses, without selecting:
+    `votes` are the window queries' summed full-causal-softmax probabilities
+    of each prefix position after GQA aggregation, and `pooled` are the votes
+    after neighbourhood pooling (the score top-k ranks). Both are
+    `[B, Hc, P] x f32` with `P = L - W` (dynamic when `L` is); `Hc` follows
+    `gqa` as for `snapkv.select`. The clauses and the verifier rules are the
+    ones of `snapkv.select` that do not involve values or capacity. Useful to
+    inspect or visualise a selection.
+
+    Example:
+
+    ```mlir
+    %votes, %pooled = snapkv.score %q, %k window 2 kernel 3
+        : (tensor<1x1x2x2xf32>, tensor<1x1x8x2xf32>)
+        -> (tensor<1x1x6xf32>, tensor<1x1x6xf32>)
+    ```
+  }];
+
+  let arguments = (ins
+    AnyRankedTensor:$queries,
+    AnyRankedTensor:$keys,
+    I64Attr:$window,
+    DefaultValuedAttr<I64Attr, "5">:$kernel,
+    DefaultValuedAttr<SnapKV_PoolingKindAttr,
+                      "::mlir::snapkv::PoolingKind::avg">:$pooling,
+    DefaultValuedAttr<SnapKV_GqaPolicyAttr,
+                      "::mlir::snapkv::GqaPolicy::expand">:$gqa,
+    OptionalAttr<F32Attr>:$scale
+  );
+  let results = (outs AnyRankedTensor:$votes, AnyRankedTensor:$pooled);
+
+  let assemblyFormat = [{
+    $queries `,` $keys `window` $window
+    (`kernel` $kernel^)? (`pooling` $pooling^)? (`gqa` $gqa^)?
+    (`scale` $scale^)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+
+  let extraClassDeclaration = [{
+    /// The softmax scale: the `scale` attribute or `1/sqrt(D)`.
+    double getEffectiveScale();
+  }];
+
+  let hasVerifier = 1;
+}
+
 #endif // SNAPKV_DIALECT_SNAPKV_IR_SNAPKVOPS_TD
