@@ -124,6 +124,16 @@ private:
     producer->setAttr("snapkv.tile_sizes",
                       DenseI64ArrayAttr::get(producer->getContext(), sizes));
   }
+  /// x - max, except that an x equal to the row max gives 0: an infinite
+  /// maximum then still yields probabilities (1 / #maxima) instead of
+  /// inf - inf = NaN.
+  static Value shifted(OpBuilder &nb, Location l, Value x, Value max) {
+    Value isMax =
+        arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ, x, max);
+    Value zero = arith::ConstantOp::create(nb, l, nb.getF32FloatAttr(0.0f));
+    return arith::SelectOp::create(nb, l, isMax, zero,
+                                   arith::SubFOp::create(nb, l, x, max));
+  }
   static Value toF32(OpBuilder &nb, Location l, Value v) {
     if (v.getType().isF32())
       return v;
@@ -292,8 +302,7 @@ std::pair<Value, Value> SelectEmitter::rowStatistics(Value logitsT,
   Value rowSum = generic(
       sumInit.getType(), {logitsT, rowMax}, sumInit, maps, iters,
       [&](OpBuilder &nb, Location l, ValueRange args) {
-        Value x = arith::SubFOp::create(nb, l, scaled(nb, l, args[0]),
-                                        args[1]);
+        Value x = shifted(nb, l, scaled(nb, l, args[0]), args[1]);
         Value zero = arith::ConstantOp::create(nb, l, nb.getF32FloatAttr(0.0f));
         Value e = arith::SelectOp::create(nb, l, visible(nb, l),
                                           math::ExpOp::create(nb, l, x), zero);
@@ -325,8 +334,8 @@ Value SelectEmitter::votes(Value logitsT, Value rowMax, Value rowSum,
       {par, par, par, red, par},
       [s](OpBuilder &nb, Location l, ValueRange args) {
         Value sc = arith::ConstantOp::create(nb, l, nb.getF32FloatAttr(s));
-        Value x = arith::SubFOp::create(
-            nb, l, arith::MulFOp::create(nb, l, args[0], sc), args[1]);
+        Value x =
+            shifted(nb, l, arith::MulFOp::create(nb, l, args[0], sc), args[1]);
         Value prob =
             arith::DivFOp::create(nb, l, math::ExpOp::create(nb, l, x), args[2]);
         linalg::YieldOp::create(
