@@ -13,7 +13,8 @@ CMAKE_FLAGS = -G Ninja -DCMAKE_BUILD_TYPE=Release \
 
 export SNAPKV_OPT = $(CURDIR)/$(BUILD)/bin/snapkv-opt
 
-.PHONY: all deps configure build demo test check-lit check-python bench docs clean
+.PHONY: all deps configure build demo test check-lit check-python bench docs \
+        build-sanitizers check-sanitizers fuzz-smoke fuzz clean
 
 all: build
 
@@ -49,5 +50,38 @@ docs: build
 	mkdir -p docs/generated
 	cp $(BUILD)/docs/generated/*.md docs/generated/
 
+# Our code under AddressSanitizer + UndefinedBehaviorSanitizer (and the
+# libFuzzer target) in a second build tree; lit and the differential test run
+# against it and fail on any report.
+ASAN_BUILD ?= build-asan
+SANITIZER_ENV = ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+FUZZ_CORPUS ?= $(ASAN_BUILD)/fuzz-corpus
+FUZZ_SECONDS ?= 60
+
+$(ASAN_BUILD)/build.ninja:
+	cmake -S . -B $(ASAN_BUILD) $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DSNAPKV_ENABLE_SANITIZERS=ON -DSNAPKV_BUILD_FUZZER=ON
+
+build-sanitizers: deps $(ASAN_BUILD)/build.ninja
+	ninja -C $(ASAN_BUILD) -j$(JOBS)
+
+check-sanitizers: build-sanitizers
+	$(SANITIZER_ENV) ninja -C $(ASAN_BUILD) check-snapkv
+	$(SANITIZER_ENV) $(PYTHON) scripts/no-abort.py $(ASAN_BUILD)/bin/snapkv-opt \
+	  test tools/snapkv-fuzz/regressions $(wildcard $(FUZZ_CORPUS))
+	cd python && $(SANITIZER_ENV) SNAPKV_OPT=$(CURDIR)/$(ASAN_BUILD)/bin/snapkv-opt \
+	  $(PYTHON) -m pytest -q tests/test_differential.py
+
+# Replays every past finding, then a short libFuzzer run seeded from the lit
+# tests (CI); `make fuzz FUZZ_SECONDS=1800` for a campaign.
+fuzz-smoke fuzz: build-sanitizers
+	$(SANITIZER_ENV) $(ASAN_BUILD)/bin/snapkv-fuzz tools/snapkv-fuzz/regressions/*
+	$(PYTHON) scripts/fuzz-seeds.py test $(FUZZ_CORPUS)/seeds
+	mkdir -p $(FUZZ_CORPUS)/found
+	$(SANITIZER_ENV) $(ASAN_BUILD)/bin/snapkv-fuzz -max_total_time=$(FUZZ_SECONDS) \
+	  -print_final_stats=1 -dict=tools/snapkv-fuzz/snapkv.dict \
+	  $(FUZZ_CORPUS)/found $(FUZZ_CORPUS)/seeds
+
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD)

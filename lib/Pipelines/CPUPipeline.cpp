@@ -25,7 +25,8 @@ static constexpr const char *kCPUPipeline =
     "func.func(convert-linalg-to-loops,lower-vector-mask,"
     "lower-vector-multi-reduction,convert-vector-to-scf{full-unroll}),"
     "canonicalize,cse,expand-strided-metadata,lower-affine,"
-    "convert-scf-to-cf,convert-vector-to-llvm,finalize-memref-to-llvm,"
+    "convert-scf-to-cf,snapkv-lower-asserts,convert-vector-to-llvm,"
+    "finalize-memref-to-llvm,"
     "convert-math-to-llvm,convert-arith-to-llvm,convert-index-to-llvm,"
     "convert-ub-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,"
     "reconcile-unrealized-casts";

@@ -54,4 +54,21 @@ def OptimizeMath : Pass<"snapkv-optimize-math", "::mlir::func::FuncOp"> {
   ];
 }
 
+def LowerAsserts : Pass<"snapkv-lower-asserts", "::mlir::ModuleOp"> {
+  let summary = "Lower cf.assert to a message on stderr and abort()";
+  let description = [{
+    The upstream `cf.assert` lowering prints its message to stdout and then
+    calls `abort()`, which does not flush stdout: when stdout is a pipe or a
+    file the message is lost. This pass rewrites every `cf.assert` (after
+    `convert-scf-to-cf`, when regions may hold several blocks) into a
+    conditional branch to a block that writes `message + "\n"` to file
+    descriptor 2 with `write` and calls `abort`, so a failed run-time check
+    always says what failed and exits non-zero.
+  }];
+  let dependentDialects = [
+    "::mlir::cf::ControlFlowDialect",
+    "::mlir::LLVM::LLVMDialect"
+  ];
+}
+
 #endif // SNAPKV_CODEGEN_PASSES_TD

@@ -1,0 +1,23 @@
+#!/usr/bin/env python3
+"""Writes a libFuzzer seed corpus from the lit tests: one file per
+`// -----` split of every .mlir test, RUN/CHECK comment lines dropped."""
+import pathlib
+import sys
+
+
+def main(test_dir: str, out_dir: str) -> None:
+    out = pathlib.Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    count = 0
+    for path in sorted(pathlib.Path(test_dir).rglob("*.mlir")):
+        for part in path.read_text().split("// -----"):
+            lines = [l for l in part.splitlines() if not l.lstrip().startswith("//")]
+            text = "\n".join(lines).strip()
+            if text:
+                (out / f"seed-{count:04d}.mlir").write_text(text + "\n")
+                count += 1
+    print(f"fuzz-seeds: {count} seeds in {out}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
