@@ -191,8 +191,6 @@ Value SelectEmitter::logits(OpFoldResult length) {
 
   // Pad L up to a multiple of the panel width.
   AffineExpr l0 = b.getAffineSymbolExpr(0);
-  OpFoldResult padded = affine::makeComposedFoldedAffineApply(
-      b, loc, (l0 + panel - 1).floorDiv(panel) * panel, {length});
   OpFoldResult panels = affine::makeComposedFoldedAffineApply(
       b, loc, (l0 + panel - 1).floorDiv(panel), {length});
   OpFoldResult extra = affine::makeComposedFoldedAffineApply(
