@@ -65,6 +65,24 @@ SmallVector<int64_t> chooseTileSizes(linalg::LinalgOp op, int64_t width) {
   return sizes;
 }
 
+/// i1 tensors are stored one byte per element, but vectors of i1 are stored
+/// bit-packed: a vectorised read or write of i1 memory would reinterpret
+/// the bytes, so ops that touch i1 tensors stay scalar.
+bool touchesI1(linalg::LinalgOp op) {
+  auto isI1Tensor = [](Type t) {
+    auto shaped = dyn_cast<ShapedType>(t);
+    return shaped && shaped.getElementType().isInteger(1);
+  };
+  if (llvm::any_of(op->getOperandTypes(), isI1Tensor))
+    return true;
+  // tensor.extract from captured i1 tensors inside the body (gathers).
+  WalkResult found = op->walk([&](tensor::ExtractOp extract) {
+    return isI1Tensor(extract.getTensor().getType()) ? WalkResult::interrupt()
+                                                     : WalkResult::advance();
+  });
+  return found.wasInterrupted();
+}
+
 bool hasStaticLoopRanges(linalg::LinalgOp op) {
   return llvm::none_of(op.getStaticLoopRanges(), ShapedType::isDynamic);
 }
@@ -76,7 +94,8 @@ struct VectorizeLinalgPass
   void runOnOperation() override {
     SmallVector<linalg::LinalgOp> candidates;
     getOperation().walk([&](linalg::LinalgOp op) {
-      if (op.hasPureTensorSemantics() && op.getNumLoops() > 0)
+      if (op.hasPureTensorSemantics() && op.getNumLoops() > 0 &&
+          !touchesI1(op))
         candidates.push_back(op);
     });
     IRRewriter rewriter(&getContext());

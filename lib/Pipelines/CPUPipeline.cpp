@@ -14,7 +14,9 @@ static constexpr const char *kCPUPipeline =
     // Tensor level: our op to linalg, user elementwise ops to linalg, then
     // tile + vectorise every linalg op.
     "convert-snapkv-to-linalg,canonicalize,cse,"
-    "func.func(convert-elementwise-to-linalg,"
+    // fpowi is expanded first: once vectorised, its exponent becomes a
+    // vector, which llvm.intr.powi does not accept.
+    "func.func(math-expand-ops{ops=fpowi},convert-elementwise-to-linalg,"
     "snapkv-vectorize-linalg,canonicalize,loop-invariant-subset-hoisting,"
     "snapkv-optimize-math),canonicalize,cse,"
     // Buffers, with deallocation so repeated calls do not leak.

@@ -81,3 +81,26 @@ func.func @unsupported(%a: tensor<36xf32>) -> tensor<32xf32> {
   } -> tensor<32xf32>
   return %r : tensor<32xf32>
 }
+
+// -----
+
+// Ops on i1 tensors stay scalar (byte-per-element memory, bit-packed i1
+// vectors): a vectorised gather of a causal mask read only column 0.
+// CHECK-LABEL: func.func @i1_mask
+// CHECK-NOT: vector.
+// CHECK: linalg.generic
+// CHECK: tensor.extract %{{.*}} : tensor<1x1x?x?xi1>
+func.func @i1_mask(%mask: tensor<1x1x?x?xi1>, %n: index) -> tensor<1x4x?x?xi1> {
+  %e = tensor.empty(%n, %n) : tensor<1x4x?x?xi1>
+  %r = linalg.generic {indexing_maps = [affine_map<(a, b, c, d) -> (a, b, c, d)>],
+                       iterator_types = ["parallel", "parallel", "parallel", "parallel"]}
+      outs(%e : tensor<1x4x?x?xi1>) {
+  ^bb0(%o: i1):
+    %c0 = arith.constant 0 : index
+    %i = linalg.index 2 : index
+    %j = linalg.index 3 : index
+    %x = tensor.extract %mask[%c0, %c0, %i, %j] : tensor<1x1x?x?xi1>
+    linalg.yield %x : i1
+  } -> tensor<1x4x?x?xi1>
+  return %r : tensor<1x4x?x?xi1>
+}

@@ -16,7 +16,9 @@ def VectorizeLinalg : Pass<"snapkv-vectorize-linalg", "::mlir::func::FuncOp"> {
     replaces the default and is removed; likewise `snapkv.tile_interchange`
     orders the tile loops (for cache reuse). Tile loops whose trip count is not a
     multiple of the tile are peeled. The static tiles are then vectorised with `linalg::vectorize`
-    without masks; peeled remainders stay scalar. Ops the vectoriser does not
+    without masks; peeled remainders stay scalar. Ops that read or write i1
+    tensors stay scalar: i1 memory is byte-per-element but i1 vectors are
+    stored bit-packed. Ops the vectoriser does not
     support (for example the pooling window with its `d2 + d3` access) are left
     as they are and become scalar loops later.
   }];
