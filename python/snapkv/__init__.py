@@ -1,0 +1,7 @@
+"""SnapKV KV-cache selection: a numpy reference (SPEC section 2) and helpers that drive
+``snapkv-opt`` and ``mlir-runner`` on generated modules."""
+
+from .dtypes import bf16_to_f32, f32_to_bf16
+from .reference import Selection, select
+
+__all__ = ["Selection", "bf16_to_f32", "f32_to_bf16", "select"]

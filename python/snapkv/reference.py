@@ -1,0 +1,151 @@
+"""Numpy reference of the SnapKV selection (SPEC section 2).
+
+Votes and pooled scores are computed in float64 from the exact input values; the compiled code
+works in f32, so tests compare it with this reference only away from near-ties."""
+
+import math
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from .dtypes import element_type, to_float64
+
+POOLINGS = ("avg", "max")
+GQA_POLICIES = ("expand", "mean", "max")
+ORDERS = ("position", "score")
+
+
+@dataclass
+class Selection:
+    indices: np.ndarray  # int64 [B, Hc, S], S = min(L, C)
+    keys: np.ndarray     # [B, Hc, S, D], bit-identical copies of input rows (input dtype)
+    values: np.ndarray   # [B, Hc, S, D], gathered with the same indices as keys
+    votes: np.ndarray    # float64 [B, Hc, P]; [B, Hc, 0] when the selection is bypassed (L < C)
+    pooled: np.ndarray   # float64 [B, Hc, P]; same shape as votes
+
+
+def select(q, k, v, window, capacity, kernel=5, pooling="avg", gqa="expand",
+           order="position", scale=None, dtype=None):
+    """SnapKV selection of q [B,Hq,W,D] over k, v [B,Hkv,L,D].
+
+    Arrays are float32 or float16; bf16 arrays are uint16 bit patterns with dtype="bf16".
+    Returns a `Selection`; Hc = Hq for gqa="expand", else Hkv."""
+    q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
+    elem = _validate(q, k, v, window, capacity, kernel, pooling, gqa, order, scale, dtype)
+    batch, q_heads, _, dim = q.shape
+    kv_heads, length = k.shape[1], k.shape[2]
+    group = q_heads // kv_heads
+    heads = q_heads if gqa == "expand" else kv_heads
+    # Which kv head each cache head copies: query head h reads kv head h // G (repeat_kv order).
+    source = np.arange(heads) // group if gqa == "expand" else np.arange(heads)
+
+    if length < capacity:  # short prompt: nothing is selected, all L positions are kept
+        indices = np.broadcast_to(np.arange(length, dtype=np.int64), (batch, heads, length))
+        votes = pooled = np.zeros((batch, heads, 0))
+    else:
+        s = 1.0 / math.sqrt(dim) if scale is None else float(scale)
+        per_query_head = window_votes(to_float64(q, elem), to_float64(k, elem), s)
+        votes = aggregate(per_query_head, gqa, kv_heads)
+        pooled = pool(votes, kernel, pooling)
+        indices = np.empty((batch, heads, capacity), dtype=np.int64)
+        prefix = length - window
+        for b in range(batch):
+            for h in range(heads):
+                chosen = rank(pooled[b, h])[:capacity - window]
+                if order == "position":
+                    chosen = np.sort(chosen)
+                indices[b, h] = np.concatenate([chosen, np.arange(prefix, length)])
+
+    return Selection(indices=np.ascontiguousarray(indices), keys=_gather(k, source, indices),
+                     values=_gather(v, source, indices), votes=votes, pooled=pooled)
+
+
+def window_votes(q, k, scale):
+    """Votes [B, Hq, P] of the window queries for the prefix columns (float64 inputs)."""
+    window, length = q.shape[2], k.shape[2]
+    prefix = length - window
+    k = np.repeat(k, q.shape[1] // k.shape[1], axis=1)
+    logits = scale * np.einsum("bhtd,bhjd->bhtj", q, k)
+    # Window query t sits at absolute position P + t and sees columns j <= P + t.
+    future = np.arange(length)[None, :] > (prefix + np.arange(window))[:, None]
+    logits = np.where(future, -np.inf, logits)
+    # Softmax over ALL visible columns (prefix and window), with max-subtraction.
+    weights = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    probs = weights / weights.sum(axis=-1, keepdims=True)
+    return probs[..., :prefix].sum(axis=2)
+
+
+def aggregate(votes, gqa, kv_heads):
+    """Combine the G query heads of each kv head (before pooling) for gqa mean/max."""
+    if gqa == "expand":
+        return votes
+    batch, q_heads, prefix = votes.shape
+    grouped = votes.reshape(batch, kv_heads, q_heads // kv_heads, prefix)
+    return grouped.mean(axis=2) if gqa == "mean" else grouped.max(axis=2)
+
+
+def pool(scores, kernel, pooling):
+    """1-D pooling along the last axis, stride 1, kernel // 2 on each side.
+
+    avg counts out-of-range neighbours as 0 and always divides by `kernel`
+    (avg_pool1d with count_include_pad=True); max looks at in-range neighbours only."""
+    if scores.shape[-1] == 0:
+        return scores.copy()
+    pad = [(0, 0)] * (scores.ndim - 1) + [(kernel // 2, kernel // 2)]
+    fill = 0.0 if pooling == "avg" else -np.inf
+    windows = sliding_window_view(np.pad(scores, pad, constant_values=fill), kernel, axis=-1)
+    return windows.sum(axis=-1) / kernel if pooling == "avg" else windows.max(axis=-1)
+
+
+def rank(scores):
+    """Positions of a 1-D score vector, best first: descending score, exact ties to the lower
+    position, NaN below every number."""
+    nan = np.isnan(scores)
+    return np.lexsort((np.arange(scores.size), -np.where(nan, 0.0, scores), nan))
+
+
+def _gather(x, source, indices):
+    rows = x[:, source]  # [B, Hc, L, D]
+    return np.ascontiguousarray(np.take_along_axis(rows, indices[..., None], axis=2))
+
+
+def _validate(q, k, v, window, capacity, kernel, pooling, gqa, order, scale, dtype):
+    for name, x in (("queries", q), ("keys", k), ("values", v)):
+        if x.ndim != 4:
+            raise ValueError(f"{name} must have rank 4, got shape {x.shape}")
+        if 0 in x.shape:
+            raise ValueError(f"{name} has an empty dimension: shape {x.shape}")
+    elems = [element_type(x, dtype) for x in (q, k, v)]
+    if len(set(elems)) != 1:
+        raise ValueError(f"queries, keys and values must share an element type, got {elems}")
+    if k.shape != v.shape:
+        raise ValueError(f"keys {k.shape} and values {v.shape} must have the same shape")
+    if q.shape[0] != k.shape[0]:
+        raise ValueError(f"batch mismatch: queries {q.shape[0]}, keys {k.shape[0]}")
+    if q.shape[3] != k.shape[3]:
+        raise ValueError(f"head dim mismatch: queries {q.shape[3]}, keys {k.shape[3]}")
+    if q.shape[1] % k.shape[1]:
+        raise ValueError(f"query heads {q.shape[1]} not a multiple of kv heads {k.shape[1]}")
+    for name, value in (("window", window), ("capacity", capacity), ("kernel", kernel)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise ValueError(f"{name} must be an integer, got {value!r}")
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    if capacity <= window:
+        raise ValueError(f"capacity ({capacity}) must be greater than window ({window})")
+    if kernel < 1 or kernel % 2 == 0:
+        raise ValueError(f"kernel must be odd and positive, got {kernel}")
+    if q.shape[2] != window:
+        raise ValueError(f"queries hold {q.shape[2]} window rows but window is {window}")
+    if k.shape[2] < window:
+        raise ValueError(f"prompt length {k.shape[2]} is shorter than window {window}")
+    for name, value, allowed in (("pooling", pooling, POOLINGS), ("gqa", gqa, GQA_POLICIES),
+                                 ("order", order, ORDERS)):
+        if value not in allowed:
+            raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, numbers.Real)
+                              or not math.isfinite(scale)):
+        raise ValueError(f"scale must be a finite number, got {scale!r}")
+    return elems[0]

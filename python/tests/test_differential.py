@@ -1,0 +1,208 @@
+"""Differential tests: the compiled `snapkv.select` (snapkv-opt --snapkv-cpu-pipeline, run by
+mlir-runner) against the numpy reference, on random configurations covering every option.
+
+The compiled code scores in f32 and the reference in float64, so random inputs are redrawn
+until no two pooled scores that decide the result are within a relative 1e-4 of each other
+(exact ties are allowed: they come from identical inputs and must go to the lower position).
+Indices must be identical and gathered K/V rows bit-identical.
+
+A failing case is reproducible alone: `random_case(n)` / `tie_case(n)` rebuild case n."""
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from snapkv.dtypes import bits, from_float32
+from snapkv.mlirgen import Case, ToolError, run_batches, run_cases, snapkv_opt_path
+
+RANDOM_CASES = 300
+TIE_CASES = 40
+SEED = 20240617
+BATCH = 25
+TOLERANCE = 1e-4
+# Dynamic-L cases compile far slower than static ones (growing with B * Hq), so they are a
+# quarter of the draw and keep B * Hq small.
+DYNAMIC_SHARE = 0.25
+DYNAMIC_MAX_ROWS = 4
+
+
+def decisive_scores_separated(ref, case):
+    """False if f32 rounding could reorder the pooled scores that decide the selection."""
+    keep = case.capacity - case.window
+    prefix = case.k.shape[2] - case.window
+    if ref.pooled.shape[-1] == 0 or (keep >= prefix and case.order != "score"):
+        return True  # bypassed, or everything kept in position order
+    for scores in ref.pooled.reshape(-1, prefix):
+        ranked = np.sort(scores)[::-1]
+        # Position order depends on the kept/dropped boundary, score order on every kept rank.
+        critical = ranked[keep - 1:keep + 1] if case.order != "score" else ranked[:keep + 1]
+        for x in critical:
+            gap = np.abs(scores - x)
+            near = (gap > 0) & (gap < TOLERANCE * np.maximum(np.abs(scores), abs(x)) + 1e-30)
+            if near.any():
+                return False
+    return True
+
+
+def draw_config(rng):
+    window = int(rng.integers(1, 6))
+    capacity = window + int(rng.integers(1, 12))
+    kind = rng.choice(["long", "long", "long", "equal", "short", "window"])
+    length = {"long": capacity + int(rng.integers(1, 25)), "equal": capacity,
+              "short": int(rng.integers(window, capacity)), "window": window}[kind]
+    pick = lambda options: options[int(rng.integers(len(options)))]
+    scale = float(np.float32(rng.uniform(0.05, 1.5))) if rng.random() < 0.4 else None
+    dynamic = bool(rng.random() < DYNAMIC_SHARE)
+    while True:
+        batch, kv_heads, group = (int(x) for x in rng.integers(1, [3, 4, 4]))
+        if not dynamic or batch * kv_heads * group <= DYNAMIC_MAX_ROWS:
+            break
+    return dict(batch=batch, kv_heads=kv_heads, group=group, dim=pick([2, 4, 8, 16]),
+                window=window, capacity=capacity, length=length,
+                kernel=pick([None, 1, 3, 5, 7]), pooling=pick([None, "avg", "max"]),
+                gqa=pick([None, "expand", "mean", "max"]),
+                order=pick([None, "position", "score"]), scale=scale,
+                elem=pick(["f32", "f16", "bf16"]), dynamic=dynamic)
+
+
+def draw_case(rng, config, zero_queries=False, duplicates=0):
+    c = config
+    q = rng.standard_normal((c["batch"], c["kv_heads"] * c["group"], c["window"], c["dim"]))
+    q *= 0.0 if zero_queries else rng.uniform(0.5, 4.0)  # sharper or flatter attention
+    kv_shape = (c["batch"], c["kv_heads"], c["length"], c["dim"])
+    k, v = rng.standard_normal(kv_shape), rng.standard_normal(kv_shape)
+    for _ in range(duplicates):  # identical key rows give exactly equal votes
+        src, dst = rng.integers(c["length"], size=2)
+        k[:, :, dst] = k[:, :, src]
+    elem = c["elem"]
+    return Case(from_float32(q, elem), from_float32(k, elem), from_float32(v, elem),
+                c["window"], c["capacity"], kernel=c["kernel"], pooling=c["pooling"],
+                gqa=c["gqa"], order=c["order"], scale=c["scale"],
+                dtype="bf16" if elem == "bf16" else None, dynamic=c["dynamic"])
+
+
+def separated_case(rng, make_config, **draw):
+    """Redraw inputs (and, rarely, the configuration) until the decisive scores separate."""
+    while True:
+        config = make_config(rng)
+        for _ in range(50):
+            case = draw_case(rng, config, **draw)
+            if decisive_scores_separated(case.reference(), case):
+                return case
+
+
+def random_case(n):
+    return separated_case(np.random.default_rng([SEED, n]), draw_config)
+
+
+def tie_config(rng):
+    # Selection always happens here (L > C), so there is a boundary for the ties to decide.
+    config = draw_config(rng)
+    config["length"] = config["capacity"] + int(rng.integers(1, 12))
+    return config
+
+
+def tie_case(n):
+    rng = np.random.default_rng([SEED, 1, n])
+    if n % 2 == 0:  # all-zero queries: every visible column gets the same weight
+        return separated_case(rng, tie_config, zero_queries=True)
+
+    def kernel_one_or_max(rng):  # keep duplicated rows' ties intact through pooling
+        config = tie_config(rng)
+        if config["pooling"] != "max":
+            config["kernel"] = 1
+        return config
+    return separated_case(rng, kernel_one_or_max, duplicates=4)
+
+
+def compare(cases, outputs):
+    """Messages describing every case whose compiled output differs from the reference."""
+    failures = []
+    for n, (case, out) in enumerate(zip(cases, outputs)):
+        if isinstance(out, ToolError):
+            first_lines = "\n  ".join(str(out).splitlines()[:4])
+            failures.append(f"case {n}: {case.describe()}\n  {first_lines}")
+            continue
+        ref = case.reference()
+        checks = [("indices", out.indices, ref.indices),
+                  ("keys", out.keys, bits(ref.keys, case.elem)),
+                  ("values", out.values, bits(ref.values, case.elem))]
+        for name, got, want in checks:
+            if got.shape != want.shape or not np.array_equal(got, want):
+                failures.append(
+                    f"case {n}: {case.describe()}\n  {name} differ"
+                    f"\n  reference indices {ref.indices.tolist()}"
+                    f"\n  compiled  indices {out.indices.tolist()}"
+                    f"\n  reference pooled  {np.round(ref.pooled, 6).tolist()}")
+                break
+    return failures
+
+
+def isolate_errors(cases, outputs):
+    """Rerun, one by one, the cases whose batch failed, so the error names its case."""
+    for n, out in enumerate(outputs):
+        if isinstance(out, ToolError):
+            try:
+                outputs[n] = run_cases([cases[n]])[0]
+            except ToolError as error:
+                outputs[n] = error
+    return outputs
+
+
+def check(cases):
+    if not snapkv_opt_path().is_file():
+        pytest.skip(f"snapkv-opt not built ({snapkv_opt_path()}); set SNAPKV_OPT to use another")
+    outputs = isolate_errors(cases, run_batches(cases, batch_size=BATCH))
+    failures = compare(cases, outputs)
+    if failures:
+        pytest.fail(f"{len(failures)} of {len(cases)} cases differ:\n" + "\n".join(failures[:10]),
+                    pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def random_cases():
+    return [random_case(n) for n in range(RANDOM_CASES)]
+
+
+def test_random_cases_cover_every_option(random_cases):
+    seen = Counter()
+    for case in random_cases:
+        length, capacity = case.k.shape[2], case.capacity
+        seen.update([("elem", case.elem), ("dynamic", case.dynamic),
+                     ("kernel", case.kernel), ("pooling", case.pooling), ("gqa", case.gqa),
+                     ("order", case.order), ("scale", case.scale is None),
+                     ("dim", case.q.shape[3]), ("batch", case.q.shape[0]),
+                     ("kv_heads", case.k.shape[1]),
+                     ("group", case.q.shape[1] // case.k.shape[1]),
+                     ("length", "L<C" if length < capacity else
+                      "L==C" if length == capacity else "L>C"),
+                     ("window==L", case.window == length)])
+    expected = {("elem", e) for e in ("f32", "f16", "bf16")} | \
+        {("dynamic", d) for d in (True, False)} | \
+        {("kernel", k) for k in (None, 1, 3, 5, 7)} | \
+        {("pooling", p) for p in (None, "avg", "max")} | \
+        {("gqa", g) for g in (None, "expand", "mean", "max")} | \
+        {("order", o) for o in (None, "position", "score")} | \
+        {("scale", s) for s in (True, False)} | {("dim", d) for d in (2, 4, 8, 16)} | \
+        {("batch", b) for b in (1, 2)} | {("kv_heads", h) for h in (1, 2, 3)} | \
+        {("group", g) for g in (1, 2, 3)} | \
+        {("length", x) for x in ("L<C", "L==C", "L>C")} | {("window==L", True)}
+    rare = {key: seen[key] for key in expected if seen[key] < 5}
+    assert not rare, f"options drawn fewer than 5 times: {rare}"
+
+
+def test_random_cases_match_reference(random_cases):
+    check(random_cases)
+
+
+def test_exact_ties_go_to_lower_position():
+    cases = [tie_case(n) for n in range(TIE_CASES)]
+    # The draw must really produce ties at the decisive boundary for most cases.
+    tied = 0
+    for case in cases:
+        keep = case.capacity - case.window
+        ranked = np.sort(case.reference().pooled, axis=-1)[..., ::-1]
+        tied += bool((ranked[..., keep - 1] == ranked[..., keep]).any())
+    assert tied >= TIE_CASES // 2, f"only {tied} cases tie at the top-k boundary"
+    check(cases)

@@ -1,0 +1,280 @@
+"""Unit tests of the numpy reference (SPEC section 2) on hand-checkable cases."""
+
+import math
+
+import numpy as np
+import pytest
+
+from snapkv import bf16_to_f32, f32_to_bf16, select
+from snapkv.reference import pool, rank
+
+
+def from_weights(table, values=None):
+    """q, k, v for one head whose window query t gives column j the softmax weight
+    table[t][j] (up to the row's normaliser): D = W, q_t = e_t, k_j[t] = ln table[t][j],
+    used with scale 1. Entries a query cannot see (j > P + t) are ignored; pass 1 there."""
+    table = np.asarray(table, dtype=np.float64)
+    window, length = table.shape
+    q = np.eye(window, dtype=np.float32)[None, None]
+    k = np.log(table).T.astype(np.float32)[None, None]
+    if values is None:
+        values = np.arange(length * window, dtype=np.float32).reshape(length, window)
+    return q, k, np.asarray(values, dtype=np.float32)[None, None]
+
+
+def worked_example():
+    """The seed's L=8, W=2, C=5, D=2 example: exp-logit rows a (query 6) and b (query 7)."""
+    a = [1, 2, 10, 8, 1, 1, 2, 1]
+    b = [1, 1, 8, 12, 1, 1, 1, 1]
+    k = np.array([[math.log(x), math.log(y)] for x, y in zip(a, b)], np.float32)
+    q = np.array([[math.sqrt(2), 0], [0, math.sqrt(2)]], np.float32)
+    v = np.array([[j, -j] for j in range(8)], np.float32)
+    return q[None, None], k[None, None], v[None, None]
+
+
+def test_worked_example():
+    q, k, v = worked_example()
+    result = select(q, k, v, window=2, capacity=5, kernel=3, pooling="avg")
+    # Row 1 (query 6) sums to 25 over j <= 6, row 2 (query 7) to 26 over j <= 7.
+    a, b = np.array([1, 2, 10, 8, 1, 1]), np.array([1, 1, 8, 12, 1, 1])
+    votes = a / 25 + b / 26
+    np.testing.assert_allclose(result.votes[0, 0], votes, rtol=1e-6)
+    pooled = np.array([128, 588, 1045, 1019, 610, 102]) / (650 * 3)
+    np.testing.assert_allclose(result.pooled[0, 0], pooled, rtol=1e-6)
+    assert np.argmax(result.votes[0, 0]) == 3 and np.argmax(result.pooled[0, 0]) == 2
+    assert result.indices.tolist() == [[[2, 3, 4, 6, 7]]]
+    assert result.indices.dtype == np.int64
+    assert result.values[0, 0].tolist() == [[j, -j] for j in [2, 3, 4, 6, 7]]
+    assert np.array_equal(result.keys[0, 0], k[0, 0, [2, 3, 4, 6, 7]])
+    # The top three pooled scores are already in position order.
+    scored = select(q, k, v, window=2, capacity=5, kernel=3, order="score")
+    assert scored.indices.tolist() == [[[2, 3, 4, 6, 7]]]
+
+
+def test_counter_example_full_softmax_denominator():
+    # Prefix A, B (positions 0, 1), window queries at 2 and 3. Full-softmax weights:
+    # query 2: A .09, B .01, itself .9; query 3: A .225, B .675, window columns .05 + .05.
+    q, k, v = from_weights([[9, 1, 90, 1], [9, 27, 2, 2]])
+    result = select(q, k, v, window=2, capacity=3, kernel=1, scale=1.0)
+    np.testing.assert_allclose(result.votes[0, 0], [0.315, 0.685], rtol=1e-6)
+    assert result.indices.tolist() == [[[1, 2, 3]]]  # B
+    # Normalising over the prefix columns only would give A 1.15, B 0.85 and keep A.
+    prefix_only = np.array([9, 1]) / 10 + np.array([9, 27]) / 36
+    assert prefix_only[0] > prefix_only[1]
+
+
+def test_masked_future_columns_are_ignored():
+    # Query 6 of the worked example must not see position 7: changing that weight is a no-op.
+    q, k, v = worked_example()
+    base = select(q, k, v, window=2, capacity=5, kernel=3)
+    k2 = k.copy()
+    k2[0, 0, 7, 0] = 50.0
+    changed = select(q, k2, v, window=2, capacity=5, kernel=3)
+    np.testing.assert_array_equal(base.votes, changed.votes)
+
+
+def test_exact_ties_go_to_lower_position():
+    # All-zero queries: every visible column gets the same weight, so all votes tie.
+    rng = np.random.default_rng(1)
+    k = rng.standard_normal((1, 1, 7, 4)).astype(np.float32)
+    q = np.zeros((1, 1, 1, 4), np.float32)
+    for order in ("position", "score"):
+        result = select(q, k, k, window=1, capacity=4, kernel=1, order=order)
+        assert result.indices.tolist() == [[[0, 1, 2, 6]]]
+    # Identical key rows 1, 3, 5 tie exactly; only two of them fit after position 4.
+    q, k, v = from_weights([[1, 5, 1, 5, 9, 5, 1, 1]])
+    k[0, 0, 3] = k[0, 0, 5] = k[0, 0, 1]
+    result = select(q, k, v, window=1, capacity=4, kernel=1, scale=1.0)
+    assert result.votes[0, 0, 1] == result.votes[0, 0, 3] == result.votes[0, 0, 5]
+    assert result.indices.tolist() == [[[1, 3, 4, 7]]]
+    scored = select(q, k, v, window=1, capacity=4, kernel=1, scale=1.0, order="score")
+    assert scored.indices.tolist() == [[[4, 1, 3, 7]]]
+
+
+def test_pooled_ties_after_max_pooling():
+    q, k, v = worked_example()
+    # votes*650 = [51, 77, 460, 508, 51, 51]; max kernel 5 = [460, 508, 508, 508, 508, 508].
+    result = select(q, k, v, window=2, capacity=5, kernel=5, pooling="max")
+    assert result.indices.tolist() == [[[1, 2, 3, 6, 7]]]
+
+
+def test_nan_ranks_below_every_number():
+    scores = np.array([np.nan, 0.1, np.nan, 0.3, 0.1, 0.0])
+    assert rank(scores).tolist() == [3, 1, 4, 5, 0, 2]
+    # A NaN key makes every vote NaN (softmax rows are poisoned): the ties among NaN go low.
+    q, k, v = worked_example()
+    k = k.copy()
+    k[0, 0, 4, 0] = np.nan
+    result = select(q, k, v, window=2, capacity=5, kernel=3)
+    assert np.isnan(result.pooled).all()
+    assert result.indices.tolist() == [[[0, 1, 2, 6, 7]]]
+
+
+def test_avg_pooling_divides_by_kernel_at_borders():
+    np.testing.assert_allclose(pool(np.array([1.0, 1.0, 1.0]), 3, "avg"), [2 / 3, 1, 2 / 3])
+    np.testing.assert_allclose(pool(np.array([1.0, 2.0]), 5, "avg"), [3 / 5, 3 / 5])
+    # Prefix votes ~[.30, .30, 0, .33]: with zero padding position 2 wins (.21 vs .20);
+    # dividing the border by its 2 in-range neighbours would pick position 0 (.30).
+    q, k, v = from_weights([[0.30, 0.30, 1e-9, 0.33, 0.07]])
+    result = select(q, k, v, window=1, capacity=2, kernel=3, scale=1.0)
+    np.testing.assert_allclose(result.pooled[0, 0], [0.2, 0.2, 0.21, 0.11], rtol=1e-5)
+    assert result.indices.tolist() == [[[2, 4]]]
+
+
+def test_max_pooling_uses_in_range_neighbours_only():
+    # Negative scores show that out-of-range neighbours are not zeros.
+    np.testing.assert_array_equal(pool(np.array([-1.0, -2.0, -3.0]), 3, "max"),
+                                  [-1.0, -1.0, -2.0])
+    np.testing.assert_array_equal(pool(np.array([3.0, 1.0, 2.0, 0.0]), 3, "max"),
+                                  [3.0, 3.0, 2.0, 2.0])
+    assert pool(np.array([4.0, 5.0]), 1, "max").tolist() == [4.0, 5.0]
+
+
+def test_short_prompt_bypasses_selection():
+    rng = np.random.default_rng(2)
+    q = rng.standard_normal((2, 4, 2, 8)).astype(np.float32)
+    k = rng.standard_normal((2, 2, 4, 8)).astype(np.float32)
+    v = rng.standard_normal((2, 2, 4, 8)).astype(np.float32)
+    result = select(q, k, v, window=2, capacity=5)
+    assert result.indices.shape == (2, 4, 4)
+    assert (result.indices == np.arange(4)).all()
+    assert result.votes.shape == result.pooled.shape == (2, 4, 0)
+    for h in range(4):  # query head h reads kv head h // G (G = 2)
+        assert np.array_equal(result.keys[:, h], k[:, h // 2])
+        assert np.array_equal(result.values[:, h], v[:, h // 2])
+    mean = select(q, k, v, window=2, capacity=5, gqa="mean")
+    assert mean.indices.shape == (2, 2, 4) and np.array_equal(mean.keys, k)
+
+
+def test_prompt_equal_to_capacity_goes_through_selection():
+    q, k, v = worked_example()
+    result = select(q, k, v, window=2, capacity=8, kernel=3)
+    assert result.indices.tolist() == [[list(range(8))]]
+    assert result.votes.shape == (1, 1, 6)
+    scored = select(q, k, v, window=2, capacity=8, kernel=3, order="score")
+    # pooled*1950 = [128, 588, 1045, 1019, 610, 102]
+    assert scored.indices.tolist() == [[[2, 3, 4, 1, 0, 5, 6, 7]]]
+
+
+def test_window_equal_to_prompt_has_no_prefix():
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((1, 1, 3, 4)).astype(np.float32)
+    k = rng.standard_normal((1, 1, 3, 4)).astype(np.float32)
+    result = select(q, k, k, window=3, capacity=4)
+    assert result.indices.tolist() == [[[0, 1, 2]]] and result.votes.shape == (1, 1, 0)
+
+
+def gqa_case():
+    """Hq = 2 query heads on one kv head; position 3 is the single window query.
+    Prefix votes: head 0 [.6, 0, .35], head 1 [0, .5, .45]."""
+    a = [0.6, 1e-9, 0.35, 0.05]
+    b = [1e-9, 0.5, 0.45, 0.05]
+    k = np.log(np.array([a, b])).T.astype(np.float32)[None, None]  # [1, 1, 4, 2]
+    q = np.eye(2, dtype=np.float32).reshape(1, 2, 1, 2)
+    v = np.arange(8, dtype=np.float32).reshape(1, 1, 4, 2)
+    return q, k, v
+
+
+@pytest.mark.parametrize("gqa, heads, expected", [
+    ("expand", 2, [[0, 3], [1, 3]]),  # each query head its own choice
+    ("mean", 1, [[2, 3]]),            # mean [.3, .25, .4]
+    ("max", 1, [[0, 3]]),             # max [.6, .5, .45]
+])
+def test_gqa_policies(gqa, heads, expected):
+    q, k, v = gqa_case()
+    result = select(q, k, v, window=1, capacity=2, kernel=1, gqa=gqa, scale=1.0)
+    assert result.indices.tolist() == [expected]
+    assert result.keys.shape == (1, heads, 2, 2)
+    for h in range(heads):
+        assert np.array_equal(result.keys[0, h], k[0, 0, expected[h]])
+        assert np.array_equal(result.values[0, h], v[0, 0, expected[h]])
+
+
+def test_expand_maps_query_head_to_kv_head_by_division():
+    # Hq = 4, Hkv = 2: heads 0, 1 read kv head 0 and heads 2, 3 read kv head 1 (not h % Hkv).
+    rng = np.random.default_rng(4)
+    q = rng.standard_normal((1, 4, 2, 4)).astype(np.float32)
+    k = rng.standard_normal((1, 2, 9, 4)).astype(np.float32)
+    v = rng.standard_normal((1, 2, 9, 4)).astype(np.float32)
+    result = select(q, k, v, window=2, capacity=5, kernel=3)
+    for h in range(4):
+        alone = select(q[:, h:h + 1], k[:, h // 2:h // 2 + 1], v[:, h // 2:h // 2 + 1],
+                       window=2, capacity=5, kernel=3)
+        assert np.array_equal(result.indices[:, h], alone.indices[:, 0])
+        assert np.array_equal(result.keys[:, h], k[0, h // 2][result.indices[0, h]][None])
+
+
+def test_score_order():
+    q, k, v = from_weights([[0.1, 0.4, 0.2, 0.3, 1.0]])
+    position = select(q, k, v, window=1, capacity=4, kernel=1, scale=1.0)
+    assert position.indices.tolist() == [[[1, 2, 3, 4]]]
+    score = select(q, k, v, window=1, capacity=4, kernel=1, scale=1.0, order="score")
+    assert score.indices.tolist() == [[[1, 3, 2, 4]]]
+    assert np.array_equal(score.values[0, 0], v[0, 0, [1, 3, 2, 4]])
+
+
+def test_default_scale_and_max_subtraction():
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((1, 2, 2, 16)).astype(np.float32)
+    k = rng.standard_normal((1, 2, 10, 16)).astype(np.float32)
+    implicit = select(q, k, k, window=2, capacity=6)
+    explicit = select(q, k, k, window=2, capacity=6, scale=0.25)
+    np.testing.assert_array_equal(implicit.votes, explicit.votes)
+    # Logits around 1e4 overflow exp() without max-subtraction.
+    big = select(q * 100, k * 100, k, window=2, capacity=6, scale=1.0)
+    assert np.isfinite(big.votes).all()
+
+
+def test_half_precision_rows_are_copied_bit_exactly():
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((1, 1, 6, 4)).astype(np.float32)
+    q = rng.standard_normal((1, 1, 2, 4)).astype(np.float32)
+    half = select(q.astype(np.float16), x.astype(np.float16), x.astype(np.float16),
+                  window=2, capacity=4, kernel=3)
+    assert half.keys.dtype == np.float16
+    bits = f32_to_bf16(x)
+    bf = select(f32_to_bf16(q), bits, bits, window=2, capacity=4, kernel=3, dtype="bf16")
+    assert bf.keys.dtype == np.uint16
+    assert np.array_equal(bf.keys[0, 0], bits[0, 0][bf.indices[0, 0]])
+
+
+def test_bf16_conversions():
+    bits = f32_to_bf16(np.array([1.0, -2.5, 1 + 2 ** -8, 1 + 3 * 2 ** -8, np.nan], np.float32))
+    assert bits[:4].tolist() == [0x3F80, 0xC020, 0x3F80, 0x3F82]  # ties to even
+    assert np.isnan(bf16_to_f32(bits)[4])
+    assert bf16_to_f32(np.array([0x4049], np.uint16)).tolist() == [3.140625]
+
+
+def good_inputs():
+    q = np.zeros((1, 4, 2, 8), np.float32)
+    k = np.zeros((1, 2, 8, 8), np.float32)
+    return q, k, k.copy()
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda q, k, v, o: (q[0], k, v, o), "queries must have rank 4"),
+    (lambda q, k, v, o: (q, k[:, :, :, :4], v[:, :, :, :4], o), "head dim mismatch"),
+    (lambda q, k, v, o: (q, np.concatenate([k, k]), np.concatenate([v, v]), o),
+     "batch mismatch"),
+    (lambda q, k, v, o: (q[:, :3], k, v, o), "not a multiple of kv heads"),
+    (lambda q, k, v, o: (q, k, v[:, :, :7], o), "must have the same shape"),
+    (lambda q, k, v, o: (q, k.astype(np.float16), v, o), "share an element type"),
+    (lambda q, k, v, o: (q.astype(np.float64), k, v, o), "float32, float16 or bf16"),
+    (lambda q, k, v, o: (q.view(np.uint16), k, v, o), "dtype='bf16'"),
+    (lambda q, k, v, o: (q, k, v, {**o, "window": 0}), "window must be >= 1"),
+    (lambda q, k, v, o: (q, k, v, {**o, "capacity": 2}), "must be greater than window"),
+    (lambda q, k, v, o: (q, k, v, {**o, "kernel": 4}), "kernel must be odd"),
+    (lambda q, k, v, o: (q, k, v, {**o, "kernel": -1}), "kernel must be odd"),
+    (lambda q, k, v, o: (q, k, v, {**o, "kernel": 3.0}), "kernel must be an integer"),
+    (lambda q, k, v, o: (q, k, v, {**o, "window": 3}), "hold 2 window rows"),
+    (lambda q, k, v, o: (q, k[:, :, :1], v[:, :, :1], o), "shorter than window"),
+    (lambda q, k, v, o: (q, k, v, {**o, "pooling": "sum"}), "pooling must be one of"),
+    (lambda q, k, v, o: (q, k, v, {**o, "gqa": "share"}), "gqa must be one of"),
+    (lambda q, k, v, o: (q, k, v, {**o, "order": "random"}), "order must be one of"),
+    (lambda q, k, v, o: (q, k, v, {**o, "scale": float("nan")}), "scale must be a finite"),
+    (lambda q, k, v, o: (q, k, v, {**o, "dtype": "f64"}), "dtype must be one of"),
+])
+def test_argument_errors(change, message):
+    q, k, v, options = change(*good_inputs(), {"window": 2, "capacity": 5})
+    with pytest.raises(ValueError, match=message):
+        select(q, k, v, **options)
