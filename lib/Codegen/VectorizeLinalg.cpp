@@ -1,10 +1,14 @@
 //===- VectorizeLinalg.cpp - tile linalg ops to vectors and vectorise -----===//
 //
-// Two phases: (1) tile each linalg op on tensors to vector-sized tiles and
-// peel every tile loop whose trip count is not a known multiple of its step,
-// so the main loops hold statically shaped tiles; (2) after canonicalisation
-// has folded those shapes, vectorise the static tiles without masks. Peeled
-// remainders (dynamic prompt lengths) stay scalar.
+// Runs on buffers (after bufferisation): tensor-level tiling would leave
+// bufferisation and subset hoisting to prove slices disjoint with Presburger
+// queries, which took seconds per op once prompt lengths are dynamic.
+// Three phases: (1) tile each linalg op to vector-sized tiles and peel every
+// tile loop whose trip count is not a known multiple of its step, so the
+// main loops hold statically shaped tiles; (2) after canonicalisation has
+// folded those shapes, vectorise the static tiles without masks (peeled
+// remainders stay scalar); (3) hoist loop-invariant subviews and the
+// read/write pairs of accumulators out of reduction loops.
 //
 //===----------------------------------------------------------------------===//
 
@@ -13,7 +17,10 @@
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Linalg/Transforms/Hoisting.h"
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/MemRef/Transforms/Transforms.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/SCF/Transforms/TileUsingInterface.h"
 #include "mlir/Dialect/SCF/Transforms/Transforms.h"
@@ -21,7 +28,9 @@
 #include "mlir/Dialect/Utils/IndexingUtils.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/PatternMatch.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+#include "mlir/Transforms/LoopInvariantCodeMotionUtils.h"
 
 namespace mlir::snapkv {
 #define GEN_PASS_DEF_VECTORIZELINALG
@@ -65,7 +74,7 @@ SmallVector<int64_t> chooseTileSizes(linalg::LinalgOp op, int64_t width) {
   return sizes;
 }
 
-/// i1 tensors are stored one byte per element, but vectors of i1 are stored
+/// i1 buffers are stored one byte per element, but vectors of i1 are stored
 /// bit-packed: a vectorised read or write of i1 memory would reinterpret
 /// the bytes, so ops that touch i1 tensors stay scalar.
 bool touchesI1(linalg::LinalgOp op) {
@@ -75,10 +84,10 @@ bool touchesI1(linalg::LinalgOp op) {
   };
   if (llvm::any_of(op->getOperandTypes(), isI1Tensor))
     return true;
-  // tensor.extract from captured i1 tensors inside the body (gathers).
-  WalkResult found = op->walk([&](tensor::ExtractOp extract) {
-    return isI1Tensor(extract.getTensor().getType()) ? WalkResult::interrupt()
-                                                     : WalkResult::advance();
+  // Loads from captured i1 buffers inside the body (gathers).
+  WalkResult found = op->walk([&](memref::LoadOp load) {
+    return isI1Tensor(load.getMemRefType()) ? WalkResult::interrupt()
+                                            : WalkResult::advance();
   });
   return found.wasInterrupted();
 }
@@ -94,7 +103,7 @@ struct VectorizeLinalgPass
   void runOnOperation() override {
     SmallVector<linalg::LinalgOp> candidates;
     getOperation().walk([&](linalg::LinalgOp op) {
-      if (op.hasPureTensorSemantics() && op.getNumLoops() > 0 &&
+      if (op.hasPureBufferSemantics() && op.getNumLoops() > 0 &&
           !touchesI1(op))
         candidates.push_back(op);
     });
@@ -109,8 +118,8 @@ struct VectorizeLinalgPass
     for (RegisteredOperationName name :
          getContext().getRegisteredOperations())
       name.getCanonicalizationPatterns(patterns, &getContext());
-    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
-      return signalPassFailure();
+    FrozenRewritePatternSet canonicalization(std::move(patterns));
+    (void)applyPatternsGreedily(getOperation(), canonicalization);
 
     SmallVector<linalg::LinalgOp> tiles;
     getOperation().walk([&](linalg::LinalgOp op) {
@@ -123,11 +132,99 @@ struct VectorizeLinalgPass
           rewriter, tile, {}, {}, /*vectorizeNDExtract=*/true);
       if (failed(vectorized))
         continue;
-      if (vectorized->replacements.empty())
-        rewriter.eraseOp(tile);
-      else
-        rewriter.replaceOp(tile, vectorized->replacements);
+      rewriter.eraseOp(tile);
     }
+
+    // Unit reduction dims fold away here, and subviews fold into the
+    // transfers (hoisting only trusts transfers on non-view memrefs), which
+    // exposes the accumulator read/write pairs of reduction loops.
+    // (Not converging within the rewrite limit only means less folding.)
+    (void)applyPatternsGreedily(getOperation(), canonicalization);
+    RewritePatternSet folding(&getContext());
+    memref::populateFoldMemRefAliasOpPatterns(folding);
+    (void)applyPatternsGreedily(getOperation(), std::move(folding));
+    getOperation().walk(
+        [](LoopLikeOpInterface loop) { moveLoopInvariantCode(loop); });
+    SmallVector<scf::ForOp> loops;
+    getOperation().walk([&](scf::ForOp loop) { loops.push_back(loop); });
+    for (scf::ForOp loop : loops)
+      hoistAccumulator(rewriter, loop);
+  }
+
+  /// The tile loops we generate carry reductions through memory: inside a
+  /// loop, a transfer_read and a transfer_write of the same vector at the
+  /// same loop-invariant position of one buffer. When nothing else in the
+  /// loop touches that buffer, the pair moves out and the vector is carried
+  /// by the loop instead. (Upstream's hoistRedundantVectorTransfers refuses
+  /// any buffer that has uses outside the loop, which ours always have.)
+  static void hoistAccumulator(IRRewriter &rewriter, scf::ForOp loop) {
+    if (loop.getNumResults() != 0)
+      return;
+    Block *body = loop.getBody();
+    vector::TransferReadOp read;
+    vector::TransferWriteOp write;
+    for (Operation &op : *body) {
+      auto candidate = dyn_cast<vector::TransferWriteOp>(op);
+      if (!candidate || !isa<MemRefType>(candidate.getBase().getType()))
+        continue;
+      for (Operation &prev : *body) {
+        if (&prev == &op)
+          break;
+        auto r = dyn_cast<vector::TransferReadOp>(prev);
+        if (r && r.getBase() == candidate.getBase() &&
+            r.getIndices() == candidate.getIndices() &&
+            r.getVectorType() == candidate.getVectorType() &&
+            r.getPermutationMap() == candidate.getPermutationMap() &&
+            !r.getMask() && !candidate.getMask())
+          read = r, write = candidate;
+      }
+      if (read)
+        break;
+    }
+    if (!read)
+      return;
+    Value base = read.getBase();
+    if (!base.getDefiningOp<memref::AllocOp>())
+      return;
+    for (Value operand : read->getOperands())
+      if (!loop.isDefinedOutsideOfLoop(operand))
+        return;
+    // Every other memory access in the loop must be a read of another buffer
+    // (allocations never alias each other or the function's arguments).
+    WalkResult unsafe = body->walk([&](Operation *op) {
+      if (op == read || op == write)
+        return WalkResult::advance();
+      if (llvm::is_contained(op->getOperands(), base))
+        return WalkResult::interrupt();
+      auto effects = dyn_cast<MemoryEffectOpInterface>(op);
+      if (!effects)
+        return op->hasTrait<OpTrait::HasRecursiveMemoryEffects>() ||
+                       isPure(op)
+                   ? WalkResult::advance()
+                   : WalkResult::interrupt();
+      if (effects.hasEffect<MemoryEffects::Write>() ||
+          effects.hasEffect<MemoryEffects::Free>())
+        return WalkResult::interrupt();
+      return WalkResult::advance();
+    });
+    if (unsafe.wasInterrupted())
+      return;
+
+    rewriter.moveOpBefore(read, loop);
+    Value stored = write.getVector();
+    FailureOr<LoopLikeOpInterface> newLoop =
+        cast<LoopLikeOpInterface>(loop.getOperation())
+            .replaceWithAdditionalYields(
+                rewriter, read.getResult(), /*replaceInitOperandUsesInLoop=*/
+                true, [&](OpBuilder &, Location, ArrayRef<BlockArgument>) {
+                  return SmallVector<Value>{stored};
+                });
+    if (failed(newLoop))
+      return;
+    rewriter.moveOpAfter(write, *newLoop);
+    rewriter.modifyOpInPlace(write, [&] {
+      write.getValueToStoreMutable().assign((*newLoop)->getResults().back());
+    });
   }
 
   void tileAndPeel(IRRewriter &rewriter, linalg::LinalgOp op) {
@@ -158,7 +255,7 @@ struct VectorizeLinalgPass
       return;
     }
     tiledOp->setAttr(kTileMarker, rewriter.getUnitAttr());
-    rewriter.replaceOp(op, tiled->replacements);
+    rewriter.eraseOp(op);
     for (LoopLikeOpInterface loop : tiled->loops) {
       auto forOp = dyn_cast<scf::ForOp>(loop.getOperation());
       if (!forOp)

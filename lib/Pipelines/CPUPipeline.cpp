@@ -11,17 +11,16 @@ using namespace mlir;
 // Written as a textual pipeline so that it reads like the mlir-opt command it
 // is equivalent to (and can be copied for debugging).
 static constexpr const char *kCPUPipeline =
-    // Tensor level: our op to linalg, user elementwise ops to linalg, then
-    // tile + vectorise every linalg op.
-    "convert-snapkv-to-linalg,canonicalize,cse,"
-    // fpowi is expanded first: once vectorised, its exponent becomes a
+    // Tensor level: our ops to linalg, user elementwise ops to linalg.
+    // fpowi is expanded first: once vectorised, its exponent would become a
     // vector, which llvm.intr.powi does not accept.
-    "func.func(math-expand-ops{ops=fpowi},convert-elementwise-to-linalg,"
-    "snapkv-vectorize-linalg,canonicalize,loop-invariant-subset-hoisting,"
-    "snapkv-optimize-math),canonicalize,cse,"
-    // Buffers, with deallocation so repeated calls do not leak.
+    "convert-snapkv-to-linalg,canonicalize,cse,"
+    "func.func(math-expand-ops{ops=fpowi},convert-elementwise-to-linalg),"
+    // Buffers, then tile + vectorise every linalg op on them.
     "one-shot-bufferize{bufferize-function-boundaries "
     "function-boundary-type-conversion=identity-layout-map},"
+    "func.func(snapkv-vectorize-linalg,canonicalize,snapkv-optimize-math),"
+    // Deallocation so repeated calls do not leak.
     "buffer-deallocation-pipeline,convert-bufferization-to-memref,"
     // What is left of linalg becomes loops; vectors become LLVM vectors.
     "func.func(convert-linalg-to-loops,lower-vector-mask,"

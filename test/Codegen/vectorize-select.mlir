@@ -1,13 +1,15 @@
-// RUN: snapkv-opt %s --pass-pipeline="builtin.module(convert-snapkv-to-linalg,canonicalize,cse,func.func(snapkv-vectorize-linalg,canonicalize,loop-invariant-subset-hoisting,snapkv-optimize-math))" | FileCheck %s
+// RUN: snapkv-opt %s --pass-pipeline="builtin.module(convert-snapkv-to-linalg,canonicalize,cse,one-shot-bufferize{bufferize-function-boundaries},func.func(snapkv-vectorize-linalg,canonicalize,snapkv-optimize-math))" | FileCheck %s
 
 // The hot loops of the lowered select are vector code: logits as broadcast
 // FMAs into a [4 x 16] register tile, the causal row max and row sum and the
 // votes as 16-lane vectors (exp by polynomial, no libm call), the top-k
-// threshold counts as i32 vectors. The dynamic prompt length is handled by
+// threshold counts as i32 vectors. The logits accumulator stays in
+// registers across the D loop. The dynamic prompt length is handled by
 // peeling: the scalar remainder (a linalg.generic on dynamic slices) is what
 // is left in linalg.
 // CHECK-LABEL: func.func @select
-// CHECK: math.fma %{{.*}}, %{{.*}}, %{{.*}} : vector<1x1x1x4x1x16xf32>
+// CHECK: scf.for {{.*}} iter_args(%[[ACC:.*]] = %{{.*}}) -> (vector<1x1x1x4x1x16xf32>)
+// CHECK: math.fma %{{.*}}, %{{.*}}, %[[ACC]] : vector<1x1x1x4x1x16xf32>
 // CHECK: vector.multi_reduction <maximumf>, %{{.*}}, %{{.*}} [4] : vector<1x1x1x8x16xf32> to vector<1x1x1x8xf32>
 // CHECK: math.fma {{.*}} : vector<1x1x1x8x16xf32>
 // CHECK: vector.multi_reduction <add>, %{{.*}}, %{{.*}} [4] : vector<1x1x1x8x16xf32> to vector<1x1x1x8xf32>

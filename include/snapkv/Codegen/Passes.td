@@ -4,23 +4,29 @@
 include "mlir/Pass/PassBase.td"
 
 def VectorizeLinalg : Pass<"snapkv-vectorize-linalg", "::mlir::func::FuncOp"> {
-  let summary = "Tile tensor-level linalg ops into vector-sized tiles and "
+  let summary = "Tile linalg ops on buffers into vector-sized tiles and "
                 "vectorise them";
   let description = [{
-    CPU code generation step of `--snapkv-cpu-pipeline`. Every linalg op on
-    tensors is tiled with `scf.for` so that its innermost loop becomes a tile of
-    `vector-width` elements and, when the innermost loop is a reduction, the
-    innermost parallel loop a tile of `vector-width / 2`; all other loops get
-    tile size 1. An op may carry a `snapkv.tile_sizes` array attribute (set by
+    CPU code generation step of `--snapkv-cpu-pipeline`, run after
+    bufferisation (on tensors, bufferisation and subset hoisting would have to
+    prove tile slices disjoint with Presburger queries, which took seconds per
+    op once the prompt length is dynamic). Every linalg op on buffers is tiled
+    with `scf.for` so that its innermost loop becomes a tile of `vector-width`
+    elements and, when the innermost loop is a reduction, the innermost
+    parallel loop a tile of `vector-width / 2`; all other loops get tile size
+    1. An op may carry a `snapkv.tile_sizes` array attribute (set by
     `convert-snapkv-to-linalg` where it knows a better register tile); it
     replaces the default and is removed; likewise `snapkv.tile_interchange`
-    orders the tile loops (for cache reuse). Tile loops whose trip count is not a
-    multiple of the tile are peeled. The static tiles are then vectorised with `linalg::vectorize`
-    without masks; peeled remainders stay scalar. Ops that read or write i1
-    tensors stay scalar: i1 memory is byte-per-element but i1 vectors are
-    stored bit-packed. Ops the vectoriser does not
-    support (for example the pooling window with its `d2 + d3` access) are left
-    as they are and become scalar loops later.
+    orders the tile loops (for cache reuse). Tile loops whose trip count is
+    not a multiple of the tile are peeled. The static tiles are then
+    vectorised without masks; peeled remainders stay scalar. Finally, a
+    vector accumulator that a loop reads and writes at a loop-invariant
+    position of an allocation nothing else in the loop touches is carried by
+    the loop instead of memory. Ops that read or write i1 buffers stay
+    scalar: i1 memory is byte-per-element but i1 vectors are stored
+    bit-packed. Ops the vectoriser does not support (for example the pooling
+    window with its `d2 + d3` access) are left as they are and become scalar
+    loops later.
   }];
   let options = [
     Option<"vectorWidth", "vector-width", "int64_t", /*default=*/"16",
