@@ -21,10 +21,8 @@ TIE_CASES = 40
 SEED = 20240617
 BATCH = 25
 TOLERANCE = 1e-4
-# Dynamic-L cases compile far slower than static ones (growing with B * Hq), so they are a
-# quarter of the draw and keep B * Hq small.
-DYNAMIC_SHARE = 0.25
-DYNAMIC_MAX_ROWS = 4
+# Share of cases whose prompt length is dynamic (the select sits behind tensor.cast).
+DYNAMIC_SHARE = 0.4
 
 
 def decisive_scores_separated(ref, case):
@@ -54,10 +52,7 @@ def draw_config(rng):
     pick = lambda options: options[int(rng.integers(len(options)))]
     scale = float(np.float32(rng.uniform(0.05, 1.5))) if rng.random() < 0.4 else None
     dynamic = bool(rng.random() < DYNAMIC_SHARE)
-    while True:
-        batch, kv_heads, group = (int(x) for x in rng.integers(1, [3, 4, 4]))
-        if not dynamic or batch * kv_heads * group <= DYNAMIC_MAX_ROWS:
-            break
+    batch, kv_heads, group = (int(x) for x in rng.integers(1, [3, 4, 4]))
     return dict(batch=batch, kv_heads=kv_heads, group=group, dim=pick([2, 4, 8, 16]),
                 window=window, capacity=capacity, length=length,
                 kernel=pick([None, 1, 3, 5, 7]), pooling=pick([None, "avg", "max"]),
