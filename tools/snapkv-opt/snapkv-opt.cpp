@@ -3,6 +3,7 @@
 #include "snapkv/Codegen/Passes.h"
 #include "snapkv/Conversion/Passes.h"
 #include "snapkv/Dialect/SnapKV/IR/SnapKVDialect.h"
+#include "snapkv/Dialect/SnapKV/Transforms/Passes.h"
 #include "snapkv/Pipelines/Pipelines.h"
 
 #include "mlir/IR/DialectRegistry.h"
@@ -15,6 +16,7 @@ int main(int argc, char **argv) {
   mlir::registerAllPasses();
   mlir::snapkv::registerSnapKVConversionPasses();
   mlir::snapkv::registerSnapKVCodegenPasses();
+  mlir::snapkv::registerSnapKVTransformsPasses();
   mlir::snapkv::registerPipelines();
 
   mlir::DialectRegistry registry;

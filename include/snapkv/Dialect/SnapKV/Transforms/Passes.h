@@ -1,0 +1,17 @@
+#ifndef SNAPKV_DIALECT_SNAPKV_TRANSFORMS_PASSES_H
+#define SNAPKV_DIALECT_SNAPKV_TRANSFORMS_PASSES_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/Pass.h"
+
+namespace mlir::snapkv {
+
+#define GEN_PASS_DECL
+#include "snapkv/Dialect/SnapKV/Transforms/Passes.h.inc"
+
+#define GEN_PASS_REGISTRATION
+#include "snapkv/Dialect/SnapKV/Transforms/Passes.h.inc"
+
+} // namespace mlir::snapkv
+
+#endif // SNAPKV_DIALECT_SNAPKV_TRANSFORMS_PASSES_H
