@@ -17,6 +17,9 @@ config.substitutions.append(("%PATH%", config.environment["PATH"]))
 config.substitutions.append(("%snapkv_src_root", config.snapkv_src_root))
 config.substitutions.append(("%snapkv_obj_root", config.snapkv_obj_root))
 config.substitutions.append(
+    ("%snapkv_plugin", os.path.join(config.snapkv_obj_root, "lib", "snapkv-plugin.so"))
+)
+config.substitutions.append(
     ("%mlir_runner_utils", os.path.join(config.llvm_lib_dir, "libmlir_runner_utils.so"))
 )
 config.substitutions.append(
