@@ -4,7 +4,7 @@
 // RUN: mlir-opt %s --load-dialect-plugin=%snapkv_plugin --load-pass-plugin=%snapkv_plugin | FileCheck %s --check-prefix=PARSE
 // RUN: mlir-opt %s --load-dialect-plugin=%snapkv_plugin --load-pass-plugin=%snapkv_plugin --pass-pipeline="builtin.module(convert-snapkv-to-linalg)" | FileCheck %s --check-prefix=LOWER
 // RUN: mlir-opt %s --load-dialect-plugin=%snapkv_plugin --load-pass-plugin=%snapkv_plugin --pass-pipeline="builtin.module(snapkv-report-cache{prompt-length=8})" -o /dev/null | FileCheck %s --check-prefix=LEDGER
-// RUN: mlir-opt %s --load-dialect-plugin=%snapkv_plugin --load-pass-plugin=%snapkv_plugin --pass-pipeline="builtin.module(snapkv-cpu-pipeline)" | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils | FileCheck %s --check-prefix=RUN
+// RUN: mlir-opt %s --load-dialect-plugin=%snapkv_plugin --load-pass-plugin=%snapkv_plugin --pass-pipeline="builtin.module(snapkv-cpu-pipeline)" | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils | FileCheck %s --check-prefix=EXEC
 // Without the plugin the dialect is unknown.
 // RUN: not mlir-opt %s 2>&1 | FileCheck %s --check-prefix=NOPLUGIN
 
@@ -12,7 +12,7 @@
 // LOWER-NOT: snapkv.select
 // LOWER: linalg.generic
 // LEDGER: total: 1 layers, full 128 B, compacted 80 B (0.6250 of full)
-// RUN: [2, 3, 4, 6, 7]
+// EXEC: [2, 3, 4, 6, 7]
 // NOPLUGIN: Dialect `snapkv' not found for custom op 'snapkv.select'
 
 func.func private @printMemrefI64(memref<*xi64>) attributes {llvm.emit_c_interface}
