@@ -15,6 +15,8 @@ PASSES = [
     ["--snapkv-cpu-pipeline"],
     ["--pass-pipeline=builtin.module(func.func(snapkv-vectorize-linalg))"],
     ["--pass-pipeline=builtin.module(func.func(snapkv-optimize-math))"],
+    ["--snapkv-lower-asserts"],
+    ["--snapkv-report-cache=prompt-length=16 generated=4"],
 ]
 
 
