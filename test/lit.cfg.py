@@ -26,6 +26,11 @@ config.substitutions.append(
     ("%mlir_c_runner_utils", os.path.join(config.llvm_lib_dir, "libmlir_c_runner_utils.so"))
 )
 
+# Sanitized builds: our shared objects need the ASan runtime, which Debian's
+# (uninstrumented) mlir-opt does not load.
+if config.snapkv_sanitizers.upper() in ("ON", "1", "TRUE", "YES"):
+    config.available_features.add("asan")
+
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 

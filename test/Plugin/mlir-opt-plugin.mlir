@@ -1,3 +1,6 @@
+// An ASan-instrumented plugin cannot load into Debian's uninstrumented mlir-opt.
+// UNSUPPORTED: asan
+
 // Debian's own mlir-opt (not snapkv-opt) parses snapkv IR and runs the snapkv
 // passes once the plugin is loaded. Plugin passes are registered after
 // mlir-opt has built its command line, so they are named in --pass-pipeline.
