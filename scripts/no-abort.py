@@ -20,6 +20,24 @@ PASSES = [
 ]
 
 
+# Upstream's parser recurses without a depth limit and overflows the stack on
+# a few thousand nested brackets (docs/reliability.md, F2): such inputs are
+# reported as skipped, not run, like the fuzz harness does.
+MAX_NESTING = 256
+
+
+def nests_too_deep(data):
+    depth = 0
+    for byte in data:
+        if byte in b"([{<":
+            depth += 1
+        elif byte in b")]}>":
+            depth = max(depth - 1, 0)
+        if depth > MAX_NESTING:
+            return True
+    return False
+
+
 def inputs(paths):
     for p in map(pathlib.Path, paths):
         if p.is_dir():
@@ -30,8 +48,12 @@ def inputs(paths):
 
 def main():
     tool, paths = sys.argv[1], sys.argv[2:]
-    runs = failures = 0
+    runs = failures = skipped = 0
     for path in inputs(paths):
+        if nests_too_deep(path.read_bytes()):
+            skipped += 1
+            print(f"SKIP  {path}: nested deeper than {MAX_NESTING} (upstream parser limit)")
+            continue
         for args in PASSES:
             cmd = [tool, *args, "--split-input-file", str(path), "-o", "/dev/null"]
             runs += 1
@@ -48,7 +70,7 @@ def main():
                 print(f"ABORT ({proc.returncode}) {' '.join(cmd)}")
                 for line in tail:
                     print(f"      {line}")
-    print(f"no-abort: {runs - failures} passed, {failures} failed")
+    print(f"no-abort: {runs - failures} passed, {failures} failed, {skipped} skipped")
     sys.exit(1 if failures else 0)
 
 
