@@ -73,14 +73,20 @@ check-sanitizers: build-sanitizers
 	cd python && $(SANITIZER_ENV) SNAPKV_OPT=$(CURDIR)/$(ASAN_BUILD)/bin/snapkv-opt \
 	  $(PYTHON) -m pytest -q tests/test_differential.py
 
-# Replays every past finding, runs libFuzzer seeded from the lit tests (a
-# minute in CI; `make fuzz FUZZ_SECONDS=1800` for a campaign), then runs
-# every snapkv pass over what it found.
+# Replays every past finding, runs libFuzzer seeded from the lit tests, then
+# runs every snapkv pass over what it found. The smoke run (CI) is a fixed
+# number of executions from a fixed seed, so it is reproducible; `make fuzz
+# FUZZ_SECONDS=1800` runs a timed campaign.
+FUZZ_SMOKE_FLAGS = -seed=1 -runs=300000
+FUZZ_CAMPAIGN_FLAGS = -max_total_time=$(FUZZ_SECONDS)
+
+fuzz-smoke: FUZZ_FLAGS = $(FUZZ_SMOKE_FLAGS)
+fuzz: FUZZ_FLAGS = $(FUZZ_CAMPAIGN_FLAGS)
 fuzz-smoke fuzz: build-sanitizers
 	$(SANITIZER_ENV) $(ASAN_BUILD)/bin/snapkv-fuzz tools/snapkv-fuzz/regressions/*
 	$(PYTHON) scripts/fuzz-seeds.py test $(FUZZ_CORPUS)/seeds
 	mkdir -p $(FUZZ_CORPUS)/found
-	$(SANITIZER_ENV) $(ASAN_BUILD)/bin/snapkv-fuzz -max_total_time=$(FUZZ_SECONDS) \
+	$(SANITIZER_ENV) $(ASAN_BUILD)/bin/snapkv-fuzz $(FUZZ_FLAGS) \
 	  -print_final_stats=1 -dict=tools/snapkv-fuzz/snapkv.dict \
 	  $(FUZZ_CORPUS)/found $(FUZZ_CORPUS)/seeds
 	$(SANITIZER_ENV) $(PYTHON) scripts/no-abort.py $(ASAN_BUILD)/bin/snapkv-opt $(FUZZ_CORPUS)/found
