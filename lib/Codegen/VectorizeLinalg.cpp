@@ -29,6 +29,7 @@
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "mlir/Interfaces/ViewLikeInterface.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "mlir/Transforms/LoopInvariantCodeMotionUtils.h"
 
@@ -190,11 +191,18 @@ struct VectorizeLinalgPass
       if (!loop.isDefinedOutsideOfLoop(operand))
         return;
     // Every other memory access in the loop must be a read of another buffer
-    // (allocations never alias each other or the function's arguments).
+    // (allocations never alias each other or the function's arguments); a
+    // view of the accumulator's allocation counts as the allocation itself.
+    auto rootOf = [](Value v) {
+      while (auto view = v.getDefiningOp<ViewLikeOpInterface>())
+        v = view.getViewSource();
+      return v;
+    };
     WalkResult unsafe = body->walk([&](Operation *op) {
       if (op == read || op == write)
         return WalkResult::advance();
-      if (llvm::is_contained(op->getOperands(), base))
+      if (llvm::any_of(op->getOperands(),
+                       [&](Value v) { return rootOf(v) == base; }))
         return WalkResult::interrupt();
       auto effects = dyn_cast<MemoryEffectOpInterface>(op);
       if (!effects)

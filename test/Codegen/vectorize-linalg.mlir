@@ -120,3 +120,30 @@ func.func @i1_mask(%mask: memref<1x1x?x?xi1>, %o: memref<1x4x?x?xi1>) {
   }
   return
 }
+
+// -----
+
+// The accumulator stays in memory when the loop also reads its allocation
+// (here through views that fold away onto the same buffer): hoisting would
+// make that read see stale values.
+// CHECK-LABEL: func.func @aliased_accumulator
+// CHECK: scf.for %{{.*}} = %c0 to %c8 step %c1 {
+// CHECK: vector.transfer_read %[[ALLOC:.*]][
+// CHECK: vector.transfer_write %{{.*}}, %[[ALLOC]][
+// CHECK: }
+func.func @aliased_accumulator() -> memref<9x64xf32> {
+  %buf = memref.alloc() : memref<9x64xf32>
+  %flat = memref.collapse_shape %buf [[0, 1]] : memref<9x64xf32> into memref<576xf32>
+  %in = memref.expand_shape %flat [[0, 1]] output_shape [9, 64] : memref<576xf32> into memref<9x64xf32>
+  %rows = memref.subview %in[0, 0] [8, 64] [1, 1] : memref<9x64xf32> to memref<8x64xf32, strided<[64, 1]>>
+  %out = memref.subview %buf[8, 0] [1, 64] [1, 1] : memref<9x64xf32> to memref<64xf32, strided<[1], offset: 512>>
+  linalg.generic {indexing_maps = [affine_map<(j, k) -> (k, j)>, affine_map<(j, k) -> (j)>],
+                  iterator_types = ["parallel", "reduction"]}
+      ins(%rows : memref<8x64xf32, strided<[64, 1]>>) outs(%out : memref<64xf32, strided<[1], offset: 512>>)
+      attrs = {snapkv.tile_sizes = array<i64: 16, 1>} {
+  ^bb0(%x: f32, %acc: f32):
+    %s = arith.addf %acc, %x : f32
+    linalg.yield %s : f32
+  }
+  return %buf : memref<9x64xf32>
+}
