@@ -128,7 +128,7 @@ func.func @i1_mask(%mask: memref<1x1x?x?xi1>, %o: memref<1x4x?x?xi1>) {
 // make that read see stale values.
 // CHECK-LABEL: func.func @aliased_accumulator
 // CHECK: scf.for %{{.*}} = %c0 to %c8 step %c1 {
-// CHECK: vector.transfer_read %[[ALLOC:.*]][
+// CHECK: vector.transfer_read %[[ALLOC:[a-z0-9_]+]][
 // CHECK: vector.transfer_write %{{.*}}, %[[ALLOC]][
 // CHECK: }
 func.func @aliased_accumulator() -> memref<9x64xf32> {
