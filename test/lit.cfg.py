@@ -11,7 +11,7 @@ config.suffixes = [".mlir", ".test"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.snapkv_obj_root, "test")
 # Models/ holds fixtures (inputs of other tests), not tests.
-config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "Models"]
+config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "Models", "Inputs"]
 
 config.substitutions.append(("%PATH%", config.environment["PATH"]))
 config.substitutions.append(("%snapkv_src_root", config.snapkv_src_root))

@@ -26,4 +26,73 @@ def ReportCache : Pass<"snapkv-report-cache", "::mlir::ModuleOp"> {
   ];
 }
 
+def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
+  let summary = "Make prefill cache SnapKV-compacted K/V and decode attend "
+                "over it with logical positions";
+  let description = [{
+    Rewrites a model module imported by torch-mlir (SPEC section 6;
+    `docs/model-ir.md` shows the IR it expects) that holds a prefill function
+    (token ids in; logits and per-layer K/V out) and a decode function (one
+    token, its logical position and per-layer K/V in; logits and updated K/V
+    out).
+
+    * **Prefill.** Every attention is recognised (Q.K^T batch matmul, scale
+      by a constant, additive causal mask, softmax, P.V batch matmul, GQA
+      repeat). The K/V that attention reads and the function returns are
+      replaced, in the results only, by the outputs of a `snapkv.select`
+      whose queries are the last `window` rows of that attention's post-RoPE
+      Q and whose scale is the attention's. Prefill's own attention still
+      uses the full K/V. The results take the compacted shape
+      `[B, Hc, min(L, capacity), D]`.
+    * **Decode.** With `gqa=expand` the cache arguments take `Hq` heads: the
+      new token's K/V are repeated to `Hq` heads before the append and the
+      attention no longer repeats the cache. With `mean`/`max` the head
+      count is unchanged. The causal mask, which the importer derives from
+      the physical cache length, is rebuilt for logical positions: one new
+      token at logical position `L + g` sees every cached key (all kept keys
+      precede it), so the mask add is removed after the pass has proven that
+      the mask is `key <= query` with the query at the cache length or at the
+      position argument. RoPE must take its position from a function
+      argument that is not a cache; if it is derived from a cache's length,
+      the module is refused.
+    * The i-th cache argument of decode must correspond to the i-th cache
+      result of prefill (same layer, same result positions), as the exporter
+      produces them.
+
+    The pass analyses both functions completely before it changes anything.
+    Whatever it does not recognise with certainty leaves the whole module
+    unchanged with a warning that names the function and the reason;
+    `strict=true` makes that an error. Decode is optional (`decode-func=""`
+    rewrites prefill only).
+  }];
+  let dependentDialects = [
+    "::mlir::snapkv::SnapKVDialect",
+    "::mlir::arith::ArithDialect",
+    "::mlir::cf::ControlFlowDialect",
+    "::mlir::linalg::LinalgDialect",
+    "::mlir::tensor::TensorDialect"
+  ];
+  let options = [
+    Option<"window", "window", "int64_t", /*default=*/"32",
+           "Observation window W (the last W prompt queries vote)">,
+    Option<"capacity", "capacity", "int64_t", /*default=*/"1024",
+           "Kept prompt positions per head C, window included (C > W)">,
+    Option<"kernelSize", "kernel-size", "int64_t", /*default=*/"5",
+           "Pooling kernel size (odd, >= 1)">,
+    Option<"pooling", "pooling", "std::string", /*default=*/"\"avg\"",
+           "Pooling of the votes: avg or max">,
+    Option<"gqa", "gqa", "std::string", /*default=*/"\"expand\"",
+           "GQA policy: expand (Hq cache heads), mean or max (Hkv heads)">,
+    Option<"order", "order", "std::string", /*default=*/"\"position\"",
+           "Order of kept positions: position or score">,
+    Option<"prefillFunc", "prefill-func", "std::string",
+           /*default=*/"\"prefill\"", "Name of the prefill function">,
+    Option<"decodeFunc", "decode-func", "std::string",
+           /*default=*/"\"decode\"",
+           "Name of the decode function (empty: rewrite prefill only)">,
+    Option<"strict", "strict", "bool", /*default=*/"false",
+           "Refusing to rewrite is an error instead of a warning">
+  ];
+}
+
 #endif // SNAPKV_DIALECT_SNAPKV_TRANSFORMS_PASSES_TD

@@ -1,0 +1,33 @@
+// Options and refusals that are about the whole module, not its IR.
+// RUN: snapkv-opt %S/Inputs/compress-kv-cache-mini.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=16 capacity=20" 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=LONGWINDOW
+// RUN: not snapkv-opt %S/Inputs/compress-kv-cache-mini.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=16 capacity=20 strict=true" 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=STRICT
+// RUN: snapkv-opt %S/Inputs/compress-kv-cache-mini.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 decode-func=step" 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=NODECODE
+// RUN: not snapkv-opt %S/Inputs/compress-kv-cache-mini.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=4" 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=CAPACITY
+// RUN: not snapkv-opt %S/Inputs/compress-kv-cache-mini.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 pooling=median" 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=POOLING
+// RUN: not snapkv-opt %S/Inputs/compress-kv-cache-mini.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 kernel-size=4" 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=KERNEL
+
+// LONGWINDOW: warning: snapkv-compress-kv-cache left the module unchanged: @prefill: layer 0: the prompt has 8 positions, fewer than window=16
+// LONGWINDOW-NOT: snapkv.select
+// LONGWINDOW: func.func @prefill
+// LONGWINDOW-SAME: -> (tensor<1x4x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>)
+
+// STRICT: error: snapkv-compress-kv-cache left the module unchanged: @prefill: layer 0: the prompt has 8 positions
+
+// NODECODE: warning: snapkv-compress-kv-cache left the module unchanged: @step: no function with a body by this name (decode-func; pass decode-func="" to rewrite prefill only)
+// NODECODE-NOT: snapkv.select
+
+// CAPACITY: error: snapkv-compress-kv-cache: capacity must be greater than window (got capacity=4, window=4)
+// POOLING: error: snapkv-compress-kv-cache: pooling must be avg or max (got 'median')
+// KERNEL: error: snapkv-compress-kv-cache: kernel-size must be odd and >= 1 (got 4)
