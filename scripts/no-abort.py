@@ -7,6 +7,7 @@ diagnostics (exit code 1) are the expected outcome for bad input.
 usage: no-abort.py SNAPKV_OPT PATH...   (directories are searched recursively)
 """
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -17,6 +18,8 @@ PASSES = [
     ["--pass-pipeline=builtin.module(func.func(snapkv-optimize-math))"],
     ["--snapkv-lower-asserts"],
     ["--snapkv-report-cache=prompt-length=16 generated=4"],
+    ["--snapkv-compress-kv-cache"],
+    ["--snapkv-compress-kv-cache=window=2 capacity=6 kernel-size=3 gqa=mean"],
 ]
 
 
@@ -24,6 +27,29 @@ PASSES = [
 # a few thousand nested brackets (docs/reliability.md, F2): such inputs are
 # reported as skipped, not run, like the fuzz harness does.
 MAX_NESTING = 256
+
+
+# Upstream's linalg.transpose parser crashes on a malformed `permutation = [...]`
+# list (docs/reliability.md, F3): skipped the same way.
+_WELL_FORMED = re.compile(rb"\s*=\s*(array<|\[\s*(\d{1,9}\s*(,\s*\d{1,9}\s*)*)?\])")
+
+
+def has_malformed_permutation(data):
+    start = 0
+    while (at := data.find(b"permutation", start)) >= 0:
+        start = at + len(b"permutation")
+        if not _WELL_FORMED.match(data, start):
+            return True
+    return False
+
+
+# Upstream's parser for named linalg ops crashes when their `<...>` properties are not
+# a dictionary, e.g. `linalg.matmul<1>` (docs/reliability.md, F4).
+_BAD_PROPERTIES = re.compile(rb"linalg\.[A-Za-z0-9_]*\s*<\s*(?!\{)")
+
+
+def has_bad_linalg_properties(data):
+    return _BAD_PROPERTIES.search(data) is not None
 
 
 def nests_too_deep(data):
@@ -50,9 +76,16 @@ def main():
     tool, paths = sys.argv[1], sys.argv[2:]
     runs = failures = skipped = 0
     for path in inputs(paths):
-        if nests_too_deep(path.read_bytes()):
+        data = path.read_bytes()
+        reason = (f"nested deeper than {MAX_NESTING} (upstream parser limit, F2)"
+                  if nests_too_deep(data) else
+                  "malformed linalg.transpose permutation (upstream parser crash, F3)"
+                  if has_malformed_permutation(data) else
+                  "named linalg op with non-dictionary properties (upstream parser crash, F4)"
+                  if has_bad_linalg_properties(data) else None)
+        if reason:
             skipped += 1
-            print(f"SKIP  {path}: nested deeper than {MAX_NESTING} (upstream parser limit)")
+            print(f"SKIP  {path}: {reason}")
             continue
         for args in PASSES:
             cmd = [tool, *args, "--split-input-file", str(path), "-o", "/dev/null"]
