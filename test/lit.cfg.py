@@ -31,9 +31,37 @@ config.substitutions.append(
 if config.snapkv_sanitizers.upper() in ("ON", "1", "TRUE", "YES"):
     config.available_features.add("asan")
 
+# GPU: `ptxas` (compile-only tests: gpu-module-to-binary assembles the PTX)
+# where the CUDA toolkit is installed; `cuda-device` (execution tests) only
+# where the driver library and a GPU exist, which these CI machines lack.
+cuda_root = os.environ.get("CUDA_ROOT", os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+if os.path.isfile(os.path.join(cuda_root, "bin", "ptxas")):
+    config.available_features.add("ptxas")
+    # lit scrubs the environment; gpu-module-to-binary looks here for ptxas.
+    config.environment["CUDA_ROOT"] = cuda_root
+    config.environment["PATH"] = (os.path.join(cuda_root, "bin") + os.pathsep
+                                  + config.environment.get("PATH", ""))
+runtime = os.path.join(config.snapkv_obj_root, "lib", "libsnapkv_cuda_runtime.so")
+config.substitutions.append(("%snapkv_cuda_runtime", runtime))
+
+
+def _has_cuda_device():
+    import ctypes
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    count = ctypes.c_int(0)
+    return (cuda.cuInit(0) == 0 and cuda.cuDeviceGetCount(ctypes.byref(count)) == 0
+            and count.value > 0)
+
+
+if os.path.isfile(runtime) and _has_cuda_device():
+    config.available_features.add("cuda-device")
+
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
 tool_dirs = [config.snapkv_tools_dir, config.llvm_tools_dir]
-tools = ["snapkv-opt", "snapkv-unittests", "mlir-runner", "mlir-opt"]
+tools = ["snapkv-opt", "snapkv-unittests", "mlir-runner", "mlir-opt", "mlir-translate"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)

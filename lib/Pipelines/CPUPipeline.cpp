@@ -43,4 +43,5 @@ void snapkv::registerPipelines() {
       "Lower snapkv and upstream tensor-level ops to the LLVM dialect for CPU "
       "execution (vectorised)",
       [](OpPassManager &pm) { buildCPUPipeline(pm); });
+  registerGPUPipeline();
 }

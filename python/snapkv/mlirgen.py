@@ -213,13 +213,20 @@ def tools():
     return opt, runner, libs
 
 
-def run_module(text, timeout=600):
-    """Lower `text` with --snapkv-cpu-pipeline, run @main with mlir-runner, return stdout."""
+# Passes that run the GPU kernels' loops on the CPU: convert-snapkv-to-gpu with host
+# buffers, after which --snapkv-cpu-pipeline lowers the (mapped) parallel loops.
+GPU_EMULATION = ("--convert-snapkv-to-gpu=device-buffers=false",)
+
+
+def run_module(text, timeout=600, pre_passes=()):
+    """Lower `text` with `pre_passes` then --snapkv-cpu-pipeline, run @main with
+    mlir-runner, return stdout."""
     opt, runner, libs = tools()
     with tempfile.TemporaryDirectory(prefix="snapkv-") as tmp:
         source, lowered = Path(tmp) / "in.mlir", Path(tmp) / "lowered.mlir"
         source.write_text(text)
-        _run([str(opt), "--snapkv-cpu-pipeline", str(source), "-o", str(lowered)], timeout)
+        _run([str(opt), *pre_passes, "--snapkv-cpu-pipeline", str(source), "-o",
+              str(lowered)], timeout)
         return _run([str(runner), "-e", "main", "-entry-point-result=void",
                      "-shared-libs=" + ",".join(map(str, libs)), str(lowered)], timeout)
 
@@ -278,19 +285,19 @@ def split_outputs(stdout, count):
     return outputs
 
 
-def run_cases(cases, timeout=600):
+def run_cases(cases, timeout=600, pre_passes=()):
     """Compile and run `cases` as one module; one CaseOutput per case."""
-    return split_outputs(run_module(build_module(cases), timeout), len(cases))
+    return split_outputs(run_module(build_module(cases), timeout, pre_passes), len(cases))
 
 
-def run_batches(cases, batch_size=40, workers=2, timeout=600):
+def run_batches(cases, batch_size=40, workers=2, timeout=600, pre_passes=()):
     """Run `cases` in modules of `batch_size`, `workers` at a time. Returns, per case, a
     CaseOutput or the ToolError of its batch (so one bad batch does not hide the others)."""
     batches = [cases[i:i + batch_size] for i in range(0, len(cases), batch_size)]
 
     def attempt(batch):
         try:
-            return run_cases(batch, timeout)
+            return run_cases(batch, timeout, pre_passes)
         except ToolError as error:
             return [error] * len(batch)
 

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from snapkv.dtypes import bits, from_float32
-from snapkv.mlirgen import Case, ToolError, run_batches, run_cases, snapkv_opt_path
+from snapkv.mlirgen import (GPU_EMULATION, Case, ToolError, run_batches, run_cases,
+                            snapkv_opt_path)
 
 RANDOM_CASES = 300
 TIE_CASES = 40
@@ -134,21 +135,22 @@ def compare(cases, outputs):
     return failures
 
 
-def isolate_errors(cases, outputs):
+def isolate_errors(cases, outputs, pre_passes=()):
     """Rerun, one by one, the cases whose batch failed, so the error names its case."""
     for n, out in enumerate(outputs):
         if isinstance(out, ToolError):
             try:
-                outputs[n] = run_cases([cases[n]])[0]
+                outputs[n] = run_cases([cases[n]], pre_passes=pre_passes)[0]
             except ToolError as error:
                 outputs[n] = error
     return outputs
 
 
-def check(cases):
+def check(cases, pre_passes=()):
     if not snapkv_opt_path().is_file():
         pytest.skip(f"snapkv-opt not built ({snapkv_opt_path()}); set SNAPKV_OPT to use another")
-    outputs = isolate_errors(cases, run_batches(cases, batch_size=BATCH))
+    outputs = isolate_errors(
+        cases, run_batches(cases, batch_size=BATCH, pre_passes=pre_passes), pre_passes)
     failures = compare(cases, outputs)
     if failures:
         pytest.fail(f"{len(failures)} of {len(cases)} cases differ:\n" + "\n".join(failures[:10]),
@@ -201,3 +203,18 @@ def test_exact_ties_go_to_lower_position():
         tied += bool((ranked[..., keep - 1] == ranked[..., keep]).any())
     assert tied >= TIE_CASES // 2, f"only {tied} cases tie at the top-k boundary"
     check(cases)
+
+
+# The GPU kernels of convert-snapkv-to-gpu, run on the CPU with host buffers: the same
+# loops the GPU executes (one thread per output, fixed reduction order), so wrong
+# indexing, masks, statistics, pooling borders, tie handling or gathers in the kernels
+# show up here without a GPU.
+GPU_CASES = 100
+
+
+def test_gpu_kernels_match_reference(random_cases):
+    check(random_cases[:GPU_CASES], GPU_EMULATION)
+
+
+def test_gpu_kernels_break_ties_to_lower_position():
+    check([tie_case(n) for n in range(TIE_CASES)], GPU_EMULATION)

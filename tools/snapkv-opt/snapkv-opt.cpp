@@ -10,6 +10,7 @@
 #include "mlir/InitAllDialects.h"
 #include "mlir/InitAllExtensions.h"
 #include "mlir/InitAllPasses.h"
+#include "mlir/Target/LLVMIR/Dialect/All.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 
 int main(int argc, char **argv) {
@@ -22,6 +23,8 @@ int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
   mlir::registerAllDialects(registry);
   mlir::registerAllExtensions(registry);
+  // gpu-module-to-binary translates device code to LLVM IR in-process.
+  mlir::registerAllToLLVMIRTranslations(registry);
   registry.insert<mlir::snapkv::SnapKVDialect>();
   return mlir::asMainReturnCode(
       mlir::MlirOptMain(argc, argv, "snapkv optimizer driver\n", registry));

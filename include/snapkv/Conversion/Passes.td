@@ -28,4 +28,51 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
   ];
 }
 
+def ConvertSnapKVToGPU : Pass<"convert-snapkv-to-gpu"> {
+  let summary = "Lower snapkv.select to three GPU-mapped parallel loop nests "
+                "(statistics, votes, select + gather)";
+  let description = [{
+    Replaces every `snapkv.select` with buffer-level code: the operands are
+    copied to device buffers (`gpu.alloc` + `gpu.memcpy`), then three
+    `scf.parallel` nests, each already mapped to blocks x threads
+    (`#gpu.loop_dim_map`), become one kernel each after
+    `convert-parallel-loops-to-gpu`:
+
+    1. statistics: one thread per (batch, kv head, window row) computes the
+       row maximum and the sum of the full causal softmax for the G query
+       heads of that kv head (each key element is read once for all G);
+    2. votes: one thread per (batch, kv head, prefix column) recomputes the
+       logits of that column, turns them into probabilities with the
+       statistics and sums them over the window rows, then applies the GQA
+       policy (one vote per query head for `expand`, the mean or maximum over
+       the group otherwise);
+    3. select: one thread per (batch, cache head) pools the votes, finds the
+       top-k threshold with a 32-step radix search, compacts the kept
+       positions (ties to the lower position), orders them, appends the
+       window and gathers the key and value rows with the same indices.
+
+    The logits are recomputed and never stored: no [B, Hq, W, L] tensor is
+    written. Every reduction runs in one thread in a fixed order, so there
+    are no atomics and the result does not depend on scheduling. Results are
+    copied back to host buffers. With `device-buffers=false` all buffers stay
+    on the host and the loops run on the CPU (`--snapkv-cpu-pipeline` lowers
+    them), which is how the kernels are tested without a GPU.
+  }];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect",
+    "::mlir::bufferization::BufferizationDialect",
+    "::mlir::cf::ControlFlowDialect",
+    "::mlir::gpu::GPUDialect",
+    "::mlir::math::MathDialect",
+    "::mlir::memref::MemRefDialect",
+    "::mlir::scf::SCFDialect",
+    "::mlir::tensor::TensorDialect"
+  ];
+  let options = [
+    Option<"deviceBuffers", "device-buffers", "bool", /*default=*/"true",
+           "Place the operands, scratch and results on the device "
+           "(false: host buffers, for CPU emulation of the kernels)">
+  ];
+}
+
 #endif // SNAPKV_CONVERSION_PASSES_TD

@@ -1,0 +1,61 @@
+// convert-snapkv-to-gpu: operands staged on the device, three mapped parallel
+// nests (statistics, votes, select + gather), results copied back. No buffer
+// holds the [B, Hq, W, L] scores: the largest scratch is [B, Hc, P].
+// RUN: snapkv-opt %s --convert-snapkv-to-gpu | FileCheck %s
+// RUN: snapkv-opt %s --convert-snapkv-to-gpu=device-buffers=false | FileCheck %s --check-prefix=HOST
+
+func.func @select(%q: tensor<1x4x4x16xf16>, %k: tensor<1x2x?x16xf16>, %v: tensor<1x2x?x16xf16>)
+    -> (tensor<1x4x?x16xf16>, tensor<1x4x?x16xf16>, tensor<1x4x?xi64>) {
+  %ko, %vo, %idx = snapkv.select %q, %k, %v window 4 capacity 16 kernel 3
+      : (tensor<1x4x4x16xf16>, tensor<1x2x?x16xf16>, tensor<1x2x?x16xf16>)
+      -> (tensor<1x4x?x16xf16>, tensor<1x4x?x16xf16>, tensor<1x4x?xi64>)
+  return %ko, %vo, %idx : tensor<1x4x?x16xf16>, tensor<1x4x?x16xf16>, tensor<1x4x?xi64>
+}
+
+// CHECK-LABEL: func.func @select
+// Run-time checks come before anything is read.
+// CHECK: cf.assert {{.*}} "snapkv.select: prompt length of 'values' differs from 'keys'"
+// CHECK: cf.assert {{.*}} "snapkv.select: prompt length (keys dim 2) is shorter than window 4"
+// CHECK: %[[Q:.*]] = gpu.alloc () : memref<1x4x4x16xf16>
+// CHECK: gpu.memcpy %[[Q]]
+// CHECK: gpu.alloc (%{{.*}}) : memref<1x2x?x16xf16>
+// CHECK: gpu.alloc (%{{.*}}) : memref<1x2x?x16xf16>
+// Scratch: row statistics [B, Hq, W], votes and keys [B, Hc, P], kept keys and
+// ranks [B, Hc, C - W]; outputs [B, Hc, S(, D)].
+// CHECK: gpu.alloc () : memref<1x4x4xf32>
+// CHECK-NEXT: gpu.alloc () : memref<1x4x4xf32>
+// CHECK-NEXT: gpu.alloc (%{{.*}}) : memref<1x4x?xf32>
+// CHECK-NEXT: gpu.alloc (%{{.*}}) : memref<1x4x?xi32>
+// CHECK-NEXT: gpu.alloc () : memref<1x4x12xi32>
+// CHECK-NEXT: gpu.alloc () : memref<1x4x12xi64>
+// CHECK-NEXT: gpu.alloc (%{{.*}}) : memref<1x4x?xi64>
+// CHECK-NEXT: gpu.alloc (%{{.*}}) : memref<1x4x?x16xf16>
+// CHECK-NEXT: gpu.alloc (%{{.*}}) : memref<1x4x?x16xf16>
+// CHECK-NOT: gpu.alloc
+// Statistics: one thread per (b, kv head, window row) = 8 items; logits are
+// fused multiply-adds of the f16 inputs widened to f32, G = 2 at a time.
+// CHECK: scf.parallel (%{{.*}}, %{{.*}}) = (%{{.*}}, %{{.*}}) to (%{{.*}}, %c128)
+// CHECK: math.fma
+// CHECK: math.fma
+// CHECK: math.exp
+// CHECK: mapping = [#gpu.loop_dim_map<processor = block_x, {{.*}}>, #gpu.loop_dim_map<processor = thread_x, {{.*}}>]
+// Votes.
+// CHECK: scf.parallel
+// CHECK: math.exp
+// CHECK: arith.divf
+// CHECK: mapping = [#gpu.loop_dim_map<processor = block_x
+// Select and gather.
+// CHECK: scf.parallel
+// CHECK: arith.bitcast {{.*}} : f32 to i32
+// CHECK: arith.shli
+// CHECK: mapping = [#gpu.loop_dim_map<processor = block_x
+// CHECK-NOT: scf.parallel
+// CHECK: gpu.memcpy
+// CHECK: bufferization.to_tensor
+// CHECK: gpu.dealloc
+
+// HOST-NOT: gpu.alloc
+// HOST-NOT: gpu.memcpy
+// HOST: memref.alloc
+// HOST-COUNT-3: scf.parallel
+// HOST-NOT: gpu.{{alloc|memcpy|dealloc}}
