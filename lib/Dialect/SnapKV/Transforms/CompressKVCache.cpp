@@ -78,12 +78,25 @@ FailureOr<SmallVector<AttentionMatch>> findAttentions(func::FuncOp func,
       failures[matmul] = why;
     }
   }
+  // Report the uncovered batch_matmul that got furthest: one whose left
+  // operand is a softmax (a P.V candidate) says more than a Q.K^T product
+  // that was only tried as P.V.
+  linalg::BatchMatmulOp worst;
   for (linalg::BatchMatmulOp matmul : matmuls) {
     if (covered.contains(matmul))
       continue;
-    refusal.reason = "batch_matmul at " + describe(matmul.getResult(0)) +
+    bool pastSoftmax = !StringRef(failures[matmul]).starts_with("attention probabilities") &&
+                       !StringRef(failures[matmul]).starts_with("the left operand");
+    if (!worst || pastSoftmax) {
+      worst = matmul;
+      if (pastSoftmax)
+        break;
+    }
+  }
+  if (worst) {
+    refusal.reason = "batch_matmul at " + describe(worst.getResult(0)) +
                      " is not part of a recognised attention: " +
-                     failures[matmul];
+                     failures[worst];
     return failure();
   }
   if (found.empty()) {
