@@ -13,7 +13,7 @@ CMAKE_FLAGS = -G Ninja -DCMAKE_BUILD_TYPE=Release \
 
 export SNAPKV_OPT = $(CURDIR)/$(BUILD)/bin/snapkv-opt
 
-.PHONY: all deps configure build demo test check-lit check-python bench docs \
+.PHONY: all deps configure build demo demo-select gallery test check-lit check-python bench docs \
         build-sanitizers check-sanitizers fuzz-smoke fuzz clean
 
 all: build
@@ -29,10 +29,25 @@ configure: deps $(BUILD)/build.ninja
 build: configure
 	ninja -C $(BUILD) -j$(JOBS)
 
-# The seed's worked example through snapkv-opt, the CPU pipeline and
-# mlir-runner, printed as a table.
+# The main job: rewrite the bundled tiny Llama for a SnapKV-compacted cache,
+# compile it and the original ahead of time, generate 16 tokens with each
+# after a 96-token prompt and print tokens, agreement, logical vs physical
+# cache lengths, the ledger and times (`snapkv generate --help`).
+DEMO_FLAGS ?= --prompt-len 96 --seed 0 --window 8 --capacity 24 --steps 16 --gqa expand
 demo: build
+	$(PYTHON) -m snapkv.cli generate $(DEMO_FLAGS)
+
+# The seed's worked example (L=8, W=2, C=5) through snapkv-opt, the CPU
+# pipeline and mlir-runner, printed as a table next to the Python reference.
+demo-select: build
 	$(PYTHON) -m snapkv.demo
+
+# The pictures in docs/gallery (`snapkv visualize`, needs matplotlib).
+gallery: build
+	$(PYTHON) -m snapkv.cli visualize -q --out docs/gallery/expand-avg-k5
+	$(PYTHON) -m snapkv.cli visualize -q --out docs/gallery/expand-k1 --kernel-size 1 --layers 0
+	$(PYTHON) -m snapkv.cli visualize -q --out docs/gallery/mean-max-k3 --gqa mean \
+	  --pooling max --kernel-size 3
 
 check-lit: build
 	ninja -C $(BUILD) check-snapkv
