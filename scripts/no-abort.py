@@ -31,7 +31,7 @@ MAX_NESTING = 256
 
 # Upstream's linalg.transpose parser crashes on a malformed `permutation = [...]`
 # list (docs/reliability.md, F3): skipped the same way.
-_WELL_FORMED = re.compile(rb"\s*=\s*(array<|\[\s*(\d{1,9}\s*(,\s*\d{1,9}\s*)*)?\])")
+_WELL_FORMED = re.compile(rb"\s*=\s*(\[\s*(\d{1,9}\s*(,\s*\d{1,9}\s*)*)?\])")
 
 
 def has_malformed_permutation(data):
@@ -50,6 +50,20 @@ _BAD_PROPERTIES = re.compile(rb"linalg\.[A-Za-z0-9_]*\s*<\s*(?!\{)")
 
 def has_bad_linalg_properties(data):
     return _BAD_PROPERTIES.search(data) is not None
+
+
+# Upstream's linalg.generic parser crashes on an `iterator_types` entry that is not a
+# string, e.g. `linalg.generic{iterator_types=[2]}` (docs/reliability.md, F5).
+_ITERATORS = re.compile(rb'\s*=\s*\[\s*"[a-z]+"\s*(,\s*"[a-z]+"\s*)*\]')
+
+
+def has_bad_iterator_types(data):
+    start = 0
+    while (at := data.find(b"iterator_types", start)) >= 0:
+        start = at + len(b"iterator_types")
+        if not _ITERATORS.match(data, start):
+            return True
+    return False
 
 
 def nests_too_deep(data):
@@ -82,7 +96,9 @@ def main():
                   "malformed linalg.transpose permutation (upstream parser crash, F3)"
                   if has_malformed_permutation(data) else
                   "named linalg op with non-dictionary properties (upstream parser crash, F4)"
-                  if has_bad_linalg_properties(data) else None)
+                  if has_bad_linalg_properties(data) else
+                  "linalg.generic iterator_types entry that is not a string (upstream parser crash, F5)"
+                  if has_bad_iterator_types(data) else None)
         if reason:
             skipped += 1
             print(f"SKIP  {path}: {reason}")

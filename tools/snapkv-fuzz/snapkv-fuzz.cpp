@@ -82,7 +82,7 @@ static bool nestsTooDeep(StringRef text) {
 /// Upstream's `linalg.transpose` parser dereferences a null attribute when
 /// its `permutation = [...]` list does not parse (docs/reliability.md, F3;
 /// Debian's mlir-opt crashes too). Inputs where `permutation` is not followed
-/// by a well-formed list (or a generic-form `array<...>`) are skipped.
+/// by a well-formed `[i, j, ...]` list are skipped.
 static bool hasMalformedPermutation(StringRef text) {
   constexpr StringLiteral kKey = "permutation";
   for (size_t at = text.find(kKey); at != StringRef::npos;
@@ -91,8 +91,6 @@ static bool hasMalformedPermutation(StringRef text) {
     if (!rest.consume_front("="))
       return true;
     rest = rest.ltrim();
-    if (rest.starts_with("array<"))
-      continue;
     if (!rest.consume_front("["))
       return true;
     size_t close = rest.find(']');
@@ -101,10 +99,13 @@ static bool hasMalformedPermutation(StringRef text) {
     // Digits, commas and blanks only, and no number too long for an i64.
     SmallVector<StringRef> items;
     rest.take_front(close).split(items, ',');
+    bool emptyList = items.size() == 1 && items[0].trim(" \t\n").empty();
     for (StringRef item : items) {
       item = item.trim(" \t\n");
-      if (item.size() > 9 || item.find_first_not_of("0123456789") !=
-                                 StringRef::npos)
+      if (emptyList)
+        break;
+      if (item.empty() || item.size() > 9 ||
+          item.find_first_not_of("0123456789") != StringRef::npos)
         return true;
     }
   }
@@ -128,10 +129,41 @@ static bool hasBadLinalgProperties(StringRef text) {
   return false;
 }
 
+/// Upstream's `linalg.generic` parser crashes while reporting an
+/// `iterator_types` entry that is not a string, e.g.
+/// `linalg.generic{iterator_types=[2]}` (docs/reliability.md, F5). Inputs
+/// whose iterator list holds anything but quoted words are skipped.
+static bool hasBadIteratorTypes(StringRef text) {
+  constexpr StringLiteral kKey = "iterator_types";
+  for (size_t at = text.find(kKey); at != StringRef::npos;
+       at = text.find(kKey, at + 1)) {
+    StringRef rest = text.drop_front(at + kKey.size()).ltrim();
+    if (!rest.consume_front("="))
+      return true;
+    rest = rest.ltrim();
+    if (!rest.consume_front("["))
+      return true;
+    size_t close = rest.find(']');
+    if (close == StringRef::npos)
+      return true;
+    SmallVector<StringRef> items;
+    rest.take_front(close).split(items, ',');
+    for (StringRef item : items) {
+      item = item.trim(" \t\n");
+      if (item.size() < 2 || !item.starts_with("\"") ||
+          !item.ends_with("\"") ||
+          item.drop_front().drop_back().find_first_not_of(
+              "abcdefghijklmnopqrstuvwxyz") != StringRef::npos)
+        return true;
+    }
+  }
+  return false;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   StringRef input(reinterpret_cast<const char *>(data), size);
   if (nestsTooDeep(input) || hasMalformedPermutation(input) ||
-      hasBadLinalgProperties(input))
+      hasBadLinalgProperties(input) || hasBadIteratorTypes(input))
     return 0;
   MLIRContext &ctx = context();
   // Rejections are the expected outcome for most inputs: keep them quiet.
