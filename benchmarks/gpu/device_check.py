@@ -497,7 +497,7 @@ def tables(rep, fused, torch_res, lengths):
     rep("### Times (ms, median; wall clock per call incl. synchronisation)")
     rep()
     rep("fused = `snapkv-gpu-bench time`: the compiled select (its device allocations, D2D copies "
-        "of q/k/v, 3 kernels, D2H copies of the results); kernels = sum of the 3 kernels' CUDA-event "
+        "of q/k/v, 2 kernels, D2H copies of the results); kernels = sum of the 2 kernels' CUDA-event "
         "times; pool-keep = fused with the memory pool keeping freed memory; eager / compile = "
         "PyTorch port of the official update_kv (`torch_baselines.py`; outputs stay on the GPU); "
         "ratios > 1 mean the fused select is faster.")
@@ -519,7 +519,7 @@ def tables(rep, fused, torch_res, lengths):
                 f"{fmt(ratio(cw, fw), '.2f')} | {fmt(ratio(ew, kern), '.2f')} | "
                 f"{fmt(ratio(cw, kern), '.2f')} |")
     rep()
-    rep("Kernel breakdown (median ms per kernel: statistics, votes, select+gather; grid x block):")
+    rep("Kernel breakdown (median ms per kernel: votes (statistics + column sums), select+gather; grid x block):")
     rep()
     for c in TIMED:
         for length in lengths:

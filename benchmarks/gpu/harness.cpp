@@ -33,7 +33,7 @@
 // clock. The generated code synchronizes its streams before it returns, so a
 // call's time covers: stream creation, its own stream-ordered device
 // allocations (cuMemAllocAsync) and frees, the device-to-device copies of
-// q/k/v, the 3 kernels, and the device-to-host copies of the results into
+// q/k/v, the 2 kernels, and the device-to-host copies of the results into
 // malloc'ed host buffers (freed by the harness outside the timed region).
 // With a GPU it also reports (a) each kernel's GPU time, from CUDA events
 // recorded around every mgpuLaunchKernel (the link wraps that symbol:

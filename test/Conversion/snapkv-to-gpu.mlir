@@ -1,6 +1,7 @@
-// convert-snapkv-to-gpu: operands staged on the device, three mapped parallel
-// nests (statistics, votes, select + gather), results copied back. No buffer
-// holds the [B, Hq, W, L] scores: the largest scratch is [B, Hc, P].
+// convert-snapkv-to-gpu: operands staged on the device, two mapped parallel
+// nests (votes with the softmax statistics, select + gather), results copied
+// back. No buffer holds the [B, Hq, W, L] scores: the largest scratch is
+// [B, Hc, P]. On the host the barrier becomes a loop per phase.
 // RUN: snapkv-opt %s --convert-snapkv-to-gpu | FileCheck %s
 // RUN: snapkv-opt %s --convert-snapkv-to-gpu=device-buffers=false | FileCheck %s --check-prefix=HOST
 
@@ -32,19 +33,20 @@ func.func @select(%q: tensor<1x4x4x16xf16>, %k: tensor<1x2x?x16xf16>, %v: tensor
 // CHECK-NEXT: gpu.alloc (%{{.*}}) : memref<1x4x?x16xf16>
 // CHECK-NEXT: gpu.alloc (%{{.*}}) : memref<1x4x?x16xf16>
 // CHECK-NOT: gpu.alloc
-// Statistics: one thread per (b, kv head, window row) = 8 items; logits are
-// fused multiply-adds of the f16 inputs widened to f32, G = 2 at a time.
-// CHECK: scf.parallel (%{{.*}}, %{{.*}}) = (%{{.*}}, %{{.*}}) to (%{{.*}}, %c128)
+// Votes: one block of 128 threads per (b, kv head) = 2 blocks. Phase 1, the
+// rows' softmax statistics (logits are fused multiply-adds of the f16 inputs
+// widened to f32); a barrier; phase 2, the columns' probability sums.
+// CHECK: scf.parallel (%{{.*}}, %[[TID:.*]]) = (%{{.*}}, %{{.*}}) to (%c2, %c128)
+// CHECK: scf.for %{{.*}} = %[[TID]] to %c8 step %c128
 // CHECK: math.fma
-// CHECK: math.fma
+// CHECK: arith.maximumf
 // CHECK: math.exp
-// CHECK: mapping = [#gpu.loop_dim_map<processor = block_x, {{.*}}>, #gpu.loop_dim_map<processor = thread_x, {{.*}}>]
-// Votes.
-// CHECK: scf.parallel
+// CHECK: gpu.barrier
+// CHECK: scf.for %{{.*}} = %[[TID]] to %{{.*}} step %c128
 // CHECK: math.exp
 // CHECK: arith.divf
-// CHECK: mapping = [#gpu.loop_dim_map<processor = block_x
-// Select and gather.
+// CHECK: mapping = [#gpu.loop_dim_map<processor = block_x, {{.*}}>, #gpu.loop_dim_map<processor = thread_x, {{.*}}>]
+// Select and gather: one thread per (b, cache head).
 // CHECK: scf.parallel
 // CHECK: arith.bitcast {{.*}} : f32 to i32
 // CHECK: arith.shli
@@ -57,5 +59,9 @@ func.func @select(%q: tensor<1x4x4x16xf16>, %k: tensor<1x2x?x16xf16>, %v: tensor
 // HOST-NOT: gpu.alloc
 // HOST-NOT: gpu.memcpy
 // HOST: memref.alloc
-// HOST-COUNT-3: scf.parallel
+// HOST: scf.parallel
+// HOST-NOT: gpu.barrier
+// HOST: scf.for %{{.*}} = %c0 to %c128 step %c1
+// HOST: scf.for %{{.*}} = %c0 to %c128 step %c1
+// HOST: scf.parallel
 // HOST-NOT: gpu.{{alloc|memcpy|dealloc}}

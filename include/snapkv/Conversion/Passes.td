@@ -29,24 +29,23 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
 }
 
 def ConvertSnapKVToGPU : Pass<"convert-snapkv-to-gpu"> {
-  let summary = "Lower snapkv.select to three GPU-mapped parallel loop nests "
-                "(statistics, votes, select + gather)";
+  let summary = "Lower snapkv.select to two GPU-mapped parallel loop nests "
+                "(votes with fused softmax statistics, select + gather)";
   let description = [{
     Replaces every `snapkv.select` with buffer-level code: the operands are
-    copied to device buffers (`gpu.alloc` + `gpu.memcpy`), then three
+    copied to device buffers (`gpu.alloc` + `gpu.memcpy`), then two
     `scf.parallel` nests, each already mapped to blocks x threads
     (`#gpu.loop_dim_map`), become one kernel each after
     `convert-parallel-loops-to-gpu`:
 
-    1. statistics: one thread per (batch, kv head, window row) computes the
-       row maximum and the sum of the full causal softmax for the G query
-       heads of that kv head (each key element is read once for all G);
-    2. votes: one thread per (batch, kv head, prefix column) recomputes the
-       logits of that column, turns them into probabilities with the
-       statistics and sums them over the window rows, then applies the GQA
-       policy (one vote per query head for `expand`, the mean or maximum over
-       the group otherwise);
-    3. select: one thread per (batch, cache head) pools the votes, finds the
+    1. votes: one block per (batch, kv head). Its threads first compute the
+       row maximum and sum of the full causal softmax for the G * W rows of
+       that kv head's query heads; after a `gpu.barrier` they take the prefix
+       columns, recompute the logits, turn them into probabilities and sum
+       them over the window rows, then apply the GQA policy (one vote per
+       query head for `expand`, the mean or maximum over the group
+       otherwise);
+    2. select: one thread per (batch, cache head) pools the votes, finds the
        top-k threshold with a 32-step radix search, compacts the kept
        positions (ties to the lower position), orders them, appends the
        window and gathers the key and value rows with the same indices.
@@ -55,7 +54,8 @@ def ConvertSnapKVToGPU : Pass<"convert-snapkv-to-gpu"> {
     written. Every reduction runs in one thread in a fixed order, so there
     are no atomics and the result does not depend on scheduling. Results are
     copied back to host buffers. With `device-buffers=false` all buffers stay
-    on the host and the loops run on the CPU (`--snapkv-cpu-pipeline` lowers
+    on the host, each barrier-separated phase becomes a loop over the block's
+    threads, and the loops run on the CPU (`--snapkv-cpu-pipeline` lowers
     them), which is how the kernels are tested without a GPU.
   }];
   let dependentDialects = [

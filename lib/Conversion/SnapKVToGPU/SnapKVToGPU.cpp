@@ -1,22 +1,23 @@
 //===- SnapKVToGPU.cpp - snapkv.select to GPU-mapped parallel loops -------===//
 //
-// One select becomes three `scf.parallel` nests on buffers, each mapped to
+// One select becomes two `scf.parallel` nests on buffers, each mapped to
 // GPU blocks x threads (one kernel each after convert-parallel-loops-to-gpu):
 //
-//   1. statistics: per (b, kv head, window row t), the row maximum and sum of
-//      the full causal softmax for the G query heads of that kv head;
-//   2. votes: per (b, kv head, prefix column j), the column sums of the
-//      probabilities over the window rows, aggregated by the GQA policy;
-//   3. select: per (b, cache head), pooling, the radix top-k threshold,
+//   1. votes, one block per (b, kv head): its threads first compute the row
+//      maximum and sum of the full causal softmax of the G * W rows of that
+//      kv head's query heads (two passes over the keys); after a barrier they
+//      take the prefix columns, recompute the logits, turn them into
+//      probabilities and sum them over the rows, aggregated by the GQA policy;
+//   2. select: per (b, cache head), pooling, the radix top-k threshold,
 //      compaction (ties to the lower position), optional score order, the
 //      window, and the K/V gather with the same indices.
 //
-// Logits are recomputed in kernels 1 and 2 and never stored: the
-// [B, Hq, W, L] score tensor does not exist in memory. Every reduction is a
-// sequential loop in one thread, so the results do not depend on scheduling
-// (no atomics). The loops run unchanged on the CPU too (device-buffers=false),
-// which is how the kernels are tested without a GPU. docs/gpu.md has the
-// design.
+// Logits are recomputed and never stored: the [B, Hq, W, L] score tensor
+// does not exist in memory. Every reduction is a sequential loop in one
+// thread, so the results do not depend on scheduling (no atomics). The loops
+// run on the CPU too (device-buffers=false; each barrier-separated phase
+// becomes a loop over the block's threads), which is how the kernels are
+// tested without a GPU. docs/gpu.md has the design.
 //
 //===----------------------------------------------------------------------===//
 
@@ -126,16 +127,22 @@ private:
   /// `count` work items as blocks x threads: the body gets the linear id.
   void launch(Value count,
               function_ref<void(OpBuilder &, Location, Value)> body);
-  /// Linear id -> (outer, middle, inner) for extents (-, middleN, innerN).
-  static std::tuple<Value, Value, Value>
-  split3(OpBuilder &nb, Location l, Value id, Value middleN, Value innerN);
+  /// `blocks` thread blocks of kBlockSize threads running `phases` in turn;
+  /// each phase gets (block id, thread id). On the GPU the phases are
+  /// separated by gpu.barrier; on the host (device-buffers=false) each phase
+  /// is a loop over the block's threads, which is what the barrier means.
+  void launchBlocks(Value blocks,
+                    ArrayRef<function_ref<void(OpBuilder &, Location, Value, Value)>>
+                        phases);
 
+  /// s * <q[b, h, t], k[b, kv, j]> (f32, fused multiply-add in d order).
+  Value dot(OpBuilder &nb, Location l, Value bi, Value kv, Value h, Value t,
+            Value j);
   /// G dot products <q[b, kv*G+g, t], k[b, kv, j]> (f32, fused multiply-add),
   /// reading each key element once for the G query heads.
   SmallVector<Value> dots(OpBuilder &nb, Location l, Value bi, Value kv,
                           Value t, Value j);
 
-  void emitStatistics(Value rowMax, Value rowSum, Value prefix);
   void emitVotes(Value rowMax, Value rowSum, Value votes, Value prefix);
   void emitSelect(Value votes, Value keys, Value keptKeys, Value ranked,
                   Value indices, Value keysOut, Value valuesOut, Value length,
@@ -186,15 +193,43 @@ void GPUSelectEmitter::launch(
                  ctx, gpu::Processor::ThreadX, id, id)});
 }
 
-std::tuple<Value, Value, Value>
-GPUSelectEmitter::split3(OpBuilder &nb, Location l, Value id, Value middleN,
-                         Value innerN) {
-  Value inner = arith::RemUIOp::create(nb, l, id, innerN);
-  Value rest = arith::DivUIOp::create(nb, l, id, innerN);
-  Value middle = arith::RemUIOp::create(nb, l, rest, middleN);
-  Value outer = arith::DivUIOp::create(nb, l, rest, middleN);
-  return {outer, middle, inner};
+void GPUSelectEmitter::launchBlocks(
+    Value blocks,
+    ArrayRef<function_ref<void(OpBuilder &, Location, Value, Value)>> phases) {
+  MLIRContext *ctx = b.getContext();
+  Value zero = cIndex(0), one = cIndex(1), block = cIndex(kBlockSize);
+  AffineMap id = b.getDimIdentityMap();
+  auto blockMap =
+      gpu::ParallelLoopDimMappingAttr::get(ctx, gpu::Processor::BlockX, id, id);
+  if (device) {
+    auto loop = scf::ParallelOp::create(
+        b, loc, ValueRange{zero, zero}, ValueRange{blocks, block},
+        ValueRange{one, one}, [&](OpBuilder &nb, Location l, ValueRange ids) {
+          for (auto [i, phase] : llvm::enumerate(phases)) {
+            if (i)
+              gpu::BarrierOp::create(nb, l);
+            phase(nb, l, ids[0], ids[1]);
+          }
+        });
+    (void)gpu::setMappingAttr(
+        loop, {blockMap, gpu::ParallelLoopDimMappingAttr::get(
+                             ctx, gpu::Processor::ThreadX, id, id)});
+    return;
+  }
+  auto loop = scf::ParallelOp::create(
+      b, loc, ValueRange{zero}, ValueRange{blocks}, ValueRange{one},
+      [&](OpBuilder &nb, Location l, ValueRange ids) {
+        for (auto phase : phases)
+          scf::ForOp::create(nb, l, zero, block, one, ValueRange{},
+                             [&](OpBuilder &fb, Location fl, Value tid,
+                                 ValueRange) {
+                               phase(fb, fl, ids[0], tid);
+                               scf::YieldOp::create(fb, fl);
+                             });
+      });
+  (void)gpu::setMappingAttr(loop, {blockMap});
 }
+
 
 SmallVector<Value> GPUSelectEmitter::dots(OpBuilder &nb, Location l, Value bi,
                                           Value kv, Value t, Value j) {
@@ -223,92 +258,129 @@ SmallVector<Value> GPUSelectEmitter::dots(OpBuilder &nb, Location l, Value bi,
   return scaled;
 }
 
-void GPUSelectEmitter::emitStatistics(Value rowMax, Value rowSum,
-                                      Value prefix) {
-  Value count = cIndex(batch * kvHeads * window);
-  launch(count, [&](OpBuilder &nb, Location l, Value id) {
-    auto [bi, kv, t] = split3(nb, l, id, cIdx(nb, l, kvHeads),
-                              cIdx(nb, l, window));
-    // Row t sees columns 0 .. P + t: prefix AND window (the full denominator).
-    Value end = arith::AddIOp::create(
-        nb, l, arith::AddIOp::create(nb, l, prefix, t), cIdx(nb, l, 1));
-    float negInf = -std::numeric_limits<float>::infinity();
-    SmallVector<Value> init(group, cF32(nb, l, negInf));
-    auto maxLoop = scf::ForOp::create(
-        nb, l, cIdx(nb, l, 0), end, cIdx(nb, l, 1), init,
-        [&](OpBuilder &fb, Location fl, Value j, ValueRange acc) {
-          SmallVector<Value> logits = dots(fb, fl, bi, kv, t, j), next;
-          for (int64_t g = 0; g < group; ++g)
-            next.push_back(arith::MaximumFOp::create(fb, fl, acc[g], logits[g]));
-          scf::YieldOp::create(fb, fl, next);
-        });
-    SmallVector<Value> zeros(group, cF32(nb, l, 0.0f));
-    auto sumLoop = scf::ForOp::create(
-        nb, l, cIdx(nb, l, 0), end, cIdx(nb, l, 1), zeros,
-        [&](OpBuilder &fb, Location fl, Value j, ValueRange acc) {
-          SmallVector<Value> logits = dots(fb, fl, bi, kv, t, j), next;
-          for (int64_t g = 0; g < group; ++g) {
-            Value x = shifted(fb, fl, logits[g], maxLoop.getResult(g));
-            next.push_back(
-                arith::AddFOp::create(fb, fl, acc[g], math::ExpOp::create(fb, fl, x)));
-          }
-          scf::YieldOp::create(fb, fl, next);
-        });
-    Value firstHead = arith::MulIOp::create(nb, l, kv, cIdx(nb, l, group));
-    for (int64_t g = 0; g < group; ++g) {
-      Value h = arith::AddIOp::create(nb, l, firstHead, cIdx(nb, l, g));
-      memref::StoreOp::create(nb, l, maxLoop.getResult(g), rowMax,
-                              ValueRange{bi, h, t});
-      memref::StoreOp::create(nb, l, sumLoop.getResult(g), rowSum,
-                              ValueRange{bi, h, t});
-    }
-  });
+/// One block per (b, kv head). Phase 1: the block's threads take the G * W
+/// rows of the kv head's query heads (row maximum and sum of the full causal
+/// softmax, two passes over the keys) and store the statistics. Barrier.
+/// Phase 2: the threads take the prefix columns: logits again, probabilities
+/// with the statistics, summed over the rows, aggregated over the group.
+Value GPUSelectEmitter::dot(OpBuilder &nb, Location l, Value bi, Value kv,
+                            Value h, Value t, Value j) {
+  auto loop = scf::ForOp::create(
+      nb, l, cIdx(nb, l, 0), cIdx(nb, l, dim), cIdx(nb, l, 1),
+      ValueRange{cF32(nb, l, 0.0f)},
+      [&](OpBuilder &fb, Location fl, Value d, ValueRange acc) {
+        Value key = toF32(
+            fb, fl, memref::LoadOp::create(fb, fl, k, ValueRange{bi, kv, j, d}));
+        Value query = toF32(
+            fb, fl, memref::LoadOp::create(fb, fl, q, ValueRange{bi, h, t, d}));
+        scf::YieldOp::create(
+            fb, fl, ValueRange{math::FmaOp::create(fb, fl, query, key, acc[0])});
+      });
+  return arith::MulFOp::create(nb, l, loop.getResult(0),
+                               cF32(nb, l, static_cast<float>(scale)));
 }
 
 void GPUSelectEmitter::emitVotes(Value rowMax, Value rowSum, Value votes,
                                  Value prefix) {
-  Value count = arith::MulIOp::create(b, loc, cIndex(batch * kvHeads), prefix);
   GqaPolicy gqa = op.getGqa();
-  launch(count, [&](OpBuilder &nb, Location l, Value id) {
-    auto [bi, kv, j] = split3(nb, l, id, cIdx(nb, l, kvHeads), prefix);
-    Value firstHead = arith::MulIOp::create(nb, l, kv, cIdx(nb, l, group));
-    SmallVector<Value> zeros(group, cF32(nb, l, 0.0f));
-    // Every window row sees every prefix column: no mask here.
-    auto loop = scf::ForOp::create(
-        nb, l, cIdx(nb, l, 0), cIdx(nb, l, window), cIdx(nb, l, 1), zeros,
-        [&](OpBuilder &fb, Location fl, Value t, ValueRange acc) {
-          SmallVector<Value> logits = dots(fb, fl, bi, kv, t, j), next;
-          for (int64_t g = 0; g < group; ++g) {
-            Value h = arith::AddIOp::create(fb, fl, firstHead, cIdx(fb, fl, g));
-            Value m = memref::LoadOp::create(fb, fl, rowMax, ValueRange{bi, h, t});
-            Value s = memref::LoadOp::create(fb, fl, rowSum, ValueRange{bi, h, t});
-            Value p = arith::DivFOp::create(
-                fb, fl, math::ExpOp::create(fb, fl, shifted(fb, fl, logits[g], m)),
-                s);
-            next.push_back(arith::AddFOp::create(fb, fl, acc[g], p));
-          }
-          scf::YieldOp::create(fb, fl, next);
+  int64_t rows = group * window;
+  auto statistics = [&](OpBuilder &pb, Location pl, Value blockId, Value tid) {
+    Value bi = arith::DivUIOp::create(pb, pl, blockId, cIdx(pb, pl, kvHeads));
+    Value kv = arith::RemUIOp::create(pb, pl, blockId, cIdx(pb, pl, kvHeads));
+    scf::ForOp::create(
+        pb, pl, tid, cIdx(pb, pl, rows), cIdx(pb, pl, kBlockSize), ValueRange{},
+        [&](OpBuilder &nb, Location l, Value row, ValueRange) {
+          Value g = arith::DivUIOp::create(nb, l, row, cIdx(nb, l, window));
+          Value t = arith::RemUIOp::create(nb, l, row, cIdx(nb, l, window));
+          Value h = arith::AddIOp::create(
+              nb, l, arith::MulIOp::create(nb, l, kv, cIdx(nb, l, group)), g);
+          // Row t sees columns 0 .. P + t: prefix AND window (the full
+          // denominator).
+          Value end = arith::AddIOp::create(
+              nb, l, arith::AddIOp::create(nb, l, prefix, t), cIdx(nb, l, 1));
+          float negInf = -std::numeric_limits<float>::infinity();
+          auto maxLoop = scf::ForOp::create(
+              nb, l, cIdx(nb, l, 0), end, cIdx(nb, l, 1),
+              ValueRange{cF32(nb, l, negInf)},
+              [&](OpBuilder &fb, Location fl, Value j, ValueRange acc) {
+                Value logit = dot(fb, fl, bi, kv, h, t, j);
+                scf::YieldOp::create(
+                    fb, fl,
+                    ValueRange{arith::MaximumFOp::create(fb, fl, acc[0], logit)});
+              });
+          Value m = maxLoop.getResult(0);
+          auto sumLoop = scf::ForOp::create(
+              nb, l, cIdx(nb, l, 0), end, cIdx(nb, l, 1),
+              ValueRange{cF32(nb, l, 0.0f)},
+              [&](OpBuilder &fb, Location fl, Value j, ValueRange acc) {
+                Value x = shifted(fb, fl, dot(fb, fl, bi, kv, h, t, j), m);
+                scf::YieldOp::create(
+                    fb, fl,
+                    ValueRange{arith::AddFOp::create(
+                        fb, fl, acc[0], math::ExpOp::create(fb, fl, x))});
+              });
+          memref::StoreOp::create(nb, l, m, rowMax, ValueRange{bi, h, t});
+          memref::StoreOp::create(nb, l, sumLoop.getResult(0), rowSum,
+                                  ValueRange{bi, h, t});
+          scf::YieldOp::create(nb, l);
         });
-    if (gqa == GqaPolicy::expand) {
-      for (int64_t g = 0; g < group; ++g) {
-        Value h = arith::AddIOp::create(nb, l, firstHead, cIdx(nb, l, g));
-        memref::StoreOp::create(nb, l, loop.getResult(g), votes,
-                                ValueRange{bi, h, j});
-      }
-      return;
-    }
-    // mean accumulates v / G in head order, like the CPU lowering.
-    bool mean = gqa == GqaPolicy::mean;
-    Value acc = cF32(nb, l, mean ? 0.0f : -std::numeric_limits<float>::infinity());
-    Value groupSize = cF32(nb, l, static_cast<float>(group));
-    for (int64_t g = 0; g < group; ++g) {
-      Value x = loop.getResult(g);
-      acc = mean ? Value(arith::AddFOp::create(
-                       nb, l, acc, arith::DivFOp::create(nb, l, x, groupSize)))
-                 : Value(arith::MaximumFOp::create(nb, l, acc, x));
-    }
-    memref::StoreOp::create(nb, l, acc, votes, ValueRange{bi, kv, j});
-  });
+  };
+  auto columns = [&](OpBuilder &pb, Location pl, Value blockId, Value tid) {
+    Value bi = arith::DivUIOp::create(pb, pl, blockId, cIdx(pb, pl, kvHeads));
+    Value kv = arith::RemUIOp::create(pb, pl, blockId, cIdx(pb, pl, kvHeads));
+    scf::ForOp::create(
+        pb, pl, tid, prefix, cIdx(pb, pl, kBlockSize), ValueRange{},
+        [&](OpBuilder &nb, Location l, Value j, ValueRange) {
+          Value firstHead = arith::MulIOp::create(nb, l, kv, cIdx(nb, l, group));
+          SmallVector<Value> zeros(group, cF32(nb, l, 0.0f));
+          // Every window row sees every prefix column: no mask here. The G
+          // heads share each key element.
+          auto loop = scf::ForOp::create(
+              nb, l, cIdx(nb, l, 0), cIdx(nb, l, window), cIdx(nb, l, 1), zeros,
+              [&](OpBuilder &fb, Location fl, Value t, ValueRange acc) {
+                SmallVector<Value> logits = dots(fb, fl, bi, kv, t, j), next;
+                for (int64_t g = 0; g < group; ++g) {
+                  Value h =
+                      arith::AddIOp::create(fb, fl, firstHead, cIdx(fb, fl, g));
+                  Value m = memref::LoadOp::create(fb, fl, rowMax,
+                                                   ValueRange{bi, h, t});
+                  Value sum = memref::LoadOp::create(fb, fl, rowSum,
+                                                     ValueRange{bi, h, t});
+                  Value p = arith::DivFOp::create(
+                      fb, fl,
+                      math::ExpOp::create(fb, fl,
+                                          shifted(fb, fl, logits[g], m)),
+                      sum);
+                  next.push_back(arith::AddFOp::create(fb, fl, acc[g], p));
+                }
+                scf::YieldOp::create(fb, fl, next);
+              });
+          if (gqa == GqaPolicy::expand) {
+            for (int64_t g = 0; g < group; ++g) {
+              Value h = arith::AddIOp::create(nb, l, firstHead, cIdx(nb, l, g));
+              memref::StoreOp::create(nb, l, loop.getResult(g), votes,
+                                      ValueRange{bi, h, j});
+            }
+          } else {
+            // mean accumulates v / G in head order, like the CPU lowering.
+            bool mean = gqa == GqaPolicy::mean;
+            Value acc = cF32(nb, l,
+                             mean ? 0.0f
+                                  : -std::numeric_limits<float>::infinity());
+            Value groupSize = cF32(nb, l, static_cast<float>(group));
+            for (int64_t g = 0; g < group; ++g) {
+              Value x = loop.getResult(g);
+              acc = mean ? Value(arith::AddFOp::create(
+                               nb, l, acc,
+                               arith::DivFOp::create(nb, l, x, groupSize)))
+                         : Value(arith::MaximumFOp::create(nb, l, acc, x));
+            }
+            memref::StoreOp::create(nb, l, acc, votes, ValueRange{bi, kv, j});
+          }
+          scf::YieldOp::create(nb, l);
+        });
+  };
+  launchBlocks(cIndex(batch * kvHeads), {statistics, columns});
 }
 
 void GPUSelectEmitter::emitSelection(OpBuilder &nb, Location l, Value bi,
@@ -614,7 +686,6 @@ SmallVector<Value> GPUSelectEmitter::emit() {
 
   // Statistics and votes only matter when selection runs; for a short
   // prompt P can still be >= 0, and the kernels are cheap no-ops for P = 0.
-  emitStatistics(rowMax, rowSum, prefix);
   emitVotes(rowMax, rowSum, votes, prefix);
   emitSelect(votes, keys, keptKeys, ranked, indices, keysOut, valuesOut,
              length, prefix, kept);
