@@ -46,10 +46,15 @@ func.func @select(%q: tensor<1x4x4x16xf16>, %k: tensor<1x2x?x16xf16>, %v: tensor
 // CHECK: math.exp
 // CHECK: arith.divf
 // CHECK: mapping = [#gpu.loop_dim_map<processor = block_x, {{.*}}>, #gpu.loop_dim_map<processor = thread_x, {{.*}}>]
-// Select and gather: one thread per (b, cache head).
-// CHECK: scf.parallel
+// Select and gather: one block per (b, cache head): the threads' pooled keys,
+// thread 0's threshold and compaction, the threads' row copies.
+// CHECK: scf.parallel (%{{.*}}, %[[T2:.*]]) = (%{{.*}}, %{{.*}}) to (%c4, %c128)
 // CHECK: arith.bitcast {{.*}} : f32 to i32
+// CHECK: gpu.barrier
+// CHECK: arith.cmpi eq, %[[T2]], %c0
 // CHECK: arith.shli
+// CHECK: gpu.barrier
+// CHECK: scf.for %{{.*}} = %[[T2]] to %{{.*}} step %c128
 // CHECK: mapping = [#gpu.loop_dim_map<processor = block_x
 // CHECK-NOT: scf.parallel
 // CHECK: gpu.memcpy

@@ -45,10 +45,12 @@ def ConvertSnapKVToGPU : Pass<"convert-snapkv-to-gpu"> {
        them over the window rows, then apply the GQA policy (one vote per
        query head for `expand`, the mean or maximum over the group
        otherwise);
-    2. select: one thread per (batch, cache head) pools the votes, finds the
-       top-k threshold with a 32-step radix search, compacts the kept
-       positions (ties to the lower position), orders them, appends the
-       window and gathers the key and value rows with the same indices.
+    2. select: one block per (batch, cache head). Its threads pool the votes
+       into order-preserving keys; after a barrier thread 0 finds the top-k
+       threshold with a 32-step radix search, compacts the kept positions
+       (ties to the lower position), orders them and appends the window;
+       after another barrier the threads gather the key and value rows with
+       the same indices.
 
     The logits are recomputed and never stored: no [B, Hq, W, L] tensor is
     written. Every reduction runs in one thread in a fixed order, so there

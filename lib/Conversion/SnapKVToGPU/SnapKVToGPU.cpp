@@ -8,9 +8,11 @@
 //      kv head's query heads (two passes over the keys); after a barrier they
 //      take the prefix columns, recompute the logits, turn them into
 //      probabilities and sum them over the rows, aggregated by the GQA policy;
-//   2. select: per (b, cache head), pooling, the radix top-k threshold,
-//      compaction (ties to the lower position), optional score order, the
-//      window, and the K/V gather with the same indices.
+//   2. select, one block per (b, cache head): its threads compute the pooled
+//      order-preserving keys; after a barrier thread 0 runs the radix top-k
+//      threshold, compaction (ties to the lower position), the optional score
+//      order and the window; after another barrier the threads gather the K/V
+//      rows with the same indices.
 //
 // Logits are recomputed and never stored: the [B, Hq, W, L] score tensor
 // does not exist in memory. Every reduction is a sequential loop in one
@@ -124,9 +126,6 @@ private:
     return MemRefType::get(shape, elem);
   }
 
-  /// `count` work items as blocks x threads: the body gets the linear id.
-  void launch(Value count,
-              function_ref<void(OpBuilder &, Location, Value)> body);
   /// `blocks` thread blocks of kBlockSize threads running `phases` in turn;
   /// each phase gets (block id, thread id). On the GPU the phases are
   /// separated by gpu.barrier; on the host (device-buffers=false) each phase
@@ -147,11 +146,14 @@ private:
   void emitSelect(Value votes, Value keys, Value keptKeys, Value ranked,
                   Value indices, Value keysOut, Value valuesOut, Value length,
                   Value prefix, Value kept);
+  void emitKeys(OpBuilder &nb, Location l, Value bi, Value h, Value votes,
+                Value keys, Value prefix, Value start, Value step);
   void emitSelection(OpBuilder &nb, Location l, Value bi, Value h,
                      Value votes, Value keys, Value keptKeys, Value ranked,
                      Value indices, Value prefix);
   void emitGather(OpBuilder &nb, Location l, Value bi, Value h, Value indices,
-                  Value keysOut, Value valuesOut, Value kept);
+                  Value keysOut, Value valuesOut, Value kept, Value start,
+                  Value step);
 
   SelectOp op;
   PatternRewriter &b;
@@ -164,34 +166,6 @@ private:
   double scale;
   Value q, k, v; // device copies of the operands
 };
-
-void GPUSelectEmitter::launch(
-    Value count, function_ref<void(OpBuilder &, Location, Value)> body) {
-  MLIRContext *ctx = b.getContext();
-  Value zero = cIndex(0), one = cIndex(1), block = cIndex(kBlockSize);
-  Value blocks = arith::CeilDivUIOp::create(b, loc, count, block);
-  // One 2-D loop (block, thread) rather than two nested ones: canonicalize
-  // would merge nested loops and drop their mapping.
-  auto loop = scf::ParallelOp::create(
-      b, loc, ValueRange{zero, zero}, ValueRange{blocks, block},
-      ValueRange{one, one},
-      [&](OpBuilder &nb, Location l, ValueRange ids) {
-        Value linear = arith::AddIOp::create(
-            nb, l, arith::MulIOp::create(nb, l, ids[0], block), ids[1]);
-        Value inRange =
-            arith::CmpIOp::create(nb, l, arith::CmpIPredicate::ult, linear, count);
-        scf::IfOp::create(nb, l, inRange, [&](OpBuilder &ib, Location il) {
-          body(ib, il, linear);
-          scf::YieldOp::create(ib, il);
-        });
-      });
-  AffineMap id = b.getDimIdentityMap();
-  (void)gpu::setMappingAttr(
-      loop, {gpu::ParallelLoopDimMappingAttr::get(ctx, gpu::Processor::BlockX,
-                                                  id, id),
-             gpu::ParallelLoopDimMappingAttr::get(
-                 ctx, gpu::Processor::ThreadX, id, id)});
-}
 
 void GPUSelectEmitter::launchBlocks(
     Value blocks,
@@ -383,18 +357,16 @@ void GPUSelectEmitter::emitVotes(Value rowMax, Value rowSum, Value votes,
   launchBlocks(cIndex(batch * kvHeads), {statistics, columns});
 }
 
-void GPUSelectEmitter::emitSelection(OpBuilder &nb, Location l, Value bi,
-                                     Value h, Value votes, Value keys,
-                                     Value keptKeys, Value ranked,
-                                     Value indices, Value prefix) {
-  Value zero = cIdx(nb, l, 0), one = cIdx(nb, l, 1);
+/// Pooled score -> order-preserving i32 key (NaN -> 0, -0 folded into +0)
+/// for prefix columns start, start + step, ...
+void GPUSelectEmitter::emitKeys(OpBuilder &nb, Location l, Value bi, Value h,
+                                Value votes, Value keys, Value prefix,
+                                Value start, Value step) {
   int64_t radius = kernel / 2;
   bool avg = op.getPooling() == PoolingKind::avg;
   float pad = avg ? 0.0f : -std::numeric_limits<float>::infinity();
-
-  // Pooled score -> order-preserving i32 key (NaN -> 0, -0 folded into +0).
   scf::ForOp::create(
-      nb, l, zero, prefix, one, ValueRange{},
+      nb, l, start, prefix, step, ValueRange{},
       [&](OpBuilder &fb, Location fl, Value j, ValueRange) {
         Value acc = cF32(fb, fl, pad);
         for (int64_t o = 0; o < kernel; ++o) {
@@ -429,6 +401,14 @@ void GPUSelectEmitter::emitSelection(OpBuilder &nb, Location l, Value bi,
         memref::StoreOp::create(fb, fl, key, keys, ValueRange{bi, h, j});
         scf::YieldOp::create(fb, fl);
       });
+
+}
+
+void GPUSelectEmitter::emitSelection(OpBuilder &nb, Location l, Value bi,
+                                     Value h, Value votes, Value keys,
+                                     Value keptKeys, Value ranked,
+                                     Value indices, Value prefix) {
+  Value zero = cIdx(nb, l, 0), one = cIdx(nb, l, 1);
 
   // Count of keys (unsigned) >= / > a value.
   auto countKeys = [&](OpBuilder &cb, Location cl, Value value,
@@ -548,79 +528,116 @@ void GPUSelectEmitter::emitSelection(OpBuilder &nb, Location l, Value bi,
 
 void GPUSelectEmitter::emitGather(OpBuilder &nb, Location l, Value bi,
                                   Value h, Value indices, Value keysOut,
-                                  Value valuesOut, Value kept) {
-  Value zero = cIdx(nb, l, 0), one = cIdx(nb, l, 1);
+                                  Value valuesOut, Value kept, Value start,
+                                  Value step) {
   Value source = expand ? Value(arith::DivUIOp::create(nb, l, h, cIdx(nb, l, group)))
                         : h;
+  // Element e = i * D + d of the [S, D] rows: consecutive threads copy
+  // consecutive elements of a row.
+  Value total = arith::MulIOp::create(nb, l, kept, cIdx(nb, l, dim));
   scf::ForOp::create(
-      nb, l, zero, kept, one, ValueRange{},
-      [&](OpBuilder &fb, Location fl, Value i, ValueRange) {
+      nb, l, start, total, step, ValueRange{},
+      [&](OpBuilder &fb, Location fl, Value e, ValueRange) {
+        Value i = arith::DivUIOp::create(fb, fl, e, cIdx(fb, fl, dim));
+        Value d = arith::RemUIOp::create(fb, fl, e, cIdx(fb, fl, dim));
         Value row = arith::IndexCastOp::create(
             fb, fl, fb.getIndexType(),
             memref::LoadOp::create(fb, fl, indices, ValueRange{bi, h, i}));
-        scf::ForOp::create(
-            fb, fl, zero, cIdx(fb, fl, dim), one, ValueRange{},
-            [&](OpBuilder &db, Location dl, Value d, ValueRange) {
-              // Exact copies: no conversion on the way.
-              Value key = memref::LoadOp::create(db, dl, k,
-                                                 ValueRange{bi, source, row, d});
-              memref::StoreOp::create(db, dl, key, keysOut, ValueRange{bi, h, i, d});
-              Value value = memref::LoadOp::create(
-                  db, dl, v, ValueRange{bi, source, row, d});
-              memref::StoreOp::create(db, dl, value, valuesOut,
-                                      ValueRange{bi, h, i, d});
-              scf::YieldOp::create(db, dl);
-            });
+        // Exact copies: no conversion on the way.
+        Value key =
+            memref::LoadOp::create(fb, fl, k, ValueRange{bi, source, row, d});
+        memref::StoreOp::create(fb, fl, key, keysOut, ValueRange{bi, h, i, d});
+        Value value =
+            memref::LoadOp::create(fb, fl, v, ValueRange{bi, source, row, d});
+        memref::StoreOp::create(fb, fl, value, valuesOut,
+                                ValueRange{bi, h, i, d});
         scf::YieldOp::create(fb, fl);
       });
 }
 
+/// One block per (b, cache head). Phase 1: the threads compute the pooled
+/// keys of the prefix columns. Phase 2: thread 0 finds the threshold and
+/// writes the kept positions in order (the steps that depend on every key).
+/// Phase 3: the threads copy the kept K/V rows. L < C skips the first two.
 void GPUSelectEmitter::emitSelect(Value votes, Value keys, Value keptKeys,
                                   Value ranked, Value indices, Value keysOut,
                                   Value valuesOut, Value length, Value prefix,
                                   Value kept) {
   auto kTy = op.getKeys().getType();
   bool staticLength = !kTy.isDynamicDim(2);
-  launch(cIndex(batch * heads), [&](OpBuilder &nb, Location l, Value id) {
-    Value bi = arith::DivUIOp::create(nb, l, id, cIdx(nb, l, heads));
-    Value h = arith::RemUIOp::create(nb, l, id, cIdx(nb, l, heads));
-    auto bypass = [&](OpBuilder &bb, Location bl) {
-      // L < C: every position is kept, in order.
-      scf::ForOp::create(bb, bl, cIdx(bb, bl, 0), length, cIdx(bb, bl, 1),
-                         ValueRange{},
-                         [&](OpBuilder &fb, Location fl, Value i, ValueRange) {
-                           Value pos = arith::IndexCastOp::create(
-                               fb, fl, fb.getI64Type(), i);
-                           memref::StoreOp::create(fb, fl, pos, indices,
-                                                   ValueRange{bi, h, i});
-                           scf::YieldOp::create(fb, fl);
-                         });
-    };
-    auto select = [&](OpBuilder &sb, Location sl) {
-      emitSelection(sb, sl, bi, h, votes, keys, keptKeys, ranked, indices,
-                    prefix);
-    };
+  // Emits `selecting` when selection runs and `bypass` (if any) otherwise.
+  auto byLength = [&](OpBuilder &nb, Location l,
+                      function_ref<void(OpBuilder &, Location)> selecting,
+                      function_ref<void(OpBuilder &, Location)> bypass) {
     if (staticLength) {
-      if (kTy.getDimSize(2) < capacity)
+      if (kTy.getDimSize(2) >= capacity)
+        selecting(nb, l);
+      else if (bypass)
         bypass(nb, l);
-      else
-        select(nb, l);
-    } else {
-      Value isShort = arith::CmpIOp::create(nb, l, arith::CmpIPredicate::slt,
-                                            length, cIdx(nb, l, capacity));
-      scf::IfOp::create(
-          nb, l, isShort,
-          [&](OpBuilder &ib, Location il) {
-            bypass(ib, il);
-            scf::YieldOp::create(ib, il);
-          },
-          [&](OpBuilder &ib, Location il) {
-            select(ib, il);
-            scf::YieldOp::create(ib, il);
-          });
+      return;
     }
-    emitGather(nb, l, bi, h, indices, keysOut, valuesOut, kept);
-  });
+    Value isShort = arith::CmpIOp::create(nb, l, arith::CmpIPredicate::slt,
+                                          length, cIdx(nb, l, capacity));
+    scf::IfOp::create(
+        nb, l, isShort,
+        [&](OpBuilder &ib, Location il) {
+          if (bypass)
+            bypass(ib, il);
+          scf::YieldOp::create(ib, il);
+        },
+        [&](OpBuilder &ib, Location il) {
+          selecting(ib, il);
+          scf::YieldOp::create(ib, il);
+        });
+  };
+  auto batchOf = [&](OpBuilder &nb, Location l, Value blockId) -> Value {
+    return arith::DivUIOp::create(nb, l, blockId, cIdx(nb, l, heads));
+  };
+  auto headOf = [&](OpBuilder &nb, Location l, Value blockId) -> Value {
+    return arith::RemUIOp::create(nb, l, blockId, cIdx(nb, l, heads));
+  };
+  auto pooledKeys = [&](OpBuilder &pb, Location pl, Value blockId, Value tid) {
+    Value bi = batchOf(pb, pl, blockId), h = headOf(pb, pl, blockId);
+    byLength(
+        pb, pl,
+        [&](OpBuilder &nb, Location l) {
+          emitKeys(nb, l, bi, h, votes, keys, prefix, tid,
+                   cIdx(nb, l, kBlockSize));
+        },
+        nullptr);
+  };
+  auto chooseRows = [&](OpBuilder &pb, Location pl, Value blockId, Value tid) {
+    Value bi = batchOf(pb, pl, blockId), h = headOf(pb, pl, blockId);
+    Value first = arith::CmpIOp::create(pb, pl, arith::CmpIPredicate::eq, tid,
+                                        cIdx(pb, pl, 0));
+    scf::IfOp::create(pb, pl, first, [&](OpBuilder &tb, Location tl) {
+      byLength(
+          tb, tl,
+          [&](OpBuilder &nb, Location l) {
+            emitSelection(nb, l, bi, h, votes, keys, keptKeys, ranked, indices,
+                          prefix);
+          },
+          [&](OpBuilder &nb, Location l) {
+            // L < C: every position is kept, in order.
+            scf::ForOp::create(
+                nb, l, cIdx(nb, l, 0), length, cIdx(nb, l, 1), ValueRange{},
+                [&](OpBuilder &fb, Location fl, Value i, ValueRange) {
+                  Value pos =
+                      arith::IndexCastOp::create(fb, fl, fb.getI64Type(), i);
+                  memref::StoreOp::create(fb, fl, pos, indices,
+                                          ValueRange{bi, h, i});
+                  scf::YieldOp::create(fb, fl);
+                });
+          });
+      scf::YieldOp::create(tb, tl);
+    });
+  };
+  auto copyRows = [&](OpBuilder &pb, Location pl, Value blockId, Value tid) {
+    Value bi = batchOf(pb, pl, blockId), h = headOf(pb, pl, blockId);
+    emitGather(pb, pl, bi, h, indices, keysOut, valuesOut, kept, tid,
+               cIdx(pb, pl, kBlockSize));
+  };
+  launchBlocks(cIndex(batch * heads), {pooledKeys, chooseRows, copyRows});
 }
 
 SmallVector<Value> GPUSelectEmitter::emit() {
