@@ -18,15 +18,14 @@ Skipped without `iree-base-compiler`/`iree-base-runtime` (pip) or without `snapk
 """
 
 import re
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import require_aot_tools
 
 from snapkv import iree_backend
 from snapkv.frontend import runner
-from snapkv.mlirgen import ToolError, tools
 
 REASON = iree_backend.unavailable_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
@@ -41,13 +40,7 @@ ATOL = 1e-5                  # IREE llvm-cpu vs the CPU pipeline, both f32 (obse
 
 
 def _tools_or_skip():
-    try:
-        tools()
-        for tool in (runner.mlir_translate_path(), runner.clang_path()):
-            if not tool.is_file() and shutil.which(str(tool)) is None:
-                raise ToolError(f"{tool} not found")
-    except ToolError as error:
-        pytest.skip(str(error))
+    require_aot_tools()
 
 
 @pytest.fixture(scope="module")

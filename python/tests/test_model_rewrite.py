@@ -20,15 +20,15 @@ loads them. Cold: about 20 s per module, 7 modules (the original and 6 rewrites)
 """
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import require_aot_tools
 
 from snapkv.frontend import runner
-from snapkv.mlirgen import ToolError, snapkv_opt_path, tools
+from snapkv.mlirgen import snapkv_opt_path
 
 REPO = Path(__file__).resolve().parents[2]
 MODELS = REPO / "test" / "Models"
@@ -48,13 +48,7 @@ COMPACT_CASES = ["compact_expand", "compact_mean", "compact_max"]
 
 
 def _tools_or_skip():
-    try:
-        tools()
-        for tool in (runner.mlir_translate_path(), runner.clang_path()):
-            if not tool.is_file() and shutil.which(str(tool)) is None:
-                raise ToolError(f"{tool} not found")
-    except ToolError as error:
-        pytest.skip(str(error))
+    require_aot_tools()
     help_text = subprocess.run([str(snapkv_opt_path()), "--help"], capture_output=True,
                                text=True).stdout
     if "snapkv-compress-kv-cache" not in help_text:

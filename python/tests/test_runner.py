@@ -13,15 +13,15 @@ No torch needed. The fixture compiles in about 20 s the first time; the library 
 """
 
 import json
-import shutil
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import require_aot_tools
 
 from snapkv.frontend import harness, runner
-from snapkv.mlirgen import ToolError, tools
+from snapkv.mlirgen import tools
 
 REPO = Path(__file__).resolve().parents[2]
 MODELS = REPO / "test" / "Models"
@@ -30,13 +30,7 @@ EXAMPLE = json.loads((MODELS / "tiny_llama.json").read_text())["examples"][DYNAM
 
 
 def _tools_or_skip():
-    try:
-        tools()
-        for tool in (runner.mlir_translate_path(), runner.clang_path()):
-            if not tool.is_file() and shutil.which(str(tool)) is None:
-                raise ToolError(f"{tool} not found")
-    except ToolError as error:
-        pytest.skip(str(error))
+    require_aot_tools()
 
 
 @pytest.fixture(scope="module")

@@ -79,15 +79,13 @@ static bool nestsTooDeep(StringRef text) {
   return false;
 }
 
-/// Upstream's `linalg.transpose` parser dereferences a null attribute when
-/// its `permutation = [...]` list does not parse (docs/reliability.md, F3;
-/// Debian's mlir-opt crashes too). Inputs where `permutation` is not followed
-/// by a well-formed `[i, j, ...]` list are skipped.
-static bool hasMalformedPermutation(StringRef text) {
-  constexpr StringLiteral kKey = "permutation";
-  for (size_t at = text.find(kKey); at != StringRef::npos;
-       at = text.find(kKey, at + 1)) {
-    StringRef rest = text.drop_front(at + kKey.size()).ltrim();
+/// True when some `key` in `text` is not followed by `= [item, ...]` with
+/// every item accepted by `itemOk` (an empty list is accepted).
+static bool hasBadList(StringRef text, StringRef key,
+                       function_ref<bool(StringRef)> itemOk) {
+  for (size_t at = text.find(key); at != StringRef::npos;
+       at = text.find(key, at + 1)) {
+    StringRef rest = text.drop_front(at + key.size()).ltrim();
     if (!rest.consume_front("="))
       return true;
     rest = rest.ltrim();
@@ -96,20 +94,27 @@ static bool hasMalformedPermutation(StringRef text) {
     size_t close = rest.find(']');
     if (close == StringRef::npos)
       return true;
-    // Digits, commas and blanks only, and no number too long for an i64.
+    StringRef list = rest.take_front(close);
+    if (list.trim(" \t\n").empty())
+      continue;
     SmallVector<StringRef> items;
-    rest.take_front(close).split(items, ',');
-    bool emptyList = items.size() == 1 && items[0].trim(" \t\n").empty();
-    for (StringRef item : items) {
-      item = item.trim(" \t\n");
-      if (emptyList)
-        break;
-      if (item.empty() || item.size() > 9 ||
-          item.find_first_not_of("0123456789") != StringRef::npos)
+    list.split(items, ',');
+    for (StringRef item : items)
+      if (!itemOk(item.trim(" \t\n")))
         return true;
-    }
   }
   return false;
+}
+
+/// Upstream's `linalg.transpose` parser dereferences a null attribute when
+/// its `permutation = [...]` list does not parse (docs/reliability.md, F3;
+/// Debian's mlir-opt crashes too). Inputs where `permutation` is not followed
+/// by a list of small non-negative integers are skipped.
+static bool hasMalformedPermutation(StringRef text) {
+  return hasBadList(text, "permutation", [](StringRef item) {
+    return !item.empty() && item.size() <= 9 &&
+           item.find_first_not_of("0123456789") == StringRef::npos;
+  });
 }
 
 /// Upstream's parser for named linalg ops (`linalg.matmul`, `linalg.fill`,
@@ -134,30 +139,12 @@ static bool hasBadLinalgProperties(StringRef text) {
 /// `linalg.generic{iterator_types=[2]}` (docs/reliability.md, F5). Inputs
 /// whose iterator list holds anything but quoted words are skipped.
 static bool hasBadIteratorTypes(StringRef text) {
-  constexpr StringLiteral kKey = "iterator_types";
-  for (size_t at = text.find(kKey); at != StringRef::npos;
-       at = text.find(kKey, at + 1)) {
-    StringRef rest = text.drop_front(at + kKey.size()).ltrim();
-    if (!rest.consume_front("="))
-      return true;
-    rest = rest.ltrim();
-    if (!rest.consume_front("["))
-      return true;
-    size_t close = rest.find(']');
-    if (close == StringRef::npos)
-      return true;
-    SmallVector<StringRef> items;
-    rest.take_front(close).split(items, ',');
-    for (StringRef item : items) {
-      item = item.trim(" \t\n");
-      if (item.size() < 2 || !item.starts_with("\"") ||
-          !item.ends_with("\"") ||
-          item.drop_front().drop_back().find_first_not_of(
-              "abcdefghijklmnopqrstuvwxyz") != StringRef::npos)
-        return true;
-    }
-  }
-  return false;
+  return hasBadList(text, "iterator_types", [](StringRef item) {
+    return item.size() >= 2 && item.starts_with("\"") &&
+           item.ends_with("\"") &&
+           item.drop_front().drop_back().find_first_not_of(
+               "abcdefghijklmnopqrstuvwxyz") == StringRef::npos;
+  });
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
