@@ -174,7 +174,7 @@ def warn_before(text, func, msg, kind="warning"):
     return text.replace(f"func.func @{func}(", f"// expected-{kind}@+1 {{{{{msg}}}}}\nfunc.func @{func}(", 1)
 splits = []
 t = M + prefill(softmax=False)
-splits.append("// Attention without a softmax: the second batch_matmul reads the masked scores.\n" + warn_before(t, "prefill", "@prefill: batch_matmul at linalg.batch_matmul"))
+splits.append("// Attention without a softmax: the second batch_matmul reads the masked scores.\n" + warn_before(t, "prefill", "is not part of a recognised attention: attention probabilities are not a softmax (no row-sum division)"))
 t = M + prefill(returns="%out", ret_types="tensor<1x4x8x4xf32>")
 splits.append("// K/V do not reach a result: nothing to cache.\n" + warn_before(t, "prefill", "@prefill: layer 0: the keys this attention reads are not returned exactly once"))
 t = M + prefill(mask_pred="sgt")
@@ -205,6 +205,14 @@ t = M + prefill()
 t = t.replace("  %krc = tensor.collapse_shape %kr [[0], [1, 2], [3], [4]] : tensor<1x2x2x8x4xf32> into tensor<1x4x8x4xf32>",
               "  %kr2 = tensor.collapse_shape %kr [[0, 1], [2], [3], [4]] : tensor<1x2x2x8x4xf32> into tensor<2x2x8x4xf32>\n  %shape = arith.constant dense<[1, 4, 8, 4]> : tensor<4xi64>\n  %krc = tensor.reshape %kr2(%shape) : (tensor<2x2x8x4xf32>, tensor<4xi64>) -> tensor<1x4x8x4xf32>")
 splits.append("// An unusual reshape between the GQA repeat and the attention.\n" + warn_before(t, "prefill", "is not part of a recognised attention: keys and values before the repeat are not 4-D tensors of one type"))
+
+splits.append("""// Attention on buffers (after bufferization): the rewrite works on tensors.
+// expected-warning@+1 {{is not part of a recognised attention: batch_matmul on buffers}}
+func.func @prefill(%a: memref<4x8x4xf32>, %b: memref<4x4x8xf32>, %c: memref<4x8x8xf32>) {
+  linalg.batch_matmul ins(%a, %b : memref<4x8x4xf32>, memref<4x4x8xf32>) outs(%c : memref<4x8x8xf32>)
+  return
+}
+""")
 
 open('test/Transforms/compress-kv-cache-refusals.mlir', 'w').write(
 """// Near misses: inputs the model rewrite must leave unchanged, each with a

@@ -19,7 +19,7 @@
 #all = affine_map<(d0, d1, d2, d3) -> (0, 0, 0, 0)>
 #scalar = affine_map<(d0, d1, d2, d3) -> ()>
 #par4 = ["parallel", "parallel", "parallel", "parallel"]
-// expected-warning@+1 {{@prefill: batch_matmul at linalg.batch_matmul}}
+// expected-warning@+1 {{is not part of a recognised attention: attention probabilities are not a softmax (no row-sum division)}}
 func.func @prefill(%q: tensor<1x4x8x4xf32>, %k: tensor<1x2x8x4xf32>, %v: tensor<1x2x8x4xf32>) -> (tensor<1x4x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>) {
   %zero = arith.constant 0.000000e+00 : f32
   %ninf = arith.constant 0xFF800000 : f32
@@ -1415,4 +1415,13 @@ func.func @prefill(%q: tensor<1x4x8x4xf32>, %k: tensor<1x2x8x4xf32>, %v: tensor<
   %pv = linalg.batch_matmul ins(%pc, %vc : tensor<4x8x8xf32>, tensor<4x8x4xf32>) outs(%of : tensor<4x8x4xf32>) -> tensor<4x8x4xf32>
   %out = tensor.expand_shape %pv [[0, 1], [2], [3]] output_shape [1, 4, 8, 4] : tensor<4x8x4xf32> into tensor<1x4x8x4xf32>
   return %out, %k, %v : tensor<1x4x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>
+}
+
+// -----
+
+// Attention on buffers (after bufferization): the rewrite works on tensors.
+// expected-warning@+1 {{is not part of a recognised attention: batch_matmul on buffers}}
+func.func @prefill(%a: memref<4x8x4xf32>, %b: memref<4x4x8xf32>, %c: memref<4x8x8xf32>) {
+  linalg.batch_matmul ins(%a, %b : memref<4x8x4xf32>, memref<4x4x8xf32>) outs(%c : memref<4x8x8xf32>)
+  return
 }

@@ -318,6 +318,11 @@ mlir::snapkv::matchAttention(linalg::BatchMatmulOp outputMatmul,
                              std::string &why) {
   AttentionMatch m;
   m.outputMatmul = outputMatmul;
+  if (!outputMatmul.hasPureTensorSemantics()) {
+    why = "batch_matmul on buffers (the rewrite works on tensors, before "
+          "bufferization)";
+    return std::nullopt;
+  }
   if (outputMatmul.hasUserDefinedMaps()) {
     why = "batch_matmul with explicit indexing maps";
     return std::nullopt;
@@ -618,7 +623,7 @@ std::optional<PositionValue> evaluate(Value value, unsigned depth) {
     if (!isa<func::FuncOp>(arg.getOwner()->getParentOp()))
       return std::nullopt;
     auto type = dyn_cast<RankedTensorType>(arg.getType());
-    if (type && type.getNumElements() != 1)
+    if (type && (!type.hasStaticShape() || type.getNumElements() != 1))
       return std::nullopt;
     PositionValue result;
     result.base = PositionValue::Base::Argument;
@@ -653,7 +658,8 @@ std::optional<PositionValue> evaluate(Value value, unsigned depth) {
     return evaluate(fill.getInputs()[0], depth + 1);
   if (auto generic = dyn_cast<linalg::GenericOp>(op)) {
     auto type = dyn_cast<RankedTensorType>(value.getType());
-    if (!type || type.getNumElements() != 1 || generic.getNumResults() != 1)
+    if (!type || !type.hasStaticShape() || type.getNumElements() != 1 ||
+        generic.getNumResults() != 1)
       return std::nullopt;
     auto yield = cast<linalg::YieldOp>(generic.getBody()->getTerminator());
     return evaluateInBody(yield.getOperand(0), generic, depth + 1);

@@ -50,13 +50,17 @@ struct DecodeLayer {
   unsigned keyResult = 0, valueResult = 0;
 };
 
+std::string describe(Operation *op) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  op->getLoc().print(os);
+  return op->getName().getStringRef().str() + " at " + text;
+}
+
 std::string describe(Value value) {
   if (auto arg = dyn_cast<BlockArgument>(value))
     return "%arg" + std::to_string(arg.getArgNumber());
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  value.getLoc().print(os);
-  return value.getDefiningOp()->getName().getStringRef().str() + " at " + text;
+  return describe(value.getDefiningOp());
 }
 
 /// Every attention of `func`, in program order. Fails when a batch_matmul is
@@ -94,7 +98,7 @@ FailureOr<SmallVector<AttentionMatch>> findAttentions(func::FuncOp func,
     }
   }
   if (worst) {
-    refusal.reason = "batch_matmul at " + describe(worst.getResult(0)) +
+    refusal.reason = describe(worst.getOperation()) +
                      " is not part of a recognised attention: " +
                      failures[worst];
     return failure();
