@@ -34,13 +34,18 @@ MAX_NESTING = 256
 _WELL_FORMED = re.compile(rb"\s*=\s*(\[\s*(\d{1,9}\s*(,\s*\d{1,9}\s*)*)?\])")
 
 
-def has_malformed_permutation(data):
+def _bad_list(data, key, well_formed):
+    """True when some `key` in `data` is not followed by what `well_formed` matches."""
     start = 0
-    while (at := data.find(b"permutation", start)) >= 0:
-        start = at + len(b"permutation")
-        if not _WELL_FORMED.match(data, start):
+    while (at := data.find(key, start)) >= 0:
+        start = at + len(key)
+        if not well_formed.match(data, start):
             return True
     return False
+
+
+def has_malformed_permutation(data):
+    return _bad_list(data, b"permutation", _WELL_FORMED)
 
 
 # Upstream's parser for named linalg ops crashes when their `<...>` properties are not
@@ -58,12 +63,7 @@ _ITERATORS = re.compile(rb'\s*=\s*\[\s*"[a-z]+"\s*(,\s*"[a-z]+"\s*)*\]')
 
 
 def has_bad_iterator_types(data):
-    start = 0
-    while (at := data.find(b"iterator_types", start)) >= 0:
-        start = at + len(b"iterator_types")
-        if not _ITERATORS.match(data, start):
-            return True
-    return False
+    return _bad_list(data, b"iterator_types", _ITERATORS)
 
 
 def nests_too_deep(data):

@@ -36,12 +36,3 @@ void snapkv::buildCPUPipeline(OpPassManager &pm) {
   if (failed(parsePassPipeline(kCPUPipeline, pm)))
     llvm::report_fatal_error("snapkv: the built-in CPU pipeline does not parse");
 }
-
-void snapkv::registerPipelines() {
-  PassPipelineRegistration<>(
-      "snapkv-cpu-pipeline",
-      "Lower snapkv and upstream tensor-level ops to the LLVM dialect for CPU "
-      "execution (vectorised)",
-      [](OpPassManager &pm) { buildCPUPipeline(pm); });
-  registerGPUPipeline();
-}

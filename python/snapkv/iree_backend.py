@@ -280,9 +280,7 @@ class IreeModel:
     def _check_ids(self, ids: np.ndarray):
         # IREE drops the cf.assert inside the embedding gather's linalg body (a dispatch), so
         # an out-of-range id would read out of bounds without an error.
-        vocab = self.vocab_size
-        if vocab is not None and ids.size and (ids.min() < 0 or ids.max() >= vocab):
-            raise ValueError(f"token ids must be in [0, {vocab}), got {ids.min()}..{ids.max()}")
+        runner.check_token_ids(ids, self.vocab_size)
 
     def prefill(self, ids) -> Tuple[np.ndarray, List[np.ndarray]]:
         ids = np.ascontiguousarray(ids, dtype=np.int64)

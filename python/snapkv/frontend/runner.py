@@ -528,6 +528,12 @@ def _to_numpy(desc, ttype: TensorType, what: str) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 # The model
 
+def check_token_ids(ids: np.ndarray, vocab: Optional[int]):
+    """Raise ValueError unless every id is in [0, vocab) (no check when vocab is None)."""
+    if vocab is not None and ids.size and (ids.min() < 0 or ids.max() >= vocab):
+        raise ValueError(f"token ids must be in [0, {vocab}), got {ids.min()}..{ids.max()}")
+
+
 class CompiledModel:
     """A model module (``@prefill``, ``@decode``, see docs/model-ir.md) compiled to a ``.so``.
 
@@ -591,10 +597,8 @@ class CompiledModel:
             raise ValueError("not a prefill/decode model module: " + "; ".join(problems))
 
     def _check_ids(self, ids: np.ndarray):
-        vocab = self.vocab_size
-        if vocab is not None and ids.size and (ids.min() < 0 or ids.max() >= vocab):
-            # The compiled embedding gather would fail its cf.assert and abort the process.
-            raise ValueError(f"token ids must be in [0, {vocab}), got {ids.min()}..{ids.max()}")
+        # The compiled embedding gather would fail its cf.assert and abort the process.
+        check_token_ids(ids, self.vocab_size)
 
     def prefill(self, ids) -> Tuple[np.ndarray, List[np.ndarray]]:
         ids = np.ascontiguousarray(ids, dtype=np.int64)
