@@ -4,7 +4,7 @@
 set -euo pipefail
 
 apt_packages=(llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools clang-22
-              lld-22 libclang-rt-22-dev ninja-build ccache cmake)
+              lld-22 libclang-rt-22-dev libomp-22-dev ninja-build ccache cmake)
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \

@@ -25,6 +25,8 @@ config.substitutions.append(
 config.substitutions.append(
     ("%mlir_c_runner_utils", os.path.join(config.llvm_lib_dir, "libmlir_c_runner_utils.so"))
 )
+# --snapkv-cpu-pipeline runs its parallel loops through OpenMP (libomp-22-dev).
+config.substitutions.append(("%openmp_runtime", os.path.join(config.llvm_lib_dir, "libomp.so")))
 
 # Sanitized builds: our shared objects need the ASan runtime, which Debian's
 # (uninstrumented) mlir-opt does not load.

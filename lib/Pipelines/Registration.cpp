@@ -8,10 +8,12 @@
 using namespace mlir;
 
 void snapkv::registerPipelines() {
-  PassPipelineRegistration<>(
+  PassPipelineRegistration<CPUPipelineOptions>(
       "snapkv-cpu-pipeline",
       "Lower snapkv and upstream tensor-level ops to the LLVM dialect for CPU "
-      "execution (vectorised)",
-      [](OpPassManager &pm) { buildCPUPipeline(pm); });
+      "execution (tiled, vectorised, parallel through OpenMP)",
+      [](OpPassManager &pm, const CPUPipelineOptions &options) {
+        buildCPUPipeline(pm, options);
+      });
   registerGPUPipeline();
 }

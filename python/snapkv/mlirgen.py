@@ -204,7 +204,9 @@ def tools():
     opt = snapkv_opt_path()
     runner = Path(os.environ.get("MLIR_RUNNER", "/usr/lib/llvm-22/bin/mlir-runner"))
     lib_dir = Path(os.environ.get("MLIR_LIB_DIR", "/usr/lib/llvm-22/lib"))
-    libs = [lib_dir / "libmlir_runner_utils.so", lib_dir / "libmlir_c_runner_utils.so"]
+    # libomp: --snapkv-cpu-pipeline runs its parallel loops through OpenMP.
+    libs = [lib_dir / "libmlir_runner_utils.so", lib_dir / "libmlir_c_runner_utils.so",
+            lib_dir / "libomp.so"]
     for path, hint in [(opt, "build the project or set SNAPKV_OPT"),
                        (runner, "install mlir-22-tools or set MLIR_RUNNER"),
                        *[(lib, "set MLIR_LIB_DIR") for lib in libs]]:

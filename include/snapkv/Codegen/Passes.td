@@ -3,37 +3,30 @@
 
 include "mlir/Pass/PassBase.td"
 
-def VectorizeLinalg : Pass<"snapkv-vectorize-linalg", "::mlir::func::FuncOp"> {
-  let summary = "Tile linalg ops on buffers into vector-sized tiles and "
-                "vectorise them";
+def Vectorize : Pass<"snapkv-vectorize", "::mlir::func::FuncOp"> {
+  let summary = "Tile linalg ops on tensors into register tiles and "
+                "vectorise them with the upstream vectoriser";
   let description = [{
-    CPU code generation step of `--snapkv-cpu-pipeline`, run after
-    bufferisation (on tensors, bufferisation and subset hoisting would have to
-    prove tile slices disjoint with Presburger queries, which took seconds per
-    op once the prompt length is dynamic). Every linalg op on buffers is tiled
-    with `scf.for` so that its innermost loop becomes a tile of `vector-width`
-    elements and, when the innermost loop is a reduction, the innermost
-    parallel loop a tile of `vector-width / 2`; all other loops get tile size
-    1. An op may carry a `snapkv.tile_sizes` array attribute (set by
-    `convert-snapkv-to-linalg` where it knows a better register tile); it
-    replaces the default and is removed; likewise `snapkv.tile_interchange`
-    orders the tile loops (for cache reuse). Tile loops whose trip count is
-    not a multiple of the tile are peeled. The static tiles are then
-    vectorised without masks; peeled remainders stay scalar. Finally, a
-    vector accumulator that a loop reads and writes at a loop-invariant
-    position of an allocation nothing else in the loop touches is carried by
-    the loop instead of memory. Ops that read or write i1 buffers stay
-    scalar: i1 memory is byte-per-element but i1 vectors are stored
-    bit-packed. Ops the vectoriser does not support (for example the pooling
-    window with its `d2 + d3` access) are left as they are and become scalar
-    loops later.
+    CPU code generation step of `--snapkv-cpu-pipeline`, run on tensors
+    before bufferisation. Every linalg op is tiled with `scf.for`
+    (TilingInterface) into a register-sized tile and the tile is vectorised
+    with `linalg::vectorize` (masked where a size is dynamic, so remainders
+    run the same vector code). Contractions get an accumulator tile of
+    `rows x vector` (the innermost parallel loop is the vector, the parallel
+    loop before it gives as many rows as fit in the registers, the reduction
+    steps by one); other ops vectorise their innermost loop and take eight
+    steps of a reduction that precedes a parallel innermost loop at once.
+    Ops the vectoriser rejects (for example the pooling window with its
+    `j + k` access, or bodies that loop) stay scalar. The accumulators of
+    the tiled reductions are carried in registers by the upstream
+    `loop-invariant-subset-hoisting` pass that the pipeline runs next.
   }];
   let options = [
-    Option<"vectorWidth", "vector-width", "int64_t", /*default=*/"16",
-           "Elements per vector along the innermost loop">
+    Option<"vectorBits", "vector-bits", "int64_t", /*default=*/"0",
+           "Vector register width in bits (0: the host's, from its CPU "
+           "features)">
   ];
   let dependentDialects = [
-    "::mlir::affine::AffineDialect",
     "::mlir::arith::ArithDialect",
     "::mlir::scf::SCFDialect",
     "::mlir::tensor::TensorDialect",
@@ -42,18 +35,14 @@ def VectorizeLinalg : Pass<"snapkv-vectorize-linalg", "::mlir::func::FuncOp"> {
 }
 
 def OptimizeMath : Pass<"snapkv-optimize-math", "::mlir::func::FuncOp"> {
-  let summary = "Vector-friendly f32 math: polynomial exp and FMA contraction";
+  let summary = "Polynomial f32 exp that stays in vector registers";
   let description = [{
-    Run after vectorisation, before lowering to LLVM:
-
-    * LLVM scalarises `llvm.exp` on vectors into one `expf` call per lane;
-      the upstream polynomial approximation of `math.exp` (within a few ulp of
-      libm over the whole f32 range, with underflow to 0 and overflow to inf)
-      stays in vector registers.
-    * `arith.addf(acc, arith.mulf(a, b) fastmath<contract>)` becomes
-      `math.fma(a, b, acc)`. The vectoriser turns the accumulation of a
-      linalg reduction into a new `arith.addf` that does not inherit the
-      multiply's `contract` flag, so LLVM alone would not fuse them.
+    Run after vectorisation, before lowering to LLVM: LLVM scalarises
+    `llvm.exp` on vectors into one `expf` call per lane, so `math.exp` is
+    replaced by the upstream polynomial approximation (within a few ulp of
+    libm over the whole f32 range, with underflow to 0 and overflow to inf),
+    which stays in vector registers. Upstream MLIR has the patterns but no
+    pass that applies them to `exp` alone.
   }];
   let dependentDialects = [
     "::mlir::arith::ArithDialect",

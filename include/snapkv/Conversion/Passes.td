@@ -4,19 +4,45 @@
 include "mlir/Pass/PassBase.td"
 
 def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
-  let summary = "Lower snapkv.select to tensor-level linalg, tensor, arith, "
-                "math and scf";
+  let summary = "Lower snapkv.select and snapkv.score to structured "
+                "tensor-level linalg ops";
   let description = [{
-    Replaces every `snapkv.select` with tensor-level code that implements the
-    selection exactly (SPEC section 2): batched `linalg.generic` ops compute the
-    logits, causal row statistics (max and sum of the full softmax), the votes,
-    GQA aggregation, pooling, order-preserving integer keys of the pooled
-    scores and a bitwise radix search for the top-k threshold; `scf.for` loops
-    compact the kept positions (ties to the lower position), optionally reorder
-    them by score, and `linalg.generic` gathers the key and value rows with the
-    same indices. Dynamic prompt lengths get a `cf.assert` that `L >= window`
-    and an `scf.if` that bypasses selection when `L < capacity`.
+    Replaces every `snapkv.select` and `snapkv.score` with the project's one
+    formulation of the selection (docs/lowering.md, docs/semantics.md):
+    batched `linalg.generic` ops on tensors, with the prompt axis split into
+    tiles of `key-tile` keys for the scoring and chunks of `chunk` positions
+    for the compaction. Per key tile: the logits, and the tile's maximum and
+    sum of `exp(logit - maximum)` over the causally visible columns; these
+    combine into the full softmax denominator (prefix and window columns); a
+    second pass recomputes each tile's logits and sums the probabilities over
+    the window rows (the votes); then GQA aggregation, pooling,
+    order-preserving integer keys, a bitwise search for the top-k threshold,
+    per-chunk counts and a per-output-slot search for the kept positions
+    (ties to the lower position), the optional score order and the gather of
+    the key and value rows with the same indices. Every step whose work grows
+    with the prompt length is a structured op (no loop over positions or
+    heads outside one), so compilers such as IREE can dispatch it; the only
+    loop outside structured ops is the 32-step threshold search.
+
+    A dynamic prompt length gets run-time checks (`cf.assert`: at least the
+    window, values as long as keys, below 2^31 - 1) and an `scf.if` between
+    the short-prompt bypass (`L < capacity`) and the selection.
+
+    `tiling=cpu` also tiles the formulation: each group of ops (for example
+    a key tile's logits and its statistics) becomes one `scf.forall` over
+    its outer parallel axes with the producers fused into the tile, so the
+    logits are never materialised beyond one tile. `--snapkv-cpu-pipeline`
+    uses it; `tiling=none` (the default) leaves the ops untiled.
   }];
+  let options = [
+    Option<"keyTile", "key-tile", "int64_t", /*default=*/"64",
+           "Key positions per scoring tile">,
+    Option<"chunk", "chunk", "int64_t", /*default=*/"0",
+           "Prefix positions per compaction chunk (0: about sqrt(prefix) for "
+           "a static prompt length, 128 for a dynamic one)">,
+    Option<"tiling", "tiling", "std::string", /*default=*/"\"none\"",
+           "Tile the formulation for a target: none or cpu">
+  ];
   let dependentDialects = [
     "::mlir::affine::AffineDialect",
     "::mlir::arith::ArithDialect",

@@ -1,6 +1,7 @@
 #ifndef SNAPKV_PIPELINES_PIPELINES_H
 #define SNAPKV_PIPELINES_PIPELINES_H
 
+#include "mlir/Pass/PassOptions.h"
 #include "llvm/ADT/StringRef.h"
 
 namespace mlir {
@@ -9,9 +10,24 @@ class OpPassManager;
 
 namespace mlir::snapkv {
 
+struct CPUPipelineOptions : PassPipelineOptions<CPUPipelineOptions> {
+  Option<int64_t> keyTile{*this, "key-tile",
+                          llvm::cl::desc("Key positions per scoring tile"),
+                          llvm::cl::init(64)};
+  Option<int64_t> chunk{
+      *this, "chunk",
+      llvm::cl::desc("Prefix positions per compaction chunk (0: automatic)"),
+      llvm::cl::init(0)};
+  Option<int64_t> vectorBits{
+      *this, "vector-bits",
+      llvm::cl::desc("Vector register width in bits (0: the host's)"),
+      llvm::cl::init(0)};
+};
+
 /// Lowers a module of snapkv and upstream tensor-level ops to the LLVM
-/// dialect, vectorising linalg ops on the way (`--snapkv-cpu-pipeline`).
-void buildCPUPipeline(OpPassManager &pm);
+/// dialect: tiled, fused and vectorised, parallel through OpenMP
+/// (`--snapkv-cpu-pipeline`).
+void buildCPUPipeline(OpPassManager &pm, const CPUPipelineOptions &options);
 
 /// Lowers snapkv.select to fused NVVM kernels plus host code calling the
 /// mgpu* runtime (`--snapkv-gpu-pipeline`); `format` is isa, bin or fatbin.

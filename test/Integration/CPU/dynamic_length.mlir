@@ -1,4 +1,4 @@
-// RUN: snapkv-opt %s --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils | FileCheck %s
+// RUN: snapkv-opt %s --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime | FileCheck %s
 
 // Dynamic prompt length (SPEC 3): one function with `?` L dims, window 2, capacity 5,
 // kernel 3, avg, `order score`, default scale 1/sqrt(2), is called with L = 8 (selects),

@@ -1,4 +1,4 @@
-// RUN: snapkv-opt %s --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils | FileCheck %s
+// RUN: snapkv-opt %s --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime | FileCheck %s
 
 // `order` (SPEC 2.5) on one input: `position` lists the kept positions ascending; `score` lists
 // the kept prefix by descending POOLED score (not raw vote), then the window ascending. The same

@@ -1,5 +1,5 @@
-// RUN: snapkv-opt %s --snapkv-cpu-pipeline | not --crash mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils 2>&1 | FileCheck %s
-// RUN: snapkv-opt %s --snapkv-cpu-pipeline | not --crash mlir-runner -e main_mismatch -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils 2>&1 | FileCheck %s --check-prefix=MISMATCH
+// RUN: snapkv-opt %s --snapkv-cpu-pipeline | not --crash mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime 2>&1 | FileCheck %s
+// RUN: snapkv-opt %s --snapkv-cpu-pipeline | not --crash mlir-runner -e main_mismatch -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime 2>&1 | FileCheck %s --check-prefix=MISMATCH
 
 // Dynamic L (SPEC 3): the verifier cannot see that L >= window, so the lowering inserts a
 // runtime check that aborts with a clear message on stderr (snapkv-lower-asserts: write(2)

@@ -1,4 +1,4 @@
-// RUN: snapkv-opt %s --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils | FileCheck %s
+// RUN: snapkv-opt %s --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime | FileCheck %s
 
 // Exact ties go to the lower position (SPEC 2.4), in the top-k and, with `order score`, in the
 // order of the kept prefix (SPEC 2.5). Ties are made exact by identical key rows: identical
