@@ -68,7 +68,7 @@ import numpy as np
 from ..mlirgen import ToolError, snapkv_opt_path
 
 # Bumped when the way a library is built or called changes (part of the cache key).
-RUNNER_VERSION = 1
+RUNNER_VERSION = 2
 LLVM_BIN = Path("/usr/lib/llvm-22/bin")
 DEFAULT_CFLAGS = ("-O2", "-march=native")
 C_INTERFACE = "llvm.emit_c_interface"
@@ -386,7 +386,8 @@ def compile_library(text: str, functions: Sequence[str] = ("prefill", "decode"),
         times["clang"] = _step(verbose, f"compiling {label}: clang",
                                [clang, *cflags, "-shared", "-fPIC", "-Wno-override-module",
                                 llvm_ir, "-o", partial, f"-L{libdir}", "-lmlir_c_runner_utils",
-                                f"-Wl,-rpath,{libdir}"], timeout)
+                                # --snapkv-cpu-pipeline's parallel loops call libomp.
+                                "-lomp", f"-Wl,-rpath,{libdir}"], timeout)
         # Atomic: a concurrent compile of the same text writes the same bytes.
         staged = cache / f".{key}.{os.getpid()}.so"
         staged.write_bytes(partial.read_bytes())
