@@ -25,7 +25,8 @@ from typing import Optional
 
 import torch
 
-from .export import import_functions, versions
+from . import model as wrappers
+from .export import _dynamic_shapes, import_functions, versions
 from .model import Decode, Prefill, persist_buffers
 
 FAMILIES = ("llama", "qwen2", "mistral", "gemma2")
@@ -50,7 +51,8 @@ class FamilySpec:
     # As in TinyLlamaSpec: large enough that attention rows are not uniform.
     initializer_range: float = 0.1
     max_position_embeddings: int = 4096
-    # Example shapes of the export: prompt length and decode's cache length.
+    # Example shapes of the export: batch, prompt length and decode's cache length.
+    batch: int = 1
     prefill_len: int = 16
     decode_cache_len: int = 16
 
@@ -99,28 +101,17 @@ def build_model(spec: FamilySpec):
 
 def example_inputs(spec: FamilySpec, seed: int = 1):
     """``(prefill_args, decode_args)`` of the export shapes (only shapes and dtypes matter)."""
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, spec.vocab_size, (1, spec.prefill_len), generator=g)
-    token = torch.randint(0, spec.vocab_size, (1, 1), generator=g)
-    position = torch.tensor([spec.decode_cache_len], dtype=torch.int64)
-    shape = (1, spec.num_key_value_heads, spec.decode_cache_len, spec.head_dim)
-    kv = tuple(torch.randn(shape, generator=g) for _ in range(2 * spec.num_hidden_layers))
-    return (ids,), (token, position) + kv
+    return wrappers.example_inputs(spec, seed)
 
 
 def dynamic_shapes(spec: FamilySpec):
-    from torch.export import Dim
-
-    longest = spec.max_position_embeddings
+    """Dynamic prompt and cache lengths, as for the bundled fixture."""
     if spec.sliding_window:
         # HF's sliding-window cache keeps the last W - 1 rows; torch.export only traces the
         # branch where nothing is dropped yet.
-        longest = min(longest, spec.sliding_window - 1)
-    length = Dim("L", min=2, max=longest - 1)
-    cache = Dim("T", min=1, max=longest - 2)
-    return ({"ids": {1: length}},
-            {"ids": None, "position": None,
-             "kv": tuple({2: cache} for _ in range(2 * spec.num_hidden_layers))})
+        spec = dataclasses.replace(spec, max_position_embeddings=min(
+            spec.max_position_embeddings, spec.sliding_window - 1))
+    return _dynamic_shapes(spec)
 
 
 def export_text(spec: FamilySpec, dynamic: bool = False, model=None,

@@ -453,7 +453,9 @@ FailureOr<RepeatedKV> matchRepeat(Value value, int64_t queryHeads,
 
 /// The key operand of Q . K^T: collapse(transpose(K, [0, 1, 3, 2])), with
 /// SDPA's constant factor on either side of the transpose folded into
-/// `scale`.
+/// `scale`. Between the collapse and the transpose only a constant factor can
+/// stand; in front of the transpose a factor that does not fold is part of K
+/// (whose use as the cache is checked later).
 FailureOr<Value> keysBeforeTranspose(Value rhs, double &scale,
                                      AttentionFailure &why) {
   Value transposed = collapsedFrom(rhs, {{0, 1}, {2}, {3}});
@@ -471,7 +473,7 @@ FailureOr<Value> keysBeforeTranspose(Value rhs, double &scale,
     why = {AttentionMismatch::KeysNotTransposed, ""};
     return mlir::failure();
   }
-  return peelScales(transpose.getInput(), scale, /*requireConstant=*/true,
+  return peelScales(transpose.getInput(), scale, /*requireConstant=*/false,
                     why);
 }
 
