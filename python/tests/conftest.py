@@ -5,6 +5,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "slow: exports and compiles models (minutes cold); -m 'not slow' skips them")
+
+
 def require_aot_tools():
     """Skip unless snapkv-opt, mlir-runner, mlir-translate and clang are there (the AOT
     runner's tools)."""

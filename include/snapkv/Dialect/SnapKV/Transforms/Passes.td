@@ -36,12 +36,15 @@ def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
     token, its logical position and per-layer K/V in; logits and updated K/V
     out).
 
-    * **Prefill.** Every attention is recognised (Q.K^T batch matmul, scale
-      by a constant, additive causal mask, softmax, P.V batch matmul, GQA
-      repeat). The K/V that attention reads and the function returns are
-      replaced, in the results only, by the outputs of a `snapkv.select`
-      whose queries are the last `window` rows of that attention's post-RoPE
-      Q and whose scale is the attention's. Prefill's own attention still
+    * **Prefill.** Every attention is recognised, eager or SDPA (Q.K^T batch
+      matmul, a constant scale after it or split over Q and K, additive
+      causal mask, softmax with or without SDPA's fully-masked-row guard,
+      P.V batch matmul, GQA repeat); a sliding-window mask only where the
+      window provably covers the prompt, logit softcapping never. The K/V
+      that attention reads and the function returns are replaced, in the
+      results only, by the outputs of a `snapkv.select` whose queries are the
+      last `window` rows of that attention's post-RoPE Q and whose `scale` is
+      the attention's effective f32 scale. Prefill's own attention still
       uses the full K/V. The results take the compacted shape
       `[B, Hc, min(L, capacity), D]`.
     * **Decode.** With `gqa=expand` the cache arguments take `Hq` heads: the
