@@ -4,6 +4,8 @@
 // CHECK-LABEL: func.func @exp
 // CHECK-NOT: math.exp
 // CHECK: math.fma {{.*}} : vector<16xf32>
+// CHECK-NOT: math.exp
+// CHECK: return
 func.func @exp(%x: vector<16xf32>) -> vector<16xf32> {
   %e = math.exp %x : vector<16xf32>
   return %e : vector<16xf32>
@@ -30,7 +32,10 @@ func.func @contract(%a: vector<4x16x1xf32>, %b: vector<4x16x1xf32>, %acc: vector
 // CHECK-LABEL: func.func @no_contract
 // CHECK-NOT: math.fma
 // CHECK: arith.mulf
+// CHECK-NOT: math.fma
 // CHECK: arith.addf
+// CHECK-NOT: math.fma
+// CHECK: return
 func.func @no_contract(%a: vector<16xf32>, %b: vector<16xf32>, %acc: vector<16xf32>) -> vector<16xf32> {
   %m = arith.mulf %a, %b : vector<16xf32>
   %s = arith.addf %acc, %m : vector<16xf32>

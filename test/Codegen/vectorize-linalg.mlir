@@ -1,4 +1,7 @@
-// RUN: snapkv-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(snapkv-vectorize-linalg))" | FileCheck %s
+// RUN: snapkv-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(snapkv-vectorize-linalg))" > %t
+// RUN: FileCheck %s < %t
+// RUN: FileCheck %s --check-prefix=ABSENT < %t
+// ABSENT-NOT lines hold for a whole function: between its label and its return.
 
 // The pass works on buffers (after bufferisation). Default tiles: innermost
 // loop 16 lanes; static extents that divide need no peeling.
@@ -6,7 +9,9 @@
 // CHECK: scf.for %{{.*}} = %c0 to %c64 step %c16
 // CHECK: vector.transfer_read {{.*}} : memref<4x64xf32>, vector<1x16xf32>
 // CHECK: arith.addf %{{.*}}, %{{.*}} : vector<1x16xf32>
-// CHECK-NOT: linalg.generic
+// ABSENT-LABEL: func.func @elementwise
+// ABSENT-NOT: linalg.generic
+// ABSENT: return
 func.func @elementwise(%a: memref<4x64xf32>, %b: memref<4x64xf32>, %o: memref<4x64xf32>) {
   linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>],
                   iterator_types = ["parallel", "parallel"]}
@@ -45,7 +50,9 @@ func.func @dynamic(%a: memref<2x?xf32>, %o: memref<2x?xf32>) {
 // CHECK-LABEL: func.func @hint
 // CHECK: scf.for %{{.*}} = %c0 to %c8 step %c4
 // CHECK: vector.transfer_read {{.*}} : memref<8x32xf32>, vector<4x32xf32>
-// CHECK-NOT: snapkv.tile_sizes
+// ABSENT-LABEL: func.func @hint
+// ABSENT-NOT: {{linalg.generic|snapkv.tile_sizes}}
+// ABSENT: return
 func.func @hint(%a: memref<8x32xf32>, %o: memref<8x32xf32>) {
   linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>],
                   iterator_types = ["parallel", "parallel"]}
@@ -67,6 +74,7 @@ func.func @hint(%a: memref<8x32xf32>, %o: memref<8x32xf32>) {
 // CHECK: %[[SUM:.*]] = scf.for %{{.*}} = %c0 to %c8 step %c1 iter_args(%[[A:.*]] = %[[ACC]]) -> (vector<16xf32>)
 // CHECK-NOT: vector.transfer_write
 // CHECK: arith.addf %[[A]], %{{.*}} : vector<16xf32>
+// CHECK-NOT: vector.transfer_write
 // CHECK: scf.yield
 // CHECK: vector.transfer_write %[[SUM]], %[[OUT]][
 func.func @accumulate(%a: memref<8x64xf32>) -> memref<64xf32> {
@@ -86,8 +94,10 @@ func.func @accumulate(%a: memref<8x64xf32>) -> memref<64xf32> {
 // An op the vectoriser cannot handle (a window access d1 + d2) is left as
 // it was, untiled.
 // CHECK-LABEL: func.func @unsupported
-// CHECK-NOT: scf.for
 // CHECK: linalg.generic
+// ABSENT-LABEL: func.func @unsupported
+// ABSENT-NOT: {{scf.for|vector\.}}
+// ABSENT: return
 func.func @unsupported(%a: memref<36xf32>, %w: memref<5xf32>, %o: memref<32xf32>) {
   linalg.generic {indexing_maps = [affine_map<(i, k) -> (i + k)>, affine_map<(i, k) -> (k)>, affine_map<(i, k) -> (i)>],
                   iterator_types = ["parallel", "reduction"]}
@@ -104,9 +114,11 @@ func.func @unsupported(%a: memref<36xf32>, %w: memref<5xf32>, %o: memref<32xf32>
 // Ops on i1 buffers stay scalar (byte-per-element memory, bit-packed i1
 // vectors): a vectorised gather of a causal mask read only column 0.
 // CHECK-LABEL: func.func @i1_mask
-// CHECK-NOT: vector.
 // CHECK: linalg.generic
 // CHECK: memref.load %{{.*}} : memref<1x1x?x?xi1>
+// ABSENT-LABEL: func.func @i1_mask
+// ABSENT-NOT: vector.
+// ABSENT: return
 func.func @i1_mask(%mask: memref<1x1x?x?xi1>, %o: memref<1x4x?x?xi1>) {
   linalg.generic {indexing_maps = [affine_map<(a, b, c, d) -> (a, b, c, d)>],
                   iterator_types = ["parallel", "parallel", "parallel", "parallel"]}
