@@ -49,12 +49,17 @@ gallery: build
 	$(PYTHON) -m snapkv.cli visualize -q --out docs/gallery/mean-max-k3 --gqa mean \
 	  --pooling max --kernel-size 3
 
+# --show-unsupported lists the tests a missing feature left out (lit's skips).
 check-lit: build
-	ninja -C $(BUILD) check-snapkv
+	LIT_OPTS="--show-unsupported $$LIT_OPTS" ninja -C $(BUILD) check-snapkv
 
+# -rs prints why each test skipped.
 check-python: build
-	cd python && $(PYTHON) -m pytest -q tests
+	cd python && $(PYTHON) -m pytest -q -rs tests
 
+# Strict: a test that skips (pytest) or is unsupported (lit) for a reason other than a
+# missing GPU device fails the run (python/tests/skip_policy.py, test/lit.cfg.py).
+test: export SNAPKV_STRICT_SKIPS = 1
 test: check-lit check-python
 
 bench: build

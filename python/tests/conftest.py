@@ -4,6 +4,9 @@ from pathlib import Path
 # Lets `pytest python/tests` work from a checkout without `pip install -e python`.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+# --strict-skips / SNAPKV_STRICT_SKIPS=1: skips without an allowed reason fail the run.
+pytest_plugins = ["skip_policy"]
+
 
 def pytest_configure(config):
     config.addinivalue_line(

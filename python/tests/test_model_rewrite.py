@@ -47,14 +47,6 @@ CACHE_ATOL = 1e-5   # compiled K/V vs PyTorch K/V (observed ~2e-6)
 COMPACT_CASES = ["compact_expand", "compact_mean", "compact_max"]
 
 
-def _tools_or_skip():
-    require_aot_tools()
-    help_text = subprocess.run([str(snapkv_opt_path()), "--help"], capture_output=True,
-                               text=True).stdout
-    if "snapkv-compress-kv-cache" not in help_text:
-        pytest.skip("snapkv-opt has no --snapkv-compress-kv-cache")
-
-
 def _opt(args, text=None, path=DYNAMIC):
     """Run snapkv-opt on `path` (or on `text` via stdin); return the CompletedProcess."""
     command = [str(snapkv_opt_path()), *args, "-" if text is not None else str(path)]
@@ -89,7 +81,7 @@ def ids():
 
 @pytest.fixture(scope="module")
 def original():
-    _tools_or_skip()
+    require_aot_tools()
     return runner.CompiledModel(DYNAMIC.read_text())
 
 
@@ -105,7 +97,7 @@ def original_run(original, ids):
 @pytest.fixture(scope="module")
 def rewritten():
     """`rewritten(capacity, gqa)` -> CompiledModel of the rewritten fixture, built once."""
-    _tools_or_skip()
+    require_aot_tools()
     built = {}
 
     def get(capacity, gqa, order=ORDER):
@@ -341,7 +333,7 @@ def test_physical_length_rope_is_refused_unchanged():
     Catches: silently rewriting such a module (its compacted decode would rotate at min(L, C)
     + g; see test_decoding_at_the_physical_length_diverges for how much that changes), or a
     partial rewrite left behind after the refusal."""
-    _tools_or_skip()
+    require_aot_tools()
     bad = _rope_from_physical_length(DYNAMIC.read_text())
     plain = _opt([], text=bad)
     assert plain.returncode == 0, plain.stderr[-2000:]
