@@ -46,6 +46,9 @@ class Case:
     scale: Optional[float] = None
     dtype: Optional[str] = None  # "bf16" when q/k/v are uint16 bit patterns
     dynamic: bool = False
+    scoring: Optional[str] = None
+    sinks: Optional[int] = None
+    seed: Optional[int] = None
 
     @property
     def elem(self):
@@ -54,7 +57,8 @@ class Case:
     def options(self):
         """Keyword arguments of `reference.select` (defaults where a clause is omitted)."""
         given = dict(kernel=self.kernel, pooling=self.pooling, gqa=self.gqa,
-                     order=self.order, scale=self.scale)
+                     order=self.order, scale=self.scale, scoring=self.scoring,
+                     sinks=self.sinks, seed=self.seed)
         return {name: value for name, value in given.items() if value is not None}
 
     def reference(self):
@@ -94,6 +98,9 @@ def select_op(case, q_t, k_t, result_shapes):
             clauses += f" {name} {getattr(case, name)}"
     if case.scale is not None:
         clauses += f" scale {float(case.scale):.17e}"
+    for name in ("scoring", "sinks", "seed"):
+        if getattr(case, name) is not None:
+            clauses += f" {name} {getattr(case, name)}"
     kv_shape, idx_shape = result_shapes
     kv_t = tensor_type(kv_shape, case.elem)
     return (f"%ko, %vo, %idx = snapkv.select %q, %k, %v {clauses}\n"

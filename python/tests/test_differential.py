@@ -54,12 +54,17 @@ def draw_config(rng):
     scale = float(np.float32(rng.uniform(0.05, 1.5))) if rng.random() < 0.4 else None
     dynamic = bool(rng.random() < DYNAMIC_SHARE)
     batch, kv_heads, group = (int(x) for x in rng.integers(1, [3, 4, 4]))
+    # The comparison scorings (one case in four): their own sinks and seeds.
+    scoring = pick([None, None, None, None, None, "prefix_votes", "recent", "random"])
+    sinks = pick([None, 0, 1, capacity - window]) if scoring == "recent" else None
+    seed = pick([None, 0, 1, 12345]) if scoring == "random" else None
     return dict(batch=batch, kv_heads=kv_heads, group=group, dim=pick([2, 4, 8, 16]),
                 window=window, capacity=capacity, length=length,
                 kernel=pick([None, 1, 3, 5, 7]), pooling=pick([None, "avg", "max"]),
                 gqa=pick([None, "expand", "mean", "max"]),
                 order=pick([None, "position", "score"]), scale=scale,
-                elem=pick(["f32", "f16", "bf16"]), dynamic=dynamic)
+                elem=pick(["f32", "f16", "bf16"]), dynamic=dynamic, scoring=scoring,
+                sinks=sinks, seed=seed)
 
 
 def draw_case(rng, config, zero_queries=False, duplicates=0):
@@ -75,7 +80,8 @@ def draw_case(rng, config, zero_queries=False, duplicates=0):
     return Case(from_float32(q, elem), from_float32(k, elem), from_float32(v, elem),
                 c["window"], c["capacity"], kernel=c["kernel"], pooling=c["pooling"],
                 gqa=c["gqa"], order=c["order"], scale=c["scale"],
-                dtype="bf16" if elem == "bf16" else None, dynamic=c["dynamic"])
+                dtype="bf16" if elem == "bf16" else None, dynamic=c["dynamic"],
+                scoring=c.get("scoring"), sinks=c.get("sinks"), seed=c.get("seed"))
 
 
 def separated_case(rng, make_config, **draw):
@@ -96,6 +102,8 @@ def tie_config(rng):
     # Selection always happens here (L > C), so there is a boundary for the ties to decide.
     config = draw_config(rng)
     config["length"] = config["capacity"] + int(rng.integers(1, 12))
+    # Ties of the votes: the comparison scorings have their own (tested above).
+    config.update(scoring=None, sinks=None, seed=None)
     return config
 
 
@@ -169,6 +177,7 @@ def test_random_cases_cover_every_option(random_cases):
         seen.update([("elem", case.elem), ("dynamic", case.dynamic),
                      ("kernel", case.kernel), ("pooling", case.pooling), ("gqa", case.gqa),
                      ("order", case.order), ("scale", case.scale is None),
+                     ("scoring", case.scoring),
                      ("dim", case.q.shape[3]), ("batch", case.q.shape[0]),
                      ("kv_heads", case.k.shape[1]),
                      ("group", case.q.shape[1] // case.k.shape[1]),
@@ -181,6 +190,7 @@ def test_random_cases_cover_every_option(random_cases):
         {("pooling", p) for p in (None, "avg", "max")} | \
         {("gqa", g) for g in (None, "expand", "mean", "max")} | \
         {("order", o) for o in (None, "position", "score")} | \
+        {("scoring", s) for s in (None, "prefix_votes", "recent", "random")} | \
         {("scale", s) for s in (True, False)} | {("dim", d) for d in (2, 4, 8, 16)} | \
         {("batch", b) for b in (1, 2)} | {("kv_heads", h) for h in (1, 2, 3)} | \
         {("group", g) for g in (1, 2, 3)} | \
@@ -213,7 +223,9 @@ GPU_CASES = 100
 
 
 def test_gpu_kernels_match_reference(random_cases):
-    check(random_cases[:GPU_CASES], GPU_EMULATION)
+    # The GPU kernels implement the default scoring only (they reject the others).
+    votes = [case for case in random_cases if case.scoring is None]
+    check(votes[:GPU_CASES], GPU_EMULATION)
 
 
 def test_gpu_kernels_break_ties_to_lower_position():

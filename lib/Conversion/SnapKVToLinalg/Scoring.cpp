@@ -174,7 +174,9 @@ Formulation::tileStatistics(Value logitsT, const KeyTiles &tiles, Value prefix,
   int64_t tile = keyTile;
   float scale = s.scale;
   // Column n*T + jt (+ the span's start) is visible to window row w when it
-  // is at most P + w.
+  // is at most P + w; with `scoring prefix_votes` only prefix columns (< P)
+  // count, so the window columns leave the denominator.
+  bool prefixOnly = s.scoring == Scoring::prefix_votes;
   auto visible = [=](OpBuilder &nb, Location l) {
     Value n = indexAsI32(nb, l, 2), jt = indexAsI32(nb, l, 4),
           w = indexAsI32(nb, l, 5);
@@ -183,6 +185,9 @@ Formulation::tileStatistics(Value logitsT, const KeyTiles &tiles, Value prefix,
         nb, l, start32,
         arith::AddIOp::create(nb, l, arith::MulIOp::create(nb, l, n, tileC),
                               jt));
+    if (prefixOnly)
+      return arith::CmpIOp::create(nb, l, arith::CmpIPredicate::slt, col,
+                                   prefix32);
     Value last = arith::AddIOp::create(nb, l, prefix32, w);
     return arith::CmpIOp::create(nb, l, arith::CmpIPredicate::sle, col, last);
   };
