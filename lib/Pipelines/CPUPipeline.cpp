@@ -9,8 +9,9 @@
 using namespace mlir;
 
 // Written as a textual pipeline so that it reads like the mlir-opt command it
-// is equivalent to (and can be copied for debugging).
-static constexpr const char *kCPUPipeline =
+// is equivalent to (and can be copied for debugging). The mode of
+// snapkv-lower-asserts goes between the two parts.
+static constexpr const char *kCPUPipeline[] = {
     // Tensor level: our ops to linalg, user elementwise ops to linalg.
     // fpowi is expanded first: once vectorised, its exponent would become a
     // vector, which llvm.intr.powi does not accept.
@@ -26,13 +27,16 @@ static constexpr const char *kCPUPipeline =
     "func.func(convert-linalg-to-loops,lower-vector-mask,"
     "lower-vector-multi-reduction,convert-vector-to-scf{full-unroll}),"
     "canonicalize,cse,expand-strided-metadata,lower-affine,"
-    "convert-scf-to-cf,snapkv-lower-asserts,convert-vector-to-llvm,"
+    "convert-scf-to-cf,snapkv-lower-asserts{mode=",
+    "},convert-vector-to-llvm,"
     "finalize-memref-to-llvm,"
     "convert-math-to-llvm,convert-arith-to-llvm,convert-index-to-llvm,"
     "convert-ub-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,"
-    "reconcile-unrealized-casts";
+    "reconcile-unrealized-casts"};
 
-void snapkv::buildCPUPipeline(OpPassManager &pm) {
-  if (failed(parsePassPipeline(kCPUPipeline, pm)))
+void snapkv::buildCPUPipeline(OpPassManager &pm, AssertMode asserts) {
+  StringRef mode = asserts == AssertMode::report ? "report" : "abort";
+  std::string text = (Twine(kCPUPipeline[0]) + mode + kCPUPipeline[1]).str();
+  if (failed(parsePassPipeline(text, pm)))
     llvm::report_fatal_error("snapkv: the built-in CPU pipeline does not parse");
 }

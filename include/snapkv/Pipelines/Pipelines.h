@@ -1,6 +1,8 @@
 #ifndef SNAPKV_PIPELINES_PIPELINES_H
 #define SNAPKV_PIPELINES_PIPELINES_H
 
+#include "snapkv/Codegen/Passes.h"
+
 #include "llvm/ADT/StringRef.h"
 
 namespace mlir {
@@ -10,8 +12,10 @@ class OpPassManager;
 namespace mlir::snapkv {
 
 /// Lowers a module of snapkv and upstream tensor-level ops to the LLVM
-/// dialect, vectorising linalg ops on the way (`--snapkv-cpu-pipeline`).
-void buildCPUPipeline(OpPassManager &pm);
+/// dialect, vectorising linalg ops on the way (`--snapkv-cpu-pipeline`);
+/// `asserts` is the mode of snapkv-lower-asserts.
+void buildCPUPipeline(OpPassManager &pm,
+                      AssertMode asserts = AssertMode::abort);
 
 /// Lowers snapkv.select to fused NVVM kernels plus host code calling the
 /// mgpu* runtime (`--snapkv-gpu-pipeline`); `format` is isa, bin or fatbin.
