@@ -19,7 +19,7 @@ PASSES = [
     ["--snapkv-lower-asserts"],
     ["--snapkv-report-cache=prompt-length=16 generated=4"],
     ["--snapkv-compress-kv-cache"],
-    ["--snapkv-compress-kv-cache=window=2 capacity=6 kernel-size=3 gqa=mean"],
+    ["--snapkv-compress-kv-cache=window=2 capacity=6 kernel=3 gqa=mean"],
 ]
 
 

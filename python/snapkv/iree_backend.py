@@ -110,7 +110,7 @@ def snapkv_opt(text: str, *args: str, timeout: int = 600) -> str:
 
 def compress_options(window: int, capacity: int, kernel_size: int = 5, pooling: str = "avg",
                      gqa: str = "expand", order: str = "position") -> str:
-    return (f"window={window} capacity={capacity} kernel-size={kernel_size} "
+    return (f"window={window} capacity={capacity} kernel={kernel_size} "
             f"pooling={pooling} gqa={gqa} order={order} strict=true")
 
 
@@ -321,7 +321,7 @@ def main(argv=None):
     parser.add_argument("module", type=Path, help="imported model (@prefill, @decode)")
     parser.add_argument("--window", type=int, default=8)
     parser.add_argument("--capacity", type=int, default=24)
-    parser.add_argument("--kernel-size", type=int, default=5)
+    parser.add_argument("--kernel", "--kernel-size", type=int, default=5, dest="kernel_size")
     parser.add_argument("--pooling", default="avg")
     parser.add_argument("--gqa", default="expand")
     parser.add_argument("--order", default="position")

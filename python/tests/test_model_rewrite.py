@@ -62,7 +62,7 @@ def _opt(args, text=None, path=DYNAMIC):
 
 
 def _rewrite(capacity, gqa, order=ORDER):
-    options = (f"window={WINDOW} capacity={capacity} kernel-size={KERNEL} pooling={POOLING} "
+    options = (f"window={WINDOW} capacity={capacity} kernel={KERNEL} pooling={POOLING} "
                f"gqa={gqa} order={order}")
     done = _opt([f"--snapkv-compress-kv-cache={options}"])
     assert done.returncode == 0, done.stderr[-3000:]
@@ -345,7 +345,7 @@ def test_physical_length_rope_is_refused_unchanged():
     bad = _rope_from_physical_length(DYNAMIC.read_text())
     plain = _opt([], text=bad)
     assert plain.returncode == 0, plain.stderr[-2000:]
-    options = f"window={WINDOW} capacity=24 kernel-size={KERNEL} gqa=expand"
+    options = f"window={WINDOW} capacity=24 kernel={KERNEL} gqa=expand"
     refused = _opt([f"--snapkv-compress-kv-cache={options}"], text=bad)
     assert refused.returncode == 0, refused.stderr[-2000:]
     assert refused.stdout == plain.stdout
