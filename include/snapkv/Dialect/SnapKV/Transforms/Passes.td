@@ -26,6 +26,33 @@ def ReportCache : Pass<"snapkv-report-cache", "::mlir::ModuleOp"> {
   ];
 }
 
+def ExposeScores : Pass<"snapkv-expose-scores", "::mlir::ModuleOp"> {
+  let summary = "Return what each snapkv.select ranks by as extra function "
+                "results";
+  let description = [{
+    For inspection and plots (`snapkv visualize`): in each function named by
+    `functions` (default: every function with a body that holds a
+    `snapkv.select`), a `snapkv.score` with the same queries, keys and
+    clauses is added next to every `snapkv.select`, and the function
+    returns, after its own results and for each select in order, five more:
+    the select's queries, its keys, its indices, and the score's votes and
+    pooled scores (`[B, Hc, L - W] x f32`). The function gets the attribute
+    `snapkv.exposed_scores`, an array with one string per select listing its
+    clauses (`"window=8 capacity=16 kernel=5 pooling=avg gqa=expand
+    order=position"`, plus `scale=<float>` when the select has one).
+
+    A function to change must not be called in the module (its callers would
+    no longer match) and must end in a single `func.return`; otherwise the
+    pass fails with an error at the function and changes nothing. A named
+    function that does not exist or holds no select is an error as well.
+  }];
+  let dependentDialects = ["::mlir::snapkv::SnapKVDialect"];
+  let options = [
+    ListOption<"functions", "functions", "std::string",
+               "Functions to change (default: every one with a select)">
+  ];
+}
+
 def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
   let summary = "Make prefill cache SnapKV-compacted K/V and decode attend "
                 "over it with logical positions";
