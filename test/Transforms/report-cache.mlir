@@ -2,7 +2,7 @@
 // RUN: not snapkv-opt %s --split-input-file --snapkv-report-cache -o /dev/null 2>&1 | FileCheck %s --check-prefix=NOLEN
 // RUN: not snapkv-opt %s --split-input-file --snapkv-report-cache=prompt-length=4096 -o /dev/null 2>&1 | FileCheck %s --check-prefix=MISMATCH
 
-// SPEC section 4's check: B=1, N=32 layers, Hq=32, Hkv=8, D=128, f16 (e=2),
+// The check of docs/semantics.md (the memory ledger): B=1, N=32 layers, Hq=32, Hkv=8, D=128, f16 (e=2),
 // L=16384, C=1024, g=512. Per layer: full 2*8*16896*128*2 = 69,206,016 B;
 // expand 2*32*1536*128*2 = 25,165,824 B; mean/max 2*8*1536*128*2 = 6,291,456 B.
 // Over 32 layers: 2,214,592,512 / 805,306,368 / 201,326,592 B: the expand

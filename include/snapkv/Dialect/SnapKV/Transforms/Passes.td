@@ -9,7 +9,7 @@ def ReportCache : Pass<"snapkv-report-cache", "::mlir::ModuleOp"> {
     Treats each `snapkv.select` in the module as one layer's prompt cache and
     prints, for a prompt of `prompt-length` tokens followed by `generated`
     decoded tokens, the bytes of persistent K/V per layer and in total
-    (SPEC section 4):
+    (`docs/semantics.md`, the memory ledger):
 
     * native full cache: `2 * B * Hkv * (L + g) * D * e`;
     * compacted: `2 * B * Hc * (min(L, C) + g) * D * e`, with `Hc = Hq` for
@@ -57,7 +57,7 @@ def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
   let summary = "Make prefill cache SnapKV-compacted K/V and decode attend "
                 "over it with logical positions";
   let description = [{
-    Rewrites a model module imported by torch-mlir (SPEC section 6;
+    Rewrites a model module imported by torch-mlir (`docs/model-rewrite.md`;
     `docs/model-ir.md` shows the IR it expects) that holds a prefill function
     (token ids in; logits and per-layer K/V out) and a decode function (one
     token, its logical position and per-layer K/V in; logits and updated K/V
