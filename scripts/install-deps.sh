@@ -4,7 +4,7 @@
 set -euo pipefail
 
 apt_packages=(llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools clang-22
-              lld-22 libclang-rt-22-dev ninja-build ccache cmake)
+              clang-format-22 lld-22 libclang-rt-22-dev ninja-build ccache cmake)
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
@@ -28,6 +28,11 @@ fi
 if ! "$PYTHON" -c "import iree.compiler, iree.runtime" 2>/dev/null; then
   echo "install-deps: pip install iree-base-compiler==3.13.0 iree-base-runtime==3.13.0"
   "$PYTHON" -m pip install -q "iree-base-compiler==3.13.0" "iree-base-runtime==3.13.0"
+fi
+# ruff: the Python half of `make check-style` (ruff.toml).
+if ! "$PYTHON" -m ruff --version >/dev/null 2>&1; then
+  echo "install-deps: pip install ruff"
+  "$PYTHON" -m pip install -q ruff
 fi
 # matplotlib: the PNGs of `snapkv visualize` (and its test).
 if ! "$PYTHON" -c "import matplotlib" 2>/dev/null; then

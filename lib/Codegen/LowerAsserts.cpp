@@ -101,8 +101,8 @@ void LowerAssertsPass::checkAllocations(ModuleOp module) {
     Value pointer =
         memref::ExtractAlignedPointerAsIndexOp::create(b, loc, alloc);
     Value null = arith::ConstantIndexOp::create(b, loc, 0);
-    Value ok = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne, pointer,
-                                     null);
+    Value ok =
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne, pointer, null);
     std::string message;
     llvm::raw_string_ostream os(message);
     os << "out of memory: @" << func.getSymName() << " could not allocate a "
@@ -191,19 +191,17 @@ LogicalResult LowerAssertsPass::lowerToReport(ModuleOp module,
   Location moduleLoc = module.getLoc();
   Type ptr = LLVM::LLVMPointerType::get(ctx);
   rewriter.setInsertionPointToStart(module.getBody());
-  auto slot = LLVM::GlobalOp::create(rewriter, moduleLoc, ptr,
-                                     /*isConstant=*/false,
-                                     LLVM::Linkage::Internal, kErrorSlot,
-                                     Attribute());
+  auto slot = LLVM::GlobalOp::create(
+      rewriter, moduleLoc, ptr,
+      /*isConstant=*/false, LLVM::Linkage::Internal, kErrorSlot, Attribute());
   {
     OpBuilder::InsertionGuard guard(rewriter);
     rewriter.createBlock(&slot.getInitializerRegion());
     Value null = LLVM::ZeroOp::create(rewriter, moduleLoc, ptr);
     LLVM::ReturnOp::create(rewriter, moduleLoc, null);
   }
-  auto accessor =
-      LLVM::LLVMFuncOp::create(rewriter, moduleLoc, kLastError,
-                               LLVM::LLVMFunctionType::get(ptr, {}));
+  auto accessor = LLVM::LLVMFuncOp::create(
+      rewriter, moduleLoc, kLastError, LLVM::LLVMFunctionType::get(ptr, {}));
   {
     OpBuilder::InsertionGuard guard(rewriter);
     rewriter.setInsertionPointToStart(accessor.addEntryBlock(rewriter));

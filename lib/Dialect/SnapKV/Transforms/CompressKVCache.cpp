@@ -526,8 +526,8 @@ struct CompressKVCachePass
             std::to_string(capacity) + ", window=" + std::to_string(window) +
             ")";
     else if (kernelSize < 1 || kernelSize % 2 == 0)
-      bad = "kernel must be odd and >= 1 (got " +
-            std::to_string(kernelSize) + ")";
+      bad = "kernel must be odd and >= 1 (got " + std::to_string(kernelSize) +
+            ")";
     else if (!p)
       bad = "pooling must be avg or max (got '" + pooling + "')";
     else if (!g)

@@ -117,7 +117,8 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
       FailureOr<Row> r = row(op, rows.size(), length, extra);
       if (failed(r))
         return WalkResult::interrupt();
-      std::optional<uint64_t> full = llvm::checkedAddUnsigned(totalFull, r->full);
+      std::optional<uint64_t> full =
+          llvm::checkedAddUnsigned(totalFull, r->full);
       std::optional<uint64_t> compacted =
           llvm::checkedAddUnsigned(totalCompacted, r->compacted);
       if (!full || !compacted) {
@@ -138,9 +139,9 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
     llvm::raw_ostream &os = llvm::outs();
     os << "snapkv cache ledger: L=" << length << " g=" << extra
        << " (persistent K/V bytes)\n";
-    os << llvm::format("%-6s %-7s %4s %4s %4s %5s %2s %8s %22s %22s\n",
-                       "layer", "gqa", "B", "Hkv", "Hc", "D", "e", "kept",
-                       "full", "compacted");
+    os << llvm::format("%-6s %-7s %4s %4s %4s %5s %2s %8s %22s %22s\n", "layer",
+                       "gqa", "B", "Hkv", "Hc", "D", "e", "kept", "full",
+                       "compacted");
     for (auto [layer, r] : llvm::enumerate(rows))
       os << llvm::format("%-6u %-7s %4llu %4llu %4llu %5llu %2llu %8llu ",
                          static_cast<unsigned>(layer),
