@@ -19,9 +19,10 @@ namespace mlir::snapkv {
 
 using namespace mlir;
 
+static constexpr StringLiteral kErrorSlot = "snapkv_error_slot";
+static constexpr StringLiteral kLastError = "snapkv_last_error";
+
 namespace {
-constexpr StringLiteral kErrorSlot = "snapkv_error_slot";
-constexpr StringLiteral kLastError = "snapkv_last_error";
 
 struct LowerAssertsPass : snapkv::impl::LowerAssertsBase<LowerAssertsPass> {
   using Base::Base;
@@ -43,6 +44,8 @@ struct LowerAssertsPass : snapkv::impl::LowerAssertsBase<LowerAssertsPass> {
   LogicalResult lowerToAbort(ModuleOp module, ArrayRef<cf::AssertOp> asserts);
   LogicalResult lowerToReport(ModuleOp module, ArrayRef<cf::AssertOp> asserts);
 };
+
+} // namespace
 
 /// A failed check writes its message to stderr and aborts.
 LogicalResult LowerAssertsPass::lowerToAbort(ModuleOp module,
@@ -114,8 +117,8 @@ void LowerAssertsPass::checkAllocations(ModuleOp module) {
 /// A value of `type` for an early return that nobody reads: memref
 /// descriptors are all zeros (null pointers, so a careless free() is
 /// harmless), scalars and vectors zero, anything else poison.
-Value placeholder(OpBuilder &b, Location loc, Type type,
-                  const LLVMTypeConverter &converter) {
+static Value placeholder(OpBuilder &b, Location loc, Type type,
+                         const LLVMTypeConverter &converter) {
   if (isa<BaseMemRefType>(type)) {
     Type descriptor = converter.convertType(type);
     if (descriptor) {
@@ -269,4 +272,3 @@ LogicalResult LowerAssertsPass::lowerToReport(ModuleOp module,
   }
   return success();
 }
-} // namespace

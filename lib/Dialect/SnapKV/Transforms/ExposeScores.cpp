@@ -15,9 +15,8 @@ namespace mlir::snapkv {
 using namespace mlir;
 using namespace mlir::snapkv;
 
-namespace {
 /// "window=8 capacity=16 kernel=5 pooling=avg gqa=expand order=position".
-std::string clauses(SelectOp op) {
+static std::string clauses(SelectOp op) {
   std::string text;
   llvm::raw_string_ostream os(text);
   os << "window=" << op.getWindow() << " capacity=" << op.getCapacity()
@@ -30,6 +29,7 @@ std::string clauses(SelectOp op) {
   return text;
 }
 
+namespace {
 struct ExposeScoresPass : snapkv::impl::ExposeScoresBase<ExposeScoresPass> {
   using Base::Base;
 

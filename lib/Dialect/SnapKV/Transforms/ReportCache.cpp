@@ -17,9 +17,8 @@ namespace mlir::snapkv {
 using namespace mlir;
 using namespace mlir::snapkv;
 
-namespace {
 /// Thousands separators make the byte counts comparable at a glance.
-std::string grouped(uint64_t n) {
+static std::string grouped(uint64_t n) {
   std::string digits = std::to_string(n), out;
   for (size_t i = 0; i < digits.size(); ++i) {
     if (i && (digits.size() - i) % 3 == 0)
@@ -30,7 +29,7 @@ std::string grouped(uint64_t n) {
 }
 
 /// The product of `factors`, or nothing if it does not fit in 64 bits.
-std::optional<uint64_t> product(ArrayRef<uint64_t> factors) {
+static std::optional<uint64_t> product(ArrayRef<uint64_t> factors) {
   std::optional<uint64_t> result = 1;
   for (uint64_t factor : factors) {
     result = llvm::checkedMulUnsigned(*result, factor);
@@ -40,6 +39,7 @@ std::optional<uint64_t> product(ArrayRef<uint64_t> factors) {
   return result;
 }
 
+namespace {
 struct Row {
   GqaPolicy gqa;
   uint64_t batch, kvHeads, heads, dim, bytes, kept, full, compacted;
