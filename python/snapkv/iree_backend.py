@@ -29,7 +29,7 @@ Needs ``iree-base-compiler`` and ``iree-base-runtime`` (PyPI), numpy and ``snapk
 Command line (compares with the CPU pipeline)::
 
     python -m snapkv.iree_backend test/Models/tiny_llama_dynamic.mlir --window 8 --capacity 24 \\
-        --prompt-len 48 --seed 7 --steps 8 --compare --save-dir /tmp/snapkv-iree
+        --prompt-length 48 --seed 7 --steps 8 --compare --save-dir /tmp/snapkv-iree
 
 (The module is not called ``snapkv/iree.py`` so that running it as a script can never shadow the
 ``iree`` package.)
@@ -331,7 +331,8 @@ def main(argv=None):
     parser.add_argument("--pooling", default="avg")
     parser.add_argument("--gqa", default="expand")
     parser.add_argument("--order", default="position")
-    parser.add_argument("--prompt-len", type=int, default=48)
+    parser.add_argument("--prompt-length", "--prompt-len", type=int, default=48,
+                        dest="prompt_length")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--compare", action="store_true",
@@ -359,7 +360,7 @@ def main(argv=None):
         print(f"saved to {args.save_dir}")
     vocab = runner.signature(stages["iree_input"], "prefill").results[0].shape[-1]
     model = IreeModel(vmfb, vocab_size=vocab)
-    ids = np.random.default_rng(args.seed).integers(0, vocab, args.prompt_len)[None]
+    ids = np.random.default_rng(args.seed).integers(0, vocab, args.prompt_length)[None]
     start = time.perf_counter()
     out = model.generate(ids, args.steps)
     print(f"iree generate: {(time.perf_counter() - start) * 1e3:.1f} ms")
