@@ -397,6 +397,30 @@ def test_generate_keeps_everything_when_the_prompt_fits():
     assert "nothing is dropped" in done.stdout
 
 
+def test_generate_json():
+    needs_runner()
+    done = snapkv("generate", "--prompt", "3 1 4 1 5 9 2 6 5 3 5 8 7 9", "--window", 8,
+                  "--capacity", 10, "--steps", 2, "--json", "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    out = json.loads(done.stdout)
+    assert out["prompt"] == dict(length=14, source="given",
+                                 ids=[3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 7, 9])
+    assert out["compaction"] == dict(window=8, capacity=10, kernel=5, pooling="avg",
+                                     gqa="expand", order="position")
+    assert out["kept_per_head"] == 10
+    assert len(out["tokens"]["full"]) == len(out["tokens"]["compacted"]) == 3
+    assert [s["logical_length"] for s in out["steps"]] == [14, 15, 16]
+    assert [s["physical_rows"] for s in out["steps"]] == [
+        dict(full=14 + g, compacted=10 + g) for g in range(3)]
+    assert [s["fed_at"] for s in out["steps"]] == [None, 14, 15]
+    assert out["agreement"]["of"] == 3 and out["teacher_forced"]["of"] == 2
+    # The ledger (snapkv-report-cache) equals the bytes the runs held.
+    assert (out["ledger"]["total"]["full"], out["ledger"]["total"]["compacted"]) == \
+        (out["measured"]["full_bytes"], out["measured"]["compacted_bytes"])
+    assert out["ledger"]["layers"][0]["kept"] == 10
+
+
 # --- visualize ------------------------------------------------------------------------------
 
 def test_visualize_writes_one_png_per_layer(tmp_path):

@@ -422,9 +422,10 @@ def check_limits(text: str, path: Path, args, length: int, steps: int):
                        f"max_position_embeddings ({limit:,}, from {source}): the model was "
                        f"not built for positions beyond {limit - 1:,}")
     try:
-        runner.check_memory(text, "prefill", length, f"a {length:,}-token prompt")
+        runner.check_memory(runner.growth(text, "prefill"), "prefill", length,
+                            f"a {length:,}-token prompt")
         if steps:
-            runner.check_memory(text, "decode", length + steps,
+            runner.check_memory(runner.growth(text, "decode"), "decode", length + steps,
                                 f"a cache of up to {length + steps:,} rows")
     except runner.ResourceLimitError as error:
         raise CLIError(str(error)) from None

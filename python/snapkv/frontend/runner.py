@@ -273,10 +273,16 @@ def cache_limit_bytes() -> int:
     return int(megabytes * 1024 * 1024)
 
 
-@functools.lru_cache(maxsize=None)
 def _file_digest(path: Path) -> str:
-    """sha256 of a tool's bytes (cached per process; the tools are small: they link
-    libMLIR.so)."""
+    """sha256 of a tool's bytes (the tools are small: they link libMLIR.so). Remembered per
+    process while the file's size and modification time stay the same, so a tool rebuilt
+    under a running process is hashed again."""
+    stat = path.stat()
+    return _digest_of(str(path), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=None)
+def _digest_of(path: str, size: int, mtime_ns: int) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -549,11 +555,11 @@ def _gigabytes(count: int) -> str:
     return f"{count / 1e9:,.1f} GB" if count >= 1e8 else f"{count / 1e6:,.1f} MB"
 
 
-def check_memory(text: str, name: str, length: int, what: str,
-                 terms: Optional[dict] = None):
-    """Raise ResourceLimitError when the largest tensor of ``@name`` at `length` alone needs
-    more than the memory available. `what` names the length in the message."""
-    need, ttype = largest_tensor(terms if terms is not None else growth(text, name), length)
+def check_memory(terms: dict, name: str, length: int, what: str):
+    """Raise ResourceLimitError when the largest tensor of ``@name`` (`terms`, see
+    :func:`growth`) at `length` alone needs more than the memory available. `what` names the
+    length in the message."""
+    need, ttype = largest_tensor(terms, length)
     have = available_memory()
     if have is not None and need > have:
         raise ResourceLimitError(
@@ -800,12 +806,11 @@ class CompiledModel:
                 f"a {length:,}-token prompt" + (f" and {steps:,} decode steps" if steps else "")
                 + f" reach position {last:,}, past the model's max_position_embeddings "
                 f"({self.max_positions:,}: positions 0..{self.max_positions - 1:,})")
-        check_memory("", "prefill", length, f"a {length:,}-token prompt",
-                     terms=self._growth["prefill"])
+        check_memory(self._growth["prefill"], "prefill", length, f"a {length:,}-token prompt")
         if steps:
             rows = length + steps  # an upper bound of the cache rows decode sees
-            check_memory("", "decode", rows, f"a cache of up to {rows:,} rows",
-                         terms=self._growth["decode"])
+            check_memory(self._growth["decode"], "decode", rows,
+                         f"a cache of up to {rows:,} rows")
 
     @property
     def from_cache(self) -> bool:
@@ -866,8 +871,7 @@ class CompiledModel:
             raise ResourceLimitError(f"position {position:,} is past the model's "
                                      f"max_position_embeddings ({self.max_positions:,})")
         rows = max((c.shape[2] for c in caches if np.ndim(c) == 4), default=0) + 1
-        check_memory("", "decode", rows, f"a cache of {rows:,} rows",
-                     terms=self._growth["decode"])
+        check_memory(self._growth["decode"], "decode", rows, f"a cache of {rows:,} rows")
         out = self._decode(ids, np.array([int(position)], dtype=np.int64), *caches)
         return out[0], out[1:]
 
