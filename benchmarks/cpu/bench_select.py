@@ -13,6 +13,7 @@ between this script's markers in that file. Timings are measurements, never pass
 
 import argparse
 import datetime
+import functools
 import os
 import platform
 import re
@@ -30,13 +31,12 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from snapkv import tools  # noqa: E402
 
 B, HQ, HKV, D, W, C, KERNEL = 1, 32, 8, 128, 32, 1024, 5
 Q_AMP = 2.0  # power of two (exact); sharpens the softmax a little so votes have structure
 SEEDS = {"q": 1, "k": 2, "v": 3}
-LLVM_BIN = Path("/usr/lib/llvm-22/bin")
-LLVM_LIB = Path("/usr/lib/llvm-22/lib")
-RUNNER_LIBS = [LLVM_LIB / "libmlir_runner_utils.so", LLVM_LIB / "libmlir_c_runner_utils.so"]
+RUNNER_LIBS = tools.runner_libs()
 BEGIN, END = "<!-- bench_select:cpu:begin -->", "<!-- bench_select:cpu:end -->"
 
 # ---------------------------------------------------------------------------------------
@@ -373,8 +373,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lengths", default="4096,16384", help="comma-separated prompt lengths")
     ap.add_argument("--runs", type=int, default=7, help="timed runs per implementation (>=5)")
-    ap.add_argument("--snapkv-opt", default=str(REPO / "build/bin/snapkv-opt"))
-    ap.add_argument("--mlir-runner", default=str(LLVM_BIN / "mlir-runner"))
+    ap.add_argument("--snapkv-opt", default=str(tools.snapkv_opt()))
+    ap.add_argument("--mlir-runner", default=str(tools.mlir_runner()))
     ap.add_argument("--skip-compiled", action="store_true",
                     help="only numpy and torch (e.g. before snapkv-opt is built)")
     ap.add_argument("--keep", metavar="DIR", help="keep the generated/lowered MLIR in DIR")
@@ -384,8 +384,9 @@ def main():
         ap.error("--runs must be >= 5")
 
     import torch
-    from snapkv import reference
     from torch_update_kv import SnapKVCluster, repeat_kv, update_kv
+
+    from snapkv import reference
 
     threads = os.cpu_count()
     torch.set_num_threads(threads)
@@ -412,16 +413,16 @@ def main():
         with torch.inference_mode():
             # Baseline: the official function on K/V already repeated to Hq heads.
             row["torch"], _ = median_time(
-                lambda: cluster.update_kv(tk_rep, tq, tv_rep, None, n_rep), args.runs)
+                functools.partial(cluster.update_kv, tk_rep, tq, tv_rep, None, n_rep), args.runs)
             # Same inputs as snapkv.select (Hkv heads), so the GQA repeat is included.
             row["torch_rep"], _ = median_time(
-                lambda: update_kv(tq, tk, tv, W, C, KERNEL, "avg"), args.runs)
+                functools.partial(update_kv, tq, tk, tv, W, C, KERNEL, "avg"), args.runs)
             _, _, torch_idx = cluster.update_kv(tk_rep, tq, tv_rep, None, n_rep,
                                                 return_indices=True)
         torch_idx = torch_idx[0].numpy()
 
         row["numpy"], _ = median_time(
-            lambda: reference.select(q, k, v, W, C, KERNEL, "avg"), args.runs)
+            functools.partial(reference.select, q, k, v, W, C, KERNEL, "avg"), args.runs)
         ref = reference.select(q, k, v, W, C, KERNEL, "avg")
         ref_idx, pooled = ref.indices[0], ref.pooled[0]
         note = {"L": length, "torch_vs_ref": compare_sets(torch_idx, ref_idx, pooled)}
@@ -429,11 +430,13 @@ def main():
         if not args.skip_compiled:
             low, info = lower(length, args.runs, args.snapkv_opt, workdir)
             # As documented (no LLVM IR optimisation in mlir-runner by default) and with --O3.
-            times, comp_idx, checksum, wall, stack = run_compiled(low, args.runs, args.mlir_runner)
+            times, comp_idx, checksum, wall, stack = run_compiled(low, args.runs,
+                                                                  args.mlir_runner)
             times3, comp_idx3, _, _, stack3 = run_compiled(low, args.runs, args.mlir_runner,
                                                            ["--O3"])
             row["stack"], row["stack_o3"] = stack, stack3
-            row["compiled"], row["compiled_o3"] = statistics.median(times), statistics.median(times3)
+            row["compiled"] = statistics.median(times)
+            row["compiled_o3"] = statistics.median(times3)
             note.update(info, checksum=checksum, runner_wall=wall,
                         compiled_vs_torch=compare_sets(comp_idx, torch_idx, pooled),
                         compiled_eq_ref=int((comp_idx == ref_idx).all(axis=-1).sum()),
@@ -442,8 +445,12 @@ def main():
         notes.append(note)
         print(f"L={length} done", flush=True)
 
-    ms = lambda s: f"{s * 1e3:.2f}" if s is not None else "n/a"
-    speedup = lambda s, base: f"{base / s:.2f}x" if s is not None else "n/a"
+    def ms(s):
+        return f"{s * 1e3:.2f}" if s is not None else "n/a"
+
+    def speedup(s, base):
+        return f"{base / s:.2f}x" if s is not None else "n/a"
+
     head = ["L", "compiled `snapkv.select` (ms)", "compiled, runner `--O3` (ms)",
             "numpy reference (ms)", f"PyTorch eager `update_kv` (ms, {threads} threads)",
             "PyTorch incl. `repeat_kv` (ms)", "compiled vs PyTorch", "compiled `--O3` vs PyTorch",
@@ -504,12 +511,14 @@ def main():
         md = [
             "## CPU: `snapkv.select` vs numpy reference vs PyTorch eager",
             "",
-            f"Measured {date} with `python3 benchmarks/cpu/bench_select.py --write docs/benchmarks.md`.",
+            f"Measured {date} with "
+            "`python3 benchmarks/cpu/bench_select.py --write docs/benchmarks.md`.",
             "",
             f"* Machine: {mach['cpu']}, {mach['cores']} cores; {load}.",
             "* Software: " + ", ".join(f"{k} {v}" for k, v in vers.items()) + ".",
-            f"* Shape: B={B}, Hq={HQ}, Hkv={HKV}, D={D}, W={W}, C={C}, kernel {KERNEL}, avg pooling, "
-            "gqa expand, order position, f32. All implementations get the same hashed inputs.",
+            f"* Shape: B={B}, Hq={HQ}, Hkv={HKV}, D={D}, W={W}, C={C}, kernel {KERNEL}, "
+            "avg pooling, gqa expand, order position, f32. All implementations get the same "
+            "hashed inputs.",
             f"* Median of {args.runs} runs after one warm-up.",
             "* Compiled: `snapkv-opt --snapkv-cpu-pipeline`, then `mlir-runner -e main "
             "-entry-point-result=void` (JIT; by default it runs no LLVM IR optimisation, the "
@@ -518,7 +527,8 @@ def main():
             f"* PyTorch: eager port of the official `SnapKVCluster.update_kv` on K/V already "
             f"repeated to Hq heads, `torch.set_num_threads({threads})`; the `repeat_kv` column "
             "starts from Hkv heads like `snapkv.select`.",
-            f"* numpy: `snapkv.reference.select` (float64 internally); BLAS environment: {env_text}.",
+            "* numpy: `snapkv.reference.select` (float64 internally); "
+            f"BLAS environment: {env_text}.",
             "* `X vs PyTorch` = PyTorch eager `update_kv` time / X time (>1: X is faster).",
             "",
             table,

@@ -88,7 +88,9 @@ void snapkv::buildCPUPipeline(OpPassManager &pm,
   // Before control flow: OpenMP's alloca scopes must keep one block.
   pm.addPass(createFinalizeMemRefToLLVMConversionPass());
   pm.addPass(createSCFToControlFlowPass());
-  pm.addPass(createLowerAsserts());
+  LowerAssertsOptions asserts;
+  asserts.mode = options.asserts;
+  pm.addPass(createLowerAsserts(asserts));
   pm.addPass(createConvertVectorToLLVMPass());
   pm.addPass(createConvertMathToLLVMPass());
   pm.addPass(createArithToLLVMConversionPass());

@@ -1,4 +1,4 @@
-"""Numpy reference of the SnapKV selection (SPEC section 2).
+"""Numpy reference of the SnapKV selection (docs/semantics.md).
 
 Votes and pooled scores are computed in float64 from the exact input values; the compiled code
 works in f32, so tests compare it with this reference only away from near-ties."""

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from snapkv.dtypes import bits, from_float32
-from snapkv.mlirgen import (GPU_EMULATION, Case, ToolError, run_batches, run_cases,
-                            snapkv_opt_path)
+from snapkv.mlirgen import GPU_EMULATION, Case, ToolError, run_batches, run_cases
+from snapkv.tools import snapkv_opt
 
 RANDOM_CASES = 300
 TIE_CASES = 40
@@ -50,7 +50,10 @@ def draw_config(rng):
     kind = rng.choice(["long", "long", "long", "equal", "short", "window"])
     length = {"long": capacity + int(rng.integers(1, 25)), "equal": capacity,
               "short": int(rng.integers(window, capacity)), "window": window}[kind]
-    pick = lambda options: options[int(rng.integers(len(options)))]
+
+    def pick(options):
+        return options[int(rng.integers(len(options)))]
+
     scale = float(np.float32(rng.uniform(0.05, 1.5))) if rng.random() < 0.4 else None
     dynamic = bool(rng.random() < DYNAMIC_SHARE)
     batch, kv_heads, group = (int(x) for x in rng.integers(1, [3, 4, 4]))
@@ -155,8 +158,8 @@ def isolate_errors(cases, outputs, pre_passes=()):
 
 
 def check(cases, pre_passes=()):
-    if not snapkv_opt_path().is_file():
-        pytest.skip(f"snapkv-opt not built ({snapkv_opt_path()}); set SNAPKV_OPT to use another")
+    if not snapkv_opt().is_file():
+        pytest.skip(f"snapkv-opt not built ({snapkv_opt()}); set SNAPKV_OPT to use another")
     outputs = isolate_errors(
         cases, run_batches(cases, batch_size=BATCH, pre_passes=pre_passes), pre_passes)
     failures = compare(cases, outputs)

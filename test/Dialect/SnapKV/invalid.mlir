@@ -1,5 +1,5 @@
 // RUN: snapkv-opt %s -split-input-file -verify-diagnostics
-// One case per verifier rule of SPEC section 3; messages name the offending value.
+// One case per verifier rule of the op (docs/semantics.md); messages name the offending value.
 
 // rank of queries
 func.func @f0(%q: tensor<4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {

@@ -110,8 +110,8 @@ LogicalResult checkOperand(Operation *op, StringRef name, RankedTensorType type,
 }
 } // namespace
 
-/// The rules of SPEC section 3 on operands and attributes, shared by select
-/// and score. `vTy` is null for score, `capacity` empty for score.
+/// The rules of docs/semantics.md (the op) on operands and attributes, shared
+/// by select and score. `vTy` is null for score, `capacity` empty for score.
 static LogicalResult
 verifyInputs(Operation *op, RankedTensorType qTy, RankedTensorType kTy,
              RankedTensorType vTy, IntegerAttr windowAttr,

@@ -623,8 +623,8 @@ struct CompressKVCachePass
             std::to_string(capacity) + ", window=" + std::to_string(window) +
             ")";
     else if (kernelSize < 1 || kernelSize % 2 == 0)
-      bad = "kernel-size must be odd and >= 1 (got " +
-            std::to_string(kernelSize) + ")";
+      bad = "kernel must be odd and >= 1 (got " + std::to_string(kernelSize) +
+            ")";
     else if (!p)
       bad = "pooling must be avg or max (got '" + pooling + "')";
     else if (!g)
@@ -633,8 +633,9 @@ struct CompressKVCachePass
       bad = "order must be position or score (got '" + order + "')";
     else if (prefillFunc.empty())
       bad = "prefill-func must name a function";
+    // At a location, not on the module op, which mlir-opt would print whole.
     if (!bad.empty())
-      return module.emitError() << "snapkv-compress-kv-cache: " << bad;
+      return emitError(module.getLoc()) << "snapkv-compress-kv-cache: " << bad;
     poolingKind = *p;
     gqaPolicy = *g;
     orderKind = *o;
@@ -767,8 +768,9 @@ struct CompressKVCachePass
     if (decode)
       rewriteDecode(decode, *dec);
     if (failed(verify(module))) {
-      module.emitError() << "snapkv-compress-kv-cache produced invalid IR "
-                            "(a bug: please report it with this input)";
+      emitError(module.getLoc())
+          << "snapkv-compress-kv-cache produced invalid IR (a bug: please "
+             "report it with this input)";
       return signalPassFailure();
     }
   }
