@@ -94,6 +94,11 @@ def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
     unchanged with a warning that names the function and the reason;
     `strict=true` makes that an error. Decode is optional (`decode-func=""`
     rewrites prefill only).
+
+    `scoring` other than `votes` builds the same compacted model with a
+    comparison ranking of the select (`snapkv.select`'s `scoring` clause):
+    `prefix_votes`, `recent` with `sinks`, or `random` with `seed` (layer `l`
+    draws with `seed + l`, so layers differ).
   }];
   let dependentDialects = [
     "::mlir::snapkv::SnapKVDialect",
@@ -115,6 +120,13 @@ def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
            "GQA policy: expand (Hq cache heads), mean or max (Hkv heads)">,
     Option<"order", "order", "std::string", /*default=*/"\"position\"",
            "Order of kept positions: position or score">,
+    Option<"scoring", "scoring", "std::string", /*default=*/"\"votes\"",
+           "What ranks the prefix: votes (SnapKV), or for comparison "
+           "prefix_votes, recent (StreamingLLM) or random">,
+    Option<"sinks", "sinks", "int64_t", /*default=*/"4",
+           "scoring=recent: leading positions always kept">,
+    Option<"seed", "seed", "int64_t", /*default=*/"0",
+           "scoring=random: seed of the draw (layer l uses seed + l)">,
     Option<"prefillFunc", "prefill-func", "std::string",
            /*default=*/"\"prefill\"", "Name of the prefill function">,
     Option<"decodeFunc", "decode-func", "std::string",
