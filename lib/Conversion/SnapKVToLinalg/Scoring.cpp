@@ -167,60 +167,78 @@ Formulation::tileStatistics(Value logitsT, const KeyTiles &tiles, Value prefix,
   Value start = tiles.start;
   SmallVector<OpFoldResult> shape = {ofr(s.batch), ofr(s.kvHeads), count,
                                      ofr(s.group), ofr(s.window)};
-  // Loops (b, kv, n, g, jt, w): the rows w are the innermost, parallel axis.
-  SmallVector<AffineMap> maps = {map(6, {0, 1, 2, 4, 3, 5}),
-                                 map(6, {0, 1, 2, 3, 5})};
-  SmallVector<IteratorType> iters = {par, par, par, par, red, par};
-  Value start32 = arith::IndexCastOp::create(b, loc, i32, start);
-  Value prefix32 = arith::IndexCastOp::create(b, loc, i32, prefix);
   int64_t tile = keyTile;
   float scale = s.scale;
-  // Column n*T + jt (+ the span's start) is visible to window row w when it
-  // is at most P + w; with `scoring prefix_votes` only prefix columns (< P)
-  // count, so the window columns leave the denominator.
+  // Column n*T + jt of the span is visible to window row w when it is at
+  // most P + w (relative to the span: rowLimit[w] = P + w - start); with
+  // `scoring prefix_votes` only prefix columns (< P) count, so the window
+  // columns leave the denominator. The column offsets jt and the limits are
+  // small i32 inputs rather than index arithmetic on every element.
   bool prefixOnly = s.scoring == Scoring::prefix_votes;
-  auto visible = [=](OpBuilder &nb, Location l) {
-    Value n = indexAsI32(nb, l, 2), jt = indexAsI32(nb, l, 4),
-          w = indexAsI32(nb, l, 5);
+  SmallVector<int32_t> offsets(tile);
+  for (int64_t j = 0; j < tile; ++j)
+    offsets[j] = static_cast<int32_t>(j);
+  auto offsetsTy = RankedTensorType::get({tile}, i32);
+  Value columnOffsets = arith::ConstantOp::create(
+      b, loc, offsetsTy, DenseIntElementsAttr::get(offsetsTy, offsets));
+  Value base32 = arith::IndexCastOp::create(
+      b, loc, i32, arith::SubIOp::create(b, loc, prefix, start));
+  Value rowLimits =
+      generic(RankedTensorType::get({s.window}, i32), {},
+              {empty({ofr(s.window)}, i32)}, {map(1, {0})}, {par},
+              [=](OpBuilder &nb, Location l, ValueRange) {
+                Value limit = base32;
+                if (prefixOnly)
+                  limit = arith::SubIOp::create(
+                      nb, l, limit,
+                      arith::ConstantOp::create(nb, l, nb.getI32IntegerAttr(1)));
+                else
+                  limit = arith::AddIOp::create(nb, l, limit,
+                                                indexAsI32(nb, l, 0));
+                linalg::YieldOp::create(nb, l, ValueRange{limit});
+              })
+          .getResult(0);
+  auto visible = [=](OpBuilder &nb, Location l, Value offset, Value limit) {
+    Value n = indexAsI32(nb, l, 2);
     Value tileC = arith::ConstantOp::create(nb, l, nb.getI32IntegerAttr(tile));
     Value col = arith::AddIOp::create(
-        nb, l, start32,
-        arith::AddIOp::create(nb, l, arith::MulIOp::create(nb, l, n, tileC),
-                              jt));
-    if (prefixOnly)
-      return arith::CmpIOp::create(nb, l, arith::CmpIPredicate::slt, col,
-                                   prefix32);
-    Value last = arith::AddIOp::create(nb, l, prefix32, w);
-    return arith::CmpIOp::create(nb, l, arith::CmpIPredicate::sle, col, last);
+        nb, l, arith::MulIOp::create(nb, l, n, tileC), offset);
+    return arith::CmpIOp::create(nb, l, arith::CmpIPredicate::sle, col, limit);
   };
   auto scaled = [=](OpBuilder &nb, Location l, Value x) {
     return arith::MulFOp::create(nb, l, x, constF32(nb, l, scale));
   };
+  // Loops (b, kv, n, g, jt, w): the rows w are the innermost, parallel axis.
+  AffineMap logitsMap = map(6, {0, 1, 2, 4, 3, 5}), offsetMap = map(6, {4}),
+            limitMap = map(6, {5}), statMap = map(6, {0, 1, 2, 3, 5});
+  SmallVector<IteratorType> iters = {par, par, par, par, red, par};
   auto maxOp = generic(
       RankedTensorType::get({s.batch, s.kvHeads,
                              getConstantIntValue(count).value_or(
                                  ShapedType::kDynamic),
                              s.group, s.window},
                             f32),
-      {logitsT}, {filled(shape, f32, cF32(kNegInf))}, maps, iters,
+      {logitsT, columnOffsets, rowLimits}, {filled(shape, f32, cF32(kNegInf))},
+      {logitsMap, offsetMap, limitMap, statMap}, iters,
       [&](OpBuilder &nb, Location l, ValueRange args) {
-        Value x = arith::SelectOp::create(nb, l, visible(nb, l),
+        Value x = arith::SelectOp::create(nb, l, visible(nb, l, args[1], args[2]),
                                           scaled(nb, l, args[0]),
                                           constF32(nb, l, kNegInf));
         linalg::YieldOp::create(
-            nb, l, ValueRange{arith::MaximumFOp::create(nb, l, args[1], x)});
+            nb, l, ValueRange{arith::MaximumFOp::create(nb, l, args[3], x)});
       });
   Value tileMax = maxOp.getResult(0);
-  maps.insert(maps.begin() + 1, map(6, {0, 1, 2, 3, 5}));
   auto sumOp = generic(
-      tileMax.getType(), {logitsT, tileMax}, {filled(shape, f32, cF32(0.0f))},
-      maps, iters, [&](OpBuilder &nb, Location l, ValueRange args) {
+      tileMax.getType(), {logitsT, tileMax, columnOffsets, rowLimits},
+      {filled(shape, f32, cF32(0.0f))},
+      {logitsMap, statMap, offsetMap, limitMap, statMap}, iters,
+      [&](OpBuilder &nb, Location l, ValueRange args) {
         Value e = math::ExpOp::create(
             nb, l, shifted(nb, l, scaled(nb, l, args[0]), args[1]));
-        Value x = arith::SelectOp::create(nb, l, visible(nb, l), e,
-                                          constF32(nb, l, 0.0f));
+        Value x = arith::SelectOp::create(nb, l, visible(nb, l, args[2], args[3]),
+                                          e, constF32(nb, l, 0.0f));
         linalg::YieldOp::create(
-            nb, l, ValueRange{arith::AddFOp::create(nb, l, args[2], x)});
+            nb, l, ValueRange{arith::AddFOp::create(nb, l, args[4], x)});
       });
   // One tile of T x (G*W) logits is computed per (b, kv, n, g) and used by
   // both statistics.

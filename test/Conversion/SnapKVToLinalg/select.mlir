@@ -19,15 +19,19 @@
 // CHECK: %[[L1:.*]] = linalg.generic {{.*}}iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel", "parallel", "reduction"]} ins(%[[QT]], %[[KT]] : {{.*}}) outs(%{{.*}} : tensor<1x2x1x16x2x4xf32>)
 // CHECK: arith.mulf {{.*}} fastmath<contract> : f32
 // Tile maximum over the causally visible columns: column n*16 + jt is
-// visible to window row w when it is at most P + w = 12 + w.
-// CHECK: %[[TMAX:.*]] = linalg.generic {{.*}} ins(%[[L1]] : tensor<1x2x1x16x2x4xf32>) outs(%{{.*}} : tensor<1x2x1x2x4xf32>)
+// visible to window row w when it is at most P + w = 12 + w (the column
+// offsets 0..15 and the row limits 12 + w are i32 inputs).
+// CHECK: %[[OFFSETS:.*]] = arith.constant dense<[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]> : tensor<16xi32>
+// CHECK: %[[LIMITS:.*]] = linalg.generic {{.*}} outs(%{{.*}} : tensor<4xi32>)
+// CHECK: linalg.index 0
+// CHECK: %[[TMAX:.*]] = linalg.generic {{.*}} ins(%[[L1]], %[[OFFSETS]], %[[LIMITS]] : tensor<1x2x1x16x2x4xf32>, tensor<16xi32>, tensor<4xi32>) outs(%{{.*}} : tensor<1x2x1x2x4xf32>)
 // CHECK: arith.muli %{{.*}}, %c16_i32
 // CHECK: arith.cmpi sle
 // CHECK: arith.mulf %{{.*}}, %cst{{.*}} : f32
 // CHECK: arith.maximumf
 // Tile sum of exp(x - max) over the same columns (a column equal to the
 // maximum gets exponent 0).
-// CHECK: %[[TSUM:.*]] = linalg.generic {{.*}} ins(%[[L1]], %[[TMAX]] :
+// CHECK: %[[TSUM:.*]] = linalg.generic {{.*}} ins(%[[L1]], %[[TMAX]], %[[OFFSETS]], %[[LIMITS]] :
 // CHECK: arith.cmpf oeq
 // CHECK: math.exp
 // CHECK: arith.cmpi sle
