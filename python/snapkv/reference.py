@@ -42,9 +42,9 @@ def select(q, k, v, window, capacity, kernel=5, pooling="avg", gqa="expand",
     elem = _validate(q, k, v, window, capacity, kernel, pooling, gqa, order, scale, dtype)
     if scoring not in SCORINGS:
         raise ValueError(f"scoring must be one of {SCORINGS}, got {scoring!r}")
-    if not 0 <= sinks <= capacity - window:
+    if scoring == "recent" and not 0 <= sinks <= capacity - window:
         raise ValueError(f"sinks must be between 0 and capacity - window, got {sinks}")
-    if seed < 0:
+    if scoring == "random" and seed < 0:
         raise ValueError(f"seed must be non-negative, got {seed}")
     batch, q_heads, _, dim = q.shape
     kv_heads, length = k.shape[1], k.shape[2]

@@ -86,8 +86,8 @@ def SnapKV_SelectOp : SnapKV_Op<"select",
   let assemblyFormat = [{
     $queries `,` $keys `,` $values
     `window` $window `capacity` $capacity
-    (`kernel` $kernel^)? (`pooling` $pooling^)? (`gqa` $gqa^)?
-    (`order` $order^)? (`scale` $scale^)? (`scoring` $scoring^)?
+    (`kernel` $kernel^)? (`pooling` `` $pooling^)? (`gqa` `` $gqa^)?
+    (`order` `` $order^)? (`scale` $scale^)? (`scoring` `` $scoring^)?
     (`sinks` $sinks^)? (`seed` $seed^)?
     attr-dict `:` functional-type(operands, results)
   }];
@@ -162,7 +162,7 @@ def SnapKV_ScoreOp : SnapKV_Op<"score", [Pure]> {
 
   let assemblyFormat = [{
     $queries `,` $keys `window` $window
-    (`kernel` $kernel^)? (`pooling` $pooling^)? (`gqa` $gqa^)?
+    (`kernel` $kernel^)? (`pooling` `` $pooling^)? (`gqa` `` $gqa^)?
     (`scale` $scale^)?
     attr-dict `:` functional-type(operands, results)
   }];
