@@ -28,7 +28,7 @@ class Selection:
 
 
 def select(q, k, v, window, capacity, kernel=5, pooling="avg", gqa="expand",
-           order="position", scale=None, dtype=None, scoring="votes", sinks=4, seed=0):
+           order="position", scale=None, dtype=None, scoring="votes", sinks=None, seed=0):
     """SnapKV selection of q [B,Hq,W,D] over k, v [B,Hkv,L,D].
 
     Arrays are float32 or float16; bf16 arrays are uint16 bit patterns with dtype="bf16".
@@ -42,6 +42,8 @@ def select(q, k, v, window, capacity, kernel=5, pooling="avg", gqa="expand",
     elem = _validate(q, k, v, window, capacity, kernel, pooling, gqa, order, scale, dtype)
     if scoring not in SCORINGS:
         raise ValueError(f"scoring must be one of {SCORINGS}, got {scoring!r}")
+    if sinks is None:  # the op's default: 4, or capacity - window if smaller
+        sinks = min(4, capacity - window)
     if scoring == "recent" and not 0 <= sinks <= capacity - window:
         raise ValueError(f"sinks must be between 0 and capacity - window, got {sinks}")
     if scoring == "random" and seed < 0:

@@ -40,6 +40,17 @@ func.func @main() {
     -> (tensor<1x2x5x4xf32>, tensor<1x2x5x4xf32>, tensor<1x2x5xi64>)
   call @print(%a#2) : (tensor<1x2x5xi64>) -> ()
 
+  // recent with the default sinks, more than the K = 2 kept prefix positions: the sinks
+  // are capped at K, so the prefix keeps positions 0 and 1.
+  // CHECK: sizes = [1, 2, 4]
+  // CHECK-NEXT: {{^\[\[\[}}0, 1, 6, 7],
+  %small:3 = snapkv.select %q2, %k2, %k2 window 2 capacity 4 scoring recent
+    : (tensor<1x2x2x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>)
+    -> (tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>, tensor<1x2x4xi64>)
+  %sm = bufferization.to_buffer %small#2 : tensor<1x2x4xi64> to memref<1x2x4xi64>
+  %su = memref.cast %sm : memref<1x2x4xi64> to memref<*xi64>
+  call @printMemrefI64(%su) : (memref<*xi64>) -> ()
+
   // recent, no sinks: the last C positions.
   // CHECK: sizes = [1, 2, 5]
   // CHECK-NEXT: {{^\[\[\[}}3, 4, 5, 6, 7],

@@ -636,7 +636,8 @@ struct CompressKVCachePass
     else if (!s)
       bad = "scoring must be votes, prefix_votes, recent or random (got '" +
             scoring + "')";
-    else if (*s == Scoring::recent && (sinks < 0 || sinks > capacity - window))
+    else if (*s == Scoring::recent && sinks.hasValue() &&
+             (sinks < 0 || sinks > capacity - window))
       bad = "sinks must be between 0 and capacity - window (got " +
             std::to_string(sinks) + ")";
     else if (*s == Scoring::random && seed < 0)
@@ -700,7 +701,8 @@ struct CompressKVCachePass
       // differently from the model's logits.
       FloatAttr scale = b.getF32FloatAttr(m.scale);
       std::optional<int64_t> layerSinks, layerSeed;
-      if (scoringKind == Scoring::recent)
+      // Unset, the op's default applies (4, or capacity - window).
+      if (scoringKind == Scoring::recent && sinks.hasValue())
         layerSinks = sinks;
       if (scoringKind == Scoring::random)
         layerSeed = seed + static_cast<int64_t>(index);

@@ -39,7 +39,8 @@ def SnapKV_SelectOp : SnapKV_Op<"select",
     * `scoring` (default `votes`, the above) replaces the ranking, for
       comparisons: `prefix_votes` leaves the window columns out of the softmax
       denominator (as some inference engines do); `recent` keeps `sinks`
-      (default 4) leading positions and the most recent ones (StreamingLLM);
+      (default 4, or capacity - window if smaller) leading positions and the
+      most recent ones (StreamingLLM);
       `random` ranks by a hash of (`seed`, batch, head, position), i.e. a
       uniform random choice that is reproducible from `seed` (default 0).
       Pooling and GQA aggregation only apply to the votes.
@@ -117,8 +118,13 @@ def SnapKV_SelectOp : SnapKV_Op<"select",
 
     /// The softmax scale: the `scale` attribute or `1/sqrt(D)`.
     double getEffectiveScale();
-    /// Leading positions kept by `scoring recent` (default 4).
-    int64_t getEffectiveSinks() { return getSinks().value_or(4); }
+    /// Leading positions kept by `scoring recent` (default 4, at most
+    /// capacity - window).
+    int64_t getEffectiveSinks() {
+      return getSinks().value_or(
+          std::min<int64_t>(4, getCapacityAttr().getInt() -
+                                   getWindowAttr().getInt()));
+    }
     /// Seed of `scoring random` (default 0).
     int64_t getEffectiveSeed() { return getSeed().value_or(0); }
   }];

@@ -124,7 +124,8 @@ def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
            "What ranks the prefix: votes (SnapKV), or for comparison "
            "prefix_votes, recent (StreamingLLM) or random">,
     Option<"sinks", "sinks", "int64_t", /*default=*/"4",
-           "scoring=recent: leading positions always kept">,
+           "scoring=recent: leading positions always kept (default 4, or "
+           "capacity - window if smaller)">,
     Option<"seed", "seed", "int64_t", /*default=*/"0",
            "scoring=random: seed of the draw (layer l uses seed + l)">,
     Option<"prefillFunc", "prefill-func", "std::string",
