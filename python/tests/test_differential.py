@@ -37,7 +37,8 @@ def decisive_scores_separated(ref, case):
         # Position order depends on the kept/dropped boundary, score order on every kept rank.
         critical = ranked[keep - 1:keep + 1] if case.order != "score" else ranked[:keep + 1]
         for x in critical:
-            gap = np.abs(scores - x)
+            with np.errstate(invalid="ignore"):  # inf - inf: the sinks of scoring recent
+                gap = np.abs(scores - x)
             near = (gap > 0) & (gap < TOLERANCE * np.maximum(np.abs(scores), abs(x)) + 1e-30)
             if near.any():
                 return False
