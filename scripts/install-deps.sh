@@ -4,7 +4,7 @@
 set -euo pipefail
 
 apt_packages=(llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools clang-22
-              lld-22 libclang-rt-22-dev libomp-22-dev ninja-build ccache cmake)
+              clang-format-22 lld-22 libclang-rt-22-dev libomp-22-dev ninja-build ccache cmake)
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
@@ -55,6 +55,11 @@ if [ -z "${CUDA_ROOT:-}${CUDA_HOME:-}" ] && [ ! -x /usr/local/cuda/bin/ptxas ] \
   echo "install-deps: pip install --target $cuda_wheels nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88"
   "$PYTHON" -m pip install -q --no-deps --target "$cuda_wheels" \
     nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88
+fi
+# ruff: the Python half of `make check-style` (ruff.toml).
+if ! "$PYTHON" -m ruff --version >/dev/null 2>&1; then
+  echo "install-deps: pip install ruff"
+  "$PYTHON" -m pip install -q ruff
 fi
 # matplotlib: the PNGs of `snapkv visualize` (and its test).
 if ! "$PYTHON" -c "import matplotlib" 2>/dev/null; then

@@ -289,7 +289,7 @@ def main():
     ap.add_argument("--plain-only", action="store_true",
                     help="never raise IREE's stack limit (a module it refuses is reported)")
     ap.add_argument("--skip-model", action="store_true")
-    ap.add_argument("--snapkv-opt", default=str(REPO / "build/bin/snapkv-opt"))
+    ap.add_argument("--snapkv-opt", default=str(bs.tools.snapkv_opt()))
     ap.add_argument("--cache-dir", help="where our compiled .so files are kept")
     ap.add_argument("--write", metavar="MD")
     ap.add_argument("--json", metavar="FILE")

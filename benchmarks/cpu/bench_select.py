@@ -57,14 +57,12 @@ REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(REPO / "python"))
 sys.path.insert(0, str(HERE))
+from snapkv import tools  # noqa: E402
 
 HQ, HKV, D, W, C, KERNEL = 32, 8, 128, 32, 1024, 5
 Q_AMP = 2.0  # power of two (exact); sharpens the softmax a little so votes have structure
 SEEDS = {"q": 1, "k": 2, "v": 3}
-LLVM_BIN = Path("/usr/lib/llvm-22/bin")
-LLVM_LIB = Path("/usr/lib/llvm-22/lib")
-RUNNER_LIBS = [LLVM_LIB / "libmlir_runner_utils.so", LLVM_LIB / "libmlir_c_runner_utils.so",
-               LLVM_LIB / "libomp.so"]   # --snapkv-cpu-pipeline's parallel loops call libomp
+RUNNER_LIBS = tools.runner_libs()   # with libomp: --snapkv-cpu-pipeline's parallel loops
 AOT_CFLAGS = ("-O3", "-march=native")
 BEGIN, END = "<!-- bench_select:cpu:begin -->", "<!-- bench_select:cpu:end -->"
 
@@ -296,8 +294,8 @@ class AotFunction:
     def __init__(self, body, name, cache_dir=None):
         from snapkv.frontend import runner
         text = "module {\n" + body + "\n}\n"
-        self.library = runner.compile_library(text, (name,), cache_dir=cache_dir,
-                                              cflags=AOT_CFLAGS)
+        self.library = runner.compile_library(text, cache_dir=cache_dir, cflags=AOT_CFLAGS,
+                                              label=name)
         self.text = text
         self.function = runner.CompiledFunction(ctypes.CDLL(str(self.library.path)), name,
                                                 runner.signature(text, name))
@@ -321,7 +319,7 @@ def lowered_facts(text, opt_tool):
 def omp_threads():
     """The thread count libomp gives a parallel region in this process."""
     try:
-        lib = ctypes.CDLL(str(LLVM_LIB / "libomp.so"))
+        lib = ctypes.CDLL(str(tools.llvm_lib_dir() / "libomp.so"))
         return int(lib.omp_get_max_threads())
     except OSError:
         return None
@@ -374,8 +372,8 @@ def _raise_stack():
 def fma_peak(workdir, threads=(1, 2)):
     """{threads: GFLOP/s} from fma_peak.c compiled here with -march=native."""
     exe = Path(workdir) / "fma_peak"
-    subprocess.run(["clang", "-O2", "-march=native", "-pthread", str(HERE / "fma_peak.c"),
-                    "-o", str(exe)], check=True)
+    subprocess.run([str(tools.require(tools.clang(), "clang")), "-O2", "-march=native",
+                    "-pthread", str(HERE / "fma_peak.c"), "-o", str(exe)], check=True)
     out = subprocess.run([str(exe), *map(str, threads)], capture_output=True, text=True,
                          check=True).stdout
     peak = {}
@@ -592,8 +590,8 @@ def main():
     ap.add_argument("--numpy-runs", type=int, default=5, help="timed runs of the reference")
     ap.add_argument("--threads", type=int, default=os.cpu_count(),
                     help="torch.set_num_threads (ours: libomp's default or OMP_NUM_THREADS)")
-    ap.add_argument("--snapkv-opt", default=str(REPO / "build/bin/snapkv-opt"))
-    ap.add_argument("--mlir-runner", default=str(LLVM_BIN / "mlir-runner"))
+    ap.add_argument("--snapkv-opt", default=str(tools.snapkv_opt()))
+    ap.add_argument("--mlir-runner", default=str(tools.mlir_runner()))
     ap.add_argument("--cache-dir", help="where the compiled .so files are kept "
                     "(default: snapkv.frontend.runner's cache)")
     ap.add_argument("--skip-compiled", action="store_true",

@@ -59,12 +59,6 @@ void snapkv::buildCPUPipeline(OpPassManager &pm,
   pm.addPass(bufferization::createOneShotBufferizePass(bufferize));
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
-  // Per-tile scratch (a tile of logits, a few KiB) lives on the stack.
-  bufferization::PromoteBuffersToStackPassOptions stack;
-  stack.maxAllocSizeInBytes = 64 * 1024;
-  stack.maxRankOfAllocatedMemRef = 8;
-  pm.nest<func::FuncOp>().addPass(
-      bufferization::createPromoteBuffersToStackPass(stack));
   bufferization::BufferDeallocationPipelineOptions dealloc;
   bufferization::buildBufferDeallocationPipeline(pm, dealloc);
   pm.addPass(createConvertBufferizationToMemRefPass());
@@ -80,15 +74,24 @@ void snapkv::buildCPUPipeline(OpPassManager &pm,
   pm.addPass(createLowerAffinePass());
   pm.addPass(createForallToParallelLoopPass());
   pm.addPass(createConvertSCFToOpenMPPass());
-  // Fully unrolled: the loop form would put temporary buffers in loops.
+  // Folds the alloca scope around each parallel loop body (there are no
+  // allocas), which would otherwise have to keep one block until the memref
+  // conversion; snapkv-lower-asserts must run before that conversion.
+  pm.addPass(createCanonicalizerPass());
+  // Fully unrolled: the loop form would put temporary buffers (allocas) in
+  // loops, and an alloca in a parallel loop gets an alloca scope that must
+  // stay one block until the memref conversion.
   pm.addPass(createConvertVectorToSCFPass(
       VectorTransferToSCFOptions().enableFullUnroll()));
   pm.addPass(memref::createExpandStridedMetadataPass());
   pm.addPass(createLowerAffinePass());
-  // Before control flow: OpenMP's alloca scopes must keep one block.
-  pm.addPass(createFinalizeMemRefToLLVMConversionPass());
   pm.addPass(createSCFToControlFlowPass());
-  pm.addPass(createLowerAsserts());
+  // Before the memref conversion: in report mode it also checks the result
+  // of every memref.alloc in a function body.
+  LowerAssertsOptions asserts;
+  asserts.mode = options.asserts;
+  pm.addPass(createLowerAsserts(asserts));
+  pm.addPass(createFinalizeMemRefToLLVMConversionPass());
   pm.addPass(createConvertVectorToLLVMPass());
   pm.addPass(createConvertMathToLLVMPass());
   pm.addPass(createArithToLLVMConversionPass());

@@ -25,7 +25,7 @@ Needs ``iree-base-compiler`` and ``iree-base-runtime`` (PyPI), numpy and ``snapk
 Command line (compares with the CPU pipeline)::
 
     python -m snapkv.iree_backend test/Models/tiny_llama_dynamic.mlir --window 8 --capacity 24 \\
-        --prompt-len 48 --seed 7 --steps 8 --compare --save-dir /tmp/snapkv-iree
+        --prompt-length 48 --seed 7 --steps 8 --compare --save-dir /tmp/snapkv-iree
 
 (The module is not called ``snapkv/iree.py`` so that running it as a script can never shadow the
 ``iree`` package.)
@@ -42,9 +42,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import mlirgen
+from . import mlirgen, tools
 from .frontend import runner
-from .mlirgen import ToolError, snapkv_opt_path
+from .tools import ToolError
 
 # What convert-snapkv-to-linalg may leave (the importer's IR uses the same dialects).
 UPSTREAM_DIALECTS = frozenset({"builtin", "func", "arith", "math", "linalg", "tensor", "scf",
@@ -93,9 +93,7 @@ def versions() -> Dict[str, str]:
 
 def snapkv_opt(text: str, *args: str, timeout: int = 600) -> str:
     """``snapkv-opt <args>`` on `text` (stdin), returning the printed module."""
-    opt = snapkv_opt_path()
-    if not opt.is_file():
-        raise ToolError(f"{opt} not found (build the project or set SNAPKV_OPT)")
+    opt = tools.require(tools.snapkv_opt(), "snapkv-opt")
     try:
         done = subprocess.run([str(opt), *args, "-"], input=text, capture_output=True,
                               text=True, timeout=timeout)
@@ -109,7 +107,7 @@ def snapkv_opt(text: str, *args: str, timeout: int = 600) -> str:
 
 def compress_options(window: int, capacity: int, kernel_size: int = 5, pooling: str = "avg",
                      gqa: str = "expand", order: str = "position") -> str:
-    return (f"window={window} capacity={capacity} kernel-size={kernel_size} "
+    return (f"window={window} capacity={capacity} kernel={kernel_size} "
             f"pooling={pooling} gqa={gqa} order={order} strict=true")
 
 
@@ -217,13 +215,18 @@ class IreeModel:
 
     Same interface as :class:`snapkv.frontend.runner.CompiledModel`: ``prefill(ids)`` ->
     ``(logits [1, L, V], caches)``, ``decode(token, position, caches)`` -> ``(logits [1, 1, V],
-    caches)`` and the very same ``generate(ids, steps)`` (greedy, logical positions ``L + g``).
+    caches)`` and the very same ``generate(ids, steps)`` (greedy, logical positions ``L + g``),
+    which checks ``max_positions`` and, when the module text is known (:meth:`from_text`), the
+    memory the largest tensor needs, as CompiledModel does.
     """
 
     def __init__(self, vmfb: bytes, *, vocab_size: Optional[int] = None,
-                 driver: str = DEFAULT_DRIVER, workers: Optional[int] = None):
+                 driver: str = DEFAULT_DRIVER, workers: Optional[int] = None,
+                 growth: Optional[dict] = None, max_positions: Optional[int] = None):
         import iree.runtime as rt
         self.vocab_size = vocab_size
+        self.max_positions = max_positions
+        self._growth = growth or {"prefill": {}, "decode": {}}
         self.config = config(driver, workers)
         self.context = rt.SystemContext(config=self.config)
         self.context.add_vm_module(rt.VmModule.copy_buffer(self.config.vm_instance, vmfb))
@@ -234,7 +237,8 @@ class IreeModel:
     def from_text(cls, text: str, **kwargs) -> "IreeModel":
         """Compile `text` (upstream dialects only, see :func:`prepare`) and load it."""
         vocab = runner.signature(text, "prefill").results[0].shape[-1]
-        return cls(compile_vmfb(text), vocab_size=vocab, **kwargs)
+        growth = {name: runner.growth(text, name) for name in ("prefill", "decode")}
+        return cls(compile_vmfb(text), vocab_size=vocab, growth=growth, **kwargs)
 
     def _check_ids(self, ids: np.ndarray):
         # IREE drops the cf.assert inside the embedding gather's linalg body (a dispatch), so
@@ -259,6 +263,7 @@ class IreeModel:
 
     # The generation loop is CompiledModel's, unchanged (it only calls prefill/decode).
     _physical = staticmethod(runner.CompiledModel._physical)
+    check_limits = runner.CompiledModel.check_limits
     generate = runner.CompiledModel.generate
 
 
@@ -344,11 +349,12 @@ def main(argv=None):
     parser.add_argument("module", type=Path, help="imported model (@prefill, @decode)")
     parser.add_argument("--window", type=int, default=8)
     parser.add_argument("--capacity", type=int, default=24)
-    parser.add_argument("--kernel-size", type=int, default=5)
+    parser.add_argument("--kernel", "--kernel-size", type=int, default=5, dest="kernel_size")
     parser.add_argument("--pooling", default="avg")
     parser.add_argument("--gqa", default="expand")
     parser.add_argument("--order", default="position")
-    parser.add_argument("--prompt-len", type=int, default=48)
+    parser.add_argument("--prompt-length", "--prompt-len", type=int, default=48,
+                        dest="prompt_length")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--compare", action="store_true",
@@ -375,7 +381,7 @@ def main(argv=None):
         print(f"saved to {args.save_dir}")
     vocab = runner.signature(stages["lowered"], "prefill").results[0].shape[-1]
     model = IreeModel(vmfb, vocab_size=vocab)
-    ids = np.random.default_rng(args.seed).integers(0, vocab, args.prompt_len)[None]
+    ids = np.random.default_rng(args.seed).integers(0, vocab, args.prompt_length)[None]
     start = time.perf_counter()
     out = model.generate(ids, args.steps)
     print(f"iree generate: {(time.perf_counter() - start) * 1e3:.1f} ms")

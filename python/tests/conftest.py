@@ -16,16 +16,15 @@ def pytest_configure(config):
 def require_aot_tools():
     """Skip unless snapkv-opt, mlir-runner, mlir-translate and clang are there (the AOT
     runner's tools)."""
-    import shutil
-
     import pytest
-    from snapkv.frontend import runner
-    from snapkv.mlirgen import ToolError, tools
+
+    from snapkv import tools
+    from snapkv.mlirgen import ToolError
+    from snapkv.mlirgen import tools as runner_tools
 
     try:
-        tools()
-        for tool in (runner.mlir_translate_path(), runner.clang_path()):
-            if not tool.is_file() and shutil.which(str(tool)) is None:
-                raise ToolError(f"{tool} not found")
+        runner_tools()
+        tools.require(tools.mlir_translate(), "mlir-translate")
+        tools.require(tools.clang(), "clang")
     except ToolError as error:
         pytest.skip(str(error))

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from snapkv.dtypes import bits, from_float32
-from snapkv.mlirgen import (GPU_EMULATION, Case, ToolError, run_batches, run_cases,
-                            snapkv_opt_path)
+from snapkv.mlirgen import GPU_EMULATION, Case, ToolError, run_batches, run_cases
+from snapkv.tools import snapkv_opt
 
 RANDOM_CASES = 300
 TIE_CASES = 40
@@ -50,16 +50,24 @@ def draw_config(rng):
     kind = rng.choice(["long", "long", "long", "equal", "short", "window"])
     length = {"long": capacity + int(rng.integers(1, 25)), "equal": capacity,
               "short": int(rng.integers(window, capacity)), "window": window}[kind]
-    pick = lambda options: options[int(rng.integers(len(options)))]
+
+    def pick(options):
+        return options[int(rng.integers(len(options)))]
+
     scale = float(np.float32(rng.uniform(0.05, 1.5))) if rng.random() < 0.4 else None
     dynamic = bool(rng.random() < DYNAMIC_SHARE)
     batch, kv_heads, group = (int(x) for x in rng.integers(1, [3, 4, 4]))
+    # The comparison scorings (one case in four): their own sinks and seeds.
+    scoring = pick([None, None, None, None, None, "prefix_votes", "recent", "random"])
+    sinks = pick([None, 0, 1, capacity - window]) if scoring == "recent" else None
+    seed = pick([None, 0, 1, 12345]) if scoring == "random" else None
     return dict(batch=batch, kv_heads=kv_heads, group=group, dim=pick([2, 4, 8, 16]),
                 window=window, capacity=capacity, length=length,
                 kernel=pick([None, 1, 3, 5, 7]), pooling=pick([None, "avg", "max"]),
                 gqa=pick([None, "expand", "mean", "max"]),
                 order=pick([None, "position", "score"]), scale=scale,
-                elem=pick(["f32", "f16", "bf16"]), dynamic=dynamic)
+                elem=pick(["f32", "f16", "bf16"]), dynamic=dynamic, scoring=scoring,
+                sinks=sinks, seed=seed)
 
 
 def draw_case(rng, config, zero_queries=False, duplicates=0):
@@ -75,7 +83,8 @@ def draw_case(rng, config, zero_queries=False, duplicates=0):
     return Case(from_float32(q, elem), from_float32(k, elem), from_float32(v, elem),
                 c["window"], c["capacity"], kernel=c["kernel"], pooling=c["pooling"],
                 gqa=c["gqa"], order=c["order"], scale=c["scale"],
-                dtype="bf16" if elem == "bf16" else None, dynamic=c["dynamic"])
+                dtype="bf16" if elem == "bf16" else None, dynamic=c["dynamic"],
+                scoring=c.get("scoring"), sinks=c.get("sinks"), seed=c.get("seed"))
 
 
 def separated_case(rng, make_config, **draw):
@@ -96,6 +105,8 @@ def tie_config(rng):
     # Selection always happens here (L > C), so there is a boundary for the ties to decide.
     config = draw_config(rng)
     config["length"] = config["capacity"] + int(rng.integers(1, 12))
+    # Ties of the votes: the comparison scorings have their own (tested above).
+    config.update(scoring=None, sinks=None, seed=None)
     return config
 
 
@@ -147,8 +158,8 @@ def isolate_errors(cases, outputs, pre_passes=()):
 
 
 def check(cases, pre_passes=()):
-    if not snapkv_opt_path().is_file():
-        pytest.skip(f"snapkv-opt not built ({snapkv_opt_path()}); set SNAPKV_OPT to use another")
+    if not snapkv_opt().is_file():
+        pytest.skip(f"snapkv-opt not built ({snapkv_opt()}); set SNAPKV_OPT to use another")
     outputs = isolate_errors(
         cases, run_batches(cases, batch_size=BATCH, pre_passes=pre_passes), pre_passes)
     failures = compare(cases, outputs)
@@ -169,6 +180,7 @@ def test_random_cases_cover_every_option(random_cases):
         seen.update([("elem", case.elem), ("dynamic", case.dynamic),
                      ("kernel", case.kernel), ("pooling", case.pooling), ("gqa", case.gqa),
                      ("order", case.order), ("scale", case.scale is None),
+                     ("scoring", case.scoring),
                      ("dim", case.q.shape[3]), ("batch", case.q.shape[0]),
                      ("kv_heads", case.k.shape[1]),
                      ("group", case.q.shape[1] // case.k.shape[1]),
@@ -181,6 +193,7 @@ def test_random_cases_cover_every_option(random_cases):
         {("pooling", p) for p in (None, "avg", "max")} | \
         {("gqa", g) for g in (None, "expand", "mean", "max")} | \
         {("order", o) for o in (None, "position", "score")} | \
+        {("scoring", s) for s in (None, "prefix_votes", "recent", "random")} | \
         {("scale", s) for s in (True, False)} | {("dim", d) for d in (2, 4, 8, 16)} | \
         {("batch", b) for b in (1, 2)} | {("kv_heads", h) for h in (1, 2, 3)} | \
         {("group", g) for g in (1, 2, 3)} | \
@@ -213,7 +226,9 @@ GPU_CASES = 100
 
 
 def test_gpu_kernels_match_reference(random_cases):
-    check(random_cases[:GPU_CASES], GPU_EMULATION)
+    # The GPU kernels implement the default scoring only (they reject the others).
+    votes = [case for case in random_cases if case.scoring is None]
+    check(votes[:GPU_CASES], GPU_EMULATION)
 
 
 def test_gpu_kernels_break_ties_to_lower_position():

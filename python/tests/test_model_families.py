@@ -32,7 +32,7 @@ from conftest import require_aot_tools
 
 from snapkv import reference
 from snapkv.frontend import runner
-from snapkv.mlirgen import snapkv_opt_path
+from snapkv.tools import snapkv_opt
 
 pytestmark = pytest.mark.slow
 
@@ -91,7 +91,7 @@ def _prompt(model, vocab):
 
 def _rewrite(text, capacity):
     options = f"window={WINDOW} capacity={capacity} gqa=expand strict=true"
-    done = subprocess.run([str(snapkv_opt_path()), f"--snapkv-compress-kv-cache={options}", "-"],
+    done = subprocess.run([str(snapkv_opt()), f"--snapkv-compress-kv-cache={options}", "-"],
                           input=text, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "warning" not in done.stderr, done.stderr[-3000:]

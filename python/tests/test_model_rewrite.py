@@ -1,5 +1,6 @@
 """End to end: `snapkv-compress-kv-cache` on the tiny Llama (test/Models/tiny_llama_dynamic.mlir),
-compiled with the ahead-of-time runner and decoded greedily (SPEC sections 4 and 6).
+compiled with the ahead-of-time runner and decoded greedily (docs/semantics.md,
+docs/model-rewrite.md).
 
 * capacity >= L: the rewritten model's logits are bit for bit the original model's (prefill and
   every decode step), the physical cache length equals the logical one, and the cache holds Hq
@@ -28,7 +29,7 @@ import pytest
 from conftest import require_aot_tools
 
 from snapkv.frontend import runner
-from snapkv.mlirgen import snapkv_opt_path
+from snapkv.tools import snapkv_opt
 
 REPO = Path(__file__).resolve().parents[2]
 MODELS = REPO / "test" / "Models"
@@ -49,12 +50,12 @@ COMPACT_CASES = ["compact_expand", "compact_mean", "compact_max"]
 
 def _opt(args, text=None, path=DYNAMIC):
     """Run snapkv-opt on `path` (or on `text` via stdin); return the CompletedProcess."""
-    command = [str(snapkv_opt_path()), *args, "-" if text is not None else str(path)]
+    command = [str(snapkv_opt()), *args, "-" if text is not None else str(path)]
     return subprocess.run(command, input=text, capture_output=True, text=True, timeout=300)
 
 
 def _rewrite(capacity, gqa, order=ORDER):
-    options = (f"window={WINDOW} capacity={capacity} kernel-size={KERNEL} pooling={POOLING} "
+    options = (f"window={WINDOW} capacity={capacity} kernel={KERNEL} pooling={POOLING} "
                f"gqa={gqa} order={order}")
     done = _opt([f"--snapkv-compress-kv-cache={options}"])
     assert done.returncode == 0, done.stderr[-3000:]
@@ -132,8 +133,8 @@ def _decode_with_positions(model, ids, position_of):
                          ids=["C64-expand", "C64-mean", "C48-expand"])
 def test_capacity_at_least_prompt_is_bit_exact(rewritten, original_run, ids, capacity, gqa):
     """capacity >= L keeps every prompt position in order, so the rewritten model must compute
-    exactly what the original computes (SPEC 6), bit for bit, for prefill and all STEPS decode
-    steps. C = 64 > L bypasses selection; C = 48 == L runs it and keeps everything.
+    exactly what the original computes (docs/semantics.md), bit for bit, for prefill and all
+    STEPS decode steps. C = 64 > L bypasses selection; C = 48 == L runs it and keeps everything.
 
     Catches: any change to prefill's attention (the rewrite must only change what is cached);
     a decode mask or RoPE that no longer matches the original when physical == logical; wrong
@@ -337,7 +338,7 @@ def test_physical_length_rope_is_refused_unchanged():
     bad = _rope_from_physical_length(DYNAMIC.read_text())
     plain = _opt([], text=bad)
     assert plain.returncode == 0, plain.stderr[-2000:]
-    options = f"window={WINDOW} capacity=24 kernel-size={KERNEL} gqa=expand"
+    options = f"window={WINDOW} capacity=24 kernel={KERNEL} gqa=expand"
     refused = _opt([f"--snapkv-compress-kv-cache={options}"], text=bad)
     assert refused.returncode == 0, refused.stderr[-2000:]
     assert refused.stdout == plain.stdout

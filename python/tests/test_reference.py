@@ -1,4 +1,4 @@
-"""Unit tests of the numpy reference (SPEC section 2) on hand-checkable cases."""
+"""Unit tests of the numpy reference (docs/semantics.md) on hand-checkable cases."""
 
 import math
 

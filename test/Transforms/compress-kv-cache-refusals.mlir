@@ -2,7 +2,7 @@
 // warning naming the function and the reason. FileCheck confirms that no
 // split was rewritten.
 // RUN: snapkv-opt %s -split-input-file -verify-diagnostics \
-// RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 kernel-size=3" | FileCheck %s
+// RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 kernel=3" | FileCheck %s
 
 // CHECK-NOT: snapkv.select
 // CHECK-NOT: tensor<1x4x6x4xf32>

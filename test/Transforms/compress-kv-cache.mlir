@@ -1,7 +1,7 @@
 // The model rewrite on a one-layer prefill/decode pair (Inputs/): what
 // changes and what stays, for each GQA policy and option.
 // RUN: snapkv-opt %S/Inputs/compress-kv-cache-mini.mlir \
-// RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 kernel-size=3" \
+// RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 kernel=3" \
 // RUN:   | FileCheck %s --check-prefix=EXPAND
 // RUN: snapkv-opt %S/Inputs/compress-kv-cache-mini.mlir \
 // RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 gqa=mean pooling=max order=score" \

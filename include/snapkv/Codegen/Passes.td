@@ -52,19 +52,58 @@ def OptimizeMath : Pass<"snapkv-optimize-math", "::mlir::func::FuncOp"> {
 }
 
 def LowerAsserts : Pass<"snapkv-lower-asserts", "::mlir::ModuleOp"> {
-  let summary = "Lower cf.assert to a message on stderr and abort()";
+  let summary = "Lower cf.assert to abort() with a message on stderr, or to "
+                "an error the caller can read";
   let description = [{
-    The upstream `cf.assert` lowering prints its message to stdout and then
-    calls `abort()`, which does not flush stdout: when stdout is a pipe or a
-    file the message is lost. This pass rewrites every `cf.assert` (after
-    `convert-scf-to-cf`, when regions may hold several blocks) into a
-    conditional branch to a block that writes `message + "\n"` to file
-    descriptor 2 with `write` and calls `abort`, so a failed run-time check
-    always says what failed and exits non-zero.
+    Run after `convert-scf-to-cf` (when a check may sit in a block of its
+    own) and before the conversion to the LLVM dialect. Two modes:
+
+    * `mode=abort` (default, for programs run by `mlir-runner`): every
+      `cf.assert` becomes a conditional branch to a block that writes
+      `message + "\n"` to file descriptor 2 with `write` and calls `abort`.
+      (The upstream lowering prints to stdout, which `abort` does not
+      flush: through a pipe or into a file the message would be lost.)
+    * `mode=report` (for libraries called by a host, such as the Python
+      runner): a failed check never ends the process. It stores a pointer
+      to its NUL-terminated message in the module's private global
+      `@snapkv_error_slot` and returns from its function at once; results
+      are placeholders (memref descriptors of null pointers, zero scalars)
+      that must not be read. A call to a function that can fail (one with
+      a check, or one that calls such a function) is followed by a test of
+      the slot, so the caller returns too and nothing reads a placeholder.
+      Every public function clears the slot on entry, and the pass adds an
+      exported `llvm.func @snapkv_last_error() -> !llvm.ptr` that returns
+      the message of the check that failed during the last call of a
+      public function, or null if that call succeeded. The slot is one per
+      module instance (not per thread): a host that calls from several
+      threads must serialise the call and the read of the slot. Buffers
+      allocated before the failing check are not freed. A `memref.alloc`
+      directly in a function body is checked too: if `malloc` returns null
+      the message is `out of memory: @<function> could not allocate a
+      <memref type>`.
+
+    In report mode every check and every call of a function that can fail
+    must sit directly in a `func.func` body; otherwise the pass fails with
+    an error at that location. `@snapkv_error_slot` and
+    `@snapkv_last_error` must not exist yet.
   }];
+  let options = [
+    Option<"mode", "mode", "::mlir::snapkv::AssertMode",
+           /*default=*/"::mlir::snapkv::AssertMode::abort",
+           "What a failed check does: abort or report",
+           [{::llvm::cl::values(
+             clEnumValN(::mlir::snapkv::AssertMode::abort, "abort",
+                        "message on stderr, then abort()"),
+             clEnumValN(::mlir::snapkv::AssertMode::report, "report",
+                        "message for the caller (@snapkv_last_error), "
+                        "then return"))}]>
+  ];
   let dependentDialects = [
+    "::mlir::arith::ArithDialect",
     "::mlir::cf::ControlFlowDialect",
-    "::mlir::LLVM::LLVMDialect"
+    "::mlir::LLVM::LLVMDialect",
+    "::mlir::memref::MemRefDialect",
+    "::mlir::ub::UBDialect"
   ];
 }
 

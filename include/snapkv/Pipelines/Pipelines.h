@@ -1,6 +1,8 @@
 #ifndef SNAPKV_PIPELINES_PIPELINES_H
 #define SNAPKV_PIPELINES_PIPELINES_H
 
+#include "snapkv/Codegen/Passes.h"
+
 #include "mlir/Pass/PassOptions.h"
 #include "llvm/ADT/StringRef.h"
 
@@ -22,6 +24,16 @@ struct CPUPipelineOptions : PassPipelineOptions<CPUPipelineOptions> {
       *this, "vector-bits",
       llvm::cl::desc("Vector register width in bits (0: the host's)"),
       llvm::cl::init(0)};
+  Option<AssertMode> asserts{
+      *this, "asserts",
+      llvm::cl::desc("What a failed run-time check does (the mode of "
+                     "snapkv-lower-asserts)"),
+      llvm::cl::init(AssertMode::abort),
+      llvm::cl::values(
+          clEnumValN(AssertMode::abort, "abort",
+                     "message on stderr, then abort() (mlir-runner)"),
+          clEnumValN(AssertMode::report, "report",
+                     "message for the caller, then return (libraries)"))};
 };
 
 /// Lowers a module of snapkv and upstream tensor-level ops to the LLVM

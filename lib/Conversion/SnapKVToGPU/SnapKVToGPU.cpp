@@ -735,6 +735,8 @@ struct GPUSelectLowering : OpRewritePattern<SelectOp> {
       : OpRewritePattern(ctx), deviceBuffers(deviceBuffers) {}
   LogicalResult matchAndRewrite(SelectOp op,
                                 PatternRewriter &rewriter) const override {
+    if (op.getScoring() != Scoring::votes)
+      return rewriter.notifyMatchFailure(op, "only the default scoring");
     GPUSelectEmitter emitter(op, rewriter, deviceBuffers);
     rewriter.replaceOp(op, emitter.emit());
     return success();

@@ -47,6 +47,9 @@ SelectShape SelectShape::get(SelectOp op) {
   s.capacity = op.getCapacity();
   s.keep = s.capacity - s.window;
   s.order = op.getOrder();
+  s.scoring = op.getScoring();
+  s.sinks = op.getEffectiveSinks();
+  s.seed = op.getEffectiveSeed();
   return s;
 }
 
@@ -58,6 +61,8 @@ SelectShape SelectShape::get(ScoreOp op) {
   s.capacity = s.window + 1;
   s.keep = 1;
   s.order = Order::position;
+  s.scoring = Scoring::votes;
+  s.sinks = s.seed = 0;
   return s;
 }
 
@@ -241,9 +246,13 @@ SmallVector<Value> Formulation::score(Value queries, Value keys,
 SmallVector<Value> Formulation::selection(Value queries, Value keys,
                                           Value values, Value length) {
   Value prefix = prefixLength(length);
-  Value v = votes(queries, keys, length, prefix);
-  Value pooled = pool(v, prefix, paddedPrefix(prefix));
-  Value orderKeyed = orderKeys(pooled, prefix);
+  Value orderKeyed;
+  if (s.scoring == Scoring::votes || s.scoring == Scoring::prefix_votes) {
+    Value v = votes(queries, keys, length, prefix);
+    orderKeyed = orderKeys(pool(v, prefix, paddedPrefix(prefix)), prefix);
+  } else {
+    orderKeyed = comparisonKeys(prefix, paddedPrefix(prefix));
+  }
   Value thresh = threshold(orderKeyed);
   Value above = countAbove(orderKeyed, thresh);
   auto [positions, keptKeys] = keptPositions(orderKeyed, thresh, above);

@@ -33,6 +33,8 @@ struct SelectShape {
   PoolingKind pooling;
   GqaPolicy gqa;
   Order order;
+  Scoring scoring;
+  int64_t sinks, seed;
   float scale;
   std::string opName;
 
@@ -112,6 +114,8 @@ private:
 
   // --- selection ------------------------------------------------------------
   Value orderKeys(Value pooled, Value prefix);
+  /// Keys of `scoring recent` / `random` over the chunk-padded prefix.
+  Value comparisonKeys(Value prefix, OpFoldResult paddedPrefix);
   Value threshold(Value keys);
   Value countAbove(Value keys, Value thresh);
   std::pair<Value, Value> keptPositions(Value keys, Value thresh,

@@ -56,19 +56,21 @@ static Value shifted(OpBuilder &nb, Location l, Value x, Value max) {
                                  arith::SubFOp::create(nb, l, x, max));
 }
 
-/// Q viewed per kv head and transposed so that the G * W window rows of a kv
-/// head are contiguous for each d: [B, Hkv, D, G, W].
+/// Q viewed per kv head and transposed so that the W window rows of a query
+/// head are contiguous for each d: [B, Hkv, G, D, W] (one query head's rows
+/// over all of D, 16 KiB at D = W = 128 x 32 in f32, stay in L1 while a
+/// key tile streams past them).
 Value Formulation::queriesByHead(Value queries) {
   auto byHead = RankedTensorType::get(
       {s.batch, s.kvHeads, s.group, s.window, s.dim}, s.elemTy);
   Value q = tensor::ExpandShapeOp::create(
       b, loc, byHead, queries,
       ArrayRef<ReassociationIndices>{{0}, {1, 2}, {3}, {4}});
-  Value init = empty({ofr(s.batch), ofr(s.kvHeads), ofr(s.dim),
-                      ofr(s.group), ofr(s.window)},
+  Value init = empty({ofr(s.batch), ofr(s.kvHeads), ofr(s.group),
+                      ofr(s.dim), ofr(s.window)},
                      s.elemTy);
   auto op = generic(init.getType(), {q}, {init},
-                    {map(5, {0, 1, 3, 4, 2}), map(5, {0, 1, 2, 3, 4})},
+                    {map(5, {0, 1, 2, 4, 3}), map(5, {0, 1, 2, 3, 4})},
                     {par, par, par, par, par},
                     [](OpBuilder &nb, Location l, ValueRange args) {
                       linalg::YieldOp::create(nb, l, ValueRange{args[0]});
@@ -142,7 +144,7 @@ Operation *Formulation::logits(Value queriesT, const KeyTiles &tiles) {
                       f32, cF32(0.0f));
   return generic(
       init.getType(), {queriesT, tiles.tiles}, {init},
-      {map(7, {0, 1, 6, 4, 5}), map(7, {0, 1, 2, 3, 6}),
+      {map(7, {0, 1, 4, 6, 5}), map(7, {0, 1, 2, 3, 6}),
        map(7, {0, 1, 2, 3, 4, 5})},
       {par, par, par, par, par, par, red},
       [](OpBuilder &nb, Location l, ValueRange args) {
@@ -174,7 +176,9 @@ Formulation::tileStatistics(Value logitsT, const KeyTiles &tiles, Value prefix,
   int64_t tile = keyTile;
   float scale = s.scale;
   // Column n*T + jt (+ the span's start) is visible to window row w when it
-  // is at most P + w.
+  // is at most P + w; with `scoring prefix_votes` only prefix columns (< P)
+  // count, so the window columns leave the denominator.
+  bool prefixOnly = s.scoring == Scoring::prefix_votes;
   auto visible = [=](OpBuilder &nb, Location l) {
     Value n = indexAsI32(nb, l, 2), jt = indexAsI32(nb, l, 4),
           w = indexAsI32(nb, l, 5);
@@ -183,6 +187,9 @@ Formulation::tileStatistics(Value logitsT, const KeyTiles &tiles, Value prefix,
         nb, l, start32,
         arith::AddIOp::create(nb, l, arith::MulIOp::create(nb, l, n, tileC),
                               jt));
+    if (prefixOnly)
+      return arith::CmpIOp::create(nb, l, arith::CmpIPredicate::slt, col,
+                                   prefix32);
     Value last = arith::AddIOp::create(nb, l, prefix32, w);
     return arith::CmpIOp::create(nb, l, arith::CmpIPredicate::sle, col, last);
   };

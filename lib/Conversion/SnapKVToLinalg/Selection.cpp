@@ -85,6 +85,73 @@ Value Formulation::orderKeys(Value pooled, Value prefix) {
   return op.getResult(0);
 }
 
+/// Keys that rank the prefix without votes. `recent`: the `sinks` leading
+/// positions first, then the later a position the higher (StreamingLLM).
+/// `random`: the splitmix64 step of (seed, row, position), in [1, 2^31], i.e. a
+/// uniform random order reproducible from the seed. Chunk padding gets 0.
+Value Formulation::comparisonKeys(Value prefix, OpFoldResult paddedPrefixLen) {
+  Value prefix32 = arith::IndexCastOp::create(b, loc, i32, prefix);
+  bool recent = s.scoring == Scoring::recent;
+  int32_t sinks = static_cast<int32_t>(s.sinks);
+  int64_t heads = s.heads;
+  // splitmix64's increment, times the seed, wrapping.
+  uint64_t seedMix =
+      static_cast<uint64_t>(s.seed) * UINT64_C(0x9E3779B97F4A7C15);
+  auto op = generic(
+      RankedTensorType::get(
+          {s.batch, s.heads,
+           getConstantIntValue(paddedPrefixLen).value_or(ShapedType::kDynamic)},
+          i32),
+      {}, {empty({ofr(s.batch), ofr(s.heads), paddedPrefixLen}, i32)},
+      {map(3, {0, 1, 2})}, {par, par, par},
+      [=](OpBuilder &nb, Location l, ValueRange) {
+        Value j = arith::IndexCastOp::create(
+            nb, l, nb.getI32Type(), linalg::IndexOp::create(nb, l, 2));
+        Value key;
+        if (recent) {
+          Value isSink =
+              cmp(nb, l, arith::CmpIPredicate::slt, j, constI32(nb, l, sinks));
+          key = arith::SelectOp::create(
+              nb, l, isSink, constI32(nb, l, -1),
+              arith::AddIOp::create(nb, l, j, constI32(nb, l, 1)));
+        } else {
+          auto c64 = [&](uint64_t v) {
+            return arith::ConstantOp::create(
+                nb, l, nb.getI64IntegerAttr(static_cast<int64_t>(v)));
+          };
+          auto asI64 = [&](unsigned dim) {
+            return arith::IndexCastOp::create(
+                nb, l, nb.getI64Type(), linalg::IndexOp::create(nb, l, dim));
+          };
+          Value row = arith::AddIOp::create(
+              nb, l, arith::MulIOp::create(nb, l, asI64(0), c64(heads)),
+              asI64(1));
+          Value x = arith::OrIOp::create(
+              nb, l, arith::ShLIOp::create(nb, l, row, c64(32)), asI64(2));
+          x = arith::XOrIOp::create(nb, l, x, c64(seedMix));
+          x = arith::AddIOp::create(nb, l, x, c64(UINT64_C(0x9E3779B97F4A7C15)));
+          auto mix = [&](Value v, uint64_t shift, uint64_t mul) {
+            Value m = arith::XOrIOp::create(
+                nb, l, v, arith::ShRUIOp::create(nb, l, v, c64(shift)));
+            return mul ? Value(arith::MulIOp::create(nb, l, m, c64(mul))) : m;
+          };
+          x = mix(x, 30, UINT64_C(0xBF58476D1CE4E5B9));
+          x = mix(x, 27, UINT64_C(0x94D049BB133111EB));
+          x = mix(x, 31, 0);
+          Value top = arith::TruncIOp::create(
+              nb, l, nb.getI32Type(), arith::ShRUIOp::create(nb, l, x, c64(33)));
+          key = arith::AddIOp::create(nb, l, top, constI32(nb, l, 1));
+        }
+        Value real = cmp(nb, l, arith::CmpIPredicate::slt, j, prefix32);
+        linalg::YieldOp::create(
+            nb, l,
+            ValueRange{arith::SelectOp::create(nb, l, real, key,
+                                               constI32(nb, l, 0))});
+      });
+  group(op, 2);
+  return op.getResult(0);
+}
+
 /// The K-th largest key per row, found bit by bit from the top: a candidate
 /// prefix survives when at least K keys are >= it.
 Value Formulation::threshold(Value keys) {

@@ -186,8 +186,8 @@ def generate(spec: TinyLlamaSpec = TinyLlamaSpec()):
 
 def check(out_dir: Path, spec: TinyLlamaSpec = TinyLlamaSpec(), pipelines=("snapkv", "upstream")):
     """Compile and run each module's example; {(file, pipeline): max |mlir - torch| or error}."""
-    from . import harness
     from ..mlirgen import ToolError
+    from . import harness
 
     result = {}
     for name, length in ((STATIC_FILE, spec.prefill_len), (DYNAMIC_FILE, DYNAMIC_EXAMPLE_LEN)):

@@ -11,8 +11,9 @@
 // prefix positions), D = 8, Hq = 4, Hkv = 2 (G = 2), kernel 5, avg. One key
 // tile of 16 keys; one compaction chunk of 16 positions.
 // CHECK-LABEL: func.func @static_expand
-// Q per kv head, transposed so that the G*W = 8 window rows are innermost.
-// CHECK: %[[QT:.*]] = linalg.generic {{.*}} ins(%{{.*}} : tensor<1x2x2x4x8xf32>) outs(%{{.*}} : tensor<1x2x8x2x4xf32>)
+// Q per kv head, transposed so that a query head's W = 4 window rows are
+// innermost (contiguous over D).
+// CHECK: %[[QT:.*]] = linalg.generic {{.*}} ins(%{{.*}} : tensor<1x2x2x4x8xf32>) outs(%{{.*}} : tensor<1x2x2x8x4xf32>)
 // CHECK: %[[KT:.*]] = tensor.expand_shape {{.*}} into tensor<1x2x1x16x8xf32>
 // Logits of the tile: f32 multiply-add over D.
 // CHECK: %[[L1:.*]] = linalg.generic {{.*}}iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel", "parallel", "reduction"]} ins(%[[QT]], %[[KT]] : {{.*}}) outs(%{{.*}} : tensor<1x2x1x16x2x4xf32>)

@@ -609,12 +609,14 @@ struct CompressKVCachePass
   PoolingKind poolingKind;
   GqaPolicy gqaPolicy;
   Order orderKind;
+  Scoring scoringKind;
 
   LogicalResult parseOptions() {
     ModuleOp module = getOperation();
     auto p = symbolizePoolingKind(pooling);
     auto g = symbolizeGqaPolicy(gqa);
     auto o = symbolizeOrder(order);
+    auto s = symbolizeScoring(scoring);
     std::string bad;
     if (window < 1)
       bad = "window must be >= 1 (got " + std::to_string(window) + ")";
@@ -623,21 +625,31 @@ struct CompressKVCachePass
             std::to_string(capacity) + ", window=" + std::to_string(window) +
             ")";
     else if (kernelSize < 1 || kernelSize % 2 == 0)
-      bad = "kernel-size must be odd and >= 1 (got " +
-            std::to_string(kernelSize) + ")";
+      bad = "kernel must be odd and >= 1 (got " + std::to_string(kernelSize) +
+            ")";
     else if (!p)
       bad = "pooling must be avg or max (got '" + pooling + "')";
     else if (!g)
       bad = "gqa must be expand, mean or max (got '" + gqa + "')";
     else if (!o)
       bad = "order must be position or score (got '" + order + "')";
+    else if (!s)
+      bad = "scoring must be votes, prefix_votes, recent or random (got '" +
+            scoring + "')";
+    else if (*s == Scoring::recent && (sinks < 0 || sinks > capacity - window))
+      bad = "sinks must be between 0 and capacity - window (got " +
+            std::to_string(sinks) + ")";
+    else if (*s == Scoring::random && seed < 0)
+      bad = "seed must be non-negative (got " + std::to_string(seed) + ")";
     else if (prefillFunc.empty())
       bad = "prefill-func must name a function";
+    // At a location, not on the module op, which mlir-opt would print whole.
     if (!bad.empty())
-      return module.emitError() << "snapkv-compress-kv-cache: " << bad;
+      return emitError(module.getLoc()) << "snapkv-compress-kv-cache: " << bad;
     poolingKind = *p;
     gqaPolicy = *g;
     orderKind = *o;
+    scoringKind = *s;
     return success();
   }
 
@@ -656,7 +668,7 @@ struct CompressKVCachePass
   void rewritePrefill(func::FuncOp func, ArrayRef<PrefillLayer> layers) {
     func::ReturnOp ret = soleReturn(func);
     OpBuilder b(ret);
-    for (const PrefillLayer &layer : layers) {
+    for (auto [index, layer] : llvm::enumerate(layers)) {
       AttentionMatch m = layer.attention;
       Location loc = m.scoresMatmul.getLoc();
       auto qType = cast<RankedTensorType>(m.queries.getType());
@@ -687,10 +699,15 @@ struct CompressKVCachePass
       // f32 value of 1/sqrt(D) computed differently could break a tie
       // differently from the model's logits.
       FloatAttr scale = b.getF32FloatAttr(m.scale);
-      auto select = SelectOp::create(b, loc, queries, m.keys.source,
-                                     m.values.source, window, capacity,
-                                     kernelSize, poolingKind, gqaPolicy,
-                                     orderKind, scale);
+      std::optional<int64_t> layerSinks, layerSeed;
+      if (scoringKind == Scoring::recent)
+        layerSinks = sinks;
+      if (scoringKind == Scoring::random)
+        layerSeed = seed + static_cast<int64_t>(index);
+      auto select = SelectOp::create(
+          b, loc, queries, m.keys.source, m.values.source, window, capacity,
+          kernelSize, poolingKind, gqaPolicy, orderKind, scale, scoringKind,
+          layerSinks, layerSeed);
       ret->setOperand(layer.keyResult, select.getSelectedKeys());
       ret->setOperand(layer.valueResult, select.getSelectedValues());
     }
@@ -767,8 +784,9 @@ struct CompressKVCachePass
     if (decode)
       rewriteDecode(decode, *dec);
     if (failed(verify(module))) {
-      module.emitError() << "snapkv-compress-kv-cache produced invalid IR "
-                            "(a bug: please report it with this input)";
+      emitError(module.getLoc())
+          << "snapkv-compress-kv-cache produced invalid IR (a bug: please "
+             "report it with this input)";
       return signalPassFailure();
     }
   }

@@ -9,7 +9,7 @@ def ReportCache : Pass<"snapkv-report-cache", "::mlir::ModuleOp"> {
     Treats each `snapkv.select` in the module as one layer's prompt cache and
     prints, for a prompt of `prompt-length` tokens followed by `generated`
     decoded tokens, the bytes of persistent K/V per layer and in total
-    (SPEC section 4):
+    (`docs/semantics.md`, the memory ledger):
 
     * native full cache: `2 * B * Hkv * (L + g) * D * e`;
     * compacted: `2 * B * Hc * (min(L, C) + g) * D * e`, with `Hc = Hq` for
@@ -26,11 +26,38 @@ def ReportCache : Pass<"snapkv-report-cache", "::mlir::ModuleOp"> {
   ];
 }
 
+def ExposeScores : Pass<"snapkv-expose-scores", "::mlir::ModuleOp"> {
+  let summary = "Return what each snapkv.select ranks by as extra function "
+                "results";
+  let description = [{
+    For inspection and plots (`snapkv visualize`): in each function named by
+    `functions` (default: every function with a body that holds a
+    `snapkv.select`), a `snapkv.score` with the same queries, keys and
+    clauses is added next to every `snapkv.select`, and the function
+    returns, after its own results and for each select in order, five more:
+    the select's queries, its keys, its indices, and the score's votes and
+    pooled scores (`[B, Hc, L - W] x f32`). The function gets the attribute
+    `snapkv.exposed_scores`, an array with one string per select listing its
+    clauses (`"window=8 capacity=16 kernel=5 pooling=avg gqa=expand
+    order=position"`, plus `scale=<float>` when the select has one).
+
+    A function to change must not be called in the module (its callers would
+    no longer match) and must end in a single `func.return`; otherwise the
+    pass fails with an error at the function and changes nothing. A named
+    function that does not exist or holds no select is an error as well.
+  }];
+  let dependentDialects = ["::mlir::snapkv::SnapKVDialect"];
+  let options = [
+    ListOption<"functions", "functions", "std::string",
+               "Functions to change (default: every one with a select)">
+  ];
+}
+
 def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
   let summary = "Make prefill cache SnapKV-compacted K/V and decode attend "
                 "over it with logical positions";
   let description = [{
-    Rewrites a model module imported by torch-mlir (SPEC section 6;
+    Rewrites a model module imported by torch-mlir (`docs/model-rewrite.md`;
     `docs/model-ir.md` shows the IR it expects) that holds a prefill function
     (token ids in; logits and per-layer K/V out) and a decode function (one
     token, its logical position and per-layer K/V in; logits and updated K/V
@@ -67,6 +94,11 @@ def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
     unchanged with a warning that names the function and the reason;
     `strict=true` makes that an error. Decode is optional (`decode-func=""`
     rewrites prefill only).
+
+    `scoring` other than `votes` builds the same compacted model with a
+    comparison ranking of the select (`snapkv.select`'s `scoring` clause):
+    `prefix_votes`, `recent` with `sinks`, or `random` with `seed` (layer `l`
+    draws with `seed + l`, so layers differ).
   }];
   let dependentDialects = [
     "::mlir::snapkv::SnapKVDialect",
@@ -80,14 +112,21 @@ def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
            "Observation window W (the last W prompt queries vote)">,
     Option<"capacity", "capacity", "int64_t", /*default=*/"1024",
            "Kept prompt positions per head C, window included (C > W)">,
-    Option<"kernelSize", "kernel-size", "int64_t", /*default=*/"5",
-           "Pooling kernel size (odd, >= 1)">,
+    Option<"kernelSize", "kernel", "int64_t", /*default=*/"5",
+           "Pooling kernel size (odd, >= 1), the select's `kernel`">,
     Option<"pooling", "pooling", "std::string", /*default=*/"\"avg\"",
            "Pooling of the votes: avg or max">,
     Option<"gqa", "gqa", "std::string", /*default=*/"\"expand\"",
            "GQA policy: expand (Hq cache heads), mean or max (Hkv heads)">,
     Option<"order", "order", "std::string", /*default=*/"\"position\"",
            "Order of kept positions: position or score">,
+    Option<"scoring", "scoring", "std::string", /*default=*/"\"votes\"",
+           "What ranks the prefix: votes (SnapKV), or for comparison "
+           "prefix_votes, recent (StreamingLLM) or random">,
+    Option<"sinks", "sinks", "int64_t", /*default=*/"4",
+           "scoring=recent: leading positions always kept">,
+    Option<"seed", "seed", "int64_t", /*default=*/"0",
+           "scoring=random: seed of the draw (layer l uses seed + l)">,
     Option<"prefillFunc", "prefill-func", "std::string",
            /*default=*/"\"prefill\"", "Name of the prefill function">,
     Option<"decodeFunc", "decode-func", "std::string",
