@@ -8,7 +8,9 @@ implementation sees bit-identical inputs: an integer hash of each element's line
 (exact in f32), computed once in numpy and, for the ``mlir-runner`` column, inside the
 generated MLIR module.
 
-Columns (medians of ``--runs`` after one warm-up; ratios from the same run):
+Columns (medians of ``--runs`` after one warm-up; ratios from the same run; the compiled
+select and score, PyTorch eager and ``torch.compile`` are timed interleaved, one call of each
+per round, so that other load on the machine falls on all of them alike):
 
 * compiled ``snapkv.select``: ``snapkv-opt --snapkv-cpu-pipeline`` -> ``mlir-translate`` ->
   ``clang -O3 -march=native -shared`` (LLVM optimisation runs), linked with libomp; the
@@ -511,6 +513,21 @@ def speedup(s, base):
 
 
 # ---------------------------------------------------------------------------------------
+def interleaved(fns, runs):
+    """{name: median seconds}: one warm-up call of each, then `runs` rounds calling every
+    function once per round, so that load from other processes falls on all of them alike.
+    A function that returns a float has timed itself (e.g. without freeing its results)."""
+    for fn in fns.values():
+        fn()
+    times = {name: [] for name in fns}
+    for _ in range(runs):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            out = fn()
+            times[name].append(out if isinstance(out, float) else time.perf_counter() - start)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
 def measure_shape(batch, length, args, workdir):
     import torch
     from snapkv import reference
@@ -527,13 +544,13 @@ def measure_shape(batch, length, args, workdir):
     ref = reference.select(q, k, v, W, C, KERNEL, "avg")
     ref_idx, pooled = ref.indices, ref.pooled
 
-    with torch.inference_mode():
+    fns = {
         # Baseline: the official function on K/V already repeated to Hq heads.
-        row["torch"], _ = median_time(
-            lambda: cluster.update_kv(tk_rep, tq, tv_rep, None, n_rep), args.runs)
+        "torch": lambda: cluster.update_kv(tk_rep, tq, tv_rep, None, n_rep),
         # Same inputs as snapkv.select (Hkv heads), so the GQA repeat is included.
-        row["torch_rep"], _ = median_time(
-            lambda: update_kv(tq, tk, tv, W, C, KERNEL, "avg"), args.runs)
+        "torch_rep": lambda: update_kv(tq, tk, tv, W, C, KERNEL, "avg"),
+    }
+    with torch.inference_mode():
         _, _, torch_idx = cluster.update_kv(tk_rep, tq, tv_rep, None, n_rep,
                                             return_indices=True)
         torch_idx = torch_idx.numpy()
@@ -545,20 +562,13 @@ def measure_shape(batch, length, args, workdir):
             start = time.perf_counter()
             keys_c, _ = compiled(tk_rep, tq, tv_rep, None, n_rep)
             row["torch_compile_s"] = time.perf_counter() - start
-            row["torch_compiled"], _ = median_time(
-                lambda: compiled(tk_rep, tq, tv_rep, None, n_rep), args.runs)
+            fns["torch_compiled"] = lambda: compiled(tk_rep, tq, tv_rep, None, n_rep)
             keys_e, _ = cluster.update_kv(tk_rep, tq, tv_rep, None, n_rep)
             note["torch_compiled_same_rows"] = sum(
                 same_rows(keys_c[b].numpy(), keys_e[b].numpy()) for b in range(batch))
-    print(f"  B={batch} L={length}: torch done", flush=True)
-
-    if not args.skip_numpy:
-        row["numpy"], _ = median_time(lambda: reference.select(q, k, v, W, C, KERNEL, "avg"),
-                                      args.numpy_runs)
 
     if not args.skip_compiled:
         select = AotFunction(select_function(batch, length), SELECT_FN, args.cache_dir)
-        row["compiled"] = statistics.median(select.times((q, k, v), args.runs))
         keys_o, values_o, idx = select(q, k, v)
         note["compile_s"] = select.library.seconds
         note["compiled_eq_ref"] = int((idx == ref_idx).all(axis=-1).sum())
@@ -568,15 +578,24 @@ def measure_shape(batch, length, args, workdir):
                                      for b in range(batch)]
         note.update(lowered_facts(select.text, args.snapkv_opt))
         score = AotFunction(score_function(batch, length), SCORE_FN, args.cache_dir)
-        row["score"] = statistics.median(score.times((q, k), args.runs))
-        print(f"  B={batch} L={length}: compiled done", flush=True)
-        if not args.skip_runner:
-            times, jit_idx, checksum, wall, stack = run_jit(batch, length, args.runs,
-                                                            args.snapkv_opt, args.mlir_runner,
-                                                            workdir)
-            row["compiled_o3"], row["stack_o3"] = statistics.median(times), stack
-            note.update(checksum=checksum, runner_wall=wall,
-                        o3_same=bool((jit_idx == idx[0]).all()))
+        # Bare calls (the returned buffers are freed outside the timed span).
+        fns["compiled"] = lambda: select.function.time_call(q, k, v)[0]
+        fns["score"] = lambda: score.function.time_call(q, k)[0]
+
+    with torch.inference_mode():
+        row.update(interleaved(fns, args.runs))
+    print(f"  B={batch} L={length}: torch and compiled done", flush=True)
+
+    if not args.skip_numpy:
+        row["numpy"], _ = median_time(lambda: reference.select(q, k, v, W, C, KERNEL, "avg"),
+                                      args.numpy_runs)
+    if not args.skip_compiled and not args.skip_runner:
+        times, jit_idx, checksum, wall, stack = run_jit(batch, length, args.runs,
+                                                        args.snapkv_opt, args.mlir_runner,
+                                                        workdir)
+        row["compiled_o3"], row["stack_o3"] = statistics.median(times), stack
+        note.update(checksum=checksum, runner_wall=wall,
+                    o3_same=bool((jit_idx == idx[0]).all()))
     return row, note
 
 
@@ -635,6 +654,12 @@ def main():
         row, note = measure_shape(batch, length, args, workdir)
         rows.append(row)
         notes.append(note)
+    # Again at the end; the better of the two is the peak (other load only lowers it).
+    peak_end, _ = fma_peak(workdir)
+    print("FMA peak at the end: " + ", ".join(f"{t} thread(s) {g:.1f} GFLOP/s"
+                                                for t, g in peak_end.items()), flush=True)
+    peak_runs = {t: (peak[t], peak_end[t]) for t in peak}
+    peak = {t: max(peak[t], peak_end[t]) for t in peak}
     load_after = load_average()
     threads = torch.get_num_threads()
     report = render(rows, notes, peak, lanes, threads, omp, mach, vers, load_before,
@@ -647,7 +672,8 @@ def main():
                        "machine": mach, "versions": vers, "env": env_notes(),
                        "torch_threads": threads, "omp_threads": omp,
                        "load_before": load_before, "load_after": load_after,
-                       "fma_peak_gflops": peak, "simd_lanes": lanes,
+                       "fma_peak_gflops": peak, "fma_peak_runs": peak_runs,
+                       "simd_lanes": lanes,
                        "rows": rows, "notes": notes}, f, indent=1, default=str)
         print(f"wrote {args.json}")
     if args.write:
@@ -733,7 +759,10 @@ def render(rows, notes, peak, lanes, threads, omp, mach, vers, load_before, load
         "* Software: " + ", ".join(f"{k} {v}" for k, v in vers.items()) + ".",
         f"* Shape: Hq={HQ}, Hkv={HKV}, D={D}, W={W}, C={C}, kernel {KERNEL}, avg pooling, gqa "
         "expand, order position, f32. All implementations get the same hashed inputs.",
-        f"* Median of {args.runs} runs after one warm-up (numpy: {args.numpy_runs}).",
+        f"* Median of {args.runs} runs after one warm-up (numpy: {args.numpy_runs}). The "
+        "compiled select and score, PyTorch eager (both columns) and `torch.compile` are timed "
+        "interleaved (one call of each per round), so other load falls on all of them alike; "
+        "numpy and `mlir-runner` run after them.",
         "* compiled: `snapkv-opt --snapkv-cpu-pipeline`, `mlir-translate --mlir-to-llvmir`, "
         f"`clang {' '.join(AOT_CFLAGS)} -shared` (LLVM optimisation runs), linked with libomp; "
         f"called in process through ctypes, {omp} OpenMP threads. runner `--O3`: the same "
@@ -755,7 +784,8 @@ def render(rows, notes, peak, lanes, threads, omp, mach, vers, load_before, load
         "\n".join(logits),
         "",
         f"FMA peak: `benchmarks/cpu/fma_peak.c` (`clang -O2 -march=native`), each thread a "
-        f"loop of 12 independent {lanes}-lane f32 FMAs (2 FLOPs per lane), median of 5: "
+        f"loop of 12 independent {lanes}-lane f32 FMAs (2 FLOPs per lane), median of 5, run "
+        "before and after the measurements; the better run: "
         + ", ".join(f"{t} thread(s) {g:.1f} GFLOP/s" for t, g in peak.items()) + ".",
         "",
         *[f"* {ln}" for ln in compile_lines + checks],
