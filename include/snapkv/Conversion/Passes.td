@@ -33,6 +33,18 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
     its outer parallel axes with the producers fused into the tile, so the
     logits are never materialised beyond one tile. `--snapkv-cpu-pipeline`
     uses it; `tiling=none` (the default) leaves the ops untiled.
+
+    `tiling=gpu` lays the formulation out for GPU blocks: every kernel is one
+    `scf.forall` mapped to `#gpu.block<...>` (`--snapkv-gpu-pipeline` turns
+    each into one `gpu.launch`): (1) tile statistics, one block per (batch,
+    kv head, key tile), with the block's key tile and queries staged by
+    structured copies fused into the block; (2) row statistics, one block
+    per (batch, kv head); (3) votes, one block per (batch, kv head, key
+    tile); (4) pooling, selection and gather, one block per (batch, cache
+    head), on the row's slices (the short-prompt bypass and the pooling of
+    `snapkv.score` likewise). The keys form one span of whole tiles (a
+    partial last tile reads zeros, which the causal mask hides), so a select
+    has at most four kernels whatever the prompt length.
   }];
   let options = [
     Option<"keyTile", "key-tile", "int64_t", /*default=*/"64",
@@ -41,12 +53,13 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
            "Prefix positions per compaction chunk (0: about sqrt(prefix) for "
            "a static prompt length, 128 for a dynamic one)">,
     Option<"tiling", "tiling", "std::string", /*default=*/"\"none\"",
-           "Tile the formulation for a target: none or cpu">
+           "Tile the formulation for a target: none, cpu or gpu">
   ];
   let dependentDialects = [
     "::mlir::affine::AffineDialect",
     "::mlir::arith::ArithDialect",
     "::mlir::cf::ControlFlowDialect",
+    "::mlir::gpu::GPUDialect",
     "::mlir::linalg::LinalgDialect",
     "::mlir::math::MathDialect",
     "::mlir::scf::SCFDialect",

@@ -121,17 +121,39 @@ linalg::GenericOp Formulation::generic(
 
 void Formulation::group(Operation *root, unsigned tiledLoops,
                         ArrayRef<Operation *> fuse) {
+  if (opts.gpu)
+    return;
   TileGroup g;
   g.root = root;
   auto linalgOp = cast<linalg::LinalgOp>(root);
   g.tileSizes.assign(linalgOp.getNumLoops(), 0);
   for (unsigned i = 0; i < tiledLoops; ++i)
     g.tileSizes[i] = 1;
+  record(std::move(g), fuse);
+}
+
+void Formulation::blockGroup(Operation *root, ArrayRef<int64_t> tileSizes,
+                             ArrayRef<Operation *> fuse,
+                             ArrayRef<Operation *> staged) {
+  if (!opts.gpu)
+    return;
+  TileGroup g;
+  g.root = root;
+  g.tileSizes.assign(tileSizes.begin(), tileSizes.end());
+  SmallVector<Operation *> members(fuse.begin(), fuse.end());
+  for (Operation *op : staged)
+    for (Value in : cast<linalg::LinalgOp>(op).getDpsInputs())
+      if (Operation *producer = in.getDefiningOp<linalg::LinalgOp>())
+        members.push_back(producer);
+  record(std::move(g), members);
+}
+
+void Formulation::record(TileGroup g, ArrayRef<Operation *> fuse) {
   g.fuse.insert(fuse.begin(), fuse.end());
   // Initial values (fills) are computed per tile too, so that no full-size
   // init tensor is materialised.
   SmallVector<Operation *> members(fuse.begin(), fuse.end());
-  members.push_back(root);
+  members.push_back(g.root);
   for (Operation *op : members)
     if (auto dps = dyn_cast<DestinationStyleOpInterface>(op))
       for (Value init : dps.getDpsInits())
@@ -229,7 +251,8 @@ SmallVector<Value> Formulation::score(Value queries, Value keys,
                      : cIndex(s.length);
   Value prefix = prefixLength(length);
   Value v = votes(queries, keys, length, prefix);
-  Value pooled = pool(v, prefix, paddedPrefix(prefix));
+  Value pooled = opts.gpu ? poolInBlocks(v, prefix)
+                          : pool(v, prefix, paddedPrefix(prefix));
   SmallVector<OpFoldResult> offsets(3, ofr(0)), strides(3, ofr(1));
   SmallVector<OpFoldResult> sizes = {ofr(s.batch), ofr(s.heads),
                                      getAsOpFoldResult(prefix)};
@@ -242,6 +265,13 @@ SmallVector<Value> Formulation::selection(Value queries, Value keys,
                                           Value values, Value length) {
   Value prefix = prefixLength(length);
   Value v = votes(queries, keys, length, prefix);
+  if (opts.gpu)
+    return chooseInBlocks(v, keys, values, prefix);
+  return choose(v, keys, values, prefix);
+}
+
+SmallVector<Value> Formulation::choose(Value v, Value keys, Value values,
+                                       Value prefix) {
   Value pooled = pool(v, prefix, paddedPrefix(prefix));
   Value orderKeyed = orderKeys(pooled, prefix);
   Value thresh = threshold(orderKeyed);
@@ -256,6 +286,8 @@ SmallVector<Value> Formulation::selection(Value queries, Value keys,
 
 SmallVector<Value> Formulation::bypass(Value keys, Value values,
                                        Value length) {
+  if (opts.gpu)
+    return bypassInBlocks(keys, values, length);
   OpFoldResult kept = getAsOpFoldResult(length);
   Value indices = allPositions(kept);
   return {gather(keys, indices, kept), gather(values, indices, kept),

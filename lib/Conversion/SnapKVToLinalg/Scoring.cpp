@@ -82,6 +82,8 @@ Value Formulation::queriesByHead(Value queries) {
 /// past every window row's horizon, so the causal mask hides them.
 SmallVector<Formulation::KeyTiles> Formulation::keyTiles(Value keys,
                                                           Value length) {
+  if (opts.gpu)
+    return {stagedKeyTiles(keys, length)};
   int64_t tile = keyTile;
   std::optional<int64_t> staticLength = getConstantIntValue(length);
   AffineExpr l0 = b.getAffineSymbolExpr(0);
@@ -216,8 +218,9 @@ Formulation::tileStatistics(Value logitsT, const KeyTiles &tiles, Value prefix,
             nb, l, ValueRange{arith::AddFOp::create(nb, l, args[2], x)});
       });
   // One tile of T x (G*W) logits is computed per (b, kv, n, g) and used by
-  // both statistics.
+  // both statistics; on a GPU per (b, kv, n), one block each.
   group(sumOp, 4, {maxOp, producer});
+  blockGroup(sumOp, {1, 1, 1}, {maxOp, producer}, {producer});
   return {tileMax, sumOp.getResult(0)};
 }
 
@@ -263,6 +266,8 @@ std::pair<Value, Value> Formulation::rowStatistics(Value tileMax,
                                  arith::DivFOp::create(nb, l, one, args[0])});
                        });
   group(invOp, 2);
+  // GPU: one block per (b, kv) combines all tiles of its rows.
+  blockGroup(invOp, {1, 1}, {sumOp, maxOp});
   return {rowMax, invOp.getResult(0)};
 }
 
@@ -295,6 +300,7 @@ Value Formulation::tileVotes(Value logitsT, const KeyTiles &tiles,
       });
   if (s.expand()) {
     group(votesOp, 4, {producer});
+    blockGroup(votesOp, {1, 1, 0, 1}, {producer}, {producer});
     return tensor::CollapseShapeOp::create(
         b, loc, votesOp.getResult(0),
         ArrayRef<ReassociationIndices>{{0}, {1, 2}, {3, 4}});
@@ -322,6 +328,7 @@ Value Formulation::tileVotes(Value logitsT, const KeyTiles &tiles,
         linalg::YieldOp::create(nb, l, ValueRange{r});
       });
   group(aggregateOp, 3, {votesOp, producer});
+  blockGroup(aggregateOp, {1, 1, 1}, {votesOp, producer}, {producer});
   return tensor::CollapseShapeOp::create(
       b, loc, aggregateOp.getResult(0),
       ArrayRef<ReassociationIndices>{{0}, {1}, {2, 3}});
@@ -347,6 +354,11 @@ Value Formulation::votes(Value queries, Value keys, Value length,
                       : Value(tensor::ConcatOp::create(b, loc, 2, sums));
   auto [rowMax, rowInv] = rowStatistics(tileMax, tileSum);
   SmallVector<Value> parts;
+  // On a GPU each kernel stages its own queries and key tiles (per block).
+  if (opts.gpu) {
+    queriesT = queriesByHead(queries);
+    spans = keyTiles(keys, length);
+  }
   for (const KeyTiles &span : spans) {
     // The logits again: recomputed per tile rather than stored.
     Operation *l = logits(queriesT, span);
