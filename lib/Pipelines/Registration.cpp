@@ -15,5 +15,19 @@ void snapkv::registerPipelines() {
       [](OpPassManager &pm, const CPUPipelineOptions &options) {
         buildCPUPipeline(pm, options);
       });
-  registerGPUPipeline();
+  PassPipelineRegistration<GPUPipelineOptions>(
+      "snapkv-gpu-pipeline",
+      "Lower snapkv ops to NVVM kernels (PTX/cubin via gpu-module-to-binary) "
+      "plus host launch code calling the mgpu* runtime",
+      [](OpPassManager &pm, const GPUPipelineOptions &options) {
+        buildGPUPipeline(pm, options);
+      });
+  PassPipelineRegistration<GPUPipelineOptions>(
+      "snapkv-gpu-emulation",
+      "The tensor-level half of --snapkv-gpu-pipeline (GPU blocks, their "
+      "ops over threads); follow it with --snapkv-cpu-pipeline to run the "
+      "kernels on the CPU",
+      [](OpPassManager &pm, const GPUPipelineOptions &options) {
+        buildGPUTensorPipeline(pm, options);
+      });
 }

@@ -204,9 +204,10 @@ def tools():
             [_tools.require(lib) for lib in _tools.runner_libs()])
 
 
-# Passes that run the GPU kernels' loops on the CPU: convert-snapkv-to-gpu with host
-# buffers, after which --snapkv-cpu-pipeline lowers the (mapped) parallel loops.
-GPU_EMULATION = ("--convert-snapkv-to-gpu=device-buffers=false",)
+# Passes that run the GPU kernels on the CPU: the tensor-level half of the GPU pipeline
+# (the same blocks, the same per-thread tiles), after which --snapkv-cpu-pipeline runs the
+# block and thread loops as loops.
+GPU_EMULATION = ("--snapkv-gpu-emulation",)
 
 
 def run_module(text, timeout=600, pre_passes=()):

@@ -219,18 +219,78 @@ def test_exact_ties_go_to_lower_position():
     check(cases)
 
 
-# The GPU kernels of convert-snapkv-to-gpu, run on the CPU with host buffers: the same
-# loops the GPU executes (one thread per output, fixed reduction order), so wrong
-# indexing, masks, statistics, pooling borders, tie handling or gathers in the kernels
-# show up here without a GPU.
+# Long prompts: every block and every thread of the GPU layout handles several positions
+# (128 threads per block, key tiles of 64) and the last key tile is partial, for every
+# element type and GQA policy; a few at L = 4096.
+LONG_LENGTHS = (130, 401)
+LONG_PER_COMBINATION = 2
+VERY_LONG = 4096
+ELEMS = ("f32", "f16", "bf16")
+POLICIES = ("expand", "mean", "max")
+
+
+def long_config(rng, elem, gqa, length):
+    config = draw_config(rng)
+    window = int(rng.integers(1, 9))
+    config.update(elem=elem, gqa=gqa, window=window, length=length,
+                  capacity=window + int(rng.integers(4, 40)))
+    return config
+
+
+def long_case(n):
+    """Case n of the long prompts: (elem, gqa) cycle, L in [130, 400] except the last three
+    (L = 4096, one per element type)."""
+    combinations = [(e, g) for e in ELEMS for g in POLICIES]
+    rng = np.random.default_rng([SEED, 2, n])
+    regular = len(combinations) * LONG_PER_COMBINATION
+    if n < regular:
+        elem, gqa = combinations[n % len(combinations)]
+        length = int(rng.integers(*LONG_LENGTHS))
+    else:
+        elem, gqa = ELEMS[n - regular], POLICIES[n - regular]
+        length = VERY_LONG
+    return separated_case(rng, lambda r: long_config(r, elem, gqa, length))
+
+
+LONG_CASES = len(ELEMS) * len(POLICIES) * LONG_PER_COMBINATION + len(ELEMS)
+
+
+@pytest.fixture(scope="module")
+def long_cases():
+    return [long_case(n) for n in range(LONG_CASES)]
+
+
+def test_long_cases_cover_every_type_and_policy(long_cases):
+    seen = Counter((case.elem, case.gqa) for case in long_cases)
+    assert all(seen[(e, g)] >= LONG_PER_COMBINATION for e in ELEMS for g in POLICIES), seen
+    lengths = [case.k.shape[2] for case in long_cases]
+    assert sum(LONG_LENGTHS[0] <= n < LONG_LENGTHS[1] for n in lengths) >= 9 * 2
+    assert sum(n == VERY_LONG for n in lengths) == len(ELEMS)
+    # The last key tile of 64 is partial for nearly all the shorter ones.
+    assert sum(n % 64 != 0 for n in lengths if n != VERY_LONG) >= 9 * 2 - 2
+    assert any(case.dynamic for case in long_cases)
+
+
+def test_long_prompts_match_reference(long_cases):
+    check(long_cases)
+
+
+# The GPU kernels, run on the CPU: --snapkv-gpu-emulation is the tensor-level half of the
+# GPU pipeline (the same blocks and the same per-thread tiles; the thread loops run one
+# after the other, as the barriers order them), so wrong tiling, indexing, masks,
+# statistics, pooling borders, tie handling or gathers in the kernels show up here
+# without a GPU.
 GPU_CASES = 100
 
 
 def test_gpu_kernels_match_reference(random_cases):
-    # The GPU kernels implement the default scoring only (they reject the others).
-    votes = [case for case in random_cases if case.scoring is None]
-    check(votes[:GPU_CASES], GPU_EMULATION)
+    # Every scoring: the GPU kernels are the same formulation, laid out as blocks.
+    check(random_cases[:GPU_CASES], GPU_EMULATION)
 
 
 def test_gpu_kernels_break_ties_to_lower_position():
     check([tie_case(n) for n in range(TIE_CASES)], GPU_EMULATION)
+
+
+def test_gpu_kernels_long_prompts(long_cases):
+    check(long_cases, GPU_EMULATION)

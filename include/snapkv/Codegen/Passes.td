@@ -107,4 +107,103 @@ def LowerAsserts : Pass<"snapkv-lower-asserts", "::mlir::ModuleOp"> {
   ];
 }
 
+def GPUDistribute : Pass<"snapkv-gpu-distribute", "::mlir::func::FuncOp"> {
+  let summary = "Distribute the ops of each GPU block loop over the block's "
+                "threads (tensors)";
+  let description = [{
+    Runs on tensors after `convert-snapkv-to-linalg{tiling=gpu}`. Inside
+    every `scf.forall` mapped to `#gpu.block<...>` (one kernel), every
+    TilingInterface op is tiled into an `scf.forall` mapped to
+    `#gpu.thread<linear_dim_*>` with the upstream `scf::tileUsingSCF`:
+
+    * ops with enough parallel work (or only a short reduction) have their
+      parallel loops split over the threads, the innermost loop over
+      consecutive threads (coalesced accesses), each thread reducing its
+      outputs' whole reduction itself, in order;
+    * an op whose parallel extent is small but whose reduction is long (the
+      counts of the top-k threshold search over the prefix) becomes a
+      partial reduction (`PartialReductionOuterParallel`): each thread
+      reduces a contiguous chunk into its slot of a per-block array, and the
+      merge (`linalg.reduce` over the threads, in thread order) is
+      distributed like any other op. Results are therefore deterministic.
+
+    `tensor.pad` is first rewritten into a fill and an insert, and every
+    `tensor.insert_slice` in a block into a `linalg.copy` into the slice, so
+    that all data movement inside a block is done by the threads.
+
+    Consecutive thread loops are phases of the block: mapping them to
+    threads puts a barrier after each (`--snapkv-gpu-pipeline`); run as
+    loops on the CPU (`--snapkv-cpu-pipeline` after this pass), they run one
+    after the other, which is what the barriers guarantee: that is how the
+    kernels are tested without a GPU.
+  }];
+  let options = [
+    Option<"threads", "threads", "int64_t", /*default=*/"128",
+           "Threads per block">
+  ];
+  let dependentDialects = [
+    "::mlir::affine::AffineDialect",
+    "::mlir::arith::ArithDialect",
+    "::mlir::gpu::GPUDialect",
+    "::mlir::linalg::LinalgDialect",
+    "::mlir::scf::SCFDialect",
+    "::mlir::tensor::TensorDialect"
+  ];
+}
+
+def GPULaunch : Pass<"snapkv-gpu-launch", "::mlir::func::FuncOp"> {
+  let summary = "Turn each GPU block loop (bufferized) into a gpu.launch";
+  let description = [{
+    Runs after bufferisation on the output of `snapkv-gpu-distribute`. Each
+    `scf.forall` mapped to `#gpu.block<...>` becomes one `gpu.launch` whose
+    grid is the loop's trip counts (dynamic counts included; the loop's
+    `x`, `y`, `z` mapping names the grid dimension) and whose block size is
+    the largest thread loop inside. The block's scratch buffers (the
+    `memref.alloc`s inside the loop) are placed, in program order, in one
+    dynamic shared memory region while `shared-memory-bytes` allows (static
+    sizes only), and otherwise in a global buffer that the host allocates
+    around the launch with one slice per block; scratch inside a thread loop
+    becomes private memory. The thread loops are then mapped to thread ids by
+    the upstream `mapNestedForallToThreadsImpl`, which guards loops with
+    fewer iterations than threads and puts a `gpu.barrier` after each loop.
+    A write outside the thread loops (which every thread would run) is an
+    error.
+  }];
+  let options = [
+    Option<"sharedMemoryBytes", "shared-memory-bytes", "int64_t",
+           /*default=*/"98304",
+           "Shared memory per block for scratch buffers, in bytes">
+  ];
+  let dependentDialects = [
+    "::mlir::affine::AffineDialect",
+    "::mlir::arith::ArithDialect",
+    "::mlir::gpu::GPUDialect",
+    "::mlir::memref::MemRefDialect",
+    "::mlir::scf::SCFDialect"
+  ];
+}
+
+def GPUDeviceBuffers : Pass<"snapkv-gpu-device-buffers",
+                            "::mlir::func::FuncOp"> {
+  let summary = "Give the kernels (gpu.launch) device buffers; keep host "
+                "memory at the boundaries";
+  let description = [{
+    Runs after `snapkv-gpu-launch`, on buffers. Every host allocation that a
+    kernel uses (directly or through views) becomes a device allocation
+    (`gpu.alloc`, freed with `gpu.dealloc` at the end of its block); host
+    code that reads such a buffer (returns, yields, copies, calls) reads a
+    host copy (`gpu.memcpy`) made after the last kernel that uses it, so
+    callers and host code only see host memory. Every other buffer a kernel reads
+    (function arguments, constants) is copied to the device once, right
+    after it is defined, and the kernels read the copy. A kernel that
+    writes a buffer the host owns, or host code that reads a device buffer
+    otherwise, is reported as an error. Run `gpu-async-region` afterwards
+    so that the copies and allocations lower with `gpu-to-llvm`.
+  }];
+  let dependentDialects = [
+    "::mlir::gpu::GPUDialect",
+    "::mlir::memref::MemRefDialect"
+  ];
+}
+
 #endif // SNAPKV_CODEGEN_PASSES_TD

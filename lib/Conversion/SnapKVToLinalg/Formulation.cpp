@@ -126,17 +126,39 @@ linalg::GenericOp Formulation::generic(
 
 void Formulation::group(Operation *root, unsigned tiledLoops,
                         ArrayRef<Operation *> fuse) {
+  if (opts.gpu)
+    return;
   TileGroup g;
   g.root = root;
   auto linalgOp = cast<linalg::LinalgOp>(root);
   g.tileSizes.assign(linalgOp.getNumLoops(), 0);
   for (unsigned i = 0; i < tiledLoops; ++i)
     g.tileSizes[i] = 1;
+  record(std::move(g), fuse);
+}
+
+void Formulation::blockGroup(Operation *root, ArrayRef<int64_t> tileSizes,
+                             ArrayRef<Operation *> fuse,
+                             ArrayRef<Operation *> staged) {
+  if (!opts.gpu)
+    return;
+  TileGroup g;
+  g.root = root;
+  g.tileSizes.assign(tileSizes.begin(), tileSizes.end());
+  SmallVector<Operation *> members(fuse.begin(), fuse.end());
+  for (Operation *op : staged)
+    for (Value in : cast<linalg::LinalgOp>(op).getDpsInputs())
+      if (Operation *producer = in.getDefiningOp<linalg::LinalgOp>())
+        members.push_back(producer);
+  record(std::move(g), members);
+}
+
+void Formulation::record(TileGroup g, ArrayRef<Operation *> fuse) {
   g.fuse.insert(fuse.begin(), fuse.end());
   // Initial values (fills) are computed per tile too, so that no full-size
   // init tensor is materialised.
   SmallVector<Operation *> members(fuse.begin(), fuse.end());
-  members.push_back(root);
+  members.push_back(g.root);
   for (Operation *op : members)
     if (auto dps = dyn_cast<DestinationStyleOpInterface>(op))
       for (Value init : dps.getDpsInits())
@@ -234,7 +256,8 @@ SmallVector<Value> Formulation::score(Value queries, Value keys,
                      : cIndex(s.length);
   Value prefix = prefixLength(length);
   Value v = votes(queries, keys, length, prefix);
-  Value pooled = pool(v, prefix, paddedPrefix(prefix));
+  Value pooled = opts.gpu ? poolInBlocks(v, prefix)
+                          : pool(v, prefix, paddedPrefix(prefix));
   SmallVector<OpFoldResult> offsets(3, ofr(0)), strides(3, ofr(1));
   SmallVector<OpFoldResult> sizes = {ofr(s.batch), ofr(s.heads),
                                      getAsOpFoldResult(prefix)};
@@ -246,13 +269,23 @@ SmallVector<Value> Formulation::score(Value queries, Value keys,
 SmallVector<Value> Formulation::selection(Value queries, Value keys,
                                           Value values, Value length) {
   Value prefix = prefixLength(length);
-  Value orderKeyed;
-  if (s.scoring == Scoring::votes || s.scoring == Scoring::prefix_votes) {
-    Value v = votes(queries, keys, length, prefix);
-    orderKeyed = orderKeys(pool(v, prefix, paddedPrefix(prefix)), prefix);
-  } else {
-    orderKeyed = comparisonKeys(prefix, paddedPrefix(prefix));
-  }
+  // Votes for the vote scorings; the ranking keys of `recent` / `random`
+  // otherwise (computed over all rows, so that GPU row blocks see their row's
+  // keys without needing their own row index).
+  bool byVotes =
+      s.scoring == Scoring::votes || s.scoring == Scoring::prefix_votes;
+  Value v = byVotes ? votes(queries, keys, length, prefix) : Value();
+  Value ranked =
+      byVotes ? Value() : comparisonKeys(prefix, paddedPrefix(prefix));
+  if (opts.gpu)
+    return chooseInBlocks(v, ranked, keys, values, prefix);
+  return choose(v, ranked, keys, values, prefix);
+}
+
+SmallVector<Value> Formulation::choose(Value v, Value ranked, Value keys,
+                                       Value values, Value prefix) {
+  Value orderKeyed =
+      v ? orderKeys(pool(v, prefix, paddedPrefix(prefix)), prefix) : ranked;
   Value thresh = threshold(orderKeyed);
   Value above = countAbove(orderKeyed, thresh);
   auto [positions, keptKeys] = keptPositions(orderKeyed, thresh, above);
@@ -265,6 +298,8 @@ SmallVector<Value> Formulation::selection(Value queries, Value keys,
 
 SmallVector<Value> Formulation::bypass(Value keys, Value values,
                                        Value length) {
+  if (opts.gpu)
+    return bypassInBlocks(keys, values, length);
   OpFoldResult kept = getAsOpFoldResult(length);
   Value indices = allPositions(kept);
   return {gather(keys, indices, kept), gather(values, indices, kept),

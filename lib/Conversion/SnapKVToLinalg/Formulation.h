@@ -50,6 +50,9 @@ using FormulationOptions = SnapKVToLinalgOptions;
 /// entry per loop of the root, 0 = not tiled) and every op of `fuse` that
 /// produces a slice the tiled root needs is fused into the same tile loop.
 /// Nothing is recorded in the IR; the groups only live during the pass.
+/// With `options.gpu` the groups are GPU blocks: each tile is one block
+/// (a kernel per group), so they are larger than the CPU's and fuse the
+/// staging of the queries and key tiles into the block.
 struct TileGroup {
   Operation *root;
   SmallVector<int64_t> tileSizes;
@@ -84,9 +87,17 @@ private:
   generic(TypeRange resultTypes, ValueRange ins, ValueRange outs,
           ArrayRef<AffineMap> maps, ArrayRef<utils::IteratorType> iters,
           function_ref<void(OpBuilder &, Location, ValueRange)> body);
-  /// Records a group rooted at `root`, tiling its first `tiledLoops` loops.
+  /// Records a CPU group rooted at `root`, tiling its first `tiledLoops`
+  /// loops (nothing with `options.gpu`).
   void group(Operation *root, unsigned tiledLoops,
              ArrayRef<Operation *> fuse = {});
+  /// Records a GPU group (only with `options.gpu`): one block per tile of
+  /// `tileSizes`; the linalg producers of the inputs of `staged` (the
+  /// staging of the queries and key tiles) are fused into the block too.
+  void blockGroup(Operation *root, ArrayRef<int64_t> tileSizes,
+                  ArrayRef<Operation *> fuse = {},
+                  ArrayRef<Operation *> staged = {});
+  void record(TileGroup g, ArrayRef<Operation *> members);
 
   // --- scoring --------------------------------------------------------------
   /// Key tiles of one span of positions: [B, Hkv, n, T, D].
@@ -96,6 +107,8 @@ private:
     Value start;
   };
   SmallVector<KeyTiles> keyTiles(Value keys, Value length);
+  /// GPU: one span of ceil(L / T) tiles, each a bounded copy of the keys.
+  KeyTiles stagedKeyTiles(Value keys, Value length);
   Value queriesByHead(Value queries);
   Operation *logits(Value queriesT, const KeyTiles &tiles);
   /// Per tile and window row: maximum and sum of exp(logit - maximum) over
@@ -127,7 +140,27 @@ private:
 
   SmallVector<Value> selection(Value queries, Value keys, Value values,
                                Value length);
+  /// Pooling, top-k, order, window and gather of the rows of `votes`, or,
+  /// without votes, the top-k of the `ranked` comparison keys.
+  SmallVector<Value> choose(Value votes, Value ranked, Value keys,
+                            Value values, Value prefix);
   SmallVector<Value> bypass(Value keys, Value values, Value length);
+
+  // --- GPU blocks (options.gpu) ---------------------------------------------
+  /// The shape of one (batch, head) row: B = Hc = 1, G = 1.
+  SelectShape rowShape() const;
+  /// Runs `body` in an scf.forall over the (b, h) rows mapped to GPU blocks;
+  /// `body` gets the row-local formulation and the row's indices and returns
+  /// its [1, 1, ...] results, inserted into `inits` at [b, h].
+  SmallVector<Value> inRowBlocks(
+      ValueRange inits,
+      function_ref<SmallVector<Value>(Formulation &, Value, Value)> body);
+  /// The row of a [B, Hkv or Hc, ...] tensor that (b, h) reads.
+  Value rowOf(Value source, Value bi, Value h, bool byKvHead);
+  SmallVector<Value> chooseInBlocks(Value votes, Value ranked, Value keys,
+                                    Value values, Value prefix);
+  SmallVector<Value> bypassInBlocks(Value keys, Value values, Value length);
+  Value poolInBlocks(Value votes, Value prefix);
   /// The prompt length, with the run-time checks a dynamic length needs.
   Value checkedLength(Value keys, Value values);
   Value prefixLength(Value length);

@@ -84,6 +84,8 @@ Value Formulation::queriesByHead(Value queries) {
 /// past every window row's horizon, so the causal mask hides them.
 SmallVector<Formulation::KeyTiles> Formulation::keyTiles(Value keys,
                                                           Value length) {
+  if (opts.gpu)
+    return {stagedKeyTiles(keys, length)};
   int64_t tile = keyTile;
   std::optional<int64_t> staticLength = getConstantIntValue(length);
   AffineExpr l0 = b.getAffineSymbolExpr(0);
@@ -183,7 +185,7 @@ Formulation::tileStatistics(Value logitsT, const KeyTiles &tiles, Value prefix,
       b, loc, offsetsTy, DenseIntElementsAttr::get(offsetsTy, offsets));
   Value base32 = arith::IndexCastOp::create(
       b, loc, i32, arith::SubIOp::create(b, loc, prefix, start));
-  Value rowLimits =
+  linalg::GenericOp rowLimitsOp =
       generic(RankedTensorType::get({s.window}, i32), {},
               {empty({ofr(s.window)}, i32)}, {map(1, {0})}, {par},
               [=](OpBuilder &nb, Location l, ValueRange) {
@@ -196,8 +198,8 @@ Formulation::tileStatistics(Value logitsT, const KeyTiles &tiles, Value prefix,
                   limit = arith::AddIOp::create(nb, l, limit,
                                                 indexAsI32(nb, l, 0));
                 linalg::YieldOp::create(nb, l, ValueRange{limit});
-              })
-          .getResult(0);
+              });
+  Value rowLimits = rowLimitsOp.getResult(0);
   auto visible = [=](OpBuilder &nb, Location l, Value offset, Value limit) {
     Value n = indexAsI32(nb, l, 2);
     Value tileC = arith::ConstantOp::create(nb, l, nb.getI32IntegerAttr(tile));
@@ -241,8 +243,10 @@ Formulation::tileStatistics(Value logitsT, const KeyTiles &tiles, Value prefix,
             nb, l, ValueRange{arith::AddFOp::create(nb, l, args[4], x)});
       });
   // One tile of T x (G*W) logits is computed per (b, kv, n, g) and used by
-  // both statistics.
+  // both statistics; on a GPU per (b, kv, n), one block each, which computes
+  // the row limits itself (no host-written buffer for kernels to read).
   group(sumOp, 4, {maxOp, producer});
+  blockGroup(sumOp, {1, 1, 1}, {maxOp, producer, rowLimitsOp}, {producer});
   return {tileMax, sumOp.getResult(0)};
 }
 
@@ -288,6 +292,8 @@ std::pair<Value, Value> Formulation::rowStatistics(Value tileMax,
                                  arith::DivFOp::create(nb, l, one, args[0])});
                        });
   group(invOp, 2);
+  // GPU: one block per (b, kv) combines all tiles of its rows.
+  blockGroup(invOp, {1, 1}, {sumOp, maxOp});
   return {rowMax, invOp.getResult(0)};
 }
 
@@ -320,6 +326,7 @@ Value Formulation::tileVotes(Value logitsT, const KeyTiles &tiles,
       });
   if (s.expand()) {
     group(votesOp, 4, {producer});
+    blockGroup(votesOp, {1, 1, 0, 1}, {producer}, {producer});
     return tensor::CollapseShapeOp::create(
         b, loc, votesOp.getResult(0),
         ArrayRef<ReassociationIndices>{{0}, {1, 2}, {3, 4}});
@@ -347,6 +354,7 @@ Value Formulation::tileVotes(Value logitsT, const KeyTiles &tiles,
         linalg::YieldOp::create(nb, l, ValueRange{r});
       });
   group(aggregateOp, 3, {votesOp, producer});
+  blockGroup(aggregateOp, {1, 1, 1}, {votesOp, producer}, {producer});
   return tensor::CollapseShapeOp::create(
       b, loc, aggregateOp.getResult(0),
       ArrayRef<ReassociationIndices>{{0}, {1}, {2, 3}});
@@ -372,6 +380,11 @@ Value Formulation::votes(Value queries, Value keys, Value length,
                       : Value(tensor::ConcatOp::create(b, loc, 2, sums));
   auto [rowMax, rowInv] = rowStatistics(tileMax, tileSum);
   SmallVector<Value> parts;
+  // On a GPU each kernel stages its own queries and key tiles (per block).
+  if (opts.gpu) {
+    queriesT = queriesByHead(queries);
+    spans = keyTiles(keys, length);
+  }
   for (const KeyTiles &span : spans) {
     // The logits again: recomputed per tile rather than stored.
     Operation *l = logits(queriesT, span);

@@ -17,6 +17,7 @@
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/ControlFlow/IR/ControlFlowOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -78,21 +79,38 @@ struct ScoreLowering : OpConversionPattern<ScoreOp> {
 
 /// Tiles `group.root` into an scf.forall and fuses the group's producers.
 /// A producer that is also used outside the group is yielded by the loop
-/// (computed once, in its tile, and used from there).
-LogicalResult tileGroup(RewriterBase &rewriter, const TileGroup &group) {
+/// (computed once, in its tile, and used from there). With `blocks` the loop
+/// is mapped to GPU blocks, its innermost tiled loop to x (the largest grid
+/// dimension).
+LogicalResult tileGroup(RewriterBase &rewriter, const TileGroup &group,
+                        bool blocks) {
   llvm::SmallPtrSet<Operation *, 8> members(group.fuse.begin(),
                                             group.fuse.end());
   members.insert(group.root);
   llvm::SmallPtrSet<Operation *, 4> usedOutside;
+  // A tensor.dim is no use of the values: it is redirected to the init
+  // operand below.
   for (Operation *op : group.fuse)
     for (Operation *user : op->getUsers())
-      if (!members.contains(user))
+      if (!members.contains(user) && !isa<tensor::DimOp>(user))
         usedOutside.insert(op);
 
   scf::SCFTilingOptions tiling;
   tiling.setLoopType(scf::SCFTilingOptions::LoopType::ForallOp);
   tiling.setTileSizes(
       getAsIndexOpFoldResult(rewriter.getContext(), group.tileSizes));
+  if (blocks) {
+    int64_t tiled = llvm::count_if(group.tileSizes,
+                                   [](int64_t size) { return size != 0; });
+    if (tiled > 3)
+      return group.root->emitError(
+          "snapkv: a GPU block group tiles more than 3 loops");
+    SmallVector<Attribute> mapping;
+    for (int64_t i = tiled - 1; i >= 0; --i)
+      mapping.push_back(gpu::GPUBlockMappingAttr::get(
+          rewriter.getContext(), static_cast<gpu::MappingId>(i)));
+    tiling.setMapping(mapping);
+  }
   scf::SCFTileAndFuseOptions options;
   options.setTilingOptions(tiling);
   options.setFusionControlFn(
@@ -154,13 +172,16 @@ struct ConvertSnapKVToLinalgPass
              "non-negative";
       return signalPassFailure();
     }
-    if (tiling != "none" && tiling != "cpu") {
+    if (tiling != "none" && tiling != "cpu" && tiling != "gpu") {
       emitError(getOperation()->getLoc())
-          << "convert-snapkv-to-linalg: tiling must be 'none' or 'cpu', got '"
+          << "convert-snapkv-to-linalg: tiling must be 'none', 'cpu' or "
+             "'gpu', got '"
           << tiling << "'";
       return signalPassFailure();
     }
+    bool gpu = tiling == "gpu";
     FormulationOptions options;
+    options.gpu = gpu;
     options.keyTile = keyTile;
     options.autoChunk = chunk == 0;
     if (chunk != 0)
@@ -178,7 +199,7 @@ struct ConvertSnapKVToLinalgPass
 
     IRRewriter rewriter(&getContext());
     for (const TileGroup &group : llvm::reverse(groups))
-      if (failed(tileGroup(rewriter, group)))
+      if (failed(tileGroup(rewriter, group, gpu)))
         return signalPassFailure();
   }
 };

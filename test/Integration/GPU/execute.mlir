@@ -1,7 +1,7 @@
 // REQUIRES: cuda-device
-// The CPU integration tests' programs compiled with --snapkv-gpu-pipeline and run
-// on the GPU through our mgpu* runtime must print exactly what the CPU path
-// prints (indices and gathered K/V). Runs only where a driver and GPU exist.
+// The CPU integration programs compiled with --snapkv-gpu-pipeline and run on the GPU
+// through our mgpu* runtime must print exactly what the CPU path prints (indices,
+// gathered K/V, scores). Runs only where a driver and a GPU exist.
 // RUN: snapkv-opt %S/../CPU/worked_example.mlir --snapkv-gpu-pipeline="chip=sm_80 features=+ptx80 format=fatbin" | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime,%snapkv_cuda_runtime | FileCheck %S/../CPU/worked_example.mlir
 // RUN: snapkv-opt %S/../CPU/counter_example.mlir --snapkv-gpu-pipeline="chip=sm_80 features=+ptx80 format=fatbin" | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime,%snapkv_cuda_runtime | FileCheck %S/../CPU/counter_example.mlir
 // RUN: snapkv-opt %S/../CPU/gqa.mlir --snapkv-gpu-pipeline="chip=sm_80 features=+ptx80 format=fatbin" | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime,%snapkv_cuda_runtime | FileCheck %S/../CPU/gqa.mlir
@@ -14,3 +14,5 @@
 // RUN: snapkv-opt %S/../CPU/f16.mlir --snapkv-gpu-pipeline="chip=sm_80 features=+ptx80 format=fatbin" | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime,%snapkv_cuda_runtime | FileCheck %S/../CPU/f16.mlir
 // RUN: snapkv-opt %S/../CPU/bf16.mlir --snapkv-gpu-pipeline="chip=sm_80 features=+ptx80 format=fatbin" | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime,%snapkv_cuda_runtime | FileCheck %S/../CPU/bf16.mlir
 // RUN: snapkv-opt %S/../CPU/scale.mlir --snapkv-gpu-pipeline="chip=sm_80 features=+ptx80 format=fatbin" | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime,%snapkv_cuda_runtime | FileCheck %S/../CPU/scale.mlir
+// RUN: snapkv-opt %S/../CPU/score.mlir --snapkv-gpu-pipeline="chip=sm_80 features=+ptx80 format=fatbin" | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime,%snapkv_cuda_runtime | FileCheck %S/../CPU/score.mlir
+// RUN: snapkv-opt %S/../CPU/hostile_values.mlir --snapkv-gpu-pipeline="chip=sm_80 features=+ptx80 format=fatbin" | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime,%snapkv_cuda_runtime | FileCheck %S/../CPU/hostile_values.mlir

@@ -21,6 +21,13 @@ struct SnapKVToLinalgOptions {
   int64_t chunk = 128;
   /// With a static prompt length, pick a chunk of about sqrt(prefix).
   bool autoChunk = true;
+  /// Emit for GPU blocks: the keys as one span of whole tiles, each tile a
+  /// bounded copy (positions past the prompt read as zero, hidden by the
+  /// causal mask) that a target can stage in fast memory; the per-row steps
+  /// (pooling, selection, gather) inside an scf.forall over the (batch,
+  /// head) rows, one GPU block per row; and tile groups of GPU blocks
+  /// (`Formulation::groups`).
+  bool gpu = false;
 };
 
 /// Adds the patterns that lower `snapkv.select` and `snapkv.score` to
