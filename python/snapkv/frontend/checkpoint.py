@@ -44,6 +44,15 @@ DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.flo
 # The element type of a module's tensor<...> -> the safetensors dtype that is the same bits.
 MLIR_DTYPES = {"f32": "F32", "f16": "F16", "bf16": "BF16", "f64": "F64", "i64": "I64",
                "i32": "I32", "i16": "I16", "i8": "I8", "i1": "BOOL"}
+# config.json keys that do not change what the exported module computes (the module is f32
+# whatever the stored dtype; token ids and generation defaults are not part of it).
+NOT_ARCHITECTURE = {"_name_or_path", "transformers_version", "dtype", "torch_dtype", "use_cache",
+                    "bos_token_id", "eos_token_id", "pad_token_id", "architectures",
+                    "initializer_range", "attention_dropout", "output_attentions",
+                    "output_hidden_states", "return_dict", "tokenizer_class",
+                    "generation_config", "task_specific_params"}
+# Checkpoint tensors that are not parameters (old checkpoints store the RoPE frequencies).
+NOT_PARAMETERS = ("rotary_emb.inv_freq",)
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 MAX_HEADER = 100 * 1024 * 1024  # what the safetensors library itself accepts
@@ -252,6 +261,23 @@ class Checkpoint:
                 f"{c.get('num_key_value_heads', c.get('num_attention_heads'))} kv heads, "
                 f"vocabulary {c.get('vocab_size')}, {len(self.tensors)} tensors")
 
+    def architecture(self) -> dict:
+        """config.json without the keys that do not change the exported module (see
+        ``NOT_ARCHITECTURE``): two checkpoints with the same architecture can share one."""
+        return {k: v for k, v in self.config.items() if k not in NOT_ARCHITECTURE}
+
+    def check_architecture(self, expected: dict, module: str = "the module"):
+        """CheckpointError unless :meth:`architecture` is `expected` (what an export recorded);
+        the message names the keys that differ."""
+        mine = self.architecture()
+        keys = sorted(set(mine) | set(expected))
+        differ = [k for k in keys if mine.get(k) != expected.get(k)]
+        if differ:
+            shown = "; ".join(f"{k}: {expected.get(k)!r} there, {mine.get(k)!r} here"
+                              for k in differ[:4])
+            raise CheckpointError(f"{self.path} is not the architecture {module} was exported "
+                                  f"from ({shown}" + (" ..." if len(differ) > 4 else "") + ")")
+
     def fingerprint(self) -> str:
         """What an export depends on: config.json and every tensor's name, dtype and shape
         (not the values: they are not part of the module)."""
@@ -290,6 +316,13 @@ def weight_arrays(checkpoint: Checkpoint, wanted: Dict[str, Tuple[Tuple[int, ...
         raise CheckpointError(f"{checkpoint.path}: {len(missing)} tensor(s) the module needs are "
                               f"not in the checkpoint: {', '.join(missing[:4])}"
                               + (" ..." if len(missing) > 4 else ""))
+    unused = [name for name in checkpoint.tensors
+              if name not in wanted and not name.endswith(NOT_PARAMETERS)]
+    if unused:
+        raise CheckpointError(f"{checkpoint.path} holds {len(unused)} tensor(s) the module does "
+                              f"not take ({', '.join(sorted(unused)[:3])}"
+                              + (" ..." if len(unused) > 3 else "")
+                              + "): it is not the architecture the module was exported from")
     for name, (shape, elem) in wanted.items():
         info = checkpoint.tensors[name]
         if tuple(info.shape) != tuple(shape):

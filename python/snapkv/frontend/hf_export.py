@@ -49,12 +49,11 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import hashlib
 import json
 import os
 import re
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 import torch
 from torch import nn
@@ -366,8 +365,10 @@ def _entry_points(text: str, plan: _Plan, logits: str) -> Tuple[str, List[str]]:
 
     caches = ",\n      ".join(f"%c{j}: {d_args[2 + j % 2]}" for j in range(2 * n))
     decode_logits = re.sub(r"tensor<1x\?x", "tensor<1x1x", logits_type)
+    decode_types = [decode_logits] + [t for _ in range(n) for t in d_results[1:]]
     lines += [f"  func.func @decode(\n      %id: tensor<1x1xi64>,\n      %position: "
-              f"{d_args[1]},\n      {caches},\n      {weights}) -> ({', '.join([decode_logits] + [t for _ in range(n) for t in d_results[1:]])}) {{",
+              f"{d_args[1]},\n      {caches},\n      {weights}) -> "
+              f"({', '.join(decode_types)}) {{",
               f"    %ids = tensor.cast %id : tensor<1x1xi64> to {ids_dyn}",
               call("%e", "embed", ["%ids", value[plan.embed]], embed_args, embed_results),
               f"    %h = tensor.cast %e : {hidden_dyn} to {hidden_one}"]
@@ -385,8 +386,7 @@ def _entry_points(text: str, plan: _Plan, logits: str) -> Tuple[str, List[str]]:
         lines.append(f"    %logits = tensor.cast %logits_d : {logits_type} to {decode_logits}")
         last = "%logits"
     returned = [last] + [f"%l{i}#{j}" for i in range(n) for j in (1, 2)]
-    result_types = [decode_logits] + [t for _ in range(n) for t in d_results[1:]]
-    lines += [f"    return {', '.join(returned)} : {', '.join(result_types)}", "  }"]
+    lines += [f"    return {', '.join(returned)} : {', '.join(decode_types)}", "  }"]
     return "\n".join(lines) + "\n", order
 
 
@@ -460,6 +460,7 @@ def metadata(checkpoint, config, options, max_positions, notes, order, head_dim)
         "format": FORMAT,
         "checkpoint": str(checkpoint.path),
         "fingerprint": checkpoint.fingerprint(),
+        "architecture": checkpoint.architecture(),
         "model_type": checkpoint.model_type,
         "family": checkpoint.family,
         "config": {key: getattr(config, key, None) for key in (
@@ -477,45 +478,7 @@ def metadata(checkpoint, config, options, max_positions, notes, order, head_dim)
 
 
 # ---------------------------------------------------------------------------------------------
-# Cached export
-
-
-def exporter_digest() -> str:
-    """sha256 of the sources an export depends on (this file and what it imports)."""
-    from . import checkpoint as checkpoint_module
-    from . import export as export_module
-    from . import model as model_module
-
-    digest = hashlib.sha256()
-    for module in (checkpoint_module, export_module, model_module):
-        digest.update(Path(module.__file__).read_bytes())
-    digest.update(Path(__file__).read_bytes())
-    return digest.hexdigest()
-
-
-def export_cached(checkpoint: Checkpoint, options: ExportOptions = ExportOptions(),
-                  cache_dir: Optional[os.PathLike] = None, log=None) -> Tuple[Path, dict]:
-    """(path of the exported module, its metadata), from the cache when the checkpoint's
-    config and tensor layout, the options, the exporter and the package versions are the
-    same; otherwise exported and stored (``<cache>/exports/<key>/model.mlir`` and
-    ``model.json``)."""
-    from .runner import default_cache_dir
-
-    key = hashlib.sha256(json.dumps([checkpoint.fingerprint(), str(checkpoint.path),
-                                     dataclasses.asdict(options), exporter_digest(),
-                                     versions()]).encode()).hexdigest()[:24]
-    root = Path(cache_dir) if cache_dir is not None else default_cache_dir().parent / "exports"
-    folder = root / key
-    module, meta_file = folder / "model.mlir", folder / "model.json"
-    if module.is_file() and meta_file.is_file():
-        if log:
-            log(f"exported module (cached): {module}")
-        return module, json.loads(meta_file.read_text())
-    text, meta = export_text(checkpoint, options, log=log)
-    write(folder, text, meta)
-    if log:
-        log(f"exported module: {module}")
-    return module, meta
+# Files (snapkv.hf caches exports)
 
 
 def write(folder: Path, text: str, meta: dict, stem: str = "model") -> Tuple[Path, Path]:

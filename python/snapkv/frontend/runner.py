@@ -615,6 +615,20 @@ def check_memory(terms: dict, name: str, length: int, what: str):
             f"(each ? is {length:,}); {_gigabytes(have)} of memory is available")
 
 
+def check_checkpoint(model_path: os.PathLike, weights):
+    """When `weights` is a Checkpoint and ``<stem>.json`` next to the module records the
+    architecture it was exported from, a CheckpointError unless they are the same."""
+    from .checkpoint import Checkpoint
+
+    if not isinstance(weights, Checkpoint):
+        return
+    try:
+        expected = json.loads(Path(model_path).with_suffix(".json").read_text())["architecture"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    weights.check_architecture(expected, Path(model_path).name)
+
+
 def checkpoint_of(model_path: os.PathLike):
     """The :class:`~snapkv.frontend.checkpoint.Checkpoint` that ``<stem>.json`` next to an
     exported module names (``snapkv export --hf`` writes it); ValueError if there is none."""
@@ -895,6 +909,8 @@ class CompiledModel:
         text = Path(path).read_text()
         if kwargs.get("weights") is None and signature(text, "prefill").weight_args:
             kwargs["weights"] = checkpoint_of(path)
+        else:
+            check_checkpoint(path, kwargs.get("weights"))
         return cls(text, **kwargs)
 
     def _bind(self, source):
