@@ -106,9 +106,12 @@ def test_no_command_prints_usage():
     (["ledger", "--prompt-length", "zero"], 2, "the prompt length must be an integer"),
     (["visualize"], 2, "the following arguments are required: --out"),
     (["visualize", "--out", "/tmp/x", "--layers", "a"], 2, "--layers takes layer numbers"),
-    (["compile"], 2, "the following arguments are required: MODEL.mlir"),
+    (["compile"], 2, "the following arguments are required: MODEL"),
     (["compile", "no/such/model.mlir", "-o", "/dev/null"], 1, "no/such/model.mlir: no such file"),
-    (["generate", "test"], 1, "test: not a file"),
+    # A directory is read as a checkpoint (`snapkv generate my-model/`).
+    (["generate", "test"], 1, "test: no config.json (not a HuggingFace checkpoint"),
+    (["visualize", "--out", "/tmp/x", "test"], 1, "test: a directory; this command takes a "
+                                                  "MODEL.mlir file"),
     (["frobnicate"], 2, "invalid choice: 'frobnicate'"),
 ])
 def test_bad_arguments(args, status, message):

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Sequence
 
@@ -87,9 +88,109 @@ def resolve_model(given: Optional[Path], quiet: bool = False) -> Path:
         return default_model(quiet)
     if not given.exists():
         raise CLIError(f"{given}: no such file")
+    if given.is_dir():
+        raise CLIError(f"{given}: a directory; this command takes a MODEL.mlir file")
     if not given.is_file():
         raise CLIError(f"{given}: not a file")
     return given
+
+
+@dataclass
+class Source:
+    """The module a command works on: its file and text, the checkpoint its weights come
+    from (None for a module without weight arguments) and how to name it."""
+    path: Path
+    text: str
+    checkpoint: object = None
+    label: str = ""
+    max_positions: Optional[int] = None
+
+
+def load_checkpoint(directory: Path):
+    from ..frontend.checkpoint import Checkpoint, CheckpointError
+
+    try:
+        return Checkpoint(directory)
+    except CheckpointError as error:
+        raise CLIError(str(error)) from None
+
+
+def export_checkpoint(directory: Path, args, quiet: bool) -> Source:
+    """The exported module of checkpoint `directory` (from the export cache, or exported now
+    with torch-mlir)."""
+    from .. import hf
+
+    checkpoint = load_checkpoint(directory)
+    options = hf.ExportOptions(attention=getattr(args, "attention", None) or "sdpa")
+    try:
+        exported = hf.export(checkpoint, options, log=None if quiet else
+                             lambda m: progress(quiet, f"  {m}"), cache_dir=None)
+    except ToolError as error:
+        raise CLIError(str(error)) from None
+    except hf.CheckpointError as error:
+        raise CLIError(f"{show(directory)}: {error}") from None
+    for note in exported.meta.get("notes", []):
+        progress(quiet, f"note: {note}")
+    return Source(exported.path, exported.text, checkpoint, show(directory),
+                  exported.meta.get("max_position_embeddings"))
+
+
+def load_source(given: Optional[Path], args, quiet: bool = False,
+                weights: bool = True) -> Source:
+    """A MODEL argument: a module file (the bundled tiny model by default) or a checkpoint
+    directory (exported first, cached). With `weights`, a module that takes weights gets its
+    checkpoint from --checkpoint, else from the JSON next to it (what `snapkv export --hf`
+    writes)."""
+    if given is not None and given.is_dir():
+        if getattr(args, "checkpoint", None) is not None:
+            raise CLIError("--checkpoint goes with a MODEL.mlir; a checkpoint directory as "
+                           "MODEL is its own checkpoint")
+        progress(quiet, f"exporting the checkpoint {show(given)} (torch-mlir; a minute or "
+                        f"more the first time, then cached) ...")
+        return export_checkpoint(given, args, quiet)
+    path = resolve_model(given, quiet)
+    text = read_text(path)
+    source = Source(path, text, None, show(path))
+    try:
+        takes_weights = bool(runner_signature(text, "prefill").weight_args)
+    except ValueError:
+        takes_weights = False  # not a model module: signatures() says so later
+    given_checkpoint = getattr(args, "checkpoint", None)
+    if takes_weights and weights:
+        if given_checkpoint is not None:
+            from ..frontend import runner
+            from ..frontend.checkpoint import CheckpointError
+
+            source.checkpoint = load_checkpoint(given_checkpoint)
+            try:
+                runner.check_checkpoint(path, source.checkpoint)
+            except CheckpointError as error:
+                raise CLIError(str(error)) from None
+        else:
+            from ..frontend import runner
+
+            try:
+                source.checkpoint = runner.checkpoint_of(path)
+            except ValueError as error:
+                raise CLIError(f"{error} (--checkpoint DIR)") from None
+            except Exception as error:  # CheckpointError: the named directory is unusable
+                raise CLIError(f"{show(path)}: {error}") from None
+    elif given_checkpoint is not None:
+        raise CLIError(f"{show(path)} takes no weights (no snapkv.weight arguments: they are "
+                       f"inside the module), so --checkpoint has nothing to bind")
+    return source
+
+
+def runner_signature(text: str, name: str):
+    from ..frontend import runner
+
+    return runner.signature(text, name)
+
+
+def layer_functions(text: str):
+    from ..hf import layer_functions as find
+
+    return find(text)
 
 
 def read_text(path: Path) -> str:
@@ -155,13 +256,22 @@ def first_error(stderr: str) -> str:
     return stderr.strip().splitlines()[0] if stderr.strip() else "no message"
 
 
-def pass_options(args, strict: bool) -> str:
+def pass_options(args, strict: bool, text: str = "") -> str:
+    """The pass's options; for a module with one function per layer (`snapkv export --hf`),
+    prefill-func/decode-func name those functions unless given."""
     options = (f"window={args.window} capacity={args.capacity} kernel={args.kernel} "
                f"pooling={args.pooling} gqa={args.gqa} order={args.order}")
-    if getattr(args, "prefill_func", None) is not None:
-        options += f" prefill-func={args.prefill_func}"
-    if getattr(args, "decode_func", None) is not None:
-        options += f" decode-func={args.decode_func}"
+    layers = layer_functions(text) if text else None
+    prefill = getattr(args, "prefill_func", None)
+    decode = getattr(args, "decode_func", None)
+    if prefill is None and layers:
+        prefill = layers[0]
+    if decode is None and layers:
+        decode = layers[1]
+    if prefill is not None:
+        options += f" prefill-func={prefill}"
+    if decode is not None:
+        options += f" decode-func={decode}"
     return options + (" strict=true" if strict else "")
 
 
@@ -179,8 +289,8 @@ def rewrite(path: Path, args, *, strict: bool = True, extra: Sequence[str] = ())
 
     With `strict`, a refusal is a CLIError naming the reason."""
     start = time.perf_counter()
-    done = run_opt([f"--snapkv-compress-kv-cache={pass_options(args, strict)}", *extra],
-                   path=path)
+    done = run_opt([f"--snapkv-compress-kv-cache={pass_options(args, strict, read_text(path))}",
+                    *extra], path=path)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
         if REFUSED in done.stderr:
@@ -375,17 +485,25 @@ def add_prompt_options(parser: argparse.ArgumentParser):
                             "if there is none)")
 
 
-def model_argument(parser, required=False):
+def model_argument(parser, required=False, checkpoints=False):
+    """MODEL: a module file; with `checkpoints`, also a HuggingFace checkpoint directory."""
+    metavar = "MODEL" if checkpoints else "MODEL.mlir"
+    what = ("a module imported by torch-mlir with @prefill and @decode (docs/model-ir.md)"
+            + (", or a local HuggingFace checkpoint directory (config.json + safetensors from "
+               "save_pretrained), exported first with weights as arguments and cached "
+               "(docs/user-guide.md, \"Your own model\")" if checkpoints else ""))
     if required:
-        parser.add_argument("model", type=Path, metavar="MODEL.mlir",
-                            help="a module imported by torch-mlir with @prefill and @decode "
-                                 "(docs/model-ir.md)")
+        parser.add_argument("model", type=Path, metavar=metavar, help=what)
     else:
-        parser.add_argument("model", type=Path, nargs="?", metavar="MODEL.mlir",
-                            help=f"a module imported by torch-mlir with @prefill and @decode "
-                                 f"(docs/model-ir.md); default: the bundled "
-                                 f"test/Models/{FIXTURE} (exported first if missing, which "
-                                 f"needs torch)")
+        parser.add_argument("model", type=Path, nargs="?", metavar=metavar,
+                            help=f"{what}; default: the bundled test/Models/{FIXTURE} "
+                                 f"(exported first if missing, which needs torch)")
+
+
+def checkpoint_option(parser):
+    parser.add_argument("--checkpoint", type=Path, metavar="DIR",
+                        help="for a MODEL.mlir written by `snapkv export --hf`: the checkpoint "
+                             "its weights come from (default: the one its JSON names)")
 
 
 def check_window_capacity(args):
@@ -464,9 +582,10 @@ def check_runnable(text: str, path: Path, length: int, window: int, decode: bool
     """Refuse, with a reason, what the compiled code's run-time checks would stop on (the
     same checks then report from the compiled code, but only after compiling)."""
     prefill_sig, decode_sig = signatures(text, path)
-    if len(prefill_sig.args) != 1 or prefill_sig.args[0].rank != 2:
+    inputs = prefill_sig.inputs
+    if len(inputs) != 1 or inputs[0].rank != 2:
         raise CLIError(f"{show(path)}: @prefill does not take one [B, L] array of token ids")
-    static_len = prefill_sig.args[0].shape[1]
+    static_len = inputs[0].shape[1]
     if static_len is not None and static_len != length:
         raise CLIError(f"{show(path)}: @prefill takes exactly {static_len} tokens "
                        f"(static shapes); use --prompt-length {static_len} or the dynamic "
@@ -483,20 +602,22 @@ def check_runnable(text: str, path: Path, length: int, window: int, decode: bool
     return prefill_sig
 
 
-def compile_model(text: str, label: str, args):
+def compile_model(text: str, label: str, args, weights=None):
     from ..frontend.runner import CompiledModel
 
     progress(args.quiet, f"compiling the {label}: snapkv-opt --snapkv-cpu-pipeline, "
-                         f"mlir-translate, clang -O2 (about 15-30 s the first time, then "
+                         f"mlir-translate, clang (seconds to a minute the first time, then "
                          f"cached) ...")
     try:
-        model = CompiledModel(text, verbose=getattr(args, "verbose", False))
+        model = CompiledModel(text, verbose=getattr(args, "verbose", False), weights=weights)
     except ToolError as error:
         raise CLIError(f"compiling the {label} failed: {error}") from None
-    except ValueError as error:
+    except ValueError as error:  # CheckpointError too: weights that do not fit
         raise CLIError(f"cannot run the {label}: {error}") from None
     how = "cached library" if model.from_cache else "compiled"
     progress(args.quiet, f"  {how} in {model.library.seconds:.1f} s: {model.library.path}")
+    for note in model.weight_notes:
+        progress(args.quiet, f"  {note}")
     return model
 
 

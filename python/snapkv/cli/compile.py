@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
 
 from . import common
-from .common import REFUSED, CLIError, Formatter, progress, show
+from .common import REFUSED, CLIError, Formatter, progress
 
 
 def add_parser(commands, common_options):
@@ -21,12 +22,19 @@ def add_parser(commands, common_options):
                     "(docs/model-rewrite.md). The pass's warnings are printed. A module it "
                     "does not recognise with certainty is left unchanged with a warning "
                     "(--strict: an error, non-zero exit). --lower also runs "
-                    "--snapkv-cpu-pipeline (LLVM dialect, for mlir-translate / mlir-runner).",
+                    "--snapkv-cpu-pipeline (LLVM dialect, for mlir-translate / mlir-runner).\n\n"
+                    "MODEL may be a checkpoint directory: it is exported first (weights as "
+                    "function arguments, one function per layer; cached), and the rewrite "
+                    "names the layer functions itself. For a module that takes weights, "
+                    "OUT.json is written next to -o OUT.mlir, naming the checkpoint (what "
+                    "`python -m snapkv.frontend.runner OUT.mlir` binds).",
         epilog="examples:\n"
                "  snapkv compile test/Models/tiny_llama_dynamic.mlir -o /tmp/compact.mlir\n"
                "  snapkv compile test/Models/tiny_llama_dynamic.mlir -o /tmp/compact.ll.mlir "
-               "--gqa mean --lower --strict")
-    common.model_argument(p, required=True)
+               "--gqa mean --lower --strict\n"
+               "  snapkv compile my-model/ -o /tmp/my-model-compact.mlir --capacity 256   "
+               "# a checkpoint directory")
+    common.model_argument(p, required=True, checkpoints=True)
     p.add_argument("-o", "--output", default="-", metavar="OUT.mlir",
                    help="output file ('-': stdout)")
     p.add_argument("--lower", action="store_true",
@@ -42,17 +50,18 @@ def add_parser(commands, common_options):
 
 def run(args) -> int:
     common.check_window_capacity(args)
-    path = common.resolve_model(args.model, args.quiet)
+    source = common.load_source(args.model, args, args.quiet, weights=False)
+    path = source.path
     start = time.perf_counter()
-    done = common.run_opt(
-        [f"--snapkv-compress-kv-cache={common.pass_options(args, args.strict)}"], path=path)
+    options = common.pass_options(args, args.strict, source.text)
+    done = common.run_opt([f"--snapkv-compress-kv-cache={options}"], path=path)
     if done.stderr.strip():
         print(common.diagnostics(done.stderr), file=sys.stderr)
     if done.returncode != 0:
         if REFUSED in done.stderr:
-            raise CLIError(f"the model rewrite refused {show(path)} and --strict was given; "
+            raise CLIError(f"the model rewrite refused {source.label} and --strict was given; "
                            f"nothing was written (the reason is above)")
-        raise CLIError(f"snapkv-opt failed on {show(path)} (exit {done.returncode}; its "
+        raise CLIError(f"snapkv-opt failed on {source.label} (exit {done.returncode}; its "
                        f"diagnostics are above); nothing was written")
     text = done.stdout
     refused = REFUSED in done.stderr
@@ -75,12 +84,43 @@ def run(args) -> int:
         except OSError as error:
             raise CLIError(f"cannot write {args.output}: {error.strerror or error}") from None
         where = f"{args.output} ({len(text.encode()):,} bytes)"
+        sidecar = _write_sidecar(source, Path(args.output))
+        if sidecar:
+            where += f" and {sidecar} (the checkpoint of its weights)"
     if refused:
         progress(args.quiet, f"snapkv compile: the module was left unchanged (the warning "
                              f"above says why); --strict makes that an error. Wrote {where}.")
     else:
         lowered_note = ", lowered to the LLVM dialect" if args.lower else ""
+        if common.layer_functions(source.text):
+            selects = f"{selects} (in the layer function, which runs once per layer)"
         progress(args.quiet, f"snapkv compile: {selects} snapkv.select inserted "
                              f"({common.describe_options(args)}){lowered_note}; wrote {where} "
                              f"in {seconds:.2f} s")
     return 0
+
+
+def _write_sidecar(source, output: Path):
+    """For a module that takes weights, ``<output stem>.json`` naming its checkpoint (the
+    export's metadata when there is one), so the runner can bind it; the path written."""
+    try:
+        takes = bool(common.runner_signature(source.text, "prefill").weight_args)
+    except ValueError:
+        return None
+    if not takes:
+        return None
+    meta_file = source.path.with_suffix(".json")
+    try:
+        meta = json.loads(meta_file.read_text())
+    except (OSError, ValueError):
+        meta = {}
+    if "checkpoint" not in meta:
+        return None  # nothing to point at: the runner will ask for the checkpoint
+    sidecar = output.with_suffix(".json")
+    if sidecar.resolve() == meta_file.resolve():
+        return None
+    try:
+        sidecar.write_text(json.dumps(meta, indent=1) + "\n")
+    except OSError as error:
+        raise CLIError(f"cannot write {sidecar}: {error.strerror or error}") from None
+    return sidecar

@@ -15,17 +15,37 @@ from .common import CLIError, Formatter, progress
 def add_parser(commands, common_options):
     p = commands.add_parser(
         "export", parents=[common_options], formatter_class=Formatter,
-        help="regenerate the tiny-Llama model fixtures (needs torch)",
-        description="Export the tiny random-weight HuggingFace Llama (2 layers, 4 query heads, "
-                    "2 kv heads, head dim 16) with torch-mlir's FX importer to "
-                    "linalg-on-tensors MLIR: @prefill and @decode in one module "
-                    "(docs/model-ir.md). Deterministic; nothing is downloaded.\n\n"
-                    "Needs: pip install torch transformers torch-mlir (the versions the "
-                    "committed fixtures were made with: pip install -e 'python[frontend]').",
-        epilog="example:\n  snapkv export --out /tmp/models --dynamic")
+        help="export your own checkpoint (--hf DIR), or regenerate the tiny-Llama fixtures "
+             "(needs torch)",
+        description="With --hf DIR: export a local HuggingFace checkpoint (config.json and "
+                    "safetensors as save_pretrained writes them; Llama, Mistral, Qwen2, Qwen3, "
+                    "Phi-3, Gemma) to linalg-on-tensors MLIR with torch-mlir's FX importer: "
+                    "OUT/model.mlir holds @prefill and @decode, which call one function per "
+                    "layer kind, with the weights as function arguments (never inlined; the "
+                    "runner maps them from the checkpoint), and OUT/model.json records the "
+                    "checkpoint, the config, the weight names and the positions the module is "
+                    "exact for. Nothing is downloaded; the architecture is built on the meta "
+                    "device, so no weight is loaded.\n\n"
+                    "Without --hf: export the bundled tiny random-weight HuggingFace Llama "
+                    "(2 layers, 4 query heads, 2 kv heads, head dim 16, weights inlined): "
+                    "@prefill and @decode in one module (docs/model-ir.md). Deterministic.\n\n"
+                    "Needs: pip install torch transformers torch-mlir (the pinned versions: "
+                    "pip install -e 'python[frontend]').",
+        epilog="examples:\n  snapkv export --hf my-model --out my-model-mlir\n"
+               "  snapkv export --out /tmp/models --dynamic")
+    p.add_argument("--hf", type=Path, metavar="DIR",
+                   help="a local HuggingFace checkpoint directory to export")
+    p.add_argument("--attention", choices=("sdpa", "eager"), default="sdpa",
+                   help="with --hf: the HF attention implementation traced (sdpa is HF's "
+                        "default; the rewrite accepts both)")
+    p.add_argument("--logits", choices=("last", "all"), default="last",
+                   help="with --hf: prefill returns the last row's logits [1, 1, V] (what "
+                        "generation needs) or every row's [1, L, V]")
     p.add_argument("--out", type=Path, metavar="DIR",
-                   help="where to write tiny_llama.mlir, tiny_llama_dynamic.mlir and "
-                        "tiny_llama.json (default: the checkout's test/Models)")
+                   help="where to write: with --hf, model.mlir and model.json (default: "
+                        "<checkpoint name>-mlir in the current directory); otherwise "
+                        "tiny_llama.mlir, tiny_llama_dynamic.mlir and tiny_llama.json "
+                        "(default: the checkout's test/Models)")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--dynamic", action="store_true",
                        help="only the dynamic-shape module (tiny_llama_dynamic.mlir: any "
@@ -93,7 +113,39 @@ def _check(texts, spec, export, quiet: bool):
         raise CLIError("the exported modules do not match PyTorch (see above)")
 
 
+def export_checkpoint(args) -> int:
+    from .. import hf
+
+    if args.dynamic or args.static or args.check:
+        raise CLIError("--dynamic, --static and --check are for the bundled fixtures, not --hf "
+                       "(an --hf export always has dynamic shapes; `snapkv generate DIR` runs "
+                       "it next to the original)")
+    checkpoint = common.load_checkpoint(args.hf)
+    out = args.out if args.out is not None else Path(f"{checkpoint.path.name}-mlir")
+    progress(args.quiet, f"exporting {common.show(args.hf)}: {checkpoint.describe()} ...")
+    try:
+        exported = hf.export(checkpoint, hf.ExportOptions(args.attention, args.logits),
+                             out=out, log=lambda m: progress(args.quiet, f"  {m}"))
+    except hf.CheckpointError as error:
+        raise CLIError(f"{common.show(args.hf)}: {error}") from None
+    for note in exported.meta.get("notes", []):
+        print(f"note: {note}")
+    meta_path = exported.path.with_suffix(".json")
+    print(f"wrote {exported.path} ({len(exported.text.encode()):,} bytes: "
+          f"{len(exported.meta['weights'])} weights as arguments, "
+          f"{exported.meta['config']['num_hidden_layers']} layers sharing one function each "
+          f"for prefill and decode)")
+    print(f"wrote {meta_path} (checkpoint {exported.meta['checkpoint']}, up to "
+          f"{exported.meta['max_position_embeddings']:,} positions)")
+    return 0
+
+
 def run(args) -> int:
+    if args.hf is not None:
+        return export_checkpoint(args)
+    if args.attention != "sdpa" or args.logits != "last":
+        raise CLIError("--attention and --logits go with --hf (the bundled fixtures are eager "
+                       "attention, all logits)")
     dynamic = args.dynamic or not args.static
     static = args.static or not args.dynamic
     export_models(args.out if args.out is not None else common.models_dir(), dynamic=dynamic,

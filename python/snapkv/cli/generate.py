@@ -16,7 +16,7 @@ def add_parser(commands, common_options, compaction):
     p = commands.add_parser(
         "generate", parents=[common_options, compaction], formatter_class=Formatter,
         help="generate tokens with the compacted cache and with the full cache, side by side",
-        description="Rewrite MODEL.mlir with snapkv-compress-kv-cache, compile the rewritten "
+        description="Rewrite MODEL with snapkv-compress-kv-cache, compile the rewritten "
                     "and the original module ahead of time (cached under "
                     "~/.cache/snapkv/runner, or $SNAPKV_RUNNER_CACHE), then greedily generate "
                     "with each: prefill on the prompt, then --steps decode steps. Prints both "
@@ -33,8 +33,11 @@ def add_parser(commands, common_options, compaction):
                "  snapkv generate --prompt-length 128 --window 8 --capacity 32 --gqa mean "
                "--steps 32\n"
                "  snapkv generate --prompt \"5 17 42 7 99 3 64 12 250 1 8 33\" --window 4 "
-               "--capacity 8 --steps 4 --json")
-    common.model_argument(p)
+               "--capacity 8 --steps 4 --json\n"
+               "  snapkv generate my-model/ --prompt-length 512 --window 32 --capacity 128   "
+               "# a checkpoint directory")
+    common.model_argument(p, checkpoints=True)
+    common.checkpoint_option(p)
     common.add_prompt_options(p)
     p.add_argument("--steps", "-n", type=common.int_in(0, "the number of steps"),
                    default=DEFAULT_STEPS, metavar="N", help="decode steps (tokens generated "
@@ -91,8 +94,8 @@ def _runs(full, compact, ids, steps, quiet):
 
 def run(args) -> int:
     common.check_window_capacity(args)
-    path = common.resolve_model(args.model, args.quiet)
-    text = common.read_text(path)
+    source = common.load_source(args.model, args, args.quiet)
+    path, text = source.path, source.text
     common.verify_ir(path)
     if common.count_selects(text):
         raise CLIError(f"{show(path)} already holds snapkv.select (a rewritten model?): `snapkv "
@@ -110,8 +113,10 @@ def run(args) -> int:
     rewritten, warnings, rewrite_s = common.rewrite(path, args)
     if warnings.strip():
         progress(False, common.diagnostics(warnings))
-    compact = common.compile_model(rewritten, "compacted-cache model", args)
-    full = common.compile_model(text, "full-cache model (the original module)", args)
+    compact = common.compile_model(rewritten, "compacted-cache model", args,
+                                   weights=source.checkpoint)
+    full = common.compile_model(text, "full-cache model (the original module)", args,
+                                weights=source.checkpoint)
 
     progress(args.quiet, f"generating {steps} tokens after a {length}-token prompt, "
                          f"with each cache ...")
@@ -129,7 +134,7 @@ def run(args) -> int:
     kept = min(length, args.capacity)
     if args.json:
         print(json.dumps(dict(
-            model=show(path), prompt=dict(length=length, source=where, ids=ids[0].tolist()),
+            model=source.label, prompt=dict(length=length, source=where, ids=ids[0].tolist()),
             compaction=common.option_dict(args), kept_per_head=kept,
             tokens=dict(full=ref["tokens"], compacted=got["tokens"]),
             steps=[dict(step=g, fed_at=None if g == 0 else length + g - 1,
@@ -151,7 +156,7 @@ def run(args) -> int:
             indent=1))
         return 0
 
-    print(f"snapkv generate: {show(path)}")
+    print(f"snapkv generate: {source.label}")
     print(f"prompt: {length} tokens ({where}): {common.ids_text(ids[0])}")
     print(f"compaction: {common.describe_options(args)} -> {kept} of {length} prompt positions "
           f"cached per head")

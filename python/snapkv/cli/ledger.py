@@ -9,7 +9,7 @@ import re
 from typing import Optional
 
 from . import common
-from .common import DEFAULT_PROMPT_LENGTH, DEFAULT_STEPS, CLIError, Formatter, progress, show
+from .common import DEFAULT_PROMPT_LENGTH, DEFAULT_STEPS, CLIError, Formatter, progress
 
 _ROW = re.compile(r"^(\d+)\s+(\w+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+([\d,]+)\s+"
                   r"([\d,]+)$", re.M)
@@ -35,7 +35,7 @@ def add_parser(commands, common_options, compaction):
                "  snapkv ledger --prompt-length 4096 --generated 256 --capacity 512 "
                "--gqa mean\n"
                "  snapkv ledger --prompt-length 16384 --generated 512 --json")
-    common.model_argument(p)
+    common.model_argument(p, checkpoints=True)
     p.add_argument("--prompt-length", "-L", type=common.int_in(1, "the prompt length"),
                    default=DEFAULT_PROMPT_LENGTH, metavar="L", help="prompt length L")
     p.add_argument("--prompt-len", type=common.int_in(1, "the prompt length"),
@@ -92,10 +92,10 @@ def note(ledger: dict, prompt_length: int) -> Optional[str]:
 
 
 def run(args) -> int:
-    path = common.resolve_model(args.model, args.quiet)
-    text = common.read_text(path)
+    source = common.load_source(args.model, args, args.quiet, weights=False)
+    path, text = source.path, source.text
     if common.count_selects(text):
-        progress(args.quiet, f"{show(path)} already holds snapkv.select: reporting it as it is "
+        progress(args.quiet, f"{source.label} already holds snapkv.select: reporting it as it is "
                              f"(the compaction options are not used)")
         module, options = text, None
         how = "as given (already rewritten)"
@@ -110,11 +110,11 @@ def run(args) -> int:
     ledger = parse(table)
     explained = note(ledger, args.prompt_length)
     if args.json:
-        print(json.dumps(dict(model=show(path), compaction=options,
+        print(json.dumps(dict(model=source.label, compaction=options,
                               prompt_length=args.prompt_length, generated=args.generated,
                               **ledger, note=explained), indent=1))
         return 0
-    print(f"model: {show(path)}, {how}")
+    print(f"model: {source.label}, {how}")
     print(table)
     if explained:
         print(explained)

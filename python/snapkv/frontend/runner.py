@@ -143,6 +143,19 @@ class TensorType:
 class Signature:
     args: Tuple[TensorType, ...]
     results: Tuple[TensorType, ...]
+    # Per argument, the checkpoint tensor it takes (its `snapkv.weight` attribute), or None.
+    weights: Tuple[Optional[str], ...] = ()
+
+    @property
+    def inputs(self) -> Tuple[TensorType, ...]:
+        """The arguments that are not weights (weights come after them)."""
+        return tuple(t for t, w in zip(self.args, self.weights or (None,) * len(self.args))
+                     if w is None)
+
+    @property
+    def weight_args(self) -> List[Tuple[str, TensorType]]:
+        """(checkpoint tensor name, type) of each weight argument, in order."""
+        return [(w, t) for t, w in zip(self.args, self.weights) if w is not None]
 
 
 @dataclass(frozen=True)
@@ -152,6 +165,7 @@ class _Header:
     attributes: Optional[Tuple[int, int]]  # offsets of the attribute dict's "{" and "}"
     args: List[str]
     results: List[str]
+    weights: List[Optional[str]]  # each argument's `snapkv.weight` attribute
 
 
 def _close(text: str, start: int) -> int:
@@ -201,6 +215,16 @@ def _strip_attrs(piece: str) -> str:
     return (piece if brace < 0 else piece[:brace]).strip()
 
 
+_WEIGHT_ATTR = re.compile(r'snapkv\.weight\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+def _weight_attr(piece: str) -> Optional[str]:
+    """The `snapkv.weight = "name"` of an argument's attribute dictionary, if any."""
+    brace = piece.find("{")
+    match = _WEIGHT_ATTR.search(piece[brace:]) if brace >= 0 else None
+    return json.loads(f'"{match.group(1)}"') if match else None
+
+
 def _header(text: str, name: str) -> _Header:
     pattern = re.compile(r"func\.func\s+(?:(?:public|private|nested)\s+)?@" + re.escape(name)
                          + r"\s*\(")
@@ -209,7 +233,9 @@ def _header(text: str, name: str) -> _Header:
         raise ValueError(f"no func.func @{name} in the module")
     open_args = match.end() - 1
     close_args = _close(text, open_args)
-    args = [_strip_attrs(p) for p in _split_top(text[open_args + 1:close_args])]
+    pieces = _split_top(text[open_args + 1:close_args])
+    args = [_strip_attrs(p) for p in pieces]
+    weights = [_weight_attr(p) for p in pieces]
     i = close_args + 1
     results: List[str] = []
     rest = text[i:]
@@ -236,14 +262,32 @@ def _header(text: str, name: str) -> _Header:
     body = re.match(r"\s*\{", text[i:])
     if not body:
         raise ValueError(f"@{name} has no body (a declaration?)")
-    return _Header(match.start(), i + body.end() - 1, attributes, args, results)
+    return _Header(match.start(), i + body.end() - 1, attributes, args, results, weights)
 
 
 def signature(text: str, name: str) -> Signature:
-    """Argument and result types of ``func.func @name`` in `text`."""
+    """Argument and result types of ``func.func @name`` in `text`, and which arguments are
+    weights (``{snapkv.weight = "<tensor name>"}``, as ``snapkv export --hf`` writes them)."""
     header = _header(text, name)
     return Signature(tuple(TensorType.parse(a) for a in header.args),
-                     tuple(TensorType.parse(r) for r in header.results))
+                     tuple(TensorType.parse(r) for r in header.results),
+                     tuple(header.weights))
+
+
+_CALL = re.compile(r"\bcall @([\w.$-]+)\(")
+
+
+def callees(text: str, name: str) -> List[str]:
+    """The functions ``@name`` calls, directly or not (each once, in order of discovery)."""
+    found: List[str] = []
+    work = [name]
+    while work:
+        body = function_text(text, work.pop())
+        for match in _CALL.finditer(body):
+            if match.group(1) not in found and match.group(1) != name:
+                found.append(match.group(1))
+                work.append(match.group(1))
+    return found
 
 
 def function_text(text: str, name: str) -> str:
@@ -508,10 +552,12 @@ class CompiledCheckError(RuntimeError):
 
 
 def growth(text: str, name: str) -> dict:
-    """{k: (bytes per unit, type)}: for tensor types in ``@name`` with k dynamic dimensions,
-    the largest product of the static dimensions and the element size."""
+    """{k: (bytes per unit, type)}: for tensor types in ``@name`` and the functions it calls
+    with k dynamic dimensions, the largest product of the static dimensions and the element
+    size."""
     terms = {}
-    for match in _TENSOR.finditer(function_text(text, name)):
+    bodies = "\n".join(function_text(text, f) for f in [name, *callees(text, name)])
+    for match in _TENSOR.finditer(bodies):
         dims = match.group(1).split("x")[:-1]
         elem = _BYTES.get(match.group(2))
         dynamic = dims.count("?")
@@ -567,6 +613,37 @@ def check_memory(terms: dict, name: str, length: int, what: str):
         raise ResourceLimitError(
             f"@{name} on {what} needs at least {_gigabytes(need)} for one {ttype} alone "
             f"(each ? is {length:,}); {_gigabytes(have)} of memory is available")
+
+
+def check_checkpoint(model_path: os.PathLike, weights):
+    """When `weights` is a Checkpoint and ``<stem>.json`` next to the module records the
+    architecture it was exported from, a CheckpointError unless they are the same."""
+    from .checkpoint import Checkpoint
+
+    if not isinstance(weights, Checkpoint):
+        return
+    try:
+        expected = json.loads(Path(model_path).with_suffix(".json").read_text())["architecture"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    weights.check_architecture(expected, Path(model_path).name)
+
+
+def checkpoint_of(model_path: os.PathLike):
+    """The :class:`~snapkv.frontend.checkpoint.Checkpoint` that ``<stem>.json`` next to an
+    exported module names (``snapkv export --hf`` writes it); ValueError if there is none."""
+    from .checkpoint import Checkpoint
+
+    path = Path(model_path)
+    meta = path.with_suffix(".json")
+    try:
+        data = json.loads(meta.read_text())
+        directory = data["checkpoint"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ValueError(f"{path} takes weights (snapkv.weight arguments), and {meta.name} "
+                         f"next to it does not name the checkpoint they come from: pass the "
+                         f"checkpoint directory") from None
+    return Checkpoint(directory)
 
 
 def max_positions_of(model_path: os.PathLike) -> Optional[Tuple[int, Path]]:
@@ -639,7 +716,10 @@ class CompiledFunction:
     A failed run-time check of the compiled code raises :class:`CompiledCheckError` (the
     library's ``snapkv_last_error`` is read after every call)."""
 
-    def __init__(self, lib: ctypes.CDLL, name: str, sig: Signature):
+    def __init__(self, lib: ctypes.CDLL, name: str, sig: Signature,
+                 bound: Sequence[np.ndarray] = ()):
+        """`bound`: arrays for the last ``len(bound)`` arguments (the weights), checked once
+        and passed to every call as they are (never copied, never freed)."""
         self.name, self.signature = name, sig
         try:
             self._fn = getattr(lib, f"_mlir_ciface_{name}")
@@ -660,24 +740,44 @@ class CompiledFunction:
             params.insert(0, ctypes.POINTER(self._result_type))
         self._fn.argtypes = params
         self._fn.restype = None
+        first = len(sig.args) - len(bound)
+        if first < 0:
+            raise ValueError(f"@{name} takes {len(sig.args)} arguments, {len(bound)} bound")
+        self._bound, self._bound_descriptors = [], []
+        for i, array in enumerate(bound, start=first):
+            kept, desc = self._descriptor(array, i, copy=False)
+            self._bound.append(kept)
+            self._bound_descriptors.append(desc)
+
+    def _descriptor(self, array, index: int, copy: bool = True):
+        ttype = self.signature.args[index]
+        what = f"@{self.name} argument {index}"
+        if not copy and (not isinstance(array, np.ndarray) or array.dtype != ttype.dtype
+                         or not array.flags.c_contiguous):
+            raise ValueError(f"{what}: a bound array must be a C-contiguous {ttype.dtype} "
+                             f"array")
+        array = np.ascontiguousarray(array, dtype=ttype.dtype)
+        _check_shape(array, ttype, what)
+        desc = descriptor_type(ttype.rank)()
+        desc.allocated = desc.aligned = array.ctypes.data
+        desc.offset = 0
+        for d in range(ttype.rank):
+            desc.sizes[d] = array.shape[d]
+            desc.strides[d] = array.strides[d] // array.itemsize if array.itemsize else 0
+        return array, desc
 
     def _prepare(self, arrays):
         sig = self.signature
-        if len(arrays) != len(sig.args):
-            raise ValueError(f"@{self.name} takes {len(sig.args)} arguments, got {len(arrays)}")
+        free = len(sig.args) - len(self._bound)
+        if len(arrays) != free:
+            extra = f" (and {len(self._bound)} bound weights)" if self._bound else ""
+            raise ValueError(f"@{self.name} takes {free} arguments{extra}, got {len(arrays)}")
         inputs, descriptors = [], []
-        for i, (array, ttype) in enumerate(zip(arrays, sig.args)):
-            array = np.ascontiguousarray(array, dtype=ttype.dtype)
-            _check_shape(array, ttype, f"@{self.name} argument {i}")
-            desc = descriptor_type(ttype.rank)()
-            desc.allocated = desc.aligned = array.ctypes.data
-            desc.offset = 0
-            for d in range(ttype.rank):
-                desc.sizes[d] = array.shape[d]
-                desc.strides[d] = array.strides[d] // array.itemsize
+        for i, array in enumerate(arrays):
+            array, desc = self._descriptor(array, i)
             inputs.append(array)
             descriptors.append(desc)
-        return inputs, descriptors
+        return inputs + self._bound, descriptors + self._bound_descriptors
 
     def _invoke(self, descriptors):
         results = self._result_type()
@@ -774,26 +874,84 @@ class CompiledModel:
 
     def __init__(self, text: str, *, cache_dir: Optional[os.PathLike] = None,
                  verbose: bool = False, cflags: Sequence[str] = DEFAULT_CFLAGS,
-                 timeout: int = 1800, max_positions: Optional[int] = None):
+                 timeout: int = 1800, max_positions: Optional[int] = None,
+                 weights=None):
+        """`weights`: for a module whose entry points take weights (arguments with
+        ``{snapkv.weight = "<name>"}``, written by ``snapkv export --hf``), where they come
+        from: a :class:`~snapkv.frontend.checkpoint.Checkpoint` (tensors mapped from its
+        safetensors files, no copy; f16/bf16 converted once to f32 where the module takes
+        f32) or a mapping {name: numpy array}. Each is checked against the module's
+        argument type before anything is compiled."""
         self.prefill_signature = signature(text, "prefill")
         self.decode_signature = signature(text, "decode")
         self._check_signatures()
+        self.weights, self.weight_notes = self._bind(weights)
         self.max_positions = max_positions
         self._growth = {name: growth(text, name) for name in ("prefill", "decode")}
         self.library = compile_library(text, cache_dir=cache_dir, verbose=verbose,
                                        cflags=cflags, timeout=timeout, label="prefill/decode")
         self._lib = ctypes.CDLL(str(self.library.path))
-        self._prefill = CompiledFunction(self._lib, "prefill", self.prefill_signature)
-        self._decode = CompiledFunction(self._lib, "decode", self.decode_signature)
+        self._prefill = CompiledFunction(
+            self._lib, "prefill", self.prefill_signature,
+            [self.weights[n] for n, _ in self.prefill_signature.weight_args])
+        self._decode = CompiledFunction(
+            self._lib, "decode", self.decode_signature,
+            [self.weights[n] for n, _ in self.decode_signature.weight_args])
 
     @classmethod
     def from_file(cls, path: os.PathLike, **kwargs) -> "CompiledModel":
         """The module at `path`; `max_positions` defaults to what :func:`max_positions_of`
-        finds next to it."""
+        finds next to it, and `weights` (for a module that takes weights) to the checkpoint
+        that the JSON next to it (``<stem>.json``, written by ``snapkv export --hf``) names."""
         if "max_positions" not in kwargs:
             found = max_positions_of(path)
             kwargs["max_positions"] = found[0] if found else None
-        return cls(Path(path).read_text(), **kwargs)
+        text = Path(path).read_text()
+        if kwargs.get("weights") is None and signature(text, "prefill").weight_args:
+            kwargs["weights"] = checkpoint_of(path)
+        else:
+            check_checkpoint(path, kwargs.get("weights"))
+        return cls(text, **kwargs)
+
+    def _bind(self, source):
+        """{name: array} for every weight argument of @prefill and @decode, and notes."""
+        wanted = {}
+        for sig, fn in ((self.prefill_signature, "prefill"), (self.decode_signature, "decode")):
+            for name, ttype in sig.weight_args:
+                if any(d is None for d in ttype.shape):
+                    raise ValueError(f"@{fn} weight {name!r} has a dynamic shape {ttype}")
+                if name in wanted and wanted[name] != ttype:
+                    raise ValueError(f"weight {name!r} is {wanted[name]} in one function and "
+                                     f"{ttype} in the other")
+                wanted[name] = ttype
+        if not wanted:
+            if source is not None:
+                raise ValueError("the module takes no weights (no snapkv.weight arguments), "
+                                 "but weights were given")
+            return {}, []
+        if source is None:
+            raise ValueError(f"the module takes {len(wanted)} weights (arguments with "
+                             f"snapkv.weight) but none were given: pass the checkpoint it "
+                             f"was exported from")
+        from .checkpoint import Checkpoint, weight_arrays
+
+        if isinstance(source, Checkpoint):
+            return weight_arrays(source, {n: (t.shape, t.elem) for n, t in wanted.items()})
+        arrays, problems = {}, []
+        for name, ttype in wanted.items():
+            if name not in source:
+                problems.append(f"{name}: missing")
+                continue
+            array = np.asarray(source[name])
+            if array.dtype != ttype.dtype or tuple(array.shape) != tuple(ttype.shape):
+                problems.append(f"{name}: {array.dtype} {list(array.shape)} given, the module "
+                                f"takes {ttype}")
+                continue
+            arrays[name] = np.ascontiguousarray(array)
+        if problems:
+            raise ValueError("the weights do not fit the module: " + "; ".join(problems[:4])
+                             + (f" (and {len(problems) - 4} more)" if len(problems) > 4 else ""))
+        return arrays, []
 
     def check_limits(self, length: int, steps: int = 0):
         """Raise ResourceLimitError if a `length`-token prompt followed by `steps` decode steps
@@ -829,23 +987,28 @@ class CompiledModel:
     @property
     def cache_types(self) -> Tuple[TensorType, ...]:
         """Types of decode's cache arguments (head count and head dim, length usually ?)."""
-        return self.decode_signature.args[2:]
+        return self.decode_signature.inputs[2:]
 
     def _check_signatures(self):
         p, d = self.prefill_signature, self.decode_signature
         problems = []
-        if len(p.args) != 1 or p.args[0].rank != 2 or p.args[0].elem != "i64":
-            problems.append(f"@prefill takes {list(map(str, p.args))}, expected one [B, L] i64")
+        for sig, fn in ((p, "prefill"), (d, "decode")):
+            flags = [w is not None for w in sig.weights]
+            if flags != sorted(flags):
+                problems.append(f"@{fn} has weight arguments before other arguments")
+        pa, da = p.inputs, d.inputs
+        if len(pa) != 1 or pa[0].rank != 2 or pa[0].elem != "i64":
+            problems.append(f"@prefill takes {list(map(str, pa))}, expected one [B, L] i64")
         if len(p.results) < 1 or p.results[0].rank != 3:
             problems.append("@prefill's first result is not [B, L, V] logits")
-        if len(d.args) < 2 or d.args[0].rank != 2 or d.args[1].rank != 1 or \
-                d.args[0].elem != "i64" or d.args[1].elem != "i64":
+        if len(da) < 2 or da[0].rank != 2 or da[1].rank != 1 or \
+                da[0].elem != "i64" or da[1].elem != "i64":
             problems.append("@decode does not start with (id [B, 1] i64, position [1] i64)")
         caches = len(p.results) - 1
-        if len(d.args) - 2 != caches or len(d.results) - 1 != caches:
+        if len(da) - 2 != caches or len(d.results) - 1 != caches:
             problems.append(f"@prefill returns {caches} caches but @decode takes "
-                            f"{len(d.args) - 2} and returns {len(d.results) - 1}")
-        if any(t.rank != 4 for t in (*p.results[1:], *d.args[2:], *d.results[1:])):
+                            f"{len(da) - 2} and returns {len(d.results) - 1}")
+        if any(t.rank != 4 for t in (*p.results[1:], *da[2:], *d.results[1:])):
             problems.append("cache tensors are not all [B, H, T, D]")
         if problems:
             raise ValueError("not a prefill/decode model module: " + "; ".join(problems))

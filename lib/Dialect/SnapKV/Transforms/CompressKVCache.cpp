@@ -61,6 +61,14 @@ enum class RefusalKind {
   DecodeMaskPosition,
   LayerCountMismatch,
   CachesMisaligned,
+  AttentionInCallee,
+  CalleeNotOnlyCalled,
+  CallNotInEntryBlock,
+  CallerRewritten,
+  CallerCalled,
+  CallResultOtherUse,
+  CallOperandNotArgument,
+  CallArgumentOtherUse,
 };
 
 StringRef refusalFormat(RefusalKind kind) {
@@ -136,6 +144,30 @@ StringRef refusalFormat(RefusalKind kind) {
   case RefusalKind::CachesMisaligned:
     return "the cache arguments and results of @{0} do not line up with the "
            "K/V results of @{1}";
+  case RefusalKind::AttentionInCallee:
+    return "no attention in the function itself, but it calls @{0}, which "
+           "holds attention: name that function (prefill-func / decode-func); "
+           "its callers are updated with it";
+  case RefusalKind::CalleeNotOnlyCalled:
+    return "its signature changes, but it is used by {0}, not only by "
+           "func.call";
+  case RefusalKind::CallNotInEntryBlock:
+    return "its signature changes, but it is called from a nested region or "
+           "a function without a single block ending in func.return (@{0})";
+  case RefusalKind::CallerRewritten:
+    return "it is called from @{0}, which the pass rewrites too";
+  case RefusalKind::CallerCalled:
+    return "its signature changes and so does that of its caller @{0}, "
+           "which is itself used ({1})";
+  case RefusalKind::CallResultOtherUse:
+    return "result {0} of the call in @{1} changes type but is used by {2}, "
+           "not only returned";
+  case RefusalKind::CallOperandNotArgument:
+    return "operand {0} of the call in @{1} changes type but is not an "
+           "argument of that function";
+  case RefusalKind::CallArgumentOtherUse:
+    return "argument {0} of @{1} changes type (it feeds operand {2} of the "
+           "call) but is also used by {3}";
   }
   llvm_unreachable("unknown RefusalKind");
 }
@@ -245,7 +277,23 @@ FailureOr<SmallVector<AttentionMatch>> findAttentions(func::FuncOp func,
     return failure();
   }
   if (found.empty()) {
-    (void)refuseWith(refusal, RefusalKind::NoAttention);
+    // A model exported with one function per layer keeps its attention in
+    // the callee; say which function to name.
+    std::optional<std::string> callee;
+    func.walk([&](func::CallOp call) {
+      auto target =
+          SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(call,
+                                                           call.getCalleeAttr());
+      bool attention = false;
+      if (target && !target.isExternal())
+        target.walk([&](linalg::BatchMatmulOp) { attention = true; });
+      if (attention && !callee)
+        callee = target.getName().str();
+    });
+    if (callee)
+      (void)refuseWith(refusal, RefusalKind::AttentionInCallee, {*callee});
+    else
+      (void)refuseWith(refusal, RefusalKind::NoAttention);
     return failure();
   }
   return found;
@@ -554,6 +602,150 @@ LogicalResult checkCorrespondence(func::FuncOp prefill, func::FuncOp decode,
   return success();
 }
 
+/// Positions of a rewritten function's arguments and results whose types
+/// change, with their new types.
+struct SignatureChange {
+  llvm::SmallDenseMap<unsigned, Type> args, results;
+  bool empty() const { return args.empty() && results.empty(); }
+};
+
+/// The calls of a function whose signature changes, all in the entry block
+/// of callers that are not used themselves (a model exported with one
+/// function per layer: the entry points call it once per layer).
+struct CallSites {
+  SmallVector<func::CallOp> calls;
+};
+
+/// Checks that `change` can be carried to every caller of `callee`: each use
+/// is a func.call in the single block of a function that is not rewritten
+/// and not used itself; a changed result is only returned by the caller; a
+/// changed operand is an argument of the caller used only as such operands
+/// (or by tensor.dim).
+FailureOr<CallSites> analyseCallers(ModuleOp module, func::FuncOp callee,
+                                    const SignatureChange &change,
+                                    ArrayRef<func::FuncOp> rewritten,
+                                    Refusal &refusal) {
+  CallSites sites;
+  if (change.empty())
+    return sites;
+  std::optional<SymbolTable::UseRange> uses =
+      SymbolTable::getSymbolUses(callee, module);
+  if (!uses) {
+    (void)refuseWith(refusal, RefusalKind::CalleeNotOnlyCalled,
+                     {"an operation with unknown symbol uses"});
+    return failure();
+  }
+  for (const SymbolTable::SymbolUse &use : *uses) {
+    auto call = dyn_cast<func::CallOp>(use.getUser());
+    if (!call) {
+      (void)refuseWith(refusal, RefusalKind::CalleeNotOnlyCalled,
+                       {describe(use.getUser())});
+      return failure();
+    }
+    auto caller = call->getParentOfType<func::FuncOp>();
+    if (!caller) {
+      (void)refuseWith(refusal, RefusalKind::CalleeNotOnlyCalled,
+                       {describe(call.getOperation())});
+      return failure();
+    }
+    std::string name = caller.getName().str();
+    if (llvm::is_contained(rewritten, caller)) {
+      (void)refuseWith(refusal, RefusalKind::CallerRewritten, {name});
+      return failure();
+    }
+    if (!soleReturn(caller) || call->getBlock() != &caller.getBody().front()) {
+      (void)refuseWith(refusal, RefusalKind::CallNotInEntryBlock, {name});
+      return failure();
+    }
+    if (std::optional<SymbolTable::UseRange> callerUses =
+            SymbolTable::getSymbolUses(caller, module);
+        !callerUses || !callerUses->empty()) {
+      std::string user = callerUses ? describe(callerUses->begin()->getUser())
+                                    : "an operation with unknown symbol uses";
+      (void)refuseWith(refusal, RefusalKind::CallerCalled, {name, user});
+      return failure();
+    }
+    for (auto [index, type] : change.results) {
+      for (Operation *user : call.getResult(index).getUsers()) {
+        if (isa<func::ReturnOp>(user))
+          continue;
+        (void)refuseWith(refusal, RefusalKind::CallResultOtherUse,
+                         {std::to_string(index), name, describe(user)});
+        return failure();
+      }
+    }
+    for (auto [index, type] : change.args) {
+      auto arg = dyn_cast<BlockArgument>(call.getOperand(index));
+      if (!arg || arg.getOwner() != &caller.getBody().front()) {
+        (void)refuseWith(refusal, RefusalKind::CallOperandNotArgument,
+                         {std::to_string(index), name});
+        return failure();
+      }
+      for (OpOperand &argUse : arg.getUses()) {
+        Operation *user = argUse.getOwner();
+        if (isa<tensor::DimOp>(user))
+          continue;
+        auto other = dyn_cast<func::CallOp>(user);
+        auto found = other && other.getCallee() == callee.getName()
+                         ? change.args.find(argUse.getOperandNumber())
+                         : change.args.end();
+        if (found != change.args.end() && found->second == type)
+          continue;
+        (void)refuseWith(refusal, RefusalKind::CallArgumentOtherUse,
+                         {describe(arg), name, std::to_string(index),
+                          describe(user)});
+        return failure();
+      }
+    }
+    sites.calls.push_back(call);
+  }
+  return sites;
+}
+
+/// The types prefill's K/V results take: `snapkv.select`'s results.
+SignatureChange prefillChange(ArrayRef<PrefillLayer> layers, GqaPolicy gqa,
+                              int64_t capacity) {
+  SignatureChange change;
+  for (const PrefillLayer &layer : layers) {
+    const AttentionMatch &m = layer.attention;
+    auto type = cast<RankedTensorType>(m.keys.source.getType());
+    int64_t heads = gqa == GqaPolicy::expand ? m.queryHeads : m.kvHeads;
+    int64_t length = type.getDimSize(2);
+    if (!ShapedType::isDynamic(length))
+      length = std::min(length, capacity);
+    auto compacted = RankedTensorType::get(
+        {type.getDimSize(0), heads, length, type.getDimSize(3)},
+        type.getElementType());
+    if (compacted == type)
+      continue;
+    change.results[layer.keyResult] = compacted;
+    change.results[layer.valueResult] = compacted;
+  }
+  return change;
+}
+
+/// The types decode's caches take: `Hq` heads under gqa=expand.
+SignatureChange decodeChange(ArrayRef<DecodeLayer> layers, GqaPolicy gqa) {
+  SignatureChange change;
+  if (gqa != GqaPolicy::expand)
+    return change;
+  for (const DecodeLayer &layer : layers) {
+    const AttentionMatch &m = layer.attention;
+    if (m.queryHeads == m.kvHeads)
+      continue;
+    auto type = cast<RankedTensorType>(layer.keyCache.getType());
+    auto expanded = RankedTensorType::get({type.getDimSize(0), m.queryHeads,
+                                           type.getDimSize(2),
+                                           type.getDimSize(3)},
+                                          type.getElementType());
+    change.args[layer.keyCache.getArgNumber()] = expanded;
+    change.args[layer.valueCache.getArgNumber()] = expanded;
+    change.results[layer.keyResult] = expanded;
+    change.results[layer.valueResult] = expanded;
+  }
+  return change;
+}
+
 /// [B, Hkv, 1, D] -> [B, Hkv * G, 1, D] in HuggingFace repeat_kv order.
 Value repeatHeads(OpBuilder &b, Location loc, Value token, int64_t group) {
   auto type = cast<RankedTensorType>(token.getType());
@@ -600,6 +792,23 @@ void updateSignature(func::FuncOp func) {
   func.setType(FunctionType::get(func.getContext(),
                                  func.getBody().front().getArgumentTypes(),
                                  ret.getOperandTypes()));
+}
+
+/// Gives each call of `callee` its new signature, and each caller the types
+/// that now flow to its results and from its arguments.
+void updateCallers(func::FuncOp callee, const CallSites &sites) {
+  FunctionType type = callee.getFunctionType();
+  llvm::SetVector<func::FuncOp> callers;
+  for (func::CallOp call : sites.calls) {
+    for (auto [result, t] : llvm::zip(call.getResults(), type.getResults()))
+      result.setType(t);
+    for (auto [operand, t] : llvm::zip(call.getOperands(), type.getInputs()))
+      if (auto arg = dyn_cast<BlockArgument>(operand); arg && arg.getType() != t)
+        arg.setType(t);
+    callers.insert(call->getParentOfType<func::FuncOp>());
+  }
+  for (func::FuncOp caller : callers)
+    updateSignature(caller);
 }
 
 struct CompressKVCachePass
@@ -782,9 +991,28 @@ struct CompressKVCachePass
         return refuse(decode, decodeFunc, refusal);
     }
 
-    rewritePrefill(prefill, *pre);
+    SmallVector<func::FuncOp> rewritten{prefill};
     if (decode)
+      rewritten.push_back(decode);
+    FailureOr<CallSites> prefillCalls =
+        analyseCallers(module, prefill, prefillChange(*pre, gqaPolicy, capacity),
+                       rewritten, refusal);
+    if (failed(prefillCalls))
+      return refuse(prefill, prefillFunc, refusal);
+    FailureOr<CallSites> decodeCalls = CallSites{};
+    if (decode) {
+      decodeCalls = analyseCallers(module, decode, decodeChange(*dec, gqaPolicy),
+                                   rewritten, refusal);
+      if (failed(decodeCalls))
+        return refuse(decode, decodeFunc, refusal);
+    }
+
+    rewritePrefill(prefill, *pre);
+    updateCallers(prefill, *prefillCalls);
+    if (decode) {
       rewriteDecode(decode, *dec);
+      updateCallers(decode, *decodeCalls);
+    }
     if (failed(verify(module))) {
       emitError(module.getLoc())
           << "snapkv-compress-kv-cache produced invalid IR (a bug: please "

@@ -3,6 +3,8 @@
 #include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
 #include "snapkv/Dialect/SnapKV/Transforms/Passes.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
 #include "llvm/Support/CheckedArithmetic.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
@@ -40,6 +42,56 @@ static std::optional<uint64_t> product(ArrayRef<uint64_t> factors) {
 }
 
 namespace {
+/// How often each function runs when the module's entry points (functions
+/// nothing refers to) run once each: a layer function that the entry point
+/// calls N times runs N times.
+class CallCounts {
+public:
+  explicit CallCounts(ModuleOp module) : module(module) {}
+
+  /// The count of `func`, or an error at `at` when it cannot be known.
+  FailureOr<uint64_t> count(func::FuncOp func, Location at) {
+    if (auto it = counts.find(func); it != counts.end())
+      return it->second;
+    if (!active.insert(func).second)
+      return emitError(at) << "snapkv-report-cache: @" << func.getName()
+                           << " is called recursively";
+    std::optional<SymbolTable::UseRange> uses =
+        SymbolTable::getSymbolUses(func, module);
+    uint64_t total = 0;
+    if (!uses)
+      return emitError(at) << "snapkv-report-cache: the uses of @"
+                           << func.getName() << " cannot be counted";
+    if (uses->empty())
+      total = 1;
+    for (const SymbolTable::SymbolUse &use : *uses) {
+      auto call = dyn_cast<func::CallOp>(use.getUser());
+      auto caller = call ? call->getParentOfType<func::FuncOp>() : nullptr;
+      if (!caller)
+        return emitError(at)
+               << "snapkv-report-cache: @" << func.getName() << " is used by "
+               << use.getUser()->getName() << ", not only by func.call";
+      FailureOr<uint64_t> callerCount = count(caller, at);
+      if (failed(callerCount))
+        return failure();
+      std::optional<uint64_t> sum =
+          llvm::checkedAddUnsigned(total, *callerCount);
+      if (!sum)
+        return emitError(at) << "snapkv-report-cache: the call count of @"
+                             << func.getName() << " does not fit in 64 bits";
+      total = *sum;
+    }
+    active.erase(func);
+    counts[func] = total;
+    return total;
+  }
+
+private:
+  ModuleOp module;
+  llvm::DenseMap<Operation *, uint64_t> counts;
+  llvm::SmallPtrSet<Operation *, 8> active;
+};
+
 struct Row {
   GqaPolicy gqa;
   uint64_t batch, kvHeads, heads, dim, bytes, kept, full, compacted;
@@ -113,24 +165,35 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
 
     SmallVector<Row> rows;
     uint64_t totalFull = 0, totalCompacted = 0;
+    CallCounts calls(getOperation());
     WalkResult walk = getOperation().walk([&](SelectOp op) {
-      FailureOr<Row> r = row(op, rows.size(), length, extra);
-      if (failed(r))
-        return WalkResult::interrupt();
-      std::optional<uint64_t> full =
-          llvm::checkedAddUnsigned(totalFull, r->full);
-      std::optional<uint64_t> compacted =
-          llvm::checkedAddUnsigned(totalCompacted, r->compacted);
-      if (!full || !compacted) {
-        emitError(op.getLoc())
-            << "snapkv-report-cache: the total over " << rows.size() + 1
-            << " layers does not fit in 64 bits (prompt-length=" << length
-            << ", generated=" << extra << ")";
-        return WalkResult::interrupt();
+      // A select in a function called once per layer is one row per call.
+      uint64_t repeats = 1;
+      if (auto func = op->getParentOfType<func::FuncOp>()) {
+        FailureOr<uint64_t> count = calls.count(func, op.getLoc());
+        if (failed(count))
+          return WalkResult::interrupt();
+        repeats = *count;
       }
-      totalFull = *full;
-      totalCompacted = *compacted;
-      rows.push_back(*r);
+      for (uint64_t i = 0; i < repeats; ++i) {
+        FailureOr<Row> r = row(op, rows.size(), length, extra);
+        if (failed(r))
+          return WalkResult::interrupt();
+        std::optional<uint64_t> full =
+            llvm::checkedAddUnsigned(totalFull, r->full);
+        std::optional<uint64_t> compacted =
+            llvm::checkedAddUnsigned(totalCompacted, r->compacted);
+        if (!full || !compacted) {
+          emitError(op.getLoc())
+              << "snapkv-report-cache: the total over " << rows.size() + 1
+              << " layers does not fit in 64 bits (prompt-length=" << length
+              << ", generated=" << extra << ")";
+          return WalkResult::interrupt();
+        }
+        totalFull = *full;
+        totalCompacted = *compacted;
+        rows.push_back(*r);
+      }
       return WalkResult::advance();
     });
     if (walk.wasInterrupted())

@@ -17,6 +17,11 @@ def ReportCache : Pass<"snapkv-report-cache", "::mlir::ModuleOp"> {
 
     `e` is the byte size of the element type. Weights, workspaces and
     temporary attention tensors are not counted. The module is not changed.
+
+    A select in a function that is called (`func.call`) counts once per run:
+    a layer function that the model's entry points call N times is N layers.
+    Entry points are the functions nothing refers to; a function used other
+    than by `func.call`, or called recursively, is an error.
   }];
   let options = [
     Option<"promptLength", "prompt-length", "int64_t", /*default=*/"0",
@@ -88,6 +93,13 @@ def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
     * The i-th cache argument of decode must correspond to the i-th cache
       result of prefill (same layer, same result positions), as the exporter
       produces them.
+    * `prefill-func` / `decode-func` may name functions that the model's entry
+      points call (one function per layer, called once per layer, as
+      `snapkv export --hf` writes them). Their new signatures are carried to
+      every `func.call`: a changed result may only be returned by the caller,
+      a changed operand must be an argument of the caller used only as such
+      operands, and the caller's own signature changes with them (so it must
+      not be used itself).
 
     The pass analyses both functions completely before it changes anything.
     Whatever it does not recognise with certainty leaves the whole module
