@@ -7,7 +7,7 @@
 #                      -> mlir-translate-22 --mlir-to-llvmir -> clang-22 -c -O2, plus harness.cpp,
 #                      linked statically with build/lib/libsnapkv_cuda_runtime.a and dynamically
 #                      with libcuda.so.1 (+ libc, libm, libstdc++, libgcc_s: nothing from LLVM).
-#   snapkv-cpu-emul    the same MLIR through --convert-snapkv-to-gpu=device-buffers=false
+#   snapkv-cpu-emul    the same MLIR through --snapkv-gpu-emulation
 #                      --snapkv-cpu-pipeline (the same kernel loops on the CPU) and the same
 #                      harness: tests the harness and device_check.py without a GPU.
 #
@@ -51,8 +51,8 @@ step "GPU: snapkv-opt --snapkv-gpu-pipeline=\"$PIPELINE\""
 "$TRANSLATE" --mlir-to-llvmir "$WORK/select.gpu.mlir" -o "$WORK/select.gpu.ll"
 "$CC" -c -O2 -fPIE -Wno-override-module "$WORK/select.gpu.ll" -o "$OUT/select.gpu.o"
 
-step "CPU emulation: --convert-snapkv-to-gpu=device-buffers=false --snapkv-cpu-pipeline"
-"$SNAPKV_OPT" benchmarks/gpu/select.mlir --convert-snapkv-to-gpu=device-buffers=false \
+step "CPU emulation: --snapkv-gpu-emulation --snapkv-cpu-pipeline"
+"$SNAPKV_OPT" benchmarks/gpu/select.mlir --snapkv-gpu-emulation \
   --snapkv-cpu-pipeline -o "$WORK/select.cpu.mlir"
 "$TRANSLATE" --mlir-to-llvmir "$WORK/select.cpu.mlir" -o "$WORK/select.cpu.ll"
 "$CC" -c -O2 -fPIE -Wno-override-module "$WORK/select.cpu.ll" -o "$OUT/select.cpu.o"
@@ -67,8 +67,11 @@ CXXFLAGS=(-std=c++17 -O2 -Wall -Wextra -Wno-unused-parameter -I"$OUT")
 "$CXX" -O2 -Wl,--as-needed -Wl,--wrap=mgpuLaunchKernel \
   "$WORK/harness.gpu.o" "$OUT/select.gpu.o" "$RUNTIME" \
   -L"$CUDA/lib64/stubs" -lcuda -lm -o "$OUT/snapkv-gpu-bench"
+# The emulation's block and thread loops run as OpenMP parallel loops.
+OMP_DIR=${OMP_DIR:-/usr/lib/llvm-22/lib}
 "$CXX" -O2 -Wl,--as-needed \
-  "$WORK/harness.cpu.o" "$OUT/select.cpu.o" -lm -o "$OUT/snapkv-cpu-emul"
+  "$WORK/harness.cpu.o" "$OUT/select.cpu.o" -L"$OMP_DIR" -lomp -Wl,-rpath,"$OMP_DIR" \
+  -lm -o "$OUT/snapkv-cpu-emul"
 cp "$RUNTIME" "$OUT/"
 
 step "checks"
@@ -80,6 +83,7 @@ for exe in snapkv-gpu-bench snapkv-cpu-emul; do
     case $lib in
       libc.so.6|libm.so.6|libstdc++.so.6|libgcc_s.so.1|ld-linux-x86-64.so.2) ;;
       libcuda.so.1) [[ $exe == snapkv-gpu-bench ]] || { echo "  unexpected $lib"; fail=1; } ;;
+      libomp.so.5) [[ $exe == snapkv-cpu-emul ]] || { echo "  unexpected $lib"; fail=1; } ;;
       *) echo "  unexpected $lib"; fail=1 ;;
     esac
   done
@@ -88,7 +92,7 @@ for exe in snapkv-gpu-bench snapkv-cpu-emul; do
   objdump -T "$OUT/$exe" | grep -o 'GLIBCXX_[0-9.]*\|CXXABI_[0-9.]*' | sort -uV | tail -2 \
     | sed "s/^/$exe needs /"
   # Strong undefined symbols without a version must come from libcuda (the stub has none).
-  undef=$(nm -D --undefined-only "$OUT/$exe" | awk '$1 == "U" && $2 !~ /@/ && $2 !~ /^cu/ {print $2}')
+  undef=$(nm -D --undefined-only "$OUT/$exe" | awk '$1 == "U" && $2 !~ /@/ && $2 !~ /^(cu|__kmpc_|omp_)/ {print $2}')
   [[ -z $undef ]] || { echo "  unexpected undefined symbols: $undef"; fail=1; }
 done
 "$OUT/snapkv-cpu-emul" list >/dev/null

@@ -9,7 +9,7 @@
 //     statically with libsnapkv_cuda_runtime.a and dynamically with
 //     libcuda.so.1 only;
 //   * not defined: `snapkv-cpu-emul`, the same kernel loops lowered for the
-//     CPU (convert-snapkv-to-gpu{device-buffers=false} + snapkv-cpu-pipeline),
+//     CPU (--snapkv-gpu-emulation + --snapkv-cpu-pipeline),
 //     which tests this harness and device_check.py without a GPU.
 //
 // Commands:
@@ -90,6 +90,57 @@ struct Results {
 using SelectFn = void (*)(Results *, Desc4 *, Desc4 *, Desc4 *);
 
 } // namespace
+
+// The generated host code copies a result whose layout bufferisation left
+// strided into the identity-layout buffer it returns with `memrefCopy`, the
+// MLIR C runner utilities' entry point. This harness links no LLVM library,
+// so it provides that function itself (same ABI: element size, unranked
+// source and destination descriptors).
+namespace {
+struct Unranked {
+  int64_t rank;
+  void *descriptor;
+};
+} // namespace
+
+extern "C" void memrefCopy(int64_t elemSize, Unranked *src, Unranked *dst) {
+  // A ranked descriptor: allocated, aligned, offset, sizes[rank],
+  // strides[rank].
+  struct View {
+    char *base;
+    int64_t offset;
+    const int64_t *sizes;
+    const int64_t *strides;
+  };
+  auto view = [](const Unranked *m) {
+    auto *words = static_cast<int64_t *>(m->descriptor);
+    View v;
+    std::memcpy(&v.base, &words[1], sizeof(void *));
+    v.offset = words[2];
+    v.sizes = &words[3];
+    v.strides = &words[3 + m->rank];
+    return v;
+  };
+  int64_t rank = src->rank;
+  View from = view(src), to = view(dst);
+  std::vector<int64_t> index(rank, 0);
+  int64_t total = 1;
+  for (int64_t d = 0; d < rank; ++d)
+    total *= from.sizes[d];
+  for (int64_t n = 0; n < total; ++n) {
+    int64_t a = from.offset, b = to.offset;
+    for (int64_t d = 0; d < rank; ++d) {
+      a += index[d] * from.strides[d];
+      b += index[d] * to.strides[d];
+    }
+    std::memcpy(to.base + b * elemSize, from.base + a * elemSize, elemSize);
+    for (int64_t d = rank - 1; d >= 0; --d) {
+      if (++index[d] < from.sizes[d])
+        break;
+      index[d] = 0;
+    }
+  }
+}
 
 #define SNAPKV_CONFIG(name, ...)                                               \
   extern "C" void _mlir_ciface_##name(Results *, Desc4 *, Desc4 *, Desc4 *);
