@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import require_aot_tools
-from test_differential import decisive_scores_separated
+from test_differential import HOSTILE_PATTERNS, decisive_scores_separated, separated_hostile
 
 from snapkv import iree_backend, mlirgen
 from snapkv.frontend import runner
@@ -158,6 +158,21 @@ def test_task_driver_with_two_workers():
     select = iree_backend.IreeSelect.compile(case)
     _check(iree_backend.IreeSelect(select.vmfb, driver=iree_backend.TASK_DRIVER, workers=2),
            case)
+
+
+@pytest.mark.parametrize("gqa", ("expand", "mean", "max"))
+def test_select_hostile_values(gqa):
+    # NaN in keys or queries, +-inf logits, logits near 1e30, all-equal keys, NaN/inf/-0
+    # payloads (test_differential.hostile_inputs; B=2, Hq=4, Hkv=2, D=4, W=4, C=12, L=150):
+    # one dynamic-L module per policy, every pattern through it, against the reference.
+    _tools_or_skip()
+    cases = [separated_hostile(pattern, n, "f32", gqa, ("position", "score")[n % 2],
+                               dynamic=True)
+             for n, pattern in enumerate(HOSTILE_PATTERNS)]
+    position = iree_backend.IreeSelect.compile(cases[0])
+    score = iree_backend.IreeSelect.compile(cases[1])
+    for n, case in enumerate(cases):
+        _check((position, score)[n % 2], case)
 
 
 def test_worker_count_is_checked():
