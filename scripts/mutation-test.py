@@ -11,6 +11,11 @@ exits non-zero.
     python3 scripts/mutation-test.py            # every mutation
     python3 scripts/mutation-test.py --list     # what they are and which tests they run
     python3 scripts/mutation-test.py tie-rule   # one of them
+    python3 scripts/mutation-test.py --in-tree  # mutate the working tree and build/ instead
+
+--in-tree saves the first build of the copy (minutes on two cores): it edits the sources in
+place (restoring them afterwards, also on Ctrl-C or SIGTERM) and rebuilds the configured
+build/, which is left unmutated at the end. Do not edit or build the tree meanwhile.
 
 docs/testing.md has the table of the last run; rerun this when the lowering changes (a
 mutation whose text is no longer in the source stops the script with a message).
@@ -114,6 +119,13 @@ def run(command, **kwargs):
     return subprocess.run(command, capture_output=True, text=True, **kwargs)
 
 
+def use_working_tree():
+    global SRC, BUILD
+    SRC, BUILD = REPO, REPO / "build"
+    if not (BUILD / "build.ninja").is_file():
+        sys.exit(f"--in-tree needs a configured {BUILD} (make build)")
+
+
 def sync_sources():
     """Copies the tracked and untracked-but-not-ignored files to SRC, rewriting only the
     files that differ (so that ninja rebuilds only what changed since the last run)."""
@@ -190,6 +202,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", help="mutations to run (default: all)")
     parser.add_argument("--list", action="store_true", help="list the mutations and exit")
+    parser.add_argument("--in-tree", action="store_true",
+                        help="mutate the working tree and rebuild build/ (no private copy)")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="print the output of the tests that failed")
     args = parser.parse_args()
@@ -203,7 +217,10 @@ def main():
         return 0
     # A SIGTERM ends the run through the `finally` below (the copy is restored).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))
-    sync_sources()
+    if args.in_tree:
+        use_working_tree()
+    else:
+        sync_sources()
     for mutation in chosen:  # every mutation applies before anything is built
         (SRC / mutation.file).write_text(apply(mutation))
     configure()
