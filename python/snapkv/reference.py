@@ -114,8 +114,13 @@ def window_votes(q, k, scale, prefix_only=False):
     if prefix_only:
         future = future | (np.arange(length)[None, :] >= prefix)
     logits = np.where(future, -np.inf, logits)
-    # Softmax over ALL visible columns (prefix and window), with max-subtraction.
-    weights = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    # Softmax over ALL visible columns (prefix and window), with max-subtraction; a visible
+    # logit equal to the maximum gets exponent 0, so +inf logits share the mass and a row of
+    # -inf is uniform (docs/hostile-values.md), never inf - inf = NaN.
+    top = logits.max(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        weights = np.exp(np.where(logits == top, 0.0, logits - top))
+    weights = np.where(future, 0.0, weights)
     probs = weights / weights.sum(axis=-1, keepdims=True)
     return probs[..., :prefix].sum(axis=2)
 

@@ -294,3 +294,100 @@ def test_gpu_kernels_break_ties_to_lower_position():
 
 def test_gpu_kernels_long_prompts(long_cases):
     check(long_cases, GPU_EMULATION)
+
+
+# Hostile values (docs/hostile-values.md) through the CPU pipeline and the GPU kernels:
+# NaN in a key or a query, +inf and -inf logits (one +inf column, two sharing the mass, a
+# head whose logits are all -inf), finite logits near 1e30, all-equal keys, and NaN, +-inf
+# and -0 payloads in the values (gathered bit-exactly). They sit in later key tiles (L = 150:
+# two tiles of 64 and a partial one), so tile statistics combine infinite maxima. The
+# reference scores in float64, so every hostile logit is one that float32 produces as well
+# (explicit infinities, not overflowing products).
+HOSTILE_LENGTH = 150
+HOSTILE_PATTERNS = ("nan-key", "nan-query", "pos-inf", "pos-inf-shared", "neg-inf",
+                    "all-neg-inf", "huge", "all-equal")
+
+
+def hostile_inputs(pattern, seed, elem="f32", gqa="expand", order="position",
+                   dynamic=False, length=HOSTILE_LENGTH):
+    """Case with `pattern` injected into random B=2, Hq=4, Hkv=2, D=4, W=4, C=12 inputs."""
+    rng = np.random.default_rng([SEED, 3, seed])
+    q = rng.standard_normal((2, 4, 4, 4))
+    k = rng.standard_normal((2, 2, length, 4))
+    v = rng.standard_normal((2, 2, length, 4))
+    q[..., 0] = np.abs(q[..., 0]) + 0.1  # d = 0 positive: an infinite key element keeps its sign
+    inf = np.inf
+    if pattern == "nan-key":
+        k[0, 0, 100, 1] = np.nan             # batch 0, kv head 0: every row of its heads NaN
+    elif pattern == "nan-query":
+        q[1, 3, 2, 0] = np.nan               # one window row of one query head
+    elif pattern == "pos-inf":
+        k[0, 1, 130, :] = [inf, 0, 0, 0]     # +inf logit in the third (partial) key tile
+    elif pattern == "pos-inf-shared":
+        k[1, 0, [20, 90], :] = [inf, 0, 0, 0]  # two +inf columns share each row's mass
+    elif pattern == "neg-inf":
+        k[0, 0, [3, 70, 140], :] = [-inf, 0, 0, 0]
+    elif pattern == "all-neg-inf":
+        k[1, 1, :, 0] = -inf                 # every logit of the head -inf: uniform rows
+    elif pattern == "huge":
+        q, k = q * 1e15, k * 1e15            # logits near 1e30, finite in float32
+    elif pattern == "all-equal":
+        k[0] = k[0, :, :1]                   # batch 0: all keys equal, all votes tie
+    else:
+        raise ValueError(pattern)
+    # Payloads the gather must copy bit for bit: at the window (always kept) and at the first
+    # prefix position (kept when its head's scores are NaN or tie).
+    v[:, :, -1, :] = [np.nan, inf, -0.0, -inf]
+    v[:, :, 0, :] = [-0.0, np.nan, -inf, inf]
+    return Case(from_float32(q, elem), from_float32(k, elem), from_float32(v, elem), 4, 12,
+                gqa=gqa, order=order, kernel=3, dtype="bf16" if elem == "bf16" else None,
+                dynamic=dynamic)
+
+
+def hostile_case(n):
+    """Case n of the hostile values: every pattern with each GQA policy, orders and element
+    types alternating (float32 only for "huge": 1e15 is out of f16 range), inputs redrawn
+    until the decisive finite scores separate."""
+    pattern = HOSTILE_PATTERNS[n % len(HOSTILE_PATTERNS)]
+    gqa = POLICIES[n // len(HOSTILE_PATTERNS) % len(POLICIES)]
+    elem = "f32" if pattern == "huge" else ELEMS[n % len(ELEMS)]
+    order = ("position", "score")[(n + n // len(HOSTILE_PATTERNS)) % 2]
+    return separated_hostile(pattern, n, elem, gqa, order, dynamic=n % 3 == 0)
+
+
+def separated_hostile(pattern, seed, elem, gqa, order, dynamic):
+    for attempt in range(50):
+        case = hostile_inputs(pattern, 100 * seed + attempt, elem, gqa, order, dynamic)
+        with np.errstate(invalid="ignore"):
+            if decisive_scores_separated(case.reference(), case):
+                return case
+    raise AssertionError(f"no separated inputs for hostile pattern {pattern} (seed {seed})")
+
+
+HOSTILE_CASES = len(HOSTILE_PATTERNS) * len(POLICIES)
+
+
+@pytest.fixture(scope="module")
+def hostile_cases():
+    return [hostile_case(n) for n in range(HOSTILE_CASES)]
+
+
+def test_hostile_cases_are_hostile(hostile_cases):
+    # The patterns must reach the scores: NaN heads, one-hot rows from +inf, exact ties.
+    pooled = {HOSTILE_PATTERNS[n % len(HOSTILE_PATTERNS)]: c.reference().pooled
+              for n, c in enumerate(hostile_cases) if c.gqa == "expand"}
+    assert np.isnan(pooled["nan-key"][0, :2]).all() and not np.isnan(pooled["nan-key"][1]).any()
+    assert np.isnan(pooled["nan-query"][1, 3]).all()
+    assert not np.isnan(pooled["nan-query"][1, :3]).any()
+    assert (np.diff(pooled["all-neg-inf"][1, 2:, 1:-1], axis=-1) == 0).all()
+    assert (np.diff(pooled["all-equal"][0, :, 1:-1], axis=-1) == 0).all()
+    for pattern in ("pos-inf", "pos-inf-shared", "neg-inf", "huge"):
+        assert np.isfinite(pooled[pattern]).all(), pattern
+
+
+def test_hostile_values_match_reference(hostile_cases):
+    check(hostile_cases)
+
+
+def test_gpu_kernels_hostile_values(hostile_cases):
+    check(hostile_cases, GPU_EMULATION)

@@ -10,8 +10,8 @@ scores, as in test_differential):
   with avg/max pooling, kernels 1, 3 and 5 and f32/f16 spread over the matrix; static L == C
   and L < C; exact ties (the lower position wins); bf16; the `local-task` driver;
 * the benchmark shape (B=1, Hq=32, Hkv=8, D=128, W=32, C=1024): plain `iree-compile` for every
-  policy and order with a dynamic L, and a run at L = 2048 (position order: a strict xfail
-  for now, see SLOT_SEARCH_CLONED).
+  policy and order with a dynamic L, and a run at L = 2048 (position order) against the
+  reference.
 
 The rewritten tiny Llama (`snapkv-compress-kv-cache` + `convert-snapkv-to-linalg`) gives the
 same tokens, logits (within 1e-5), caches and cache lengths as the project's CPU pipeline
@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import require_aot_tools
-from test_differential import decisive_scores_separated
+from test_differential import HOSTILE_PATTERNS, decisive_scores_separated, separated_hostile
 
 from snapkv import iree_backend, mlirgen
 from snapkv.frontend import runner
@@ -160,6 +160,21 @@ def test_task_driver_with_two_workers():
            case)
 
 
+@pytest.mark.parametrize("gqa", ("expand", "mean", "max"))
+def test_select_hostile_values(gqa):
+    # NaN in keys or queries, +-inf logits, logits near 1e30, all-equal keys, NaN/inf/-0
+    # payloads (test_differential.hostile_inputs; B=2, Hq=4, Hkv=2, D=4, W=4, C=12, L=150):
+    # one dynamic-L module per policy, every pattern through it, against the reference.
+    _tools_or_skip()
+    cases = [separated_hostile(pattern, n, "f32", gqa, ("position", "score")[n % 2],
+                               dynamic=True)
+             for n, pattern in enumerate(HOSTILE_PATTERNS)]
+    position = iree_backend.IreeSelect.compile(cases[0])
+    score = iree_backend.IreeSelect.compile(cases[1])
+    for n, case in enumerate(cases):
+        _check((position, score)[n % 2], case)
+
+
 def test_worker_count_is_checked():
     with pytest.raises(ValueError, match="workers applies to the local-task driver"):
         iree_backend.config(iree_backend.DEFAULT_DRIVER, workers=2)
@@ -167,24 +182,17 @@ def test_worker_count_is_checked():
         iree_backend.config(iree_backend.TASK_DRIVER, workers=0)
 
 
-# The benchmark shape. Known failure (position order): the output-slot search of the kept
-# positions is an all-parallel linalg.generic whose i64 result is wider than its i32 inputs
-# and whose body has no `math` op; IREE classifies that as a cheap bit extension and clones it
-# into its consumer's dispatch (the window append, which reads it with tensor.extract), where
-# it is computed whole, on the stack: "'func.func' op exceeded stack allocation limit of 32768
-# bytes for function. Got 253952 bytes" (B*Hc*(C-W) i64). docs/iree.md has the reproducer.
-# Strict: when the formulation changes, these XPASS and the marks must go.
+# The benchmark shape. Position order once failed here: the per-slot search of the kept
+# positions (an all-parallel op, i32 inputs, i64 result) was read by the window append through
+# tensor.extract, so IREE cloned all of it into every workgroup of the append's dispatch and
+# exceeded its 32 KiB stack limit (docs/iree.md). The append now reads the positions through an
+# indexing map; these keep that fixed.
 BENCH = dict(heads=(32, 8), dim=128, window=32, batch=1)
 BENCH_C = 1024
-SLOT_SEARCH_CLONED = pytest.mark.xfail(
-    strict=True, raises=mlirgen.ToolError,
-    reason="IREE clones the position order's slot search (i32 -> i64, all parallel) into the "
-           "window append's dispatch and exceeds its 32 KiB stack limit")
 
 
-@pytest.mark.parametrize("gqa,order", [
-    pytest.param(gqa, order, marks=[SLOT_SEARCH_CLONED] if order == "position" else [])
-    for gqa, order in itertools.product(("expand", "mean", "max"), ("position", "score"))])
+@pytest.mark.parametrize("gqa,order",
+                         itertools.product(("expand", "mean", "max"), ("position", "score")))
 def test_benchmark_shape_compiles_with_plain_iree_compile(gqa, order):
     _tools_or_skip()
     q, k, v = _inputs(BENCH_C + 1, seed=0, **BENCH)
@@ -193,7 +201,6 @@ def test_benchmark_shape_compiles_with_plain_iree_compile(gqa, order):
     assert iree_backend.compile_vmfb(lowered)
 
 
-@SLOT_SEARCH_CLONED
 def test_benchmark_shape_matches_reference():
     # Position order: only the kept set matters, so only the gap between the last kept and
     # the first dropped pooled score of each head must exceed f32 rounding (random inputs of

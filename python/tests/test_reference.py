@@ -282,3 +282,25 @@ def test_argument_errors(change, message):
     q, k, v, options = change(*good_inputs(), {"window": 2, "capacity": 5})
     with pytest.raises(ValueError, match=message):
         select(q, k, v, **options)
+
+
+def test_infinite_logits_follow_the_hostile_value_rules():
+    # docs/hostile-values.md rule 1 (the compiled kernels' behaviour, hostile_values.mlir):
+    # L = 6, W = 2, D = 1, q = 1, scale 1, kernel 1, so the logits are the keys.
+    q = np.ones((1, 1, 2, 1), np.float32)
+
+    def pooled(keys):
+        k = np.array(keys, np.float32).reshape(1, 1, 6, 1)
+        return select(q, k, k, window=2, capacity=4, kernel=1, scale=1.0)
+
+    # One +inf column takes each row's whole mass (not inf - inf = NaN).
+    one = pooled([0, 0, np.inf, 0, 0, 0])
+    np.testing.assert_array_equal(one.pooled, [[[0, 0, 2, 0]]])
+    np.testing.assert_array_equal(one.indices, [[[0, 2, 4, 5]]])
+    # Two share it.
+    np.testing.assert_array_equal(pooled([np.inf, 0, np.inf, 0, 0, 0]).pooled, [[[1, 0, 1, 0]]])
+    # All visible logits -inf: uniform over the visible columns only (5 for the first window
+    # query, 6 for the second), never over the masked future column.
+    uniform = pooled([-np.inf] * 6)
+    np.testing.assert_allclose(uniform.pooled, np.full((1, 1, 4), 1 / 5 + 1 / 6))
+    np.testing.assert_array_equal(uniform.indices, [[[0, 1, 4, 5]]])

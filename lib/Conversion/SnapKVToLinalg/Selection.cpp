@@ -423,31 +423,33 @@ Value Formulation::orderByScore(Value positions, Value keptKeys) {
 }
 
 /// [B, Hc, C]: the K kept prefix positions, then the window P .. P+W-1.
+/// The positions are read through an indexing map (padded to C), not by
+/// tensor.extract in the body: an IREE-style compiler can then tile the
+/// slot search with this op instead of recomputing all of it in every
+/// workgroup of this op's dispatch.
 Value Formulation::withWindow(Value prefixPositions, Value prefix) {
   int64_t keep = s.keep;
   Value prefix64 = arith::IndexCastOp::create(b, loc, i64, prefix);
+  Value padded = tensor::PadOp::create(
+      b, loc, Type(), prefixPositions,
+      ArrayRef<OpFoldResult>{ofr(0), ofr(0), ofr(0)},
+      ArrayRef<OpFoldResult>{ofr(0), ofr(0), ofr(s.window)},
+      Value(arith::ConstantOp::create(b, loc, b.getI64IntegerAttr(0))));
   auto op = generic(
-      RankedTensorType::get({s.batch, s.heads, s.capacity}, i64), {},
+      RankedTensorType::get({s.batch, s.heads, s.capacity}, i64), {padded},
       {empty({ofr(s.batch), ofr(s.heads), ofr(s.capacity)}, i64)},
-      {map(3, {0, 1, 2})}, {par, par, par},
-      [=](OpBuilder &nb, Location l, ValueRange) {
-        Value bi = linalg::IndexOp::create(nb, l, 0);
-        Value hi = linalg::IndexOp::create(nb, l, 1);
+      {map(3, {0, 1, 2}), map(3, {0, 1, 2})}, {par, par, par},
+      [=](OpBuilder &nb, Location l, ValueRange a) {
         Value slot = linalg::IndexOp::create(nb, l, 2);
         Value inPrefix =
             cmp(nb, l, arith::CmpIPredicate::ult, slot, constIndex(nb, l, keep));
-        Value safe = arith::MinUIOp::create(nb, l, slot,
-                                            constIndex(nb, l, keep - 1));
-        Value kept = tensor::ExtractOp::create(nb, l, prefixPositions,
-                                               ValueRange{bi, hi, safe});
         Value t = arith::IndexCastOp::create(
             nb, l, nb.getI64Type(),
             arith::SubIOp::create(nb, l, slot, constIndex(nb, l, keep)));
         Value windowPos = arith::AddIOp::create(nb, l, prefix64, t);
         linalg::YieldOp::create(
             nb, l,
-            ValueRange{
-                arith::SelectOp::create(nb, l, inPrefix, kept, windowPos)});
+            ValueRange{arith::SelectOp::create(nb, l, inPrefix, a[0], windowPos)});
       });
   group(op, 2);
   return op.getResult(0);

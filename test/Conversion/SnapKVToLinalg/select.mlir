@@ -85,10 +85,14 @@
 // CHECK: arith.cmpi ugt
 // CHECK: arith.cmpi eq
 // CHECK: arith.cmpi slt
-// Indices: the kept prefix positions, then the window P .. P+3.
-// CHECK: %[[IDX:.*]] = linalg.generic {{.*}} outs(%{{.*}} : tensor<1x4x8xi64>)
+// Indices: the kept prefix positions, then the window P .. P+3. The positions
+// are read through an indexing map (padded to C), not by tensor.extract.
+// CHECK: %[[PADDED:.*]] = tensor.pad %[[SLOTS]]#0 low[0, 0, 0] high[0, 0, 4]
+// CHECK: %[[IDX:.*]] = linalg.generic {{.*}} ins(%[[PADDED]] : tensor<1x4x8xi64>) outs(%{{.*}} : tensor<1x4x8xi64>)
+// CHECK-NOT: tensor.extract
 // CHECK: arith.cmpi ult, %{{.*}}, %c4
-// CHECK: tensor.extract %[[SLOTS]]#0
+// CHECK: arith.select %{{.*}}, %in, %{{.*}} : i64
+// CHECK: linalg.yield
 // The same index list gathers K and V; query head h reads kv head h / 2.
 // CHECK: %[[KO:.*]] = linalg.generic {{.*}} outs(%{{.*}} : tensor<1x4x8x8xf32>)
 // CHECK: arith.divui %{{.*}}, %c2
