@@ -14,6 +14,7 @@
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/SCF/Transforms/TileUsingInterface.h"
+#include "mlir/Dialect/SCF/Transforms/Transforms.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/Dialect/Vector/Transforms/LoweringPatterns.h"
@@ -116,7 +117,11 @@ SmallVector<int64_t> defaultTile(linalg::LinalgOp op, ArrayRef<int64_t> ranges,
 struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
   using Base::Base;
 
+  /// Whether a dynamic vector dimension was peeled (a second round runs).
+  bool peeled = false;
+
   void runOnOperation() override {
+    peeled = false;
     int64_t bits = vectorBits ? vectorBits : hostVectorBits();
     if (bits < 64 || bits % 32 != 0) {
       emitError(getOperation().getLoc())
@@ -135,6 +140,31 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
     IRRewriter rewriter(&getContext());
     for (linalg::LinalgOp op : ops)
       tileAndVectorize(rewriter, op, target);
+
+    // Second round: the full tiles peeled off dynamic vector dimensions,
+    // once canonicalisation has given their slices static sizes. Every
+    // other op in a tile loop with static sizes was tried in the first round
+    // and its tile is the whole op now, so trying it again changes nothing.
+    if (peeled) {
+      RewritePatternSet statics(&getContext());
+      tensor::ExtractSliceOp::getCanonicalizationPatterns(statics,
+                                                          &getContext());
+      tensor::InsertSliceOp::getCanonicalizationPatterns(statics,
+                                                         &getContext());
+      tensor::CastOp::getCanonicalizationPatterns(statics, &getContext());
+      for (Dialect *dialect : getContext().getLoadedDialects())
+        dialect->getCanonicalizationPatterns(statics);
+      if (failed(applyPatternsGreedily(getOperation(), std::move(statics))))
+        return signalPassFailure();
+      SmallVector<linalg::LinalgOp> fullTiles;
+      getOperation().walk([&](linalg::LinalgOp op) {
+        if (op.hasPureTensorSemantics() && op->getParentOfType<scf::ForOp>() &&
+            !llvm::any_of(op.getStaticLoopRanges(), ShapedType::isDynamic))
+          fullTiles.push_back(op);
+      });
+      for (linalg::LinalgOp op : fullTiles)
+        tileAndVectorize(rewriter, op, target);
+    }
 
     RewritePatternSet patterns(&getContext());
     vector::populateCastAwayVectorLeadingOneDimPatterns(patterns);
@@ -165,20 +195,40 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
   void tileAndVectorize(RewriterBase &rewriter, linalg::LinalgOp op,
                         const Target &target) {
     SmallVector<int64_t> ranges = op.getStaticLoopRanges();
-    // A dynamic innermost size would need masks or a peeled remainder; such
-    // ops (the selection over a dynamic prompt length) stay scalar loops,
-    // which LLVM's loop vectoriser handles where it can.
-    if (ranges.empty() || ShapedType::isDynamic(ranges.back()))
+    if (ranges.empty())
       return;
-    SmallVector<int64_t> tile = linalg::isaContractionOpInterface(op)
+    // The vector dimension is the innermost loop, except in a contraction,
+    // where it is the innermost parallel loop: a dynamic reduction after it
+    // (P x V over a dynamic prompt length) steps by one like any dynamic
+    // loop. A dynamic vector dimension of a contraction (Q x K^T over a
+    // dynamic prompt length) is tiled by the vector width and the last,
+    // partial tile peeled off (upstream masked vectorisation of a
+    // contraction with a broadcast operand does not verify at LLVM 22);
+    // other ops with one stay scalar loops (the selection over a dynamic
+    // prompt length), which LLVM's loop vectoriser handles where it can.
+    bool contraction = linalg::isaContractionOpInterface(op);
+    SmallVector<int64_t> tile = contraction
                                     ? contractionTile(op, ranges, target)
                                     : defaultTile(op, ranges, target);
+    std::optional<unsigned> vectorDim;
+    for (int64_t d = ranges.size() - 1; d >= 0 && !vectorDim; --d)
+      if (!contraction ||
+          op.getIteratorTypesArray()[d] == IteratorType::parallel)
+        vectorDim = d;
+    if (!vectorDim)
+      return;
+    bool masked = ShapedType::isDynamic(ranges[*vectorDim]);
+    if (masked && !contraction)
+      return;
     // A tile that covers a whole static loop is not a tile; a dynamic loop
-    // other than the innermost steps by one, so every tile is static.
+    // other than a masked vector dimension steps by one, so every other tile
+    // is static.
     SmallVector<int64_t> tileSizes(tile.size(), 0);
     bool tiled = false;
     for (auto [d, size] : llvm::enumerate(tile)) {
-      if (ShapedType::isDynamic(ranges[d]))
+      if (masked && d == *vectorDim)
+        ; // the vector width; the last, partial tile is peeled off
+      else if (ShapedType::isDynamic(ranges[d]))
         size = 1;
       else if (size >= ranges[d] || ranges[d] % size != 0)
         size = size >= ranges[d] ? 0 : 1;
@@ -186,6 +236,9 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
       tiled |= size != 0;
     }
     Operation *tileOp = op;
+    SmallVector<LoopLikeOpInterface> tileLoops;
+    if (masked && !tiled)
+      return;
     if (tiled) {
       scf::SCFTilingOptions options;
       options.setTileSizes(
@@ -202,8 +255,24 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
         return;
       rewriter.replaceOp(op, result->replacements);
       tileOp = result->tiledOps.front();
+      tileLoops = result->loops;
     }
     auto tiledOp = cast<linalg::LinalgOp>(tileOp);
+    if (masked) {
+      // The loop over the vector dimension without its last, partial
+      // iteration: a full tile, vectorised in the second round once
+      // canonicalisation has made its shapes static; the remainder stays a
+      // scalar loop.
+      auto loop = cast<scf::ForOp>(tileLoops[llvm::count_if(
+          ArrayRef<int64_t>(tileSizes).take_front(*vectorDim),
+          [](int64_t size) { return size != 0; })]);
+      scf::ForOp remainder;
+      rewriter.setInsertionPoint(loop);
+      if (succeeded(scf::peelForLoopAndSimplifyBounds(rewriter, loop,
+                                                      remainder)))
+        peeled = true;
+      return;
+    }
     if (llvm::any_of(tiledOp.getStaticLoopRanges(), ShapedType::isDynamic))
       return;
     rewriter.setInsertionPoint(tiledOp);

@@ -15,7 +15,6 @@ No torch needed. The fixture compiles in about 20 s the first time; the library 
 import json
 import os
 import shutil
-import time
 from pathlib import Path
 
 import numpy as np
@@ -330,3 +329,49 @@ def test_cache_key_is_what_is_compiled_not_when_snapkv_opt_was_built(tmp_path, m
     rebuilt = runner.compile_library(OWNERSHIP, cache_dir=cache, verbose=True)
     assert rebuilt.from_cache and rebuilt.path == first.path
     assert len(list(cache.glob("*.key"))) == 2 and len(list(cache.glob("*.so"))) == 1
+
+
+LAYERS = REPO / "test" / "Transforms" / "Inputs" / "models" / "llama_layers.mlir"
+
+
+def test_entry_points_that_only_call_run_from_python(tmp_path):
+    """A module whose @prefill/@decode only call layer functions (as `snapkv export --hf`
+    writes it): the runner compiles the callees alone (one copy of the layer code, no
+    @prefill/@decode in the library) and makes the calls itself, with the same results, bit
+    for bit, as the module compiled whole; entry points that do anything else compile whole."""
+    _tools_or_skip()
+    # The fixture leaves out the importer's resource blob (RoPE's inverse frequencies).
+    text = LAYERS.read_text().replace("dense_resource<torch_tensor_64_torch.float32>",
+                                      "dense<0.125>")
+    glue = runner.glue_function(text, "prefill")
+    assert glue.callees == ["embed", "prefill_layer", "head"]
+    assert [op[0] for op in glue.ops] == ["call", "call", "call", "call", "return"]
+    assert runner.glue_function(text, "decode").callees == ["embed", "decode_layer", "head"]
+    # Anything but call / tensor.cast / return keeps the entry point compiled.
+    other = text.replace("%logits = call @head(", "%unused = arith.constant 0 : i64\n"
+                         "    %logits = call @head(", 1)
+    assert runner.glue_function(other, "prefill") is None
+    assert runner.glue_function(text, "no_such_function") is None
+
+    rng = np.random.default_rng(0)
+    sig = runner.signature(text, "prefill")
+    weights = {name: rng.standard_normal(t.shape).astype(np.float32) * 0.3
+               for name, t in sig.weight_args}
+    split = runner.CompiledModel(text, weights=weights, cflags=("-O0",), cache_dir=tmp_path)
+    whole = runner.CompiledModel(text, weights=weights, cflags=("-O0",), cache_dir=tmp_path,
+                                 split_entry_points=False)
+    assert split.split and not whole.split
+    symbols = runner.ctypes.CDLL(str(split.library.path))
+    assert hasattr(symbols, "_mlir_ciface_prefill_layer")
+    assert not hasattr(symbols, "_mlir_ciface_prefill")
+    assert hasattr(runner.ctypes.CDLL(str(whole.library.path)), "_mlir_ciface_prefill")
+    assert split.library.stats["clang"]["bytes"] > 0  # compiled here: per-step statistics
+
+    ids = rng.integers(0, 64, (1, 12))
+    mine, theirs = split.generate(ids, 3), whole.generate(ids, 3)
+    assert mine["tokens"] == theirs["tokens"]
+    assert np.array_equal(mine["logits"], theirs["logits"])
+    for a, b in zip(mine["caches"], theirs["caches"]):
+        assert np.array_equal(a, b)
+    with pytest.raises(ValueError, match=r"@prefill takes 1 arguments \(and 21 bound"):
+        split._prefill(ids, ids)

@@ -45,8 +45,8 @@ func.func @rowmax(%x: tensor<64x32xf32>, %init: tensor<32xf32>) -> tensor<32xf32
 
 // -----
 
-// A dynamic innermost size is left to the later lowering to loops (no masks,
-// no scalar remainder of a vector loop).
+// A dynamic innermost size of an op that is not a contraction is left to the
+// later lowering to loops (no masks, no scalar remainder of a vector loop).
 // CHECK-LABEL: func.func @dynamic
 // CHECK: linalg.generic
 // CHECK-NOT: vector.
@@ -59,4 +59,34 @@ func.func @dynamic(%x: tensor<?xi32>, %init: tensor<i32>) -> tensor<i32> {
     linalg.yield %m : i32
   } -> tensor<i32>
   return %r : tensor<i32>
+}
+
+// -----
+
+// A contraction whose vector dimension is dynamic (Q x K^T over a dynamic
+// prompt length): tiled by the vector width, the full tiles vectorised, the
+// last, partial tile peeled off as a scalar remainder loop.
+// CHECK-LABEL: func.func @dynamic_vector_dim
+// CHECK: %[[FULL:.*]] = affine.apply
+// CHECK: scf.for %{{.*}} = %c0 to %[[FULL]] step %c32
+// CHECK: vector.fma {{.*}} : vector<32xf32>
+// CHECK: scf.for %{{.*}} = %[[FULL]] to %{{.*}} step %c32
+// CHECK-NOT: vector.
+// CHECK: linalg.batch_matmul {{.*}} -> tensor<1x1x?xf32>
+func.func @dynamic_vector_dim(%a: tensor<4x?x16xf32>, %b: tensor<4x16x?xf32>, %init: tensor<4x?x?xf32>) -> tensor<4x?x?xf32> {
+  %r = linalg.batch_matmul ins(%a, %b : tensor<4x?x16xf32>, tensor<4x16x?xf32>) outs(%init : tensor<4x?x?xf32>) -> tensor<4x?x?xf32>
+  return %r : tensor<4x?x?xf32>
+}
+
+// -----
+
+// A dynamic reduction after a static vector dimension (P x V over a dynamic
+// prompt length) steps by one; the vector dimension is still vectorised.
+// CHECK-LABEL: func.func @dynamic_reduction
+// CHECK: scf.for %{{.*}} = %c0 to %{{.*}} step %c1
+// CHECK: vector.fma {{.*}} : vector<16xf32>
+// CHECK-NOT: linalg.batch_matmul
+func.func @dynamic_reduction(%p: tensor<4x?x?xf32>, %v: tensor<4x?x16xf32>, %init: tensor<4x?x16xf32>) -> tensor<4x?x16xf32> {
+  %r = linalg.batch_matmul ins(%p, %v : tensor<4x?x?xf32>, tensor<4x?x16xf32>) outs(%init : tensor<4x?x16xf32>) -> tensor<4x?x16xf32>
+  return %r : tensor<4x?x16xf32>
 }

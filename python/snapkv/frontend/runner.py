@@ -74,6 +74,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shlex
 import subprocess
 import sys
@@ -90,10 +91,13 @@ from .. import tools
 from ..tools import ToolError
 
 # Bumped when the way a library is built or called changes (part of the cache keys).
-RUNNER_VERSION = 3
+RUNNER_VERSION = 4
 PIPELINE = ("builtin.module(func.func(llvm-request-c-wrappers),"
             "snapkv-cpu-pipeline{asserts=report})")
-DEFAULT_CFLAGS = ("-O2", "-march=native")
+# -fno-unroll-loops: the pipeline already unrolls register tiles; LLVM unrolling their loops
+# again doubles the code clang optimises (half its time) for no measured speed-up
+# (docs/benchmarks.md, "Compile time").
+DEFAULT_CFLAGS = ("-O2", "-march=native", "-fno-unroll-loops")
 DEFAULT_CACHE_MB = 1024
 
 _ELEMENTS = {
@@ -367,6 +371,9 @@ class Library:
     from_cache: bool
     seconds: float      # compile time, or the time to find the cached library
     key: str
+    # When compiled here: per step ("snapkv-opt", "mlir-translate", "clang") its wall and CPU
+    # seconds and the bytes it wrote; "input" holds the module's bytes.
+    stats: Optional[dict] = None
 
 
 def _log(verbose, message, end="\n"):
@@ -374,11 +381,20 @@ def _log(verbose, message, end="\n"):
         print(message, end=end, file=sys.stderr, flush=True)
 
 
-def _step(verbose, label, command, timeout):
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _step(verbose, label, command, timeout, stats=None, output=None):
+    """Run `command`; its wall seconds. With `stats`, ``stats[name]`` gets its wall and CPU
+    seconds (the child's own, so a busy machine shows as wall > CPU) and the bytes of
+    `output`."""
     shown = " ".join(shlex.quote(str(c)) for c in command)
     if len(shown) > 160:
         shown = shown[:157] + "..."
     _log(verbose, f"{label}: {shown} ...", end="")
+    cpu = _children_cpu()
     start = time.perf_counter()
     try:
         done = subprocess.run([str(c) for c in command], capture_output=True, text=True,
@@ -395,6 +411,10 @@ def _step(verbose, label, command, timeout):
         raise ToolError(f"{Path(str(command[0])).name} failed (exit {done.returncode}):\n"
                         f"{done.stderr[-4000:]}")
     _log(verbose, f" done in {elapsed:.1f} s")
+    if stats is not None:
+        stats[Path(str(command[0])).name] = dict(
+            wall=elapsed, cpu=_children_cpu() - cpu,
+            bytes=Path(output).stat().st_size if output else None)
     return elapsed
 
 
@@ -492,15 +512,18 @@ def compile_library(text: str, *, cache_dir: Optional[os.PathLike] = None,
         return Library(cache / name, True, time.perf_counter() - start, name[:-3])
 
     with tempfile.TemporaryDirectory(prefix="snapkv-runner-") as tmp:
-        source, lowered, llvm_ir = (Path(tmp) / "in.mlir", Path(tmp) / "lowered.mlir",
+        # The lowered module goes to mlir-translate as bytecode: printing and parsing it as
+        # text took a tenth of the compile.
+        source, lowered, llvm_ir = (Path(tmp) / "in.mlir", Path(tmp) / "lowered.mlirbc",
                                     Path(tmp) / "module.ll")
         source.write_text(text)
+        stats = {"input": dict(bytes=source.stat().st_size)}
         times = {"snapkv-opt": _step(verbose, f"compiling {label}: snapkv-opt",
-                                     [opt, f"--pass-pipeline={PIPELINE}", source, "-o",
-                                      lowered], timeout)}
+                                     [opt, f"--pass-pipeline={PIPELINE}", "--emit-bytecode",
+                                      source, "-o", lowered], timeout, stats, lowered)}
         times["mlir-translate"] = _step(verbose, f"compiling {label}: mlir-translate",
                                         [translate, "--mlir-to-llvmir", lowered, "-o", llvm_ir],
-                                        timeout)
+                                        timeout, stats, llvm_ir)
         key_parts = [f"runner {RUNNER_VERSION}", " ".join(cflags), _version_of(clang),
                      str(runtime.resolve()), platform.machine()]
         if any(f.startswith(("-march=native", "-mcpu=native")) for f in cflags):
@@ -517,10 +540,11 @@ def compile_library(text: str, *, cache_dir: Optional[os.PathLike] = None,
                                     llvm_ir, "-o", partial, f"-L{libdir}",
                                     "-lmlir_c_runner_utils",
                                     # --snapkv-cpu-pipeline's parallel loops call libomp.
-                                    "-lomp", f"-Wl,-rpath,{libdir}"], timeout)
+                                    "-lomp", f"-Wl,-rpath,{libdir}"], timeout, stats,
+                                   partial)
             _write_atomic(target, partial.read_bytes())
             meta = {"key": key, "key_parts": key_parts, "cflags": list(cflags),
-                    "seconds": times}
+                    "seconds": times, "stats": stats}
             _write_atomic(target.with_suffix(".json"),
                           (json.dumps(meta, indent=1) + "\n").encode())
     _write_atomic(index, target.name.encode())
@@ -528,7 +552,7 @@ def compile_library(text: str, *, cache_dir: Optional[os.PathLike] = None,
         evict(cache, cache_limit_bytes(), keep=[target])
     elapsed = time.perf_counter() - start
     _log(verbose, f"compiling {label}: {target} in {elapsed:.1f} s")
-    return Library(target, from_cache, elapsed, key)
+    return Library(target, from_cache, elapsed, key, stats)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -848,6 +872,126 @@ def _to_numpy(desc, ttype: TensorType, what: str) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------
+# Entry points that only call: run by the runner, not compiled
+
+_SSA = r"%[\w.$-]+(?:#\d+)?"
+_GLUE_CALL = re.compile(rf"^(?:(%[\w.$-]+)(?::(\d+))?\s*=\s*)?(?:func\.)?call\s+@([\w.$-]+)"
+                        rf"\(((?:{_SSA}(?:,\s*)?)*)\)\s*:")
+_GLUE_CAST = re.compile(rf"^(%[\w.$-]+)\s*=\s*tensor\.cast\s+({_SSA})\s*:\s*(tensor<[^>]*>)"
+                        rf"\s+to\s+(tensor<[^>]*>)$")
+_GLUE_RETURN = re.compile(rf"^(?:func\.)?return\s+((?:{_SSA}(?:,\s*)?)+)\s*:")
+
+
+@dataclass(frozen=True)
+class GlueFunction:
+    """An entry point whose body is only ``func.call``, ``tensor.cast`` and ``return`` (what
+    ``snapkv export --hf`` writes, before and after the model rewrite): its argument names and
+    its operations, in order."""
+    name: str
+    args: Tuple[str, ...]
+    ops: Tuple[tuple, ...]  # ("call", result, count, callee, operands) | ("cast", result,
+    #                         operand, to) | ("return", operands)
+
+    @property
+    def callees(self) -> List[str]:
+        return list(dict.fromkeys(op[3] for op in self.ops if op[0] == "call"))
+
+
+def glue_function(text: str, name: str) -> Optional[GlueFunction]:
+    """@name as a :class:`GlueFunction`, or None if its body holds anything else."""
+    try:
+        header = _header(text, name)
+        body = text[header.body + 1:_close(text, header.body)]
+    except ValueError:
+        return None
+    open_args = text.index("(", text.index("@" + name, header.start))
+    pieces = _split_top(text[open_args + 1:_close(text, open_args)])
+    args = tuple(piece.split(":", 1)[0].strip() for piece in pieces)
+    ops = []
+    for line in body.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        if (match := _GLUE_CALL.match(line)):
+            result, count, callee, operands = match.groups()
+            ops.append(("call", result, int(count or (1 if result else 0)), callee,
+                        tuple(_split_top(operands)) if operands.strip() else ()))
+        elif (match := _GLUE_CAST.match(line)):
+            ops.append(("cast", match.group(1), match.group(2),
+                        TensorType.parse(match.group(4))))
+        elif (match := _GLUE_RETURN.match(line)):
+            ops.append(("return", tuple(_split_top(match.group(1)))))
+        else:
+            return None
+    if not ops or ops[-1][0] != "return":
+        return None
+    return GlueFunction(name, args, tuple(ops))
+
+
+def without_glue(text: str, glue: Sequence[GlueFunction]) -> str:
+    """`text` without the glue functions, and the functions they call made public (their C
+    interfaces are what the runner calls)."""
+    spans = sorted(((h := _header(text, g.name)).start, _close(text, h.body) + 1) for g in glue)
+    for start, end in reversed(spans):
+        text = text[:start] + text[end:]
+    for callee in {c for g in glue for c in g.callees}:
+        text = re.sub(rf"func\.func\s+private\s+@{re.escape(callee)}\s*\(",
+                      f"func.func @{callee}(", text, count=1)
+    return text
+
+
+class GlueRunner:
+    """Runs a :class:`GlueFunction` on numpy arrays: each call goes to the compiled callee
+    (:class:`CompiledFunction`), casts are checked against the shapes, weights (the trailing
+    arguments) are bound once. Same interface as :class:`CompiledFunction`."""
+
+    def __init__(self, glue: GlueFunction, sig: Signature, functions: dict,
+                 bound: Sequence[np.ndarray] = ()):
+        self.name, self.glue, self.signature = glue.name, glue, sig
+        self._functions = functions
+        free = len(sig.args) - len(bound)
+        self._bound = dict(zip(glue.args[free:], bound))
+        self._free = glue.args[:free]
+
+    def _run(self, arrays, timed=None):
+        if len(arrays) != len(self._free):
+            raise ValueError(f"@{self.name} takes {len(self._free)} arguments (and "
+                             f"{len(self._bound)} bound weights), got {len(arrays)}")
+        env = dict(self._bound)
+        for i, (name, array, ttype) in enumerate(zip(self._free, arrays, self.signature.args)):
+            array = np.ascontiguousarray(array, dtype=ttype.dtype)
+            _check_shape(array, ttype, f"@{self.name} argument {i}")
+            env[name] = array
+        for op in self.glue.ops:
+            if op[0] == "call":
+                _, result, count, callee, operands = op
+                outs = self._functions[callee](*(env[o] for o in operands))
+                if count == 1:
+                    env[result] = outs[0]
+                for k in range(count if count > 1 else 0):
+                    env[f"{result}#{k}"] = outs[k]
+            elif op[0] == "cast":
+                _, result, operand, to = op
+                _check_shape(env[operand], to, f"@{self.name}: tensor.cast to {to}")
+                env[result] = env[operand]
+            else:
+                return [env[o] for o in op[1]]
+        raise AssertionError("unreachable: a glue function ends in return")
+
+    def __call__(self, *arrays) -> List[np.ndarray]:
+        return self._run(arrays)
+
+    def time_call(self, *arrays, repeat: int = 1) -> List[float]:
+        """Seconds of each of `repeat` runs (results copied out, as every call is)."""
+        times = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            self._run(arrays)
+            times.append(time.perf_counter() - start)
+        return times
+
+
+# ---------------------------------------------------------------------------------------------
 # The model
 
 def check_token_ids(ids: np.ndarray, vocab: Optional[int]):
@@ -875,28 +1019,53 @@ class CompiledModel:
     def __init__(self, text: str, *, cache_dir: Optional[os.PathLike] = None,
                  verbose: bool = False, cflags: Sequence[str] = DEFAULT_CFLAGS,
                  timeout: int = 1800, max_positions: Optional[int] = None,
-                 weights=None):
+                 weights=None, split_entry_points: bool = True):
         """`weights`: for a module whose entry points take weights (arguments with
         ``{snapkv.weight = "<name>"}``, written by ``snapkv export --hf``), where they come
         from: a :class:`~snapkv.frontend.checkpoint.Checkpoint` (tensors mapped from its
         safetensors files, no copy; f16/bf16 converted once to f32 where the module takes
         f32) or a mapping {name: numpy array}. Each is checked against the module's
-        argument type before anything is compiled."""
+        argument type before anything is compiled.
+
+        `split_entry_points`: when ``@prefill`` and ``@decode`` only call other functions
+        (``func.call``, ``tensor.cast``, ``return``: one function per layer, as ``snapkv
+        export --hf`` writes them), compile the callees alone and make the calls from here
+        (:class:`GlueRunner`): the compiled code holds one copy of each layer, and no
+        function takes every weight (hundreds of memref descriptors, which clang compiles
+        slowly). False compiles the module as it is."""
         self.prefill_signature = signature(text, "prefill")
         self.decode_signature = signature(text, "decode")
         self._check_signatures()
         self.weights, self.weight_notes = self._bind(weights)
         self.max_positions = max_positions
         self._growth = {name: growth(text, name) for name in ("prefill", "decode")}
-        self.library = compile_library(text, cache_dir=cache_dir, verbose=verbose,
-                                       cflags=cflags, timeout=timeout, label="prefill/decode")
+        glue = [glue_function(text, name) for name in ("prefill", "decode")] \
+            if split_entry_points else [None]
+        self.split = all(glue)
+        if self.split:
+            # The entry points only call the layer functions: compile those alone and run the
+            # calls from here (one copy of each layer's code, small C interfaces).
+            compiled = without_glue(text, glue)
+            label = f"the functions {', '.join('@' + c for c in glue[0].callees)}"
+        else:
+            compiled, label = text, "prefill/decode"
+        self.library = compile_library(compiled, cache_dir=cache_dir, verbose=verbose,
+                                       cflags=cflags, timeout=timeout, label=label)
         self._lib = ctypes.CDLL(str(self.library.path))
-        self._prefill = CompiledFunction(
-            self._lib, "prefill", self.prefill_signature,
-            [self.weights[n] for n, _ in self.prefill_signature.weight_args])
-        self._decode = CompiledFunction(
-            self._lib, "decode", self.decode_signature,
-            [self.weights[n] for n, _ in self.decode_signature.weight_args])
+        bound = {name: [self.weights[n] for n, _ in sig.weight_args] for name, sig in
+                 (("prefill", self.prefill_signature), ("decode", self.decode_signature))}
+        if self.split:
+            functions = {callee: CompiledFunction(self._lib, callee, signature(compiled, callee))
+                         for callee in dict.fromkeys(glue[0].callees + glue[1].callees)}
+            self._prefill = GlueRunner(glue[0], self.prefill_signature, functions,
+                                       bound["prefill"])
+            self._decode = GlueRunner(glue[1], self.decode_signature, functions,
+                                      bound["decode"])
+        else:
+            self._prefill = CompiledFunction(self._lib, "prefill", self.prefill_signature,
+                                             bound["prefill"])
+            self._decode = CompiledFunction(self._lib, "decode", self.decode_signature,
+                                            bound["decode"])
 
     @classmethod
     def from_file(cls, path: os.PathLike, **kwargs) -> "CompiledModel":
