@@ -17,10 +17,10 @@ out=${1:-$(mktemp -d -t snapkv-example-XXXXXX)}
 mkdir -p "$out"
 # python -m snapkv.cli is the `snapkv` command; it works without the console script too.
 snapkv() { "${PYTHON:-python3}" -m snapkv.cli "$@"; }
-options=(--window 8 --capacity 16 --kernel-size 5 --pooling avg --gqa expand)
+options=(--window 8 --capacity 16 --kernel 5 --pooling avg --gqa expand)
 
 snapkv compile test/Models/tiny_llama_dynamic.mlir -o "$out/compact.mlir" "${options[@]}" --strict
 snapkv ledger "$out/compact.mlir" --prompt-length 64 --generated 8
-snapkv generate --prompt-len 64 --steps 8 "${options[@]}"
-snapkv visualize --out "$out" --prompt-len 64 "${options[@]}"
+snapkv generate --prompt-length 64 --steps 8 "${options[@]}"
+snapkv visualize --out "$out" --prompt-length 64 "${options[@]}"
 echo "wrote $out/compact.mlir and $out/layer*.png"

@@ -11,13 +11,13 @@ import subprocess
 import numpy as np
 
 from snapkv.frontend.runner import CompiledModel
-from snapkv.mlirgen import REPO, snapkv_opt_path
+from snapkv.tools import REPO, snapkv_opt
 
 MODEL = REPO / "test" / "Models" / "tiny_llama_dynamic.mlir"
 
 # 1. The model rewrite (docs/model-rewrite.md); strict=true: a refusal is an error.
 rewritten = subprocess.run(
-    [str(snapkv_opt_path()), str(MODEL),
+    [str(snapkv_opt()), str(MODEL),
      "--snapkv-compress-kv-cache=window=8 capacity=16 gqa=expand strict=true"],
     check=True, capture_output=True, text=True).stdout
 

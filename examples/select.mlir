@@ -19,7 +19,7 @@
 //   query 7: b = 1 1  8 12 1 1 1 1                sum 26
 // votes[j] = a_j/25 + b_j/26 (full causal softmax, window columns in the denominator); avg
 // pooling with kernel 3 picks 2, 3, 4 where raw votes would pick 1, 2, 3. Values are [j, -j],
-// so the gathered rows show which positions were kept. SPEC section 2 has the exact rules;
+// so the gathered rows show which positions were kept. docs/semantics.md has the exact rules;
 // test/Integration/CPU/worked_example.mlir checks the same numbers.
 
 func.func private @printMemrefF32(memref<*xf32>) attributes {llvm.emit_c_interface}

@@ -15,7 +15,7 @@ def main(test_dir: str, out_dir: str) -> None:
         if "Models" in path.parts:
             continue
         for part in path.read_text().split("// -----"):
-            lines = [l for l in part.splitlines() if not l.lstrip().startswith("//")]
+            lines = [line for line in part.splitlines() if not line.lstrip().startswith("//")]
             text = "\n".join(lines).strip()
             if text:
                 (out / f"seed-{count:04d}.mlir").write_text(text + "\n")

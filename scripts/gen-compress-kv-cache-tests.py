@@ -1,7 +1,13 @@
 #!/usr/bin/env python3
 """Writes test/Transforms/Inputs/compress-kv-cache-mini.mlir (a one-layer prefill/decode
-pair in the importer's form) and test/Transforms/compress-kv-cache-refusals.mlir (near
-misses built from it). Run from the repository root after changing either."""
+pair in the importer's form), test/Transforms/compress-kv-cache-refusals.mlir (near
+misses built from it) and test/Transforms/compress-kv-cache-scales.mlir (the forms a
+constant scale takes). Run from the repository root after changing any of them.
+
+The same forms cut from real exports are in scripts/gen-model-attention-tests.py."""
+import math
+
+import numpy as np
 MAPS = """#id1 = affine_map<(d0) -> (d0)>
 #id4 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
 #id5 = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3, d4)>
@@ -25,8 +31,46 @@ def arange(name, n):
   }} -> tensor<{n}xi64>
 """
 
+# How the scale reaches the scores: the value multiplying them after Q.K^T ("scalar": an f32
+# constant; "f64": an f64 constant truncated to f32 in the body; "splat": a 0-d splat tensor
+# operand; "arg": a function argument, not a constant), or "split": %qroot on Q and %kroot on
+# K^T as SDPA's decomposition does, or "none".
+def scale_body(p, form, lq, lk, heads):
+    if form in ("split", "none"):
+        return ""
+    if form == "splat":
+        return f"""  %{p}scaled = linalg.generic {{indexing_maps = [#id4, #scalar, #id4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]}} ins(%{p}s4, %scale_t : tensor<1x{heads}x{lq}x{lk}xf32>, tensor<f32>) outs(%{p}ae : tensor<1x{heads}x{lq}x{lk}xf32>) {{
+  ^bb0(%in: f32, %c: f32, %o: f32):
+    %r = arith.mulf %in, %c : f32
+    linalg.yield %r : f32
+  }} -> tensor<1x{heads}x{lq}x{lk}xf32>
+"""
+    factor = {"scalar": "", "f64": "    %c = arith.truncf %scale64 : f64 to f32\n",
+              "arg": ""}[form]
+    operand = {"scalar": "%scale", "f64": "%c", "arg": "%scale_arg"}[form]
+    return f"""  %{p}scaled = linalg.generic {{indexing_maps = [#id4, #id4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]}} ins(%{p}s4 : tensor<1x{heads}x{lq}x{lk}xf32>) outs(%{p}ae : tensor<1x{heads}x{lq}x{lk}xf32>) {{
+  ^bb0(%in: f32, %o: f32):
+{factor}    %r = arith.mulf %in, {operand} : f32
+    linalg.yield %r : f32
+  }} -> tensor<1x{heads}x{lq}x{lk}xf32>
+"""
+
+
+def root_scaled(name, source, shape, root):
+    """`name = source * truncf(root)` elementwise (one half of SDPA's scale split)."""
+    return f"""  %{name}e = tensor.empty() : tensor<{shape}xf32>
+  %{name} = linalg.generic {{indexing_maps = [#id4, #id4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]}} ins({source} : tensor<{shape}xf32>) outs(%{name}e : tensor<{shape}xf32>) {{
+  ^bb0(%in: f32, %o: f32):
+    %c = arith.truncf {root} : f64 to f32
+    %r = arith.mulf %in, %c : f32
+    linalg.yield %r : f32
+  }} -> tensor<{shape}xf32>
+"""
+
+
 def attention(p, lq, lk, kv_k, kv_v, mask_pred="sle", qpos_map="#row", kpos_map="#col",
-              softmax=True, q="%q", heads=4, kvh=2, key_pos="kpos", q_pos="qpos"):
+              softmax=True, q="%q", heads=4, kvh=2, key_pos="kpos", q_pos="qpos",
+              scale="scalar"):
     g = heads // kvh
     s = f"""  %{p}be = tensor.empty() : tensor<1x1x{lq}x{lk}xi1>
   %{p}cond = linalg.generic {{indexing_maps = [{kpos_map}, {qpos_map}, #id4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]}} ins(%{key_pos}, %{q_pos} : tensor<1x1x1x{lk}xi64>, tensor<1x1x{lq if lq > 1 else 1}x1xi64>) outs(%{p}be : tensor<1x1x{lq}x{lk}xi1>) {{
@@ -52,19 +96,23 @@ def attention(p, lq, lk, kv_k, kv_v, mask_pred="sle", qpos_map="#row", kpos_map=
   }} -> tensor<1x{kvh}x{g}x{lk}x4xf32>
   %{p}te = tensor.empty() : tensor<1x{heads}x4x{lk}xf32>
   %{p}kt = linalg.transpose ins(%{p}krc : tensor<1x{heads}x{lk}x4xf32>) outs(%{p}te : tensor<1x{heads}x4x{lk}xf32>) permutation = [0, 1, 3, 2]
-  %{p}qc = tensor.collapse_shape {q} [[0, 1], [2], [3]] : tensor<1x{heads}x{lq}x4xf32> into tensor<{heads}x{lq}x4xf32>
-  %{p}ktc = tensor.collapse_shape %{p}kt [[0, 1], [2], [3]] : tensor<1x{heads}x4x{lk}xf32> into tensor<{heads}x4x{lk}xf32>
+"""
+    qin, kt = q, f"%{p}kt"
+    if scale == "split":
+        s += root_scaled(f"{p}qs", q, f"1x{heads}x{lq}x4", "%qroot")
+        s += root_scaled(f"{p}kts", kt, f"1x{heads}x4x{lk}", "%kroot")
+        qin, kt = f"%{p}qs", f"%{p}kts"
+    s += f"""  %{p}qc = tensor.collapse_shape {qin} [[0, 1], [2], [3]] : tensor<1x{heads}x{lq}x4xf32> into tensor<{heads}x{lq}x4xf32>
+  %{p}ktc = tensor.collapse_shape {kt} [[0, 1], [2], [3]] : tensor<1x{heads}x4x{lk}xf32> into tensor<{heads}x4x{lk}xf32>
   %{p}se = tensor.empty() : tensor<{heads}x{lq}x{lk}xf32>
   %{p}sf = linalg.fill ins(%zero : f32) outs(%{p}se : tensor<{heads}x{lq}x{lk}xf32>) -> tensor<{heads}x{lq}x{lk}xf32>
   %{p}s = linalg.batch_matmul ins(%{p}qc, %{p}ktc : tensor<{heads}x{lq}x4xf32>, tensor<{heads}x4x{lk}xf32>) outs(%{p}sf : tensor<{heads}x{lq}x{lk}xf32>) -> tensor<{heads}x{lq}x{lk}xf32>
   %{p}s4 = tensor.expand_shape %{p}s [[0, 1], [2], [3]] output_shape [1, {heads}, {lq}, {lk}] : tensor<{heads}x{lq}x{lk}xf32> into tensor<1x{heads}x{lq}x{lk}xf32>
   %{p}ae = tensor.empty() : tensor<1x{heads}x{lq}x{lk}xf32>
-  %{p}scaled = linalg.generic {{indexing_maps = [#id4, #id4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]}} ins(%{p}s4 : tensor<1x{heads}x{lq}x{lk}xf32>) outs(%{p}ae : tensor<1x{heads}x{lq}x{lk}xf32>) {{
-  ^bb0(%in: f32, %o: f32):
-    %r = arith.mulf %in, %scale : f32
-    linalg.yield %r : f32
-  }} -> tensor<1x{heads}x{lq}x{lk}xf32>
-  %{p}masked = linalg.generic {{indexing_maps = [#id4, #heads, #id4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]}} ins(%{p}scaled, %{p}mask : tensor<1x{heads}x{lq}x{lk}xf32>, tensor<1x1x{lq}x{lk}xf32>) outs(%{p}ae : tensor<1x{heads}x{lq}x{lk}xf32>) {{
+"""
+    s += scale_body(p, scale, lq, lk, heads)
+    scaled = f"%{p}s4" if scale in ("split", "none") else f"%{p}scaled"
+    s += f"""  %{p}masked = linalg.generic {{indexing_maps = [#id4, #heads, #id4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]}} ins({scaled}, %{p}mask : tensor<1x{heads}x{lq}x{lk}xf32>, tensor<1x1x{lq}x{lk}xf32>) outs(%{p}ae : tensor<1x{heads}x{lq}x{lk}xf32>) {{
   ^bb0(%a: f32, %b: f32, %o: f32):
     %r = arith.addf %a, %b : f32
     linalg.yield %r : f32
@@ -121,12 +169,12 @@ CONSTS = """  %zero = arith.constant 0.000000e+00 : f32
   %hid = arith.constant dense<-3.40282347E+38> : tensor<f32>
 """
 
-def prefill(name="prefill", returns="%out, %k, %v", ret_types="tensor<1x4x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>", **kw):
-    body = CONSTS + arange("pos", 8)
+def prefill(name="prefill", returns="%out, %k, %v", ret_types="tensor<1x4x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>", consts="", args="", **kw):
+    body = CONSTS + consts + arange("pos", 8)
     body += "  %kpos = tensor.expand_shape %pos [[0, 1, 2, 3]] output_shape [1, 1, 1, 8] : tensor<8xi64> into tensor<1x1x1x8xi64>\n"
     body += "  %qpos = tensor.expand_shape %pos [[0, 1, 2, 3]] output_shape [1, 1, 8, 1] : tensor<8xi64> into tensor<1x1x8x1xi64>\n"
     body += attention("", 8, 8, "%k", "%v", **kw)
-    return f"""func.func @{name}(%q: tensor<1x4x8x4xf32>, %k: tensor<1x2x8x4xf32>, %v: tensor<1x2x8x4xf32>) -> ({ret_types}) {{
+    return f"""func.func @{name}(%q: tensor<1x4x8x4xf32>, %k: tensor<1x2x8x4xf32>, %v: tensor<1x2x8x4xf32>{args}) -> ({ret_types}) {{
 {body}  return {returns} : {ret_types}
 }}
 """
@@ -206,6 +254,18 @@ t = t.replace("  %krc = tensor.collapse_shape %kr [[0], [1, 2], [3], [4]] : tens
               "  %kr2 = tensor.collapse_shape %kr [[0, 1], [2], [3], [4]] : tensor<1x2x2x8x4xf32> into tensor<2x2x8x4xf32>\n  %shape = arith.constant dense<[1, 4, 8, 4]> : tensor<4xi64>\n  %krc = tensor.reshape %kr2(%shape) : (tensor<2x2x8x4xf32>, tensor<4xi64>) -> tensor<1x4x8x4xf32>")
 splits.append("// An unusual reshape between the GQA repeat and the attention.\n" + warn_before(t, "prefill", "is not part of a recognised attention: keys and values before the repeat are not 4-D tensors of one type"))
 
+SCALE_CONSTS = """  %scale64 = arith.constant 0.35355339059327379 : f64
+  %scale_t = arith.constant dense<5.000000e-01> : tensor<f32>
+  %qroot = arith.constant 0.70710678118654757 : f64
+  %kroot = arith.constant 0.70710678118654757 : f64
+"""
+t = M + prefill(scale="arg", args=", %scale_arg: f32")
+splits.append("// The scores are scaled by a function argument, not a constant.\n" + warn_before(t, "prefill", "is not part of a recognised attention: the scores are scaled by a factor that is not a constant"))
+t = M + prefill(scale="split", consts=SCALE_CONSTS.replace("%qroot = arith.constant 0.", "%qroot = arith.constant -0."))
+splits.append("// SDPA's split with the Q factor negated: the scale is negative.\n" + warn_before(t, "prefill", "is not part of a recognised attention: the scores are not scaled by a positive finite constant (the factors multiply to -0.5"))
+t = M + prefill(scale="split", consts=SCALE_CONSTS).replace("%c = arith.truncf %kroot : f64 to f32", "%c = arith.negf %o : f32")
+splits.append("// The factor on K^T is not a constant.\n" + warn_before(t, "prefill", "is not part of a recognised attention: the scores are scaled by a factor that is not a constant"))
+
 splits.append("""// Attention on buffers (after bufferization): the rewrite works on tensors.
 // expected-warning@+1 {{is not part of a recognised attention: batch_matmul on buffers}}
 func.func @prefill(%a: memref<4x8x4xf32>, %b: memref<4x4x8xf32>, %c: memref<4x8x8xf32>) {
@@ -219,12 +279,48 @@ open('test/Transforms/compress-kv-cache-refusals.mlir', 'w').write(
 // warning naming the function and the reason. FileCheck confirms that no
 // split was rewritten.
 // RUN: snapkv-opt %s -split-input-file -verify-diagnostics \\
-// RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 kernel-size=3" | FileCheck %s
+// RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 kernel=3" | FileCheck %s
 
 // CHECK-NOT: snapkv.select
 // CHECK-NOT: tensor<1x4x6x4xf32>
 
 """ + "\n// -----\n\n".join(splits))
-open('test/Transforms/Inputs/compress-kv-cache-mlir', 'w').write(
+open('test/Transforms/Inputs/compress-kv-cache-mini.mlir', 'w').write(
 "// A one-layer prefill/decode pair in the importer's form (docs/model-ir.md),\n"
 "// small enough to read: Hq=4, Hkv=2, D=4, prompt 8, decode cache 8.\n" + M + prefill() + decode())
+
+
+def printed(value):
+    """How MLIR prints an f32 attribute: `%.6e` when that reads back exactly, else 9
+    significant digits."""
+    value = np.float32(value)
+    short = f"{float(value):.6e}"
+    return short if np.float32(float(short)) == value else f"{float(value):.9g}"
+
+
+# Each form of a constant scale, with the scale the select must carry, computed here from
+# the constants as the model applies them (f32 arithmetic), not by the pass.
+root = np.float32(0.70710678118654757)
+scale_forms = [
+    ("scalar", "an f32 constant", printed(0.5)),
+    ("f64", "an f64 constant truncated to f32 inside the generic (the importer's form for\n"
+            "// head dims whose 1/sqrt(D) is inexact in f32)", printed(np.float32(0.35355339059327379))),
+    ("splat", "a 0-d splat tensor operand", printed(0.5)),
+    ("split", "split over Q and K^T as SDPA's decomposition does: the product of the two\n"
+              "// f32 factors, rounded to f32", printed(np.float64(root) * np.float64(root))),
+    ("none", "absent: the logits are Q.K^T itself", printed(1.0)),
+]
+scale_splits = []
+for form, what, expected in scale_forms:
+    text = M + prefill(scale=form, consts=SCALE_CONSTS if form != "scalar" else "")
+    scale_splits.append(f"// The scale is {what}.\n// CHECK-LABEL: func.func @prefill\n"
+                        f"// CHECK: snapkv.select %{{{{.*}}}} window 2 capacity 6 scale {expected} :\n"
+                        + text)
+open('test/Transforms/compress-kv-cache-scales.mlir', 'w').write(
+"""// Generated by scripts/gen-compress-kv-cache-tests.py; do not edit.
+// The forms a constant scale takes in front of the mask: each is accepted and
+// the select carries the model's effective f32 scale.
+// RUN: snapkv-opt %s -split-input-file \\
+// RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 decode-func= strict=true" | FileCheck %s
+
+""" + "\n// -----\n\n".join(scale_splits))

@@ -4,7 +4,7 @@
 set -euo pipefail
 
 apt_packages=(llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools clang-22
-              lld-22 libclang-rt-22-dev ninja-build ccache cmake)
+              clang-format-22 lld-22 libclang-rt-22-dev libomp-22-dev ninja-build ccache cmake)
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
@@ -28,6 +28,38 @@ fi
 if ! "$PYTHON" -c "import iree.compiler, iree.runtime" 2>/dev/null; then
   echo "install-deps: pip install iree-base-compiler==3.13.0 iree-base-runtime==3.13.0"
   "$PYTHON" -m pip install -q "iree-base-compiler==3.13.0" "iree-base-runtime==3.13.0"
+fi
+# The PyTorch side (python/snapkv/frontend; the tests that check the committed model
+# fixtures and test/Models/snapkv_reference.json are current): the versions those were made
+# with, installed or replaced when another is there. PyPI has only the CUDA build of torch:
+# with its nvidia-* wheels about 2.8 GB to download and 5 GB installed (no GPU needed to run).
+pins=()
+for pin in torch==2.15.0 transformers==5.24.0 torch-mlir==20261001; do
+  "$PYTHON" - "$pin" <<'PY' 2>/dev/null || pins+=("$pin")
+import importlib.metadata as m, sys
+name, version = sys.argv[1].split("==")
+sys.exit(0 if m.version(name).split("+")[0] == version else 1)
+PY
+done
+if [ ${#pins[@]} -gt 0 ]; then
+  echo "install-deps: pip install ${pins[*]}"
+  "$PYTHON" -m pip install -q "${pins[@]}"
+fi
+# ptxas and libdevice (test/Integration/GPU/compile.mlir): this machine kind has the CUDA 13.0
+# toolkit in /usr/local/cuda. Where it is missing (and CUDA_ROOT/CUDA_HOME name none),
+# NVIDIA's PyPI wheels of the same release, where test/lit.cfg.py looks (Debian's main archive
+# has no CUDA toolkit).
+cuda_wheels="${XDG_CACHE_HOME:-$HOME/.cache}/snapkv/cuda-wheels"
+if [ -z "${CUDA_ROOT:-}${CUDA_HOME:-}" ] && [ ! -x /usr/local/cuda/bin/ptxas ] \
+    && [ ! -x "$cuda_wheels/nvidia/cu13/bin/ptxas" ]; then
+  echo "install-deps: pip install --target $cuda_wheels nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88"
+  "$PYTHON" -m pip install -q --no-deps --target "$cuda_wheels" \
+    nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88
+fi
+# ruff: the Python half of `make check-style` (ruff.toml).
+if ! "$PYTHON" -m ruff --version >/dev/null 2>&1; then
+  echo "install-deps: pip install ruff"
+  "$PYTHON" -m pip install -q ruff
 fi
 # matplotlib: the PNGs of `snapkv visualize` (and its test).
 if ! "$PYTHON" -c "import matplotlib" 2>/dev/null; then

@@ -19,7 +19,7 @@ PASSES = [
     ["--snapkv-lower-asserts"],
     ["--snapkv-report-cache=prompt-length=16 generated=4"],
     ["--snapkv-compress-kv-cache"],
-    ["--snapkv-compress-kv-cache=window=2 capacity=6 kernel-size=3 gqa=mean"],
+    ["--snapkv-compress-kv-cache=window=2 capacity=6 kernel=3 gqa=mean"],
 ]
 
 
@@ -97,7 +97,8 @@ def main():
                   if has_malformed_permutation(data) else
                   "named linalg op with non-dictionary properties (upstream parser crash, F4)"
                   if has_bad_linalg_properties(data) else
-                  "linalg.generic iterator_types entry that is not a string (upstream parser crash, F5)"
+                  "linalg.generic iterator_types entry that is not a string "
+                  "(upstream parser crash, F5)"
                   if has_bad_iterator_types(data) else None)
         if reason:
             skipped += 1

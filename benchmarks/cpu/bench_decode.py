@@ -40,8 +40,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python"))
 
+from snapkv import tools  # noqa: E402
 from snapkv.frontend import runner  # noqa: E402
-from snapkv.mlirgen import ToolError, snapkv_opt_path  # noqa: E402
+from snapkv.tools import ToolError  # noqa: E402
 
 FIXTURE = REPO / "test" / "Models" / "tiny_llama_dynamic.mlir"
 PASS = "snapkv-compress-kv-cache"
@@ -120,7 +121,7 @@ def main():
     args = ap.parse_args()
     if args.snapkv_opt:
         os.environ["SNAPKV_OPT"] = str(args.snapkv_opt)
-    opt = snapkv_opt_path()
+    opt = tools.snapkv_opt()
     position = args.full_length if args.position is None else args.position
     verbose = not args.quiet
     text = FIXTURE.read_text()
@@ -183,8 +184,8 @@ def main():
           f"{platform.release()}; Python {platform.python_version()}, numpy {np.__version__}; "
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} (at the end); "
           f"date {date}.")
-    print(f"Compiled with `{opt} --snapkv-cpu-pipeline`, `{runner.mlir_translate_path()}`, "
-          f"`{runner.clang_path()} {' '.join(runner.DEFAULT_CFLAGS)}`; rewrite options "
+    print(f"Compiled with `{opt} --snapkv-cpu-pipeline`, `{tools.mlir_translate()}`, "
+          f"`{tools.clang()} {' '.join(runner.DEFAULT_CFLAGS)}`; rewrite options "
           f"window={args.window} capacity={args.capacity}.")
     names = ("GLIBC_TUNABLES", "MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_",
              "MALLOC_TRIM_THRESHOLD_")

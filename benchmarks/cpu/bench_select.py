@@ -1,18 +1,46 @@
 #!/usr/bin/env python3
 """CPU benchmark of SnapKV selection: compiled ``snapkv.select`` vs numpy reference vs
-PyTorch eager (a port of the official ``SnapKVCluster.update_kv``).
+PyTorch eager (a port of the official ``SnapKVCluster.update_kv``) vs ``torch.compile``.
 
-Shape: B=1, Hq=32, Hkv=8, D=128, W=32, C=1024, kernel 5, avg pooling, gqa expand, f32,
-L in {4096, 16384}. Every implementation sees bit-identical inputs: they come from an
-integer hash of the element's linear index, evaluated once in numpy and once inside the
-generated MLIR module (exact in f32, so no transcendental-function rounding differences).
+Shape: Hq=32, Hkv=8, D=128, W=32, C=1024, kernel 5, avg pooling, gqa expand, order position,
+f32; B=1 at L in {4096, 16384, 65536} and B=4 at L=16384 (``--lengths``, ``--batch4``). Every
+implementation sees bit-identical inputs: an integer hash of each element's linear index
+(exact in f32), computed once in numpy and, for the ``mlir-runner`` column, inside the
+generated MLIR module.
 
-Prints a markdown table; ``--write docs/benchmarks.md`` replaces (or appends) the section
-between this script's markers in that file. Timings are measurements, never pass/fail.
+Columns (medians of ``--runs`` after one warm-up; ratios from the same run; the compiled
+select and score, PyTorch eager and ``torch.compile`` are timed interleaved, one call of each
+per round, so that other load on the machine falls on all of them alike):
+
+* compiled ``snapkv.select``: ``snapkv-opt --snapkv-cpu-pipeline`` -> ``mlir-translate`` ->
+  ``clang -O3 -march=native -shared`` (LLVM optimisation runs), linked with libomp; the
+  ``.so`` is called in process through ctypes (``snapkv.frontend.runner``), each call timed
+  alone (the fresh result buffers it returns are freed outside the timed span);
+* compiled, runner ``--O3``: the same lowering JIT-compiled by ``mlir-runner --O3`` in a
+  generated module that times each call with ``rtclock`` (``--skip-runner`` drops it);
+* numpy reference: ``snapkv.reference.select`` (float64 internally);
+* PyTorch eager ``update_kv`` on K/V already repeated to Hq heads (and once including the
+  ``repeat_kv``), ``torch.set_num_threads(--threads)``;
+* ``torch.compile`` of the same ``update_kv`` (inductor, CPU): the first call's time is the
+  compile time (reported separately, inductor's FX graph cache off), then warm calls.
+
+Also measured: the FMA peak of this machine (``fma_peak.c``, 1 and 2 threads) and the logits
+phase: a module holding only ``snapkv.score`` (both scoring passes over the keys, pooling; no
+top-k, no gather), compiled like the select, whose time gives a lower bound on the logits'
+GFLOP/s (``2 passes x 2*B*Hq*W*L*D`` FLOPs; everything else in the score counts as logits
+time). Indices: compiled == numpy reference exactly; PyTorch (eager and compiled) vs the
+reference as kept sets per head (``topk`` order is unspecified), with near-ties flagged.
+
+Prints markdown tables; ``--write docs/benchmarks.md`` replaces (or appends) the section
+between this script's markers in that file, ``--json FILE`` writes every number. Timings are
+measurements, never pass/fail. The load average before and after is reported: a busy machine
+distorts every column.
 """
 
 import argparse
+import ctypes
 import datetime
+import json
 import os
 import platform
 import re
@@ -28,15 +56,16 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(REPO / "python"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(HERE))
+from snapkv import tools  # noqa: E402
 
-B, HQ, HKV, D, W, C, KERNEL = 1, 32, 8, 128, 32, 1024, 5
+HQ, HKV, D, W, C, KERNEL = 32, 8, 128, 32, 1024, 5
 Q_AMP = 2.0  # power of two (exact); sharpens the softmax a little so votes have structure
 SEEDS = {"q": 1, "k": 2, "v": 3}
-LLVM_BIN = Path("/usr/lib/llvm-22/bin")
-LLVM_LIB = Path("/usr/lib/llvm-22/lib")
-RUNNER_LIBS = [LLVM_LIB / "libmlir_runner_utils.so", LLVM_LIB / "libmlir_c_runner_utils.so"]
+RUNNER_LIBS = tools.runner_libs()   # with libomp: --snapkv-cpu-pipeline's parallel loops
+AOT_CFLAGS = ("-O3", "-march=native")
 BEGIN, END = "<!-- bench_select:cpu:begin -->", "<!-- bench_select:cpu:end -->"
 
 # ---------------------------------------------------------------------------------------
@@ -56,10 +85,10 @@ def fill(shape, seed, amp=1.0):
     return x.reshape(shape)
 
 
-def inputs(length):
-    q = fill((B, HQ, W, D), SEEDS["q"], Q_AMP)
-    k = fill((B, HKV, length, D), SEEDS["k"])
-    v = fill((B, HKV, length, D), SEEDS["v"])
+def inputs(length, batch=1):
+    q = fill((batch, HQ, W, D), SEEDS["q"], Q_AMP)
+    k = fill((batch, HKV, length, D), SEEDS["k"])
+    v = fill((batch, HKV, length, D), SEEDS["v"])
     return q, k, v
 
 
@@ -67,6 +96,40 @@ def inputs(length):
 # MLIR module generation.
 def _tt(shape, elem="f32"):
     return "tensor<" + "x".join(str(s) for s in shape) + "x" + elem + ">"
+
+
+def select_types(batch, length):
+    tq, tk = _tt((batch, HQ, W, D)), _tt((batch, HKV, length, D))
+    tkv_out, tidx = _tt((batch, HQ, C, D)), _tt((batch, HQ, C), "i64")
+    return tq, tk, tkv_out, tidx
+
+
+# Not @select / @score: in a shared object a call to an exported `select` binds to libc's
+# select(2) (loaded first), which crashes.
+SELECT_FN, SCORE_FN = "snapkv_select", "snapkv_score"
+
+
+def select_function(batch, length):
+    """``@snapkv_select(q, k, v)``: one ``snapkv.select`` of the benchmark configuration."""
+    tq, tk, tkv_out, tidx = select_types(batch, length)
+    return f"""\
+  func.func @{SELECT_FN}(%q: {tq}, %k: {tk}, %v: {tk}) -> ({tkv_out}, {tkv_out}, {tidx}) {{
+    %ko, %vo, %idx = snapkv.select %q, %k, %v window {W} capacity {C} kernel {KERNEL}
+        : ({tq}, {tk}, {tk}) -> ({tkv_out}, {tkv_out}, {tidx})
+    return %ko, %vo, %idx : {tkv_out}, {tkv_out}, {tidx}
+  }}"""
+
+
+def score_function(batch, length):
+    """``@snapkv_score(q, k)``: the scoring half alone (votes and pooled scores, no top-k)."""
+    tq, tk = _tt((batch, HQ, W, D)), _tt((batch, HKV, length, D))
+    tp = _tt((batch, HQ, length - W))
+    return f"""\
+  func.func @{SCORE_FN}(%q: {tq}, %k: {tk}) -> ({tp}, {tp}) {{
+    %votes, %pooled = snapkv.score %q, %k window {W} kernel {KERNEL}
+        : ({tq}, {tk}) -> ({tp}, {tp})
+    return %votes, %pooled : {tp}, {tp}
+  }}"""
 
 
 def _mlir_fill(name, shape, seed, amp):
@@ -123,12 +186,11 @@ def _mlir_fill(name, shape, seed, amp):
     return "\n".join(lines)
 
 
-def mlir_module(length, iters):
-    """@main: build inputs, call @select once for warm-up plus `iters` timed times (each
-    bracketed by rtclock, printed in ns), print a checksum of every result, then print the
-    indices of one more call for the cross-check."""
-    tq, tk = _tt((B, HQ, W, D)), _tt((B, HKV, length, D))
-    tkv_out, tidx = _tt((B, HQ, C, D)), _tt((B, HQ, C), "i64")
+def runner_module(batch, length, iters):
+    """@main for mlir-runner: build inputs, call the select once for warm-up plus `iters` timed
+    times (each bracketed by rtclock, printed in ns), print a checksum of every result, then
+    the indices of batch 0 from one more call, a line per head."""
+    tq, tk, tkv_out, tidx = select_types(batch, length)
     sig = f"({tq}, {tk}, {tk}) -> ({tkv_out}, {tkv_out}, {tidx})"
     id4 = "affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>"
     red4 = "affine_map<(d0, d1, d2, d3) -> ()>"
@@ -142,11 +204,7 @@ module {{
   func.func private @printComma()
   func.func private @printNewline()
 
-  func.func @select(%q: {tq}, %k: {tk}, %v: {tk}) -> ({tkv_out}, {tkv_out}, {tidx}) {{
-    %ko, %vo, %idx = snapkv.select %q, %k, %v window {W} capacity {C} kernel {KERNEL}
-        : {sig}
-    return %ko, %vo, %idx : {tkv_out}, {tkv_out}, {tidx}
-  }}
+{select_function(batch, length)}
 
   // Sum of every element of every result: makes all three results live.
   func.func @checksum(%ko: {tkv_out}, %vo: {tkv_out}, %idx: {tidx}) -> f64 {{
@@ -176,9 +234,9 @@ module {{
   }}
 
   func.func @main() {{
-{_mlir_fill("q", (B, HQ, W, D), SEEDS["q"], Q_AMP)}
-{_mlir_fill("k", (B, HKV, length, D), SEEDS["k"], 1.0)}
-{_mlir_fill("v", (B, HKV, length, D), SEEDS["v"], 1.0)}
+{_mlir_fill("q", (batch, HQ, W, D), SEEDS["q"], Q_AMP)}
+{_mlir_fill("k", (batch, HKV, length, D), SEEDS["k"], 1.0)}
+{_mlir_fill("v", (batch, HKV, length, D), SEEDS["v"], 1.0)}
     %c0 = arith.constant 0 : index
     %c1 = arith.constant 1 : index
     %n = arith.constant {iters + 1} : index
@@ -199,7 +257,7 @@ module {{
         linalg.yield %r : f32
       }} -> {tq}
       %t0 = func.call @rtclock() : () -> f64
-      %ko, %vo, %idx = func.call @select(%qi, %k, %v) {{no_inline}} : {sig}
+      %ko, %vo, %idx = func.call @{SELECT_FN}(%qi, %k, %v) {{no_inline}} : {sig}
       %t1 = func.call @rtclock() : () -> f64
       %dt = arith.subf %t1, %t0 : f64
       %dns = arith.mulf %dt, %ns_per_s : f64
@@ -213,7 +271,7 @@ module {{
     func.call @printF64(%sum) : (f64) -> ()
     func.call @printNewline() : () -> ()
     // Untimed call on the plain inputs: one line of comma-separated indices per head.
-    %ko, %vo, %idx = func.call @select(%q, %k, %v) {{no_inline}} : {sig}
+    %ko, %vo, %idx = func.call @{SELECT_FN}(%q, %k, %v) {{no_inline}} : {sig}
     %nh = arith.constant {HQ} : index
     %ns_ = arith.constant {C} : index
     scf.for %h = %c0 to %nh step %c1 {{
@@ -230,47 +288,74 @@ module {{
 """
 
 
-def lower(length, iters, opt_tool, workdir):
-    """Generate the module and lower it with --snapkv-cpu-pipeline. Returns (path, info)."""
-    src = Path(workdir) / f"select_L{length}.mlir"
-    low = Path(workdir) / f"select_L{length}.llvm.mlir"
-    src.write_text(mlir_module(length, iters))
-    t = time.perf_counter()
-    subprocess.run([str(opt_tool), "--snapkv-cpu-pipeline", str(src), "-o", str(low)], check=True)
-    lowered = low.read_text()
-    return low, {
-        "lower_s": time.perf_counter() - t,
-        # The compiled module is single-threaded unless the pipeline emitted a parallel
-        # runtime (OpenMP / async); say which.
-        "parallel": bool(re.search(r"\b(omp\.|async\.|__kmpc|mlirAsync)", lowered)),
-        "vector_types": len(re.findall(r"vector<", lowered)),
-    }
+# ---------------------------------------------------------------------------------------
+# Ours, ahead of time: a shared object called through ctypes.
+class AotFunction:
+    """``@name`` of `body` (one function) compiled to a shared object and loaded."""
+
+    def __init__(self, body, name, cache_dir=None):
+        from snapkv.frontend import runner
+        text = "module {\n" + body + "\n}\n"
+        self.library = runner.compile_library(text, cache_dir=cache_dir, cflags=AOT_CFLAGS,
+                                              label=name)
+        self.text = text
+        self.function = runner.CompiledFunction(ctypes.CDLL(str(self.library.path)), name,
+                                                runner.signature(text, name))
+
+    def times(self, arrays, runs):
+        """Seconds of `runs` calls after one warm-up call."""
+        return self.function.time_call(*arrays, repeat=runs + 1)[1:]
+
+    def __call__(self, *arrays):
+        return self.function(*arrays)
 
 
-def run_compiled(low, iters, runner, extra=()):
-    """Run the lowered module under mlir-runner. Returns (per-call seconds after the
-    warm-up call, indices [HQ, C], checksum, wall seconds of the whole runner process,
-    whether it needed a raised stack limit)."""
-    cmd = [str(runner), *extra, str(low), "-e", "main", "-entry-point-result=void",
+def lowered_facts(text, opt_tool):
+    """Whether the lowered select uses a parallel runtime and how many vector types it has."""
+    done = subprocess.run([str(opt_tool), "--snapkv-cpu-pipeline", "-"], input=text,
+                          capture_output=True, text=True, check=True)
+    return {"parallel": bool(re.search(r"__kmpc|omp\.|mlirAsync", done.stdout)),
+            "vector_types": len(re.findall(r"vector<", done.stdout))}
+
+
+def omp_threads():
+    """The thread count libomp gives a parallel region in this process."""
+    try:
+        lib = ctypes.CDLL(str(tools.llvm_lib_dir() / "libomp.so"))
+        return int(lib.omp_get_max_threads())
+    except OSError:
+        return None
+
+
+# ---------------------------------------------------------------------------------------
+# Ours, JIT: mlir-runner --O3 on the generated module.
+def run_jit(batch, length, iters, opt_tool, runner, workdir):
+    """Lower and run the runner module. Returns (per-call seconds after the warm-up call,
+    indices [HQ, C] of batch 0, checksum, process wall seconds, whether it needed a larger
+    stack)."""
+    src = Path(workdir) / f"select_B{batch}_L{length}.mlir"
+    low = Path(workdir) / f"select_B{batch}_L{length}.llvm.mlir"
+    src.write_text(runner_module(batch, length, iters))
+    subprocess.run([str(opt_tool), "--snapkv-cpu-pipeline", str(src), "-o", str(low)],
+                   check=True)
+    cmd = [str(runner), "--O3", str(low), "-e", "main", "-entry-point-result=void",
            "-shared-libs=" + ",".join(str(p) for p in RUNNER_LIBS)]
     t = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     big_stack = False
     if proc.returncode == -signal.SIGSEGV:
-        # Generated code that allocas inside loops overflows the default stack; measure
-        # anyway with the largest stack allowed, and say so in the results.
-        print(f"  {' '.join(extra) or 'default'}: mlir-runner SIGSEGV with the default stack; "
-              "retrying with an unlimited stack", flush=True)
+        print("  mlir-runner: SIGSEGV with the default stack; retrying with an unlimited stack",
+              flush=True)
         t = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=_raise_stack)
         big_stack = True
     wall = time.perf_counter() - t
     if proc.returncode != 0:
         raise RuntimeError(f"mlir-runner failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    out = proc.stdout
-    lines = [ln.strip() for ln in out.strip().splitlines()]
+    lines = [ln.strip() for ln in proc.stdout.strip().splitlines()]
     if len(lines) != iters + 1 + 1 + HQ:
-        raise RuntimeError(f"unexpected mlir-runner output ({len(lines)} lines):\n{out[:2000]}")
+        raise RuntimeError(f"unexpected mlir-runner output ({len(lines)} lines):\n"
+                           f"{proc.stdout[:2000]}")
     times = [int(x) * 1e-9 for x in lines[:iters + 1]][1:]  # drop the warm-up call
     checksum = float(lines[iters + 1])
     # printComma writes ", " after every element, including the last one of a row.
@@ -284,6 +369,30 @@ def _raise_stack():
     resource.setrlimit(resource.RLIMIT_STACK, (hard, hard))
 
 
+# ---------------------------------------------------------------------------------------
+# FMA peak.
+def fma_peak(workdir, threads=(1, 2)):
+    """{threads: GFLOP/s} from fma_peak.c compiled here with -march=native."""
+    exe = Path(workdir) / "fma_peak"
+    subprocess.run([str(tools.require(tools.clang(), "clang")), "-O2", "-march=native",
+                    "-pthread", str(HERE / "fma_peak.c"), "-o", str(exe)], check=True)
+    out = subprocess.run([str(exe), *map(str, threads)], capture_output=True, text=True,
+                         check=True).stdout
+    peak = {}
+    for m in re.finditer(r"threads=(\d+) gflops=([\d.]+) lanes=(\d+)", out):
+        peak[int(m.group(1))] = float(m.group(2))
+        lanes = int(m.group(3))
+    return peak, lanes
+
+
+def logits_flops(batch, length):
+    """FLOPs of the logits in the score: two passes (statistics, votes), each
+    B*Hq*W*L dot products of length D (2 FLOPs per multiply-add)."""
+    return 2 * 2 * batch * HQ * W * length * D
+
+
+# ---------------------------------------------------------------------------------------
+# Helpers.
 def median_time(fn, runs, warmup=1):
     for _ in range(warmup):
         fn()
@@ -296,8 +405,9 @@ def median_time(fn, runs, warmup=1):
 
 
 def compare_sets(a, b, pooled, rtol=1e-5):
-    """Per-head kept-set comparison. Returns (#heads identical, #heads differing, whether
-    every differing position is a near-tie of the k-th largest reference pooled score)."""
+    """Per-head kept-set comparison of [H, C] index arrays. Returns (#heads identical,
+    #heads differing, whether every differing position is a near-tie of the k-th largest
+    reference pooled score)."""
     same, diff, all_near_ties = 0, 0, True
     for h in range(a.shape[0]):
         sa, sb = set(a[h].tolist()), set(b[h].tolist())
@@ -313,6 +423,21 @@ def compare_sets(a, b, pooled, rtol=1e-5):
     return same, diff, all_near_ties
 
 
+def same_rows(a, b):
+    """Heads (of [H, S, D] gathered rows) whose SETS of rows are identical, bytewise:
+    PyTorch's compiled update_kv returns rows, not indices."""
+    return sum({r.tobytes() for r in a[h]} == {r.tobytes() for r in b[h]}
+               for h in range(a.shape[0]))
+
+
+def near_tie_note(result):
+    same, diff, near = result
+    text = f"{same}/{HQ} heads equal"
+    if diff:
+        text += f", {diff} differ ({'only at near-ties' if near else 'NOT only at near-ties'})"
+    return text
+
+
 def machine_info():
     info = {"cpu": platform.processor() or "unknown", "cores": os.cpu_count()}
     try:
@@ -321,6 +446,10 @@ def machine_info():
             key, _, val = ln.partition(":")
             if key.strip() == "Model name":
                 info["cpu"] = val.strip()
+            if key.strip() == "Flags":
+                flags = set(val.split())
+                info["simd"] = "AVX-512" if "avx512f" in flags else (
+                    "AVX2+FMA" if {"avx2", "fma"} <= flags else "other")
     except OSError:
         pass
     return info
@@ -342,18 +471,32 @@ def versions(runner):
         v["llvm/mlir"] = "unknown"
     rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
                          capture_output=True, text=True)
-    v["snapkv-mlir"] = rev.stdout.strip() if rev.returncode == 0 else "uncommitted tree"
+    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain",
+                            "--untracked-files=no"], capture_output=True, text=True).stdout.strip()
+    v["snapkv-mlir"] = ((rev.stdout.strip() + (" + local changes" if dirty else ""))
+                        if rev.returncode == 0 else "uncommitted tree")
     return v
 
 
-def write_section(path, text):
+def load_average():
+    return os.getloadavg()
+
+
+def env_notes():
+    return {k: os.environ[k] for k in ("OMP_NUM_THREADS", "OPENBLAS_CORETYPE",
+                                        "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                                        "KMP_AFFINITY", "OMP_PROC_BIND")
+            if k in os.environ}
+
+
+def write_section(path, text, begin=BEGIN, end=END):
     path = Path(path)
     if not path.is_absolute():
         path = REPO / path
-    section = f"{BEGIN}\n{text.rstrip()}\n{END}\n"
+    section = f"{begin}\n{text.rstrip()}\n{end}\n"
     old = path.read_text() if path.exists() else "# Benchmarks\n"
-    if BEGIN in old and END in old:
-        new = old[:old.index(BEGIN)] + section + old[old.index(END) + len(END):].lstrip("\n")
+    if begin in old and end in old:
+        new = old[:old.index(begin)] + section + old[old.index(end) + len(end):].lstrip("\n")
     else:
         new = old.rstrip("\n") + "\n\n" + section
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -361,172 +504,293 @@ def write_section(path, text):
     print(f"wrote {path}")
 
 
-def near_tie_note(result):
-    same, diff, near = result
-    text = f"{same}/{HQ} heads equal"
-    if diff:
-        text += f", {diff} differ ({'only at near-ties' if near else 'NOT only at near-ties'})"
-    return text
+def ms(s):
+    return f"{s * 1e3:.2f}" if s is not None else "n/a"
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--lengths", default="4096,16384", help="comma-separated prompt lengths")
-    ap.add_argument("--runs", type=int, default=7, help="timed runs per implementation (>=5)")
-    ap.add_argument("--snapkv-opt", default=str(REPO / "build/bin/snapkv-opt"))
-    ap.add_argument("--mlir-runner", default=str(LLVM_BIN / "mlir-runner"))
-    ap.add_argument("--skip-compiled", action="store_true",
-                    help="only numpy and torch (e.g. before snapkv-opt is built)")
-    ap.add_argument("--keep", metavar="DIR", help="keep the generated/lowered MLIR in DIR")
-    ap.add_argument("--write", metavar="MD", help="replace/append the section in this file")
-    args = ap.parse_args()
-    if args.runs < 5:
-        ap.error("--runs must be >= 5")
+def speedup(s, base):
+    return f"{base / s:.2f}x" if s is not None and base is not None else "n/a"
 
+
+# ---------------------------------------------------------------------------------------
+def interleaved(fns, runs):
+    """{name: median seconds}: one warm-up call of each, then `runs` rounds calling every
+    function once per round, so that load from other processes falls on all of them alike.
+    A function that returns a float has timed itself (e.g. without freeing its results)."""
+    for fn in fns.values():
+        fn()
+    times = {name: [] for name in fns}
+    for _ in range(runs):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            out = fn()
+            times[name].append(out if isinstance(out, float) else time.perf_counter() - start)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def measure_shape(batch, length, args, workdir):
     import torch
     from snapkv import reference
     from torch_update_kv import SnapKVCluster, repeat_kv, update_kv
 
-    threads = os.cpu_count()
-    torch.set_num_threads(threads)
-    lengths = [int(x) for x in args.lengths.split(",")]
+    q, k, v = inputs(length, batch)
+    row = {"B": batch, "L": length}
+    note = {"B": batch, "L": length}
+    tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))
+    n_rep = HQ // HKV
+    tk_rep, tv_rep = repeat_kv(tk, n_rep).contiguous(), repeat_kv(tv, n_rep).contiguous()
+    cluster = SnapKVCluster(W, C, KERNEL, "avgpool")
+
+    ref = reference.select(q, k, v, W, C, KERNEL, "avg")
+    ref_idx, pooled = ref.indices, ref.pooled
+
+    fns = {
+        # Baseline: the official function on K/V already repeated to Hq heads.
+        "torch": lambda: cluster.update_kv(tk_rep, tq, tv_rep, None, n_rep),
+        # Same inputs as snapkv.select (Hkv heads), so the GQA repeat is included.
+        "torch_rep": lambda: update_kv(tq, tk, tv, W, C, KERNEL, "avg"),
+    }
+    with torch.inference_mode():
+        _, _, torch_idx = cluster.update_kv(tk_rep, tq, tv_rep, None, n_rep,
+                                            return_indices=True)
+        torch_idx = torch_idx.numpy()
+        note["torch_vs_ref"] = [compare_sets(torch_idx[b], ref_idx[b], pooled[b])
+                                for b in range(batch)]
+        if not args.skip_torch_compile:
+            torch._dynamo.reset()
+            compiled = torch.compile(cluster.update_kv, backend="inductor", dynamic=False)
+            start = time.perf_counter()
+            keys_c, _ = compiled(tk_rep, tq, tv_rep, None, n_rep)
+            row["torch_compile_s"] = time.perf_counter() - start
+            fns["torch_compiled"] = lambda: compiled(tk_rep, tq, tv_rep, None, n_rep)
+            keys_e, _ = cluster.update_kv(tk_rep, tq, tv_rep, None, n_rep)
+            note["torch_compiled_same_rows"] = sum(
+                same_rows(keys_c[b].numpy(), keys_e[b].numpy()) for b in range(batch))
+
+    if not args.skip_compiled:
+        select = AotFunction(select_function(batch, length), SELECT_FN, args.cache_dir)
+        keys_o, values_o, idx = select(q, k, v)
+        note["compile_s"] = select.library.seconds
+        note["compiled_eq_ref"] = int((idx == ref_idx).all(axis=-1).sum())
+        note["compiled_kv_exact"] = bool(keys_o.tobytes() == ref.keys.tobytes()
+                                         and values_o.tobytes() == ref.values.tobytes())
+        note["compiled_vs_torch"] = [compare_sets(idx[b], torch_idx[b], pooled[b])
+                                     for b in range(batch)]
+        note.update(lowered_facts(select.text, args.snapkv_opt))
+        score = AotFunction(score_function(batch, length), SCORE_FN, args.cache_dir)
+        # Bare calls (the returned buffers are freed outside the timed span).
+        fns["compiled"] = lambda: select.function.time_call(q, k, v)[0]
+        fns["score"] = lambda: score.function.time_call(q, k)[0]
+
+    with torch.inference_mode():
+        row.update(interleaved(fns, args.runs))
+    print(f"  B={batch} L={length}: torch and compiled done", flush=True)
+
+    if not args.skip_numpy:
+        row["numpy"], _ = median_time(lambda: reference.select(q, k, v, W, C, KERNEL, "avg"),
+                                      args.numpy_runs)
+    if not args.skip_compiled and not args.skip_runner:
+        times, jit_idx, checksum, wall, stack = run_jit(batch, length, args.runs,
+                                                        args.snapkv_opt, args.mlir_runner,
+                                                        workdir)
+        row["compiled_o3"], row["stack_o3"] = statistics.median(times), stack
+        note.update(checksum=checksum, runner_wall=wall,
+                    o3_same=bool((jit_idx == idx[0]).all()))
+    return row, note
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lengths", default="4096,16384,65536",
+                    help="comma-separated prompt lengths at B=1")
+    ap.add_argument("--batch4", type=int, default=16384,
+                    help="prompt length of the B=4 row (0: no such row)")
+    ap.add_argument("--runs", type=int, default=7, help="timed runs per implementation (>=5)")
+    ap.add_argument("--numpy-runs", type=int, default=5, help="timed runs of the reference")
+    ap.add_argument("--threads", type=int, default=os.cpu_count(),
+                    help="torch.set_num_threads (ours: libomp's default or OMP_NUM_THREADS)")
+    ap.add_argument("--snapkv-opt", default=str(tools.snapkv_opt()))
+    ap.add_argument("--mlir-runner", default=str(tools.mlir_runner()))
+    ap.add_argument("--cache-dir", help="where the compiled .so files are kept "
+                    "(default: snapkv.frontend.runner's cache)")
+    ap.add_argument("--skip-compiled", action="store_true",
+                    help="no compiled columns (e.g. before snapkv-opt is built)")
+    ap.add_argument("--skip-runner", action="store_true", help="no mlir-runner --O3 column")
+    ap.add_argument("--skip-numpy", action="store_true", help="no numpy reference column")
+    ap.add_argument("--skip-torch-compile", action="store_true", help="no torch.compile column")
+    ap.add_argument("--keep", metavar="DIR", help="keep the generated/lowered MLIR in DIR")
+    ap.add_argument("--write", metavar="MD", help="replace/append the section in this file")
+    ap.add_argument("--json", metavar="FILE", help="write every measurement as JSON")
+    args = ap.parse_args()
+    if args.runs < 5:
+        ap.error("--runs must be >= 5")
+    if args.numpy_runs < 1:
+        ap.error("--numpy-runs must be >= 1")
+    os.environ["SNAPKV_OPT"] = args.snapkv_opt   # what snapkv.frontend.runner compiles with
+
+    import torch
+    import torch._inductor.config as inductor_config
+    inductor_config.fx_graph_cache = False   # time a cold compile
+
+    torch.set_num_threads(args.threads)
+    shapes = [(1, int(x)) for x in args.lengths.split(",") if x]
+    if args.batch4:
+        shapes.append((4, args.batch4))
     mach, vers = machine_info(), versions(args.mlir_runner)
-    env_notes = {k: os.environ[k] for k in ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS",
-                                            "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-                 if k in os.environ}
-    load_before = os.getloadavg()[0]
-    print(f"machine: {mach['cpu']}, {mach['cores']} cores; torch threads: "
-          f"{torch.get_num_threads()}; env: {env_notes or 'none'}", flush=True)
+    load_before = load_average()
+    omp = omp_threads()
+    print(f"machine: {mach['cpu']}, {mach['cores']} cores ({mach.get('simd')}); torch threads: "
+          f"{torch.get_num_threads()}; OpenMP threads (omp_get_max_threads): {omp}; "
+          f"env: {env_notes() or 'none'}; load average {load_before[0]:.2f}", flush=True)
 
     workdir = args.keep or tempfile.mkdtemp(prefix="snapkv_bench_")
     os.makedirs(workdir, exist_ok=True)
+    peak, lanes = fma_peak(workdir)
+    print("FMA peak: " + ", ".join(f"{t} thread(s) {g:.1f} GFLOP/s" for t, g in peak.items()),
+          flush=True)
+
     rows, notes = [], []
-    for length in lengths:
-        q, k, v = inputs(length)
-        tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))
-        n_rep = HQ // HKV
-        tk_rep, tv_rep = repeat_kv(tk, n_rep).contiguous(), repeat_kv(tv, n_rep).contiguous()
-        cluster = SnapKVCluster(W, C, KERNEL, "avgpool")
-        row = {"L": length}
-
-        with torch.inference_mode():
-            # Baseline: the official function on K/V already repeated to Hq heads.
-            row["torch"], _ = median_time(
-                lambda: cluster.update_kv(tk_rep, tq, tv_rep, None, n_rep), args.runs)
-            # Same inputs as snapkv.select (Hkv heads), so the GQA repeat is included.
-            row["torch_rep"], _ = median_time(
-                lambda: update_kv(tq, tk, tv, W, C, KERNEL, "avg"), args.runs)
-            _, _, torch_idx = cluster.update_kv(tk_rep, tq, tv_rep, None, n_rep,
-                                                return_indices=True)
-        torch_idx = torch_idx[0].numpy()
-
-        row["numpy"], _ = median_time(
-            lambda: reference.select(q, k, v, W, C, KERNEL, "avg"), args.runs)
-        ref = reference.select(q, k, v, W, C, KERNEL, "avg")
-        ref_idx, pooled = ref.indices[0], ref.pooled[0]
-        note = {"L": length, "torch_vs_ref": compare_sets(torch_idx, ref_idx, pooled)}
-
-        if not args.skip_compiled:
-            low, info = lower(length, args.runs, args.snapkv_opt, workdir)
-            # As documented (no LLVM IR optimisation in mlir-runner by default) and with --O3.
-            times, comp_idx, checksum, wall, stack = run_compiled(low, args.runs, args.mlir_runner)
-            times3, comp_idx3, _, _, stack3 = run_compiled(low, args.runs, args.mlir_runner,
-                                                           ["--O3"])
-            row["stack"], row["stack_o3"] = stack, stack3
-            row["compiled"], row["compiled_o3"] = statistics.median(times), statistics.median(times3)
-            note.update(info, checksum=checksum, runner_wall=wall,
-                        compiled_vs_torch=compare_sets(comp_idx, torch_idx, pooled),
-                        compiled_eq_ref=int((comp_idx == ref_idx).all(axis=-1).sum()),
-                        o3_same=bool((comp_idx3 == comp_idx).all()))
+    for batch, length in shapes:
+        row, note = measure_shape(batch, length, args, workdir)
         rows.append(row)
         notes.append(note)
-        print(f"L={length} done", flush=True)
+    # Again at the end; the better of the two is the peak (other load only lowers it).
+    peak_end, _ = fma_peak(workdir)
+    print("FMA peak at the end: " + ", ".join(f"{t} thread(s) {g:.1f} GFLOP/s"
+                                                for t, g in peak_end.items()), flush=True)
+    peak_runs = {t: (peak[t], peak_end[t]) for t in peak}
+    peak = {t: max(peak[t], peak_end[t]) for t in peak}
+    load_after = load_average()
+    threads = torch.get_num_threads()
+    report = render(rows, notes, peak, lanes, threads, omp, mach, vers, load_before,
+                    load_after, args)
+    print()
+    print(report["text"])
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"date": datetime.datetime.now().isoformat(timespec="minutes"),
+                       "machine": mach, "versions": vers, "env": env_notes(),
+                       "torch_threads": threads, "omp_threads": omp,
+                       "load_before": load_before, "load_after": load_after,
+                       "fma_peak_gflops": peak, "fma_peak_runs": peak_runs,
+                       "simd_lanes": lanes,
+                       "rows": rows, "notes": notes}, f, indent=1, default=str)
+        print(f"wrote {args.json}")
+    if args.write:
+        write_section(args.write, report["markdown"])
 
-    ms = lambda s: f"{s * 1e3:.2f}" if s is not None else "n/a"
-    speedup = lambda s, base: f"{base / s:.2f}x" if s is not None else "n/a"
-    head = ["L", "compiled `snapkv.select` (ms)", "compiled, runner `--O3` (ms)",
+
+def render(rows, notes, peak, lanes, threads, omp, mach, vers, load_before, load_after, args):
+    head = ["B", "L", "compiled `snapkv.select` (ms)", "compiled, runner `--O3` (ms)",
             "numpy reference (ms)", f"PyTorch eager `update_kv` (ms, {threads} threads)",
-            "PyTorch incl. `repeat_kv` (ms)", "compiled vs PyTorch", "compiled `--O3` vs PyTorch",
-            "numpy vs PyTorch"]
+            "PyTorch incl. `repeat_kv` (ms)", "`torch.compile` `update_kv` (ms)",
+            "compiled vs PyTorch", "compiled `--O3` vs PyTorch", "numpy vs PyTorch",
+            "`torch.compile` vs PyTorch"]
     table = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
     for r in rows:
-        c, c3 = r.get("compiled"), r.get("compiled_o3")
         table.append("| " + " | ".join([
-            str(r["L"]), ms(c) + ("\\*" if r.get("stack") else ""),
-            ms(c3) + ("\\*" if r.get("stack_o3") else ""),
-            ms(r["numpy"]), ms(r["torch"]), ms(r["torch_rep"]),
-            speedup(c, r["torch"]), speedup(c3, r["torch"]), speedup(r["numpy"], r["torch"]),
+            str(r["B"]), str(r["L"]), ms(r.get("compiled")),
+            ms(r.get("compiled_o3")) + ("\\*" if r.get("stack_o3") else ""),
+            ms(r.get("numpy")), ms(r["torch"]), ms(r["torch_rep"]), ms(r.get("torch_compiled")),
+            speedup(r.get("compiled"), r["torch"]), speedup(r.get("compiled_o3"), r["torch"]),
+            speedup(r.get("numpy"), r["torch"]), speedup(r.get("torch_compiled"), r["torch"]),
         ]) + " |")
-    if any(r.get("stack") or r.get("stack_o3") for r in rows):
-        table.append("")
-        soft = resource.getrlimit(resource.RLIMIT_STACK)[0]
-        limit = "unlimited" if soft == resource.RLIM_INFINITY else f"{soft >> 20} MiB"
-        table.append(f"\\* crashed (SIGSEGV) under mlir-runner with the default {limit} stack; "
-                     "measured with `ulimit -s unlimited` (the lowered code allocas inside "
-                     "loops, so the stack grows with the trip count).")
-    table = "\n".join(table)
-
-    check_lines = []
+    if any(r.get("stack_o3") for r in rows):
+        table += ["", "\\* crashed (SIGSEGV) under mlir-runner with the default stack; measured "
+                      "with the stack limit raised to the hard limit."]
+    two = peak.get(2) or max(peak.values())
+    logits = ["| B | L | `snapkv.score` (ms) | share of the select | logits GFLOP/s (lower "
+              f"bound) | % of the 2-thread FMA peak ({two:.1f} GFLOP/s) |",
+              "|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        if r.get("score") is None or r.get("compiled") is None:
+            continue
+        g = logits_flops(r["B"], r["L"]) / r["score"] * 1e-9
+        logits.append(f"| {r['B']} | {r['L']} | {ms(r['score'])} | "
+                      f"{r['score'] / r['compiled'] * 100:.0f}% | {g:.1f} | {g / two * 100:.0f}% |")
+    compile_lines = []
+    for r, n in zip(rows, notes):
+        parts = []
+        if "torch_compile_s" in r:
+            parts.append(f"torch.compile first call (cold compile) {r['torch_compile_s']:.1f} s")
+        if "compile_s" in n:
+            parts.append(f"ours: snapkv-opt + mlir-translate + clang {n['compile_s']:.1f} s "
+                         "(0 if the .so was cached)")
+        if parts:
+            compile_lines.append(f"B={r['B']} L={r['L']}: " + "; ".join(parts))
+    checks = []
     for n in notes:
-        parts = [f"L={n['L']}: PyTorch vs numpy reference kept sets: "
-                 + near_tie_note(n["torch_vs_ref"])]
-        if "compiled_vs_torch" in n:
-            parts.append("compiled vs PyTorch kept sets: " + near_tie_note(n["compiled_vs_torch"]))
-            parts.append(f"compiled == numpy reference (exact, ascending): "
-                         f"{n['compiled_eq_ref']}/{HQ} heads")
-            parts.append(f"`--O3` run same indices: {'yes' if n['o3_same'] else 'NO'}")
-        check_lines.append("; ".join(parts))
-
-    # Other processes on the machine distort every column; record how busy it was.
-    load = f"1-min load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after"
-    print()
-    print(table)
-    print()
-    print("Speed-up = PyTorch eager update_kv time / implementation time (>1: faster).")
-    print(load)
-    for ln in check_lines:
-        print(ln)
-    compiled_notes = [n for n in notes if "compiled_vs_torch" in n]
-    if compiled_notes:
-        agree = all(n["compiled_vs_torch"][1] == 0 for n in compiled_notes)
-        print(f"sanity check: compiled and PyTorch indices agree as sets per head: "
-              f"{'YES' if agree else 'NO'}")
-    for n in compiled_notes:
-        print(f"L={n['L']}: lowering {n['lower_s']:.2f}s, mlir-runner process "
-              f"{n['runner_wall']:.2f}s, checksum {n['checksum']:.9g}, "
-              f"vector types in lowered IR: {n['vector_types']}, parallel runtime: "
-              f"{'yes' if n['parallel'] else 'no (single-threaded)'}")
-
-    if args.write:
-        date = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
-        parallel = any(n.get("parallel") for n in notes)
-        env_text = ", ".join(f"{k}={v}" for k, v in env_notes.items()) or "none set"
-        md = [
-            "## CPU: `snapkv.select` vs numpy reference vs PyTorch eager",
-            "",
-            f"Measured {date} with `python3 benchmarks/cpu/bench_select.py --write docs/benchmarks.md`.",
-            "",
-            f"* Machine: {mach['cpu']}, {mach['cores']} cores; {load}.",
-            "* Software: " + ", ".join(f"{k} {v}" for k, v in vers.items()) + ".",
-            f"* Shape: B={B}, Hq={HQ}, Hkv={HKV}, D={D}, W={W}, C={C}, kernel {KERNEL}, avg pooling, "
-            "gqa expand, order position, f32. All implementations get the same hashed inputs.",
-            f"* Median of {args.runs} runs after one warm-up.",
-            "* Compiled: `snapkv-opt --snapkv-cpu-pipeline`, then `mlir-runner -e main "
-            "-entry-point-result=void` (JIT; by default it runs no LLVM IR optimisation, the "
-            "`--O3` column adds it); each call timed in-process with `rtclock`; "
-            + ("a parallel runtime is used." if parallel else "single-threaded."),
-            f"* PyTorch: eager port of the official `SnapKVCluster.update_kv` on K/V already "
-            f"repeated to Hq heads, `torch.set_num_threads({threads})`; the `repeat_kv` column "
-            "starts from Hkv heads like `snapkv.select`.",
-            f"* numpy: `snapkv.reference.select` (float64 internally); BLAS environment: {env_text}.",
-            "* `X vs PyTorch` = PyTorch eager `update_kv` time / X time (>1: X is faster).",
-            "",
-            table,
-            "",
-            "Index checks on the benchmark inputs:",
-            "",
-        ] + [f"* {ln}" for ln in check_lines]
-        write_section(args.write, "\n".join(md))
+        parts = ["PyTorch eager vs reference: "
+                 + "; ".join(near_tie_note(x) for x in n["torch_vs_ref"])]
+        if "torch_compiled_same_rows" in n:
+            parts.append(f"`torch.compile` keeps the same K rows as eager: "
+                         f"{n['torch_compiled_same_rows']}/{n['B'] * HQ} heads")
+        if "compiled_eq_ref" in n:
+            parts.append(f"compiled == numpy reference (exact, in order): "
+                         f"{n['compiled_eq_ref']}/{n['B'] * HQ} heads, gathered K/V bit-identical: "
+                         f"{'yes' if n['compiled_kv_exact'] else 'NO'}")
+        if "o3_same" in n:
+            parts.append(f"`mlir-runner --O3` same indices: {'yes' if n['o3_same'] else 'NO'}")
+        checks.append(f"B={n['B']} L={n['L']}: " + "; ".join(parts))
+    facts = [n for n in notes if "parallel" in n]
+    load = (f"1-min load average {load_before[0]:.2f} before, {load_after[0]:.2f} after "
+            f"(5-min {load_before[1]:.2f} / {load_after[1]:.2f})")
+    text = "\n".join([
+        "\n".join(table), "",
+        "Speed-up = PyTorch eager update_kv time / implementation time (>1: faster).", "",
+        "\n".join(logits), "",
+        f"FMA peak (fma_peak.c, {lanes}-lane f32 FMAs, 12 accumulators): "
+        + ", ".join(f"{t} thread(s) {g:.1f} GFLOP/s" for t, g in peak.items()),
+        f"threads: torch {threads}, OpenMP {omp} (OMP_NUM_THREADS="
+        f"{os.environ.get('OMP_NUM_THREADS', 'unset')})",
+        load, *compile_lines, *checks,
+        *[f"B={n['B']} L={n['L']}: lowered select uses a parallel runtime: "
+          f"{'yes' if n['parallel'] else 'NO'}; vector types in the lowered IR: "
+          f"{n['vector_types']}" for n in facts],
+    ])
+    date = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    md = [
+        "## CPU: `snapkv.select` vs numpy reference vs PyTorch eager",
+        "",
+        f"Measured {date} with `python3 benchmarks/cpu/bench_select.py --write "
+        "docs/benchmarks.md`.",
+        "",
+        f"* Machine: {mach['cpu']}, {mach['cores']} cores ({mach.get('simd', '?')}); {load}.",
+        "* Software: " + ", ".join(f"{k} {v}" for k, v in vers.items()) + ".",
+        f"* Shape: Hq={HQ}, Hkv={HKV}, D={D}, W={W}, C={C}, kernel {KERNEL}, avg pooling, gqa "
+        "expand, order position, f32. All implementations get the same hashed inputs.",
+        f"* Median of {args.runs} runs after one warm-up (numpy: {args.numpy_runs}). The "
+        "compiled select and score, PyTorch eager (both columns) and `torch.compile` are timed "
+        "interleaved (one call of each per round), so other load falls on all of them alike; "
+        "numpy and `mlir-runner` run after them.",
+        "* compiled: `snapkv-opt --snapkv-cpu-pipeline`, `mlir-translate --mlir-to-llvmir`, "
+        f"`clang {' '.join(AOT_CFLAGS)} -shared` (LLVM optimisation runs), linked with libomp; "
+        f"called in process through ctypes, {omp} OpenMP threads. runner `--O3`: the same "
+        "lowering JIT-compiled by `mlir-runner --O3`, each call timed with `rtclock`.",
+        f"* PyTorch: eager port of the official `SnapKVCluster.update_kv` on K/V already "
+        f"repeated to Hq heads, `torch.set_num_threads({threads})`; the `repeat_kv` column "
+        "starts from Hkv heads like `snapkv.select`. `torch.compile`: the same call, inductor "
+        "on CPU, `dynamic=False`, warm calls (compile time below).",
+        "* numpy: `snapkv.reference.select` (float64 internally).",
+        f"* Environment: {env_notes() or 'no OMP/BLAS variables set'}.",
+        "",
+        "\n".join(table),
+        "",
+        "Logits phase: a module holding only `snapkv.score` (both passes of the scoring over "
+        "the keys, softmax statistics, votes, pooling; no top-k, no gather), compiled and "
+        "called like the select. FLOPs counted: the logits only, `2 passes x 2*B*Hq*W*L*D`; "
+        "the time also pays for everything else in the score, so the rate is a lower bound.",
+        "",
+        "\n".join(logits),
+        "",
+        f"FMA peak: `benchmarks/cpu/fma_peak.c` (`clang -O2 -march=native`), each thread a "
+        f"loop of 12 independent {lanes}-lane f32 FMAs (2 FLOPs per lane), median of 5, run "
+        "before and after the measurements; the better run: "
+        + ", ".join(f"{t} thread(s) {g:.1f} GFLOP/s" for t, g in peak.items()) + ".",
+        "",
+        *[f"* {ln}" for ln in compile_lines + checks],
+    ]
+    return {"text": text, "markdown": "\n".join(md)}
 
 
 if __name__ == "__main__":

@@ -20,8 +20,8 @@ the same kernel loops lowered for the CPU (``build/gpu-bench/snapkv-cpu-emul``).
     PyTorch port of the official ``update_kv`` (``torch_baselines.py``), eager and
     ``torch.compile`` (mode default, dynamic=None: the first L compiles a static graph, the
     second L recompiles with dynamic shapes, the third reuses it; each first call's time, i.e.
-    the compile, is reported separately), median of ``--repeats`` runs after 3 warm-ups, wall clock around the
-    call + ``torch.cuda.synchronize()``, CUDA events too.
+    the compile, is reported separately), median of ``--repeats`` runs after 3 warm-ups, wall
+    clock around the call + ``torch.cuda.synchronize()``, CUDA events too.
 (c) Bandwidth: bytes = e*B*Hkv*L*D (K read once) + 2*e*B*Hc*S*D (compacted K and V written),
     e = element bytes, S = min(L, C); GB/s = bytes / time; % of a 4.3 TB/s roofline.
 
@@ -54,6 +54,7 @@ sys.path.insert(0, str(REPO / "python"))
 sys.path.insert(0, str(HERE))
 
 from configs import BIG, SMALL, Config  # noqa: E402
+
 from snapkv import reference  # noqa: E402
 from snapkv.dtypes import f32_to_bf16  # noqa: E402
 
@@ -247,7 +248,8 @@ def compare(case, sel, prefix, k_in, v_in):
     ok, why = near_tie(case, sel, idx)
     ndiff = int(np.sum(np.any(idx != sel.indices, axis=-1)))
     if ok and consistent:
-        return "NEAR-TIE", f"indices differ in {ndiff} head(s), only at near-ties ({why}); K/V = rows of its indices"
+        return "NEAR-TIE", (f"indices differ in {ndiff} head(s), only at near-ties ({why}); "
+                            "K/V = rows of its indices")
     return "FAIL", (f"indices differ in {ndiff} head(s) ({why}); K/V "
                     f"{'consistent' if consistent else 'NOT consistent'} with its own indices")
 
@@ -264,7 +266,7 @@ def run_harness(exe, args, timeout):
 
 
 def tail(text, n=3):
-    lines = [l for l in (text or "").strip().splitlines() if l.strip()]
+    lines = [line for line in (text or "").strip().splitlines() if line.strip()]
     return " | ".join(lines[-n:])
 
 
@@ -378,7 +380,8 @@ def make_torch_check(torch, device):
 def bytes_moved(c: Config, length):
     kept = min(length, c.capacity)
     e = c.elem_bytes
-    return e * c.batch * c.kv_heads * length * c.dim + 2 * e * c.batch * c.cache_heads * kept * c.dim
+    return (e * c.batch * c.kv_heads * length * c.dim
+            + 2 * e * c.batch * c.cache_heads * kept * c.dim)
 
 
 TIMED = list(BIG)  # the big configs to time (--timing-configs narrows it)
@@ -411,8 +414,8 @@ def time_fused(rep, exe, lengths, repeats, per_call_cap, timeout, budget_end):
 
 def time_torch(rep, torch, lengths, repeats, budget_end, mode, device, results):
     """One pass over the timed configs: mode "eager" or "compile"; merges into results."""
-    from torch_baselines import BASELINES
     import torch._dynamo as dynamo
+    from torch_baselines import BASELINES
 
     for attr in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit",
                  "accumulated_recompile_limit"):
@@ -497,8 +500,9 @@ def tables(rep, fused, torch_res, lengths):
     rep("### Times (ms, median; wall clock per call incl. synchronisation)")
     rep()
     rep("fused = `snapkv-gpu-bench time`: the compiled select (its device allocations, D2D copies "
-        "of q/k/v, 2 kernels, D2H copies of the results); kernels = sum of the 2 kernels' CUDA-event "
-        "times; pool-keep = fused with the memory pool keeping freed memory; eager / compile = "
+        "of q/k/v, 2 kernels, D2H copies of the results); kernels = sum of the 2 kernels' "
+        "CUDA-event times; pool-keep = fused with the memory pool keeping freed memory; "
+        "eager / compile = "
         "PyTorch port of the official update_kv (`torch_baselines.py`; outputs stay on the GPU); "
         "ratios > 1 mean the fused select is faster.")
     rep()
@@ -519,7 +523,8 @@ def tables(rep, fused, torch_res, lengths):
                 f"{fmt(ratio(cw, fw), '.2f')} | {fmt(ratio(ew, kern), '.2f')} | "
                 f"{fmt(ratio(cw, kern), '.2f')} |")
     rep()
-    rep("Kernel breakdown (median ms per kernel: votes (statistics + column sums), select+gather; grid x block):")
+    rep("Kernel breakdown (median ms per kernel: votes (statistics + column sums), "
+        "select+gather; grid x block):")
     rep()
     for c in TIMED:
         for length in lengths:
@@ -639,7 +644,8 @@ def main(argv=None):
     if args.timing_configs:
         TIMED[:] = [c for c in BIG if c.name in args.timing_configs.split(",")]
     if not args.skip_timing and timing_lengths:
-        rep(f"## (b) Timing: B=1 Hq=32 Hkv=8 D=128 W=32 C=2048, kernel 5 avg, L in {timing_lengths}")
+        rep("## (b) Timing: B=1 Hq=32 Hkv=8 D=128 W=32 C=2048, kernel 5 avg, "
+            f"L in {timing_lengths}")
         rep()
         fused, torch_res = {}, {}
         try:

@@ -48,7 +48,8 @@ def update_kv_mean(q, k, v, window, capacity, kernel=5, pooling="avg", return_in
             return k, v, idx.expand(bsz, num_kv_heads, kv_len)
         return k, v
     key_states = repeat_kv(k, groups)  # votes as the official code computes them
-    attn_weights = torch.matmul(q[..., -window:, :], key_states.transpose(2, 3)) / math.sqrt(head_dim)
+    attn_weights = (torch.matmul(q[..., -window:, :], key_states.transpose(2, 3))
+                    / math.sqrt(head_dim))
     mask = torch.full((window, window), torch.finfo(attn_weights.dtype).min,
                       device=attn_weights.device)
     mask_cond = torch.arange(mask.size(-1), device=attn_weights.device)

@@ -1,38 +1,104 @@
 //===- CPUPipeline.cpp - --snapkv-cpu-pipeline ----------------------------===//
+//
+// Tensor level: the formulation, tiled into scf.forall groups with the
+// logits fused into their consumers; register tiles vectorised on tensors,
+// their accumulators hoisted. Then one-shot bufferisation, and the forall
+// loops become OpenMP parallel loops on the way to the LLVM dialect.
+//
+//===----------------------------------------------------------------------===//
 
 #include "snapkv/Pipelines/Pipelines.h"
 
+#include "snapkv/Codegen/Passes.h"
+#include "snapkv/Conversion/Passes.h"
+
+#include "mlir/Conversion/Passes.h"
+#include "mlir/Conversion/VectorToSCF/VectorToSCF.h"
+#include "mlir/Dialect/Bufferization/Pipelines/Passes.h"
+#include "mlir/Dialect/Bufferization/Transforms/Passes.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/Passes.h"
+#include "mlir/Dialect/Math/Transforms/Passes.h"
+#include "mlir/Dialect/MemRef/Transforms/Passes.h"
+#include "mlir/Dialect/SCF/Transforms/Passes.h"
+#include "mlir/Dialect/Vector/Transforms/Passes.h"
 #include "mlir/Pass/PassManager.h"
-#include "mlir/Pass/PassRegistry.h"
-#include "llvm/Support/ErrorHandling.h"
+#include "mlir/Transforms/Passes.h"
 
 using namespace mlir;
 
-// Written as a textual pipeline so that it reads like the mlir-opt command it
-// is equivalent to (and can be copied for debugging).
-static constexpr const char *kCPUPipeline =
-    // Tensor level: our ops to linalg, user elementwise ops to linalg.
-    // fpowi is expanded first: once vectorised, its exponent would become a
-    // vector, which llvm.intr.powi does not accept.
-    "convert-snapkv-to-linalg,canonicalize,cse,"
-    "func.func(math-expand-ops{ops=fpowi},convert-elementwise-to-linalg),"
-    // Buffers, then tile + vectorise every linalg op on them.
-    "one-shot-bufferize{bufferize-function-boundaries "
-    "function-boundary-type-conversion=identity-layout-map},"
-    "func.func(snapkv-vectorize-linalg,canonicalize,snapkv-optimize-math),"
-    // Deallocation so repeated calls do not leak.
-    "buffer-deallocation-pipeline,convert-bufferization-to-memref,"
-    // What is left of linalg becomes loops; vectors become LLVM vectors.
-    "func.func(convert-linalg-to-loops,lower-vector-mask,"
-    "lower-vector-multi-reduction,convert-vector-to-scf{full-unroll}),"
-    "canonicalize,cse,expand-strided-metadata,lower-affine,"
-    "convert-scf-to-cf,snapkv-lower-asserts,convert-vector-to-llvm,"
-    "finalize-memref-to-llvm,"
-    "convert-math-to-llvm,convert-arith-to-llvm,convert-index-to-llvm,"
-    "convert-ub-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,"
-    "reconcile-unrealized-casts";
+void snapkv::buildCPUPipeline(OpPassManager &pm,
+                              const CPUPipelineOptions &options) {
+  ConvertSnapKVToLinalgOptions lowering;
+  lowering.keyTile = options.keyTile;
+  lowering.chunk = options.chunk;
+  lowering.tiling = "cpu";
+  pm.addPass(createConvertSnapKVToLinalg(lowering));
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
 
-void snapkv::buildCPUPipeline(OpPassManager &pm) {
-  if (failed(parsePassPipeline(kCPUPipeline, pm)))
-    llvm::report_fatal_error("snapkv: the built-in CPU pipeline does not parse");
+  OpPassManager &tensors = pm.nest<func::FuncOp>();
+  // A vectorised fpowi would get a vector exponent that llvm.intr.powi does
+  // not accept.
+  math::MathExpandOpsPassOptions expand;
+  expand.opMnemonics = {"fpowi"};
+  tensors.addPass(math::createMathExpandOpsPass(expand));
+  tensors.addPass(createConvertElementwiseToLinalgPass());
+  VectorizeOptions vectorize;
+  vectorize.vectorBits = options.vectorBits;
+  tensors.addPass(createVectorize(vectorize));
+  tensors.addPass(createCanonicalizerPass());
+  tensors.addPass(createCSEPass());
+  tensors.addPass(createLoopInvariantSubsetHoistingPass());
+  tensors.addPass(createCanonicalizerPass());
+
+  bufferization::OneShotBufferizePassOptions bufferize;
+  bufferize.bufferizeFunctionBoundaries = true;
+  bufferize.functionBoundaryTypeConversion =
+      bufferization::LayoutMapOption::IdentityLayoutMap;
+  pm.addPass(bufferization::createOneShotBufferizePass(bufferize));
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+  bufferization::BufferDeallocationPipelineOptions dealloc;
+  bufferization::buildBufferDeallocationPipeline(pm, dealloc);
+  pm.addPass(createConvertBufferizationToMemRefPass());
+
+  OpPassManager &buffers = pm.nest<func::FuncOp>();
+  buffers.addPass(createConvertLinalgToLoopsPass());
+  buffers.addPass(createOptimizeMath());
+  buffers.addPass(math::createMathUpliftToFMA());
+  buffers.addPass(vector::createLowerVectorMaskPass());
+  buffers.addPass(vector::createLowerVectorMultiReductionPass());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+  pm.addPass(createLowerAffinePass());
+  pm.addPass(createForallToParallelLoopPass());
+  pm.addPass(createConvertSCFToOpenMPPass());
+  // Folds the alloca scope around each parallel loop body (there are no
+  // allocas), which would otherwise have to keep one block until the memref
+  // conversion; snapkv-lower-asserts must run before that conversion.
+  pm.addPass(createCanonicalizerPass());
+  // Fully unrolled: the loop form would put temporary buffers (allocas) in
+  // loops, and an alloca in a parallel loop gets an alloca scope that must
+  // stay one block until the memref conversion.
+  pm.addPass(createConvertVectorToSCFPass(
+      VectorTransferToSCFOptions().enableFullUnroll()));
+  pm.addPass(memref::createExpandStridedMetadataPass());
+  pm.addPass(createLowerAffinePass());
+  pm.addPass(createSCFToControlFlowPass());
+  // Before the memref conversion: in report mode it also checks the result
+  // of every memref.alloc in a function body.
+  LowerAssertsOptions asserts;
+  asserts.mode = options.asserts;
+  pm.addPass(createLowerAsserts(asserts));
+  pm.addPass(createFinalizeMemRefToLLVMConversionPass());
+  pm.addPass(createConvertVectorToLLVMPass());
+  pm.addPass(createConvertMathToLLVMPass());
+  pm.addPass(createArithToLLVMConversionPass());
+  pm.addPass(createConvertIndexToLLVMPass());
+  pm.addPass(createConvertOpenMPToLLVMPass());
+  pm.addPass(createUBToLLVMConversionPass());
+  pm.addPass(createConvertControlFlowToLLVMPass());
+  pm.addPass(createConvertFuncToLLVMPass());
+  pm.addPass(createReconcileUnrealizedCastsPass());
 }

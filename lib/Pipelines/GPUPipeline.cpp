@@ -1,61 +1,88 @@
 //===- GPUPipeline.cpp - --snapkv-gpu-pipeline ----------------------------===//
+//
+// Tensor level: the formulation laid out as GPU blocks
+// (convert-snapkv-to-linalg{tiling=gpu}) and each block's ops distributed
+// over its threads (snapkv-gpu-distribute). Then one-shot bufferisation,
+// each block loop becomes a gpu.launch (snapkv-gpu-launch: scratch in shared
+// memory or per-block global slices, thread loops to thread ids with
+// barriers), the kernels get device buffers (snapkv-gpu-device-buffers),
+// and upstream's NVVM pipeline outlines and compiles them (ptxas for
+// bin/fatbin) and lowers the host launch code.
+//
+//===----------------------------------------------------------------------===//
 
 #include "snapkv/Pipelines/Pipelines.h"
 
+#include "snapkv/Codegen/Passes.h"
+#include "snapkv/Conversion/Passes.h"
+
+#include "mlir/Conversion/Passes.h"
+#include "mlir/Dialect/Bufferization/Transforms/Passes.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/Pipelines/Passes.h"
+#include "mlir/Dialect/GPU/Transforms/Passes.h"
+#include "mlir/Dialect/Linalg/Passes.h"
+#include "mlir/Dialect/Math/Transforms/Passes.h"
 #include "mlir/Pass/PassManager.h"
-#include "mlir/Pass/PassRegistry.h"
-#include "llvm/Support/ErrorHandling.h"
-#include "llvm/Support/FormatVariadic.h"
+#include "mlir/Transforms/Passes.h"
 
 using namespace mlir;
 
-namespace {
-struct GPUPipelineOptions : PassPipelineOptions<GPUPipelineOptions> {
-  Option<std::string> chip{*this, "chip",
-                           llvm::cl::desc("NVIDIA target, e.g. sm_80, sm_90"),
-                           llvm::cl::init("sm_90")};
-  Option<std::string> features{
-      *this, "features",
-      llvm::cl::desc("PTX features; sm_90 needs +ptx80 or later"),
-      llvm::cl::init("+ptx80")};
-  Option<std::string> format{
-      *this, "format",
-      llvm::cl::desc("Device code embedded in the module: isa (PTX text), "
-                     "bin (cubin) or fatbin"),
-      llvm::cl::init("bin")};
-};
-} // namespace
-
-void snapkv::buildGPUPipeline(OpPassManager &pm, StringRef chip,
-                              StringRef features, StringRef format) {
-  // Tensor level: selects become mapped parallel loops on device buffers,
-  // turned into gpu.launch at once (before canonicalize can reshape them);
-  // everything else is bufferized and turned into loops on the host.
-  // Launches become kernels, host-side GPU calls become asynchronous
-  // (what gpu-to-llvm lowers), and upstream's NVVM pipeline compiles the
-  // kernels (ptxas for bin/fatbin) and the host launch code.
-  std::string text = llvm::formatv(
-      "convert-snapkv-to-gpu,func.func(convert-parallel-loops-to-gpu),"
-      "canonicalize,cse,"
-      "func.func(math-expand-ops{{ops=fpowi},convert-elementwise-to-linalg),"
-      "one-shot-bufferize{{bufferize-function-boundaries "
-      "function-boundary-type-conversion=identity-layout-map},"
-      "convert-bufferization-to-memref,"
-      "func.func(convert-linalg-to-loops),"
-      "gpu-kernel-outlining,func.func(gpu-async-region),canonicalize,cse,"
-      "gpu-lower-to-nvvm-pipeline{{cubin-chip={0} cubin-features={1} "
-      "cubin-format={2}}",
-      chip, features, format);
-  if (failed(parsePassPipeline(text, pm)))
-    llvm::report_fatal_error("snapkv: the built-in GPU pipeline does not parse");
+void snapkv::buildGPUTensorPipeline(OpPassManager &pm,
+                                    const GPUPipelineOptions &options) {
+  ConvertSnapKVToLinalgOptions lowering;
+  lowering.keyTile = options.keyTile;
+  lowering.chunk = options.chunk;
+  lowering.tiling = "gpu";
+  pm.addPass(createConvertSnapKVToLinalg(lowering));
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+  GPUDistributeOptions distribute;
+  distribute.threads = options.threads;
+  pm.addNestedPass<func::FuncOp>(createGPUDistribute(distribute));
+  // No CSE from here to bufferisation: it would merge the fills and empty
+  // tensors that distribution gave each op (and bufferisation would copy).
+  pm.addPass(createCanonicalizerPass());
 }
 
-void snapkv::registerGPUPipeline() {
-  PassPipelineRegistration<GPUPipelineOptions>(
-      "snapkv-gpu-pipeline",
-      "Lower snapkv.select to fused NVVM kernels (PTX/cubin via "
-      "gpu-module-to-binary) plus host launch code calling the mgpu* runtime",
-      [](OpPassManager &pm, const GPUPipelineOptions &options) {
-        buildGPUPipeline(pm, options.chip, options.features, options.format);
-      });
+void snapkv::buildGPUPipeline(OpPassManager &pm,
+                              const GPUPipelineOptions &options) {
+  buildGPUTensorPipeline(pm, options);
+
+  // Host tensor code around the selects (prints, casts) runs as loops.
+  OpPassManager &tensors = pm.nest<func::FuncOp>();
+  math::MathExpandOpsPassOptions expand;
+  expand.opMnemonics = {"fpowi"};
+  tensors.addPass(math::createMathExpandOpsPass(expand));
+  tensors.addPass(createConvertElementwiseToLinalgPass());
+
+  pm.addPass(bufferization::createEmptyTensorEliminationPass());
+  bufferization::OneShotBufferizePassOptions bufferize;
+  bufferize.bufferizeFunctionBoundaries = true;
+  bufferize.functionBoundaryTypeConversion =
+      bufferization::LayoutMapOption::IdentityLayoutMap;
+  pm.addPass(bufferization::createOneShotBufferizePass(bufferize));
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createConvertBufferizationToMemRefPass());
+
+  OpPassManager &buffers = pm.nest<func::FuncOp>();
+  GPULaunchOptions launch;
+  launch.sharedMemoryBytes = options.sharedMemoryBytes;
+  buffers.addPass(createGPULaunch(launch));
+  buffers.addPass(createConvertLinalgToLoopsPass());
+  buffers.addPass(createGPUDeviceBuffers());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+  pm.addPass(createGpuKernelOutliningPass());
+  pm.nest<func::FuncOp>().addPass(createGpuAsyncRegionPass());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+
+  gpu::GPUToNVVMPipelineOptions nvvm;
+  nvvm.cubinChip = options.chip;
+  nvvm.cubinFeatures = options.features;
+  nvvm.cubinFormat = options.format;
+  gpu::buildLowerToNVVMPassPipeline(pm, nvvm);
 }

@@ -1,4 +1,4 @@
-"""SnapKV KV-cache selection: a numpy reference (SPEC section 2) and helpers that drive
+"""SnapKV KV-cache selection: a numpy reference (docs/semantics.md) and helpers that drive
 ``snapkv-opt`` and ``mlir-runner`` on generated modules."""
 
 from .dtypes import bf16_to_f32, f32_to_bf16

@@ -57,7 +57,9 @@ func.func @main() {{
 }}
 """
     votes, pooled = parse_memrefs(run_module(text))
-    as_f32 = lambda a: a.astype(np.int32).view(np.float32)[0, 0]
+    def as_f32(a):
+        return a.astype(np.int32).view(np.float32)[0, 0]
+
     return as_f32(votes), as_f32(pooled)
 
 

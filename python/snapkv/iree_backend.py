@@ -1,35 +1,31 @@
-"""The rewritten model on IREE: compile with ``iree-compile`` (llvm-cpu), run with ``iree.runtime``.
+"""``snapkv.select`` and the rewritten model on IREE: ``iree-compile`` (llvm-cpu), ``iree.runtime``.
 
-See docs/iree.md. The steps, each a function here:
+See docs/iree.md. Everything goes through plain ``iree-compile`` on what
+``convert-snapkv-to-linalg`` prints: no text rewriting on our side.
+
+The model (each step a function here):
 
 1. :func:`compress` -- ``snapkv-opt --snapkv-compress-kv-cache="..."`` (``strict=true``, so a
    model the pass does not recognise is an error, not a silently unchanged module);
 2. :func:`lower_to_upstream` -- ``snapkv-opt --convert-snapkv-to-linalg``: ``snapkv.select``
    becomes func/arith/math/linalg/tensor/scf/cf/affine code; :func:`dialects` checks that no
    other dialect (in particular no ``snapkv`` op) is left;
-3. :func:`linearize_tensor_inserts` -- the one IREE-specific preparation: every
-   ``tensor.insert`` into a tensor of rank >= 2 becomes collapse-to-1-D / insert / expand.
-   IREE (checked 2.9.0, 3.10.0, 3.13.0) turns a host-side ``tensor.insert`` (one outside a
-   dispatch, such as the top-k compaction loops of the lowered select) into a
-   ``stream.tensor.fill`` of lengths ``[1, ..., 1]`` and encodes its byte length as if the
-   lengths were an index (``EncodeTensorFillOp`` calls ``calculateElementByteOffset`` on the
-   lengths): a rank-3 ``1x4x17`` target gets a fill of ``68 + 17 + 1 = 86`` elements instead of
-   one. Here ``iree-compile`` rejects the module ("invalid Write access range ... length >
-   resource size"); when the wrong length happens to fit, it silently writes a run of elements
-   (a ``2x8`` insert at ``[0, 1]`` fills 9 of them; ``python/tests/test_iree.py`` keeps that
-   reproducer as a strict xfail). A rank-1 insert has the right length. No upstream pass
-   linearises ``tensor.insert``, so this is a small rewrite through the MLIR Python bindings that
-   ship with ``iree-base-compiler`` (semantics-preserving; it only changes how the element is
-   addressed);
-4. :func:`compile_vmfb` -- ``iree-compile`` with :data:`IREE_COMPILE_FLAGS`;
-5. :class:`IreeModel` -- prefill/decode/generate through ``iree.runtime`` with the same calling
+3. :func:`compile_vmfb` -- ``iree-compile`` with :data:`IREE_COMPILE_FLAGS`;
+4. :class:`IreeModel` -- prefill/decode/generate through ``iree.runtime`` with the same calling
    convention and the same ``generate()`` as :class:`snapkv.frontend.runner.CompiledModel`.
+
+One ``snapkv.select`` on its own: :func:`select_module` writes a function ``@select`` around
+the op of a :class:`snapkv.mlirgen.Case`, and :class:`IreeSelect` lowers, compiles and calls it
+(``(keys, values, indices)`` as numpy arrays).
+
+Runtime devices: :func:`config` gives the ``local-sync`` driver (one thread, the tests'
+default) or ``local-task`` with a chosen number of worker threads (the benchmarks).
 
 Needs ``iree-base-compiler`` and ``iree-base-runtime`` (PyPI), numpy and ``snapkv-opt``.
 Command line (compares with the CPU pipeline)::
 
     python -m snapkv.iree_backend test/Models/tiny_llama_dynamic.mlir --window 8 --capacity 24 \\
-        --prompt-len 48 --seed 7 --steps 8 --compare --save-dir /tmp/snapkv-iree
+        --prompt-length 48 --seed 7 --steps 8 --compare --save-dir /tmp/snapkv-iree
 
 (The module is not called ``snapkv/iree.py`` so that running it as a script can never shadow the
 ``iree`` package.)
@@ -46,8 +42,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from . import mlirgen, tools
 from .frontend import runner
-from .mlirgen import ToolError, snapkv_opt_path
+from .tools import ToolError
 
 # What convert-snapkv-to-linalg may leave (the importer's IR uses the same dialects).
 UPSTREAM_DIALECTS = frozenset({"builtin", "func", "arith", "math", "linalg", "tensor", "scf",
@@ -64,6 +61,8 @@ IREE_COMPILE_FLAGS = (
 
 # Single-threaded, synchronous local device: deterministic and modest on a shared machine.
 DEFAULT_DRIVER = "local-sync"
+# The multi-threaded local device (a task executor with worker threads).
+TASK_DRIVER = "local-task"
 
 
 def unavailable_reason() -> Optional[str]:
@@ -94,9 +93,7 @@ def versions() -> Dict[str, str]:
 
 def snapkv_opt(text: str, *args: str, timeout: int = 600) -> str:
     """``snapkv-opt <args>`` on `text` (stdin), returning the printed module."""
-    opt = snapkv_opt_path()
-    if not opt.is_file():
-        raise ToolError(f"{opt} not found (build the project or set SNAPKV_OPT)")
+    opt = tools.require(tools.snapkv_opt(), "snapkv-opt")
     try:
         done = subprocess.run([str(opt), *args, "-"], input=text, capture_output=True,
                               text=True, timeout=timeout)
@@ -110,7 +107,7 @@ def snapkv_opt(text: str, *args: str, timeout: int = 600) -> str:
 
 def compress_options(window: int, capacity: int, kernel_size: int = 5, pooling: str = "avg",
                      gqa: str = "expand", order: str = "position") -> str:
-    return (f"window={window} capacity={capacity} kernel-size={kernel_size} "
+    return (f"window={window} capacity={capacity} kernel={kernel_size} "
             f"pooling={pooling} gqa={gqa} order={order} strict=true")
 
 
@@ -129,12 +126,12 @@ def lower_to_upstream(text: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# IR inspection and the tensor.insert workaround (MLIR Python bindings of iree-base-compiler)
+# IR inspection (MLIR Python bindings of iree-base-compiler)
 
 def _parse(text: str):
     from iree.compiler import ir
     context = ir.Context()
-    # The lowering keeps discardable `snapkv.*` tiling hints on some linalg ops.
+    # So that a module with a snapkv op left in it parses, and dialects() can say so.
     context.allow_unregistered_dialects = True
     with context:
         return context, ir.Module.parse(text)
@@ -166,62 +163,6 @@ def count_ops(text: str, name: str) -> int:
         return sum(op.name == name for op in _ops(module))
 
 
-def linearize_tensor_inserts(text: str) -> Tuple[str, int]:
-    """Rewrite each ``tensor.insert`` into a rank >= 2 tensor as an insert into its 1-D view.
-
-    ``%r = tensor.insert %v into %t[%i, %j, %k] : tensor<AxBxC>`` becomes::
-
-        %f = tensor.collapse_shape %t [[0, 1, 2]] : tensor<AxBxC> into tensor<(A*B*C)>
-        %n = (%i * B + %j) * C + %k
-        %g = tensor.insert %v into %f[%n] : tensor<(A*B*C)>
-        %r = tensor.expand_shape %g [[0, 1, 2]] output_shape [A, B, C]
-
-    (dynamic extents come from ``tensor.dim``). Returns the new text and the number of inserts
-    rewritten. Works around the IREE ``stream.tensor.fill`` length bug described in the module
-    docstring; the result means exactly what the input means.
-    """
-    from iree.compiler import ir
-    from iree.compiler.dialects import arith, tensor
-
-    context, module = _parse(text)
-    count = 0
-    with context, ir.Location.unknown():
-        index = ir.IndexType.get()
-        i64 = ir.IntegerType.get_signless(64)
-        for op in _ops(module):
-            if op.name != "tensor.insert":
-                continue
-            value, dest, indices = op.operands[0], op.operands[1], list(op.operands[2:])
-            dest_type = ir.RankedTensorType(dest.type)
-            rank = dest_type.rank
-            if rank < 2:
-                continue
-            shape = list(dest_type.shape)
-            dynamic = ir.ShapedType.get_dynamic_size()
-            with ir.InsertionPoint(op), op.location:
-                def const(n):
-                    return arith.ConstantOp(index, n).result
-
-                extents = [const(d) if d != dynamic else tensor.DimOp(dest, const(i)).result
-                           for i, d in enumerate(shape)]
-                flat_size = dynamic if dynamic in shape else int(np.prod(shape))
-                flat_type = ir.RankedTensorType.get([flat_size], dest_type.element_type)
-                group = ir.ArrayAttr.get([ir.ArrayAttr.get(
-                    [ir.IntegerAttr.get(i64, i) for i in range(rank)])])
-                flat = tensor.CollapseShapeOp(flat_type, dest, group).result
-                linear = indices[0]
-                for extent, idx in zip(extents[1:], indices[1:]):
-                    linear = arith.AddIOp(arith.MulIOp(linear, extent).result, idx).result
-                inserted = tensor.InsertOp(value, flat, [linear]).result
-                dynamic_extents = [e for e, d in zip(extents, shape) if d == dynamic]
-                expanded = tensor.ExpandShapeOp(dest_type, inserted, group, dynamic_extents,
-                                                shape).result
-            op.result.replace_all_uses_with(expanded)
-            op.erase()
-            count += 1
-        return str(module), count
-
-
 # ---------------------------------------------------------------------------------------------
 # Compiling and running
 
@@ -234,17 +175,33 @@ def compile_vmfb(text: str, extra_args: Sequence[str] = ()) -> bytes:
         raise ToolError(str(error)[-6000:]) from None
 
 
+def config(driver: str = DEFAULT_DRIVER, workers: Optional[int] = None):
+    """An ``iree.runtime.Config`` on a new device of `driver`.
+
+    `workers` (``local-task`` only) is the number of worker threads of the device's task
+    executor (``--task_topology_group_count``; the runtime reads its flags when a device is
+    created, so each call gets a device of its own). None keeps IREE's default (one worker
+    per core).
+    """
+    import iree.runtime as rt
+    from iree.runtime import system_setup
+    if workers is not None:
+        if driver != TASK_DRIVER:
+            raise ValueError(f"workers applies to the {TASK_DRIVER} driver, not {driver}")
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        rt.flags.parse_flags(f"--task_topology_group_count={workers}")
+    return rt.Config(device=system_setup.get_device(driver, cache=False))
+
+
 def prepare(text: str, **options) -> Dict[str, object]:
     """The whole path from an imported model to IREE's input.
 
-    Returns ``rewritten`` (what :class:`~snapkv.frontend.runner.CompiledModel` compiles),
-    ``lowered`` (upstream dialects only), ``iree_input`` (after
-    :func:`linearize_tensor_inserts`) and ``inserts`` (how many were rewritten).
+    Returns ``rewritten`` (what :class:`~snapkv.frontend.runner.CompiledModel` compiles) and
+    ``lowered`` (upstream dialects only: what ``iree-compile`` gets, unchanged).
     """
     rewritten = compress(text, **options)
-    lowered = lower_to_upstream(rewritten)
-    iree_input, inserts = linearize_tensor_inserts(lowered)
-    return dict(rewritten=rewritten, lowered=lowered, iree_input=iree_input, inserts=inserts)
+    return dict(rewritten=rewritten, lowered=lower_to_upstream(rewritten))
 
 
 def _copy(array) -> np.ndarray:
@@ -258,14 +215,19 @@ class IreeModel:
 
     Same interface as :class:`snapkv.frontend.runner.CompiledModel`: ``prefill(ids)`` ->
     ``(logits [1, L, V], caches)``, ``decode(token, position, caches)`` -> ``(logits [1, 1, V],
-    caches)`` and the very same ``generate(ids, steps)`` (greedy, logical positions ``L + g``).
+    caches)`` and the very same ``generate(ids, steps)`` (greedy, logical positions ``L + g``),
+    which checks ``max_positions`` and, when the module text is known (:meth:`from_text`), the
+    memory the largest tensor needs, as CompiledModel does.
     """
 
     def __init__(self, vmfb: bytes, *, vocab_size: Optional[int] = None,
-                 driver: str = DEFAULT_DRIVER):
+                 driver: str = DEFAULT_DRIVER, workers: Optional[int] = None,
+                 growth: Optional[dict] = None, max_positions: Optional[int] = None):
         import iree.runtime as rt
         self.vocab_size = vocab_size
-        self.config = rt.Config(driver)
+        self.max_positions = max_positions
+        self._growth = growth or {"prefill": {}, "decode": {}}
+        self.config = config(driver, workers)
         self.context = rt.SystemContext(config=self.config)
         self.context.add_vm_module(rt.VmModule.copy_buffer(self.config.vm_instance, vmfb))
         module = self.context.modules.module
@@ -273,9 +235,10 @@ class IreeModel:
 
     @classmethod
     def from_text(cls, text: str, **kwargs) -> "IreeModel":
-        """Compile `text` (IREE's input, see :func:`prepare`) and load it."""
+        """Compile `text` (upstream dialects only, see :func:`prepare`) and load it."""
         vocab = runner.signature(text, "prefill").results[0].shape[-1]
-        return cls(compile_vmfb(text), vocab_size=vocab, **kwargs)
+        growth = {name: runner.growth(text, name) for name in ("prefill", "decode")}
+        return cls(compile_vmfb(text), vocab_size=vocab, growth=growth, **kwargs)
 
     def _check_ids(self, ids: np.ndarray):
         # IREE drops the cf.assert inside the embedding gather's linalg body (a dispatch), so
@@ -300,7 +263,72 @@ class IreeModel:
 
     # The generation loop is CompiledModel's, unchanged (it only calls prefill/decode).
     _physical = staticmethod(runner.CompiledModel._physical)
+    check_limits = runner.CompiledModel.check_limits
     generate = runner.CompiledModel.generate
+
+
+# ---------------------------------------------------------------------------------------------
+# One snapkv.select
+
+def select_module(case: mlirgen.Case) -> str:
+    """A module with ``@select(%q, %k, %v) -> (keys, values, indices)`` holding the
+    ``snapkv.select`` of `case` (its shapes, clauses, element type; a dynamic L when
+    ``case.dynamic``)."""
+    batch, kv_heads, length, dim = case.k.shape
+    q_t = mlirgen.tensor_type(case.q.shape, case.elem)
+    k_t = mlirgen.tensor_type((batch, kv_heads, None if case.dynamic else length, dim),
+                              case.elem)
+    shapes = mlirgen.result_shapes(case)
+    kv_t = mlirgen.tensor_type(shapes[0], case.elem)
+    idx_t = mlirgen.tensor_type(shapes[1], "i64")
+    return (f"func.func @select(%q: {q_t}, %k: {k_t}, %v: {k_t})\n"
+            f"    -> ({kv_t}, {kv_t}, {idx_t}) {{\n"
+            f"  {mlirgen.select_op(case, q_t, k_t, shapes)}\n"
+            f"  return %ko, %vo, %idx : {kv_t}, {kv_t}, {idx_t}\n}}\n")
+
+
+class IreeSelect:
+    """A compiled ``@select`` module (see :meth:`compile`) loaded on a runtime device.
+
+    ``select(q, k, v)`` returns ``(keys, values, indices)`` as numpy arrays (f16/bf16 keys and
+    values as their 16-bit patterns, like :mod:`snapkv.mlirgen`'s inputs). A module compiled
+    for a dynamic L takes any prompt length.
+    """
+
+    def __init__(self, vmfb: bytes, *, driver: str = DEFAULT_DRIVER,
+                 workers: Optional[int] = None):
+        import iree.runtime as rt
+        self.vmfb = vmfb
+        self.config = config(driver, workers)
+        self.context = rt.SystemContext(config=self.config)
+        self.context.add_vm_module(rt.VmModule.copy_buffer(self.config.vm_instance, vmfb))
+        self._select = self.context.modules.module["select"]
+
+    @classmethod
+    def compile(cls, case: mlirgen.Case, *, extra_args: Sequence[str] = (),
+                **kwargs) -> "IreeSelect":
+        """Lower and compile the select of `case`, then load it (`kwargs`: driver, workers).
+        ``lowered`` and ``compile_seconds`` (``iree-compile`` alone) are kept."""
+        lowered = lower_to_upstream(select_module(case))
+        start = time.perf_counter()
+        vmfb = compile_vmfb(lowered, extra_args)
+        seconds = time.perf_counter() - start
+        select = cls(vmfb, **kwargs)
+        select.lowered, select.compile_seconds = lowered, seconds
+        return select
+
+    def device_arrays(self, *arrays):
+        """`arrays` uploaded once, for timing calls without the host-to-device copy."""
+        import iree.runtime as rt
+        return [rt.asdevicearray(self.config.device, np.ascontiguousarray(a)) for a in arrays]
+
+    def call(self, q, k, v):
+        """One call; the results stay on the device (``DeviceArray``s)."""
+        return self._select(q, k, v)
+
+    def __call__(self, q, k, v) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        keys, values, indices = (_copy(o) for o in self.call(q, k, v))
+        return keys, values, indices
 
 
 def compare(iree_out: dict, cpu_out: dict) -> Dict[str, object]:
@@ -321,17 +349,18 @@ def main(argv=None):
     parser.add_argument("module", type=Path, help="imported model (@prefill, @decode)")
     parser.add_argument("--window", type=int, default=8)
     parser.add_argument("--capacity", type=int, default=24)
-    parser.add_argument("--kernel-size", type=int, default=5)
+    parser.add_argument("--kernel", "--kernel-size", type=int, default=5, dest="kernel_size")
     parser.add_argument("--pooling", default="avg")
     parser.add_argument("--gqa", default="expand")
     parser.add_argument("--order", default="position")
-    parser.add_argument("--prompt-len", type=int, default=48)
+    parser.add_argument("--prompt-length", "--prompt-len", type=int, default=48,
+                        dest="prompt_length")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--compare", action="store_true",
                         help="also run the CPU pipeline (CompiledModel) and print differences")
     parser.add_argument("--save-dir", type=Path,
-                        help="write rewritten.mlir, lowered.mlir, iree_input.mlir, model.vmfb")
+                        help="write rewritten.mlir, lowered.mlir, model.vmfb")
     args = parser.parse_args(argv)
     reason = unavailable_reason()
     if reason:
@@ -340,20 +369,19 @@ def main(argv=None):
     options = dict(window=args.window, capacity=args.capacity, kernel_size=args.kernel_size,
                    pooling=args.pooling, gqa=args.gqa, order=args.order)
     stages = prepare(args.module.read_text(), **options)
-    print(f"lowered: dialects {sorted(dialects(stages['lowered']))}; "
-          f"{stages['inserts']} tensor.insert linearised")
+    print(f"lowered: dialects {sorted(dialects(stages['lowered']))}")
     start = time.perf_counter()
-    vmfb = compile_vmfb(stages["iree_input"])
+    vmfb = compile_vmfb(stages["lowered"])
     print(f"iree-compile: {len(vmfb)} bytes in {time.perf_counter() - start:.1f} s")
     if args.save_dir:
         args.save_dir.mkdir(parents=True, exist_ok=True)
-        for name in ("rewritten", "lowered", "iree_input"):
+        for name in ("rewritten", "lowered"):
             (args.save_dir / f"{name}.mlir").write_text(stages[name])
         (args.save_dir / "model.vmfb").write_bytes(vmfb)
         print(f"saved to {args.save_dir}")
-    vocab = runner.signature(stages["iree_input"], "prefill").results[0].shape[-1]
+    vocab = runner.signature(stages["lowered"], "prefill").results[0].shape[-1]
     model = IreeModel(vmfb, vocab_size=vocab)
-    ids = np.random.default_rng(args.seed).integers(0, vocab, args.prompt_len)[None]
+    ids = np.random.default_rng(args.seed).integers(0, vocab, args.prompt_length)[None]
     start = time.perf_counter()
     out = model.generate(ids, args.steps)
     print(f"iree generate: {(time.perf_counter() - start) * 1e3:.1f} ms")

@@ -6,7 +6,6 @@ of mlir-runner is paid once per batch. Each case prints a marker memref [MARKER,
 then the indices, then the gathered keys and values bitcast to integers, so that comparisons
 with the reference are bit-exact."""
 
-import os
 import re
 import subprocess
 import tempfile
@@ -18,16 +17,13 @@ from typing import Optional
 import numpy as np
 
 from . import reference
+from . import tools as _tools
 from .dtypes import element_type
+from .tools import REPO, ToolError  # noqa: F401  (re-exported: raised by the runners)
 
 MARKER = -123456789
-REPO = Path(__file__).resolve().parents[2]
 _BIT_TYPES = {"f32": "i32", "f16": "i16", "bf16": "i16"}
 _PRINTERS = {"i64": "printMemrefI64", "i32": "printMemrefI32", "i16": "printMemrefI16"}
-
-
-class ToolError(RuntimeError):
-    """A tool is missing, or a compile/run step failed."""
 
 
 @dataclass
@@ -46,6 +42,9 @@ class Case:
     scale: Optional[float] = None
     dtype: Optional[str] = None  # "bf16" when q/k/v are uint16 bit patterns
     dynamic: bool = False
+    scoring: Optional[str] = None
+    sinks: Optional[int] = None
+    seed: Optional[int] = None
 
     @property
     def elem(self):
@@ -54,7 +53,8 @@ class Case:
     def options(self):
         """Keyword arguments of `reference.select` (defaults where a clause is omitted)."""
         given = dict(kernel=self.kernel, pooling=self.pooling, gqa=self.gqa,
-                     order=self.order, scale=self.scale)
+                     order=self.order, scale=self.scale, scoring=self.scoring,
+                     sinks=self.sinks, seed=self.seed)
         return {name: value for name, value in given.items() if value is not None}
 
     def reference(self):
@@ -94,6 +94,9 @@ def select_op(case, q_t, k_t, result_shapes):
             clauses += f" {name} {getattr(case, name)}"
     if case.scale is not None:
         clauses += f" scale {float(case.scale):.17e}"
+    for name in ("scoring", "sinks", "seed"):
+        if getattr(case, name) is not None:
+            clauses += f" {name} {getattr(case, name)}"
     kv_shape, idx_shape = result_shapes
     kv_t = tensor_type(kv_shape, case.elem)
     return (f"%ko, %vo, %idx = snapkv.select %q, %k, %v {clauses}\n"
@@ -175,7 +178,7 @@ def case_functions(case, number):
     body += _print_lines("%idx", idx_shape, "i64", "i64", "idx")
     body += _print_lines("%ko", kv_shape, elem, bit_elem, "kb")
     body += _print_lines("%vo", kv_shape, elem, bit_elem, "vb")
-    funcs.append("\n".join([f"func.func @case{number}() {{", *("  " + l for l in body),
+    funcs.append("\n".join([f"func.func @case{number}() {{", *("  " + line for line in body),
                             "  return", "}"]))
     return funcs
 
@@ -194,28 +197,17 @@ def build_module(cases):
 # ---------------------------------------------------------------------------------------------
 # Running
 
-def snapkv_opt_path():
-    """Where snapkv-opt is expected: $SNAPKV_OPT, else <repo>/build/bin/snapkv-opt."""
-    return Path(os.environ.get("SNAPKV_OPT", REPO / "build" / "bin" / "snapkv-opt"))
-
-
 def tools():
     """Paths of (snapkv-opt, mlir-runner, [runner libs]); raises ToolError if one is missing."""
-    opt = snapkv_opt_path()
-    runner = Path(os.environ.get("MLIR_RUNNER", "/usr/lib/llvm-22/bin/mlir-runner"))
-    lib_dir = Path(os.environ.get("MLIR_LIB_DIR", "/usr/lib/llvm-22/lib"))
-    libs = [lib_dir / "libmlir_runner_utils.so", lib_dir / "libmlir_c_runner_utils.so"]
-    for path, hint in [(opt, "build the project or set SNAPKV_OPT"),
-                       (runner, "install mlir-22-tools or set MLIR_RUNNER"),
-                       *[(lib, "set MLIR_LIB_DIR") for lib in libs]]:
-        if not path.is_file():
-            raise ToolError(f"{path} not found ({hint})")
-    return opt, runner, libs
+    return (_tools.require(_tools.snapkv_opt(), "snapkv-opt"),
+            _tools.require(_tools.mlir_runner(), "mlir-runner"),
+            [_tools.require(lib) for lib in _tools.runner_libs()])
 
 
-# Passes that run the GPU kernels' loops on the CPU: convert-snapkv-to-gpu with host
-# buffers, after which --snapkv-cpu-pipeline lowers the (mapped) parallel loops.
-GPU_EMULATION = ("--convert-snapkv-to-gpu=device-buffers=false",)
+# Passes that run the GPU kernels on the CPU: the tensor-level half of the GPU pipeline
+# (the same blocks, the same per-thread tiles), after which --snapkv-cpu-pipeline runs the
+# block and thread loops as loops.
+GPU_EMULATION = ("--snapkv-gpu-emulation",)
 
 
 def run_module(text, timeout=600, pre_passes=()):

@@ -1,4 +1,4 @@
-"""Numpy reference of the SnapKV selection (SPEC section 2).
+"""Numpy reference of the SnapKV selection (docs/semantics.md).
 
 Votes and pooled scores are computed in float64 from the exact input values; the compiled code
 works in f32, so tests compare it with this reference only away from near-ties."""
@@ -15,6 +15,7 @@ from .dtypes import element_type, to_float64
 POOLINGS = ("avg", "max")
 GQA_POLICIES = ("expand", "mean", "max")
 ORDERS = ("position", "score")
+SCORINGS = ("votes", "prefix_votes", "recent", "random")
 
 
 @dataclass
@@ -27,13 +28,26 @@ class Selection:
 
 
 def select(q, k, v, window, capacity, kernel=5, pooling="avg", gqa="expand",
-           order="position", scale=None, dtype=None):
+           order="position", scale=None, dtype=None, scoring="votes", sinks=None, seed=0):
     """SnapKV selection of q [B,Hq,W,D] over k, v [B,Hkv,L,D].
 
     Arrays are float32 or float16; bf16 arrays are uint16 bit patterns with dtype="bf16".
-    Returns a `Selection`; Hc = Hq for gqa="expand", else Hkv."""
+    Returns a `Selection`; Hc = Hq for gqa="expand", else Hkv.
+
+    `scoring` replaces the ranking for comparisons (as `snapkv.select`'s clause does):
+    "prefix_votes" leaves the window columns out of the softmax denominator; "recent"
+    keeps `sinks` leading positions and the most recent ones; "random" ranks by
+    `random_keys(seed, ...)`. For "recent"/"random", votes and pooled hold those keys."""
     q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
     elem = _validate(q, k, v, window, capacity, kernel, pooling, gqa, order, scale, dtype)
+    if scoring not in SCORINGS:
+        raise ValueError(f"scoring must be one of {SCORINGS}, got {scoring!r}")
+    if sinks is None:  # the op's default: 4, or capacity - window if smaller
+        sinks = min(4, capacity - window)
+    if scoring == "recent" and not 0 <= sinks <= capacity - window:
+        raise ValueError(f"sinks must be between 0 and capacity - window, got {sinks}")
+    if scoring == "random" and seed < 0:
+        raise ValueError(f"seed must be non-negative, got {seed}")
     batch, q_heads, _, dim = q.shape
     kv_heads, length = k.shape[1], k.shape[2]
     group = q_heads // kv_heads
@@ -46,11 +60,21 @@ def select(q, k, v, window, capacity, kernel=5, pooling="avg", gqa="expand",
         votes = pooled = np.zeros((batch, heads, 0))
     else:
         s = 1.0 / math.sqrt(dim) if scale is None else float(scale)
-        per_query_head = window_votes(to_float64(q, elem), to_float64(k, elem), s)
-        votes = aggregate(per_query_head, gqa, kv_heads)
-        pooled = pool(votes, kernel, pooling)
-        indices = np.empty((batch, heads, capacity), dtype=np.int64)
         prefix = length - window
+        if scoring in ("votes", "prefix_votes"):
+            per_query_head = window_votes(to_float64(q, elem), to_float64(k, elem), s,
+                                          prefix_only=scoring == "prefix_votes")
+            votes = aggregate(per_query_head, gqa, kv_heads)
+            pooled = pool(votes, kernel, pooling)
+        elif scoring == "recent":
+            position = np.arange(prefix, dtype=np.float64)
+            votes = np.broadcast_to(np.where(position < sinks, np.inf, position),
+                                    (batch, heads, prefix)).copy()
+            pooled = votes
+        else:
+            votes = random_keys(seed, batch, heads, prefix).astype(np.float64)
+            pooled = votes
+        indices = np.empty((batch, heads, capacity), dtype=np.int64)
         for b in range(batch):
             for h in range(heads):
                 chosen = rank(pooled[b, h])[:capacity - window]
@@ -62,14 +86,33 @@ def select(q, k, v, window, capacity, kernel=5, pooling="avg", gqa="expand",
                      values=_gather(v, source, indices), votes=votes, pooled=pooled)
 
 
-def window_votes(q, k, scale):
-    """Votes [B, Hq, P] of the window queries for the prefix columns (float64 inputs)."""
+def random_keys(seed, batch, heads, prefix):
+    """The ranking keys of scoring "random": the splitmix64 step of ((b * Hc + h) << 32 | j)
+    xor seed * 0x9E3779B97F4A7C15, top 31 bits, plus 1 ([B, Hc, P] uint64 in [1, 2^31])."""
+    b = np.arange(batch, dtype=np.uint64)[:, None, None]
+    h = np.arange(heads, dtype=np.uint64)[None, :, None]
+    j = np.arange(prefix, dtype=np.uint64)[None, None, :]
+    with np.errstate(over="ignore"):
+        x = ((b * np.uint64(heads) + h) << np.uint64(32)) | j
+        x ^= np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)
+        x += np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        x ^= x >> np.uint64(31)
+    return (x >> np.uint64(33)) + np.uint64(1)
+
+
+def window_votes(q, k, scale, prefix_only=False):
+    """Votes [B, Hq, P] of the window queries for the prefix columns (float64 inputs).
+    `prefix_only` leaves the window columns out of the softmax denominator."""
     window, length = q.shape[2], k.shape[2]
     prefix = length - window
     k = np.repeat(k, q.shape[1] // k.shape[1], axis=1)
     logits = scale * np.einsum("bhtd,bhjd->bhtj", q, k)
     # Window query t sits at absolute position P + t and sees columns j <= P + t.
     future = np.arange(length)[None, :] > (prefix + np.arange(window))[:, None]
+    if prefix_only:
+        future = future | (np.arange(length)[None, :] >= prefix)
     logits = np.where(future, -np.inf, logits)
     # Softmax over ALL visible columns (prefix and window), with max-subtraction.
     weights = np.exp(logits - logits.max(axis=-1, keepdims=True))

@@ -1,9 +1,9 @@
-"""The `snapkv` command line (python/snapkv/cli.py).
+"""The `snapkv` command line (python/snapkv/cli/, one module per subcommand).
 
 * every command's --help explains every option;
 * bad arguments, missing files, invalid IR, refusals and unrunnable inputs give one clear
   message and a non-zero exit, never a traceback;
-* `snapkv ledger` prints the SPEC section 4 numbers for the bundled model;
+* `snapkv ledger` prints the docs/semantics.md ledger numbers for the bundled model;
 * `snapkv compile` rewrites (and with --lower lowers) the bundled model;
 * `snapkv generate` runs end to end: logical vs physical lengths, exact agreement when
   nothing is dropped, the ledger equal to the bytes the run held;
@@ -15,17 +15,20 @@ window 8 / capacity 16 like test_runner.py, so they share its libraries; the vis
 compiles one instrumented prefill (about 20 s the first time).
 """
 
+import json
 import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from snapkv import cli
+from snapkv.cli import common
 from snapkv.frontend import runner
-from snapkv.mlirgen import snapkv_opt_path
+from snapkv.tools import snapkv_opt
 
 REPO = Path(__file__).resolve().parents[2]
 MODELS = REPO / "test" / "Models"
@@ -49,15 +52,15 @@ def snapkv(*args, env=None, cwd=REPO, timeout=600):
 
 
 def needs_opt():
-    if not snapkv_opt_path().is_file():
+    if not snapkv_opt().is_file():
         pytest.skip("snapkv-opt is not built")
 
 
 def needs_runner():
     needs_opt()
-    for tool in (runner.mlir_translate_path(), runner.clang_path()):
-        if not tool.is_file() and __import__("shutil").which(str(tool)) is None:
-            pytest.skip(f"{tool} not found")
+    from conftest import require_aot_tools
+
+    require_aot_tools()
 
 
 # --- help -----------------------------------------------------------------------------------
@@ -103,9 +106,12 @@ def test_no_command_prints_usage():
     (["ledger", "--prompt-length", "zero"], 2, "the prompt length must be an integer"),
     (["visualize"], 2, "the following arguments are required: --out"),
     (["visualize", "--out", "/tmp/x", "--layers", "a"], 2, "--layers takes layer numbers"),
-    (["compile"], 2, "the following arguments are required: MODEL.mlir"),
+    (["compile"], 2, "the following arguments are required: MODEL"),
     (["compile", "no/such/model.mlir", "-o", "/dev/null"], 1, "no/such/model.mlir: no such file"),
-    (["generate", "test"], 1, "test: not a file"),
+    # A directory is read as a checkpoint (`snapkv generate my-model/`).
+    (["generate", "test"], 1, "test: no config.json (not a HuggingFace checkpoint"),
+    (["visualize", "--out", "/tmp/x", "test"], 1, "test: a directory; this command takes a "
+                                                  "MODEL.mlir file"),
     (["frobnicate"], 2, "invalid choice: 'frobnicate'"),
 ])
 def test_bad_arguments(args, status, message):
@@ -145,7 +151,8 @@ def refused(tmp_path):
     """The first near miss of the refusal tests (attention without a softmax)."""
     first = REFUSALS.read_text().split("// -----")[0]
     path = tmp_path / "refused.mlir"
-    path.write_text("\n".join(l for l in first.splitlines() if "expected-" not in l) + "\n")
+    path.write_text("\n".join(line for line in first.splitlines() if "expected-" not in line)
+                    + "\n")
     return path
 
 
@@ -180,7 +187,7 @@ def test_generate_checks_what_the_compiled_code_would_abort_on():
     done = snapkv("generate", "--prompt", "1 2 3 4 5 6 7 8 256")
     assert done.returncode == 1
     assert "token ids must be in [0, 256) for this model; got [256]" in done.stderr
-    done = snapkv("generate", "--prompt-len", "5")
+    done = snapkv("generate", "--prompt-len", "5", "--window", "8", "--capacity", "24")
     assert done.returncode == 1
     assert "the prompt has 5 tokens, fewer than the window (8)" in done.stderr
     done = snapkv("generate", STATIC)
@@ -191,35 +198,122 @@ def test_generate_checks_what_the_compiled_code_would_abort_on():
     assert "@decode takes a cache of exactly 64 rows (static shapes)" in done.stderr
 
 
+@pytest.mark.parametrize("args, message", [
+    (["generat"], "snapkv: error: argument COMMAND: invalid choice: 'generat'; did you mean "
+                  "'generate'?"),
+    (["generate", "--promt-length", "40"], "snapkv generate: error: unrecognized arguments: "
+                                           "--promt-length (--promt-length: did you mean "
+                                           "--prompt-length?)"),
+    (["ledger", "--windw", "4"], "did you mean --window?"),
+    (["generate", "--gqa", "maen"], "invalid choice: 'maen'; did you mean 'mean'?"),
+    (["generate", "--seed", "-1"], "snapkv generate: error: argument --seed: the seed must be "
+                                   ">= 0, got -1"),
+    (["ledger", "--prompt-length", "9223372036854775808"],
+     "the prompt length must be <= 9223372036854775807, got 9223372036854775808"),
+])
+def test_usage_errors_are_one_line_with_suggestions(args, message):
+    done = snapkv(*args)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert message in done.stderr
+    assert "internal error" not in done.stderr and done.stdout == ""
+
+
+def test_old_option_spellings_still_work():
+    needs_opt()
+    done = snapkv("ledger", "--prompt-len", 48, "--kernel-size", 3, "--window", 8,
+                  "--capacity", 24, "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["prompt_length"] == 48 and out["compaction"]["kernel"] == 3
+
+
+def test_cli_defaults_are_the_pass_defaults():
+    args = cli.build_parser().parse_args(["generate"])
+    assert (args.window, args.capacity, args.kernel) == (32, 1024, 5)
+    help_text = subprocess.run([str(snapkv_opt()), "--help"], capture_output=True,
+                               text=True).stdout if snapkv_opt().is_file() else ""
+    if help_text:
+        section = help_text.split("--snapkv-compress-kv-cache")[1][:2000]
+        assert re.search(r"--window=<long>\s+- Observation window", section)
+
+
+@pytest.mark.parametrize("command, length, extra, message", [
+    ("generate", 100000, [], "the prompt (100,000 tokens) and 16 generated tokens reach "
+                             "position 100,015, past the model's max_position_embeddings "
+                             "(4,096, from "),
+    ("generate", 1000000000, [], "reach position 1,000,000,015, past the model's "
+                                 "max_position_embeddings"),
+    ("visualize", 100000, [], "the prompt (100,000 tokens) reaches position 99,999, past the "
+                              "model's max_position_embeddings (4,096"),
+    ("generate", 1000000, ["--max-positions", "2000000"],
+     "@prefill on a 1,000,000-token prompt needs at least 16,000.0 GB for one "
+     "tensor<4x?x?xf32> alone (each ? is 1,000,000);"),
+])
+def test_long_prompts_are_refused_before_anything_is_allocated(command, length, extra,
+                                                               message, tmp_path):
+    """Once a SIGSEGV (the compiled prefill's malloc of L*L floats returned NULL), or 8 GB of
+    random ids and then the same: now one line, within seconds."""
+    needs_opt()
+    out = ["--out", tmp_path / "plots"] if command == "visualize" else []
+    start = time.perf_counter()
+    done = snapkv(command, "--prompt-length", length, *extra, *out)
+    assert done.returncode == 1, done.stderr
+    assert message in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert time.perf_counter() - start < 60
+    assert not (tmp_path / "plots").exists()
+
+
+def test_a_failed_check_of_the_compiled_model_is_one_line(monkeypatch, capsys):
+    """With the CLI's own pre-check out of the way, the compiled prefill's run-time check
+    (prompt shorter than the window) reaches the CLI as an exception: one line, exit 1."""
+    needs_runner()
+    from snapkv.cli import generate
+
+    monkeypatch.setattr(generate.common, "check_runnable", lambda *a, **k: None)
+    status = cli.main(["generate", "--prompt", "1 2 3 4", "--window", "8", "--capacity", "16",
+                       "--steps", "1", "--quiet"])
+    err = capsys.readouterr().err
+    assert status == 1
+    assert err == ("snapkv generate: error: the compiled model stopped: @prefill stopped on a "
+                   "failed run-time check: snapkv: the prompt is shorter than the observation "
+                   "window\n")
+
+
 # --- ledger ---------------------------------------------------------------------------------
 
-def _row(layer, gqa, hkv, hc, kept, full, compacted):
-    return re.compile(rf"^{layer}\s+{gqa}\s+1\s+{hkv}\s+{hc}\s+16\s+4\s+{kept}\s+"
+def _row(layer, gqa, hkv, hc, kept, full, compacted, dim=16):
+    return re.compile(rf"^{layer}\s+{gqa}\s+1\s+{hkv}\s+{hc}\s+{dim}\s+4\s+{kept}\s+"
                       rf"{full:,}\s+{compacted:,}$", re.M)
 
 
-@pytest.mark.parametrize("gqa, heads", [("expand", 4), ("mean", 2), ("max", 2)])
-def test_ledger_numbers_of_the_bundled_model(gqa, heads):
-    """SPEC section 4: full 2*B*Hkv*(L+g)*D*e per layer, compacted 2*B*Hc*(min(L,C)+g)*D*e."""
+@pytest.mark.parametrize("gqa", ["expand", "mean", "max"])
+def test_ledger_numbers_of_the_bundled_model(gqa):
+    """docs/semantics.md: full 2*B*Hkv*(L+g)*D*e per layer, compacted 2*B*Hc*(min(L,C)+g)*D*e,
+    with the model's dimensions as the exporter recorded them (f32: e = 4)."""
     needs_opt()
+    spec = json.loads((MODELS / "tiny_llama.json").read_text())["spec"]
+    hkv, dim, layers = spec["num_key_value_heads"], spec["head_dim"], spec["num_hidden_layers"]
+    heads = spec["num_attention_heads"] if gqa == "expand" else hkv
     length, generated, capacity = 96, 16, 24
     done = snapkv("ledger", "--prompt-length", length, "--generated", generated,
-                  "--capacity", capacity, "--gqa", gqa)
+                  "--window", 8, "--capacity", capacity, "--gqa", gqa)
     assert done.returncode == 0, done.stderr
-    full = 2 * 1 * 2 * (length + generated) * 16 * 4
-    compacted = 2 * 1 * heads * (min(length, capacity) + generated) * 16 * 4
-    assert (full, compacted) == ((28_672, 20_480) if gqa == "expand" else (28_672, 10_240))
-    for layer in (0, 1):
-        assert _row(layer, gqa, 2, heads, capacity, full, compacted).search(done.stdout), \
+    full = 2 * 1 * hkv * (length + generated) * dim * 4
+    compacted = 2 * 1 * heads * (min(length, capacity) + generated) * dim * 4
+    for layer in range(layers):
+        assert _row(layer, gqa, hkv, heads, capacity, full, compacted, dim).search(done.stdout), \
             done.stdout
-    assert f"total: 2 layers, full {2 * full:,} B, compacted {2 * compacted:,} B " \
-           f"({compacted / full:.4f} of full)" in done.stdout
+    assert f"total: {layers} layers, full {layers * full:,} B, compacted " \
+           f"{layers * compacted:,} B ({compacted / full:.4f} of full)" in done.stdout
     assert "note:" not in done.stdout
 
 
 def test_ledger_explains_when_expand_does_not_save():
     needs_opt()
-    done = snapkv("ledger", "--prompt-length", 48, "--generated", 16)
+    done = snapkv("ledger", "--prompt-length", 48, "--generated", 16, "--window", 8,
+                  "--capacity", 24)
     assert done.returncode == 0, done.stderr
     assert "full 32,768 B, compacted 40,960 B (1.2500 of full)" in done.stdout
     assert "note: the compacted cache is not smaller here. With gqa expand" in done.stdout
@@ -228,7 +322,8 @@ def test_ledger_explains_when_expand_does_not_save():
 def test_ledger_of_an_already_rewritten_module(tmp_path):
     needs_opt()
     out = tmp_path / "compact.mlir"
-    done = snapkv("compile", DYNAMIC, "-o", out, "--capacity", 32, "--gqa", "mean", "--strict")
+    done = snapkv("compile", DYNAMIC, "-o", out, "--window", 8, "--capacity", 32, "--gqa", "mean",
+                  "--strict")
     assert done.returncode == 0, done.stderr
     assert "2 snapkv.select inserted" in done.stderr
     text = out.read_text()
@@ -266,7 +361,8 @@ def _table(stdout):
 def test_generate_end_to_end_with_compaction():
     needs_runner()
     length, capacity, steps = 40, 16, 3
-    done = snapkv("generate", "--prompt-len", length, "--capacity", capacity, "--steps", steps)
+    done = snapkv("generate", "--prompt-length", length, "--window", 8, "--capacity", capacity,
+                  "--steps", steps)
     assert done.returncode == 0, done.stderr
     out = done.stdout
     rows = _table(out)
@@ -295,8 +391,8 @@ def test_generate_end_to_end_with_compaction():
 def test_generate_keeps_everything_when_the_prompt_fits():
     """L < C: the compacted model keeps every position and decodes exactly the same."""
     needs_runner()
-    done = snapkv("generate", "--prompt", "3 1 4 1 5 9 2 6 5 3 5 8", "--capacity", 16,
-                  "--steps", 4, "--quiet")
+    done = snapkv("generate", "--prompt", "3 1 4 1 5 9 2 6 5 3 5 8", "--window", 8,
+                  "--capacity", 16, "--steps", 4, "--quiet")
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     assert "prompt: 12 tokens (given): 3 1 4 1 5 9 2 6 5 3 5 8" in done.stdout
@@ -307,13 +403,38 @@ def test_generate_keeps_everything_when_the_prompt_fits():
     assert "nothing is dropped" in done.stdout
 
 
+def test_generate_json():
+    needs_runner()
+    done = snapkv("generate", "--prompt", "3 1 4 1 5 9 2 6 5 3 5 8 7 9", "--window", 8,
+                  "--capacity", 10, "--steps", 2, "--json", "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    out = json.loads(done.stdout)
+    assert out["prompt"] == dict(length=14, source="given",
+                                 ids=[3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 7, 9])
+    assert out["compaction"] == dict(window=8, capacity=10, kernel=5, pooling="avg",
+                                     gqa="expand", order="position")
+    assert out["kept_per_head"] == 10
+    assert len(out["tokens"]["full"]) == len(out["tokens"]["compacted"]) == 3
+    assert [s["logical_length"] for s in out["steps"]] == [14, 15, 16]
+    assert [s["physical_rows"] for s in out["steps"]] == [
+        dict(full=14 + g, compacted=10 + g) for g in range(3)]
+    assert [s["fed_at"] for s in out["steps"]] == [None, 14, 15]
+    assert out["agreement"]["of"] == 3 and out["teacher_forced"]["of"] == 2
+    # The ledger (snapkv-report-cache) equals the bytes the runs held.
+    assert (out["ledger"]["total"]["full"], out["ledger"]["total"]["compacted"]) == \
+        (out["measured"]["full_bytes"], out["measured"]["compacted_bytes"])
+    assert out["ledger"]["layers"][0]["kept"] == 10
+
+
 # --- visualize ------------------------------------------------------------------------------
 
 def test_visualize_writes_one_png_per_layer(tmp_path):
     needs_runner()
     pytest.importorskip("matplotlib")
     out = tmp_path / "plots"
-    done = snapkv("visualize", "--out", out, "--prompt-len", 40, "--capacity", 16)
+    done = snapkv("visualize", "--out", out, "--prompt-length", 40, "--window", 8,
+                  "--capacity", 16)
     assert done.returncode == 0, done.stderr
     for layer in (0, 1):
         png = out / f"layer{layer}.png"
@@ -330,10 +451,12 @@ def test_visualize_writes_one_png_per_layer(tmp_path):
     assert all(len(kept.split(",")) == 16 - 8 for _, kept in heads)
 
 
-def test_instrumented_prefill_verifies(tmp_path):
-    """The text-level edit `visualize` makes: a snapkv.score beside each snapkv.select and
-    five more results; snapkv-opt must accept it."""
+def test_exposed_scores_of_a_select(tmp_path):
+    """What `visualize` compiles: snapkv-opt --snapkv-expose-scores adds a snapkv.score beside
+    each snapkv.select and five more results; the CLI reads the clauses it records."""
     needs_opt()
+    from snapkv.cli import visualize
+
     source = """
 func.func @prefill(%q: tensor<1x4x2x2xf32>, %k: tensor<1x2x?x2xf32>, %v: tensor<1x2x?x2xf32>)
     -> (tensor<1x2x?x2xf32>, tensor<1x2x?x2xf32>) attributes {foo} {
@@ -344,18 +467,16 @@ func.func @prefill(%q: tensor<1x4x2x2xf32>, %k: tensor<1x2x?x2xf32>, %v: tensor<
   return %ko, %vo : tensor<1x2x?x2xf32>, tensor<1x2x?x2xf32>
 }
 """
-    printed = cli.run_opt([], text=source)
-    assert printed.returncode == 0, printed.stderr
-    text, layers, base = cli.instrument_scores(printed.stdout)
-    assert base == 2
-    assert layers == [dict(window="2", capacity="4", kernel="3", pooling="max", gqa="mean",
-                           order="score", scale="5.000000e-01")]
+    done = common.run_opt(["--snapkv-expose-scores=functions=prefill"], text=source)
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    assert visualize.exposed_layers(text) == [dict(
+        window="2", capacity="4", kernel="3", pooling="max", gqa="mean", order="score",
+        scale="5.000000e-01")]
     assert "snapkv.score %arg0, %arg1 window 2 kernel 3 pooling max gqa mean scale " \
            "5.000000e-01 : (tensor<1x4x2x2xf32>, tensor<1x2x?x2xf32>) -> " \
            "(tensor<1x2x?xf32>, tensor<1x2x?xf32>)" in text
-    checked = cli.run_opt([], text=text)
-    assert checked.returncode == 0, checked.stderr
-    sig = runner.signature(checked.stdout, "prefill")
+    sig = runner.signature(text, "prefill")
     assert [str(t) for t in sig.results[2:]] == [
         "tensor<1x4x2x2xf32>", "tensor<1x2x?x2xf32>", "tensor<1x2x?xi64>",
         "tensor<1x2x?xf32>", "tensor<1x2x?xf32>"]
@@ -364,7 +485,7 @@ func.func @prefill(%q: tensor<1x4x2x2xf32>, %k: tensor<1x2x?x2xf32>, %v: tensor<
 # --- export without torch, examples -----------------------------------------------------------
 
 def test_export_without_torch_says_what_to_install(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(cli, "_missing_frontend_packages", lambda: ["torch", "torch-mlir"])
+    monkeypatch.setattr(common, "missing_frontend_packages", lambda: ["torch", "torch-mlir"])
     assert cli.main(["export", "--out", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert "snapkv export: error: `snapkv export` cannot run here: it needs torch, " \
@@ -373,11 +494,11 @@ def test_export_without_torch_says_what_to_install(monkeypatch, tmp_path, capsys
 
 
 def test_missing_bundled_model_without_torch_is_explained(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(cli, "_missing_frontend_packages", lambda: ["torch"])
-    monkeypatch.setattr(cli, "models_dir", lambda: tmp_path)
+    monkeypatch.setattr(common, "missing_frontend_packages", lambda: ["torch"])
+    monkeypatch.setattr(common, "models_dir", lambda: tmp_path)
     assert cli.main(["ledger"]) == 1
     err = capsys.readouterr().err
-    assert f"the bundled model {tmp_path / cli.FIXTURE} is missing" in err
+    assert f"the bundled model {tmp_path / common.FIXTURE} is missing" in err
     assert "exported from PyTorch by `snapkv export`" in err and "pip install torch" in err
 
 

@@ -2,11 +2,11 @@
 import pytest
 
 from snapkv import demo
-from snapkv.mlirgen import snapkv_opt_path
+from snapkv.tools import snapkv_opt
 
 
 def test_demo_prints_compiled_table(capsys):
-    if not snapkv_opt_path().exists():
+    if not snapkv_opt().exists():
         pytest.skip("snapkv-opt is not built")
     assert demo.main() == 0
     out = capsys.readouterr().out

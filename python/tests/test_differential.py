@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from snapkv.dtypes import bits, from_float32
-from snapkv.mlirgen import (GPU_EMULATION, Case, ToolError, run_batches, run_cases,
-                            snapkv_opt_path)
+from snapkv.mlirgen import GPU_EMULATION, Case, ToolError, run_batches, run_cases
+from snapkv.tools import snapkv_opt
 
 RANDOM_CASES = 300
 TIE_CASES = 40
@@ -37,7 +37,8 @@ def decisive_scores_separated(ref, case):
         # Position order depends on the kept/dropped boundary, score order on every kept rank.
         critical = ranked[keep - 1:keep + 1] if case.order != "score" else ranked[:keep + 1]
         for x in critical:
-            gap = np.abs(scores - x)
+            with np.errstate(invalid="ignore"):  # inf - inf: the sinks of scoring recent
+                gap = np.abs(scores - x)
             near = (gap > 0) & (gap < TOLERANCE * np.maximum(np.abs(scores), abs(x)) + 1e-30)
             if near.any():
                 return False
@@ -50,16 +51,24 @@ def draw_config(rng):
     kind = rng.choice(["long", "long", "long", "equal", "short", "window"])
     length = {"long": capacity + int(rng.integers(1, 25)), "equal": capacity,
               "short": int(rng.integers(window, capacity)), "window": window}[kind]
-    pick = lambda options: options[int(rng.integers(len(options)))]
+
+    def pick(options):
+        return options[int(rng.integers(len(options)))]
+
     scale = float(np.float32(rng.uniform(0.05, 1.5))) if rng.random() < 0.4 else None
     dynamic = bool(rng.random() < DYNAMIC_SHARE)
     batch, kv_heads, group = (int(x) for x in rng.integers(1, [3, 4, 4]))
+    # The comparison scorings (one case in four): their own sinks and seeds.
+    scoring = pick([None, None, None, None, None, "prefix_votes", "recent", "random"])
+    sinks = pick([None, 0, 1, capacity - window]) if scoring == "recent" else None
+    seed = pick([None, 0, 1, 12345]) if scoring == "random" else None
     return dict(batch=batch, kv_heads=kv_heads, group=group, dim=pick([2, 4, 8, 16]),
                 window=window, capacity=capacity, length=length,
                 kernel=pick([None, 1, 3, 5, 7]), pooling=pick([None, "avg", "max"]),
                 gqa=pick([None, "expand", "mean", "max"]),
                 order=pick([None, "position", "score"]), scale=scale,
-                elem=pick(["f32", "f16", "bf16"]), dynamic=dynamic)
+                elem=pick(["f32", "f16", "bf16"]), dynamic=dynamic, scoring=scoring,
+                sinks=sinks, seed=seed)
 
 
 def draw_case(rng, config, zero_queries=False, duplicates=0):
@@ -75,7 +84,8 @@ def draw_case(rng, config, zero_queries=False, duplicates=0):
     return Case(from_float32(q, elem), from_float32(k, elem), from_float32(v, elem),
                 c["window"], c["capacity"], kernel=c["kernel"], pooling=c["pooling"],
                 gqa=c["gqa"], order=c["order"], scale=c["scale"],
-                dtype="bf16" if elem == "bf16" else None, dynamic=c["dynamic"])
+                dtype="bf16" if elem == "bf16" else None, dynamic=c["dynamic"],
+                scoring=c.get("scoring"), sinks=c.get("sinks"), seed=c.get("seed"))
 
 
 def separated_case(rng, make_config, **draw):
@@ -96,6 +106,8 @@ def tie_config(rng):
     # Selection always happens here (L > C), so there is a boundary for the ties to decide.
     config = draw_config(rng)
     config["length"] = config["capacity"] + int(rng.integers(1, 12))
+    # Ties of the votes: the comparison scorings have their own (tested above).
+    config.update(scoring=None, sinks=None, seed=None)
     return config
 
 
@@ -147,8 +159,8 @@ def isolate_errors(cases, outputs, pre_passes=()):
 
 
 def check(cases, pre_passes=()):
-    if not snapkv_opt_path().is_file():
-        pytest.skip(f"snapkv-opt not built ({snapkv_opt_path()}); set SNAPKV_OPT to use another")
+    if not snapkv_opt().is_file():
+        pytest.skip(f"snapkv-opt not built ({snapkv_opt()}); set SNAPKV_OPT to use another")
     outputs = isolate_errors(
         cases, run_batches(cases, batch_size=BATCH, pre_passes=pre_passes), pre_passes)
     failures = compare(cases, outputs)
@@ -169,6 +181,7 @@ def test_random_cases_cover_every_option(random_cases):
         seen.update([("elem", case.elem), ("dynamic", case.dynamic),
                      ("kernel", case.kernel), ("pooling", case.pooling), ("gqa", case.gqa),
                      ("order", case.order), ("scale", case.scale is None),
+                     ("scoring", case.scoring),
                      ("dim", case.q.shape[3]), ("batch", case.q.shape[0]),
                      ("kv_heads", case.k.shape[1]),
                      ("group", case.q.shape[1] // case.k.shape[1]),
@@ -181,6 +194,7 @@ def test_random_cases_cover_every_option(random_cases):
         {("pooling", p) for p in (None, "avg", "max")} | \
         {("gqa", g) for g in (None, "expand", "mean", "max")} | \
         {("order", o) for o in (None, "position", "score")} | \
+        {("scoring", s) for s in (None, "prefix_votes", "recent", "random")} | \
         {("scale", s) for s in (True, False)} | {("dim", d) for d in (2, 4, 8, 16)} | \
         {("batch", b) for b in (1, 2)} | {("kv_heads", h) for h in (1, 2, 3)} | \
         {("group", g) for g in (1, 2, 3)} | \
@@ -205,16 +219,78 @@ def test_exact_ties_go_to_lower_position():
     check(cases)
 
 
-# The GPU kernels of convert-snapkv-to-gpu, run on the CPU with host buffers: the same
-# loops the GPU executes (one thread per output, fixed reduction order), so wrong
-# indexing, masks, statistics, pooling borders, tie handling or gathers in the kernels
-# show up here without a GPU.
+# Long prompts: every block and every thread of the GPU layout handles several positions
+# (128 threads per block, key tiles of 64) and the last key tile is partial, for every
+# element type and GQA policy; a few at L = 4096.
+LONG_LENGTHS = (130, 401)
+LONG_PER_COMBINATION = 2
+VERY_LONG = 4096
+ELEMS = ("f32", "f16", "bf16")
+POLICIES = ("expand", "mean", "max")
+
+
+def long_config(rng, elem, gqa, length):
+    config = draw_config(rng)
+    window = int(rng.integers(1, 9))
+    config.update(elem=elem, gqa=gqa, window=window, length=length,
+                  capacity=window + int(rng.integers(4, 40)))
+    return config
+
+
+def long_case(n):
+    """Case n of the long prompts: (elem, gqa) cycle, L in [130, 400] except the last three
+    (L = 4096, one per element type)."""
+    combinations = [(e, g) for e in ELEMS for g in POLICIES]
+    rng = np.random.default_rng([SEED, 2, n])
+    regular = len(combinations) * LONG_PER_COMBINATION
+    if n < regular:
+        elem, gqa = combinations[n % len(combinations)]
+        length = int(rng.integers(*LONG_LENGTHS))
+    else:
+        elem, gqa = ELEMS[n - regular], POLICIES[n - regular]
+        length = VERY_LONG
+    return separated_case(rng, lambda r: long_config(r, elem, gqa, length))
+
+
+LONG_CASES = len(ELEMS) * len(POLICIES) * LONG_PER_COMBINATION + len(ELEMS)
+
+
+@pytest.fixture(scope="module")
+def long_cases():
+    return [long_case(n) for n in range(LONG_CASES)]
+
+
+def test_long_cases_cover_every_type_and_policy(long_cases):
+    seen = Counter((case.elem, case.gqa) for case in long_cases)
+    assert all(seen[(e, g)] >= LONG_PER_COMBINATION for e in ELEMS for g in POLICIES), seen
+    lengths = [case.k.shape[2] for case in long_cases]
+    assert sum(LONG_LENGTHS[0] <= n < LONG_LENGTHS[1] for n in lengths) >= 9 * 2
+    assert sum(n == VERY_LONG for n in lengths) == len(ELEMS)
+    # The last key tile of 64 is partial for nearly all the shorter ones.
+    assert sum(n % 64 != 0 for n in lengths if n != VERY_LONG) >= 9 * 2 - 2
+    assert any(case.dynamic for case in long_cases)
+
+
+def test_long_prompts_match_reference(long_cases):
+    check(long_cases)
+
+
+# The GPU kernels, run on the CPU: --snapkv-gpu-emulation is the tensor-level half of the
+# GPU pipeline (the same blocks and the same per-thread tiles; the thread loops run one
+# after the other, as the barriers order them), so wrong tiling, indexing, masks,
+# statistics, pooling borders, tie handling or gathers in the kernels show up here
+# without a GPU.
 GPU_CASES = 100
 
 
 def test_gpu_kernels_match_reference(random_cases):
+    # Every scoring: the GPU kernels are the same formulation, laid out as blocks.
     check(random_cases[:GPU_CASES], GPU_EMULATION)
 
 
 def test_gpu_kernels_break_ties_to_lower_position():
     check([tie_case(n) for n in range(TIE_CASES)], GPU_EMULATION)
+
+
+def test_gpu_kernels_long_prompts(long_cases):
+    check(long_cases, GPU_EMULATION)

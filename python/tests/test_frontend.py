@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from snapkv import tools as snapkv_tools
 from snapkv.frontend import harness
 from snapkv.mlirgen import ToolError, tools
 
@@ -22,10 +23,11 @@ REPO = Path(__file__).resolve().parents[2]
 MODELS = REPO / "test" / "Models"
 META = json.loads((MODELS / "tiny_llama.json").read_text())
 FIXTURES = sorted(META["files"])
-MLIR_OPT = harness.mlir_opt_path()
+MLIR_OPT = snapkv_tools.mlir_opt()
 UPSTREAM_DIALECTS = {"arith", "affine", "cf", "func", "linalg", "math", "tensor"}
 
-_missing = [m for m in ("torch", "transformers", "torch_mlir") if importlib.util.find_spec(m) is None]
+_missing = [m for m in ("torch", "transformers", "torch_mlir")
+            if importlib.util.find_spec(m) is None]
 needs_frontend = pytest.mark.skipif(
     bool(_missing), reason=f"frontend packages not installed: {', '.join(_missing)} "
                            "(pip install torch transformers torch-mlir)")

@@ -3,21 +3,18 @@ checked with upstream mlir-opt, and the print/parse chain is run end to end with
 by an upstream stand-in."""
 
 import re
-import shutil
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from snapkv import f32_to_bf16
+from snapkv import f32_to_bf16, tools
 from snapkv.dtypes import bits
 from snapkv.mlirgen import Case, build_module, parse_memrefs, select_op, split_outputs
 
-LLVM_BIN = Path("/usr/lib/llvm-22/bin")
-MLIR_OPT = shutil.which("mlir-opt", path=str(LLVM_BIN)) or shutil.which("mlir-opt")
-MLIR_RUNNER = shutil.which("mlir-runner", path=str(LLVM_BIN)) or shutil.which("mlir-runner")
-needs_mlir = pytest.mark.skipif(not (MLIR_OPT and MLIR_RUNNER), reason="mlir-opt not installed")
+MLIR_OPT, MLIR_RUNNER = str(tools.mlir_opt()), str(tools.mlir_runner())
+needs_mlir = pytest.mark.skipif(not (tools.mlir_opt().is_file() and tools.mlir_runner().is_file()),
+                                reason="mlir-opt or mlir-runner not installed")
 OP = re.compile(r"%ko, %vo, %idx = snapkv\.select %q, %k, %v [^\n]*\n\s*: "
                 r"\((\S+), (\S+), \S+\) -> \((\S+), \S+, (\S+)\)")
 
@@ -111,10 +108,9 @@ def test_print_chain_is_bit_exact():
          "-finalize-memref-to-llvm", "-convert-scf-to-cf", "-convert-to-llvm",
          "-reconcile-unrealized-casts"],
         input=stand_in(build_module(cases)), text=True, check=True, capture_output=True).stdout
-    lib = Path(MLIR_RUNNER).resolve().parents[1] / "lib"
     run = subprocess.run(
         [MLIR_RUNNER, "-e", "main", "-entry-point-result=void",
-         f"-shared-libs={lib}/libmlir_runner_utils.so,{lib}/libmlir_c_runner_utils.so"],
+         "-shared-libs=" + ",".join(map(str, tools.runner_libs()))],
         input=lowered, text=True, check=True, capture_output=True)
     for case, out in zip(cases, split_outputs(run.stdout, len(cases))):
         ref = case.reference()

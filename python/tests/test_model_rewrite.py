@@ -1,5 +1,6 @@
 """End to end: `snapkv-compress-kv-cache` on the tiny Llama (test/Models/tiny_llama_dynamic.mlir),
-compiled with the ahead-of-time runner and decoded greedily (SPEC sections 4 and 6).
+compiled with the ahead-of-time runner and decoded greedily (docs/semantics.md,
+docs/model-rewrite.md).
 
 * capacity >= L: the rewritten model's logits are bit for bit the original model's (prefill and
   every decode step), the physical cache length equals the logical one, and the cache holds Hq
@@ -28,7 +29,7 @@ import pytest
 from conftest import require_aot_tools
 
 from snapkv.frontend import runner
-from snapkv.mlirgen import snapkv_opt_path
+from snapkv.tools import snapkv_opt
 
 REPO = Path(__file__).resolve().parents[2]
 MODELS = REPO / "test" / "Models"
@@ -47,22 +48,14 @@ CACHE_ATOL = 1e-5   # compiled K/V vs PyTorch K/V (observed ~2e-6)
 COMPACT_CASES = ["compact_expand", "compact_mean", "compact_max"]
 
 
-def _tools_or_skip():
-    require_aot_tools()
-    help_text = subprocess.run([str(snapkv_opt_path()), "--help"], capture_output=True,
-                               text=True).stdout
-    if "snapkv-compress-kv-cache" not in help_text:
-        pytest.skip("snapkv-opt has no --snapkv-compress-kv-cache")
-
-
 def _opt(args, text=None, path=DYNAMIC):
     """Run snapkv-opt on `path` (or on `text` via stdin); return the CompletedProcess."""
-    command = [str(snapkv_opt_path()), *args, "-" if text is not None else str(path)]
+    command = [str(snapkv_opt()), *args, "-" if text is not None else str(path)]
     return subprocess.run(command, input=text, capture_output=True, text=True, timeout=300)
 
 
 def _rewrite(capacity, gqa, order=ORDER):
-    options = (f"window={WINDOW} capacity={capacity} kernel-size={KERNEL} pooling={POOLING} "
+    options = (f"window={WINDOW} capacity={capacity} kernel={KERNEL} pooling={POOLING} "
                f"gqa={gqa} order={order}")
     done = _opt([f"--snapkv-compress-kv-cache={options}"])
     assert done.returncode == 0, done.stderr[-3000:]
@@ -89,7 +82,7 @@ def ids():
 
 @pytest.fixture(scope="module")
 def original():
-    _tools_or_skip()
+    require_aot_tools()
     return runner.CompiledModel(DYNAMIC.read_text())
 
 
@@ -105,7 +98,7 @@ def original_run(original, ids):
 @pytest.fixture(scope="module")
 def rewritten():
     """`rewritten(capacity, gqa)` -> CompiledModel of the rewritten fixture, built once."""
-    _tools_or_skip()
+    require_aot_tools()
     built = {}
 
     def get(capacity, gqa, order=ORDER):
@@ -140,8 +133,8 @@ def _decode_with_positions(model, ids, position_of):
                          ids=["C64-expand", "C64-mean", "C48-expand"])
 def test_capacity_at_least_prompt_is_bit_exact(rewritten, original_run, ids, capacity, gqa):
     """capacity >= L keeps every prompt position in order, so the rewritten model must compute
-    exactly what the original computes (SPEC 6), bit for bit, for prefill and all STEPS decode
-    steps. C = 64 > L bypasses selection; C = 48 == L runs it and keeps everything.
+    exactly what the original computes (docs/semantics.md), bit for bit, for prefill and all
+    STEPS decode steps. C = 64 > L bypasses selection; C = 48 == L runs it and keeps everything.
 
     Catches: any change to prefill's attention (the rewrite must only change what is cached);
     a decode mask or RoPE that no longer matches the original when physical == logical; wrong
@@ -341,11 +334,11 @@ def test_physical_length_rope_is_refused_unchanged():
     Catches: silently rewriting such a module (its compacted decode would rotate at min(L, C)
     + g; see test_decoding_at_the_physical_length_diverges for how much that changes), or a
     partial rewrite left behind after the refusal."""
-    _tools_or_skip()
+    require_aot_tools()
     bad = _rope_from_physical_length(DYNAMIC.read_text())
     plain = _opt([], text=bad)
     assert plain.returncode == 0, plain.stderr[-2000:]
-    options = f"window={WINDOW} capacity=24 kernel-size={KERNEL} gqa=expand"
+    options = f"window={WINDOW} capacity=24 kernel={KERNEL} gqa=expand"
     refused = _opt([f"--snapkv-compress-kv-cache={options}"], text=bad)
     assert refused.returncode == 0, refused.stderr[-2000:]
     assert refused.stdout == plain.stdout

@@ -1,4 +1,4 @@
-"""Unit tests of the numpy reference (SPEC section 2) on hand-checkable cases."""
+"""Unit tests of the numpy reference (docs/semantics.md) on hand-checkable cases."""
 
 import math
 
@@ -58,9 +58,13 @@ def test_counter_example_full_softmax_denominator():
     result = select(q, k, v, window=2, capacity=3, kernel=1, scale=1.0)
     np.testing.assert_allclose(result.votes[0, 0], [0.315, 0.685], rtol=1e-6)
     assert result.indices.tolist() == [[[1, 2, 3]]]  # B
-    # Normalising over the prefix columns only would give A 1.15, B 0.85 and keep A.
-    prefix_only = np.array([9, 1]) / 10 + np.array([9, 27]) / 36
-    assert prefix_only[0] > prefix_only[1]
+    # The case discriminates: with the window columns' weight (nearly) removed, the full
+    # softmax IS the prefix-only normalisation, which gives A 1.15, B 0.85 and keeps A.
+    tiny = 1e-30
+    q, k, v = from_weights([[9, 1, tiny, 1], [9, 27, tiny, tiny]])
+    prefix_only = select(q, k, v, window=2, capacity=3, kernel=1, scale=1.0)
+    np.testing.assert_allclose(prefix_only.votes[0, 0], [1.15, 0.85], rtol=1e-6)
+    assert prefix_only.indices.tolist() == [[[0, 2, 3]]]  # A
 
 
 def test_masked_future_columns_are_ignored():

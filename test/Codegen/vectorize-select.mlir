@@ -1,22 +1,24 @@
-// RUN: snapkv-opt %s --pass-pipeline="builtin.module(convert-snapkv-to-linalg,canonicalize,cse,one-shot-bufferize{bufferize-function-boundaries},func.func(snapkv-vectorize-linalg,canonicalize,snapkv-optimize-math))" | FileCheck %s
+// RUN: snapkv-opt %s --pass-pipeline="builtin.module(convert-snapkv-to-linalg{tiling=cpu},canonicalize,cse,func.func(snapkv-vectorize{vector-bits=256},canonicalize,cse,loop-invariant-subset-hoisting,canonicalize))" | FileCheck %s --implicit-check-not=x64x4x32xf32
 
-// The hot loops of the lowered select are vector code: logits as broadcast
-// FMAs into a [4 x 16] register tile, the causal row max and row sum and the
-// votes as 16-lane vectors (exp by polynomial, no libm call), the top-k
-// threshold counts as i32 vectors. The logits accumulator stays in
-// registers across the D loop. The dynamic prompt length is handled by
-// peeling: the scalar remainder (a linalg.generic on dynamic slices) is what
-// is left in linalg.
+// The select as --snapkv-cpu-pipeline compiles it, before bufferisation.
+// Each key tile (kv head, tile, query head of the group) is one iteration of
+// an scf.forall; inside it the tile's logits ([64 keys x 32 window rows])
+// are computed with a [2 x 32] FMA accumulator kept in registers across the
+// D loop, then reduced to the tile's maximum and exp-sum eight keys at a
+// time (exp on vectors). The full [.., 64, 4, 32] logits tensor of all tiles
+// and query heads never exists (implicit-check-not above).
 // CHECK-LABEL: func.func @select
-// CHECK: scf.for {{.*}} iter_args(%[[ACC:.*]] = %{{.*}}) -> (vector<1x1x1x4x1x16xf32>)
-// CHECK: math.fma %{{.*}}, %{{.*}}, %[[ACC]] : vector<1x1x1x4x1x16xf32>
-// CHECK: vector.multi_reduction <maximumf>, %{{.*}}, %{{.*}} [4] : vector<1x1x1x8x16xf32> to vector<1x1x1x8xf32>
-// CHECK: math.fma {{.*}} : vector<1x1x1x8x16xf32>
-// CHECK: vector.multi_reduction <add>, %{{.*}}, %{{.*}} [4] : vector<1x1x1x8x16xf32> to vector<1x1x1x8xf32>
-// CHECK: arith.divf %{{.*}}, %{{.*}} : vector<1x1x1x1x16xf32>
-// CHECK: arith.cmpi uge, %{{.*}}, %{{.*}} : vector<1x8x16xi32>
-// CHECK: vector.multi_reduction <add>, %{{.*}}, %{{.*}} [2] : vector<1x8x16xi32> to vector<1x8xi32>
-// CHECK-NOT: math.exp
+// CHECK: scf.forall (%{{.*}}, %{{.*}}, %{{.*}}) in (2, %{{.*}}, 4) shared_outs
+// CHECK: scf.for %{{.*}} = %c0 to %c128 step %c1 iter_args(%[[ACC:.*]] = %{{.*}}) -> (vector<2x1x32xf32>)
+// CHECK: vector.fma %{{.*}}, %{{.*}}, %[[ACC]] : vector<2x1x32xf32>
+// CHECK: vector.multi_reduction <maximumf>, {{.*}} : vector<1x1x1x1x8x32xf32> to vector<1x1x1x1x32xf32>
+// CHECK: math.exp %{{.*}} : vector<8x32xf32>
+// CHECK: vector.multi_reduction <add>
+// CHECK: scf.forall.in_parallel
+// The votes pass recomputes each tile's logits the same way.
+// CHECK: scf.forall
+// CHECK: vector.fma %{{.*}}, %{{.*}}, %{{.*}} : vector<2x1x32xf32>
+// CHECK: math.exp %{{.*}} : vector<32xf32>
 func.func @select(%q: tensor<1x8x32x128xf32>, %k: tensor<1x2x?x128xf32>, %v: tensor<1x2x?x128xf32>)
     -> (tensor<1x8x?x128xf32>, tensor<1x8x?x128xf32>, tensor<1x8x?xi64>) {
   %a, %b, %c = snapkv.select %q, %k, %v window 32 capacity 64

@@ -1,16 +1,14 @@
-// RUN: snapkv-opt %s --snapkv-cpu-pipeline | FileCheck %s
+// RUN: snapkv-opt %s --snapkv-cpu-pipeline="vector-bits=256" | FileCheck %s --implicit-check-not=snapkv. --implicit-check-not=linalg. --implicit-check-not=scf. --implicit-check-not=expf --implicit-check-not=llvm.intr.exp
 
-// The whole module reaches the LLVM dialect, and the hot loops are 16-lane
-// vector code: FMAs for the logits and the exp polynomial, 8 rows at a time
-// of vector max / add for the softmax statistics, no per-lane expf calls.
+// The whole module reaches the LLVM dialect (nothing of snapkv, linalg or
+// scf is left, and exp never becomes a libm call or llvm.intr.exp, which
+// LLVM would scalarise): the tiles run as OpenMP parallel loops, the logits
+// as FMAs on 32-lane rows, the tile maxima as vector maxima.
 // CHECK-LABEL: llvm.func @select
-// CHECK-NOT: snapkv.
-// CHECK-NOT: linalg.
-// CHECK-NOT: llvm.call @expf
-// CHECK-NOT: llvm.intr.exp
-// CHECK-DAG: llvm.intr.fma(%{{.*}}, %{{.*}}, %{{.*}}) : (vector<16xf32>, vector<16xf32>, vector<16xf32>) -> vector<16xf32>
-// CHECK-DAG: llvm.intr.maximum(%{{.*}}, %{{.*}}) : (vector<8xf32>, vector<8xf32>) -> vector<8xf32>
-// CHECK-DAG: llvm.fadd %{{.*}}, %{{.*}} : vector<8xf32>
+// CHECK: omp.parallel
+// CHECK: omp.wsloop
+// CHECK: llvm.intr.fma(%{{.*}}, %{{.*}}, %{{.*}}) : (vector<32xf32>, vector<32xf32>, vector<32xf32>) -> vector<32xf32>
+// CHECK: llvm.intr.maximum(%{{.*}}, %{{.*}}) : (vector<32xf32>, vector<32xf32>) -> vector<32xf32>
 func.func @select(%q: tensor<1x8x32x128xf32>, %k: tensor<1x2x256x128xf32>, %v: tensor<1x2x256x128xf32>)
     -> (tensor<1x8x64x128xf32>, tensor<1x8x64x128xf32>, tensor<1x8x64xi64>) {
   %a, %b, %c = snapkv.select %q, %k, %v window 32 capacity 64

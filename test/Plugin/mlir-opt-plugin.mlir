@@ -7,7 +7,7 @@
 // RUN: mlir-opt %s --load-dialect-plugin=%snapkv_plugin --load-pass-plugin=%snapkv_plugin | FileCheck %s --check-prefix=PARSE
 // RUN: mlir-opt %s --load-dialect-plugin=%snapkv_plugin --load-pass-plugin=%snapkv_plugin --pass-pipeline="builtin.module(convert-snapkv-to-linalg)" | FileCheck %s --check-prefix=LOWER
 // RUN: mlir-opt %s --load-dialect-plugin=%snapkv_plugin --load-pass-plugin=%snapkv_plugin --pass-pipeline="builtin.module(snapkv-report-cache{prompt-length=8})" -o /dev/null | FileCheck %s --check-prefix=LEDGER
-// RUN: mlir-opt %s --load-dialect-plugin=%snapkv_plugin --load-pass-plugin=%snapkv_plugin --pass-pipeline="builtin.module(snapkv-cpu-pipeline)" | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils | FileCheck %s --check-prefix=EXEC
+// RUN: mlir-opt %s --load-dialect-plugin=%snapkv_plugin --load-pass-plugin=%snapkv_plugin --pass-pipeline="builtin.module(snapkv-cpu-pipeline)" | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime | FileCheck %s --check-prefix=EXEC
 // Without the plugin the dialect is unknown.
 // RUN: not mlir-opt %s 2>&1 | FileCheck %s --check-prefix=NOPLUGIN
 

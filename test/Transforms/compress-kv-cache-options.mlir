@@ -15,8 +15,32 @@
 // RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 pooling=median" 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=POOLING
 // RUN: not snapkv-opt %S/Inputs/compress-kv-cache-mini.mlir \
-// RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 kernel-size=4" 2>&1 \
+// RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 kernel=4" 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=KERNEL
+// RUN: not snapkv-opt %S/../Models/tiny_llama.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=30 capacity=24" 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=NODUMP
+// RUN: not snapkv-opt %S/Inputs/compress-kv-cache-mini.mlir \
+// RUN:   --snapkv-compress-kv-cache="kernel-size=3" 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=OLDNAME
+// RUN: not snapkv-opt %S/Inputs/compress-kv-cache-mini.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 scoring=best" 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=SCORING
+// RUN: not snapkv-opt %S/Inputs/compress-kv-cache-mini.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 scoring=recent sinks=5" 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=SINKS
+// RUN: snapkv-opt %S/Inputs/compress-kv-cache-mini.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 scoring=recent sinks=1" \
+// RUN:   | FileCheck %s --check-prefix=RECENT
+// RUN: snapkv-opt %S/Inputs/compress-kv-cache-mini.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 scoring=random seed=9" \
+// RUN:   | FileCheck %s --check-prefix=RANDOM
+// RUN: snapkv-opt %S/../Models/tiny_llama.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=8 capacity=24 scoring=random seed=9" \
+// RUN:   | FileCheck %s --check-prefix=LAYERSEEDS
+// RUN: snapkv-opt %S/Inputs/compress-kv-cache-mini.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 scoring=prefix_votes" \
+// RUN:   | FileCheck %s --check-prefix=PREFIX
 
 // LONGWINDOW: warning: snapkv-compress-kv-cache left the module unchanged: @prefill: layer 0: the prompt has 8 positions, fewer than window=16
 // LONGWINDOW-NOT: snapkv.select
@@ -30,4 +54,24 @@
 
 // CAPACITY: error: snapkv-compress-kv-cache: capacity must be greater than window (got capacity=4, window=4)
 // POOLING: error: snapkv-compress-kv-cache: pooling must be avg or max (got 'median')
-// KERNEL: error: snapkv-compress-kv-cache: kernel-size must be odd and >= 1 (got 4)
+// KERNEL: error: snapkv-compress-kv-cache: kernel must be odd and >= 1 (got 4)
+
+// Option errors come before any work and are reported at the module's
+// location, so mlir-opt does not print the (here 200 KB) module with them.
+// NODUMP: tiny_llama.mlir:{{.*}} error: snapkv-compress-kv-cache: capacity must be greater than window (got capacity=24, window=30)
+// NODUMP-NOT: func.func
+// NODUMP-NOT: linalg
+
+// The pooling kernel option is `kernel`, like the op's clause.
+// OLDNAME: no such option kernel-size
+
+// The comparison scorings: the select carries the clause (and sinks / a
+// per-layer seed); a bad scoring or sink count is an option error.
+// SCORING: error: snapkv-compress-kv-cache: scoring must be votes, prefix_votes, recent or random (got 'best')
+// SINKS: error: snapkv-compress-kv-cache: sinks must be between 0 and capacity - window (got 5)
+// RECENT: snapkv.select {{.*}} scoring recent sinks 1 :
+// RANDOM: snapkv.select {{.*}} scoring random seed 9 :
+// PREFIX: snapkv.select {{.*}} scoring prefix_votes :
+// Each layer draws with its own seed: seed + layer.
+// LAYERSEEDS: snapkv.select {{.*}} scoring random seed 9 :
+// LAYERSEEDS: snapkv.select {{.*}} scoring random seed 10 :

@@ -2,7 +2,7 @@
 // warning naming the function and the reason. FileCheck confirms that no
 // split was rewritten.
 // RUN: snapkv-opt %s -split-input-file -verify-diagnostics \
-// RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 kernel-size=3" | FileCheck %s
+// RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 kernel=3" | FileCheck %s
 
 // CHECK-NOT: snapkv.select
 // CHECK-NOT: tensor<1x4x6x4xf32>
@@ -1374,6 +1374,362 @@ func.func @prefill(%q: tensor<1x4x8x4xf32>, %k: tensor<1x2x8x4xf32>, %v: tensor<
     linalg.yield %r : f32
   } -> tensor<1x4x8x8xf32>
   %masked = linalg.generic {indexing_maps = [#id4, #heads, #id4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%scaled, %mask : tensor<1x4x8x8xf32>, tensor<1x1x8x8xf32>) outs(%ae : tensor<1x4x8x8xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %r = arith.addf %a, %b : f32
+    linalg.yield %r : f32
+  } -> tensor<1x4x8x8xf32>
+  %xe = tensor.empty() : tensor<1x4x8xf32>
+  %xf = linalg.fill ins(%ninf : f32) outs(%xe : tensor<1x4x8xf32>) -> tensor<1x4x8xf32>
+  %max = linalg.generic {indexing_maps = [#id4, #row3], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%masked : tensor<1x4x8x8xf32>) outs(%xf : tensor<1x4x8xf32>) {
+  ^bb0(%in: f32, %o: f32):
+    %r = arith.maximumf %in, %o : f32
+    linalg.yield %r : f32
+  } -> tensor<1x4x8xf32>
+  %maxe = tensor.expand_shape %max [[0], [1], [2, 3]] output_shape [1, 4, 8, 1] : tensor<1x4x8xf32> into tensor<1x4x8x1xf32>
+  %sub = linalg.generic {indexing_maps = [#id4, #row, #id4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%masked, %maxe : tensor<1x4x8x8xf32>, tensor<1x4x8x1xf32>) outs(%ae : tensor<1x4x8x8xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %r = arith.subf %a, %b : f32
+    linalg.yield %r : f32
+  } -> tensor<1x4x8x8xf32>
+  %exp = linalg.generic {indexing_maps = [#id4, #id4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%sub : tensor<1x4x8x8xf32>) outs(%ae : tensor<1x4x8x8xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %r = math.exp %a : f32
+    linalg.yield %r : f32
+  } -> tensor<1x4x8x8xf32>
+  %ze = tensor.empty() : tensor<1x4x8x1xf32>
+  %zf = linalg.fill ins(%zero : f32) outs(%ze : tensor<1x4x8x1xf32>) -> tensor<1x4x8x1xf32>
+  %sum = linalg.generic {indexing_maps = [#id4, #row], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%exp : tensor<1x4x8x8xf32>) outs(%zf : tensor<1x4x8x1xf32>) {
+  ^bb0(%in: f32, %o: f32):
+    %r = arith.addf %in, %o : f32
+    linalg.yield %r : f32
+  } -> tensor<1x4x8x1xf32>
+  %p = linalg.generic {indexing_maps = [#id4, #row, #id4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%exp, %sum : tensor<1x4x8x8xf32>, tensor<1x4x8x1xf32>) outs(%ae : tensor<1x4x8x8xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %r = arith.divf %a, %b : f32
+    linalg.yield %r : f32
+  } -> tensor<1x4x8x8xf32>
+  %pc = tensor.collapse_shape %p [[0, 1], [2], [3]] : tensor<1x4x8x8xf32> into tensor<4x8x8xf32>
+  %vc = tensor.collapse_shape %vr [[0, 1, 2], [3], [4]] : tensor<1x2x2x8x4xf32> into tensor<4x8x4xf32>
+  %oe = tensor.empty() : tensor<4x8x4xf32>
+  %of = linalg.fill ins(%zero : f32) outs(%oe : tensor<4x8x4xf32>) -> tensor<4x8x4xf32>
+  %pv = linalg.batch_matmul ins(%pc, %vc : tensor<4x8x8xf32>, tensor<4x8x4xf32>) outs(%of : tensor<4x8x4xf32>) -> tensor<4x8x4xf32>
+  %out = tensor.expand_shape %pv [[0, 1], [2], [3]] output_shape [1, 4, 8, 4] : tensor<4x8x4xf32> into tensor<1x4x8x4xf32>
+  return %out, %k, %v : tensor<1x4x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>
+}
+
+// -----
+
+// The scores are scaled by a function argument, not a constant.
+#id1 = affine_map<(d0) -> (d0)>
+#id4 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+#id5 = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3, d4)>
+#rep = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d3, d4)>
+#heads = affine_map<(d0, d1, d2, d3) -> (d0, 0, d2, d3)>
+#row = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, 0)>
+#row3 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>
+#col = affine_map<(d0, d1, d2, d3) -> (d0, d1, 0, d3)>
+#all = affine_map<(d0, d1, d2, d3) -> (0, 0, 0, 0)>
+#scalar = affine_map<(d0, d1, d2, d3) -> ()>
+#par4 = ["parallel", "parallel", "parallel", "parallel"]
+// expected-warning@+1 {{is not part of a recognised attention: the scores are scaled by a factor that is not a constant}}
+func.func @prefill(%q: tensor<1x4x8x4xf32>, %k: tensor<1x2x8x4xf32>, %v: tensor<1x2x8x4xf32>, %scale_arg: f32) -> (tensor<1x4x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>) {
+  %zero = arith.constant 0.000000e+00 : f32
+  %ninf = arith.constant 0xFF800000 : f32
+  %scale = arith.constant 5.000000e-01 : f32
+  %vis = arith.constant dense<0.000000e+00> : tensor<f32>
+  %hid = arith.constant dense<-3.40282347E+38> : tensor<f32>
+  %pos_e = tensor.empty() : tensor<8xi64>
+  %pos = linalg.generic {indexing_maps = [#id1], iterator_types = ["parallel"]} outs(%pos_e : tensor<8xi64>) {
+  ^bb0(%o: i64):
+    %i = linalg.index 0 : index
+    %c = arith.index_cast %i : index to i64
+    linalg.yield %c : i64
+  } -> tensor<8xi64>
+  %kpos = tensor.expand_shape %pos [[0, 1, 2, 3]] output_shape [1, 1, 1, 8] : tensor<8xi64> into tensor<1x1x1x8xi64>
+  %qpos = tensor.expand_shape %pos [[0, 1, 2, 3]] output_shape [1, 1, 8, 1] : tensor<8xi64> into tensor<1x1x8x1xi64>
+  %be = tensor.empty() : tensor<1x1x8x8xi1>
+  %cond = linalg.generic {indexing_maps = [#col, #row, #id4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%kpos, %qpos : tensor<1x1x1x8xi64>, tensor<1x1x8x1xi64>) outs(%be : tensor<1x1x8x8xi1>) {
+  ^bb0(%a: i64, %b: i64, %o: i1):
+    %c = arith.cmpi sle, %a, %b : i64
+    linalg.yield %c : i1
+  } -> tensor<1x1x8x8xi1>
+  %me = tensor.empty() : tensor<1x1x8x8xf32>
+  %mask = linalg.generic {indexing_maps = [#id4, #scalar, #scalar, #id4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%cond, %vis, %hid : tensor<1x1x8x8xi1>, tensor<f32>, tensor<f32>) outs(%me : tensor<1x1x8x8xf32>) {
+  ^bb0(%c: i1, %a: f32, %b: f32, %o: f32):
+    %r = arith.select %c, %a, %b : f32
+    linalg.yield %r : f32
+  } -> tensor<1x1x8x8xf32>
+  %re = tensor.empty() : tensor<1x2x2x8x4xf32>
+  %kr = linalg.generic {indexing_maps = [#rep, #id5], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%k : tensor<1x2x8x4xf32>) outs(%re : tensor<1x2x2x8x4xf32>) {
+  ^bb0(%in: f32, %o: f32):
+    linalg.yield %in : f32
+  } -> tensor<1x2x2x8x4xf32>
+  %krc = tensor.collapse_shape %kr [[0], [1, 2], [3], [4]] : tensor<1x2x2x8x4xf32> into tensor<1x4x8x4xf32>
+  %vr = linalg.generic {indexing_maps = [#rep, #id5], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%v : tensor<1x2x8x4xf32>) outs(%re : tensor<1x2x2x8x4xf32>) {
+  ^bb0(%in: f32, %o: f32):
+    linalg.yield %in : f32
+  } -> tensor<1x2x2x8x4xf32>
+  %te = tensor.empty() : tensor<1x4x4x8xf32>
+  %kt = linalg.transpose ins(%krc : tensor<1x4x8x4xf32>) outs(%te : tensor<1x4x4x8xf32>) permutation = [0, 1, 3, 2]
+  %qc = tensor.collapse_shape %q [[0, 1], [2], [3]] : tensor<1x4x8x4xf32> into tensor<4x8x4xf32>
+  %ktc = tensor.collapse_shape %kt [[0, 1], [2], [3]] : tensor<1x4x4x8xf32> into tensor<4x4x8xf32>
+  %se = tensor.empty() : tensor<4x8x8xf32>
+  %sf = linalg.fill ins(%zero : f32) outs(%se : tensor<4x8x8xf32>) -> tensor<4x8x8xf32>
+  %s = linalg.batch_matmul ins(%qc, %ktc : tensor<4x8x4xf32>, tensor<4x4x8xf32>) outs(%sf : tensor<4x8x8xf32>) -> tensor<4x8x8xf32>
+  %s4 = tensor.expand_shape %s [[0, 1], [2], [3]] output_shape [1, 4, 8, 8] : tensor<4x8x8xf32> into tensor<1x4x8x8xf32>
+  %ae = tensor.empty() : tensor<1x4x8x8xf32>
+  %scaled = linalg.generic {indexing_maps = [#id4, #id4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%s4 : tensor<1x4x8x8xf32>) outs(%ae : tensor<1x4x8x8xf32>) {
+  ^bb0(%in: f32, %o: f32):
+    %r = arith.mulf %in, %scale_arg : f32
+    linalg.yield %r : f32
+  } -> tensor<1x4x8x8xf32>
+  %masked = linalg.generic {indexing_maps = [#id4, #heads, #id4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%scaled, %mask : tensor<1x4x8x8xf32>, tensor<1x1x8x8xf32>) outs(%ae : tensor<1x4x8x8xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %r = arith.addf %a, %b : f32
+    linalg.yield %r : f32
+  } -> tensor<1x4x8x8xf32>
+  %xe = tensor.empty() : tensor<1x4x8xf32>
+  %xf = linalg.fill ins(%ninf : f32) outs(%xe : tensor<1x4x8xf32>) -> tensor<1x4x8xf32>
+  %max = linalg.generic {indexing_maps = [#id4, #row3], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%masked : tensor<1x4x8x8xf32>) outs(%xf : tensor<1x4x8xf32>) {
+  ^bb0(%in: f32, %o: f32):
+    %r = arith.maximumf %in, %o : f32
+    linalg.yield %r : f32
+  } -> tensor<1x4x8xf32>
+  %maxe = tensor.expand_shape %max [[0], [1], [2, 3]] output_shape [1, 4, 8, 1] : tensor<1x4x8xf32> into tensor<1x4x8x1xf32>
+  %sub = linalg.generic {indexing_maps = [#id4, #row, #id4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%masked, %maxe : tensor<1x4x8x8xf32>, tensor<1x4x8x1xf32>) outs(%ae : tensor<1x4x8x8xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %r = arith.subf %a, %b : f32
+    linalg.yield %r : f32
+  } -> tensor<1x4x8x8xf32>
+  %exp = linalg.generic {indexing_maps = [#id4, #id4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%sub : tensor<1x4x8x8xf32>) outs(%ae : tensor<1x4x8x8xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %r = math.exp %a : f32
+    linalg.yield %r : f32
+  } -> tensor<1x4x8x8xf32>
+  %ze = tensor.empty() : tensor<1x4x8x1xf32>
+  %zf = linalg.fill ins(%zero : f32) outs(%ze : tensor<1x4x8x1xf32>) -> tensor<1x4x8x1xf32>
+  %sum = linalg.generic {indexing_maps = [#id4, #row], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%exp : tensor<1x4x8x8xf32>) outs(%zf : tensor<1x4x8x1xf32>) {
+  ^bb0(%in: f32, %o: f32):
+    %r = arith.addf %in, %o : f32
+    linalg.yield %r : f32
+  } -> tensor<1x4x8x1xf32>
+  %p = linalg.generic {indexing_maps = [#id4, #row, #id4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%exp, %sum : tensor<1x4x8x8xf32>, tensor<1x4x8x1xf32>) outs(%ae : tensor<1x4x8x8xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %r = arith.divf %a, %b : f32
+    linalg.yield %r : f32
+  } -> tensor<1x4x8x8xf32>
+  %pc = tensor.collapse_shape %p [[0, 1], [2], [3]] : tensor<1x4x8x8xf32> into tensor<4x8x8xf32>
+  %vc = tensor.collapse_shape %vr [[0, 1, 2], [3], [4]] : tensor<1x2x2x8x4xf32> into tensor<4x8x4xf32>
+  %oe = tensor.empty() : tensor<4x8x4xf32>
+  %of = linalg.fill ins(%zero : f32) outs(%oe : tensor<4x8x4xf32>) -> tensor<4x8x4xf32>
+  %pv = linalg.batch_matmul ins(%pc, %vc : tensor<4x8x8xf32>, tensor<4x8x4xf32>) outs(%of : tensor<4x8x4xf32>) -> tensor<4x8x4xf32>
+  %out = tensor.expand_shape %pv [[0, 1], [2], [3]] output_shape [1, 4, 8, 4] : tensor<4x8x4xf32> into tensor<1x4x8x4xf32>
+  return %out, %k, %v : tensor<1x4x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>
+}
+
+// -----
+
+// SDPA's split with the Q factor negated: the scale is negative.
+#id1 = affine_map<(d0) -> (d0)>
+#id4 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+#id5 = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3, d4)>
+#rep = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d3, d4)>
+#heads = affine_map<(d0, d1, d2, d3) -> (d0, 0, d2, d3)>
+#row = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, 0)>
+#row3 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>
+#col = affine_map<(d0, d1, d2, d3) -> (d0, d1, 0, d3)>
+#all = affine_map<(d0, d1, d2, d3) -> (0, 0, 0, 0)>
+#scalar = affine_map<(d0, d1, d2, d3) -> ()>
+#par4 = ["parallel", "parallel", "parallel", "parallel"]
+// expected-warning@+1 {{is not part of a recognised attention: the scores are not scaled by a positive finite constant (the factors multiply to -0.5}}
+func.func @prefill(%q: tensor<1x4x8x4xf32>, %k: tensor<1x2x8x4xf32>, %v: tensor<1x2x8x4xf32>) -> (tensor<1x4x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>) {
+  %zero = arith.constant 0.000000e+00 : f32
+  %ninf = arith.constant 0xFF800000 : f32
+  %scale = arith.constant 5.000000e-01 : f32
+  %vis = arith.constant dense<0.000000e+00> : tensor<f32>
+  %hid = arith.constant dense<-3.40282347E+38> : tensor<f32>
+  %scale64 = arith.constant 0.35355339059327379 : f64
+  %scale_t = arith.constant dense<5.000000e-01> : tensor<f32>
+  %qroot = arith.constant -0.70710678118654757 : f64
+  %kroot = arith.constant 0.70710678118654757 : f64
+  %pos_e = tensor.empty() : tensor<8xi64>
+  %pos = linalg.generic {indexing_maps = [#id1], iterator_types = ["parallel"]} outs(%pos_e : tensor<8xi64>) {
+  ^bb0(%o: i64):
+    %i = linalg.index 0 : index
+    %c = arith.index_cast %i : index to i64
+    linalg.yield %c : i64
+  } -> tensor<8xi64>
+  %kpos = tensor.expand_shape %pos [[0, 1, 2, 3]] output_shape [1, 1, 1, 8] : tensor<8xi64> into tensor<1x1x1x8xi64>
+  %qpos = tensor.expand_shape %pos [[0, 1, 2, 3]] output_shape [1, 1, 8, 1] : tensor<8xi64> into tensor<1x1x8x1xi64>
+  %be = tensor.empty() : tensor<1x1x8x8xi1>
+  %cond = linalg.generic {indexing_maps = [#col, #row, #id4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%kpos, %qpos : tensor<1x1x1x8xi64>, tensor<1x1x8x1xi64>) outs(%be : tensor<1x1x8x8xi1>) {
+  ^bb0(%a: i64, %b: i64, %o: i1):
+    %c = arith.cmpi sle, %a, %b : i64
+    linalg.yield %c : i1
+  } -> tensor<1x1x8x8xi1>
+  %me = tensor.empty() : tensor<1x1x8x8xf32>
+  %mask = linalg.generic {indexing_maps = [#id4, #scalar, #scalar, #id4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%cond, %vis, %hid : tensor<1x1x8x8xi1>, tensor<f32>, tensor<f32>) outs(%me : tensor<1x1x8x8xf32>) {
+  ^bb0(%c: i1, %a: f32, %b: f32, %o: f32):
+    %r = arith.select %c, %a, %b : f32
+    linalg.yield %r : f32
+  } -> tensor<1x1x8x8xf32>
+  %re = tensor.empty() : tensor<1x2x2x8x4xf32>
+  %kr = linalg.generic {indexing_maps = [#rep, #id5], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%k : tensor<1x2x8x4xf32>) outs(%re : tensor<1x2x2x8x4xf32>) {
+  ^bb0(%in: f32, %o: f32):
+    linalg.yield %in : f32
+  } -> tensor<1x2x2x8x4xf32>
+  %krc = tensor.collapse_shape %kr [[0], [1, 2], [3], [4]] : tensor<1x2x2x8x4xf32> into tensor<1x4x8x4xf32>
+  %vr = linalg.generic {indexing_maps = [#rep, #id5], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%v : tensor<1x2x8x4xf32>) outs(%re : tensor<1x2x2x8x4xf32>) {
+  ^bb0(%in: f32, %o: f32):
+    linalg.yield %in : f32
+  } -> tensor<1x2x2x8x4xf32>
+  %te = tensor.empty() : tensor<1x4x4x8xf32>
+  %kt = linalg.transpose ins(%krc : tensor<1x4x8x4xf32>) outs(%te : tensor<1x4x4x8xf32>) permutation = [0, 1, 3, 2]
+  %qse = tensor.empty() : tensor<1x4x8x4xf32>
+  %qs = linalg.generic {indexing_maps = [#id4, #id4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%q : tensor<1x4x8x4xf32>) outs(%qse : tensor<1x4x8x4xf32>) {
+  ^bb0(%in: f32, %o: f32):
+    %c = arith.truncf %qroot : f64 to f32
+    %r = arith.mulf %in, %c : f32
+    linalg.yield %r : f32
+  } -> tensor<1x4x8x4xf32>
+  %ktse = tensor.empty() : tensor<1x4x4x8xf32>
+  %kts = linalg.generic {indexing_maps = [#id4, #id4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%kt : tensor<1x4x4x8xf32>) outs(%ktse : tensor<1x4x4x8xf32>) {
+  ^bb0(%in: f32, %o: f32):
+    %c = arith.truncf %kroot : f64 to f32
+    %r = arith.mulf %in, %c : f32
+    linalg.yield %r : f32
+  } -> tensor<1x4x4x8xf32>
+  %qc = tensor.collapse_shape %qs [[0, 1], [2], [3]] : tensor<1x4x8x4xf32> into tensor<4x8x4xf32>
+  %ktc = tensor.collapse_shape %kts [[0, 1], [2], [3]] : tensor<1x4x4x8xf32> into tensor<4x4x8xf32>
+  %se = tensor.empty() : tensor<4x8x8xf32>
+  %sf = linalg.fill ins(%zero : f32) outs(%se : tensor<4x8x8xf32>) -> tensor<4x8x8xf32>
+  %s = linalg.batch_matmul ins(%qc, %ktc : tensor<4x8x4xf32>, tensor<4x4x8xf32>) outs(%sf : tensor<4x8x8xf32>) -> tensor<4x8x8xf32>
+  %s4 = tensor.expand_shape %s [[0, 1], [2], [3]] output_shape [1, 4, 8, 8] : tensor<4x8x8xf32> into tensor<1x4x8x8xf32>
+  %ae = tensor.empty() : tensor<1x4x8x8xf32>
+  %masked = linalg.generic {indexing_maps = [#id4, #heads, #id4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%s4, %mask : tensor<1x4x8x8xf32>, tensor<1x1x8x8xf32>) outs(%ae : tensor<1x4x8x8xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %r = arith.addf %a, %b : f32
+    linalg.yield %r : f32
+  } -> tensor<1x4x8x8xf32>
+  %xe = tensor.empty() : tensor<1x4x8xf32>
+  %xf = linalg.fill ins(%ninf : f32) outs(%xe : tensor<1x4x8xf32>) -> tensor<1x4x8xf32>
+  %max = linalg.generic {indexing_maps = [#id4, #row3], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%masked : tensor<1x4x8x8xf32>) outs(%xf : tensor<1x4x8xf32>) {
+  ^bb0(%in: f32, %o: f32):
+    %r = arith.maximumf %in, %o : f32
+    linalg.yield %r : f32
+  } -> tensor<1x4x8xf32>
+  %maxe = tensor.expand_shape %max [[0], [1], [2, 3]] output_shape [1, 4, 8, 1] : tensor<1x4x8xf32> into tensor<1x4x8x1xf32>
+  %sub = linalg.generic {indexing_maps = [#id4, #row, #id4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%masked, %maxe : tensor<1x4x8x8xf32>, tensor<1x4x8x1xf32>) outs(%ae : tensor<1x4x8x8xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %r = arith.subf %a, %b : f32
+    linalg.yield %r : f32
+  } -> tensor<1x4x8x8xf32>
+  %exp = linalg.generic {indexing_maps = [#id4, #id4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%sub : tensor<1x4x8x8xf32>) outs(%ae : tensor<1x4x8x8xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %r = math.exp %a : f32
+    linalg.yield %r : f32
+  } -> tensor<1x4x8x8xf32>
+  %ze = tensor.empty() : tensor<1x4x8x1xf32>
+  %zf = linalg.fill ins(%zero : f32) outs(%ze : tensor<1x4x8x1xf32>) -> tensor<1x4x8x1xf32>
+  %sum = linalg.generic {indexing_maps = [#id4, #row], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%exp : tensor<1x4x8x8xf32>) outs(%zf : tensor<1x4x8x1xf32>) {
+  ^bb0(%in: f32, %o: f32):
+    %r = arith.addf %in, %o : f32
+    linalg.yield %r : f32
+  } -> tensor<1x4x8x1xf32>
+  %p = linalg.generic {indexing_maps = [#id4, #row, #id4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%exp, %sum : tensor<1x4x8x8xf32>, tensor<1x4x8x1xf32>) outs(%ae : tensor<1x4x8x8xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %r = arith.divf %a, %b : f32
+    linalg.yield %r : f32
+  } -> tensor<1x4x8x8xf32>
+  %pc = tensor.collapse_shape %p [[0, 1], [2], [3]] : tensor<1x4x8x8xf32> into tensor<4x8x8xf32>
+  %vc = tensor.collapse_shape %vr [[0, 1, 2], [3], [4]] : tensor<1x2x2x8x4xf32> into tensor<4x8x4xf32>
+  %oe = tensor.empty() : tensor<4x8x4xf32>
+  %of = linalg.fill ins(%zero : f32) outs(%oe : tensor<4x8x4xf32>) -> tensor<4x8x4xf32>
+  %pv = linalg.batch_matmul ins(%pc, %vc : tensor<4x8x8xf32>, tensor<4x8x4xf32>) outs(%of : tensor<4x8x4xf32>) -> tensor<4x8x4xf32>
+  %out = tensor.expand_shape %pv [[0, 1], [2], [3]] output_shape [1, 4, 8, 4] : tensor<4x8x4xf32> into tensor<1x4x8x4xf32>
+  return %out, %k, %v : tensor<1x4x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>
+}
+
+// -----
+
+// The factor on K^T is not a constant.
+#id1 = affine_map<(d0) -> (d0)>
+#id4 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+#id5 = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3, d4)>
+#rep = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d3, d4)>
+#heads = affine_map<(d0, d1, d2, d3) -> (d0, 0, d2, d3)>
+#row = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, 0)>
+#row3 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>
+#col = affine_map<(d0, d1, d2, d3) -> (d0, d1, 0, d3)>
+#all = affine_map<(d0, d1, d2, d3) -> (0, 0, 0, 0)>
+#scalar = affine_map<(d0, d1, d2, d3) -> ()>
+#par4 = ["parallel", "parallel", "parallel", "parallel"]
+// expected-warning@+1 {{is not part of a recognised attention: the scores are scaled by a factor that is not a constant}}
+func.func @prefill(%q: tensor<1x4x8x4xf32>, %k: tensor<1x2x8x4xf32>, %v: tensor<1x2x8x4xf32>) -> (tensor<1x4x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>) {
+  %zero = arith.constant 0.000000e+00 : f32
+  %ninf = arith.constant 0xFF800000 : f32
+  %scale = arith.constant 5.000000e-01 : f32
+  %vis = arith.constant dense<0.000000e+00> : tensor<f32>
+  %hid = arith.constant dense<-3.40282347E+38> : tensor<f32>
+  %scale64 = arith.constant 0.35355339059327379 : f64
+  %scale_t = arith.constant dense<5.000000e-01> : tensor<f32>
+  %qroot = arith.constant 0.70710678118654757 : f64
+  %kroot = arith.constant 0.70710678118654757 : f64
+  %pos_e = tensor.empty() : tensor<8xi64>
+  %pos = linalg.generic {indexing_maps = [#id1], iterator_types = ["parallel"]} outs(%pos_e : tensor<8xi64>) {
+  ^bb0(%o: i64):
+    %i = linalg.index 0 : index
+    %c = arith.index_cast %i : index to i64
+    linalg.yield %c : i64
+  } -> tensor<8xi64>
+  %kpos = tensor.expand_shape %pos [[0, 1, 2, 3]] output_shape [1, 1, 1, 8] : tensor<8xi64> into tensor<1x1x1x8xi64>
+  %qpos = tensor.expand_shape %pos [[0, 1, 2, 3]] output_shape [1, 1, 8, 1] : tensor<8xi64> into tensor<1x1x8x1xi64>
+  %be = tensor.empty() : tensor<1x1x8x8xi1>
+  %cond = linalg.generic {indexing_maps = [#col, #row, #id4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%kpos, %qpos : tensor<1x1x1x8xi64>, tensor<1x1x8x1xi64>) outs(%be : tensor<1x1x8x8xi1>) {
+  ^bb0(%a: i64, %b: i64, %o: i1):
+    %c = arith.cmpi sle, %a, %b : i64
+    linalg.yield %c : i1
+  } -> tensor<1x1x8x8xi1>
+  %me = tensor.empty() : tensor<1x1x8x8xf32>
+  %mask = linalg.generic {indexing_maps = [#id4, #scalar, #scalar, #id4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%cond, %vis, %hid : tensor<1x1x8x8xi1>, tensor<f32>, tensor<f32>) outs(%me : tensor<1x1x8x8xf32>) {
+  ^bb0(%c: i1, %a: f32, %b: f32, %o: f32):
+    %r = arith.select %c, %a, %b : f32
+    linalg.yield %r : f32
+  } -> tensor<1x1x8x8xf32>
+  %re = tensor.empty() : tensor<1x2x2x8x4xf32>
+  %kr = linalg.generic {indexing_maps = [#rep, #id5], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%k : tensor<1x2x8x4xf32>) outs(%re : tensor<1x2x2x8x4xf32>) {
+  ^bb0(%in: f32, %o: f32):
+    linalg.yield %in : f32
+  } -> tensor<1x2x2x8x4xf32>
+  %krc = tensor.collapse_shape %kr [[0], [1, 2], [3], [4]] : tensor<1x2x2x8x4xf32> into tensor<1x4x8x4xf32>
+  %vr = linalg.generic {indexing_maps = [#rep, #id5], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%v : tensor<1x2x8x4xf32>) outs(%re : tensor<1x2x2x8x4xf32>) {
+  ^bb0(%in: f32, %o: f32):
+    linalg.yield %in : f32
+  } -> tensor<1x2x2x8x4xf32>
+  %te = tensor.empty() : tensor<1x4x4x8xf32>
+  %kt = linalg.transpose ins(%krc : tensor<1x4x8x4xf32>) outs(%te : tensor<1x4x4x8xf32>) permutation = [0, 1, 3, 2]
+  %qse = tensor.empty() : tensor<1x4x8x4xf32>
+  %qs = linalg.generic {indexing_maps = [#id4, #id4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%q : tensor<1x4x8x4xf32>) outs(%qse : tensor<1x4x8x4xf32>) {
+  ^bb0(%in: f32, %o: f32):
+    %c = arith.truncf %qroot : f64 to f32
+    %r = arith.mulf %in, %c : f32
+    linalg.yield %r : f32
+  } -> tensor<1x4x8x4xf32>
+  %ktse = tensor.empty() : tensor<1x4x4x8xf32>
+  %kts = linalg.generic {indexing_maps = [#id4, #id4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%kt : tensor<1x4x4x8xf32>) outs(%ktse : tensor<1x4x4x8xf32>) {
+  ^bb0(%in: f32, %o: f32):
+    %c = arith.negf %o : f32
+    %r = arith.mulf %in, %c : f32
+    linalg.yield %r : f32
+  } -> tensor<1x4x4x8xf32>
+  %qc = tensor.collapse_shape %qs [[0, 1], [2], [3]] : tensor<1x4x8x4xf32> into tensor<4x8x4xf32>
+  %ktc = tensor.collapse_shape %kts [[0, 1], [2], [3]] : tensor<1x4x4x8xf32> into tensor<4x4x8xf32>
+  %se = tensor.empty() : tensor<4x8x8xf32>
+  %sf = linalg.fill ins(%zero : f32) outs(%se : tensor<4x8x8xf32>) -> tensor<4x8x8xf32>
+  %s = linalg.batch_matmul ins(%qc, %ktc : tensor<4x8x4xf32>, tensor<4x4x8xf32>) outs(%sf : tensor<4x8x8xf32>) -> tensor<4x8x8xf32>
+  %s4 = tensor.expand_shape %s [[0, 1], [2], [3]] output_shape [1, 4, 8, 8] : tensor<4x8x8xf32> into tensor<1x4x8x8xf32>
+  %ae = tensor.empty() : tensor<1x4x8x8xf32>
+  %masked = linalg.generic {indexing_maps = [#id4, #heads, #id4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%s4, %mask : tensor<1x4x8x8xf32>, tensor<1x1x8x8xf32>) outs(%ae : tensor<1x4x8x8xf32>) {
   ^bb0(%a: f32, %b: f32, %o: f32):
     %r = arith.addf %a, %b : f32
     linalg.yield %r : f32

@@ -1,7 +1,7 @@
 // The model rewrite on a one-layer prefill/decode pair (Inputs/): what
 // changes and what stays, for each GQA policy and option.
 // RUN: snapkv-opt %S/Inputs/compress-kv-cache-mini.mlir \
-// RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 kernel-size=3" \
+// RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 kernel=3" \
 // RUN:   | FileCheck %s --check-prefix=EXPAND
 // RUN: snapkv-opt %S/Inputs/compress-kv-cache-mini.mlir \
 // RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 gqa=mean pooling=max order=score" \
@@ -22,7 +22,7 @@
 // EXPAND: linalg.batch_matmul {{.*}} -> tensor<4x8x8xf32>
 // EXPAND: linalg.batch_matmul {{.*}} -> tensor<4x8x4xf32>
 // EXPAND: %[[W:.*]] = tensor.extract_slice %[[Q]][0, 0, 6, 0] [1, 4, 2, 4] [1, 1, 1, 1]
-// EXPAND: %[[SK:.*]], %[[SV:.*]], %{{.*}} = snapkv.select %[[W]], %[[K]], %[[V]] window 2 capacity 6 kernel 3 :
+// EXPAND: %[[SK:.*]], %[[SV:.*]], %{{.*}} = snapkv.select %[[W]], %[[K]], %[[V]] window 2 capacity 6 kernel 3 scale 5.000000e-01 :
 // EXPAND-SAME: (tensor<1x4x2x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>) -> (tensor<1x4x6x4xf32>, tensor<1x4x6x4xf32>, tensor<1x4x6xi64>)
 // EXPAND: return %{{.*}}, %[[SK]], %[[SV]]
 
@@ -45,7 +45,7 @@
 // mean/max: one selection per kv head; decode keeps Hkv heads and its repeat.
 // MEAN-LABEL: func.func @prefill
 // MEAN-SAME: -> (tensor<1x4x8x4xf32>, tensor<1x2x6x4xf32>, tensor<1x2x6x4xf32>)
-// MEAN: snapkv.select {{.*}} window 2 capacity 6 pooling max gqa mean order score :
+// MEAN: snapkv.select {{.*}} window 2 capacity 6 pooling max gqa mean order score scale 5.000000e-01 :
 // MEAN-LABEL: func.func @decode
 // MEAN-SAME: tensor<1x2x8x4xf32>, %{{.*}}: tensor<1x2x8x4xf32>)
 // MEAN-SAME: -> (tensor<1x4x1x4xf32>, tensor<1x2x9x4xf32>, tensor<1x2x9x4xf32>)
@@ -53,14 +53,15 @@
 // MEAN: tensor.concat dim(2) {{.*}} -> tensor<1x2x9x4xf32>
 // MEAN: linalg.generic {{.*}} outs(%{{.*}} : tensor<1x2x2x9x4xf32>)
 
-// A model scale other than 1/sqrt(D) is carried onto the select.
+// The model's scale is carried onto the select, also when it differs from
+// 1/sqrt(D) (the op's default).
 // SCALE: snapkv.select {{.*}} window 2 capacity 6 gqa max scale 2.500000e-01 :
 
 // capacity > L: the select is still inserted (it keeps all L positions at run
 // time), and decode-func="" leaves decode alone.
 // SHORT-LABEL: func.func @prefill
 // SHORT-SAME: -> (tensor<1x4x8x4xf32>, tensor<1x4x8x4xf32>, tensor<1x4x8x4xf32>)
-// SHORT: snapkv.select {{.*}} window 2 capacity 16 :
+// SHORT: snapkv.select {{.*}} window 2 capacity 16 scale 5.000000e-01 :
 // SHORT-LABEL: func.func @decode
 // SHORT-SAME: tensor<1x2x8x4xf32>, %{{.*}}: tensor<1x2x8x4xf32>)
 // SHORT: arith.cmpi sle

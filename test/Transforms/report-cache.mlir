@@ -2,14 +2,19 @@
 // RUN: not snapkv-opt %s --split-input-file --snapkv-report-cache -o /dev/null 2>&1 | FileCheck %s --check-prefix=NOLEN
 // RUN: not snapkv-opt %s --split-input-file --snapkv-report-cache=prompt-length=4096 -o /dev/null 2>&1 | FileCheck %s --check-prefix=MISMATCH
 
-// SPEC section 4's check: B=1, N=32 layers, Hq=32, Hkv=8, D=128, f16 (e=2),
+// The check of docs/semantics.md (the memory ledger): B=1, N=32 layers, Hq=32, Hkv=8, D=128, f16 (e=2),
 // L=16384, C=1024, g=512. Per layer: full 2*8*16896*128*2 = 69,206,016 B;
 // expand 2*32*1536*128*2 = 25,165,824 B; mean/max 2*8*1536*128*2 = 6,291,456 B.
 // Over 32 layers: 2,214,592,512 / 805,306,368 / 201,326,592 B: the expand
 // cache is 4/11 of the full one (0.3636), not 1/11.
 
-// NOLEN: snapkv-report-cache needs prompt-length > 0 and generated >= 0 (got prompt-length=0, generated=0)
-// MISMATCH: error: keys hold 16384 positions but prompt-length is 4096
+// Option errors are reported before anything is printed, at the module's
+// location: the module itself is not dumped (mlir-opt prints the op a
+// diagnostic is attached to).
+// NOLEN: error: snapkv-report-cache needs prompt-length > 0 and generated >= 0 (got prompt-length=0, generated=0)
+// NOLEN-NOT: func.func
+// NOLEN-NOT: snapkv cache ledger
+// MISMATCH: error: snapkv-report-cache: layer 0: keys hold 16384 positions but prompt-length is 4096
 
 // CHECK: snapkv cache ledger: L=16384 g=512 (persistent K/V bytes)
 // CHECK-NEXT: layer  gqa        B  Hkv   Hc     D  e     kept                   full              compacted

@@ -6,6 +6,16 @@
 
 namespace mlir::snapkv {
 
+/// What a failed run-time check (cf.assert) does in code lowered by
+/// snapkv-lower-asserts.
+enum class AssertMode {
+  /// Write the message to stderr and abort() (programs run by mlir-runner).
+  abort,
+  /// Record the message for the caller and return (libraries; see the pass
+  /// description).
+  report,
+};
+
 #define GEN_PASS_DECL
 #include "snapkv/Codegen/Passes.h.inc"
 

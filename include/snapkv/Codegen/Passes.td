@@ -3,37 +3,30 @@
 
 include "mlir/Pass/PassBase.td"
 
-def VectorizeLinalg : Pass<"snapkv-vectorize-linalg", "::mlir::func::FuncOp"> {
-  let summary = "Tile linalg ops on buffers into vector-sized tiles and "
-                "vectorise them";
+def Vectorize : Pass<"snapkv-vectorize", "::mlir::func::FuncOp"> {
+  let summary = "Tile linalg ops on tensors into register tiles and "
+                "vectorise them with the upstream vectoriser";
   let description = [{
-    CPU code generation step of `--snapkv-cpu-pipeline`, run after
-    bufferisation (on tensors, bufferisation and subset hoisting would have to
-    prove tile slices disjoint with Presburger queries, which took seconds per
-    op once the prompt length is dynamic). Every linalg op on buffers is tiled
-    with `scf.for` so that its innermost loop becomes a tile of `vector-width`
-    elements and, when the innermost loop is a reduction, the innermost
-    parallel loop a tile of `vector-width / 2`; all other loops get tile size
-    1. An op may carry a `snapkv.tile_sizes` array attribute (set by
-    `convert-snapkv-to-linalg` where it knows a better register tile); it
-    replaces the default and is removed; likewise `snapkv.tile_interchange`
-    orders the tile loops (for cache reuse). Tile loops whose trip count is
-    not a multiple of the tile are peeled. The static tiles are then
-    vectorised without masks; peeled remainders stay scalar. Finally, a
-    vector accumulator that a loop reads and writes at a loop-invariant
-    position of an allocation nothing else in the loop touches is carried by
-    the loop instead of memory. Ops that read or write i1 buffers stay
-    scalar: i1 memory is byte-per-element but i1 vectors are stored
-    bit-packed. Ops the vectoriser does not support (for example the pooling
-    window with its `d2 + d3` access) are left as they are and become scalar
-    loops later.
+    CPU code generation step of `--snapkv-cpu-pipeline`, run on tensors
+    before bufferisation. Every linalg op is tiled with `scf.for`
+    (TilingInterface) into a register-sized tile and the tile is vectorised
+    with `linalg::vectorize` (masked where a size is dynamic, so remainders
+    run the same vector code). Contractions get an accumulator tile of
+    `rows x vector` (the innermost parallel loop is the vector, the parallel
+    loop before it gives as many rows as fit in the registers, the reduction
+    steps by one); other ops vectorise their innermost loop and take eight
+    steps of a reduction that precedes a parallel innermost loop at once.
+    Ops the vectoriser rejects (for example the pooling window with its
+    `j + k` access, or bodies that loop) stay scalar. The accumulators of
+    the tiled reductions are carried in registers by the upstream
+    `loop-invariant-subset-hoisting` pass that the pipeline runs next.
   }];
   let options = [
-    Option<"vectorWidth", "vector-width", "int64_t", /*default=*/"16",
-           "Elements per vector along the innermost loop">
+    Option<"vectorBits", "vector-bits", "int64_t", /*default=*/"0",
+           "Vector register width in bits (0: the host's, from its CPU "
+           "features)">
   ];
   let dependentDialects = [
-    "::mlir::affine::AffineDialect",
     "::mlir::arith::ArithDialect",
     "::mlir::scf::SCFDialect",
     "::mlir::tensor::TensorDialect",
@@ -42,18 +35,14 @@ def VectorizeLinalg : Pass<"snapkv-vectorize-linalg", "::mlir::func::FuncOp"> {
 }
 
 def OptimizeMath : Pass<"snapkv-optimize-math", "::mlir::func::FuncOp"> {
-  let summary = "Vector-friendly f32 math: polynomial exp and FMA contraction";
+  let summary = "Polynomial f32 exp that stays in vector registers";
   let description = [{
-    Run after vectorisation, before lowering to LLVM:
-
-    * LLVM scalarises `llvm.exp` on vectors into one `expf` call per lane;
-      the upstream polynomial approximation of `math.exp` (within a few ulp of
-      libm over the whole f32 range, with underflow to 0 and overflow to inf)
-      stays in vector registers.
-    * `arith.addf(acc, arith.mulf(a, b) fastmath<contract>)` becomes
-      `math.fma(a, b, acc)`. The vectoriser turns the accumulation of a
-      linalg reduction into a new `arith.addf` that does not inherit the
-      multiply's `contract` flag, so LLVM alone would not fuse them.
+    Run after vectorisation, before lowering to LLVM: LLVM scalarises
+    `llvm.exp` on vectors into one `expf` call per lane, so `math.exp` is
+    replaced by the upstream polynomial approximation (within a few ulp of
+    libm over the whole f32 range, with underflow to 0 and overflow to inf),
+    which stays in vector registers. Upstream MLIR has the patterns but no
+    pass that applies them to `exp` alone.
   }];
   let dependentDialects = [
     "::mlir::arith::ArithDialect",
@@ -63,19 +52,157 @@ def OptimizeMath : Pass<"snapkv-optimize-math", "::mlir::func::FuncOp"> {
 }
 
 def LowerAsserts : Pass<"snapkv-lower-asserts", "::mlir::ModuleOp"> {
-  let summary = "Lower cf.assert to a message on stderr and abort()";
+  let summary = "Lower cf.assert to abort() with a message on stderr, or to "
+                "an error the caller can read";
   let description = [{
-    The upstream `cf.assert` lowering prints its message to stdout and then
-    calls `abort()`, which does not flush stdout: when stdout is a pipe or a
-    file the message is lost. This pass rewrites every `cf.assert` (after
-    `convert-scf-to-cf`, when regions may hold several blocks) into a
-    conditional branch to a block that writes `message + "\n"` to file
-    descriptor 2 with `write` and calls `abort`, so a failed run-time check
-    always says what failed and exits non-zero.
+    Run after `convert-scf-to-cf` (when a check may sit in a block of its
+    own) and before the conversion to the LLVM dialect. Two modes:
+
+    * `mode=abort` (default, for programs run by `mlir-runner`): every
+      `cf.assert` becomes a conditional branch to a block that writes
+      `message + "\n"` to file descriptor 2 with `write` and calls `abort`.
+      (The upstream lowering prints to stdout, which `abort` does not
+      flush: through a pipe or into a file the message would be lost.)
+    * `mode=report` (for libraries called by a host, such as the Python
+      runner): a failed check never ends the process. It stores a pointer
+      to its NUL-terminated message in the module's private global
+      `@snapkv_error_slot` and returns from its function at once; results
+      are placeholders (memref descriptors of null pointers, zero scalars)
+      that must not be read. A call to a function that can fail (one with
+      a check, or one that calls such a function) is followed by a test of
+      the slot, so the caller returns too and nothing reads a placeholder.
+      Every public function clears the slot on entry, and the pass adds an
+      exported `llvm.func @snapkv_last_error() -> !llvm.ptr` that returns
+      the message of the check that failed during the last call of a
+      public function, or null if that call succeeded. The slot is one per
+      module instance (not per thread): a host that calls from several
+      threads must serialise the call and the read of the slot. Buffers
+      allocated before the failing check are not freed. A `memref.alloc`
+      directly in a function body is checked too: if `malloc` returns null
+      the message is `out of memory: @<function> could not allocate a
+      <memref type>`.
+
+    In report mode every check and every call of a function that can fail
+    must sit directly in a `func.func` body; otherwise the pass fails with
+    an error at that location. `@snapkv_error_slot` and
+    `@snapkv_last_error` must not exist yet.
+  }];
+  let options = [
+    Option<"mode", "mode", "::mlir::snapkv::AssertMode",
+           /*default=*/"::mlir::snapkv::AssertMode::abort",
+           "What a failed check does: abort or report",
+           [{::llvm::cl::values(
+             clEnumValN(::mlir::snapkv::AssertMode::abort, "abort",
+                        "message on stderr, then abort()"),
+             clEnumValN(::mlir::snapkv::AssertMode::report, "report",
+                        "message for the caller (@snapkv_last_error), "
+                        "then return"))}]>
+  ];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect",
+    "::mlir::cf::ControlFlowDialect",
+    "::mlir::LLVM::LLVMDialect",
+    "::mlir::memref::MemRefDialect",
+    "::mlir::ub::UBDialect"
+  ];
+}
+
+def GPUDistribute : Pass<"snapkv-gpu-distribute", "::mlir::func::FuncOp"> {
+  let summary = "Distribute the ops of each GPU block loop over the block's "
+                "threads (tensors)";
+  let description = [{
+    Runs on tensors after `convert-snapkv-to-linalg{tiling=gpu}`. Inside
+    every `scf.forall` mapped to `#gpu.block<...>` (one kernel), every
+    TilingInterface op is tiled into an `scf.forall` mapped to
+    `#gpu.thread<linear_dim_*>` with the upstream `scf::tileUsingSCF`:
+
+    * ops with enough parallel work (or only a short reduction) have their
+      parallel loops split over the threads, the innermost loop over
+      consecutive threads (coalesced accesses), each thread reducing its
+      outputs' whole reduction itself, in order;
+    * an op whose parallel extent is small but whose reduction is long (the
+      counts of the top-k threshold search over the prefix) becomes a
+      partial reduction (`PartialReductionOuterParallel`): each thread
+      reduces a contiguous chunk into its slot of a per-block array, and the
+      merge (`linalg.reduce` over the threads, in thread order) is
+      distributed like any other op. Results are therefore deterministic.
+
+    `tensor.pad` is first rewritten into a fill and an insert, and every
+    `tensor.insert_slice` in a block into a `linalg.copy` into the slice, so
+    that all data movement inside a block is done by the threads.
+
+    Consecutive thread loops are phases of the block: mapping them to
+    threads puts a barrier after each (`--snapkv-gpu-pipeline`); run as
+    loops on the CPU (`--snapkv-cpu-pipeline` after this pass), they run one
+    after the other, which is what the barriers guarantee: that is how the
+    kernels are tested without a GPU.
+  }];
+  let options = [
+    Option<"threads", "threads", "int64_t", /*default=*/"128",
+           "Threads per block">
+  ];
+  let dependentDialects = [
+    "::mlir::affine::AffineDialect",
+    "::mlir::arith::ArithDialect",
+    "::mlir::gpu::GPUDialect",
+    "::mlir::linalg::LinalgDialect",
+    "::mlir::scf::SCFDialect",
+    "::mlir::tensor::TensorDialect"
+  ];
+}
+
+def GPULaunch : Pass<"snapkv-gpu-launch", "::mlir::func::FuncOp"> {
+  let summary = "Turn each GPU block loop (bufferized) into a gpu.launch";
+  let description = [{
+    Runs after bufferisation on the output of `snapkv-gpu-distribute`. Each
+    `scf.forall` mapped to `#gpu.block<...>` becomes one `gpu.launch` whose
+    grid is the loop's trip counts (dynamic counts included; the loop's
+    `x`, `y`, `z` mapping names the grid dimension) and whose block size is
+    the largest thread loop inside. The block's scratch buffers (the
+    `memref.alloc`s inside the loop) are placed, in program order, in one
+    dynamic shared memory region while `shared-memory-bytes` allows (static
+    sizes only), and otherwise in a global buffer that the host allocates
+    around the launch with one slice per block; scratch inside a thread loop
+    becomes private memory. The thread loops are then mapped to thread ids by
+    the upstream `mapNestedForallToThreadsImpl`, which guards loops with
+    fewer iterations than threads and puts a `gpu.barrier` after each loop.
+    A write outside the thread loops (which every thread would run) is an
+    error.
+  }];
+  let options = [
+    Option<"sharedMemoryBytes", "shared-memory-bytes", "int64_t",
+           /*default=*/"98304",
+           "Shared memory per block for scratch buffers, in bytes">
+  ];
+  let dependentDialects = [
+    "::mlir::affine::AffineDialect",
+    "::mlir::arith::ArithDialect",
+    "::mlir::gpu::GPUDialect",
+    "::mlir::memref::MemRefDialect",
+    "::mlir::scf::SCFDialect"
+  ];
+}
+
+def GPUDeviceBuffers : Pass<"snapkv-gpu-device-buffers",
+                            "::mlir::func::FuncOp"> {
+  let summary = "Give the kernels (gpu.launch) device buffers; keep host "
+                "memory at the boundaries";
+  let description = [{
+    Runs after `snapkv-gpu-launch`, on buffers. Every host allocation that a
+    kernel uses (directly or through views) becomes a device allocation
+    (`gpu.alloc`, freed with `gpu.dealloc` at the end of its block); host
+    code that reads such a buffer (returns, yields, copies, calls) reads a
+    host copy (`gpu.memcpy`) made after the last kernel that uses it, so
+    callers and host code only see host memory. Every other buffer a kernel reads
+    (function arguments, constants) is copied to the device once, right
+    after it is defined, and the kernels read the copy. A kernel that
+    writes a buffer the host owns, or host code that reads a device buffer
+    otherwise, is reported as an error. Run `gpu-async-region` afterwards
+    so that the copies and allocations lower with `gpu-to-llvm`.
   }];
   let dependentDialects = [
-    "::mlir::cf::ControlFlowDialect",
-    "::mlir::LLVM::LLVMDialect"
+    "::mlir::gpu::GPUDialect",
+    "::mlir::memref::MemRefDialect"
   ];
 }
 

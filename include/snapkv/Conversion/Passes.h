@@ -1,7 +1,6 @@
 #ifndef SNAPKV_CONVERSION_PASSES_H
 #define SNAPKV_CONVERSION_PASSES_H
 
-#include "snapkv/Conversion/SnapKVToGPU/SnapKVToGPU.h"
 #include "snapkv/Conversion/SnapKVToLinalg/SnapKVToLinalg.h"
 
 namespace mlir::snapkv {

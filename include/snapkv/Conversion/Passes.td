@@ -4,76 +4,66 @@
 include "mlir/Pass/PassBase.td"
 
 def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
-  let summary = "Lower snapkv.select to tensor-level linalg, tensor, arith, "
-                "math and scf";
+  let summary = "Lower snapkv.select and snapkv.score to structured "
+                "tensor-level linalg ops";
   let description = [{
-    Replaces every `snapkv.select` with tensor-level code that implements the
-    selection exactly (SPEC section 2): batched `linalg.generic` ops compute the
-    logits, causal row statistics (max and sum of the full softmax), the votes,
-    GQA aggregation, pooling, order-preserving integer keys of the pooled
-    scores and a bitwise radix search for the top-k threshold; `scf.for` loops
-    compact the kept positions (ties to the lower position), optionally reorder
-    them by score, and `linalg.generic` gathers the key and value rows with the
-    same indices. Dynamic prompt lengths get a `cf.assert` that `L >= window`
-    and an `scf.if` that bypasses selection when `L < capacity`.
+    Replaces every `snapkv.select` and `snapkv.score` with the project's one
+    formulation of the selection (docs/lowering.md, docs/semantics.md):
+    batched `linalg.generic` ops on tensors, with the prompt axis split into
+    tiles of `key-tile` keys for the scoring and chunks of `chunk` positions
+    for the compaction. Per key tile: the logits, and the tile's maximum and
+    sum of `exp(logit - maximum)` over the causally visible columns; these
+    combine into the full softmax denominator (prefix and window columns); a
+    second pass recomputes each tile's logits and sums the probabilities over
+    the window rows (the votes); then GQA aggregation, pooling,
+    order-preserving integer keys, a bitwise search for the top-k threshold,
+    per-chunk counts and a per-output-slot search for the kept positions
+    (ties to the lower position), the optional score order and the gather of
+    the key and value rows with the same indices. Every step whose work grows
+    with the prompt length is a structured op (no loop over positions or
+    heads outside one), so compilers such as IREE can dispatch it; the only
+    loop outside structured ops is the 32-step threshold search.
+
+    A dynamic prompt length gets run-time checks (`cf.assert`: at least the
+    window, values as long as keys, below 2^31 - 1) and an `scf.if` between
+    the short-prompt bypass (`L < capacity`) and the selection.
+
+    `tiling=cpu` also tiles the formulation: each group of ops (for example
+    a key tile's logits and its statistics) becomes one `scf.forall` over
+    its outer parallel axes with the producers fused into the tile, so the
+    logits are never materialised beyond one tile. `--snapkv-cpu-pipeline`
+    uses it; `tiling=none` (the default) leaves the ops untiled.
+
+    `tiling=gpu` lays the formulation out for GPU blocks: every kernel is one
+    `scf.forall` mapped to `#gpu.block<...>` (`--snapkv-gpu-pipeline` turns
+    each into one `gpu.launch`): (1) tile statistics, one block per (batch,
+    kv head, key tile), with the block's key tile and queries staged by
+    structured copies fused into the block; (2) row statistics, one block
+    per (batch, kv head); (3) votes, one block per (batch, kv head, key
+    tile); (4) pooling, selection and gather, one block per (batch, cache
+    head), on the row's slices (the short-prompt bypass and the pooling of
+    `snapkv.score` likewise). The keys form one span of whole tiles (a
+    partial last tile reads zeros, which the causal mask hides), so a select
+    has at most four kernels whatever the prompt length.
   }];
+  let options = [
+    Option<"keyTile", "key-tile", "int64_t", /*default=*/"64",
+           "Key positions per scoring tile">,
+    Option<"chunk", "chunk", "int64_t", /*default=*/"0",
+           "Prefix positions per compaction chunk (0: about sqrt(prefix) for "
+           "a static prompt length, 128 for a dynamic one)">,
+    Option<"tiling", "tiling", "std::string", /*default=*/"\"none\"",
+           "Tile the formulation for a target: none, cpu or gpu">
+  ];
   let dependentDialects = [
     "::mlir::affine::AffineDialect",
     "::mlir::arith::ArithDialect",
     "::mlir::cf::ControlFlowDialect",
+    "::mlir::gpu::GPUDialect",
     "::mlir::linalg::LinalgDialect",
     "::mlir::math::MathDialect",
     "::mlir::scf::SCFDialect",
     "::mlir::tensor::TensorDialect"
-  ];
-}
-
-def ConvertSnapKVToGPU : Pass<"convert-snapkv-to-gpu"> {
-  let summary = "Lower snapkv.select to two GPU-mapped parallel loop nests "
-                "(votes with fused softmax statistics, select + gather)";
-  let description = [{
-    Replaces every `snapkv.select` with buffer-level code: the operands are
-    copied to device buffers (`gpu.alloc` + `gpu.memcpy`), then two
-    `scf.parallel` nests, each already mapped to blocks x threads
-    (`#gpu.loop_dim_map`), become one kernel each after
-    `convert-parallel-loops-to-gpu`:
-
-    1. votes: one block per (batch, kv head). Its threads first compute the
-       row maximum and sum of the full causal softmax for the G * W rows of
-       that kv head's query heads; after a `gpu.barrier` they take the prefix
-       columns, recompute the logits, turn them into probabilities and sum
-       them over the window rows, then apply the GQA policy (one vote per
-       query head for `expand`, the mean or maximum over the group
-       otherwise);
-    2. select: one block per (batch, cache head). Its threads pool the votes
-       into order-preserving keys; after a barrier thread 0 finds the top-k
-       threshold with a 32-step radix search, compacts the kept positions
-       (ties to the lower position), orders them and appends the window;
-       after another barrier the threads gather the key and value rows with
-       the same indices.
-
-    The logits are recomputed and never stored: no [B, Hq, W, L] tensor is
-    written. Every reduction runs in one thread in a fixed order, so there
-    are no atomics and the result does not depend on scheduling. Results are
-    copied back to host buffers. With `device-buffers=false` all buffers stay
-    on the host, each barrier-separated phase becomes a loop over the block's
-    threads, and the loops run on the CPU (`--snapkv-cpu-pipeline` lowers
-    them), which is how the kernels are tested without a GPU.
-  }];
-  let dependentDialects = [
-    "::mlir::arith::ArithDialect",
-    "::mlir::bufferization::BufferizationDialect",
-    "::mlir::cf::ControlFlowDialect",
-    "::mlir::gpu::GPUDialect",
-    "::mlir::math::MathDialect",
-    "::mlir::memref::MemRefDialect",
-    "::mlir::scf::SCFDialect",
-    "::mlir::tensor::TensorDialect"
-  ];
-  let options = [
-    Option<"deviceBuffers", "device-buffers", "bool", /*default=*/"true",
-           "Place the operands, scratch and results on the device "
-           "(false: host buffers, for CPU emulation of the kernels)">
   ];
 }
 

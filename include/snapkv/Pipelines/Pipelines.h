@@ -1,6 +1,9 @@
 #ifndef SNAPKV_PIPELINES_PIPELINES_H
 #define SNAPKV_PIPELINES_PIPELINES_H
 
+#include "snapkv/Codegen/Passes.h"
+
+#include "mlir/Pass/PassOptions.h"
 #include "llvm/ADT/StringRef.h"
 
 namespace mlir {
@@ -9,17 +12,74 @@ class OpPassManager;
 
 namespace mlir::snapkv {
 
+struct CPUPipelineOptions : PassPipelineOptions<CPUPipelineOptions> {
+  Option<int64_t> keyTile{*this, "key-tile",
+                          llvm::cl::desc("Key positions per scoring tile"),
+                          llvm::cl::init(64)};
+  Option<int64_t> chunk{
+      *this, "chunk",
+      llvm::cl::desc("Prefix positions per compaction chunk (0: automatic)"),
+      llvm::cl::init(0)};
+  Option<int64_t> vectorBits{
+      *this, "vector-bits",
+      llvm::cl::desc("Vector register width in bits (0: the host's)"),
+      llvm::cl::init(0)};
+  Option<AssertMode> asserts{
+      *this, "asserts",
+      llvm::cl::desc("What a failed run-time check does (the mode of "
+                     "snapkv-lower-asserts)"),
+      llvm::cl::init(AssertMode::abort),
+      llvm::cl::values(
+          clEnumValN(AssertMode::abort, "abort",
+                     "message on stderr, then abort() (mlir-runner)"),
+          clEnumValN(AssertMode::report, "report",
+                     "message for the caller, then return (libraries)"))};
+};
+
 /// Lowers a module of snapkv and upstream tensor-level ops to the LLVM
-/// dialect, vectorising linalg ops on the way (`--snapkv-cpu-pipeline`).
-void buildCPUPipeline(OpPassManager &pm);
+/// dialect: tiled, fused and vectorised, parallel through OpenMP
+/// (`--snapkv-cpu-pipeline`).
+void buildCPUPipeline(OpPassManager &pm, const CPUPipelineOptions &options);
 
-/// Lowers snapkv.select to fused NVVM kernels plus host code calling the
-/// mgpu* runtime (`--snapkv-gpu-pipeline`); `format` is isa, bin or fatbin.
-void buildGPUPipeline(OpPassManager &pm, llvm::StringRef chip,
-                      llvm::StringRef features, llvm::StringRef format);
+struct GPUPipelineOptions : PassPipelineOptions<GPUPipelineOptions> {
+  Option<std::string> chip{*this, "chip",
+                           llvm::cl::desc("NVIDIA target, e.g. sm_80, sm_90"),
+                           llvm::cl::init("sm_90")};
+  Option<std::string> features{
+      *this, "features",
+      llvm::cl::desc("PTX features; sm_90 needs +ptx80 or later"),
+      llvm::cl::init("+ptx80")};
+  Option<std::string> format{
+      *this, "format",
+      llvm::cl::desc("Device code embedded in the module: isa (PTX text), "
+                     "bin (cubin) or fatbin"),
+      llvm::cl::init("bin")};
+  Option<int64_t> keyTile{*this, "key-tile",
+                          llvm::cl::desc("Key positions per scoring block"),
+                          llvm::cl::init(64)};
+  Option<int64_t> chunk{
+      *this, "chunk",
+      llvm::cl::desc("Prefix positions per compaction chunk (0: automatic)"),
+      llvm::cl::init(0)};
+  Option<int64_t> threads{*this, "threads",
+                          llvm::cl::desc("Threads per block"),
+                          llvm::cl::init(128)};
+  Option<int64_t> sharedMemoryBytes{
+      *this, "shared-memory-bytes",
+      llvm::cl::desc("Shared memory per block for scratch buffers"),
+      llvm::cl::init(98304)};
+};
 
-/// Registers --snapkv-gpu-pipeline (called by registerPipelines).
-void registerGPUPipeline();
+/// The tensor-level half of the GPU pipeline: the formulation as GPU
+/// blocks, each block's ops distributed over its threads. Its output runs
+/// on the CPU too (`--snapkv-cpu-pipeline` after it): the kernels'
+/// emulation.
+void buildGPUTensorPipeline(OpPassManager &pm,
+                            const GPUPipelineOptions &options);
+
+/// Lowers snapkv ops to NVVM kernels (PTX/cubin) plus host code calling the
+/// mgpu* runtime (`--snapkv-gpu-pipeline`).
+void buildGPUPipeline(OpPassManager &pm, const GPUPipelineOptions &options);
 
 /// Registers the named pipelines with the global pass registry.
 void registerPipelines();

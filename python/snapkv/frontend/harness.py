@@ -11,13 +11,13 @@ Needs numpy and the tools only (no torch).
 
 from __future__ import annotations
 
-import os
 import re
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from .. import tools as _tools
 from ..mlirgen import ToolError, _run, parse_memrefs, tools
 
 # Passes run before --snapkv-cpu-pipeline (none needed: the pipeline expands math.fpowi
@@ -120,7 +120,7 @@ def main_function(text: str, ids: np.ndarray, token: int, position: int) -> str:
         body += _print_bits(f"%d#{i}", t, f"dr{i}")
     decls = [f"func.func private @{n}(memref<*x{e}>) attributes {{llvm.emit_c_interface}}"
              for n, e in (("printMemrefI32", "i32"), ("printMemrefI64", "i64"))]
-    return "\n".join(decls + ["func.func @main() {", *("  " + l for l in body),
+    return "\n".join(decls + ["func.func @main() {", *("  " + line for line in body),
                               "  return", "}"])
 
 
@@ -134,10 +134,6 @@ def with_main(text: str, main: str) -> str:
     return head[:close] + main + "\n}\n" + tail
 
 
-def mlir_opt_path():
-    return Path(os.environ.get("MLIR_OPT", "/usr/lib/llvm-22/bin/mlir-opt"))
-
-
 def run_prefill_decode(text: str, ids: np.ndarray, token: int, position: int,
                        pipeline: str = "snapkv", timeout: int = 600):
     """Compile and run; returns [prefill results..., decode results...] as numpy arrays.
@@ -149,9 +145,8 @@ def run_prefill_decode(text: str, ids: np.ndarray, token: int, position: int,
     if pipeline == "snapkv":
         compile_args = [str(opt), *PRE_PASSES, "--snapkv-cpu-pipeline"]
     elif pipeline == "upstream":
-        if not mlir_opt_path().is_file():
-            raise ToolError(f"{mlir_opt_path()} not found (install mlir-22-tools or set MLIR_OPT)")
-        compile_args = [str(mlir_opt_path()), f"--pass-pipeline={UPSTREAM_PIPELINE}"]
+        mlir_opt = _tools.require(_tools.mlir_opt(), "mlir-opt")
+        compile_args = [str(mlir_opt), f"--pass-pipeline={UPSTREAM_PIPELINE}"]
     else:
         raise ValueError(f"unknown pipeline {pipeline!r}")
     module = with_main(text, main_function(text, ids, token, position))

@@ -7,7 +7,7 @@ after ``torch.manual_seed(seed)``.
   ``k<i>``/``v<i>`` are layer ``i``'s post-RoPE key/value states ``[B, Hkv, L, D]``, exactly
   what HuggingFace's ``DynamicCache`` stores after the forward pass.
 * :class:`Decode` -- ``(id [B, 1] i64, position [1] i64, k0, v0, ...) -> (logits [B, 1, V],
-  k0', v0', ...)``. ``position`` is the *logical* position of the new token (SPEC section 4);
+  k0', v0', ...)``. ``position`` is the *logical* position of the new token (docs/semantics.md);
   it drives RoPE through ``position_ids``. The cache arguments are loaded into a
   ``DynamicCache`` whose ``update`` concatenates the new token's K/V at the end, so
   ``k<i>'`` is ``[B, Hkv, T + 1, D]`` for a cache of length ``T``.

@@ -1,7 +1,7 @@
 """PyTorch-eager reference of SnapKV decoding for the tiny Llama (the oracle for the model rewrite).
 
 ``snapkv_generate`` does what a model compiled with ``snapkv-compress-kv-cache`` does
-(SPEC sections 2, 4 and 6):
+(docs/semantics.md, docs/model-rewrite.md):
 
 1. prefill the prompt ``ids [1, L]`` with the unmodified HuggingFace ``LlamaForCausalLM``
    (full attention, ``DynamicCache``), capturing every layer's post-RoPE queries;

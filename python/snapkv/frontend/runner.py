@@ -3,18 +3,41 @@
 :class:`CompiledModel` compiles a module's text once into a shared library and calls it in
 process with ctypes, so a generation loop does not pay ``mlir-runner``'s JIT per call:
 
-1. ``llvm.emit_c_interface`` is added to ``@prefill`` and ``@decode`` (textually, in the
-   function headers; nothing else in the module changes);
-2. ``snapkv-opt --snapkv-cpu-pipeline`` (the same lowering :mod:`.harness` uses), then
-   ``mlir-translate --mlir-to-llvmir``, then ``clang -O2 -march=native -shared -fPIC``, linked
-   against LLVM's ``libmlir_c_runner_utils.so`` (the lowered code calls its ``memrefCopy``);
-3. the ``.so`` is kept in a cache directory under a name that is the sha256 of the module text,
-   the tool paths (with their sizes and modification times, so a rebuilt ``snapkv-opt``
-   recompiles), the flags and the CPU; a second :class:`CompiledModel` on the same text loads
-   it without compiling (``from_cache`` says which happened). The directory is
-   ``$SNAPKV_RUNNER_CACHE``, else ``~/.cache/snapkv/runner`` (a temp directory if that is not
-   writable); nothing is evicted (each rebuild of ``snapkv-opt`` adds entries), delete it to
-   clean up. Compiling the tiny fixture takes about 15 s, most of it clang ``-O2``.
+1. ``snapkv-opt --pass-pipeline="builtin.module(func.func(llvm-request-c-wrappers),
+   snapkv-cpu-pipeline{asserts=report})"``: upstream's ``llvm-request-c-wrappers`` gives every
+   function a C interface (``_mlir_ciface_<name>``), and the CPU pipeline (the lowering
+   :mod:`.harness` uses) lowers run-time checks in *report* mode (below);
+2. ``mlir-translate --mlir-to-llvmir``, then ``clang -O2 -march=native -shared -fPIC``,
+   linked against LLVM's ``libmlir_c_runner_utils.so`` (the lowered code calls its
+   ``memrefCopy``); the tools come from :mod:`snapkv.tools`;
+3. the ``.so`` is cached (see *Cache*); ``from_cache`` says whether it was compiled.
+
+Run-time checks: the compiled code's checks (an out-of-range token id in the embedding
+gather, a prompt shorter than the SnapKV window, mismatched dynamic sizes, ...) never end the
+process. A failed check makes the function return early and leaves its message where
+``snapkv_last_error()`` (exported by the library) returns it; every call is followed by that
+read, and a message becomes a :class:`CompiledCheckError` (no result is read or freed; buffers
+the call allocated before the check failed are leaked). Calls into one library are serialised
+with a lock, because the message slot is one per library.
+
+Before a call, :class:`CompiledModel` refuses, with :class:`ResourceLimitError`, an input
+whose largest intermediate tensor alone would exceed the memory available (MemAvailable in
+``/proc/meminfo``, or a smaller cgroup limit): tensor types with dynamic dimensions are read
+from the function, every ``?`` counts as the prompt (or cache) length, so
+``tensor<1x4x?x?xf32>`` costs ``16 * L^2`` bytes. With ``max_positions`` (the model's
+``max_position_embeddings``, see :func:`max_positions_of`), prompts and generations that would
+reach past it are refused too.
+
+Cache: the directory is ``$SNAPKV_RUNNER_CACHE``, else ``~/.cache/snapkv/runner`` (a temp
+directory if that is not writable). A library is named by the sha256 of the LLVM IR that clang
+compiles, clang's flags and version, and the CPU (for ``-march=native``), so rebuilding
+snapkv-opt without changing its output recompiles nothing. So that loading a cached model
+does not run snapkv-opt again, a small index file (``<sha256>.key``) maps the sha256 of the
+module text, the pipeline, the bytes of snapkv-opt and mlir-translate and the LLVM version to
+that name. The cache is bounded: after a compile, the least recently used libraries (each use
+refreshes a library's modification time) are deleted until the libraries take at most
+``$SNAPKV_RUNNER_CACHE_MB`` megabytes (default 1024); index files whose library is gone go
+with them. Compiling the tiny fixture takes about 15 s, most of it clang ``-O2``.
 
 Calling convention (``_mlir_ciface_<name>``): every tensor argument is passed as a pointer to a
 ranked memref descriptor ``{allocated, aligned, offset, sizes[rank], strides[rank]}``; the
@@ -35,13 +58,9 @@ Shapes are never assumed: head counts and lengths come from the function signatu
 the returned descriptors (after ``snapkv-compress-kv-cache`` the cache may hold ``Hq`` heads
 and ``min(L, capacity)`` rows after prefill).
 
-A failed ``cf.assert`` in the compiled code (e.g. an out-of-range token id in the embedding
-gather) prints a message and aborts the process; :meth:`CompiledModel.prefill` and
-:meth:`CompiledModel.decode` check token ids against the vocabulary first.
-
 Needs numpy and the tools only (no torch). Command line::
 
-    python -m snapkv.frontend.runner test/Models/tiny_llama_dynamic.mlir --prompt-len 16 \\
+    python -m snapkv.frontend.runner test/Models/tiny_llama_dynamic.mlir --prompt-length 16 \\
         --steps 8 -v
 """
 
@@ -49,6 +68,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import hashlib
 import json
 import os
@@ -58,6 +78,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,13 +86,15 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..mlirgen import ToolError, snapkv_opt_path
+from .. import tools
+from ..tools import ToolError
 
-# Bumped when the way a library is built or called changes (part of the cache key).
-RUNNER_VERSION = 1
-LLVM_BIN = Path("/usr/lib/llvm-22/bin")
+# Bumped when the way a library is built or called changes (part of the cache keys).
+RUNNER_VERSION = 3
+PIPELINE = ("builtin.module(func.func(llvm-request-c-wrappers),"
+            "snapkv-cpu-pipeline{asserts=report})")
 DEFAULT_CFLAGS = ("-O2", "-march=native")
-C_INTERFACE = "llvm.emit_c_interface"
+DEFAULT_CACHE_MB = 1024
 
 _ELEMENTS = {
     "f32": (np.float32, ctypes.c_float), "f64": (np.float64, ctypes.c_double),
@@ -120,6 +143,19 @@ class TensorType:
 class Signature:
     args: Tuple[TensorType, ...]
     results: Tuple[TensorType, ...]
+    # Per argument, the checkpoint tensor it takes (its `snapkv.weight` attribute), or None.
+    weights: Tuple[Optional[str], ...] = ()
+
+    @property
+    def inputs(self) -> Tuple[TensorType, ...]:
+        """The arguments that are not weights (weights come after them)."""
+        return tuple(t for t, w in zip(self.args, self.weights or (None,) * len(self.args))
+                     if w is None)
+
+    @property
+    def weight_args(self) -> List[Tuple[str, TensorType]]:
+        """(checkpoint tensor name, type) of each weight argument, in order."""
+        return [(w, t) for t, w in zip(self.args, self.weights) if w is not None]
 
 
 @dataclass(frozen=True)
@@ -129,6 +165,7 @@ class _Header:
     attributes: Optional[Tuple[int, int]]  # offsets of the attribute dict's "{" and "}"
     args: List[str]
     results: List[str]
+    weights: List[Optional[str]]  # each argument's `snapkv.weight` attribute
 
 
 def _close(text: str, start: int) -> int:
@@ -178,6 +215,16 @@ def _strip_attrs(piece: str) -> str:
     return (piece if brace < 0 else piece[:brace]).strip()
 
 
+_WEIGHT_ATTR = re.compile(r'snapkv\.weight\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+def _weight_attr(piece: str) -> Optional[str]:
+    """The `snapkv.weight = "name"` of an argument's attribute dictionary, if any."""
+    brace = piece.find("{")
+    match = _WEIGHT_ATTR.search(piece[brace:]) if brace >= 0 else None
+    return json.loads(f'"{match.group(1)}"') if match else None
+
+
 def _header(text: str, name: str) -> _Header:
     pattern = re.compile(r"func\.func\s+(?:(?:public|private|nested)\s+)?@" + re.escape(name)
                          + r"\s*\(")
@@ -186,7 +233,9 @@ def _header(text: str, name: str) -> _Header:
         raise ValueError(f"no func.func @{name} in the module")
     open_args = match.end() - 1
     close_args = _close(text, open_args)
-    args = [_strip_attrs(p) for p in _split_top(text[open_args + 1:close_args])]
+    pieces = _split_top(text[open_args + 1:close_args])
+    args = [_strip_attrs(p) for p in pieces]
+    weights = [_weight_attr(p) for p in pieces]
     i = close_args + 1
     results: List[str] = []
     rest = text[i:]
@@ -213,56 +262,42 @@ def _header(text: str, name: str) -> _Header:
     body = re.match(r"\s*\{", text[i:])
     if not body:
         raise ValueError(f"@{name} has no body (a declaration?)")
-    return _Header(match.start(), i + body.end() - 1, attributes, args, results)
+    return _Header(match.start(), i + body.end() - 1, attributes, args, results, weights)
 
 
 def signature(text: str, name: str) -> Signature:
-    """Argument and result types of ``func.func @name`` in `text`."""
+    """Argument and result types of ``func.func @name`` in `text`, and which arguments are
+    weights (``{snapkv.weight = "<tensor name>"}``, as ``snapkv export --hf`` writes them)."""
     header = _header(text, name)
     return Signature(tuple(TensorType.parse(a) for a in header.args),
-                     tuple(TensorType.parse(r) for r in header.results))
+                     tuple(TensorType.parse(r) for r in header.results),
+                     tuple(header.weights))
 
 
-def with_c_interface(text: str, names: Sequence[str] = ("prefill", "decode")) -> str:
-    """`text` with ``llvm.emit_c_interface`` on each ``@name`` (unchanged if already there)."""
-    edits = []
-    for name in names:
-        header = _header(text, name)
-        if header.attributes is None:
-            edits.append((header.body, f"attributes {{{C_INTERFACE}}} "))
-        else:
-            lo, hi = header.attributes
-            if re.search(r"\b" + re.escape(C_INTERFACE) + r"\b", text[lo:hi]):
-                continue
-            inner = text[lo + 1:hi].strip()
-            edits.append((lo + 1, C_INTERFACE + (", " if inner else "")))
-    for offset, insert in sorted(edits, reverse=True):
-        text = text[:offset] + insert + text[offset:]
-    return text
+_CALL = re.compile(r"\bcall @([\w.$-]+)\(")
+
+
+def callees(text: str, name: str) -> List[str]:
+    """The functions ``@name`` calls, directly or not (each once, in order of discovery)."""
+    found: List[str] = []
+    work = [name]
+    while work:
+        body = function_text(text, work.pop())
+        for match in _CALL.finditer(body):
+            if match.group(1) not in found and match.group(1) != name:
+                found.append(match.group(1))
+                work.append(match.group(1))
+    return found
+
+
+def function_text(text: str, name: str) -> str:
+    """The text of ``func.func @name`` from its header to its closing brace."""
+    header = _header(text, name)
+    return text[header.start:_close(text, header.body) + 1]
 
 
 # ---------------------------------------------------------------------------------------------
 # Compiling
-
-def _tool(env: str, name: str) -> Path:
-    if os.environ.get(env):
-        return Path(os.environ[env])
-    path = LLVM_BIN / name
-    return path if path.is_file() else Path(name)
-
-
-def mlir_translate_path() -> Path:
-    return _tool("MLIR_TRANSLATE", "mlir-translate")
-
-
-def clang_path() -> Path:
-    return _tool("CLANG", "clang")
-
-
-def runtime_lib_dir() -> Path:
-    """Where ``libmlir_c_runner_utils.so`` is ($MLIR_LIB_DIR, default LLVM 22's lib/)."""
-    return Path(os.environ.get("MLIR_LIB_DIR", "/usr/lib/llvm-22/lib"))
-
 
 def default_cache_dir() -> Path:
     if os.environ.get("SNAPKV_RUNNER_CACHE"):
@@ -271,18 +306,42 @@ def default_cache_dir() -> Path:
     return Path(base) / "snapkv" / "runner"
 
 
-def _resolve(tool: Path) -> Path:
-    if tool.is_file():
-        return tool.resolve()
-    found = __import__("shutil").which(str(tool))
-    if not found:
-        raise ToolError(f"{tool} not found")
-    return Path(found).resolve()
+def cache_limit_bytes() -> int:
+    """``$SNAPKV_RUNNER_CACHE_MB`` (default 1024) in bytes."""
+    value = os.environ.get("SNAPKV_RUNNER_CACHE_MB", "")
+    try:
+        megabytes = float(value) if value else DEFAULT_CACHE_MB
+    except ValueError:
+        raise ToolError(f"SNAPKV_RUNNER_CACHE_MB must be a number of megabytes, got {value!r}") \
+            from None
+    return int(megabytes * 1024 * 1024)
 
 
-def _fingerprint(path: Path) -> str:
+def _file_digest(path: Path) -> str:
+    """sha256 of a tool's bytes (the tools are small: they link libMLIR.so). Remembered per
+    process while the file's size and modification time stay the same, so a tool rebuilt
+    under a running process is hashed again."""
     stat = path.stat()
-    return f"{path} {stat.st_size} {stat.st_mtime_ns}"
+    return _digest_of(str(path), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=None)
+def _digest_of(path: str, size: int, mtime_ns: int) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def _version_of(tool: Path) -> str:
+    try:
+        done = subprocess.run([str(tool), "--version"], capture_output=True, text=True,
+                              timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise ToolError(f"cannot run {tool} --version: {error}") from None
+    return done.stdout.strip()
 
 
 def _cpu() -> str:
@@ -293,6 +352,13 @@ def _cpu() -> str:
     model = re.search(r"^model name\s*:\s*(.*)$", info, re.M)
     flags = re.search(r"^flags\s*:\s*(.*)$", info, re.M)
     return f"{model.group(1) if model else ''} | {flags.group(1) if flags else ''}"
+
+
+def _sha256(*parts: str) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part.encode() + b"\0")
+    return digest.hexdigest()
 
 
 @dataclass
@@ -332,32 +398,8 @@ def _step(verbose, label, command, timeout):
     return elapsed
 
 
-def compile_library(text: str, functions: Sequence[str] = ("prefill", "decode"), *,
-                    cache_dir: Optional[os.PathLike] = None, verbose: bool = False,
-                    cflags: Sequence[str] = DEFAULT_CFLAGS, timeout: int = 1800) -> Library:
-    """Compile `text` (``llvm.emit_c_interface`` added to `functions`) into a cached ``.so``."""
-    start = time.perf_counter()
-    opt, translate, clang = (_resolve(snapkv_opt_path()), _resolve(mlir_translate_path()),
-                             _resolve(clang_path()))
-    libdir = runtime_lib_dir()
-    runtime = libdir / "libmlir_c_runner_utils.so"
-    if not runtime.is_file():
-        raise ToolError(f"{runtime} not found (set MLIR_LIB_DIR)")
-    key_parts = [f"runner {RUNNER_VERSION}", *map(_fingerprint, (opt, translate, clang, runtime)),
-                 " ".join(cflags), ",".join(functions), platform.machine()]
-    if any(f.startswith("-march=native") or f.startswith("-mcpu=native") for f in cflags):
-        key_parts.append(_cpu())
-    digest = hashlib.sha256()
-    for part in key_parts:
-        digest.update(part.encode() + b"\0")
-    digest.update(text.encode())
-    key = digest.hexdigest()
+def _writable_cache(cache_dir: Optional[os.PathLike]) -> Path:
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    target = cache / f"{key}.so"
-    label = "/".join(functions)
-    if target.is_file():
-        _log(verbose, f"compiling {label}: cached {target}")
-        return Library(target, True, time.perf_counter() - start, key)
     try:
         cache.mkdir(parents=True, exist_ok=True)
         if not os.access(cache, os.W_OK):
@@ -367,35 +409,267 @@ def compile_library(text: str, functions: Sequence[str] = ("prefill", "decode"),
             raise
         cache = Path(tempfile.gettempdir()) / f"snapkv-runner-{os.getuid()}"
         cache.mkdir(parents=True, exist_ok=True)
-        target = cache / f"{key}.so"
-        if target.is_file():
-            _log(verbose, f"compiling {label}: cached {target}")
-            return Library(target, True, time.perf_counter() - start, key)
+    return cache
+
+
+def _write_atomic(path: Path, data: bytes):
+    """Concurrent writers of one name write the same bytes; the rename makes it atomic."""
+    staged = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+    staged.write_bytes(data)
+    os.replace(staged, path)
+
+
+def _touch(path: Path) -> bool:
+    """Mark `path` as used now (the LRU order); False if it is gone."""
+    try:
+        os.utime(path)
+        return True
+    except OSError:
+        return False
+
+
+def evict(cache: Path, limit: int, keep: Sequence[Path] = ()) -> List[Path]:
+    """Delete the least recently used libraries in `cache` (``*.so``, oldest modification time
+    first, with their ``.json``) until the libraries take at most `limit` bytes, never one in
+    `keep`; then delete index files (``*.key``) whose library is gone. Returns what was
+    deleted. Safe against concurrent use: a library another process has loaded stays mapped."""
+    keep = {Path(p).resolve() for p in keep}
+    libraries = []
+    for path in cache.glob("*.so"):
+        try:
+            stat = path.stat()
+        except OSError:
+            continue
+        libraries.append((stat.st_mtime, stat.st_size, path))
+    total = sum(size for _, size, _ in libraries)
+    deleted = []
+    for _, size, path in sorted(libraries, key=lambda entry: entry[0]):
+        if total <= limit:
+            break
+        if path.resolve() in keep:
+            continue
+        for victim in (path, path.with_suffix(".json")):
+            try:
+                victim.unlink()
+                deleted.append(victim)
+            except FileNotFoundError:
+                pass
+        total -= size
+    for index in cache.glob("*.key"):
+        try:
+            if not (cache / index.read_text().strip()).is_file():
+                index.unlink()
+                deleted.append(index)
+        except OSError:
+            pass
+    return deleted
+
+
+def compile_library(text: str, *, cache_dir: Optional[os.PathLike] = None,
+                    verbose: bool = False, cflags: Sequence[str] = DEFAULT_CFLAGS,
+                    timeout: int = 1800, label: str = "module") -> Library:
+    """Compile `text` into a cached ``.so`` whose every function has a C interface and whose
+    run-time checks report (``snapkv_last_error``) instead of aborting."""
+    start = time.perf_counter()
+    opt = tools.require(tools.snapkv_opt(), "snapkv-opt")
+    translate = tools.require(tools.mlir_translate(), "mlir-translate")
+    clang = tools.require(tools.clang(), "clang")
+    libdir = tools.llvm_lib_dir()
+    runtime = tools.require(libdir / "libmlir_c_runner_utils.so")
+    cache = _writable_cache(cache_dir)
+
+    # Fast path: the index of this text, pipeline and these tools names a library.
+    source_key = _sha256(f"runner {RUNNER_VERSION}", PIPELINE, _file_digest(opt.resolve()),
+                         _file_digest(translate.resolve()), _version_of(translate),
+                         " ".join(cflags), text)
+    index = cache / f"{source_key}.key"
+    try:
+        name = index.read_text().strip()
+    except OSError:
+        name = ""
+    if name and _touch(cache / name):
+        _log(verbose, f"compiling {label}: cached {cache / name}")
+        return Library(cache / name, True, time.perf_counter() - start, name[:-3])
+
     with tempfile.TemporaryDirectory(prefix="snapkv-runner-") as tmp:
-        source, lowered, llvm_ir = Path(tmp) / "in.mlir", Path(tmp) / "lowered.mlir", \
-            Path(tmp) / "module.ll"
-        source.write_text(with_c_interface(text, functions))
-        times = {}
-        times["snapkv-opt"] = _step(verbose, f"compiling {label}: snapkv-opt",
-                                    [opt, "--snapkv-cpu-pipeline", source, "-o", lowered],
-                                    timeout)
+        source, lowered, llvm_ir = (Path(tmp) / "in.mlir", Path(tmp) / "lowered.mlir",
+                                    Path(tmp) / "module.ll")
+        source.write_text(text)
+        times = {"snapkv-opt": _step(verbose, f"compiling {label}: snapkv-opt",
+                                     [opt, f"--pass-pipeline={PIPELINE}", source, "-o",
+                                      lowered], timeout)}
         times["mlir-translate"] = _step(verbose, f"compiling {label}: mlir-translate",
                                         [translate, "--mlir-to-llvmir", lowered, "-o", llvm_ir],
                                         timeout)
-        partial = Path(tmp) / "module.so"
-        times["clang"] = _step(verbose, f"compiling {label}: clang",
-                               [clang, *cflags, "-shared", "-fPIC", "-Wno-override-module",
-                                llvm_ir, "-o", partial, f"-L{libdir}", "-lmlir_c_runner_utils",
-                                f"-Wl,-rpath,{libdir}"], timeout)
-        # Atomic: a concurrent compile of the same text writes the same bytes.
-        staged = cache / f".{key}.{os.getpid()}.so"
-        staged.write_bytes(partial.read_bytes())
-        os.replace(staged, target)
-    meta = {"key": key, "key_parts": key_parts, "cflags": list(cflags), "seconds": times}
-    (cache / f"{key}.json").write_text(json.dumps(meta, indent=1) + "\n")
+        key_parts = [f"runner {RUNNER_VERSION}", " ".join(cflags), _version_of(clang),
+                     str(runtime.resolve()), platform.machine()]
+        if any(f.startswith(("-march=native", "-mcpu=native")) for f in cflags):
+            key_parts.append(_cpu())
+        key = _sha256(*key_parts, llvm_ir.read_text())
+        target = cache / f"{key}.so"
+        from_cache = _touch(target)
+        if from_cache:
+            _log(verbose, f"compiling {label}: the same LLVM IR is cached: {target}")
+        else:
+            partial = Path(tmp) / "module.so"
+            times["clang"] = _step(verbose, f"compiling {label}: clang",
+                                   [clang, *cflags, "-shared", "-fPIC", "-Wno-override-module",
+                                    llvm_ir, "-o", partial, f"-L{libdir}",
+                                    "-lmlir_c_runner_utils",
+                                    # --snapkv-cpu-pipeline's parallel loops call libomp.
+                                    "-lomp", f"-Wl,-rpath,{libdir}"], timeout)
+            _write_atomic(target, partial.read_bytes())
+            meta = {"key": key, "key_parts": key_parts, "cflags": list(cflags),
+                    "seconds": times}
+            _write_atomic(target.with_suffix(".json"),
+                          (json.dumps(meta, indent=1) + "\n").encode())
+    _write_atomic(index, target.name.encode())
+    if not from_cache:
+        evict(cache, cache_limit_bytes(), keep=[target])
     elapsed = time.perf_counter() - start
     _log(verbose, f"compiling {label}: {target} in {elapsed:.1f} s")
-    return Library(target, False, elapsed, key)
+    return Library(target, from_cache, elapsed, key)
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory and positions
+
+_TENSOR = re.compile(r"tensor<((?:(?:\d+|\?)x)+)(\w+)>")
+_BYTES = {"i1": 1, "i8": 1, "i16": 2, "f16": 2, "bf16": 2, "i32": 4, "f32": 4, "i64": 8,
+          "f64": 8, "index": 8}
+
+
+class ResourceLimitError(ValueError):
+    """An input the compiled code would need more memory (or positions) for than there is."""
+
+
+class CompiledCheckError(RuntimeError):
+    """A run-time check of the compiled code failed; ``message`` is the check's own text."""
+
+    def __init__(self, function: str, message: str):
+        super().__init__(f"@{function} stopped on a failed run-time check: {message}")
+        self.function, self.message = function, message
+
+
+def growth(text: str, name: str) -> dict:
+    """{k: (bytes per unit, type)}: for tensor types in ``@name`` and the functions it calls
+    with k dynamic dimensions, the largest product of the static dimensions and the element
+    size."""
+    terms = {}
+    bodies = "\n".join(function_text(text, f) for f in [name, *callees(text, name)])
+    for match in _TENSOR.finditer(bodies):
+        dims = match.group(1).split("x")[:-1]
+        elem = _BYTES.get(match.group(2))
+        dynamic = dims.count("?")
+        if not dynamic or elem is None:
+            continue
+        static = elem
+        for d in dims:
+            static *= 1 if d == "?" else int(d)
+        if static > terms.get(dynamic, (0, ""))[0]:
+            terms[dynamic] = (static, match.group(0))
+    return terms
+
+
+def largest_tensor(terms: dict, length: int) -> Tuple[int, str]:
+    """(bytes, type) of the largest tensor when every dynamic dimension is `length`."""
+    best = (0, "")
+    for dynamic, (static, ttype) in terms.items():
+        best = max(best, (static * length ** dynamic, ttype))
+    return best
+
+
+def available_memory() -> Optional[int]:
+    """Bytes this process may still allocate: MemAvailable, or a smaller cgroup v2 limit."""
+    found = []
+    try:
+        meminfo = Path("/proc/meminfo").read_text()
+        match = re.search(r"^MemAvailable:\s+(\d+) kB", meminfo, re.M)
+        if match:
+            found.append(int(match.group(1)) * 1024)
+    except OSError:
+        pass
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = Path("/sys/fs/cgroup/memory.current").read_text().strip()
+        if limit != "max":
+            found.append(max(0, int(limit) - int(used)))
+    except (OSError, ValueError):
+        pass
+    return min(found) if found else None
+
+
+def _gigabytes(count: int) -> str:
+    return f"{count / 1e9:,.1f} GB" if count >= 1e8 else f"{count / 1e6:,.1f} MB"
+
+
+def check_memory(terms: dict, name: str, length: int, what: str):
+    """Raise ResourceLimitError when the largest tensor of ``@name`` (`terms`, see
+    :func:`growth`) at `length` alone needs more than the memory available. `what` names the
+    length in the message."""
+    need, ttype = largest_tensor(terms, length)
+    have = available_memory()
+    if have is not None and need > have:
+        raise ResourceLimitError(
+            f"@{name} on {what} needs at least {_gigabytes(need)} for one {ttype} alone "
+            f"(each ? is {length:,}); {_gigabytes(have)} of memory is available")
+
+
+def check_checkpoint(model_path: os.PathLike, weights):
+    """When `weights` is a Checkpoint and ``<stem>.json`` next to the module records the
+    architecture it was exported from, a CheckpointError unless they are the same."""
+    from .checkpoint import Checkpoint
+
+    if not isinstance(weights, Checkpoint):
+        return
+    try:
+        expected = json.loads(Path(model_path).with_suffix(".json").read_text())["architecture"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    weights.check_architecture(expected, Path(model_path).name)
+
+
+def checkpoint_of(model_path: os.PathLike):
+    """The :class:`~snapkv.frontend.checkpoint.Checkpoint` that ``<stem>.json`` next to an
+    exported module names (``snapkv export --hf`` writes it); ValueError if there is none."""
+    from .checkpoint import Checkpoint
+
+    path = Path(model_path)
+    meta = path.with_suffix(".json")
+    try:
+        data = json.loads(meta.read_text())
+        directory = data["checkpoint"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ValueError(f"{path} takes weights (snapkv.weight arguments), and {meta.name} "
+                         f"next to it does not name the checkpoint they come from: pass the "
+                         f"checkpoint directory") from None
+    return Checkpoint(directory)
+
+
+def max_positions_of(model_path: os.PathLike) -> Optional[Tuple[int, Path]]:
+    """(max_position_embeddings, file it came from) for an exported model, from the JSON the
+    exporter writes next to it (``tiny_llama.json`` lists the modules it describes under
+    "files" and the config under "spec"), or from ``<stem>.json`` / ``config.json`` there (a
+    HuggingFace config). None if no such file names it."""
+    path = Path(model_path)
+    candidates = [path.with_suffix(".json"), path.parent / "config.json",
+                  *sorted(path.parent.glob("*.json"))]
+    for candidate in candidates:
+        try:
+            data = json.loads(candidate.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(data, dict):
+            continue
+        files = data.get("files")
+        describes = isinstance(files, dict) and path.name in files
+        if candidate.name == "config.json" or candidate == path.with_suffix(".json") or \
+                describes:
+            for config in (data.get("spec"), data):
+                if isinstance(config, dict) and \
+                        isinstance(config.get("max_position_embeddings"), int):
+                    return config["max_position_embeddings"], candidate
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -427,15 +701,38 @@ def _check_shape(array: np.ndarray, ttype: TensorType, what: str):
         raise ValueError(f"{what}: shape {array.shape} does not fit {ttype}")
 
 
-class CompiledFunction:
-    """``_mlir_ciface_<name>`` of a loaded library, called on numpy arrays."""
+_LOCKS: dict = {}
+_LOCKS_GUARD = threading.Lock()
 
-    def __init__(self, lib: ctypes.CDLL, name: str, sig: Signature):
+
+def _library_lock(lib: ctypes.CDLL) -> threading.Lock:
+    with _LOCKS_GUARD:
+        return _LOCKS.setdefault(lib._handle, threading.Lock())
+
+
+class CompiledFunction:
+    """``_mlir_ciface_<name>`` of a loaded library, called on numpy arrays.
+
+    A failed run-time check of the compiled code raises :class:`CompiledCheckError` (the
+    library's ``snapkv_last_error`` is read after every call)."""
+
+    def __init__(self, lib: ctypes.CDLL, name: str, sig: Signature,
+                 bound: Sequence[np.ndarray] = ()):
+        """`bound`: arrays for the last ``len(bound)`` arguments (the weights), checked once
+        and passed to every call as they are (never copied, never freed)."""
         self.name, self.signature = name, sig
         try:
             self._fn = getattr(lib, f"_mlir_ciface_{name}")
         except AttributeError:
             raise ToolError(f"_mlir_ciface_{name} not in {lib._name}") from None
+        try:
+            self._last_error = lib.snapkv_last_error
+        except AttributeError:
+            raise ToolError(f"snapkv_last_error not in {lib._name}: not compiled with "
+                            f"snapkv-cpu-pipeline{{asserts=report}}") from None
+        self._last_error.argtypes = []
+        self._last_error.restype = ctypes.c_char_p
+        self._lock = _library_lock(lib)
         self._result_type = type(f"{name}_results", (ctypes.Structure,), {"_fields_": [
             (f"r{i}", descriptor_type(t.rank)) for i, t in enumerate(sig.results)]})
         params = [ctypes.POINTER(descriptor_type(t.rank)) for t in sig.args]
@@ -443,31 +740,56 @@ class CompiledFunction:
             params.insert(0, ctypes.POINTER(self._result_type))
         self._fn.argtypes = params
         self._fn.restype = None
+        first = len(sig.args) - len(bound)
+        if first < 0:
+            raise ValueError(f"@{name} takes {len(sig.args)} arguments, {len(bound)} bound")
+        self._bound, self._bound_descriptors = [], []
+        for i, array in enumerate(bound, start=first):
+            kept, desc = self._descriptor(array, i, copy=False)
+            self._bound.append(kept)
+            self._bound_descriptors.append(desc)
+
+    def _descriptor(self, array, index: int, copy: bool = True):
+        ttype = self.signature.args[index]
+        what = f"@{self.name} argument {index}"
+        if not copy and (not isinstance(array, np.ndarray) or array.dtype != ttype.dtype
+                         or not array.flags.c_contiguous):
+            raise ValueError(f"{what}: a bound array must be a C-contiguous {ttype.dtype} "
+                             f"array")
+        array = np.ascontiguousarray(array, dtype=ttype.dtype)
+        _check_shape(array, ttype, what)
+        desc = descriptor_type(ttype.rank)()
+        desc.allocated = desc.aligned = array.ctypes.data
+        desc.offset = 0
+        for d in range(ttype.rank):
+            desc.sizes[d] = array.shape[d]
+            desc.strides[d] = array.strides[d] // array.itemsize if array.itemsize else 0
+        return array, desc
 
     def _prepare(self, arrays):
         sig = self.signature
-        if len(arrays) != len(sig.args):
-            raise ValueError(f"@{self.name} takes {len(sig.args)} arguments, got {len(arrays)}")
+        free = len(sig.args) - len(self._bound)
+        if len(arrays) != free:
+            extra = f" (and {len(self._bound)} bound weights)" if self._bound else ""
+            raise ValueError(f"@{self.name} takes {free} arguments{extra}, got {len(arrays)}")
         inputs, descriptors = [], []
-        for i, (array, ttype) in enumerate(zip(arrays, sig.args)):
-            array = np.ascontiguousarray(array, dtype=ttype.dtype)
-            _check_shape(array, ttype, f"@{self.name} argument {i}")
-            desc = descriptor_type(ttype.rank)()
-            desc.allocated = desc.aligned = array.ctypes.data
-            desc.offset = 0
-            for d in range(ttype.rank):
-                desc.sizes[d] = array.shape[d]
-                desc.strides[d] = array.strides[d] // array.itemsize
+        for i, array in enumerate(arrays):
+            array, desc = self._descriptor(array, i)
             inputs.append(array)
             descriptors.append(desc)
-        return inputs, descriptors
+        return inputs + self._bound, descriptors + self._bound_descriptors
 
     def _invoke(self, descriptors):
         results = self._result_type()
         params = [ctypes.byref(d) for d in descriptors]
         if self.signature.results:
             params.insert(0, ctypes.byref(results))
-        self._fn(*params)
+        with self._lock:
+            self._fn(*params)
+            message = self._last_error()
+        if message is not None:
+            # The results are placeholders (null buffers): nothing to read or free.
+            raise CompiledCheckError(self.name, message.decode(errors="replace"))
         return results
 
     def _results(self, results):
@@ -542,23 +864,113 @@ class CompiledModel:
     ``[k0, v0, k1, v1, ...]``, each ``[1, H, T, D]`` as the module returns them (H and T are
     whatever the module produces: after ``snapkv-compress-kv-cache`` prefill returns
     ``min(L, capacity)`` rows and, with ``gqa=expand``, Hq heads).
+
+    Errors are exceptions, never a dead process: a failed run-time check of the compiled
+    code raises :class:`CompiledCheckError` (for example a prompt shorter than the SnapKV
+    window), an input that would need more memory than is available, or positions past
+    `max_positions` (the model's ``max_position_embeddings``, when given; see
+    :func:`max_positions_of`), raises :class:`ResourceLimitError` before the call.
     """
 
     def __init__(self, text: str, *, cache_dir: Optional[os.PathLike] = None,
                  verbose: bool = False, cflags: Sequence[str] = DEFAULT_CFLAGS,
-                 timeout: int = 1800):
+                 timeout: int = 1800, max_positions: Optional[int] = None,
+                 weights=None):
+        """`weights`: for a module whose entry points take weights (arguments with
+        ``{snapkv.weight = "<name>"}``, written by ``snapkv export --hf``), where they come
+        from: a :class:`~snapkv.frontend.checkpoint.Checkpoint` (tensors mapped from its
+        safetensors files, no copy; f16/bf16 converted once to f32 where the module takes
+        f32) or a mapping {name: numpy array}. Each is checked against the module's
+        argument type before anything is compiled."""
         self.prefill_signature = signature(text, "prefill")
         self.decode_signature = signature(text, "decode")
         self._check_signatures()
-        self.library = compile_library(text, ("prefill", "decode"), cache_dir=cache_dir,
-                                       verbose=verbose, cflags=cflags, timeout=timeout)
+        self.weights, self.weight_notes = self._bind(weights)
+        self.max_positions = max_positions
+        self._growth = {name: growth(text, name) for name in ("prefill", "decode")}
+        self.library = compile_library(text, cache_dir=cache_dir, verbose=verbose,
+                                       cflags=cflags, timeout=timeout, label="prefill/decode")
         self._lib = ctypes.CDLL(str(self.library.path))
-        self._prefill = CompiledFunction(self._lib, "prefill", self.prefill_signature)
-        self._decode = CompiledFunction(self._lib, "decode", self.decode_signature)
+        self._prefill = CompiledFunction(
+            self._lib, "prefill", self.prefill_signature,
+            [self.weights[n] for n, _ in self.prefill_signature.weight_args])
+        self._decode = CompiledFunction(
+            self._lib, "decode", self.decode_signature,
+            [self.weights[n] for n, _ in self.decode_signature.weight_args])
 
     @classmethod
     def from_file(cls, path: os.PathLike, **kwargs) -> "CompiledModel":
-        return cls(Path(path).read_text(), **kwargs)
+        """The module at `path`; `max_positions` defaults to what :func:`max_positions_of`
+        finds next to it, and `weights` (for a module that takes weights) to the checkpoint
+        that the JSON next to it (``<stem>.json``, written by ``snapkv export --hf``) names."""
+        if "max_positions" not in kwargs:
+            found = max_positions_of(path)
+            kwargs["max_positions"] = found[0] if found else None
+        text = Path(path).read_text()
+        if kwargs.get("weights") is None and signature(text, "prefill").weight_args:
+            kwargs["weights"] = checkpoint_of(path)
+        else:
+            check_checkpoint(path, kwargs.get("weights"))
+        return cls(text, **kwargs)
+
+    def _bind(self, source):
+        """{name: array} for every weight argument of @prefill and @decode, and notes."""
+        wanted = {}
+        for sig, fn in ((self.prefill_signature, "prefill"), (self.decode_signature, "decode")):
+            for name, ttype in sig.weight_args:
+                if any(d is None for d in ttype.shape):
+                    raise ValueError(f"@{fn} weight {name!r} has a dynamic shape {ttype}")
+                if name in wanted and wanted[name] != ttype:
+                    raise ValueError(f"weight {name!r} is {wanted[name]} in one function and "
+                                     f"{ttype} in the other")
+                wanted[name] = ttype
+        if not wanted:
+            if source is not None:
+                raise ValueError("the module takes no weights (no snapkv.weight arguments), "
+                                 "but weights were given")
+            return {}, []
+        if source is None:
+            raise ValueError(f"the module takes {len(wanted)} weights (arguments with "
+                             f"snapkv.weight) but none were given: pass the checkpoint it "
+                             f"was exported from")
+        from .checkpoint import Checkpoint, weight_arrays
+
+        if isinstance(source, Checkpoint):
+            return weight_arrays(source, {n: (t.shape, t.elem) for n, t in wanted.items()})
+        arrays, problems = {}, []
+        for name, ttype in wanted.items():
+            if name not in source:
+                problems.append(f"{name}: missing")
+                continue
+            array = np.asarray(source[name])
+            if array.dtype != ttype.dtype or tuple(array.shape) != tuple(ttype.shape):
+                problems.append(f"{name}: {array.dtype} {list(array.shape)} given, the module "
+                                f"takes {ttype}")
+                continue
+            arrays[name] = np.ascontiguousarray(array)
+        if problems:
+            raise ValueError("the weights do not fit the module: " + "; ".join(problems[:4])
+                             + (f" (and {len(problems) - 4} more)" if len(problems) > 4 else ""))
+        return arrays, []
+
+    def check_limits(self, length: int, steps: int = 0):
+        """Raise ResourceLimitError if a `length`-token prompt followed by `steps` decode steps
+        would run past ``max_positions`` or needs more memory than is available, before
+        anything is allocated."""
+        if length < 1 or steps < 0:
+            raise ValueError(f"need a prompt of >= 1 tokens and steps >= 0, got {length} and "
+                             f"{steps}")
+        last = length + steps - 1  # the logical position of the last token fed
+        if self.max_positions is not None and last >= self.max_positions:
+            raise ResourceLimitError(
+                f"a {length:,}-token prompt" + (f" and {steps:,} decode steps" if steps else "")
+                + f" reach position {last:,}, past the model's max_position_embeddings "
+                f"({self.max_positions:,}: positions 0..{self.max_positions - 1:,})")
+        check_memory(self._growth["prefill"], "prefill", length, f"a {length:,}-token prompt")
+        if steps:
+            rows = length + steps  # an upper bound of the cache rows decode sees
+            check_memory(self._growth["decode"], "decode", rows,
+                         f"a cache of up to {rows:,} rows")
 
     @property
     def from_cache(self) -> bool:
@@ -575,29 +987,35 @@ class CompiledModel:
     @property
     def cache_types(self) -> Tuple[TensorType, ...]:
         """Types of decode's cache arguments (head count and head dim, length usually ?)."""
-        return self.decode_signature.args[2:]
+        return self.decode_signature.inputs[2:]
 
     def _check_signatures(self):
         p, d = self.prefill_signature, self.decode_signature
         problems = []
-        if len(p.args) != 1 or p.args[0].rank != 2 or p.args[0].elem != "i64":
-            problems.append(f"@prefill takes {list(map(str, p.args))}, expected one [B, L] i64")
+        for sig, fn in ((p, "prefill"), (d, "decode")):
+            flags = [w is not None for w in sig.weights]
+            if flags != sorted(flags):
+                problems.append(f"@{fn} has weight arguments before other arguments")
+        pa, da = p.inputs, d.inputs
+        if len(pa) != 1 or pa[0].rank != 2 or pa[0].elem != "i64":
+            problems.append(f"@prefill takes {list(map(str, pa))}, expected one [B, L] i64")
         if len(p.results) < 1 or p.results[0].rank != 3:
             problems.append("@prefill's first result is not [B, L, V] logits")
-        if len(d.args) < 2 or d.args[0].rank != 2 or d.args[1].rank != 1 or \
-                d.args[0].elem != "i64" or d.args[1].elem != "i64":
+        if len(da) < 2 or da[0].rank != 2 or da[1].rank != 1 or \
+                da[0].elem != "i64" or da[1].elem != "i64":
             problems.append("@decode does not start with (id [B, 1] i64, position [1] i64)")
         caches = len(p.results) - 1
-        if len(d.args) - 2 != caches or len(d.results) - 1 != caches:
+        if len(da) - 2 != caches or len(d.results) - 1 != caches:
             problems.append(f"@prefill returns {caches} caches but @decode takes "
-                            f"{len(d.args) - 2} and returns {len(d.results) - 1}")
-        if any(t.rank != 4 for t in (*p.results[1:], *d.args[2:], *d.results[1:])):
+                            f"{len(da) - 2} and returns {len(d.results) - 1}")
+        if any(t.rank != 4 for t in (*p.results[1:], *da[2:], *d.results[1:])):
             problems.append("cache tensors are not all [B, H, T, D]")
         if problems:
             raise ValueError("not a prefill/decode model module: " + "; ".join(problems))
 
     def _check_ids(self, ids: np.ndarray):
-        # The compiled embedding gather would fail its cf.assert and abort the process.
+        # The compiled embedding gather checks too, but says less ("index must be smaller
+        # than dim size").
         check_token_ids(ids, self.vocab_size)
 
     def prefill(self, ids) -> Tuple[np.ndarray, List[np.ndarray]]:
@@ -605,6 +1023,8 @@ class CompiledModel:
         if ids.ndim == 1:
             ids = ids[None]
         self._check_ids(ids)
+        if ids.ndim == 2 and ids.shape[1]:
+            self.check_limits(ids.shape[1])
         out = self._prefill(ids)
         return out[0], out[1:]
 
@@ -612,6 +1032,11 @@ class CompiledModel:
             -> Tuple[np.ndarray, List[np.ndarray]]:
         ids = np.array([[int(token)]], dtype=np.int64)
         self._check_ids(ids)
+        if self.max_positions is not None and position >= self.max_positions:
+            raise ResourceLimitError(f"position {position:,} is past the model's "
+                                     f"max_position_embeddings ({self.max_positions:,})")
+        rows = max((c.shape[2] for c in caches if np.ndim(c) == 4), default=0) + 1
+        check_memory(self._growth["decode"], "decode", rows, f"a cache of {rows:,} rows")
         out = self._decode(ids, np.array([int(position)], dtype=np.int64), *caches)
         return out[0], out[1:]
 
@@ -659,6 +1084,7 @@ class CompiledModel:
         if steps < 0:
             raise ValueError("steps must be >= 0")
         length = ids.shape[1]
+        self.check_limits(length, steps)
         logits, caches = self.prefill(ids)
         rows = [logits[0, -1]]
         tokens = [int(np.argmax(rows[-1]))]
@@ -678,24 +1104,31 @@ class CompiledModel:
 
 # ---------------------------------------------------------------------------------------------
 
-def main(argv=None):
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("module", type=Path, help="MLIR file with @prefill and @decode")
     parser.add_argument("--ids", help="comma-separated prompt ids (default: random)")
-    parser.add_argument("--prompt-len", type=int, default=16)
+    parser.add_argument("--prompt-length", "--prompt-len", type=int, default=16,
+                        dest="prompt_length")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--cache-dir", type=Path)
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
-    model = CompiledModel.from_file(args.module, cache_dir=args.cache_dir, verbose=args.verbose)
-    if args.ids:
-        ids = np.array([[int(x) for x in args.ids.split(",")]], dtype=np.int64)
-    else:
-        ids = np.random.default_rng(args.seed).integers(0, model.vocab_size or 2,
-                                                        (1, args.prompt_len))
-    start = time.perf_counter()
-    out = model.generate(ids, args.steps)
+    try:
+        model = CompiledModel.from_file(args.module, cache_dir=args.cache_dir,
+                                        verbose=args.verbose)
+        if args.ids:
+            ids = np.array([[int(x) for x in args.ids.split(",")]], dtype=np.int64)
+        else:
+            model.check_limits(args.prompt_length, args.steps)  # before drawing the ids
+            ids = np.random.default_rng(args.seed).integers(0, model.vocab_size or 2,
+                                                            (1, args.prompt_length))
+        start = time.perf_counter()
+        out = model.generate(ids, args.steps)
+    except (OSError, ValueError, ToolError, CompiledCheckError) as error:
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)
+        return 1
     elapsed = time.perf_counter() - start
     print(f"library: {model.library.path} ({'cached' if model.from_cache else 'compiled'})")
     print(f"prompt:  {ids[0].tolist()}")
@@ -703,7 +1136,8 @@ def main(argv=None):
     print(f"logical lengths:  {out['logical_lengths']}")
     print(f"physical lengths: {out['physical_lengths']}")
     print(f"cache shape: {out['cache_shapes']}; generate took {elapsed * 1e3:.1f} ms")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

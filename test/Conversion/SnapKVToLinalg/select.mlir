@@ -1,58 +1,101 @@
-// RUN: snapkv-opt %s --convert-snapkv-to-linalg --split-input-file | FileCheck %s
+// RUN: snapkv-opt %s --convert-snapkv-to-linalg --split-input-file | FileCheck %s --implicit-check-not="= snapkv."
+// Every loop outside a structured op has a small constant trip count (the
+// 32-step threshold search): nothing iterates over positions or heads on the
+// host of an IREE-style compiler.
+// RUN: snapkv-opt %s --convert-snapkv-to-linalg --split-input-file | %python %S/Inputs/check_host_loops.py --max-trips 32 | FileCheck %s --check-prefix=HOST
+// HOST: ok:
+// The checker does fail on a loop over a dynamic size:
+// RUN: not %python %S/Inputs/check_host_loops.py < %S/Inputs/host-loop.mlir
 
-// Static shapes, expand policy: L = 16, W = 4 (P = 12), C = 8, D = 8,
-// Hq = 4, Hkv = 2 (G = 2), kernel 5, avg.
+// Static shapes, expand policy: L = 16, W = 4 (P = 12), C = 8 (K = 4 kept
+// prefix positions), D = 8, Hq = 4, Hkv = 2 (G = 2), kernel 5, avg. One key
+// tile of 16 keys; one compaction chunk of 16 positions.
 // CHECK-LABEL: func.func @static_expand
-// CHECK-NOT: snapkv.select
-// Logits: K packed into 16-key panels, f32 multiply-add over D.
-// CHECK: linalg.generic {{.*}}iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel", "parallel", "reduction"]
+// Q per kv head, transposed so that a query head's W = 4 window rows are
+// innermost (contiguous over D).
+// CHECK: %[[QT:.*]] = linalg.generic {{.*}} ins(%{{.*}} : tensor<1x2x2x4x8xf32>) outs(%{{.*}} : tensor<1x2x2x8x4xf32>)
+// CHECK: %[[KT:.*]] = tensor.expand_shape {{.*}} into tensor<1x2x1x16x8xf32>
+// Logits of the tile: f32 multiply-add over D.
+// CHECK: %[[L1:.*]] = linalg.generic {{.*}}iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel", "parallel", "reduction"]} ins(%[[QT]], %[[KT]] : {{.*}}) outs(%{{.*}} : tensor<1x2x1x16x2x4xf32>)
 // CHECK: arith.mulf {{.*}} fastmath<contract> : f32
-// CHECK: %[[LOGITS:.*]] = tensor.collapse_shape {{.*}} into tensor<1x2x2x4x16xf32>
-// Row max over the causally visible columns j <= P + t of the FULL row.
-// CHECK: %[[MAX:.*]] = linalg.generic {{.*}} ins(%[[LOGITS]] : tensor<1x2x2x4x16xf32>) outs({{.*}} : tensor<1x2x2x4xf32>)
-// CHECK: %[[T:.*]] = linalg.index 3
-// CHECK: %[[J:.*]] = linalg.index 4
-// CHECK: %[[LAST:.*]] = arith.addi %c12, %[[T]]
-// CHECK: arith.cmpi ule, %[[J]], %[[LAST]]
+// Tile maximum over the causally visible columns: column n*16 + jt is
+// visible to window row w when it is at most P + w = 12 + w (the column
+// offsets 0..15 and the row limits 12 + w are i32 inputs).
+// CHECK: %[[OFFSETS:.*]] = arith.constant dense<[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]> : tensor<16xi32>
+// CHECK: %[[LIMITS:.*]] = linalg.generic {{.*}} outs(%{{.*}} : tensor<4xi32>)
+// CHECK: linalg.index 0
+// CHECK: %[[TMAX:.*]] = linalg.generic {{.*}} ins(%[[L1]], %[[OFFSETS]], %[[LIMITS]] : tensor<1x2x1x16x2x4xf32>, tensor<16xi32>, tensor<4xi32>) outs(%{{.*}} : tensor<1x2x1x2x4xf32>)
+// CHECK: arith.muli %{{.*}}, %c16_i32
+// CHECK: arith.cmpi sle
+// CHECK: arith.mulf %{{.*}}, %cst{{.*}} : f32
 // CHECK: arith.maximumf
-// The softmax denominator sums all 16 columns (prefix AND window), masked.
-// CHECK: %[[SUM:.*]] = linalg.generic {{.*}} ins(%[[LOGITS]], %[[MAX]] : tensor<1x2x2x4x16xf32>, tensor<1x2x2x4xf32>)
-// CHECK: arith.cmpi ule
+// Tile sum of exp(x - max) over the same columns (a column equal to the
+// maximum gets exponent 0).
+// CHECK: %[[TSUM:.*]] = linalg.generic {{.*}} ins(%[[L1]], %[[TMAX]], %[[OFFSETS]], %[[LIMITS]] :
+// CHECK: arith.cmpf oeq
 // CHECK: math.exp
-// Votes: only the 12 prefix columns, each probability divided by its row sum.
-// CHECK: %[[PREFIX:.*]] = tensor.extract_slice %[[LOGITS]][0, 0, 0, 0, 0] [1, 2, 2, 4, 12]
-// CHECK: linalg.generic {{.*}}iterator_types = ["parallel", "parallel", "parallel", "reduction", "parallel"]} ins(%[[PREFIX]], %[[MAX]], %[[SUM]] :
+// CHECK: arith.cmpi sle
+// Row statistics: the maximum over tiles, and the FULL denominator (prefix
+// and window columns) as sum(tileSum * exp(tileMax - rowMax)).
+// CHECK: %[[RMAX:.*]] = linalg.generic {{.*}} ins(%[[TMAX]] : tensor<1x2x1x2x4xf32>) outs(%{{.*}} : tensor<1x2x2x4xf32>)
+// CHECK: %[[RSUM:.*]] = linalg.generic {{.*}} ins(%[[TMAX]], %[[TSUM]], %[[RMAX]] :
 // CHECK: math.exp
-// CHECK: arith.divf
-// expand: one selection per query head.
-// CHECK: tensor.collapse_shape {{.*}} into tensor<1x4x12xf32>
-// avg pooling: zero padding of kernel/2 on each side, then division by 5.
-// CHECK: tensor.pad {{.*}} low[0, 0, 2] high[0, 0, 2]
-// CHECK: tensor.yield %cst{{.*}} : f32
+// CHECK: %[[RINV:.*]] = linalg.generic {{.*}} ins(%[[RSUM]] :
+// CHECK: arith.divf %cst{{.*}}, %{{.*}} : f32
+// The logits again (recomputed, not stored), and the votes: probabilities
+// summed over the window rows w.
+// CHECK: %[[L2:.*]] = linalg.generic {{.*}} ins(%[[QT]], %[[KT]] :
+// CHECK: %[[VOTES:.*]] = linalg.generic {{.*}}iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel", "reduction"]} ins(%[[L2]], %[[RMAX]], %[[RINV]] : {{.*}}) outs(%{{.*}} : tensor<1x2x2x1x16xf32>)
+// CHECK: math.exp
+// expand: one selection per query head; the 12 prefix columns are kept.
+// CHECK: %[[V:.*]] = tensor.collapse_shape %[[VOTES]] {{.*}} into tensor<1x4x16xf32>
+// CHECK: tensor.extract_slice %[[V]][0, 0, 0] [1, 4, 12]
+// avg pooling: zero padding of kernel/2 = 2 on each side (plus the chunk
+// padding to 16), then the division by 5.
+// CHECK: tensor.pad %{{.*}} low[0, 0, 2] high[0, 0, 6]
+// CHECK-NEXT: ^bb0
+// CHECK-NEXT: tensor.yield %cst{{.*}} : f32
+// CHECK: arith.addf
 // CHECK: arith.divf %{{.*}}, %cst{{.*}} : f32
-// Order-preserving keys: NaN maps to 0, below every number.
+// Order-preserving keys: NaN, and the padding past P = 12, map to 0 (below
+// every number).
+// CHECK: %[[KEYS:.*]] = linalg.generic {{.*}} outs(%{{.*}} : tensor<1x4x16xi32>)
 // CHECK: arith.bitcast {{.*}} : f32 to i32
 // CHECK: arith.cmpf uno
-// Bitwise threshold search: 32 counting passes.
-// CHECK: scf.for %{{.*}} = %c0 to %c32 step %c1
+// CHECK: arith.cmpi slt, %{{.*}}, %{{.*}} : i32
+// Bitwise threshold search: 32 counting passes, a candidate survives when at
+// least K = 4 keys reach it.
+// CHECK: %[[THR:.*]] = scf.for %{{.*}} = %{{.*}} to %c32 step %c1
 // CHECK: arith.cmpi uge
 // CHECK: arith.cmpi sge, %{{.*}}, %c4_i32
-// Compaction in position order; keys equal to the threshold are kept
-// lowest position first.
+// Keys strictly above the threshold.
+// CHECK: %[[ABOVE:.*]] = linalg.generic {{.*}} ins(%[[KEYS]], %[[THR]] :
+// CHECK: arith.cmpi ugt
+// Per chunk: keys above and equal to the threshold; exclusive prefix sums.
+// CHECK: %[[CNT:.*]]:2 = linalg.generic {{.*}} outs(%{{.*}}, %{{.*}} : tensor<1x4x1xi32>, tensor<1x4x1xi32>)
+// CHECK: %[[PRE:.*]]:2 = linalg.generic {{.*}} ins(%[[CNT]]#0, %[[CNT]]#1 :
+// CHECK: arith.cmpi ult
+// Per output slot: a binary search over the chunks, then a scan of one chunk
+// in which equal keys are taken while fewer than K - above ties are taken.
+// CHECK: %[[SLOTS:.*]]:2 = linalg.generic {{.*}}iterator_types = ["parallel", "parallel", "parallel"]} ins(%[[THR]], %[[ABOVE]] : {{.*}}) outs(%{{.*}}, %{{.*}} : tensor<1x4x4xi64>, tensor<1x4x4xi32>)
+// CHECK: arith.subi %c4_i32{{.*}}, %{{.*}} : i32
 // CHECK: scf.for
-// CHECK: scf.for
+// CHECK: arith.minsi
 // CHECK: scf.for
 // CHECK: arith.cmpi ugt
 // CHECK: arith.cmpi eq
-// CHECK: arith.cmpi ult
-// Indices: kept prefix then the window, same list for K and V; query head h
-// reads kv head h / 2.
-// CHECK: tensor.insert_slice {{.*}}[0, 0, 0] [1, 4, 4] [1, 1, 1] : tensor<1x4x4xi64> into tensor<1x4x8xi64>
-// CHECK: %[[IDX:.*]] = tensor.insert_slice {{.*}}[0, 0, 4] [1, 4, 4] [1, 1, 1] : tensor<1x4x4xi64> into tensor<1x4x8xi64>
-// CHECK: %[[KO:.*]] = linalg.generic {{.*}} ins(%[[IDX]] : tensor<1x4x8xi64>)
+// CHECK: arith.cmpi slt
+// Indices: the kept prefix positions, then the window P .. P+3.
+// CHECK: %[[IDX:.*]] = linalg.generic {{.*}} outs(%{{.*}} : tensor<1x4x8xi64>)
+// CHECK: arith.cmpi ult, %{{.*}}, %c4
+// CHECK: tensor.extract %[[SLOTS]]#0
+// The same index list gathers K and V; query head h reads kv head h / 2.
+// CHECK: %[[KO:.*]] = linalg.generic {{.*}} outs(%{{.*}} : tensor<1x4x8x8xf32>)
 // CHECK: arith.divui %{{.*}}, %c2
+// CHECK: tensor.extract %[[IDX]]
 // CHECK: tensor.extract %arg1
-// CHECK: %[[VO:.*]] = linalg.generic {{.*}} ins(%[[IDX]] : tensor<1x4x8xi64>)
+// CHECK: %[[VO:.*]] = linalg.generic {{.*}} outs(%{{.*}} : tensor<1x4x8x8xf32>)
+// CHECK: tensor.extract %[[IDX]]
 // CHECK: tensor.extract %arg2
 // CHECK: return %[[KO]], %[[VO]], %[[IDX]]
 func.func @static_expand(%q: tensor<1x4x4x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tensor<1x2x16x8xf32>)
@@ -67,23 +110,26 @@ func.func @static_expand(%q: tensor<1x4x4x8xf32>, %k: tensor<1x2x16x8xf32>, %v: 
 
 // mean / max aggregate the G query heads of a kv head before pooling; max
 // pooling pads with -inf (in-range neighbours only); score order ranks the
-// kept positions and scatters them.
+// kept positions and places each at its rank.
 // CHECK-LABEL: func.func @mean_max_score
-// CHECK: linalg.generic {{.*}}iterator_types = ["parallel", "parallel", "reduction", "parallel"]} ins(%{{.*}} : tensor<1x2x2x12xf32>) outs(%{{.*}} : tensor<1x2x12xf32>)
+// Aggregation of the votes over g (mean accumulates v / G).
+// CHECK: linalg.generic {{.*}}iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction"]} ins(%{{.*}} : tensor<1x2x2x1x16xf32>) outs(%{{.*}} : tensor<1x2x1x16xf32>)
 // CHECK: arith.divf %{{.*}}, %cst{{.*}} : f32
 // CHECK: arith.addf
-// CHECK: tensor.pad {{.*}} low[0, 0, 1] high[0, 0, 1]
+// CHECK: tensor.pad {{.*}} low[0, 0, 1] high[0, 0, 5]
 // CHECK-NEXT: ^bb0
 // CHECK-NEXT: tensor.yield %cst{{.*}} : f32
 // CHECK: arith.maximumf
-// CHECK: scf.for %{{.*}} = %c0 to %c32 step %c1
-// Ranks: higher key, or equal key at an earlier position.
-// CHECK: linalg.generic {{.*}}iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%{{.*}}, %{{.*}} : tensor<1x2x5xi32>, tensor<1x2x5xi32>)
+// CHECK: scf.for %{{.*}} = %{{.*}} to %c32 step %c1
+// Ranks: a higher key, or an equal key at an earlier position.
+// CHECK: %[[RANK:.*]] = linalg.generic {{.*}}iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%{{.*}}, %{{.*}} : tensor<1x2x5xi32>, tensor<1x2x5xi32>)
 // CHECK: arith.cmpi ugt
 // CHECK: arith.cmpi eq
 // CHECK: arith.cmpi ult
-// CHECK: tensor.insert %{{.*}} into %{{.*}} : tensor<1x2x5xi64>
-// mean/max keep Hkv heads: no head division in the gather.
+// Each slot takes the position whose rank it is.
+// CHECK: linalg.generic {{.*}} ins(%[[RANK]], %{{.*}} : tensor<1x2x5xi32>, tensor<1x2x5xi64>)
+// CHECK: arith.cmpi eq
+// mean/max keep Hkv heads: no head division in the gathers.
 // CHECK-NOT: arith.divui
 // CHECK: return
 func.func @mean_max_score(%q: tensor<1x4x4x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tensor<1x2x16x8xf32>)
@@ -96,14 +142,21 @@ func.func @mean_max_score(%q: tensor<1x4x4x8xf32>, %k: tensor<1x2x16x8xf32>, %v:
 
 // -----
 
-// A static prompt shorter than the capacity bypasses selection entirely.
+// A static prompt shorter than the capacity bypasses selection entirely:
+// indices 0 .. L-1 and the gathers, nothing else.
 // CHECK-LABEL: func.func @static_bypass
 // CHECK-NOT: math.exp
 // CHECK-NOT: scf.for
 // CHECK: linalg.index 2
 // CHECK: arith.index_cast {{.*}} : index to i64
+// CHECK-NOT: math.exp
+// CHECK-NOT: scf.for
 // CHECK: tensor.extract %arg1
+// CHECK-NOT: math.exp
+// CHECK-NOT: scf.for
 // CHECK: tensor.extract %arg2
+// CHECK-NOT: math.exp
+// CHECK-NOT: scf.for
 // CHECK: return
 func.func @static_bypass(%q: tensor<1x2x4x8xf16>, %k: tensor<1x2x6x8xf16>, %v: tensor<1x2x6x8xf16>)
     -> (tensor<1x2x6x8xf16>, tensor<1x2x6x8xf16>, tensor<1x2x6xi64>) {
@@ -116,6 +169,7 @@ func.func @static_bypass(%q: tensor<1x2x4x8xf16>, %k: tensor<1x2x6x8xf16>, %v: t
 // -----
 
 // Dynamic L: run-time checks, then a branch between bypass and selection.
+// The keys are whole tiles of 64 as a view plus one zero-padded tail tile;
 // f16 inputs are extended to f32 for arithmetic.
 // CHECK-LABEL: func.func @dynamic_length
 // CHECK: %[[L:.*]] = tensor.dim %arg1, %c2
@@ -124,12 +178,16 @@ func.func @static_bypass(%q: tensor<1x2x4x8xf16>, %k: tensor<1x2x6x8xf16>, %v: t
 // CHECK: cf.assert %[[SAME]], "snapkv.select: prompt length of 'values' differs from 'keys'"
 // CHECK: %[[LONG:.*]] = arith.cmpi sge, %[[L]], %c4
 // CHECK: cf.assert %[[LONG]], "snapkv.select: prompt length (keys dim 2) is shorter than window 4"
+// CHECK: %[[SMALL:.*]] = arith.cmpi slt, %[[L]], %c2147483647
+// CHECK: cf.assert %[[SMALL]], "snapkv.select: prompt length (keys dim 2) must be below 2^31 - 1"
 // CHECK: %[[SHORT:.*]] = arith.cmpi slt, %[[L]], %c8
 // CHECK: scf.if %[[SHORT]] -> (tensor<1x2x?x8xf16>, tensor<1x2x?x8xf16>, tensor<1x2x?xi64>)
 // CHECK: } else {
-// K is zero-padded to whole 16-key panels.
-// CHECK: tensor.pad %arg1
+// CHECK: tensor.expand_shape {{.*}} into tensor<1x2x?x64x8xf16>
+// CHECK: tensor.pad
+// CHECK: into tensor<1x2x1x64x8xf16>
 // CHECK: arith.extf {{.*}} : f16 to f32
+// CHECK: tensor.concat dim(2)
 // CHECK: tensor.cast {{.*}} : tensor<1x2x8x8xf16> to tensor<1x2x?x8xf16>
 func.func @dynamic_length(%q: tensor<1x2x4x8xf16>, %k: tensor<1x2x?x8xf16>, %v: tensor<1x2x?x8xf16>)
     -> (tensor<1x2x?x8xf16>, tensor<1x2x?x8xf16>, tensor<1x2x?xi64>) {
@@ -142,7 +200,7 @@ func.func @dynamic_length(%q: tensor<1x2x4x8xf16>, %k: tensor<1x2x?x8xf16>, %v: 
 // -----
 
 // snapkv.score is the first half of the selection: votes, GQA aggregation
-// and pooling, no threshold search or gather. Dynamic L is checked at run
+// and pooling, no threshold search or gather. A dynamic L is checked at run
 // time with the score op's own message.
 // CHECK-LABEL: func.func @score
 // CHECK: cf.assert %{{.*}}, "snapkv.score: prompt length (keys dim 2) is shorter than window 4"

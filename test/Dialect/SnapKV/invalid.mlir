@@ -1,5 +1,5 @@
 // RUN: snapkv-opt %s -split-input-file -verify-diagnostics
-// One case per verifier rule of SPEC section 3; messages name the offending value.
+// One case per verifier rule of the op (docs/semantics.md); messages name the offending value.
 
 // rank of queries
 func.func @f0(%q: tensor<4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
@@ -300,5 +300,60 @@ func.func @score_pooled_heads(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>) 
 func.func @score_short(%q: tensor<1x4x4x8xf32>, %k: tensor<1x2x3x8xf32>) {
   // expected-error @+1 {{'snapkv.score' op prompt length of 'keys' (3) is shorter than window (4)}}
   %v, %p = snapkv.score %q, %k window 4 : (tensor<1x4x4x8xf32>, tensor<1x2x3x8xf32>) -> (tensor<1x4x0xf32>, tensor<1x4x0xf32>)
+  return
+}
+
+// -----
+
+// sinks belong to scoring recent
+func.func @sinks_without_recent(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op 'sinks' only applies to scoring recent}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 sinks 2 : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
+  return
+}
+
+// -----
+
+// seed belongs to scoring random
+func.func @seed_without_random(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op 'seed' only applies to scoring random}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 scoring recent seed 2 : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
+  return
+}
+
+// -----
+
+// more sinks than kept prefix positions
+func.func @too_many_sinks(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op sinks must be between 0 and capacity - window (3), got 4}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 scoring recent sinks 4 : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
+  return
+}
+
+// -----
+
+func.func @negative_seed(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op seed must be non-negative, got -1}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 scoring random seed -1 : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
+  return
+}
+
+// -----
+
+// counters and ranks are i32: a static prompt of 2^31 - 1 positions or more
+// is rejected (a dynamic one is checked at run time)
+func.func @huge_prompt(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x2147483647x8xf32>, %v: tensor<1x2x2147483647x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op prompt length of 'keys' (2147483647) must be below 2^31 - 1}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 : (tensor<1x4x2x8xf32>, tensor<1x2x2147483647x8xf32>, tensor<1x2x2147483647x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
+  return
+}
+
+// -----
+
+// an unknown enum value names the clause
+func.func @bad_scoring(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
+  // expected-error @+2 {{expected ::mlir::snapkv::Scoring to be one of: votes, prefix_votes, recent, random}}
+  // expected-error @+1 {{failed to parse SnapKV_ScoringAttr parameter 'value'}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 scoring best : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
   return
 }

@@ -8,7 +8,8 @@
 // CHECK: snapkv.select %{{.*}}, %{{.*}}, %{{.*}} window 32 capacity 1024 :
 // CHECK-SAME: (tensor<1x32x32x128xf16>, tensor<1x8x?x128xf16>, tensor<1x8x?x128xf16>) -> (tensor<1x32x?x128xf16>, tensor<1x32x?x128xf16>, tensor<1x32x?xi64>)
 // GENERIC-LABEL: sym_name = "defaults"
-// GENERIC: "snapkv.select"(%{{.*}}, %{{.*}}, %{{.*}}) <{capacity = 1024 : i64, gqa = 0 : i32, kernel = 5 : i64, order = 0 : i32, pooling = 0 : i32, window = 32 : i64}>
+// Enums are dialect attributes: named, not numbered, in the generic form.
+// GENERIC: "snapkv.select"(%{{.*}}, %{{.*}}, %{{.*}}) <{capacity = 1024 : i64, gqa = #snapkv<gqa expand>, kernel = 5 : i64, order = #snapkv<order position>, pooling = #snapkv<pooling avg>, scoring = #snapkv<scoring votes>, window = 32 : i64}>
 func.func @defaults(%q: tensor<1x32x32x128xf16>, %k: tensor<1x8x?x128xf16>, %v: tensor<1x8x?x128xf16>)
     -> (tensor<1x32x?x128xf16>, tensor<1x32x?x128xf16>, tensor<1x32x?xi64>) {
   %ko, %vo, %idx = snapkv.select %q, %k, %v window 32 capacity 1024 kernel 5 pooling avg gqa expand order position
@@ -22,7 +23,7 @@ func.func @defaults(%q: tensor<1x32x32x128xf16>, %k: tensor<1x8x?x128xf16>, %v: 
 // CHECK: snapkv.select %{{.*}}, %{{.*}}, %{{.*}} window 2 capacity 5 kernel 3 pooling max gqa mean order score scale 2.500000e-01 :
 // CHECK-SAME: (tensor<2x4x2x8xbf16>, tensor<2x2x16x8xbf16>, tensor<2x2x16x8xbf16>) -> (tensor<2x2x5x8xbf16>, tensor<2x2x5x8xbf16>, tensor<2x2x5xi64>)
 // GENERIC-LABEL: sym_name = "all_clauses"
-// GENERIC: "snapkv.select"(%{{.*}}, %{{.*}}, %{{.*}}) <{capacity = 5 : i64, gqa = 1 : i32, kernel = 3 : i64, order = 1 : i32, pooling = 1 : i32, scale = 2.500000e-01 : f32, window = 2 : i64}>
+// GENERIC: "snapkv.select"(%{{.*}}, %{{.*}}, %{{.*}}) <{capacity = 5 : i64, gqa = #snapkv<gqa mean>, kernel = 3 : i64, order = #snapkv<order score>, pooling = #snapkv<pooling max>, scale = 2.500000e-01 : f32, scoring = #snapkv<scoring votes>, window = 2 : i64}>
 func.func @all_clauses(%q: tensor<2x4x2x8xbf16>, %k: tensor<2x2x16x8xbf16>, %v: tensor<2x2x16x8xbf16>)
     -> (tensor<2x2x5x8xbf16>, tensor<2x2x5x8xbf16>, tensor<2x2x5xi64>) {
   %ko, %vo, %idx = snapkv.select %q, %k, %v window 2 capacity 5 kernel 3 pooling max gqa mean order score scale 0.25
@@ -50,7 +51,7 @@ func.func @short_prompt_gqa_max(%q: tensor<1x6x4x16xf32>, %k: tensor<1x2x10x16xf
 // CHECK: snapkv.score %{{.*}}, %{{.*}} window 2 :
 // CHECK-SAME: -> (tensor<1x4x14xf32>, tensor<1x4x14xf32>)
 // GENERIC-LABEL: sym_name = "score"
-// GENERIC: "snapkv.score"(%{{.*}}, %{{.*}}) <{gqa = 1 : i32, kernel = 3 : i64, pooling = 1 : i32, scale = 5.000000e-01 : f32, window = 2 : i64}>
+// GENERIC: "snapkv.score"(%{{.*}}, %{{.*}}) <{gqa = #snapkv<gqa mean>, kernel = 3 : i64, pooling = #snapkv<pooling max>, scale = 5.000000e-01 : f32, window = 2 : i64}>
 func.func @score(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x?x8xf32>, %ks: tensor<1x2x16x8xf32>)
     -> (tensor<1x2x?xf32>, tensor<1x2x?xf32>, tensor<1x4x14xf32>, tensor<1x4x14xf32>) {
   %v, %p = snapkv.score %q, %k window 2 kernel 3 pooling max gqa mean scale 0.5
@@ -58,4 +59,31 @@ func.func @score(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x?x8xf32>, %ks: tensor<1
   %v2, %p2 = snapkv.score %q, %ks window 2
       : (tensor<1x4x2x8xf32>, tensor<1x2x16x8xf32>) -> (tensor<1x4x14xf32>, tensor<1x4x14xf32>)
   return %v, %p, %v2, %p2 : tensor<1x2x?xf32>, tensor<1x2x?xf32>, tensor<1x4x14xf32>, tensor<1x4x14xf32>
+}
+
+// The comparison scorings and their parameters.
+// CHECK-LABEL: func.func @scorings
+// CHECK: snapkv.select %{{.*}}, %{{.*}}, %{{.*}} window 2 capacity 5 scoring prefix_votes :
+// CHECK: snapkv.select %{{.*}}, %{{.*}}, %{{.*}} window 2 capacity 5 scoring recent :
+// CHECK: snapkv.select %{{.*}}, %{{.*}}, %{{.*}} window 2 capacity 5 scoring recent sinks 1 :
+// CHECK: snapkv.select %{{.*}}, %{{.*}}, %{{.*}} window 2 capacity 5 scoring random seed 7 :
+// GENERIC-LABEL: sym_name = "scorings"
+// GENERIC: scoring = #snapkv<scoring prefix_votes>
+// GENERIC: scoring = #snapkv<scoring recent>
+// GENERIC: scoring = #snapkv<scoring recent>, sinks = 1 : i64
+// GENERIC: scoring = #snapkv<scoring random>, seed = 7 : i64
+func.func @scorings(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tensor<1x2x16x8xf32>) {
+  %a:3 = snapkv.select %q, %k, %v window 2 capacity 5 scoring prefix_votes
+      : (tensor<1x4x2x8xf32>, tensor<1x2x16x8xf32>, tensor<1x2x16x8xf32>)
+      -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
+  %b:3 = snapkv.select %q, %k, %v window 2 capacity 5 scoring recent
+      : (tensor<1x4x2x8xf32>, tensor<1x2x16x8xf32>, tensor<1x2x16x8xf32>)
+      -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
+  %c:3 = snapkv.select %q, %k, %v window 2 capacity 5 scoring recent sinks 1
+      : (tensor<1x4x2x8xf32>, tensor<1x2x16x8xf32>, tensor<1x2x16x8xf32>)
+      -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
+  %d:3 = snapkv.select %q, %k, %v window 2 capacity 5 scoring random seed 7
+      : (tensor<1x4x2x8xf32>, tensor<1x2x16x8xf32>, tensor<1x2x16x8xf32>)
+      -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
+  return
 }

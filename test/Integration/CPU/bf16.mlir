@@ -1,6 +1,6 @@
-// RUN: snapkv-opt %s --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils | FileCheck %s
+// RUN: snapkv-opt %s --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime | FileCheck %s
 
-// bf16 inputs (SPEC 2, "Precision"): Q, K, V in bf16; logits, softmax, votes and pooled scores
+// bf16 inputs (docs/semantics.md, "Precision"): Q, K, V in bf16; logits, softmax, votes and pooled scores
 // in f32; gathered K/V rows are bit-identical copies of the input rows. Rows are printed with
 // printMemrefBF16 and as raw bits (bitcast to i16, zero-extended to i32: unsigned patterns).
 // values[j] = [j.1, -j.1] as parsed into bf16, e.g. bf16(2.1) = 2.09375 = 0x4006 = 16390,

@@ -1,6 +1,6 @@
-// RUN: snapkv-opt %s --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils | FileCheck %s
+// RUN: snapkv-opt %s --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime | FileCheck %s
 
-// Votes come from the FULL causal softmax (SPEC 2.1): the denominator holds every visible
+// Votes come from the FULL causal softmax (docs/semantics.md, step 1): the denominator holds every visible
 // column, prefix AND window, and future columns are masked out.
 //
 // All cases: L = 4, W = 2 (window queries at positions 2 and 3), P = 2, C = W + 1 = 3 (exactly

@@ -1,6 +1,6 @@
-// RUN: snapkv-opt %s --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils | FileCheck %s
+// RUN: snapkv-opt %s --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime | FileCheck %s
 
-// Dynamic prompt length (SPEC 3): one function with `?` L dims, window 2, capacity 5,
+// Dynamic prompt length (docs/semantics.md, step 7): one function with `?` L dims, window 2, capacity 5,
 // kernel 3, avg, `order score`, default scale 1/sqrt(2), is called with L = 8 (selects),
 // L = 4 (L < C: bypass, S = 4), L = 5 (L == C: selects, keeps all) and L = 2 (L == W: the
 // runtime check L >= window passes, bypass, S = 2; an off-by-one `L > W` check would abort). The result length

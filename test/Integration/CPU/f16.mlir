@@ -1,6 +1,6 @@
-// RUN: snapkv-opt %s --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils | FileCheck %s
+// RUN: snapkv-opt %s --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime | FileCheck %s
 
-// f16 inputs (SPEC 2, "Precision"): Q, K, V in f16; logits, softmax, votes and pooled scores in
+// f16 inputs (docs/semantics.md, "Precision"): Q, K, V in f16; logits, softmax, votes and pooled scores in
 // f32; gathered K/V rows are bit-identical copies of the input rows. Rows are printed with
 // printMemrefF16 and as raw bits (bitcast to i16, zero-extended to i32: unsigned bit patterns).
 // values[j] = [j.1, -j.1] as parsed into f16, e.g. f16(2.1) = 2.099609375 = 0x4033 = 16435,

@@ -1,6 +1,6 @@
-// RUN: snapkv-opt %s --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils | FileCheck %s
+// RUN: snapkv-opt %s --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime | FileCheck %s
 
-// GQA policies (SPEC 2.2). Query head h reads kv head h / G (HuggingFace repeat_kv order).
+// GQA policies (docs/semantics.md, step 2). Query head h reads kv head h / G (HuggingFace repeat_kv order).
 // `expand`: one selection per query head, Hc = Hq heads; `mean` / `max`: the votes of the G
 // query heads of a kv head are averaged / maxed BEFORE pooling, Hc = Hkv heads.
 // Values encode (kv head, position): kv head 0 row j = [j, -j], kv head 1 row j = [10+j, -(10+j)],

@@ -1,4 +1,4 @@
-// RUN: snapkv-opt %s --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils | FileCheck %s
+// RUN: snapkv-opt %s --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime | FileCheck %s
 
 // Defined behaviour on hostile values (docs/hostile-values.md). One head per
 // case, L = 6, W = 2 (prefix 0..3), C = 4 (two prefix positions kept),

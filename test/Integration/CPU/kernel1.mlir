@@ -1,6 +1,6 @@
-// RUN: snapkv-opt %s --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils | FileCheck %s
+// RUN: snapkv-opt %s --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime | FileCheck %s
 
-// kernel 1 means no pooling (SPEC 2.3): the raw votes are ranked, for avg (divide by 1) and
+// kernel 1 means no pooling (docs/semantics.md, step 3): the raw votes are ranked, for avg (divide by 1) and
 // max (maximum of one element) alike.
 //
 // W = 1 (query at position 6, sees every column), L = 7, P = 6, C = 4 (three prefix positions

@@ -1,6 +1,6 @@
-// RUN: snapkv-opt %s --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils | FileCheck %s
+// RUN: snapkv-opt %s --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime | FileCheck %s
 
-// `order` (SPEC 2.5) on one input: `position` lists the kept positions ascending; `score` lists
+// `order` (docs/semantics.md, step 5) on one input: `position` lists the kept positions ascending; `score` lists
 // the kept prefix by descending POOLED score (not raw vote), then the window ascending. The same
 // set is kept either way. Two query heads with different rankings show the order is per head.
 //

@@ -1,6 +1,6 @@
-// RUN: snapkv-opt %s --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils | FileCheck %s
+// RUN: snapkv-opt %s --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime | FileCheck %s
 
-// Border rules of the pooling (SPEC 2.3): `avg` always divides by the kernel size, counting
+// Border rules of the pooling (docs/semantics.md, step 3): `avg` always divides by the kernel size, counting
 // out-of-range neighbours as 0 (avg_pool1d, count_include_pad=True); `max` takes the maximum of
 // the in-range neighbours. Each input is run with both policies; avg, max and the wrong
 // "divide by the number of in-range neighbours" avg each keep a different set, and the wrong avg

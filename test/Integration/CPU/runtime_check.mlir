@@ -1,9 +1,10 @@
-// RUN: snapkv-opt %s --snapkv-cpu-pipeline | not --crash mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils 2>&1 | FileCheck %s
-// RUN: snapkv-opt %s --snapkv-cpu-pipeline | not --crash mlir-runner -e main_mismatch -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils 2>&1 | FileCheck %s --check-prefix=MISMATCH
+// RUN: snapkv-opt %s --snapkv-cpu-pipeline | not --crash mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime 2>&1 | FileCheck %s
+// RUN: snapkv-opt %s --snapkv-cpu-pipeline | not --crash mlir-runner -e main_mismatch -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime 2>&1 | FileCheck %s --check-prefix=MISMATCH
 
-// Dynamic L (SPEC 3): the verifier cannot see that L >= window, so the lowering inserts a
-// runtime check that aborts with a clear message on stderr (snapkv-lower-asserts: write(2)
-// + abort, so the message survives a pipe; hence `not --crash`). Here window = 2 and the
+// Dynamic L (docs/semantics.md, step 7): the verifier cannot see that L >= window, so the
+// lowering inserts a runtime check. With the default asserts=abort it aborts with a clear
+// message on stderr (snapkv-lower-asserts: write(2) + abort, so the message survives a pipe;
+// hence `not --crash`; runtime_check_report.mlir has asserts=report). Here window = 2 and the
 // keys/values passed at run time have L = 1. Nothing after the failing select may run: the
 // CHECK-NOT below fails if the select silently produced a result (e.g. a missing or wrong
 // check that reads out of bounds instead).

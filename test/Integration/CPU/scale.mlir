@@ -1,6 +1,6 @@
-// RUN: snapkv-opt %s --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils | FileCheck %s
+// RUN: snapkv-opt %s --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime | FileCheck %s
 
-// The `scale` clause multiplies the logits, and its default is 1/sqrt(D) (SPEC 2.1, 3).
+// The `scale` clause multiplies the logits, and its default is 1/sqrt(D) (docs/semantics.md, step 1, 3).
 // One input, selected with the default scale and with `scale 1.0`; the two pick different
 // prefix positions, so a lowering that ignores the clause, or uses 1 (or anything but 1/sqrt(D))
 // as the default, fails one of the two checks.

@@ -1,6 +1,6 @@
-// RUN: snapkv-opt %s --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils | FileCheck %s
+// RUN: snapkv-opt %s --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime | FileCheck %s
 
-// Short prompts (SPEC 2.6): if L < C nothing is selected and all L positions are kept in
+// Short prompts (docs/semantics.md, step 6): if L < C nothing is selected and all L positions are kept in
 // ascending order (whatever `order` says), so S = min(L, C); L == C still runs the selection,
 // which then keeps every position but, with `order score`, lists the prefix by descending score.
 // W == L implies L < C (the verifier requires capacity > window), so it always bypasses.

@@ -1,7 +1,7 @@
-// RUN: snapkv-opt %s --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils | FileCheck %s
+// RUN: snapkv-opt %s --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime | FileCheck %s
 
-// Exact ties go to the lower position (SPEC 2.4), in the top-k and, with `order score`, in the
-// order of the kept prefix (SPEC 2.5). Ties are made exact by identical key rows: identical
+// Exact ties go to the lower position (docs/semantics.md, step 4), in the top-k and, with `order score`, in the
+// order of the kept prefix (docs/semantics.md, step 5). Ties are made exact by identical key rows: identical
 // logits give bit-identical probabilities and votes at every position, whatever tile or vector
 // lane the column falls in. A top-k that lets the higher position win, or an unstable order,
 // fails here. All cases: `scale 1.0`, D = 2, keys[j] = [ln w_j, 0] (exp-weight w_j for a query

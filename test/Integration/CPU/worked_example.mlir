@@ -1,6 +1,6 @@
-// RUN: snapkv-opt %s --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils | FileCheck %s
+// RUN: snapkv-opt %s --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime | FileCheck %s
 
-// The seed's worked example (SPEC section 8), computed from Q and K, not from preset scores.
+// The seed's worked example (docs/semantics.md, a worked example), computed from Q and K, not from preset scores.
 //
 // L = 8, W = 2 (window = positions 6, 7), P = 6, C = 5 (three prefix positions are kept),
 // D = 2, default scale 1/sqrt(2), kernel 3, avg pooling.

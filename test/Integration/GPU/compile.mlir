@@ -1,11 +1,7 @@
 // REQUIRES: ptxas
-// The GPU pipeline on selects covering f32/f16/bf16, static and dynamic L and
-// every GQA policy, for sm_80 and sm_90: ptxas assembles every kernel (format
-// bin), and the PTX (format isa) shows the fusion: two kernels per select
-// (votes: logits, mask, softmax statistics and column sums in one kernel,
-// one block barrier between its two phases; then select + gather, one block
-// per cache head), no shared
-// memory, no atomics, no parallel loop left on the host.
+// --snapkv-gpu-pipeline on selects covering f32/f16/bf16, static and dynamic L and every
+// GQA policy, for sm_80 and sm_90: ptxas assembles every kernel (bin, fatbin), and the PTX
+// (isa) shows the structure of docs/gpu.md.
 // RUN: snapkv-opt %S/Inputs/selects.mlir --snapkv-gpu-pipeline="chip=sm_80 features=+ptx80 format=bin" | FileCheck %s --check-prefix=BIN80
 // RUN: snapkv-opt %S/Inputs/selects.mlir --snapkv-gpu-pipeline="chip=sm_90 features=+ptx80 format=bin" | FileCheck %s --check-prefix=BIN90
 // RUN: snapkv-opt %S/Inputs/selects.mlir --snapkv-gpu-pipeline="chip=sm_90 features=+ptx80 format=isa" > %t.isa.mlir
@@ -13,53 +9,73 @@
 // RUN: FileCheck %s --check-prefix=PTX < %t.isa.mlir
 // RUN: snapkv-opt %S/Inputs/selects.mlir --snapkv-gpu-pipeline="chip=sm_80 features=+ptx80 format=fatbin" | FileCheck %s --check-prefix=FATBIN
 
-// BIN80-COUNT-14: gpu.binary @{{.*}} [#gpu.object<#nvvm.target<chip = "sm_80", features = "+ptx80">, {{.*}}bin = "
-// BIN90-COUNT-14: gpu.binary @{{.*}} [#gpu.object<#nvvm.target<chip = "sm_90", features = "+ptx80">, {{.*}}bin = "
-// FATBIN: gpu.binary
+// 3 static selects with 4 kernels each, 4 dynamic ones with 5 (the short-prompt bypass,
+// one kernel, and the selection's 4).
+// BIN80-COUNT-32: gpu.binary @{{.*}} [#gpu.object<#nvvm.target<chip = "sm_80", features = "+ptx80">, {{.*}}bin = "
+// BIN80-NOT: gpu.binary
+// BIN90-COUNT-32: gpu.binary @{{.*}} [#gpu.object<#nvvm.target<chip = "sm_90", features = "+ptx80">, {{.*}}bin = "
+// BIN90-NOT: gpu.binary
+// A fatbin starts with the bytes 50 ED 55 BA.
+// FATBIN-COUNT-32: gpu.binary @{{.*}} [#gpu.object<#nvvm.target<chip = "sm_80", {{.*}}ISAToBinaryTimeInMs{{.*}}, "P\EDU\BA
+// FATBIN-NOT: gpu.binary
 
+// Launches per select: at most 4 on every path. A static select: tile statistics, row
+// statistics, votes, selection + gather. A dynamic one: the bypass (L < C) in one branch,
+// the same 4 in the other.
 // CHECK-LABEL: llvm.func @f32_static_expand(
-// CHECK-COUNT-2: gpu.launch_func
+// CHECK-COUNT-4: gpu.launch_func
 // CHECK-NOT: gpu.launch_func
-// CHECK-COUNT-2: gpu.binary @f32_static_expand_kernel{{(_[0-9]+)?}} {{.*}}.entry f32_static_expand_kernel(
 // CHECK-LABEL: llvm.func @f32_dynamic_mean(
-// CHECK-COUNT-2: gpu.launch_func
+// CHECK: llvm.cond_br
+// CHECK-COUNT-5: gpu.launch_func
 // CHECK-NOT: gpu.launch_func
-// CHECK-COUNT-2: gpu.binary @f32_dynamic_mean_kernel{{(_[0-9]+)?}} {{.*}}.entry f32_dynamic_mean_kernel(
 // CHECK-LABEL: llvm.func @f32_static_max(
-// CHECK-COUNT-2: gpu.launch_func
+// CHECK-COUNT-4: gpu.launch_func
 // CHECK-NOT: gpu.launch_func
-// CHECK-COUNT-2: gpu.binary @f32_static_max_kernel{{(_[0-9]+)?}} {{.*}}.entry f32_static_max_kernel(
 // CHECK-LABEL: llvm.func @f16_dynamic_expand(
-// CHECK-COUNT-2: gpu.launch_func
+// CHECK-COUNT-5: gpu.launch_func
 // CHECK-NOT: gpu.launch_func
-// CHECK-COUNT-2: gpu.binary @f16_dynamic_expand_kernel{{(_[0-9]+)?}} {{.*}}.entry f16_dynamic_expand_kernel(
 // CHECK-LABEL: llvm.func @f16_static_mean(
-// CHECK-COUNT-2: gpu.launch_func
+// CHECK-COUNT-4: gpu.launch_func
 // CHECK-NOT: gpu.launch_func
-// CHECK-COUNT-2: gpu.binary @f16_static_mean_kernel{{(_[0-9]+)?}} {{.*}}.entry f16_static_mean_kernel(
 // CHECK-LABEL: llvm.func @f16_dynamic_max(
-// CHECK-COUNT-2: gpu.launch_func
+// CHECK-COUNT-5: gpu.launch_func
 // CHECK-NOT: gpu.launch_func
-// CHECK-COUNT-2: gpu.binary @f16_dynamic_max_kernel{{(_[0-9]+)?}} {{.*}}.entry f16_dynamic_max_kernel(
 // CHECK-LABEL: llvm.func @bf16_dynamic_expand(
-// CHECK-COUNT-2: gpu.launch_func
+// CHECK-COUNT-5: gpu.launch_func
 // CHECK-NOT: gpu.launch_func
-// CHECK-COUNT-2: gpu.binary @bf16_dynamic_expand_kernel{{(_[0-9]+)?}} {{.*}}.entry bf16_dynamic_expand_kernel(
 
-// Nothing stays a host loop; each kernel is one PTX entry with no shared
-// memory and no atomics (reductions are sequential per thread). Barriers:
-// one per votes kernel (statistics | column sums), two per select kernel
-// (pooled keys | threshold and compaction | gather): 7 * 3 = 21.
-// PTX-NOT: scf.parallel
-// PTX-COUNT-14: .entry {{[a-z0-9_]+}}_kernel(
-// PTX-NOT: .shared
-// PTX-NOT: atom.
-// PTX-NOT: red.global
+// Every kernel is one PTX entry; nothing stays a parallel loop on the host; the blocks
+// stage their key tiles, queries and partial results in shared memory (one dynamic
+// region); no atomics at all (every reduction has a fixed order), hence no float
+// atomics.
+// PTX-NOT: scf.forall
+// PTX-COUNT-32: .entry {{[a-z0-9_]+}}_kernel(
+// PTX-NOT: .entry
+// PTX: .shared .align 16 .b8 __dynamic_shmem__0;
+// PTX: st.shared
+// PTX: ld.shared
+// RUN: not grep -E "(atom|red)\.(global|shared|add|min|max|inc|dec|cas|exch|and|or|xor)" %t.isa.mlir
 
-// A whole program (constants, prints) through the pipeline and into LLVM IR:
-// host code loads each kernel and launches it through the mgpu* runtime.
+// A whole program (constants, prints) through the pipeline and into LLVM IR: host code
+// loads each kernel and launches it through the mgpu* runtime.
 // RUN: snapkv-opt %S/../CPU/worked_example.mlir --snapkv-gpu-pipeline="chip=sm_90 features=+ptx80 format=fatbin" | mlir-translate --mlir-to-llvmir | FileCheck %s --check-prefix=HOST
-// HOST-COUNT-4: call void @mgpuLaunchKernel(
+// HOST-COUNT-5: call void @mgpuLaunchKernel(
+// HOST-NOT: call void @mgpuLaunchKernel(
 // HOST: declare ptr @mgpuModuleLoad(ptr, i64)
 
-// RUN: grep -o "bar.sync" %t.isa.mlir | count 21
+// The benchmark shape (L = 32768, C = 2048, Hkv = 8, D = 128): the two kernels that read
+// K (tile statistics and votes) have one block per (kv head, key tile of 64): 4096 blocks,
+// at least 2 per SM on a 132-SM GPU (264); the row statistics one per kv head; the
+// selection one per cache head. Read off the compiled host code.
+// RUN: snapkv-opt %S/Inputs/benchmark_shape.mlir --snapkv-gpu-pipeline="chip=sm_90 features=+ptx80 format=isa" | %python %S/Inputs/launch_geometry.py | FileCheck %s --check-prefix=GRID
+// GRID-LABEL: func f16_expand
+// GRID-NEXT: launch {{.*}} grid 512x8x1 blocks 4096 threads 128x1x1
+// GRID-NEXT: launch {{.*}} grid 8x1x1 blocks 8 threads 128x1x1
+// GRID-NEXT: launch {{.*}} grid 512x8x1 blocks 4096 threads 128x1x1
+// GRID-NEXT: launch {{.*}} grid 32x1x1 blocks 32 threads 128x1x1
+// GRID-LABEL: func bf16_mean
+// GRID-NEXT: launch {{.*}} grid 512x8x1 blocks 4096 threads 128x1x1
+// GRID-NEXT: launch {{.*}} grid 8x1x1 blocks 8 threads 128x1x1
+// GRID-NEXT: launch {{.*}} grid 512x8x1 blocks 4096 threads 128x1x1
+// GRID-NEXT: launch {{.*}} grid 8x1x1 blocks 8 threads 128x1x1

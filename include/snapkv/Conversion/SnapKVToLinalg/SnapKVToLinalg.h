@@ -12,8 +12,28 @@ namespace mlir::snapkv {
 #define GEN_PASS_DECL_CONVERTSNAPKVTOLINALG
 #include "snapkv/Conversion/Passes.h.inc"
 
-/// Adds the pattern that lowers `snapkv.select` to tensor-level linalg code.
-void populateSnapKVToLinalgPatterns(RewritePatternSet &patterns);
+/// How the lowering splits the prompt axis (see docs/lowering.md).
+struct SnapKVToLinalgOptions {
+  /// Key positions per scoring tile.
+  int64_t keyTile = 64;
+  /// Prefix positions per compaction chunk (for a dynamic prompt length,
+  /// or always when `autoChunk` is false).
+  int64_t chunk = 128;
+  /// With a static prompt length, pick a chunk of about sqrt(prefix).
+  bool autoChunk = true;
+  /// Emit for GPU blocks: the keys as one span of whole tiles, each tile a
+  /// bounded copy (positions past the prompt read as zero, hidden by the
+  /// causal mask) that a target can stage in fast memory; the per-row steps
+  /// (pooling, selection, gather) inside an scf.forall over the (batch,
+  /// head) rows, one GPU block per row; and tile groups of GPU blocks
+  /// (`Formulation::groups`).
+  bool gpu = false;
+};
+
+/// Adds the patterns that lower `snapkv.select` and `snapkv.score` to
+/// tensor-level linalg code (untiled).
+void populateSnapKVToLinalgPatterns(RewritePatternSet &patterns,
+                                    const SnapKVToLinalgOptions &options = {});
 
 } // namespace mlir::snapkv
 

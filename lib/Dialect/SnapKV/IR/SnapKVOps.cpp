@@ -4,6 +4,7 @@
 #include "mlir/IR/BuiltinTypes.h"
 
 #include <cmath>
+#include <limits>
 
 using namespace mlir;
 using namespace mlir::snapkv;
@@ -36,12 +37,40 @@ SelectOp::inferResultTypes(Type queries, Type keys, int64_t capacity,
 void SelectOp::build(OpBuilder &builder, OperationState &state, Value queries,
                      Value keys, Value values, int64_t window,
                      int64_t capacity, int64_t kernel, PoolingKind pooling,
-                     GqaPolicy gqa, Order order, FloatAttr scale) {
-  FailureOr<SmallVector<Type, 3>> types =
-      inferResultTypes(queries.getType(), keys.getType(), capacity, gqa);
-  assert(succeeded(types) && "operands must be rank-4 ranked tensors");
-  build(builder, state, *types, queries, keys, values, window, capacity,
-        kernel, pooling, gqa, order, scale);
+                     GqaPolicy gqa, Order order, FloatAttr scale,
+                     Scoring scoring, std::optional<int64_t> sinks,
+                     std::optional<int64_t> seed) {
+  auto i64 = [&](std::optional<int64_t> v) {
+    return v ? builder.getI64IntegerAttr(*v) : IntegerAttr();
+  };
+  build(builder, state, queries, keys, values, window, capacity, kernel,
+        pooling, gqa, order, scale, scoring, i64(sinks), i64(seed));
+}
+
+LogicalResult SelectOp::inferReturnTypes(MLIRContext *context,
+                                         std::optional<Location> location,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &types) {
+  auto qTy = cast<RankedTensorType>(adaptor.getQueries().getType());
+  auto kTy = cast<RankedTensorType>(adaptor.getKeys().getType());
+  for (auto [name, ty] : {std::pair{"queries", qTy}, std::pair{"keys", kTy}})
+    if (ty.getRank() != 4)
+      return emitOptionalError(location, "'snapkv.select' op '", name,
+                               "' must be a rank-4 tensor, got rank ",
+                               ty.getRank());
+  FailureOr<SmallVector<Type, 3>> inferred = inferResultTypes(
+      qTy, kTy, adaptor.getCapacity(), adaptor.getGqa());
+  if (failed(inferred))
+    return failure();
+  types.assign(inferred->begin(), inferred->end());
+  return success();
+}
+
+// The exact result types are checked by the verifier, whose messages name
+// the result; here only that each is a ranked tensor.
+bool SelectOp::isCompatibleReturnTypes(TypeRange inferred, TypeRange actual) {
+  return inferred.size() == actual.size() &&
+         llvm::all_of(actual, llvm::IsaPred<RankedTensorType>);
 }
 
 static double effectiveScale(std::optional<APFloat> scale,
@@ -81,8 +110,8 @@ LogicalResult checkOperand(Operation *op, StringRef name, RankedTensorType type,
 }
 } // namespace
 
-/// The rules of SPEC section 3 on operands and attributes, shared by select
-/// and score. `vTy` is null for score, `capacity` empty for score.
+/// The rules of docs/semantics.md (the op) on operands and attributes, shared
+/// by select and score. `vTy` is null for score, `capacity` empty for score.
 static LogicalResult
 verifyInputs(Operation *op, RankedTensorType qTy, RankedTensorType kTy,
              RankedTensorType vTy, IntegerAttr windowAttr,
@@ -148,6 +177,13 @@ verifyInputs(Operation *op, RankedTensorType qTy, RankedTensorType kTy,
              << ") is shorter than window (" << window << ")";
   if (scale && !scale->isFinite())
     return op->emitOpError() << "scale must be a finite number";
+  // Counters and ranks of the lowering are i32.
+  for (auto [name, ty] : kv)
+    if (!ty.isDynamicDim(2) &&
+        ty.getDimSize(2) >= std::numeric_limits<int32_t>::max())
+      return op->emitOpError()
+             << "prompt length of '" << name << "' (" << ty.getDimSize(2)
+             << ") must be below 2^31 - 1";
   return success();
 }
 
@@ -169,6 +205,18 @@ LogicalResult SelectOp::verify() {
                           getWindowAttr(), getCapacityAttr().getInt(),
                           getKernelAttr(), getScale())))
     return failure();
+  if (getSinksAttr() && getScoring() != Scoring::recent)
+    return emitOpError() << "'sinks' only applies to scoring recent";
+  if (getSeedAttr() && getScoring() != Scoring::random)
+    return emitOpError() << "'seed' only applies to scoring random";
+  int64_t keep = getCapacityAttr().getInt() - getWindowAttr().getInt();
+  if (getSinksAttr() &&
+      (getSinksAttr().getInt() < 0 || getSinksAttr().getInt() > keep))
+    return emitOpError() << "sinks must be between 0 and capacity - window ("
+                         << keep << "), got " << getSinksAttr().getInt();
+  if (getSeedAttr() && getSeedAttr().getInt() < 0)
+    return emitOpError() << "seed must be non-negative, got "
+                         << getSeedAttr().getInt();
   auto idxTy = dyn_cast<RankedTensorType>(getIndices().getType());
   if (idxTy && !idxTy.getElementType().isInteger(64))
     return emitOpError() << "result 'indices' must have element type i64, got "

@@ -230,10 +230,206 @@ Value repeatSource(linalg::GenericOp repeat) {
   return source;
 }
 
+/// Folds a scalar float computed from constants, in the arithmetic of its
+/// type: `arith.constant`, a splat constant read through an input of
+/// `generic`, `truncf`/`extf` (round to nearest even) and `mulf`/`divf`.
+/// std::nullopt when anything else is involved.
+std::optional<APFloat> foldFloat(Value value, linalg::GenericOp generic,
+                                 unsigned depth = 0) {
+  if (depth > 16)
+    return std::nullopt;
+  if (auto arg = dyn_cast<BlockArgument>(value)) {
+    if (!generic || arg.getOwner() != generic.getBody() ||
+        arg.getArgNumber() >= generic.getNumDpsInputs())
+      return std::nullopt;
+    DenseFPElementsAttr dense;
+    if (matchPattern(generic.getDpsInputs()[arg.getArgNumber()],
+                     m_Constant(&dense)) &&
+        dense.isSplat())
+      return dense.getSplatValue<APFloat>();
+    return std::nullopt;
+  }
+  FloatAttr scalar;
+  if (matchPattern(value, m_Constant(&scalar)))
+    return scalar.getValue();
+  Operation *op = value.getDefiningOp();
+  auto type = dyn_cast<FloatType>(value.getType());
+  if (!op || !type)
+    return std::nullopt;
+  if (auto rounding = dyn_cast<arith::ArithRoundingModeInterface>(op)) {
+    arith::RoundingModeAttr mode = rounding.getRoundingModeAttr();
+    if (mode && mode.getValue() != arith::RoundingMode::to_nearest_even)
+      return std::nullopt;
+  }
+  if (isa<arith::TruncFOp, arith::ExtFOp>(op)) {
+    std::optional<APFloat> in = foldFloat(op->getOperand(0), generic, depth + 1);
+    if (!in)
+      return std::nullopt;
+    bool lost;
+    in->convert(type.getFloatSemantics(), APFloat::rmNearestTiesToEven, &lost);
+    return in;
+  }
+  if (isa<arith::MulFOp, arith::DivFOp>(op)) {
+    std::optional<APFloat> lhs = foldFloat(op->getOperand(0), generic, depth + 1);
+    std::optional<APFloat> rhs = foldFloat(op->getOperand(1), generic, depth + 1);
+    if (!lhs || !rhs)
+      return std::nullopt;
+    if (isa<arith::MulFOp>(op))
+      lhs->multiply(*rhs, APFloat::rmNearestTiesToEven);
+    else
+      lhs->divide(*rhs, APFloat::rmNearestTiesToEven);
+    return lhs;
+  }
+  return std::nullopt;
+}
+
+/// An elementwise generic `x * f` over a tensor `x` of the result's shape,
+/// with `f` anything but `x` itself.
+struct ScaleStep {
+  Value input;
+  /// `f` folded to a constant, if it is one.
+  std::optional<APFloat> factor;
+};
+
+std::optional<ScaleStep> matchScaleStep(Value value) {
+  auto generic = value.getDefiningOp<linalg::GenericOp>();
+  if (!generic || generic.getNumResults() != 1 ||
+      generic.getNumDpsInputs() < 1 || !allParallel(generic) ||
+      generic.getDpsInputs()[0].getType() != value.getType())
+    return std::nullopt;
+  auto maps = generic.getIndexingMapsArray();
+  if (!maps.front().isIdentity() || !maps.back().isIdentity())
+    return std::nullopt;
+  auto mul = yielded<arith::MulFOp>(generic);
+  if (!mul)
+    return std::nullopt;
+  Value factor;
+  if (isBlockArg(mul.getLhs(), generic, 0))
+    factor = mul.getRhs();
+  else if (isBlockArg(mul.getRhs(), generic, 0))
+    factor = mul.getLhs();
+  if (!factor || isBlockArg(factor, generic, 0))
+    return std::nullopt;
+  return ScaleStep{generic.getDpsInputs()[0], foldFloat(factor, generic)};
+}
+
+/// Multiplies `scale` by the constant factors in front of `value` and returns
+/// what they scale. `requireConstant`: a factor that does not fold is a
+/// mismatch (ScaleNotConstant); otherwise the walk stops in front of it (the
+/// value with that factor is then what the attention reads, which is exact).
+FailureOr<Value> peelScales(Value value, double &scale, bool requireConstant,
+                            AttentionFailure &why) {
+  for (unsigned i = 0; i < 8; ++i) {
+    Value inner = skipCopies(value);
+    std::optional<ScaleStep> step = matchScaleStep(inner);
+    if (!step)
+      return value;
+    if (!step->factor) {
+      if (!requireConstant)
+        return value;
+      why = {AttentionMismatch::ScaleNotConstant, ""};
+      return mlir::failure();
+    }
+    scale *= step->factor->convertToDouble();
+    value = step->input;
+  }
+  return value;
+}
+
+/// True when one of the elementwise single-input generics in front of
+/// `value` computes a tanh (logit softcapping: cap * tanh(x / cap)).
+bool isSoftcapped(Value value) {
+  for (unsigned i = 0; i < 8; ++i) {
+    auto generic = skipCopies(value).getDefiningOp<linalg::GenericOp>();
+    if (!generic || generic.getNumDpsInputs() < 1 || !allParallel(generic))
+      return false;
+    bool tanh = false;
+    generic.getBody()->walk([&](math::TanhOp) { tanh = true; });
+    if (tanh)
+      return true;
+    value = generic.getDpsInputs()[0];
+  }
+  return false;
+}
+
+/// A splat float constant, directly or broadcast by a generic that yields
+/// its only input.
+std::optional<double> splatValue(Value value) {
+  value = skipCopies(value);
+  if (std::optional<double> constant = floatConstant(value))
+    return constant;
+  auto generic = value.getDefiningOp<linalg::GenericOp>();
+  if (!generic || generic.getNumResults() != 1 ||
+      generic.getNumDpsInputs() != 1 || !allParallel(generic))
+    return std::nullopt;
+  auto yield = cast<linalg::YieldOp>(generic.getBody()->getTerminator());
+  if (!isBlockArg(yield.getOperand(0), generic, 0))
+    return std::nullopt;
+  return floatConstant(generic.getDpsInputs()[0]);
+}
+
+/// A 3-input generic yielding `select(arg0, arg1, arg2)`.
+linalg::GenericOp selectGeneric(Value value) {
+  auto generic = value.getDefiningOp<linalg::GenericOp>();
+  if (!generic || generic.getNumResults() != 1 ||
+      generic.getNumDpsInputs() != 3 || !allParallel(generic))
+    return nullptr;
+  auto pick = yielded<arith::SelectOp>(generic);
+  if (!pick || !isBlockArg(pick.getCondition(), generic, 0) ||
+      !isBlockArg(pick.getTrueValue(), generic, 1) ||
+      !isBlockArg(pick.getFalseValue(), generic, 2))
+    return nullptr;
+  return generic;
+}
+
+bool isNegativeInfinity(Value value) {
+  FloatAttr constant;
+  return matchPattern(value, m_Constant(&constant)) &&
+         constant.getValue().isInfinity() && constant.getValue().isNegative();
+}
+
+/// SDPA's fully-masked-row guard: `guard = select(r, 0, probs)` with
+/// `r[b, h, i, 0] = and_j (x[b, h, i, j] == -inf)` (an `andi` reduction
+/// initialised to true). Returns `x`, which must be the softmax's input.
+Value guardedScores(linalg::GenericOp guard) {
+  auto maps = guard.getIndexingMapsArray();
+  if (!isRowStatisticMap(maps[0]) || !maps[2].isIdentity() ||
+      !maps[3].isIdentity() || splatValue(guard.getDpsInputs()[1]) != 0.0)
+    return nullptr;
+  auto all = skipCopies(guard.getDpsInputs()[0]).getDefiningOp<linalg::GenericOp>();
+  if (!all || all.getNumDpsInputs() != 1 || !reducesLastDim(all) ||
+      !all.getIndexingMapsArray()[0].isIdentity() ||
+      !isRowStatisticMap(all.getIndexingMapsArray()[1]))
+    return nullptr;
+  auto andi = yielded<arith::AndIOp>(all);
+  auto fill = all.getDpsInits()[0].getDefiningOp<linalg::FillOp>();
+  bool reducesAnd =
+      andi && ((isBlockArg(andi.getLhs(), all, 0) && isBlockArg(andi.getRhs(), all, 1)) ||
+               (isBlockArg(andi.getLhs(), all, 1) && isBlockArg(andi.getRhs(), all, 0)));
+  if (!reducesAnd || !fill || !matchPattern(fill.getInputs()[0], m_One()))
+    return nullptr;
+  auto compare = skipCopies(all.getDpsInputs()[0]).getDefiningOp<linalg::GenericOp>();
+  if (!compare || compare.getNumResults() != 1 ||
+      compare.getNumDpsInputs() != 1 || !allParallel(compare) ||
+      !llvm::all_of(compare.getIndexingMapsArray(), isIdentity))
+    return nullptr;
+  auto cmp = yielded<arith::CmpFOp>(compare);
+  if (!cmp || cmp.getPredicate() != arith::CmpFPredicate::OEQ)
+    return nullptr;
+  auto isScore = [&](Value v) {
+    if (auto ext = v.getDefiningOp<arith::ExtFOp>())
+      v = ext.getIn();
+    return isBlockArg(v, compare, 0);
+  };
+  bool minusInf = (isScore(cmp.getLhs()) && isNegativeInfinity(cmp.getRhs())) ||
+                  (isScore(cmp.getRhs()) && isNegativeInfinity(cmp.getLhs()));
+  return minusInf ? compare.getDpsInputs()[0] : nullptr;
+}
+
 /// Traces an attention operand back through the GQA repeat. `value` is
 /// [B, Hq, T, D] or [B * Hq, T, D].
-std::optional<RepeatedKV> matchRepeat(Value value, int64_t queryHeads,
-                                      std::string &why) {
+FailureOr<RepeatedKV> matchRepeat(Value value, int64_t queryHeads,
+                                  AttentionFailure &why) {
   auto type = cast<RankedTensorType>(value.getType());
   SmallVector<ReassociationIndices> heads =
       type.getRank() == 4
@@ -243,30 +439,42 @@ std::optional<RepeatedKV> matchRepeat(Value value, int64_t queryHeads,
     auto repeat = repeated.getDefiningOp<linalg::GenericOp>();
     Value source = repeat ? repeatSource(repeat) : Value();
     if (!source) {
-      why = "the 5-D tensor collapsed into the attention heads is not a GQA "
-            "repeat (HuggingFace repeat_kv)";
-      return std::nullopt;
+      why = {AttentionMismatch::NotGqaRepeat, ""};
+      return mlir::failure();
     }
     return RepeatedKV{source, value, repeat};
   }
   // No repeat: only right when every query head has its own kv head.
   if (type.getRank() == 4 && type.getDimSize(1) == queryHeads)
     return RepeatedKV{value, value, nullptr};
-  why = "keys/values reach the attention neither through a GQA repeat nor "
-        "with one kv head per query head";
-  return std::nullopt;
+  why = {AttentionMismatch::NoRepeatNorHeadPerQuery, ""};
+  return mlir::failure();
 }
 
-/// The key operand of Q . K^T: collapse(transpose(K, [0, 1, 3, 2])).
-Value keysBeforeTranspose(Value rhs) {
+/// The key operand of Q . K^T: collapse(transpose(K, [0, 1, 3, 2])), with
+/// SDPA's constant factor on either side of the transpose folded into
+/// `scale`. Between the collapse and the transpose only a constant factor can
+/// stand; in front of the transpose a factor that does not fold is part of K
+/// (whose use as the cache is checked later).
+FailureOr<Value> keysBeforeTranspose(Value rhs, double &scale,
+                                     AttentionFailure &why) {
   Value transposed = collapsedFrom(rhs, {{0, 1}, {2}, {3}});
-  if (!transposed)
-    return nullptr;
-  auto transpose = skipCopies(transposed).getDefiningOp<linalg::TransposeOp>();
+  if (!transposed) {
+    why = {AttentionMismatch::KeysNotTransposed, ""};
+    return mlir::failure();
+  }
+  FailureOr<Value> unscaled =
+      peelScales(transposed, scale, /*requireConstant=*/true, why);
+  if (failed(unscaled))
+    return mlir::failure();
+  auto transpose = skipCopies(*unscaled).getDefiningOp<linalg::TransposeOp>();
   if (!transpose ||
-      transpose.getPermutation() != ArrayRef<int64_t>{0, 1, 3, 2})
-    return nullptr;
-  return transpose.getInput();
+      transpose.getPermutation() != ArrayRef<int64_t>{0, 1, 3, 2}) {
+    why = {AttentionMismatch::KeysNotTransposed, ""};
+    return mlir::failure();
+  }
+  return peelScales(transpose.getInput(), scale, /*requireConstant=*/false,
+                    why);
 }
 
 /// The value operand of P . V in either importer form.
@@ -279,6 +487,115 @@ Value valuesOperand(Value rhs) {
 }
 
 } // namespace
+
+unsigned mlir::snapkv::attentionMismatchStage(AttentionMismatch kind) {
+  switch (kind) {
+  case AttentionMismatch::OnBuffers:
+  case AttentionMismatch::ExplicitMaps:
+  case AttentionMismatch::ProbabilitiesNotCollapsed:
+  case AttentionMismatch::NoSoftmaxDivision:
+  case AttentionMismatch::NoSoftmaxExp:
+    return 0;
+  case AttentionMismatch::SoftmaxDenominator:
+  case AttentionMismatch::SoftmaxNoMaxShift:
+  case AttentionMismatch::SoftmaxRowMax:
+  case AttentionMismatch::NotMaskedRowGuard:
+    return 1;
+  case AttentionMismatch::NoMaskAdd:
+  case AttentionMismatch::Softcapping:
+  case AttentionMismatch::ScaleNotConstant:
+  case AttentionMismatch::ScaleNotPositive:
+  case AttentionMismatch::ScoresNotMatmul:
+    return 2;
+  case AttentionMismatch::QueriesNotCollapsed:
+  case AttentionMismatch::DynamicQueryDims:
+  case AttentionMismatch::KeysNotTransposed:
+  case AttentionMismatch::NotGqaRepeat:
+  case AttentionMismatch::NoRepeatNorHeadPerQuery:
+  case AttentionMismatch::ValuesNotCollapsed:
+  case AttentionMismatch::KVTypesDiffer:
+  case AttentionMismatch::DynamicKVHeads:
+  case AttentionMismatch::HeadCountMismatch:
+  case AttentionMismatch::ElementTypesDiffer:
+  case AttentionMismatch::RepeatCopiesMismatch:
+    return 3;
+  }
+  llvm_unreachable("unknown AttentionMismatch");
+}
+
+StringRef mlir::snapkv::attentionMismatchMessage(AttentionMismatch kind) {
+  switch (kind) {
+  case AttentionMismatch::OnBuffers:
+    return "batch_matmul on buffers (the rewrite works on tensors, before "
+           "bufferization)";
+  case AttentionMismatch::ExplicitMaps:
+    return "batch_matmul with explicit indexing maps";
+  case AttentionMismatch::ProbabilitiesNotCollapsed:
+    return "the left operand of the second batch_matmul is not a [B*H, Lq, "
+           "Lk] collapse of attention probabilities";
+  case AttentionMismatch::NoSoftmaxDivision:
+    return "attention probabilities are not a softmax (no row-sum division)";
+  case AttentionMismatch::NoSoftmaxExp:
+    return "attention probabilities are not a softmax (no exp)";
+  case AttentionMismatch::SoftmaxDenominator:
+    return "the softmax denominator is not a zero-initialised row sum of the "
+           "exponentials";
+  case AttentionMismatch::SoftmaxNoMaxShift:
+    return "the softmax does not subtract the row maximum";
+  case AttentionMismatch::SoftmaxRowMax:
+    return "the softmax row maximum is not a max-reduction of the scores";
+  case AttentionMismatch::NotMaskedRowGuard:
+    return "the select after the softmax is not SDPA's fully-masked-row guard "
+           "(rows whose scores are all -inf set to 0)";
+  case AttentionMismatch::NoMaskAdd:
+    return "no additive mask in front of the softmax";
+  case AttentionMismatch::Softcapping:
+    return "the scores are soft-capped (cap * tanh(scores / cap), Gemma-2's "
+           "attn_logit_softcapping), which snapkv.select does not compute";
+  case AttentionMismatch::ScaleNotConstant:
+    return "the scores are scaled by a factor that is not a constant";
+  case AttentionMismatch::ScaleNotPositive:
+    return "the scores are not scaled by a positive finite constant";
+  case AttentionMismatch::ScoresNotMatmul:
+    return "the masked scores are not a constant multiple of a Q . K^T "
+           "batch_matmul";
+  case AttentionMismatch::QueriesNotCollapsed:
+    return "the queries are not a [B, Hq, Lq, D] tensor collapsed to "
+           "[B*Hq, Lq, D]";
+  case AttentionMismatch::DynamicQueryDims:
+    return "the batch, head count or head dim of the queries is dynamic";
+  case AttentionMismatch::KeysNotTransposed:
+    return "the right operand of Q . K^T is not the keys transposed on their "
+           "last two dims";
+  case AttentionMismatch::NotGqaRepeat:
+    return "the 5-D tensor collapsed into the attention heads is not a GQA "
+           "repeat (HuggingFace repeat_kv)";
+  case AttentionMismatch::NoRepeatNorHeadPerQuery:
+    return "keys/values reach the attention neither through a GQA repeat nor "
+           "with one kv head per query head";
+  case AttentionMismatch::ValuesNotCollapsed:
+    return "the right operand of P . V is not a collapse of the values";
+  case AttentionMismatch::KVTypesDiffer:
+    return "keys and values before the repeat are not 4-D tensors of one type";
+  case AttentionMismatch::DynamicKVHeads:
+    return "the kv head count is dynamic";
+  case AttentionMismatch::HeadCountMismatch:
+    return "query heads are not a multiple of kv heads of the same batch and "
+           "head dim";
+  case AttentionMismatch::ElementTypesDiffer:
+    return "queries and keys have different element types";
+  case AttentionMismatch::RepeatCopiesMismatch:
+    return "the GQA repeat does not produce one copy per query head";
+  }
+  llvm_unreachable("unknown AttentionMismatch");
+}
+
+std::string AttentionFailure::message() const {
+  std::string text = attentionMismatchMessage(kind).str();
+  if (!detail.empty())
+    text += " (" + detail + ")";
+  return text;
+}
 
 Value mlir::snapkv::skipCopies(Value value) {
   while (true) {
@@ -313,54 +630,55 @@ bool mlir::snapkv::isArange(Value value) {
   return index && index.getDim() == 0;
 }
 
-std::optional<AttentionMatch>
+FailureOr<AttentionMatch>
 mlir::snapkv::matchAttention(linalg::BatchMatmulOp outputMatmul,
-                             std::string &why) {
+                             AttentionFailure &failure) {
+  auto fail = [&](AttentionMismatch kind,
+                  std::string detail = "") -> FailureOr<AttentionMatch> {
+    failure = {kind, std::move(detail)};
+    return FailureOr<AttentionMatch>(mlir::failure());
+  };
   AttentionMatch m;
   m.outputMatmul = outputMatmul;
-  if (!outputMatmul.hasPureTensorSemantics()) {
-    why = "batch_matmul on buffers (the rewrite works on tensors, before "
-          "bufferization)";
-    return std::nullopt;
-  }
-  if (outputMatmul.hasUserDefinedMaps()) {
-    why = "batch_matmul with explicit indexing maps";
-    return std::nullopt;
-  }
+  if (!outputMatmul.hasPureTensorSemantics())
+    return fail(AttentionMismatch::OnBuffers);
+  if (outputMatmul.hasUserDefinedMaps())
+    return fail(AttentionMismatch::ExplicitMaps);
 
-  // Softmax: P = exp(x - max(x)) / sum(exp(x - max(x))) over the key dim.
+  // Softmax: P = exp(x - max(x)) / sum(exp(x - max(x))) over the key dim,
+  // under SDPA's guard when there is one.
   Value probs = collapsedFrom(outputMatmul.getDpsInputs()[0], {{0, 1}, {2}, {3}});
-  if (!probs) {
-    why = "the left operand of the second batch_matmul is not a [B*H, Lq, Lk] "
-          "collapse of attention probabilities";
-    return std::nullopt;
+  if (!probs)
+    return fail(AttentionMismatch::ProbabilitiesNotCollapsed);
+  probs = skipCopies(probs);
+  Value guarded;
+  if (linalg::GenericOp guard = selectGeneric(probs)) {
+    // Only a select of softmax rows is a guard candidate.
+    if (!elementwise<arith::DivFOp>(skipCopies(guard.getDpsInputs()[2]), 2, 0, 1))
+      return fail(AttentionMismatch::NoSoftmaxDivision);
+    guarded = guardedScores(guard);
+    if (!guarded)
+      return fail(AttentionMismatch::NotMaskedRowGuard);
+    m.maskedRowGuard = guard;
+    probs = skipCopies(guard.getDpsInputs()[2]);
   }
-  auto divide = elementwise<arith::DivFOp>(skipCopies(probs), 2, 0, 1);
-  if (!divide || !isRowStatisticMap(divide.getIndexingMapsArray()[1])) {
-    why = "attention probabilities are not a softmax (no row-sum division)";
-    return std::nullopt;
-  }
+  auto divide = elementwise<arith::DivFOp>(probs, 2, 0, 1);
+  if (!divide || !isRowStatisticMap(divide.getIndexingMapsArray()[1]))
+    return fail(AttentionMismatch::NoSoftmaxDivision);
   Value exps = divide.getDpsInputs()[0];
   auto exp = exps.getDefiningOp<linalg::GenericOp>();
   if (!exp || exp.getNumDpsInputs() != 1 || !allParallel(exp) ||
       !yielded<math::ExpOp>(exp) ||
-      !isBlockArg(yielded<math::ExpOp>(exp).getOperand(), exp, 0)) {
-    why = "attention probabilities are not a softmax (no exp)";
-    return std::nullopt;
-  }
+      !isBlockArg(yielded<math::ExpOp>(exp).getOperand(), exp, 0))
+    return fail(AttentionMismatch::NoSoftmaxExp);
   auto sum = skipCopies(divide.getDpsInputs()[1]).getDefiningOp<linalg::GenericOp>();
   if (!sum || sum.getNumDpsInputs() != 1 || sum.getDpsInputs()[0] != exps ||
       !reducesLastDim(sum) || !yielded<arith::AddFOp>(sum) ||
-      fillValue(sum.getDpsInits()[0]) != 0.0) {
-    why = "the softmax denominator is not a zero-initialised row sum of the "
-          "exponentials";
-    return std::nullopt;
-  }
+      fillValue(sum.getDpsInits()[0]) != 0.0)
+    return fail(AttentionMismatch::SoftmaxDenominator);
   auto shifted = elementwise<arith::SubFOp>(exp.getDpsInputs()[0], 2, 0, 1);
-  if (!shifted || !isRowStatisticMap(shifted.getIndexingMapsArray()[1])) {
-    why = "the softmax does not subtract the row maximum";
-    return std::nullopt;
-  }
+  if (!shifted || !isRowStatisticMap(shifted.getIndexingMapsArray()[1]))
+    return fail(AttentionMismatch::SoftmaxNoMaxShift);
   Value scores = shifted.getDpsInputs()[0];
   Value rowMax = shifted.getDpsInputs()[1];
   if (Value collapsed = expandedFrom(rowMax, {{0}, {1}, {2, 3}}))
@@ -373,111 +691,84 @@ mlir::snapkv::matchAttention(linalg::BatchMatmulOp outputMatmul,
   if (!maxOp || maxOp.getNumDpsInputs() != 1 ||
       maxOp.getDpsInputs()[0] != scores || !reducesLastDim(maxOp) ||
       !yielded<arith::MaximumFOp>(maxOp, maxResult.getResultNumber()) ||
-      !maxInit || *maxInit > -3.0e38) {
-    why = "the softmax row maximum is not a max-reduction of the scores";
-    return std::nullopt;
-  }
+      !maxInit || *maxInit > -3.0e38)
+    return fail(AttentionMismatch::SoftmaxRowMax);
+  // The guard must test the very scores the softmax normalises.
+  if (guarded && skipCopies(guarded) != skipCopies(scores))
+    return fail(AttentionMismatch::NotMaskedRowGuard);
 
-  // Scores: (Q . K^T) * scale + mask.
+  // Scores: (Q . K^T) * scale + mask; the scale may also be split into
+  // factors on Q and on K^T (SDPA's decomposition).
   m.maskAdd = elementwise<arith::AddFOp>(scores, 2, 0, 1);
-  if (!m.maskAdd || !isIdentity(m.maskAdd.getIndexingMapsArray()[0])) {
-    why = "no additive mask in front of the softmax";
-    return std::nullopt;
-  }
+  if (!m.maskAdd || !isIdentity(m.maskAdd.getIndexingMapsArray()[0]))
+    return fail(AttentionMismatch::NoMaskAdd);
   m.mask = m.maskAdd.getDpsInputs()[1];
-  auto scaleOp = m.maskAdd.getDpsInputs()[0].getDefiningOp<linalg::GenericOp>();
-  auto mul = scaleOp && scaleOp.getNumDpsInputs() == 1 && allParallel(scaleOp)
-                 ? yielded<arith::MulFOp>(scaleOp)
-                 : nullptr;
-  std::optional<double> scale;
-  if (mul && isBlockArg(mul.getLhs(), scaleOp, 0))
-    scale = floatConstant(mul.getRhs());
-  else if (mul && isBlockArg(mul.getRhs(), scaleOp, 0))
-    scale = floatConstant(mul.getLhs());
-  if (!scale || !(*scale > 0) || !std::isfinite(*scale)) {
-    why = "the scores are not scaled by a positive constant before the mask";
-    return std::nullopt;
-  }
-  m.scale = *scale;
-  Value product = expandedFrom(scaleOp.getDpsInputs()[0], {{0, 1}, {2}, {3}});
+  double scale = 1.0;
+  FailureOr<Value> unscaled = peelScales(m.maskAdd.getDpsInputs()[0], scale,
+                                         /*requireConstant=*/true, failure);
+  if (failed(unscaled))
+    return mlir::failure();
+  Value product = expandedFrom(*unscaled, {{0, 1}, {2}, {3}});
   m.scoresMatmul = product ? product.getDefiningOp<linalg::BatchMatmulOp>()
                            : nullptr;
-  if (!m.scoresMatmul || m.scoresMatmul.hasUserDefinedMaps()) {
-    why = "the scaled scores do not come from a Q . K^T batch_matmul";
-    return std::nullopt;
-  }
+  if (!m.scoresMatmul || m.scoresMatmul.hasUserDefinedMaps())
+    return fail(isSoftcapped(*unscaled) ? AttentionMismatch::Softcapping
+                                        : AttentionMismatch::ScoresNotMatmul);
 
   // Operands: queries, then keys and values through the GQA repeat.
-  m.queries = collapsedFrom(m.scoresMatmul.getDpsInputs()[0], {{0, 1}, {2}, {3}});
-  if (!m.queries) {
-    why = "the queries are not a [B, Hq, Lq, D] tensor collapsed to "
-          "[B*Hq, Lq, D]";
-    return std::nullopt;
-  }
+  Value queries = collapsedFrom(m.scoresMatmul.getDpsInputs()[0], {{0, 1}, {2}, {3}});
+  if (!queries)
+    return fail(AttentionMismatch::QueriesNotCollapsed);
+  // A Q-side factor that does not fold stays part of the queries: the select
+  // then reads exactly what the attention reads.
+  m.queries = *peelScales(queries, scale, /*requireConstant=*/false, failure);
   auto qType = cast<RankedTensorType>(m.queries.getType());
-  if (qType.isDynamicDim(0) || qType.isDynamicDim(1) || qType.isDynamicDim(3)) {
-    why = "the batch, head count or head dim of the queries is dynamic";
-    return std::nullopt;
-  }
+  if (qType.isDynamicDim(0) || qType.isDynamicDim(1) || qType.isDynamicDim(3))
+    return fail(AttentionMismatch::DynamicQueryDims);
   m.batch = qType.getDimSize(0);
   m.queryHeads = qType.getDimSize(1);
   m.headDim = qType.getDimSize(3);
 
-  Value keys = keysBeforeTranspose(m.scoresMatmul.getDpsInputs()[1]);
-  if (!keys) {
-    why = "the right operand of Q . K^T is not the keys transposed on their "
-          "last two dims";
-    return std::nullopt;
-  }
-  std::optional<RepeatedKV> k = matchRepeat(keys, m.queryHeads, why);
-  if (!k)
-    return std::nullopt;
+  FailureOr<Value> keys =
+      keysBeforeTranspose(m.scoresMatmul.getDpsInputs()[1], scale, failure);
+  if (failed(keys))
+    return mlir::failure();
+  auto effective = static_cast<float>(scale);
+  if (!(effective > 0.0f) || !std::isfinite(effective))
+    return fail(AttentionMismatch::ScaleNotPositive,
+                "the factors multiply to " + std::to_string(scale));
+  m.scale = effective;
+  FailureOr<RepeatedKV> k = matchRepeat(*keys, m.queryHeads, failure);
+  if (failed(k))
+    return mlir::failure();
   Value values = valuesOperand(outputMatmul.getDpsInputs()[1]);
-  if (!values) {
-    why = "the right operand of P . V is not a collapse of the values";
-    return std::nullopt;
-  }
-  std::optional<RepeatedKV> v = matchRepeat(values, m.queryHeads, why);
-  if (!v)
-    return std::nullopt;
+  if (!values)
+    return fail(AttentionMismatch::ValuesNotCollapsed);
+  FailureOr<RepeatedKV> v = matchRepeat(values, m.queryHeads, failure);
+  if (failed(v))
+    return mlir::failure();
   m.keys = *k;
   m.values = *v;
   auto kType = cast<RankedTensorType>(m.keys.source.getType());
   auto vType = cast<RankedTensorType>(m.values.source.getType());
-  if (kType.getRank() != 4 || kType != vType) {
-    why = "keys and values before the repeat are not 4-D tensors of one type";
-    return std::nullopt;
-  }
-  if (kType.isDynamicDim(1)) {
-    why = "the kv head count is dynamic";
-    return std::nullopt;
-  }
+  if (kType.getRank() != 4 || kType != vType)
+    return fail(AttentionMismatch::KVTypesDiffer);
+  if (kType.isDynamicDim(1))
+    return fail(AttentionMismatch::DynamicKVHeads);
   m.kvHeads = kType.getDimSize(1);
   if (kType.getDimSize(0) != m.batch || kType.getDimSize(3) != m.headDim ||
-      m.kvHeads == 0 || m.queryHeads % m.kvHeads != 0) {
-    why = "query heads (" + std::to_string(m.queryHeads) +
-          ") are not a multiple of kv heads (" + std::to_string(m.kvHeads) +
-          ") of the same batch and head dim";
-    return std::nullopt;
-  }
-  if (qType.getElementType() != kType.getElementType()) {
-    why = "queries and keys have different element types";
-    return std::nullopt;
-  }
-  if (m.keys.repeatOp) {
-    auto repeated = cast<RankedTensorType>(m.keys.repeatOp.getResult(0).getType());
-    if (repeated.getDimSize(1) * repeated.getDimSize(2) != m.queryHeads) {
-      why = "the GQA repeat does not produce one copy per query head";
-      return std::nullopt;
-    }
-  }
-  if (m.values.repeatOp) {
-    auto repeated =
-        cast<RankedTensorType>(m.values.repeatOp.getResult(0).getType());
-    if (repeated.getDimSize(1) * repeated.getDimSize(2) != m.queryHeads) {
-      why = "the GQA repeat does not produce one copy per query head";
-      return std::nullopt;
-    }
+      m.kvHeads == 0 || m.queryHeads % m.kvHeads != 0)
+    return fail(AttentionMismatch::HeadCountMismatch,
+                std::to_string(m.queryHeads) + " query heads, " +
+                    std::to_string(m.kvHeads) + " kv heads");
+  if (qType.getElementType() != kType.getElementType())
+    return fail(AttentionMismatch::ElementTypesDiffer);
+  for (linalg::GenericOp repeat : {m.keys.repeatOp, m.values.repeatOp}) {
+    if (!repeat)
+      continue;
+    auto repeated = cast<RankedTensorType>(repeat.getResult(0).getType());
+    if (repeated.getDimSize(1) * repeated.getDimSize(2) != m.queryHeads)
+      return fail(AttentionMismatch::RepeatCopiesMismatch);
   }
   return m;
 }
@@ -503,76 +794,198 @@ std::optional<unsigned> varyingDim(linalg::GenericOp generic, unsigned input) {
     return std::nullopt;
   return dim.getPosition();
 }
+
+Value withoutExpands(Value value) {
+  while (auto expand = value.getDefiningOp<tensor::ExpandShapeOp>())
+    value = expand.getSrc();
+  return value;
+}
+
+/// A generic over two inputs whose result is `cmpi(arg0, arg1)`.
+arith::CmpIOp compareBody(Value value, linalg::GenericOp &generic) {
+  generic = skipCopies(value).getDefiningOp<linalg::GenericOp>();
+  if (!generic || generic.getNumResults() != 1 ||
+      generic.getNumDpsInputs() != 2 || !allParallel(generic) ||
+      !isIdentity(generic.getIndexingMapsArray()[2]))
+    return nullptr;
+  auto cmp = yielded<arith::CmpIOp>(generic);
+  if (!cmp || !isBlockArg(cmp.getLhs(), generic, 0) ||
+      !isBlockArg(cmp.getRhs(), generic, 1))
+    return nullptr;
+  return cmp;
+}
+
+/// The terms of a conjunction built from elementwise `andi` generics, with
+/// splat `true` constants dropped (the importer's `true & x`).
+void collectConjuncts(Value value, SmallVectorImpl<Value> &terms,
+                      unsigned depth = 0) {
+  auto generic = skipCopies(value).getDefiningOp<linalg::GenericOp>();
+  bool isAnd =
+      depth < 8 && generic &&
+      elementwise<arith::AndIOp>(generic.getResult(0), 2, 0, 1) &&
+      llvm::all_of(generic.getIndexingMapsArray(), [](AffineMap map) {
+        return map.isIdentity() || map.getNumResults() == 0;
+      });
+  if (!isAnd) {
+    terms.push_back(value);
+    return;
+  }
+  for (Value input : generic.getDpsInputs()) {
+    DenseIntElementsAttr dense;
+    if (matchPattern(input, m_Constant(&dense)) && dense.isSplat() &&
+        dense.getSplatValue<APInt>().isOne())
+      continue;
+    collectConjuncts(input, terms, depth + 1);
+  }
+}
+
+/// `query - c` (or `query + (-c)`) computed elementwise from `query`;
+/// returns `query` and sets `offset = c`.
+Value shiftedPosition(Value value, int64_t &offset) {
+  auto generic = skipCopies(value).getDefiningOp<linalg::GenericOp>();
+  if (!generic || generic.getNumResults() != 1 ||
+      generic.getNumDpsInputs() != 1 || !allParallel(generic) ||
+      !llvm::all_of(generic.getIndexingMapsArray(), isIdentity))
+    return nullptr;
+  APInt constant;
+  if (auto sub = yielded<arith::SubIOp>(generic)) {
+    if (!isBlockArg(sub.getLhs(), generic, 0) ||
+        !matchPattern(sub.getRhs(), m_ConstantInt(&constant)))
+      return nullptr;
+    offset = constant.getSExtValue();
+  } else if (auto add = yielded<arith::AddIOp>(generic)) {
+    if (!isBlockArg(add.getLhs(), generic, 0) ||
+        !matchPattern(add.getRhs(), m_ConstantInt(&constant)))
+      return nullptr;
+    offset = -constant.getSExtValue();
+  } else {
+    return nullptr;
+  }
+  return generic.getDpsInputs()[0];
+}
 } // namespace
 
-std::optional<CausalMask>
-mlir::snapkv::matchCausalMask(AttentionMatch match, std::string &why) {
+StringRef mlir::snapkv::maskMismatchMessage(MaskMismatch kind) {
+  switch (kind) {
+  case MaskMismatch::NotRowColumn:
+    return "the mask is not indexed by score row and column";
+  case MaskMismatch::NotSelect:
+    return "the mask is not select(condition, 0, a very negative value)";
+  case MaskMismatch::NotCausal:
+    return "the mask condition is not `key position <= query position` "
+           "(optionally and a sliding window `key position > query position "
+           "- W`)";
+  case MaskMismatch::KeysNotArange:
+    return "the mask's key positions are not 0, 1, 2, ... along the score "
+           "columns";
+  case MaskMismatch::QueriesNotRows:
+    return "the mask's query positions do not vary along the score rows";
+  case MaskMismatch::SlidingWindowKeys:
+    return "the mask has a sliding window and its key positions are not 0, 1, "
+           "2, ... (HuggingFace's sliding-window cache dropped keys)";
+  }
+  llvm_unreachable("unknown MaskMismatch");
+}
+
+FailureOr<CausalMask>
+mlir::snapkv::matchCausalMask(const AttentionMatch &match,
+                              MaskMismatch &failure) {
+  auto fail = [&](MaskMismatch kind) -> FailureOr<CausalMask> {
+    failure = kind;
+    return FailureOr<CausalMask>(mlir::failure());
+  };
   // The mask add broadcasts mask[b|0, 0|h, i, j] onto scores[b, h, i, j].
-  AffineMap map = match.maskAdd.getIndexingMapsArray()[1];
+  linalg::GenericOp maskAdd = match.maskAdd;
+  AffineMap map = maskAdd.getIndexingMapsArray()[1];
   MLIRContext *ctx = map.getContext();
   if (map.getNumResults() != 4 ||
       map.getResult(2) != getAffineDimExpr(2, ctx) ||
-      map.getResult(3) != getAffineDimExpr(3, ctx)) {
-    why = "the mask is not indexed by score row and column";
-    return std::nullopt;
-  }
-  auto select = skipCopies(match.mask).getDefiningOp<linalg::GenericOp>();
-  auto pick = select && select.getNumDpsInputs() == 3 && allParallel(select)
-                  ? yielded<arith::SelectOp>(select)
-                  : nullptr;
+      map.getResult(3) != getAffineDimExpr(3, ctx))
+    return fail(MaskMismatch::NotRowColumn);
+  linalg::GenericOp select = selectGeneric(skipCopies(match.mask));
   std::optional<double> visible, hidden;
-  if (pick && isBlockArg(pick.getCondition(), select, 0) &&
-      isBlockArg(pick.getTrueValue(), select, 1) &&
-      isBlockArg(pick.getFalseValue(), select, 2) &&
-      isIdentity(select.getIndexingMapsArray()[0]) &&
+  if (select && isIdentity(select.getIndexingMapsArray()[0]) &&
       isIdentity(select.getIndexingMapsArray()[3])) {
     visible = floatConstant(select.getDpsInputs()[1]);
     hidden = floatConstant(select.getDpsInputs()[2]);
   }
-  if (!visible || *visible != 0.0 || !hidden || *hidden > -1.0e30) {
-    why = "the mask is not select(condition, 0, a very negative value)";
-    return std::nullopt;
-  }
-  auto compare = skipCopies(select.getDpsInputs()[0])
-                     .getDefiningOp<linalg::GenericOp>();
-  auto cmp = compare && compare.getNumDpsInputs() == 2 && allParallel(compare) &&
-                     isIdentity(compare.getIndexingMapsArray()[2])
-                 ? yielded<arith::CmpIOp>(compare)
-                 : nullptr;
-  // key <= query, written either way round.
-  unsigned keyInput = 0;
-  bool causal = false;
-  if (cmp && cmp.getPredicate() == arith::CmpIPredicate::sle &&
-      isBlockArg(cmp.getLhs(), compare, 0) &&
-      isBlockArg(cmp.getRhs(), compare, 1)) {
-    causal = true;
-    keyInput = 0;
-  } else if (cmp && cmp.getPredicate() == arith::CmpIPredicate::sge &&
-             isBlockArg(cmp.getLhs(), compare, 0) &&
-             isBlockArg(cmp.getRhs(), compare, 1)) {
-    causal = true;
-    keyInput = 1;
-  }
-  if (!causal) {
-    why = "the mask condition is not `key position <= query position`";
-    return std::nullopt;
-  }
-  unsigned queryInput = 1 - keyInput;
+  if (!visible || *visible != 0.0 || !hidden || *hidden > -1.0e30)
+    return fail(MaskMismatch::NotSelect);
+
+  // The condition: the causal term, and-ed with a sliding-window term or not.
+  SmallVector<Value, 2> terms;
+  collectConjuncts(select.getDpsInputs()[0], terms);
+  if (terms.empty() || terms.size() > 2)
+    return fail(MaskMismatch::NotCausal);
   CausalMask mask;
+  linalg::GenericOp compare;
+  unsigned keyInput = 0;
+  std::optional<unsigned> causalTerm;
+  for (auto [t, term] : llvm::enumerate(terms)) {
+    arith::CmpIOp cmp = compareBody(term, compare);
+    // key <= query, written either way round.
+    if (cmp && cmp.getPredicate() == arith::CmpIPredicate::sle)
+      keyInput = 0;
+    else if (cmp && cmp.getPredicate() == arith::CmpIPredicate::sge)
+      keyInput = 1;
+    else
+      continue;
+    causalTerm = t;
+    break;
+  }
+  if (!causalTerm)
+    return fail(MaskMismatch::NotCausal);
+  unsigned queryInput = 1 - keyInput;
   mask.keyPositions = compare.getDpsInputs()[keyInput];
   mask.queryPositions = compare.getDpsInputs()[queryInput];
-  if (!isArange(mask.keyPositions) || varyingDim(compare, keyInput) != 3u) {
-    why = "the mask's key positions are not 0, 1, 2, ... along the score "
-          "columns";
-    return std::nullopt;
+
+  if (terms.size() == 2) {
+    // key > query - c (or query - c < key): visible iff query - key < c;
+    // key >= query - c: visible iff query - key < c + 1.
+    linalg::GenericOp windowCompare;
+    arith::CmpIOp cmp = compareBody(terms[1 - *causalTerm], windowCompare);
+    if (!cmp)
+      return fail(MaskMismatch::NotCausal);
+    unsigned windowKey = 0;
+    int64_t extra = 0;
+    switch (cmp.getPredicate()) {
+    case arith::CmpIPredicate::sgt:
+      break;
+    case arith::CmpIPredicate::slt:
+      windowKey = 1;
+      break;
+    case arith::CmpIPredicate::sge:
+      extra = 1;
+      break;
+    case arith::CmpIPredicate::sle:
+      windowKey = 1;
+      extra = 1;
+      break;
+    default:
+      return fail(MaskMismatch::NotCausal);
+    }
+    int64_t offset = 0;
+    Value query =
+        shiftedPosition(windowCompare.getDpsInputs()[1 - windowKey], offset);
+    if (!query ||
+        withoutExpands(query) != withoutExpands(mask.queryPositions) ||
+        withoutExpands(windowCompare.getDpsInputs()[windowKey]) !=
+            withoutExpands(mask.keyPositions) ||
+        varyingDim(windowCompare, windowKey) != varyingDim(compare, keyInput) ||
+        offset + extra < 1)
+      return fail(MaskMismatch::NotCausal);
+    mask.window = offset + extra;
+    if (!isArange(mask.keyPositions))
+      return fail(MaskMismatch::SlidingWindowKeys);
   }
+
+  if (!isArange(mask.keyPositions) || varyingDim(compare, keyInput) != 3u)
+    return fail(MaskMismatch::KeysNotArange);
   auto queryType = cast<RankedTensorType>(mask.queryPositions.getType());
   if (!queryType.hasStaticShape() || queryType.getNumElements() != 1) {
     mask.queryIsRow = varyingDim(compare, queryInput) == 2u;
-    if (!mask.queryIsRow) {
-      why = "the mask's query positions do not vary along the score rows";
-      return std::nullopt;
-    }
+    if (!mask.queryIsRow)
+      return fail(MaskMismatch::QueriesNotRows);
   }
   return mask;
 }

@@ -31,10 +31,186 @@ using namespace mlir::snapkv;
 
 namespace {
 
-/// Why a function cannot be rewritten.
-struct Refusal {
-  std::string reason;
+/// Why a function cannot be rewritten. Each kind has a fixed message with
+/// `{i}` placeholders for `Refusal::args` (refusalFormat).
+enum class RefusalKind {
+  NoPrefillFunction,
+  NoDecodeFunction,
+  NotSingleBlock,
+  UnrecognisedBatchMatmul,
+  NoAttention,
+  SharedKV,
+  UnsupportedElementType,
+  Mask,
+  NotSelfAttention,
+  SlidingWindowNarrower,
+  SlidingWindowDynamicPrompt,
+  SlidingWindowInDecode,
+  PromptShorterThanWindow,
+  KVNotReturned,
+  NotCacheAppend,
+  AppendNotFromArgument,
+  AppendedTokenNotOneRow,
+  AppendNotReturned,
+  CacheOtherUse,
+  AppendOtherUse,
+  NoRopeTables,
+  RopeFromCache,
+  RopeNotFromArgument,
+  DecodeManyQueries,
+  DecodeMaskPosition,
+  LayerCountMismatch,
+  CachesMisaligned,
+  AttentionInCallee,
+  CalleeNotOnlyCalled,
+  CallNotInEntryBlock,
+  CallerRewritten,
+  CallerCalled,
+  CallResultOtherUse,
+  CallOperandNotArgument,
+  CallArgumentOtherUse,
 };
+
+StringRef refusalFormat(RefusalKind kind) {
+  switch (kind) {
+  case RefusalKind::NoPrefillFunction:
+    return "no function with a body by this name (prefill-func)";
+  case RefusalKind::NoDecodeFunction:
+    return "no function with a body by this name (decode-func; pass "
+           "decode-func=\"\" to rewrite prefill only)";
+  case RefusalKind::NotSingleBlock:
+    return "the function does not have a single block ending in func.return";
+  case RefusalKind::UnrecognisedBatchMatmul:
+    return "{0} is not part of a recognised attention: {1}";
+  case RefusalKind::NoAttention:
+    return "no attention (Q.K^T, scale, mask, softmax, P.V) found";
+  case RefusalKind::SharedKV:
+    return "its keys or values are also read by another attention (or serve "
+           "as both keys and values)";
+  case RefusalKind::UnsupportedElementType:
+    return "element type is not f32, f16 or bf16";
+  case RefusalKind::Mask:
+    return "{0}";
+  case RefusalKind::NotSelfAttention:
+    return "the mask does not compare the prompt's positions with themselves "
+           "(not causal self-attention over the prompt)";
+  case RefusalKind::SlidingWindowNarrower:
+    return "the sliding window ({0} positions) is narrower than the prompt "
+           "({1} positions), and snapkv.select has no window mask";
+  case RefusalKind::SlidingWindowDynamicPrompt:
+    return "the sliding window ({0} positions) cannot be proven to cover the "
+           "prompt, whose length is dynamic";
+  case RefusalKind::SlidingWindowInDecode:
+    return "the mask hides keys outside a sliding window of {0} positions; "
+           "the new token's logical position is not bounded, so the window "
+           "cannot be proven to cover the compacted cache";
+  case RefusalKind::PromptShorterThanWindow:
+    return "the prompt has {0} positions, fewer than window={1}";
+  case RefusalKind::KVNotReturned:
+    return "the {0} this attention reads are not returned exactly once (K/V "
+           "must reach a result of the function to be cached)";
+  case RefusalKind::NotCacheAppend:
+    return "the keys/values attention reads are not concat(cache argument, "
+           "new token) along the sequence";
+  case RefusalKind::AppendNotFromArgument:
+    return "the first operand of the cache append is not a function argument";
+  case RefusalKind::AppendedTokenNotOneRow:
+    return "the token appended to the cache is not one static row";
+  case RefusalKind::AppendNotReturned:
+    return "the appended cache {0} is not returned exactly once";
+  case RefusalKind::CacheOtherUse:
+    return "cache argument {0} has a use other than the append and tensor.dim "
+           "({1})";
+  case RefusalKind::AppendOtherUse:
+    return "the appended cache has a use other than the return and the GQA "
+           "repeat ({0})";
+  case RefusalKind::NoRopeTables:
+    return "no RoPE tables (generics computing math.cos/math.sin) found, so "
+           "the logical position cannot be checked";
+  case RefusalKind::RopeFromCache:
+    return "the RoPE position is computed from cache argument {0} (its "
+           "physical length), not from the logical position argument";
+  case RefusalKind::RopeNotFromArgument:
+    return "the RoPE position does not come from a function argument (it "
+           "must be the logical position)";
+  case RefusalKind::DecodeManyQueries:
+    return "decode attention has more than one query row";
+  case RefusalKind::DecodeMaskPosition:
+    return "the mask's query position is not the cache length or the "
+           "position argument, so the mask cannot be rebuilt for logical "
+           "positions";
+  case RefusalKind::LayerCountMismatch:
+    return "@{0} has {1} attention layers but @{2} has {3}";
+  case RefusalKind::CachesMisaligned:
+    return "the cache arguments and results of @{0} do not line up with the "
+           "K/V results of @{1}";
+  case RefusalKind::AttentionInCallee:
+    return "no attention in the function itself, but it calls @{0}, which "
+           "holds attention: name that function (prefill-func / decode-func); "
+           "its callers are updated with it";
+  case RefusalKind::CalleeNotOnlyCalled:
+    return "its signature changes, but it is used by {0}, not only by "
+           "func.call";
+  case RefusalKind::CallNotInEntryBlock:
+    return "its signature changes, but it is called from a nested region or "
+           "a function without a single block ending in func.return (@{0})";
+  case RefusalKind::CallerRewritten:
+    return "it is called from @{0}, which the pass rewrites too";
+  case RefusalKind::CallerCalled:
+    return "its signature changes and so does that of its caller @{0}, "
+           "which is itself used ({1})";
+  case RefusalKind::CallResultOtherUse:
+    return "result {0} of the call in @{1} changes type but is used by {2}, "
+           "not only returned";
+  case RefusalKind::CallOperandNotArgument:
+    return "operand {0} of the call in @{1} changes type but is not an "
+           "argument of that function";
+  case RefusalKind::CallArgumentOtherUse:
+    return "argument {0} of @{1} changes type (it feeds operand {2} of the "
+           "call) but is also used by {3}";
+  }
+  llvm_unreachable("unknown RefusalKind");
+}
+
+/// Why a function cannot be rewritten: a kind, the values its message names
+/// and, for per-layer reasons, the layer.
+struct Refusal {
+  RefusalKind kind = RefusalKind::NoAttention;
+  SmallVector<std::string, 4> args;
+  std::optional<unsigned> layer;
+  /// The matcher's reason behind UnrecognisedBatchMatmul and Mask.
+  std::optional<AttentionMismatch> attention;
+  std::optional<MaskMismatch> mask;
+
+  std::string message() const {
+    std::string text = refusalFormat(kind).str();
+    for (auto [i, arg] : llvm::enumerate(args)) {
+      std::string placeholder = "{" + std::to_string(i) + "}";
+      size_t at = text.find(placeholder);
+      assert(at != std::string::npos && "refusal argument without placeholder");
+      text.replace(at, placeholder.size(), arg);
+    }
+    if (layer)
+      text = "layer " + std::to_string(*layer) + ": " + text;
+    return text;
+  }
+};
+
+/// Sets `refusal` and fails.
+LogicalResult refuseWith(Refusal &refusal, RefusalKind kind,
+                         SmallVector<std::string, 4> args = {},
+                         std::optional<unsigned> layer = std::nullopt) {
+  refusal = Refusal{kind, std::move(args), layer, std::nullopt, std::nullopt};
+  return failure();
+}
+
+/// A refusal for a mask the matcher did not accept.
+LogicalResult refuseMask(Refusal &refusal, MaskMismatch kind, unsigned layer) {
+  (void)refuseWith(refusal, RefusalKind::Mask,
+                   {maskMismatchMessage(kind).str()}, layer);
+  refusal.mask = kind;
+  return failure();
+}
 
 /// One prefill layer: its attention and the result positions of its K/V.
 struct PrefillLayer {
@@ -70,41 +246,54 @@ FailureOr<SmallVector<AttentionMatch>> findAttentions(func::FuncOp func,
   SmallVector<linalg::BatchMatmulOp> matmuls;
   func.walk([&](linalg::BatchMatmulOp op) { matmuls.push_back(op); });
   SmallVector<AttentionMatch> found;
-  llvm::DenseMap<Operation *, std::string> failures;
+  llvm::DenseMap<Operation *, AttentionFailure> failures;
   llvm::DenseSet<Operation *> covered;
   for (linalg::BatchMatmulOp matmul : matmuls) {
-    std::string why;
-    if (std::optional<AttentionMatch> m = matchAttention(matmul, why)) {
+    AttentionFailure failure;
+    if (FailureOr<AttentionMatch> m = matchAttention(matmul, failure);
+        succeeded(m)) {
       covered.insert(m->scoresMatmul);
       covered.insert(m->outputMatmul);
       found.push_back(*m);
     } else {
-      failures[matmul] = why;
+      failures[matmul] = failure;
     }
   }
-  // Report the uncovered batch_matmul that got furthest: one whose left
-  // operand is a softmax (a P.V candidate) says more than a Q.K^T product
-  // that was only tried as P.V.
+  // Report the uncovered batch_matmul whose match got furthest (the first
+  // one among equals): a P.V whose softmax was recognised says more than a
+  // Q.K^T product that was only tried as P.V.
   linalg::BatchMatmulOp worst;
   for (linalg::BatchMatmulOp matmul : matmuls) {
     if (covered.contains(matmul))
       continue;
-    bool pastSoftmax = !StringRef(failures[matmul]).starts_with("attention probabilities") &&
-                       !StringRef(failures[matmul]).starts_with("the left operand");
-    if (!worst || pastSoftmax) {
+    if (!worst || attentionMismatchStage(failures[matmul].kind) >
+                      attentionMismatchStage(failures[worst].kind))
       worst = matmul;
-      if (pastSoftmax)
-        break;
-    }
   }
   if (worst) {
-    refusal.reason = describe(worst.getOperation()) +
-                     " is not part of a recognised attention: " +
-                     failures[worst];
+    (void)refuseWith(refusal, RefusalKind::UnrecognisedBatchMatmul,
+                     {describe(worst.getOperation()), failures[worst].message()});
+    refusal.attention = failures[worst].kind;
     return failure();
   }
   if (found.empty()) {
-    refusal.reason = "no attention (Q.K^T, scale, mask, softmax, P.V) found";
+    // A model exported with one function per layer keeps its attention in
+    // the callee; say which function to name.
+    std::optional<std::string> callee;
+    func.walk([&](func::CallOp call) {
+      auto target =
+          SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(call,
+                                                           call.getCalleeAttr());
+      bool attention = false;
+      if (target && !target.isExternal())
+        target.walk([&](linalg::BatchMatmulOp) { attention = true; });
+      if (attention && !callee)
+        callee = target.getName().str();
+    });
+    if (callee)
+      (void)refuseWith(refusal, RefusalKind::AttentionInCallee, {*callee});
+    else
+      (void)refuseWith(refusal, RefusalKind::NoAttention);
     return failure();
   }
   return found;
@@ -135,20 +324,14 @@ LogicalResult checkLayerSet(ArrayRef<AttentionMatch> attentions,
   llvm::DenseSet<Value> sources;
   for (auto [layer, m] : llvm::enumerate(attentions)) {
     for (Value source : {m.keys.source, m.values.source}) {
-      if (!sources.insert(source).second) {
-        refusal.reason = "layer " + std::to_string(layer) +
-                         ": its keys or values are also read by another "
-                         "attention (or serve as both keys and values)";
-        return failure();
-      }
+      if (!sources.insert(source).second)
+        return refuseWith(refusal, RefusalKind::SharedKV, {}, layer);
     }
     Type element =
         cast<RankedTensorType>(m.keys.source.getType()).getElementType();
-    if (!element.isF32() && !element.isF16() && !element.isBF16()) {
-      refusal.reason = "layer " + std::to_string(layer) +
-                       ": element type is not f32, f16 or bf16";
-      return failure();
-    }
+    if (!element.isF32() && !element.isF16() && !element.isBF16())
+      return refuseWith(refusal, RefusalKind::UnsupportedElementType, {},
+                        layer);
   }
   return success();
 }
@@ -158,8 +341,7 @@ FailureOr<SmallVector<AttentionMatch>>
 findLayers(func::FuncOp func, func::ReturnOp &ret, Refusal &refusal) {
   ret = soleReturn(func);
   if (!ret) {
-    refusal.reason = "the function does not have a single block ending in "
-                     "func.return";
+    (void)refuseWith(refusal, RefusalKind::NotSingleBlock);
     return failure();
   }
   FailureOr<SmallVector<AttentionMatch>> attentions =
@@ -177,12 +359,16 @@ analysePrefill(func::FuncOp func, int64_t window, Refusal &refusal) {
   if (failed(attentions))
     return failure();
   SmallVector<PrefillLayer> layers;
-  for (auto [layer, m] : llvm::enumerate(*attentions)) {
-    std::string prefix = "layer " + std::to_string(layer) + ": ";
-    std::string why;
-    std::optional<CausalMask> mask = matchCausalMask(m, why);
-    if (!mask) {
-      refusal.reason = prefix + why;
+  for (auto [index, m] : llvm::enumerate(*attentions)) {
+    auto layer = static_cast<unsigned>(index);
+    auto refuse = [&](RefusalKind kind, SmallVector<std::string, 4> args = {}) {
+      (void)refuseWith(refusal, kind, std::move(args), layer);
+      return failure();
+    };
+    MaskMismatch maskFailure;
+    FailureOr<CausalMask> mask = matchCausalMask(m, maskFailure);
+    if (failed(mask)) {
+      (void)refuseMask(refusal, maskFailure, layer);
       return failure();
     }
     Value keyRows = mask->keyPositions, queryRows = mask->queryPositions;
@@ -190,29 +376,25 @@ analysePrefill(func::FuncOp func, int64_t window, Refusal &refusal) {
       keyRows = e.getSrc();
     while (auto e = queryRows.getDefiningOp<tensor::ExpandShapeOp>())
       queryRows = e.getSrc();
-    if (!mask->queryIsRow || keyRows != queryRows) {
-      refusal.reason = prefix + "the mask does not compare the prompt's "
-                                "positions with themselves (not causal "
-                                "self-attention over the prompt)";
-      return failure();
-    }
+    if (!mask->queryIsRow || keyRows != queryRows)
+      return refuse(RefusalKind::NotSelfAttention);
     auto qType = cast<RankedTensorType>(m.queries.getType());
-    if (!qType.isDynamicDim(2) && qType.getDimSize(2) < window) {
-      refusal.reason = prefix + "the prompt has " +
-                       std::to_string(qType.getDimSize(2)) +
-                       " positions, fewer than window=" +
-                       std::to_string(window);
-      return failure();
-    }
+    int64_t length = qType.getDimSize(2);
+    // A sliding window that covers every query-key distance of the prompt
+    // (at most L - 1) hides nothing: the mask is the causal one.
+    if (mask->window && qType.isDynamicDim(2))
+      return refuse(RefusalKind::SlidingWindowDynamicPrompt,
+                    {std::to_string(*mask->window)});
+    if (mask->window && length > *mask->window)
+      return refuse(RefusalKind::SlidingWindowNarrower,
+                    {std::to_string(*mask->window), std::to_string(length)});
+    if (!qType.isDynamicDim(2) && length < window)
+      return refuse(RefusalKind::PromptShorterThanWindow,
+                    {std::to_string(length), std::to_string(window)});
     std::optional<unsigned> k = resultIndex(ret, m.keys.source);
     std::optional<unsigned> v = resultIndex(ret, m.values.source);
-    if (!k || !v) {
-      refusal.reason = prefix + "the " + (k ? "values" : "keys") +
-                       " this attention reads are not returned exactly once "
-                       "(K/V must reach a result of the function to be "
-                       "cached)";
-      return failure();
-    }
+    if (!k || !v)
+      return refuse(RefusalKind::KVNotReturned, {k ? "values" : "keys"});
     layers.push_back({m, *k, *v});
   }
   return layers;
@@ -223,36 +405,23 @@ LogicalResult matchAppend(Value source, func::ReturnOp ret,
                           tensor::ConcatOp &append, BlockArgument &cache,
                           unsigned &result, Refusal &refusal) {
   append = source.getDefiningOp<tensor::ConcatOp>();
-  if (!append || append.getDim() != 2 || append.getInputs().size() != 2) {
-    refusal.reason = "the keys/values attention reads are not "
-                     "concat(cache argument, new token) along the sequence";
-    return failure();
-  }
+  if (!append || append.getDim() != 2 || append.getInputs().size() != 2)
+    return refuseWith(refusal, RefusalKind::NotCacheAppend);
   cache = dyn_cast<BlockArgument>(append.getInputs()[0]);
-  if (!cache || cache.getOwner()->getParentOp() != ret->getParentOp()) {
-    refusal.reason = "the first operand of the cache append is not a "
-                     "function argument";
-    return failure();
-  }
+  if (!cache || cache.getOwner()->getParentOp() != ret->getParentOp())
+    return refuseWith(refusal, RefusalKind::AppendNotFromArgument);
   auto token = cast<RankedTensorType>(append.getInputs()[1].getType());
-  if (!token.hasStaticShape() || token.getDimSize(2) != 1) {
-    refusal.reason = "the token appended to the cache is not one static row";
-    return failure();
-  }
+  if (!token.hasStaticShape() || token.getDimSize(2) != 1)
+    return refuseWith(refusal, RefusalKind::AppendedTokenNotOneRow);
   std::optional<unsigned> index = resultIndex(ret, append.getResult());
-  if (!index) {
-    refusal.reason = "the appended cache " + describe(cache) +
-                     " is not returned exactly once";
-    return failure();
-  }
+  if (!index)
+    return refuseWith(refusal, RefusalKind::AppendNotReturned,
+                      {describe(cache)});
   result = *index;
   for (Operation *user : cache.getUsers()) {
-    if (user != append && !isa<tensor::DimOp>(user)) {
-      refusal.reason = "cache argument " + describe(cache) +
-                       " has a use other than the append and tensor.dim (" +
-                       user->getName().getStringRef().str() + ")";
-      return failure();
-    }
+    if (user != append && !isa<tensor::DimOp>(user))
+      return refuseWith(refusal, RefusalKind::CacheOtherUse,
+                        {describe(cache), user->getName().getStringRef().str()});
   }
   return success();
 }
@@ -277,10 +446,8 @@ LogicalResult checkAppendUses(tensor::ConcatOp append, const RepeatedKV &kv,
     }
     if (!kv.repeatOp)
       continue;
-    refusal.reason = "the appended cache has a use other than the return and "
-                     "the GQA repeat (" +
-                     user->getName().getStringRef().str() + ")";
-    return failure();
+    return refuseWith(refusal, RefusalKind::AppendOtherUse,
+                      {user->getName().getStringRef().str()});
   }
   return success();
 }
@@ -299,11 +466,8 @@ LogicalResult checkRopePositions(func::FuncOp func,
     if (trig)
       tables.push_back(generic);
   });
-  if (tables.empty()) {
-    refusal.reason = "no RoPE tables (generics computing math.cos/math.sin) "
-                     "found, so the logical position cannot be checked";
-    return failure();
-  }
+  if (tables.empty())
+    return refuseWith(refusal, RefusalKind::NoRopeTables);
   llvm::SetVector<Operation *> visited;
   SmallVector<Operation *> work(tables.begin(), tables.end());
   llvm::SetVector<BlockArgument> arguments;
@@ -326,20 +490,12 @@ LogicalResult checkRopePositions(func::FuncOp func,
   }
   bool fromPositionArgument = false;
   for (BlockArgument arg : arguments) {
-    if (caches.contains(arg)) {
-      refusal.reason = "the RoPE position is computed from cache argument " +
-                       describe(arg) +
-                       " (its physical length), not from the logical "
-                       "position argument";
-      return failure();
-    }
+    if (caches.contains(arg))
+      return refuseWith(refusal, RefusalKind::RopeFromCache, {describe(arg)});
     fromPositionArgument = true;
   }
-  if (!fromPositionArgument) {
-    refusal.reason = "the RoPE position does not come from a function "
-                     "argument (it must be the logical position)";
-    return failure();
-  }
+  if (!fromPositionArgument)
+    return refuseWith(refusal, RefusalKind::RopeNotFromArgument);
   return success();
 }
 
@@ -353,7 +509,6 @@ FailureOr<SmallVector<DecodeLayer>> analyseDecode(func::FuncOp func,
   SmallVector<DecodeLayer> layers;
   llvm::DenseSet<Value> caches;
   for (auto [layer, m] : llvm::enumerate(*attentions)) {
-    std::string prefix = "layer " + std::to_string(layer) + ": ";
     DecodeLayer d;
     d.attention = m;
     if (failed(matchAppend(m.keys.source, ret, d.keyAppend, d.keyCache,
@@ -362,27 +517,28 @@ FailureOr<SmallVector<DecodeLayer>> analyseDecode(func::FuncOp func,
                            d.valueResult, refusal)) ||
         failed(checkAppendUses(d.keyAppend, m.keys, refusal)) ||
         failed(checkAppendUses(d.valueAppend, m.values, refusal))) {
-      refusal.reason = prefix + refusal.reason;
+      refusal.layer = layer;
       return failure();
     }
     caches.insert(d.keyCache);
     caches.insert(d.valueCache);
     layers.push_back(d);
   }
-  for (auto [layer, d] : llvm::enumerate(layers)) {
-    std::string prefix = "layer " + std::to_string(layer) + ": ";
+  for (auto [index, d] : llvm::enumerate(layers)) {
+    auto layer = static_cast<unsigned>(index);
     const AttentionMatch &m = d.attention;
     auto qType = cast<RankedTensorType>(m.queries.getType());
-    if (qType.getDimSize(2) != 1) {
-      refusal.reason = prefix + "decode attention has more than one query row";
-      return failure();
-    }
-    std::string why;
-    std::optional<CausalMask> mask = matchCausalMask(m, why);
-    if (!mask) {
-      refusal.reason = prefix + why;
-      return failure();
-    }
+    if (qType.getDimSize(2) != 1)
+      return refuseWith(refusal, RefusalKind::DecodeManyQueries, {}, layer);
+    MaskMismatch maskFailure;
+    FailureOr<CausalMask> mask = matchCausalMask(m, maskFailure);
+    if (failed(mask))
+      return refuseMask(refusal, maskFailure, layer);
+    // The logical position of the new token is a run-time value: nothing
+    // bounds the query-key distances a window would have to cover.
+    if (mask->window)
+      return refuseWith(refusal, RefusalKind::SlidingWindowInDecode,
+                        {std::to_string(*mask->window)}, layer);
     // The query position must be the end of the cache, physical or logical:
     // then every cached key is visible, and stays visible when compacted.
     std::optional<PositionValue> query = evaluatePosition(mask->queryPositions);
@@ -402,12 +558,8 @@ FailureOr<SmallVector<DecodeLayer>> analyseDecode(func::FuncOp func,
         break;
       }
     }
-    if (!atEnd) {
-      refusal.reason = prefix + "the mask's query position is not the cache "
-                                "length or the position argument, so the "
-                                "mask cannot be rebuilt for logical positions";
-      return failure();
-    }
+    if (!atEnd)
+      return refuseWith(refusal, RefusalKind::DecodeMaskPosition, {}, layer);
   }
   if (failed(checkRopePositions(func, caches, refusal)))
     return failure();
@@ -418,13 +570,10 @@ FailureOr<SmallVector<DecodeLayer>> analyseDecode(func::FuncOp func,
 LogicalResult checkCorrespondence(func::FuncOp prefill, func::FuncOp decode,
                                   ArrayRef<PrefillLayer> pre,
                                   ArrayRef<DecodeLayer> dec, Refusal &refusal) {
-  if (pre.size() != dec.size()) {
-    refusal.reason = "@" + prefill.getName().str() + " has " +
-                     std::to_string(pre.size()) + " attention layers but @" +
-                     decode.getName().str() + " has " +
-                     std::to_string(dec.size());
-    return failure();
-  }
+  if (pre.size() != dec.size())
+    return refuseWith(refusal, RefusalKind::LayerCountMismatch,
+                      {prefill.getName().str(), std::to_string(pre.size()),
+                       decode.getName().str(), std::to_string(dec.size())});
   unsigned firstResult = ~0u, firstArg = ~0u;
   for (const DecodeLayer &d : dec)
     firstArg = std::min({firstArg, d.keyCache.getArgNumber(),
@@ -445,16 +594,156 @@ LogicalResult checkCorrespondence(func::FuncOp prefill, func::FuncOp decode,
                      pk.getDimSize(1) == dk.getDimSize(1) &&
                      pk.getDimSize(3) == dk.getDimSize(3) &&
                      p.attention.queryHeads == d.attention.queryHeads;
-    if (!sameResults || !sameArgs || !sameShape) {
-      refusal.reason = "layer " + std::to_string(layer) +
-                       ": the cache arguments and results of @" +
-                       decode.getName().str() +
-                       " do not line up with the K/V results of @" +
-                       prefill.getName().str();
-      return failure();
-    }
+    if (!sameResults || !sameArgs || !sameShape)
+      return refuseWith(refusal, RefusalKind::CachesMisaligned,
+                        {decode.getName().str(), prefill.getName().str()},
+                        static_cast<unsigned>(layer));
   }
   return success();
+}
+
+/// Positions of a rewritten function's arguments and results whose types
+/// change, with their new types.
+struct SignatureChange {
+  llvm::SmallDenseMap<unsigned, Type> args, results;
+  bool empty() const { return args.empty() && results.empty(); }
+};
+
+/// The calls of a function whose signature changes, all in the entry block
+/// of callers that are not used themselves (a model exported with one
+/// function per layer: the entry points call it once per layer).
+struct CallSites {
+  SmallVector<func::CallOp> calls;
+};
+
+/// Checks that `change` can be carried to every caller of `callee`: each use
+/// is a func.call in the single block of a function that is not rewritten
+/// and not used itself; a changed result is only returned by the caller; a
+/// changed operand is an argument of the caller used only as such operands
+/// (or by tensor.dim).
+FailureOr<CallSites> analyseCallers(ModuleOp module, func::FuncOp callee,
+                                    const SignatureChange &change,
+                                    ArrayRef<func::FuncOp> rewritten,
+                                    Refusal &refusal) {
+  CallSites sites;
+  if (change.empty())
+    return sites;
+  std::optional<SymbolTable::UseRange> uses =
+      SymbolTable::getSymbolUses(callee, module);
+  if (!uses) {
+    (void)refuseWith(refusal, RefusalKind::CalleeNotOnlyCalled,
+                     {"an operation with unknown symbol uses"});
+    return failure();
+  }
+  for (const SymbolTable::SymbolUse &use : *uses) {
+    auto call = dyn_cast<func::CallOp>(use.getUser());
+    if (!call) {
+      (void)refuseWith(refusal, RefusalKind::CalleeNotOnlyCalled,
+                       {describe(use.getUser())});
+      return failure();
+    }
+    auto caller = call->getParentOfType<func::FuncOp>();
+    if (!caller) {
+      (void)refuseWith(refusal, RefusalKind::CalleeNotOnlyCalled,
+                       {describe(call.getOperation())});
+      return failure();
+    }
+    std::string name = caller.getName().str();
+    if (llvm::is_contained(rewritten, caller)) {
+      (void)refuseWith(refusal, RefusalKind::CallerRewritten, {name});
+      return failure();
+    }
+    if (!soleReturn(caller) || call->getBlock() != &caller.getBody().front()) {
+      (void)refuseWith(refusal, RefusalKind::CallNotInEntryBlock, {name});
+      return failure();
+    }
+    if (std::optional<SymbolTable::UseRange> callerUses =
+            SymbolTable::getSymbolUses(caller, module);
+        !callerUses || !callerUses->empty()) {
+      std::string user = callerUses ? describe(callerUses->begin()->getUser())
+                                    : "an operation with unknown symbol uses";
+      (void)refuseWith(refusal, RefusalKind::CallerCalled, {name, user});
+      return failure();
+    }
+    for (auto [index, type] : change.results) {
+      for (Operation *user : call.getResult(index).getUsers()) {
+        if (isa<func::ReturnOp>(user))
+          continue;
+        (void)refuseWith(refusal, RefusalKind::CallResultOtherUse,
+                         {std::to_string(index), name, describe(user)});
+        return failure();
+      }
+    }
+    for (auto [index, type] : change.args) {
+      auto arg = dyn_cast<BlockArgument>(call.getOperand(index));
+      if (!arg || arg.getOwner() != &caller.getBody().front()) {
+        (void)refuseWith(refusal, RefusalKind::CallOperandNotArgument,
+                         {std::to_string(index), name});
+        return failure();
+      }
+      for (OpOperand &argUse : arg.getUses()) {
+        Operation *user = argUse.getOwner();
+        if (isa<tensor::DimOp>(user))
+          continue;
+        auto other = dyn_cast<func::CallOp>(user);
+        auto found = other && other.getCallee() == callee.getName()
+                         ? change.args.find(argUse.getOperandNumber())
+                         : change.args.end();
+        if (found != change.args.end() && found->second == type)
+          continue;
+        (void)refuseWith(refusal, RefusalKind::CallArgumentOtherUse,
+                         {describe(arg), name, std::to_string(index),
+                          describe(user)});
+        return failure();
+      }
+    }
+    sites.calls.push_back(call);
+  }
+  return sites;
+}
+
+/// The types prefill's K/V results take: `snapkv.select`'s results.
+SignatureChange prefillChange(ArrayRef<PrefillLayer> layers, GqaPolicy gqa,
+                              int64_t capacity) {
+  SignatureChange change;
+  for (const PrefillLayer &layer : layers) {
+    const AttentionMatch &m = layer.attention;
+    auto type = cast<RankedTensorType>(m.keys.source.getType());
+    int64_t heads = gqa == GqaPolicy::expand ? m.queryHeads : m.kvHeads;
+    int64_t length = type.getDimSize(2);
+    if (!ShapedType::isDynamic(length))
+      length = std::min(length, capacity);
+    auto compacted = RankedTensorType::get(
+        {type.getDimSize(0), heads, length, type.getDimSize(3)},
+        type.getElementType());
+    if (compacted == type)
+      continue;
+    change.results[layer.keyResult] = compacted;
+    change.results[layer.valueResult] = compacted;
+  }
+  return change;
+}
+
+/// The types decode's caches take: `Hq` heads under gqa=expand.
+SignatureChange decodeChange(ArrayRef<DecodeLayer> layers, GqaPolicy gqa) {
+  SignatureChange change;
+  if (gqa != GqaPolicy::expand)
+    return change;
+  for (const DecodeLayer &layer : layers) {
+    const AttentionMatch &m = layer.attention;
+    if (m.queryHeads == m.kvHeads)
+      continue;
+    auto type = cast<RankedTensorType>(layer.keyCache.getType());
+    auto expanded = RankedTensorType::get({type.getDimSize(0), m.queryHeads,
+                                           type.getDimSize(2),
+                                           type.getDimSize(3)},
+                                          type.getElementType());
+    change.args[layer.keyCache.getArgNumber()] = expanded;
+    change.args[layer.valueCache.getArgNumber()] = expanded;
+    change.results[layer.keyResult] = expanded;
+    change.results[layer.valueResult] = expanded;
+  }
+  return change;
 }
 
 /// [B, Hkv, 1, D] -> [B, Hkv * G, 1, D] in HuggingFace repeat_kv order.
@@ -505,6 +794,23 @@ void updateSignature(func::FuncOp func) {
                                  ret.getOperandTypes()));
 }
 
+/// Gives each call of `callee` its new signature, and each caller the types
+/// that now flow to its results and from its arguments.
+void updateCallers(func::FuncOp callee, const CallSites &sites) {
+  FunctionType type = callee.getFunctionType();
+  llvm::SetVector<func::FuncOp> callers;
+  for (func::CallOp call : sites.calls) {
+    for (auto [result, t] : llvm::zip(call.getResults(), type.getResults()))
+      result.setType(t);
+    for (auto [operand, t] : llvm::zip(call.getOperands(), type.getInputs()))
+      if (auto arg = dyn_cast<BlockArgument>(operand); arg && arg.getType() != t)
+        arg.setType(t);
+    callers.insert(call->getParentOfType<func::FuncOp>());
+  }
+  for (func::FuncOp caller : callers)
+    updateSignature(caller);
+}
+
 struct CompressKVCachePass
     : snapkv::impl::CompressKVCacheBase<CompressKVCachePass> {
   using Base::Base;
@@ -512,12 +818,14 @@ struct CompressKVCachePass
   PoolingKind poolingKind;
   GqaPolicy gqaPolicy;
   Order orderKind;
+  Scoring scoringKind;
 
   LogicalResult parseOptions() {
     ModuleOp module = getOperation();
     auto p = symbolizePoolingKind(pooling);
     auto g = symbolizeGqaPolicy(gqa);
     auto o = symbolizeOrder(order);
+    auto s = symbolizeScoring(scoring);
     std::string bad;
     if (window < 1)
       bad = "window must be >= 1 (got " + std::to_string(window) + ")";
@@ -526,21 +834,32 @@ struct CompressKVCachePass
             std::to_string(capacity) + ", window=" + std::to_string(window) +
             ")";
     else if (kernelSize < 1 || kernelSize % 2 == 0)
-      bad = "kernel-size must be odd and >= 1 (got " +
-            std::to_string(kernelSize) + ")";
+      bad = "kernel must be odd and >= 1 (got " + std::to_string(kernelSize) +
+            ")";
     else if (!p)
       bad = "pooling must be avg or max (got '" + pooling + "')";
     else if (!g)
       bad = "gqa must be expand, mean or max (got '" + gqa + "')";
     else if (!o)
       bad = "order must be position or score (got '" + order + "')";
+    else if (!s)
+      bad = "scoring must be votes, prefix_votes, recent or random (got '" +
+            scoring + "')";
+    else if (*s == Scoring::recent && sinks.hasValue() &&
+             (sinks < 0 || sinks > capacity - window))
+      bad = "sinks must be between 0 and capacity - window (got " +
+            std::to_string(sinks) + ")";
+    else if (*s == Scoring::random && seed < 0)
+      bad = "seed must be non-negative (got " + std::to_string(seed) + ")";
     else if (prefillFunc.empty())
       bad = "prefill-func must name a function";
+    // At a location, not on the module op, which mlir-opt would print whole.
     if (!bad.empty())
-      return module.emitError() << "snapkv-compress-kv-cache: " << bad;
+      return emitError(module.getLoc()) << "snapkv-compress-kv-cache: " << bad;
     poolingKind = *p;
     gqaPolicy = *g;
     orderKind = *o;
+    scoringKind = *s;
     return success();
   }
 
@@ -551,7 +870,7 @@ struct CompressKVCachePass
     auto diag = strict ? mlir::emitError(where->getLoc())
                        : mlir::emitWarning(where->getLoc());
     diag << "snapkv-compress-kv-cache left the module unchanged: @" << function
-         << ": " << refusal.reason;
+         << ": " << refusal.message();
     if (strict)
       signalPassFailure();
   }
@@ -559,7 +878,7 @@ struct CompressKVCachePass
   void rewritePrefill(func::FuncOp func, ArrayRef<PrefillLayer> layers) {
     func::ReturnOp ret = soleReturn(func);
     OpBuilder b(ret);
-    for (const PrefillLayer &layer : layers) {
+    for (auto [index, layer] : llvm::enumerate(layers)) {
       AttentionMatch m = layer.attention;
       Location loc = m.scoresMatmul.getLoc();
       auto qType = cast<RankedTensorType>(m.queries.getType());
@@ -586,17 +905,20 @@ struct CompressKVCachePass
       SmallVector<OpFoldResult> strides(4, b.getIndexAttr(1));
       Value queries = tensor::ExtractSliceOp::create(b, loc, m.queries, offsets,
                                                      sizes, strides);
-      // The select's default scale is 1/sqrt(D); spell it out only when the
-      // model scales differently.
-      FloatAttr scale;
-      auto defaultScale =
-          static_cast<float>(1.0 / std::sqrt(static_cast<double>(m.headDim)));
-      if (static_cast<float>(m.scale) != defaultScale)
-        scale = b.getF32FloatAttr(static_cast<float>(m.scale));
-      auto select = SelectOp::create(b, loc, queries, m.keys.source,
-                                     m.values.source, window, capacity,
-                                     kernelSize, poolingKind, gqaPolicy,
-                                     orderKind, scale);
+      // Always the model's own effective scale, never the op's default: an
+      // f32 value of 1/sqrt(D) computed differently could break a tie
+      // differently from the model's logits.
+      FloatAttr scale = b.getF32FloatAttr(m.scale);
+      std::optional<int64_t> layerSinks, layerSeed;
+      // Unset, the op's default applies (4, or capacity - window).
+      if (scoringKind == Scoring::recent && sinks.hasValue())
+        layerSinks = sinks;
+      if (scoringKind == Scoring::random)
+        layerSeed = seed + static_cast<int64_t>(index);
+      auto select = SelectOp::create(
+          b, loc, queries, m.keys.source, m.values.source, window, capacity,
+          kernelSize, poolingKind, gqaPolicy, orderKind, scale, scoringKind,
+          layerSinks, layerSeed);
       ret->setOperand(layer.keyResult, select.getSelectedKeys());
       ret->setOperand(layer.valueResult, select.getSelectedValues());
     }
@@ -649,8 +971,7 @@ struct CompressKVCachePass
 
     auto prefill = module.lookupSymbol<func::FuncOp>(prefillFunc);
     if (!prefill || prefill.isExternal())
-      return refuse(module, prefillFunc,
-                    {"no function with a body by this name (prefill-func)"});
+      return refuse(module, prefillFunc, Refusal{RefusalKind::NoPrefillFunction, {}, {}, {}, {}});
     Refusal refusal;
     FailureOr<SmallVector<PrefillLayer>> pre =
         analysePrefill(prefill, window, refusal);
@@ -662,9 +983,7 @@ struct CompressKVCachePass
     if (!decodeFunc.empty()) {
       decode = module.lookupSymbol<func::FuncOp>(decodeFunc);
       if (!decode || decode.isExternal())
-        return refuse(module, decodeFunc,
-                      {"no function with a body by this name (decode-func; "
-                       "pass decode-func=\"\" to rewrite prefill only)"});
+        return refuse(module, decodeFunc, Refusal{RefusalKind::NoDecodeFunction, {}, {}, {}, {}});
       dec = analyseDecode(decode, refusal);
       if (failed(dec))
         return refuse(decode, decodeFunc, refusal);
@@ -672,12 +991,32 @@ struct CompressKVCachePass
         return refuse(decode, decodeFunc, refusal);
     }
 
-    rewritePrefill(prefill, *pre);
+    SmallVector<func::FuncOp> rewritten{prefill};
     if (decode)
+      rewritten.push_back(decode);
+    FailureOr<CallSites> prefillCalls =
+        analyseCallers(module, prefill, prefillChange(*pre, gqaPolicy, capacity),
+                       rewritten, refusal);
+    if (failed(prefillCalls))
+      return refuse(prefill, prefillFunc, refusal);
+    FailureOr<CallSites> decodeCalls = CallSites{};
+    if (decode) {
+      decodeCalls = analyseCallers(module, decode, decodeChange(*dec, gqaPolicy),
+                                   rewritten, refusal);
+      if (failed(decodeCalls))
+        return refuse(decode, decodeFunc, refusal);
+    }
+
+    rewritePrefill(prefill, *pre);
+    updateCallers(prefill, *prefillCalls);
+    if (decode) {
       rewriteDecode(decode, *dec);
+      updateCallers(decode, *decodeCalls);
+    }
     if (failed(verify(module))) {
-      module.emitError() << "snapkv-compress-kv-cache produced invalid IR "
-                            "(a bug: please report it with this input)";
+      emitError(module.getLoc())
+          << "snapkv-compress-kv-cache produced invalid IR (a bug: please "
+             "report it with this input)";
       return signalPassFailure();
     }
   }

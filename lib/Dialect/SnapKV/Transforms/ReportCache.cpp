@@ -1,10 +1,15 @@
 //===- ReportCache.cpp - persistent K/V cache ledger ----------------------===//
 
-#include "snapkv/Dialect/SnapKV/Transforms/Passes.h"
 #include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
+#include "snapkv/Dialect/SnapKV/Transforms/Passes.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+#include "llvm/Support/CheckedArithmetic.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
+
+#include <optional>
 
 namespace mlir::snapkv {
 #define GEN_PASS_DEF_REPORTCACHE
@@ -14,9 +19,8 @@ namespace mlir::snapkv {
 using namespace mlir;
 using namespace mlir::snapkv;
 
-namespace {
 /// Thousands separators make the byte counts comparable at a glance.
-std::string grouped(uint64_t n) {
+static std::string grouped(uint64_t n) {
   std::string digits = std::to_string(n), out;
   for (size_t i = 0; i < digits.size(); ++i) {
     if (i && (digits.size() - i) % 3 == 0)
@@ -26,54 +30,189 @@ std::string grouped(uint64_t n) {
   return out;
 }
 
+/// The product of `factors`, or nothing if it does not fit in 64 bits.
+static std::optional<uint64_t> product(ArrayRef<uint64_t> factors) {
+  std::optional<uint64_t> result = 1;
+  for (uint64_t factor : factors) {
+    result = llvm::checkedMulUnsigned(*result, factor);
+    if (!result)
+      return std::nullopt;
+  }
+  return result;
+}
+
+namespace {
+/// How often each function runs when the module's entry points (functions
+/// nothing refers to) run once each: a layer function that the entry point
+/// calls N times runs N times.
+class CallCounts {
+public:
+  explicit CallCounts(ModuleOp module) : module(module) {}
+
+  /// The count of `func`, or an error at `at` when it cannot be known.
+  FailureOr<uint64_t> count(func::FuncOp func, Location at) {
+    if (auto it = counts.find(func); it != counts.end())
+      return it->second;
+    if (!active.insert(func).second)
+      return emitError(at) << "snapkv-report-cache: @" << func.getName()
+                           << " is called recursively";
+    std::optional<SymbolTable::UseRange> uses =
+        SymbolTable::getSymbolUses(func, module);
+    uint64_t total = 0;
+    if (!uses)
+      return emitError(at) << "snapkv-report-cache: the uses of @"
+                           << func.getName() << " cannot be counted";
+    if (uses->empty())
+      total = 1;
+    for (const SymbolTable::SymbolUse &use : *uses) {
+      auto call = dyn_cast<func::CallOp>(use.getUser());
+      auto caller = call ? call->getParentOfType<func::FuncOp>() : nullptr;
+      if (!caller)
+        return emitError(at)
+               << "snapkv-report-cache: @" << func.getName() << " is used by "
+               << use.getUser()->getName() << ", not only by func.call";
+      FailureOr<uint64_t> callerCount = count(caller, at);
+      if (failed(callerCount))
+        return failure();
+      std::optional<uint64_t> sum =
+          llvm::checkedAddUnsigned(total, *callerCount);
+      if (!sum)
+        return emitError(at) << "snapkv-report-cache: the call count of @"
+                             << func.getName() << " does not fit in 64 bits";
+      total = *sum;
+    }
+    active.erase(func);
+    counts[func] = total;
+    return total;
+  }
+
+private:
+  ModuleOp module;
+  llvm::DenseMap<Operation *, uint64_t> counts;
+  llvm::SmallPtrSet<Operation *, 8> active;
+};
+
+struct Row {
+  GqaPolicy gqa;
+  uint64_t batch, kvHeads, heads, dim, bytes, kept, full, compacted;
+};
+
 struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
   using Base::Base;
 
+  /// The ledger row of one select, or an error at its location.
+  FailureOr<Row> row(SelectOp op, unsigned layer, uint64_t length,
+                     uint64_t extra) {
+    auto qTy = op.getQueries().getType();
+    auto kTy = op.getKeys().getType();
+    if (qTy.isDynamicDim(0) || qTy.isDynamicDim(1) || qTy.isDynamicDim(3) ||
+        kTy.isDynamicDim(1))
+      return emitError(op.getLoc())
+             << "snapkv-report-cache: layer " << layer
+             << ": the batch, head counts and head dim must be static";
+    if (!kTy.isDynamicDim(2) &&
+        static_cast<uint64_t>(kTy.getDimSize(2)) != length)
+      return emitError(op.getLoc())
+             << "snapkv-report-cache: layer " << layer << ": keys hold "
+             << kTy.getDimSize(2) << " positions but prompt-length is "
+             << length;
+    Row r;
+    r.gqa = op.getGqa();
+    r.bytes = kTy.getElementTypeBitWidth() / 8;
+    r.batch = qTy.getDimSize(0);
+    r.dim = qTy.getDimSize(3);
+    r.kvHeads = kTy.getDimSize(1);
+    r.heads = r.gqa == GqaPolicy::expand ? qTy.getDimSize(1) : r.kvHeads;
+    r.kept = std::min<uint64_t>(length, op.getCapacity());
+    // Both fit: prompt-length + generated was checked, and kept <= length.
+    std::optional<uint64_t> full =
+        product({2, r.batch, r.kvHeads, length + extra, r.dim, r.bytes});
+    std::optional<uint64_t> compacted =
+        product({2, r.batch, r.heads, r.kept + extra, r.dim, r.bytes});
+    if (!full || !compacted) {
+      bool whole = !full;
+      return emitError(op.getLoc())
+             << "snapkv-report-cache: layer " << layer << ": the "
+             << (whole ? "full cache, 2*B*Hkv*(L+g)*D*e bytes,"
+                       : "compacted cache, 2*B*Hc*(min(L,C)+g)*D*e bytes,")
+             << " does not fit in 64 bits (B=" << r.batch
+             << (whole ? ", Hkv=" : ", Hc=") << (whole ? r.kvHeads : r.heads)
+             << (whole ? ", L=" : ", min(L,C)=") << (whole ? length : r.kept)
+             << ", g=" << extra << ", D=" << r.dim << ", e=" << r.bytes << ")";
+    }
+    r.full = *full;
+    r.compacted = *compacted;
+    return r;
+  }
+
   void runOnOperation() override {
+    // Options first, before anything is printed; diagnostics go to a
+    // location, not the module op (which mlir-opt would print whole).
+    Location loc = getOperation().getLoc();
     int64_t length = promptLength, extra = generated;
     if (length <= 0 || extra < 0) {
-      getOperation().emitError()
-          << "snapkv-report-cache needs prompt-length > 0 and generated >= 0 "
-             "(got prompt-length="
-          << length << ", generated=" << extra << ")";
+      emitError(loc) << "snapkv-report-cache needs prompt-length > 0 and "
+                        "generated >= 0 (got prompt-length="
+                     << length << ", generated=" << extra << ")";
       return signalPassFailure();
     }
+    if (!llvm::checkedAdd(length, extra)) {
+      emitError(loc) << "snapkv-report-cache: prompt-length + generated does "
+                        "not fit in 64 bits (prompt-length="
+                     << length << ", generated=" << extra << ")";
+      return signalPassFailure();
+    }
+
+    SmallVector<Row> rows;
+    uint64_t totalFull = 0, totalCompacted = 0;
+    CallCounts calls(getOperation());
+    WalkResult walk = getOperation().walk([&](SelectOp op) {
+      // A select in a function called once per layer is one row per call.
+      uint64_t repeats = 1;
+      if (auto func = op->getParentOfType<func::FuncOp>()) {
+        FailureOr<uint64_t> count = calls.count(func, op.getLoc());
+        if (failed(count))
+          return WalkResult::interrupt();
+        repeats = *count;
+      }
+      for (uint64_t i = 0; i < repeats; ++i) {
+        FailureOr<Row> r = row(op, rows.size(), length, extra);
+        if (failed(r))
+          return WalkResult::interrupt();
+        std::optional<uint64_t> full =
+            llvm::checkedAddUnsigned(totalFull, r->full);
+        std::optional<uint64_t> compacted =
+            llvm::checkedAddUnsigned(totalCompacted, r->compacted);
+        if (!full || !compacted) {
+          emitError(op.getLoc())
+              << "snapkv-report-cache: the total over " << rows.size() + 1
+              << " layers does not fit in 64 bits (prompt-length=" << length
+              << ", generated=" << extra << ")";
+          return WalkResult::interrupt();
+        }
+        totalFull = *full;
+        totalCompacted = *compacted;
+        rows.push_back(*r);
+      }
+      return WalkResult::advance();
+    });
+    if (walk.wasInterrupted())
+      return signalPassFailure();
+
     llvm::raw_ostream &os = llvm::outs();
     os << "snapkv cache ledger: L=" << length << " g=" << extra
        << " (persistent K/V bytes)\n";
-    os << llvm::format("%-6s %-7s %4s %4s %4s %5s %2s %8s %22s %22s\n",
-                       "layer", "gqa", "B", "Hkv", "Hc", "D", "e", "kept",
-                       "full", "compacted");
-    uint64_t totalFull = 0, totalCompacted = 0;
-    unsigned layer = 0;
-    WalkResult result = getOperation().walk([&](SelectOp op) {
-      auto qTy = op.getQueries().getType();
-      auto kTy = op.getKeys().getType();
-      uint64_t bytes = kTy.getElementTypeBitWidth() / 8;
-      uint64_t batch = qTy.getDimSize(0), dim = qTy.getDimSize(3);
-      uint64_t kvHeads = kTy.getDimSize(1);
-      uint64_t heads =
-          op.getGqa() == GqaPolicy::expand ? qTy.getDimSize(1) : kvHeads;
-      if (!kTy.isDynamicDim(2) && kTy.getDimSize(2) != length) {
-        op.emitError() << "keys hold " << kTy.getDimSize(2)
-                       << " positions but prompt-length is " << length;
-        return WalkResult::interrupt();
-      }
-      uint64_t kept = std::min<uint64_t>(length, op.getCapacity());
-      uint64_t full = 2 * batch * kvHeads * (length + extra) * dim * bytes;
-      uint64_t compacted = 2 * batch * heads * (kept + extra) * dim * bytes;
-      totalFull += full;
-      totalCompacted += compacted;
+    os << llvm::format("%-6s %-7s %4s %4s %4s %5s %2s %8s %22s %22s\n", "layer",
+                       "gqa", "B", "Hkv", "Hc", "D", "e", "kept", "full",
+                       "compacted");
+    for (auto [layer, r] : llvm::enumerate(rows))
       os << llvm::format("%-6u %-7s %4llu %4llu %4llu %5llu %2llu %8llu ",
-                         layer++, stringifyGqaPolicy(op.getGqa()).data(),
-                         batch, kvHeads, heads, dim, bytes, kept)
-         << llvm::format("%22s %22s\n", grouped(full).c_str(),
-                         grouped(compacted).c_str());
-      return WalkResult::advance();
-    });
-    if (result.wasInterrupted())
-      return signalPassFailure();
-    os << "total: " << layer << " layers, full " << grouped(totalFull)
+                         static_cast<unsigned>(layer),
+                         stringifyGqaPolicy(r.gqa).data(), r.batch, r.kvHeads,
+                         r.heads, r.dim, r.bytes, r.kept)
+         << llvm::format("%22s %22s\n", grouped(r.full).c_str(),
+                         grouped(r.compacted).c_str());
+    os << "total: " << rows.size() << " layers, full " << grouped(totalFull)
        << " B, compacted " << grouped(totalCompacted) << " B";
     if (totalFull)
       os << llvm::format(" (%.4f of full)",

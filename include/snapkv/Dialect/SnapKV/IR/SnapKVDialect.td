@@ -15,6 +15,7 @@ def SnapKV_Dialect : Dialect {
     Keys and values are gathered with the same indices.
   }];
   let dependentDialects = [];
+  let useDefaultAttributePrinterParser = 1;
 }
 
 #endif // SNAPKV_DIALECT_SNAPKV_IR_SNAPKVDIALECT_TD

@@ -1,31 +1,44 @@
 #ifndef SNAPKV_DIALECT_SNAPKV_IR_SNAPKVENUMS_TD
 #define SNAPKV_DIALECT_SNAPKV_IR_SNAPKVENUMS_TD
 
+include "snapkv/Dialect/SnapKV/IR/SnapKVDialect.td"
 include "mlir/IR/EnumAttr.td"
 
-def SnapKV_PoolingAvg : I32EnumAttrCase<"avg", 0>;
-def SnapKV_PoolingMax : I32EnumAttrCase<"max", 1>;
-def SnapKV_PoolingKindAttr : I32EnumAttr<"PoolingKind",
+// The enums are dialect attributes (printed `#snapkv<pooling avg>` in the
+// generic form, bare `avg` in the ops' custom form).
+
+def SnapKV_PoolingKind : I32EnumAttr<"PoolingKind",
     "neighbourhood pooling of the votes before top-k",
-    [SnapKV_PoolingAvg, SnapKV_PoolingMax]> {
+    [I32EnumAttrCase<"avg", 0>, I32EnumAttrCase<"max", 1>]> {
   let cppNamespace = "::mlir::snapkv";
+  let genSpecializedAttr = 0;
 }
+def SnapKV_PoolingKindAttr : EnumAttr<SnapKV_Dialect, SnapKV_PoolingKind,
+                                      "pooling">;
 
-def SnapKV_GqaExpand : I32EnumAttrCase<"expand", 0>;
-def SnapKV_GqaMean : I32EnumAttrCase<"mean", 1>;
-def SnapKV_GqaMax : I32EnumAttrCase<"max", 2>;
-def SnapKV_GqaPolicyAttr : I32EnumAttr<"GqaPolicy",
+def SnapKV_GqaPolicy : I32EnumAttr<"GqaPolicy",
     "how the query heads of one key/value head share a selection",
-    [SnapKV_GqaExpand, SnapKV_GqaMean, SnapKV_GqaMax]> {
+    [I32EnumAttrCase<"expand", 0>, I32EnumAttrCase<"mean", 1>,
+     I32EnumAttrCase<"max", 2>]> {
   let cppNamespace = "::mlir::snapkv";
+  let genSpecializedAttr = 0;
 }
+def SnapKV_GqaPolicyAttr : EnumAttr<SnapKV_Dialect, SnapKV_GqaPolicy, "gqa">;
 
-def SnapKV_OrderPosition : I32EnumAttrCase<"position", 0>;
-def SnapKV_OrderScore : I32EnumAttrCase<"score", 1>;
-def SnapKV_OrderAttr : I32EnumAttr<"Order",
-    "layout of the kept prefix positions",
-    [SnapKV_OrderPosition, SnapKV_OrderScore]> {
+def SnapKV_Order : I32EnumAttr<"Order", "layout of the kept prefix positions",
+    [I32EnumAttrCase<"position", 0>, I32EnumAttrCase<"score", 1>]> {
   let cppNamespace = "::mlir::snapkv";
+  let genSpecializedAttr = 0;
 }
+def SnapKV_OrderAttr : EnumAttr<SnapKV_Dialect, SnapKV_Order, "order">;
+
+def SnapKV_Scoring : I32EnumAttr<"Scoring",
+    "what ranks the prefix positions",
+    [I32EnumAttrCase<"votes", 0>, I32EnumAttrCase<"prefix_votes", 1>,
+     I32EnumAttrCase<"recent", 2>, I32EnumAttrCase<"random", 3>]> {
+  let cppNamespace = "::mlir::snapkv";
+  let genSpecializedAttr = 0;
+}
+def SnapKV_ScoringAttr : EnumAttr<SnapKV_Dialect, SnapKV_Scoring, "scoring">;
 
 #endif // SNAPKV_DIALECT_SNAPKV_IR_SNAPKVENUMS_TD

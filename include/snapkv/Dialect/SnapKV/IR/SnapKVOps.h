@@ -5,10 +5,14 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/IR/OpImplementation.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
 #include "snapkv/Dialect/SnapKV/IR/SnapKVDialect.h"
 #include "snapkv/Dialect/SnapKV/IR/SnapKVEnums.h.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "snapkv/Dialect/SnapKV/IR/SnapKVAttrs.h.inc"
 
 #define GET_OP_CLASSES
 #include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h.inc"

@@ -3,13 +3,15 @@
 
 include "snapkv/Dialect/SnapKV/IR/SnapKVDialect.td"
 include "snapkv/Dialect/SnapKV/IR/SnapKVEnums.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/IR/BuiltinAttributes.td"
 
 class SnapKV_Op<string mnemonic, list<Trait> traits = []>
     : Op<SnapKV_Dialect, mnemonic, traits>;
 
-def SnapKV_SelectOp : SnapKV_Op<"select", [Pure]> {
+def SnapKV_SelectOp : SnapKV_Op<"select",
+    [Pure, InferTypeOpAdaptorWithIsCompatible]> {
   let summary = "observation-window KV selection (SnapKV)";
   let description = [{
     Selects, per head, which prompt positions of `keys`/`values` to keep.
@@ -34,6 +36,14 @@ def SnapKV_SelectOp : SnapKV_Op<"select", [Pure]> {
     * `order`: `position` lists kept positions ascending; `score` lists the
       prefix by descending score (ties: lower position first), then the window.
     * If `L < capacity` nothing is selected: all `L` positions are kept.
+    * `scoring` (default `votes`, the above) replaces the ranking, for
+      comparisons: `prefix_votes` leaves the window columns out of the softmax
+      denominator (as some inference engines do); `recent` keeps `sinks`
+      (default 4, or capacity - window if smaller) leading positions and the
+      most recent ones (StreamingLLM);
+      `random` ranks by a hash of (`seed`, batch, head, position), i.e. a
+      uniform random choice that is reproducible from `seed` (default 0).
+      Pooling and GQA aggregation only apply to the votes.
 
     Results: `keys`, `values : [B, Hc, S, D]` (exact copies of the input rows)
     and `indices : [B, Hc, S] x i64`, with `S = min(L, capacity)`. `L` may be
@@ -62,7 +72,11 @@ def SnapKV_SelectOp : SnapKV_Op<"select", [Pure]> {
                       "::mlir::snapkv::GqaPolicy::expand">:$gqa,
     DefaultValuedAttr<SnapKV_OrderAttr,
                       "::mlir::snapkv::Order::position">:$order,
-    OptionalAttr<F32Attr>:$scale
+    OptionalAttr<F32Attr>:$scale,
+    DefaultValuedAttr<SnapKV_ScoringAttr,
+                      "::mlir::snapkv::Scoring::votes">:$scoring,
+    OptionalAttr<I64Attr>:$sinks,
+    OptionalAttr<I64Attr>:$seed
   );
   let results = (outs
     AnyRankedTensor:$selected_keys,
@@ -73,20 +87,25 @@ def SnapKV_SelectOp : SnapKV_Op<"select", [Pure]> {
   let assemblyFormat = [{
     $queries `,` $keys `,` $values
     `window` $window `capacity` $capacity
-    (`kernel` $kernel^)? (`pooling` $pooling^)? (`gqa` $gqa^)?
-    (`order` $order^)? (`scale` $scale^)?
+    (`kernel` $kernel^)? (`pooling` `` $pooling^)? (`gqa` `` $gqa^)?
+    (`order` `` $order^)? (`scale` $scale^)? (`scoring` `` $scoring^)?
+    (`sinks` $sinks^)? (`seed` $seed^)?
     attr-dict `:` functional-type(operands, results)
   }];
 
   let builders = [
-    // Builds the op with result types inferred from the operands and options.
+    // Result types are inferred from the operands and options.
     OpBuilder<(ins "::mlir::Value":$queries, "::mlir::Value":$keys,
                    "::mlir::Value":$values, "int64_t":$window,
                    "int64_t":$capacity, "int64_t":$kernel,
                    "::mlir::snapkv::PoolingKind":$pooling,
                    "::mlir::snapkv::GqaPolicy":$gqa,
                    "::mlir::snapkv::Order":$order,
-                   "::mlir::FloatAttr":$scale)>
+                   "::mlir::FloatAttr":$scale,
+                   CArg<"::mlir::snapkv::Scoring",
+                        "::mlir::snapkv::Scoring::votes">:$scoring,
+                   CArg<"std::optional<int64_t>", "std::nullopt">:$sinks,
+                   CArg<"std::optional<int64_t>", "std::nullopt">:$seed)>
   ];
 
   let extraClassDeclaration = [{
@@ -99,6 +118,15 @@ def SnapKV_SelectOp : SnapKV_Op<"select", [Pure]> {
 
     /// The softmax scale: the `scale` attribute or `1/sqrt(D)`.
     double getEffectiveScale();
+    /// Leading positions kept by `scoring recent` (default 4, at most
+    /// capacity - window).
+    int64_t getEffectiveSinks() {
+      return getSinks().value_or(
+          std::min<int64_t>(4, getCapacityAttr().getInt() -
+                                   getWindowAttr().getInt()));
+    }
+    /// Seed of `scoring random` (default 0).
+    int64_t getEffectiveSeed() { return getSeed().value_or(0); }
   }];
 
   let hasVerifier = 1;
@@ -140,7 +168,7 @@ def SnapKV_ScoreOp : SnapKV_Op<"score", [Pure]> {
 
   let assemblyFormat = [{
     $queries `,` $keys `window` $window
-    (`kernel` $kernel^)? (`pooling` $pooling^)? (`gqa` $gqa^)?
+    (`kernel` $kernel^)? (`pooling` `` $pooling^)? (`gqa` `` $gqa^)?
     (`scale` $scale^)?
     attr-dict `:` functional-type(operands, results)
   }];

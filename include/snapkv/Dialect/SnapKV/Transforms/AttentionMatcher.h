@@ -1,11 +1,12 @@
 //===- AttentionMatcher.h - find decomposed attention in imported IR -----===//
 //
 // Recognises the attention that torch-mlir's FX importer emits for a
-// HuggingFace Llama-family layer (docs/model-ir.md): Q.K^T batch matmul,
-// scale, additive causal mask, five-op softmax, P.V batch matmul, with the
-// GQA repeat, reshapes, transposes and the importer's broadcast copies around
-// them. Matching is exact: whatever deviates is reported with a reason, never
-// guessed.
+// HuggingFace Llama-family layer (docs/model-ir.md), eager or SDPA: Q.K^T
+// batch matmul, a constant scale (after the product, or split over Q and K),
+// additive causal mask, five-op softmax (with SDPA's fully-masked-row guard),
+// P.V batch matmul, with the GQA repeat, reshapes, transposes and the
+// importer's broadcast copies around them. Matching is exact: whatever
+// deviates is reported as a kind of mismatch, never guessed.
 //
 //===----------------------------------------------------------------------===//
 
@@ -19,6 +20,56 @@
 #include <string>
 
 namespace mlir::snapkv {
+
+/// Why a batch_matmul is not part of a recognised attention. The message of
+/// each kind is in `attentionMismatchMessage`.
+enum class AttentionMismatch {
+  // The P . V candidate itself.
+  OnBuffers,
+  ExplicitMaps,
+  ProbabilitiesNotCollapsed,
+  NoSoftmaxDivision,
+  NoSoftmaxExp,
+  // Past this point the left operand is a division of exponentials by a row
+  // statistic: the batch_matmul is an attention's P . V.
+  SoftmaxDenominator,
+  SoftmaxNoMaxShift,
+  SoftmaxRowMax,
+  NotMaskedRowGuard,
+  // The scores in front of the softmax.
+  NoMaskAdd,
+  Softcapping,
+  ScaleNotConstant,
+  ScaleNotPositive,
+  ScoresNotMatmul,
+  // The operands of Q . K^T and P . V.
+  QueriesNotCollapsed,
+  DynamicQueryDims,
+  KeysNotTransposed,
+  NotGqaRepeat,
+  NoRepeatNorHeadPerQuery,
+  ValuesNotCollapsed,
+  KVTypesDiffer,
+  DynamicKVHeads,
+  HeadCountMismatch,
+  ElementTypesDiffer,
+  RepeatCopiesMismatch,
+};
+
+/// How far matching got before a mismatch of this kind: 0 when the
+/// batch_matmul is not (or not yet) recognisable as a P . V, higher the
+/// further the match went. Used to report the most telling failure.
+unsigned attentionMismatchStage(AttentionMismatch kind);
+
+/// The fixed message of `kind`.
+StringRef attentionMismatchMessage(AttentionMismatch kind);
+
+/// A failed match: the kind and, for some kinds, numbers that go with it.
+struct AttentionFailure {
+  AttentionMismatch kind;
+  std::string detail;
+  std::string message() const;
+};
 
 /// A key or value operand of attention traced back through the GQA repeat.
 struct RepeatedKV {
@@ -35,20 +86,38 @@ struct RepeatedKV {
 struct AttentionMatch {
   linalg::BatchMatmulOp scoresMatmul; // Q . K^T
   linalg::BatchMatmulOp outputMatmul; // P . V
-  /// [B, Hq, Lq, D] post-RoPE queries (the left operand of Q . K^T).
+  /// [B, Hq, Lq, D] post-RoPE queries (the left operand of Q . K^T, before
+  /// any constant factor of an SDPA scale split).
   Value queries;
   RepeatedKV keys, values;
   /// The `addf(scaled scores, mask)` generic and its mask operand.
   linalg::GenericOp maskAdd;
   Value mask;
-  double scale = 0;
+  /// SDPA's `select(all scores of the row == -inf, 0, softmax)`; null for
+  /// eager attention.
+  linalg::GenericOp maskedRowGuard;
+  /// The model's effective scale, rounded to f32: the product of the
+  /// constant factors on the scores, on Q and on K^T (1 when there is none).
+  float scale = 1.0f;
   int64_t batch = 0, queryHeads = 0, kvHeads = 0, headDim = 0;
 };
 
-/// Matches the attention whose P . V product is `outputMatmul`. On failure
-/// returns std::nullopt and sets `why` to a reason naming what was expected.
-std::optional<AttentionMatch> matchAttention(linalg::BatchMatmulOp outputMatmul,
-                                             std::string &why);
+/// Matches the attention whose P . V product is `outputMatmul`; on failure
+/// says why.
+FailureOr<AttentionMatch> matchAttention(linalg::BatchMatmulOp outputMatmul,
+                                         AttentionFailure &failure);
+
+/// Why a mask is not a causal (or covered sliding-window) mask.
+enum class MaskMismatch {
+  NotRowColumn,
+  NotSelect,
+  NotCausal,
+  KeysNotArange,
+  QueriesNotRows,
+  SlidingWindowKeys,
+};
+
+StringRef maskMismatchMessage(MaskMismatch kind);
 
 /// How an additive mask relates query row i to key column j.
 struct CausalMask {
@@ -57,13 +126,17 @@ struct CausalMask {
   Value keyPositions, queryPositions;
   /// True when query positions vary along the score rows (prefill form).
   bool queryIsRow = false;
+  /// A sliding window: key j is visible from query i only when
+  /// `query - key < window` (HuggingFace's sliding_window). None for a plain
+  /// causal mask.
+  std::optional<int64_t> window;
 };
 
-/// Checks that `match.mask` is `select(key <= query, 0, very negative)` with
-/// key positions an arange along the score columns. On failure returns
-/// std::nullopt and sets `why`.
-std::optional<CausalMask> matchCausalMask(AttentionMatch match,
-                                          std::string &why);
+/// Checks that `match.mask` is `select(cond, 0, very negative)` with
+/// `cond = key <= query`, optionally and-ed with a sliding-window term
+/// `key > query - W`, key positions an arange along the score columns.
+FailureOr<CausalMask> matchCausalMask(const AttentionMatch &match,
+                                      MaskMismatch &failure);
 
 /// True when `value` is `index_cast(linalg.index 0)` over a 1-D tensor, i.e.
 /// 0, 1, 2, ... (through expand_shape).

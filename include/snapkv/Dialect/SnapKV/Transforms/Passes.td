@@ -9,7 +9,7 @@ def ReportCache : Pass<"snapkv-report-cache", "::mlir::ModuleOp"> {
     Treats each `snapkv.select` in the module as one layer's prompt cache and
     prints, for a prompt of `prompt-length` tokens followed by `generated`
     decoded tokens, the bytes of persistent K/V per layer and in total
-    (SPEC section 4):
+    (`docs/semantics.md`, the memory ledger):
 
     * native full cache: `2 * B * Hkv * (L + g) * D * e`;
     * compacted: `2 * B * Hc * (min(L, C) + g) * D * e`, with `Hc = Hq` for
@@ -17,6 +17,11 @@ def ReportCache : Pass<"snapkv-report-cache", "::mlir::ModuleOp"> {
 
     `e` is the byte size of the element type. Weights, workspaces and
     temporary attention tensors are not counted. The module is not changed.
+
+    A select in a function that is called (`func.call`) counts once per run:
+    a layer function that the model's entry points call N times is N layers.
+    Entry points are the functions nothing refers to; a function used other
+    than by `func.call`, or called recursively, is an error.
   }];
   let options = [
     Option<"promptLength", "prompt-length", "int64_t", /*default=*/"0",
@@ -26,22 +31,52 @@ def ReportCache : Pass<"snapkv-report-cache", "::mlir::ModuleOp"> {
   ];
 }
 
+def ExposeScores : Pass<"snapkv-expose-scores", "::mlir::ModuleOp"> {
+  let summary = "Return what each snapkv.select ranks by as extra function "
+                "results";
+  let description = [{
+    For inspection and plots (`snapkv visualize`): in each function named by
+    `functions` (default: every function with a body that holds a
+    `snapkv.select`), a `snapkv.score` with the same queries, keys and
+    clauses is added next to every `snapkv.select`, and the function
+    returns, after its own results and for each select in order, five more:
+    the select's queries, its keys, its indices, and the score's votes and
+    pooled scores (`[B, Hc, L - W] x f32`). The function gets the attribute
+    `snapkv.exposed_scores`, an array with one string per select listing its
+    clauses (`"window=8 capacity=16 kernel=5 pooling=avg gqa=expand
+    order=position"`, plus `scale=<float>` when the select has one).
+
+    A function to change must not be called in the module (its callers would
+    no longer match) and must end in a single `func.return`; otherwise the
+    pass fails with an error at the function and changes nothing. A named
+    function that does not exist or holds no select is an error as well.
+  }];
+  let dependentDialects = ["::mlir::snapkv::SnapKVDialect"];
+  let options = [
+    ListOption<"functions", "functions", "std::string",
+               "Functions to change (default: every one with a select)">
+  ];
+}
+
 def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
   let summary = "Make prefill cache SnapKV-compacted K/V and decode attend "
                 "over it with logical positions";
   let description = [{
-    Rewrites a model module imported by torch-mlir (SPEC section 6;
+    Rewrites a model module imported by torch-mlir (`docs/model-rewrite.md`;
     `docs/model-ir.md` shows the IR it expects) that holds a prefill function
     (token ids in; logits and per-layer K/V out) and a decode function (one
     token, its logical position and per-layer K/V in; logits and updated K/V
     out).
 
-    * **Prefill.** Every attention is recognised (Q.K^T batch matmul, scale
-      by a constant, additive causal mask, softmax, P.V batch matmul, GQA
-      repeat). The K/V that attention reads and the function returns are
-      replaced, in the results only, by the outputs of a `snapkv.select`
-      whose queries are the last `window` rows of that attention's post-RoPE
-      Q and whose scale is the attention's. Prefill's own attention still
+    * **Prefill.** Every attention is recognised, eager or SDPA (Q.K^T batch
+      matmul, a constant scale after it or split over Q and K, additive
+      causal mask, softmax with or without SDPA's fully-masked-row guard,
+      P.V batch matmul, GQA repeat); a sliding-window mask only where the
+      window provably covers the prompt, logit softcapping never. The K/V
+      that attention reads and the function returns are replaced, in the
+      results only, by the outputs of a `snapkv.select` whose queries are the
+      last `window` rows of that attention's post-RoPE Q and whose `scale` is
+      the attention's effective f32 scale. Prefill's own attention still
       uses the full K/V. The results take the compacted shape
       `[B, Hc, min(L, capacity), D]`.
     * **Decode.** With `gqa=expand` the cache arguments take `Hq` heads: the
@@ -58,12 +93,24 @@ def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
     * The i-th cache argument of decode must correspond to the i-th cache
       result of prefill (same layer, same result positions), as the exporter
       produces them.
+    * `prefill-func` / `decode-func` may name functions that the model's entry
+      points call (one function per layer, called once per layer, as
+      `snapkv export --hf` writes them). Their new signatures are carried to
+      every `func.call`: a changed result may only be returned by the caller,
+      a changed operand must be an argument of the caller used only as such
+      operands, and the caller's own signature changes with them (so it must
+      not be used itself).
 
     The pass analyses both functions completely before it changes anything.
     Whatever it does not recognise with certainty leaves the whole module
     unchanged with a warning that names the function and the reason;
     `strict=true` makes that an error. Decode is optional (`decode-func=""`
     rewrites prefill only).
+
+    `scoring` other than `votes` builds the same compacted model with a
+    comparison ranking of the select (`snapkv.select`'s `scoring` clause):
+    `prefix_votes`, `recent` with `sinks`, or `random` with `seed` (layer `l`
+    draws with `seed + l`, so layers differ).
   }];
   let dependentDialects = [
     "::mlir::snapkv::SnapKVDialect",
@@ -77,14 +124,22 @@ def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
            "Observation window W (the last W prompt queries vote)">,
     Option<"capacity", "capacity", "int64_t", /*default=*/"1024",
            "Kept prompt positions per head C, window included (C > W)">,
-    Option<"kernelSize", "kernel-size", "int64_t", /*default=*/"5",
-           "Pooling kernel size (odd, >= 1)">,
+    Option<"kernelSize", "kernel", "int64_t", /*default=*/"5",
+           "Pooling kernel size (odd, >= 1), the select's `kernel`">,
     Option<"pooling", "pooling", "std::string", /*default=*/"\"avg\"",
            "Pooling of the votes: avg or max">,
     Option<"gqa", "gqa", "std::string", /*default=*/"\"expand\"",
            "GQA policy: expand (Hq cache heads), mean or max (Hkv heads)">,
     Option<"order", "order", "std::string", /*default=*/"\"position\"",
            "Order of kept positions: position or score">,
+    Option<"scoring", "scoring", "std::string", /*default=*/"\"votes\"",
+           "What ranks the prefix: votes (SnapKV), or for comparison "
+           "prefix_votes, recent (StreamingLLM) or random">,
+    Option<"sinks", "sinks", "int64_t", /*default=*/"4",
+           "scoring=recent: leading positions always kept (default 4, or "
+           "capacity - window if smaller)">,
+    Option<"seed", "seed", "int64_t", /*default=*/"0",
+           "scoring=random: seed of the draw (layer l uses seed + l)">,
     Option<"prefillFunc", "prefill-func", "std::string",
            /*default=*/"\"prefill\"", "Name of the prefill function">,
     Option<"decodeFunc", "decode-func", "std::string",

@@ -1,0 +1,220 @@
+//===- Vectorize.cpp - register tiling and vectorisation of linalg ops ----===//
+//
+// A driver around upstream facilities: each linalg op on tensors is tiled
+// with scf.for (TilingInterface) into a register-sized tile and the tile is
+// vectorised with linalg::vectorize (masked where a size is dynamic). The
+// choice of tile is the only thing decided here; loop-invariant accumulators
+// are hoisted afterwards by the upstream loop-invariant-subset-hoisting pass.
+//
+//===----------------------------------------------------------------------===//
+
+#include "snapkv/Codegen/Passes.h"
+
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Linalg/Transforms/Transforms.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/SCF/Transforms/TileUsingInterface.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/Dialect/Vector/Transforms/LoweringPatterns.h"
+#include "mlir/Dialect/Vector/Transforms/VectorRewritePatterns.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+#include "llvm/TargetParser/Host.h"
+
+namespace mlir::snapkv {
+#define GEN_PASS_DEF_VECTORIZE
+#include "snapkv/Codegen/Passes.h.inc"
+} // namespace mlir::snapkv
+
+using namespace mlir;
+
+namespace {
+
+using utils::IteratorType;
+
+/// Vector register width of the host, in bits.
+int64_t hostVectorBits() {
+  llvm::StringMap<bool> features = llvm::sys::getHostCPUFeatures();
+  if (features.lookup("avx512f"))
+    return 512;
+  if (features.lookup("avx2") || features.lookup("avx"))
+    return 256;
+  return 128;
+}
+
+struct Target {
+  int64_t lanes;     // f32 lanes per register
+  int64_t registers; // vector registers
+};
+
+/// Register tile of a contraction: the innermost parallel loop is the
+/// vector; the parallel loop before it (with a static size > 1) gives the
+/// rows of the accumulator tile, as many as fit in the registers beside the
+/// operands; every other loop, the reduction included, steps by one.
+SmallVector<int64_t> contractionTile(linalg::LinalgOp op,
+                                     ArrayRef<int64_t> ranges,
+                                     const Target &target) {
+  SmallVector<IteratorType> iters = op.getIteratorTypesArray();
+  SmallVector<int64_t> tile(ranges.size(), 1);
+  std::optional<unsigned> vectorDim, rowDim;
+  for (int64_t d = ranges.size() - 1; d >= 0; --d) {
+    if (iters[d] != IteratorType::parallel)
+      continue;
+    if (!vectorDim) {
+      vectorDim = d;
+    } else if (ranges[d] != 1) {
+      rowDim = d;
+      break;
+    }
+  }
+  if (!vectorDim)
+    return tile;
+  int64_t width = ranges[*vectorDim];
+  int64_t maxWidth = 4 * target.lanes;
+  if (ShapedType::isDynamic(width) || width > maxWidth)
+    width = maxWidth;
+  tile[*vectorDim] = width;
+  if (rowDim && !ShapedType::isDynamic(ranges[*rowDim])) {
+    int64_t vectorsPerRow = (width + target.lanes - 1) / target.lanes;
+    int64_t budget = std::max<int64_t>(
+        1, (target.registers - vectorsPerRow - 2) / vectorsPerRow);
+    int64_t rows = 1;
+    for (int64_t r = std::min(budget, ranges[*rowDim]); r >= 1; --r)
+      if (ranges[*rowDim] % r == 0) {
+        rows = r;
+        break;
+      }
+    tile[*rowDim] = rows;
+  }
+  return tile;
+}
+
+/// Tile of any other op: the innermost loop is the vector (whole if short,
+/// else four registers' worth); when it is parallel and the loop before it
+/// is a reduction, eight steps of that reduction are taken at once (a
+/// multi-reduction over rows of vectors); other loops step by one.
+SmallVector<int64_t> defaultTile(linalg::LinalgOp op, ArrayRef<int64_t> ranges,
+                                 const Target &target) {
+  SmallVector<IteratorType> iters = op.getIteratorTypesArray();
+  size_t n = ranges.size();
+  SmallVector<int64_t> tile(n, 1);
+  if (n == 0)
+    return tile;
+  int64_t inner = ranges[n - 1];
+  int64_t maxWidth = 4 * target.lanes;
+  tile[n - 1] =
+      (!ShapedType::isDynamic(inner) && inner <= 2 * maxWidth) ? inner
+                                                                : maxWidth;
+  if (n >= 2 && iters[n - 1] == IteratorType::parallel &&
+      iters[n - 2] == IteratorType::reduction &&
+      !ShapedType::isDynamic(ranges[n - 2]) && ranges[n - 2] % 8 == 0)
+    tile[n - 2] = 8;
+  return tile;
+}
+
+struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    int64_t bits = vectorBits ? vectorBits : hostVectorBits();
+    if (bits < 64 || bits % 32 != 0) {
+      emitError(getOperation().getLoc())
+          << "snapkv-vectorize: vector-bits must be a multiple of 32 of at "
+             "least 64, got "
+          << bits;
+      return signalPassFailure();
+    }
+    Target target{bits / 32, bits >= 512 ? 32 : 16};
+
+    SmallVector<linalg::LinalgOp> ops;
+    getOperation().walk([&](linalg::LinalgOp op) {
+      if (op.hasPureTensorSemantics())
+        ops.push_back(op);
+    });
+    IRRewriter rewriter(&getContext());
+    for (linalg::LinalgOp op : ops)
+      tileAndVectorize(rewriter, op, target);
+
+    RewritePatternSet patterns(&getContext());
+    vector::populateCastAwayVectorLeadingOneDimPatterns(patterns);
+    vector::populateDropUnitDimWithShapeCastPatterns(patterns);
+    vector::populateVectorReductionToContractPatterns(patterns);
+    vector::populateSinkVectorOpsPatterns(patterns);
+    scf::ForOp::getCanonicalizationPatterns(patterns, &getContext());
+    tensor::populateFoldTensorEmptyPatterns(patterns);
+    for (Dialect *dialect : getContext().getLoadedDialects())
+      dialect->getCanonicalizationPatterns(patterns);
+    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
+      return signalPassFailure();
+
+    // A register tile's contraction steps the reduction by one: lowered to
+    // elementwise multiply-adds (FMAs once the `contract` flags are honoured)
+    // rather than to per-element dot products.
+    RewritePatternSet contractions(&getContext());
+    vector::populateVectorContractLoweringPatterns(
+        contractions, vector::VectorContractLowering::ParallelArith);
+    vector::populateVectorContractLoweringPatterns(
+        contractions, vector::VectorContractLowering::OuterProduct,
+        /*benefit=*/0);
+    vector::populateVectorOuterProductLoweringPatterns(contractions);
+    if (failed(applyPatternsGreedily(getOperation(), std::move(contractions))))
+      return signalPassFailure();
+  }
+
+  void tileAndVectorize(RewriterBase &rewriter, linalg::LinalgOp op,
+                        const Target &target) {
+    SmallVector<int64_t> ranges = op.getStaticLoopRanges();
+    // A dynamic innermost size would need masks or a peeled remainder; such
+    // ops (the selection over a dynamic prompt length) stay scalar loops,
+    // which LLVM's loop vectoriser handles where it can.
+    if (ranges.empty() || ShapedType::isDynamic(ranges.back()))
+      return;
+    SmallVector<int64_t> tile = linalg::isaContractionOpInterface(op)
+                                    ? contractionTile(op, ranges, target)
+                                    : defaultTile(op, ranges, target);
+    // A tile that covers a whole static loop is not a tile; a dynamic loop
+    // other than the innermost steps by one, so every tile is static.
+    SmallVector<int64_t> tileSizes(tile.size(), 0);
+    bool tiled = false;
+    for (auto [d, size] : llvm::enumerate(tile)) {
+      if (ShapedType::isDynamic(ranges[d]))
+        size = 1;
+      else if (size >= ranges[d] || ranges[d] % size != 0)
+        size = size >= ranges[d] ? 0 : 1;
+      tileSizes[d] = size;
+      tiled |= size != 0;
+    }
+    Operation *tileOp = op;
+    if (tiled) {
+      scf::SCFTilingOptions options;
+      options.setTileSizes(
+          getAsIndexOpFoldResult(rewriter.getContext(), tileSizes));
+      SmallVector<unsigned> reductions;
+      for (auto [d, it] : llvm::enumerate(op.getIteratorTypesArray()))
+        if (it == IteratorType::reduction && tileSizes[d] != 0)
+          reductions.push_back(d);
+      options.setReductionDims(reductions);
+      rewriter.setInsertionPoint(op);
+      FailureOr<scf::SCFTilingResult> result = scf::tileUsingSCF(
+          rewriter, cast<TilingInterface>(op.getOperation()), options);
+      if (failed(result))
+        return;
+      rewriter.replaceOp(op, result->replacements);
+      tileOp = result->tiledOps.front();
+    }
+    auto tiledOp = cast<linalg::LinalgOp>(tileOp);
+    if (llvm::any_of(tiledOp.getStaticLoopRanges(), ShapedType::isDynamic))
+      return;
+    rewriter.setInsertionPoint(tiledOp);
+    FailureOr<linalg::VectorizationResult> vectorized =
+        linalg::vectorize(rewriter, tiledOp, /*inputVectorSizes=*/{},
+                          /*inputScalableVecDims=*/{},
+                          /*vectorizeNDExtract=*/true);
+    if (failed(vectorized))
+      return;
+    rewriter.replaceOp(tiledOp, vectorized->replacements);
+  }
+};
+
+} // namespace

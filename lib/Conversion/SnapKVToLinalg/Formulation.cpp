@@ -1,0 +1,307 @@
+//===- Formulation.cpp - shapes, builders and the select/score entry points -===//
+
+#include "Formulation.h"
+
+#include "mlir/Dialect/Affine/IR/AffineOps.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Arith/Utils/Utils.h"
+#include "mlir/Dialect/ControlFlow/IR/ControlFlowOps.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <limits>
+
+using namespace mlir;
+using namespace mlir::snapkv;
+using namespace mlir::snapkv::detail;
+
+static SelectShape commonShape(Operation *op, RankedTensorType qTy,
+                               RankedTensorType kTy, int64_t window,
+                               int64_t kernel, PoolingKind pooling,
+                               GqaPolicy gqa, double scale) {
+  SelectShape s;
+  s.elemTy = qTy.getElementType();
+  s.batch = qTy.getDimSize(0);
+  s.queryHeads = qTy.getDimSize(1);
+  s.kvHeads = kTy.getDimSize(1);
+  s.group = s.queryHeads / s.kvHeads;
+  s.window = window;
+  s.dim = qTy.getDimSize(3);
+  s.length = kTy.getDimSize(2);
+  s.gqa = gqa;
+  s.heads = gqa == GqaPolicy::expand ? s.queryHeads : s.kvHeads;
+  s.kernel = kernel;
+  s.pooling = pooling;
+  s.scale = static_cast<float>(scale);
+  s.opName = op->getName().getStringRef().str();
+  return s;
+}
+
+SelectShape SelectShape::get(SelectOp op) {
+  SelectShape s = commonShape(op, op.getQueries().getType(),
+                              op.getKeys().getType(), op.getWindow(),
+                              op.getKernel(), op.getPooling(), op.getGqa(),
+                              op.getEffectiveScale());
+  s.capacity = op.getCapacity();
+  s.keep = s.capacity - s.window;
+  s.order = op.getOrder();
+  s.scoring = op.getScoring();
+  s.sinks = op.getEffectiveSinks();
+  s.seed = op.getEffectiveSeed();
+  return s;
+}
+
+SelectShape SelectShape::get(ScoreOp op) {
+  SelectShape s = commonShape(op, op.getQueries().getType(),
+                              op.getKeys().getType(), op.getWindow(),
+                              op.getKernel(), op.getPooling(), op.getGqa(),
+                              op.getEffectiveScale());
+  s.capacity = s.window + 1;
+  s.keep = 1;
+  s.order = Order::position;
+  s.scoring = Scoring::votes;
+  s.sinks = s.seed = 0;
+  return s;
+}
+
+Formulation::Formulation(OpBuilder &builder, Location loc,
+                         const SelectShape &shape,
+                         const FormulationOptions &options)
+    : b(builder), loc(loc), s(shape), opts(options) {
+  f32 = b.getF32Type();
+  i32 = b.getI32Type();
+  i64 = b.getI64Type();
+  // Finding a kept position costs a search over P / chunk chunk counts and a
+  // scan of one chunk; the chunk counts' prefix sums cost (P / chunk)^2.
+  // With a static prompt length the chunk is about sqrt(P), which balances
+  // the two; `options.chunk` is the size otherwise.
+  keyTile = opts.keyTile;
+  if (!ShapedType::isDynamic(s.length))
+    keyTile = std::max<int64_t>(1, std::min(keyTile, s.length));
+  chunk = opts.chunk;
+  if (!ShapedType::isDynamic(s.length) && opts.autoChunk) {
+    int64_t prefix = std::max<int64_t>(s.length - s.window, 1);
+    chunk = 16;
+    while (chunk < 1024 && chunk * chunk < prefix)
+      chunk *= 2;
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Builders
+//===----------------------------------------------------------------------===//
+
+Value Formulation::cIndex(int64_t v) {
+  return arith::ConstantIndexOp::create(b, loc, v);
+}
+Value Formulation::cI32(int32_t v) {
+  return arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(v));
+}
+Value Formulation::cF32(float v) {
+  return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(v));
+}
+Value Formulation::empty(ArrayRef<OpFoldResult> shape, Type elem) {
+  return tensor::EmptyOp::create(b, loc, shape, elem);
+}
+Value Formulation::filled(ArrayRef<OpFoldResult> shape, Type elem,
+                          Value init) {
+  return linalg::FillOp::create(b, loc, init, empty(shape, elem))
+      .getResult(0);
+}
+AffineMap Formulation::map(unsigned numDims, ArrayRef<unsigned> dims) {
+  SmallVector<AffineExpr> exprs;
+  for (unsigned d : dims)
+    exprs.push_back(b.getAffineDimExpr(d));
+  return AffineMap::get(numDims, 0, exprs, b.getContext());
+}
+linalg::GenericOp Formulation::generic(
+    TypeRange resultTypes, ValueRange ins, ValueRange outs,
+    ArrayRef<AffineMap> maps, ArrayRef<utils::IteratorType> iters,
+    function_ref<void(OpBuilder &, Location, ValueRange)> body) {
+  return linalg::GenericOp::create(b, loc, resultTypes, ins, outs, maps,
+                                   iters, body);
+}
+
+void Formulation::group(Operation *root, unsigned tiledLoops,
+                        ArrayRef<Operation *> fuse) {
+  if (opts.gpu)
+    return;
+  TileGroup g;
+  g.root = root;
+  auto linalgOp = cast<linalg::LinalgOp>(root);
+  g.tileSizes.assign(linalgOp.getNumLoops(), 0);
+  for (unsigned i = 0; i < tiledLoops; ++i)
+    g.tileSizes[i] = 1;
+  record(std::move(g), fuse);
+}
+
+void Formulation::blockGroup(Operation *root, ArrayRef<int64_t> tileSizes,
+                             ArrayRef<Operation *> fuse,
+                             ArrayRef<Operation *> staged) {
+  if (!opts.gpu)
+    return;
+  TileGroup g;
+  g.root = root;
+  g.tileSizes.assign(tileSizes.begin(), tileSizes.end());
+  SmallVector<Operation *> members(fuse.begin(), fuse.end());
+  for (Operation *op : staged)
+    for (Value in : cast<linalg::LinalgOp>(op).getDpsInputs())
+      if (Operation *producer = in.getDefiningOp<linalg::LinalgOp>())
+        members.push_back(producer);
+  record(std::move(g), members);
+}
+
+void Formulation::record(TileGroup g, ArrayRef<Operation *> fuse) {
+  g.fuse.insert(fuse.begin(), fuse.end());
+  // Initial values (fills) are computed per tile too, so that no full-size
+  // init tensor is materialised.
+  SmallVector<Operation *> members(fuse.begin(), fuse.end());
+  members.push_back(g.root);
+  for (Operation *op : members)
+    if (auto dps = dyn_cast<DestinationStyleOpInterface>(op))
+      for (Value init : dps.getDpsInits())
+        if (auto fill = init.getDefiningOp<linalg::FillOp>())
+          g.fuse.insert(fill);
+  tileGroups.push_back(std::move(g));
+}
+
+SmallVector<Value> Formulation::castTo(SmallVector<Value> values,
+                                       TypeRange types) {
+  for (auto [v, ty] : llvm::zip(values, types))
+    if (v.getType() != ty)
+      v = tensor::CastOp::create(b, loc, ty, v);
+  return values;
+}
+
+//===----------------------------------------------------------------------===//
+// Entry points
+//===----------------------------------------------------------------------===//
+
+Value Formulation::checkedLength(Value keys, Value values) {
+  Value length = tensor::DimOp::create(b, loc, keys, 2);
+  if (values) {
+    Value valuesLength = tensor::DimOp::create(b, loc, values, 2);
+    Value same = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                       length, valuesLength);
+    cf::AssertOp::create(
+        b, loc, same,
+        s.opName + ": prompt length of 'values' differs from 'keys'");
+  }
+  Value longEnough = arith::CmpIOp::create(
+      b, loc, arith::CmpIPredicate::sge, length, cIndex(s.window));
+  cf::AssertOp::create(
+      b, loc, longEnough,
+      llvm::formatv("{0}: prompt length (keys dim 2) is shorter than window "
+                    "{1}",
+                    s.opName, s.window)
+          .str());
+  // Counters and ranks are i32.
+  Value small = arith::CmpIOp::create(
+      b, loc, arith::CmpIPredicate::slt, length,
+      cIndex(std::numeric_limits<int32_t>::max()));
+  cf::AssertOp::create(
+      b, loc, small,
+      s.opName + ": prompt length (keys dim 2) must be below 2^31 - 1");
+  return length;
+}
+
+Value Formulation::prefixLength(Value length) {
+  // A constant, when the length is, so that every shape after it is static.
+  if (std::optional<int64_t> l = getConstantIntValue(length))
+    return cIndex(*l - s.window);
+  return arith::SubIOp::create(b, loc, length, cIndex(s.window));
+}
+
+OpFoldResult Formulation::paddedPrefix(Value prefix) {
+  AffineExpr p = b.getAffineSymbolExpr(0);
+  return affine::makeComposedFoldedAffineApply(
+      b, loc, (p + chunk - 1).floorDiv(chunk) * chunk, {getAsOpFoldResult(prefix)});
+}
+
+SmallVector<Value> Formulation::select(Value queries, Value keys,
+                                       Value values, TypeRange resultTypes) {
+  if (!ShapedType::isDynamic(s.length) &&
+      !cast<RankedTensorType>(values.getType()).isDynamicDim(2)) {
+    Value length = cIndex(s.length);
+    return castTo(s.length < s.capacity
+                      ? bypass(keys, values, length)
+                      : selection(queries, keys, values, length),
+                  resultTypes);
+  }
+  // Dynamic prompt length: check at run time what the verifier could not,
+  // then branch between the bypass and the selection.
+  Value length = checkedLength(keys, values);
+  Value isShort = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt,
+                                        length, cIndex(s.capacity));
+  auto ifOp = scf::IfOp::create(b, loc, resultTypes, isShort,
+                                /*withElseRegion=*/true);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(ifOp.thenBlock());
+  scf::YieldOp::create(b, loc,
+                       castTo(bypass(keys, values, length), resultTypes));
+  b.setInsertionPointToStart(ifOp.elseBlock());
+  scf::YieldOp::create(
+      b, loc,
+      castTo(selection(queries, keys, values, length), resultTypes));
+  b.setInsertionPointAfter(ifOp);
+  return SmallVector<Value>(ifOp.getResults());
+}
+
+SmallVector<Value> Formulation::score(Value queries, Value keys,
+                                      TypeRange resultTypes) {
+  Value length = ShapedType::isDynamic(s.length)
+                     ? checkedLength(keys, Value())
+                     : cIndex(s.length);
+  Value prefix = prefixLength(length);
+  Value v = votes(queries, keys, length, prefix);
+  Value pooled = opts.gpu ? poolInBlocks(v, prefix)
+                          : pool(v, prefix, paddedPrefix(prefix));
+  SmallVector<OpFoldResult> offsets(3, ofr(0)), strides(3, ofr(1));
+  SmallVector<OpFoldResult> sizes = {ofr(s.batch), ofr(s.heads),
+                                     getAsOpFoldResult(prefix)};
+  pooled = tensor::ExtractSliceOp::create(b, loc, pooled, offsets, sizes,
+                                          strides);
+  return castTo({v, pooled}, resultTypes);
+}
+
+SmallVector<Value> Formulation::selection(Value queries, Value keys,
+                                          Value values, Value length) {
+  Value prefix = prefixLength(length);
+  // Votes for the vote scorings; the ranking keys of `recent` / `random`
+  // otherwise (computed over all rows, so that GPU row blocks see their row's
+  // keys without needing their own row index).
+  bool byVotes =
+      s.scoring == Scoring::votes || s.scoring == Scoring::prefix_votes;
+  Value v = byVotes ? votes(queries, keys, length, prefix) : Value();
+  Value ranked =
+      byVotes ? Value() : comparisonKeys(prefix, paddedPrefix(prefix));
+  if (opts.gpu)
+    return chooseInBlocks(v, ranked, keys, values, prefix);
+  return choose(v, ranked, keys, values, prefix);
+}
+
+SmallVector<Value> Formulation::choose(Value v, Value ranked, Value keys,
+                                       Value values, Value prefix) {
+  Value orderKeyed =
+      v ? orderKeys(pool(v, prefix, paddedPrefix(prefix)), prefix) : ranked;
+  Value thresh = threshold(orderKeyed);
+  Value above = countAbove(orderKeyed, thresh);
+  auto [positions, keptKeys] = keptPositions(orderKeyed, thresh, above);
+  if (s.order == Order::score)
+    positions = orderByScore(positions, keptKeys);
+  Value indices = withWindow(positions, prefix);
+  return {gather(keys, indices, ofr(s.capacity)),
+          gather(values, indices, ofr(s.capacity)), indices};
+}
+
+SmallVector<Value> Formulation::bypass(Value keys, Value values,
+                                       Value length) {
+  if (opts.gpu)
+    return bypassInBlocks(keys, values, length);
+  OpFoldResult kept = getAsOpFoldResult(length);
+  Value indices = allPositions(kept);
+  return {gather(keys, indices, kept), gather(values, indices, kept),
+          indices};
+}

@@ -1,0 +1,184 @@
+//===- Formulation.h - SnapKV selection as structured linalg ops -*- C++ -*-===//
+//
+// The one formulation of snapkv.select / snapkv.score that every target
+// derives from: batched linalg.generic ops on tensors, with the key axis
+// split into tiles of `keyTile` positions and the compaction split into
+// chunks of `chunk` positions, so that every step whose work grows with the
+// prompt length is a structured op with a parallel axis over tiles or rows.
+// Targets differ only in how they tile these ops (see TileGroup).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SNAPKV_LIB_CONVERSION_SNAPKVTOLINALG_FORMULATION_H
+#define SNAPKV_LIB_CONVERSION_SNAPKVTOLINALG_FORMULATION_H
+
+#include "snapkv/Conversion/SnapKVToLinalg/SnapKVToLinalg.h"
+#include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
+
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/SmallPtrSet.h"
+
+namespace mlir::snapkv::detail {
+
+/// Shapes and options of one select (or score), read off the op.
+struct SelectShape {
+  Type elemTy;
+  int64_t batch, queryHeads, kvHeads, group, window, dim;
+  /// Prompt length, or ShapedType::kDynamic.
+  int64_t length;
+  /// Heads of the selection: Hq for gqa expand, Hkv otherwise.
+  int64_t heads;
+  int64_t capacity, keep, kernel;
+  PoolingKind pooling;
+  GqaPolicy gqa;
+  Order order;
+  Scoring scoring;
+  int64_t sinks, seed;
+  float scale;
+  std::string opName;
+
+  static SelectShape get(SelectOp op);
+  /// score has no capacity: selection never runs.
+  static SelectShape get(ScoreOp op);
+  bool expand() const { return gqa == GqaPolicy::expand; }
+};
+
+using FormulationOptions = SnapKVToLinalgOptions;
+
+/// Ops that a target tiles together: `root` is tiled with `tileSizes` (one
+/// entry per loop of the root, 0 = not tiled) and every op of `fuse` that
+/// produces a slice the tiled root needs is fused into the same tile loop.
+/// Nothing is recorded in the IR; the groups only live during the pass.
+/// With `options.gpu` the groups are GPU blocks: each tile is one block
+/// (a kernel per group), so they are larger than the CPU's and fuse the
+/// staging of the queries and key tiles into the block.
+struct TileGroup {
+  Operation *root;
+  SmallVector<int64_t> tileSizes;
+  llvm::SmallPtrSet<Operation *, 4> fuse;
+};
+
+/// Emits the formulation at the builder's insertion point.
+class Formulation {
+public:
+  Formulation(OpBuilder &builder, Location loc, const SelectShape &shape,
+              const FormulationOptions &options);
+
+  /// snapkv.select: (keys, values, indices) with the result types of `op`.
+  SmallVector<Value> select(Value queries, Value keys, Value values,
+                            TypeRange resultTypes);
+  /// snapkv.score: (votes, pooled), each [B, Hc, P] f32.
+  SmallVector<Value> score(Value queries, Value keys, TypeRange resultTypes);
+
+  /// The tile groups of everything emitted so far, roots in program order.
+  ArrayRef<TileGroup> groups() const { return tileGroups; }
+
+private:
+  // --- builders -------------------------------------------------------------
+  Value cIndex(int64_t v);
+  Value cI32(int32_t v);
+  Value cF32(float v);
+  OpFoldResult ofr(int64_t v) { return b.getIndexAttr(v); }
+  Value empty(ArrayRef<OpFoldResult> shape, Type elem);
+  Value filled(ArrayRef<OpFoldResult> shape, Type elem, Value init);
+  AffineMap map(unsigned numDims, ArrayRef<unsigned> dims);
+  linalg::GenericOp
+  generic(TypeRange resultTypes, ValueRange ins, ValueRange outs,
+          ArrayRef<AffineMap> maps, ArrayRef<utils::IteratorType> iters,
+          function_ref<void(OpBuilder &, Location, ValueRange)> body);
+  /// Records a CPU group rooted at `root`, tiling its first `tiledLoops`
+  /// loops (nothing with `options.gpu`).
+  void group(Operation *root, unsigned tiledLoops,
+             ArrayRef<Operation *> fuse = {});
+  /// Records a GPU group (only with `options.gpu`): one block per tile of
+  /// `tileSizes`; the linalg producers of the inputs of `staged` (the
+  /// staging of the queries and key tiles) are fused into the block too.
+  void blockGroup(Operation *root, ArrayRef<int64_t> tileSizes,
+                  ArrayRef<Operation *> fuse = {},
+                  ArrayRef<Operation *> staged = {});
+  void record(TileGroup g, ArrayRef<Operation *> members);
+
+  // --- scoring --------------------------------------------------------------
+  /// Key tiles of one span of positions: [B, Hkv, n, T, D].
+  struct KeyTiles {
+    Value tiles;
+    /// Position of the span's first key.
+    Value start;
+  };
+  SmallVector<KeyTiles> keyTiles(Value keys, Value length);
+  /// GPU: one span of ceil(L / T) tiles, each a bounded copy of the keys.
+  KeyTiles stagedKeyTiles(Value keys, Value length);
+  Value queriesByHead(Value queries);
+  Operation *logits(Value queriesT, const KeyTiles &tiles);
+  /// Per tile and window row: maximum and sum of exp(logit - maximum) over
+  /// the causally visible columns of the tile.
+  std::pair<Value, Value> tileStatistics(Value logits, const KeyTiles &tiles,
+                                         Value prefix, Operation *producer);
+  /// Row maximum and reciprocal of the full softmax denominator.
+  std::pair<Value, Value> rowStatistics(Value tileMax, Value tileSum);
+  /// Votes of the span's columns: [B, Hc, n * T].
+  Value tileVotes(Value logits, const KeyTiles &tiles, Value rowMax,
+                  Value rowInv, Operation *producer);
+  /// Votes of the prefix positions after GQA aggregation: [B, Hc, P].
+  Value votes(Value queries, Value keys, Value length, Value prefix);
+  /// Pooled scores over the chunk-padded prefix: [B, Hc, Pp].
+  Value pool(Value votes, Value prefix, OpFoldResult paddedPrefix);
+
+  // --- selection ------------------------------------------------------------
+  Value orderKeys(Value pooled, Value prefix);
+  /// Keys of `scoring recent` / `random` over the chunk-padded prefix.
+  Value comparisonKeys(Value prefix, OpFoldResult paddedPrefix);
+  Value threshold(Value keys);
+  Value countAbove(Value keys, Value thresh);
+  std::pair<Value, Value> keptPositions(Value keys, Value thresh,
+                                        Value above);
+  Value orderByScore(Value positions, Value keptKeys);
+  Value withWindow(Value prefixPositions, Value prefix);
+  Value allPositions(OpFoldResult length);
+  Value gather(Value source, Value indices, OpFoldResult kept);
+
+  SmallVector<Value> selection(Value queries, Value keys, Value values,
+                               Value length);
+  /// Pooling, top-k, order, window and gather of the rows of `votes`, or,
+  /// without votes, the top-k of the `ranked` comparison keys.
+  SmallVector<Value> choose(Value votes, Value ranked, Value keys,
+                            Value values, Value prefix);
+  SmallVector<Value> bypass(Value keys, Value values, Value length);
+
+  // --- GPU blocks (options.gpu) ---------------------------------------------
+  /// The shape of one (batch, head) row: B = Hc = 1, G = 1.
+  SelectShape rowShape() const;
+  /// Runs `body` in an scf.forall over the (b, h) rows mapped to GPU blocks;
+  /// `body` gets the row-local formulation and the row's indices and returns
+  /// its [1, 1, ...] results, inserted into `inits` at [b, h].
+  SmallVector<Value> inRowBlocks(
+      ValueRange inits,
+      function_ref<SmallVector<Value>(Formulation &, Value, Value)> body);
+  /// The row of a [B, Hkv or Hc, ...] tensor that (b, h) reads.
+  Value rowOf(Value source, Value bi, Value h, bool byKvHead);
+  SmallVector<Value> chooseInBlocks(Value votes, Value ranked, Value keys,
+                                    Value values, Value prefix);
+  SmallVector<Value> bypassInBlocks(Value keys, Value values, Value length);
+  Value poolInBlocks(Value votes, Value prefix);
+  /// The prompt length, with the run-time checks a dynamic length needs.
+  Value checkedLength(Value keys, Value values);
+  Value prefixLength(Value length);
+  OpFoldResult paddedPrefix(Value prefix);
+  SmallVector<Value> castTo(SmallVector<Value> values, TypeRange types);
+
+  OpBuilder &b;
+  Location loc;
+  SelectShape s;
+  FormulationOptions opts;
+  /// Key positions per scoring tile (at most the prompt length).
+  int64_t keyTile;
+  /// Prefix positions per compaction chunk for this op.
+  int64_t chunk;
+  Type f32, i32, i64;
+  SmallVector<TileGroup> tileGroups;
+};
+
+} // namespace mlir::snapkv::detail
+
+#endif // SNAPKV_LIB_CONVERSION_SNAPKVTOLINALG_FORMULATION_H

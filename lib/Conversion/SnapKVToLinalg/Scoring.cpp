@@ -1,0 +1,449 @@
+//===- Scoring.cpp - votes and pooled scores as tiled linalg ops ----------===//
+//
+// Per key tile of T positions: the logits of the tile ([T] x [G * W] dot
+// products over D), the tile's row maximum and sum of exp(logit - maximum)
+// over causally visible columns. The tile statistics combine into the row
+// maximum and the full softmax denominator (prefix AND window columns). A
+// second pass recomputes each tile's logits and sums the probabilities over
+// the window rows: the votes. Logits only ever exist per tile, so a target
+// that tiles the scoring ops along the tile axis (and fuses the logits into
+// the consumers) never materialises the [B, Hkv, G, W, L] scores.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Formulation.h"
+
+#include "mlir/Dialect/Affine/IR/AffineOps.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Arith/Utils/Utils.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
+
+#include <limits>
+
+using namespace mlir;
+using namespace mlir::snapkv;
+using namespace mlir::snapkv::detail;
+
+using utils::IteratorType;
+static constexpr IteratorType par = IteratorType::parallel;
+static constexpr IteratorType red = IteratorType::reduction;
+
+static constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+static Value toF32(OpBuilder &nb, Location l, Value v) {
+  if (v.getType().isF32())
+    return v;
+  return arith::ExtFOp::create(nb, l, nb.getF32Type(), v);
+}
+
+static Value constF32(OpBuilder &nb, Location l, float v) {
+  return arith::ConstantOp::create(nb, l, nb.getF32FloatAttr(v));
+}
+
+static Value indexAsI32(OpBuilder &nb, Location l, unsigned dim) {
+  Value i = linalg::IndexOp::create(nb, l, dim);
+  return arith::IndexCastOp::create(nb, l, nb.getI32Type(), i);
+}
+
+/// The exponent of a logit `x` in a softmax whose maximum is `max`: x - max,
+/// except that x == max gives exactly 0, so that an infinite maximum still
+/// yields probabilities (1 / #maxima) instead of inf - inf = NaN.
+static Value shifted(OpBuilder &nb, Location l, Value x, Value max) {
+  Value isMax = arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ, x, max);
+  return arith::SelectOp::create(nb, l, isMax, constF32(nb, l, 0.0f),
+                                 arith::SubFOp::create(nb, l, x, max));
+}
+
+/// Q viewed per kv head and transposed so that the W window rows of a query
+/// head are contiguous for each d: [B, Hkv, G, D, W] (one query head's rows
+/// over all of D, 16 KiB at D = W = 128 x 32 in f32, stay in L1 while a
+/// key tile streams past them).
+Value Formulation::queriesByHead(Value queries) {
+  auto byHead = RankedTensorType::get(
+      {s.batch, s.kvHeads, s.group, s.window, s.dim}, s.elemTy);
+  Value q = tensor::ExpandShapeOp::create(
+      b, loc, byHead, queries,
+      ArrayRef<ReassociationIndices>{{0}, {1, 2}, {3}, {4}});
+  Value init = empty({ofr(s.batch), ofr(s.kvHeads), ofr(s.group),
+                      ofr(s.dim), ofr(s.window)},
+                     s.elemTy);
+  auto op = generic(init.getType(), {q}, {init},
+                    {map(5, {0, 1, 2, 4, 3}), map(5, {0, 1, 2, 3, 4})},
+                    {par, par, par, par, par},
+                    [](OpBuilder &nb, Location l, ValueRange args) {
+                      linalg::YieldOp::create(nb, l, ValueRange{args[0]});
+                    });
+  group(op, 3);
+  return op.getResult(0);
+}
+
+/// The keys as whole tiles: the positions [0, n*T) as a view, and the rest
+/// (fewer than T positions) zero-padded to one more tile. Padded columns lie
+/// past every window row's horizon, so the causal mask hides them.
+SmallVector<Formulation::KeyTiles> Formulation::keyTiles(Value keys,
+                                                          Value length) {
+  if (opts.gpu)
+    return {stagedKeyTiles(keys, length)};
+  int64_t tile = keyTile;
+  std::optional<int64_t> staticLength = getConstantIntValue(length);
+  AffineExpr l0 = b.getAffineSymbolExpr(0);
+  OpFoldResult full = affine::makeComposedFoldedAffineApply(
+      b, loc, l0.floorDiv(tile), {getAsOpFoldResult(length)});
+  OpFoldResult fullLength = affine::makeComposedFoldedAffineApply(
+      b, loc, l0.floorDiv(tile) * tile, {getAsOpFoldResult(length)});
+  SmallVector<KeyTiles> spans;
+  SmallVector<OpFoldResult> strides(4, ofr(1));
+  auto tilesOf = [&](Value rows, OpFoldResult count) {
+    Type ty = RankedTensorType::get(
+        {s.batch, s.kvHeads,
+         getConstantIntValue(count).value_or(ShapedType::kDynamic), tile,
+         s.dim},
+        s.elemTy);
+    return tensor::ExpandShapeOp::create(
+        b, loc, ty, rows, ArrayRef<ReassociationIndices>{{0}, {1}, {2, 3}, {4}},
+        ArrayRef<OpFoldResult>{ofr(s.batch), ofr(s.kvHeads), count, ofr(tile),
+                               ofr(s.dim)});
+  };
+  if (!isConstantIntValue(full, 0)) {
+    Value rows = tensor::ExtractSliceOp::create(
+        b, loc, keys, ArrayRef<OpFoldResult>{ofr(0), ofr(0), ofr(0), ofr(0)},
+        ArrayRef<OpFoldResult>{ofr(s.batch), ofr(s.kvHeads), fullLength,
+                               ofr(s.dim)},
+        strides);
+    spans.push_back({tilesOf(rows, full), cIndex(0)});
+  }
+  if (staticLength && *staticLength % tile == 0)
+    return spans;
+  OpFoldResult rest = affine::makeComposedFoldedAffineApply(
+      b, loc, l0 - l0.floorDiv(tile) * tile, {getAsOpFoldResult(length)});
+  OpFoldResult pad = affine::makeComposedFoldedAffineApply(
+      b, loc, tile - l0 + l0.floorDiv(tile) * tile, {getAsOpFoldResult(length)});
+  Value rows = tensor::ExtractSliceOp::create(
+      b, loc, keys, ArrayRef<OpFoldResult>{ofr(0), ofr(0), fullLength, ofr(0)},
+      ArrayRef<OpFoldResult>{ofr(s.batch), ofr(s.kvHeads), rest, ofr(s.dim)},
+      strides);
+  Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(s.elemTy));
+  auto paddedTy =
+      RankedTensorType::get({s.batch, s.kvHeads, tile, s.dim}, s.elemTy);
+  Value padded = tensor::PadOp::create(
+      b, loc, paddedTy, rows,
+      ArrayRef<OpFoldResult>{ofr(0), ofr(0), ofr(0), ofr(0)},
+      ArrayRef<OpFoldResult>{ofr(0), ofr(0), pad, ofr(0)}, zero);
+  spans.push_back({tilesOf(padded, ofr(1)),
+                   getValueOrCreateConstantIndexOp(b, loc, fullLength)});
+  return spans;
+}
+
+/// logits[b, kv, n, jt, g, w] = <q[b, kv*G + g, w], k[b, kv, n*T + jt]>
+/// (f32, unscaled). The window rows (g, w) are the innermost axis, so a
+/// vector of rows is multiplied by one broadcast key element per step.
+Operation *Formulation::logits(Value queriesT, const KeyTiles &tiles) {
+  OpFoldResult count = tensor::getMixedSize(b, loc, tiles.tiles, 2);
+  Value init = filled({ofr(s.batch), ofr(s.kvHeads), count, ofr(keyTile),
+                       ofr(s.group), ofr(s.window)},
+                      f32, cF32(0.0f));
+  return generic(
+      init.getType(), {queriesT, tiles.tiles}, {init},
+      {map(7, {0, 1, 4, 6, 5}), map(7, {0, 1, 2, 3, 6}),
+       map(7, {0, 1, 2, 3, 4, 5})},
+      {par, par, par, par, par, par, red},
+      [](OpBuilder &nb, Location l, ValueRange args) {
+        // `contract`: the multiply-add may become one FMA.
+        auto contract = arith::FastMathFlags::contract;
+        Value prod = arith::MulFOp::create(nb, l, toF32(nb, l, args[0]),
+                                           toF32(nb, l, args[1]), contract);
+        linalg::YieldOp::create(
+            nb, l,
+            ValueRange{arith::AddFOp::create(nb, l, args[2], prod, contract)});
+      });
+}
+
+std::pair<Value, Value>
+Formulation::tileStatistics(Value logitsT, const KeyTiles &tiles, Value prefix,
+                            Operation *producer) {
+  // Sizes come from the key view: a tensor.dim of the logits would be a use
+  // outside the tile that forces them to be materialised.
+  OpFoldResult count = tensor::getMixedSize(b, loc, tiles.tiles, 2);
+  Value start = tiles.start;
+  SmallVector<OpFoldResult> shape = {ofr(s.batch), ofr(s.kvHeads), count,
+                                     ofr(s.group), ofr(s.window)};
+  int64_t tile = keyTile;
+  float scale = s.scale;
+  // Column n*T + jt of the span is visible to window row w when it is at
+  // most P + w (relative to the span: rowLimit[w] = P + w - start); with
+  // `scoring prefix_votes` only prefix columns (< P) count, so the window
+  // columns leave the denominator. The column offsets jt and the limits are
+  // small i32 inputs rather than index arithmetic on every element.
+  bool prefixOnly = s.scoring == Scoring::prefix_votes;
+  SmallVector<int32_t> offsets(tile);
+  for (int64_t j = 0; j < tile; ++j)
+    offsets[j] = static_cast<int32_t>(j);
+  auto offsetsTy = RankedTensorType::get({tile}, i32);
+  Value columnOffsets = arith::ConstantOp::create(
+      b, loc, offsetsTy, DenseIntElementsAttr::get(offsetsTy, offsets));
+  Value base32 = arith::IndexCastOp::create(
+      b, loc, i32, arith::SubIOp::create(b, loc, prefix, start));
+  linalg::GenericOp rowLimitsOp =
+      generic(RankedTensorType::get({s.window}, i32), {},
+              {empty({ofr(s.window)}, i32)}, {map(1, {0})}, {par},
+              [=](OpBuilder &nb, Location l, ValueRange) {
+                Value limit = base32;
+                if (prefixOnly)
+                  limit = arith::SubIOp::create(
+                      nb, l, limit,
+                      arith::ConstantOp::create(nb, l, nb.getI32IntegerAttr(1)));
+                else
+                  limit = arith::AddIOp::create(nb, l, limit,
+                                                indexAsI32(nb, l, 0));
+                linalg::YieldOp::create(nb, l, ValueRange{limit});
+              });
+  Value rowLimits = rowLimitsOp.getResult(0);
+  auto visible = [=](OpBuilder &nb, Location l, Value offset, Value limit) {
+    Value n = indexAsI32(nb, l, 2);
+    Value tileC = arith::ConstantOp::create(nb, l, nb.getI32IntegerAttr(tile));
+    Value col = arith::AddIOp::create(
+        nb, l, arith::MulIOp::create(nb, l, n, tileC), offset);
+    return arith::CmpIOp::create(nb, l, arith::CmpIPredicate::sle, col, limit);
+  };
+  auto scaled = [=](OpBuilder &nb, Location l, Value x) {
+    return arith::MulFOp::create(nb, l, x, constF32(nb, l, scale));
+  };
+  // Loops (b, kv, n, g, jt, w): the rows w are the innermost, parallel axis.
+  AffineMap logitsMap = map(6, {0, 1, 2, 4, 3, 5}), offsetMap = map(6, {4}),
+            limitMap = map(6, {5}), statMap = map(6, {0, 1, 2, 3, 5});
+  SmallVector<IteratorType> iters = {par, par, par, par, red, par};
+  auto maxOp = generic(
+      RankedTensorType::get({s.batch, s.kvHeads,
+                             getConstantIntValue(count).value_or(
+                                 ShapedType::kDynamic),
+                             s.group, s.window},
+                            f32),
+      {logitsT, columnOffsets, rowLimits}, {filled(shape, f32, cF32(kNegInf))},
+      {logitsMap, offsetMap, limitMap, statMap}, iters,
+      [&](OpBuilder &nb, Location l, ValueRange args) {
+        Value x = arith::SelectOp::create(nb, l, visible(nb, l, args[1], args[2]),
+                                          scaled(nb, l, args[0]),
+                                          constF32(nb, l, kNegInf));
+        linalg::YieldOp::create(
+            nb, l, ValueRange{arith::MaximumFOp::create(nb, l, args[3], x)});
+      });
+  Value tileMax = maxOp.getResult(0);
+  auto sumOp = generic(
+      tileMax.getType(), {logitsT, tileMax, columnOffsets, rowLimits},
+      {filled(shape, f32, cF32(0.0f))},
+      {logitsMap, statMap, offsetMap, limitMap, statMap}, iters,
+      [&](OpBuilder &nb, Location l, ValueRange args) {
+        Value e = math::ExpOp::create(
+            nb, l, shifted(nb, l, scaled(nb, l, args[0]), args[1]));
+        Value x = arith::SelectOp::create(nb, l, visible(nb, l, args[2], args[3]),
+                                          e, constF32(nb, l, 0.0f));
+        linalg::YieldOp::create(
+            nb, l, ValueRange{arith::AddFOp::create(nb, l, args[4], x)});
+      });
+  // One tile of T x (G*W) logits is computed per (b, kv, n, g) and used by
+  // both statistics; on a GPU per (b, kv, n), one block each, which computes
+  // the row limits itself (no host-written buffer for kernels to read).
+  group(sumOp, 4, {maxOp, producer});
+  blockGroup(sumOp, {1, 1, 1}, {maxOp, producer, rowLimitsOp}, {producer});
+  return {tileMax, sumOp.getResult(0)};
+}
+
+std::pair<Value, Value> Formulation::rowStatistics(Value tileMax,
+                                                   Value tileSum) {
+  SmallVector<OpFoldResult> shape = {ofr(s.batch), ofr(s.kvHeads),
+                                     ofr(s.group), ofr(s.window)};
+  Type rowTy =
+      RankedTensorType::get({s.batch, s.kvHeads, s.group, s.window}, f32);
+  // Loops (b, kv, g, n, w): the rows w stay the innermost, parallel axis.
+  SmallVector<IteratorType> iters = {par, par, par, red, par};
+  AffineMap perTile = map(5, {0, 1, 3, 2, 4}), perRow = map(5, {0, 1, 2, 4});
+  auto maxOp = generic(
+      rowTy, {tileMax}, {filled(shape, f32, cF32(kNegInf))}, {perTile, perRow},
+      iters,
+      [](OpBuilder &nb, Location l, ValueRange args) {
+        linalg::YieldOp::create(
+            nb, l,
+            ValueRange{arith::MaximumFOp::create(nb, l, args[1], args[0])});
+      });
+  group(maxOp, 2);
+  Value rowMax = maxOp.getResult(0);
+  // sum_n tileSum[n] * exp(tileMax[n] - rowMax); a tile whose maximum is
+  // the row's contributes its sum unscaled (also when both are infinite).
+  auto sumOp = generic(
+      rowTy, {tileMax, tileSum, rowMax}, {filled(shape, f32, cF32(0.0f))},
+      {perTile, perTile, perRow, perRow}, iters, [](OpBuilder &nb, Location l, ValueRange args) {
+        Value factor =
+            math::ExpOp::create(nb, l, shifted(nb, l, args[0], args[2]));
+        Value part = arith::MulFOp::create(nb, l, args[1], factor);
+        linalg::YieldOp::create(
+            nb, l, ValueRange{arith::AddFOp::create(nb, l, args[3], part)});
+      });
+  group(sumOp, 2);
+  auto invOp = generic(rowTy, {sumOp.getResult(0)}, {empty(shape, f32)},
+                       {map(4, {0, 1, 2, 3}), map(4, {0, 1, 2, 3})},
+                       {par, par, par, par},
+                       [](OpBuilder &nb, Location l, ValueRange args) {
+                         Value one = constF32(nb, l, 1.0f);
+                         linalg::YieldOp::create(
+                             nb, l,
+                             ValueRange{
+                                 arith::DivFOp::create(nb, l, one, args[0])});
+                       });
+  group(invOp, 2);
+  // GPU: one block per (b, kv) combines all tiles of its rows.
+  blockGroup(invOp, {1, 1}, {sumOp, maxOp});
+  return {rowMax, invOp.getResult(0)};
+}
+
+Value Formulation::tileVotes(Value logitsT, const KeyTiles &tiles,
+                             Value rowMax, Value rowInv, Operation *producer) {
+  OpFoldResult count = tensor::getMixedSize(b, loc, tiles.tiles, 2);
+  int64_t dynCount =
+      getConstantIntValue(count).value_or(ShapedType::kDynamic);
+  int64_t tile = keyTile;
+  float scale = s.scale;
+  // Loops (b, kv, g, n, jt, w): the sum over the window rows w. No mask:
+  // every window row sees every prefix column (later columns are dropped).
+  auto votesOp = generic(
+      RankedTensorType::get({s.batch, s.kvHeads, s.group, dynCount, tile},
+                            f32),
+      {logitsT, rowMax, rowInv},
+      {filled({ofr(s.batch), ofr(s.kvHeads), ofr(s.group), count, ofr(tile)},
+              f32, cF32(0.0f))},
+      {map(6, {0, 1, 3, 4, 2, 5}), map(6, {0, 1, 2, 5}), map(6, {0, 1, 2, 5}),
+       map(6, {0, 1, 2, 3, 4})},
+      {par, par, par, par, par, red},
+      [=](OpBuilder &nb, Location l, ValueRange args) {
+        Value x = arith::MulFOp::create(nb, l, args[0],
+                                        constF32(nb, l, scale));
+        Value p = arith::MulFOp::create(
+            nb, l, math::ExpOp::create(nb, l, shifted(nb, l, x, args[1])),
+            args[2]);
+        linalg::YieldOp::create(
+            nb, l, ValueRange{arith::AddFOp::create(nb, l, args[3], p)});
+      });
+  if (s.expand()) {
+    group(votesOp, 4, {producer});
+    blockGroup(votesOp, {1, 1, 0, 1}, {producer}, {producer});
+    return tensor::CollapseShapeOp::create(
+        b, loc, votesOp.getResult(0),
+        ArrayRef<ReassociationIndices>{{0}, {1, 2}, {3, 4}});
+  }
+  // mean / max over the G query heads of a kv head, before pooling; mean
+  // accumulates v / G in head order.
+  bool mean = s.gqa == GqaPolicy::mean;
+  float groupSize = static_cast<float>(s.group);
+  auto aggregateOp = generic(
+      RankedTensorType::get({s.batch, s.kvHeads, dynCount, tile}, f32),
+      {votesOp.getResult(0)},
+      {filled({ofr(s.batch), ofr(s.kvHeads), count, ofr(tile)}, f32,
+              cF32(mean ? 0.0f : kNegInf))},
+      {map(5, {0, 1, 4, 2, 3}), map(5, {0, 1, 2, 3})},
+      {par, par, par, par, red},
+      [=](OpBuilder &nb, Location l, ValueRange args) {
+        Value r;
+        if (mean)
+          r = arith::AddFOp::create(
+              nb, l, args[1],
+              arith::DivFOp::create(nb, l, args[0],
+                                    constF32(nb, l, groupSize)));
+        else
+          r = arith::MaximumFOp::create(nb, l, args[1], args[0]);
+        linalg::YieldOp::create(nb, l, ValueRange{r});
+      });
+  group(aggregateOp, 3, {votesOp, producer});
+  blockGroup(aggregateOp, {1, 1, 1}, {votesOp, producer}, {producer});
+  return tensor::CollapseShapeOp::create(
+      b, loc, aggregateOp.getResult(0),
+      ArrayRef<ReassociationIndices>{{0}, {1}, {2, 3}});
+}
+
+Value Formulation::votes(Value queries, Value keys, Value length,
+                         Value prefix) {
+  Value queriesT = queriesByHead(queries);
+  SmallVector<KeyTiles> spans = keyTiles(keys, length);
+  SmallVector<Value> maxes, sums;
+  for (const KeyTiles &span : spans) {
+    Operation *l = logits(queriesT, span);
+    auto [tileMax, tileSum] =
+        tileStatistics(l->getResult(0), span, prefix, l);
+    maxes.push_back(tileMax);
+    sums.push_back(tileSum);
+  }
+  Value tileMax = maxes.size() == 1
+                      ? maxes[0]
+                      : Value(tensor::ConcatOp::create(b, loc, 2, maxes));
+  Value tileSum = sums.size() == 1
+                      ? sums[0]
+                      : Value(tensor::ConcatOp::create(b, loc, 2, sums));
+  auto [rowMax, rowInv] = rowStatistics(tileMax, tileSum);
+  SmallVector<Value> parts;
+  // On a GPU each kernel stages its own queries and key tiles (per block).
+  if (opts.gpu) {
+    queriesT = queriesByHead(queries);
+    spans = keyTiles(keys, length);
+  }
+  for (const KeyTiles &span : spans) {
+    // The logits again: recomputed per tile rather than stored.
+    Operation *l = logits(queriesT, span);
+    parts.push_back(tileVotes(l->getResult(0), span, rowMax, rowInv, l));
+  }
+  Value all = parts.size() == 1
+                  ? parts[0]
+                  : Value(tensor::ConcatOp::create(b, loc, 2, parts));
+  SmallVector<OpFoldResult> offsets(3, ofr(0)), strides(3, ofr(1));
+  SmallVector<OpFoldResult> sizes = {ofr(s.batch), ofr(s.heads),
+                                     getAsOpFoldResult(prefix)};
+  return tensor::ExtractSliceOp::create(b, loc, all, offsets, sizes, strides);
+}
+
+/// Stride-1 pooling with kernel/2 neighbours on each side over the prefix,
+/// evaluated on the chunk-padded prefix [0, Pp) (positions >= P are never
+/// ranked). avg: zero padding and division by the kernel size; max: -inf
+/// padding, i.e. the maximum over in-range neighbours.
+Value Formulation::pool(Value votesT, Value prefix,
+                        OpFoldResult paddedPrefixLen) {
+  bool avg = s.pooling == PoolingKind::avg;
+  float padValue = avg ? 0.0f : kNegInf;
+  int64_t radius = s.kernel / 2;
+  AffineExpr p0 = b.getAffineSymbolExpr(0), p1 = b.getAffineSymbolExpr(1);
+  OpFoldResult high = affine::makeComposedFoldedAffineApply(
+      b, loc, p1 - p0 + radius, {getAsOpFoldResult(prefix), paddedPrefixLen});
+  Value source = tensor::PadOp::create(
+      b, loc, Type(), votesT,
+      ArrayRef<OpFoldResult>{ofr(0), ofr(0), ofr(radius)},
+      ArrayRef<OpFoldResult>{ofr(0), ofr(0), high}, cF32(padValue));
+  SmallVector<OpFoldResult> shape = {ofr(s.batch), ofr(s.heads),
+                                     paddedPrefixLen};
+  Value window = empty({ofr(s.kernel)}, f32);
+  AffineExpr d0 = b.getAffineDimExpr(0), d1 = b.getAffineDimExpr(1),
+             d2 = b.getAffineDimExpr(2), d3 = b.getAffineDimExpr(3);
+  AffineMap padMap = AffineMap::get(4, 0, {d0, d1, d2 + d3}, b.getContext());
+  Value init = filled(shape, f32, cF32(padValue));
+  auto poolOp = generic(
+      init.getType(), {source, window}, {init},
+      {padMap, map(4, {3}), map(4, {0, 1, 2})}, {par, par, par, red},
+      [avg](OpBuilder &nb, Location l, ValueRange args) {
+        Value r = avg ? Value(arith::AddFOp::create(nb, l, args[2], args[0]))
+                      : Value(arith::MaximumFOp::create(nb, l, args[2],
+                                                        args[0]));
+        linalg::YieldOp::create(nb, l, ValueRange{r});
+      });
+  group(poolOp, 2);
+  if (!avg)
+    return poolOp.getResult(0);
+  float k = static_cast<float>(s.kernel);
+  auto divOp = generic(init.getType(), {poolOp.getResult(0)},
+                       {empty(shape, f32)},
+                       {map(3, {0, 1, 2}), map(3, {0, 1, 2})}, {par, par, par},
+                       [k](OpBuilder &nb, Location l, ValueRange args) {
+                         linalg::YieldOp::create(
+                             nb, l,
+                             ValueRange{arith::DivFOp::create(
+                                 nb, l, args[0], constF32(nb, l, k))});
+                       });
+  group(divOp, 2);
+  return divOp.getResult(0);
+}

@@ -1,0 +1,129 @@
+//===- ExposeScores.cpp - return the scores of each select ----------------===//
+
+#include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
+#include "snapkv/Dialect/SnapKV/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace mlir::snapkv {
+#define GEN_PASS_DEF_EXPOSESCORES
+#include "snapkv/Dialect/SnapKV/Transforms/Passes.h.inc"
+} // namespace mlir::snapkv
+
+using namespace mlir;
+using namespace mlir::snapkv;
+
+/// "window=8 capacity=16 kernel=5 pooling=avg gqa=expand order=position".
+static std::string clauses(SelectOp op) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << "window=" << op.getWindow() << " capacity=" << op.getCapacity()
+     << " kernel=" << op.getKernel()
+     << " pooling=" << stringifyPoolingKind(op.getPooling())
+     << " gqa=" << stringifyGqaPolicy(op.getGqa())
+     << " order=" << stringifyOrder(op.getOrder());
+  if (std::optional<APFloat> scale = op.getScale())
+    os << " scale=" << scale->convertToFloat();
+  return text;
+}
+
+namespace {
+struct ExposeScoresPass : snapkv::impl::ExposeScoresBase<ExposeScoresPass> {
+  using Base::Base;
+
+  /// Why `func` cannot be changed, or an empty string.
+  std::string problem(func::FuncOp func, ModuleOp module) {
+    if (func.isExternal())
+      return "has no body";
+    if (!SymbolTable::symbolKnownUseEmpty(func, module))
+      return "is called in this module (its callers would not match the new "
+             "results)";
+    if (!func.getBody().hasOneBlock() ||
+        !isa<func::ReturnOp>(func.getBody().front().getTerminator()))
+      return "does not end in a single func.return";
+    bool any = false;
+    func.walk([&](SelectOp) { any = true; });
+    return any ? "" : "holds no snapkv.select";
+  }
+
+  void expose(func::FuncOp func) {
+    auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
+    SmallVector<Value> results(ret.getOperands());
+    SmallVector<Attribute> described;
+    SmallVector<SelectOp> selects;
+    func.walk([&](SelectOp select) { selects.push_back(select); });
+    for (SelectOp select : selects) {
+      auto indices = cast<RankedTensorType>(select.getIndices().getType());
+      auto keys = cast<RankedTensorType>(select.getKeys().getType());
+      int64_t prefix = keys.isDynamicDim(2)
+                           ? ShapedType::kDynamic
+                           : keys.getDimSize(2) - select.getWindow();
+      auto scoreType = RankedTensorType::get(
+          {indices.getDimSize(0), indices.getDimSize(1), prefix},
+          Float32Type::get(&getContext()));
+      // The clauses the two ops share, copied by name.
+      SmallVector<NamedAttribute> shared;
+      for (StringRef name : {"window", "kernel", "pooling", "gqa", "scale"})
+        if (Attribute value = select->getAttr(name))
+          shared.emplace_back(StringAttr::get(&getContext(), name), value);
+      OpBuilder b(select->getContext());
+      b.setInsertionPointAfter(select);
+      auto score = ScoreOp::create(
+          b, select.getLoc(), TypeRange{scoreType, scoreType},
+          ValueRange{select.getQueries(), select.getKeys()}, shared);
+      results.append({select.getQueries(), select.getKeys(),
+                      select.getIndices(), score.getVotes(),
+                      score.getPooled()});
+      described.push_back(StringAttr::get(&getContext(), clauses(select)));
+    }
+    ret->setOperands(results);
+    func.setType(FunctionType::get(&getContext(),
+                                   func.getFunctionType().getInputs(),
+                                   ret.getOperandTypes()));
+    // Result attributes, if any, must match the new result count.
+    if (ArrayAttr attrs = func.getResAttrsAttr()) {
+      SmallVector<Attribute> padded(attrs.begin(), attrs.end());
+      padded.resize(results.size(), DictionaryAttr::get(&getContext()));
+      func.setResAttrsAttr(ArrayAttr::get(&getContext(), padded));
+    }
+    func->setAttr("snapkv.exposed_scores",
+                  ArrayAttr::get(&getContext(), described));
+  }
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    SmallVector<func::FuncOp> targets;
+    if (functions.empty()) {
+      for (auto func : module.getOps<func::FuncOp>()) {
+        bool any = false;
+        func.walk([&](SelectOp) { any = true; });
+        if (any)
+          targets.push_back(func);
+      }
+    } else {
+      for (const std::string &name : functions) {
+        auto func = module.lookupSymbol<func::FuncOp>(name);
+        if (!func) {
+          emitError(module.getLoc())
+              << "snapkv-expose-scores: no function @" << name;
+          return signalPassFailure();
+        }
+        targets.push_back(func);
+      }
+    }
+    // Check everything before changing anything.
+    for (func::FuncOp func : targets) {
+      std::string why = problem(func, module);
+      if (!why.empty()) {
+        emitError(func.getLoc())
+            << "snapkv-expose-scores: @" << func.getSymName() << " " << why;
+        return signalPassFailure();
+      }
+    }
+    for (func::FuncOp func : targets)
+      expose(func);
+  }
+};
+} // namespace

@@ -1,0 +1,101 @@
+"""The ``snapkv`` command line: compile a model with a SnapKV-compacted KV cache, run it, and
+see what it keeps and what it saves.
+
+Subcommands (``snapkv COMMAND --help`` explains every option), one module each:
+
+* ``export``    -- regenerate the tiny-Llama fixtures (needs torch, transformers, torch-mlir);
+* ``compile``   -- ``snapkv-opt --snapkv-compress-kv-cache`` (and ``--lower``: the CPU pipeline);
+* ``generate``  -- greedy generation with the compacted cache and with the full cache, side by
+  side: tokens, per-step agreement, logical vs physical lengths, the ledger, times;
+* ``ledger``    -- the persistent K/V ledger (``--snapkv-report-cache``) of the rewritten model;
+* ``visualize`` -- one PNG per layer: votes, pooled scores and kept positions of every head,
+  computed by the compiled model itself.
+
+:mod:`.common` holds what they share. Errors (bad arguments, missing files or tools, invalid
+IR, a rewrite the pass refuses, a failed run-time check of the compiled model, a prompt past
+the model's positions or memory) are reported as one line on stderr and a non-zero exit
+status (2 for bad arguments, with "did you mean" for a mistyped subcommand or option, 1
+otherwise), never a traceback (``SNAPKV_DEBUG=1`` shows the traceback of an unexpected
+internal error).
+
+Needs numpy and the built tools (``make build``); ``visualize`` also needs matplotlib and
+``export`` needs torch, transformers and torch-mlir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Optional, Sequence
+
+from ..tools import ToolError
+from . import common, compile, export, generate, ledger, visualize
+from .common import PROG, CLIError
+
+EPILOG = """\
+examples:
+  snapkv generate --window 8 --capacity 24         # the bundled tiny Llama, 96-token prompt
+  snapkv generate --prompt-length 128 --window 8 --capacity 32 --gqa mean --steps 32
+  snapkv compile test/Models/tiny_llama_dynamic.mlir -o /tmp/compact.mlir --window 8 --capacity 32
+  snapkv ledger --prompt-length 16384 --generated 512 --window 32 --capacity 1024
+  snapkv visualize --out /tmp/snapkv-plots --window 8 --capacity 24
+
+Docs: docs/user-guide.md (CLI), docs/semantics.md (what is kept), docs/model-rewrite.md (the pass).
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = common.ArgumentParser(
+        prog=PROG, formatter_class=common.Formatter, epilog=EPILOG,
+        description="SnapKV KV-cache compression for models imported with torch-mlir: "
+                    "rewrite a model so that prefill caches the SnapKV-selected K/V, compile "
+                    "and run it, and see what it keeps and saves.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND",
+                                     parser_class=common.ArgumentParser)
+    options, compaction = common.common_parent(), common.compaction_parent()
+    export.add_parser(commands, options)
+    compile.add_parser(commands, options)
+    generate.add_parser(commands, options, compaction)
+    ledger.add_parser(commands, options, compaction)
+    visualize.add_parser(commands, options, compaction)
+    return parser
+
+
+def _version() -> str:
+    try:
+        import importlib.metadata
+
+        return importlib.metadata.version("snapkv")
+    except Exception:  # not installed: running from the checkout
+        return "(from source)"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said by the subcommand's parser, which knows the options to suggest
+        commands = next(a for a in parser._actions
+                        if isinstance(a, argparse._SubParsersAction))
+        command = commands.choices.get(getattr(args, "command", None) or "", parser)
+        command.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return args.func(args)
+    except (CLIError, ToolError) as error:
+        print(f"{PROG} {args.command}: error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{PROG} {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 1
+    except Exception as error:  # a bug: say so, without a traceback unless asked
+        if os.environ.get("SNAPKV_DEBUG"):
+            raise
+        print(f"{PROG} {args.command}: internal error: {type(error).__name__}: {error} "
+              f"(SNAPKV_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return 1

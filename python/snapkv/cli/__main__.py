@@ -1,0 +1,7 @@
+"""``python -m snapkv.cli``: the ``snapkv`` command."""
+
+import sys
+
+from . import main
+
+sys.exit(main())

@@ -1,0 +1,625 @@
+"""What the subcommands share: errors, locating models and tools, running snapkv-opt,
+argument types, the option groups, prompts and the compiled models."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+import numpy as np
+
+from .. import tools
+from ..tools import REPO, ToolError
+
+PROG = "snapkv"
+FIXTURE = "tiny_llama_dynamic.mlir"
+# The pass's own defaults (snapkv-compress-kv-cache); the demo passes its small sizes.
+DEFAULTS = dict(window=32, capacity=1024, kernel=5, pooling="avg", gqa="expand",
+                order="position")
+DEFAULT_PROMPT_LENGTH, DEFAULT_STEPS, DEFAULT_SEED = 96, 16, 0
+INT64_MAX = 2 ** 63 - 1
+FRONTEND_PACKAGES = {"torch": "torch", "transformers": "transformers", "torch_mlir": "torch-mlir"}
+REFUSED = "left the module unchanged"
+OPT_TIMEOUT = 600
+
+
+class CLIError(Exception):
+    """A problem to report to the user as one message (no traceback), exit status 1."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Locating things
+
+def repo_root() -> Path:
+    """The source checkout: the one this package lives in, else the current directory or one
+    of its parents that holds ``test/Models``."""
+    for candidate in (REPO, Path.cwd(), *Path.cwd().parents):
+        if (candidate / "test" / "Models").is_dir():
+            return candidate
+    return REPO
+
+
+def models_dir() -> Path:
+    return repo_root() / "test" / "Models"
+
+
+def missing_frontend_packages() -> List[str]:
+    return [pip for module, pip in FRONTEND_PACKAGES.items()
+            if importlib.util.find_spec(module) is None]
+
+
+def frontend_hint(missing) -> str:
+    return (f"it needs {', '.join(missing)}: pip install torch transformers torch-mlir "
+            f"(the versions the fixtures were made with: pip install -e 'python[frontend]')")
+
+
+def default_model(quiet: bool = False) -> Path:
+    """The bundled test/Models/tiny_llama_dynamic.mlir; exported first if it is missing."""
+    from . import export
+
+    path = models_dir() / FIXTURE
+    if path.is_file():
+        return path
+    missing = missing_frontend_packages()
+    if missing:
+        raise CLIError(f"the bundled model {show(path)} is missing and cannot be made here: it is "
+                       f"exported from PyTorch by `snapkv export`, and "
+                       f"{frontend_hint(missing)}. Or pass a MODEL.mlir.")
+    progress(quiet, f"the bundled model {show(path)} is missing: exporting it with torch-mlir "
+                    f"(`snapkv export --out {path.parent}`) ...")
+    export.export_models(path.parent, dynamic=True, static=True, check=False, quiet=quiet)
+    if not path.is_file():
+        raise CLIError(f"exporting did not produce {show(path)}")
+    return path
+
+
+def resolve_model(given: Optional[Path], quiet: bool = False) -> Path:
+    if given is None:
+        return default_model(quiet)
+    if not given.exists():
+        raise CLIError(f"{given}: no such file")
+    if given.is_dir():
+        raise CLIError(f"{given}: a directory; this command takes a MODEL.mlir file")
+    if not given.is_file():
+        raise CLIError(f"{given}: not a file")
+    return given
+
+
+@dataclass
+class Source:
+    """The module a command works on: its file and text, the checkpoint its weights come
+    from (None for a module without weight arguments) and how to name it."""
+    path: Path
+    text: str
+    checkpoint: object = None
+    label: str = ""
+    max_positions: Optional[int] = None
+
+
+def load_checkpoint(directory: Path):
+    from ..frontend.checkpoint import Checkpoint, CheckpointError
+
+    try:
+        return Checkpoint(directory)
+    except CheckpointError as error:
+        raise CLIError(str(error)) from None
+
+
+def export_checkpoint(directory: Path, args, quiet: bool) -> Source:
+    """The exported module of checkpoint `directory` (from the export cache, or exported now
+    with torch-mlir)."""
+    from .. import hf
+
+    checkpoint = load_checkpoint(directory)
+    options = hf.ExportOptions(attention=getattr(args, "attention", None) or "sdpa")
+    try:
+        exported = hf.export(checkpoint, options, log=None if quiet else
+                             lambda m: progress(quiet, f"  {m}"), cache_dir=None)
+    except ToolError as error:
+        raise CLIError(str(error)) from None
+    except hf.CheckpointError as error:
+        raise CLIError(f"{show(directory)}: {error}") from None
+    for note in exported.meta.get("notes", []):
+        progress(quiet, f"note: {note}")
+    return Source(exported.path, exported.text, checkpoint, show(directory),
+                  exported.meta.get("max_position_embeddings"))
+
+
+def load_source(given: Optional[Path], args, quiet: bool = False,
+                weights: bool = True) -> Source:
+    """A MODEL argument: a module file (the bundled tiny model by default) or a checkpoint
+    directory (exported first, cached). With `weights`, a module that takes weights gets its
+    checkpoint from --checkpoint, else from the JSON next to it (what `snapkv export --hf`
+    writes)."""
+    if given is not None and given.is_dir():
+        if getattr(args, "checkpoint", None) is not None:
+            raise CLIError("--checkpoint goes with a MODEL.mlir; a checkpoint directory as "
+                           "MODEL is its own checkpoint")
+        progress(quiet, f"exporting the checkpoint {show(given)} (torch-mlir; a minute or "
+                        f"more the first time, then cached) ...")
+        return export_checkpoint(given, args, quiet)
+    path = resolve_model(given, quiet)
+    text = read_text(path)
+    source = Source(path, text, None, show(path))
+    try:
+        takes_weights = bool(runner_signature(text, "prefill").weight_args)
+    except ValueError:
+        takes_weights = False  # not a model module: signatures() says so later
+    given_checkpoint = getattr(args, "checkpoint", None)
+    if takes_weights and weights:
+        if given_checkpoint is not None:
+            from ..frontend import runner
+            from ..frontend.checkpoint import CheckpointError
+
+            source.checkpoint = load_checkpoint(given_checkpoint)
+            try:
+                runner.check_checkpoint(path, source.checkpoint)
+            except CheckpointError as error:
+                raise CLIError(str(error)) from None
+        else:
+            from ..frontend import runner
+
+            try:
+                source.checkpoint = runner.checkpoint_of(path)
+            except ValueError as error:
+                raise CLIError(f"{error} (--checkpoint DIR)") from None
+            except Exception as error:  # CheckpointError: the named directory is unusable
+                raise CLIError(f"{show(path)}: {error}") from None
+    elif given_checkpoint is not None:
+        raise CLIError(f"{show(path)} takes no weights (no snapkv.weight arguments: they are "
+                       f"inside the module), so --checkpoint has nothing to bind")
+    return source
+
+
+def runner_signature(text: str, name: str):
+    from ..frontend import runner
+
+    return runner.signature(text, name)
+
+
+def layer_functions(text: str):
+    from ..hf import layer_functions as find
+
+    return find(text)
+
+
+def read_text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except UnicodeDecodeError:
+        raise CLIError(f"{show(path)}: not a text file (expected MLIR)") from None
+    except OSError as error:
+        raise CLIError(f"{show(path)}: {error.strerror or error}") from None
+
+
+def opt_path() -> Path:
+    path = tools.snapkv_opt()
+    if not path.is_file():
+        raise CLIError(f"snapkv-opt not found at {show(path)}: run `make build` in the repository "
+                       f"(or set SNAPKV_OPT to a built snapkv-opt)")
+    return path
+
+
+def show(path: Path) -> str:
+    """`path` relative to the current directory when it is under it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def progress(quiet: bool, message: str):
+    if not quiet:
+        print(message, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# snapkv-opt
+
+def run_opt(arguments: Sequence[str], *, path: Optional[Path] = None,
+            text: Optional[str] = None) -> subprocess.CompletedProcess:
+    """Run snapkv-opt on `path` or on `text` (stdin). Diagnostics never dump the module."""
+    command = [str(opt_path()), "--mlir-print-op-on-diagnostic=false", *arguments,
+               str(path) if path is not None else "-"]
+    try:
+        return subprocess.run(command, input=text, capture_output=True, text=True,
+                              timeout=OPT_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise CLIError(f"snapkv-opt timed out after {OPT_TIMEOUT} s") from None
+    except OSError as error:
+        raise CLIError(f"cannot run {command[0]}: {error}") from None
+
+
+def diagnostics(stderr: str, limit: int = 6000) -> str:
+    text = stderr.strip()
+    if len(text) > limit:
+        text = "...\n" + text[-limit:]
+    return text
+
+
+def first_error(stderr: str) -> str:
+    """The message of snapkv-opt's first ``error:`` line, without its location."""
+    for line in stderr.splitlines():
+        match = re.search(r"\berror: (.*)$", line)
+        if match:
+            return match.group(1).strip()
+    return stderr.strip().splitlines()[0] if stderr.strip() else "no message"
+
+
+def pass_options(args, strict: bool, text: str = "") -> str:
+    """The pass's options; for a module with one function per layer (`snapkv export --hf`),
+    prefill-func/decode-func name those functions unless given."""
+    options = (f"window={args.window} capacity={args.capacity} kernel={args.kernel} "
+               f"pooling={args.pooling} gqa={args.gqa} order={args.order}")
+    layers = layer_functions(text) if text else None
+    prefill = getattr(args, "prefill_func", None)
+    decode = getattr(args, "decode_func", None)
+    if prefill is None and layers:
+        prefill = layers[0]
+    if decode is None and layers:
+        decode = layers[1]
+    if prefill is not None:
+        options += f" prefill-func={prefill}"
+    if decode is not None:
+        options += f" decode-func={decode}"
+    return options + (" strict=true" if strict else "")
+
+
+def describe_options(args) -> str:
+    return (f"window {args.window}, capacity {args.capacity}, kernel {args.kernel}, "
+            f"pooling {args.pooling}, gqa {args.gqa}, order {args.order}")
+
+
+def option_dict(args) -> dict:
+    return {name: getattr(args, name) for name in DEFAULTS}
+
+
+def rewrite(path: Path, args, *, strict: bool = True, extra: Sequence[str] = ()):
+    """(rewritten text, snapkv-opt's stderr, seconds) of the model rewrite of `path`.
+
+    With `strict`, a refusal is a CLIError naming the reason."""
+    start = time.perf_counter()
+    done = run_opt([f"--snapkv-compress-kv-cache={pass_options(args, strict, read_text(path))}",
+                    *extra], path=path)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        if REFUSED in done.stderr:
+            raise CLIError(f"the model rewrite (snapkv-compress-kv-cache) refused {show(path)}; "
+                           f"nothing was changed. snapkv-opt says:\n"
+                           f"{diagnostics(done.stderr)}")
+        raise CLIError(f"snapkv-opt failed on {show(path)} (exit {done.returncode}):\n"
+                       f"{diagnostics(done.stderr)}")
+    return done.stdout, done.stderr, seconds
+
+
+def verify_ir(path: Path):
+    """Parse and verify `path` with snapkv-opt; its diagnostics become the error."""
+    done = run_opt(["-o", os.devnull], path=path)
+    if done.returncode != 0:
+        raise CLIError(f"{show(path)} is not valid MLIR; snapkv-opt says:\n"
+                       f"{diagnostics(done.stderr)}")
+
+
+def count_selects(text: str) -> int:
+    return len(re.findall(r"=\s*snapkv\.select\b", text))
+
+
+# ---------------------------------------------------------------------------------------------
+# Argument parsing
+
+class ArgumentParser(argparse.ArgumentParser):
+    """Errors are one line (with "did you mean" for a mistyped subcommand or option) and
+    exit status 2."""
+
+    def error(self, message):
+        message = _suggest(self, message)
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the "
+                     f"options)\n")
+
+
+def _suggest(parser: argparse.ArgumentParser, message: str) -> str:
+    choice = re.match(r"argument (\S+): invalid choice: '([^']*)'", message)
+    if choice:
+        for action in parser._actions:
+            if action.choices and choice.group(1) in (action.dest, action.metavar,
+                                                      *action.option_strings):
+                close = difflib.get_close_matches(choice.group(2), list(action.choices), 1)
+                if close:
+                    return (f"{message.split(' (choose from')[0]}; did you mean "
+                            f"'{close[0]}'?")
+        return message
+    unknown = re.match(r"unrecognized arguments: (.*)", message)
+    if unknown:
+        known = [s for a in parser._actions for s in a.option_strings
+                 if a.help != argparse.SUPPRESS]
+        hints = []
+        for word in unknown.group(1).split():
+            if word.startswith("-"):
+                close = difflib.get_close_matches(word.split("=")[0], known, 1)
+                if close:
+                    hints.append(f"{word}: did you mean {close[0]}?")
+        if hints:
+            return f"{message} ({'; '.join(hints)})"
+    return message
+
+
+def int_in(low: int, what: str, high: int = INT64_MAX):
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be an integer, got {value!r}") \
+                from None
+        if number < low:
+            raise argparse.ArgumentTypeError(f"{what} must be >= {low}, got {number}")
+        if number > high:
+            raise argparse.ArgumentTypeError(f"{what} must be <= {high}, got {number}")
+        return number
+    return parse
+
+
+def odd_kernel(value: str) -> int:
+    number = int_in(1, "the kernel size")(value)
+    if number % 2 == 0:
+        raise argparse.ArgumentTypeError(f"the kernel size must be odd, got {number}")
+    return number
+
+
+def token_ids(value: str) -> List[int]:
+    pieces = [p for p in re.split(r"[\s,]+", value.strip()) if p]
+    if not pieces:
+        raise argparse.ArgumentTypeError("the prompt is empty")
+    try:
+        return [int(p) for p in pieces]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"the prompt must be token ids (integers separated by spaces or commas), "
+            f"got {value!r}") from None
+
+
+def layer_list(value: str) -> List[int]:
+    try:
+        layers = [int(p) for p in value.split(",") if p.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--layers takes layer numbers like 0,1; got {value!r}") from None
+    if not layers or min(layers) < 0:
+        raise argparse.ArgumentTypeError(f"--layers takes layer numbers >= 0; got {value!r}")
+    return layers
+
+
+class Formatter(argparse.RawDescriptionHelpFormatter):
+    """Wraps each prose paragraph of a description, keeps pre-formatted ones (examples) as
+    they are, and shows each option's default."""
+
+    def _fill_text(self, text, width, indent):
+        paragraphs = []
+        for paragraph in text.split("\n\n"):
+            if paragraph.startswith("example") or "\n  " in paragraph:
+                paragraphs.append(paragraph)
+            else:
+                paragraphs.append(textwrap.fill(" ".join(paragraph.split()), min(width, 88),
+                                                initial_indent=indent, subsequent_indent=indent))
+        return "\n\n".join(paragraphs)
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        default = action.default
+        if "%(default)" not in text and action.option_strings and default is not None \
+                and default is not False and default is not argparse.SUPPRESS:
+            text += " (default: %(default)s)"
+        return text
+
+
+def common_parent() -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    group = parent.add_argument_group("output")
+    group.add_argument("-q", "--quiet", action="store_true",
+                       help="no progress lines on stderr")
+    return parent
+
+
+def compaction_parent(strict: bool = False) -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    group = parent.add_argument_group(
+        "compaction", "The options of snapkv-compress-kv-cache and snapkv.select, with the "
+        "pass's defaults (docs/semantics.md defines them). The bundled tiny model is meant "
+        "for short prompts: `make demo` runs it with --window 8 --capacity 24.")
+    group.add_argument("--window", "-W", type=int_in(1, "the window"),
+                       default=DEFAULTS["window"], metavar="W",
+                       help="observation window: the last W prompt queries vote for the "
+                            "earlier positions, and the W window positions are always kept")
+    group.add_argument("--capacity", "-C", type=int_in(2, "the capacity"),
+                       default=DEFAULTS["capacity"], metavar="C",
+                       help="prompt positions kept per cache head, window included (C > W); "
+                            "a prompt shorter than C is kept whole")
+    group.add_argument("--kernel", "--kernel-size", "-k", type=odd_kernel, dest="kernel",
+                       default=DEFAULTS["kernel"], metavar="K",
+                       help="pooling kernel over neighbouring positions (odd, >= 1)")
+    group.add_argument("--pooling", choices=("avg", "max"), default=DEFAULTS["pooling"],
+                       help="pooling of the votes: avg (zero padding, divides by K) or max")
+    group.add_argument("--gqa", choices=("expand", "mean", "max"), default=DEFAULTS["gqa"],
+                       help="GQA policy: expand = one selection per query head (the cache "
+                            "holds Hq heads); mean/max = votes of a kv head's query heads "
+                            "averaged/maximised, one selection per kv head (Hkv heads)")
+    group.add_argument("--order", choices=("position", "score"), default=DEFAULTS["order"],
+                       help="order of the kept positions in the cache: ascending position, "
+                            "or prefix by descending score then the window")
+    if strict:
+        group.add_argument("--strict", action="store_true",
+                           help="a module the rewrite does not recognise with certainty is "
+                                "an error (non-zero exit, nothing written) instead of a "
+                                "warning with the module left unchanged")
+    return parent
+
+
+def add_prompt_options(parser: argparse.ArgumentParser):
+    group = parser.add_argument_group("prompt")
+    exclusive = group.add_mutually_exclusive_group()
+    exclusive.add_argument("--prompt-length", "-L", type=int_in(1, "the prompt length"),
+                           dest="prompt_length", metavar="L",
+                           help=f"a prompt of L random token ids drawn with --seed "
+                                f"(default: {DEFAULT_PROMPT_LENGTH})")
+    # The old spelling, kept working but not advertised.
+    exclusive.add_argument("--prompt-len", type=int_in(1, "the prompt length"),
+                           dest="prompt_length", help=argparse.SUPPRESS)
+    exclusive.add_argument("--prompt", type=token_ids, metavar='"IDS"',
+                           help='the prompt as token ids, e.g. "5 17 42 ..." or "5,17,42" '
+                                "(each in [0, vocabulary size))")
+    group.add_argument("--seed", type=int_in(0, "the seed"), default=DEFAULT_SEED,
+                       help="seed of the random prompt (numpy default_rng)")
+    group.add_argument("--max-positions", type=int_in(1, "--max-positions"), metavar="N",
+                       help="the model's max_position_embeddings: prompts (and generations) "
+                            "that reach position N are refused (default: read from the JSON "
+                            "next to the model, e.g. test/Models/tiny_llama.json; no limit "
+                            "if there is none)")
+
+
+def model_argument(parser, required=False, checkpoints=False):
+    """MODEL: a module file; with `checkpoints`, also a HuggingFace checkpoint directory."""
+    metavar = "MODEL" if checkpoints else "MODEL.mlir"
+    what = ("a module imported by torch-mlir with @prefill and @decode (docs/model-ir.md)"
+            + (", or a local HuggingFace checkpoint directory (config.json + safetensors from "
+               "save_pretrained), exported first with weights as arguments and cached "
+               "(docs/user-guide.md, \"Your own model\")" if checkpoints else ""))
+    if required:
+        parser.add_argument("model", type=Path, metavar=metavar, help=what)
+    else:
+        parser.add_argument("model", type=Path, nargs="?", metavar=metavar,
+                            help=f"{what}; default: the bundled test/Models/{FIXTURE} "
+                                 f"(exported first if missing, which needs torch)")
+
+
+def checkpoint_option(parser):
+    parser.add_argument("--checkpoint", type=Path, metavar="DIR",
+                        help="for a MODEL.mlir written by `snapkv export --hf`: the checkpoint "
+                             "its weights come from (default: the one its JSON names)")
+
+
+def check_window_capacity(args):
+    if args.capacity <= args.window:
+        raise CLIError(f"--capacity ({args.capacity}) must be greater than --window "
+                       f"({args.window}): the capacity counts the window")
+
+
+# ---------------------------------------------------------------------------------------------
+# Prompts and models for running
+
+def prompt_length(args) -> int:
+    if args.prompt is not None:
+        return len(args.prompt)
+    return args.prompt_length or DEFAULT_PROMPT_LENGTH
+
+
+def check_limits(text: str, path: Path, args, length: int, steps: int):
+    """Refuse, before anything is allocated, a prompt (plus `steps` generated tokens) past
+    the model's max_position_embeddings or one whose largest intermediate tensor alone needs
+    more memory than there is."""
+    from ..frontend import runner
+
+    limit, source = args.max_positions, "--max-positions"
+    if limit is None:
+        found = runner.max_positions_of(path)
+        if found:
+            limit, source = found[0], show(found[1])
+    last = length + steps - 1
+    if limit is not None and last >= limit:
+        raise CLIError(f"the prompt ({length:,} tokens)"
+                       + (f" and {steps:,} generated tokens reach" if steps else " reaches")
+                       + f" position {last:,}, past the model's "
+                       f"max_position_embeddings ({limit:,}, from {source}): the model was "
+                       f"not built for positions beyond {limit - 1:,}")
+    try:
+        runner.check_memory(runner.growth(text, "prefill"), "prefill", length,
+                            f"a {length:,}-token prompt")
+        if steps:
+            runner.check_memory(runner.growth(text, "decode"), "decode", length + steps,
+                                f"a cache of up to {length + steps:,} rows")
+    except runner.ResourceLimitError as error:
+        raise CLIError(str(error)) from None
+    except ValueError:
+        pass  # not a prefill/decode module: signatures() says so
+
+
+def prompt(args, vocab: Optional[int]) -> tuple:
+    """(ids int64 [1, L], description)."""
+    if args.prompt is not None:
+        ids = np.array(args.prompt, dtype=np.int64)
+        where = "given"
+    else:
+        length = prompt_length(args)
+        ids = np.random.default_rng(args.seed).integers(0, vocab or 2, length, dtype=np.int64)
+        where = f"random ids, seed {args.seed}"
+    if vocab is not None and (ids.min() < 0 or ids.max() >= vocab):
+        bad = [int(i) for i in ids if i < 0 or i >= vocab]
+        raise CLIError(f"token ids must be in [0, {vocab}) for this model; got {bad[:8]}")
+    return ids[None], where
+
+
+def signatures(text: str, path: Path):
+    from ..frontend import runner
+
+    try:
+        prefill = runner.signature(text, "prefill")
+        decode = runner.signature(text, "decode")
+    except ValueError as error:
+        raise CLIError(f"{show(path)}: not a prefill/decode model module ({error}); see "
+                       f"docs/model-ir.md for what `snapkv generate` runs") from None
+    return prefill, decode
+
+
+def check_runnable(text: str, path: Path, length: int, window: int, decode: bool = True):
+    """Refuse, with a reason, what the compiled code's run-time checks would stop on (the
+    same checks then report from the compiled code, but only after compiling)."""
+    prefill_sig, decode_sig = signatures(text, path)
+    inputs = prefill_sig.inputs
+    if len(inputs) != 1 or inputs[0].rank != 2:
+        raise CLIError(f"{show(path)}: @prefill does not take one [B, L] array of token ids")
+    static_len = inputs[0].shape[1]
+    if static_len is not None and static_len != length:
+        raise CLIError(f"{show(path)}: @prefill takes exactly {static_len} tokens "
+                       f"(static shapes); use --prompt-length {static_len} or the dynamic "
+                       f"export (test/Models/{FIXTURE})")
+    if decode and len(decode_sig.args) > 2 and decode_sig.args[2].rank == 4 and \
+            decode_sig.args[2].shape[2] is not None:
+        rows = decode_sig.args[2].shape[2]
+        raise CLIError(f"{show(path)}: @decode takes a cache of exactly {rows} "
+                       f"rows (static shapes), so it cannot run on a cache that grows or is "
+                       f"compacted; use the dynamic export (test/Models/{FIXTURE})")
+    if length < window:
+        raise CLIError(f"the prompt has {length} tokens, fewer than the window ({window}); "
+                       f"SnapKV needs L >= W (the compiled prefill would stop on its check)")
+    return prefill_sig
+
+
+def compile_model(text: str, label: str, args, weights=None):
+    from ..frontend.runner import CompiledModel
+
+    progress(args.quiet, f"compiling the {label}: snapkv-opt --snapkv-cpu-pipeline, "
+                         f"mlir-translate, clang (seconds to a minute the first time, then "
+                         f"cached) ...")
+    try:
+        model = CompiledModel(text, verbose=getattr(args, "verbose", False), weights=weights)
+    except ToolError as error:
+        raise CLIError(f"compiling the {label} failed: {error}") from None
+    except ValueError as error:  # CheckpointError too: weights that do not fit
+        raise CLIError(f"cannot run the {label}: {error}") from None
+    how = "cached library" if model.from_cache else "compiled"
+    progress(args.quiet, f"  {how} in {model.library.seconds:.1f} s: {model.library.path}")
+    for note in model.weight_notes:
+        progress(args.quiet, f"  {note}")
+    return model
+
+
+def ids_text(ids) -> str:
+    return " ".join(str(int(i)) for i in ids)

@@ -1,0 +1,492 @@
+"""Export a local HuggingFace checkpoint to the ``@prefill`` / ``@decode`` module the model
+rewrite and the runner work on, with the weights as function arguments (never inlined).
+
+    from snapkv.frontend.checkpoint import Checkpoint
+    from snapkv.frontend import hf_export
+    text, meta = hf_export.export_text(Checkpoint("my-model/"))
+
+Needs torch, transformers and torch-mlir; nothing is downloaded (the config is read from the
+directory, the model is built on the ``meta`` device from it, so no weight is loaded or
+allocated: the export depends on the architecture only).
+
+The module holds six functions, all traced from transformers' own modules with torch.export
+and imported by torch-mlir's FX importer (``linalg-on-tensors``), except the two entry points,
+which are only calls:
+
+* ``@embed(ids [1, L] i64, embedding) -> [1, L, H]`` (private);
+* ``@prefill_layer(h [1, L, H], <layer weights>) -> (h', k [1, Hkv, L, D], v)`` (private):
+  one decoder layer with the causal mask and RoPE built inside, exactly as the model's
+  ``forward`` builds them for a prompt (positions ``0 .. L-1``);
+* ``@decode_layer(h [1, 1, H], position [1] i64, k [1, Hkv, T, D], v, <layer weights>) ->
+  (h', k' [1, Hkv, T+1, D], v')`` (private): one layer for one token at logical position
+  ``position``, the new K/V appended to the cache (HF's ``DynamicCache``);
+* ``@head(h [1, L, H], norm, lm_head) -> logits`` (private): the final norm and the LM head
+  on the last row (``[1, 1, V]``; ``logits="all"``: every row, ``[1, L, V]``);
+* ``@prefill(ids [1, L], <every weight>) -> (logits, k0, v0, k1, v1, ...)`` and
+  ``@decode(id [1, 1], position [1], k0, v0, ..., <every weight>) -> (logits [1, 1, V], k0',
+  v0', ...)``: the entry points, calling ``@embed``, each layer function once per layer
+  (with that layer's weights) and ``@head``.
+
+Every weight argument of the entry points carries ``{snapkv.weight = "<checkpoint tensor
+name>", bufferization.writable = false}``: the runner binds it from the checkpoint, and the
+compiled code never writes it. One copy of the layer code serves every layer, so the module's
+size and its compile time do not grow with the layer count or the parameter count.
+
+``snapkv-compress-kv-cache="prefill-func=prefill_layer decode-func=decode_layer ..."``
+rewrites the layer functions and carries their new signatures to the entry points.
+
+Models whose configuration the exported code would not follow exactly are refused with
+:class:`~snapkv.frontend.checkpoint.CheckpointError`: logit softcapping, RoPE types whose
+frequencies depend on the sequence length (``dynamic``, ``longrope``, ``yarn``), layers of
+different kinds. A sliding window narrower than ``max_position_embeddings`` is accepted by
+limiting the positions: for sequences of at most ``sliding_window`` tokens the window hides
+nothing, so the export uses the causal mask and records ``max_positions = sliding_window``
+(the runner refuses longer sequences).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import json
+import os
+import re
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import torch
+from torch import nn
+
+from .checkpoint import Checkpoint, CheckpointError
+from .export import import_functions, versions
+from .model import persist_buffers
+
+FORMAT = "snapkv-hf-export 1"
+PREFILL_LAYER, DECODE_LAYER = "prefill_layer", "decode_layer"
+ATTENTION = ("sdpa", "eager")
+LOGITS = ("last", "all")
+# RoPE types whose frequencies are fixed by the config (traced once, exact for every length).
+STATIC_ROPE = ("default", "linear", "llama3")
+PRIVATE = ("embed", PREFILL_LAYER, DECODE_LAYER, "head")
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportOptions:
+    """``attention``: HF's attention implementation traced (``sdpa``, HF's default, or
+    ``eager``); ``logits``: ``last`` (prefill returns ``[1, 1, V]``, what generation needs) or
+    ``all`` (``[1, L, V]``, e.g. for perplexity)."""
+    attention: str = "sdpa"
+    logits: str = "last"
+
+    def check(self):
+        if self.attention not in ATTENTION:
+            raise ValueError(f"attention must be one of {', '.join(ATTENTION)}, got "
+                             f"{self.attention!r}")
+        if self.logits not in LOGITS:
+            raise ValueError(f"logits must be one of {', '.join(LOGITS)}, got {self.logits!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The configuration
+
+
+@contextlib.contextmanager
+def _offline():
+    """No hub access, whatever the environment says."""
+    saved = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _rope_type(config) -> str:
+    for attr in ("rope_parameters", "rope_scaling"):
+        params = getattr(config, attr, None)
+        if isinstance(params, dict):
+            # Per-layer-type parameters (Gemma-3 style) hold one dict per kind.
+            if all(isinstance(v, dict) for v in params.values()) and params:
+                kinds = {v.get("rope_type", v.get("type", "default")) for v in params.values()}
+                if len(kinds) != 1:
+                    raise CheckpointError(f"layers use different RoPE types {sorted(kinds)}")
+                return kinds.pop()
+            return params.get("rope_type", params.get("type", "default"))
+    return "default"
+
+
+def load_config(checkpoint: Checkpoint, options: ExportOptions = ExportOptions()):
+    """(the transformers config to trace, max_positions, notes). Refuses what the export would
+    not reproduce exactly."""
+    import transformers
+
+    with _offline():
+        try:
+            config = transformers.AutoConfig.from_pretrained(str(checkpoint.path),
+                                                             local_files_only=True)
+        except Exception as error:  # transformers raises many kinds for a bad config
+            raise CheckpointError(f"transformers cannot read {checkpoint.path / 'config.json'}: "
+                                  f"{error}") from None
+    notes: List[str] = []
+    for attr in ("attn_logit_softcapping", "final_logit_softcapping"):
+        if getattr(config, attr, None):
+            raise CheckpointError(f"{attr} is set: soft-capped logits change which keys win, "
+                                  f"and snapkv.select does not compute them")
+    rope = _rope_type(config)
+    if rope not in STATIC_ROPE:
+        raise CheckpointError(f"RoPE type {rope!r} is not supported (supported: "
+                              f"{', '.join(STATIC_ROPE)}: frequencies fixed by the config)")
+    layers = config.num_hidden_layers
+    types = getattr(config, "layer_types", None)
+    if types is not None:
+        unknown = sorted(set(types) - {"full_attention", "sliding_attention"})
+        if unknown:
+            raise CheckpointError(f"layer_types has {unknown}: only full and sliding-window "
+                                  f"attention layers are exported")
+    window = getattr(config, "sliding_window", None)
+    uses_window = window is not None and (types is None or "sliding_attention" in types)
+    max_positions = config.max_position_embeddings
+    if uses_window:
+        if window < max_positions:
+            notes.append(f"sliding_window {window} < max_position_embeddings {max_positions}: "
+                         f"the window hides nothing from sequences of at most {window} tokens, "
+                         f"so the export uses the causal mask and is limited to {window} "
+                         f"positions (longer prompts plus generations are refused)")
+            max_positions = window
+        else:
+            notes.append(f"sliding_window {window} >= max_position_embeddings: it never hides "
+                         f"a key, so the export uses the causal mask")
+        config.sliding_window = None
+        if hasattr(config, "use_sliding_window"):
+            config.use_sliding_window = False
+        if types is not None:
+            config.layer_types = ["full_attention"] * layers
+    config._attn_implementation = options.attention
+    return config, max_positions, notes
+
+
+def build_model(config):
+    """The ``*ForCausalLM`` of `config` with its parameters on the ``meta`` device (nothing
+    allocated, nothing loaded) and its non-persistent buffers (RoPE frequencies, Gemma's
+    embedding scale: derived from the config) computed on the CPU as transformers does."""
+    import transformers
+
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    model.eval()
+    owners = {}
+    for name, buffer in model.named_non_persistent_buffers():
+        owner_name, _, leaf = name.rpartition(".")
+        owner = model.get_submodule(owner_name)
+        owner._buffers[leaf] = torch.empty_like(buffer, device="cpu")
+        owners[id(owner)] = owner
+    for owner in owners.values():
+        model._init_weights(owner)
+    persist_buffers(model)
+    return model
+
+
+# ---------------------------------------------------------------------------------------------
+# The traced pieces
+
+
+class _Functional(nn.Module):
+    """Calls `module` with its parameters taken from the arguments after `n_inputs` inputs,
+    named by `names` (relative to `module`)."""
+
+    def __init__(self, module: nn.Module, names: List[str]):
+        super().__init__()
+        self.module, self.names = module, list(names)
+
+    def call(self, weights, *args, **kwargs):
+        params = dict(zip(self.names, weights))
+        return torch.func.functional_call(self.module, params, args, kwargs, strict=False)
+
+
+class _Embed(_Functional):
+    def forward(self, ids, weight):
+        return self.call((weight,), ids)
+
+
+class _Head(_Functional):
+    def __init__(self, head: nn.Module, names: List[str], last: bool):
+        super().__init__(head, names)
+        self.last = last
+
+    def forward(self, hidden, *weights):
+        if self.last:
+            hidden = hidden[:, -1:, :]
+        return self.call(weights, hidden)
+
+
+class _HeadModule(nn.Module):
+    def __init__(self, norm, lm_head):
+        super().__init__()
+        self.norm, self.lm_head = norm, lm_head
+
+    def forward(self, hidden):
+        return self.lm_head(self.norm(hidden))
+
+
+def _layer_stack(inner: nn.Module, layer: nn.Module) -> nn.Module:
+    """A shallow copy of the decoder (``model.model``) with `layer` as its only layer and no
+    embedding or final norm: its forward on ``inputs_embeds`` builds the mask and RoPE exactly
+    as the model does, then runs the one layer."""
+    stack = copy.copy(inner)
+    stack._modules = dict(inner._modules)
+    stack._modules["layers"] = nn.ModuleList([layer])
+    stack._modules["norm"] = nn.Identity()
+    stack._modules["embed_tokens"] = nn.Identity()
+    return stack
+
+
+class _PrefillLayer(_Functional):
+    def __init__(self, stack, names, config):
+        super().__init__(stack, names)
+        self.config = config
+
+    def forward(self, hidden, *weights):
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.config)
+        out = self.call(weights, inputs_embeds=hidden, cache=cache, use_cache=True)
+        return out.last_hidden_state, cache.layers[0].keys, cache.layers[0].values
+
+
+class _DecodeLayer(_PrefillLayer):
+    def forward(self, hidden, position, keys, values, *weights):
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.config)
+        cache.update(keys, values, 0)
+        position_ids = position.reshape(1, 1)
+        out = self.call(weights, inputs_embeds=hidden, position_ids=position_ids, cache=cache,
+                        use_cache=True)
+        return out.last_hidden_state, cache.layers[0].keys, cache.layers[0].values
+
+
+@dataclasses.dataclass
+class _Plan:
+    """What the entry points pass: checkpoint tensor names per piece."""
+    embed: str
+    layers: List[List[str]]  # per layer, the checkpoint names in the layer function's order
+    norm: str
+    lm_head: str
+    layer_names: List[str]   # the layer function's parameter names (relative)
+
+
+def _plan(model, checkpoint: Checkpoint) -> _Plan:
+    inner = model.model
+    layer_names = [n for n, _ in inner.layers[0].named_parameters()]
+    layers = []
+    for i, layer in enumerate(inner.layers):
+        names = [n for n, _ in layer.named_parameters()]
+        if names != layer_names:
+            raise CheckpointError(f"layer {i} has other parameters than layer 0 ({names} vs "
+                                  f"{layer_names}): layers of different kinds are not exported")
+        layers.append([f"model.layers.{i}.{n}" for n in names])
+    embed = "model.embed_tokens.weight"
+    tied = model.lm_head.weight is inner.embed_tokens.weight
+    lm_head = embed if tied else "lm_head.weight"
+    if tied and "lm_head.weight" in checkpoint.tensors:
+        lm_head = "lm_head.weight"  # saved untied after all: use what is there
+    return _Plan(embed, layers, "model.norm.weight", lm_head, layer_names)
+
+
+def _dims(max_positions: int):
+    from torch.export import Dim
+
+    return (Dim("L", min=2, max=max(3, max_positions - 1)),
+            Dim("T", min=1, max=max(2, max_positions - 2)))
+
+
+# ---------------------------------------------------------------------------------------------
+# The entry points
+
+
+def _types(text: str, name: str):
+    from .runner import signature
+
+    sig = signature(text, name)
+    return [str(t) for t in sig.args], [str(t) for t in sig.results]
+
+
+def _weight_attrs(name: str) -> str:
+    return f'{{bufferization.writable = false, snapkv.weight = {json.dumps(name)}}}'
+
+
+def _entry_points(text: str, plan: _Plan, logits: str) -> Tuple[str, List[str]]:
+    """The text of ``@prefill`` and ``@decode``: calls only."""
+    embed_args, embed_results = _types(text, "embed")
+    p_args, p_results = _types(text, PREFILL_LAYER)
+    d_args, d_results = _types(text, DECODE_LAYER)
+    head_args, head_results = _types(text, "head")
+    order: List[str] = []
+    for name in [plan.embed, *[n for layer in plan.layers for n in layer], plan.norm,
+                 plan.lm_head]:
+        if name not in order:
+            order.append(name)
+    types: Dict[str, str] = {plan.embed: embed_args[1], plan.norm: head_args[1],
+                             plan.lm_head: head_args[2]}
+    for layer in plan.layers:
+        types.update(zip(layer, p_args[1:]))
+    value = {name: f"%w{i}" for i, name in enumerate(order)}
+    # One argument per line: a diagnostic at the function quotes its first line only.
+    weights = ",\n      ".join(f"{value[n]}: {types[n]} {_weight_attrs(n)}" for n in order)
+    hidden_dyn, hidden_one = embed_results[0], d_args[0]
+    ids_dyn = embed_args[0]
+    n = len(plan.layers)
+
+    def call(result, callee, operands, arg_types, result_types):
+        results = ", ".join(result_types)
+        shown = f"({results})" if len(result_types) > 1 else results
+        return (f"    {result} = call @{callee}({', '.join(operands)}) : "
+                f"({', '.join(arg_types)}) -> {shown}")
+
+    logits_type = head_results[0]
+    lines = [f"  func.func @prefill(\n      %ids: {ids_dyn},\n      {weights}) -> "
+             f"({', '.join([logits_type] + [t for _ in range(n) for t in p_results[1:]])}) {{",
+             call("%h", "embed", ["%ids", value[plan.embed]], embed_args, embed_results)]
+    hidden = "%h"
+    for i, layer in enumerate(plan.layers):
+        lines.append(call(f"%l{i}:3", PREFILL_LAYER, [hidden] + [value[w] for w in layer],
+                          p_args, p_results))
+        hidden = f"%l{i}#0"
+    lines.append(call("%logits", "head", [hidden, value[plan.norm], value[plan.lm_head]],
+                      head_args, head_results))
+    returned = ["%logits"] + [f"%l{i}#{j}" for i in range(n) for j in (1, 2)]
+    result_types = [logits_type] + [t for _ in range(n) for t in p_results[1:]]
+    lines += [f"    return {', '.join(returned)} : {', '.join(result_types)}", "  }"]
+
+    caches = ",\n      ".join(f"%c{j}: {d_args[2 + j % 2]}" for j in range(2 * n))
+    decode_logits = re.sub(r"tensor<1x\?x", "tensor<1x1x", logits_type)
+    decode_types = [decode_logits] + [t for _ in range(n) for t in d_results[1:]]
+    lines += [f"  func.func @decode(\n      %id: tensor<1x1xi64>,\n      %position: "
+              f"{d_args[1]},\n      {caches},\n      {weights}) -> "
+              f"({', '.join(decode_types)}) {{",
+              f"    %ids = tensor.cast %id : tensor<1x1xi64> to {ids_dyn}",
+              call("%e", "embed", ["%ids", value[plan.embed]], embed_args, embed_results),
+              f"    %h = tensor.cast %e : {hidden_dyn} to {hidden_one}"]
+    hidden = "%h"
+    for i, layer in enumerate(plan.layers):
+        lines.append(call(f"%l{i}:3", DECODE_LAYER,
+                          [hidden, "%position", f"%c{2 * i}", f"%c{2 * i + 1}"]
+                          + [value[w] for w in layer], d_args, d_results))
+        hidden = f"%l{i}#0"
+    lines += [f"    %hd = tensor.cast {hidden} : {hidden_one} to {head_args[0]}",
+              call("%logits_d", "head", ["%hd", value[plan.norm], value[plan.lm_head]],
+                   head_args, head_results)]
+    last = "%logits_d"
+    if decode_logits != logits_type:
+        lines.append(f"    %logits = tensor.cast %logits_d : {logits_type} to {decode_logits}")
+        last = "%logits"
+    returned = [last] + [f"%l{i}#{j}" for i in range(n) for j in (1, 2)]
+    lines += [f"    return {', '.join(returned)} : {', '.join(decode_types)}", "  }"]
+    return "\n".join(lines) + "\n", order
+
+
+def _insert(text: str, functions: str) -> str:
+    """`functions` inserted before the module's closing brace (the resource section, if any,
+    stays after it); the pieces made private."""
+    for name in PRIVATE:
+        text = text.replace(f"func.func @{name}(", f"func.func private @{name}(", 1)
+    resources = text.find("\n{-#")
+    head, tail = (text, "") if resources < 0 else (text[:resources], text[resources:])
+    close = head.rstrip().rfind("}")
+    return head[:close] + functions + "}\n" + tail
+
+
+def export_text(checkpoint: Checkpoint, options: ExportOptions = ExportOptions(),
+                log=None) -> Tuple[str, dict]:
+    """(the module text, its metadata: see :func:`metadata`)."""
+    options.check()
+    config, max_positions, notes = load_config(checkpoint, options)
+    torch.set_num_threads(1)
+    model = build_model(config)
+    plan = _plan(model, checkpoint)
+    inner = model.model
+    hidden, heads = config.hidden_size, config.num_key_value_heads
+    head_dim = getattr(config, "head_dim", None) or hidden // config.num_attention_heads
+    layer = inner.layers[0]
+    stack = _layer_stack(inner, layer)
+    names = ["layers.0." + n for n in plan.layer_names]
+    empty = {n: p for n, p in layer.named_parameters()}
+    layer_weights = tuple(torch.empty(empty[n].shape) for n in plan.layer_names)
+    length, cache = _dims(max_positions)
+    example = 16 if max_positions > 17 else max_positions - 1
+    vocab = config.vocab_size
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, vocab, (1, example), generator=g)
+    h = torch.randn(1, example, hidden, generator=g)
+    kv = torch.randn(1, heads, example, head_dim, generator=g)
+    embed_w = torch.empty(inner.embed_tokens.weight.shape)
+    norm_w = torch.empty(inner.norm.weight.shape)
+    lm_w = torch.empty(model.lm_head.weight.shape)
+    none = tuple(None for _ in layer_weights)
+    functions = [
+        ("embed", _Embed(inner.embed_tokens, ["weight"]), (ids, embed_w),
+         {"ids": {1: length}, "weight": None}),
+        (PREFILL_LAYER, _PrefillLayer(stack, names, config), (h,) + layer_weights,
+         {"hidden": {1: length}, "weights": none}),
+        (DECODE_LAYER, _DecodeLayer(stack, names, config),
+         (h[:, :1], torch.tensor([example]), kv, kv.clone()) + layer_weights,
+         {"hidden": None, "position": None, "keys": {2: cache}, "values": {2: cache},
+          "weights": none}),
+        ("head", _Head(_HeadModule(inner.norm, model.lm_head), ["norm.weight",
+                                                                 "lm_head.weight"],
+                       options.logits == "last"),
+         (h, norm_w, lm_w), {"hidden": {1: length}, "weights": (None, None)}),
+    ]
+    if log:
+        log(f"tracing {checkpoint.describe()} (torch.export + torch-mlir FX importer) ...")
+    with _offline():
+        text = import_functions(functions)
+    entry, order = _entry_points(text, plan, options.logits)
+    text = _insert(text, entry)
+    meta = metadata(checkpoint, config, options, max_positions, notes, order, head_dim)
+    header = (f"// Generated by `snapkv export --hf` from {checkpoint.path.name}/ "
+              f"({checkpoint.describe()}); weights are function arguments "
+              f"(snapkv.weight), bound from the checkpoint at run time.\n")
+    return header + text, meta
+
+
+def metadata(checkpoint, config, options, max_positions, notes, order, head_dim) -> dict:
+    return {
+        "format": FORMAT,
+        "checkpoint": str(checkpoint.path),
+        "fingerprint": checkpoint.fingerprint(),
+        "architecture": checkpoint.architecture(),
+        "model_type": checkpoint.model_type,
+        "family": checkpoint.family,
+        "config": {key: getattr(config, key, None) for key in (
+            "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+            "num_key_value_heads", "vocab_size", "max_position_embeddings",
+            "tie_word_embeddings")} | {"head_dim": head_dim},
+        "max_position_embeddings": max_positions,
+        "notes": notes,
+        "options": dataclasses.asdict(options),
+        "functions": {"prefill": "prefill", "decode": "decode", "prefill_layer": PREFILL_LAYER,
+                      "decode_layer": DECODE_LAYER},
+        "weights": order,
+        "versions": versions(),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Files (snapkv.hf caches exports)
+
+
+def write(folder: Path, text: str, meta: dict, stem: str = "model") -> Tuple[Path, Path]:
+    """Write ``<stem>.mlir`` and ``<stem>.json`` into `folder` (atomically each)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = (folder / f"{stem}.mlir", folder / f"{stem}.json")
+    for path, data in zip(paths, (text, json.dumps(meta, indent=1) + "\n")):
+        staged = path.with_name(f".{path.name}.{os.getpid()}")
+        staged.write_text(data)
+        staged.replace(path)
+    return paths

@@ -1,0 +1,212 @@
+"""Your own model: a local HuggingFace checkpoint in, a compiled model with a SnapKV-compacted
+KV cache out.
+
+    import numpy as np
+    from snapkv import hf
+
+    full = hf.load("my-model/")                                    # the original model
+    compact = hf.load("my-model/", hf.Compaction(window=32, capacity=256, gqa="mean"))
+    ids = np.array([[1, 15043, 29892, ...]])
+    out = compact.generate(ids, steps=16)    # tokens, logits, logical/physical lengths, caches
+    logits, caches = compact.prefill(ids)    # or step by step: compact.decode(token, pos, caches)
+
+The steps, each usable on its own:
+
+1. :class:`~snapkv.frontend.checkpoint.Checkpoint` reads ``config.json`` and the safetensors
+   headers (numpy only; refuses, with the reason, what it cannot use);
+2. :func:`export` traces the architecture with torch.export and torch-mlir
+   (:mod:`snapkv.frontend.hf_export`: needs torch, transformers, torch-mlir) into a module
+   whose weights are function arguments; cached under ``~/.cache/snapkv/exports`` (keyed by
+   the checkpoint's path, config and tensor layout, the options, the exporter's sources and
+   the package versions), so only the first call needs torch;
+3. :func:`rewrite` runs ``snapkv-compress-kv-cache`` (strict) on the layer functions;
+4. :class:`~snapkv.frontend.runner.CompiledModel` compiles the module (cached by its text, so
+   every checkpoint of one architecture shares the library) and binds the weights, mapped
+   from the safetensors files.
+
+Everything stays local: nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.metadata
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Optional, Sequence, Tuple, Union
+
+from . import tools
+from .frontend.checkpoint import Checkpoint, CheckpointError
+from .frontend.runner import DEFAULT_CFLAGS, CompiledModel, default_cache_dir
+from .tools import ToolError
+
+__all__ = ["Checkpoint", "CheckpointError", "Compaction", "Exported", "ExportOptions",
+           "RewriteError", "export", "layer_functions", "load", "rewrite"]
+
+PREFILL_LAYER, DECODE_LAYER = "prefill_layer", "decode_layer"
+EXPORT_PACKAGES = ("torch", "transformers", "torch-mlir")
+_FRONTEND = Path(__file__).resolve().parent / "frontend"
+REWRITE_TIMEOUT = 600
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportOptions:
+    """``attention``: the HF attention implementation traced, ``sdpa`` (HF's default) or
+    ``eager``; ``logits``: ``last`` (prefill returns the last row, ``[1, 1, V]``) or ``all``
+    (``[1, L, V]``, e.g. for perplexity)."""
+    attention: str = "sdpa"
+    logits: str = "last"
+
+
+@dataclasses.dataclass(frozen=True)
+class Compaction:
+    """The options of ``snapkv-compress-kv-cache`` (docs/semantics.md defines them)."""
+    window: int = 32
+    capacity: int = 1024
+    kernel: int = 5
+    pooling: str = "avg"
+    gqa: str = "expand"
+    order: str = "position"
+
+    def pass_options(self) -> str:
+        return (f"window={self.window} capacity={self.capacity} kernel={self.kernel} "
+                f"pooling={self.pooling} gqa={self.gqa} order={self.order}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Exported:
+    """An exported module: its file, text and metadata (``model.json``: the checkpoint, the
+    config, ``max_position_embeddings`` (the positions it is exact for), the weight names,
+    notes, versions)."""
+    path: Path
+    text: str
+    meta: dict
+
+    @property
+    def checkpoint(self) -> Path:
+        return Path(self.meta["checkpoint"])
+
+
+class RewriteError(ToolError):
+    """snapkv-compress-kv-cache refused the module or failed; the message says why."""
+
+
+def missing_export_packages():
+    import importlib.util
+
+    modules = {"torch": "torch", "transformers": "transformers", "torch-mlir": "torch_mlir"}
+    return [name for name, module in modules.items() if importlib.util.find_spec(module) is None]
+
+
+def _versions() -> dict:
+    found = {}
+    for name in EXPORT_PACKAGES + ("numpy",):
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def _exporter_digest() -> str:
+    digest = hashlib.sha256()
+    for name in ("checkpoint.py", "export.py", "model.py", "hf_export.py"):
+        digest.update((_FRONTEND / name).read_bytes())
+    return digest.hexdigest()
+
+
+def export_key(checkpoint: Checkpoint, options: ExportOptions) -> str:
+    """What a cached export is named by (see :func:`export`)."""
+    return hashlib.sha256(json.dumps([checkpoint.fingerprint(), str(checkpoint.path),
+                                      dataclasses.asdict(options), _exporter_digest(),
+                                      _versions()]).encode()).hexdigest()[:24]
+
+
+def export(checkpoint: Union[Checkpoint, os.PathLike, str],
+           options: ExportOptions = ExportOptions(), *, out: Optional[os.PathLike] = None,
+           cache_dir: Optional[os.PathLike] = None, log=None) -> Exported:
+    """The module of `checkpoint` (``@prefill`` / ``@decode`` and the layer functions, weights
+    as arguments; see :mod:`snapkv.frontend.hf_export`).
+
+    With `out`, written to ``<out>/model.mlir`` and ``<out>/model.json``; otherwise taken from
+    (or stored in) the export cache (`cache_dir`, default ``~/.cache/snapkv/exports``, next to
+    the runner's cache). Needs torch, transformers and torch-mlir unless it is cached."""
+    if not isinstance(checkpoint, Checkpoint):
+        checkpoint = Checkpoint(checkpoint)
+    folder = Path(out) if out is not None else \
+        (Path(cache_dir) if cache_dir is not None else default_cache_dir().parent / "exports") \
+        / export_key(checkpoint, options)
+    module, meta_file = folder / "model.mlir", folder / "model.json"
+    if out is None and module.is_file() and meta_file.is_file():
+        if log:
+            log(f"exported module (cached): {module}")
+        return Exported(module, module.read_text(), json.loads(meta_file.read_text()))
+    missing = missing_export_packages()
+    if missing:
+        raise ToolError(f"exporting {checkpoint.path} needs {', '.join(missing)} "
+                        f"(pip install -e 'python[frontend]')")
+    from .frontend import hf_export
+
+    text, meta = hf_export.export_text(
+        checkpoint, hf_export.ExportOptions(options.attention, options.logits), log=log)
+    hf_export.write(folder, text, meta)
+    if log:
+        log(f"exported module: {module}")
+    return Exported(module, text, meta)
+
+
+def layer_functions(text: str) -> Optional[Tuple[str, str]]:
+    """``("prefill_layer", "decode_layer")`` when the module has one function per layer (as
+    :func:`export` writes it), else None: the names ``snapkv-compress-kv-cache`` needs."""
+    found = [name for name in (PREFILL_LAYER, DECODE_LAYER)
+             if re.search(rf"func\.func\s+(?:private\s+)?@{name}\s*\(", text)]
+    return (PREFILL_LAYER, DECODE_LAYER) if len(found) == 2 else None
+
+
+def rewrite(text: str, compaction: Compaction = Compaction(), *, strict: bool = True,
+            extra: Sequence[str] = ()) -> str:
+    """`text` rewritten by ``snapkv-compress-kv-cache`` with `compaction` (on the layer
+    functions when the module has them). A refusal (with `strict`) or a failure is a
+    :class:`RewriteError` with snapkv-opt's diagnostics."""
+    options = compaction.pass_options()
+    layers = layer_functions(text)
+    if layers:
+        options += f" prefill-func={layers[0]} decode-func={layers[1]}"
+    if strict:
+        options += " strict=true"
+    opt = tools.require(tools.snapkv_opt(), "snapkv-opt")
+    try:
+        done = subprocess.run([str(opt), "--mlir-print-op-on-diagnostic=false",
+                               f"--snapkv-compress-kv-cache={options}", *extra, "-"],
+                              input=text, capture_output=True, text=True,
+                              timeout=REWRITE_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise RewriteError(f"snapkv-opt timed out after {REWRITE_TIMEOUT} s") from None
+    if done.returncode != 0:
+        raise RewriteError(f"snapkv-compress-kv-cache ({options}) failed:\n"
+                           f"{done.stderr.strip()[-4000:]}")
+    return done.stdout
+
+
+def load(checkpoint: Union[Checkpoint, os.PathLike, str],
+         compaction: Optional[Compaction] = None, *,
+         options: ExportOptions = ExportOptions(), cflags: Sequence[str] = DEFAULT_CFLAGS,
+         cache_dir: Optional[os.PathLike] = None, verbose: bool = False,
+         log=None) -> CompiledModel:
+    """The compiled model of `checkpoint`: the original (full cache) without `compaction`,
+    else rewritten with it. Its weights are bound from the checkpoint; its
+    ``max_positions`` is the export's (``max_position_embeddings``, or a sliding window that
+    is narrower). `cache_dir` is the runner's (compiled libraries); exports are cached next
+    to it."""
+    if not isinstance(checkpoint, Checkpoint):
+        checkpoint = Checkpoint(checkpoint)
+    exports = Path(cache_dir).parent / "exports" if cache_dir is not None else None
+    exported = export(checkpoint, options, cache_dir=exports, log=log)
+    text = exported.text if compaction is None else rewrite(exported.text, compaction)
+    return CompiledModel(text, weights=checkpoint, cflags=cflags, cache_dir=cache_dir,
+                         verbose=verbose,
+                         max_positions=exported.meta.get("max_position_embeddings"))

@@ -1,0 +1,124 @@
+"""Where the tools are: snapkv-opt, mlir-opt, mlir-runner, mlir-translate, clang and LLVM's
+library directory (``libmlir_runner_utils.so``, ``libmlir_c_runner_utils.so``).
+
+Every other module asks this one. Each tool is looked up in this order:
+
+1. its environment variable: ``SNAPKV_OPT``, ``MLIR_OPT``, ``MLIR_RUNNER``, ``MLIR_TRANSLATE``,
+   ``CLANG``; the library directory ``MLIR_LIB_DIR``;
+2. snapkv-opt: ``build/bin/snapkv-opt`` of the checkout this package lives in, then
+   ``snapkv-opt`` on ``PATH``; LLVM tools: the directory ``llvm-config-22 --bindir`` prints
+   (``--libdir`` for the libraries), then ``<name>-22`` on ``PATH`` (Debian's versioned links;
+   an unversioned ``clang`` on ``PATH`` may be another LLVM version and is not used);
+3. ``/usr/lib/llvm-22`` (where Debian's LLVM 22 packages install).
+
+A path that is returned need not exist; :func:`require` raises :class:`ToolError` with a hint.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import List, Optional
+
+LLVM_MAJOR = 22
+DEFAULT_PREFIX = Path(f"/usr/lib/llvm-{LLVM_MAJOR}")
+REPO = Path(__file__).resolve().parents[2]
+
+_ENV = {"snapkv-opt": "SNAPKV_OPT", "mlir-opt": "MLIR_OPT", "mlir-runner": "MLIR_RUNNER",
+        "mlir-translate": "MLIR_TRANSLATE", "clang": "CLANG"}
+_HINTS = {"snapkv-opt": "run `make build` in the repository or set SNAPKV_OPT",
+          "mlir-opt": "install mlir-22-tools or set MLIR_OPT",
+          "mlir-runner": "install mlir-22-tools or set MLIR_RUNNER",
+          "mlir-translate": "install mlir-22-tools or set MLIR_TRANSLATE",
+          "clang": "install clang-22 or set CLANG"}
+
+
+class ToolError(RuntimeError):
+    """A tool is missing, or a compile/run step failed."""
+
+
+@functools.lru_cache(maxsize=None)
+def _llvm_config(flag: str) -> Optional[Path]:
+    config = shutil.which(f"llvm-config-{LLVM_MAJOR}")
+    if not config:
+        return None
+    try:
+        done = subprocess.run([config, flag], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    out = done.stdout.strip()
+    return Path(out) if done.returncode == 0 and out else None
+
+
+def llvm_bin_dir() -> Path:
+    return _llvm_config("--bindir") or DEFAULT_PREFIX / "bin"
+
+
+def llvm_lib_dir() -> Path:
+    """``$MLIR_LIB_DIR``, else ``llvm-config-22 --libdir``, else /usr/lib/llvm-22/lib."""
+    if os.environ.get("MLIR_LIB_DIR"):
+        return Path(os.environ["MLIR_LIB_DIR"])
+    return _llvm_config("--libdir") or DEFAULT_PREFIX / "lib"
+
+
+def find(name: str) -> Path:
+    """The path of LLVM tool `name` (see the module docstring for the order)."""
+    variable = _ENV.get(name)
+    if variable and os.environ.get(variable):
+        return Path(os.environ[variable])
+    configured = _llvm_config("--bindir")
+    if configured and (configured / name).is_file():
+        return configured / name
+    versioned = shutil.which(f"{name}-{LLVM_MAJOR}")
+    if versioned:
+        return Path(versioned)
+    return DEFAULT_PREFIX / "bin" / name
+
+
+def snapkv_opt() -> Path:
+    """``$SNAPKV_OPT``, else the checkout's build/bin/snapkv-opt, else snapkv-opt on PATH."""
+    if os.environ.get("SNAPKV_OPT"):
+        return Path(os.environ["SNAPKV_OPT"])
+    built = REPO / "build" / "bin" / "snapkv-opt"
+    if built.is_file():
+        return built
+    on_path = shutil.which("snapkv-opt")
+    return Path(on_path) if on_path else built
+
+
+def mlir_opt() -> Path:
+    return find("mlir-opt")
+
+
+def mlir_runner() -> Path:
+    return find("mlir-runner")
+
+
+def mlir_translate() -> Path:
+    return find("mlir-translate")
+
+
+def clang() -> Path:
+    return find("clang")
+
+
+def runner_libs() -> List[Path]:
+    """The libraries ``mlir-runner -shared-libs=`` needs: printing and memref copies, and
+    libomp for the parallel loops of --snapkv-cpu-pipeline."""
+    lib = llvm_lib_dir()
+    return [lib / "libmlir_runner_utils.so", lib / "libmlir_c_runner_utils.so",
+            lib / "libomp.so"]
+
+
+def require(path: Path, name: Optional[str] = None) -> Path:
+    """`path` if it is an executable file or found on PATH; else a ToolError with a hint."""
+    if path.is_file():
+        return path
+    found = shutil.which(str(path)) if not path.is_absolute() else None
+    if found:
+        return Path(found)
+    hint = _HINTS.get(name or path.name, "set MLIR_LIB_DIR" if path.suffix == ".so" else "")
+    raise ToolError(f"{path} not found" + (f" ({hint})" if hint else ""))

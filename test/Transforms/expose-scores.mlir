@@ -1,0 +1,39 @@
+// RUN: snapkv-opt %s --split-input-file --snapkv-expose-scores | FileCheck %s
+// RUN: snapkv-opt %s --split-input-file --snapkv-expose-scores=functions=prefill | FileCheck %s --check-prefix=NAMED
+
+
+// Every select gets a snapkv.score on the same queries and keys with the same
+// clauses (capacity and order are not score clauses); the function returns,
+// per select, queries, keys, indices, votes, pooled after its own results,
+// and records each select's clauses.
+// CHECK-LABEL: func.func @prefill
+// CHECK-SAME: -> (tensor<1x2x?x2xf32>, tensor<1x2x?x2xf32>, tensor<1x4x2x2xf32>, tensor<1x2x?x2xf32>, tensor<1x2x?xi64>, tensor<1x2x?xf32>, tensor<1x2x?xf32>, tensor<1x4x2x2xf32>, tensor<1x2x6x2xf32>, tensor<1x4x5xi64>, tensor<1x4x4xf32>, tensor<1x4x4xf32>)
+// CHECK-SAME: attributes {foo, snapkv.exposed_scores = ["window=2 capacity=4 kernel=3 pooling=max gqa=mean order=score scale=5.000000e-01", "window=2 capacity=5 kernel=5 pooling=avg gqa=expand order=position"]}
+// CHECK: %[[K0:.*]], %[[V0:.*]], %[[I0:.*]] = snapkv.select %arg0, %arg1, %arg2
+// CHECK-NEXT: %[[VOTES0:.*]], %[[POOLED0:.*]] = snapkv.score %arg0, %arg1 window 2 kernel 3 pooling max gqa mean scale 5.000000e-01 : (tensor<1x4x2x2xf32>, tensor<1x2x?x2xf32>) -> (tensor<1x2x?xf32>, tensor<1x2x?xf32>)
+// CHECK: %{{.*}}, %{{.*}}, %[[I1:.*]] = snapkv.select %arg0, %[[KS:.*]], %[[KS]] window 2 capacity 5 :
+// CHECK-NEXT: %[[VOTES1:.*]], %[[POOLED1:.*]] = snapkv.score %arg0, %[[KS]] window 2 : (tensor<1x4x2x2xf32>, tensor<1x2x6x2xf32>) -> (tensor<1x4x4xf32>, tensor<1x4x4xf32>)
+// CHECK: return %[[K0]], %[[V0]], %arg0, %arg1, %[[I0]], %[[VOTES0]], %[[POOLED0]], %arg0, %[[KS]], %[[I1]], %[[VOTES1]], %[[POOLED1]] :
+// NAMED-LABEL: func.func @prefill
+// NAMED: snapkv.score
+// NAMED-LABEL: func.func @other
+// NAMED-NOT: snapkv.score
+// NAMED-NOT: snapkv.exposed_scores
+func.func @prefill(%q: tensor<1x4x2x2xf32>, %k: tensor<1x2x?x2xf32>, %v: tensor<1x2x?x2xf32>)
+    -> (tensor<1x2x?x2xf32>, tensor<1x2x?x2xf32>) attributes {foo} {
+  %ko, %vo, %idx = snapkv.select %q, %k, %v window 2 capacity 4 kernel 3 pooling max
+      gqa mean order score scale 0.5
+      : (tensor<1x4x2x2xf32>, tensor<1x2x?x2xf32>, tensor<1x2x?x2xf32>)
+      -> (tensor<1x2x?x2xf32>, tensor<1x2x?x2xf32>, tensor<1x2x?xi64>)
+  %ks = tensor.empty() : tensor<1x2x6x2xf32>
+  %k1, %v1, %i1 = snapkv.select %q, %ks, %ks window 2 capacity 5
+      : (tensor<1x4x2x2xf32>, tensor<1x2x6x2xf32>, tensor<1x2x6x2xf32>)
+      -> (tensor<1x4x5x2xf32>, tensor<1x4x5x2xf32>, tensor<1x4x5xi64>)
+  return %ko, %vo : tensor<1x2x?x2xf32>, tensor<1x2x?x2xf32>
+}
+func.func @other(%q: tensor<1x1x2x2xf32>, %k: tensor<1x1x4x2xf32>) -> tensor<1x1x3xi64> {
+  %ko, %vo, %idx = snapkv.select %q, %k, %k window 2 capacity 3
+      : (tensor<1x1x2x2xf32>, tensor<1x1x4x2xf32>, tensor<1x1x4x2xf32>)
+      -> (tensor<1x1x3x2xf32>, tensor<1x1x3x2xf32>, tensor<1x1x3xi64>)
+  return %idx : tensor<1x1x3xi64>
+}
