@@ -162,9 +162,29 @@ def _argmax(logits):
 
 
 @torch.no_grad()
+def greedy_decode(model, first_row, length, keys, values, steps, expanded):
+    """``steps`` greedy decode steps after a prefill of ``length`` tokens whose last logits
+    row is ``first_row``, over the per-layer caches ``keys``/``values`` (extended in place).
+
+    Returns ``(tokens, rows, physical_lengths)`` laid out like :func:`snapkv_generate`'s
+    ``tokens``, ``logits`` rows and ``physical_lengths``."""
+    rows = [first_row.clone()]
+    tokens = [_argmax(rows[0])]
+    physical = []
+    for g in range(steps):
+        physical.append(int(keys[0].shape[2]))
+        rows.append(decode_step(model, tokens[-1], length + g, keys, values, expanded))
+        tokens.append(_argmax(rows[-1]))
+    return tokens, rows, physical
+
+
+@torch.no_grad()
 def snapkv_generate(model, ids, steps, window, capacity, kernel=5, pooling="avg",
-                    gqa="expand", order="position"):
+                    gqa="expand", order="position", prefilled=None):
     """Prefill, SnapKV compaction, ``steps`` greedy decode steps.
+
+    ``prefilled``: the result of :func:`prefill` for ``ids``, to share one prefill between
+    several cache policies (it is not modified).
 
     Returns a dict:
 
@@ -182,7 +202,7 @@ def snapkv_generate(model, ids, steps, window, capacity, kernel=5, pooling="avg"
     """
     ids = _as_ids(ids)
     length = ids.shape[1]
-    logits, keys, values, queries = prefill(model, ids)
+    logits, keys, values, queries = prefill(model, ids) if prefilled is None else prefilled
     selections, cache_k, cache_v = [], [], []
     for q, k, v in zip(queries, keys, values):
         sel = reference.select(q[:, :, length - window:].numpy(), k.numpy(), v.numpy(), window,
@@ -191,21 +211,14 @@ def snapkv_generate(model, ids, steps, window, capacity, kernel=5, pooling="avg"
         cache_k.append(torch.from_numpy(sel.keys.copy()))
         cache_v.append(torch.from_numpy(sel.values.copy()))
 
-    rows = [logits[0, -1].clone()]
-    tokens = [_argmax(rows[0])]
-    physical, logical = [], []
-    for g in range(steps):
-        physical.append(int(cache_k[0].shape[2]))
-        logical.append(length + g)
-        rows.append(decode_step(model, tokens[-1], length + g, cache_k, cache_v,
-                                expanded=(gqa == "expand")))
-        tokens.append(_argmax(rows[-1]))
+    tokens, rows, physical = greedy_decode(model, logits[0, -1], length, cache_k, cache_v,
+                                           steps, expanded=(gqa == "expand"))
     return dict(
         tokens=tokens,
         logits=torch.stack(rows).numpy().astype(np.float32),
         indices=[s.indices for s in selections],
         physical_lengths=physical,
-        logical_lengths=logical,
+        logical_lengths=[length + g for g in range(steps)],
         cache_heads=[int(k.shape[1]) for k in cache_k],
         selections=selections,
         keys=cache_k,
