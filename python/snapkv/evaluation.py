@@ -473,34 +473,53 @@ def evaluate(pipeline: Pipeline, lengths: Sequence[int], methods: Sequence[Metho
     return summarise(jobs, samples, cache)
 
 
-def _run_sample(pipeline: Pipeline, sample, jobs: List[Job], seed: int, cache: ResultCache,
-                keep_indices: Optional[dict]):
+def answer_prompt(pipeline: Pipeline, sample, cells: Sequence[tuple], seed: int,
+                  timed: Callable[[int], bool] = lambda i: True) -> List[dict]:
+    """Answer `sample` with each (method, capacity) of `cells` after one shared prefill: per
+    cell dict(tokens, answer, correct, answer_kept, kept_bytes, decode_ms (None where
+    `timed(i)` is false), kept (indices per layer; None for full))."""
     length, steps = sample.length, len(sample.answer) - 1
     logits, caches, queries = pipeline.prefill(sample.ids)
     first = int(np.argmax(logits))
     answer = sample.answer.tolist()
-    for job in jobs:
-        if job.method.full:
+    out = []
+    for i, (method, capacity) in enumerate(cells):
+        if method.full:
             kept_caches, kept = caches, None
         else:
-            kept_caches, kept = pipeline.compact(job.method, job.capacity, seed, caches,
-                                                 queries)
-        tokens = pipeline.answer(job.method, first, length, steps, kept_caches)
-        if kept is None:
-            answer_kept = 1.0
-        else:
-            rows = [row for layer in kept for row in layer[0]]
-            answer_kept = float(np.mean([np.isin(sample.value_positions, row).all()
-                                         for row in rows]))
-        entry = cache.entry(job.key)
-        entry["samples"][str(sample.index)] = dict(
-            tokens=tokens, answer=answer, correct=tokens == answer, answer_kept=answer_kept,
-            kept_bytes=int(sum(c.nbytes for c in kept_caches)))
-        if entry.get("decode_ms") is None:
-            entry["decode_ms"] = pipeline.decode_ms(job.method, first, length, kept_caches)
+            kept_caches, kept = pipeline.compact(method, capacity, seed, caches, queries)
+        tokens = pipeline.answer(method, first, length, steps, kept_caches)
+        out.append(dict(
+            tokens=tokens, answer=answer, correct=tokens == answer,
+            answer_kept=answer_kept(sample, kept),
+            kept_bytes=int(sum(c.nbytes for c in kept_caches)),
+            decode_ms=pipeline.decode_ms(method, first, length, kept_caches)
+            if timed(i) else None, kept=kept))
+    return out
+
+
+def answer_kept(sample, kept) -> float:
+    """The share of (layer, head) caches that hold every answer token (1 for the full cache)."""
+    if kept is None:
+        return 1.0
+    return float(np.mean([np.isin(sample.value_positions, row).all()
+                          for layer in kept for row in layer[0]]))
+
+
+def _run_sample(pipeline: Pipeline, sample, jobs: List[Job], seed: int, cache: ResultCache,
+                keep_indices: Optional[dict]):
+    entries = [cache.entry(job.key) for job in jobs]
+    results = answer_prompt(pipeline, sample, [(j.method, j.capacity) for j in jobs], seed,
+                            timed=lambda i: entries[i].get("decode_ms") is None)
+    for job, entry, result in zip(jobs, entries, results):
+        kept = result.pop("kept")
+        decode_ms = result.pop("decode_ms")
+        entry["samples"][str(sample.index)] = result
+        if decode_ms is not None:
+            entry["decode_ms"] = decode_ms
         cache.save(job.key)
         if keep_indices is not None and kept is not None:
-            keep_indices[(length, job.method.name, job.capacity, sample.index)] = kept
+            keep_indices[(sample.length, job.method.name, job.capacity, sample.index)] = kept
 
 
 def summarise(jobs: List[Job], samples: int, cache: ResultCache) -> List[dict]:

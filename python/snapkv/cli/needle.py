@@ -7,8 +7,6 @@ import json
 from fractions import Fraction
 from pathlib import Path
 
-import numpy as np
-
 from .. import evaluation as ev
 from ..tasks import retrieval
 from . import common
@@ -59,25 +57,9 @@ def add_parser(commands, common_options):
 def answer_all(pipeline, sample, methods, capacity, seed):
     """Per method: dict(method, capacity, tokens, correct, answer_kept, kept_bytes,
     decode_ms, kept)."""
-    length, steps = sample.length, len(sample.answer) - 1
-    logits, caches, queries = pipeline.prefill(sample.ids)
-    first = int(np.argmax(logits))
-    out = []
-    for method in methods:
-        if method.full:
-            kept_caches, kept, cap = caches, None, length
-        else:
-            kept_caches, kept = pipeline.compact(method, capacity, seed, caches, queries)
-            cap = capacity
-        tokens = pipeline.answer(method, first, length, steps, kept_caches)
-        answer_kept = 1.0 if kept is None else float(np.mean(
-            [np.isin(sample.value_positions, row).all() for layer in kept for row in layer[0]]))
-        out.append(dict(method=method.name, capacity=cap, tokens=tokens,
-                        correct=tokens == sample.answer.tolist(), answer_kept=answer_kept,
-                        kept_bytes=int(sum(c.nbytes for c in kept_caches)),
-                        decode_ms=pipeline.decode_ms(method, first, length, kept_caches),
-                        kept=kept))
-    return out
+    cells = [(m, sample.length if m.full else capacity) for m in methods]
+    results = ev.answer_prompt(pipeline, sample, cells, seed)
+    return [dict(method=m.name, capacity=c, **r) for (m, c), r in zip(cells, results)]
 
 
 def verdict(results, sample) -> list:
@@ -93,8 +75,8 @@ def verdict(results, sample) -> list:
         same = full is not None and r["tokens"] == full["tokens"]
         share = f"{r['kept_bytes'] / full['kept_bytes']:.1%} of the full cache's bytes" \
             if full else f"{r['kept_bytes']:,} bytes"
-        speed = f", decode {full['decode_ms'] / r['decode_ms']:.1f}x as fast" \
-            if full and r["decode_ms"] else ""
+        speed = f", a decode step in {r['decode_ms'] / full['decode_ms']:.2f}x the full " \
+            f"cache's time" if full and full["decode_ms"] else ""
         lines.append(f"{name}: {'right' if r['correct'] else 'WRONG'} answer"
                      + (" (the same tokens as the full cache)" if same else "")
                      + f" with {share}{speed}; the answer tokens are in "
