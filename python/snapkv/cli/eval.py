@@ -49,18 +49,17 @@ def add_parser(commands, common_options):
                "  snapkv eval --lengths 1024 --samples 20 --methods full,snapkv,streaming\n"
                "  snapkv eval --lengths 512,1024,2048 --budgets 1/4,1/8 --json - -q\n"
                "  snapkv eval --model /tmp/my-model --plots /tmp/plots")
-    p.add_argument("--model", type=Path, default=ev.DEFAULT_MODEL, metavar="DIR",
+    p.add_argument("--model", type=Path, metavar="DIR",
                    help="checkpoint directory (config.json + safetensors, vocabulary >= 256), "
                         "default: models/retrieval-llama")
     p.add_argument("--lengths", type=int_list("--lengths"), metavar="L,L",
-                   default=list(DEFAULT_LENGTHS), help="prompt lengths")
+                   default=",".join(map(str, DEFAULT_LENGTHS)), help="prompt lengths")
     p.add_argument("--budgets", type=budget_list, metavar="F,F",
-                   default=list(ev.DEFAULT_BUDGETS),
+                   default=",".join(map(ev.fraction_text, ev.DEFAULT_BUDGETS)),
                    help="cache budgets as fractions of L (1/8 or 0.125): C = floor(L * F) "
-                        "per head, window included (default: 1/2,1/4,1/8,1/16)")
+                        "per head, window included")
     p.add_argument("--methods", type=method_list, metavar="M,M",
-                   default=list(ev.METHODS.values()),
-                   help="methods (below), or 'all' (default: all)")
+                   default="all", help="methods (below), or all")
     p.add_argument("--samples", "-n", type=common.int_in(1, "--samples"),
                    default=DEFAULT_SAMPLES, help="prompts per length")
     p.add_argument("--seed", type=common.int_in(0, "--seed"), default=0,
@@ -184,6 +183,7 @@ def run(args) -> int:
     if args.plots is not None and importlib.util.find_spec("matplotlib") is None:
         raise CLIError("--plots needs matplotlib: pip install matplotlib")
     log = (lambda message: None) if args.quiet else (lambda message: progress(False, message))
+    args.model = args.model or ev.DEFAULT_MODEL
     try:
         pipeline = ev.Pipeline(args.model, args.window, log=log)
         cache = ev.ResultCache(None, enabled=not args.no_cache)

@@ -4,7 +4,6 @@ StreamingLLM baseline at one budget, side by side (``make demo``)."""
 from __future__ import annotations
 
 import json
-from fractions import Fraction
 from pathlib import Path
 
 from .. import evaluation as ev
@@ -33,15 +32,14 @@ def add_parser(commands, common_options):
                "  snapkv needle                                   # L=1024, C=L/8\n"
                "  snapkv needle --length 2048 --budget 1/16 --index 3\n"
                "  snapkv needle --methods full,snapkv,random,snapkv-gqa-mean --json")
-    p.add_argument("--model", type=Path, default=ev.DEFAULT_MODEL, metavar="DIR",
+    p.add_argument("--model", type=Path, metavar="DIR",
                    help="checkpoint directory, default: models/retrieval-llama")
     p.add_argument("--length", "-L", type=common.int_in(1, "the length"),
                    default=DEFAULT_LENGTH, help="prompt length")
-    p.add_argument("--budget", type=budget_list, default=[Fraction(1, 8)], metavar="F",
-                   help="cache budget as a fraction of L: C = floor(L * F) (default: 1/8)")
-    p.add_argument("--methods", type=method_list, default=method_list(DEFAULT_METHODS),
-                   metavar="M,M", help=f"methods, as for `snapkv eval` (default: "
-                                       f"{DEFAULT_METHODS})")
+    p.add_argument("--budget", type=budget_list, default="1/8", metavar="F",
+                   help="cache budget as a fraction of L: C = floor(L * F)")
+    p.add_argument("--methods", type=method_list, default=DEFAULT_METHODS,
+                   metavar="M,M", help="methods, as for `snapkv eval`")
     p.add_argument("--seed", type=common.int_in(0, "--seed"), default=0,
                    help="the prompt's seed")
     p.add_argument("--index", type=common.int_in(0, "--index"), default=0,
@@ -88,6 +86,7 @@ def run(args) -> int:
     budget = args.budget[0] if len(args.budget) == 1 else None
     if budget is None:
         raise CLIError("--budget takes one fraction")
+    args.model = args.model or ev.DEFAULT_MODEL
     log = (lambda message: None) if args.quiet else (lambda message: progress(False, message))
     capacity = ev.capacity_of(args.length, budget)
     try:
