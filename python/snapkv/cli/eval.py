@@ -299,12 +299,12 @@ def plot_kept(path, pipeline, args, target, kept):
     length, budget, methods = target
     capacity = ev.capacity_of(length, budget)
     sample = retrieval.generate(length, args.seed, args.variant, 0)
-    indices = {}
+    indices, prefilled = {}, None
     for method in methods:
         found = kept.get((length, method.name, capacity, 0))
         if found is None:  # cached results: run the compiled prefill and select again
-            _, caches, queries = pipeline.prefill(sample.ids)
-            found = pipeline.compact(method, capacity, args.seed, caches, queries)[1]
+            prefilled = prefilled or pipeline.prefill(sample.ids)
+            found = pipeline.compact(method, capacity, args.seed, *prefilled[1:])[1]
         indices[method.name] = [layer[0] for layer in found]
     layers = len(next(iter(indices.values())))
     heads = max(len(layer) for rows in indices.values() for layer in rows)
