@@ -258,7 +258,12 @@ class Pipeline:
         sig = runner.signature(text, name)
         wanted = {n: (t.shape, t.elem) for n, t in sig.weight_args}
         if any(n not in self._weights for n in wanted):
-            arrays, _ = weight_arrays(self.checkpoint, wanted)
+            from .frontend.checkpoint import CheckpointError
+
+            try:
+                arrays, _ = weight_arrays(self.checkpoint, wanted)
+            except CheckpointError as error:
+                raise EvalError(str(error)) from None
             self._weights.update(arrays)
         return [self._weights[n] for n in wanted]
 

@@ -117,7 +117,7 @@ def test_methods_all_and_budget_parsing():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["snapkv", "snapkv-gqa-mean", "snapkv-order-score",
-                                  "streaming", "random"])
+                                  "streaming"])
 def test_composition_is_the_rewritten_model(pipeline, name):
     """Shared prefill + the method's select + the rewritten decode == the method's rewritten
     model compiled whole: the same caches (bit for bit) and the same greedy tokens."""

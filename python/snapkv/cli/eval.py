@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import evaluation as ev
+from ..frontend.runner import CompiledCheckError, ResourceLimitError
 from ..tasks import retrieval
 from . import common
 from .common import CLIError, Formatter, progress, show
@@ -193,6 +194,8 @@ def run(args) -> int:
                            args.seed, args.variant, cache, Bar(args.quiet), kept)
     except ev.EvalError as error:
         raise CLIError(str(error)) from None
+    except (CompiledCheckError, ResourceLimitError) as error:
+        raise CLIError(f"the compiled model stopped: {error}") from None
     seconds = time.perf_counter() - start
     rows = ordered(rows, args.methods)
     out = sys.stderr if args.json == "-" else sys.stdout
@@ -204,7 +207,12 @@ def run(args) -> int:
           "(timed once per cell, when it was first computed; the machine's load shows in it)",
           file=out)
     if args.plots is not None:
-        written = write_plots(args, pipeline, rows, kept)
+        try:
+            written = write_plots(args, pipeline, rows, kept)
+        except ev.EvalError as error:
+            raise CLIError(str(error)) from None
+        except (CompiledCheckError, ResourceLimitError) as error:
+            raise CLIError(f"the compiled model stopped: {error}") from None
         for path in written:
             print(f"wrote {show(path)}", file=out)
     if args.json:

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from .. import evaluation as ev
+from ..frontend.runner import CompiledCheckError, ResourceLimitError
 from ..tasks import retrieval
 from . import common
 from .common import CLIError, Formatter, progress, show
@@ -100,6 +101,8 @@ def run(args) -> int:
         results = answer_all(pipeline, sample, args.methods, capacity, args.seed)
     except ev.EvalError as error:
         raise CLIError(str(error)) from None
+    except (CompiledCheckError, ResourceLimitError) as error:
+        raise CLIError(f"the compiled model stopped: {error}") from None
     asked = sample.asked
     if args.json:
         print(json.dumps(dict(
