@@ -64,17 +64,29 @@ class ExportOptions:
 
 @dataclasses.dataclass(frozen=True)
 class Compaction:
-    """The options of ``snapkv-compress-kv-cache`` (docs/semantics.md defines them)."""
+    """The options of ``snapkv-compress-kv-cache`` (docs/semantics.md defines them).
+    ``scoring`` other than ``votes`` is a comparison ranking (``prefix_votes``, ``recent``
+    with ``sinks`` (None: the pass's default), ``random`` with ``seed``)."""
     window: int = 32
     capacity: int = 1024
     kernel: int = 5
     pooling: str = "avg"
     gqa: str = "expand"
     order: str = "position"
+    scoring: str = "votes"
+    sinks: Optional[int] = None
+    seed: int = 0
 
     def pass_options(self) -> str:
-        return (f"window={self.window} capacity={self.capacity} kernel={self.kernel} "
-                f"pooling={self.pooling} gqa={self.gqa} order={self.order}")
+        options = (f"window={self.window} capacity={self.capacity} kernel={self.kernel} "
+                   f"pooling={self.pooling} gqa={self.gqa} order={self.order}")
+        if self.scoring != "votes":
+            options += f" scoring={self.scoring}"
+        if self.scoring == "recent" and self.sinks is not None:
+            options += f" sinks={self.sinks}"
+        if self.scoring == "random":
+            options += f" seed={self.seed}"
+        return options
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,7 +9,11 @@ Subcommands (``snapkv COMMAND --help`` explains every option), one module each:
   side: tokens, per-step agreement, logical vs physical lengths, the ledger, times;
 * ``ledger``    -- the persistent K/V ledger (``--snapkv-report-cache``) of the rewritten model;
 * ``visualize`` -- one PNG per layer: votes, pooled scores and kept positions of every head,
-  computed by the compiled model itself.
+  computed by the compiled model itself;
+* ``eval``      -- accuracy vs cache budget of the full cache, SnapKV, its variants and the
+  baselines on the retrieval task, through the compiled pipeline (table, JSON, plots);
+* ``needle``    -- one retrieval prompt answered with the full cache, SnapKV and
+  StreamingLLM at one budget: answers, cache bytes, decode times (``make demo``).
 
 :mod:`.common` holds what they share. Errors (bad arguments, missing files or tools, invalid
 IR, a rewrite the pass refuses, a failed run-time check of the compiled model, a prompt past
@@ -30,7 +34,7 @@ import sys
 from typing import Optional, Sequence
 
 from ..tools import ToolError
-from . import common, compile, export, generate, ledger, visualize
+from . import common, compile, eval, export, generate, ledger, needle, visualize
 from .common import PROG, CLIError
 
 EPILOG = """\
@@ -40,6 +44,8 @@ examples:
   snapkv compile test/Models/tiny_llama_dynamic.mlir -o /tmp/compact.mlir --window 8 --capacity 32
   snapkv ledger --prompt-length 16384 --generated 512 --window 32 --capacity 1024
   snapkv visualize --out /tmp/snapkv-plots --window 8 --capacity 24
+  snapkv eval --lengths 1024 --samples 20 --methods full,snapkv,streaming
+  snapkv needle --length 2048
 
 Docs: docs/user-guide.md (CLI), docs/semantics.md (what is kept), docs/model-rewrite.md (the pass).
 """
@@ -60,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_parser(commands, options, compaction)
     ledger.add_parser(commands, options, compaction)
     visualize.add_parser(commands, options, compaction)
+    eval.add_parser(commands, options)
+    needle.add_parser(commands, options)
     return parser
 
 

@@ -1,0 +1,544 @@
+"""Accuracy of KV-cache policies on the retrieval task (:mod:`snapkv.tasks.retrieval`), run
+through the compiled pipeline: ``snapkv-compress-kv-cache``, ``snapkv.select`` and the CPU
+pipeline (``snapkv eval`` and ``snapkv needle`` drive it; docs/eval.md).
+
+What is compiled, and why so (prefill is the cost: its attention is quadratic in L):
+
+* **one shared prefill** per window ``W``: the checkpoint's module rewritten with
+  ``gqa=mean`` and a capacity no prompt reaches (so its caches are the whole K/V, ``Hkv``
+  heads), its layer functions inlined into ``@prefill`` and ``snapkv-expose-scores`` applied,
+  so that it also returns each layer's select queries (the last ``W`` post-RoPE query rows,
+  which every method's select ranks by). It runs once per prompt, for every method and budget;
+* **one select library per (method, capacity)**: the ``snapkv.select`` ops exactly as the
+  rewrite writes them for that method (clauses and effective scale copied from the rewritten
+  module, one function per distinct select), compiled alone: ``select(q, K, V)`` is what the
+  rewritten prefill computes for its cache results, so the compacted caches are the ones that
+  method's rewritten model would return. The prompt length is dynamic in every module; the
+  capacity is an attribute of the op, hence one library per capacity;
+* **one decode per GQA policy**: the rewritten model's ``@decode`` (``expand`` takes ``Hq``
+  cache heads; ``mean``/``max`` ``Hkv``), and the original module's for ``full``.
+
+``python/tests/test_eval.py`` checks that this composition gives the same caches and tokens
+as each method's rewritten model compiled whole (:class:`snapkv.frontend.runner.CompiledModel`).
+
+A prompt counts as correct when greedy decoding reproduces every answer token. Results are
+cached per (model weights, method options, length, capacity, prompt seed and index, task
+variant, generator version, snapkv-opt build) under ``$SNAPKV_EVAL_CACHE`` (default
+``~/.cache/snapkv/eval``), so a rerun only computes what is new.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import subprocess
+import time
+from fractions import Fraction
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from . import hf, tools
+from .tasks import retrieval
+from .tools import REPO, ToolError
+
+# Bumped when what a cached result means changes.
+EVAL_VERSION = 1
+DEFAULT_MODEL = REPO / "models" / "retrieval-llama"
+DEFAULT_WINDOW = 16            # the task keeps the question inside the last 16 positions
+UNBOUNDED = 1 << 40            # a capacity no prompt reaches: the select keeps everything
+OPT_TIMEOUT = 600
+
+
+class EvalError(Exception):
+    """A problem to report as one message (bad option, missing model, failed tool)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+    name: str
+    options: Optional[dict]    # overrides of the SnapKV defaults; None: the full cache
+    summary: str
+
+    @property
+    def full(self) -> bool:
+        return self.options is None
+
+    def compaction(self, window: int, capacity: int, seed: int) -> hf.Compaction:
+        options = dict(self.options or {})
+        if options.get("scoring") == "random":
+            options["seed"] = seed
+        return hf.Compaction(window=window, capacity=capacity, **options)
+
+    def key(self, window: int, seed: int) -> str:
+        """What results depend on, capacity aside (names may change, options do not)."""
+        if self.full:
+            return "full"
+        options = self.compaction(window, 0, seed).pass_options()
+        return re.sub(r"capacity=\d+ ", "", options)
+
+
+_METHODS = [
+    Method("full", None, "the original module: every prompt position cached"),
+    Method("snapkv", {}, "SnapKV: votes of the window, avg pooling kernel 5, gqa expand"),
+    Method("snapkv-gqa-mean", {"gqa": "mean"}, "SnapKV, votes averaged over a kv head's "
+           "query heads (Hkv cache heads)"),
+    Method("snapkv-gqa-max", {"gqa": "max"}, "SnapKV, votes maximised over a kv head's "
+           "query heads (Hkv cache heads)"),
+    Method("snapkv-k1", {"kernel": 1}, "SnapKV without pooling (kernel 1)"),
+    Method("snapkv-k7", {"kernel": 7}, "SnapKV, pooling kernel 7"),
+    Method("snapkv-maxpool", {"pooling": "max"}, "SnapKV, max pooling"),
+    Method("snapkv-order-score", {"order": "score"}, "SnapKV, kept positions ordered by "
+           "score"),
+    Method("snapkv-prefix-softmax", {"scoring": "prefix_votes"}, "SnapKV with the window "
+           "columns left out of the softmax denominator (as TRT-LLM does)"),
+    Method("streaming", {"scoring": "recent"}, "StreamingLLM: 4 attention sinks and the "
+           "most recent positions"),
+    Method("random", {"scoring": "random"}, "uniformly drawn prefix positions plus the "
+           "window (seeded with --seed)"),
+]
+METHODS: Dict[str, Method] = {m.name: m for m in _METHODS}
+DEFAULT_BUDGETS = (Fraction(1, 2), Fraction(1, 4), Fraction(1, 8), Fraction(1, 16))
+
+
+def capacity_of(length: int, budget: Fraction) -> int:
+    return int(length * budget)
+
+
+def fraction_text(budget: Fraction) -> str:
+    return f"{budget.numerator}/{budget.denominator}" if budget.numerator != 1 or \
+        budget.denominator != 1 else "1"
+
+
+# ---------------------------------------------------------------------------------------------
+# snapkv-opt and the compiled pieces
+
+def _opt(arguments: Sequence[str], text: str) -> str:
+    opt = tools.require(tools.snapkv_opt(), "snapkv-opt")
+    try:
+        done = subprocess.run([str(opt), "--mlir-print-op-on-diagnostic=false", *arguments, "-"],
+                              input=text, capture_output=True, text=True, timeout=OPT_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise EvalError(f"snapkv-opt {' '.join(arguments)} timed out") from None
+    if done.returncode != 0:
+        message = next((line for line in done.stderr.splitlines() if "error:" in line),
+                       done.stderr.strip()[-300:])
+        raise EvalError(f"snapkv-opt {' '.join(arguments)} failed: {message}")
+    return done.stdout
+
+
+_SELECT = re.compile(r"=\s*snapkv\.select\s+%[\w.#]+,\s*%[\w.#]+,\s*%[\w.#]+\s+(?P<clauses>[^:]*?)"
+                     r"\s*:\s*\((?P<args>[^()]*)\)\s*->\s*\((?P<results>[^()]*)\)")
+
+
+def prefill_selects(rewritten: str) -> List[dict]:
+    """The selects of @prefill in layer order (layer functions inlined): clauses, argument
+    and result types, as the rewrite wrote them."""
+    inlined = _opt(["--symbol-privatize=exclude=prefill", "--inline", "--symbol-dce"], rewritten)
+    found = [m.groupdict() for m in _SELECT.finditer(inlined)]
+    if not found:
+        raise EvalError("the rewritten module's @prefill holds no snapkv.select")
+    return found
+
+
+def select_module(selects: List[dict]) -> tuple:
+    """(module text, per layer the function name): one function per distinct select."""
+    functions, names = {}, []
+    for select in selects:
+        key = (select["clauses"], select["args"], select["results"])
+        if key not in functions:
+            functions[key] = f"select_{len(functions)}"
+        names.append(functions[key])
+    bodies = []
+    for (clauses, args, results), name in functions.items():
+        a = [t.strip() for t in args.split(",")]
+        bodies.append(
+            f"  func.func @{name}(%q: {a[0]}, %k: {a[1]}, %v: {a[2]}) -> ({results}) {{\n"
+            f"    %ko, %vo, %idx = snapkv.select %q, %k, %v {clauses} : ({args}) -> ({results})\n"
+            f"    return %ko, %vo, %idx : {results}\n  }}")
+    return "module {\n" + "\n".join(bodies) + "\n}\n", names
+
+
+def _function(library, name: str, text: str, bound=()):
+    from .frontend import runner
+
+    return runner.CompiledFunction(ctypes.CDLL(str(library.path)), name,
+                                   runner.signature(text, name), bound)
+
+
+def file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def model_digest(directory: Path) -> str:
+    """The checkpoint's config.json and safetensors files (names and bytes)."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(directory).iterdir()):
+        if path.name == "config.json" or path.suffix == ".safetensors":
+            digest.update(f"{path.name}\n{file_digest(path)}\n".encode())
+    return digest.hexdigest()
+
+
+class Pipeline:
+    """The compiled pieces for one checkpoint and window (see the module docstring); each is
+    compiled (or loaded from the runner's cache) on first use."""
+
+    def __init__(self, model_dir: Path, window: int = DEFAULT_WINDOW,
+                 log: Optional[Callable[[str], None]] = None):
+        from .frontend.checkpoint import Checkpoint, CheckpointError
+
+        self.model_dir, self.window = Path(model_dir), window
+        self.log = log or (lambda message: None)
+        if not (self.model_dir / "config.json").is_file():
+            raise EvalError(f"no model at {self.model_dir} (config.json missing): "
+                            f"scripts/train_retrieval_model.py writes one; or pass --model DIR")
+        try:
+            self.checkpoint = Checkpoint(self.model_dir)
+        except CheckpointError as error:
+            raise EvalError(str(error)) from None
+        vocab = self.checkpoint.config.get("vocab_size")
+        if vocab is not None and vocab < retrieval.VOCAB_SIZE:
+            raise EvalError(f"{self.model_dir}: vocabulary of {vocab} ids, the retrieval task "
+                            f"uses {retrieval.VOCAB_SIZE}")
+        self.max_positions = self.checkpoint.config.get("max_position_embeddings")
+        self.digest = model_digest(self.model_dir)
+        self._exported = None
+        self._weights = None
+        self._prefill = None
+        self._selects: Dict[tuple, tuple] = {}
+        self._decoders: Dict[str, object] = {}
+        self.compile_seconds = 0.0
+
+    # -- pieces ---------------------------------------------------------------------------
+
+    @property
+    def exported(self):
+        if self._exported is None:
+            self.log(f"exporting {self.model_dir} (torch-mlir; cached after the first time) ...")
+            try:
+                self._exported = hf.export(self.checkpoint)
+            except (ToolError, hf.CheckpointError) as error:
+                raise EvalError(f"exporting {self.model_dir}: {error}") from None
+        return self._exported
+
+    def _rewrite(self, compaction: hf.Compaction) -> str:
+        try:
+            return hf.rewrite(self.exported.text, compaction)
+        except ToolError as error:
+            raise EvalError(str(error).splitlines()[0]) from None
+
+    def _compile(self, text: str, label: str):
+        from .frontend import runner
+
+        start = time.perf_counter()
+        try:
+            library = runner.compile_library(text, label=label)
+        except ToolError as error:
+            raise EvalError(f"compiling the {label} failed: {error}") from None
+        self.compile_seconds += time.perf_counter() - start
+        self.log(f"  {label}: {'cached library' if library.from_cache else 'compiled'} "
+                 f"({library.seconds:.1f} s)")
+        return library
+
+    def _bound(self, text: str, name: str):
+        from .frontend import runner
+        from .frontend.checkpoint import weight_arrays
+
+        if self._weights is None:
+            self._weights = {}
+        sig = runner.signature(text, name)
+        wanted = {n: (t.shape, t.elem) for n, t in sig.weight_args}
+        if any(n not in self._weights for n in wanted):
+            from .frontend.checkpoint import CheckpointError
+
+            try:
+                arrays, _ = weight_arrays(self.checkpoint, wanted)
+            except CheckpointError as error:
+                raise EvalError(str(error)) from None
+            self._weights.update(arrays)
+        return [self._weights[n] for n in wanted]
+
+    def shared_prefill(self):
+        if self._prefill is None:
+            rewritten = self._rewrite(hf.Compaction(window=self.window, capacity=UNBOUNDED,
+                                                    gqa="mean"))
+            text = _opt(["--symbol-privatize=exclude=prefill", "--inline", "--symbol-dce",
+                         "--snapkv-expose-scores=functions=prefill"], rewritten)
+            library = self._compile(text, "shared prefill (rewritten, scores exposed)")
+            self._prefill = _function(library, "prefill", text, self._bound(text, "prefill"))
+        return self._prefill
+
+    def selects(self, method: Method, capacity: int, seed: int):
+        """Per layer a compiled select(q, K, V) -> (K', V', indices) of `method`."""
+        key = (method.key(self.window, seed), capacity)
+        if key not in self._selects:
+            rewritten = self._rewrite(method.compaction(self.window, capacity, seed))
+            text, names = select_module(prefill_selects(rewritten))
+            library = self._compile(text, f"{method.name} select, C={capacity}")
+            functions = {n: _function(library, n, text) for n in set(names)}
+            self._selects[key] = [functions[n] for n in names]
+        return self._selects[key]
+
+    def decoder(self, method: Method):
+        """A CompiledModel whose @decode is the method's (its @prefill is not used)."""
+        from .frontend.runner import CompiledModel
+
+        gqa = "full" if method.full else (method.options or {}).get("gqa", "expand")
+        if gqa not in self._decoders:
+            text = self.exported.text if gqa == "full" else \
+                self._rewrite(hf.Compaction(window=self.window, capacity=UNBOUNDED, gqa=gqa))
+            label = "original model (decode)" if gqa == "full" else f"decode, gqa {gqa}"
+            start = time.perf_counter()
+            try:
+                model = CompiledModel(text, weights=self.checkpoint,
+                                      max_positions=self.max_positions)
+            except ToolError as error:
+                raise EvalError(f"compiling the {label} failed: {error}") from None
+            self.compile_seconds += time.perf_counter() - start
+            self.log(f"  {label}: {'cached library' if model.from_cache else 'compiled'} "
+                     f"({model.library.seconds:.1f} s)")
+            self._decoders[gqa] = model
+        return self._decoders[gqa]
+
+    # -- running --------------------------------------------------------------------------
+
+    def prefill(self, ids: np.ndarray):
+        """(logits of the last position [V], full caches [k0, v0, ...], window queries per
+        layer)."""
+        outputs = self.shared_prefill()(np.ascontiguousarray(ids[None], dtype=np.int64))
+        layers = (len(outputs) - 1) // 7  # logits, 2 caches and 5 exposed arrays per layer
+        caches = outputs[1:1 + 2 * layers]
+        queries = [outputs[1 + 2 * layers + 5 * i] for i in range(layers)]
+        return outputs[0][0, -1], caches, queries
+
+    def compact(self, method: Method, capacity: int, seed: int, caches, queries):
+        """(compacted caches, kept indices per layer [1, Hc, C])."""
+        functions = self.selects(method, capacity, seed)
+        out, kept = [], []
+        for layer, function in enumerate(functions):
+            k, v, index = function(queries[layer], caches[2 * layer], caches[2 * layer + 1])
+            out += [k, v]
+            kept.append(index)
+        return out, kept
+
+    def answer(self, method: Method, first: int, length: int, steps: int, caches):
+        """Greedy tokens: `first` (from prefill) and `steps` decode steps."""
+        model = self.decoder(method)
+        tokens = [int(first)]
+        for g in range(steps):
+            logits, caches = model.decode(tokens[-1], length + g, caches)
+            tokens.append(int(np.argmax(logits[0, 0])))
+        return tokens
+
+    def decode_ms(self, method: Method, token: int, length: int, caches,
+                  repeat: int = 3) -> float:
+        """Median milliseconds of one bare decode step on `caches`."""
+        times = self.decoder(method).time_decode(token, length, caches, repeat=repeat)
+        return float(np.median(times) * 1e3)
+
+    def compiler_digest(self) -> str:
+        from .frontend.runner import _file_digest
+
+        return _file_digest(tools.require(tools.snapkv_opt(), "snapkv-opt").resolve())
+
+
+# ---------------------------------------------------------------------------------------------
+# Results cache
+
+def default_cache_dir() -> Path:
+    if os.environ.get("SNAPKV_EVAL_CACHE"):
+        return Path(os.environ["SNAPKV_EVAL_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "snapkv" / "eval"
+
+
+class ResultCache:
+    """One JSON file per (model, method options, length, capacity, seed, variant, window,
+    generator, compiler): {"key": ..., "samples": {index: result}, "decode_ms": ...}."""
+
+    def __init__(self, directory: Optional[Path], enabled: bool = True):
+        self.directory = Path(directory) if directory else default_cache_dir()
+        self.enabled = enabled
+        self._files: Dict[str, dict] = {}
+
+    def _name(self, key: dict) -> str:
+        return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
+
+    def entry(self, key: dict) -> dict:
+        name = self._name(key)
+        if name not in self._files:
+            data = {"key": key, "samples": {}, "decode_ms": None}
+            path = self.directory / f"{name}.json"
+            if self.enabled and path.is_file():
+                try:
+                    loaded = json.loads(path.read_text())
+                    if loaded.get("key") == key:
+                        data = loaded
+                except (OSError, ValueError):
+                    pass  # unreadable: recomputed and rewritten
+            self._files[name] = data
+        return self._files[name]
+
+    def save(self, key: dict):
+        if not self.enabled:
+            return
+        name = self._name(key)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            staged = self.directory / f".{name}.{os.getpid()}"
+            staged.write_text(json.dumps(self._files[name]))
+            os.replace(staged, self.directory / f"{name}.json")
+        except OSError:
+            pass  # a cache that cannot be written only costs time
+
+
+# ---------------------------------------------------------------------------------------------
+# The suite
+
+@dataclasses.dataclass
+class Job:
+    """One (length, method, budget) cell; `capacity` is the length for `full`."""
+    length: int
+    method: Method
+    budget: Fraction
+    capacity: int
+    key: dict = None
+
+
+def jobs_for(lengths, methods, budgets) -> List[Job]:
+    jobs = []
+    for length in lengths:
+        for method in methods:
+            if method.full:
+                jobs.append(Job(length, method, Fraction(1), length))
+            else:
+                jobs += [Job(length, method, b, capacity_of(length, b)) for b in budgets]
+    return jobs
+
+
+def check_jobs(jobs: List[Job], window: int, variant: str, max_positions: Optional[int]):
+    """Refuse, before anything runs, what cannot be evaluated (one message)."""
+    shortest = retrieval.min_length(variant)
+    longest_answer = retrieval.VARIANTS[variant].answer_len[1]
+    for job in jobs:
+        if job.length < max(shortest, window + 1):
+            raise EvalError(f"length {job.length} is too short: the {variant!r} task needs at "
+                            f"least {max(shortest, window + 1)} tokens")
+        if max_positions is not None and job.length + longest_answer - 1 > max_positions:
+            raise EvalError(f"length {job.length} and up to {longest_answer} answer tokens "
+                            f"reach past the model's max_position_embeddings ({max_positions})")
+        if not job.method.full and job.capacity <= window:
+            raise EvalError(f"budget {fraction_text(job.budget)} of length {job.length} is "
+                            f"C={job.capacity}, not more than the window ({window}): the "
+                            f"capacity counts the window; use a larger budget or length")
+
+
+def evaluate(pipeline: Pipeline, lengths: Sequence[int], methods: Sequence[Method],
+             budgets: Sequence[Fraction], samples: int, seed: int,
+             variant: str = retrieval.DEFAULT_VARIANT, cache: Optional[ResultCache] = None,
+             progress: Optional[Callable] = None, keep_indices: Optional[dict] = None) \
+        -> List[dict]:
+    """The result rows (see :func:`summarise`). `progress(done, total, note)` is called after
+    each prompt. `keep_indices`, a dict, receives {(length, method name, capacity, index):
+    kept indices per layer} for the prompts computed in this call."""
+    cache = cache or ResultCache(None, enabled=False)
+    jobs = jobs_for(lengths, methods, budgets)
+    check_jobs(jobs, pipeline.window, variant, pipeline.max_positions)
+    compiler = pipeline.compiler_digest()
+    for job in jobs:
+        job.key = dict(version=EVAL_VERSION, model=pipeline.digest,
+                       method=job.method.key(pipeline.window, seed), length=job.length,
+                       capacity=job.capacity, window=pipeline.window, seed=seed,
+                       variant=variant, generator=retrieval.GENERATOR_VERSION,
+                       compiler=compiler)
+    total = len(lengths) * samples
+    done, computed, start = 0, 0, time.perf_counter()
+    for length in lengths:
+        here = [j for j in jobs if j.length == length]
+        for index in range(samples):
+            missing = [j for j in here if str(index) not in cache.entry(j.key)["samples"]]
+            if missing:
+                sample = retrieval.generate(length, seed, variant, index)
+                _run_sample(pipeline, sample, missing, seed, cache, keep_indices)
+                computed += 1
+            done += 1
+            if progress:
+                progress(done, total, f"L={length} prompt {index + 1}/{samples}"
+                         + ("" if missing else " (cached)"), computed,
+                         time.perf_counter() - start)
+    return summarise(jobs, samples, cache)
+
+
+def answer_prompt(pipeline: Pipeline, sample, cells: Sequence[tuple], seed: int,
+                  timed: Callable[[int], bool] = lambda i: True) -> List[dict]:
+    """Answer `sample` with each (method, capacity) of `cells` after one shared prefill: per
+    cell dict(tokens, answer, correct, answer_kept, kept_bytes, decode_ms (None where
+    `timed(i)` is false), kept (indices per layer; None for full))."""
+    length, steps = sample.length, len(sample.answer) - 1
+    logits, caches, queries = pipeline.prefill(sample.ids)
+    first = int(np.argmax(logits))
+    answer = sample.answer.tolist()
+    out = []
+    for i, (method, capacity) in enumerate(cells):
+        if method.full:
+            kept_caches, kept = caches, None
+        else:
+            kept_caches, kept = pipeline.compact(method, capacity, seed, caches, queries)
+        tokens = pipeline.answer(method, first, length, steps, kept_caches)
+        out.append(dict(
+            tokens=tokens, answer=answer, correct=tokens == answer,
+            answer_kept=answer_kept(sample, kept),
+            kept_bytes=int(sum(c.nbytes for c in kept_caches)),
+            decode_ms=pipeline.decode_ms(method, first, length, kept_caches)
+            if timed(i) else None, kept=kept))
+    return out
+
+
+def answer_kept(sample, kept) -> float:
+    """The share of (layer, head) caches that hold every answer token (1 for the full cache)."""
+    if kept is None:
+        return 1.0
+    return float(np.mean([np.isin(sample.value_positions, row).all()
+                          for layer in kept for row in layer[0]]))
+
+
+def _run_sample(pipeline: Pipeline, sample, jobs: List[Job], seed: int, cache: ResultCache,
+                keep_indices: Optional[dict]):
+    entries = [cache.entry(job.key) for job in jobs]
+    results = answer_prompt(pipeline, sample, [(j.method, j.capacity) for j in jobs], seed,
+                            timed=lambda i: entries[i].get("decode_ms") is None)
+    for job, entry, result in zip(jobs, entries, results):
+        kept = result.pop("kept")
+        decode_ms = result.pop("decode_ms")
+        entry["samples"][str(sample.index)] = result
+        if decode_ms is not None:
+            entry["decode_ms"] = decode_ms
+        cache.save(job.key)
+        if keep_indices is not None and kept is not None:
+            keep_indices[(sample.length, job.method.name, job.capacity, sample.index)] = kept
+
+
+def summarise(jobs: List[Job], samples: int, cache: ResultCache) -> List[dict]:
+    rows = []
+    for job in jobs:
+        entry = cache.entry(job.key)
+        found = [entry["samples"][str(i)] for i in range(samples)
+                 if str(i) in entry["samples"]]
+        correct = sum(r["correct"] for r in found)
+        rows.append(dict(
+            method=job.method.name, length=job.length, budget=float(job.budget),
+            budget_fraction=fraction_text(job.budget), capacity=job.capacity,
+            accuracy=correct / len(found) if found else None, n=len(found), correct=correct,
+            answer_kept=float(np.mean([r["answer_kept"] for r in found])) if found else None,
+            kept_bytes=found[0]["kept_bytes"] if found else None,
+            decode_ms=entry.get("decode_ms")))
+    return rows

@@ -1,0 +1,227 @@
+"""`snapkv eval` and `snapkv needle` (python/snapkv/evaluation.py, cli/eval.py, cli/needle.py).
+
+The model is a small random-weight Llama of the shipped model's family (4 query / 2 kv heads,
+vocabulary 256), written once by `save_pretrained`: nothing here depends on a model that can
+solve the task, only on what the pipeline must do whatever the weights:
+
+* the composition the eval runs (one shared compiled prefill, each method's compiled select,
+  the rewritten decode) gives, bit for bit, the caches and the tokens of that method's
+  rewritten model compiled whole;
+* the JSON has the documented fields and the numbers are consistent (capacities, n, bytes);
+* a second run takes everything from the results cache (no prefill runs);
+* bad options are one line on stderr and a non-zero exit;
+* the needle demo answers one prompt with each method and compares them.
+
+Marked `slow`: the first run exports the checkpoint (torch-mlir) and compiles the pieces
+(minutes on a loaded machine); later runs take them from the caches.
+"""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from conftest import require_aot_tools
+
+from snapkv import evaluation as ev
+from snapkv import hf
+from snapkv.cli import main
+from snapkv.frontend import runner
+from snapkv.tasks import retrieval
+
+LENGTH = 256
+CONFIG = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+              max_position_embeddings=1024, initializer_range=0.3, tie_word_embeddings=False)
+
+
+@pytest.fixture(scope="module")
+def model_dir():
+    """A random-weight Llama checkpoint (seed 0), written once under the runner's cache."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("torch_mlir")
+    require_aot_tools()
+    folder = runner.default_cache_dir().parent / "test-checkpoints" / "eval-llama"
+    config = transformers.LlamaConfig(**CONFIG)
+    wanted = {k: v for k, v in json.loads(config.to_json_string()).items()
+              if k != "transformers_version"}
+    try:
+        have = json.loads((folder / "config.json").read_text())
+        have.pop("transformers_version", None)
+        same = have == wanted and (folder / "model.safetensors").is_file()
+    except (OSError, ValueError):
+        same = False
+    if not same:
+        shutil.rmtree(folder, ignore_errors=True)
+        torch.manual_seed(0)
+        model = transformers.LlamaForCausalLM(config)
+        staged = folder.with_name(".eval-llama.tmp")
+        shutil.rmtree(staged, ignore_errors=True)
+        model.save_pretrained(staged)
+        staged.replace(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def pipeline(model_dir):
+    return ev.Pipeline(model_dir)
+
+
+def run_cli(argv, capsys):
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# ---------------------------------------------------------------------------------------------
+# Options (no model needed for most)
+
+@pytest.mark.parametrize("argv, message", [
+    (["--methods", "snapkv-maxpol"], "did you mean 'snapkv-maxpool'?"),
+    (["--methods", "stremaing"], "did you mean 'streaming'?"),
+    (["--budgets", "2"], "not a fraction of the prompt in (0, 1)"),
+    (["--budgets", "1/x"], "fractions like 1/8"),
+    (["--lengths", "abc"], "integers like 512,1024"),
+    (["--samples", "0"], "--samples must be >= 1"),
+    (["--variant", "mutli"], "did you mean 'multi'?"),
+    (["--lenghts", "512"], "did you mean --lengths?"),
+])
+def test_bad_options_are_one_line(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval", *argv])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+
+
+def test_missing_model_is_one_line(tmp_path, capsys):
+    code, out, err = run_cli(["eval", "--model", str(tmp_path / "none"), "--lengths", "512",
+                              "-q"], capsys)
+    assert code == 1 and out == ""
+    assert err.startswith("snapkv eval: error: no model at") and len(err.splitlines()) == 1
+
+
+def test_methods_all_and_budget_parsing():
+    from snapkv.cli import eval as cli_eval
+
+    assert [m.name for m in cli_eval.method_list("all")] == list(ev.METHODS)
+    assert [str(b) for b in cli_eval.budget_list("0.125,1/2,1/8")] == ["1/2", "1/8"]
+    # Every method's options are real pass options (the key is what results are cached by).
+    keys = {m.key(16, 0) for m in ev.METHODS.values()}
+    assert len(keys) == len(ev.METHODS)
+
+
+# ---------------------------------------------------------------------------------------------
+# The pipeline
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["snapkv", "snapkv-gqa-mean", "snapkv-order-score",
+                                  "streaming"])
+def test_composition_is_the_rewritten_model(pipeline, name):
+    """Shared prefill + the method's select + the rewritten decode == the method's rewritten
+    model compiled whole: the same caches (bit for bit) and the same greedy tokens."""
+    method, capacity, steps = ev.METHODS[name], LENGTH // 8, 3
+    sample = retrieval.generate(LENGTH, 5, "multitoken", 0)
+    logits, caches, queries = pipeline.prefill(sample.ids)
+    compacted, kept = pipeline.compact(method, capacity, 5, caches, queries)
+    tokens = pipeline.answer(method, int(np.argmax(logits)), LENGTH, steps, compacted)
+
+    whole = runner.CompiledModel(
+        hf.rewrite(pipeline.exported.text, method.compaction(ev.DEFAULT_WINDOW, capacity, 5)),
+        weights=pipeline.checkpoint)
+    direct_logits, direct_caches = whole.prefill(sample.ids[None])
+    assert np.array_equal(direct_logits[0, -1], logits)
+    assert len(direct_caches) == len(compacted)
+    for got, want in zip(compacted, direct_caches):
+        assert got.shape == want.shape and np.array_equal(got, want)
+    assert tokens == whole.generate(sample.ids[None], steps)["tokens"]
+    heads = 4 if method.options.get("gqa", "expand") == "expand" else 2
+    assert all(k.shape == (1, heads, capacity) for k in kept)
+    window = np.arange(LENGTH - ev.DEFAULT_WINDOW, LENGTH)
+    assert all(np.isin(window, row).all() for k in kept for row in k[0])
+
+
+@pytest.mark.slow
+def test_full_is_the_original_model(pipeline):
+    sample = retrieval.generate(LENGTH, 6, "multitoken", 0)
+    logits, caches, _ = pipeline.prefill(sample.ids)
+    original = runner.CompiledModel(pipeline.exported.text, weights=pipeline.checkpoint)
+    want_logits, want_caches = original.prefill(sample.ids[None])
+    assert np.array_equal(want_logits[0, -1], logits)
+    assert all(np.array_equal(a, b) for a, b in zip(caches, want_caches))
+
+
+@pytest.mark.slow
+def test_small_eval_json_plots_and_cache(model_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SNAPKV_EVAL_CACHE", str(tmp_path / "cache"))
+    target, plots = tmp_path / "eval.json", tmp_path / "plots"
+    argv = ["eval", "--model", str(model_dir), "--lengths", str(LENGTH), "--samples", "2",
+            "--methods", "full,snapkv,streaming", "--budgets", "1/4,1/8", "--json",
+            str(target), "--plots", str(plots)]
+    code, out, err = run_cli(argv, capsys)
+    assert code == 0, err
+    document = json.loads(target.read_text())
+    rows = document["results"]
+    assert {(r["method"], r["capacity"]) for r in rows} == {
+        ("full", LENGTH), ("snapkv", 64), ("snapkv", 32), ("streaming", 64),
+        ("streaming", 32)}
+    for r in rows:
+        assert {"method", "length", "budget", "capacity", "accuracy", "n"} <= set(r)
+        assert r["length"] == LENGTH and r["n"] == 2
+        assert 0 <= r["accuracy"] <= 1 and r["correct"] == round(r["accuracy"] * 2)
+        assert r["decode_ms"] > 0
+    full = next(r for r in rows if r["method"] == "full")
+    assert full["budget"] == 1.0 and full["answer_kept"] == 1.0
+    # The compacted caches hold C of L rows, with Hq = 2 Hkv heads (gqa expand).
+    for r in rows:
+        if r["method"] != "full":
+            assert r["kept_bytes"] * LENGTH == full["kept_bytes"] * 2 * r["capacity"]
+    # Streaming keeps the 4 sinks and the last C - 4 positions in every head: the answer is
+    # kept everywhere or nowhere, as the needle's position says.
+    for r in rows:
+        if r["method"] == "streaming":
+            recent = np.arange(LENGTH - (r["capacity"] - 4), LENGTH)
+            want = np.mean([np.isin(retrieval.generate(LENGTH, 0, "multitoken", i)
+                                    .value_positions, recent).all() for i in range(2)])
+            assert r["answer_kept"] == want
+    assert "snapkv eval:" in out and "accuracy" in out and "streaming" in out
+    assert (plots / "accuracy.png").stat().st_size > 5000
+    assert (plots / "kept-positions.png").stat().st_size > 5000
+    assert "eval [" in err  # the progress bar
+
+    # Again: everything from the results cache, no prefill runs.
+    def no_prefill(*args, **kwargs):
+        raise AssertionError("prefill ran although the results were cached")
+
+    monkeypatch.setattr(ev.Pipeline, "prefill", no_prefill)
+    argv2 = [a for a in argv if a not in ("--plots", str(plots))]
+    code, out, err = run_cli(argv2 + ["-q"], capsys)
+    assert code == 0, err
+    assert json.loads(target.read_text())["results"] == rows
+
+
+@pytest.mark.slow
+def test_needle_demo(model_dir, capsys):
+    code, out, err = run_cli(["needle", "--model", str(model_dir), "--length", str(LENGTH),
+                              "--json", "-q"], capsys)
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["capacity"] == LENGTH // 8 and len(document["answer"]) == 3
+    results = {r["method"]: r for r in document["results"]}
+    assert list(results) == ["full", "snapkv", "streaming"]
+    assert results["full"]["capacity"] == LENGTH
+    for r in results.values():
+        assert len(r["tokens"]) == 3 and r["correct"] == (r["tokens"] == document["answer"])
+    assert results["snapkv"]["kept_bytes"] * 4 == results["full"]["kept_bytes"]
+    assert len(document["verdict"]) == 3
+    code, out, err = run_cli(["needle", "--model", str(model_dir), "--length", str(LENGTH),
+                              "-q"], capsys)
+    assert code == 0 and "expected answer:" in out and "asked needle at" in out
+
+
+def test_needle_bad_budget_is_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["needle", "--budget", "3/2"])
+    assert exit_info.value.code == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
