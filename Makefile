@@ -77,7 +77,7 @@ check-python: build
 # Strict: a test that skips (pytest) or is unsupported (lit) for a reason other than a
 # missing GPU device fails the run (python/tests/skip_policy.py, test/lit.cfg.py).
 test: export SNAPKV_STRICT_SKIPS = 1
-test: check-lit check-python
+test: check-style check-lit check-python
 
 bench: build
 	$(PYTHON) benchmarks/cpu/bench_select.py --write docs/benchmarks.md

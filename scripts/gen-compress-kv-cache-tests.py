@@ -5,9 +5,9 @@ misses built from it) and test/Transforms/compress-kv-cache-scales.mlir (the for
 constant scale takes). Run from the repository root after changing any of them.
 
 The same forms cut from real exports are in scripts/gen-model-attention-tests.py."""
-import math
 
 import numpy as np
+
 MAPS = """#id1 = affine_map<(d0) -> (d0)>
 #id4 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
 #id5 = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3, d4)>

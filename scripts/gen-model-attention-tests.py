@@ -154,7 +154,7 @@ def accepted_test():
     ]
     runs = []
     checks = []
-    for stem, fields, dynamic, keep_decode in FIXTURES:
+    for stem, fields, dynamic, _keep_decode in FIXTURES:
         if stem.startswith("gemma2") or "window" in stem:
             continue
         prefix = stem.upper().replace("_", "-")

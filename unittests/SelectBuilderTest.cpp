@@ -36,9 +36,17 @@ int main() {
   constexpr int64_t dyn = ShapedType::kDynamic;
 
   Case cases[] = {
-      {"static_expand", {1, 32, 32, 128}, {1, 8, 4096, 128}, 32, 1024,
+      {"static_expand",
+       {1, 32, 32, 128},
+       {1, 8, 4096, 128},
+       32,
+       1024,
        GqaPolicy::expand},
-      {"dynamic_mean", {1, 32, 32, 128}, {1, 8, dyn, 128}, 32, 1024,
+      {"dynamic_mean",
+       {1, 32, 32, 128},
+       {1, 8, dyn, 128},
+       32,
+       1024,
        GqaPolicy::mean},
       {"short_max", {2, 4, 4, 16}, {2, 2, 10, 16}, 4, 64, GqaPolicy::max},
   };

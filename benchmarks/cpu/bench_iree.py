@@ -171,12 +171,12 @@ def measure_model(args):
         row = {"L": length, "physical": caches_c[0].shape[2],
                "prefill_logits_diff": float(np.abs(logits_i - logits_c).max()),
                "caches_diff": max(float(np.abs(a - b).max()) for a, b in zip(caches_i, caches_c)),
-               "iree_prefill": timed(lambda: iree_model.prefill(ids), args.runs),
-               "ours_prefill": timed(lambda: cpu_model.prefill(ids), args.runs),
-               "iree_decode": timed(lambda: iree_model.decode(token, length, caches_c),
-                                    args.decode_runs),
-               "ours_decode": timed(lambda: cpu_model.decode(token, length, caches_c),
-                                    args.decode_runs)}
+               "iree_prefill": timed(lambda ids=ids: iree_model.prefill(ids), args.runs),
+               "ours_prefill": timed(lambda ids=ids: cpu_model.prefill(ids), args.runs),
+               "iree_decode": timed(lambda t=token, n=length, c=caches_c:
+                                    iree_model.decode(t, n, c), args.decode_runs),
+               "ours_decode": timed(lambda t=token, n=length, c=caches_c:
+                                    cpu_model.decode(t, n, c), args.decode_runs)}
         d_i, _ = iree_model.decode(token, length, caches_c)
         d_c, _ = cpu_model.decode(token, length, caches_c)
         row["decode_logits_diff"] = float(np.abs(d_i - d_c).max())

@@ -530,8 +530,9 @@ def interleaved(fns, runs):
 
 def measure_shape(batch, length, args, workdir):
     import torch
-    from snapkv import reference
     from torch_update_kv import SnapKVCluster, repeat_kv, update_kv
+
+    from snapkv import reference
 
     q, k, v = inputs(length, batch)
     row = {"B": batch, "L": length}

@@ -111,8 +111,8 @@ void forEachView(Value root, function_ref<void(OpOperand &)> visit) {
 LogicalResult Placement::moveAllocToDevice(memref::AllocOp alloc) {
   Location loc = alloc.getLoc();
   rewriter.setInsertionPoint(alloc);
-  Value device = allocOnDevice(rewriter, loc, alloc.getType(),
-                               alloc.getDynamicSizes());
+  Value device =
+      allocOnDevice(rewriter, loc, alloc.getType(), alloc.getDynamicSizes());
   rewriter.replaceOp(alloc, device);
   Block *block = device.getParentBlock();
 
@@ -143,9 +143,8 @@ LogicalResult Placement::moveAllocToDevice(memref::AllocOp alloc) {
   });
   if (failed(result))
     return failure();
-  llvm::sort(kernels, [](Operation *a, Operation *b) {
-    return a->isBeforeInBlock(b);
-  });
+  llvm::sort(kernels,
+             [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
   DenseMap<Operation *, Value> hostCopies;
   for (OpOperand *use : hostUses) {
     Operation *user = use->getOwner();
@@ -226,8 +225,7 @@ LogicalResult Placement::copyToDevice(Value root) {
     for (Operation *view : chain)
       rewriter.clone(*view, mapping);
     Value onDeviceView = mapping.lookupOrDefault(captured);
-    rewriter.modifyOpInPlace(use.getOwner(),
-                             [&] { use.set(onDeviceView); });
+    rewriter.modifyOpInPlace(use.getOwner(), [&] { use.set(onDeviceView); });
     // Writes would have to go back to the host buffer: kernels write only
     // buffers they allocate.
     for (Operation *user : onDeviceView.getUsers()) {

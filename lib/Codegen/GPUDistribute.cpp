@@ -171,8 +171,7 @@ LogicalResult distributeOp(RewriterBase &rewriter, linalg::LinalgOp op,
 /// thread loop becomes ops that the threads share: a pad becomes a fill
 /// and an insert; an insert becomes a linalg.copy into the slice (which
 /// bufferises in place, so the insert itself moves nothing).
-LogicalResult makeMovesStructured(RewriterBase &rewriter,
-                                  scf::ForallOp block) {
+LogicalResult makeMovesStructured(RewriterBase &rewriter, scf::ForallOp block) {
   SmallVector<tensor::PadOp> pads;
   block.walk([&](tensor::PadOp pad) { pads.push_back(pad); });
   for (tensor::PadOp pad : pads) {
@@ -192,8 +191,8 @@ LogicalResult makeMovesStructured(RewriterBase &rewriter,
     Value copied =
         linalg::CopyOp::create(rewriter, loc, insert.getSource(), slice)
             .getResult(0);
-    rewriter.modifyOpInPlace(
-        insert, [&] { insert.getSourceMutable().assign(copied); });
+    rewriter.modifyOpInPlace(insert,
+                             [&] { insert.getSourceMutable().assign(copied); });
   }
   return success();
 }
@@ -216,14 +215,14 @@ void unshareInits(RewriterBase &rewriter, scf::ForallOp block) {
       rewriter.setInsertionPoint(op);
       Operation *clone = rewriter.clone(*op);
       rewriter.modifyOpInPlace(use->getOwner(), [&] {
-        use->set(clone->getResult(cast<OpResult>(use->get()).getResultNumber()));
+        use->set(
+            clone->getResult(cast<OpResult>(use->get()).getResultNumber()));
       });
     }
   }
 }
 
-struct GPUDistributePass
-    : snapkv::impl::GPUDistributeBase<GPUDistributePass> {
+struct GPUDistributePass : snapkv::impl::GPUDistributeBase<GPUDistributePass> {
   using Base::Base;
 
   void runOnOperation() override {

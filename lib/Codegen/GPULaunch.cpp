@@ -36,7 +36,9 @@ namespace {
 /// ldmatrix accesses need 16).
 constexpr int64_t kAlign = 64;
 
-int64_t alignUp(int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+int64_t alignUp(int64_t bytes) {
+  return (bytes + kAlign - 1) / kAlign * kAlign;
+}
 
 /// `v` computed before `loop`: `v` itself if defined outside, else a clone
 /// of the pure ops computing it from values defined outside; null if it
@@ -102,21 +104,23 @@ private:
 /// Outside the thread loops every thread of the block runs the code: only
 /// index arithmetic, views and reads may be there, never a write.
 LogicalResult BlockLowering::checkBlockLevelEffects() {
-  WalkResult result = block.getBody()->walk<WalkOrder::PreOrder>([&](Operation *op) {
-    if (auto forall = dyn_cast<scf::ForallOp>(op); forall &&
-                                                   isThreadLoop(forall))
-      return WalkResult::skip();
-    if (isa<memref::AllocOp, memref::DeallocOp>(op))
-      return WalkResult::advance();
-    auto effects = dyn_cast<MemoryEffectOpInterface>(op);
-    if (effects && effects.hasEffect<MemoryEffects::Write>()) {
-      op->emitError("snapkv-gpu-launch: a write outside the thread loops of "
-                    "a GPU block would run in every thread (distribute the "
-                    "block with snapkv-gpu-distribute first)");
-      return WalkResult::interrupt();
-    }
-    return WalkResult::advance();
-  });
+  WalkResult result =
+      block.getBody()->walk<WalkOrder::PreOrder>([&](Operation *op) {
+        if (auto forall = dyn_cast<scf::ForallOp>(op);
+            forall && isThreadLoop(forall))
+          return WalkResult::skip();
+        if (isa<memref::AllocOp, memref::DeallocOp>(op))
+          return WalkResult::advance();
+        auto effects = dyn_cast<MemoryEffectOpInterface>(op);
+        if (effects && effects.hasEffect<MemoryEffects::Write>()) {
+          op->emitError(
+              "snapkv-gpu-launch: a write outside the thread loops of "
+              "a GPU block would run in every thread (distribute the "
+              "block with snapkv-gpu-distribute first)");
+          return WalkResult::interrupt();
+        }
+        return WalkResult::advance();
+      });
   return failure(result.wasInterrupted());
 }
 
@@ -195,8 +199,8 @@ LogicalResult BlockLowering::run() {
   rewriter.setInsertionPoint(block);
   Value one = indexConst(1);
   SmallVector<Value> grid(3, one);
-  SmallVector<Value> counts =
-      getValueOrCreateConstantIndexOp(rewriter, loc, block.getMixedUpperBound());
+  SmallVector<Value> counts = getValueOrCreateConstantIndexOp(
+      rewriter, loc, block.getMixedUpperBound());
   auto mapping = block.getMapping()->getAsRange<gpu::GPUBlockMappingAttr>();
   SmallVector<unsigned> dims;
   for (auto [attr, count] : llvm::zip(mapping, counts)) {
@@ -242,16 +246,16 @@ LogicalResult BlockLowering::run() {
   if (globalBytes) {
     Value total = arith::MulIOp::create(rewriter, loc, globalBytes, numBlocks);
     global = memref::AllocOp::create(
-        rewriter, loc, MemRefType::get({ShapedType::kDynamic}, rewriter.getI8Type()),
+        rewriter, loc,
+        MemRefType::get({ShapedType::kDynamic}, rewriter.getI8Type()),
         ValueRange{total});
   }
   Value smemBytes;
   if (sharedBytes)
     smemBytes = arith::ConstantOp::create(
         rewriter, loc, rewriter.getI32IntegerAttr(sharedBytes));
-  auto launch = gpu::LaunchOp::create(
-      rewriter, loc, grid[0], grid[1], grid[2], indexConst(threads), one, one,
-      smemBytes);
+  auto launch = gpu::LaunchOp::create(rewriter, loc, grid[0], grid[1], grid[2],
+                                      indexConst(threads), one, one, smemBytes);
   Block &body = launch.getBody().front();
   rewriter.setInsertionPointToEnd(&body);
   gpu::TerminatorOp::create(rewriter, loc);
@@ -273,7 +277,8 @@ LogicalResult BlockLowering::run() {
 
   // Scratch: views of the shared region and of the block's global slice.
   rewriter.setInsertionPointToStart(&body);
-  auto workgroup = gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup);
+  auto workgroup =
+      gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup);
   Value smem;
   if (sharedBytes)
     smem = gpu::DynamicSharedMemoryOp::create(

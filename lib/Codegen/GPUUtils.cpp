@@ -13,9 +13,8 @@ static bool mappedTo(scf::ForallOp forall,
 }
 
 bool snapkv::isBlockLoop(scf::ForallOp forall) {
-  return mappedTo(forall, [](Attribute a) {
-    return isa<gpu::GPUBlockMappingAttr>(a);
-  });
+  return mappedTo(forall,
+                  [](Attribute a) { return isa<gpu::GPUBlockMappingAttr>(a); });
 }
 
 bool snapkv::isThreadLoop(scf::ForallOp forall) {

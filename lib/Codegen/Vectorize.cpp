@@ -104,9 +104,9 @@ SmallVector<int64_t> defaultTile(linalg::LinalgOp op, ArrayRef<int64_t> ranges,
     return tile;
   int64_t inner = ranges[n - 1];
   int64_t maxWidth = 4 * target.lanes;
-  tile[n - 1] =
-      (!ShapedType::isDynamic(inner) && inner <= 2 * maxWidth) ? inner
-                                                                : maxWidth;
+  tile[n - 1] = (!ShapedType::isDynamic(inner) && inner <= 2 * maxWidth)
+                    ? inner
+                    : maxWidth;
   if (n >= 2 && iters[n - 1] == IteratorType::parallel &&
       iters[n - 2] == IteratorType::reduction &&
       !ShapedType::isDynamic(ranges[n - 2]) && ranges[n - 2] % 8 == 0)
@@ -268,8 +268,8 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
           [](int64_t size) { return size != 0; })]);
       scf::ForOp remainder;
       rewriter.setInsertionPoint(loop);
-      if (succeeded(scf::peelForLoopAndSimplifyBounds(rewriter, loop,
-                                                      remainder)))
+      if (succeeded(
+              scf::peelForLoopAndSimplifyBounds(rewriter, loop, remainder)))
         peeled = true;
       return;
     }

@@ -30,8 +30,8 @@ void check(CUresult result, const char *call) {
   const char *text = "";
   cuGetErrorName(result, &name);
   cuGetErrorString(result, &text);
-  std::fprintf(stderr, "snapkv CUDA runtime: %s failed: %s (%s)\n", call,
-               name, text);
+  std::fprintf(stderr, "snapkv CUDA runtime: %s failed: %s (%s)\n", call, name,
+               text);
   std::abort();
 }
 

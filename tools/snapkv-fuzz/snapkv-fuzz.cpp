@@ -11,8 +11,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "snapkv/Conversion/Passes.h"
-#include "snapkv/Dialect/SnapKV/Transforms/Passes.h"
 #include "snapkv/Dialect/SnapKV/IR/SnapKVDialect.h"
+#include "snapkv/Dialect/SnapKV/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
@@ -47,9 +47,8 @@ static MLIRContext &context() {
   if (!ctx || ++uses % 4096 == 0) {
     DialectRegistry registry;
     registry.insert<snapkv::SnapKVDialect, arith::ArithDialect,
-                    bufferization::BufferizationDialect,
-                    cf::ControlFlowDialect, func::FuncDialect,
-                    linalg::LinalgDialect, math::MathDialect,
+                    bufferization::BufferizationDialect, cf::ControlFlowDialect,
+                    func::FuncDialect, linalg::LinalgDialect, math::MathDialect,
                     memref::MemRefDialect, tensor::TensorDialect>();
     ctx = std::make_unique<MLIRContext>(registry);
     ctx->loadAllAvailableDialects();
@@ -140,8 +139,7 @@ static bool hasBadLinalgProperties(StringRef text) {
 /// whose iterator list holds anything but quoted words are skipped.
 static bool hasBadIteratorTypes(StringRef text) {
   return hasBadList(text, "iterator_types", [](StringRef item) {
-    return item.size() >= 2 && item.starts_with("\"") &&
-           item.ends_with("\"") &&
+    return item.size() >= 2 && item.starts_with("\"") && item.ends_with("\"") &&
            item.drop_front().drop_back().find_first_not_of(
                "abcdefghijklmnopqrstuvwxyz") == StringRef::npos;
   });

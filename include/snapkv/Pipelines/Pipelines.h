@@ -61,8 +61,7 @@ struct GPUPipelineOptions : PassPipelineOptions<GPUPipelineOptions> {
       *this, "chunk",
       llvm::cl::desc("Prefix positions per compaction chunk (0: automatic)"),
       llvm::cl::init(0)};
-  Option<int64_t> threads{*this, "threads",
-                          llvm::cl::desc("Threads per block"),
+  Option<int64_t> threads{*this, "threads", llvm::cl::desc("Threads per block"),
                           llvm::cl::init(128)};
   Option<int64_t> sharedMemoryBytes{
       *this, "shared-memory-bytes",

@@ -40,9 +40,8 @@ Formulation::KeyTiles Formulation::stagedKeyTiles(Value keys, Value length) {
   AffineExpr l0 = b.getAffineSymbolExpr(0);
   OpFoldResult count = affine::makeComposedFoldedAffineApply(
       b, loc, (l0 + tile - 1).floorDiv(tile), {getAsOpFoldResult(length)});
-  Value init = empty({ofr(s.batch), ofr(s.kvHeads), count, ofr(tile),
-                      ofr(s.dim)},
-                     s.elemTy);
+  Value init = empty(
+      {ofr(s.batch), ofr(s.kvHeads), count, ofr(tile), ofr(s.dim)}, s.elemTy);
   Value last = arith::SubIOp::create(b, loc, length, cIndex(1));
   Type elemTy = s.elemTy;
   auto op = generic(
@@ -56,19 +55,18 @@ Formulation::KeyTiles Formulation::stagedKeyTiles(Value keys, Value length) {
         Value d = linalg::IndexOp::create(nb, l, 4);
         Value pos = arith::AddIOp::create(
             nb, l,
-            arith::MulIOp::create(
-                nb, l, n, arith::ConstantIndexOp::create(nb, l, tile)),
+            arith::MulIOp::create(nb, l, n,
+                                  arith::ConstantIndexOp::create(nb, l, tile)),
             jt);
-        Value inside = arith::CmpIOp::create(
-            nb, l, arith::CmpIPredicate::ule, pos, last);
+        Value inside =
+            arith::CmpIOp::create(nb, l, arith::CmpIPredicate::ule, pos, last);
         Value row = arith::MinUIOp::create(nb, l, pos, last);
-        Value key = tensor::ExtractOp::create(nb, l, keys,
-                                              ValueRange{bi, kv, row, d});
-        Value zero =
-            arith::ConstantOp::create(nb, l, nb.getZeroAttr(elemTy));
+        Value key =
+            tensor::ExtractOp::create(nb, l, keys, ValueRange{bi, kv, row, d});
+        Value zero = arith::ConstantOp::create(nb, l, nb.getZeroAttr(elemTy));
         linalg::YieldOp::create(
-            nb, l, ValueRange{arith::SelectOp::create(nb, l, inside, key,
-                                                      zero)});
+            nb, l,
+            ValueRange{arith::SelectOp::create(nb, l, inside, key, zero)});
       });
   return {op.getResult(0), cIndex(0)};
 }
@@ -172,8 +170,10 @@ SmallVector<Value> Formulation::bypassInBlocks(Value keys, Value values,
 Value Formulation::poolInBlocks(Value votes, Value prefix) {
   OpFoldResult padded = paddedPrefix(prefix);
   Value init = empty({ofr(s.batch), ofr(s.heads), padded}, f32);
-  return inRowBlocks(init, [&](Formulation &row, Value bi, Value h) {
-    return SmallVector<Value>{
-        row.pool(rowOf(votes, bi, h, false), prefix, padded)};
-  }).front();
+  return inRowBlocks(init,
+                     [&](Formulation &row, Value bi, Value h) {
+                       return SmallVector<Value>{row.pool(
+                           rowOf(votes, bi, h, false), prefix, padded)};
+                     })
+      .front();
 }

@@ -1,4 +1,5 @@
-//===- Formulation.cpp - shapes, builders and the select/score entry points -===//
+//===- Formulation.cpp - shapes, builders and the select/score entry points
+//-===//
 
 #include "Formulation.h"
 
@@ -40,10 +41,9 @@ static SelectShape commonShape(Operation *op, RankedTensorType qTy,
 }
 
 SelectShape SelectShape::get(SelectOp op) {
-  SelectShape s = commonShape(op, op.getQueries().getType(),
-                              op.getKeys().getType(), op.getWindow(),
-                              op.getKernel(), op.getPooling(), op.getGqa(),
-                              op.getEffectiveScale());
+  SelectShape s = commonShape(
+      op, op.getQueries().getType(), op.getKeys().getType(), op.getWindow(),
+      op.getKernel(), op.getPooling(), op.getGqa(), op.getEffectiveScale());
   s.capacity = op.getCapacity();
   s.keep = s.capacity - s.window;
   s.order = op.getOrder();
@@ -54,10 +54,9 @@ SelectShape SelectShape::get(SelectOp op) {
 }
 
 SelectShape SelectShape::get(ScoreOp op) {
-  SelectShape s = commonShape(op, op.getQueries().getType(),
-                              op.getKeys().getType(), op.getWindow(),
-                              op.getKernel(), op.getPooling(), op.getGqa(),
-                              op.getEffectiveScale());
+  SelectShape s = commonShape(
+      op, op.getQueries().getType(), op.getKeys().getType(), op.getWindow(),
+      op.getKernel(), op.getPooling(), op.getGqa(), op.getEffectiveScale());
   s.capacity = s.window + 1;
   s.keep = 1;
   s.order = Order::position;
@@ -105,10 +104,8 @@ Value Formulation::cF32(float v) {
 Value Formulation::empty(ArrayRef<OpFoldResult> shape, Type elem) {
   return tensor::EmptyOp::create(b, loc, shape, elem);
 }
-Value Formulation::filled(ArrayRef<OpFoldResult> shape, Type elem,
-                          Value init) {
-  return linalg::FillOp::create(b, loc, init, empty(shape, elem))
-      .getResult(0);
+Value Formulation::filled(ArrayRef<OpFoldResult> shape, Type elem, Value init) {
+  return linalg::FillOp::create(b, loc, init, empty(shape, elem)).getResult(0);
 }
 AffineMap Formulation::map(unsigned numDims, ArrayRef<unsigned> dims) {
   SmallVector<AffineExpr> exprs;
@@ -120,8 +117,8 @@ linalg::GenericOp Formulation::generic(
     TypeRange resultTypes, ValueRange ins, ValueRange outs,
     ArrayRef<AffineMap> maps, ArrayRef<utils::IteratorType> iters,
     function_ref<void(OpBuilder &, Location, ValueRange)> body) {
-  return linalg::GenericOp::create(b, loc, resultTypes, ins, outs, maps,
-                                   iters, body);
+  return linalg::GenericOp::create(b, loc, resultTypes, ins, outs, maps, iters,
+                                   body);
 }
 
 void Formulation::group(Operation *root, unsigned tiledLoops,
@@ -183,14 +180,14 @@ Value Formulation::checkedLength(Value keys, Value values) {
   Value length = tensor::DimOp::create(b, loc, keys, 2);
   if (values) {
     Value valuesLength = tensor::DimOp::create(b, loc, values, 2);
-    Value same = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
-                                       length, valuesLength);
-    cf::AssertOp::create(
-        b, loc, same,
-        s.opName + ": prompt length of 'values' differs from 'keys'");
+    Value same = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, length,
+                                       valuesLength);
+    cf::AssertOp::create(b, loc, same,
+                         s.opName +
+                             ": prompt length of 'values' differs from 'keys'");
   }
-  Value longEnough = arith::CmpIOp::create(
-      b, loc, arith::CmpIPredicate::sge, length, cIndex(s.window));
+  Value longEnough = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge,
+                                           length, cIndex(s.window));
   cf::AssertOp::create(
       b, loc, longEnough,
       llvm::formatv("{0}: prompt length (keys dim 2) is shorter than window "
@@ -198,9 +195,9 @@ Value Formulation::checkedLength(Value keys, Value values) {
                     s.opName, s.window)
           .str());
   // Counters and ranks are i32.
-  Value small = arith::CmpIOp::create(
-      b, loc, arith::CmpIPredicate::slt, length,
-      cIndex(std::numeric_limits<int32_t>::max()));
+  Value small =
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, length,
+                            cIndex(std::numeric_limits<int32_t>::max()));
   cf::AssertOp::create(
       b, loc, small,
       s.opName + ": prompt length (keys dim 2) must be below 2^31 - 1");
@@ -217,11 +214,12 @@ Value Formulation::prefixLength(Value length) {
 OpFoldResult Formulation::paddedPrefix(Value prefix) {
   AffineExpr p = b.getAffineSymbolExpr(0);
   return affine::makeComposedFoldedAffineApply(
-      b, loc, (p + chunk - 1).floorDiv(chunk) * chunk, {getAsOpFoldResult(prefix)});
+      b, loc, (p + chunk - 1).floorDiv(chunk) * chunk,
+      {getAsOpFoldResult(prefix)});
 }
 
-SmallVector<Value> Formulation::select(Value queries, Value keys,
-                                       Value values, TypeRange resultTypes) {
+SmallVector<Value> Formulation::select(Value queries, Value keys, Value values,
+                                       TypeRange resultTypes) {
   if (!ShapedType::isDynamic(s.length) &&
       !cast<RankedTensorType>(values.getType()).isDynamicDim(2)) {
     Value length = cIndex(s.length);
@@ -243,17 +241,15 @@ SmallVector<Value> Formulation::select(Value queries, Value keys,
                        castTo(bypass(keys, values, length), resultTypes));
   b.setInsertionPointToStart(ifOp.elseBlock());
   scf::YieldOp::create(
-      b, loc,
-      castTo(selection(queries, keys, values, length), resultTypes));
+      b, loc, castTo(selection(queries, keys, values, length), resultTypes));
   b.setInsertionPointAfter(ifOp);
   return SmallVector<Value>(ifOp.getResults());
 }
 
 SmallVector<Value> Formulation::score(Value queries, Value keys,
                                       TypeRange resultTypes) {
-  Value length = ShapedType::isDynamic(s.length)
-                     ? checkedLength(keys, Value())
-                     : cIndex(s.length);
+  Value length = ShapedType::isDynamic(s.length) ? checkedLength(keys, Value())
+                                                 : cIndex(s.length);
   Value prefix = prefixLength(length);
   Value v = votes(queries, keys, length, prefix);
   Value pooled = opts.gpu ? poolInBlocks(v, prefix)
@@ -261,8 +257,8 @@ SmallVector<Value> Formulation::score(Value queries, Value keys,
   SmallVector<OpFoldResult> offsets(3, ofr(0)), strides(3, ofr(1));
   SmallVector<OpFoldResult> sizes = {ofr(s.batch), ofr(s.heads),
                                      getAsOpFoldResult(prefix)};
-  pooled = tensor::ExtractSliceOp::create(b, loc, pooled, offsets, sizes,
-                                          strides);
+  pooled =
+      tensor::ExtractSliceOp::create(b, loc, pooled, offsets, sizes, strides);
   return castTo({v, pooled}, resultTypes);
 }
 
@@ -296,12 +292,10 @@ SmallVector<Value> Formulation::choose(Value v, Value ranked, Value keys,
           gather(values, indices, ofr(s.capacity)), indices};
 }
 
-SmallVector<Value> Formulation::bypass(Value keys, Value values,
-                                       Value length) {
+SmallVector<Value> Formulation::bypass(Value keys, Value values, Value length) {
   if (opts.gpu)
     return bypassInBlocks(keys, values, length);
   OpFoldResult kept = getAsOpFoldResult(length);
   Value indices = allPositions(kept);
-  return {gather(keys, indices, kept), gather(values, indices, kept),
-          indices};
+  return {gather(keys, indices, kept), gather(values, indices, kept), indices};
 }

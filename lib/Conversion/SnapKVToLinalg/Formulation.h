@@ -1,4 +1,5 @@
-//===- Formulation.h - SnapKV selection as structured linalg ops -*- C++ -*-===//
+//===- Formulation.h - SnapKV selection as structured linalg ops -*- C++
+//-*-===//
 //
 // The one formulation of snapkv.select / snapkv.score that every target
 // derives from: batched linalg.generic ops on tensors, with the key axis
@@ -131,8 +132,7 @@ private:
   Value comparisonKeys(Value prefix, OpFoldResult paddedPrefix);
   Value threshold(Value keys);
   Value countAbove(Value keys, Value thresh);
-  std::pair<Value, Value> keptPositions(Value keys, Value thresh,
-                                        Value above);
+  std::pair<Value, Value> keptPositions(Value keys, Value thresh, Value above);
   Value orderByScore(Value positions, Value keptKeys);
   Value withWindow(Value prefixPositions, Value prefix);
   Value allPositions(OpFoldResult length);
@@ -142,8 +142,8 @@ private:
                                Value length);
   /// Pooling, top-k, order, window and gather of the rows of `votes`, or,
   /// without votes, the top-k of the `ranked` comparison keys.
-  SmallVector<Value> choose(Value votes, Value ranked, Value keys,
-                            Value values, Value prefix);
+  SmallVector<Value> choose(Value votes, Value ranked, Value keys, Value values,
+                            Value prefix);
   SmallVector<Value> bypass(Value keys, Value values, Value length);
 
   // --- GPU blocks (options.gpu) ---------------------------------------------

@@ -66,9 +66,9 @@ Value Formulation::queriesByHead(Value queries) {
   Value q = tensor::ExpandShapeOp::create(
       b, loc, byHead, queries,
       ArrayRef<ReassociationIndices>{{0}, {1, 2}, {3}, {4}});
-  Value init = empty({ofr(s.batch), ofr(s.kvHeads), ofr(s.group),
-                      ofr(s.dim), ofr(s.window)},
-                     s.elemTy);
+  Value init = empty(
+      {ofr(s.batch), ofr(s.kvHeads), ofr(s.group), ofr(s.dim), ofr(s.window)},
+      s.elemTy);
   auto op = generic(init.getType(), {q}, {init},
                     {map(5, {0, 1, 2, 4, 3}), map(5, {0, 1, 2, 3, 4})},
                     {par, par, par, par, par},
@@ -83,7 +83,7 @@ Value Formulation::queriesByHead(Value queries) {
 /// (fewer than T positions) zero-padded to one more tile. Padded columns lie
 /// past every window row's horizon, so the causal mask hides them.
 SmallVector<Formulation::KeyTiles> Formulation::keyTiles(Value keys,
-                                                          Value length) {
+                                                         Value length) {
   if (opts.gpu)
     return {stagedKeyTiles(keys, length)};
   int64_t tile = keyTile;
@@ -119,7 +119,8 @@ SmallVector<Formulation::KeyTiles> Formulation::keyTiles(Value keys,
   OpFoldResult rest = affine::makeComposedFoldedAffineApply(
       b, loc, l0 - l0.floorDiv(tile) * tile, {getAsOpFoldResult(length)});
   OpFoldResult pad = affine::makeComposedFoldedAffineApply(
-      b, loc, tile - l0 + l0.floorDiv(tile) * tile, {getAsOpFoldResult(length)});
+      b, loc, tile - l0 + l0.floorDiv(tile) * tile,
+      {getAsOpFoldResult(length)});
   Value rows = tensor::ExtractSliceOp::create(
       b, loc, keys, ArrayRef<OpFoldResult>{ofr(0), ofr(0), fullLength, ofr(0)},
       ArrayRef<OpFoldResult>{ofr(s.batch), ofr(s.kvHeads), rest, ofr(s.dim)},
@@ -160,9 +161,10 @@ Operation *Formulation::logits(Value queriesT, const KeyTiles &tiles) {
       });
 }
 
-std::pair<Value, Value>
-Formulation::tileStatistics(Value logitsT, const KeyTiles &tiles, Value prefix,
-                            Operation *producer) {
+std::pair<Value, Value> Formulation::tileStatistics(Value logitsT,
+                                                    const KeyTiles &tiles,
+                                                    Value prefix,
+                                                    Operation *producer) {
   // Sizes come from the key view: a tensor.dim of the logits would be a use
   // outside the tile that forces them to be materialised.
   OpFoldResult count = tensor::getMixedSize(b, loc, tiles.tiles, 2);
@@ -185,20 +187,18 @@ Formulation::tileStatistics(Value logitsT, const KeyTiles &tiles, Value prefix,
       b, loc, offsetsTy, DenseIntElementsAttr::get(offsetsTy, offsets));
   Value base32 = arith::IndexCastOp::create(
       b, loc, i32, arith::SubIOp::create(b, loc, prefix, start));
-  linalg::GenericOp rowLimitsOp =
-      generic(RankedTensorType::get({s.window}, i32), {},
-              {empty({ofr(s.window)}, i32)}, {map(1, {0})}, {par},
-              [=](OpBuilder &nb, Location l, ValueRange) {
-                Value limit = base32;
-                if (prefixOnly)
-                  limit = arith::SubIOp::create(
-                      nb, l, limit,
-                      arith::ConstantOp::create(nb, l, nb.getI32IntegerAttr(1)));
-                else
-                  limit = arith::AddIOp::create(nb, l, limit,
-                                                indexAsI32(nb, l, 0));
-                linalg::YieldOp::create(nb, l, ValueRange{limit});
-              });
+  linalg::GenericOp rowLimitsOp = generic(
+      RankedTensorType::get({s.window}, i32), {}, {empty({ofr(s.window)}, i32)},
+      {map(1, {0})}, {par}, [=](OpBuilder &nb, Location l, ValueRange) {
+        Value limit = base32;
+        if (prefixOnly)
+          limit = arith::SubIOp::create(
+              nb, l, limit,
+              arith::ConstantOp::create(nb, l, nb.getI32IntegerAttr(1)));
+        else
+          limit = arith::AddIOp::create(nb, l, limit, indexAsI32(nb, l, 0));
+        linalg::YieldOp::create(nb, l, ValueRange{limit});
+      });
   Value rowLimits = rowLimitsOp.getResult(0);
   auto visible = [=](OpBuilder &nb, Location l, Value offset, Value limit) {
     Value n = indexAsI32(nb, l, 2);
@@ -215,17 +215,17 @@ Formulation::tileStatistics(Value logitsT, const KeyTiles &tiles, Value prefix,
             limitMap = map(6, {5}), statMap = map(6, {0, 1, 2, 3, 5});
   SmallVector<IteratorType> iters = {par, par, par, par, red, par};
   auto maxOp = generic(
-      RankedTensorType::get({s.batch, s.kvHeads,
-                             getConstantIntValue(count).value_or(
-                                 ShapedType::kDynamic),
-                             s.group, s.window},
-                            f32),
+      RankedTensorType::get(
+          {s.batch, s.kvHeads,
+           getConstantIntValue(count).value_or(ShapedType::kDynamic), s.group,
+           s.window},
+          f32),
       {logitsT, columnOffsets, rowLimits}, {filled(shape, f32, cF32(kNegInf))},
       {logitsMap, offsetMap, limitMap, statMap}, iters,
       [&](OpBuilder &nb, Location l, ValueRange args) {
-        Value x = arith::SelectOp::create(nb, l, visible(nb, l, args[1], args[2]),
-                                          scaled(nb, l, args[0]),
-                                          constF32(nb, l, kNegInf));
+        Value x = arith::SelectOp::create(
+            nb, l, visible(nb, l, args[1], args[2]), scaled(nb, l, args[0]),
+            constF32(nb, l, kNegInf));
         linalg::YieldOp::create(
             nb, l, ValueRange{arith::MaximumFOp::create(nb, l, args[3], x)});
       });
@@ -237,8 +237,8 @@ Formulation::tileStatistics(Value logitsT, const KeyTiles &tiles, Value prefix,
       [&](OpBuilder &nb, Location l, ValueRange args) {
         Value e = math::ExpOp::create(
             nb, l, shifted(nb, l, scaled(nb, l, args[0]), args[1]));
-        Value x = arith::SelectOp::create(nb, l, visible(nb, l, args[2], args[3]),
-                                          e, constF32(nb, l, 0.0f));
+        Value x = arith::SelectOp::create(
+            nb, l, visible(nb, l, args[2], args[3]), e, constF32(nb, l, 0.0f));
         linalg::YieldOp::create(
             nb, l, ValueRange{arith::AddFOp::create(nb, l, args[4], x)});
       });
@@ -252,8 +252,8 @@ Formulation::tileStatistics(Value logitsT, const KeyTiles &tiles, Value prefix,
 
 std::pair<Value, Value> Formulation::rowStatistics(Value tileMax,
                                                    Value tileSum) {
-  SmallVector<OpFoldResult> shape = {ofr(s.batch), ofr(s.kvHeads),
-                                     ofr(s.group), ofr(s.window)};
+  SmallVector<OpFoldResult> shape = {ofr(s.batch), ofr(s.kvHeads), ofr(s.group),
+                                     ofr(s.window)};
   Type rowTy =
       RankedTensorType::get({s.batch, s.kvHeads, s.group, s.window}, f32);
   // Loops (b, kv, g, n, w): the rows w stay the innermost, parallel axis.
@@ -261,8 +261,7 @@ std::pair<Value, Value> Formulation::rowStatistics(Value tileMax,
   AffineMap perTile = map(5, {0, 1, 3, 2, 4}), perRow = map(5, {0, 1, 2, 4});
   auto maxOp = generic(
       rowTy, {tileMax}, {filled(shape, f32, cF32(kNegInf))}, {perTile, perRow},
-      iters,
-      [](OpBuilder &nb, Location l, ValueRange args) {
+      iters, [](OpBuilder &nb, Location l, ValueRange args) {
         linalg::YieldOp::create(
             nb, l,
             ValueRange{arith::MaximumFOp::create(nb, l, args[1], args[0])});
@@ -273,7 +272,8 @@ std::pair<Value, Value> Formulation::rowStatistics(Value tileMax,
   // the row's contributes its sum unscaled (also when both are infinite).
   auto sumOp = generic(
       rowTy, {tileMax, tileSum, rowMax}, {filled(shape, f32, cF32(0.0f))},
-      {perTile, perTile, perRow, perRow}, iters, [](OpBuilder &nb, Location l, ValueRange args) {
+      {perTile, perTile, perRow, perRow}, iters,
+      [](OpBuilder &nb, Location l, ValueRange args) {
         Value factor =
             math::ExpOp::create(nb, l, shifted(nb, l, args[0], args[2]));
         Value part = arith::MulFOp::create(nb, l, args[1], factor);
@@ -281,34 +281,30 @@ std::pair<Value, Value> Formulation::rowStatistics(Value tileMax,
             nb, l, ValueRange{arith::AddFOp::create(nb, l, args[3], part)});
       });
   group(sumOp, 2);
-  auto invOp = generic(rowTy, {sumOp.getResult(0)}, {empty(shape, f32)},
-                       {map(4, {0, 1, 2, 3}), map(4, {0, 1, 2, 3})},
-                       {par, par, par, par},
-                       [](OpBuilder &nb, Location l, ValueRange args) {
-                         Value one = constF32(nb, l, 1.0f);
-                         linalg::YieldOp::create(
-                             nb, l,
-                             ValueRange{
-                                 arith::DivFOp::create(nb, l, one, args[0])});
-                       });
+  auto invOp = generic(
+      rowTy, {sumOp.getResult(0)}, {empty(shape, f32)},
+      {map(4, {0, 1, 2, 3}), map(4, {0, 1, 2, 3})}, {par, par, par, par},
+      [](OpBuilder &nb, Location l, ValueRange args) {
+        Value one = constF32(nb, l, 1.0f);
+        linalg::YieldOp::create(
+            nb, l, ValueRange{arith::DivFOp::create(nb, l, one, args[0])});
+      });
   group(invOp, 2);
   // GPU: one block per (b, kv) combines all tiles of its rows.
   blockGroup(invOp, {1, 1}, {sumOp, maxOp});
   return {rowMax, invOp.getResult(0)};
 }
 
-Value Formulation::tileVotes(Value logitsT, const KeyTiles &tiles,
-                             Value rowMax, Value rowInv, Operation *producer) {
+Value Formulation::tileVotes(Value logitsT, const KeyTiles &tiles, Value rowMax,
+                             Value rowInv, Operation *producer) {
   OpFoldResult count = tensor::getMixedSize(b, loc, tiles.tiles, 2);
-  int64_t dynCount =
-      getConstantIntValue(count).value_or(ShapedType::kDynamic);
+  int64_t dynCount = getConstantIntValue(count).value_or(ShapedType::kDynamic);
   int64_t tile = keyTile;
   float scale = s.scale;
   // Loops (b, kv, g, n, jt, w): the sum over the window rows w. No mask:
   // every window row sees every prefix column (later columns are dropped).
   auto votesOp = generic(
-      RankedTensorType::get({s.batch, s.kvHeads, s.group, dynCount, tile},
-                            f32),
+      RankedTensorType::get({s.batch, s.kvHeads, s.group, dynCount, tile}, f32),
       {logitsT, rowMax, rowInv},
       {filled({ofr(s.batch), ofr(s.kvHeads), ofr(s.group), count, ofr(tile)},
               f32, cF32(0.0f))},
@@ -316,8 +312,7 @@ Value Formulation::tileVotes(Value logitsT, const KeyTiles &tiles,
        map(6, {0, 1, 2, 3, 4})},
       {par, par, par, par, par, red},
       [=](OpBuilder &nb, Location l, ValueRange args) {
-        Value x = arith::MulFOp::create(nb, l, args[0],
-                                        constF32(nb, l, scale));
+        Value x = arith::MulFOp::create(nb, l, args[0], constF32(nb, l, scale));
         Value p = arith::MulFOp::create(
             nb, l, math::ExpOp::create(nb, l, shifted(nb, l, x, args[1])),
             args[2]);
@@ -335,24 +330,24 @@ Value Formulation::tileVotes(Value logitsT, const KeyTiles &tiles,
   // accumulates v / G in head order.
   bool mean = s.gqa == GqaPolicy::mean;
   float groupSize = static_cast<float>(s.group);
-  auto aggregateOp = generic(
-      RankedTensorType::get({s.batch, s.kvHeads, dynCount, tile}, f32),
-      {votesOp.getResult(0)},
-      {filled({ofr(s.batch), ofr(s.kvHeads), count, ofr(tile)}, f32,
-              cF32(mean ? 0.0f : kNegInf))},
-      {map(5, {0, 1, 4, 2, 3}), map(5, {0, 1, 2, 3})},
-      {par, par, par, par, red},
-      [=](OpBuilder &nb, Location l, ValueRange args) {
-        Value r;
-        if (mean)
-          r = arith::AddFOp::create(
-              nb, l, args[1],
-              arith::DivFOp::create(nb, l, args[0],
-                                    constF32(nb, l, groupSize)));
-        else
-          r = arith::MaximumFOp::create(nb, l, args[1], args[0]);
-        linalg::YieldOp::create(nb, l, ValueRange{r});
-      });
+  auto aggregateOp =
+      generic(RankedTensorType::get({s.batch, s.kvHeads, dynCount, tile}, f32),
+              {votesOp.getResult(0)},
+              {filled({ofr(s.batch), ofr(s.kvHeads), count, ofr(tile)}, f32,
+                      cF32(mean ? 0.0f : kNegInf))},
+              {map(5, {0, 1, 4, 2, 3}), map(5, {0, 1, 2, 3})},
+              {par, par, par, par, red},
+              [=](OpBuilder &nb, Location l, ValueRange args) {
+                Value r;
+                if (mean)
+                  r = arith::AddFOp::create(
+                      nb, l, args[1],
+                      arith::DivFOp::create(nb, l, args[0],
+                                            constF32(nb, l, groupSize)));
+                else
+                  r = arith::MaximumFOp::create(nb, l, args[1], args[0]);
+                linalg::YieldOp::create(nb, l, ValueRange{r});
+              });
   group(aggregateOp, 3, {votesOp, producer});
   blockGroup(aggregateOp, {1, 1, 1}, {votesOp, producer}, {producer});
   return tensor::CollapseShapeOp::create(
@@ -367,8 +362,7 @@ Value Formulation::votes(Value queries, Value keys, Value length,
   SmallVector<Value> maxes, sums;
   for (const KeyTiles &span : spans) {
     Operation *l = logits(queriesT, span);
-    auto [tileMax, tileSum] =
-        tileStatistics(l->getResult(0), span, prefix, l);
+    auto [tileMax, tileSum] = tileStatistics(l->getResult(0), span, prefix, l);
     maxes.push_back(tileMax);
     sums.push_back(tileSum);
   }
@@ -426,24 +420,23 @@ Value Formulation::pool(Value votesT, Value prefix,
       init.getType(), {source, window}, {init},
       {padMap, map(4, {3}), map(4, {0, 1, 2})}, {par, par, par, red},
       [avg](OpBuilder &nb, Location l, ValueRange args) {
-        Value r = avg ? Value(arith::AddFOp::create(nb, l, args[2], args[0]))
-                      : Value(arith::MaximumFOp::create(nb, l, args[2],
-                                                        args[0]));
+        Value r =
+            avg ? Value(arith::AddFOp::create(nb, l, args[2], args[0]))
+                : Value(arith::MaximumFOp::create(nb, l, args[2], args[0]));
         linalg::YieldOp::create(nb, l, ValueRange{r});
       });
   group(poolOp, 2);
   if (!avg)
     return poolOp.getResult(0);
   float k = static_cast<float>(s.kernel);
-  auto divOp = generic(init.getType(), {poolOp.getResult(0)},
-                       {empty(shape, f32)},
-                       {map(3, {0, 1, 2}), map(3, {0, 1, 2})}, {par, par, par},
-                       [k](OpBuilder &nb, Location l, ValueRange args) {
-                         linalg::YieldOp::create(
-                             nb, l,
-                             ValueRange{arith::DivFOp::create(
-                                 nb, l, args[0], constF32(nb, l, k))});
-                       });
+  auto divOp = generic(
+      init.getType(), {poolOp.getResult(0)}, {empty(shape, f32)},
+      {map(3, {0, 1, 2}), map(3, {0, 1, 2})}, {par, par, par},
+      [k](OpBuilder &nb, Location l, ValueRange args) {
+        linalg::YieldOp::create(nb, l,
+                                ValueRange{arith::DivFOp::create(
+                                    nb, l, args[0], constF32(nb, l, k))});
+      });
   group(divOp, 2);
   return divOp.getResult(0);
 }

@@ -63,23 +63,21 @@ Value Formulation::orderKeys(Value pooled, Value prefix) {
             cmp(nb, l, arith::CmpIPredicate::slt, bits, constI32(nb, l, 0));
         Value flipped = arith::XOrIOp::create(nb, l, bits, constI32(nb, l, -1));
         Value signSet = arith::OrIOp::create(
-            nb, l, bits,
-            constI32(nb, l, std::numeric_limits<int32_t>::min()));
+            nb, l, bits, constI32(nb, l, std::numeric_limits<int32_t>::min()));
         Value key = arith::SelectOp::create(nb, l, negative, flipped, signSet);
         Value isNan = arith::CmpFOp::create(nb, l, arith::CmpFPredicate::UNO,
                                             args[0], args[0]);
-        Value j = arith::IndexCastOp::create(
-            nb, l, nb.getI32Type(), linalg::IndexOp::create(nb, l, 2));
+        Value j = arith::IndexCastOp::create(nb, l, nb.getI32Type(),
+                                             linalg::IndexOp::create(nb, l, 2));
         Value real = cmp(nb, l, arith::CmpIPredicate::slt, j, prefix32);
         Value ranked = arith::AndIOp::create(
             nb, l, real,
             arith::XOrIOp::create(
                 nb, l, isNan,
                 arith::ConstantOp::create(nb, l, nb.getBoolAttr(true))));
-        linalg::YieldOp::create(
-            nb, l,
-            ValueRange{arith::SelectOp::create(nb, l, ranked, key,
-                                               constI32(nb, l, 0))});
+        linalg::YieldOp::create(nb, l,
+                                ValueRange{arith::SelectOp::create(
+                                    nb, l, ranked, key, constI32(nb, l, 0))});
       });
   group(op, 2);
   return op.getResult(0);
@@ -105,8 +103,8 @@ Value Formulation::comparisonKeys(Value prefix, OpFoldResult paddedPrefixLen) {
       {}, {empty({ofr(s.batch), ofr(s.heads), paddedPrefixLen}, i32)},
       {map(3, {0, 1, 2})}, {par, par, par},
       [=](OpBuilder &nb, Location l, ValueRange) {
-        Value j = arith::IndexCastOp::create(
-            nb, l, nb.getI32Type(), linalg::IndexOp::create(nb, l, 2));
+        Value j = arith::IndexCastOp::create(nb, l, nb.getI32Type(),
+                                             linalg::IndexOp::create(nb, l, 2));
         Value key;
         if (recent) {
           Value isSink =
@@ -129,7 +127,8 @@ Value Formulation::comparisonKeys(Value prefix, OpFoldResult paddedPrefixLen) {
           Value x = arith::OrIOp::create(
               nb, l, arith::ShLIOp::create(nb, l, row, c64(32)), asI64(2));
           x = arith::XOrIOp::create(nb, l, x, c64(seedMix));
-          x = arith::AddIOp::create(nb, l, x, c64(UINT64_C(0x9E3779B97F4A7C15)));
+          x = arith::AddIOp::create(nb, l, x,
+                                    c64(UINT64_C(0x9E3779B97F4A7C15)));
           auto mix = [&](Value v, uint64_t shift, uint64_t mul) {
             Value m = arith::XOrIOp::create(
                 nb, l, v, arith::ShRUIOp::create(nb, l, v, c64(shift)));
@@ -139,14 +138,14 @@ Value Formulation::comparisonKeys(Value prefix, OpFoldResult paddedPrefixLen) {
           x = mix(x, 27, UINT64_C(0x94D049BB133111EB));
           x = mix(x, 31, 0);
           Value top = arith::TruncIOp::create(
-              nb, l, nb.getI32Type(), arith::ShRUIOp::create(nb, l, x, c64(33)));
+              nb, l, nb.getI32Type(),
+              arith::ShRUIOp::create(nb, l, x, c64(33)));
           key = arith::AddIOp::create(nb, l, top, constI32(nb, l, 1));
         }
         Value real = cmp(nb, l, arith::CmpIPredicate::slt, j, prefix32);
-        linalg::YieldOp::create(
-            nb, l,
-            ValueRange{arith::SelectOp::create(nb, l, real, key,
-                                               constI32(nb, l, 0))});
+        linalg::YieldOp::create(nb, l,
+                                ValueRange{arith::SelectOp::create(
+                                    nb, l, real, key, constI32(nb, l, 0))});
       });
   group(op, 2);
   return op.getResult(0);
@@ -187,10 +186,9 @@ Value Formulation::threshold(Value keys) {
               Value cand = arith::OrIOp::create(bb, bl, a[1], bit);
               Value enough = cmp(bb, bl, arith::CmpIPredicate::sge, a[0],
                                  constI32(bb, bl, need));
-              linalg::YieldOp::create(
-                  bb, bl,
-                  ValueRange{
-                      arith::SelectOp::create(bb, bl, enough, cand, a[1])});
+              linalg::YieldOp::create(bb, bl,
+                                      ValueRange{arith::SelectOp::create(
+                                          bb, bl, enough, cand, a[1])});
             });
         group(nextOp, 1);
         scf::YieldOp::create(b, l, ValueRange{nextOp.getResult(0)});
@@ -206,10 +204,9 @@ Value Formulation::countAbove(Value keys, Value thresh) {
       {map(3, {0, 1, 2}), map(3, {0, 1}), map(3, {0, 1})}, {par, par, red},
       [](OpBuilder &nb, Location l, ValueRange a) {
         Value gt = cmp(nb, l, arith::CmpIPredicate::ugt, a[0], a[1]);
-        linalg::YieldOp::create(
-            nb, l,
-            ValueRange{arith::AddIOp::create(nb, l, a[2],
-                                             boolToI32(nb, l, gt))});
+        linalg::YieldOp::create(nb, l,
+                                ValueRange{arith::AddIOp::create(
+                                    nb, l, a[2], boolToI32(nb, l, gt))});
       });
   group(op, 2);
   return op.getResult(0);
@@ -227,9 +224,8 @@ std::pair<Value, Value> Formulation::keptPositions(Value keys, Value thresh,
   std::optional<int64_t> staticChunks = getConstantIntValue(chunks);
   int64_t dynChunks = staticChunks.value_or(ShapedType::kDynamic);
   Value byChunk = tensor::ExpandShapeOp::create(
-      b, loc,
-      RankedTensorType::get({s.batch, s.heads, dynChunks, chunk}, i32), keys,
-      ArrayRef<ReassociationIndices>{{0}, {1}, {2, 3}},
+      b, loc, RankedTensorType::get({s.batch, s.heads, dynChunks, chunk}, i32),
+      keys, ArrayRef<ReassociationIndices>{{0}, {1}, {2, 3}},
       ArrayRef<OpFoldResult>{ofr(s.batch), ofr(s.heads), chunks, ofr(chunk)});
 
   // Per chunk: how many keys are above the threshold and how many equal it.
@@ -267,13 +263,13 @@ std::pair<Value, Value> Formulation::keptPositions(Value keys, Value thresh,
             ValueRange{arith::AddIOp::create(
                            nb, l, a[2],
                            arith::SelectOp::create(nb, l, before, a[0], zero)),
-                       arith::AddIOp::create(
-                           nb, l, a[3],
-                           arith::SelectOp::create(nb, l, before, a[1],
-                                                   zero))});
+                       arith::AddIOp::create(nb, l, a[3],
+                                             arith::SelectOp::create(
+                                                 nb, l, before, a[1], zero))});
       });
   group(prefixOp, 2);
-  Value aboveBefore = prefixOp.getResult(0), equalBefore = prefixOp.getResult(1);
+  Value aboveBefore = prefixOp.getResult(0),
+        equalBefore = prefixOp.getResult(1);
 
   // Per output slot s: the last chunk c whose kept-before count
   // A[c] + min(ties, E[c]) is <= s (a binary search over the non-decreasing
@@ -301,16 +297,14 @@ std::pair<Value, Value> Formulation::keptPositions(Value keys, Value thresh,
         Value slot = arith::IndexCastOp::create(
             nb, l, nb.getI32Type(), linalg::IndexOp::create(nb, l, 2));
         Value thr = a[0];
-        Value ties =
-            arith::SubIOp::create(nb, l, constI32(nb, l, need), a[1]);
+        Value ties = arith::SubIOp::create(nb, l, constI32(nb, l, need), a[1]);
         auto keptBefore = [&](OpBuilder &fb, Location fl, Value c) {
           Value ab = tensor::ExtractOp::create(fb, fl, aboveBefore,
                                                ValueRange{bi, hi, c});
           Value eb = tensor::ExtractOp::create(fb, fl, equalBefore,
                                                ValueRange{bi, hi, c});
-          return arith::AddIOp::create(fb, fl, ab,
-                                       arith::MinSIOp::create(fb, fl, ties,
-                                                              eb));
+          return arith::AddIOp::create(
+              fb, fl, ab, arith::MinSIOp::create(fb, fl, ties, eb));
         };
         // Binary search: steps 2^(n-1), ..., 1 from chunk 0.
         auto search = scf::ForOp::create(
@@ -319,8 +313,8 @@ std::pair<Value, Value> Formulation::keptPositions(Value keys, Value thresh,
             [&](OpBuilder &fb, Location fl, Value iv, ValueRange acc) {
               Value shift = arith::SubIOp::create(
                   fb, fl, constIndex(fb, fl, searchSteps - 1), iv);
-              Value step = arith::ShLIOp::create(fb, fl, constIndex(fb, fl, 1),
-                                                 shift);
+              Value step =
+                  arith::ShLIOp::create(fb, fl, constIndex(fb, fl, 1), shift);
               Value cand = arith::AddIOp::create(fb, fl, acc[0], step);
               Value valid =
                   cmp(fb, fl, arith::CmpIPredicate::ult, cand, numChunks);
@@ -329,10 +323,9 @@ std::pair<Value, Value> Formulation::keptPositions(Value keys, Value thresh,
               Value fits = cmp(fb, fl, arith::CmpIPredicate::sle,
                                keptBefore(fb, fl, safe), slot);
               Value take = arith::AndIOp::create(fb, fl, valid, fits);
-              scf::YieldOp::create(
-                  fb, fl,
-                  ValueRange{
-                      arith::SelectOp::create(fb, fl, take, cand, acc[0])});
+              scf::YieldOp::create(fb, fl,
+                                   ValueRange{arith::SelectOp::create(
+                                       fb, fl, take, cand, acc[0])});
             });
         Value c = search.getResult(0);
         Value base = arith::MulIOp::create(nb, l, c, constIndex(nb, l, chunk));
@@ -349,18 +342,17 @@ std::pair<Value, Value> Formulation::keptPositions(Value keys, Value thresh,
               Value j = arith::AddIOp::create(fb, fl, base, i);
               Value key = tensor::ExtractOp::create(fb, fl, keys,
                                                     ValueRange{bi, hi, j});
-              Value isAbove =
-                  cmp(fb, fl, arith::CmpIPredicate::ugt, key, thr);
+              Value isAbove = cmp(fb, fl, arith::CmpIPredicate::ugt, key, thr);
               Value isEqual = cmp(fb, fl, arith::CmpIPredicate::eq, key, thr);
-              Value room =
-                  cmp(fb, fl, arith::CmpIPredicate::slt, acc[1], ties);
+              Value room = cmp(fb, fl, arith::CmpIPredicate::slt, acc[1], ties);
               Value take = arith::OrIOp::create(
                   fb, fl, isAbove,
                   arith::AndIOp::create(fb, fl, isEqual, room));
               Value hit = arith::AndIOp::create(
                   fb, fl, take,
                   cmp(fb, fl, arith::CmpIPredicate::eq, acc[0], slot));
-              Value pos = arith::IndexCastOp::create(fb, fl, fb.getI64Type(), j);
+              Value pos =
+                  arith::IndexCastOp::create(fb, fl, fb.getI64Type(), j);
               scf::YieldOp::create(
                   fb, fl,
                   ValueRange{
@@ -396,10 +388,9 @@ Value Formulation::orderByScore(Value positions, Value keptKeys) {
         Value earlier = cmp(nb, l, arith::CmpIPredicate::ult, e, i);
         Value before = arith::OrIOp::create(
             nb, l, higher, arith::AndIOp::create(nb, l, equal, earlier));
-        linalg::YieldOp::create(
-            nb, l,
-            ValueRange{arith::AddIOp::create(nb, l, a[2],
-                                             boolToI32(nb, l, before))});
+        linalg::YieldOp::create(nb, l,
+                                ValueRange{arith::AddIOp::create(
+                                    nb, l, a[2], boolToI32(nb, l, before))});
       });
   group(rankOp, 2);
   auto placeOp = generic(
@@ -416,7 +407,8 @@ Value Formulation::orderByScore(Value positions, Value keptKeys) {
         linalg::YieldOp::create(
             nb, l,
             ValueRange{arith::AddIOp::create(
-                nb, l, a[2], arith::SelectOp::create(nb, l, mine, a[1], zero))});
+                nb, l, a[2],
+                arith::SelectOp::create(nb, l, mine, a[1], zero))});
       });
   group(placeOp, 2);
   return placeOp.getResult(0);
@@ -441,15 +433,15 @@ Value Formulation::withWindow(Value prefixPositions, Value prefix) {
       {map(3, {0, 1, 2}), map(3, {0, 1, 2})}, {par, par, par},
       [=](OpBuilder &nb, Location l, ValueRange a) {
         Value slot = linalg::IndexOp::create(nb, l, 2);
-        Value inPrefix =
-            cmp(nb, l, arith::CmpIPredicate::ult, slot, constIndex(nb, l, keep));
+        Value inPrefix = cmp(nb, l, arith::CmpIPredicate::ult, slot,
+                             constIndex(nb, l, keep));
         Value t = arith::IndexCastOp::create(
             nb, l, nb.getI64Type(),
             arith::SubIOp::create(nb, l, slot, constIndex(nb, l, keep)));
         Value windowPos = arith::AddIOp::create(nb, l, prefix64, t);
-        linalg::YieldOp::create(
-            nb, l,
-            ValueRange{arith::SelectOp::create(nb, l, inPrefix, a[0], windowPos)});
+        linalg::YieldOp::create(nb, l,
+                                ValueRange{arith::SelectOp::create(
+                                    nb, l, inPrefix, a[0], windowPos)});
       });
   group(op, 2);
   return op.getResult(0);
@@ -458,14 +450,14 @@ Value Formulation::withWindow(Value prefixPositions, Value prefix) {
 /// [B, Hc, L] = 0 .. L-1 (the short-prompt bypass keeps everything).
 Value Formulation::allPositions(OpFoldResult length) {
   Value init = empty({ofr(s.batch), ofr(s.heads), length}, i64);
-  auto op = generic(init.getType(), {}, {init}, {map(3, {0, 1, 2})},
-                    {par, par, par}, [](OpBuilder &nb, Location l, ValueRange) {
-                      Value j = linalg::IndexOp::create(nb, l, 2);
-                      linalg::YieldOp::create(
-                          nb, l,
-                          ValueRange{arith::IndexCastOp::create(
-                              nb, l, nb.getI64Type(), j)});
-                    });
+  auto op = generic(
+      init.getType(), {}, {init}, {map(3, {0, 1, 2})}, {par, par, par},
+      [](OpBuilder &nb, Location l, ValueRange) {
+        Value j = linalg::IndexOp::create(nb, l, 2);
+        linalg::YieldOp::create(
+            nb, l,
+            ValueRange{arith::IndexCastOp::create(nb, l, nb.getI64Type(), j)});
+      });
   group(op, 2);
   return op.getResult(0);
 }
@@ -478,8 +470,7 @@ Value Formulation::gather(Value source, Value indices, OpFoldResult kept) {
   Value init = empty({ofr(s.batch), ofr(s.heads), kept, ofr(s.dim)}, s.elemTy);
   int64_t g = s.expand() ? s.group : 1;
   auto op = generic(
-      init.getType(), {}, {init}, {map(4, {0, 1, 2, 3})},
-      {par, par, par, par},
+      init.getType(), {}, {init}, {map(4, {0, 1, 2, 3})}, {par, par, par, par},
       [source, indices, g](OpBuilder &nb, Location l, ValueRange) {
         Value bi = linalg::IndexOp::create(nb, l, 0);
         Value h = linalg::IndexOp::create(nb, l, 1);
@@ -490,8 +481,7 @@ Value Formulation::gather(Value source, Value indices, OpFoldResult kept) {
           kv = arith::DivUIOp::create(nb, l, h, constIndex(nb, l, g));
         Value pos = arith::IndexCastOp::create(
             nb, l, nb.getIndexType(),
-            tensor::ExtractOp::create(nb, l, indices,
-                                      ValueRange{bi, h, slot}));
+            tensor::ExtractOp::create(nb, l, indices, ValueRange{bi, h, slot}));
         Value v = tensor::ExtractOp::create(nb, l, source,
                                             ValueRange{bi, kv, pos, d});
         linalg::YieldOp::create(nb, l, ValueRange{v});

@@ -66,8 +66,8 @@ struct ScoreLowering : OpConversionPattern<ScoreOp> {
   matchAndRewrite(ScoreOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
     Formulation f(rewriter, op.getLoc(), SelectShape::get(op), options);
-    SmallVector<Value> results = f.score(
-        adaptor.getQueries(), adaptor.getKeys(), op->getResultTypes());
+    SmallVector<Value> results =
+        f.score(adaptor.getQueries(), adaptor.getKeys(), op->getResultTypes());
     if (groups)
       llvm::append_range(*groups, f.groups());
     rewriter.replaceOp(op, results);
@@ -100,8 +100,8 @@ LogicalResult tileGroup(RewriterBase &rewriter, const TileGroup &group,
   tiling.setTileSizes(
       getAsIndexOpFoldResult(rewriter.getContext(), group.tileSizes));
   if (blocks) {
-    int64_t tiled = llvm::count_if(group.tileSizes,
-                                   [](int64_t size) { return size != 0; });
+    int64_t tiled =
+        llvm::count_if(group.tileSizes, [](int64_t size) { return size != 0; });
     if (tiled > 3)
       return group.root->emitError(
           "snapkv: a GPU block group tiles more than 3 loops");
@@ -145,8 +145,9 @@ LogicalResult tileGroup(RewriterBase &rewriter, const TileGroup &group,
     for (OpOperand &use : llvm::make_early_inc_range(original.getUses()))
       if (auto dim = dyn_cast<tensor::DimOp>(use.getOwner()); dim && dps)
         rewriter.modifyOpInPlace(dim, [&] {
-          use.set(dps.getDpsInitOperand(cast<OpResult>(original).getResultNumber())
-                      ->get());
+          use.set(
+              dps.getDpsInitOperand(cast<OpResult>(original).getResultNumber())
+                  ->get());
         });
     rewriter.replaceAllUsesWith(original, replacement);
   }

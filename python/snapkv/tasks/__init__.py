@@ -5,5 +5,12 @@
 """
 
 from .retrieval import (  # noqa: F401
-    DEFAULT_VARIANT, VARIANTS, VOCAB_SIZE, Needle, Sample, generate, min_length, samples,
+    DEFAULT_VARIANT,
+    VARIANTS,
+    VOCAB_SIZE,
+    Needle,
+    Sample,
+    generate,
+    min_length,
+    samples,
 )

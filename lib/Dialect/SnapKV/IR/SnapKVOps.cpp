@@ -14,31 +14,32 @@ using namespace mlir::snapkv;
 #define GET_OP_CLASSES
 #include "snapkv/Dialect/SnapKV/IR/SnapKVOps.cpp.inc"
 
-FailureOr<SmallVector<Type, 3>>
-SelectOp::inferResultTypes(Type queries, Type keys, int64_t capacity,
-                           GqaPolicy gqa) {
+FailureOr<SmallVector<Type, 3>> SelectOp::inferResultTypes(Type queries,
+                                                           Type keys,
+                                                           int64_t capacity,
+                                                           GqaPolicy gqa) {
   auto qTy = dyn_cast<RankedTensorType>(queries);
   auto kTy = dyn_cast<RankedTensorType>(keys);
   if (!qTy || !kTy || qTy.getRank() != 4 || kTy.getRank() != 4)
     return failure();
-  int64_t heads = gqa == GqaPolicy::expand ? qTy.getDimSize(1)
-                                           : kTy.getDimSize(1);
+  int64_t heads =
+      gqa == GqaPolicy::expand ? qTy.getDimSize(1) : kTy.getDimSize(1);
   int64_t length = kTy.getDimSize(2);
   int64_t kept = ShapedType::isDynamic(length) ? ShapedType::kDynamic
-                                                : std::min(length, capacity);
+                                               : std::min(length, capacity);
   int64_t batch = qTy.getDimSize(0), dim = qTy.getDimSize(3);
-  Type rows = RankedTensorType::get({batch, heads, kept, dim},
-                                    kTy.getElementType());
+  Type rows =
+      RankedTensorType::get({batch, heads, kept, dim}, kTy.getElementType());
   Type indices = RankedTensorType::get(
       {batch, heads, kept}, IntegerType::get(queries.getContext(), 64));
   return SmallVector<Type, 3>{rows, rows, indices};
 }
 
 void SelectOp::build(OpBuilder &builder, OperationState &state, Value queries,
-                     Value keys, Value values, int64_t window,
-                     int64_t capacity, int64_t kernel, PoolingKind pooling,
-                     GqaPolicy gqa, Order order, FloatAttr scale,
-                     Scoring scoring, std::optional<int64_t> sinks,
+                     Value keys, Value values, int64_t window, int64_t capacity,
+                     int64_t kernel, PoolingKind pooling, GqaPolicy gqa,
+                     Order order, FloatAttr scale, Scoring scoring,
+                     std::optional<int64_t> sinks,
                      std::optional<int64_t> seed) {
   auto i64 = [&](std::optional<int64_t> v) {
     return v ? builder.getI64IntegerAttr(*v) : IntegerAttr();
@@ -58,8 +59,8 @@ LogicalResult SelectOp::inferReturnTypes(MLIRContext *context,
       return emitOptionalError(location, "'snapkv.select' op '", name,
                                "' must be a rank-4 tensor, got rank ",
                                ty.getRank());
-  FailureOr<SmallVector<Type, 3>> inferred = inferResultTypes(
-      qTy, kTy, adaptor.getCapacity(), adaptor.getGqa());
+  FailureOr<SmallVector<Type, 3>> inferred =
+      inferResultTypes(qTy, kTy, adaptor.getCapacity(), adaptor.getGqa());
   if (failed(inferred))
     return failure();
   types.assign(inferred->begin(), inferred->end());
@@ -93,30 +94,30 @@ namespace {
 LogicalResult checkOperand(Operation *op, StringRef name, RankedTensorType type,
                            int64_t dynamicDim) {
   if (type.getRank() != 4)
-    return op->emitOpError() << "'" << name
-                             << "' must be a rank-4 tensor, got rank "
-                             << type.getRank();
+    return op->emitOpError()
+           << "'" << name << "' must be a rank-4 tensor, got rank "
+           << type.getRank();
   Type elem = type.getElementType();
   if (!elem.isF16() && !elem.isBF16() && !elem.isF32())
-    return op->emitOpError() << "'" << name
-                             << "' element type must be f16, bf16 or f32, got "
-                             << elem;
+    return op->emitOpError()
+           << "'" << name << "' element type must be f16, bf16 or f32, got "
+           << elem;
   for (int64_t d = 0; d < 4; ++d)
     if (d != dynamicDim && type.isDynamicDim(d))
-      return op->emitOpError()
-             << "only the prompt length may be dynamic, but '" << name
-             << "' dim " << d << " is dynamic";
+      return op->emitOpError() << "only the prompt length may be dynamic, but '"
+                               << name << "' dim " << d << " is dynamic";
   return success();
 }
 } // namespace
 
 /// The rules of docs/semantics.md (the op) on operands and attributes, shared
 /// by select and score. `vTy` is null for score, `capacity` empty for score.
-static LogicalResult
-verifyInputs(Operation *op, RankedTensorType qTy, RankedTensorType kTy,
-             RankedTensorType vTy, IntegerAttr windowAttr,
-             std::optional<int64_t> capacity, IntegerAttr kernelAttr,
-             std::optional<APFloat> scale) {
+static LogicalResult verifyInputs(Operation *op, RankedTensorType qTy,
+                                  RankedTensorType kTy, RankedTensorType vTy,
+                                  IntegerAttr windowAttr,
+                                  std::optional<int64_t> capacity,
+                                  IntegerAttr kernelAttr,
+                                  std::optional<APFloat> scale) {
   if (failed(checkOperand(op, "queries", qTy, -1)) ||
       failed(checkOperand(op, "keys", kTy, 2)) ||
       (vTy && failed(checkOperand(op, "values", vTy, 2))))
@@ -140,9 +141,9 @@ verifyInputs(Operation *op, RankedTensorType qTy, RankedTensorType kTy,
              << ") differs from 'queries' (" << qTy.getDimSize(3) << ")";
   }
   if (vTy && vTy.getDimSize(1) != kTy.getDimSize(1))
-    return op->emitOpError() << "'values' has " << vTy.getDimSize(1)
-                             << " kv heads but 'keys' has "
-                             << kTy.getDimSize(1);
+    return op->emitOpError()
+           << "'values' has " << vTy.getDimSize(1)
+           << " kv heads but 'keys' has " << kTy.getDimSize(1);
   if (vTy && !kTy.isDynamicDim(2) && !vTy.isDynamicDim(2) &&
       vTy.getDimSize(2) != kTy.getDimSize(2))
     return op->emitOpError()
@@ -150,9 +151,9 @@ verifyInputs(Operation *op, RankedTensorType qTy, RankedTensorType kTy,
            << ") differs from 'keys' (" << kTy.getDimSize(2) << ")";
   int64_t queryHeads = qTy.getDimSize(1), kvHeads = kTy.getDimSize(1);
   if (kvHeads < 1 || queryHeads % kvHeads != 0)
-    return op->emitOpError() << "query heads (" << queryHeads
-                             << ") are not a multiple of key/value heads ("
-                             << kvHeads << ")";
+    return op->emitOpError()
+           << "query heads (" << queryHeads
+           << ") are not a multiple of key/value heads (" << kvHeads << ")";
 
   // I64Attr getters are unsigned; read the attributes as signed so negative
   // values are reported instead of wrapping around.
@@ -161,12 +162,12 @@ verifyInputs(Operation *op, RankedTensorType qTy, RankedTensorType kTy,
   if (window < 1)
     return op->emitOpError() << "window must be at least 1, got " << window;
   if (capacity && *capacity <= window)
-    return op->emitOpError() << "capacity (" << *capacity
-                             << ") must be greater than window (" << window
-                             << ")";
+    return op->emitOpError()
+           << "capacity (" << *capacity << ") must be greater than window ("
+           << window << ")";
   if (kernel < 1 || kernel % 2 == 0)
-    return op->emitOpError() << "kernel must be odd and positive, got "
-                             << kernel;
+    return op->emitOpError()
+           << "kernel must be odd and positive, got " << kernel;
   if (qTy.getDimSize(2) != window)
     return op->emitOpError() << "'queries' dim 2 (" << qTy.getDimSize(2)
                              << ") must equal window (" << window << ")";
@@ -192,9 +193,9 @@ static LogicalResult verifyResults(Operation *op, ArrayRef<StringRef> names,
                                    ArrayRef<Type> expected) {
   for (auto [i, result] : llvm::enumerate(op->getResults()))
     if (result.getType() != expected[i])
-      return op->emitOpError() << "result '" << names[i] << "' has type "
-                               << result.getType() << ", expected "
-                               << expected[i];
+      return op->emitOpError()
+             << "result '" << names[i] << "' has type " << result.getType()
+             << ", expected " << expected[i];
   return success();
 }
 
@@ -234,8 +235,8 @@ LogicalResult ScoreOp::verify() {
   if (failed(verifyInputs(*this, qTy, kTy, nullptr, getWindowAttr(),
                           std::nullopt, getKernelAttr(), getScale())))
     return failure();
-  int64_t heads = getGqa() == GqaPolicy::expand ? qTy.getDimSize(1)
-                                                : kTy.getDimSize(1);
+  int64_t heads =
+      getGqa() == GqaPolicy::expand ? qTy.getDimSize(1) : kTy.getDimSize(1);
   int64_t length = kTy.getDimSize(2);
   int64_t prefix = ShapedType::isDynamic(length)
                        ? ShapedType::kDynamic

@@ -148,9 +148,10 @@ Value collapsedFrom(Value value, ArrayRef<ReassociationIndices> groups) {
 Value expandedFrom(Value value, ArrayRef<ReassociationIndices> groups) {
   if (auto reshape = value.getDefiningOp<tensor::ReshapeOp>()) {
     auto source = dyn_cast<RankedTensorType>(reshape.getSource().getType());
-    if (source && reshapeFits(source,
-                               cast<RankedTensorType>(reshape.getResult().getType()),
-                               groups))
+    if (source &&
+        reshapeFits(source,
+                    cast<RankedTensorType>(reshape.getResult().getType()),
+                    groups))
       return reshape.getSource();
     return nullptr;
   }
@@ -198,11 +199,11 @@ Value repeatSource(linalg::GenericOp repeat) {
   if (repeat.getNumDpsInputs() == 1) {
     // Static form: ins(src) with (d0, d1, d2, d3, d4) -> (d0, d1, d3, d4).
     auto maps = repeat.getIndexingMapsArray();
-    auto expected = AffineMap::get(
-        5, 0,
-        {getAffineDimExpr(0, ctx), getAffineDimExpr(1, ctx),
-         getAffineDimExpr(3, ctx), getAffineDimExpr(4, ctx)},
-        ctx);
+    auto expected =
+        AffineMap::get(5, 0,
+                       {getAffineDimExpr(0, ctx), getAffineDimExpr(1, ctx),
+                        getAffineDimExpr(3, ctx), getAffineDimExpr(4, ctx)},
+                       ctx);
     auto yield = cast<linalg::YieldOp>(repeat.getBody()->getTerminator());
     if (maps[0] != expected || !maps[1].isIdentity() ||
         !isBlockArg(yield.getOperand(0), repeat, 0))
@@ -220,12 +221,12 @@ Value repeatSource(linalg::GenericOp repeat) {
     return nullptr;
   auto indices = extract.getIndices();
   auto sourceType = cast<RankedTensorType>(source.getType());
-  bool batchOk = isIterationIndex(indices[0], 0) ||
-                 (matchPattern(indices[0], m_Zero()) &&
-                  sourceType.getDimSize(0) == 1);
+  bool batchOk =
+      isIterationIndex(indices[0], 0) ||
+      (matchPattern(indices[0], m_Zero()) && sourceType.getDimSize(0) == 1);
   if (!batchOk || !isIterationIndex(indices[1], 1) ||
-      !matchPattern(indices[2], m_Zero()) ||
-      !isIterationIndex(indices[3], 3) || !isIterationIndex(indices[4], 4))
+      !matchPattern(indices[2], m_Zero()) || !isIterationIndex(indices[3], 3) ||
+      !isIterationIndex(indices[4], 4))
     return nullptr;
   return source;
 }
@@ -262,7 +263,8 @@ std::optional<APFloat> foldFloat(Value value, linalg::GenericOp generic,
       return std::nullopt;
   }
   if (isa<arith::TruncFOp, arith::ExtFOp>(op)) {
-    std::optional<APFloat> in = foldFloat(op->getOperand(0), generic, depth + 1);
+    std::optional<APFloat> in =
+        foldFloat(op->getOperand(0), generic, depth + 1);
     if (!in)
       return std::nullopt;
     bool lost;
@@ -270,8 +272,10 @@ std::optional<APFloat> foldFloat(Value value, linalg::GenericOp generic,
     return in;
   }
   if (isa<arith::MulFOp, arith::DivFOp>(op)) {
-    std::optional<APFloat> lhs = foldFloat(op->getOperand(0), generic, depth + 1);
-    std::optional<APFloat> rhs = foldFloat(op->getOperand(1), generic, depth + 1);
+    std::optional<APFloat> lhs =
+        foldFloat(op->getOperand(0), generic, depth + 1);
+    std::optional<APFloat> rhs =
+        foldFloat(op->getOperand(1), generic, depth + 1);
     if (!lhs || !rhs)
       return std::nullopt;
     if (isa<arith::MulFOp>(op))
@@ -396,19 +400,22 @@ Value guardedScores(linalg::GenericOp guard) {
   if (!isRowStatisticMap(maps[0]) || !maps[2].isIdentity() ||
       !maps[3].isIdentity() || splatValue(guard.getDpsInputs()[1]) != 0.0)
     return nullptr;
-  auto all = skipCopies(guard.getDpsInputs()[0]).getDefiningOp<linalg::GenericOp>();
+  auto all =
+      skipCopies(guard.getDpsInputs()[0]).getDefiningOp<linalg::GenericOp>();
   if (!all || all.getNumDpsInputs() != 1 || !reducesLastDim(all) ||
       !all.getIndexingMapsArray()[0].isIdentity() ||
       !isRowStatisticMap(all.getIndexingMapsArray()[1]))
     return nullptr;
   auto andi = yielded<arith::AndIOp>(all);
   auto fill = all.getDpsInits()[0].getDefiningOp<linalg::FillOp>();
-  bool reducesAnd =
-      andi && ((isBlockArg(andi.getLhs(), all, 0) && isBlockArg(andi.getRhs(), all, 1)) ||
-               (isBlockArg(andi.getLhs(), all, 1) && isBlockArg(andi.getRhs(), all, 0)));
+  bool reducesAnd = andi && ((isBlockArg(andi.getLhs(), all, 0) &&
+                              isBlockArg(andi.getRhs(), all, 1)) ||
+                             (isBlockArg(andi.getLhs(), all, 1) &&
+                              isBlockArg(andi.getRhs(), all, 0)));
   if (!reducesAnd || !fill || !matchPattern(fill.getInputs()[0], m_One()))
     return nullptr;
-  auto compare = skipCopies(all.getDpsInputs()[0]).getDefiningOp<linalg::GenericOp>();
+  auto compare =
+      skipCopies(all.getDpsInputs()[0]).getDefiningOp<linalg::GenericOp>();
   if (!compare || compare.getNumResults() != 1 ||
       compare.getNumDpsInputs() != 1 || !allParallel(compare) ||
       !llvm::all_of(compare.getIndexingMapsArray(), isIdentity))
@@ -647,14 +654,16 @@ mlir::snapkv::matchAttention(linalg::BatchMatmulOp outputMatmul,
 
   // Softmax: P = exp(x - max(x)) / sum(exp(x - max(x))) over the key dim,
   // under SDPA's guard when there is one.
-  Value probs = collapsedFrom(outputMatmul.getDpsInputs()[0], {{0, 1}, {2}, {3}});
+  Value probs =
+      collapsedFrom(outputMatmul.getDpsInputs()[0], {{0, 1}, {2}, {3}});
   if (!probs)
     return fail(AttentionMismatch::ProbabilitiesNotCollapsed);
   probs = skipCopies(probs);
   Value guarded;
   if (linalg::GenericOp guard = selectGeneric(probs)) {
     // Only a select of softmax rows is a guard candidate.
-    if (!elementwise<arith::DivFOp>(skipCopies(guard.getDpsInputs()[2]), 2, 0, 1))
+    if (!elementwise<arith::DivFOp>(skipCopies(guard.getDpsInputs()[2]), 2, 0,
+                                    1))
       return fail(AttentionMismatch::NoSoftmaxDivision);
     guarded = guardedScores(guard);
     if (!guarded)
@@ -671,7 +680,8 @@ mlir::snapkv::matchAttention(linalg::BatchMatmulOp outputMatmul,
       !yielded<math::ExpOp>(exp) ||
       !isBlockArg(yielded<math::ExpOp>(exp).getOperand(), exp, 0))
     return fail(AttentionMismatch::NoSoftmaxExp);
-  auto sum = skipCopies(divide.getDpsInputs()[1]).getDefiningOp<linalg::GenericOp>();
+  auto sum =
+      skipCopies(divide.getDpsInputs()[1]).getDefiningOp<linalg::GenericOp>();
   if (!sum || sum.getNumDpsInputs() != 1 || sum.getDpsInputs()[0] != exps ||
       !reducesLastDim(sum) || !yielded<arith::AddFOp>(sum) ||
       fillValue(sum.getDpsInits()[0]) != 0.0)
@@ -709,14 +719,15 @@ mlir::snapkv::matchAttention(linalg::BatchMatmulOp outputMatmul,
   if (failed(unscaled))
     return mlir::failure();
   Value product = expandedFrom(*unscaled, {{0, 1}, {2}, {3}});
-  m.scoresMatmul = product ? product.getDefiningOp<linalg::BatchMatmulOp>()
-                           : nullptr;
+  m.scoresMatmul =
+      product ? product.getDefiningOp<linalg::BatchMatmulOp>() : nullptr;
   if (!m.scoresMatmul || m.scoresMatmul.hasUserDefinedMaps())
     return fail(isSoftcapped(*unscaled) ? AttentionMismatch::Softcapping
                                         : AttentionMismatch::ScoresNotMatmul);
 
   // Operands: queries, then keys and values through the GQA repeat.
-  Value queries = collapsedFrom(m.scoresMatmul.getDpsInputs()[0], {{0, 1}, {2}, {3}});
+  Value queries =
+      collapsedFrom(m.scoresMatmul.getDpsInputs()[0], {{0, 1}, {2}, {3}});
   if (!queries)
     return fail(AttentionMismatch::QueriesNotCollapsed);
   // A Q-side factor that does not fold stays part of the queries: the select
@@ -820,12 +831,13 @@ arith::CmpIOp compareBody(Value value, linalg::GenericOp &generic) {
 void collectConjuncts(Value value, SmallVectorImpl<Value> &terms,
                       unsigned depth = 0) {
   auto generic = skipCopies(value).getDefiningOp<linalg::GenericOp>();
-  bool isAnd =
-      depth < 8 && generic &&
-      elementwise<arith::AndIOp>(generic.getResult(0), 2, 0, 1) &&
-      llvm::all_of(generic.getIndexingMapsArray(), [](AffineMap map) {
-        return map.isIdentity() || map.getNumResults() == 0;
-      });
+  bool isAnd = depth < 8 && generic &&
+               elementwise<arith::AndIOp>(generic.getResult(0), 2, 0, 1) &&
+               llvm::all_of(
+                   generic.getIndexingMapsArray(),
+                   [](AffineMap map) {
+                     return map.isIdentity() || map.getNumResults() == 0;
+                   });
   if (!isAnd) {
     terms.push_back(value);
     return;
@@ -887,9 +899,8 @@ StringRef mlir::snapkv::maskMismatchMessage(MaskMismatch kind) {
   llvm_unreachable("unknown MaskMismatch");
 }
 
-FailureOr<CausalMask>
-mlir::snapkv::matchCausalMask(const AttentionMatch &match,
-                              MaskMismatch &failure) {
+FailureOr<CausalMask> mlir::snapkv::matchCausalMask(const AttentionMatch &match,
+                                                    MaskMismatch &failure) {
   auto fail = [&](MaskMismatch kind) -> FailureOr<CausalMask> {
     failure = kind;
     return FailureOr<CausalMask>(mlir::failure());
@@ -1007,9 +1018,8 @@ std::optional<PositionValue> evaluate(Value value, unsigned depth);
 
 /// A scalar computed inside a generic's body, with block arguments standing
 /// for the (one-element) operands.
-std::optional<PositionValue> evaluateInBody(Value value,
-                                            linalg::GenericOp generic,
-                                            unsigned depth) {
+std::optional<PositionValue>
+evaluateInBody(Value value, linalg::GenericOp generic, unsigned depth) {
   if (auto arg = dyn_cast<BlockArgument>(value)) {
     if (arg.getOwner() != generic.getBody() ||
         arg.getArgNumber() >= generic.getNumDpsInputs())

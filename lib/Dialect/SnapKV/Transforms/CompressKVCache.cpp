@@ -1,14 +1,15 @@
-//===- CompressKVCache.cpp - SnapKV model rewrite --------------------------===//
+//===- CompressKVCache.cpp - SnapKV model rewrite
+//--------------------------===//
 //
 // Analyse prefill and decode completely, then rewrite: a refusal never leaves
 // a half-rewritten module behind.
 //
 //===----------------------------------------------------------------------===//
 
-#include "snapkv/Dialect/SnapKV/Transforms/AttentionMatcher.h"
-#include "snapkv/Dialect/SnapKV/Transforms/Passes.h"
 #include "snapkv/Dialect/SnapKV/IR/SnapKVDialect.h"
 #include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
+#include "snapkv/Dialect/SnapKV/Transforms/AttentionMatcher.h"
+#include "snapkv/Dialect/SnapKV/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/ControlFlow/IR/ControlFlowOps.h"
@@ -271,8 +272,9 @@ FailureOr<SmallVector<AttentionMatch>> findAttentions(func::FuncOp func,
       worst = matmul;
   }
   if (worst) {
-    (void)refuseWith(refusal, RefusalKind::UnrecognisedBatchMatmul,
-                     {describe(worst.getOperation()), failures[worst].message()});
+    (void)refuseWith(
+        refusal, RefusalKind::UnrecognisedBatchMatmul,
+        {describe(worst.getOperation()), failures[worst].message()});
     refusal.attention = failures[worst].kind;
     return failure();
   }
@@ -281,9 +283,8 @@ FailureOr<SmallVector<AttentionMatch>> findAttentions(func::FuncOp func,
     // the callee; say which function to name.
     std::optional<std::string> callee;
     func.walk([&](func::CallOp call) {
-      auto target =
-          SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(call,
-                                                           call.getCalleeAttr());
+      auto target = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
+          call, call.getCalleeAttr());
       bool attention = false;
       if (target && !target.isExternal())
         target.walk([&](linalg::BatchMatmulOp) { attention = true; });
@@ -420,8 +421,9 @@ LogicalResult matchAppend(Value source, func::ReturnOp ret,
   result = *index;
   for (Operation *user : cache.getUsers()) {
     if (user != append && !isa<tensor::DimOp>(user))
-      return refuseWith(refusal, RefusalKind::CacheOtherUse,
-                        {describe(cache), user->getName().getStringRef().str()});
+      return refuseWith(
+          refusal, RefusalKind::CacheOtherUse,
+          {describe(cache), user->getName().getStringRef().str()});
   }
   return success();
 }
@@ -460,9 +462,8 @@ LogicalResult checkRopePositions(func::FuncOp func,
   SmallVector<Operation *> tables;
   func.walk([&](linalg::GenericOp generic) {
     bool trig = false;
-    generic.getBody()->walk([&](Operation *op) {
-      trig |= isa<math::CosOp, math::SinOp>(op);
-    });
+    generic.getBody()->walk(
+        [&](Operation *op) { trig |= isa<math::CosOp, math::SinOp>(op); });
     if (trig)
       tables.push_back(generic);
   });
@@ -576,8 +577,8 @@ LogicalResult checkCorrespondence(func::FuncOp prefill, func::FuncOp decode,
                        decode.getName().str(), std::to_string(dec.size())});
   unsigned firstResult = ~0u, firstArg = ~0u;
   for (const DecodeLayer &d : dec)
-    firstArg = std::min({firstArg, d.keyCache.getArgNumber(),
-                         d.valueCache.getArgNumber()});
+    firstArg = std::min(
+        {firstArg, d.keyCache.getArgNumber(), d.valueCache.getArgNumber()});
   for (const PrefillLayer &p : pre)
     firstResult = std::min({firstResult, p.keyResult, p.valueResult});
   for (auto [layer, pair] : llvm::enumerate(llvm::zip(pre, dec))) {
@@ -691,9 +692,9 @@ FailureOr<CallSites> analyseCallers(ModuleOp module, func::FuncOp callee,
                          : change.args.end();
         if (found != change.args.end() && found->second == type)
           continue;
-        (void)refuseWith(refusal, RefusalKind::CallArgumentOtherUse,
-                         {describe(arg), name, std::to_string(index),
-                          describe(user)});
+        (void)refuseWith(
+            refusal, RefusalKind::CallArgumentOtherUse,
+            {describe(arg), name, std::to_string(index), describe(user)});
         return failure();
       }
     }
@@ -734,10 +735,10 @@ SignatureChange decodeChange(ArrayRef<DecodeLayer> layers, GqaPolicy gqa) {
     if (m.queryHeads == m.kvHeads)
       continue;
     auto type = cast<RankedTensorType>(layer.keyCache.getType());
-    auto expanded = RankedTensorType::get({type.getDimSize(0), m.queryHeads,
-                                           type.getDimSize(2),
-                                           type.getDimSize(3)},
-                                          type.getElementType());
+    auto expanded =
+        RankedTensorType::get({type.getDimSize(0), m.queryHeads,
+                               type.getDimSize(2), type.getDimSize(3)},
+                              type.getElementType());
     change.args[layer.keyCache.getArgNumber()] = expanded;
     change.args[layer.valueCache.getArgNumber()] = expanded;
     change.results[layer.keyResult] = expanded;
@@ -803,7 +804,8 @@ void updateCallers(func::FuncOp callee, const CallSites &sites) {
     for (auto [result, t] : llvm::zip(call.getResults(), type.getResults()))
       result.setType(t);
     for (auto [operand, t] : llvm::zip(call.getOperands(), type.getInputs()))
-      if (auto arg = dyn_cast<BlockArgument>(operand); arg && arg.getType() != t)
+      if (auto arg = dyn_cast<BlockArgument>(operand);
+          arg && arg.getType() != t)
         arg.setType(t);
     callers.insert(call->getParentOfType<func::FuncOp>());
   }
@@ -887,8 +889,8 @@ struct CompressKVCachePass
         // A prompt shorter than the window would slice out of bounds.
         Value length = tensor::DimOp::create(b, loc, m.queries, 2);
         Value w = arith::ConstantIndexOp::create(b, loc, window);
-        Value enough = arith::CmpIOp::create(
-            b, loc, arith::CmpIPredicate::sge, length, w);
+        Value enough =
+            arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, length, w);
         cf::AssertOp::create(
             b, loc, enough,
             "snapkv: the prompt is shorter than the observation window");
@@ -898,10 +900,9 @@ struct CompressKVCachePass
       }
       SmallVector<OpFoldResult> offsets{b.getIndexAttr(0), b.getIndexAttr(0),
                                         start, b.getIndexAttr(0)};
-      SmallVector<OpFoldResult> sizes{b.getIndexAttr(m.batch),
-                                      b.getIndexAttr(m.queryHeads),
-                                      b.getIndexAttr(window),
-                                      b.getIndexAttr(m.headDim)};
+      SmallVector<OpFoldResult> sizes{
+          b.getIndexAttr(m.batch), b.getIndexAttr(m.queryHeads),
+          b.getIndexAttr(window), b.getIndexAttr(m.headDim)};
       SmallVector<OpFoldResult> strides(4, b.getIndexAttr(1));
       Value queries = tensor::ExtractSliceOp::create(b, loc, m.queries, offsets,
                                                      sizes, strides);
@@ -929,9 +930,10 @@ struct CompressKVCachePass
                    RepeatedKV kv, int64_t queryHeads) {
     auto type = cast<RankedTensorType>(cache.getType());
     int64_t group = queryHeads / type.getDimSize(1);
-    cache.setType(RankedTensorType::get(
-        {type.getDimSize(0), queryHeads, type.getDimSize(2), type.getDimSize(3)},
-        type.getElementType()));
+    cache.setType(
+        RankedTensorType::get({type.getDimSize(0), queryHeads,
+                               type.getDimSize(2), type.getDimSize(3)},
+                              type.getElementType()));
     b.setInsertionPoint(append);
     Location loc = append.getLoc();
     Value token = repeatHeads(b, loc, append.getInputs()[1], group);
@@ -971,7 +973,8 @@ struct CompressKVCachePass
 
     auto prefill = module.lookupSymbol<func::FuncOp>(prefillFunc);
     if (!prefill || prefill.isExternal())
-      return refuse(module, prefillFunc, Refusal{RefusalKind::NoPrefillFunction, {}, {}, {}, {}});
+      return refuse(module, prefillFunc,
+                    Refusal{RefusalKind::NoPrefillFunction, {}, {}, {}, {}});
     Refusal refusal;
     FailureOr<SmallVector<PrefillLayer>> pre =
         analysePrefill(prefill, window, refusal);
@@ -983,7 +986,8 @@ struct CompressKVCachePass
     if (!decodeFunc.empty()) {
       decode = module.lookupSymbol<func::FuncOp>(decodeFunc);
       if (!decode || decode.isExternal())
-        return refuse(module, decodeFunc, Refusal{RefusalKind::NoDecodeFunction, {}, {}, {}, {}});
+        return refuse(module, decodeFunc,
+                      Refusal{RefusalKind::NoDecodeFunction, {}, {}, {}, {}});
       dec = analyseDecode(decode, refusal);
       if (failed(dec))
         return refuse(decode, decodeFunc, refusal);
@@ -994,15 +998,15 @@ struct CompressKVCachePass
     SmallVector<func::FuncOp> rewritten{prefill};
     if (decode)
       rewritten.push_back(decode);
-    FailureOr<CallSites> prefillCalls =
-        analyseCallers(module, prefill, prefillChange(*pre, gqaPolicy, capacity),
-                       rewritten, refusal);
+    FailureOr<CallSites> prefillCalls = analyseCallers(
+        module, prefill, prefillChange(*pre, gqaPolicy, capacity), rewritten,
+        refusal);
     if (failed(prefillCalls))
       return refuse(prefill, prefillFunc, refusal);
     FailureOr<CallSites> decodeCalls = CallSites{};
     if (decode) {
-      decodeCalls = analyseCallers(module, decode, decodeChange(*dec, gqaPolicy),
-                                   rewritten, refusal);
+      decodeCalls = analyseCallers(
+          module, decode, decodeChange(*dec, gqaPolicy), rewritten, refusal);
       if (failed(decodeCalls))
         return refuse(decode, decodeFunc, refusal);
     }
