@@ -91,11 +91,12 @@ def checkpoint(name, cls, kwargs, log):
 
     config = getattr(transformers, cls)(**kwargs)
     folder = runner.default_cache_dir().parent / "bench-checkpoints" / name
-    wanted = {k: v for k, v in json.loads(config.to_json_string()).items()
-              if k != "transformers_version"}
+    # save_pretrained adds these.
+    added = ("transformers_version", "dtype", "torch_dtype", "architectures")
+    wanted = {k: v for k, v in json.loads(config.to_json_string()).items() if k not in added}
     try:
         have = {k: v for k, v in json.loads((folder / "config.json").read_text()).items()
-                if k != "transformers_version"}
+                if k not in added}
     except (OSError, ValueError):
         have = None
     if have != wanted or not any(folder.glob("*.safetensors")):
