@@ -441,15 +441,15 @@ Value Formulation::withWindow(Value prefixPositions, Value prefix) {
       {map(3, {0, 1, 2}), map(3, {0, 1, 2})}, {par, par, par},
       [=](OpBuilder &nb, Location l, ValueRange a) {
         Value slot = linalg::IndexOp::create(nb, l, 2);
-        Value inPrefix =
-            cmp(nb, l, arith::CmpIPredicate::ult, slot, constIndex(nb, l, keep));
+        Value inPrefix = cmp(nb, l, arith::CmpIPredicate::ult, slot,
+                             constIndex(nb, l, keep));
         Value t = arith::IndexCastOp::create(
             nb, l, nb.getI64Type(),
             arith::SubIOp::create(nb, l, slot, constIndex(nb, l, keep)));
         Value windowPos = arith::AddIOp::create(nb, l, prefix64, t);
-        linalg::YieldOp::create(
-            nb, l,
-            ValueRange{arith::SelectOp::create(nb, l, inPrefix, a[0], windowPos)});
+        linalg::YieldOp::create(nb, l,
+                                ValueRange{arith::SelectOp::create(
+                                    nb, l, inPrefix, a[0], windowPos)});
       });
   group(op, 2);
   return op.getResult(0);
