@@ -167,7 +167,7 @@ def tests_fail(mutation, verbose):
     results = []
     lit = str(LLVM / "bin" / "lit")
     for test in mutation.lit:
-        done = run([lit, "-q", str(BUILD / "test" / test)])
+        done = run([lit, "-v" if verbose else "-q", str(BUILD / "test" / test)])
         results.append((test, done.returncode != 0))
         if verbose and done.returncode:
             print(done.stdout[-2000:], done.stderr[-2000:], sep="\n")

@@ -192,7 +192,7 @@ BENCH_C = 1024
 
 
 @pytest.mark.parametrize("gqa,order",
-                         itertools.product(("expand", "mean", "max"), ("position", "score")))
+                         list(itertools.product(("expand", "mean", "max"), ("position", "score"))))
 def test_benchmark_shape_compiles_with_plain_iree_compile(gqa, order):
     _tools_or_skip()
     q, k, v = _inputs(BENCH_C + 1, seed=0, **BENCH)

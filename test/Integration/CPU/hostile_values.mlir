@@ -59,5 +59,14 @@ func.func @main() {
   %q4 = arith.constant dense<[[[[1.0, 0.0], [1.0, 0.0]]]]> : tensor<1x1x2x2xf32>
   %k4 = arith.constant dense<[[[[0.0, 0.0], [0.0, 0.0], [0x7FC00000, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]]]]> : tensor<1x1x6x2xf32>
   call @run(%q4, %k4) : (tensor<1x1x2x2xf32>, tensor<1x1x6x2xf32>) -> ()
+
+  // NaNs of both signs (+NaN at position 2, -NaN at 3): the votes are NaNs whose sign bits
+  // differ between positions (which ones is up to the hardware), yet every NaN ranks the
+  // same, so the tie still keeps the lowest positions. Ranking NaNs by their bits would
+  // keep a +NaN position ahead of the -NaN ones.
+  // CHECK: {{\[\[\[-?nan, +-?nan, +-?nan, +-?nan\]\]\]}}
+  // CHECK: [0, 1, 4, 5]
+  %k5 = arith.constant dense<[[[[0.0, 0.0], [0.0, 0.0], [0x7FC00000, 0.0], [0xFFC00000, 0.0], [0.0, 0.0], [0.0, 0.0]]]]> : tensor<1x1x6x2xf32>
+  call @run(%q4, %k5) : (tensor<1x1x2x2xf32>, tensor<1x1x6x2xf32>) -> ()
   return
 }

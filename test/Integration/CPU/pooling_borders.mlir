@@ -105,5 +105,27 @@ func.func @main() {
   // CHECK-NEXT: {{^}}   [3, -3],
   // CHECK-NEXT: {{^}}   [6, -6]]]]
   call @run_kernel5(%kr) : (tensor<1x1x7x2xf32>) -> ()
+
+  // Case 3: the padding is exactly 0, kernel 3. w = [0, 1, 1, 0, 1, 1 | 1] (weight 0: key
+  // -1e30, exp underflows to exactly 0), so the votes are exactly 0 or v = 1/5 and every sum
+  // of two v's and zeros is exact:
+  //   avg (/3, pad 0):  [v, 2v, 2v, 2v, 2v, 2v] / 3 -> exact tie 1..5, lowest two 1, 2 -> [1, 2, 6]
+  //   any pad p > 0 lifts the border position 5 to (2v + p) / 3, above the tie: [1, 5, 6]
+  //   max (in range):   [v, v, v, v, v, v] -> exact tie, lowest two 0, 1       -> [0, 1, 6]
+  %kz = arith.constant dense<[[[[-1.0e30, 0.0], [0.0, 0.0], [0.0, 0.0], [-1.0e30, 0.0],
+                                [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]]]]> : tensor<1x1x7x2xf32>
+  // CHECK: sizes = [1, 1, 3]
+  // CHECK-NEXT: {{^\[\[\[}}1, 2, 6]]]
+  // CHECK: sizes = [1, 1, 3, 2]
+  // CHECK-NEXT: {{^\[\[\[\[}}1, -1],
+  // CHECK-NEXT: {{^}}   [2, -2],
+  // CHECK-NEXT: {{^}}   [6, -6]]]]
+  // CHECK: sizes = [1, 1, 3]
+  // CHECK-NEXT: {{^\[\[\[}}0, 1, 6]]]
+  // CHECK: sizes = [1, 1, 3, 2]
+  // CHECK-NEXT: {{^\[\[\[\[}}0, 0],
+  // CHECK-NEXT: {{^}}   [1, -1],
+  // CHECK-NEXT: {{^}}   [6, -6]]]]
+  call @run_kernel3(%kz) : (tensor<1x1x7x2xf32>) -> ()
   return
 }
