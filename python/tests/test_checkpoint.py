@@ -198,10 +198,10 @@ def test_runner_reads_and_checks_weight_arguments():
     text = LAYERS.read_text()
     prefill = runner.signature(text, "prefill")
     decode = runner.signature(text, "decode")
-    names = [name for name, _ in prefill.weight_args]
+    names = [ref.name for ref, _ in prefill.weight_args]
     assert names[0] == "model.embed_tokens.weight" and names[-1] == "lm_head.weight"
     assert len(names) == 2 + 2 * 9 + 1
-    assert [name for name, _ in decode.weight_args] == names
+    assert [ref.name for ref, _ in decode.weight_args] == names
     assert [str(t) for t in prefill.inputs] == ["tensor<1x?xi64>"]
     assert len(decode.inputs) == 2 + 4  # id, position, 2 layers x (K, V)
     assert hf.layer_functions(text) == ("prefill_layer", "decode_layer")
@@ -211,7 +211,7 @@ def test_runner_reads_and_checks_weight_arguments():
     assert max(runner.growth(text, "prefill")) == 2
     with pytest.raises(ValueError, match="takes 21 weights .* but none were given"):
         runner.CompiledModel(text)
-    shapes = {name: np.zeros(t.shape, np.float32) for name, t in prefill.weight_args}
+    shapes = {ref.name: np.zeros(t.shape, np.float32) for ref, t in prefill.weight_args}
     shapes["model.norm.weight"] = np.zeros(5, np.float32)
     with pytest.raises(ValueError, match=r"model.norm.weight: float32 \[5\] given, the module "
                                          r"takes tensor<32xf32>"):

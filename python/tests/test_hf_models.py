@@ -32,13 +32,15 @@ minute on a quiet machine (the export is most of it); warm, seconds.
 """
 
 import json
+import re
 import shutil
+import subprocess
 
 import numpy as np
 import pytest
 from conftest import require_aot_tools
 
-from snapkv import hf
+from snapkv import hf, tools
 from snapkv.frontend import runner
 
 pytestmark = pytest.mark.slow
@@ -147,9 +149,19 @@ def test_export_has_weights_as_arguments(case):
     checkpoint key, one function per layer kind serves both layers, and the module is small."""
     exported = case["exported"]
     sig = runner.signature(exported.text, "prefill")
-    names = [name for name, _ in sig.weight_args]
+    names = [ref.name for ref, _ in sig.weight_args]
     assert names == exported.meta["weights"]
     assert set(names) == set(hf.Checkpoint(exported.checkpoint).tensors)
+    # The projections and the LM head are taken transposed ([in, out]), so that once the
+    # traced x @ W^T meets the argument's transpose, the matmuls read the arguments in place.
+    transposed = {ref.name for ref, _ in sig.weight_args if ref.transposed}
+    assert transposed == set(exported.meta["transposed"])
+    assert {n for n in names if n.endswith("proj.weight")} <= transposed
+    assert transposed - {n for n in names if n.endswith("proj.weight")} <= {
+        "lm_head.weight", "model.embed_tokens.weight"}
+    canonical = subprocess.run([str(tools.snapkv_opt()), "--canonicalize"], input=exported.text,
+                               capture_output=True, text=True, check=True, timeout=300).stdout
+    assert not re.search(r"linalg\.transpose ins\(%arg\d+ : tensor<\d+x\d+xf32>", canonical)
     assert exported.text.count("func.func private @prefill_layer(") == 1
     assert exported.text.count("call @prefill_layer(") == 2
     assert exported.text.count("call @decode_layer(") == 2

@@ -355,8 +355,8 @@ def test_entry_points_that_only_call_run_from_python(tmp_path):
 
     rng = np.random.default_rng(0)
     sig = runner.signature(text, "prefill")
-    weights = {name: rng.standard_normal(t.shape).astype(np.float32) * 0.3
-               for name, t in sig.weight_args}
+    weights = {ref.name: rng.standard_normal(t.shape).astype(np.float32) * 0.3
+               for ref, t in sig.weight_args}
     split = runner.CompiledModel(text, weights=weights, cflags=("-O0",), cache_dir=tmp_path)
     whole = runner.CompiledModel(text, weights=weights, cflags=("-O0",), cache_dir=tmp_path,
                                  split_entry_points=False)

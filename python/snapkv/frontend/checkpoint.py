@@ -21,7 +21,7 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -304,38 +304,68 @@ def to_dtype(array: np.ndarray, stored: str, wanted: str) -> np.ndarray:
                      f"exact widenings f16 -> f32 and bf16 -> f32 are made)")
 
 
-def weight_arrays(checkpoint: Checkpoint, wanted: Dict[str, Tuple[Tuple[int, ...], str]]) \
-        -> Tuple[Dict[str, np.ndarray], List[str]]:
-    """({name: array} for `wanted` ({name: (shape, element type)}), notes). Checks each
-    tensor's shape against the module's and converts f16/bf16 to f32 where the module wants
-    f32 (a copy; noted); everything else is mapped, not copied. A missing tensor or a shape
-    or dtype that does not fit is a CheckpointError that names it."""
+class WeightRef(NamedTuple):
+    """A weight argument: the checkpoint tensor it takes and whether it takes it transposed
+    (``snapkv.transposed``: a 2-D tensor, ``[out, in]`` in the checkpoint, ``[in, out]`` in the
+    module; the runner makes the transposed copy once)."""
+
+    name: str
+    transposed: bool = False
+
+    def __str__(self):
+        return f"{self.name} (transposed)" if self.transposed else self.name
+
+
+def as_ref(key) -> WeightRef:
+    return key if isinstance(key, WeightRef) else WeightRef(key)
+
+
+def bind_layout(ref: WeightRef, array: np.ndarray) -> np.ndarray:
+    """`array` (the checkpoint's layout) as the argument `ref` takes it."""
+    return np.ascontiguousarray(array.T) if ref.transposed else array
+
+
+def weight_arrays(checkpoint: Checkpoint, wanted: Dict[object, Tuple[Tuple[int, ...], str]]) \
+        -> Tuple[Dict[object, np.ndarray], List[str]]:
+    """({key: array} for `wanted` ({key: (shape, element type)}, each key a tensor name or a
+    :class:`WeightRef`), notes). Checks each tensor's shape against the module's and converts
+    f16/bf16 to f32 where the module wants f32 (a copy; noted); a transposed weight is a
+    transposed copy; everything else is mapped, not copied. A missing tensor or a shape or
+    dtype that does not fit is a CheckpointError that names it."""
     arrays, problems, converted = {}, [], []
-    missing = [name for name in wanted if name not in checkpoint.tensors]
+    names = {as_ref(key).name for key in wanted}
+    missing = sorted(name for name in names if name not in checkpoint.tensors)
     if missing:
         raise CheckpointError(f"{checkpoint.path}: {len(missing)} tensor(s) the module needs are "
                               f"not in the checkpoint: {', '.join(missing[:4])}"
                               + (" ..." if len(missing) > 4 else ""))
     unused = [name for name in checkpoint.tensors
-              if name not in wanted and not name.endswith(NOT_PARAMETERS)]
+              if name not in names and not name.endswith(NOT_PARAMETERS)]
     if unused:
         raise CheckpointError(f"{checkpoint.path} holds {len(unused)} tensor(s) the module does "
                               f"not take ({', '.join(sorted(unused)[:3])}"
                               + (" ..." if len(unused) > 3 else "")
                               + "): it is not the architecture the module was exported from")
-    for name, (shape, elem) in wanted.items():
-        info = checkpoint.tensors[name]
-        if tuple(info.shape) != tuple(shape):
-            problems.append(f"{name}: the checkpoint holds {list(info.shape)}, the module "
+    for key, (shape, elem) in wanted.items():
+        ref = as_ref(key)
+        info = checkpoint.tensors[ref.name]
+        stored = tuple(info.shape)[::-1] if ref.transposed else tuple(info.shape)
+        if ref.transposed and len(info.shape) != 2:
+            problems.append(f"{ref.name}: the module takes it transposed, but the checkpoint "
+                            f"holds {list(info.shape)} (not 2-D)")
+            continue
+        if stored != tuple(shape):
+            problems.append(f"{ref}: the checkpoint holds {list(info.shape)}, the module "
                             f"takes {list(shape)}")
             continue
         try:
-            arrays[name] = to_dtype(checkpoint.array(name), info.dtype, elem)
+            arrays[key] = bind_layout(ref, to_dtype(checkpoint.array(ref.name), info.dtype,
+                                                    elem))
         except ValueError as error:
-            problems.append(f"{name}: {error}")
+            problems.append(f"{ref.name}: {error}")
             continue
         if MLIR_DTYPES.get(elem) != info.dtype:
-            converted.append(name)
+            converted.append(ref.name)
     if problems:
         raise CheckpointError(f"{checkpoint.path} does not fit the module: "
                               + "; ".join(problems[:4])

@@ -29,7 +29,11 @@ which are only calls:
 
 Every weight argument of the entry points carries ``{snapkv.weight = "<checkpoint tensor
 name>", bufferization.writable = false}``: the runner binds it from the checkpoint, and the
-compiled code never writes it. One copy of the layer code serves every layer, so the module's
+compiled code never writes it. The weights of ``nn.Linear`` layers (``y = x W^T``) are taken
+transposed, ``[in, out]``, and marked ``snapkv.transposed``: the runner transposes them once
+when it binds them, so the traced ``W^T`` cancels against the argument's transpose and the
+compiled matmuls read the weights in place, instead of transposing every weight matrix on
+every call (which dominated a decode step at real model sizes). One copy of the layer code serves every layer, so the module's
 size and its compile time do not grow with the layer count or the parameter count.
 
 ``snapkv-compress-kv-cache="prefill-func=prefill_layer decode-func=decode_layer ..."``
@@ -53,12 +57,12 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Set, Tuple
 
 import torch
 from torch import nn
 
-from .checkpoint import Checkpoint, CheckpointError
+from .checkpoint import Checkpoint, CheckpointError, WeightRef
 from .export import import_functions, versions
 from .model import persist_buffers
 
@@ -195,16 +199,24 @@ def build_model(config):
 # The traced pieces
 
 
-class _Functional(nn.Module):
-    """Calls `module` with its parameters taken from the arguments after `n_inputs` inputs,
-    named by `names` (relative to `module`)."""
+def linear_weights(module: nn.Module) -> Set[str]:
+    """The names (relative to `module`) of its ``nn.Linear`` weights: the arguments that are
+    passed transposed."""
+    return {f"{name}.weight" if name else "weight" for name, m in module.named_modules()
+            if isinstance(m, nn.Linear)}
 
-    def __init__(self, module: nn.Module, names: List[str]):
+
+class _Functional(nn.Module):
+    """Calls `module` with its parameters taken from the arguments, named by `names`
+    (relative to `module`); the arguments named in `transposed` hold the parameter transposed
+    (see :func:`linear_weights`)."""
+
+    def __init__(self, module: nn.Module, names: List[str], transposed: Set[str] = frozenset()):
         super().__init__()
-        self.module, self.names = module, list(names)
+        self.module, self.names, self.transposed = module, list(names), set(transposed)
 
     def call(self, weights, *args, **kwargs):
-        params = dict(zip(self.names, weights))
+        params = {n: w.t() if n in self.transposed else w for n, w in zip(self.names, weights)}
         return torch.func.functional_call(self.module, params, args, kwargs, strict=False)
 
 
@@ -215,7 +227,7 @@ class _Embed(_Functional):
 
 class _Head(_Functional):
     def __init__(self, head: nn.Module, names: List[str], last: bool):
-        super().__init__(head, names)
+        super().__init__(head, names, {"lm_head.weight"})
         self.last = last
 
     def forward(self, hidden, *weights):
@@ -246,8 +258,8 @@ def _layer_stack(inner: nn.Module, layer: nn.Module) -> nn.Module:
 
 
 class _PrefillLayer(_Functional):
-    def __init__(self, stack, names, config):
-        super().__init__(stack, names)
+    def __init__(self, stack, names, config, transposed):
+        super().__init__(stack, names, transposed)
         self.config = config
 
     def forward(self, hidden, *weights):
@@ -272,30 +284,33 @@ class _DecodeLayer(_PrefillLayer):
 
 @dataclasses.dataclass
 class _Plan:
-    """What the entry points pass: checkpoint tensor names per piece."""
-    embed: str
-    layers: List[List[str]]  # per layer, the checkpoint names in the layer function's order
-    norm: str
-    lm_head: str
-    layer_names: List[str]   # the layer function's parameter names (relative)
+    """What the entry points pass: per piece, (checkpoint tensor name, transposed)."""
+    embed: WeightRef
+    layers: List[List[WeightRef]]  # per layer, in the layer function's order
+    norm: WeightRef
+    lm_head: WeightRef
+    layer_names: List[str]         # the layer function's parameter names (relative)
+    layer_transposed: Set[str]     # those of them passed transposed
 
 
 def _plan(model, checkpoint: Checkpoint) -> _Plan:
     inner = model.model
     layer_names = [n for n, _ in inner.layers[0].named_parameters()]
+    transposed = linear_weights(inner.layers[0])
     layers = []
     for i, layer in enumerate(inner.layers):
         names = [n for n, _ in layer.named_parameters()]
         if names != layer_names:
             raise CheckpointError(f"layer {i} has other parameters than layer 0 ({names} vs "
                                   f"{layer_names}): layers of different kinds are not exported")
-        layers.append([f"model.layers.{i}.{n}" for n in names])
+        layers.append([WeightRef(f"model.layers.{i}.{n}", n in transposed) for n in names])
     embed = "model.embed_tokens.weight"
     tied = model.lm_head.weight is inner.embed_tokens.weight
     lm_head = embed if tied else "lm_head.weight"
     if tied and "lm_head.weight" in checkpoint.tensors:
         lm_head = "lm_head.weight"  # saved untied after all: use what is there
-    return _Plan(embed, layers, "model.norm.weight", lm_head, layer_names)
+    return _Plan(WeightRef(embed), layers, WeightRef("model.norm.weight"),
+                 WeightRef(lm_head, True), layer_names, transposed)
 
 
 def _dims(max_positions: int):
@@ -316,22 +331,24 @@ def _types(text: str, name: str):
     return [str(t) for t in sig.args], [str(t) for t in sig.results]
 
 
-def _weight_attrs(name: str) -> str:
-    return f'{{bufferization.writable = false, snapkv.weight = {json.dumps(name)}}}'
+def _weight_attrs(ref: WeightRef) -> str:
+    transposed = ", snapkv.transposed" if ref.transposed else ""
+    return (f'{{bufferization.writable = false, snapkv.weight = {json.dumps(ref.name)}'
+            f'{transposed}}}')
 
 
-def _entry_points(text: str, plan: _Plan, logits: str) -> Tuple[str, List[str]]:
+def _entry_points(text: str, plan: _Plan, logits: str) -> Tuple[str, List[WeightRef]]:
     """The text of ``@prefill`` and ``@decode``: calls only."""
     embed_args, embed_results = _types(text, "embed")
     p_args, p_results = _types(text, PREFILL_LAYER)
     d_args, d_results = _types(text, DECODE_LAYER)
     head_args, head_results = _types(text, "head")
-    order: List[str] = []
+    order: List[WeightRef] = []
     for name in [plan.embed, *[n for layer in plan.layers for n in layer], plan.norm,
                  plan.lm_head]:
         if name not in order:
             order.append(name)
-    types: Dict[str, str] = {plan.embed: embed_args[1], plan.norm: head_args[1],
+    types: Dict[WeightRef, str] = {plan.embed: embed_args[1], plan.norm: head_args[1],
                              plan.lm_head: head_args[2]}
     for layer in plan.layers:
         types.update(zip(layer, p_args[1:]))
@@ -415,8 +432,10 @@ def export_text(checkpoint: Checkpoint, options: ExportOptions = ExportOptions()
     layer = inner.layers[0]
     stack = _layer_stack(inner, layer)
     names = ["layers.0." + n for n in plan.layer_names]
+    layer_transposed = {"layers.0." + n for n in plan.layer_transposed}
     empty = {n: p for n, p in layer.named_parameters()}
-    layer_weights = tuple(torch.empty(empty[n].shape) for n in plan.layer_names)
+    layer_weights = tuple(torch.empty(empty[n].shape[::-1] if n in plan.layer_transposed
+                                      else empty[n].shape) for n in plan.layer_names)
     length, cache = _dims(max_positions)
     example = 16 if max_positions > 17 else max_positions - 1
     vocab = config.vocab_size
@@ -426,14 +445,15 @@ def export_text(checkpoint: Checkpoint, options: ExportOptions = ExportOptions()
     kv = torch.randn(1, heads, example, head_dim, generator=g)
     embed_w = torch.empty(inner.embed_tokens.weight.shape)
     norm_w = torch.empty(inner.norm.weight.shape)
-    lm_w = torch.empty(model.lm_head.weight.shape)
+    lm_w = torch.empty(model.lm_head.weight.shape[::-1])
     none = tuple(None for _ in layer_weights)
     functions = [
         ("embed", _Embed(inner.embed_tokens, ["weight"]), (ids, embed_w),
          {"ids": {1: length}, "weight": None}),
-        (PREFILL_LAYER, _PrefillLayer(stack, names, config), (h,) + layer_weights,
+        (PREFILL_LAYER, _PrefillLayer(stack, names, config, layer_transposed),
+         (h,) + layer_weights,
          {"hidden": {1: length}, "weights": none}),
-        (DECODE_LAYER, _DecodeLayer(stack, names, config),
+        (DECODE_LAYER, _DecodeLayer(stack, names, config, layer_transposed),
          (h[:, :1], torch.tensor([example]), kv, kv.clone()) + layer_weights,
          {"hidden": None, "position": None, "keys": {2: cache}, "values": {2: cache},
           "weights": none}),
@@ -472,7 +492,8 @@ def metadata(checkpoint, config, options, max_positions, notes, order, head_dim)
         "options": dataclasses.asdict(options),
         "functions": {"prefill": "prefill", "decode": "decode", "prefill_layer": PREFILL_LAYER,
                       "decode_layer": DECODE_LAYER},
-        "weights": order,
+        "weights": [ref.name for ref in order],
+        "transposed": [ref.name for ref in order if ref.transposed],
         "versions": versions(),
     }
 

@@ -89,6 +89,7 @@ import numpy as np
 
 from .. import tools
 from ..tools import ToolError
+from .checkpoint import WeightRef, bind_layout
 
 # Bumped when the way a library is built or called changes (part of the cache keys).
 RUNNER_VERSION = 4
@@ -147,8 +148,9 @@ class TensorType:
 class Signature:
     args: Tuple[TensorType, ...]
     results: Tuple[TensorType, ...]
-    # Per argument, the checkpoint tensor it takes (its `snapkv.weight` attribute), or None.
-    weights: Tuple[Optional[str], ...] = ()
+    # Per argument, the checkpoint tensor it takes (its `snapkv.weight` attribute, and
+    # `snapkv.transposed`), or None.
+    weights: Tuple[Optional[WeightRef], ...] = ()
 
     @property
     def inputs(self) -> Tuple[TensorType, ...]:
@@ -157,8 +159,8 @@ class Signature:
                      if w is None)
 
     @property
-    def weight_args(self) -> List[Tuple[str, TensorType]]:
-        """(checkpoint tensor name, type) of each weight argument, in order."""
+    def weight_args(self) -> List[Tuple[WeightRef, TensorType]]:
+        """(the checkpoint tensor it takes, type) of each weight argument, in order."""
         return [(w, t) for t, w in zip(self.args, self.weights) if w is not None]
 
 
@@ -169,7 +171,7 @@ class _Header:
     attributes: Optional[Tuple[int, int]]  # offsets of the attribute dict's "{" and "}"
     args: List[str]
     results: List[str]
-    weights: List[Optional[str]]  # each argument's `snapkv.weight` attribute
+    weights: List[Optional[WeightRef]]  # each argument's `snapkv.weight` attribute
 
 
 def _close(text: str, start: int) -> int:
@@ -220,13 +222,18 @@ def _strip_attrs(piece: str) -> str:
 
 
 _WEIGHT_ATTR = re.compile(r'snapkv\.weight\s*=\s*"((?:[^"\\]|\\.)*)"')
+_TRANSPOSED_ATTR = re.compile(r'\bsnapkv\.transposed\b(?!\s*=\s*false)')
 
 
-def _weight_attr(piece: str) -> Optional[str]:
-    """The `snapkv.weight = "name"` of an argument's attribute dictionary, if any."""
+def _weight_attr(piece: str) -> Optional[WeightRef]:
+    """The `snapkv.weight = "name"` (and `snapkv.transposed`) of an argument's attribute
+    dictionary, if any."""
     brace = piece.find("{")
     match = _WEIGHT_ATTR.search(piece[brace:]) if brace >= 0 else None
-    return json.loads(f'"{match.group(1)}"') if match else None
+    if not match:
+        return None
+    return WeightRef(json.loads(f'"{match.group(1)}"'),
+                     bool(_TRANSPOSED_ATTR.search(piece[brace:])))
 
 
 def _header(text: str, name: str) -> _Header:
@@ -1088,9 +1095,9 @@ class CompiledModel:
         for sig, fn in ((self.prefill_signature, "prefill"), (self.decode_signature, "decode")):
             for name, ttype in sig.weight_args:
                 if any(d is None for d in ttype.shape):
-                    raise ValueError(f"@{fn} weight {name!r} has a dynamic shape {ttype}")
+                    raise ValueError(f"@{fn} weight '{name}' has a dynamic shape {ttype}")
                 if name in wanted and wanted[name] != ttype:
-                    raise ValueError(f"weight {name!r} is {wanted[name]} in one function and "
+                    raise ValueError(f"weight '{name}' is {wanted[name]} in one function and "
                                      f"{ttype} in the other")
                 wanted[name] = ttype
         if not wanted:
@@ -1107,16 +1114,17 @@ class CompiledModel:
         if isinstance(source, Checkpoint):
             return weight_arrays(source, {n: (t.shape, t.elem) for n, t in wanted.items()})
         arrays, problems = {}, []
-        for name, ttype in wanted.items():
-            if name not in source:
-                problems.append(f"{name}: missing")
+        for ref, ttype in wanted.items():
+            if ref.name not in source:
+                problems.append(f"{ref.name}: missing")
                 continue
-            array = np.asarray(source[name])
-            if array.dtype != ttype.dtype or tuple(array.shape) != tuple(ttype.shape):
-                problems.append(f"{name}: {array.dtype} {list(array.shape)} given, the module "
+            array = np.asarray(source[ref.name])
+            shape = array.shape[::-1] if ref.transposed else array.shape
+            if array.dtype != ttype.dtype or tuple(shape) != tuple(ttype.shape):
+                problems.append(f"{ref}: {array.dtype} {list(array.shape)} given, the module "
                                 f"takes {ttype}")
                 continue
-            arrays[name] = np.ascontiguousarray(array)
+            arrays[ref] = np.ascontiguousarray(bind_layout(ref, array))
         if problems:
             raise ValueError("the weights do not fit the module: " + "; ".join(problems[:4])
                              + (f" (and {len(problems) - 4} more)" if len(problems) > 4 else ""))
