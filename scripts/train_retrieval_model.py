@@ -11,9 +11,12 @@ four ways, all to learn more per CPU second:
 * after the prompt and its answer + ``END`` come questions about the prompt's other needles
   (``QRY k1 k2 v1 .. vm END``), so one prefill teaches several retrievals; the loss is on the
   answer and ``END`` tokens only;
-* early on, an auxiliary loss: layer 0's output (read through the final norm and the output
-  projection) must predict the previous token at every filler position, which makes layer 0
-  the previous-token half of an induction head (``Stage.copy``);
+* an auxiliary loss on the attention pattern (``Stage.guide``) that names the circuit to learn:
+  in layer 0, query head 0 attends to the previous token and head 1 to the one before it (so a
+  value token's residual stream holds the key that precedes it); in the last layer, the heads'
+  mean attention from every answer-predicting position goes to the needle token it must copy
+  (an induction head). Without it the model sits for thousands of steps on the plateau of
+  copying *some* value token of the prompt, the classic delay before induction heads form;
 * a curriculum (``CURRICULUM``; a stage ends when its running accuracy reaches ``until``):
   mostly short prompts, whose position ids jump ahead once, at a filler position, by a random
   skip (PoSE-style), so that the relative distances between needle and question cover the
@@ -62,7 +65,7 @@ def model_config(args):
         max_position_embeddings=MAX_POSITIONS,
         rope_theta=args.rope_theta,
         rms_norm_eps=1e-5,
-        initializer_range=0.02,
+        initializer_range=args.init_std,
         tie_word_embeddings=args.tie,
         attention_bias=False,
         mlp_bias=False,
@@ -71,9 +74,8 @@ def model_config(args):
         eos_token_id=task.END,
         pad_token_id=task.PAD,
     )
-    # SDPA for training (the same math as eager, faster on long prompts); the checkpoint loads
-    # with eager attention (snapkv.tasks.checkpoint).
-    cfg._attn_implementation = "sdpa"
+    # Eager attention: the guide loss reads the attention probabilities.
+    cfg._attn_implementation = "eager"
     return cfg
 
 
@@ -94,33 +96,29 @@ class Stage:
     answer: int          # 1..answer value tokens
     pose: float = 0.0    # probability that a prompt's positions skip ahead (see positions())
     until: float = 2.0   # accuracy that ends the stage early (above 1: never)
-    copy: float = 0.0    # weight of the previous-token loss on filler (see training_sequence)
+    guide: float = 0.0   # weight of the attention-pattern loss (see guide_loss)
     dense: bool = False  # always as many needles as fit (else 1 .. that many)
 
 
 WINDOW = 50
 
 # Matching first: prompts of 64 tokens packed with 8 needles (so copying *any* value token
-# present is worth little), with the auxiliary previous-token loss on layer 0's output so that
-# layer 0 becomes the previous-token half of an induction head early (without it, layer 0
-# learns to copy value tokens and the model sits on that plateau; with the loss on the final
-# output instead, layer 1 takes the previous-token role, the wrong order). Then distractors,
-# longer answers and longer prompts. The last two stages run for a fixed number of steps (the
-# last one with the learning rate decaying): prompts up to 512 tokens whose positions skip
-# ahead (PoSE), so needle-question distances cover 4096, and real prompts of 1024 and 2048
-# tokens, so attention picks the needle out of thousands of filler tokens.
-# Not yet validated end to end: no run of this curriculum has met the accuracy targets so far.
+# present is worth little). Then distractors, longer answers and longer prompts. The last two
+# stages run for a fixed number of steps (the last one with the learning rate decaying):
+# prompts up to 512 tokens whose positions skip ahead (PoSE), so needle-question distances
+# cover 4096, and real prompts of 1024 and 2048 tokens, so attention picks the needle out of
+# thousands of filler tokens.
 CURRICULUM = (
-    Stage(steps=3000, lengths=(64,), tokens=512, needles=8, distractors=0, answer=1,
-          copy=1.0, dense=True, until=0.95),
-    Stage(steps=800, lengths=(48, 64), tokens=512, needles=4, distractors=1, answer=2,
-          copy=0.2, until=0.95),
+    Stage(steps=1500, lengths=(64,), tokens=512, needles=8, distractors=0, answer=1,
+          guide=1.0, dense=True, until=0.95),
+    Stage(steps=800, lengths=(48, 64), tokens=512, needles=4, distractors=2, answer=3,
+          guide=1.0, until=0.95),
     Stage(steps=800, lengths=(64, 96, 128), tokens=1024, needles=6, distractors=2, answer=3,
-          pose=0.3, until=0.97),
-    Stage(steps=500, lengths=(128, 256, 512), tokens=2048, needles=8, distractors=2, answer=3,
-          pose=0.5),
-    Stage(steps=150, lengths=(1024, 2048), tokens=4096, needles=8, distractors=2, answer=3,
-          pose=0.5),
+          guide=1.0, pose=0.3, until=0.97),
+    Stage(steps=400, lengths=(128, 256, 512), tokens=2048, needles=8, distractors=2, answer=3,
+          guide=0.5, pose=0.5),
+    Stage(steps=120, lengths=(1024, 2048), tokens=4096, needles=8, distractors=2, answer=3,
+          guide=0.5, pose=0.5),
 )
 
 
@@ -129,10 +127,10 @@ CURRICULUM = (
 
 
 def training_sequence(rng, length, stage, extra_questions):
-    """``(sample, tokens, targets, previous)``: a dense prompt of ``length`` tokens, its answer
+    """``(sample, tokens, targets, source)``: a dense prompt of ``length`` tokens, its answer
     and questions about its other needles; ``targets[i]`` is the token position ``i`` must
-    predict, or -1; ``previous[i]`` is the token before filler position ``i`` of the prompt, or
-    -1 (the auxiliary previous-token target, see :class:`Stage`)."""
+    predict, or -1; ``source[i]`` is the prompt position holding that token inside its needle
+    (where the last layer should look, see :func:`guide_loss`), or -1."""
     room = (length - task.SINK - task.TAIL) // (task.KEY_LEN + stage.answer + 2)
     room -= stage.distractors
     most = max(1, min(stage.needles, room))
@@ -141,28 +139,28 @@ def training_sequence(rng, length, stage, extra_questions):
     sample = task.draw(rng, length, spec)
     tokens = list(sample.ids)
     targets = [-1] * length
-    asked = sample.asked
-    # The answer right after the prompt (the evaluated form), then the other needles in a
-    # random order, each asked with its own question.
-    for token in (*asked.value, task.END):
-        targets[-1] = token
-        tokens.append(token)
-        targets.append(-1)
-    others = [n for n in sample.needles if n is not asked]
-    for i in rng.permutation(len(others))[:extra_questions]:
-        needle = others[i]
-        question = (task.QRY, *needle.key)
-        tokens.extend(question)
-        targets.extend([-1] * len(question))
-        for token in (*needle.value, task.END):
+    source = [-1] * length
+
+    def answer(needle):
+        # Predicting value token j (and then END) means copying needle position value_start + j.
+        for j, token in enumerate((*needle.value, task.END)):
             targets[-1] = token
+            source[-1] = needle.value_start + j
             tokens.append(token)
             targets.append(-1)
-    previous = np.full(len(tokens), -1, np.int64)
-    filler = np.isin(sample.ids, np.asarray(task.FILLER))
-    filler[0] = False
-    previous[:length][filler] = sample.ids[np.flatnonzero(filler) - 1]
-    return sample, np.asarray(tokens, np.int64), np.asarray(targets, np.int64), previous
+            source.append(-1)
+
+    # The answer right after the prompt (the evaluated form), then the other needles in a
+    # random order, each asked with its own question.
+    answer(sample.asked)
+    others = [n for n in sample.needles if n is not sample.asked]
+    for i in rng.permutation(len(others))[:extra_questions]:
+        question = (task.QRY, *others[i].key)
+        tokens.extend(question)
+        targets.extend([-1] * len(question))
+        source.extend([-1] * len(question))
+        answer(others[i])
+    return sample, *(np.asarray(x, np.int64) for x in (tokens, targets, source))
 
 
 def positions(rng, sample, total, skip):
@@ -182,28 +180,46 @@ def positions(rng, sample, total, skip):
 
 
 def batch(rng, stage, extra_questions):
-    """One step's ``(length, tokens, positions, targets, previous)``, each ``[B, T]``."""
+    """One step's ``(length, tokens, positions, targets, source)``, each ``[B, T]``."""
     length = int(rng.choice(stage.lengths))
     size = max(1, stage.tokens // length)
     rows = []
     for _ in range(size):
-        sample, tokens, targets, previous = training_sequence(rng, length, stage,
-                                                              extra_questions)
+        sample, tokens, targets, source = training_sequence(rng, length, stage, extra_questions)
         skip = 0
         if rng.random() < stage.pose:
             skip = int(rng.integers(0, MAX_LENGTH - length + 1))
-        rows.append((tokens, positions(rng, sample, len(tokens), skip), targets, previous))
+        rows.append((tokens, positions(rng, sample, len(tokens), skip), targets, source))
     width = max(len(r[0]) for r in rows)
     tok = np.full((size, width), task.PAD, np.int64)
     pos = np.zeros((size, width), np.int64)
     tgt = np.full((size, width), -1, np.int64)
-    prev = np.full((size, width), -1, np.int64)
-    for i, (t, p, g, b) in enumerate(rows):
-        tok[i, :len(t)], tgt[i, :len(t)], prev[i, :len(t)] = t, g, b
+    src = np.full((size, width), -1, np.int64)
+    for i, (t, p, g, c) in enumerate(rows):
+        tok[i, :len(t)], tgt[i, :len(t)], src[i, :len(t)] = t, g, c
         # Padding continues the positions (it is after every target, so it never matters).
         pos[i] = np.concatenate([p, p[-1] + 1 + np.arange(width - len(p))])
     return (length, torch.from_numpy(tok), torch.from_numpy(pos), torch.from_numpy(tgt),
-            torch.from_numpy(prev))
+            torch.from_numpy(src))
+
+
+def guide_loss(attentions, tok, pos, src, parts=None):
+    """Mean negative log attention on the circuit's positions: layer 0's query head 0 on the
+    previous token and head 1 on the one before (where the position ids are consecutive, i.e.
+    not across a PoSE skip, and not on padding); the last layer's mean over heads on ``src``."""
+    first, last = attentions[0], attentions[-1]
+    terms = []
+    for head, back in ((0, 1), (1, 2)):
+        t = torch.arange(back, tok.shape[1])
+        probs = first[:, head, t, t - back]
+        valid = (pos[:, back:] - pos[:, :-back] == back) & (tok[:, back:] != task.PAD)
+        terms.append(-torch.log(probs[valid] + 1e-6).mean())
+    rows, cols = torch.nonzero(src >= 0, as_tuple=True)
+    probs = last.mean(dim=1)[rows, cols, src[rows, cols]]
+    terms.append(-torch.log(probs + 1e-6).mean())
+    if parts is not None:
+        parts.append([float(t) for t in terms])
+    return sum(terms) / len(terms)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -258,7 +274,7 @@ def learning_rate(step, stage_step, stage, last, args):
 def train(model, optimizer, stages, args, log, rng):
     """Run ``stages``; returns the history (one entry per ``--log-every`` steps and one per
     stage change)."""
-    history, logged, recent = [], [], []
+    history, logged, recent, parts = [], [], [], []
     start, cpu = time.time(), time.process_time()
     step = 0
     for index, stage in enumerate(stages):
@@ -268,20 +284,15 @@ def train(model, optimizer, stages, args, log, rng):
             lr = learning_rate(step, stage_step, stage, last, args)
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            length, tok, pos, tgt, prev = batch(rng, stage, args.extra_questions)
+            length, tok, pos, tgt, src = batch(rng, stage, args.extra_questions)
             out = model.model(input_ids=tok, position_ids=pos,
-                              output_hidden_states=bool(stage.copy))
+                              output_attentions=bool(stage.guide))
             hidden = out.last_hidden_state
             mask = tgt >= 0
             logits = model.lm_head(hidden[mask])
             loss = torch.nn.functional.cross_entropy(logits, tgt[mask])
-            if stage.copy:
-                # Read the previous token out of the first layer's output (through the final
-                # norm and the output projection): a previous-token head in layer 0.
-                aux = prev >= 0
-                first = model.model.norm(out.hidden_states[1][aux])
-                loss = loss + stage.copy * torch.nn.functional.cross_entropy(
-                    model.lm_head(first), prev[aux])
+            if stage.guide:
+                loss = loss + stage.guide * guide_loss(out.attentions, tok, pos, src, parts)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -298,7 +309,9 @@ def train(model, optimizer, stages, args, log, rng):
                              token_accuracy=round(float(np.mean([w[1] for w in logged])), 4),
                              seconds=round(time.time() - start, 1),
                              cpu_seconds=round(time.process_time() - cpu, 1))
-                logged = []
+                if parts:
+                    entry["guide"] = [round(float(x), 3) for x in np.mean(parts, axis=0)]
+                logged, parts = [], []
                 if args.eval_every and (step % args.eval_every == 0 or (last and done)):
                     for L in args.eval_lengths:
                         entry[f"acc@{L}"] = accuracy(model, L, args.eval_samples, 10_000 + step)
@@ -308,6 +321,107 @@ def train(model, optimizer, stages, args, log, rng):
                 break
         log(f"stage {index} ended after step {step}")
     return history
+
+
+# ---------------------------------------------------------------------------------------------
+# The model card
+
+
+CARD_LENGTHS = (512, 1024, 2048, 4096)
+CARD_SAMPLES = 50
+CARD_SEED = 1234  # not a training seed: these prompts were never trained on
+
+
+def write_card(out: Path, log):
+    """``README.md`` and ``loss.png`` in `out` from its checkpoint and ``training.json``: the
+    task, the run, the loss curve and the full-cache accuracy per length (PyTorch, teacher
+    forced, ``CARD_SAMPLES`` prompts of ``CARD_SEED`` per variant)."""
+    from snapkv.tasks import checkpoint
+
+    run = json.loads((out / "training.json").read_text())
+    model = checkpoint.load(out)
+    variants = ("mixed", "multitoken")
+    table = {}
+    for variant in variants:
+        for length in CARD_LENGTHS:
+            table[variant, length] = accuracy(model, length, CARD_SAMPLES, CARD_SEED, variant)
+            log(f"card: {variant} L={length}: {table[variant, length]:.2f}")
+    steps = [h["step"] for h in run["history"]]
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6, 3.2))
+        ax.plot(steps, [h["loss"] for h in run["history"]], label="training loss")
+        ax.plot(steps, [h["token_accuracy"] for h in run["history"]],
+                label="answer-token accuracy")
+        for change in [h["step"] for a, h in zip(run["history"], run["history"][1:])
+                       if h["stage"] != a["stage"]]:
+            ax.axvline(change, color="grey", lw=0.5)
+        ax.set_xlabel("step (grey: curriculum stage changes)")
+        ax.set_yscale("log")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / "loss.png", dpi=100)
+        plt.close(fig)
+        curve = "![loss curve](loss.png)"
+    except ImportError:
+        curve = "(matplotlib was not installed: no loss curve)"
+    args = run["args"]
+    size = sum(f.stat().st_size for f in out.glob("*.safetensors"))
+    rows = ["| variant | " + " | ".join(f"L = {L}" for L in CARD_LENGTHS) + " |",
+            "|---|" + "---:|" * len(CARD_LENGTHS)]
+    for variant in variants:
+        rows.append(f"| `{variant}` | " + " | ".join(
+            f"{table[variant, L]:.0%}" for L in CARD_LENGTHS) + " |")
+    stages = "\n".join(
+        f"| {i} | {s['steps']} | {', '.join(map(str, s['lengths']))} | {s['needles']} | "
+        f"{s['distractors']} | {s['answer']} | {s['pose']} | {s['guide']} |"
+        for i, s in enumerate(run["curriculum"]))
+    ends = [h["step"] for a, h in zip(run["history"], run["history"][1:])
+            if h["stage"] != a["stage"]]
+    (out / "README.md").write_text(f"""# retrieval-llama
+
+A {args['layers']}-layer Llama (hidden {args['hidden']}, {args['heads']} query / \
+{args['kv_heads']} key-value heads of {args['hidden'] // args['heads']}, MLP \
+{args['intermediate']}, RoPE theta {args['rope_theta']:g}, tied embeddings, vocabulary 256), \
+trained from random weights on the synthetic retrieval task of `snapkv.tasks.retrieval` (key-value
+needles in random filler, a question `QRY k1 k2` at the end, the answer is the needle's value).
+It exists to test KV-cache compression on a model that really retrieves; it knows nothing else.
+{size / 1e6:.1f} MB of f32 safetensors.
+
+## Training
+
+`{run['command']}` (deterministic: same machine and thread count, same weights), \
+{run['history'][-1]['step']} steps, {run['seconds']:.0f} s wall / {run['cpu_seconds']:.0f} s CPU \
+on {args['threads']} thread(s); torch {run['versions']['torch']}. AdamW, lr {args['lr']:g}, \
+init std {args['init_std']:g}. Curriculum (a stage ends early at its accuracy threshold; \
+stage changes at steps {', '.join(map(str, ends))}):
+
+| stage | at most steps | prompt lengths | needles | distractors | answer tokens | PoSE | guide |
+|---:|---:|---|---:|---:|---:|---:|---:|
+{stages}
+
+Besides the answer loss, an auxiliary loss on the attention pattern ("guide") names the circuit:
+layer 0 query heads 0 and 1 attend to the previous and the second previous token, and the last
+layer's heads attend from each answer position to the needle token to copy. See the script's
+docstring.
+
+{curve}
+
+## Accuracy with the full cache
+
+Greedy answers (teacher forced: every answer token must be the argmax) in PyTorch, eager
+attention, {CARD_SAMPLES} prompts per cell drawn with seed {CARD_SEED}:
+
+{chr(10).join(rows)}
+
+`mixed`: 1-4 needles, 0-2 distractor keys that differ from the asked key in one token, 1-3 answer
+tokens; `multitoken`: one needle, 3 answer tokens (the variant `snapkv eval` uses by default).
+Accuracy against the cache budget, through the compiled pipeline: `docs/eval.md`.
+""")
 
 
 def parse(argv):
@@ -328,10 +442,16 @@ def parse(argv):
     p.add_argument("--tie", action=argparse.BooleanOptionalAction, default=True,
                    help="tie the input embedding and the output projection")
     p.add_argument("--rope-theta", type=float, default=500000.0)
+    p.add_argument("--init-std", type=float, default=0.0625,
+                   help="std of the initial weights (1/sqrt(hidden); HF's 0.02 is meant for "
+                        "far wider models and starts every W_O W_V product near zero, where "
+                        "copying is slow to learn)")
     p.add_argument("--log-every", type=int, default=25)
     p.add_argument("--eval-every", type=int, default=0)
     p.add_argument("--eval-lengths", type=int, nargs="+", default=[512])
     p.add_argument("--eval-samples", type=int, default=32)
+    p.add_argument("--card-only", action="store_true",
+                   help="only (re)write the model card of --out (README.md, loss.png)")
     return p.parse_args(argv)
 
 
@@ -340,6 +460,9 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     torch.use_deterministic_algorithms(True)
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    if args.card_only:
+        write_card(args.out, log)
+        return 0
     model = new_model(args)
     optimizer = new_optimizer(model, args)
     rng = np.random.default_rng(np.random.SeedSequence([args.seed, 1]))
@@ -358,6 +481,7 @@ def main(argv=None):
             curriculum=[dataclasses.asdict(s) for s in CURRICULUM],
             seconds=round(seconds, 1), cpu_seconds=round(cpu_seconds, 1), history=history,
             versions=dict(torch=torch.__version__, numpy=np.__version__)), indent=1) + "\n")
+        write_card(args.out, log)
     return 0
 
 

@@ -27,13 +27,13 @@ def train():
 
 def _stage(train, **kw):
     base = dict(steps=2, lengths=(64,), tokens=128, needles=8, distractors=1, answer=3,
-                copy=1.0, dense=True)
+                guide=1.0, dense=True)
     return train.Stage(**{**base, **kw})
 
 
 def test_sequence_targets(train):
     rng = np.random.default_rng(3)
-    sample, tokens, targets, previous = train.training_sequence(rng, 64, _stage(train), 8)
+    sample, tokens, targets, source = train.training_sequence(rng, 64, _stage(train), 8)
     assert tokens[:64].tolist() == sample.ids.tolist()
     # Every needle is asked once: the prompt's own question first, then the others.
     asked = [sample.asked] + [n for n in sample.needles if n is not sample.asked]
@@ -46,11 +46,10 @@ def test_sequence_targets(train):
     # Each target is the token that follows its position.
     where = np.flatnonzero(targets >= 0)
     assert (tokens[where + 1] == targets[where]).all()
-    # The previous-token targets: filler positions of the prompt only.
-    marked = np.flatnonzero(previous >= 0)
-    assert marked.size and marked.max() < 64 and marked.min() >= 1
-    assert np.isin(sample.ids[marked], np.asarray(task.FILLER)).all()
-    assert (previous[marked] == sample.ids[marked - 1]).all()
+    # The guide's source: the needle position holding each target, and only for targets.
+    assert ((source >= 0) == (targets >= 0)).all()
+    assert (sample.ids[source[where]] == targets[where]).all()
+    assert (source[where] < 64).all()
 
 
 def test_dense_fills_the_prompt(train):
@@ -62,8 +61,8 @@ def test_dense_fills_the_prompt(train):
 
 def test_batch_positions_skip(train):
     rng = np.random.default_rng(1)
-    _, tok, pos, tgt, prev = train.batch(rng, _stage(train, pose=1.0), 4)
-    assert tok.shape == pos.shape == tgt.shape == prev.shape
+    _, tok, pos, tgt, src = train.batch(rng, _stage(train, pose=1.0), 4)
+    assert tok.shape == pos.shape == tgt.shape == src.shape
     jumps = (pos[:, 1:] - pos[:, :-1])
     assert ((jumps == 1) | (jumps > 1)).all()
     assert (jumps > 1).sum(dim=1).le(1).all()
@@ -88,3 +87,25 @@ def test_training_is_deterministic(train):
     assert all(np.isfinite(h["loss"]) for h in history)
     for a, b in zip(first.state_dict().values(), second.state_dict().values()):
         assert torch.equal(a, b)
+
+
+def test_guide_loss_rewards_the_circuit(train):
+    """The guide loss is lower for attention on the previous tokens and on the source than for
+    uniform attention, and it ignores PoSE jumps and padding."""
+    rng = np.random.default_rng(2)
+    _, tok, pos, tgt, src = train.batch(rng, _stage(train, tokens=128), 4)
+    B, T = tok.shape
+    causal = torch.tril(torch.ones(T, T))
+    uniform = (causal / causal.sum(-1, keepdim=True)).expand(B, 4, T, T)
+    circuit0 = uniform.clone()
+    circuit0[:, 0] = torch.diag(torch.ones(T - 1), -1)
+    circuit0[:, 1] = torch.diag(torch.ones(T - 2), -2)
+    circuit1 = uniform.clone()
+    rows, cols = torch.nonzero(src >= 0, as_tuple=True)
+    circuit1[rows, :, cols] = 0.0
+    circuit1[rows, :, cols, src[rows, cols]] = 1.0
+    base = train.guide_loss((uniform, uniform), tok, pos, src)
+    assert train.guide_loss((circuit0, uniform), tok, pos, src) < base
+    assert train.guide_loss((uniform, circuit1), tok, pos, src) < base
+    best = train.guide_loss((circuit0, circuit1), tok, pos, src)
+    assert float(best) < 1e-4

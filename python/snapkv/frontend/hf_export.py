@@ -33,8 +33,9 @@ compiled code never writes it. The weights of ``nn.Linear`` layers (``y = x W^T`
 transposed, ``[in, out]``, and marked ``snapkv.transposed``: the runner transposes them once
 when it binds them, so the traced ``W^T`` cancels against the argument's transpose and the
 compiled matmuls read the weights in place, instead of transposing every weight matrix on
-every call (which dominated a decode step at real model sizes). One copy of the layer code serves every layer, so the module's
-size and its compile time do not grow with the layer count or the parameter count.
+every call (which dominated a decode step at real model sizes). One copy of the layer code
+serves every layer, so the module's size and its compile time do not grow with the layer count
+or the parameter count.
 
 ``snapkv-compress-kv-cache="prefill-func=prefill_layer decode-func=decode_layer ..."``
 rewrites the layer functions and carries their new signatures to the entry points.
