@@ -218,7 +218,7 @@ def guide_loss(attentions, tok, pos, src, parts=None):
     probs = last.mean(dim=1)[rows, cols, src[rows, cols]]
     terms.append(-torch.log(probs + 1e-6).mean())
     if parts is not None:
-        parts.append([float(t) for t in terms])
+        parts.append([t.item() for t in terms])
     return sum(terms) / len(terms)
 
 
@@ -357,7 +357,7 @@ def write_card(out: Path, log):
         ax.plot(steps, [h["loss"] for h in run["history"]], label="training loss")
         ax.plot(steps, [h["token_accuracy"] for h in run["history"]],
                 label="answer-token accuracy")
-        for change in [h["step"] for a, h in zip(run["history"], run["history"][1:])
+        for change in [a["step"] for a, h in zip(run["history"], run["history"][1:])
                        if h["stage"] != a["stage"]]:
             ax.axvline(change, color="grey", lw=0.5)
         ax.set_xlabel("step (grey: curriculum stage changes)")
@@ -380,7 +380,7 @@ def write_card(out: Path, log):
         f"| {i} | {s['steps']} | {', '.join(map(str, s['lengths']))} | {s['needles']} | "
         f"{s['distractors']} | {s['answer']} | {s['pose']} | {s['guide']} |"
         for i, s in enumerate(run["curriculum"]))
-    ends = [h["step"] for a, h in zip(run["history"], run["history"][1:])
+    ends = [a["step"] for a, h in zip(run["history"], run["history"][1:])
             if h["stage"] != a["stage"]]
     (out / "README.md").write_text(f"""# retrieval-llama
 
@@ -398,7 +398,7 @@ It exists to test KV-cache compression on a model that really retrieves; it know
 {run['history'][-1]['step']} steps, {run['seconds']:.0f} s wall / {run['cpu_seconds']:.0f} s CPU \
 on {args['threads']} thread(s); torch {run['versions']['torch']}. AdamW, lr {args['lr']:g}, \
 init std {args['init_std']:g}. Curriculum (a stage ends early at its accuracy threshold; \
-stage changes at steps {', '.join(map(str, ends))}):
+the stages ended after steps {', '.join(map(str, ends))}):
 
 | stage | at most steps | prompt lengths | needles | distractors | answer tokens | PoSE | guide |
 |---:|---:|---|---:|---:|---:|---:|---:|
