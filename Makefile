@@ -13,7 +13,7 @@ CMAKE_FLAGS = -G Ninja -DCMAKE_BUILD_TYPE=Release \
 
 export SNAPKV_OPT = $(CURDIR)/$(BUILD)/bin/snapkv-opt
 
-.PHONY: all deps configure build demo demo-needle eval demo-select gallery test check-lit check-python bench docs \
+.PHONY: all deps configure build demo demo-mechanics eval demo-select gallery test check-lit check-python bench docs \
         check-style build-sanitizers check-sanitizers fuzz-smoke fuzz clean
 
 all: build
@@ -29,22 +29,23 @@ configure: deps $(BUILD)/build.ninja
 build: configure
 	ninja -C $(BUILD) -j$(JOBS)
 
-# The main job on the bundled random-weight tiny Llama: rewrite it for a
+# The main job: a needle-in-a-haystack prompt of 1024 tokens answered by the
+# bundled retrieval model (models/retrieval-llama, trained by
+# scripts/train_retrieval_model.py) with the full cache, with SnapKV at
+# C = L/8 and with StreamingLLM at the same budget, all compiled: answers,
+# cache bytes and decode time per step of each (`snapkv needle --help`).
+NEEDLE_FLAGS ?= --length 1024 --budget 1/8 --seed 0 --index 0
+demo: build
+	$(PYTHON) -m snapkv.cli needle $(NEEDLE_FLAGS)
+
+# The mechanics on the bundled random-weight tiny Llama: rewrite it for a
 # SnapKV-compacted cache, compile it and the original ahead of time, generate
 # 16 tokens with each after a 96-token prompt and print tokens, agreement,
 # logical vs physical cache lengths, the ledger and times (`snapkv generate
 # --help`). Random weights: the runs part early, which says nothing about quality.
 DEMO_FLAGS ?= --prompt-length 96 --seed 0 --window 8 --capacity 24 --steps 16 --gqa expand
-demo: build
+demo-mechanics: build
 	$(PYTHON) -m snapkv.cli generate $(DEMO_FLAGS)
-
-# A needle prompt of 1024 tokens with the full cache, with SnapKV at C = L/8 and
-# with StreamingLLM at the same budget, all compiled (`snapkv needle --help`).
-# Needs a trained retrieval model in models/retrieval-llama
-# (scripts/train_retrieval_model.py; none ships yet, see docs/eval.md).
-NEEDLE_FLAGS ?= --length 1024 --budget 1/8 --seed 0 --index 0
-demo-needle: build
-	$(PYTHON) -m snapkv.cli needle $(NEEDLE_FLAGS)
 
 # Accuracy vs cache budget (docs/eval.md): every method, the four budgets, four
 # lengths; results are cached, so a rerun only computes what is new.

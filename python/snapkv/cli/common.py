@@ -434,7 +434,7 @@ def compaction_parent(strict: bool = False) -> argparse.ArgumentParser:
     group = parent.add_argument_group(
         "compaction", "The options of snapkv-compress-kv-cache and snapkv.select, with the "
         "pass's defaults (docs/semantics.md defines them). The bundled tiny model is meant "
-        "for short prompts: `make demo` runs it with --window 8 --capacity 24.")
+        "for short prompts: `make demo-mechanics` runs it with --window 8 --capacity 24.")
     group.add_argument("--window", "-W", type=int_in(1, "the window"),
                        default=DEFAULTS["window"], metavar="W",
                        help="observation window: the last W prompt queries vote for the "
