@@ -7,7 +7,8 @@ avg pooling, gqa expand, f32, its hashed inputs), L in ``--lengths`` (4096, 1638
 for both orders:
 
 * IREE: ``convert-snapkv-to-linalg`` output compiled by plain ``iree-compile``
-  (``snapkv.iree_backend.IREE_COMPILE_FLAGS``: llvm-cpu, ``--iree-llvmcpu-target-cpu=host``)
+  (``snapkv.iree_backend.IREE_COMPILE_FLAGS``: llvm-cpu, ``--iree-llvmcpu-target-cpu=host``;
+  for the select also ``SELECT_COMPILE_FLAGS``, data tiling)
   and called through ``iree.runtime`` on a ``local-task`` device with ``--workers`` (2)
   worker threads, inputs uploaded once; a call is timed until its indices are on the host.
   If plain ``iree-compile`` refuses the module for its stack limit, the script says so and,
@@ -249,7 +250,8 @@ def render(select_rows, model_rows, compile_s, args, load_before, load_after):
         "`python3 benchmarks/cpu/bench_iree.py --write docs/benchmarks.md`.",
         "",
         f"* Machine: {mach['cpu']}, {mach['cores']} cores; {load}.",
-        f"* IREE: {versions}; `iree-compile {' '.join(iree_backend.IREE_COMPILE_FLAGS)}` on "
+        f"* IREE: {versions}; `iree-compile {' '.join(iree_backend.IREE_COMPILE_FLAGS)}` "
+        f"(the select also `{' '.join(iree_backend.SELECT_COMPILE_FLAGS)}`) on "
         "the output of `snapkv-opt --convert-snapkv-to-linalg`; `iree.runtime` on a "
         f"`local-task` device with {args.workers} worker threads; inputs uploaded once, a "
         "call timed until its indices are on the host.",

@@ -58,6 +58,12 @@ IREE_COMPILE_FLAGS = (
     "--iree-hal-local-target-device-backends=llvm-cpu",
     "--iree-llvmcpu-target-cpu=host",
 )
+# Added for a select on its own: data tiling (operands packed into the register tiles of the
+# contractions; off by default in iree-compile 3.13) made it 1.5x faster at L = 16384
+# (docs/benchmarks.md). Not for the model: iree-compile 3.13 then fails on the decode
+# attention over a dynamic cache length ("'affine.delinearize_index' op no basis element may
+# be statically non-positive").
+SELECT_COMPILE_FLAGS = ("--iree-opt-data-tiling=true",)
 
 # Single-threaded, synchronous local device: deterministic and modest on a shared machine.
 DEFAULT_DRIVER = "local-sync"
@@ -311,7 +317,7 @@ class IreeSelect:
         ``lowered`` and ``compile_seconds`` (``iree-compile`` alone) are kept."""
         lowered = lower_to_upstream(select_module(case))
         start = time.perf_counter()
-        vmfb = compile_vmfb(lowered, extra_args)
+        vmfb = compile_vmfb(lowered, [*SELECT_COMPILE_FLAGS, *extra_args])
         seconds = time.perf_counter() - start
         select = cls(vmfb, **kwargs)
         select.lowered, select.compile_seconds = lowered, seconds
