@@ -12,6 +12,8 @@ CMAKE_FLAGS = -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DLLVM_ENABLE_LLD=ON -DLLVM_ENABLE_ASSERTIONS=ON
 
 export SNAPKV_OPT = $(CURDIR)/$(BUILD)/bin/snapkv-opt
+# This checkout's Python package first, whichever checkout `pip install -e` last pointed at.
+export PYTHONPATH := $(CURDIR)/python$(if $(PYTHONPATH),:$(PYTHONPATH))
 
 .PHONY: all deps configure build demo demo-mechanics eval demo-select gallery test check-lit check-python bench docs \
         check-style build-sanitizers check-sanitizers fuzz-smoke fuzz clean
