@@ -78,10 +78,10 @@ except TypeError:  # Python < 3.10
 sys.exit(0 if any(e.name == "snapkv" and e.value == "snapkv.cli:main" for e in scripts) else 1)
 PY
 }
-# Also reinstall when the installed package is another checkout's.
+# Also reinstall when the installed package (PYTHONPATH aside) is another checkout's.
 here="$(cd "$(dirname "$0")/../python" && pwd -P)"
 installed_here() {
-  [ "$(cd / && "$PYTHON" -c 'import os, snapkv; print(os.path.dirname(os.path.dirname(os.path.realpath(snapkv.__file__))))' 2>/dev/null)" = "$here" ]
+  [ "$(cd / && env -u PYTHONPATH "$PYTHON" -c 'import os, snapkv; print(os.path.dirname(os.path.dirname(os.path.realpath(snapkv.__file__))))' 2>/dev/null)" = "$here" ]
 }
 if ! "$PYTHON" -c "import snapkv.cli" 2>/dev/null || ! has_cli || ! installed_here; then
   echo "install-deps: pip install -e python"
