@@ -23,7 +23,8 @@ import pytest
 
 from snapkv import hf
 from snapkv.frontend import runner
-from snapkv.frontend.checkpoint import Checkpoint, CheckpointError, to_dtype, weight_arrays
+from snapkv.frontend.checkpoint import (Checkpoint, CheckpointError, WeightRef, to_dtype,
+                                       weight_arrays)
 
 REPO = Path(__file__).resolve().parents[2]
 LAYERS = REPO / "test" / "Transforms" / "Inputs" / "models" / "llama_layers.mlir"
@@ -235,3 +236,33 @@ def test_cli_reports_unusable_checkpoints(tmp_path):
         assert "Traceback" not in done.stderr
         assert "model_type 'gpt2' is not a Llama-family model" in done.stderr, done.stderr
         assert len(done.stderr.strip().splitlines()) <= 2, done.stderr
+
+
+def test_transposed_weights_are_bound_transposed(tmp_path):
+    """`snapkv.transposed` arguments: parsed from the signature, bound as a contiguous
+    transposed copy of the checkpoint tensor (the plain one stays mapped), and refused with the
+    tensor's name when the shape does not fit or the tensor is not 2-D."""
+    text = ('func.func @prefill(%ids: tensor<1x?xi64>, %w: tensor<8x16xf32> {snapkv.weight = '
+            '"model.embed_tokens.weight", snapkv.transposed}, %e: tensor<16x8xf32> '
+            '{snapkv.weight = "model.embed_tokens.weight"}) -> tensor<1xf32> {\n}')
+    refs = [ref for ref, _ in runner.signature(text, "prefill").weight_args]
+    assert refs == [WeightRef("model.embed_tokens.weight", True),
+                    WeightRef("model.embed_tokens.weight", False)]
+    ckpt = Checkpoint(make_checkpoint(tmp_path / "m"))
+    name = "model.embed_tokens.weight"
+    arrays, _ = weight_arrays(ckpt, {WeightRef(name, True): ((8, 16), "f32"),
+                                     WeightRef(name): ((16, 8), "f32"),
+                                     "model.norm.weight": ((8,), "f32")})
+    stored = ckpt.array(name)
+    transposed = arrays[WeightRef(name, True)]
+    assert transposed.flags["C_CONTIGUOUS"] and np.array_equal(transposed, stored.T)
+    assert np.shares_memory(arrays[WeightRef(name)], stored)
+    with pytest.raises(CheckpointError, match=r"model.embed_tokens.weight \(transposed\): the "
+                                              r"checkpoint holds \[16, 8\], the module takes "
+                                              r"\[16, 8\]"):
+        weight_arrays(ckpt, {WeightRef(name, True): ((16, 8), "f32"),
+                             "model.norm.weight": ((8,), "f32")})
+    with pytest.raises(CheckpointError, match="takes it transposed, but the checkpoint holds "
+                                              r"\[8\] \(not 2-D\)"):
+        weight_arrays(ckpt, {name: ((16, 8), "f32"),
+                             WeightRef("model.norm.weight", True): ((8,), "f32")})
