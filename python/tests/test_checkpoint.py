@@ -23,8 +23,13 @@ import pytest
 
 from snapkv import hf
 from snapkv.frontend import runner
-from snapkv.frontend.checkpoint import (Checkpoint, CheckpointError, WeightRef, to_dtype,
-                                       weight_arrays)
+from snapkv.frontend.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    WeightRef,
+    to_dtype,
+    weight_arrays,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 LAYERS = REPO / "test" / "Transforms" / "Inputs" / "models" / "llama_layers.mlir"
