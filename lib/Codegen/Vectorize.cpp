@@ -34,6 +34,9 @@ namespace {
 
 using utils::IteratorType;
 
+/// Marks the ops of a peeled remainder of rows until the second round.
+constexpr llvm::StringLiteral kRowsByOne = "__snapkv_rows_by_one";
+
 /// Vector register width of the host, in bits.
 int64_t hostVectorBits() {
   llvm::StringMap<bool> features = llvm::sys::getHostCPUFeatures();
@@ -55,7 +58,8 @@ struct Target {
 /// operands; every other loop, the reduction included, steps by one.
 SmallVector<int64_t> contractionTile(linalg::LinalgOp op,
                                      ArrayRef<int64_t> ranges,
-                                     const Target &target) {
+                                     const Target &target, bool rowsByOne,
+                                     std::optional<unsigned> &peelRows) {
   SmallVector<IteratorType> iters = op.getIteratorTypesArray();
   SmallVector<int64_t> tile(ranges.size(), 1);
   std::optional<unsigned> vectorDim, rowDim;
@@ -76,6 +80,24 @@ SmallVector<int64_t> contractionTile(linalg::LinalgOp op,
   if (ShapedType::isDynamic(width) || width > maxWidth)
     width = maxWidth;
   tile[*vectorDim] = width;
+  // Rows over a dynamic extent (the tokens of a projection): a tile of two
+  // vectors by as many rows as the registers hold beside them, the loop over
+  // the rows peeled so that the full tiles are static; the remainder rows
+  // are taken one at a time.
+  if (rowDim && ShapedType::isDynamic(ranges[*rowDim]) &&
+      !ShapedType::isDynamic(ranges[*vectorDim])) {
+    if (rowsByOne)
+      return tile;
+    width = std::min<int64_t>(width, 2 * target.lanes);
+    tile[*vectorDim] = width;
+    int64_t vectorsPerRow = (width + target.lanes - 1) / target.lanes;
+    int64_t rows = std::max<int64_t>(1, (target.registers - vectorsPerRow - 2) /
+                                            vectorsPerRow);
+    tile[*rowDim] = rows;
+    if (rows > 1)
+      peelRows = *rowDim;
+    return tile;
+  }
   if (rowDim && !ShapedType::isDynamic(ranges[*rowDim])) {
     int64_t vectorsPerRow = (width + target.lanes - 1) / target.lanes;
     int64_t budget = std::max<int64_t>(
@@ -156,14 +178,19 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
         dialect->getCanonicalizationPatterns(statics);
       if (failed(applyPatternsGreedily(getOperation(), std::move(statics))))
         return signalPassFailure();
-      SmallVector<linalg::LinalgOp> fullTiles;
+      SmallVector<linalg::LinalgOp> fullTiles, remainders;
       getOperation().walk([&](linalg::LinalgOp op) {
-        if (op.hasPureTensorSemantics() && op->getParentOfType<scf::ForOp>() &&
-            !llvm::any_of(op.getStaticLoopRanges(), ShapedType::isDynamic))
+        if (op->removeAttr(kRowsByOne))
+          remainders.push_back(op);
+        else if (op.hasPureTensorSemantics() &&
+                 op->getParentOfType<scf::ForOp>() &&
+                 !llvm::any_of(op.getStaticLoopRanges(), ShapedType::isDynamic))
           fullTiles.push_back(op);
       });
       for (linalg::LinalgOp op : fullTiles)
         tileAndVectorize(rewriter, op, target);
+      for (linalg::LinalgOp op : remainders)
+        tileAndVectorize(rewriter, op, target, /*rowsByOne=*/true);
     }
 
     RewritePatternSet patterns(&getContext());
@@ -193,7 +220,7 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
   }
 
   void tileAndVectorize(RewriterBase &rewriter, linalg::LinalgOp op,
-                        const Target &target) {
+                        const Target &target, bool rowsByOne = false) {
     SmallVector<int64_t> ranges = op.getStaticLoopRanges();
     if (ranges.empty())
       return;
@@ -207,9 +234,10 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
     // other ops with one stay scalar loops (the selection over a dynamic
     // prompt length), which LLVM's loop vectoriser handles where it can.
     bool contraction = linalg::isaContractionOpInterface(op);
-    SmallVector<int64_t> tile = contraction
-                                    ? contractionTile(op, ranges, target)
-                                    : defaultTile(op, ranges, target);
+    std::optional<unsigned> peelRows;
+    SmallVector<int64_t> tile =
+        contraction ? contractionTile(op, ranges, target, rowsByOne, peelRows)
+                    : defaultTile(op, ranges, target);
     std::optional<unsigned> vectorDim;
     for (int64_t d = ranges.size() - 1; d >= 0 && !vectorDim; --d)
       if (!contraction ||
@@ -226,8 +254,8 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
     SmallVector<int64_t> tileSizes(tile.size(), 0);
     bool tiled = false;
     for (auto [d, size] : llvm::enumerate(tile)) {
-      if (masked && d == *vectorDim)
-        ; // the vector width; the last, partial tile is peeled off
+      if ((masked && d == *vectorDim) || d == peelRows)
+        ; // the last, partial tile is peeled off
       else if (ShapedType::isDynamic(ranges[d]))
         size = 1;
       else if (size >= ranges[d] || ranges[d] % size != 0)
@@ -258,6 +286,23 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
       tileLoops = result->loops;
     }
     auto tiledOp = cast<linalg::LinalgOp>(tileOp);
+    if (peelRows) {
+      // As for a masked vector dimension below, but the remainder rows are
+      // tiled again, one row at a time, in the second round.
+      auto loop = cast<scf::ForOp>(tileLoops[llvm::count_if(
+          ArrayRef<int64_t>(tileSizes).take_front(*peelRows),
+          [](int64_t size) { return size != 0; })]);
+      scf::ForOp remainder;
+      rewriter.setInsertionPoint(loop);
+      if (succeeded(
+              scf::peelForLoopAndSimplifyBounds(rewriter, loop, remainder))) {
+        peeled = true;
+        remainder.walk([&](linalg::LinalgOp rest) {
+          rest->setAttr(kRowsByOne, rewriter.getUnitAttr());
+        });
+      }
+      return;
+    }
     if (masked) {
       // The loop over the vector dimension without its last, partial
       // iteration: a full tile, vectorised in the second round once

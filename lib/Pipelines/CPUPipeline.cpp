@@ -1,7 +1,8 @@
 //===- CPUPipeline.cpp - --snapkv-cpu-pipeline ----------------------------===//
 //
 // Tensor level: the formulation, tiled into scf.forall groups with the
-// logits fused into their consumers; register tiles vectorised on tensors,
+// logits fused into their consumers; the ops around it (a model's layers)
+// split into scf.forall tiles; register tiles vectorised on tensors,
 // their accumulators hoisted. Then one-shot bufferisation, and the forall
 // loops become OpenMP parallel loops on the way to the LLVM dialect.
 //
@@ -44,6 +45,7 @@ void snapkv::buildCPUPipeline(OpPassManager &pm,
   expand.opMnemonics = {"fpowi"};
   tensors.addPass(math::createMathExpandOpsPass(expand));
   tensors.addPass(createConvertElementwiseToLinalgPass());
+  tensors.addPass(createParallelize());
   VectorizeOptions vectorize;
   vectorize.vectorBits = options.vectorBits;
   tensors.addPass(createVectorize(vectorize));

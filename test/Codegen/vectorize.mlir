@@ -90,3 +90,23 @@ func.func @dynamic_reduction(%p: tensor<4x?x?xf32>, %v: tensor<4x?x16xf32>, %ini
   %r = linalg.batch_matmul ins(%p, %v : tensor<4x?x?xf32>, tensor<4x?x16xf32>) outs(%init : tensor<4x?x16xf32>) -> tensor<4x?x16xf32>
   return %r : tensor<4x?x16xf32>
 }
+
+// -----
+
+// A projection over a dynamic number of rows (tokens) with a static vector
+// dimension: a [6 rows x 16] accumulator (12 AVX2 registers) carried across
+// the reduction, the rows' loop peeled so the full tiles are static; the
+// last rows (fewer than 6) are taken one at a time, still vectorised.
+// CHECK-LABEL: func.func @dynamic_rows
+// CHECK: %[[FULL:.*]] = affine.apply
+// CHECK: scf.for %{{.*}} = %c0 to %[[FULL]] step %c6
+// CHECK: scf.for %{{.*}} = %c0 to %c32 step %c16
+// CHECK: scf.for %{{.*}} = %c0 to %c64 step %c1 iter_args(%[[ACC:.*]] = %{{.*}}) -> (vector<6x16xf32>)
+// CHECK: vector.fma %{{.*}}, %{{.*}}, %[[ACC]] : vector<6x16xf32>
+// CHECK: scf.for %{{.*}} = %[[FULL]] to %{{.*}} step %c6
+// CHECK: vector.fma {{.*}} : vector<16xf32>
+// CHECK-NOT: linalg.matmul
+func.func @dynamic_rows(%x: tensor<?x64xf32>, %w: tensor<64x32xf32>, %init: tensor<?x32xf32>) -> tensor<?x32xf32> {
+  %r = linalg.matmul ins(%x, %w : tensor<?x64xf32>, tensor<64x32xf32>) outs(%init : tensor<?x32xf32>) -> tensor<?x32xf32>
+  return %r : tensor<?x32xf32>
+}

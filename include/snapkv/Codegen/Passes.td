@@ -14,7 +14,10 @@ def Vectorize : Pass<"snapkv-vectorize", "::mlir::func::FuncOp"> {
     run the same vector code). Contractions get an accumulator tile of
     `rows x vector` (the innermost parallel loop is the vector, the parallel
     loop before it gives as many rows as fit in the registers, the reduction
-    steps by one); other ops vectorise their innermost loop and take eight
+    steps by one). When the rows are dynamic (the tokens of a projection)
+    the tile is two vectors wide and as many rows tall as the registers
+    allow, and the loop over the rows is peeled: full tiles are static, the
+    last few rows are taken one at a time. Other ops vectorise their innermost loop and take eight
     steps of a reduction that precedes a parallel innermost loop at once.
     Ops the vectoriser rejects (for example the pooling window with its
     `j + k` access, or bodies that loop) stay scalar. The accumulators of
@@ -31,6 +34,49 @@ def Vectorize : Pass<"snapkv-vectorize", "::mlir::func::FuncOp"> {
     "::mlir::scf::SCFDialect",
     "::mlir::tensor::TensorDialect",
     "::mlir::vector::VectorDialect"
+  ];
+}
+
+def Parallelize : Pass<"snapkv-parallelize", "::mlir::func::FuncOp"> {
+  let summary = "Split the linalg ops of a function body into parallel "
+                "tiles (scf.forall), contractions into cache blocks";
+  let description = [{
+    CPU code generation step of `--snapkv-cpu-pipeline`, run on tensors
+    before `snapkv-vectorize`. Every linalg op directly in the function body
+    (not one already inside a loop, such as the tiles of a lowered
+    `snapkv.select`, nor one whose body does more than read, such as a
+    gather with a run-time bounds check: a check that reports to the caller
+    must return from a function body) is tiled with the upstream `scf::tileUsingSCF` into an
+    `scf.forall`, which the pipeline turns into an OpenMP parallel loop:
+
+    * a contraction whose innermost parallel loop has a static extent (the
+      vector of its register tile) is split over its batch loop if it has
+      one (the heads of an attention matmul), otherwise into blocks of
+      `columns` of that loop (the output features of a projection). Its
+      innermost reduction is then tiled by `reduction-block` with `scf.for`,
+      so that the part of the right-hand operand a thread works on stays in
+      its caches while all rows pass over it. The blocks run in order and
+      each adds to the partial sums of the last: the summation order, and so
+      every result bit, is that of the untiled op;
+    * any other op is split along its outermost parallel loop with more than
+      one iteration into at most `chunks` pieces.
+
+    Only parallel loops are split, so results do not depend on the number
+    of threads.
+  }];
+  let options = [
+    Option<"chunks", "chunks", "int64_t", /*default=*/"16",
+           "Pieces an op other than a contraction is split into, at most">,
+    Option<"columns", "columns", "int64_t", /*default=*/"256",
+           "Columns of a contraction per parallel tile">,
+    Option<"reductionBlock", "reduction-block", "int64_t", /*default=*/"256",
+           "Reduction steps of a contraction per pass over its rows">
+  ];
+  let dependentDialects = [
+    "::mlir::affine::AffineDialect",
+    "::mlir::arith::ArithDialect",
+    "::mlir::scf::SCFDialect",
+    "::mlir::tensor::TensorDialect"
   ];
 }
 

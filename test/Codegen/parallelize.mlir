@@ -1,0 +1,108 @@
+// RUN: snapkv-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(snapkv-parallelize{chunks=4 columns=256 reduction-block=128},canonicalize,cse))" | FileCheck %s
+
+// A projection over a dynamic number of tokens: blocks of 256 output columns
+// go to the threads (4096 / 256 = 16 parallel iterations), and inside each
+// the reduction is taken 128 steps per pass over all rows (4096 / 128 = 32
+// passes, in order).
+// CHECK-LABEL: func.func @projection
+// CHECK: scf.forall (%[[N:.*]]) = (0) to (4096) step (256) shared_outs(%[[OUT:.*]] = %{{.*}})
+// CHECK: %[[TILE:.*]] = tensor.extract_slice %[[OUT]][0, %[[N]]] [%{{.*}}, 256]
+// CHECK: scf.for %[[K:.*]] = %c0 to %c4096 step %c128 iter_args(%{{.*}} = %[[TILE]])
+// CHECK: linalg.matmul ins(%{{.*}}, %{{.*}} : tensor<?x128xf32>, tensor<128x256xf32>) outs(%{{.*}} : tensor<?x256xf32>)
+// CHECK: scf.forall.in_parallel
+// CHECK: tensor.parallel_insert_slice
+func.func @projection(%x: tensor<?x4096xf32>, %w: tensor<4096x4096xf32>, %init: tensor<?x4096xf32>) -> tensor<?x4096xf32> {
+  %r = linalg.matmul ins(%x, %w : tensor<?x4096xf32>, tensor<4096x4096xf32>) outs(%init : tensor<?x4096xf32>) -> tensor<?x4096xf32>
+  return %r : tensor<?x4096xf32>
+}
+
+// -----
+
+// Attention's matmuls go to the threads head by head (the batch loop); P x V
+// over a dynamic prompt length takes its reduction in blocks too.
+// CHECK-LABEL: func.func @heads
+// CHECK: scf.forall (%{{.*}}) in (32)
+// CHECK: scf.for %{{.*}} = %c0 to %{{.*}} step %c128
+// CHECK: linalg.batch_matmul {{.*}} outs(%{{.*}} : tensor<1x?x128xf32>)
+// CHECK: scf.forall.in_parallel
+func.func @heads(%p: tensor<32x?x?xf32>, %v: tensor<32x?x128xf32>, %init: tensor<32x?x128xf32>) -> tensor<32x?x128xf32> {
+  %r = linalg.batch_matmul ins(%p, %v : tensor<32x?x?xf32>, tensor<32x?x128xf32>) outs(%init : tensor<32x?x128xf32>) -> tensor<32x?x128xf32>
+  return %r : tensor<32x?x128xf32>
+}
+
+// -----
+
+// A reduction no longer than twice the block is not blocked; a contraction
+// whose vector dimension is dynamic (Q x K^T) is split like any other op.
+// CHECK-LABEL: func.func @short_reduction
+// CHECK: scf.forall (%{{.*}}) = (0) to (1024) step (256)
+// CHECK-NOT: scf.for
+// CHECK: linalg.matmul ins(%{{.*}}, %{{.*}} : tensor<1x256xf32>, tensor<256x256xf32>)
+// CHECK: scf.forall (%{{.*}}) in (4)
+// CHECK: linalg.batch_matmul {{.*}} outs(%{{.*}} : tensor<8x?x?xf32>)
+func.func @short_reduction(%x: tensor<1x256xf32>, %w: tensor<256x1024xf32>, %init: tensor<1x1024xf32>,
+                           %q: tensor<32x?x128xf32>, %kt: tensor<32x128x?xf32>, %s: tensor<32x?x?xf32>)
+    -> (tensor<1x1024xf32>, tensor<32x?x?xf32>) {
+  %r = linalg.matmul ins(%x, %w : tensor<1x256xf32>, tensor<256x1024xf32>) outs(%init : tensor<1x1024xf32>) -> tensor<1x1024xf32>
+  %t = linalg.batch_matmul ins(%q, %kt : tensor<32x?x128xf32>, tensor<32x128x?xf32>) outs(%s : tensor<32x?x?xf32>) -> tensor<32x?x?xf32>
+  return %r, %t : tensor<1x1024xf32>, tensor<32x?x?xf32>
+}
+
+// -----
+
+// Any other op: its outermost parallel loop with more than one iteration
+// (here the dynamic one, after a unit batch loop) in at most `chunks` pieces.
+// CHECK-LABEL: func.func @elementwise
+// CHECK: scf.forall (%{{.*}}) in (4)
+// CHECK: linalg.generic {{.*}} outs(%{{.*}} : tensor<1x?x64xf32>)
+func.func @elementwise(%x: tensor<1x?x64xf32>, %init: tensor<1x?x64xf32>) -> tensor<1x?x64xf32> {
+  %r = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>],
+                       iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%x : tensor<1x?x64xf32>) outs(%init : tensor<1x?x64xf32>) {
+  ^bb0(%a: f32, %b: f32):
+    %e = math.exp %a : f32
+    linalg.yield %e : f32
+  } -> tensor<1x?x64xf32>
+  return %r : tensor<1x?x64xf32>
+}
+
+// -----
+
+// A body with a run-time check stays at the top of the function (a check
+// that reports to the caller returns from the function body), and so does
+// an op already inside a loop.
+// CHECK-LABEL: func.func @checked_gather
+// CHECK-NOT: scf.forall
+// CHECK: linalg.generic
+// CHECK: cf.assert
+// CHECK: scf.for
+// CHECK-NOT: scf.forall
+// CHECK: linalg.generic
+// CHECK: return
+func.func @checked_gather(%ids: tensor<?xindex>, %table: tensor<256x64xf32>, %init: tensor<?x64xf32>) -> (tensor<?x64xf32>, tensor<?x64xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %c256 = arith.constant 256 : index
+  %r = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>],
+                       iterator_types = ["parallel", "parallel"]}
+      ins(%ids : tensor<?xindex>) outs(%init : tensor<?x64xf32>) {
+  ^bb0(%i: index, %o: f32):
+    %ok = arith.cmpi ult, %i, %c256 : index
+    cf.assert %ok, "index must be smaller than dim size"
+    %j = linalg.index 1 : index
+    %e = tensor.extract %table[%i, %j] : tensor<256x64xf32>
+    linalg.yield %e : f32
+  } -> tensor<?x64xf32>
+  %s = scf.for %it = %c0 to %c2 step %c1 iter_args(%acc = %init) -> tensor<?x64xf32> {
+    %n = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>],
+                         iterator_types = ["parallel", "parallel"]}
+        outs(%acc : tensor<?x64xf32>) {
+    ^bb0(%o: f32):
+      %t = arith.addf %o, %o : f32
+      linalg.yield %t : f32
+    } -> tensor<?x64xf32>
+    scf.yield %n : tensor<?x64xf32>
+  }
+  return %r, %s : tensor<?x64xf32>, tensor<?x64xf32>
+}
