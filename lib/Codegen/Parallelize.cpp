@@ -89,10 +89,13 @@ struct ParallelizePass : snapkv::impl::ParallelizeBase<ParallelizePass> {
           ops.push_back(linalgOp);
     IRRewriter rewriter(&getContext());
     for (linalg::LinalgOp op : ops) {
-      if (linalg::isaContractionOpInterface(op) &&
-          tileContraction(rewriter, op))
-        continue;
-      splitOutermost(rewriter, op);
+      if (linalg::isaContractionOpInterface(op)) {
+        if (!tileContraction(rewriter, op))
+          splitOutermost(rewriter, op);
+      } else if (llvm::count_if(op.getStaticLoopRanges(),
+                                ShapedType::isDynamic) >= 2) {
+        splitOutermost(rewriter, op);
+      }
     }
   }
 
@@ -123,10 +126,15 @@ struct ParallelizePass : snapkv::impl::ParallelizeBase<ParallelizePass> {
       return false;
     MLIRContext *ctx = &getContext();
     SmallVector<int64_t> sizes(ranges.size(), 0);
+    // Column blocks: `columns`, halved (down to 64) until there are at
+    // least four, so that narrow projections still go to several threads.
+    int64_t block = columns;
+    while (block > 64 && ranges[*vectorDim] / block < 4)
+      block /= 2;
     if (batchDim)
       sizes[*batchDim] = 1;
-    else if (ranges[*vectorDim] > columns)
-      sizes[*vectorDim] = columns;
+    else if (ranges[*vectorDim] > block)
+      sizes[*vectorDim] = block;
     else
       return false;
     linalg::LinalgOp tiled =
@@ -144,8 +152,13 @@ struct ParallelizePass : snapkv::impl::ParallelizeBase<ParallelizePass> {
     return true;
   }
 
-  /// Any other op: its outermost parallel loop with more than one
-  /// iteration is split into at most `chunks` parallel pieces.
+  /// An op with at least two dynamic loops (quadratic in the prompt, such as
+  /// attention's softmax), or a contraction not tiled above: its outermost
+  /// parallel loop with more than one iteration is split into at most
+  /// `chunks` parallel pieces. Ops linear in the prompt (norms, rotary
+  /// embeddings, activations) are memory-bound and cheap next to the
+  /// contractions; splitting them would cost more compile time (an OpenMP
+  /// region each) than it saves.
   void splitOutermost(RewriterBase &rewriter, linalg::LinalgOp op) {
     SmallVector<int64_t> ranges = op.getStaticLoopRanges();
     SmallVector<IteratorType> iters = op.getIteratorTypesArray();

@@ -263,6 +263,25 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
       tileSizes[d] = size;
       tiled |= size != 0;
     }
+    // A single row (a decode step's projection, vector x matrix): the
+    // reduction loop goes outside the loop over the vector's tiles, so that
+    // the matrix is read row after row, in address order, and the few
+    // accumulators stay in the L1 cache instead of registers.
+    SmallVector<int64_t> interchange;
+    if (contraction && !masked &&
+        llvm::all_of(llvm::enumerate(ranges),
+                     [&](auto it) {
+                       auto [d, range] = it;
+                       return d == *vectorDim || range == 1 ||
+                              op.getIteratorTypesArray()[d] ==
+                                  IteratorType::reduction;
+                     }) &&
+        llvm::none_of(ranges, ShapedType::isDynamic)) {
+      for (unsigned d = 0; d < ranges.size(); ++d)
+        if (d != *vectorDim)
+          interchange.push_back(d);
+      interchange.push_back(*vectorDim);
+    }
     Operation *tileOp = op;
     SmallVector<LoopLikeOpInterface> tileLoops;
     if (masked && !tiled)
@@ -276,6 +295,8 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
         if (it == IteratorType::reduction && tileSizes[d] != 0)
           reductions.push_back(d);
       options.setReductionDims(reductions);
+      if (!interchange.empty())
+        options.setInterchange(interchange);
       rewriter.setInsertionPoint(op);
       FailureOr<scf::SCFTilingResult> result = scf::tileUsingSCF(
           rewriter, cast<TilingInterface>(op.getOperation()), options);

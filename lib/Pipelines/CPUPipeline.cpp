@@ -45,6 +45,9 @@ void snapkv::buildCPUPipeline(OpPassManager &pm,
   expand.opMnemonics = {"fpowi"};
   tensors.addPass(math::createMathExpandOpsPass(expand));
   tensors.addPass(createConvertElementwiseToLinalgPass());
+  tensors.addPass(createLinalgElementwiseOpFusionPass());
+  tensors.addPass(createCanonicalizerPass());
+  tensors.addPass(createCSEPass());
   tensors.addPass(createParallelize());
   VectorizeOptions vectorize;
   vectorize.vectorBits = options.vectorBits;

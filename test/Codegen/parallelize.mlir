@@ -50,12 +50,24 @@ func.func @short_reduction(%x: tensor<1x256xf32>, %w: tensor<256x1024xf32>, %ini
 
 // -----
 
-// Any other op: its outermost parallel loop with more than one iteration
-// (here the dynamic one, after a unit batch loop) in at most `chunks` pieces.
+// An op quadratic in the prompt length (two dynamic loops): its outermost
+// parallel loop with more than one iteration (the heads, after a unit batch
+// loop) in at most `chunks` pieces. An op linear in it stays whole.
 // CHECK-LABEL: func.func @elementwise
 // CHECK: scf.forall (%{{.*}}) in (4)
+// CHECK: linalg.generic {{.*}} outs(%{{.*}} : tensor<1x2x?x?xf32>)
+// CHECK: scf.forall.in_parallel
+// CHECK-NOT: scf.forall
 // CHECK: linalg.generic {{.*}} outs(%{{.*}} : tensor<1x?x64xf32>)
-func.func @elementwise(%x: tensor<1x?x64xf32>, %init: tensor<1x?x64xf32>) -> tensor<1x?x64xf32> {
+func.func @elementwise(%s: tensor<1x8x?x?xf32>, %x: tensor<1x?x64xf32>, %init: tensor<1x?x64xf32>)
+    -> (tensor<1x8x?x?xf32>, tensor<1x?x64xf32>) {
+  %p = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>],
+                       iterator_types = ["parallel", "parallel", "parallel", "parallel"]}
+      outs(%s : tensor<1x8x?x?xf32>) {
+  ^bb0(%a: f32):
+    %e = math.exp %a : f32
+    linalg.yield %e : f32
+  } -> tensor<1x8x?x?xf32>
   %r = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>],
                        iterator_types = ["parallel", "parallel", "parallel"]}
       ins(%x : tensor<1x?x64xf32>) outs(%init : tensor<1x?x64xf32>) {
@@ -63,7 +75,7 @@ func.func @elementwise(%x: tensor<1x?x64xf32>, %init: tensor<1x?x64xf32>) -> ten
     %e = math.exp %a : f32
     linalg.yield %e : f32
   } -> tensor<1x?x64xf32>
-  return %r : tensor<1x?x64xf32>
+  return %p, %r : tensor<1x8x?x?xf32>, tensor<1x?x64xf32>
 }
 
 // -----
@@ -79,30 +91,30 @@ func.func @elementwise(%x: tensor<1x?x64xf32>, %init: tensor<1x?x64xf32>) -> ten
 // CHECK-NOT: scf.forall
 // CHECK: linalg.generic
 // CHECK: return
-func.func @checked_gather(%ids: tensor<?xindex>, %table: tensor<256x64xf32>, %init: tensor<?x64xf32>) -> (tensor<?x64xf32>, tensor<?x64xf32>) {
+func.func @checked_gather(%ids: tensor<?xindex>, %table: tensor<256x?xf32>, %init: tensor<?x?xf32>) -> (tensor<?x?xf32>, tensor<?x?xf32>) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %c2 = arith.constant 2 : index
   %c256 = arith.constant 256 : index
   %r = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>],
                        iterator_types = ["parallel", "parallel"]}
-      ins(%ids : tensor<?xindex>) outs(%init : tensor<?x64xf32>) {
+      ins(%ids : tensor<?xindex>) outs(%init : tensor<?x?xf32>) {
   ^bb0(%i: index, %o: f32):
     %ok = arith.cmpi ult, %i, %c256 : index
     cf.assert %ok, "index must be smaller than dim size"
     %j = linalg.index 1 : index
-    %e = tensor.extract %table[%i, %j] : tensor<256x64xf32>
+    %e = tensor.extract %table[%i, %j] : tensor<256x?xf32>
     linalg.yield %e : f32
-  } -> tensor<?x64xf32>
-  %s = scf.for %it = %c0 to %c2 step %c1 iter_args(%acc = %init) -> tensor<?x64xf32> {
+  } -> tensor<?x?xf32>
+  %s = scf.for %it = %c0 to %c2 step %c1 iter_args(%acc = %init) -> tensor<?x?xf32> {
     %n = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>],
                          iterator_types = ["parallel", "parallel"]}
-        outs(%acc : tensor<?x64xf32>) {
+        outs(%acc : tensor<?x?xf32>) {
     ^bb0(%o: f32):
       %t = arith.addf %o, %o : f32
       linalg.yield %t : f32
-    } -> tensor<?x64xf32>
-    scf.yield %n : tensor<?x64xf32>
+    } -> tensor<?x?xf32>
+    scf.yield %n : tensor<?x?xf32>
   }
-  return %r, %s : tensor<?x64xf32>, tensor<?x64xf32>
+  return %r, %s : tensor<?x?xf32>, tensor<?x?xf32>
 }

@@ -110,3 +110,20 @@ func.func @dynamic_rows(%x: tensor<?x64xf32>, %w: tensor<64x32xf32>, %init: tens
   %r = linalg.matmul ins(%x, %w : tensor<?x64xf32>, tensor<64x32xf32>) outs(%init : tensor<?x32xf32>) -> tensor<?x32xf32>
   return %r : tensor<?x32xf32>
 }
+
+// -----
+
+// A single row (a decode step's vector x matrix): the reduction loop runs
+// outside the loop over the vector's tiles, so the matrix is read row after
+// row; the accumulators are read and written in the output each step.
+// CHECK-LABEL: func.func @single_row
+// CHECK: scf.for %{{.*}} = %c0 to %c64 step %c1
+// CHECK: scf.for %{{.*}} = %c0 to %c64 step %c32
+// CHECK: vector.transfer_read {{.*}} : tensor<1x32xf32>, vector<32xf32>
+// CHECK: vector.fma {{.*}} : vector<32xf32>
+// CHECK: vector.transfer_write
+// CHECK-NOT: linalg.matmul
+func.func @single_row(%x: tensor<1x64xf32>, %w: tensor<64x64xf32>, %init: tensor<1x64xf32>) -> tensor<1x64xf32> {
+  %r = linalg.matmul ins(%x, %w : tensor<1x64xf32>, tensor<64x64xf32>) outs(%init : tensor<1x64xf32>) -> tensor<1x64xf32>
+  return %r : tensor<1x64xf32>
+}

@@ -17,7 +17,9 @@ def Vectorize : Pass<"snapkv-vectorize", "::mlir::func::FuncOp"> {
     steps by one). When the rows are dynamic (the tokens of a projection)
     the tile is two vectors wide and as many rows tall as the registers
     allow, and the loop over the rows is peeled: full tiles are static, the
-    last few rows are taken one at a time. Other ops vectorise their innermost loop and take eight
+    last few rows are taken one at a time. A single row (a decode step's
+    vector x matrix) takes its reduction loop outside the loop over the
+    vector's tiles, so that the matrix is read in address order. Other ops vectorise their innermost loop and take eight
     steps of a reduction that precedes a parallel innermost loop at once.
     Ops the vectoriser rejects (for example the pooling window with its
     `j + k` access, or bodies that loop) stay scalar. The accumulators of
@@ -52,14 +54,19 @@ def Parallelize : Pass<"snapkv-parallelize", "::mlir::func::FuncOp"> {
     * a contraction whose innermost parallel loop has a static extent (the
       vector of its register tile) is split over its batch loop if it has
       one (the heads of an attention matmul), otherwise into blocks of
-      `columns` of that loop (the output features of a projection). Its
+      `columns` of that loop (the output features of a projection; halved,
+      down to 64, until there are at least four blocks). Its
       innermost reduction is then tiled by `reduction-block` with `scf.for`,
       so that the part of the right-hand operand a thread works on stays in
       its caches while all rows pass over it. The blocks run in order and
       each adds to the partial sums of the last: the summation order, and so
       every result bit, is that of the untiled op;
-    * any other op is split along its outermost parallel loop with more than
-      one iteration into at most `chunks` pieces.
+    * another contraction, or an op with at least two dynamic loops
+      (quadratic in the prompt length, such as attention's softmax), is split
+      along its outermost parallel loop with more than one iteration into at
+      most `chunks` pieces. Ops linear in the prompt length (norms, rotary
+      embeddings, activations) stay whole: they are memory-bound and cheap
+      next to the contractions, and each parallel loop costs compile time.
 
     Only parallel loops are split, so results do not depend on the number
     of threads.
@@ -67,8 +74,9 @@ def Parallelize : Pass<"snapkv-parallelize", "::mlir::func::FuncOp"> {
   let options = [
     Option<"chunks", "chunks", "int64_t", /*default=*/"16",
            "Pieces an op other than a contraction is split into, at most">,
-    Option<"columns", "columns", "int64_t", /*default=*/"256",
-           "Columns of a contraction per parallel tile">,
+    Option<"columns", "columns", "int64_t", /*default=*/"1024",
+           "Columns of a contraction per parallel tile (halved, down to "
+           "64, until there are at least four tiles)">,
     Option<"reductionBlock", "reduction-block", "int64_t", /*default=*/"256",
            "Reduction steps of a contraction per pass over its rows">
   ];
