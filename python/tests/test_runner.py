@@ -309,6 +309,25 @@ def test_a_failed_allocation_raises(tmp_path):
     np.testing.assert_array_equal(out, [1, 1, 1])
 
 
+def test_a_module_split_for_parallel_clang_behaves_the_same(tmp_path, monkeypatch):
+    """Large LLVM IR is split (llvm-split) and compiled on several cores: the parts link into
+    one library whose functions and run-time checks (the error slot) work as before."""
+    _tools_or_skip()
+    import ctypes
+
+    if not runner.tools.find("llvm-split").is_file():
+        pytest.fail("llvm-split (part of the LLVM 22 tools) is missing")
+    monkeypatch.setattr(runner, "SPLIT_IR_BYTES", 0)
+    monkeypatch.setattr(runner, "_cores", lambda: 2)
+    lib = runner.compile_library(ALLOC, cache_dir=tmp_path)
+    assert lib.stats["clang"]["parts"] == 2
+    fn = runner.CompiledFunction(ctypes.CDLL(str(lib.path)), "f", runner.signature(ALLOC, "f"))
+    with pytest.raises(runner.CompiledCheckError, match="out of memory: @f could not allocate"):
+        fn(np.array([2 ** 60], dtype=np.int64))
+    (out,) = fn(np.array([3], dtype=np.int64))
+    np.testing.assert_array_equal(out, [1, 1, 1])
+
+
 def test_cache_key_is_what_is_compiled_not_when_snapkv_opt_was_built(tmp_path, monkeypatch):
     """A copy of snapkv-opt (new path and mtime, same bytes) finds the library through the
     index; a different snapkv-opt binary that lowers to the same LLVM IR reuses the library

@@ -9,7 +9,9 @@ process with ctypes, so a generation loop does not pay ``mlir-runner``'s JIT per
    :mod:`.harness` uses) lowers run-time checks in *report* mode (below);
 2. ``mlir-translate --mlir-to-llvmir``, then ``clang -O2 -march=native -shared -fPIC``,
    linked against LLVM's ``libmlir_c_runner_utils.so`` (the lowered code calls its
-   ``memrefCopy``); the tools come from :mod:`snapkv.tools`;
+   ``memrefCopy``) and libomp; LLVM IR over 256 KB is first split by function into one part
+   per core (``llvm-split``, at most 4 parts), which are compiled at the same time and
+   linked. The tools come from :mod:`snapkv.tools`;
 3. the ``.so`` is cached (see *Cache*); ``from_cache`` says whether it was compiled.
 
 Run-time checks: the compiled code's checks (an out-of-range token id in the embedding
@@ -37,7 +39,8 @@ module text, the pipeline, the bytes of snapkv-opt and mlir-translate and the LL
 that name. The cache is bounded: after a compile, the least recently used libraries (each use
 refreshes a library's modification time) are deleted until the libraries take at most
 ``$SNAPKV_RUNNER_CACHE_MB`` megabytes (default 1024); index files whose library is gone go
-with them. Compiling the tiny fixture takes about 15 s, most of it clang ``-O2``.
+with them. Compiling the tiny fixture takes a few seconds, about half of it clang ``-O2``
+(``docs/benchmarks.md``, "Compile time").
 
 Calling convention (``_mlir_ciface_<name>``): every tensor argument is passed as a pointer to a
 ranked memref descriptor ``{allocated, aligned, offset, sizes[rank], strides[rank]}``; the
@@ -92,7 +95,7 @@ from ..tools import ToolError
 from .checkpoint import WeightRef, bind_layout
 
 # Bumped when the way a library is built or called changes (part of the cache keys).
-RUNNER_VERSION = 4
+RUNNER_VERSION = 5
 PIPELINE = ("builtin.module(func.func(llvm-request-c-wrappers),"
             "snapkv-cpu-pipeline{asserts=report})")
 # -fno-unroll-loops: the pipeline already unrolls register tiles; LLVM unrolling their loops
@@ -492,6 +495,61 @@ def evict(cache: Path, limit: int, keep: Sequence[Path] = ()) -> List[Path]:
     return deleted
 
 
+# LLVM IR larger than this is split into one part per core (llvm-split) and the parts are
+# compiled at the same time: clang -O2 is about half of a compile, and one clang uses one core.
+SPLIT_IR_BYTES = 256 * 1024
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _clang(verbose, label, clang, cflags, llvm_ir, link, timeout, stats, output):
+    """clang `llvm_ir` into the shared library `output`; its wall seconds. A large module is
+    split by function (``llvm-split``) into one part per core (at most 4), compiled in
+    parallel and linked; the result is the same code, compiled on several cores."""
+    common = [*cflags, "-fPIC", "-Wno-override-module"]
+    parts = min(_cores(), 4)
+    splitter = tools.find("llvm-split")
+    if parts < 2 or llvm_ir.stat().st_size < SPLIT_IR_BYTES or not splitter.is_file():
+        return _step(verbose, f"compiling {label}: clang",
+                     [clang, *common, "-shared", llvm_ir, *link], timeout, stats, output)
+    cpu, start = _children_cpu(), time.perf_counter()
+    prefix = llvm_ir.with_name("part")
+    _step(verbose, f"compiling {label}: llvm-split", [splitter, "-j", str(parts), "-o",
+                                                      prefix, llvm_ir], timeout)
+    sources = sorted(p for p in llvm_ir.parent.glob("part*") if p.suffix != ".o")
+    _log(verbose, f"compiling {label}: clang, {len(sources)} parts in parallel ...", end="")
+    running = [(subprocess.Popen([str(c) for c in (clang, *common, "-c", "-x", "ir", src,
+                                                     "-o", f"{src}.o")],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True),
+                src) for src in sources]
+    failed = None
+    for process, src in running:
+        try:
+            _, err = process.communicate(timeout=max(1.0, timeout - (time.perf_counter()
+                                                                      - start)))
+        except subprocess.TimeoutExpired:
+            for other, _ in running:
+                other.kill()
+            raise ToolError(f"timed out after {timeout}s: {clang}") from None
+        if process.returncode != 0 and failed is None:
+            failed = f"clang failed (exit {process.returncode}) on {src.name}:\n{err[-4000:]}"
+    if failed:
+        _log(verbose, " failed")
+        raise ToolError(failed)
+    _log(verbose, " done")
+    _step(verbose, f"compiling {label}: link",
+          [clang, *common, "-shared", *(f"{src}.o" for src in sources), *link], timeout)
+    elapsed = time.perf_counter() - start
+    stats["clang"] = dict(wall=elapsed, cpu=_children_cpu() - cpu,
+                          bytes=Path(output).stat().st_size, parts=len(sources))
+    return elapsed
+
+
 def compile_library(text: str, *, cache_dir: Optional[os.PathLike] = None,
                     verbose: bool = False, cflags: Sequence[str] = DEFAULT_CFLAGS,
                     timeout: int = 1800, label: str = "module") -> Library:
@@ -542,13 +600,11 @@ def compile_library(text: str, *, cache_dir: Optional[os.PathLike] = None,
             _log(verbose, f"compiling {label}: the same LLVM IR is cached: {target}")
         else:
             partial = Path(tmp) / "module.so"
-            times["clang"] = _step(verbose, f"compiling {label}: clang",
-                                   [clang, *cflags, "-shared", "-fPIC", "-Wno-override-module",
-                                    llvm_ir, "-o", partial, f"-L{libdir}",
-                                    "-lmlir_c_runner_utils",
-                                    # --snapkv-cpu-pipeline's parallel loops call libomp.
-                                    "-lomp", f"-Wl,-rpath,{libdir}"], timeout, stats,
-                                   partial)
+            link = ["-o", partial, f"-L{libdir}", "-lmlir_c_runner_utils",
+                    # --snapkv-cpu-pipeline's parallel loops call libomp.
+                    "-lomp", f"-Wl,-rpath,{libdir}"]
+            times["clang"] = _clang(verbose, label, clang, cflags, llvm_ir, link, timeout,
+                                    stats, partial)
             _write_atomic(target, partial.read_bytes())
             meta = {"key": key, "key_parts": key_parts, "cflags": list(cflags),
                     "seconds": times, "stats": stats}
