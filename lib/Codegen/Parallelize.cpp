@@ -89,13 +89,11 @@ struct ParallelizePass : snapkv::impl::ParallelizeBase<ParallelizePass> {
           ops.push_back(linalgOp);
     IRRewriter rewriter(&getContext());
     for (linalg::LinalgOp op : ops) {
-      if (linalg::isaContractionOpInterface(op)) {
-        if (!tileContraction(rewriter, op))
-          splitOutermost(rewriter, op);
-      } else if (llvm::count_if(op.getStaticLoopRanges(),
-                                ShapedType::isDynamic) >= 2) {
+      if (linalg::isaContractionOpInterface(op) &&
+          tileContraction(rewriter, op))
+        continue;
+      if (llvm::count_if(op.getStaticLoopRanges(), ShapedType::isDynamic) >= 2)
         splitOutermost(rewriter, op);
-      }
     }
   }
 
@@ -153,12 +151,12 @@ struct ParallelizePass : snapkv::impl::ParallelizeBase<ParallelizePass> {
   }
 
   /// An op with at least two dynamic loops (quadratic in the prompt, such as
-  /// attention's softmax), or a contraction not tiled above: its outermost
-  /// parallel loop with more than one iteration is split into at most
-  /// `chunks` parallel pieces. Ops linear in the prompt (norms, rotary
-  /// embeddings, activations) are memory-bound and cheap next to the
-  /// contractions; splitting them would cost more compile time (an OpenMP
-  /// region each) than it saves.
+  /// attention's softmax and Q x K^T): its outermost parallel loop with more
+  /// than one iteration is split into at most `chunks` parallel pieces. Ops
+  /// linear in the prompt (norms, rotary embeddings, activations, a decode
+  /// step's attention) are cheap next to the contractions; splitting them
+  /// would cost more (an OpenMP region each, at compile and at run time)
+  /// than it saves.
   void splitOutermost(RewriterBase &rewriter, linalg::LinalgOp op) {
     SmallVector<int64_t> ranges = op.getStaticLoopRanges();
     SmallVector<IteratorType> iters = op.getIteratorTypesArray();

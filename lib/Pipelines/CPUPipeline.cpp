@@ -45,7 +45,7 @@ void snapkv::buildCPUPipeline(OpPassManager &pm,
   expand.opMnemonics = {"fpowi"};
   tensors.addPass(math::createMathExpandOpsPass(expand));
   tensors.addPass(createConvertElementwiseToLinalgPass());
-  tensors.addPass(createLinalgElementwiseOpFusionPass());
+  tensors.addPass(createFuseElementwise());
   tensors.addPass(createCanonicalizerPass());
   tensors.addPass(createCSEPass());
   tensors.addPass(createParallelize());

@@ -39,6 +39,29 @@ def Vectorize : Pass<"snapkv-vectorize", "::mlir::func::FuncOp"> {
   ];
 }
 
+def FuseElementwise : Pass<"snapkv-fuse-elementwise", "::mlir::func::FuncOp"> {
+  let summary = "Fuse the elementwise chains of ops quadratic in the prompt "
+                "length (attention's softmax)";
+  let description = [{
+    CPU step of `--snapkv-cpu-pipeline`, on tensors before
+    `snapkv-parallelize`. Applies the upstream elementwise fusion patterns
+    (`linalg::populateElementwiseOpsFusionPatterns`) to a producer and a
+    consumer that both have at least two dynamic loops and sit directly in
+    the function body, when the producer has no other use: a model's
+    decomposed attention softmax (mask, max, exp, sum, divide over
+    `[heads, L, L]`) then keeps fewer of its `L x L` intermediates alive at
+    once. Upstream's `linalg-fuse-elementwise-ops` fuses every chain (and
+    propagates reshapes): it made a decode step of a small model 1.7x slower,
+    while the quadratic chains alone are where the memory goes.
+  }];
+  let dependentDialects = [
+    "::mlir::affine::AffineDialect",
+    "::mlir::arith::ArithDialect",
+    "::mlir::linalg::LinalgDialect",
+    "::mlir::tensor::TensorDialect"
+  ];
+}
+
 def Parallelize : Pass<"snapkv-parallelize", "::mlir::func::FuncOp"> {
   let summary = "Split the linalg ops of a function body into parallel "
                 "tiles (scf.forall), contractions into cache blocks";
@@ -61,12 +84,14 @@ def Parallelize : Pass<"snapkv-parallelize", "::mlir::func::FuncOp"> {
       its caches while all rows pass over it. The blocks run in order and
       each adds to the partial sums of the last: the summation order, and so
       every result bit, is that of the untiled op;
-    * another contraction, or an op with at least two dynamic loops
-      (quadratic in the prompt length, such as attention's softmax), is split
+    * any other op with at least two dynamic loops (quadratic in the prompt
+      length, such as attention's softmax or Q x K^T) is split
       along its outermost parallel loop with more than one iteration into at
       most `chunks` pieces. Ops linear in the prompt length (norms, rotary
-      embeddings, activations) stay whole: they are memory-bound and cheap
-      next to the contractions, and each parallel loop costs compile time.
+      embeddings, activations, a decode step's attention) and contractions
+      too narrow for column blocks stay whole: they are cheap next to the
+      contractions, and each parallel loop costs compile time and a fork
+      and join at run time.
 
     Only parallel loops are split, so results do not depend on the number
     of threads.
