@@ -1,5 +1,4 @@
-//===- Parallelize.cpp - split a function's linalg ops into parallel tiles
-//-===//
+//===- Parallelize.cpp - linalg ops into parallel and cache tiles ---------===//
 //
 // CPU step before register tiling: every linalg op at the top of a function
 // body becomes an scf.forall over one of its parallel loops (the pipeline
@@ -142,9 +141,9 @@ struct ParallelizePass : snapkv::impl::ParallelizeBase<ParallelizePass> {
       return false;
     int64_t depth = tiled.getStaticLoopRanges()[*reduction];
     if (ShapedType::isDynamic(depth) || depth > 2 * reductionBlock) {
-      SmallVector<int64_t> block(ranges.size(), 0);
-      block[*reduction] = reductionBlock;
-      tile(rewriter, tiled, getAsIndexOpFoldResult(ctx, block),
+      SmallVector<int64_t> steps(ranges.size(), 0);
+      steps[*reduction] = reductionBlock;
+      tile(rewriter, tiled, getAsIndexOpFoldResult(ctx, steps),
            scf::SCFTilingOptions::LoopType::ForOp);
     }
     return true;
