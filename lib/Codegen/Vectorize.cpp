@@ -307,36 +307,25 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
       tileLoops = result->loops;
     }
     auto tiledOp = cast<linalg::LinalgOp>(tileOp);
-    if (peelRows) {
-      // As for a masked vector dimension below, but the remainder rows are
-      // tiled again, one row at a time, in the second round.
-      auto loop = cast<scf::ForOp>(tileLoops[llvm::count_if(
-          ArrayRef<int64_t>(tileSizes).take_front(*peelRows),
-          [](int64_t size) { return size != 0; })]);
+    // A peeled dimension (dynamic rows, or a masked vector dimension): the
+    // loop over it without its last, partial iteration holds full tiles,
+    // vectorised in the second round once canonicalisation has made their
+    // shapes static. Remainder rows are tiled again there, one row at a
+    // time; the remainder of a vector dimension stays a scalar loop.
+    if (peelRows || masked) {
+      unsigned dim = peelRows ? *peelRows : *vectorDim;
+      auto loop = cast<scf::ForOp>(
+          tileLoops[llvm::count_if(ArrayRef<int64_t>(tileSizes).take_front(dim),
+                                   [](int64_t size) { return size != 0; })]);
       scf::ForOp remainder;
       rewriter.setInsertionPoint(loop);
-      if (succeeded(
-              scf::peelForLoopAndSimplifyBounds(rewriter, loop, remainder))) {
-        peeled = true;
+      if (failed(scf::peelForLoopAndSimplifyBounds(rewriter, loop, remainder)))
+        return;
+      peeled = true;
+      if (peelRows)
         remainder.walk([&](linalg::LinalgOp rest) {
           rest->setAttr(kRowsByOne, rewriter.getUnitAttr());
         });
-      }
-      return;
-    }
-    if (masked) {
-      // The loop over the vector dimension without its last, partial
-      // iteration: a full tile, vectorised in the second round once
-      // canonicalisation has made its shapes static; the remainder stays a
-      // scalar loop.
-      auto loop = cast<scf::ForOp>(tileLoops[llvm::count_if(
-          ArrayRef<int64_t>(tileSizes).take_front(*vectorDim),
-          [](int64_t size) { return size != 0; })]);
-      scf::ForOp remainder;
-      rewriter.setInsertionPoint(loop);
-      if (succeeded(
-              scf::peelForLoopAndSimplifyBounds(rewriter, loop, remainder)))
-        peeled = true;
       return;
     }
     if (llvm::any_of(tiledOp.getStaticLoopRanges(), ShapedType::isDynamic))

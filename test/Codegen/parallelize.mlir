@@ -118,3 +118,21 @@ func.func @checked_gather(%ids: tensor<?xindex>, %table: tensor<256x?xf32>, %ini
   }
   return %r, %s : tensor<?x?xf32>, tensor<?x?xf32>
 }
+
+// -----
+
+// Column blocks are halved until there are four: 512 columns with
+// columns=256 go to the threads in blocks of 128. A projection no wider than
+// 64 columns, and linear in the prompt, stays whole.
+// CHECK-LABEL: func.func @narrow
+// CHECK: scf.forall (%{{.*}}) = (0) to (512) step (128)
+// CHECK: linalg.matmul {{.*}} outs(%{{.*}} : tensor<?x128xf32>)
+// CHECK: scf.forall.in_parallel
+// CHECK-NOT: scf.forall
+// CHECK: linalg.matmul {{.*}} outs(%{{.*}} : tensor<?x64xf32>)
+func.func @narrow(%x: tensor<?x64xf32>, %w: tensor<64x512xf32>, %init: tensor<?x512xf32>,
+                  %v: tensor<64x64xf32>, %init2: tensor<?x64xf32>) -> (tensor<?x512xf32>, tensor<?x64xf32>) {
+  %r = linalg.matmul ins(%x, %w : tensor<?x64xf32>, tensor<64x512xf32>) outs(%init : tensor<?x512xf32>) -> tensor<?x512xf32>
+  %s = linalg.matmul ins(%x, %v : tensor<?x64xf32>, tensor<64x64xf32>) outs(%init2 : tensor<?x64xf32>) -> tensor<?x64xf32>
+  return %r, %s : tensor<?x512xf32>, tensor<?x64xf32>
+}
