@@ -13,11 +13,13 @@
 #include "snapkv/Codegen/Passes.h"
 #include "snapkv/Conversion/Passes.h"
 
+#include "mlir/Conversion/ConvertToLLVM/ToLLVMPass.h"
 #include "mlir/Conversion/Passes.h"
 #include "mlir/Conversion/VectorToSCF/VectorToSCF.h"
 #include "mlir/Dialect/Bufferization/Pipelines/Passes.h"
 #include "mlir/Dialect/Bufferization/Transforms/Passes.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Linalg/Passes.h"
 #include "mlir/Dialect/Math/Transforms/Passes.h"
 #include "mlir/Dialect/MemRef/Transforms/Passes.h"
@@ -62,8 +64,11 @@ void snapkv::buildCPUPipeline(OpPassManager &pm,
   bufferize.functionBoundaryTypeConversion =
       bufferization::LayoutMapOption::IdentityLayoutMap;
   pm.addPass(bufferization::createOneShotBufferizePass(bufferize));
-  pm.addPass(createCanonicalizerPass());
-  pm.addPass(createCSEPass());
+  // Passes that see one function at a time run nested, so that the pass
+  // manager runs them on several functions at once.
+  OpPassManager &bufferized = pm.nest<func::FuncOp>();
+  bufferized.addPass(createCanonicalizerPass());
+  bufferized.addPass(createCSEPass());
   bufferization::BufferDeallocationPipelineOptions dealloc;
   bufferization::buildBufferDeallocationPipeline(pm, dealloc);
   pm.addPass(createConvertBufferizationToMemRefPass());
@@ -74,36 +79,45 @@ void snapkv::buildCPUPipeline(OpPassManager &pm,
   buffers.addPass(math::createMathUpliftToFMA());
   buffers.addPass(vector::createLowerVectorMaskPass());
   buffers.addPass(vector::createLowerVectorMultiReductionPass());
-  pm.addPass(createCanonicalizerPass());
-  pm.addPass(createCSEPass());
-  pm.addPass(createLowerAffinePass());
-  pm.addPass(createForallToParallelLoopPass());
+  buffers.addPass(createCanonicalizerPass());
+  buffers.addPass(createCSEPass());
+  buffers.addPass(createLowerAffinePass());
+  buffers.addPass(createForallToParallelLoopPass());
   pm.addPass(createConvertSCFToOpenMPPass());
+
+  OpPassManager &loops = pm.nest<func::FuncOp>();
   // Folds the alloca scope around each parallel loop body (there are no
   // allocas), which would otherwise have to keep one block until the memref
   // conversion; snapkv-lower-asserts must run before that conversion.
-  pm.addPass(createCanonicalizerPass());
+  loops.addPass(createCanonicalizerPass());
   // Fully unrolled: the loop form would put temporary buffers (allocas) in
   // loops, and an alloca in a parallel loop gets an alloca scope that must
   // stay one block until the memref conversion.
-  pm.addPass(createConvertVectorToSCFPass(
+  loops.addPass(createConvertVectorToSCFPass(
       VectorTransferToSCFOptions().enableFullUnroll()));
-  pm.addPass(memref::createExpandStridedMetadataPass());
-  pm.addPass(createLowerAffinePass());
-  pm.addPass(createSCFToControlFlowPass());
+  loops.addPass(memref::createExpandStridedMetadataPass());
+  loops.addPass(createLowerAffinePass());
+  loops.addPass(createSCFToControlFlowPass());
   // Before the memref conversion: in report mode it also checks the result
   // of every memref.alloc in a function body.
   LowerAssertsOptions asserts;
   asserts.mode = options.asserts;
   pm.addPass(createLowerAsserts(asserts));
   pm.addPass(createFinalizeMemRefToLLVMConversionPass());
-  pm.addPass(createConvertVectorToLLVMPass());
-  pm.addPass(createConvertMathToLLVMPass());
-  pm.addPass(createArithToLLVMConversionPass());
-  pm.addPass(createConvertIndexToLLVMPass());
-  pm.addPass(createConvertOpenMPToLLVMPass());
-  pm.addPass(createUBToLLVMConversionPass());
-  pm.addPass(createConvertControlFlowToLLVMPass());
-  pm.addPass(createConvertFuncToLLVMPass());
+  // The vector pass also runs the vector-to-vector lowerings (transfers,
+  // broadcasts, transposes) that convert-to-llvm's vector patterns expect
+  // done; everything else converts in one walk instead of one per dialect.
+  // A transpose becomes one shuffle of the flattened vector, not one
+  // extract/insert pair per element (a tenth of the LLVM IR of a model).
+  ConvertVectorToLLVMPassOptions toLLVM;
+  toLLVM.vectorTransposeLowering = vector::VectorTransposeLowering::Shuffle1D;
+  pm.nest<func::FuncOp>().addPass(createConvertVectorToLLVMPass(toLLVM));
+  pm.addPass(createConvertToLLVMPass());
   pm.addPass(createReconcileUnrealizedCastsPass());
+  // Each memref and n-D vector op above built and took apart its own
+  // descriptor or array; folding those here halves the LLVM IR that
+  // mlir-translate and clang read.
+  OpPassManager &llvmFuncs = pm.nest<LLVM::LLVMFuncOp>();
+  llvmFuncs.addPass(createCanonicalizerPass());
+  llvmFuncs.addPass(createCSEPass());
 }

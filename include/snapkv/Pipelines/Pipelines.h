@@ -38,7 +38,10 @@ struct CPUPipelineOptions : PassPipelineOptions<CPUPipelineOptions> {
 
 /// Lowers a module of snapkv and upstream tensor-level ops to the LLVM
 /// dialect: tiled, fused and vectorised, parallel through OpenMP
-/// (`--snapkv-cpu-pipeline`).
+/// (`--snapkv-cpu-pipeline`). Its final conversion is upstream's
+/// `convert-to-llvm`, which finds each dialect's patterns through the
+/// ConvertToLLVMPatternInterface: the context must have those registered
+/// (`registerAllExtensions`, as snapkv-opt and mlir-opt do).
 void buildCPUPipeline(OpPassManager &pm, const CPUPipelineOptions &options);
 
 struct GPUPipelineOptions : PassPipelineOptions<GPUPipelineOptions> {

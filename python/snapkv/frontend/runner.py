@@ -95,7 +95,7 @@ from ..tools import ToolError
 from .checkpoint import WeightRef, bind_layout
 
 # Bumped when the way a library is built or called changes (part of the cache keys).
-RUNNER_VERSION = 5
+RUNNER_VERSION = 6
 PIPELINE = ("builtin.module(func.func(llvm-request-c-wrappers),"
             "snapkv-cpu-pipeline{asserts=report})")
 # -fno-unroll-loops: the pipeline already unrolls register tiles; LLVM unrolling their loops
@@ -519,8 +519,10 @@ def _clang(verbose, label, clang, cflags, llvm_ir, link, timeout, stats, output)
                      [clang, *common, "-shared", llvm_ir, *link], timeout, stats, output)
     cpu, start = _children_cpu(), time.perf_counter()
     prefix = llvm_ir.with_name("part")
-    _step(verbose, f"compiling {label}: llvm-split", [splitter, "-j", str(parts), "-o",
-                                                      prefix, llvm_ir], timeout)
+    # Functions dealt out in turn: llvm-split's default (a hash of the name) left one part
+    # twice the size of the other in the tiny model, and clang's wall is the largest part's.
+    _step(verbose, f"compiling {label}: llvm-split",
+          [splitter, "--round-robin", "-j", str(parts), "-o", prefix, llvm_ir], timeout)
     sources = sorted(p for p in llvm_ir.parent.glob("part*") if p.suffix != ".o")
     _log(verbose, f"compiling {label}: clang, {len(sources)} parts in parallel ...", end="")
     running = [(subprocess.Popen([str(c) for c in (clang, *common, "-c", "-x", "ir", src,
