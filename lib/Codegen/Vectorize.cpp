@@ -3,8 +3,10 @@
 // A driver around upstream facilities: each linalg op on tensors is tiled
 // with scf.for (TilingInterface) into a register-sized tile and the tile is
 // vectorised with linalg::vectorize (masked where a size is dynamic). The
-// choice of tile is the only thing decided here; loop-invariant accumulators
-// are hoisted afterwards by the upstream loop-invariant-subset-hoisting pass.
+// choice of tile is decided here, plus three small rewrites of the register
+// tile's operand reads that upstream's patterns (LLVM 22) leave as
+// transposes of broadcasts; loop-invariant accumulators are hoisted
+// afterwards by the upstream loop-invariant-subset-hoisting pass.
 //
 //===----------------------------------------------------------------------===//
 
@@ -136,6 +138,132 @@ SmallVector<int64_t> defaultTile(linalg::LinalgOp op, ArrayRef<int64_t> ranges,
   return tile;
 }
 
+/// A transpose that moves only unit dimensions (the other dimensions keep
+/// their order) is a shape_cast, which folds into the extracts and reads
+/// around it. The contraction lowering makes one per operand of every
+/// register tile ([6x16x1] -> [1x6x16]); left as transposes they lower to a
+/// flattened vector rebuilt element by element. Upstream's canonicalisation
+/// (LLVM 22) keeps them, and its shape-cast lowering handles only 2-D ones.
+struct TransposeOfUnitDimsToShapeCast : OpRewritePattern<vector::TransposeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(vector::TransposeOp op,
+                                PatternRewriter &rewriter) const override {
+    VectorType source = op.getSourceVectorType();
+    if (source.isScalable())
+      return failure();
+    int64_t last = -1;
+    for (int64_t dim : op.getPermutation()) {
+      if (source.getDimSize(dim) == 1)
+        continue;
+      if (dim < last)
+        return failure();
+      last = dim;
+    }
+    rewriter.replaceOpWithNewOp<vector::ShapeCastOp>(
+        op, op.getResultVectorType(), op.getVector());
+    return success();
+  }
+};
+
+/// A shape_cast that only drops unit dimensions of a transfer_read's result
+/// is the same read with those dimensions left out of its permutation map:
+/// the register tile's operand reads ([6x1] broadcast to [6x16x1]) then
+/// lower to one load and splat per row instead of a vector rebuilt lane by
+/// lane.
+struct ReadDroppingUnitDims : OpRewritePattern<vector::ShapeCastOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(vector::ShapeCastOp cast,
+                                PatternRewriter &rewriter) const override {
+    auto read = cast.getSource().getDefiningOp<vector::TransferReadOp>();
+    if (!read || read.getMask() || !read->hasOneUse())
+      return failure();
+    VectorType from = read.getVectorType(), to = cast.getResultVectorType();
+    if (from.isScalable() || to.isScalable())
+      return failure();
+    // Which dimensions of `from` survive: those equal, in order, to `to`'s.
+    SmallVector<unsigned> kept;
+    ArrayRef<int64_t> toShape = to.getShape();
+    size_t next = 0;
+    for (auto [dim, size] : llvm::enumerate(from.getShape())) {
+      if (next < toShape.size() && size == toShape[next]) {
+        kept.push_back(dim);
+        ++next;
+      } else if (size != 1 || !read.isDimInBounds(dim)) {
+        // A dropped dimension is no longer checked against the source's
+        // bounds, so it must be known in bounds.
+        return failure();
+      }
+    }
+    if (next != toShape.size() ||
+        static_cast<int64_t>(kept.size()) == from.getRank())
+      return failure();
+    AffineMap map = read.getPermutationMap();
+    SmallVector<AffineExpr> results;
+    SmallVector<bool> inBounds;
+    for (unsigned dim : kept) {
+      results.push_back(map.getResult(dim));
+      inBounds.push_back(read.isDimInBounds(dim));
+    }
+    AffineMap newMap =
+        AffineMap::get(map.getNumDims(), 0, results, rewriter.getContext());
+    rewriter.replaceOpWithNewOp<vector::TransferReadOp>(
+        cast, to, read.getBase(), read.getIndices(), AffineMapAttr::get(newMap),
+        read.getPadding(), /*mask=*/Value(),
+        rewriter.getBoolArrayAttr(inBounds));
+    return success();
+  }
+};
+
+/// A transfer_read that broadcasts (a constant-0 result of its map) reads
+/// one element along that dimension and a vector.broadcast stretches it:
+/// each row of a register tile's operand becomes one load and one splat.
+/// vector-to-scf would otherwise build the broadcast row lane by lane.
+struct ReadThenBroadcast : OpRewritePattern<vector::TransferReadOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(vector::TransferReadOp read,
+                                PatternRewriter &rewriter) const override {
+    VectorType type = read.getVectorType();
+    if (read.getMask() || type.isScalable())
+      return failure();
+    // ReadDroppingUnitDims first: it needs the read itself.
+    if (read->hasOneUse() && isa<vector::ShapeCastOp>(*read->user_begin()))
+      return failure();
+    AffineMap map = read.getPermutationMap();
+    SmallVector<int64_t> shape(type.getShape());
+    SmallVector<AffineExpr> results(map.getResults());
+    // A one-element broadcast reads the element at the index of a source
+    // dimension the map leaves out, so it may read that dimension instead:
+    // the map becomes a (minor) identity that vector-to-scf lowers to loads.
+    llvm::SmallBitVector unused(map.getNumDims(), true);
+    for (AffineExpr expr : results)
+      if (auto d = dyn_cast<AffineDimExpr>(expr))
+        unused.reset(d.getPosition());
+    bool stretched = false;
+    for (auto [dim, expr] : llvm::enumerate(results)) {
+      auto c = dyn_cast<AffineConstantExpr>(expr);
+      if (!c || c.getValue() != 0 || shape[dim] == 1)
+        continue;
+      shape[dim] = 1;
+      stretched = true;
+      int next = unused.find_first();
+      if (next >= 0) {
+        expr = rewriter.getAffineDimExpr(next);
+        unused.reset(next);
+      }
+    }
+    if (!stretched)
+      return failure();
+    auto narrow = vector::TransferReadOp::create(
+        rewriter, read.getLoc(), VectorType::get(shape, type.getElementType()),
+        read.getBase(), read.getIndices(),
+        AffineMapAttr::get(
+            AffineMap::get(map.getNumDims(), 0, results, getContext())),
+        read.getPadding(), /*mask=*/Value(), read.getInBoundsAttr());
+    rewriter.replaceOpWithNewOp<vector::BroadcastOp>(read, type, narrow);
+    return success();
+  }
+};
+
 struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
   using Base::Base;
 
@@ -198,6 +326,7 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
     vector::populateDropUnitDimWithShapeCastPatterns(patterns);
     vector::populateVectorReductionToContractPatterns(patterns);
     vector::populateSinkVectorOpsPatterns(patterns);
+    patterns.add<TransposeOfUnitDimsToShapeCast>(&getContext());
     scf::ForOp::getCanonicalizationPatterns(patterns, &getContext());
     tensor::populateFoldTensorEmptyPatterns(patterns);
     for (Dialect *dialect : getContext().getLoadedDialects())
@@ -215,6 +344,11 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
         contractions, vector::VectorContractLowering::OuterProduct,
         /*benefit=*/0);
     vector::populateVectorOuterProductLoweringPatterns(contractions);
+    contractions.add<TransposeOfUnitDimsToShapeCast, ReadDroppingUnitDims,
+                     ReadThenBroadcast>(&getContext());
+    vector::ShapeCastOp::getCanonicalizationPatterns(contractions,
+                                                     &getContext());
+    vector::ExtractOp::getCanonicalizationPatterns(contractions, &getContext());
     if (failed(applyPatternsGreedily(getOperation(), std::move(contractions))))
       return signalPassFailure();
   }

@@ -97,12 +97,21 @@ func.func @dynamic_reduction(%p: tensor<4x?x?xf32>, %v: tensor<4x?x16xf32>, %ini
 // dimension: a [6 rows x 16] accumulator (12 AVX2 registers) carried across
 // the reduction, the rows' loop peeled so the full tiles are static; the
 // last rows (fewer than 6) are taken one at a time, still vectorised.
+// Each step reads the tile's column of x as [6x1] and its row of w as [1x16]
+// and broadcasts them (one load and splat per row once lowered), with no
+// transposes: the contraction lowering's [6x16x1] operands are folded away.
 // CHECK-LABEL: func.func @dynamic_rows
 // CHECK: %[[FULL:.*]] = affine.apply
 // CHECK: scf.for %{{.*}} = %c0 to %[[FULL]] step %c6
 // CHECK: scf.for %{{.*}} = %c0 to %c32 step %c16
 // CHECK: scf.for %{{.*}} = %c0 to %c64 step %c1 iter_args(%[[ACC:.*]] = %{{.*}}) -> (vector<6x16xf32>)
-// CHECK: vector.fma %{{.*}}, %{{.*}}, %[[ACC]] : vector<6x16xf32>
+// CHECK-NOT: vector.transpose
+// CHECK: %[[COL:.*]] = vector.transfer_read %{{.*}}[%c0, %c0], %{{.*}} {in_bounds = [true, true]} : tensor<6x1xf32>, vector<6x1xf32>
+// CHECK: %[[A:.*]] = vector.broadcast %[[COL]] : vector<6x1xf32> to vector<6x16xf32>
+// CHECK: %[[ROW:.*]] = vector.transfer_read %{{.*}}[%c0, %c0], %{{.*}} {in_bounds = [true, true]} : tensor<1x16xf32>, vector<1x16xf32>
+// CHECK: %[[B:.*]] = vector.broadcast %[[ROW]] : vector<1x16xf32> to vector<6x16xf32>
+// CHECK-NOT: vector.transpose
+// CHECK: vector.fma %[[A]], %[[B]], %[[ACC]] : vector<6x16xf32>
 // CHECK: scf.for %{{.*}} = %[[FULL]] to %{{.*}} step %c6
 // CHECK: vector.fma {{.*}} : vector<16xf32>
 // CHECK-NOT: linalg.matmul
