@@ -12,6 +12,7 @@ CMAKE_FLAGS = -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DLLVM_ENABLE_LLD=ON -DLLVM_ENABLE_ASSERTIONS=ON
 
 export SNAPKV_OPT = $(CURDIR)/$(BUILD)/bin/snapkv-opt
+export SNAPKV_TRANSLATE = $(CURDIR)/$(BUILD)/bin/snapkv-translate
 # This checkout's Python package first, whichever checkout `pip install -e` last pointed at.
 export PYTHONPATH := $(CURDIR)/python$(if $(PYTHONPATH),:$(PYTHONPATH))
 
@@ -125,6 +126,7 @@ check-sanitizers: build-sanitizers
 	$(SANITIZER_ENV) $(PYTHON) scripts/no-abort.py $(ASAN_BUILD)/bin/snapkv-opt \
 	  test tools/snapkv-fuzz/regressions
 	cd python && $(SANITIZER_ENV) SNAPKV_OPT=$(CURDIR)/$(ASAN_BUILD)/bin/snapkv-opt \
+	  SNAPKV_TRANSLATE=$(CURDIR)/$(ASAN_BUILD)/bin/snapkv-translate \
 	  $(PYTHON) -m pytest -q tests/test_differential.py
 
 # Replays every past finding, runs libFuzzer seeded from the lit tests, then

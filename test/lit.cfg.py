@@ -87,5 +87,6 @@ llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
 tool_dirs = [config.snapkv_tools_dir, config.llvm_tools_dir]
-tools = ["snapkv-opt", "snapkv-unittests", "mlir-runner", "mlir-opt", "mlir-translate"]
+tools = ["snapkv-opt", "snapkv-translate", "snapkv-unittests", "mlir-runner", "mlir-opt",
+         "mlir-translate", "llvm-dis"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)

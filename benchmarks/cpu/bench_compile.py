@@ -20,11 +20,12 @@ cache; its first time is printed, not part of the table).
 
 **Compile** (median of ``--runs``, each into an empty library cache): the rewrite
 (``snapkv-compress-kv-cache``, window ``--window``, capacity L/8) and the compile of the
-rewritten module by the runner (``snapkv-opt --snapkv-cpu-pipeline``, ``mlir-translate``,
-``clang``, ``--cflags``; per-layer modules compile their layer functions once, the entry
+rewritten module by the runner (``snapkv-opt --snapkv-cpu-pipeline``, ``snapkv-translate``
+(to LLVM bitcode, split into one part per core), ``clang`` (the parts at the same time and the
+link), ``--cflags``; per-layer modules compile their layer functions once, the entry
 points run from Python). Wall seconds per step and in total, CPU seconds in total (the tools'
-own: a loaded machine shows as wall > CPU), and the sizes of the lowered MLIR, the LLVM IR and
-the shared object.
+own: a loaded machine shows as wall > CPU), and the sizes of the lowered MLIR (bytecode), the
+LLVM bitcode and the shared object.
 
 **Run** (``--length`` L, default 4096; capacity C = L/8; ``--steps`` decode steps): prefill of
 the original module and of the rewritten one, once each (``--prefill-runs`` for a median); the
@@ -61,7 +62,7 @@ from snapkv import hf, tools  # noqa: E402
 from snapkv.frontend import runner  # noqa: E402
 
 FIXTURE = REPO / "test" / "Models" / "tiny_llama_dynamic.mlir"
-STEPS = ("rewrite", "snapkv-opt", "mlir-translate", "clang")
+STEPS = ("rewrite", "snapkv-opt", "snapkv-translate", "clang")
 
 
 def configs(vocab):
@@ -133,7 +134,7 @@ def compile_once(text, compaction, cflags, weights):
     for step in STEPS[1:]:
         row[step] = stats[step]["wall"]
     row["lowered_bytes"] = stats["snapkv-opt"]["bytes"]
-    row["ll_bytes"] = stats["mlir-translate"]["bytes"]
+    row["bitcode_bytes"] = stats["snapkv-translate"]["bytes"]
     row["split"] = model.split
     return row, model
 
@@ -304,14 +305,14 @@ def main(argv=None):
     print(f"`clang {' '.join(cflags)}`; rewrite window {args.window} capacity {capacity}; "
           f"median of {args.runs} compiles, each into an empty cache. Seconds (wall); CPU = "
           "the tools' own CPU seconds; sizes in MB.\n")
-    print("| model | module | rewrite | snapkv-opt | mlir-translate | clang | total | CPU "
-          "| lowered MLIR | LLVM IR | .so |")
+    print("| model | module | rewrite | snapkv-opt | snapkv-translate | clang | total | CPU "
+          "| lowered MLIR | LLVM bitcode | .so |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, row in compile_rows.items():
         print(f"| {name} | {mb(row['module_bytes'])} | {row['rewrite']:.2f} | "
-              f"{row['snapkv-opt']:.2f} | {row['mlir-translate']:.2f} | {row['clang']:.2f} | "
+              f"{row['snapkv-opt']:.2f} | {row['snapkv-translate']:.2f} | {row['clang']:.2f} | "
               f"**{row['total']:.2f}** | {row['cpu']:.2f} | {mb(row['lowered_bytes'])} | "
-              f"{mb(row['ll_bytes'])} | {mb(row['so_bytes'])} |")
+              f"{mb(row['bitcode_bytes'])} | {mb(row['so_bytes'])} |")
     if run_rows:
         print(f"\n## Prefill L = {args.length} and {args.steps} decode steps "
               f"(C = L/8 = {capacity}, window {args.window})\n")

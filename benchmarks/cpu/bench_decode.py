@@ -2,7 +2,7 @@
 """CPU benchmark of one decode step of the tiny model vs the physical length of its KV cache.
 
 Rows (all compiled ahead of time by ``snapkv.frontend.runner``: ``snapkv-opt
---snapkv-cpu-pipeline`` -> ``mlir-translate`` -> ``clang -O2 -march=native``, called with ctypes):
+--snapkv-cpu-pipeline`` -> ``snapkv-translate`` -> ``clang -O2 -march=native``, called with ctypes):
 
 * **full**: the unmodified ``test/Models/tiny_llama_dynamic.mlir``, caches of Hkv = 2 heads and
   physical length T = 8192;

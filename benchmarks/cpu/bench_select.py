@@ -12,7 +12,7 @@ Columns (medians of ``--runs`` after one warm-up; ratios from the same run; the 
 select and score, PyTorch eager and ``torch.compile`` are timed interleaved, one call of each
 per round, so that other load on the machine falls on all of them alike):
 
-* compiled ``snapkv.select``: ``snapkv-opt --snapkv-cpu-pipeline`` -> ``mlir-translate`` ->
+* compiled ``snapkv.select``: ``snapkv-opt --snapkv-cpu-pipeline`` -> ``snapkv-translate`` ->
   ``clang -O3 -march=native -shared`` (LLVM optimisation runs), linked with libomp; the
   ``.so`` is called in process through ctypes (``snapkv.frontend.runner``), each call timed
   alone (the fresh result buffers it returns are freed outside the timed span);
@@ -715,7 +715,7 @@ def render(rows, notes, peak, lanes, threads, omp, mach, vers, load_before, load
         if "torch_compile_s" in r:
             parts.append(f"torch.compile first call (cold compile) {r['torch_compile_s']:.1f} s")
         if "compile_s" in n:
-            parts.append(f"ours: snapkv-opt + mlir-translate + clang {n['compile_s']:.1f} s "
+            parts.append(f"ours: snapkv-opt + snapkv-translate + clang {n['compile_s']:.1f} s "
                          "(0 if the .so was cached)")
         if parts:
             compile_lines.append(f"B={r['B']} L={r['L']}: " + "; ".join(parts))
@@ -764,7 +764,7 @@ def render(rows, notes, peak, lanes, threads, omp, mach, vers, load_before, load
         "compiled select and score, PyTorch eager (both columns) and `torch.compile` are timed "
         "interleaved (one call of each per round), so other load falls on all of them alike; "
         "numpy and `mlir-runner` run after them.",
-        "* compiled: `snapkv-opt --snapkv-cpu-pipeline`, `mlir-translate --mlir-to-llvmir`, "
+        "* compiled: `snapkv-opt --snapkv-cpu-pipeline`, `snapkv-translate` (LLVM bitcode), "
         f"`clang {' '.join(AOT_CFLAGS)} -shared` (LLVM optimisation runs), linked with libomp; "
         f"called in process through ctypes, {omp} OpenMP threads. runner `--O3`: the same "
         "lowering JIT-compiled by `mlir-runner --O3`, each call timed with `rtclock`.",

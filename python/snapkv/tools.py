@@ -1,12 +1,13 @@
-"""Where the tools are: snapkv-opt, mlir-opt, mlir-runner, mlir-translate, clang and LLVM's
+"""Where the tools are: snapkv-opt, snapkv-translate, mlir-opt, mlir-runner, mlir-translate,
+clang and LLVM's
 library directory (``libmlir_runner_utils.so``, ``libmlir_c_runner_utils.so``).
 
 Every other module asks this one. Each tool is looked up in this order:
 
-1. its environment variable: ``SNAPKV_OPT``, ``MLIR_OPT``, ``MLIR_RUNNER``, ``MLIR_TRANSLATE``,
-   ``CLANG``; the library directory ``MLIR_LIB_DIR``;
-2. snapkv-opt: ``build/bin/snapkv-opt`` of the checkout this package lives in, then
-   ``snapkv-opt`` on ``PATH``; LLVM tools: the directory ``llvm-config-22 --bindir`` prints
+1. its environment variable: ``SNAPKV_OPT``, ``SNAPKV_TRANSLATE``, ``MLIR_OPT``,
+   ``MLIR_RUNNER``, ``MLIR_TRANSLATE``, ``CLANG``; the library directory ``MLIR_LIB_DIR``;
+2. snapkv-opt and snapkv-translate: ``build/bin/<name>`` of the checkout this package lives
+   in, then ``<name>`` on ``PATH``; LLVM tools: the directory ``llvm-config-22 --bindir`` prints
    (``--libdir`` for the libraries), then ``<name>-22`` on ``PATH`` (Debian's versioned links;
    an unversioned ``clang`` on ``PATH`` may be another LLVM version and is not used);
 3. ``/usr/lib/llvm-22`` (where Debian's LLVM 22 packages install).
@@ -27,9 +28,11 @@ LLVM_MAJOR = 22
 DEFAULT_PREFIX = Path(f"/usr/lib/llvm-{LLVM_MAJOR}")
 REPO = Path(__file__).resolve().parents[2]
 
-_ENV = {"snapkv-opt": "SNAPKV_OPT", "mlir-opt": "MLIR_OPT", "mlir-runner": "MLIR_RUNNER",
+_ENV = {"snapkv-opt": "SNAPKV_OPT", "snapkv-translate": "SNAPKV_TRANSLATE",
+        "mlir-opt": "MLIR_OPT", "mlir-runner": "MLIR_RUNNER",
         "mlir-translate": "MLIR_TRANSLATE", "clang": "CLANG"}
 _HINTS = {"snapkv-opt": "run `make build` in the repository or set SNAPKV_OPT",
+          "snapkv-translate": "run `make build` in the repository or set SNAPKV_TRANSLATE",
           "mlir-opt": "install mlir-22-tools or set MLIR_OPT",
           "mlir-runner": "install mlir-22-tools or set MLIR_RUNNER",
           "mlir-translate": "install mlir-22-tools or set MLIR_TRANSLATE",
@@ -78,15 +81,25 @@ def find(name: str) -> Path:
     return DEFAULT_PREFIX / "bin" / name
 
 
-def snapkv_opt() -> Path:
-    """``$SNAPKV_OPT``, else the checkout's build/bin/snapkv-opt, else snapkv-opt on PATH."""
-    if os.environ.get("SNAPKV_OPT"):
-        return Path(os.environ["SNAPKV_OPT"])
-    built = REPO / "build" / "bin" / "snapkv-opt"
+def _ours(name: str) -> Path:
+    """Its environment variable, else the checkout's build/bin/<name>, else <name> on PATH."""
+    if os.environ.get(_ENV[name]):
+        return Path(os.environ[_ENV[name]])
+    built = REPO / "build" / "bin" / name
     if built.is_file():
         return built
-    on_path = shutil.which("snapkv-opt")
+    on_path = shutil.which(name)
     return Path(on_path) if on_path else built
+
+
+def snapkv_opt() -> Path:
+    """``$SNAPKV_OPT``, else the checkout's build/bin/snapkv-opt, else snapkv-opt on PATH."""
+    return _ours("snapkv-opt")
+
+
+def snapkv_translate() -> Path:
+    """``$SNAPKV_TRANSLATE``, else the checkout's build/bin/snapkv-translate, else on PATH."""
+    return _ours("snapkv-translate")
 
 
 def mlir_opt() -> Path:

@@ -14,7 +14,7 @@ def pytest_configure(config):
 
 
 def require_aot_tools():
-    """Skip unless snapkv-opt, mlir-runner, mlir-translate and clang are there (the AOT
+    """Skip unless snapkv-opt, mlir-runner, snapkv-translate and clang are there (the AOT
     runner's tools)."""
     import pytest
 
@@ -24,7 +24,7 @@ def require_aot_tools():
 
     try:
         runner_tools()
-        tools.require(tools.mlir_translate(), "mlir-translate")
+        tools.require(tools.snapkv_translate(), "snapkv-translate")
         tools.require(tools.clang(), "clang")
     except ToolError as error:
         pytest.skip(str(error))

@@ -310,14 +310,13 @@ def test_a_failed_allocation_raises(tmp_path):
 
 
 def test_a_module_split_for_parallel_clang_behaves_the_same(tmp_path, monkeypatch):
-    """Large LLVM IR is split (llvm-split) and compiled on several cores: the parts link into
-    one library whose functions and run-time checks (the error slot) work as before."""
+    """A large module is split (snapkv-translate --parts) and compiled on several cores: the
+    parts link into one library whose functions and run-time checks (the error slot) work
+    as before."""
     _tools_or_skip()
     import ctypes
 
-    if not runner.tools.find("llvm-split").is_file():
-        pytest.fail("llvm-split (part of the LLVM 22 tools) is missing")
-    monkeypatch.setattr(runner, "SPLIT_IR_BYTES", 0)
+    monkeypatch.setattr(runner, "SPLIT_BYTECODE_BYTES", 0)
     monkeypatch.setattr(runner, "_cores", lambda: 2)
     lib = runner.compile_library(ALLOC, cache_dir=tmp_path)
     assert lib.stats["clang"]["parts"] == 2

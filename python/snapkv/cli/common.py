@@ -606,7 +606,7 @@ def compile_model(text: str, label: str, args, weights=None):
     from ..frontend.runner import CompiledModel
 
     progress(args.quiet, f"compiling the {label}: snapkv-opt --snapkv-cpu-pipeline, "
-                         f"mlir-translate, clang (seconds to a minute the first time, then "
+                         f"snapkv-translate, clang (seconds to a minute the first time, then "
                          f"cached) ...")
     try:
         model = CompiledModel(text, verbose=getattr(args, "verbose", False), weights=weights)

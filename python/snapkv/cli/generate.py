@@ -46,7 +46,7 @@ def add_parser(commands, common_options, compaction):
                    help="print the results as one JSON object (progress still goes to "
                         "stderr)")
     p.add_argument("-v", "--verbose", action="store_true",
-                   help="show each compile step (snapkv-opt, mlir-translate, clang)")
+                   help="show each compile step (snapkv-opt, snapkv-translate, clang)")
     p.set_defaults(func=run)
 
 

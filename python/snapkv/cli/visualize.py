@@ -40,7 +40,7 @@ def add_parser(commands, common_options, compaction):
     p.add_argument("--layers", type=common.layer_list, metavar="I,J",
                    help="only these layers (comma-separated; default: all)")
     p.add_argument("-v", "--verbose", action="store_true",
-                   help="show each compile step (snapkv-opt, mlir-translate, clang)")
+                   help="show each compile step (snapkv-opt, snapkv-translate, clang)")
     p.set_defaults(func=run)
 
 

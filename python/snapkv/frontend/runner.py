@@ -7,11 +7,13 @@ process with ctypes, so a generation loop does not pay ``mlir-runner``'s JIT per
    snapkv-cpu-pipeline{asserts=report})"``: upstream's ``llvm-request-c-wrappers`` gives every
    function a C interface (``_mlir_ciface_<name>``), and the CPU pipeline (the lowering
    :mod:`.harness` uses) lowers run-time checks in *report* mode (below);
-2. ``mlir-translate --mlir-to-llvmir``, then ``clang -O2 -march=native -shared -fPIC``,
-   linked against LLVM's ``libmlir_c_runner_utils.so`` (the lowered code calls its
-   ``memrefCopy``) and libomp; LLVM IR over 256 KB is first split by function into one part
-   per core (``llvm-split``, at most 4 parts), which are compiled at the same time and
-   linked. The tools come from :mod:`snapkv.tools`;
+2. ``snapkv-translate`` (``mlir-translate --mlir-to-llvmir`` and ``llvm-split`` in one
+   process, LLVM bitcode out): a lowered module over 48 KB of MLIR bytecode is split by
+   function into one part per core (at most 4 parts, functions dealt out in turn); then
+   ``clang -O2 -march=native -fno-unroll-loops -fPIC`` compiles the parts at the same time
+   and links them into a shared library with LLVM's ``libmlir_c_runner_utils.so`` (the
+   lowered code calls its ``memrefCopy``) and libomp. The tools come from
+   :mod:`snapkv.tools`;
 3. the ``.so`` is cached (see *Cache*); ``from_cache`` says whether it was compiled.
 
 Run-time checks: the compiled code's checks (an out-of-range token id in the embedding
@@ -31,15 +33,15 @@ from the function, every ``?`` counts as the prompt (or cache) length, so
 reach past it are refused too.
 
 Cache: the directory is ``$SNAPKV_RUNNER_CACHE``, else ``~/.cache/snapkv/runner`` (a temp
-directory if that is not writable). A library is named by the sha256 of the LLVM IR that clang
-compiles, clang's flags and version, and the CPU (for ``-march=native``), so rebuilding
-snapkv-opt without changing its output recompiles nothing. So that loading a cached model
-does not run snapkv-opt again, a small index file (``<sha256>.key``) maps the sha256 of the
-module text, the pipeline, the bytes of snapkv-opt and mlir-translate and the LLVM version to
-that name. The cache is bounded: after a compile, the least recently used libraries (each use
-refreshes a library's modification time) are deleted until the libraries take at most
-``$SNAPKV_RUNNER_CACHE_MB`` megabytes (default 1024); index files whose library is gone go
-with them. Compiling the tiny fixture takes a few seconds, about half of it clang ``-O2``
+directory if that is not writable). A library is named by the sha256 of the LLVM bitcode
+that clang compiles, clang's flags and version, and the CPU (for ``-march=native``), so
+rebuilding snapkv-opt without changing its output recompiles nothing. So that loading a
+cached model does not run snapkv-opt again, a small index file (``<sha256>.key``) maps the
+sha256 of the module text, the pipeline, the bytes of snapkv-opt and snapkv-translate and the
+LLVM version to that name. The cache is bounded: after a compile, the least recently used
+libraries (each use refreshes a library's modification time) are deleted until the libraries
+take at most ``$SNAPKV_RUNNER_CACHE_MB`` megabytes (default 1024); index files whose library
+is gone go with them. Compiling the tiny fixture takes a few seconds, about half of it clang ``-O2``
 (``docs/benchmarks.md``, "Compile time").
 
 Calling convention (``_mlir_ciface_<name>``): every tensor argument is passed as a pointer to a
@@ -95,7 +97,7 @@ from ..tools import ToolError
 from .checkpoint import WeightRef, bind_layout
 
 # Bumped when the way a library is built or called changes (part of the cache keys).
-RUNNER_VERSION = 6
+RUNNER_VERSION = 7
 PIPELINE = ("builtin.module(func.func(llvm-request-c-wrappers),"
             "snapkv-cpu-pipeline{asserts=report})")
 # -fno-unroll-loops: the pipeline already unrolls register tiles; LLVM unrolling their loops
@@ -177,26 +179,23 @@ class _Header:
     weights: List[Optional[WeightRef]]  # each argument's `snapkv.weight` attribute
 
 
+_BRACKETS = {"(": ")", "<": ">", "[": "]", "{": "}"}
+# What _close looks at: a string literal (skipped whole), an arrow (inside a type, not a
+# closing ">") or a bracket; everything between is jumped over.
+_BRACKET_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|->|[(<\[{)>\]}]')
+
+
 def _close(text: str, start: int) -> int:
     """Offset of the bracket closing the one at `start` (any of (<[{ nested)."""
-    pairs = {"(": ")", "<": ">", "[": "]", "{": "}"}
     stack = []
-    i = start
-    while i < len(text):
-        c = text[i]
-        if c == '"':  # skip string literals (attribute values)
-            i += 1
-            while i < len(text) and text[i] != '"':
-                i += 2 if text[i] == "\\" else 1
-        elif c == "-" and text.startswith("->", i):
-            i += 1  # an arrow inside a type, not a closing ">"
-        elif c in pairs:
-            stack.append(pairs[c])
+    for match in _BRACKET_TOKEN.finditer(text, start):
+        c = match.group()
+        if c in _BRACKETS:
+            stack.append(_BRACKETS[c])
         elif stack and c == stack[-1]:
             stack.pop()
             if not stack:
-                return i
-        i += 1
+                return match.start()
     raise ValueError(f"unbalanced {text[start]!r} at offset {start}")
 
 
@@ -368,10 +367,11 @@ def _cpu() -> str:
     return f"{model.group(1) if model else ''} | {flags.group(1) if flags else ''}"
 
 
-def _sha256(*parts: str) -> str:
+def _sha256(*parts) -> str:
+    """sha256 of `parts` (str or bytes), each followed by a NUL."""
     digest = hashlib.sha256()
     for part in parts:
-        digest.update(part.encode() + b"\0")
+        digest.update((part.encode() if isinstance(part, str) else part) + b"\0")
     return digest.hexdigest()
 
 
@@ -381,7 +381,7 @@ class Library:
     from_cache: bool
     seconds: float      # compile time, or the time to find the cached library
     key: str
-    # When compiled here: per step ("snapkv-opt", "mlir-translate", "clang") its wall and CPU
+    # When compiled here: per step ("snapkv-opt", "snapkv-translate", "clang") its wall and CPU
     # seconds and the bytes it wrote; "input" holds the module's bytes.
     stats: Optional[dict] = None
 
@@ -495,9 +495,10 @@ def evict(cache: Path, limit: int, keep: Sequence[Path] = ()) -> List[Path]:
     return deleted
 
 
-# LLVM IR larger than this is split into one part per core (llvm-split) and the parts are
-# compiled at the same time: clang -O2 is about half of a compile, and one clang uses one core.
-SPLIT_IR_BYTES = 256 * 1024
+# A lowered module larger than this (MLIR bytecode; about a fifth of its LLVM IR text) is
+# split into one part per core and the parts are compiled at the same time: clang -O2 is
+# about half of a compile, and one clang uses one core.
+SPLIT_BYTECODE_BYTES = 48 * 1024
 
 
 def _cores() -> int:
@@ -507,23 +508,15 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def _clang(verbose, label, clang, cflags, llvm_ir, link, timeout, stats, output):
-    """clang `llvm_ir` into the shared library `output`; its wall seconds. A large module is
-    split by function (``llvm-split``) into one part per core (at most 4), compiled in
-    parallel and linked; the result is the same code, compiled on several cores."""
+def _clang(verbose, label, clang, cflags, sources, link, timeout, stats, output):
+    """clang the bitcode files `sources` (at the same time) into the shared library `output`;
+    its wall seconds."""
     common = [*cflags, "-fPIC", "-Wno-override-module"]
-    parts = min(_cores(), 4)
-    splitter = tools.find("llvm-split")
-    if parts < 2 or llvm_ir.stat().st_size < SPLIT_IR_BYTES or not splitter.is_file():
+    if len(sources) == 1:
         return _step(verbose, f"compiling {label}: clang",
-                     [clang, *common, "-shared", llvm_ir, *link], timeout, stats, output)
+                     [clang, *common, "-shared", "-x", "ir", sources[0], "-x", "none", *link],
+                     timeout, stats, output)
     cpu, start = _children_cpu(), time.perf_counter()
-    prefix = llvm_ir.with_name("part")
-    # Functions dealt out in turn: llvm-split's default (a hash of the name) left one part
-    # twice the size of the other in the tiny model, and clang's wall is the largest part's.
-    _step(verbose, f"compiling {label}: llvm-split",
-          [splitter, "--round-robin", "-j", str(parts), "-o", prefix, llvm_ir], timeout)
-    sources = sorted(p for p in llvm_ir.parent.glob("part*") if p.suffix != ".o")
     _log(verbose, f"compiling {label}: clang, {len(sources)} parts in parallel ...", end="")
     running = [(subprocess.Popen([str(c) for c in (clang, *common, "-c", "-x", "ir", src,
                                                      "-o", f"{src}.o")],
@@ -559,15 +552,16 @@ def compile_library(text: str, *, cache_dir: Optional[os.PathLike] = None,
     run-time checks report (``snapkv_last_error``) instead of aborting."""
     start = time.perf_counter()
     opt = tools.require(tools.snapkv_opt(), "snapkv-opt")
-    translate = tools.require(tools.mlir_translate(), "mlir-translate")
+    translate = tools.require(tools.snapkv_translate(), "snapkv-translate")
     clang = tools.require(tools.clang(), "clang")
     libdir = tools.llvm_lib_dir()
     runtime = tools.require(libdir / "libmlir_c_runner_utils.so")
     cache = _writable_cache(cache_dir)
 
     # Fast path: the index of this text, pipeline and these tools names a library.
+    # clang's version stands for the LLVM libraries the two tools load.
     source_key = _sha256(f"runner {RUNNER_VERSION}", PIPELINE, _file_digest(opt.resolve()),
-                         _file_digest(translate.resolve()), _version_of(translate),
+                         _file_digest(translate.resolve()), _version_of(clang),
                          " ".join(cflags), text)
     index = cache / f"{source_key}.key"
     try:
@@ -579,23 +573,27 @@ def compile_library(text: str, *, cache_dir: Optional[os.PathLike] = None,
         return Library(cache / name, True, time.perf_counter() - start, name[:-3])
 
     with tempfile.TemporaryDirectory(prefix="snapkv-runner-") as tmp:
-        # The lowered module goes to mlir-translate as bytecode: printing and parsing it as
-        # text took a tenth of the compile.
-        source, lowered, llvm_ir = (Path(tmp) / "in.mlir", Path(tmp) / "lowered.mlirbc",
-                                    Path(tmp) / "module.ll")
+        # The lowered module goes to snapkv-translate as MLIR bytecode, and from there to
+        # clang as LLVM bitcode: printing and parsing text took a tenth of the compile.
+        source, lowered = Path(tmp) / "in.mlir", Path(tmp) / "lowered.mlirbc"
         source.write_text(text)
         stats = {"input": dict(bytes=source.stat().st_size)}
         times = {"snapkv-opt": _step(verbose, f"compiling {label}: snapkv-opt",
                                      [opt, f"--pass-pipeline={PIPELINE}", "--emit-bytecode",
                                       source, "-o", lowered], timeout, stats, lowered)}
-        times["mlir-translate"] = _step(verbose, f"compiling {label}: mlir-translate",
-                                        [translate, "--mlir-to-llvmir", lowered, "-o", llvm_ir],
-                                        timeout, stats, llvm_ir)
+        parts = min(_cores(), 4) if lowered.stat().st_size >= SPLIT_BYTECODE_BYTES else 1
+        prefix = Path(tmp) / "part"
+        times["snapkv-translate"] = _step(
+            verbose, f"compiling {label}: snapkv-translate",
+            [translate, "--parts", str(parts), "-o", prefix if parts > 1 else f"{prefix}0",
+             lowered], timeout, stats)
+        bitcode = [Path(f"{prefix}{i}") for i in range(parts)]
+        stats["snapkv-translate"]["bytes"] = sum(b.stat().st_size for b in bitcode)
         key_parts = [f"runner {RUNNER_VERSION}", " ".join(cflags), _version_of(clang),
                      str(runtime.resolve()), platform.machine()]
         if any(f.startswith(("-march=native", "-mcpu=native")) for f in cflags):
             key_parts.append(_cpu())
-        key = _sha256(*key_parts, llvm_ir.read_text())
+        key = _sha256(*key_parts, *(b.read_bytes() for b in bitcode))
         target = cache / f"{key}.so"
         from_cache = _touch(target)
         if from_cache:
@@ -605,7 +603,7 @@ def compile_library(text: str, *, cache_dir: Optional[os.PathLike] = None,
             link = ["-o", partial, f"-L{libdir}", "-lmlir_c_runner_utils",
                     # --snapkv-cpu-pipeline's parallel loops call libomp.
                     "-lomp", f"-Wl,-rpath,{libdir}"]
-            times["clang"] = _clang(verbose, label, clang, cflags, llvm_ir, link, timeout,
+            times["clang"] = _clang(verbose, label, clang, cflags, bitcode, link, timeout,
                                     stats, partial)
             _write_atomic(target, partial.read_bytes())
             meta = {"key": key, "key_parts": key_parts, "cflags": list(cflags),
