@@ -14,13 +14,28 @@ import sys
 PASSES = [
     ["--convert-snapkv-to-linalg"],
     ["--snapkv-cpu-pipeline"],
-    ["--pass-pipeline=builtin.module(func.func(snapkv-vectorize-linalg))"],
+    ["--pass-pipeline=builtin.module(func.func(snapkv-fuse-elementwise))"],
+    ["--pass-pipeline=builtin.module(func.func(snapkv-parallelize))"],
+    ["--pass-pipeline=builtin.module(func.func(snapkv-vectorize))"],
     ["--pass-pipeline=builtin.module(func.func(snapkv-optimize-math))"],
     ["--snapkv-lower-asserts"],
+    ["--snapkv-outline-select"],
+    ["--snapkv-expose-scores"],
     ["--snapkv-report-cache=prompt-length=16 generated=4"],
     ["--snapkv-compress-kv-cache"],
     ["--snapkv-compress-kv-cache=window=2 capacity=6 kernel=3 gqa=mean"],
 ]
+
+
+def check_passes(tool):
+    """Every entry of PASSES names a registered pass: a renamed pass would otherwise fail
+    on every input with exit code 1, which counts as no abort, and test nothing."""
+    for args in PASSES:
+        proc = subprocess.run([tool, *args, "-o", "/dev/null"], input=b"", capture_output=True,
+                              timeout=120)
+        if proc.returncode != 0:
+            sys.exit(f"no-abort: {' '.join(args)} does not run on an empty module:\n"
+                     + proc.stderr.decode(errors="replace")[-2000:])
 
 
 # Upstream's parser recurses without a depth limit and overflows the stack on
@@ -88,6 +103,7 @@ def inputs(paths):
 
 def main():
     tool, paths = sys.argv[1], sys.argv[2:]
+    check_passes(tool)
     runs = failures = skipped = 0
     for path in inputs(paths):
         data = path.read_bytes()

@@ -12,6 +12,7 @@
 
 #include "snapkv/Codegen/Passes.h"
 #include "snapkv/Conversion/Passes.h"
+#include "snapkv/Dialect/SnapKV/Transforms/Passes.h"
 
 #include "mlir/Conversion/ConvertToLLVM/ToLLVMPass.h"
 #include "mlir/Conversion/Passes.h"
@@ -32,6 +33,9 @@ using namespace mlir;
 
 void snapkv::buildCPUPipeline(OpPassManager &pm,
                               const CPUPipelineOptions &options) {
+  // Each select in a function of its own: the layer code and the select
+  // lower and compile on different cores.
+  pm.addPass(createOutlineSelect());
   ConvertSnapKVToLinalgOptions lowering;
   lowering.keyTile = options.keyTile;
   lowering.chunk = options.chunk;

@@ -3,6 +3,25 @@
 
 include "mlir/Pass/PassBase.td"
 
+def OutlineSelect : Pass<"snapkv-outline-select", "::mlir::ModuleOp"> {
+  let summary = "Move each snapkv.select or snapkv.score that shares its "
+                "function with other code into a private function of its own";
+  let description = [{
+    First step of `--snapkv-cpu-pipeline`. A select in a model's layer
+    function is lowered to about as much code as the rest of the layer;
+    in a function of its own, the passes that run on one function at a time
+    and the parallel compile of the split module work on the layer and on
+    the select on different cores (the tiny model's snapkv-opt time drops by
+    a fifth). Each `snapkv.select` / `snapkv.score` directly in the body of
+    a `func.func` that holds other ops besides it and the `return` becomes a
+    `func.call` of a new private function `@<function>_<op>` (renamed if the
+    name is taken) holding only the op; ops in loops or other regions stay
+    (a failing run-time check must return from a function body in report
+    mode), and so does an op that is already alone in its function.
+  }];
+  let dependentDialects = ["::mlir::func::FuncDialect"];
+}
+
 def ReportCache : Pass<"snapkv-report-cache", "::mlir::ModuleOp"> {
   let summary = "Print the persistent K/V cache ledger of every snapkv.select";
   let description = [{
