@@ -7,9 +7,10 @@
 // RUN: not snapkv-translate %s --parts 0 -o %t/none 2>&1 | FileCheck %s --check-prefix=ZERO
 // RUN: not snapkv-translate %S/Inputs/not-llvm.mlir -o %t/bad 2>&1 | FileCheck %s --check-prefix=BAD
 
-// LLVM-dialect MLIR to bitcode, whole or split by function into parts whose
-// functions are dealt out in turn: each part defines half of the functions
-// and declares what it calls in the other.
+// LLVM-dialect MLIR to bitcode, whole or split by function into parts of
+// about the same size (largest function first into the lightest part; here
+// @first and @second have two instructions, the others one): each part
+// defines half of the functions and declares what it calls in the other.
 
 // WHOLE: define i32 @first
 // WHOLE: define i32 @second

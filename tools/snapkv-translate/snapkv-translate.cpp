@@ -3,8 +3,10 @@
 // `mlir-translate --mlir-to-llvmir` followed by `llvm-split`, in one process
 // and without LLVM IR text in between: the step of a compile between
 // snapkv-opt and the clangs that compile the parts at the same time.
-// Functions are dealt out in turn (round-robin), which balances a model's
-// parts better than llvm-split's default hash of the names.
+// Functions go to parts by size, largest first into the lightest part:
+// llvm-split's name hash, or its round-robin (which balances counts), left
+// a model's parts up to twice as large as each other, and clang's wall time
+// is the largest part's.
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,6 +17,7 @@
 #include "mlir/Target/LLVMIR/Dialect/All.h"
 #include "mlir/Target/LLVMIR/Export.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/Bitcode/BitcodeWriter.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/Module.h"
@@ -24,7 +27,9 @@
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
+#include "llvm/Transforms/Utils/Cloning.h"
 #include "llvm/Transforms/Utils/SplitModule.h"
+#include "llvm/Transforms/Utils/ValueMapper.h"
 
 using namespace llvm;
 
@@ -50,6 +55,61 @@ static bool writeBitcode(const Module &module, const std::string &path) {
   WriteBitcodeToFile(module, out.os());
   out.keep();
   return true;
+}
+
+/// Splits `module` into `count` parts with about the same number of
+/// instructions each (longest-processing-time-first), as SplitModule does
+/// otherwise: locals become hidden externals so the parts link; global
+/// variables are defined in the first part. A module with aliases, ifuncs or
+/// comdats (which must stay with what they refer to) goes to SplitModule.
+static void splitBySize(Module &module, unsigned count,
+                        function_ref<void(std::unique_ptr<Module>)> write) {
+  if (!module.alias_empty() || !module.ifunc_empty() ||
+      !module.getComdatSymbolTable().empty()) {
+    SplitModule(module, count, write, /*PreserveLocals=*/false,
+                /*RoundRobin=*/true);
+    return;
+  }
+  auto externalize = [](GlobalValue &value) {
+    if (value.hasLocalLinkage()) {
+      value.setLinkage(GlobalValue::ExternalLinkage);
+      value.setVisibility(GlobalValue::HiddenVisibility);
+    }
+    if (!value.hasName())
+      value.setName("__snapkv_split_unnamed");
+  };
+  // (size, position, function): largest first, ties in module order.
+  SmallVector<std::tuple<unsigned, unsigned, Function *>> functions;
+  for (Function &function : module) {
+    externalize(function);
+    if (!function.isDeclaration())
+      functions.push_back(
+          {function.getInstructionCount(), functions.size(), &function});
+  }
+  for (GlobalVariable &variable : module.globals())
+    externalize(variable);
+  llvm::sort(functions, [](const auto &a, const auto &b) {
+    return std::get<0>(a) != std::get<0>(b) ? std::get<0>(a) > std::get<0>(b)
+                                            : std::get<1>(a) < std::get<1>(b);
+  });
+  SmallVector<uint64_t> load(count, 0);
+  DenseMap<const GlobalValue *, unsigned> partOf;
+  for (auto [size, position, function] : functions) {
+    unsigned lightest = llvm::min_element(load) - load.begin();
+    partOf[function] = lightest;
+    load[lightest] += size + 1;
+  }
+  for (unsigned part = 0; part < count; ++part) {
+    ValueToValueMapTy map;
+    std::unique_ptr<Module> piece =
+        CloneModule(module, map, [&](const GlobalValue *value) {
+          auto it = partOf.find(value);
+          return it == partOf.end() ? part == 0 : it->second == part;
+        });
+    if (part != 0)
+      piece->setModuleInlineAsm("");
+    write(std::move(piece));
+  }
 }
 
 int main(int argc, char **argv) {
@@ -85,11 +145,8 @@ int main(int argc, char **argv) {
 
   unsigned index = 0;
   bool ok = true;
-  SplitModule(
-      *llvmModule, parts,
-      [&](std::unique_ptr<Module> part) {
-        ok &= writeBitcode(*part, outputPrefix + std::to_string(index++));
-      },
-      /*PreserveLocals=*/false, /*RoundRobin=*/true);
+  splitBySize(*llvmModule, parts, [&](std::unique_ptr<Module> part) {
+    ok &= writeBitcode(*part, outputPrefix + std::to_string(index++));
+  });
   return ok ? 0 : 1;
 }

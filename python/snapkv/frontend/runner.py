@@ -9,7 +9,7 @@ process with ctypes, so a generation loop does not pay ``mlir-runner``'s JIT per
    :mod:`.harness` uses) lowers run-time checks in *report* mode (below);
 2. ``snapkv-translate`` (``mlir-translate --mlir-to-llvmir`` and ``llvm-split`` in one
    process, LLVM bitcode out): a lowered module over 48 KB of MLIR bytecode is split by
-   function into one part per core (at most 4 parts, functions dealt out in turn); then
+   function into one part per core (at most 4 parts of about equal size); then
    ``clang -O2 -march=native -fno-unroll-loops -fPIC`` compiles the parts at the same time
    and links them into a shared library with LLVM's ``libmlir_c_runner_utils.so`` (the
    lowered code calls its ``memrefCopy``) and libomp. The tools come from
