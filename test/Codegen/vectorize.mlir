@@ -136,3 +136,16 @@ func.func @single_row(%x: tensor<1x64xf32>, %w: tensor<64x64xf32>, %init: tensor
   %r = linalg.matmul ins(%x, %w : tensor<1x64xf32>, tensor<64x64xf32>) outs(%init : tensor<1x64xf32>) -> tensor<1x64xf32>
   return %r : tensor<1x64xf32>
 }
+
+// -----
+
+// The cleanup of register-tile reads: a transpose that only moves a unit
+// dimension is a shape_cast; one that reorders two real dimensions stays.
+// CHECK-LABEL: func.func @transposes
+// CHECK: vector.shape_cast %{{.*}} : vector<6x16x1xf32> to vector<1x6x16xf32>
+// CHECK: vector.transpose %{{.*}}, [1, 0] : vector<6x16xf32> to vector<16x6xf32>
+func.func @transposes(%a: vector<6x16x1xf32>, %b: vector<6x16xf32>) -> (vector<1x6x16xf32>, vector<16x6xf32>) {
+  %0 = vector.transpose %a, [2, 0, 1] : vector<6x16x1xf32> to vector<1x6x16xf32>
+  %1 = vector.transpose %b, [1, 0] : vector<6x16xf32> to vector<16x6xf32>
+  return %0, %1 : vector<1x6x16xf32>, vector<16x6xf32>
+}
