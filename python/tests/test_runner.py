@@ -69,6 +69,16 @@ def test_signatures_with_attributes():
     assert runner.signature(text, "decode").results == (runner.TensorType((None,), "f32"),)
 
 
+def test_bracket_matching_skips_strings_and_arrows():
+    """Brackets inside string literals (escaped quotes too) and the `->` of a function type
+    do not count; an unbalanced bracket is an error, not a wrong offset."""
+    text = 'f(a<"x>)\\"(", (i32) -> i32>, {b = "}"}) tail'
+    assert runner._close(text, 1) == text.index(") tail")
+    assert runner._close(text, 3) == text.index(">, {b")
+    with pytest.raises(ValueError, match="unbalanced"):
+        runner._close("f(a<b", 1)
+
+
 def test_memory_estimate_of_the_fixture(text):
     """The largest tensor of prefill grows with L^2: 4 heads x L x L f32 scores."""
     terms = runner.growth(text, "prefill")
