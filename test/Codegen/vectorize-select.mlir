@@ -15,8 +15,10 @@
 // CHECK: math.exp %{{.*}} : vector<8x32xf32>
 // CHECK: vector.multi_reduction <add>
 // CHECK: scf.forall.in_parallel
-// The votes pass recomputes each tile's logits the same way.
-// CHECK: scf.forall
+// The votes pass recomputes each tile's logits the same way, also with the
+// query heads of a kv head innermost (kv head, tile, query head): the heads
+// that reuse a key tile follow each other while it is in the cache.
+// CHECK: scf.forall (%{{.*}}, %{{.*}}, %{{.*}}) in (2, %{{.*}}, 4) shared_outs({{.*}}) -> (tensor<1x2x4x?x64xf32>)
 // CHECK: vector.fma %{{.*}}, %{{.*}}, %{{.*}} : vector<2x1x32xf32>
 // CHECK: math.exp %{{.*}} : vector<32xf32>
 func.func @select(%q: tensor<1x8x32x128xf32>, %k: tensor<1x2x?x128xf32>, %v: tensor<1x2x?x128xf32>)

@@ -301,15 +301,19 @@ Value Formulation::tileVotes(Value logitsT, const KeyTiles &tiles, Value rowMax,
   int64_t dynCount = getConstantIntValue(count).value_or(ShapedType::kDynamic);
   int64_t tile = keyTile;
   float scale = s.scale;
-  // Loops (b, kv, g, n, jt, w): the sum over the window rows w. No mask:
+  // Loops (b, kv, n, g, jt, w): the sum over the window rows w. No mask:
   // every window row sees every prefix column (later columns are dropped).
+  // The key tile n comes before the query head g, so that the G heads of a
+  // kv head that each recompute the tile's logits follow each other and
+  // find the key tile in the cache (with g outside n, all of K is streamed
+  // from memory once per head).
   auto votesOp = generic(
       RankedTensorType::get({s.batch, s.kvHeads, s.group, dynCount, tile}, f32),
       {logitsT, rowMax, rowInv},
       {filled({ofr(s.batch), ofr(s.kvHeads), ofr(s.group), count, ofr(tile)},
               f32, cF32(0.0f))},
-      {map(6, {0, 1, 3, 4, 2, 5}), map(6, {0, 1, 2, 5}), map(6, {0, 1, 2, 5}),
-       map(6, {0, 1, 2, 3, 4})},
+      {map(6, {0, 1, 2, 4, 3, 5}), map(6, {0, 1, 3, 5}), map(6, {0, 1, 3, 5}),
+       map(6, {0, 1, 3, 2, 4})},
       {par, par, par, par, par, red},
       [=](OpBuilder &nb, Location l, ValueRange args) {
         Value x = arith::MulFOp::create(nb, l, args[0], constF32(nb, l, scale));
@@ -321,7 +325,7 @@ Value Formulation::tileVotes(Value logitsT, const KeyTiles &tiles, Value rowMax,
       });
   if (s.expand()) {
     group(votesOp, 4, {producer});
-    blockGroup(votesOp, {1, 1, 0, 1}, {producer}, {producer});
+    blockGroup(votesOp, {1, 1, 1, 0}, {producer}, {producer});
     return tensor::CollapseShapeOp::create(
         b, loc, votesOp.getResult(0),
         ArrayRef<ReassociationIndices>{{0}, {1, 2}, {3, 4}});
