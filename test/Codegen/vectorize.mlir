@@ -149,3 +149,25 @@ func.func @transposes(%a: vector<6x16x1xf32>, %b: vector<6x16xf32>) -> (vector<1
   %1 = vector.transpose %b, [1, 0] : vector<6x16xf32> to vector<16x6xf32>
   return %0, %1 : vector<1x6x16xf32>, vector<16x6xf32>
 }
+
+// -----
+
+// A read whose result loses a unit dimension through a shape_cast becomes a
+// read without that dimension only if the dimension is known in bounds: a
+// possibly out-of-bounds unit dimension (here column %j of a tensor with a
+// dynamic number of columns) yields the padding when it is out of bounds,
+// which the narrower read would no longer check.
+// CHECK-LABEL: func.func @unit_dims
+// CHECK: %[[OOB:.*]] = vector.transfer_read %{{.*}}[%{{.*}}, %{{.*}}], %{{.*}} {in_bounds = [true, false]} : tensor<16x?xf32>, vector<16x1xf32>
+// CHECK: %[[IN:.*]] = vector.transfer_read %{{.*}}[%{{.*}}, %{{.*}}], %{{.*}} {in_bounds = [true], permutation_map = #{{.*}}} : tensor<16x?xf32>, vector<16xf32>
+// CHECK: %[[CAST:.*]] = vector.shape_cast %[[OOB]] : vector<16x1xf32> to vector<16xf32>
+// CHECK: return %[[IN]], %[[CAST]]
+func.func @unit_dims(%t: tensor<16x?xf32>, %j: index) -> (vector<16xf32>, vector<16xf32>) {
+  %c0 = arith.constant 0 : index
+  %pad = arith.constant 0.0 : f32
+  %a = vector.transfer_read %t[%c0, %j], %pad {in_bounds = [true, true]} : tensor<16x?xf32>, vector<16x1xf32>
+  %b = vector.transfer_read %t[%c0, %j], %pad {in_bounds = [true, false]} : tensor<16x?xf32>, vector<16x1xf32>
+  %sa = vector.shape_cast %a : vector<16x1xf32> to vector<16xf32>
+  %sb = vector.shape_cast %b : vector<16x1xf32> to vector<16xf32>
+  return %sa, %sb : vector<16xf32>, vector<16xf32>
+}
