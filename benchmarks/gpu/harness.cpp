@@ -44,7 +44,7 @@
 //
 // The process ends with _exit() after flushing its output: the compiled module
 // unloads its CUDA modules in global destructors, which would run after the
-// driver's own exit handlers and abort on an error from cuModuleUnload.
+// driver's own exit handlers (cuModuleUnload would fail there).
 //
 //===----------------------------------------------------------------------===//
 
@@ -200,7 +200,8 @@ void check(CUresult r, const char *what) {
   const char *name = "?", *text = "";
   cuGetErrorName(r, &name);
   cuGetErrorString(r, &text);
-  std::fprintf(stderr, "harness: %s failed: %s (%s)\n", what, name, text);
+  std::fprintf(stderr, "harness: %s failed: CUresult %d, %s (%s)\n", what,
+               static_cast<int>(r), name, text);
   finish(3);
 }
 #define CK(x) check((x), #x)
@@ -217,6 +218,18 @@ void deviceInit() {
   CK(cuCtxSetCurrent(ctx));
   done = true;
 }
+
+// The runtime keeps the first failed driver call instead of aborting; a
+// compiled call whose device work failed is reported here (exit code 3).
+extern "C" const char *snapkv_cuda_error();
+void checkRuntime() {
+  if (const char *error = snapkv_cuda_error()) {
+    std::fprintf(stderr, "harness: the compiled select failed: %s\n", error);
+    finish(3);
+  }
+}
+#else
+void checkRuntime() {}
 #endif
 
 struct Buffer {
@@ -414,6 +427,7 @@ int runOne(const Config &c, const char *qPath, const char *kPath,
   double t0 = nowMs();
   c.fn(&r, &qd, &kd, &vd);
   double ms = nowMs() - t0;
+  checkRuntime();
   freeBuffer(qb);
   freeBuffer(kb);
   freeBuffer(vb);
@@ -586,6 +600,7 @@ int timeCmd(const Config &c, int64_t length, int repeats, int warmup,
     double t0 = nowMs();
     c.fn(&r, &qd, &kd, &vd);
     double ms = nowMs() - t0;
+    checkRuntime();
     releaseResults(r);
     return ms;
   };
