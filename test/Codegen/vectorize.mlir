@@ -159,7 +159,7 @@ func.func @transposes(%a: vector<6x16x1xf32>, %b: vector<6x16xf32>) -> (vector<1
 // which the narrower read would no longer check.
 // CHECK-LABEL: func.func @unit_dims
 // CHECK: %[[OOB:.*]] = vector.transfer_read %{{.*}}[%{{.*}}, %{{.*}}], %{{.*}} {in_bounds = [true, false]} : tensor<16x?xf32>, vector<16x1xf32>
-// CHECK: %[[IN:.*]] = vector.transfer_read %{{.*}}[%{{.*}}, %{{.*}}], %{{.*}} {in_bounds = [true], permutation_map = #{{.*}}} : tensor<16x?xf32>, vector<16xf32>
+// CHECK: %[[IN:.*]] = vector.transfer_read %{{.*}}[%{{.*}}, %{{.*}}], %{{.*}} {in_bounds = [true], {{.*}}} : tensor<16x?xf32>, vector<16xf32>
 // CHECK: %[[CAST:.*]] = vector.shape_cast %[[OOB]] : vector<16x1xf32> to vector<16xf32>
 // CHECK: return %[[IN]], %[[CAST]]
 func.func @unit_dims(%t: tensor<16x?xf32>, %j: index) -> (vector<16xf32>, vector<16xf32>) {
