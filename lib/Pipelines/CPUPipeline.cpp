@@ -40,6 +40,7 @@ void snapkv::buildCPUPipeline(OpPassManager &pm,
   lowering.keyTile = options.keyTile;
   lowering.chunk = options.chunk;
   lowering.tiling = "cpu";
+  lowering.keepLogits = options.keepLogits;
   pm.addPass(createConvertSnapKVToLinalg(lowering));
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());

@@ -14,8 +14,9 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
     for the compaction. Per key tile: the logits, and the tile's maximum and
     sum of `exp(logit - maximum)` over the causally visible columns; these
     combine into the full softmax denominator (prefix and window columns); a
-    second pass recomputes each tile's logits and sums the probabilities over
-    the window rows (the votes); then GQA aggregation, pooling,
+    second pass recomputes each tile's logits (or reads them back, see
+    `keep-logits`) and sums the probabilities over the window rows (the
+    votes); then GQA aggregation, pooling,
     order-preserving integer keys, a bitwise search for the top-k threshold,
     per-chunk counts and a per-output-slot search for the kept positions
     (ties to the lower position), the optional score order and the gather of
@@ -31,8 +32,16 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
     `tiling=cpu` also tiles the formulation: each group of ops (for example
     a key tile's logits and its statistics) becomes one `scf.forall` over
     its outer parallel axes with the producers fused into the tile, so the
-    logits are never materialised beyond one tile. `--snapkv-cpu-pipeline`
-    uses it; `tiling=none` (the default) leaves the ops untiled.
+    logits are never materialised beyond one tile. With `keep-logits` (the
+    default) the scoring runs in an `scf.for` over the (batch, kv head)
+    pairs, one after the other; each pair's tile loop over (key tile, query
+    head) computes the logits once, for the statistics, and yields them, and
+    the votes read them back instead of recomputing them: half the
+    floating-point work, for a scratch of G x W x L floats (one pair's
+    logits; 32 MiB at G x W = 128, L = 65536). `keep-logits=false` recomputes
+    each tile's logits in the votes, with scratch of one tile.
+    `--snapkv-cpu-pipeline` uses `tiling=cpu`; `tiling=none` (the default)
+    leaves the ops untiled.
 
     `tiling=gpu` lays the formulation out for GPU blocks: every kernel is one
     `scf.forall` mapped to `#gpu.block<...>` (`--snapkv-gpu-pipeline` turns
@@ -53,7 +62,10 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
            "Prefix positions per compaction chunk (0: about sqrt(prefix) for "
            "a static prompt length, 128 for a dynamic one)">,
     Option<"tiling", "tiling", "std::string", /*default=*/"\"none\"",
-           "Tile the formulation for a target: none, cpu or gpu">
+           "Tile the formulation for a target: none, cpu or gpu">,
+    Option<"keepLogits", "keep-logits", "bool", /*default=*/"true",
+           "With tiling=cpu: score one (batch, kv head) pair at a time and "
+           "keep its logits for the votes instead of recomputing them">
   ];
   let dependentDialects = [
     "::mlir::affine::AffineDialect",

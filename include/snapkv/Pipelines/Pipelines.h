@@ -20,6 +20,11 @@ struct CPUPipelineOptions : PassPipelineOptions<CPUPipelineOptions> {
       *this, "chunk",
       llvm::cl::desc("Prefix positions per compaction chunk (0: automatic)"),
       llvm::cl::init(0)};
+  Option<bool> keepLogits{
+      *this, "keep-logits",
+      llvm::cl::desc("Score one (batch, kv head) pair at a time, keeping its "
+                     "logits for the votes (false: recompute them per tile)"),
+      llvm::cl::init(true)};
   Option<int64_t> vectorBits{
       *this, "vector-bits",
       llvm::cl::desc("Vector register width in bits (0: the host's)"),

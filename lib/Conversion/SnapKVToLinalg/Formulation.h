@@ -111,7 +111,9 @@ private:
   /// GPU: one span of ceil(L / T) tiles, each a bounded copy of the keys.
   KeyTiles stagedKeyTiles(Value keys, Value length);
   Value queriesByHead(Value queries);
-  Operation *logits(Value queriesT, const KeyTiles &tiles);
+  /// The span's logits, written into `dest` ([B, Hkv, n, T, G, W] f32)
+  /// when given, else into a new tensor.
+  Operation *logits(Value queriesT, const KeyTiles &tiles, Value dest = {});
   /// Per tile and window row: maximum and sum of exp(logit - maximum) over
   /// the causally visible columns of the tile.
   std::pair<Value, Value> tileStatistics(Value logits, const KeyTiles &tiles,
@@ -123,6 +125,16 @@ private:
                   Value rowInv, Operation *producer);
   /// Votes of the prefix positions after GQA aggregation: [B, Hc, P].
   Value votes(Value queries, Value keys, Value length, Value prefix);
+  /// The votes with the logits of each span computed once (`keep`, used by
+  /// the statistics and the votes) or twice (recomputed per tile).
+  /// With `keep`, span i's logits are written into `scratch[i]` if given
+  /// and returned in `keptLogits`.
+  Value spanVotes(Value queries, Value keys, Value length, Value prefix,
+                  bool keep, ValueRange scratch = {},
+                  SmallVectorImpl<Value> *keptLogits = nullptr);
+  /// `options.keepLogits`: an scf.for over the (batch, kv head) pairs, each
+  /// scored by the formulation of one pair (B = Hkv = 1) keeping its logits.
+  Value votesPerKvHead(Value queries, Value keys, Value length, Value prefix);
   /// Pooled scores over the chunk-padded prefix: [B, Hc, Pp].
   Value pool(Value votes, Value prefix, OpFoldResult paddedPrefix);
 

@@ -4,8 +4,9 @@
 // products over D), the tile's row maximum and sum of exp(logit - maximum)
 // over causally visible columns. The tile statistics combine into the row
 // maximum and the full softmax denominator (prefix AND window columns). A
-// second pass recomputes each tile's logits and sums the probabilities over
-// the window rows: the votes. Logits only ever exist per tile, so a target
+// second pass sums the probabilities over the window rows: the votes, from
+// each tile's logits computed again, or (options.keepLogits, CPU) from the
+// logits of one (batch, kv head) pair kept since the statistics. A target
 // that tiles the scoring ops along the tile axis (and fuses the logits into
 // the consumers) never materialises the [B, Hkv, G, W, L] scores.
 //
@@ -17,6 +18,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Arith/Utils/Utils.h"
 #include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
 
@@ -140,11 +142,14 @@ SmallVector<Formulation::KeyTiles> Formulation::keyTiles(Value keys,
 /// logits[b, kv, n, jt, g, w] = <q[b, kv*G + g, w], k[b, kv, n*T + jt]>
 /// (f32, unscaled). The window rows (g, w) are the innermost axis, so a
 /// vector of rows is multiplied by one broadcast key element per step.
-Operation *Formulation::logits(Value queriesT, const KeyTiles &tiles) {
+Operation *Formulation::logits(Value queriesT, const KeyTiles &tiles,
+                               Value dest) {
   OpFoldResult count = tensor::getMixedSize(b, loc, tiles.tiles, 2);
-  Value init = filled({ofr(s.batch), ofr(s.kvHeads), count, ofr(keyTile),
-                       ofr(s.group), ofr(s.window)},
-                      f32, cF32(0.0f));
+  Value init =
+      dest ? linalg::FillOp::create(b, loc, cF32(0.0f), dest).getResult(0)
+           : filled({ofr(s.batch), ofr(s.kvHeads), count, ofr(keyTile),
+                     ofr(s.group), ofr(s.window)},
+                    f32, cF32(0.0f));
   return generic(
       init.getType(), {queriesT, tiles.tiles}, {init},
       {map(7, {0, 1, 4, 6, 5}), map(7, {0, 1, 2, 3, 6}),
@@ -323,8 +328,11 @@ Value Formulation::tileVotes(Value logitsT, const KeyTiles &tiles, Value rowMax,
         linalg::YieldOp::create(
             nb, l, ValueRange{arith::AddFOp::create(nb, l, args[3], p)});
       });
+  SmallVector<Operation *> fused;
+  if (producer)
+    fused.push_back(producer);
   if (s.expand()) {
-    group(votesOp, 4, {producer});
+    group(votesOp, 4, fused);
     blockGroup(votesOp, {1, 1, 1, 0}, {producer}, {producer});
     return tensor::CollapseShapeOp::create(
         b, loc, votesOp.getResult(0),
@@ -352,7 +360,8 @@ Value Formulation::tileVotes(Value logitsT, const KeyTiles &tiles, Value rowMax,
                   r = arith::MaximumFOp::create(nb, l, args[1], args[0]);
                 linalg::YieldOp::create(nb, l, ValueRange{r});
               });
-  group(aggregateOp, 3, {votesOp, producer});
+  fused.push_back(votesOp);
+  group(aggregateOp, 3, fused);
   blockGroup(aggregateOp, {1, 1, 1}, {votesOp, producer}, {producer});
   return tensor::CollapseShapeOp::create(
       b, loc, aggregateOp.getResult(0),
@@ -361,14 +370,27 @@ Value Formulation::tileVotes(Value logitsT, const KeyTiles &tiles, Value rowMax,
 
 Value Formulation::votes(Value queries, Value keys, Value length,
                          Value prefix) {
+  if (opts.keepLogits && !opts.gpu)
+    return votesPerKvHead(queries, keys, length, prefix);
+  return spanVotes(queries, keys, length, prefix, /*keep=*/false);
+}
+
+Value Formulation::spanVotes(Value queries, Value keys, Value length,
+                             Value prefix, bool keep, ValueRange scratch,
+                             SmallVectorImpl<Value> *keptLogits) {
   Value queriesT = queriesByHead(queries);
   SmallVector<KeyTiles> spans = keyTiles(keys, length);
   SmallVector<Value> maxes, sums;
-  for (const KeyTiles &span : spans) {
-    Operation *l = logits(queriesT, span);
+  SmallVector<Operation *> kept;
+  for (auto [i, span] : llvm::enumerate(spans)) {
+    Operation *l =
+        logits(queriesT, span, i < scratch.size() ? scratch[i] : Value());
     auto [tileMax, tileSum] = tileStatistics(l->getResult(0), span, prefix, l);
     maxes.push_back(tileMax);
     sums.push_back(tileSum);
+    kept.push_back(l);
+    if (keep && keptLogits)
+      keptLogits->push_back(l->getResult(0));
   }
   Value tileMax = maxes.size() == 1
                       ? maxes[0]
@@ -383,10 +405,16 @@ Value Formulation::votes(Value queries, Value keys, Value length,
     queriesT = queriesByHead(queries);
     spans = keyTiles(keys, length);
   }
-  for (const KeyTiles &span : spans) {
+  for (auto [span, l] : llvm::zip(spans, kept)) {
+    if (keep) {
+      // The statistics' tile loop yields the logits it computed.
+      parts.push_back(tileVotes(l->getResult(0), span, rowMax, rowInv, {}));
+      continue;
+    }
     // The logits again: recomputed per tile rather than stored.
-    Operation *l = logits(queriesT, span);
-    parts.push_back(tileVotes(l->getResult(0), span, rowMax, rowInv, l));
+    Operation *again = logits(queriesT, span);
+    parts.push_back(
+        tileVotes(again->getResult(0), span, rowMax, rowInv, again));
   }
   Value all = parts.size() == 1
                   ? parts[0]
@@ -395,6 +423,79 @@ Value Formulation::votes(Value queries, Value keys, Value length,
   SmallVector<OpFoldResult> sizes = {ofr(s.batch), ofr(s.heads),
                                      getAsOpFoldResult(prefix)};
   return tensor::ExtractSliceOp::create(b, loc, all, offsets, sizes, strides);
+}
+
+/// One (batch, kv head) pair at a time, in order: its G x W x L logits are
+/// the only scratch that grows with the prompt beyond the votes (32 MiB at
+/// G x W = 128, L = 65536), whatever the number of threads, and one buffer
+/// serves every pair (a loop-carried tensor, so that bufferisation writes
+/// it in place rather than allocating, and faulting in, a fresh one per
+/// pair). The pair's key tiles and query heads are the parallel loops (its
+/// tile groups).
+Value Formulation::votesPerKvHead(Value queries, Value keys, Value length,
+                                  Value prefix) {
+  SelectShape pair = s;
+  pair.batch = 1;
+  pair.kvHeads = 1;
+  pair.queryHeads = s.group;
+  pair.heads = s.expand() ? s.group : 1;
+  // The spans of keyTiles: the whole tiles, then a padded one for the rest.
+  int64_t tile = keyTile;
+  AffineExpr l0 = b.getAffineSymbolExpr(0);
+  OpFoldResult full = affine::makeComposedFoldedAffineApply(
+      b, loc, l0.floorDiv(tile), {getAsOpFoldResult(length)});
+  std::optional<int64_t> staticLength = getConstantIntValue(length);
+  SmallVector<OpFoldResult> spanCounts;
+  if (!isConstantIntValue(full, 0))
+    spanCounts.push_back(full);
+  if (!staticLength || *staticLength % tile != 0)
+    spanCounts.push_back(ofr(1));
+  SmallVector<Value> inits = {
+      empty({ofr(s.batch), ofr(s.heads), getAsOpFoldResult(prefix)}, f32)};
+  for (OpFoldResult count : spanCounts)
+    inits.push_back(empty(
+        {ofr(1), ofr(1), count, ofr(tile), ofr(s.group), ofr(s.window)}, f32));
+  auto loop = scf::ForOp::create(b, loc, cIndex(0), cIndex(s.batch * s.kvHeads),
+                                 cIndex(1), inits);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(loop.getBody());
+  Value i = loop.getInductionVar();
+  Value bi = arith::DivUIOp::create(b, loc, i, cIndex(s.kvHeads));
+  Value kv = arith::RemUIOp::create(b, loc, i, cIndex(s.kvHeads));
+  auto rows = [&](Value source, Value head, int64_t count) {
+    auto type = cast<RankedTensorType>(source.getType());
+    SmallVector<OpFoldResult> offsets = {bi, head}, size = {ofr(1), ofr(count)};
+    for (int64_t d = 2; d < type.getRank(); ++d) {
+      offsets.push_back(ofr(0));
+      size.push_back(tensor::getMixedSize(b, loc, source, d));
+    }
+    return tensor::ExtractSliceOp::create(
+        b, loc, source, offsets, size,
+        SmallVector<OpFoldResult>(type.getRank(), ofr(1)));
+  };
+  Value firstQuery = arith::MulIOp::create(b, loc, kv, cIndex(s.group));
+  FormulationOptions pairOptions = opts;
+  pairOptions.keepLogits = false;
+  Formulation f(b, loc, pair, pairOptions);
+  SmallVector<Value> kept;
+  Value v = f.spanVotes(rows(queries, firstQuery, s.group), rows(keys, kv, 1),
+                        length, prefix, /*keep=*/true,
+                        loop.getRegionIterArgs().drop_front(), &kept);
+  llvm::append_range(tileGroups, f.tileGroups);
+  SmallVector<OpFoldResult> offsets = {bi, s.expand() ? firstQuery : kv,
+                                       ofr(0)};
+  SmallVector<OpFoldResult> sizes = {ofr(1), ofr(pair.heads),
+                                     getAsOpFoldResult(prefix)};
+  SmallVector<Value> next = {tensor::InsertSliceOp::create(
+      b, loc, v, loop.getRegionIterArgs()[0], offsets, sizes,
+      SmallVector<OpFoldResult>(3, ofr(1)))};
+  for (auto [value, init] : llvm::zip(kept, ArrayRef(inits).drop_front()))
+    next.push_back(
+        value.getType() == init.getType()
+            ? value
+            : Value(tensor::CastOp::create(b, loc, init.getType(), value)));
+  scf::YieldOp::create(b, loc, next);
+  return loop.getResult(0);
 }
 
 /// Stride-1 pooling with kernel/2 neighbours on each side over the prefix,
