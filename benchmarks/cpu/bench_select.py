@@ -27,8 +27,11 @@ per round, so that other load on the machine falls on all of them alike):
 Also measured: the FMA peak of this machine (``fma_peak.c``, 1 and 2 threads) and the logits
 phase: a module holding only ``snapkv.score`` (both scoring passes over the keys, pooling; no
 top-k, no gather), compiled like the select, whose time gives a lower bound on the logits'
-GFLOP/s (``2 passes x 2*B*Hq*W*L*D`` FLOPs; everything else in the score counts as logits
-time). Indices: compiled == numpy reference exactly; PyTorch (eager and compiled) vs the
+GFLOP/s (the pipeline computes the logits once, ``2*B*Hq*W*L*D`` FLOPs; everything else in
+the score counts as logits time); and the same score compiled with ``keep-logits=false``,
+which computes them twice: the difference is what keeping them saves.
+
+Indices: compiled == numpy reference exactly; PyTorch (eager and compiled) vs the
 reference as kept sets per head (``topk`` order is unspecified), with near-ties flagged.
 
 Prints markdown tables; ``--write docs/benchmarks.md`` replaces (or appends) the section
@@ -293,11 +296,12 @@ module {{
 class AotFunction:
     """``@name`` of `body` (one function) compiled to a shared object and loaded."""
 
-    def __init__(self, body, name, cache_dir=None):
+    def __init__(self, body, name, cache_dir=None, options=""):
         from snapkv.frontend import runner
         text = "module {\n" + body + "\n}\n"
+        pipeline = runner.PIPELINE.replace("asserts=report", f"asserts=report {options}")
         self.library = runner.compile_library(text, cache_dir=cache_dir, cflags=AOT_CFLAGS,
-                                              label=name)
+                                              label=name, pipeline=pipeline)
         self.text = text
         self.function = runner.CompiledFunction(ctypes.CDLL(str(self.library.path)), name,
                                                 runner.signature(text, name))
@@ -386,9 +390,9 @@ def fma_peak(workdir, threads=(1, 2)):
 
 
 def logits_flops(batch, length):
-    """FLOPs of the logits in the score: two passes (statistics, votes), each
-    B*Hq*W*L dot products of length D (2 FLOPs per multiply-add)."""
-    return 2 * 2 * batch * HQ * W * length * D
+    """FLOPs of one pass of the logits: B*Hq*W*L dot products of length D (2 FLOPs per
+    multiply-add). The default pipeline computes them once per select (``keep-logits``)."""
+    return 2 * batch * HQ * W * length * D
 
 
 # ---------------------------------------------------------------------------------------
@@ -579,9 +583,12 @@ def measure_shape(batch, length, args, workdir):
                                      for b in range(batch)]
         note.update(lowered_facts(select.text, args.snapkv_opt))
         score = AotFunction(score_function(batch, length), SCORE_FN, args.cache_dir)
+        recompute = AotFunction(score_function(batch, length), SCORE_FN, args.cache_dir,
+                                options="keep-logits=false")
         # Bare calls (the returned buffers are freed outside the timed span).
         fns["compiled"] = lambda: select.function.time_call(q, k, v)[0]
         fns["score"] = lambda: score.function.time_call(q, k)[0]
+        fns["score_recompute"] = lambda: recompute.function.time_call(q, k)[0]
 
     with torch.inference_mode():
         row.update(interleaved(fns, args.runs))
@@ -701,14 +708,18 @@ def render(rows, notes, peak, lanes, threads, omp, mach, vers, load_before, load
                       "with the stack limit raised to the hard limit."]
     two = peak.get(2) or max(peak.values())
     logits = ["| B | L | `snapkv.score` (ms) | share of the select | logits GFLOP/s (lower "
-              f"bound) | % of the 2-thread FMA peak ({two:.1f} GFLOP/s) |",
-              "|---:|---:|---:|---:|---:|---:|"]
+              f"bound) | % of the 2-thread FMA peak ({two:.1f} GFLOP/s) | score, "
+              "`keep-logits=false` (ms) | saved by keeping the logits (ms) |",
+              "|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         if r.get("score") is None or r.get("compiled") is None:
             continue
         g = logits_flops(r["B"], r["L"]) / r["score"] * 1e-9
-        logits.append(f"| {r['B']} | {r['L']} | {ms(r['score'])} | "
-                      f"{r['score'] / r['compiled'] * 100:.0f}% | {g:.1f} | {g / two * 100:.0f}% |")
+        again = r.get("score_recompute")
+        line = (f"| {r['B']} | {r['L']} | {ms(r['score'])} | "
+                f"{r['score'] / r['compiled'] * 100:.0f}% | {g:.1f} | {g / two * 100:.0f}% | "
+                f"{ms(again)} | {ms(again - r['score']) if again is not None else 'n/a'} |")
+        logits.append(line)
     compile_lines = []
     for r, n in zip(rows, notes):
         parts = []
@@ -779,8 +790,11 @@ def render(rows, notes, peak, lanes, threads, omp, mach, vers, load_before, load
         "",
         "Logits phase: a module holding only `snapkv.score` (both passes of the scoring over "
         "the keys, softmax statistics, votes, pooling; no top-k, no gather), compiled and "
-        "called like the select. FLOPs counted: the logits only, `2 passes x 2*B*Hq*W*L*D`; "
-        "the time also pays for everything else in the score, so the rate is a lower bound.",
+        "called like the select. FLOPs counted: the logits only, `2*B*Hq*W*L*D` (the "
+        "pipeline computes them once and keeps them for the votes, `keep-logits`); the time "
+        "also pays for everything else in the score, so the rate is a lower bound. The same "
+        "score compiled with `keep-logits=false` computes the logits a second time instead "
+        "of writing and reading them back: the difference is what keeping them saves.",
         "",
         "\n".join(logits),
         "",

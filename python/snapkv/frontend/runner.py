@@ -547,9 +547,12 @@ def _clang(verbose, label, clang, cflags, sources, link, timeout, stats, output)
 
 def compile_library(text: str, *, cache_dir: Optional[os.PathLike] = None,
                     verbose: bool = False, cflags: Sequence[str] = DEFAULT_CFLAGS,
-                    timeout: int = 1800, label: str = "module") -> Library:
+                    timeout: int = 1800, label: str = "module",
+                    pipeline: str = PIPELINE) -> Library:
     """Compile `text` into a cached ``.so`` whose every function has a C interface and whose
-    run-time checks report (``snapkv_last_error``) instead of aborting."""
+    run-time checks report (``snapkv_last_error``) instead of aborting. `pipeline` replaces
+    ``PIPELINE`` (for other options of ``snapkv-cpu-pipeline``; it must keep
+    ``llvm-request-c-wrappers`` and ``asserts=report``)."""
     start = time.perf_counter()
     opt = tools.require(tools.snapkv_opt(), "snapkv-opt")
     translate = tools.require(tools.snapkv_translate(), "snapkv-translate")
@@ -560,7 +563,7 @@ def compile_library(text: str, *, cache_dir: Optional[os.PathLike] = None,
 
     # Fast path: the index of this text, pipeline and these tools names a library.
     # clang's version stands for the LLVM libraries the two tools load.
-    source_key = _sha256(f"runner {RUNNER_VERSION}", PIPELINE, _file_digest(opt.resolve()),
+    source_key = _sha256(f"runner {RUNNER_VERSION}", pipeline, _file_digest(opt.resolve()),
                          _file_digest(translate.resolve()), _version_of(clang),
                          " ".join(cflags), text)
     index = cache / f"{source_key}.key"
@@ -579,7 +582,7 @@ def compile_library(text: str, *, cache_dir: Optional[os.PathLike] = None,
         source.write_text(text)
         stats = {"input": dict(bytes=source.stat().st_size)}
         times = {"snapkv-opt": _step(verbose, f"compiling {label}: snapkv-opt",
-                                     [opt, f"--pass-pipeline={PIPELINE}", "--emit-bytecode",
+                                     [opt, f"--pass-pipeline={pipeline}", "--emit-bytecode",
                                       source, "-o", lowered], timeout, stats, lowered)}
         parts = min(_cores(), 4) if lowered.stat().st_size >= SPLIT_BYTECODE_BYTES else 1
         prefix = Path(tmp) / "part"
