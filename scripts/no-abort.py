@@ -13,6 +13,8 @@ import sys
 
 PASSES = [
     ["--convert-snapkv-to-linalg"],
+    # The CPU pipeline tiles with keep-logits; the recomputing form separately.
+    ["--convert-snapkv-to-linalg=tiling=cpu keep-logits=false"],
     ["--snapkv-cpu-pipeline"],
     ["--pass-pipeline=builtin.module(func.func(snapkv-fuse-elementwise))"],
     ["--pass-pipeline=builtin.module(func.func(snapkv-parallelize))"],
