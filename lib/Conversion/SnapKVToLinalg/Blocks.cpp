@@ -82,13 +82,14 @@ SelectShape Formulation::rowShape() const {
   return row;
 }
 
-Value Formulation::rowOf(Value source, Value bi, Value h, bool byKvHead) {
+Value Formulation::rowOf(Value source, Value bi, Value h, bool byKvHead,
+                         int64_t heads) {
   auto type = cast<RankedTensorType>(source.getType());
   Value head = h;
   if (byKvHead && s.expand() && s.group != 1)
     head = arith::DivUIOp::create(b, loc, h, cIndex(s.group));
   SmallVector<OpFoldResult> offsets = {bi, head};
-  SmallVector<OpFoldResult> sizes = {ofr(1), ofr(1)};
+  SmallVector<OpFoldResult> sizes = {ofr(1), ofr(heads)};
   for (int64_t d = 2; d < type.getRank(); ++d) {
     offsets.push_back(ofr(0));
     sizes.push_back(tensor::getMixedSize(b, loc, source, d));

@@ -108,6 +108,16 @@ private:
     Value start;
   };
   SmallVector<KeyTiles> keyTiles(Value keys, Value length);
+  /// The spans of keyTiles (CPU): `whole` tiles as a view of the keys
+  /// (null when L < T is static) and, unless L is a static multiple of T,
+  /// one zero-padded tile after them.
+  struct KeySpans {
+    OpFoldResult whole;
+    bool padded;
+    /// Tiles per span, in order.
+    SmallVector<OpFoldResult> counts(OpBuilder &b) const;
+  };
+  KeySpans keySpans(Value length);
   /// GPU: one span of ceil(L / T) tiles, each a bounded copy of the keys.
   KeyTiles stagedKeyTiles(Value keys, Value length);
   Value queriesByHead(Value queries);
@@ -167,8 +177,10 @@ private:
   SmallVector<Value> inRowBlocks(
       ValueRange inits,
       function_ref<SmallVector<Value>(Formulation &, Value, Value)> body);
-  /// The row of a [B, Hkv or Hc, ...] tensor that (b, h) reads.
-  Value rowOf(Value source, Value bi, Value h, bool byKvHead);
+  /// The row of a [B, Hkv or Hc, ...] tensor that (b, h) reads, or with
+  /// `heads` the rows h .. h + heads - 1.
+  Value rowOf(Value source, Value bi, Value h, bool byKvHead,
+              int64_t heads = 1);
   SmallVector<Value> chooseInBlocks(Value votes, Value ranked, Value keys,
                                     Value values, Value prefix);
   SmallVector<Value> bypassInBlocks(Value keys, Value values, Value length);

@@ -81,6 +81,25 @@ Value Formulation::queriesByHead(Value queries) {
   return op.getResult(0);
 }
 
+Formulation::KeySpans Formulation::keySpans(Value length) {
+  AffineExpr l0 = b.getAffineSymbolExpr(0);
+  OpFoldResult full = affine::makeComposedFoldedAffineApply(
+      b, loc, l0.floorDiv(keyTile), {getAsOpFoldResult(length)});
+  std::optional<int64_t> staticLength = getConstantIntValue(length);
+  return {isConstantIntValue(full, 0) ? OpFoldResult() : full,
+          !staticLength || *staticLength % keyTile != 0};
+}
+
+SmallVector<OpFoldResult>
+Formulation::KeySpans::counts(OpBuilder &builder) const {
+  SmallVector<OpFoldResult> result;
+  if (whole)
+    result.push_back(whole);
+  if (padded)
+    result.push_back(builder.getIndexAttr(1));
+  return result;
+}
+
 /// The keys as whole tiles: the positions [0, n*T) as a view, and the rest
 /// (fewer than T positions) zero-padded to one more tile. Padded columns lie
 /// past every window row's horizon, so the causal mask hides them.
@@ -89,10 +108,8 @@ SmallVector<Formulation::KeyTiles> Formulation::keyTiles(Value keys,
   if (opts.gpu)
     return {stagedKeyTiles(keys, length)};
   int64_t tile = keyTile;
-  std::optional<int64_t> staticLength = getConstantIntValue(length);
+  KeySpans layout = keySpans(length);
   AffineExpr l0 = b.getAffineSymbolExpr(0);
-  OpFoldResult full = affine::makeComposedFoldedAffineApply(
-      b, loc, l0.floorDiv(tile), {getAsOpFoldResult(length)});
   OpFoldResult fullLength = affine::makeComposedFoldedAffineApply(
       b, loc, l0.floorDiv(tile) * tile, {getAsOpFoldResult(length)});
   SmallVector<KeyTiles> spans;
@@ -108,15 +125,15 @@ SmallVector<Formulation::KeyTiles> Formulation::keyTiles(Value keys,
         ArrayRef<OpFoldResult>{ofr(s.batch), ofr(s.kvHeads), count, ofr(tile),
                                ofr(s.dim)});
   };
-  if (!isConstantIntValue(full, 0)) {
+  if (layout.whole) {
     Value rows = tensor::ExtractSliceOp::create(
         b, loc, keys, ArrayRef<OpFoldResult>{ofr(0), ofr(0), ofr(0), ofr(0)},
         ArrayRef<OpFoldResult>{ofr(s.batch), ofr(s.kvHeads), fullLength,
                                ofr(s.dim)},
         strides);
-    spans.push_back({tilesOf(rows, full), cIndex(0)});
+    spans.push_back({tilesOf(rows, layout.whole), cIndex(0)});
   }
-  if (staticLength && *staticLength % tile == 0)
+  if (!layout.padded)
     return spans;
   OpFoldResult rest = affine::makeComposedFoldedAffineApply(
       b, loc, l0 - l0.floorDiv(tile) * tile, {getAsOpFoldResult(length)});
@@ -380,11 +397,13 @@ Value Formulation::spanVotes(Value queries, Value keys, Value length,
                              SmallVectorImpl<Value> *keptLogits) {
   Value queriesT = queriesByHead(queries);
   SmallVector<KeyTiles> spans = keyTiles(keys, length);
+  assert((scratch.empty() || scratch.size() == spans.size()) &&
+         "one logits tensor per span of keyTiles");
   SmallVector<Value> maxes, sums;
   SmallVector<Operation *> kept;
   for (auto [i, span] : llvm::enumerate(spans)) {
     Operation *l =
-        logits(queriesT, span, i < scratch.size() ? scratch[i] : Value());
+        logits(queriesT, span, scratch.empty() ? Value() : scratch[i]);
     auto [tileMax, tileSum] = tileStatistics(l->getResult(0), span, prefix, l);
     maxes.push_back(tileMax);
     sums.push_back(tileSum);
@@ -439,22 +458,13 @@ Value Formulation::votesPerKvHead(Value queries, Value keys, Value length,
   pair.kvHeads = 1;
   pair.queryHeads = s.group;
   pair.heads = s.expand() ? s.group : 1;
-  // The spans of keyTiles: the whole tiles, then a padded one for the rest.
-  int64_t tile = keyTile;
-  AffineExpr l0 = b.getAffineSymbolExpr(0);
-  OpFoldResult full = affine::makeComposedFoldedAffineApply(
-      b, loc, l0.floorDiv(tile), {getAsOpFoldResult(length)});
-  std::optional<int64_t> staticLength = getConstantIntValue(length);
-  SmallVector<OpFoldResult> spanCounts;
-  if (!isConstantIntValue(full, 0))
-    spanCounts.push_back(full);
-  if (!staticLength || *staticLength % tile != 0)
-    spanCounts.push_back(ofr(1));
   SmallVector<Value> inits = {
       empty({ofr(s.batch), ofr(s.heads), getAsOpFoldResult(prefix)}, f32)};
-  for (OpFoldResult count : spanCounts)
+  // The pair's logits, one tensor per span of keyTiles.
+  for (OpFoldResult count : keySpans(length).counts(b))
     inits.push_back(empty(
-        {ofr(1), ofr(1), count, ofr(tile), ofr(s.group), ofr(s.window)}, f32));
+        {ofr(1), ofr(1), count, ofr(keyTile), ofr(s.group), ofr(s.window)},
+        f32));
   auto loop = scf::ForOp::create(b, loc, cIndex(0), cIndex(s.batch * s.kvHeads),
                                  cIndex(1), inits);
   OpBuilder::InsertionGuard guard(b);
@@ -462,25 +472,15 @@ Value Formulation::votesPerKvHead(Value queries, Value keys, Value length,
   Value i = loop.getInductionVar();
   Value bi = arith::DivUIOp::create(b, loc, i, cIndex(s.kvHeads));
   Value kv = arith::RemUIOp::create(b, loc, i, cIndex(s.kvHeads));
-  auto rows = [&](Value source, Value head, int64_t count) {
-    auto type = cast<RankedTensorType>(source.getType());
-    SmallVector<OpFoldResult> offsets = {bi, head}, size = {ofr(1), ofr(count)};
-    for (int64_t d = 2; d < type.getRank(); ++d) {
-      offsets.push_back(ofr(0));
-      size.push_back(tensor::getMixedSize(b, loc, source, d));
-    }
-    return tensor::ExtractSliceOp::create(
-        b, loc, source, offsets, size,
-        SmallVector<OpFoldResult>(type.getRank(), ofr(1)));
-  };
   Value firstQuery = arith::MulIOp::create(b, loc, kv, cIndex(s.group));
   FormulationOptions pairOptions = opts;
   pairOptions.keepLogits = false;
   Formulation f(b, loc, pair, pairOptions);
   SmallVector<Value> kept;
-  Value v = f.spanVotes(rows(queries, firstQuery, s.group), rows(keys, kv, 1),
-                        length, prefix, /*keep=*/true,
-                        loop.getRegionIterArgs().drop_front(), &kept);
+  Value v =
+      f.spanVotes(rowOf(queries, bi, firstQuery, false, s.group),
+                  rowOf(keys, bi, kv, false), length, prefix,
+                  /*keep=*/true, loop.getRegionIterArgs().drop_front(), &kept);
   llvm::append_range(tileGroups, f.tileGroups);
   SmallVector<OpFoldResult> offsets = {bi, s.expand() ? firstQuery : kv,
                                        ofr(0)};
