@@ -275,6 +275,22 @@ def test_long_prompts_match_reference(long_cases):
     check(long_cases)
 
 
+# --snapkv-cpu-pipeline keeps each (batch, kv head) pair's logits between the softmax
+# statistics and the votes (keep-logits); the form that recomputes them per tile
+# (keep-logits=false) is lowered first here, so that the pipeline's own conversion finds no
+# snapkv op left.
+RECOMPUTE = ("--convert-snapkv-to-linalg=tiling=cpu keep-logits=false",)
+RECOMPUTE_CASES = 100
+
+
+def test_recomputed_logits_match_reference(random_cases):
+    check(random_cases[:RECOMPUTE_CASES], RECOMPUTE)
+
+
+def test_recomputed_logits_long_prompts(long_cases):
+    check(long_cases, RECOMPUTE)
+
+
 # The GPU kernels, run on the CPU: --snapkv-gpu-emulation is the tensor-level half of the
 # GPU pipeline (the same blocks and the same per-thread tiles; the thread loops run one
 # after the other, as the barriers order them), so wrong tiling, indexing, masks,

@@ -319,6 +319,20 @@ def test_a_failed_allocation_raises(tmp_path):
     np.testing.assert_array_equal(out, [1, 1, 1])
 
 
+def test_the_pipeline_is_the_callers_and_part_of_the_cache_key(tmp_path):
+    """compile_library(pipeline=...) runs that pipeline (a bad option fails in snapkv-opt)
+    and caches its result apart from the default pipeline's."""
+    _tools_or_skip()
+    recompute = runner.PIPELINE.replace("asserts=report", "asserts=report keep-logits=false")
+    assert recompute != runner.PIPELINE
+    runner.compile_library(ALLOC, cache_dir=tmp_path)
+    runner.compile_library(ALLOC, cache_dir=tmp_path, pipeline=recompute)
+    assert len(list(tmp_path.rglob("*.key"))) == 2
+    bad = runner.PIPELINE.replace("asserts=report", "asserts=report no-such-option=1")
+    with pytest.raises(runner.ToolError, match="no-such-option"):
+        runner.compile_library(ALLOC, cache_dir=tmp_path, pipeline=bad)
+
+
 def test_a_module_split_for_parallel_clang_behaves_the_same(tmp_path, monkeypatch):
     """A large module is split (snapkv-translate --parts) and compiled on several cores: the
     parts link into one library whose functions and run-time checks (the error slot) work
