@@ -28,6 +28,8 @@ PASSES = [
     ["--snapkv-compress-kv-cache=window=2 capacity=6 kernel=3 gqa=mean"],
     ["--snapkv-gpu-emulation"],
     ["--pass-pipeline=builtin.module(func.func(snapkv-gpu-distribute))"],
+    ["--pass-pipeline=builtin.module(func.func(snapkv-gpu-distribute{tensor-cores=true}))"],
+    ["--pass-pipeline=builtin.module(func.func(snapkv-gpu-mma-sync))"],
     ["--snapkv-gpu-launch"],
     ["--snapkv-gpu-device-buffers"],
 ]

@@ -52,7 +52,7 @@ class Config:
 
 # The benchmark shape: B=1, Hq=32, Hkv=8, D=128, W=32, C=2048, kernel 5 avg, position order.
 BIG = [Config(f"big_{elem}_{gqa}", elem, 1, 32, 8, 128, 32, 2048, big=True, gqa=gqa)
-       for elem in ("bf16", "f32") for gqa in ("expand", "mean")]
+       for elem in ("f16", "bf16", "f32") for gqa in ("expand", "mean")]
 
 # Small shapes for the correctness sweep: every element type, GQA policy, pooling, order,
 # kernel 1/3/5/7, batch > 1, MHA (G = 1), MQA (Hkv = 1), an explicit scale.
@@ -66,6 +66,8 @@ SMALL = [
     Config("s_f16_expand_k1_score", "f16", 1, 6, 3, 8, 3, 11, kernel=1, order="score"),
     Config("s_f16_mean_k5_maxpool", "f16", 2, 8, 4, 64, 5, 21, kernel=5, pooling="max",
            gqa="mean"),
+    # W a multiple of 8 and D of 16: the logits on tensor cores (warp-level mma.sync).
+    Config("s_f16_expand_k5_mma", "f16", 1, 8, 2, 32, 16, 40, kernel=5),
     Config("s_bf16_expand_k3_mqa", "bf16", 1, 8, 1, 32, 6, 30, kernel=3),
     Config("s_bf16_max_k5_score_mha", "bf16", 1, 4, 4, 16, 2, 9, kernel=5, gqa="max",
            order="score"),

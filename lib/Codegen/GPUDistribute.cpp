@@ -11,6 +11,8 @@
 #include "snapkv/Codegen/GPUUtils.h"
 #include "snapkv/Codegen/Passes.h"
 
+#include "WarpMma.h"
+
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -20,6 +22,7 @@
 #include "mlir/Dialect/SCF/Transforms/TileUsingInterface.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Tensor/Transforms/Transforms.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
@@ -258,7 +261,10 @@ struct GPUDistributePass : snapkv::impl::GPUDistributeBase<GPUDistributePass> {
         });
         if (!last)
           break;
-        if (failed(distributeOp(rewriter, last, threads)))
+        LogicalResult distributed = tensorCores && isWarpMmaContraction(last)
+                                        ? distributeToWarps(rewriter, last)
+                                        : distributeOp(rewriter, last, threads);
+        if (failed(distributed))
           return signalPassFailure();
       }
     }

@@ -39,6 +39,7 @@ void snapkv::buildGPUTensorPipeline(OpPassManager &pm,
   pm.addPass(createCSEPass());
   GPUDistributeOptions distribute;
   distribute.threads = options.threads;
+  distribute.tensorCores = options.tensorCores;
   pm.addNestedPass<func::FuncOp>(createGPUDistribute(distribute));
   // No CSE from here to bufferisation: it would merge the fills and empty
   // tensors that distribution gave each op (and bufferisation would copy).
@@ -72,6 +73,7 @@ void snapkv::buildGPUPipeline(OpPassManager &pm,
   launch.sharedMemoryBytes = options.sharedMemoryBytes;
   buffers.addPass(createGPULaunch(launch));
   buffers.addPass(createConvertLinalgToLoopsPass());
+  buffers.addPass(createGPUMmaSync());
   buffers.addPass(createGPUDeviceBuffers());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());

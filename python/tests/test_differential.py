@@ -8,13 +8,14 @@ Indices must be identical and gathered K/V rows bit-identical.
 
 A failing case is reproducible alone: `random_case(n)` / `tie_case(n)` rebuild case n."""
 
+import subprocess
 from collections import Counter
 
 import numpy as np
 import pytest
 
 from snapkv.dtypes import bits, from_float32
-from snapkv.mlirgen import GPU_EMULATION, Case, ToolError, run_batches, run_cases
+from snapkv.mlirgen import GPU_EMULATION, Case, ToolError, build_module, run_batches, run_cases
 from snapkv.tools import snapkv_opt
 
 RANDOM_CASES = 300
@@ -310,6 +311,45 @@ def test_gpu_kernels_break_ties_to_lower_position():
 
 def test_gpu_kernels_long_prompts(long_cases):
     check(long_cases, GPU_EMULATION)
+
+
+# Tensor cores: with f16 inputs, W a multiple of 8 and D of 16, each key tile's logits are
+# computed by warps as m16n8k16 contractions (snapkv-gpu-distribute{tensor-cores}); the
+# emulation runs those same vector contractions on the CPU. Partial last tiles, dynamic
+# lengths, every policy, both scorings that compute logits; L up to 4096.
+MMA_CASES = 16
+
+
+def mma_config(rng, n):
+    config = draw_config(rng)
+    window = (8, 16, 32)[n % 3]
+    length = 4096 if n == MMA_CASES - 1 else int(rng.integers(window + 1, 400))
+    config.update(elem="f16", window=window, dim=(16, 32, 64, 128)[n % 4], length=length,
+                  capacity=window + int(rng.integers(4, 60)))
+    if config["scoring"] in ("recent", "random"):  # these never compute logits
+        config.update(scoring=None, sinks=None, seed=None)
+    return config
+
+
+@pytest.fixture(scope="module")
+def mma_cases():
+    return [separated_case(np.random.default_rng([SEED, 4, n]), lambda r, n=n: mma_config(r, n))
+            for n in range(MMA_CASES)]
+
+
+def test_mma_cases_take_the_tensor_core_form(mma_cases):
+    if not snapkv_opt().is_file():
+        pytest.skip(f"snapkv-opt not built ({snapkv_opt()})")
+    for case in mma_cases:
+        emulated = subprocess.run(
+            [str(snapkv_opt()), *GPU_EMULATION, "-"], input=build_module([case]),
+            capture_output=True, text=True, check=True).stdout
+        assert "vector<16x16xf16>" in emulated and "#gpu.warp<linear_dim_0>" in emulated, \
+            case.describe()
+
+
+def test_gpu_tensor_core_form_matches_reference(mma_cases):
+    check(mma_cases, GPU_EMULATION)
 
 
 # Hostile values (docs/hostile-values.md) through the CPU pipeline and the GPU kernels:

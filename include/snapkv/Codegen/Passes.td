@@ -218,7 +218,10 @@ def GPUDistribute : Pass<"snapkv-gpu-distribute", "::mlir::func::FuncOp"> {
   }];
   let options = [
     Option<"threads", "threads", "int64_t", /*default=*/"128",
-           "Threads per block">
+           "Threads per block">,
+    Option<"tensorCores", "tensor-cores", "bool", /*default=*/"false",
+           "Compute f16 contractions (the logits) with warp-level "
+           "m16n8k16 MMA">
   ];
   let dependentDialects = [
     "::mlir::affine::AffineDialect",
@@ -226,7 +229,28 @@ def GPUDistribute : Pass<"snapkv-gpu-distribute", "::mlir::func::FuncOp"> {
     "::mlir::gpu::GPUDialect",
     "::mlir::linalg::LinalgDialect",
     "::mlir::scf::SCFDialect",
-    "::mlir::tensor::TensorDialect"
+    "::mlir::tensor::TensorDialect",
+    "::mlir::vector::VectorDialect"
+  ];
+}
+
+def GPUMmaSync : Pass<"snapkv-gpu-mma-sync", "::mlir::func::FuncOp"> {
+  let summary = "Lower the warps' f16 vector.contracts to nvgpu.mma.sync";
+  let description = [{
+    Runs after `snapkv-gpu-launch` on the warp-level contractions that
+    `snapkv-gpu-distribute{tensor-cores}` produced (m16n8k16, f16 operands,
+    f32 accumulators): upstream's `populatePrepareVectorToMMAPatterns` and
+    `convertVectorToNVVMCompatibleMMASync`, applied to each loop (or op)
+    that directly holds such contractions. The upstream pass
+    `convert-vector-to-gpu{use-nvgpu=true}` applies them to the whole
+    function, where it also takes scalar elementwise ops (an `arith.muli`
+    on indices) for MMA operands and fails
+    (`test/Codegen/gpu-mma-sync.mlir` shows both).
+  }];
+  let dependentDialects = [
+    "::mlir::gpu::GPUDialect",
+    "::mlir::nvgpu::NVGPUDialect",
+    "::mlir::vector::VectorDialect"
   ];
 }
 

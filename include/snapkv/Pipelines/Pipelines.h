@@ -75,6 +75,11 @@ struct GPUPipelineOptions : PassPipelineOptions<GPUPipelineOptions> {
       *this, "shared-memory-bytes",
       llvm::cl::desc("Shared memory per block for scratch buffers"),
       llvm::cl::init(98304)};
+  Option<bool> tensorCores{
+      *this, "tensor-cores",
+      llvm::cl::desc("f16 logits on tensor cores (warp-level mma.sync "
+                     "m16n8k16, sm_80 and later)"),
+      llvm::cl::init(true)};
 };
 
 /// The tensor-level half of the GPU pipeline: the formulation as GPU

@@ -69,6 +69,15 @@
 // at least 2 per SM on a 132-SM GPU (264); the row statistics one per kv head; the
 // selection one per cache head. Read off the compiled host code.
 // RUN: snapkv-opt %S/Inputs/benchmark_shape.mlir --snapkv-gpu-pipeline="chip=sm_90 features=+ptx80 format=isa" | %python %S/Inputs/launch_geometry.py | FileCheck %s --check-prefix=GRID
+// Tensor cores at the benchmark shape: in each f16 kernel that reads K (tile statistics,
+// votes), each of the 4 warps steps through the 4 query heads with W/8 x D/16 = 32
+// m16n8k16 MMAs per step: 32 mma.sync in each kernel's PTX (in the step loop), 64 in all;
+// none for bf16, none with tensor-cores=false. ptxas assembles them for sm_90 too.
+// RUN: snapkv-opt %S/Inputs/benchmark_shape.mlir --snapkv-gpu-pipeline="chip=sm_80 features=+ptx80 format=isa" > %t.bench.mlir
+// RUN: grep -o "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" %t.bench.mlir | count 64
+// RUN: not grep -o "mma.sync.aligned[a-z0-9.]*bf16" %t.bench.mlir
+// RUN: snapkv-opt %S/Inputs/benchmark_shape.mlir --snapkv-gpu-pipeline="chip=sm_90 features=+ptx80 format=bin" -o /dev/null
+// RUN: snapkv-opt %S/Inputs/benchmark_shape.mlir --snapkv-gpu-pipeline="chip=sm_80 features=+ptx80 format=isa tensor-cores=false" | not grep -o "mma.sync"
 // GRID-LABEL: func f16_expand
 // GRID-NEXT: launch {{.*}} grid 512x8x1 blocks 4096 threads 128x1x1
 // GRID-NEXT: launch {{.*}} grid 8x1x1 blocks 8 threads 128x1x1
