@@ -30,7 +30,7 @@ TRANSLATE=${MLIR_TRANSLATE:-mlir-translate-22}
 CC=${CLANG:-clang-22}
 CXX=${CLANGXX:-clang++-22}
 CHIP=${CHIP:-sm_90}
-PIPELINE="chip=$CHIP features=+ptx80 format=fatbin"
+PIPELINE="chip=$CHIP features=+ptx80 format=fatbin asserts=report"
 RUNTIME=build/lib/libsnapkv_cuda_runtime.a
 
 for tool in "$SNAPKV_OPT" "$RUNTIME" "$CUDA/include/cuda.h" "$CUDA/lib64/stubs/libcuda.so"; do
@@ -53,7 +53,7 @@ step "GPU: snapkv-opt --snapkv-gpu-pipeline=\"$PIPELINE\""
 
 step "CPU emulation: --snapkv-gpu-emulation --snapkv-cpu-pipeline"
 "$SNAPKV_OPT" benchmarks/gpu/select.mlir --snapkv-gpu-emulation \
-  --snapkv-cpu-pipeline -o "$WORK/select.cpu.mlir"
+  --snapkv-cpu-pipeline="asserts=report" -o "$WORK/select.cpu.mlir"
 "$TRANSLATE" --mlir-to-llvmir "$WORK/select.cpu.mlir" -o "$WORK/select.cpu.ll"
 "$CC" -c -O2 -fPIE -Wno-override-module "$WORK/select.cpu.ll" -o "$OUT/select.cpu.o"
 
@@ -106,6 +106,17 @@ for c in CONFIGS:
           f"order={c.order} scale={0 if c.scale is None else format(c.scale, 'g')}")
 EOF
 ) || { echo "config table of the executable differs from configs.py"; fail=1; }
+# A rejected input (s_f32_expand_k5 with L = 3 < W = 4) is reported, not fatal: exit
+# status 4 and the check's message.
+head -c $((4 * 4 * 4 * 16)) /dev/zero >"$WORK/short.q.bin"
+head -c $((4 * 2 * 3 * 16)) /dev/zero >"$WORK/short.k.bin"
+cp "$WORK/short.k.bin" "$WORK/short.v.bin"
+rc=0
+"$OUT/snapkv-cpu-emul" run s_f32_expand_k5 "$WORK/short.q.bin" "$WORK/short.k.bin" \
+  "$WORK/short.v.bin" "$WORK/short" 2>"$WORK/short.err" >/dev/null || rc=$?
+if [[ $rc != 4 ]] || ! grep -q "rejected its input: snapkv.select: prompt length (keys dim 2) is shorter than window 4" "$WORK/short.err"; then
+  echo "a rejected input: exit status $rc, $(cat "$WORK/short.err")"; fail=1
+fi
 echo "kernels embedded: $(grep -c 'gpu.binary @' "$WORK/select.gpu.mlir")"
 du -sh "$OUT"
 exit $fail

@@ -17,6 +17,7 @@
 #include "snapkv/Conversion/Passes.h"
 
 #include "mlir/Conversion/Passes.h"
+#include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
 #include "mlir/Dialect/Bufferization/Transforms/Passes.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/Pipelines/Passes.h"
@@ -81,6 +82,12 @@ void snapkv::buildGPUPipeline(OpPassManager &pm,
   pm.nest<func::FuncOp>().addPass(createGpuAsyncRegionPass());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
+  // The host code's run-time checks (the kernels have none): in report mode
+  // each must sit in a function body, hence the CFG first.
+  pm.nest<func::FuncOp>().addPass(createSCFToControlFlowPass());
+  LowerAssertsOptions asserts;
+  asserts.mode = options.asserts;
+  pm.addPass(createLowerAsserts(asserts));
 
   gpu::GPUToNVVMPipelineOptions nvvm;
   nvvm.cubinChip = options.chip;

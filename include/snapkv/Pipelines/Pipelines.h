@@ -12,6 +12,19 @@ class OpPassManager;
 
 namespace mlir::snapkv {
 
+/// The `asserts` option of both pipelines.
+inline llvm::cl::desc assertsDescription() {
+  return llvm::cl::desc("What a failed run-time check does (the mode of "
+                        "snapkv-lower-asserts)");
+}
+inline auto assertModeValues() {
+  return llvm::cl::values(
+      clEnumValN(AssertMode::abort, "abort",
+                 "message on stderr, then abort() (mlir-runner)"),
+      clEnumValN(AssertMode::report, "report",
+                 "message for the caller, then return (libraries)"));
+}
+
 struct CPUPipelineOptions : PassPipelineOptions<CPUPipelineOptions> {
   Option<int64_t> keyTile{*this, "key-tile",
                           llvm::cl::desc("Key positions per scoring tile"),
@@ -29,16 +42,9 @@ struct CPUPipelineOptions : PassPipelineOptions<CPUPipelineOptions> {
       *this, "vector-bits",
       llvm::cl::desc("Vector register width in bits (0: the host's)"),
       llvm::cl::init(0)};
-  Option<AssertMode> asserts{
-      *this, "asserts",
-      llvm::cl::desc("What a failed run-time check does (the mode of "
-                     "snapkv-lower-asserts)"),
-      llvm::cl::init(AssertMode::abort),
-      llvm::cl::values(
-          clEnumValN(AssertMode::abort, "abort",
-                     "message on stderr, then abort() (mlir-runner)"),
-          clEnumValN(AssertMode::report, "report",
-                     "message for the caller, then return (libraries)"))};
+  Option<AssertMode> asserts{*this, "asserts", assertsDescription(),
+                             llvm::cl::init(AssertMode::abort),
+                             assertModeValues()};
 };
 
 /// Lowers a module of snapkv and upstream tensor-level ops to the LLVM
@@ -80,6 +86,9 @@ struct GPUPipelineOptions : PassPipelineOptions<GPUPipelineOptions> {
       llvm::cl::desc("f16 logits on tensor cores (warp-level mma.sync "
                      "m16n8k16, sm_80 and later)"),
       llvm::cl::init(true)};
+  Option<AssertMode> asserts{*this, "asserts", assertsDescription(),
+                             llvm::cl::init(AssertMode::abort),
+                             assertModeValues()};
 };
 
 /// The tensor-level half of the GPU pipeline: the formulation as GPU
