@@ -40,6 +40,35 @@ func.func @warp_step(%k: memref<16x16xf16>, %q: memref<16x8xf16>, %c: memref<16x
 
 // -----
 
+// The same without a step loop (one query head per kv head): the contraction shares the
+// kernel body with the scalar code; only its vector ops are rewritten.
+// CHECK-LABEL: func.func @no_step_loop(
+// CHECK: arith.muli
+// CHECK: nvgpu.mma.sync({{.*}}) {mmaShape = [16, 8, 16]}
+// CHECK-NOT: vector.contract
+// CHECK: arith.addi
+// CHECK: return
+func.func @no_step_loop(%k: memref<16x16xf16>, %q: memref<16x8xf16>, %c: memref<16x8xf32>,
+                        %n: index, %out: memref<?xindex>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %z = arith.constant 0.0 : f16
+  %zf = arith.constant 0.0 : f32
+  %offset = arith.muli %n, %c2 : index
+  memref.store %offset, %out[%c0] : memref<?xindex>
+  %a = vector.transfer_read %k[%c0, %c0], %z {in_bounds = [true, true]} : memref<16x16xf16>, vector<16x16xf16>
+  %b = vector.transfer_read %q[%c0, %c0], %z {in_bounds = [true, true]} : memref<16x8xf16>, vector<16x8xf16>
+  %d = vector.transfer_read %c[%c0, %c0], %zf {in_bounds = [true, true]} : memref<16x8xf32>, vector<16x8xf32>
+  %r = vector.contract {indexing_maps = [affine_map<(m, n, k) -> (m, k)>, affine_map<(m, n, k) -> (k, n)>, affine_map<(m, n, k) -> (m, n)>], iterator_types = ["parallel", "parallel", "reduction"], kind = #vector.kind<add>} %a, %b, %d : vector<16x16xf16>, vector<16x8xf16> into vector<16x8xf32>
+  vector.transfer_write %r, %c[%c0, %c0] {in_bounds = [true, true]} : vector<16x8xf32>, memref<16x8xf32>
+  %next = arith.addi %offset, %c1 : index
+  memref.store %next, %out[%c1] : memref<?xindex>
+  return
+}
+
+// -----
+
 // bf16 operands: upstream's nvgpu.mma.sync has no bf16 lowering to NVVM, so
 // snapkv-gpu-distribute keeps bf16 logits on the scalar thread path.
 // BF16: error: 'nvgpu.mma.sync' op failed to deduce operand PTX types

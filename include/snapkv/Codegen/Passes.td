@@ -240,16 +240,21 @@ def GPUMmaSync : Pass<"snapkv-gpu-mma-sync", "::mlir::func::FuncOp"> {
     Runs after `snapkv-gpu-launch` on the warp-level contractions that
     `snapkv-gpu-distribute{tensor-cores}` produced (m16n8k16, f16 operands,
     f32 accumulators): upstream's `populatePrepareVectorToMMAPatterns` and
-    `convertVectorToNVVMCompatibleMMASync`, applied to each loop (or op)
-    that directly holds such contractions. The upstream pass
+    `convertVectorToNVVMCompatibleMMASync`, applied to the vector ops of
+    each block that holds such contractions (moved into an
+    `scf.execute_region` for the rewrite, then inlined again). The upstream pass
     `convert-vector-to-gpu{use-nvgpu=true}` applies them to the whole
     function, where it also takes scalar elementwise ops (an `arith.muli`
     on indices) for MMA operands and fails
     (`test/Codegen/gpu-mma-sync.mlir` shows both).
   }];
   let dependentDialects = [
+    "::mlir::affine::AffineDialect",
+    "::mlir::arith::ArithDialect",
     "::mlir::gpu::GPUDialect",
+    "::mlir::memref::MemRefDialect",
     "::mlir::nvgpu::NVGPUDialect",
+    "::mlir::scf::SCFDialect",
     "::mlir::vector::VectorDialect"
   ];
 }

@@ -78,6 +78,8 @@
 // RUN: not grep -o "mma.sync.aligned[a-z0-9.]*bf16" %t.bench.mlir
 // RUN: snapkv-opt %S/Inputs/benchmark_shape.mlir --snapkv-gpu-pipeline="chip=sm_90 features=+ptx80 format=bin" -o /dev/null
 // RUN: snapkv-opt %S/Inputs/benchmark_shape.mlir --snapkv-gpu-pipeline="chip=sm_80 features=+ptx80 format=isa tensor-cores=false" | not grep -o "mma.sync"
+// The smallest MMA shape (Inputs/mha_f16.mlir): one mma.sync in each of the two kernels.
+// RUN: snapkv-opt %S/Inputs/mha_f16.mlir --snapkv-gpu-pipeline="chip=sm_80 features=+ptx80 format=isa" | grep -o "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" | count 2
 // GRID-LABEL: func f16_expand
 // GRID-NEXT: launch {{.*}} grid 512x8x1 blocks 4096 threads 128x1x1
 // GRID-NEXT: launch {{.*}} grid 8x1x1 blocks 8 threads 128x1x1
