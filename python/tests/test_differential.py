@@ -352,6 +352,17 @@ def test_gpu_tensor_core_form_matches_reference(mma_cases):
     check(mma_cases, GPU_EMULATION)
 
 
+def test_mma_cases_compile_to_mma_sync(mma_cases):
+    # The GPU-only half (snapkv-gpu-mma-sync, NVVM): every case's PTX has the instruction.
+    if not snapkv_opt().is_file():
+        pytest.skip(f"snapkv-opt not built ({snapkv_opt()})")
+    pipeline = "--snapkv-gpu-pipeline=chip=sm_80 features=+ptx80 format=isa"
+    for case in mma_cases:
+        ptx = subprocess.run([str(snapkv_opt()), pipeline, "-"], input=build_module([case]),
+                             capture_output=True, text=True, check=True).stdout
+        assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx, case.describe()
+
+
 # Hostile values (docs/hostile-values.md) through the CPU pipeline and the GPU kernels:
 # NaN in a key or a query, +inf and -inf logits (one +inf column, two sharing the mass, a
 # head whose logits are all -inf), finite logits near 1e30, all-equal keys, and NaN, +-inf
