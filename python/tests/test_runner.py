@@ -417,3 +417,33 @@ def test_entry_points_that_only_call_run_from_python(tmp_path):
         assert np.array_equal(a, b)
     with pytest.raises(ValueError, match=r"@prefill takes 1 arguments \(and 21 bound"):
         split._prefill(ids, ids)
+
+
+LIBC_NAMED = """
+func.func @select(%a: tensor<4xf32>) -> tensor<4xf32> {
+  %e = tensor.empty() : tensor<4xf32>
+  %s = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>],
+                       iterator_types = ["parallel"]} ins(%a : tensor<4xf32>)
+                       outs(%e : tensor<4xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %y = arith.addf %x, %x : f32
+    linalg.yield %y : f32
+  } -> tensor<4xf32>
+  return %s : tensor<4xf32>
+}
+"""
+
+
+def test_a_function_named_like_libc_is_the_one_called(tmp_path):
+    """`_mlir_ciface_select` calls the module's @select, not libc's select(): the library
+    binds its own symbols first (-Bsymbolic), whatever else the process has loaded."""
+    _tools_or_skip()
+    import ctypes
+
+    # -O0: the wrapper really calls @select (inlined, the question would not arise).
+    lib = runner.compile_library(LIBC_NAMED, cache_dir=tmp_path, cflags=("-O0",))
+    fn = runner.CompiledFunction(ctypes.CDLL(str(lib.path)), "select",
+                                 runner.signature(LIBC_NAMED, "select"))
+    a = np.arange(4, dtype=np.float32)
+    (doubled,) = fn(a)
+    np.testing.assert_array_equal(doubled, 2 * a)

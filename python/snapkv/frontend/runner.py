@@ -97,7 +97,7 @@ from ..tools import ToolError
 from .checkpoint import WeightRef, bind_layout
 
 # Bumped when the way a library is built or called changes (part of the cache keys).
-RUNNER_VERSION = 7
+RUNNER_VERSION = 8
 PIPELINE = ("builtin.module(func.func(llvm-request-c-wrappers),"
             "snapkv-cpu-pipeline{asserts=report})")
 # -fno-unroll-loops: the pipeline already unrolls register tiles; LLVM unrolling their loops
@@ -605,7 +605,10 @@ def compile_library(text: str, *, cache_dir: Optional[os.PathLike] = None,
             partial = Path(tmp) / "module.so"
             link = ["-o", partial, f"-L{libdir}", "-lmlir_c_runner_utils",
                     # --snapkv-cpu-pipeline's parallel loops call libomp.
-                    "-lomp", f"-Wl,-rpath,{libdir}"]
+                    "-lomp", f"-Wl,-rpath,{libdir}",
+                    # The module's calls to its own functions stay inside it: else a
+                    # function named like one of libc's (@select) calls libc's.
+                    "-Wl,-Bsymbolic"]
             times["clang"] = _clang(verbose, label, clang, cflags, bitcode, link, timeout,
                                     stats, partial)
             _write_atomic(target, partial.read_bytes())
