@@ -12,7 +12,8 @@ process with ctypes, so a generation loop does not pay ``mlir-runner``'s JIT per
    function into one part per core (at most 4 parts of about equal size); then
    ``clang -O2 -march=native -fno-unroll-loops -fPIC`` compiles the parts at the same time
    and links them into a shared library with LLVM's ``libmlir_c_runner_utils.so`` (the
-   lowered code calls its ``memrefCopy``) and libomp. The tools come from
+   lowered code calls its ``memrefCopy``) and libomp, with ``-Bsymbolic`` (a function named
+   like a libc one, ``@select``, is still the one its C wrapper calls). The tools come from
    :mod:`snapkv.tools`;
 3. the ``.so`` is cached (see *Cache*); ``from_cache`` says whether it was compiled.
 
