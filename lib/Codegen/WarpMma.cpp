@@ -49,6 +49,9 @@ std::optional<MmaLoops> mmaLoops(linalg::LinalgOp op) {
   if (ranges[loops.m] % kMmaM || ranges[loops.n] % kMmaN ||
       ranges[loops.k] % kMmaK)
     return std::nullopt;
+  // One warp per 16 rows, at most 1024 threads per block.
+  if (ranges[loops.m] / kMmaM * 32 > 1024)
+    return std::nullopt;
   return loops;
 }
 

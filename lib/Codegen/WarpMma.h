@@ -14,7 +14,8 @@ inline constexpr int64_t kMmaM = 16, kMmaN = 8, kMmaK = 16;
 /// Whether `op` (inside a GPU block loop) can be computed by warps with
 /// m16n8k16 MMA: a contraction of f16 operands into f32 with static sizes,
 /// one reduction (a multiple of 16), an rhs-only loop that is a multiple of
-/// 16 (split over the warps) and an lhs-only loop that is a multiple of 8.
+/// 16 (split over the warps, at most 32 of them) and an lhs-only loop that is
+/// a multiple of 8.
 bool isWarpMmaContraction(linalg::LinalgOp op);
 
 /// Splits such an op over warps (`scf.forall` mapped to `#gpu.warp`, 16

@@ -111,3 +111,31 @@ func.func @four_rows(%q: tensor<1x1x32x4xf16>, %k: tensor<1x32x32xf16>) -> tenso
   } {mapping = [#gpu.block<x>]}
   return %r : tensor<1x32x1x4xf32>
 }
+
+// 1040 keys in one block would need 65 warps (2080 threads, over the 1024 a block can
+// have): threads instead.
+// CHECK-LABEL: func.func @too_many_warps(
+// CHECK-NOT: vector.contract
+// CHECK-NOT: gpu.warp
+// CHECK: {mapping = [#gpu.block<x>]}
+func.func @too_many_warps(%q: tensor<1x1x16x8xf16>, %k: tensor<1x1040x16xf16>) -> tensor<1x1040x1x8xf32> {
+  %zero = arith.constant 0.0 : f32
+  %init = tensor.empty() : tensor<1x1040x1x8xf32>
+  %r = scf.forall (%b) in (1) shared_outs(%o = %init) -> (tensor<1x1040x1x8xf32>) {
+    %f = linalg.fill ins(%zero : f32) outs(%o : tensor<1x1040x1x8xf32>) -> tensor<1x1040x1x8xf32>
+    %l = linalg.generic {indexing_maps = [#qT, #keys, #out],
+                         iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction"]}
+        ins(%q, %k : tensor<1x1x16x8xf16>, tensor<1x1040x16xf16>) outs(%f : tensor<1x1040x1x8xf32>) {
+    ^bb0(%a: f16, %c: f16, %acc: f32):
+      %a32 = arith.extf %a : f16 to f32
+      %c32 = arith.extf %c : f16 to f32
+      %p = arith.mulf %a32, %c32 fastmath<contract> : f32
+      %s = arith.addf %acc, %p fastmath<contract> : f32
+      linalg.yield %s : f32
+    } -> tensor<1x1040x1x8xf32>
+    scf.forall.in_parallel {
+      tensor.parallel_insert_slice %l into %o[0, 0, 0, 0] [1, 1040, 1, 8] [1, 1, 1, 1] : tensor<1x1040x1x8xf32> into tensor<1x1040x1x8xf32>
+    }
+  } {mapping = [#gpu.block<x>]}
+  return %r : tensor<1x1040x1x8xf32>
+}
