@@ -20,6 +20,7 @@ PASSES = [
     ["--pass-pipeline=builtin.module(func.func(snapkv-parallelize))"],
     ["--pass-pipeline=builtin.module(func.func(snapkv-vectorize))"],
     ["--pass-pipeline=builtin.module(func.func(snapkv-optimize-math))"],
+    ["--pass-pipeline=builtin.module(func.func(snapkv-expand-strided-copies))"],
     ["--snapkv-lower-asserts"],
     ["--snapkv-outline-select"],
     ["--snapkv-expose-scores"],

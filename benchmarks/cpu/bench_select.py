@@ -135,6 +135,66 @@ def score_function(batch, length):
   }}"""
 
 
+KEY_TILE = 64  # --snapkv-cpu-pipeline's default key-tile
+LOGITS_FN = "snapkv_logits"
+
+
+def logits_function(batch, length):
+    """``@snapkv_logits(qT, k)``: the logits phase alone, as ``--snapkv-cpu-pipeline`` runs
+    it inside the select: for each (batch, kv head) pair in turn, every (key tile, query
+    head) in parallel computes a [T x W] tile of logits over D into the pair's buffer (one
+    buffer, reused by every pair). The contraction and its tiling are the ones the
+    formulation emits (``Formulation::logits``, tiled by its tile group), so the pipeline
+    picks the same register tile; the queries come already transposed per kv head
+    ([B, Hkv, G, D, W]), the keys as [B, Hkv, L/T, T, D]. Returns the last pair's logits."""
+    g, n = HQ // HKV, length // KEY_TILE
+    tq = _tt((batch, HKV, g, D, W))
+    tk = _tt((batch, HKV, n, KEY_TILE, D))
+    tl = _tt((1, 1, n, KEY_TILE, g, W))
+    q_slice, k_slice = _tt((1, 1, 1, D, W)), _tt((1, 1, 1, KEY_TILE, D))
+    o_slice = _tt((1, 1, 1, KEY_TILE, 1, W))
+    return f"""\
+  func.func @{LOGITS_FN}(%q: {tq}, %k: {tk}) -> {tl} {{
+    %zero = arith.constant 0.0 : f32
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %pairs = arith.constant {batch * HKV} : index
+    %heads = arith.constant {HKV} : index
+    %init = tensor.empty() : {tl}
+    %last = scf.for %p = %c0 to %pairs step %c1 iter_args(%buf = %init) -> ({tl}) {{
+      %b = arith.divui %p, %heads : index
+      %h = arith.remui %p, %heads : index
+      %pair = scf.forall (%t, %g) in ({n}, {g}) shared_outs(%o = %buf) -> ({tl}) {{
+        %qs = tensor.extract_slice %q[%b, %h, %g, 0, 0] [1, 1, 1, {D}, {W}] [1, 1, 1, 1, 1]
+            : {tq} to {q_slice}
+        %ks = tensor.extract_slice %k[%b, %h, %t, 0, 0] [1, 1, 1, {KEY_TILE}, {D}] [1, 1, 1, 1, 1]
+            : {tk} to {k_slice}
+        %os = tensor.extract_slice %o[0, 0, %t, 0, %g, 0] [1, 1, 1, {KEY_TILE}, 1, {W}]
+            [1, 1, 1, 1, 1, 1] : {tl} to {o_slice}
+        %f = linalg.fill ins(%zero : f32) outs(%os : {o_slice}) -> {o_slice}
+        %c = linalg.generic {{
+            indexing_maps = [affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d0, d1, d4, d6, d5)>,
+                             affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d0, d1, d2, d3, d6)>,
+                             affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d0, d1, d2, d3, d4, d5)>],
+            iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel",
+                              "parallel", "reduction"]}}
+            ins(%qs, %ks : {q_slice}, {k_slice}) outs(%f : {o_slice}) {{
+        ^bb0(%a: f32, %x: f32, %acc: f32):
+          %m = arith.mulf %a, %x fastmath<contract> : f32
+          %s = arith.addf %acc, %m fastmath<contract> : f32
+          linalg.yield %s : f32
+        }} -> {o_slice}
+        scf.forall.in_parallel {{
+          tensor.parallel_insert_slice %c into %o[0, 0, %t, 0, %g, 0] [1, 1, 1, {KEY_TILE}, 1, {W}]
+              [1, 1, 1, 1, 1, 1] : {o_slice} into {tl}
+        }}
+      }}
+      scf.yield %pair : {tl}
+    }}
+    return %last : {tl}
+  }}"""
+
+
 def _mlir_fill(name, shape, seed, amp):
     """linalg.generic that evaluates fill() for every element (same integer ops)."""
     dims = ", ".join(f"d{i}" for i in range(4))
@@ -585,7 +645,21 @@ def measure_shape(batch, length, args, workdir):
         score = AotFunction(score_function(batch, length), SCORE_FN, args.cache_dir)
         recompute = AotFunction(score_function(batch, length), SCORE_FN, args.cache_dir,
                                 options="keep-logits=false")
+        # The logits phase alone, checked against numpy on the last pair it returns.
+        group = HQ // HKV
+        q_t = np.ascontiguousarray(
+            q.reshape(batch, HKV, group, W, D).transpose(0, 1, 2, 4, 3))
+        k_t = k.reshape(batch, HKV, length // KEY_TILE, KEY_TILE, D)
+        logits = AotFunction(logits_function(batch, length), LOGITS_FN, args.cache_dir)
+        (last,) = logits(q_t, k_t)
+        want = np.einsum("gwd,ntd->ntgw", q[-1, HQ - group:].astype(np.float64),
+                         k_t[-1, -1].astype(np.float64))
+        note["logits_err"] = float(np.abs(last[0, 0] - want).max() / np.abs(want).max())
+        if note["logits_err"] > 1e-5:
+            raise SystemExit(f"logits module wrong at B={batch} L={length}: relative error "
+                             f"{note['logits_err']:.2e}")
         # Bare calls (the returned buffers are freed outside the timed span).
+        fns["logits"] = lambda: logits.function.time_call(q_t, k_t)[0]
         fns["compiled"] = lambda: select.function.time_call(q, k, v)[0]
         fns["score"] = lambda: score.function.time_call(q, k)[0]
         fns["score_recompute"] = lambda: recompute.function.time_call(q, k)[0]
@@ -707,16 +781,20 @@ def render(rows, notes, peak, lanes, threads, omp, mach, vers, load_before, load
         table += ["", "\\* crashed (SIGSEGV) under mlir-runner with the default stack; measured "
                       "with the stack limit raised to the hard limit."]
     two = peak.get(2) or max(peak.values())
-    logits = ["| B | L | `snapkv.score` (ms) | share of the select | logits GFLOP/s (lower "
-              f"bound) | % of the 2-thread FMA peak ({two:.1f} GFLOP/s) | score, "
-              "`keep-logits=false` (ms) | saved by keeping the logits (ms) |",
-              "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    logits = ["| B | L | logits alone (ms) | logits GFLOP/s | % of the 2-thread FMA peak "
+              f"({two:.1f} GFLOP/s) | `snapkv.score` (ms) | share of the select | score as "
+              "logits GFLOP/s (lower bound) | % of peak | score, `keep-logits=false` (ms) | "
+              "saved by keeping the logits (ms) |",
+              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         if r.get("score") is None or r.get("compiled") is None:
             continue
-        g = logits_flops(r["B"], r["L"]) / r["score"] * 1e-9
+        flops = logits_flops(r["B"], r["L"])
+        alone = flops / r["logits"] * 1e-9
+        g = flops / r["score"] * 1e-9
         again = r.get("score_recompute")
-        line = (f"| {r['B']} | {r['L']} | {ms(r['score'])} | "
+        line = (f"| {r['B']} | {r['L']} | {ms(r['logits'])} | {alone:.1f} | "
+                f"{alone / two * 100:.0f}% | {ms(r['score'])} | "
                 f"{r['score'] / r['compiled'] * 100:.0f}% | {g:.1f} | {g / two * 100:.0f}% | "
                 f"{ms(again)} | {ms(again - r['score']) if again is not None else 'n/a'} |")
         logits.append(line)
@@ -741,6 +819,9 @@ def render(rows, notes, peak, lanes, threads, omp, mach, vers, load_before, load
             parts.append(f"compiled == numpy reference (exact, in order): "
                          f"{n['compiled_eq_ref']}/{n['B'] * HQ} heads, gathered K/V bit-identical: "
                          f"{'yes' if n['compiled_kv_exact'] else 'NO'}")
+        if "logits_err" in n:
+            parts.append(f"logits alone vs numpy (float64), last pair: max error "
+                         f"{n['logits_err']:.1e} of the largest logit")
         if "o3_same" in n:
             parts.append(f"`mlir-runner --O3` same indices: {'yes' if n['o3_same'] else 'NO'}")
         checks.append(f"B={n['B']} L={n['L']}: " + "; ".join(parts))
@@ -788,13 +869,18 @@ def render(rows, notes, peak, lanes, threads, omp, mach, vers, load_before, load
         "",
         "\n".join(table),
         "",
-        "Logits phase: a module holding only `snapkv.score` (both passes of the scoring over "
-        "the keys, softmax statistics, votes, pooling; no top-k, no gather), compiled and "
-        "called like the select. FLOPs counted: the logits only, `2*B*Hq*W*L*D` (the "
-        "pipeline computes them once and keeps them for the votes, `keep-logits`); the time "
-        "also pays for everything else in the score, so the rate is a lower bound. The same "
-        "score compiled with `keep-logits=false` computes the logits a second time instead "
-        "of writing and reading them back: the difference is what keeping them saves.",
+        "Logits phase. FLOPs counted: the logits, `2*B*Hq*W*L*D` (the pipeline computes "
+        "them once and keeps them for the votes, `keep-logits`). *Logits alone*: a module "
+        "holding only the select's logits contraction, tiled as the select tiles it (each "
+        "(batch, kv head) pair in turn; its key tiles x query heads in parallel, each a "
+        "[64 keys x W] tile over D into the pair's buffer), compiled by the same pipeline "
+        "(the same register tile) and checked against numpy; its rate is the phase's own. "
+        "*`snapkv.score`*: a module holding only the scoring (both passes over the keys, "
+        "softmax statistics, votes, pooling; no top-k, no gather); its time also pays for "
+        "everything else in the score, so the logits rate computed from it is a lower "
+        "bound. The same score compiled with `keep-logits=false` computes the logits a "
+        "second time instead of writing and reading them back: the difference is what "
+        "keeping them saves.",
         "",
         "\n".join(logits),
         "",

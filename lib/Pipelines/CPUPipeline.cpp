@@ -79,6 +79,7 @@ void snapkv::buildCPUPipeline(OpPassManager &pm,
   pm.addPass(createConvertBufferizationToMemRefPass());
 
   OpPassManager &buffers = pm.nest<func::FuncOp>();
+  buffers.addPass(createExpandStridedCopies());
   buffers.addPass(createConvertLinalgToLoopsPass());
   buffers.addPass(createOptimizeMath());
   buffers.addPass(math::createMathUpliftToFMA());
