@@ -21,6 +21,7 @@ PASSES = [
     ["--pass-pipeline=builtin.module(func.func(snapkv-vectorize))"],
     ["--pass-pipeline=builtin.module(func.func(snapkv-optimize-math))"],
     ["--pass-pipeline=builtin.module(func.func(snapkv-expand-strided-copies))"],
+    ["--pass-pipeline=builtin.module(convert-scf-to-openmp,func.func(snapkv-schedule-parallel-loops))"],
     ["--snapkv-lower-asserts"],
     ["--snapkv-outline-select"],
     ["--snapkv-expose-scores"],

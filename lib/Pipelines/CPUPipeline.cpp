@@ -92,6 +92,7 @@ void snapkv::buildCPUPipeline(OpPassManager &pm,
   pm.addPass(createConvertSCFToOpenMPPass());
 
   OpPassManager &loops = pm.nest<func::FuncOp>();
+  loops.addPass(createScheduleParallelLoops());
   // Folds the alloca scope around each parallel loop body (there are no
   // allocas), which would otherwise have to keep one block until the memref
   // conversion; snapkv-lower-asserts must run before that conversion.

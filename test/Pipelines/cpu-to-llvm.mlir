@@ -34,3 +34,19 @@ func.func @element_of_slice(%t: tensor<?x64xf32>, %i: index) -> f32 {
   %e = tensor.extract %s[%c1, %c2] : tensor<4x16xf32>
   return %e : f32
 }
+
+// -----
+
+// Parallel loops keep OpenMP's guided schedule down to the LLVM dialect
+// (snapkv-schedule-parallel-loops).
+// CHECK-LABEL: llvm.func @disjoint
+// CHECK: omp.wsloop schedule(guided)
+func.func @disjoint(%m: memref<?xf32>, %n: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %one = arith.constant 1.0 : f32
+  scf.parallel (%i) = (%c0) to (%n) step (%c1) {
+    memref.store %one, %m[%i] : memref<?xf32>
+  }
+  return
+}

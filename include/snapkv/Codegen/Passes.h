@@ -2,6 +2,7 @@
 #define SNAPKV_CODEGEN_PASSES_H
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/OpenMP/OpenMPDialect.h"
 #include "mlir/Pass/Pass.h"
 
 namespace mlir::snapkv {
