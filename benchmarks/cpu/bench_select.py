@@ -10,7 +10,9 @@ generated MLIR module.
 
 Columns (medians of ``--runs`` after one warm-up; ratios from the same run; the compiled
 select and score, PyTorch eager and ``torch.compile`` are timed interleaved, one call of each
-per round, so that other load on the machine falls on all of them alike):
+per round, so that other load on the machine falls on all of them alike, each call after
+``SETTLE_S`` of quiet so that it does not share the cores with the previous call's spinning
+OpenMP threads):
 
 * compiled ``snapkv.select``: ``snapkv-opt --snapkv-cpu-pipeline`` -> ``snapkv-translate`` ->
   ``clang -O3 -march=native -shared`` (LLVM optimisation runs), linked with libomp; the
@@ -577,15 +579,24 @@ def speedup(s, base):
 
 
 # ---------------------------------------------------------------------------------------
+# After a parallel region, OpenMP worker threads keep spinning for a while before they sleep
+# (libomp, ours: KMP_BLOCKTIME, 200 ms by default; PyTorch's pool likewise): called right
+# after another implementation, a function would share the cores with its idle threads.
+SETTLE_S = 0.3
+
+
 def interleaved(fns, runs):
     """{name: median seconds}: one warm-up call of each, then `runs` rounds calling every
-    function once per round, so that load from other processes falls on all of them alike.
-    A function that returns a float has timed itself (e.g. without freeing its results)."""
+    function once per round, so that load from other processes falls on all of them alike;
+    each call starts after SETTLE_S of quiet, so that none pays for the previous one's
+    spinning threads. A function that returns a float has timed itself (e.g. without
+    freeing its results)."""
     for fn in fns.values():
         fn()
     times = {name: [] for name in fns}
     for _ in range(runs):
         for name, fn in fns.items():
+            time.sleep(SETTLE_S)
             start = time.perf_counter()
             out = fn()
             times[name].append(out if isinstance(out, float) else time.perf_counter() - start)
@@ -854,7 +865,9 @@ def render(rows, notes, peak, lanes, threads, omp, mach, vers, load_before, load
         "expand, order position, f32. All implementations get the same hashed inputs.",
         f"* Median of {args.runs} runs after one warm-up (numpy: {args.numpy_runs}). The "
         "compiled select and score, PyTorch eager (both columns) and `torch.compile` are timed "
-        "interleaved (one call of each per round), so other load falls on all of them alike; "
+        "interleaved (one call of each per round), so other load falls on all of them alike, "
+        f"each call after {SETTLE_S} s of quiet (OpenMP threads spin for a while after a "
+        "parallel region; without the pause the next call shares the cores with them); "
         "numpy and `mlir-runner` run after them.",
         "* compiled: `snapkv-opt --snapkv-cpu-pipeline`, `snapkv-translate` (LLVM bitcode), "
         f"`clang {' '.join(AOT_CFLAGS)} -shared` (LLVM optimisation runs), linked with libomp; "
