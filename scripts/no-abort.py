@@ -5,7 +5,12 @@ from a signal (assertion, crash, sanitizer abort) or hangs. Rejections with
 diagnostics (exit code 1) are the expected outcome for bad input.
 
 usage: no-abort.py SNAPKV_OPT PATH...   (directories are searched recursively)
+
+Inputs run in parallel, NO_ABORT_JOBS at a time (default: one per CPU); the report
+keeps the inputs' order.
 """
+import concurrent.futures
+import os
 import pathlib
 import re
 import subprocess
@@ -130,44 +135,54 @@ def inputs(paths):
             yield p
 
 
+def skip_reason(data):
+    """Why an input is not run (an upstream parser crash it would hit), or None."""
+    return (f"nested deeper than {MAX_NESTING} (upstream parser limit, F2)"
+            if nests_too_deep(data) else
+            "malformed linalg.transpose permutation (upstream parser crash, F3)"
+            if has_malformed_permutation(data) else
+            "named linalg op with non-dictionary properties (upstream parser crash, F4)"
+            if has_bad_linalg_properties(data) else
+            "linalg.generic iterator_types entry that is not a string "
+            "(upstream parser crash, F5)"
+            if has_bad_iterator_types(data) else None)
+
+
+def check_input(tool, path):
+    """Runs every entry of PASSES over one input: (runs, failures, skipped, report lines)."""
+    reason = skip_reason(path.read_bytes())
+    if reason:
+        return 0, 0, 1, [f"SKIP  {path}: {reason}"]
+    failures, lines = 0, []
+    for args in PASSES:
+        cmd = [tool, *args, "--split-input-file", str(path), "-o", "/dev/null"]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, timeout=120)
+        except subprocess.TimeoutExpired:
+            failures += 1
+            lines.append(f"HANG  {' '.join(cmd)}")
+            continue
+        # A signal shows as a negative code; sanitizers exit via abort.
+        if proc.returncode < 0 or proc.returncode > 1:
+            failures += 1
+            tail = proc.stderr.decode(errors="replace").strip().splitlines()[-5:]
+            lines.append(f"ABORT ({proc.returncode}) {' '.join(cmd)}")
+            lines.extend(f"      {line}" for line in tail)
+    return len(PASSES), failures, 0, lines
+
+
 def main():
     tool, paths = sys.argv[1], sys.argv[2:]
     check_passes(tool)
+    jobs = int(os.environ.get("NO_ABORT_JOBS", os.cpu_count() or 1))
     runs = failures = skipped = 0
-    for path in inputs(paths):
-        data = path.read_bytes()
-        reason = (f"nested deeper than {MAX_NESTING} (upstream parser limit, F2)"
-                  if nests_too_deep(data) else
-                  "malformed linalg.transpose permutation (upstream parser crash, F3)"
-                  if has_malformed_permutation(data) else
-                  "named linalg op with non-dictionary properties (upstream parser crash, F4)"
-                  if has_bad_linalg_properties(data) else
-                  "linalg.generic iterator_types entry that is not a string "
-                  "(upstream parser crash, F5)"
-                  if has_bad_iterator_types(data) else None)
-        if reason:
-            skipped += 1
-            print(f"SKIP  {path}: {reason}")
-            continue
-        for args in PASSES:
-            cmd = [tool, *args, "--split-input-file", str(path), "-o", "/dev/null"]
-            runs += 1
-            try:
-                proc = subprocess.run(cmd, capture_output=True, timeout=120)
-            except subprocess.TimeoutExpired:
-                failures += 1
-                print(f"HANG  {' '.join(cmd)}")
-                continue
-            # A signal shows as a negative code; sanitizers exit via abort.
-            if proc.returncode < 0 or proc.returncode > 1:
-                failures += 1
-                tail = proc.stderr.decode(errors="replace").strip().splitlines()[-5:]
-                print(f"ABORT ({proc.returncode}) {' '.join(cmd)}")
-                for line in tail:
-                    print(f"      {line}")
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        for r, f, s, lines in pool.map(lambda p: check_input(tool, p), inputs(paths)):
+            runs, failures, skipped = runs + r, failures + f, skipped + s
+            for line in lines:
+                print(line, flush=True)
     print(f"no-abort: {runs - failures} passed, {failures} failed, {skipped} skipped")
     sys.exit(1 if failures else 0)
-
 
 if __name__ == "__main__":
     main()

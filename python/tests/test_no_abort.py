@@ -38,3 +38,29 @@ def test_a_pass_that_does_not_exist_is_refused(no_abort, monkeypatch):
     monkeypatch.setattr(no_abort, "PASSES", no_abort.PASSES + [["--snapkv-vectorize-linalg"]])
     with pytest.raises(SystemExit, match="--snapkv-vectorize-linalg does not run"):
         no_abort.check_passes(str(tools.snapkv_opt()))
+
+
+def test_parallel_sweep_counts_every_outcome_in_input_order(no_abort, tmp_path, monkeypatch,
+                                                             capsys):
+    # A stand-in tool that dies from SIGABRT on inputs named bad*, rejects the rest (exit 1).
+    tool = tmp_path / "tool"
+    tool.write_text('#!/bin/sh\ncase "$*" in *bad*) kill -ABRT $$;; esac\nexit 1\n')
+    tool.chmod(0o755)
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name in ("a", "bad1", "c", "bad2", "e"):
+        (corpus / f"{name}.mlir").write_text("module {}\n")
+    (corpus / "deep.mlir").write_text("(" * (no_abort.MAX_NESTING + 1))
+    monkeypatch.setattr(no_abort, "PASSES", [["--x"], ["--y"]])
+    monkeypatch.setattr(no_abort, "check_passes", lambda tool: None)
+    monkeypatch.setenv("NO_ABORT_JOBS", "3")
+    monkeypatch.setattr("sys.argv", ["no-abort.py", str(tool), str(corpus)])
+    with pytest.raises(SystemExit) as exit_:
+        no_abort.main()
+    assert exit_.value.code == 1
+    out = capsys.readouterr().out
+    reported = [line.split()[-3] for line in out.splitlines() if line.startswith("ABORT")]
+    assert [Path(p).name for p in reported] == ["bad1.mlir", "bad1.mlir",
+                                                "bad2.mlir", "bad2.mlir"]
+    assert "SKIP" in out and "deep.mlir" in out
+    assert out.splitlines()[-1] == "no-abort: 6 passed, 4 failed, 1 skipped"
