@@ -1,10 +1,10 @@
-//===- WarpMma.cpp - a block's f16 contraction as warp-level MMA ----------===//
+//===- WarpMma.cpp - a block's f16/bf16 contraction as warp-level MMA -----===//
 //
 // A key tile's logits (keys x window rows, summed over the head dim) are a
-// matrix product. With f16 operands each warp computes 16 keys of it as
-// vector.contracts of the m16n8k16 shape, keys as the left operand, which
-// upstream convert-vector-to-gpu{use-nvgpu} lowers to nvgpu.mma.sync. The
-// same vector code runs on the CPU in the kernels' emulation.
+// matrix product. With f16 or bf16 operands each warp computes 16 keys of it
+// as vector.contracts of the m16n8k16 shape, keys as the left operand, which
+// snapkv-gpu-mma-sync lowers to mma.sync. The same vector code runs on the
+// CPU in the kernels' emulation.
 //
 //===----------------------------------------------------------------------===//
 
@@ -35,8 +35,9 @@ std::optional<MmaLoops> mmaLoops(linalg::LinalgOp op) {
       !op.hasPureTensorSemantics() || !linalg::isaContractionOpInterface(op))
     return std::nullopt;
   auto elem = [](Value v) { return getElementTypeOrSelf(v.getType()); };
-  if (!elem(op.getDpsInputs()[0]).isF16() ||
-      !elem(op.getDpsInputs()[1]).isF16() || !elem(op.getDpsInits()[0]).isF32())
+  Type lhs = elem(op.getDpsInputs()[0]);
+  if (!isa<Float16Type, BFloat16Type>(lhs) ||
+      lhs != elem(op.getDpsInputs()[1]) || !elem(op.getDpsInits()[0]).isF32())
     return std::nullopt;
   SmallVector<int64_t> ranges = op.getStaticLoopRanges();
   if (llvm::any_of(ranges, ShapedType::isDynamic))
@@ -115,7 +116,8 @@ LogicalResult snapkv::distributeToWarps(RewriterBase &rewriter,
                                         linalg::LinalgOp op) {
   std::optional<MmaLoops> loops = mmaLoops(op);
   if (!loops)
-    return op->emitError("snapkv-gpu-distribute: not an f16 MMA contraction");
+    return op->emitError(
+        "snapkv-gpu-distribute: not an f16/bf16 MMA contraction");
   MLIRContext *ctx = rewriter.getContext();
   SmallVector<int64_t> ranges = op.getStaticLoopRanges();
 
@@ -183,7 +185,7 @@ LogicalResult snapkv::distributeToWarps(RewriterBase &rewriter,
                               "the contraction");
   rewriter.replaceOp(generic, vectorized->replacements);
 
-  // f16 operands straight into the contraction, broadcasts and transposes
+  // 16-bit operands straight into the contraction, broadcasts and transposes
   // folded into its maps, keys as its lhs; then the tensor-core shape.
   auto warpLoop = cast<scf::ForallOp>(warps->loops.front());
   RewritePatternSet contract(ctx);

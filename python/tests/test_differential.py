@@ -313,10 +313,11 @@ def test_gpu_kernels_long_prompts(long_cases):
     check(long_cases, GPU_EMULATION)
 
 
-# Tensor cores: with f16 inputs, W a multiple of 8 and D of 16, each key tile's logits are
-# computed by warps as m16n8k16 contractions (snapkv-gpu-distribute{tensor-cores}); the
-# emulation runs those same vector contractions on the CPU. Partial last tiles, dynamic
-# lengths, every policy, both scorings that compute logits; L up to 4096.
+# Tensor cores: with f16 or bf16 inputs, W a multiple of 8 and D of 16, each key tile's
+# logits are computed by warps as m16n8k16 contractions (snapkv-gpu-distribute{tensor-cores});
+# the emulation runs those same vector contractions on the CPU. Partial last tiles, dynamic
+# lengths, every policy, both scorings that compute logits; L up to 4096. Cases 4-7 and
+# 12-15 are bf16 (every head dim; the L = 4096 case too).
 MMA_CASES = 16
 
 
@@ -324,7 +325,8 @@ def mma_config(rng, n):
     config = draw_config(rng)
     window = (8, 16, 32)[n % 3]
     length = 4096 if n == MMA_CASES - 1 else int(rng.integers(window + 1, 400))
-    config.update(elem="f16", window=window, dim=(16, 32, 64, 128)[n % 4], length=length,
+    config.update(elem=("f16", "bf16")[n // 4 % 2], window=window, dim=(16, 32, 64, 128)[n % 4],
+                  length=length,
                   capacity=window + int(rng.integers(4, 60)))
     if config["scoring"] in ("recent", "random"):  # these never compute logits
         config.update(scoring=None, sinks=None, seed=None)
@@ -344,7 +346,8 @@ def test_mma_cases_take_the_tensor_core_form(mma_cases):
         emulated = subprocess.run(
             [str(snapkv_opt()), *GPU_EMULATION, "-"], input=build_module([case]),
             capture_output=True, text=True, check=True).stdout
-        assert "vector<16x16xf16>" in emulated and "#gpu.warp<linear_dim_0>" in emulated, \
+        elem = case.elem
+        assert f"vector<16x16x{elem}>" in emulated and "#gpu.warp<linear_dim_0>" in emulated, \
             case.describe()
 
 
@@ -353,14 +356,17 @@ def test_gpu_tensor_core_form_matches_reference(mma_cases):
 
 
 def test_mma_cases_compile_to_mma_sync(mma_cases):
-    # The GPU-only half (snapkv-gpu-mma-sync, NVVM): every case's PTX has the instruction.
+    # The GPU-only half (snapkv-gpu-mma-sync, NVVM): every case's PTX has the instruction
+    # of its type, with operands loaded from shared memory by ldmatrix.
     if not snapkv_opt().is_file():
         pytest.skip(f"snapkv-opt not built ({snapkv_opt()})")
     pipeline = "--snapkv-gpu-pipeline=chip=sm_80 features=+ptx80 format=isa"
     for case in mma_cases:
         ptx = subprocess.run([str(snapkv_opt()), pipeline, "-"], input=build_module([case]),
                              capture_output=True, text=True, check=True).stdout
-        assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx, case.describe()
+        elem = case.elem
+        assert f"mma.sync.aligned.m16n8k16.row.col.f32.{elem}.{elem}.f32" in ptx, case.describe()
+        assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx, case.describe()
 
 
 # Hostile values (docs/hostile-values.md) through the CPU pipeline and the GPU kernels:

@@ -57,13 +57,12 @@ func.func @logits(%q: tensor<2x2x32x8xf16>, %k: tensor<2x32x32xf16>) -> tensor<2
 #keys = affine_map<(b, g, m, n, k) -> (b, m, k)>
 #out = affine_map<(b, g, m, n, k) -> (b, m, g, n)>
 
-// Not for the tensor cores: bf16 (upstream's vector-to-nvgpu path has no bf16 operands,
-// see gpu-mma-sync.mlir), and f16 with 4 rows (the MMA's columns come in 8s). Both stay
-// scalar thread loops.
+// bf16 the same way (snapkv-gpu-mma-sync lowers the bf16 contractions, gpu-mma-sync.mlir).
 // CHECK-LABEL: func.func @bf16_logits(
+// CHECK: scf.forall (%{{.*}}) in (2)
+// CHECK-COUNT-2: vector.contract {{.*}} : vector<16x16xbf16>, vector<16x8xbf16> into vector<16x8xf32>
 // CHECK-NOT: vector.contract
-// CHECK-NOT: gpu.warp
-// CHECK: {mapping = [#gpu.block<x>]}
+// CHECK: } {mapping = [#gpu.warp<linear_dim_0>]}
 func.func @bf16_logits(%q: tensor<1x1x32x8xbf16>, %k: tensor<1x32x32xbf16>) -> tensor<1x32x1x8xf32> {
   %zero = arith.constant 0.0 : f32
   %init = tensor.empty() : tensor<1x32x1x8xf32>
@@ -74,6 +73,34 @@ func.func @bf16_logits(%q: tensor<1x1x32x8xbf16>, %k: tensor<1x32x32xbf16>) -> t
         ins(%q, %k : tensor<1x1x32x8xbf16>, tensor<1x32x32xbf16>) outs(%f : tensor<1x32x1x8xf32>) {
     ^bb0(%a: bf16, %c: bf16, %acc: f32):
       %a32 = arith.extf %a : bf16 to f32
+      %c32 = arith.extf %c : bf16 to f32
+      %p = arith.mulf %a32, %c32 fastmath<contract> : f32
+      %s = arith.addf %acc, %p fastmath<contract> : f32
+      linalg.yield %s : f32
+    } -> tensor<1x32x1x8xf32>
+    scf.forall.in_parallel {
+      tensor.parallel_insert_slice %l into %o[0, 0, 0, 0] [1, 32, 1, 8] [1, 1, 1, 1] : tensor<1x32x1x8xf32> into tensor<1x32x1x8xf32>
+    }
+  } {mapping = [#gpu.block<x>]}
+  return %r : tensor<1x32x1x8xf32>
+}
+
+// Not for the tensor cores: operands of two types (one MMA multiplies one type), and f16
+// with 4 rows (the MMA's columns come in 8s). Both stay scalar thread loops.
+// CHECK-LABEL: func.func @mixed_types(
+// CHECK-NOT: vector.contract
+// CHECK-NOT: gpu.warp
+// CHECK: {mapping = [#gpu.block<x>]}
+func.func @mixed_types(%q: tensor<1x1x32x8xf16>, %k: tensor<1x32x32xbf16>) -> tensor<1x32x1x8xf32> {
+  %zero = arith.constant 0.0 : f32
+  %init = tensor.empty() : tensor<1x32x1x8xf32>
+  %r = scf.forall (%b) in (1) shared_outs(%o = %init) -> (tensor<1x32x1x8xf32>) {
+    %f = linalg.fill ins(%zero : f32) outs(%o : tensor<1x32x1x8xf32>) -> tensor<1x32x1x8xf32>
+    %l = linalg.generic {indexing_maps = [#qT, #keys, #out],
+                         iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction"]}
+        ins(%q, %k : tensor<1x1x32x8xf16>, tensor<1x32x32xbf16>) outs(%f : tensor<1x32x1x8xf32>) {
+    ^bb0(%a: f16, %c: bf16, %acc: f32):
+      %a32 = arith.extf %a : f16 to f32
       %c32 = arith.extf %c : bf16 to f32
       %p = arith.mulf %a32, %c32 fastmath<contract> : f32
       %s = arith.addf %acc, %p fastmath<contract> : f32

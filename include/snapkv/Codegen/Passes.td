@@ -268,8 +268,8 @@ def GPUDistribute : Pass<"snapkv-gpu-distribute", "::mlir::func::FuncOp"> {
     Option<"threads", "threads", "int64_t", /*default=*/"128",
            "Threads per block">,
     Option<"tensorCores", "tensor-cores", "bool", /*default=*/"false",
-           "Compute f16 contractions (the logits) with warp-level "
-           "m16n8k16 MMA">
+           "Compute f16 and bf16 contractions (the logits) with "
+           "warp-level m16n8k16 MMA">
   ];
   let dependentDialects = [
     "::mlir::affine::AffineDialect",
@@ -283,24 +283,38 @@ def GPUDistribute : Pass<"snapkv-gpu-distribute", "::mlir::func::FuncOp"> {
 }
 
 def GPUMmaSync : Pass<"snapkv-gpu-mma-sync", "::mlir::func::FuncOp"> {
-  let summary = "Lower the warps' f16 vector.contracts to nvgpu.mma.sync";
+  let summary = "Lower the warps' f16/bf16 vector.contracts to mma.sync";
   let description = [{
     Runs after `snapkv-gpu-launch` on the warp-level contractions that
-    `snapkv-gpu-distribute{tensor-cores}` produced (m16n8k16, f16 operands,
-    f32 accumulators): upstream's `populatePrepareVectorToMMAPatterns` and
+    `snapkv-gpu-distribute{tensor-cores}` produced (m16n8k16, f16 or bf16
+    operands, f32 accumulators): upstream's
+    `populatePrepareVectorToMMAPatterns` and
     `convertVectorToNVVMCompatibleMMASync`, applied to the vector ops of
     each block that holds such contractions (moved into an
-    `scf.execute_region` for the rewrite, then inlined again). The upstream pass
-    `convert-vector-to-gpu{use-nvgpu=true}` applies them to the whole
+    `scf.execute_region` for the rewrite, then inlined again). The upstream
+    pass `convert-vector-to-gpu{use-nvgpu=true}` applies them to the whole
     function, where it also takes scalar elementwise ops (an `arith.muli`
-    on indices) for MMA operands and fails
-    (`test/Codegen/gpu-mma-sync.mlir` shows both).
+    on indices) for MMA operands and fails.
+
+    Before the rewrite, reads and writes of shared scratch (views of the
+    launch's dynamic shared memory, which `snapkv-gpu-launch` casts to
+    generic pointers) are pointed at the workgroup-space views, so that
+    upstream loads the operands with `ldmatrix` and the accumulators with
+    shared-memory loads. Upstream has no bf16 form (no bf16 fragments, and
+    `nvgpu.mma.sync` has no bf16 lowering to NVVM): bf16 operands are read
+    through f16 views of the same bytes, distributed by upstream as f16
+    (the PTX ISA gives all 16-bit types one fragment layout), and each
+    resulting `nvgpu.mma.sync` becomes the bf16 `nvvm.mma.sync` on the same
+    registers. A bf16 operand outside shared memory is an error.
+    `test/Codegen/gpu-mma-sync.mlir` shows each case.
   }];
   let dependentDialects = [
     "::mlir::affine::AffineDialect",
     "::mlir::arith::ArithDialect",
     "::mlir::gpu::GPUDialect",
+    "::mlir::LLVM::LLVMDialect",
     "::mlir::memref::MemRefDialect",
+    "::mlir::NVVM::NVVMDialect",
     "::mlir::nvgpu::NVGPUDialect",
     "::mlir::scf::SCFDialect",
     "::mlir::vector::VectorDialect"

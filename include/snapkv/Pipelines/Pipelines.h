@@ -83,8 +83,8 @@ struct GPUPipelineOptions : PassPipelineOptions<GPUPipelineOptions> {
       llvm::cl::init(98304)};
   Option<bool> tensorCores{
       *this, "tensor-cores",
-      llvm::cl::desc("f16 logits on tensor cores (warp-level mma.sync "
-                     "m16n8k16, sm_80 and later)"),
+      llvm::cl::desc("f16 and bf16 logits on tensor cores (warp-level "
+                     "mma.sync m16n8k16, sm_80 and later)"),
       llvm::cl::init(true)};
   Option<AssertMode> asserts{*this, "asserts", assertsDescription(),
                              llvm::cl::init(AssertMode::abort),

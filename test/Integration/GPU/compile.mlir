@@ -69,15 +69,19 @@
 // at least 2 per SM on a 132-SM GPU (264); the row statistics one per kv head; the
 // selection one per cache head. Read off the compiled host code.
 // RUN: snapkv-opt %S/Inputs/benchmark_shape.mlir --snapkv-gpu-pipeline="chip=sm_90 features=+ptx80 format=isa" | %python %S/Inputs/launch_geometry.py | FileCheck %s --check-prefix=GRID
-// Tensor cores at the benchmark shape: in each f16 kernel that reads K (tile statistics,
-// votes), each of the 4 warps steps through the 4 query heads with W/8 x D/16 = 32
-// m16n8k16 MMAs per step: 32 mma.sync in each kernel's PTX (in the step loop), 64 in all;
-// none for bf16, none with tensor-cores=false. ptxas assembles them for sm_90 too.
+// Tensor cores at the benchmark shape: in each kernel that reads K (tile statistics,
+// votes), f16 and bf16 alike, each of the 4 warps steps through the 4 query heads with
+// W/8 x D/16 = 32 m16n8k16 MMAs per step: 32 mma.sync in each kernel's PTX (in the step
+// loop), 64 per type. Their operands come from shared memory by ldmatrix: per step D/16 = 8
+// key fragments (x4) and 32 transposed query fragments (x2.trans), i.e. 16 and 64 per type.
+// None with tensor-cores=false. ptxas assembles them for sm_90 too.
 // RUN: snapkv-opt %S/Inputs/benchmark_shape.mlir --snapkv-gpu-pipeline="chip=sm_80 features=+ptx80 format=isa" > %t.bench.mlir
 // RUN: grep -o "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" %t.bench.mlir | count 64
-// RUN: not grep -o "mma.sync.aligned[a-z0-9.]*bf16" %t.bench.mlir
+// RUN: grep -o "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" %t.bench.mlir | count 64
+// RUN: grep -o "ldmatrix.sync.aligned.m8n8.x4.shared.b16" %t.bench.mlir | count 32
+// RUN: grep -o "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16" %t.bench.mlir | count 128
 // RUN: snapkv-opt %S/Inputs/benchmark_shape.mlir --snapkv-gpu-pipeline="chip=sm_90 features=+ptx80 format=bin" -o /dev/null
-// RUN: snapkv-opt %S/Inputs/benchmark_shape.mlir --snapkv-gpu-pipeline="chip=sm_80 features=+ptx80 format=isa tensor-cores=false" | not grep -o "mma.sync"
+// RUN: snapkv-opt %S/Inputs/benchmark_shape.mlir --snapkv-gpu-pipeline="chip=sm_80 features=+ptx80 format=isa tensor-cores=false" | not grep -o "mma.sync\|ldmatrix"
 // The smallest MMA shape (Inputs/mha_f16.mlir): one mma.sync in each of the two kernels.
 // RUN: snapkv-opt %S/Inputs/mha_f16.mlir --snapkv-gpu-pipeline="chip=sm_80 features=+ptx80 format=isa" | grep -o "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" | count 2
 // GRID-LABEL: func f16_expand
