@@ -276,7 +276,7 @@ def test_long_prompts_match_reference(long_cases):
     check(long_cases)
 
 
-# --snapkv-cpu-pipeline keeps each (batch, kv head) pair's logits between the softmax
+# --snapkv-cpu-pipeline keeps each (batch, query head)'s logits between the softmax
 # statistics and the votes (keep-logits); the form that recomputes them per tile
 # (keep-logits=false) is lowered first here, so that the pipeline's own conversion finds no
 # snapkv op left.

@@ -1,35 +1,34 @@
-// RUN: snapkv-opt %s --pass-pipeline="builtin.module(convert-snapkv-to-linalg{tiling=cpu},canonicalize,cse,func.func(snapkv-vectorize{vector-bits=256},canonicalize,cse,loop-invariant-subset-hoisting,canonicalize))" | FileCheck %s --check-prefix=KEEP --implicit-check-not=1x2x?x64x4x32xf32
+// RUN: snapkv-opt %s --pass-pipeline="builtin.module(convert-snapkv-to-linalg{tiling=cpu},canonicalize,cse,func.func(snapkv-vectorize{vector-bits=256},canonicalize,cse,loop-invariant-subset-hoisting,canonicalize))" | FileCheck %s --check-prefix=KEEP --implicit-check-not=x64x4x32xf32
 // RUN: snapkv-opt %s --pass-pipeline="builtin.module(convert-snapkv-to-linalg{tiling=cpu keep-logits=false},canonicalize,cse,func.func(snapkv-vectorize{vector-bits=256},canonicalize,cse,loop-invariant-subset-hoisting,canonicalize))" | FileCheck %s --implicit-check-not=x64x4x32xf32
 
 // The select as --snapkv-cpu-pipeline compiles it (keep-logits, the
-// default), before bufferisation: an scf.for over the (batch, kv head) pairs
-// carries the votes and one pair's logits per span of key tiles (the whole
-// tiles, then the padded last one); the logits of all kv heads never exist
-// at once (implicit-check-not). Each key tile of the pair (tile, query head)
-// is one iteration of an scf.forall that computes the tile's logits once,
-// with a [2 x 32] FMA accumulator kept in registers across the D loop,
-// reduces them to the tile's maximum and exp-sum, and writes them into the
-// pair's logits (tile-and-fuse would fuse a second copy for the sum: only
-// one FMA loop per tile).
+// default), before bufferisation: an scf.for over the (batch, query head)
+// rows carries the votes and one head's logits per span of key tiles (the
+// whole tiles, then the padded last one); the logits of several heads never
+// exist at once (implicit-check-not). Each key tile of the head is one
+// iteration of an scf.forall that computes the tile's logits once, with a
+// [2 x 32] FMA accumulator kept in registers across the D loop, reduces them
+// to the tile's maximum and exp-sum, and writes them into the head's logits
+// (tile-and-fuse would fuse a second copy for the sum: only one FMA loop per
+// tile).
 // KEEP-LABEL: func.func @select
-// KEEP: scf.for %{{.*}} = %c0 to %c2 step %c1 iter_args({{.*}}) -> (tensor<1x8x?xf32>, tensor<1x1x?x64x4x32xf32>, tensor<1x1x1x64x4x32xf32>)
-// KEEP: scf.forall (%{{.*}}, %{{.*}}) in (%{{.*}}, 4) shared_outs({{.*}}) -> (tensor<1x1x?x4x32xf32>, tensor<1x1x?x4x32xf32>, tensor<1x1x?x64x4x32xf32>)
+// KEEP: scf.for %{{.*}} = %c0 to %c8 step %c1 iter_args({{.*}}) -> (tensor<1x8x?xf32>, tensor<1x1x?x64x1x32xf32>, tensor<1x1x1x64x1x32xf32>)
+// KEEP: scf.forall (%{{.*}}) in (%{{.*}}) shared_outs({{.*}}) -> (tensor<1x1x?x1x32xf32>, tensor<1x1x?x1x32xf32>, tensor<1x1x?x64x1x32xf32>)
 // KEEP: vector.fma %{{.*}}, %{{.*}}, %{{.*}} : vector<2x1x32xf32>
 // KEEP-NOT: vector.fma
 // KEEP: math.exp %{{.*}} : vector<8x32xf32>
-// KEEP: tensor.parallel_insert_slice %{{.*}} into %{{.*}} : tensor<1x1x1x64x1x32xf32> into tensor<1x1x?x64x4x32xf32>
-// KEEP: scf.forall (%{{.*}}) in (4) shared_outs({{.*}}) -> (tensor<1x1x1x4x32xf32>, tensor<1x1x1x4x32xf32>, tensor<1x1x1x64x4x32xf32>)
+// KEEP: tensor.parallel_insert_slice %{{.*}} into %{{.*}} : tensor<1x1x1x64x1x32xf32> into tensor<1x1x?x64x1x32xf32>
+// The padded last tile (one iteration, no loop left).
 // KEEP: vector.fma %{{.*}}, %{{.*}}, %{{.*}} : vector<2x1x32xf32>
 // KEEP-NOT: vector.fma
 // KEEP: math.exp %{{.*}} : vector<8x32xf32>
 // The votes read the kept logits back: exp, no FMA over D.
-// KEEP: scf.forall (%{{.*}}, %{{.*}}) in (%{{.*}}, 4) shared_outs({{.*}}) -> (tensor<1x1x4x?x64xf32>)
+// KEEP: scf.forall (%{{.*}}) in (%{{.*}}) shared_outs({{.*}}) -> (tensor<1x1x1x?x64xf32>)
 // KEEP-NOT: vector<2x1x32xf32>
 // KEEP: math.exp %{{.*}} : vector<32xf32>
-// KEEP: scf.forall (%{{.*}}) in (4) shared_outs({{.*}}) -> (tensor<1x1x4x1x64xf32>)
 // KEEP-NOT: vector<2x1x32xf32>
 // KEEP: math.exp %{{.*}} : vector<32xf32>
-// KEEP: scf.yield %{{.*}}, %{{.*}}, %{{.*}} : tensor<1x8x?xf32>, tensor<1x1x?x64x4x32xf32>, tensor<1x1x1x64x4x32xf32>
+// KEEP: scf.yield %{{.*}}, %{{.*}}, %{{.*}} : tensor<1x8x?xf32>, tensor<1x1x?x64x1x32xf32>, tensor<1x1x1x64x1x32xf32>
 
 // With keep-logits=false:
 // Each key tile (kv head, tile, query head of the group) is one iteration of

@@ -33,13 +33,14 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
     a key tile's logits and its statistics) becomes one `scf.forall` over
     its outer parallel axes with the producers fused into the tile, so the
     logits are never materialised beyond one tile. With `keep-logits` (the
-    default) the scoring runs in an `scf.for` over the (batch, kv head)
-    pairs, one after the other; each pair's tile loop over (key tile, query
-    head) computes the logits once, for the statistics, and yields them, and
-    the votes read them back instead of recomputing them: half the
-    floating-point work, for a scratch of G x W x L floats (one pair's
-    logits; 32 MiB at G x W = 128, L = 65536). `keep-logits=false` recomputes
-    each tile's logits in the votes, with scratch of one tile.
+    default) the scoring runs in an `scf.for` over the (batch, query head)
+    rows, one after the other; each head's loop over its key tiles computes
+    the logits once, for the statistics, and yields them, and the votes read
+    them back instead of recomputing them: half the floating-point work, for
+    a scratch of W x L floats (one head's logits; 8 MiB at W = 32,
+    L = 65536, no more than the [B, Hc, L] votes while W <= B x Hc).
+    `keep-logits=false` recomputes each tile's logits in the votes, with
+    scratch of one tile.
     `--snapkv-cpu-pipeline` uses `tiling=cpu`; `tiling=none` (the default)
     leaves the ops untiled.
 
@@ -64,7 +65,7 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
     Option<"tiling", "tiling", "std::string", /*default=*/"\"none\"",
            "Tile the formulation for a target: none, cpu or gpu">,
     Option<"keepLogits", "keep-logits", "bool", /*default=*/"true",
-           "With tiling=cpu: score one (batch, kv head) pair at a time and "
+           "With tiling=cpu: score one (batch, query head) at a time and "
            "keep its logits for the votes instead of recomputing them">
   ];
   let dependentDialects = [

@@ -35,7 +35,7 @@ struct CPUPipelineOptions : PassPipelineOptions<CPUPipelineOptions> {
       llvm::cl::init(0)};
   Option<bool> keepLogits{
       *this, "keep-logits",
-      llvm::cl::desc("Score one (batch, kv head) pair at a time, keeping its "
+      llvm::cl::desc("Score one (batch, query head) at a time, keeping its "
                      "logits for the votes (false: recompute them per tile)"),
       llvm::cl::init(true)};
   Option<int64_t> vectorBits{

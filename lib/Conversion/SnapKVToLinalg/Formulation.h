@@ -142,9 +142,10 @@ private:
   Value spanVotes(Value queries, Value keys, Value length, Value prefix,
                   bool keep, ValueRange scratch = {},
                   SmallVectorImpl<Value> *keptLogits = nullptr);
-  /// `options.keepLogits`: an scf.for over the (batch, kv head) pairs, each
-  /// scored by the formulation of one pair (B = Hkv = 1) keeping its logits.
-  Value votesPerKvHead(Value queries, Value keys, Value length, Value prefix);
+  /// `options.keepLogits`: an scf.for over the (batch, query head) rows, each
+  /// scored by the formulation of one head (B = Hq = Hkv = 1) keeping its
+  /// logits.
+  Value votesPerHead(Value queries, Value keys, Value length, Value prefix);
   /// Pooled scores over the chunk-padded prefix: [B, Hc, Pp].
   Value pool(Value votes, Value prefix, OpFoldResult paddedPrefix);
 

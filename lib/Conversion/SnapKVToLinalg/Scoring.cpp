@@ -6,7 +6,7 @@
 // maximum and the full softmax denominator (prefix AND window columns). A
 // second pass sums the probabilities over the window rows: the votes, from
 // each tile's logits computed again, or (options.keepLogits, CPU) from the
-// logits of one (batch, kv head) pair kept since the statistics. A target
+// logits of one (batch, query head) kept since the statistics. A target
 // that tiles the scoring ops along the tile axis (and fuses the logits into
 // the consumers) never materialises the [B, Hkv, G, W, L] scores.
 //
@@ -47,6 +47,23 @@ static Value constF32(OpBuilder &nb, Location l, float v) {
 static Value indexAsI32(OpBuilder &nb, Location l, unsigned dim) {
   Value i = linalg::IndexOp::create(nb, l, dim);
   return arith::IndexCastOp::create(nb, l, nb.getI32Type(), i);
+}
+
+/// The body that folds one query head's vote (args[0]) into its kv head's
+/// (args[1]) for gqa mean (acc + v / G, from 0) or max (from -inf).
+static auto foldHeadVotes(const SelectShape &s) {
+  bool mean = s.gqa == GqaPolicy::mean;
+  float groupSize = static_cast<float>(s.group);
+  return [=](OpBuilder &nb, Location l, ValueRange args) {
+    Value r;
+    if (mean)
+      r = arith::AddFOp::create(
+          nb, l, args[1],
+          arith::DivFOp::create(nb, l, args[0], constF32(nb, l, groupSize)));
+    else
+      r = arith::MaximumFOp::create(nb, l, args[1], args[0]);
+    linalg::YieldOp::create(nb, l, ValueRange{r});
+  };
 }
 
 /// The exponent of a logit `x` in a softmax whose maximum is `max`: x - max,
@@ -358,25 +375,13 @@ Value Formulation::tileVotes(Value logitsT, const KeyTiles &tiles, Value rowMax,
   // mean / max over the G query heads of a kv head, before pooling; mean
   // accumulates v / G in head order.
   bool mean = s.gqa == GqaPolicy::mean;
-  float groupSize = static_cast<float>(s.group);
   auto aggregateOp =
       generic(RankedTensorType::get({s.batch, s.kvHeads, dynCount, tile}, f32),
               {votesOp.getResult(0)},
               {filled({ofr(s.batch), ofr(s.kvHeads), count, ofr(tile)}, f32,
                       cF32(mean ? 0.0f : kNegInf))},
               {map(5, {0, 1, 4, 2, 3}), map(5, {0, 1, 2, 3})},
-              {par, par, par, par, red},
-              [=](OpBuilder &nb, Location l, ValueRange args) {
-                Value r;
-                if (mean)
-                  r = arith::AddFOp::create(
-                      nb, l, args[1],
-                      arith::DivFOp::create(nb, l, args[0],
-                                            constF32(nb, l, groupSize)));
-                else
-                  r = arith::MaximumFOp::create(nb, l, args[1], args[0]);
-                linalg::YieldOp::create(nb, l, ValueRange{r});
-              });
+              {par, par, par, par, red}, foldHeadVotes(s));
   fused.push_back(votesOp);
   group(aggregateOp, 3, fused);
   blockGroup(aggregateOp, {1, 1, 1}, {votesOp, producer}, {producer});
@@ -388,7 +393,7 @@ Value Formulation::tileVotes(Value logitsT, const KeyTiles &tiles, Value rowMax,
 Value Formulation::votes(Value queries, Value keys, Value length,
                          Value prefix) {
   if (opts.keepLogits && !opts.gpu)
-    return votesPerKvHead(queries, keys, length, prefix);
+    return votesPerHead(queries, keys, length, prefix);
   return spanVotes(queries, keys, length, prefix, /*keep=*/false);
 }
 
@@ -444,51 +449,63 @@ Value Formulation::spanVotes(Value queries, Value keys, Value length,
   return tensor::ExtractSliceOp::create(b, loc, all, offsets, sizes, strides);
 }
 
-/// One (batch, kv head) pair at a time, in order: its G x W x L logits are
-/// the only scratch that grows with the prompt beyond the votes (32 MiB at
-/// G x W = 128, L = 65536), whatever the number of threads, and one buffer
-/// serves every pair (a loop-carried tensor, so that bufferisation writes
-/// it in place rather than allocating, and faulting in, a fresh one per
-/// pair). The pair's key tiles and query heads are the parallel loops (its
-/// tile groups).
-Value Formulation::votesPerKvHead(Value queries, Value keys, Value length,
-                                  Value prefix) {
-  SelectShape pair = s;
-  pair.batch = 1;
-  pair.kvHeads = 1;
-  pair.queryHeads = s.group;
-  pair.heads = s.expand() ? s.group : 1;
+/// One (batch, query head) at a time, in order: its W x L logits are the
+/// only scratch that grows with the prompt beyond the votes (8 MiB at W = 32,
+/// L = 65536; no more than the [B, Hc, L] votes while W <= B x Hc), whatever
+/// the number of threads, and one buffer serves every head (a loop-carried
+/// tensor, so that bufferisation writes it in place rather than allocating,
+/// and faulting in, a fresh one per head). The head's key tiles are the
+/// parallel loops (its tile groups). The G heads of a kv head follow each
+/// other, so its keys are read G times; the kept logits of one head stay in
+/// the cache between the passes instead (as fast as keeping the G heads'
+/// logits at once, measured at L = 16384 and 65536). gqa mean/max fold each
+/// head's votes into its kv head's row in head order, as the aggregation of
+/// the G heads does.
+Value Formulation::votesPerHead(Value queries, Value keys, Value length,
+                                Value prefix) {
+  SelectShape one = s;
+  one.batch = one.kvHeads = one.queryHeads = one.group = one.heads = 1;
+  one.gqa = GqaPolicy::expand;
+  bool mean = s.gqa == GqaPolicy::mean;
+  SmallVector<OpFoldResult> votesShape = {ofr(s.batch), ofr(s.heads),
+                                          getAsOpFoldResult(prefix)};
   SmallVector<Value> inits = {
-      empty({ofr(s.batch), ofr(s.heads), getAsOpFoldResult(prefix)}, f32)};
-  // The pair's logits, one tensor per span of keyTiles.
+      s.expand() ? empty(votesShape, f32)
+                 : filled(votesShape, f32, cF32(mean ? 0.0f : kNegInf))};
+  // The head's logits, one tensor per span of keyTiles.
   for (OpFoldResult count : keySpans(length).counts(b))
     inits.push_back(empty(
-        {ofr(1), ofr(1), count, ofr(keyTile), ofr(s.group), ofr(s.window)},
-        f32));
-  auto loop = scf::ForOp::create(b, loc, cIndex(0), cIndex(s.batch * s.kvHeads),
-                                 cIndex(1), inits);
+        {ofr(1), ofr(1), count, ofr(keyTile), ofr(1), ofr(s.window)}, f32));
+  auto loop = scf::ForOp::create(
+      b, loc, cIndex(0), cIndex(s.batch * s.queryHeads), cIndex(1), inits);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(loop.getBody());
   Value i = loop.getInductionVar();
-  Value bi = arith::DivUIOp::create(b, loc, i, cIndex(s.kvHeads));
-  Value kv = arith::RemUIOp::create(b, loc, i, cIndex(s.kvHeads));
-  Value firstQuery = arith::MulIOp::create(b, loc, kv, cIndex(s.group));
-  FormulationOptions pairOptions = opts;
-  pairOptions.keepLogits = false;
-  Formulation f(b, loc, pair, pairOptions);
+  Value bi = arith::DivUIOp::create(b, loc, i, cIndex(s.queryHeads));
+  Value h = arith::RemUIOp::create(b, loc, i, cIndex(s.queryHeads));
+  Value kv = arith::DivUIOp::create(b, loc, h, cIndex(s.group));
+  FormulationOptions oneOptions = opts;
+  oneOptions.keepLogits = false;
+  Formulation f(b, loc, one, oneOptions);
   SmallVector<Value> kept;
-  Value v =
-      f.spanVotes(rowOf(queries, bi, firstQuery, false, s.group),
-                  rowOf(keys, bi, kv, false), length, prefix,
-                  /*keep=*/true, loop.getRegionIterArgs().drop_front(), &kept);
+  Value v = f.spanVotes(
+      rowOf(queries, bi, h, false), rowOf(keys, bi, kv, false), length, prefix,
+      /*keep=*/true, loop.getRegionIterArgs().drop_front(), &kept);
   llvm::append_range(tileGroups, f.tileGroups);
-  SmallVector<OpFoldResult> offsets = {bi, s.expand() ? firstQuery : kv,
-                                       ofr(0)};
-  SmallVector<OpFoldResult> sizes = {ofr(1), ofr(pair.heads),
-                                     getAsOpFoldResult(prefix)};
-  SmallVector<Value> next = {tensor::InsertSliceOp::create(
-      b, loc, v, loop.getRegionIterArgs()[0], offsets, sizes,
-      SmallVector<OpFoldResult>(3, ofr(1)))};
+  Value out = loop.getRegionIterArgs()[0];
+  SmallVector<OpFoldResult> offsets = {bi, s.expand() ? h : kv, ofr(0)};
+  SmallVector<OpFoldResult> sizes = {ofr(1), ofr(1), getAsOpFoldResult(prefix)};
+  SmallVector<OpFoldResult> strides(3, ofr(1));
+  if (!s.expand()) {
+    Value row =
+        tensor::ExtractSliceOp::create(b, loc, out, offsets, sizes, strides);
+    v = generic(row.getType(), {v}, {row},
+                {map(3, {0, 1, 2}), map(3, {0, 1, 2})}, {par, par, par},
+                foldHeadVotes(s))
+            .getResult(0);
+  }
+  SmallVector<Value> next = {
+      tensor::InsertSliceOp::create(b, loc, v, out, offsets, sizes, strides)};
   for (auto [value, init] : llvm::zip(kept, ArrayRef(inits).drop_front()))
     next.push_back(
         value.getType() == init.getType()

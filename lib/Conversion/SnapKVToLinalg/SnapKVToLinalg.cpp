@@ -5,7 +5,7 @@
 // formulation ops into an scf.forall over its outer parallel axes and fuses
 // the group's producers (above all the logits) into the tile, so the logits
 // of all heads never exist at once (with keep-logits, those of one (batch,
-// kv head) pair do); the loops carry no target-specific attributes and
+// query head) do); the loops carry no target-specific attributes and
 // become OpenMP loops in --snapkv-cpu-pipeline.
 //
 //===----------------------------------------------------------------------===//

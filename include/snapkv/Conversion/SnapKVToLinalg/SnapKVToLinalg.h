@@ -28,9 +28,9 @@ struct SnapKVToLinalgOptions {
   /// head) rows, one GPU block per row; and tile groups of GPU blocks
   /// (`Formulation::groups`).
   bool gpu = false;
-  /// CPU: score one (batch, kv head) at a time, keeping that pair's
-  /// G x W x L logits (f32) between the softmax statistics and the votes
-  /// instead of computing them twice; the pair's key tiles are parallel.
+  /// CPU: score one (batch, query head) at a time, keeping that head's
+  /// W x L logits (f32) between the softmax statistics and the votes
+  /// instead of computing them twice; the head's key tiles are parallel.
   bool keepLogits = false;
 };
 
