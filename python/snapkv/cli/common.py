@@ -463,9 +463,20 @@ def compaction_parent(strict: bool = False) -> argparse.ArgumentParser:
     return parent
 
 
-def add_prompt_options(parser: argparse.ArgumentParser):
+def add_prompt_options(parser: argparse.ArgumentParser, text: bool = False):
     group = parser.add_argument_group("prompt")
     exclusive = group.add_mutually_exclusive_group()
+    if text:
+        exclusive.add_argument("--text", metavar='"TEXT"',
+                               help="the prompt as text, tokenised with the checkpoint's own "
+                                    "tokenizer exactly as AutoTokenizer.from_pretrained(DIR)"
+                                    "(TEXT).input_ids does (BOS as HF adds it)")
+        exclusive.add_argument("--prompt-file", type=Path, metavar="FILE",
+                               help="the prompt as text read from FILE (UTF-8), tokenised "
+                                    "like --text")
+        group.add_argument("--chat", action="store_true",
+                           help="with --text/--prompt-file: apply the checkpoint's chat "
+                                "template (one user turn, generation prompt added) first")
     exclusive.add_argument("--prompt-length", "-L", type=int_in(1, "the prompt length"),
                            dest="prompt_length", metavar="L",
                            help=f"a prompt of L random token ids drawn with --seed "
@@ -551,11 +562,41 @@ def check_limits(text: str, path: Path, args, length: int, steps: int):
         pass  # not a prefill/decode module: signatures() says so
 
 
+def text_prompt(args, checkpoint) -> Optional[str]:
+    """--text / --prompt-file tokenised into args.prompt (ids); returns the text (None when
+    the prompt is not text). Refuses text for a model without a checkpoint's tokenizer."""
+    text = getattr(args, "text", None)
+    if getattr(args, "prompt_file", None) is not None:
+        try:
+            text = args.prompt_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise CLIError(f"--prompt-file {args.prompt_file}: {error}") from None
+    if text is None:
+        if getattr(args, "chat", False):
+            raise CLIError("--chat goes with --text or --prompt-file")
+        return None
+    if not text:
+        raise CLIError("the prompt text is empty")
+    if checkpoint is None:
+        raise CLIError("a text prompt needs the model's tokenizer: give a checkpoint "
+                       "directory or a known model (`snapkv models`) as MODEL")
+    from .. import tokenizer
+
+    try:
+        args.prompt = tokenizer.encode(checkpoint.path, text, chat=args.chat).tolist()
+    except tokenizer.TokenizerError as error:
+        raise CLIError(str(error)) from None
+    if not args.prompt:
+        raise CLIError("the prompt text has no tokens")
+    return text
+
+
 def prompt(args, vocab: Optional[int]) -> tuple:
     """(ids int64 [1, L], description)."""
     if args.prompt is not None:
         ids = np.array(args.prompt, dtype=np.int64)
-        where = "given"
+        where = "text" if getattr(args, "text", None) is not None or \
+            getattr(args, "prompt_file", None) is not None else "given"
     else:
         length = prompt_length(args)
         ids = np.random.default_rng(args.seed).integers(0, vocab or 2, length, dtype=np.int64)

@@ -35,10 +35,14 @@ def add_parser(commands, common_options, compaction):
                "  snapkv generate --prompt \"5 17 42 7 99 3 64 12 250 1 8 33\" --window 4 "
                "--capacity 8 --steps 4 --json\n"
                "  snapkv generate my-model/ --prompt-length 512 --window 32 --capacity 128   "
-               "# a checkpoint directory")
+               "# a checkpoint directory\n"
+               "  snapkv generate smollm2-135m-instruct --text \"The capital of France is\" "
+               "--window 4 --capacity 8\n"
+               "  snapkv generate smollm2-135m-instruct --prompt-file story.txt --gqa mean "
+               "--capacity 256 --json   # `snapkv models` lists the names")
     common.model_argument(p, checkpoints=True)
     common.checkpoint_option(p)
-    common.add_prompt_options(p)
+    common.add_prompt_options(p, text=True)
     p.add_argument("--steps", "-n", type=common.int_in(0, "the number of steps"),
                    default=DEFAULT_STEPS, metavar="N", help="decode steps (tokens generated "
                                                             "after the first)")
@@ -53,7 +57,8 @@ def add_parser(commands, common_options, compaction):
 def greedy(model, ids, steps: int, *, forced: Optional[Sequence[int]] = None,
            label: str = "", quiet: bool = True):
     """Prefill then `steps` decode steps. Feeds its own argmax, or `forced[g]` at step g.
-    Returns dict(tokens, logits, physical, caches, prefill_s, decode_s)."""
+    Returns dict(tokens, logits, physical, caches, prefill_s, decode_s, step_s (seconds of
+    each decode step))."""
     length = ids.shape[1]
     start = time.perf_counter()
     logits, caches = model.prefill(ids)
@@ -61,12 +66,12 @@ def greedy(model, ids, steps: int, *, forced: Optional[Sequence[int]] = None,
     rows = [logits[0, -1]]
     tokens = [int(np.argmax(rows[0]))]
     physical = [caches[0].shape[2] if caches else 0]
-    decode_s, last_report = 0.0, time.perf_counter()
+    step_s, last_report = [], time.perf_counter()
     for g in range(steps):
         feed = tokens[-1] if forced is None else int(forced[g])
         t0 = time.perf_counter()
         step_logits, caches = model.decode(feed, length + g, caches)
-        decode_s += time.perf_counter() - t0
+        step_s.append(time.perf_counter() - t0)
         rows.append(step_logits[0, 0])
         tokens.append(int(np.argmax(rows[-1])))
         physical.append(caches[0].shape[2] if caches else 0)
@@ -74,7 +79,7 @@ def greedy(model, ids, steps: int, *, forced: Optional[Sequence[int]] = None,
             progress(quiet, f"  {label}: decode step {g + 1}/{steps}")
             last_report = time.perf_counter()
     return dict(tokens=tokens, logits=np.stack(rows), physical=physical, caches=caches,
-                prefill_s=prefill_s, decode_s=decode_s)
+                prefill_s=prefill_s, decode_s=float(sum(step_s)), step_s=step_s)
 
 
 def _runs(full, compact, ids, steps, quiet):
@@ -92,10 +97,15 @@ def _runs(full, compact, ids, steps, quiet):
     return ref, got, forced
 
 
+def _median(values) -> Optional[float]:
+    return float(np.median(values)) if values else None
+
+
 def run(args) -> int:
     common.check_window_capacity(args)
     source = common.load_source(args.model, args, args.quiet)
     path, text = source.path, source.text
+    prompt_text = common.text_prompt(args, source.checkpoint)
     common.verify_ir(path)
     if common.count_selects(text):
         raise CLIError(f"{show(path)} already holds snapkv.select (a rewritten model?): `snapkv "
@@ -132,11 +142,18 @@ def run(args) -> int:
     full_bytes = sum(c.nbytes for c in ref["caches"])
     compact_bytes = sum(c.nbytes for c in got["caches"])
     kept = min(length, args.capacity)
+    said = None
+    if prompt_text is not None:
+        from .. import tokenizer
+
+        said = dict(prompt=prompt_text,
+                    full=tokenizer.decode(source.checkpoint.path, ref["tokens"]),
+                    compacted=tokenizer.decode(source.checkpoint.path, got["tokens"]))
     if args.json:
         print(json.dumps(dict(
             model=source.label, prompt=dict(length=length, source=where, ids=ids[0].tolist()),
             compaction=common.option_dict(args), kept_per_head=kept,
-            tokens=dict(full=ref["tokens"], compacted=got["tokens"]),
+            tokens=dict(full=ref["tokens"], compacted=got["tokens"]), text=said,
             steps=[dict(step=g, fed_at=None if g == 0 else length + g - 1,
                         full=ref["tokens"][g], compacted=got["tokens"][g],
                         same=ref["tokens"][g] == got["tokens"][g], logical_length=length + g,
@@ -152,17 +169,28 @@ def run(args) -> int:
                          compiled_from_cache=dict(compacted=compact.from_cache,
                                                   full=full.from_cache),
                          prefill_full=ref["prefill_s"], prefill_compacted=got["prefill_s"],
-                         decode_full=ref["decode_s"], decode_compacted=got["decode_s"])),
+                         decode_full=ref["decode_s"], decode_compacted=got["decode_s"],
+                         decode_step_full=_median(ref["step_s"]),
+                         decode_step_compacted=_median(got["step_s"]))),
             indent=1))
         return 0
 
     print(f"snapkv generate: {source.label}")
-    print(f"prompt: {length} tokens ({where}): {common.ids_text(ids[0])}")
+    if said is not None:
+        shown = prompt_text if len(prompt_text) <= 200 else \
+            f"{prompt_text[:120]} ... {prompt_text[-60:]}"
+        print(f"prompt: {length} tokens from {len(prompt_text):,} characters of text: "
+              f"{shown!r}")
+    else:
+        print(f"prompt: {length} tokens ({where}): {common.ids_text(ids[0])}")
     print(f"compaction: {common.describe_options(args)} -> {kept} of {length} prompt positions "
           f"cached per head")
     print()
     print(f"full-cache tokens:      {common.ids_text(ref['tokens'])}")
     print(f"compacted-cache tokens: {common.ids_text(got['tokens'])}")
+    if said is not None:
+        print(f"full-cache text:        {said['full']!r}")
+        print(f"compacted-cache text:   {said['compacted']!r}")
     print()
     print("step  fed at  full  compacted  same  logical  physical rows (full / compacted)")
     for g in range(steps + 1):

@@ -1107,6 +1107,8 @@ class CompiledModel:
         self.decode_signature = signature(text, "decode")
         self._check_signatures()
         self.weights, self.weight_notes = self._bind(weights)
+        # Where a text prompt's tokenizer is (generate(text=...)): the checkpoint's directory.
+        self.checkpoint_dir = getattr(weights, "path", None)
         self.max_positions = max_positions
         self._growth = {name: growth(text, name) for name in ("prefill", "decode")}
         glue = [glue_function(text, name) for name in ("prefill", "decode")] \
@@ -1295,8 +1297,14 @@ class CompiledModel:
             raise ValueError(f"caches of different lengths {[c.shape[2] for c in caches]}")
         return lengths.pop()
 
-    def generate(self, ids, steps: int) -> dict:
+    def generate(self, ids=None, steps: int = 16, *, text: Optional[str] = None,
+                 chat: bool = False) -> dict:
         """Greedy decoding: prefill, then `steps` decode steps.
+
+        The prompt is `ids` or `text`, tokenised with the checkpoint's own tokenizer (exactly
+        ``AutoTokenizer.from_pretrained(dir)(text).input_ids``; `chat` applies its chat
+        template first; :mod:`snapkv.tokenizer`); with `text` the result also holds
+        ``text`` (the decoded continuation) and ``ids`` (the prompt's ids).
 
         Token 0 is the argmax of prefill's last logits row. Decode step ``g`` (1-based) feeds
         token ``g - 1`` at logical position ``L + g - 1`` (L = prompt length; ``g - 1`` tokens
@@ -1318,6 +1326,19 @@ class CompiledModel:
         * ``cache_shapes``: the shape of the first cache tensor at the end;
         * ``caches``: the caches after the last step.
         """
+        if (ids is None) == (text is None):
+            raise ValueError("give the prompt as ids or as text (one of them)")
+        if text is not None:
+            if self.checkpoint_dir is None:
+                raise ValueError("a text prompt needs the checkpoint's tokenizer: this model "
+                                 "was not loaded from a checkpoint")
+            from .. import tokenizer
+
+            prompt = tokenizer.encode(self.checkpoint_dir, text, chat=chat)
+            out = self.generate(prompt, steps)
+            out["ids"] = prompt
+            out["text"] = tokenizer.decode(self.checkpoint_dir, out["tokens"])
+            return out
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         if ids.ndim == 1:
             ids = ids[None]

