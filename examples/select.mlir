@@ -3,7 +3,7 @@
 //
 //   build/bin/snapkv-opt examples/select.mlir --snapkv-cpu-pipeline \
 //     | /usr/lib/llvm-22/bin/mlir-runner -e main -entry-point-result=void \
-//         -shared-libs=/usr/lib/llvm-22/lib/libmlir_runner_utils.so,/usr/lib/llvm-22/lib/libmlir_c_runner_utils.so
+//         -shared-libs=/usr/lib/llvm-22/lib/libmlir_runner_utils.so,/usr/lib/llvm-22/lib/libmlir_c_runner_utils.so,/usr/lib/llvm-22/lib/libomp.so
 //
 // prints the votes, the pooled scores and the kept positions:
 //
