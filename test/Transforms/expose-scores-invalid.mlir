@@ -6,7 +6,7 @@
 // PLAIN: error: snapkv-expose-scores: @plain holds no snapkv.select
 
 // A called function would no longer match its callers: refused, unchanged.
-// expected-error @below {{snapkv-expose-scores: @inner is called in this module (its callers would not match the new results)}}
+// expected-error @below {{snapkv-expose-scores: @inner is called in this module (its callers would not match the new results; through-callers passes them out)}}
 func.func @inner(%q: tensor<1x1x2x2xf32>, %k: tensor<1x1x4x2xf32>) -> tensor<1x1x3xi64> {
   %ko, %vo, %idx = snapkv.select %q, %k, %k window 2 capacity 3
       : (tensor<1x1x2x2xf32>, tensor<1x1x4x2xf32>, tensor<1x1x4x2xf32>)

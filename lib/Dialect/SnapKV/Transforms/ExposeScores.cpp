@@ -29,28 +29,77 @@ static std::string clauses(SelectOp op) {
   return text;
 }
 
+/// Makes `func` also return `extra` (after its own results) and records
+/// `described` in its `snapkv.exposed_scores`.
+static void appendResults(func::FuncOp func, ValueRange extra,
+                          ArrayRef<Attribute> described) {
+  MLIRContext *ctx = func.getContext();
+  auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
+  SmallVector<Value> results(ret.getOperands());
+  results.append(extra.begin(), extra.end());
+  ret->setOperands(results);
+  func.setType(FunctionType::get(ctx, func.getFunctionType().getInputs(),
+                                 ret.getOperandTypes()));
+  // Result attributes, if any, must match the new result count.
+  if (ArrayAttr attrs = func.getResAttrsAttr()) {
+    SmallVector<Attribute> padded(attrs.begin(), attrs.end());
+    padded.resize(results.size(), DictionaryAttr::get(ctx));
+    func.setResAttrsAttr(ArrayAttr::get(ctx, padded));
+  }
+  SmallVector<Attribute> all;
+  if (auto before = func->getAttrOfType<ArrayAttr>("snapkv.exposed_scores"))
+    all.append(before.begin(), before.end());
+  all.append(described.begin(), described.end());
+  func->setAttr("snapkv.exposed_scores", ArrayAttr::get(ctx, all));
+}
+
+static bool endsInOneReturn(func::FuncOp func) {
+  return !func.isExternal() && func.getBody().hasOneBlock() &&
+         isa<func::ReturnOp>(func.getBody().front().getTerminator());
+}
+
 namespace {
 struct ExposeScoresPass : snapkv::impl::ExposeScoresBase<ExposeScoresPass> {
   using Base::Base;
 
   /// Why `func` cannot be changed, or an empty string.
-  std::string problem(func::FuncOp func, ModuleOp module) {
+  std::string problem(func::FuncOp func, ModuleOp module,
+                      ArrayRef<func::FuncOp> targets) {
     if (func.isExternal())
       return "has no body";
-    if (!SymbolTable::symbolKnownUseEmpty(func, module))
-      return "is called in this module (its callers would not match the new "
-             "results)";
-    if (!func.getBody().hasOneBlock() ||
-        !isa<func::ReturnOp>(func.getBody().front().getTerminator()))
+    if (!SymbolTable::symbolKnownUseEmpty(func, module)) {
+      if (!throughCallers)
+        return "is called in this module (its callers would not match the "
+               "new results; through-callers passes them out)";
+      // Kept in a local: a temporary optional in the range would dangle.
+      std::optional<SymbolTable::UseRange> uses =
+          SymbolTable::getSymbolUses(func, module);
+      for (const SymbolTable::SymbolUse &use : *uses) {
+        auto call = dyn_cast<func::CallOp>(use.getUser());
+        auto caller =
+            call ? call->getParentOfType<func::FuncOp>() : func::FuncOp();
+        if (!call || call->getParentOp() != caller)
+          return "is used other than by a func.call at the top of a function";
+        if (!endsInOneReturn(caller))
+          return "is called by @" + caller.getSymName().str() +
+                 ", which does not end in a single func.return";
+        if (!SymbolTable::symbolKnownUseEmpty(caller, module))
+          return "is called by @" + caller.getSymName().str() +
+                 ", which is called itself";
+        if (llvm::is_contained(targets, caller))
+          return "is called by @" + caller.getSymName().str() +
+                 ", which is changed for its own selects";
+      }
+    }
+    if (!endsInOneReturn(func))
       return "does not end in a single func.return";
     bool any = false;
     func.walk([&](SelectOp) { any = true; });
     return any ? "" : "holds no snapkv.select";
   }
 
-  void expose(func::FuncOp func) {
-    auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
-    SmallVector<Value> results(ret.getOperands());
+  void expose(func::FuncOp func, ModuleOp module) {
+    SmallVector<Value> results;
     SmallVector<Attribute> described;
     SmallVector<SelectOp> selects;
     func.walk([&](SelectOp select) { selects.push_back(select); });
@@ -78,18 +127,26 @@ struct ExposeScoresPass : snapkv::impl::ExposeScoresBase<ExposeScoresPass> {
                       score.getPooled()});
       described.push_back(StringAttr::get(&getContext(), clauses(select)));
     }
-    ret->setOperands(results);
-    func.setType(FunctionType::get(&getContext(),
-                                   func.getFunctionType().getInputs(),
-                                   ret.getOperandTypes()));
-    // Result attributes, if any, must match the new result count.
-    if (ArrayAttr attrs = func.getResAttrsAttr()) {
-      SmallVector<Attribute> padded(attrs.begin(), attrs.end());
-      padded.resize(results.size(), DictionaryAttr::get(&getContext()));
-      func.setResAttrsAttr(ArrayAttr::get(&getContext(), padded));
+    unsigned before = func.getNumResults();
+    appendResults(func, results, described);
+    if (!throughCallers)
+      return;
+    // Each call takes the new results and its caller returns them.
+    SmallVector<func::CallOp> calls;
+    std::optional<SymbolTable::UseRange> uses =
+        SymbolTable::getSymbolUses(func, module);
+    for (const SymbolTable::SymbolUse &use : *uses)
+      calls.push_back(cast<func::CallOp>(use.getUser()));
+    for (func::CallOp call : calls) {
+      OpBuilder b(call);
+      auto wider =
+          func::CallOp::create(b, call.getLoc(), func, call.getOperands());
+      wider->setDiscardableAttrs(call->getDiscardableAttrDictionary());
+      call.replaceAllUsesWith(wider.getResults().take_front(before));
+      call.erase();
+      appendResults(wider->getParentOfType<func::FuncOp>(),
+                    wider.getResults().drop_front(before), described);
     }
-    func->setAttr("snapkv.exposed_scores",
-                  ArrayAttr::get(&getContext(), described));
   }
 
   void runOnOperation() override {
@@ -115,7 +172,7 @@ struct ExposeScoresPass : snapkv::impl::ExposeScoresBase<ExposeScoresPass> {
     }
     // Check everything before changing anything.
     for (func::FuncOp func : targets) {
-      std::string why = problem(func, module);
+      std::string why = problem(func, module, targets);
       if (!why.empty()) {
         emitError(func.getLoc())
             << "snapkv-expose-scores: @" << func.getSymName() << " " << why;
@@ -123,7 +180,7 @@ struct ExposeScoresPass : snapkv::impl::ExposeScoresBase<ExposeScoresPass> {
       }
     }
     for (func::FuncOp func : targets)
-      expose(func);
+      expose(func, module);
   }
 };
 } // namespace

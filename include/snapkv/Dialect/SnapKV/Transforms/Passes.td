@@ -65,15 +65,25 @@ def ExposeScores : Pass<"snapkv-expose-scores", "::mlir::ModuleOp"> {
     clauses (`"window=8 capacity=16 kernel=5 pooling=avg gqa=expand
     order=position"`, plus `scale=<float>` when the select has one).
 
-    A function to change must not be called in the module (its callers would
-    no longer match) and must end in a single `func.return`; otherwise the
-    pass fails with an error at the function and changes nothing. A named
+    A function to change must end in a single `func.return` and, by default,
+    must not be called in the module (its callers would no longer match);
+    otherwise the pass fails with an error at the function and changes
+    nothing. With `through-callers`, a called function is changed too: every
+    `func.call` of it gets the new results, and its caller returns them after
+    its own results, call by call, and gets `snapkv.exposed_scores` for them
+    (a model whose entry point only calls one function per layer thus exposes
+    every layer's scores while each layer stays its own function, which the
+    runner compiles once). The callers must end in a single `func.return`, be
+    uncalled themselves and not be changed for their own selects. A named
     function that does not exist or holds no select is an error as well.
   }];
   let dependentDialects = ["::mlir::snapkv::SnapKVDialect"];
   let options = [
     ListOption<"functions", "functions", "std::string",
-               "Functions to change (default: every one with a select)">
+               "Functions to change (default: every one with a select)">,
+    Option<"throughCallers", "through-callers", "bool", "false",
+           "Also change called functions, passing their new results out "
+           "through their callers' returns">
   ];
 }
 
