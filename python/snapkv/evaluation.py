@@ -53,6 +53,9 @@ DEFAULT_MODEL = REPO / "models" / "retrieval-llama"
 DEFAULT_WINDOW = 16            # the task keeps the question inside the last 16 positions
 UNBOUNDED = 1 << 40            # a capacity no prompt reaches: the select keeps everything
 OPT_TIMEOUT = 600
+# A bound on the greedy tokens a text task's sample asks for (its answer's tokens and a
+# margin), for refusing lengths that would reach past the model's positions.
+MAX_TEXT_ANSWER_TOKENS = 16
 
 
 class EvalError(Exception):
@@ -205,10 +208,6 @@ class Pipeline:
             self.checkpoint = Checkpoint(self.model_dir)
         except CheckpointError as error:
             raise EvalError(str(error)) from None
-        vocab = self.checkpoint.config.get("vocab_size")
-        if vocab is not None and vocab < retrieval.VOCAB_SIZE:
-            raise EvalError(f"{self.model_dir}: vocabulary of {vocab} ids, the retrieval task "
-                            f"uses {retrieval.VOCAB_SIZE}")
         self.max_positions = self.checkpoint.config.get("max_position_embeddings")
         self.digest = model_digest(self.model_dir)
         self._exported = None
@@ -269,12 +268,37 @@ class Pipeline:
 
     def shared_prefill(self):
         if self._prefill is None:
+            from .frontend import runner
+
             rewritten = self._rewrite(hf.Compaction(window=self.window, capacity=UNBOUNDED,
                                                     gqa="mean"))
-            text = _opt(["--symbol-privatize=exclude=prefill", "--inline", "--symbol-dce",
-                         "--snapkv-expose-scores=functions=prefill"], rewritten)
-            library = self._compile(text, "shared prefill (rewritten, scores exposed)")
-            self._prefill = _function(library, "prefill", text, self._bound(text, "prefill"))
+            only_prefill = ["--symbol-privatize=exclude=prefill", "--symbol-dce"]
+            layers = hf.layer_functions(rewritten)
+            if layers:
+                # One function per layer (hf.export): the layer returns its select's arrays
+                # and @prefill passes them out, so the layer is compiled once, not inlined
+                # 30 times (which a 30-layer model's CPU pipeline cannot hold in 24 GiB).
+                text = _opt([*only_prefill, f"--snapkv-expose-scores=functions={layers[0]} "
+                                            f"through-callers=true"], rewritten)
+                glue = runner.glue_function(text, "prefill")
+            else:
+                text = _opt([*only_prefill, "--inline", "--snapkv-expose-scores="
+                                                        "functions=prefill"], rewritten)
+                glue = None
+            label = "shared prefill (rewritten, scores exposed)"
+            if glue is None:
+                library = self._compile(text, label)
+                self._prefill = _function(library, "prefill", text,
+                                          self._bound(text, "prefill"))
+            else:
+                compiled = runner.without_glue(text, [glue])
+                library = self._compile(compiled, label)
+                lib = ctypes.CDLL(str(library.path))
+                functions = {callee: runner.CompiledFunction(lib, callee,
+                                                             runner.signature(compiled, callee))
+                             for callee in glue.callees}
+                self._prefill = runner.GlueRunner(glue, runner.signature(text, "prefill"),
+                                                  functions, self._bound(text, "prefill"))
         return self._prefill
 
     def selects(self, method: Method, capacity: int, seed: int):
@@ -352,6 +376,145 @@ class Pipeline:
 
 
 # ---------------------------------------------------------------------------------------------
+# Tasks: what a prompt is and when its answer is right
+
+@dataclasses.dataclass
+class EvalSample:
+    """One prompt as the eval runs it: `ids` [L]; `steps` decode steps after prefill's token;
+    `judge(tokens)` says whether the greedy tokens answer it; `positions`: the prompt
+    positions that hold the answer (what ``answer_kept`` looks for); `spans`: (start, end,
+    role) of each needle, for the plots; `answer`: what is expected (JSON)."""
+    ids: np.ndarray
+    index: int
+    steps: int
+    answer: object
+    positions: np.ndarray
+    judge: Callable[[List[int]], bool]
+    spans: List[tuple]
+    said: Callable[[List[int]], Optional[str]] = lambda tokens: None
+
+    @property
+    def length(self) -> int:
+        return int(self.ids.shape[0])
+
+
+class RetrievalTask:
+    """The synthetic retrieval task (:mod:`snapkv.tasks.retrieval`): right when the greedy
+    tokens are exactly the answer's; ``answer_kept`` is the share of (layer, head) caches
+    that hold every answer token."""
+    default_window = DEFAULT_WINDOW
+
+    def __init__(self, variant: str = retrieval.DEFAULT_VARIANT):
+        self.variant = variant
+        self.name = variant
+
+    def key(self) -> dict:
+        return dict(variant=self.variant, generator=retrieval.GENERATOR_VERSION)
+
+    def min_length(self) -> int:
+        return retrieval.min_length(self.variant)
+
+    def max_new_tokens(self) -> int:
+        return retrieval.VARIANTS[self.variant].answer_len[1]
+
+    def check(self, pipeline: "Pipeline"):
+        vocab = pipeline.checkpoint.config.get("vocab_size")
+        if vocab is not None and vocab < retrieval.VOCAB_SIZE:
+            raise EvalError(f"{pipeline.model_dir}: vocabulary of {vocab} ids, the retrieval "
+                            f"task uses {retrieval.VOCAB_SIZE}")
+
+    def sample(self, length: int, seed: int, index: int) -> EvalSample:
+        return self.wrap(retrieval.generate(length, seed, self.variant, index))
+
+    @staticmethod
+    def wrap(sample) -> EvalSample:
+        answer = sample.answer.tolist()
+        return EvalSample(sample.ids, sample.index, len(answer) - 1, answer,
+                          sample.value_positions, lambda tokens: list(tokens) == answer,
+                          [(n.start, n.start + n.length, n.role) for n in sample.needles])
+
+    @staticmethod
+    def kept_share(sample: EvalSample, kept) -> float:
+        return float(np.mean([np.isin(sample.positions, row).all()
+                              for layer in kept for row in layer[0]]))
+
+
+class TextTask:
+    """A real-text task (:mod:`snapkv.tasks.text`: passkey, needle, multikey) tokenised with
+    the checkpoint's own tokenizer: right when the answer string appears in the decoded
+    greedy continuation; ``answer_kept`` is the mean share of the asked needle's tokens that
+    a (layer, head) cache holds."""
+    default_window = 32
+
+    def __init__(self, name: str, checkpoint_dir: Path):
+        from .tasks import text
+
+        if name not in text.TASKS:
+            raise EvalError(f"unknown task {name!r} (choose from {', '.join(text.TASKS)})")
+        self.name, self.directory, self._text = name, Path(checkpoint_dir), text
+
+    def _tokenizer(self):
+        from . import tokenizer
+
+        try:
+            return tokenizer.load(self.directory)
+        except tokenizer.TokenizerError as error:
+            raise EvalError(str(error)) from None
+
+    def key(self) -> dict:
+        digest = hashlib.sha256()
+        for name in sorted(p.name for p in self.directory.iterdir()
+                           if p.name.startswith(("tokenizer", "special_tokens", "vocab"))):
+            digest.update(name.encode() + file_digest(self.directory / name).encode())
+        # The needle/multikey filler is this Python's own documentation (pydoc_data), which
+        # differs between Python versions: its digest is part of what a prompt depends on.
+        return dict(variant=f"text:{self.name}", generator=self._text.GENERATOR_VERSION,
+                    tokenizer=digest.hexdigest(), prose=self._text.prose_digest())
+
+    def min_length(self) -> int:
+        return 0  # the generator refuses a length too short for its sentences, with the reason
+
+    def max_new_tokens(self) -> int:
+        return MAX_TEXT_ANSWER_TOKENS
+
+    def check(self, pipeline: "Pipeline"):
+        self._tokenizer()
+
+    def sample(self, length: int, seed: int, index: int) -> EvalSample:
+        from . import tokenizer
+
+        try:
+            found = self._text.generate(self.name, length, seed, index, self._tokenizer())
+        except ValueError as error:
+            raise EvalError(str(error)) from None
+
+        def said(tokens):
+            return tokenizer.decode(self.directory, tokens)
+
+        return EvalSample(np.asarray(found.ids, dtype=np.int64), index,
+                          found.max_new_tokens - 1, found.answer,
+                          np.asarray(found.needle_positions),
+                          lambda tokens: self._text.correct(found, said(tokens)),
+                          [(int(found.needle_positions.min()),
+                            int(found.needle_positions.max()) + 1, "asked")], said)
+
+    @staticmethod
+    def kept_share(sample: EvalSample, kept) -> float:
+        return float(np.mean([np.isin(sample.positions, row).mean()
+                              for layer in kept for row in layer[0]]))
+
+
+def wilson(correct: int, n: int, z: float = 1.959964) -> tuple:
+    """The 95 % Wilson score interval of `correct` successes in `n` trials."""
+    if n == 0:
+        return (None, None)
+    p = correct / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, float(centre - half)), min(1.0, float(centre + half)))
+
+
+# ---------------------------------------------------------------------------------------------
 # Results cache
 
 def default_cache_dir() -> Path:
@@ -425,14 +588,16 @@ def jobs_for(lengths, methods, budgets) -> List[Job]:
     return jobs
 
 
-def check_jobs(jobs: List[Job], window: int, variant: str, max_positions: Optional[int]):
+def check_jobs(jobs: List[Job], window: int, task, max_positions: Optional[int]):
     """Refuse, before anything runs, what cannot be evaluated (one message)."""
-    shortest = retrieval.min_length(variant)
-    longest_answer = retrieval.VARIANTS[variant].answer_len[1]
+    if isinstance(task, str):
+        task = RetrievalTask(task)
+    shortest = task.min_length()
+    longest_answer = task.max_new_tokens()
     for job in jobs:
         if job.length < max(shortest, window + 1):
-            raise EvalError(f"length {job.length} is too short: the {variant!r} task needs at "
-                            f"least {max(shortest, window + 1)} tokens")
+            raise EvalError(f"length {job.length} is too short: the {task.name!r} task needs "
+                            f"at least {max(shortest, window + 1)} tokens")
         if max_positions is not None and job.length + longest_answer - 1 > max_positions:
             raise EvalError(f"length {job.length} and up to {longest_answer} answer tokens "
                             f"reach past the model's max_position_embeddings ({max_positions})")
@@ -444,22 +609,24 @@ def check_jobs(jobs: List[Job], window: int, variant: str, max_positions: Option
 
 def evaluate(pipeline: Pipeline, lengths: Sequence[int], methods: Sequence[Method],
              budgets: Sequence[Fraction], samples: int, seed: int,
-             variant: str = retrieval.DEFAULT_VARIANT, cache: Optional[ResultCache] = None,
+             variant=retrieval.DEFAULT_VARIANT, cache: Optional[ResultCache] = None,
              progress: Optional[Callable] = None, keep_indices: Optional[dict] = None) \
         -> List[dict]:
-    """The result rows (see :func:`summarise`). `progress(done, total, note)` is called after
-    each prompt. `keep_indices`, a dict, receives {(length, method name, capacity, index):
-    kept indices per layer} for the prompts computed in this call."""
+    """The result rows (see :func:`summarise`). `variant`: a retrieval variant's name or a
+    task object (:class:`RetrievalTask`, :class:`TextTask`). `progress(done, total, note)` is
+    called after each prompt. `keep_indices`, a dict, receives {(length, method name,
+    capacity, index): kept indices per layer} for the prompts computed in this call."""
+    task = RetrievalTask(variant) if isinstance(variant, str) else variant
     cache = cache or ResultCache(None, enabled=False)
     jobs = jobs_for(lengths, methods, budgets)
-    check_jobs(jobs, pipeline.window, variant, pipeline.max_positions)
+    task.check(pipeline)
+    check_jobs(jobs, pipeline.window, task, pipeline.max_positions)
     compiler = pipeline.compiler_digest()
     for job in jobs:
         job.key = dict(version=EVAL_VERSION, model=pipeline.digest,
                        method=job.method.key(pipeline.window, seed), length=job.length,
                        capacity=job.capacity, window=pipeline.window, seed=seed,
-                       variant=variant, generator=retrieval.GENERATOR_VERSION,
-                       compiler=compiler)
+                       compiler=compiler, **task.key())
     total = len(lengths) * samples
     done, computed, start = 0, 0, time.perf_counter()
     for length in lengths:
@@ -467,8 +634,8 @@ def evaluate(pipeline: Pipeline, lengths: Sequence[int], methods: Sequence[Metho
         for index in range(samples):
             missing = [j for j in here if str(index) not in cache.entry(j.key)["samples"]]
             if missing:
-                sample = retrieval.generate(length, seed, variant, index)
-                _run_sample(pipeline, sample, missing, seed, cache, keep_indices)
+                sample = task.sample(length, seed, index)
+                _run_sample(pipeline, sample, missing, seed, cache, keep_indices, task)
                 computed += 1
             done += 1
             if progress:
@@ -479,14 +646,17 @@ def evaluate(pipeline: Pipeline, lengths: Sequence[int], methods: Sequence[Metho
 
 
 def answer_prompt(pipeline: Pipeline, sample, cells: Sequence[tuple], seed: int,
-                  timed: Callable[[int], bool] = lambda i: True) -> List[dict]:
-    """Answer `sample` with each (method, capacity) of `cells` after one shared prefill: per
-    cell dict(tokens, answer, correct, answer_kept, kept_bytes, decode_ms (None where
-    `timed(i)` is false), kept (indices per layer; None for full))."""
-    length, steps = sample.length, len(sample.answer) - 1
+                  timed: Callable[[int], bool] = lambda i: True, task=None) -> List[dict]:
+    """Answer `sample` (an :class:`EvalSample`, or a retrieval sample) with each (method,
+    capacity) of `cells` after one shared prefill: per cell dict(tokens, answer, correct,
+    answer_kept, kept_bytes, decode_ms (None where `timed(i)` is false), kept (indices per
+    layer; None for full), and for text tasks said (the decoded continuation))."""
+    if not isinstance(sample, EvalSample):
+        sample, task = RetrievalTask.wrap(sample), RetrievalTask
+    task = task or RetrievalTask
+    length, steps = sample.length, sample.steps
     logits, caches, queries = pipeline.prefill(sample.ids)
     first = int(np.argmax(logits))
-    answer = sample.answer.tolist()
     out = []
     for i, (method, capacity) in enumerate(cells):
         if method.full:
@@ -494,28 +664,24 @@ def answer_prompt(pipeline: Pipeline, sample, cells: Sequence[tuple], seed: int,
         else:
             kept_caches, kept = pipeline.compact(method, capacity, seed, caches, queries)
         tokens = pipeline.answer(method, first, length, steps, kept_caches)
-        out.append(dict(
-            tokens=tokens, answer=answer, correct=tokens == answer,
-            answer_kept=answer_kept(sample, kept),
+        result = dict(
+            tokens=tokens, answer=sample.answer, correct=bool(sample.judge(tokens)),
+            answer_kept=1.0 if kept is None else task.kept_share(sample, kept),
             kept_bytes=int(sum(c.nbytes for c in kept_caches)),
             decode_ms=pipeline.decode_ms(method, first, length, kept_caches)
-            if timed(i) else None, kept=kept))
+            if timed(i) else None, kept=kept)
+        said = sample.said(tokens)
+        if said is not None:
+            result["said"] = said
+        out.append(result)
     return out
 
 
-def answer_kept(sample, kept) -> float:
-    """The share of (layer, head) caches that hold every answer token (1 for the full cache)."""
-    if kept is None:
-        return 1.0
-    return float(np.mean([np.isin(sample.value_positions, row).all()
-                          for layer in kept for row in layer[0]]))
-
-
-def _run_sample(pipeline: Pipeline, sample, jobs: List[Job], seed: int, cache: ResultCache,
-                keep_indices: Optional[dict]):
+def _run_sample(pipeline: Pipeline, sample: EvalSample, jobs: List[Job], seed: int,
+                cache: ResultCache, keep_indices: Optional[dict], task):
     entries = [cache.entry(job.key) for job in jobs]
     results = answer_prompt(pipeline, sample, [(j.method, j.capacity) for j in jobs], seed,
-                            timed=lambda i: entries[i].get("decode_ms") is None)
+                            timed=lambda i: entries[i].get("decode_ms") is None, task=task)
     for job, entry, result in zip(jobs, entries, results):
         kept = result.pop("kept")
         decode_ms = result.pop("decode_ms")
@@ -524,7 +690,7 @@ def _run_sample(pipeline: Pipeline, sample, jobs: List[Job], seed: int, cache: R
             entry["decode_ms"] = decode_ms
         cache.save(job.key)
         if keep_indices is not None and kept is not None:
-            keep_indices[(sample.length, job.method.name, job.capacity, sample.index)] = kept
+            keep_indices[(job.length, job.method.name, job.capacity, sample.index)] = kept
 
 
 def summarise(jobs: List[Job], samples: int, cache: ResultCache) -> List[dict]:
@@ -538,6 +704,7 @@ def summarise(jobs: List[Job], samples: int, cache: ResultCache) -> List[dict]:
             method=job.method.name, length=job.length, budget=float(job.budget),
             budget_fraction=fraction_text(job.budget), capacity=job.capacity,
             accuracy=correct / len(found) if found else None, n=len(found), correct=correct,
+            interval=wilson(correct, len(found)) if found else None,
             answer_kept=float(np.mean([r["answer_kept"] for r in found])) if found else None,
             kept_bytes=found[0]["kept_bytes"] if found else None,
             decode_ms=entry.get("decode_ms")))

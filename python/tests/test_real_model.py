@@ -110,3 +110,30 @@ def test_tokenizer_matches_hf_with_and_without_the_chat_template(hf_model):
     chat = tok.encode(directory, TEXT, chat=True).tolist()
     assert chat == tokenizer(templated, add_special_tokens=False).input_ids
     assert tokenizer.decode(chat).endswith("assistant\n")
+
+
+@pytest.mark.slow
+def test_eval_on_real_text_scores_the_continuation(capsys):
+    """`snapkv eval --task passkey` on the real model: the full cache answers short passkey
+    prompts (a model that reads its prompt), the rows carry Wilson intervals, the decoded
+    continuations and the bytes each cache held: gqa mean holds Hkv heads of C rows per layer,
+    the full cache Hkv heads of every prompt row."""
+    pytest.importorskip("torch_mlir")
+    require_aot_tools()
+    from snapkv import evaluation as ev
+
+    assert main(["eval", "--model", NAME, "--task", "passkey", "--lengths", "512",
+                 "--budgets", "1/2", "--methods", "full,snapkv-gqa-mean", "--samples", "2",
+                 "--json", "-", "-q", "--no-cache"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["task"] == "passkey" and doc["window"] == ev.TextTask.default_window
+    rows = {r["method"]: r for r in doc["results"]}
+    full, mean = rows["full"], rows["snapkv-gqa-mean"]
+    assert full["n"] == mean["n"] == 2
+    assert full["accuracy"] == 1.0 and full["interval"][1] == 1.0 and full["interval"][0] < 1
+    layers, kv_heads, head_dim, f32 = 30, 3, 64, 4
+    assert mean["capacity"] == 256
+    assert mean["kept_bytes"] == 2 * layers * kv_heads * 256 * head_dim * f32
+    assert full["kept_bytes"] > 2 * layers * kv_heads * 500 * head_dim * f32
+    low, high = mean["interval"]
+    assert 0 <= low <= mean["accuracy"] <= high <= 1

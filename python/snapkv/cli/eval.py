@@ -26,6 +26,7 @@ DEFAULT_SAMPLES = 20
 # the whole prompt whatever the cache keeps, so only the later ones test the cache.
 DEFAULT_VARIANT = "multitoken"
 PLOT_METHODS = ("snapkv", "streaming", "random")
+TASKS = ("retrieval", "passkey", "needle", "multikey")
 
 
 def add_parser(commands, common_options):
@@ -49,10 +50,14 @@ def add_parser(commands, common_options):
         epilog="methods:\n" + methods + "\n\nexamples:\n"
                "  snapkv eval --lengths 1024 --samples 20 --methods full,snapkv,streaming\n"
                "  snapkv eval --lengths 512,1024,2048 --budgets 1/4,1/8 --json - -q\n"
-               "  snapkv eval --model /tmp/my-model --plots /tmp/plots")
+               "  snapkv eval --model /tmp/my-model --plots /tmp/plots\n"
+               "  snapkv eval --model smollm2-135m-instruct --task passkey --lengths 2048 "
+               "--budgets 1/4,1/8 --methods full,snapkv-gqa-mean,streaming --samples 10")
     p.add_argument("--model", type=Path, metavar="DIR",
-                   help="checkpoint directory (config.json + safetensors, vocabulary >= 256), "
-                        "default: models/retrieval-llama")
+                   help="checkpoint directory (config.json + safetensors; the retrieval task "
+                        "needs a vocabulary >= 256, the text tasks the checkpoint's "
+                        "tokenizer) or a known model's name (`snapkv models`), default: "
+                        "models/retrieval-llama")
     p.add_argument("--lengths", type=int_list("--lengths"), metavar="L,L",
                    default=",".join(map(str, DEFAULT_LENGTHS)), help="prompt lengths")
     p.add_argument("--budgets", type=budget_list, metavar="F,F",
@@ -65,10 +70,19 @@ def add_parser(commands, common_options):
                    default=DEFAULT_SAMPLES, help="prompts per length")
     p.add_argument("--seed", type=common.int_in(0, "--seed"), default=0,
                    help="which prompts are drawn (and the random baseline's draw)")
+    p.add_argument("--task", choices=TASKS, default="retrieval",
+                   help="retrieval: the synthetic key-value task over our own 256-id "
+                        "vocabulary (for models/retrieval-llama; --variant picks its form); "
+                        "passkey, needle, multikey: real text (snapkv.tasks.text) tokenised "
+                        "with the model's own tokenizer, right when the answer string is in "
+                        "the greedy continuation")
     p.add_argument("--variant", choices=sorted(retrieval.VARIANTS),
-                   default=DEFAULT_VARIANT, help="task variant (multitoken: see the description)")
+                   default=DEFAULT_VARIANT, help="retrieval task variant (multitoken: see the "
+                                                 "description)")
     p.add_argument("--window", "-W", type=common.int_in(1, "the window"),
-                   default=ev.DEFAULT_WINDOW, help="SnapKV observation window")
+                   help=f"SnapKV observation window (default: {ev.DEFAULT_WINDOW} for the "
+                        f"retrieval task, whose question sits in its last 16 positions; "
+                        f"{ev.TextTask.default_window} for the text tasks)")
     p.add_argument("--json", metavar="FILE", help="write the results as JSON ('-': stdout, "
                                                   "and the table goes to stderr)")
     p.add_argument("--plots", type=Path, metavar="DIR",
@@ -158,19 +172,23 @@ class Bar:
 
 
 def table(rows, out):
-    print(f"{'length':>6} {'budget':>6} {'C':>5}  {'method':<22} {'accuracy':>9} {'n':>3}  "
-          f"{'answer kept':>11}  {'cache KiB':>9}  {'decode ms':>9}", file=out)
+    print(f"{'length':>6} {'budget':>6} {'C':>5}  {'method':<22} {'accuracy':>9} "
+          f"{'95% interval':>13} {'n':>3}  {'answer kept':>11}  {'cache KiB':>9}  "
+          f"{'decode ms':>9}", file=out)
     last = None
     for r in rows:
         if last is not None and r["length"] != last:
             print(file=out)
         last = r["length"]
         acc = "-" if r["accuracy"] is None else f"{r['accuracy']:.1%}"
+        low, high = r.get("interval") or (None, None)
+        interval = "-" if low is None else f"{low:.0%}-{high:.0%}"
         kept = "-" if r["answer_kept"] is None else f"{r['answer_kept']:.0%}"
         kib = "-" if r["kept_bytes"] is None else f"{r['kept_bytes'] / 1024:,.0f}"
         ms = "-" if r["decode_ms"] is None else f"{r['decode_ms']:.1f}"
         print(f"{r['length']:>6} {r['budget_fraction']:>6} {r['capacity']:>5}  "
-              f"{r['method']:<22} {acc:>9} {r['n']:>3}  {kept:>11}  {kib:>9}  {ms:>9}",
+              f"{r['method']:<22} {acc:>9} {interval:>13} {r['n']:>3}  {kept:>11}  {kib:>9}  "
+              f"{ms:>9}",
               file=out)
 
 
@@ -185,13 +203,19 @@ def run(args) -> int:
         raise CLIError("--plots needs matplotlib: pip install matplotlib")
     log = (lambda message: None) if args.quiet else (lambda message: progress(False, message))
     args.model = args.model or ev.DEFAULT_MODEL
+    text_task = args.task != "retrieval"
+    if args.window is None:
+        args.window = ev.TextTask.default_window if text_task else ev.DEFAULT_WINDOW
     try:
         pipeline = ev.Pipeline(args.model, args.window, log=log)
+        task = ev.TextTask(args.task, args.model) if text_task else \
+            ev.RetrievalTask(args.variant)
+        args.task_object = task
         cache = ev.ResultCache(None, enabled=not args.no_cache)
         kept = {}
         start = time.perf_counter()
         rows = ev.evaluate(pipeline, args.lengths, args.methods, args.budgets, args.samples,
-                           args.seed, args.variant, cache, Bar(args.quiet), kept)
+                           args.seed, task, cache, Bar(args.quiet), kept)
     except ev.EvalError as error:
         raise CLIError(str(error)) from None
     except (CompiledCheckError, ResourceLimitError) as error:
@@ -199,13 +223,15 @@ def run(args) -> int:
     seconds = time.perf_counter() - start
     rows = ordered(rows, args.methods)
     out = sys.stderr if args.json == "-" else sys.stdout
-    print(f"snapkv eval: {show(args.model)}, task {args.variant!r}, seed {args.seed}, "
+    print(f"snapkv eval: {show(args.model)}, task {task.name!r}, seed {args.seed}, "
           f"window {args.window}, {args.samples} prompts per length ({seconds:.0f} s)", file=out)
     table(rows, out)
-    print("answer kept: share of (layer, head) caches that hold every answer token; cache "
-          "KiB: the K/V of all layers after prefill; decode ms: one decode step, median of 3 "
-          "(timed once per cell, when it was first computed; the machine's load shows in it)",
-          file=out)
+    kept_note = ("mean share of the needle's tokens a (layer, head) cache holds" if text_task
+                 else "share of (layer, head) caches that hold every answer token")
+    print(f"95% interval: Wilson score interval of the accuracy; answer kept: {kept_note}; "
+          f"cache KiB: the K/V of all layers after prefill; decode ms: one decode step, "
+          f"median of 3 (timed once per cell, when it was first computed; the machine's load "
+          f"shows in it)", file=out)
     if args.plots is not None:
         try:
             written = write_plots(args, pipeline, rows, kept)
@@ -217,9 +243,9 @@ def run(args) -> int:
             print(f"wrote {show(path)}", file=out)
     if args.json:
         document = dict(
-            model=show(args.model), model_sha256=pipeline.digest, variant=args.variant,
-            seed=args.seed, window=args.window, samples=args.samples,
-            generator_version=retrieval.GENERATOR_VERSION, results=rows)
+            model=show(args.model), model_sha256=pipeline.digest, task=args.task,
+            variant=task.name, seed=args.seed, window=args.window, samples=args.samples,
+            task_key=task.key(), results=rows)
         text = json.dumps(document, indent=1) + "\n"
         if args.json == "-":
             sys.stdout.write(text)
@@ -281,7 +307,7 @@ def plot_accuracy(path, rows, args):
     axes[0, 0].set_ylabel("accuracy (%)", fontsize=8)
     handles, labels = axes[0, -1].get_legend_handles_labels()
     fig.legend(handles, labels, loc="center right", fontsize=7, frameon=False)
-    fig.suptitle(f"retrieval accuracy vs cache budget\n({args.variant}, seed {args.seed}, "
+    fig.suptitle(f"retrieval accuracy vs cache budget\n({args.task_object.name}, seed {args.seed}, "
                  f"{args.samples} prompts per point, window {args.window})", fontsize=8)
     fig.subplots_adjust(left=0.06, right=1 - 1.5 / fig.get_figwidth(), bottom=0.16, top=0.78,
                         wspace=0.08)
@@ -306,7 +332,7 @@ def plot_kept(path, pipeline, args, target, kept):
 
     length, budget, methods = target
     capacity = ev.capacity_of(length, budget)
-    sample = retrieval.generate(length, args.seed, args.variant, 0)
+    sample = args.task_object.sample(length, args.seed, 0)
     indices, prefilled = {}, None
     for method in methods:
         found = kept.get((length, method.name, capacity, 0))
@@ -327,13 +353,14 @@ def plot_kept(path, pipeline, args, target, kept):
                            color="#08519c")
                 labels.append(f"l{layer} h{head}")
                 y += 1
-        for needle in sample.needles:
-            colour = {"asked": "#d62728", "distractor": "#ff7f0e"}.get(needle.role, "#999999")
-            ax.axvspan(needle.start - 0.5, needle.start + needle.length - 0.5, color=colour,
-                       alpha=0.35 if needle.role == "asked" else 0.25, linewidth=0)
-        ax.axvspan(length - args.window - 0.5, length - 0.5, color="#fdae6b", alpha=0.3,
+        for start, end, role in sample.spans:
+            colour = {"asked": "#d62728", "distractor": "#ff7f0e"}.get(role, "#999999")
+            ax.axvspan(start - 0.5, end - 0.5, color=colour,
+                       alpha=0.35 if role == "asked" else 0.25, linewidth=0)
+        ax.axvspan(sample.length - args.window - 0.5, sample.length - 0.5, color="#fdae6b",
+                   alpha=0.3,
                    linewidth=0)
-        ax.set_xlim(-1, length)
+        ax.set_xlim(-1, sample.length)
         ax.set_ylim(y - 0.5, -0.5)
         ax.set_yticks(range(y), labels, fontsize=6)
         ax.tick_params(axis="x", labelsize=7)

@@ -2,8 +2,11 @@
 
 * :mod:`snapkv.tasks.retrieval` -- associative recall / needle-in-a-haystack prompts over an
   integer vocabulary of our own (numpy only; see its docstring for the format).
+* :mod:`snapkv.tasks.text` -- real-text passkey, needle and multikey prompts for a real
+  tokenizer (its ``generate`` and ``samples``: ``text.generate``, ``text.samples``).
 """
 
+from . import text  # noqa: F401
 from .retrieval import (  # noqa: F401
     DEFAULT_VARIANT,
     VARIANTS,
@@ -14,3 +17,5 @@ from .retrieval import (  # noqa: F401
     min_length,
     samples,
 )
+from .text import TASKS as TEXT_TASKS  # noqa: F401
+from .text import TextSample  # noqa: F401
