@@ -249,6 +249,17 @@ def resolve(given: Union[str, os.PathLike], log: Optional[Callable[[str], None]]
     return path(str(given), log=log)
 
 
+def name_of(directory: Union[str, os.PathLike]) -> Optional[str]:
+    """The known model's name when `directory` is its converted checkpoint, else None."""
+    marker = _marker(Path(directory))
+    if marker.get("name") in KNOWN:
+        return marker["name"]
+    for model in KNOWN.values():  # converted by import-gguf from the known model's file
+        if marker.get("source", "").endswith(f"/{model.package}/{model.file}"):
+            return model.name
+    return None
+
+
 def available() -> List[dict]:
     """Known models (installed or not, converted or not) and other converted checkpoints."""
     rows, seen = [], set()

@@ -211,7 +211,13 @@ def opt_path() -> Path:
 
 
 def show(path: Path) -> str:
-    """`path` relative to the current directory when it is under it."""
+    """`path` relative to the current directory when it is under it; a known model's
+    converted checkpoint by its name (`snapkv models`)."""
+    from .. import models
+
+    name = models.name_of(path)
+    if name is not None:
+        return name
     try:
         return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
