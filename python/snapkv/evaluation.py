@@ -72,11 +72,16 @@ class Method:
     def full(self) -> bool:
         return self.options is None
 
+    def window(self, default: int) -> int:
+        """The method's observation window: its own, else the evaluation's."""
+        return (self.options or {}).get("window", default)
+
     def compaction(self, window: int, capacity: int, seed: int) -> hf.Compaction:
         options = dict(self.options or {})
+        options.pop("window", None)
         if options.get("scoring") == "random":
             options["seed"] = seed
-        return hf.Compaction(window=window, capacity=capacity, **options)
+        return hf.Compaction(window=self.window(window), capacity=capacity, **options)
 
     def key(self, window: int, seed: int) -> str:
         """What results depend on, capacity aside (names may change, options do not)."""
@@ -96,6 +101,8 @@ _METHODS = [
     Method("snapkv-k1", {"kernel": 1}, "SnapKV without pooling (kernel 1)"),
     Method("snapkv-k7", {"kernel": 7}, "SnapKV, pooling kernel 7"),
     Method("snapkv-maxpool", {"pooling": "max"}, "SnapKV, max pooling"),
+    Method("snapkv-w64", {"window": 64}, "SnapKV with a 64-query observation window "
+           "(kvpress's default), whatever --window says"),
     Method("snapkv-order-score", {"order": "score"}, "SnapKV, kept positions ordered by "
            "score"),
     Method("snapkv-prefix-softmax", {"scoring": "prefix_votes"}, "SnapKV with the window "
@@ -200,6 +207,9 @@ class Pipeline:
         from .frontend.checkpoint import Checkpoint, CheckpointError
 
         self.model_dir, self.window = Path(model_dir), window
+        # The query rows the shared prefill exposes: the widest window of the methods run
+        # (a narrower window's queries are the last rows of these, the same values).
+        self.query_rows = window
         self.log = log or (lambda message: None)
         if not (self.model_dir / "config.json").is_file():
             raise EvalError(f"no model at {self.model_dir} (config.json missing): "
@@ -270,8 +280,8 @@ class Pipeline:
         if self._prefill is None:
             from .frontend import runner
 
-            rewritten = self._rewrite(hf.Compaction(window=self.window, capacity=UNBOUNDED,
-                                                    gqa="mean"))
+            rewritten = self._rewrite(hf.Compaction(window=self.query_rows,
+                                                    capacity=UNBOUNDED, gqa="mean"))
             only_prefill = ["--symbol-privatize=exclude=prefill", "--symbol-dce"]
             layers = hf.layer_functions(rewritten)
             if layers:
@@ -300,6 +310,12 @@ class Pipeline:
                 self._prefill = runner.GlueRunner(glue, runner.signature(text, "prefill"),
                                                   functions, self._bound(text, "prefill"))
         return self._prefill
+
+    def need_rows(self, methods: Sequence[Method]):
+        """Make the shared prefill expose enough query rows for every method's window."""
+        rows = max([self.window] + [m.window(self.window) for m in methods])
+        if rows > self.query_rows:
+            self.query_rows, self._prefill = rows, None
 
     def selects(self, method: Method, capacity: int, seed: int):
         """Per layer a compiled select(q, K, V) -> (K', V', indices) of `method`."""
@@ -347,9 +363,11 @@ class Pipeline:
     def compact(self, method: Method, capacity: int, seed: int, caches, queries):
         """(compacted caches, kept indices per layer [1, Hc, C])."""
         functions = self.selects(method, capacity, seed)
+        rows = method.window(self.window)
         out, kept = [], []
         for layer, function in enumerate(functions):
-            k, v, index = function(queries[layer], caches[2 * layer], caches[2 * layer + 1])
+            q = np.ascontiguousarray(queries[layer][:, :, -rows:, :])
+            k, v, index = function(q, caches[2 * layer], caches[2 * layer + 1])
             out += [k, v]
             kept.append(index)
         return out, kept
@@ -595,15 +613,17 @@ def check_jobs(jobs: List[Job], window: int, task, max_positions: Optional[int])
     shortest = task.min_length()
     longest_answer = task.max_new_tokens()
     for job in jobs:
-        if job.length < max(shortest, window + 1):
+        need = max(shortest, job.method.window(window) + 1)
+        if job.length < need:
             raise EvalError(f"length {job.length} is too short: the {task.name!r} task needs "
-                            f"at least {max(shortest, window + 1)} tokens")
+                            f"at least {need} tokens")
         if max_positions is not None and job.length + longest_answer - 1 > max_positions:
             raise EvalError(f"length {job.length} and up to {longest_answer} answer tokens "
                             f"reach past the model's max_position_embeddings ({max_positions})")
-        if not job.method.full and job.capacity <= window:
+        if not job.method.full and job.capacity <= job.method.window(window):
             raise EvalError(f"budget {fraction_text(job.budget)} of length {job.length} is "
-                            f"C={job.capacity}, not more than the window ({window}): the "
+                            f"C={job.capacity}, not more than {job.method.name}'s window "
+                            f"({job.method.window(window)}): the "
                             f"capacity counts the window; use a larger budget or length")
 
 
@@ -655,6 +675,7 @@ def answer_prompt(pipeline: Pipeline, sample, cells: Sequence[tuple], seed: int,
         sample, task = RetrievalTask.wrap(sample), RetrievalTask
     task = task or RetrievalTask
     length, steps = sample.length, sample.steps
+    pipeline.need_rows([method for method, _ in cells])
     logits, caches, queries = pipeline.prefill(sample.ids)
     first = int(np.argmax(logits))
     out = []

@@ -117,13 +117,18 @@ def test_methods_all_and_budget_parsing():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["snapkv", "snapkv-gqa-mean", "snapkv-order-score",
-                                  "streaming"])
+                                  "streaming", "snapkv-w64"])
 def test_composition_is_the_rewritten_model(pipeline, name):
     """Shared prefill + the method's select + the rewritten decode == the method's rewritten
-    model compiled whole: the same caches (bit for bit) and the same greedy tokens."""
-    method, capacity, steps = ev.METHODS[name], LENGTH // 8, 3
+    model compiled whole: the same caches (bit for bit) and the same greedy tokens. The
+    shared prefill exposes the widest window's query rows (64 with snapkv-w64); a narrower
+    window's select takes the last rows of those."""
+    method, capacity, steps = ev.METHODS[name], LENGTH // 3, 3
     sample = retrieval.generate(LENGTH, 5, "multitoken", 0)
+    pipeline.need_rows([ev.METHODS["snapkv-w64"]])
+    assert pipeline.query_rows == 64
     logits, caches, queries = pipeline.prefill(sample.ids)
+    assert all(q.shape[2] == 64 for q in queries)
     compacted, kept = pipeline.compact(method, capacity, 5, caches, queries)
     tokens = pipeline.answer(method, int(np.argmax(logits)), LENGTH, steps, compacted)
 
