@@ -131,8 +131,8 @@ def run(args) -> int:
     progress(args.quiet, f"generating {steps} tokens after a {length}-token prompt, "
                          f"with each cache ...")
     ref, got, forced = _runs(full, compact, ids, steps, args.quiet)
-    table = ledger.ledger_text(rewritten, length, steps)
-    cache_ledger = ledger.parse(table)
+    table = None if args.json else ledger.ledger_text(rewritten, length, steps)
+    cache_ledger = ledger.ledger_data(rewritten, length, steps)
 
     agree = sum(a == b for a, b in zip(ref["tokens"], got["tokens"]))
     first = next((g for g, (a, b) in enumerate(zip(ref["tokens"], got["tokens"])) if a != b),

@@ -5,16 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 from typing import Optional
 
 from . import common
 from .common import DEFAULT_PROMPT_LENGTH, DEFAULT_STEPS, CLIError, Formatter, progress
-
-_ROW = re.compile(r"^(\d+)\s+(\w+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+([\d,]+)\s+"
-                  r"([\d,]+)$", re.M)
-_TOTAL = re.compile(r"^total: (\d+) layers, full ([\d,]+) B, compacted ([\d,]+) B", re.M)
-_COLUMNS = ("layer", "gqa", "B", "Hkv", "Hc", "D", "e", "kept", "full", "compacted")
 
 
 def add_parser(commands, common_options, compaction):
@@ -48,28 +42,38 @@ def add_parser(commands, common_options, compaction):
     p.set_defaults(func=run)
 
 
-def ledger_text(text: str, prompt_length: int, generated: int) -> str:
+def _report_cache(text: str, prompt_length: int, generated: int, form: str) -> str:
+    """The stdout of snapkv-opt --snapkv-report-cache in `form` (table or json)."""
     done = common.run_opt([f"--snapkv-report-cache=prompt-length={prompt_length} "
-                           f"generated={generated}", "-o", os.devnull], text=text)
+                           f"generated={generated} format={form}", "-o", os.devnull], text=text)
     if done.returncode != 0:
         raise CLIError(common.first_error(done.stderr))
-    return done.stdout.rstrip("\n")
+    return done.stdout
 
 
-def parse(ledger: str) -> dict:
-    """The table of snapkv-report-cache as {layers: [...], total: {...}}."""
-    layers = []
-    for match in _ROW.finditer(ledger):
-        values = [int(v.replace(",", "")) if v.replace(",", "").isdigit() else v
-                  for v in match.groups()]
-        layers.append(dict(zip(_COLUMNS, values)))
-    total = _TOTAL.search(ledger)
-    if not total:
-        raise CLIError(f"unexpected output of snapkv-opt --snapkv-report-cache:\n{ledger}")
-    full, compacted = (int(g.replace(",", "")) for g in total.groups()[1:])
-    return dict(layers=layers, total=dict(layers=int(total.group(1)), full=full,
-                                          compacted=compacted,
-                                          ratio=compacted / full if full else None))
+def ledger_text(text: str, prompt_length: int, generated: int) -> str:
+    """The ledger of the module `text` as the table snapkv-report-cache prints for people."""
+    return _report_cache(text, prompt_length, generated, "table").rstrip("\n")
+
+
+def ledger_data(text: str, prompt_length: int, generated: int) -> dict:
+    """The ledger of the module `text` as {layers: [...], total: {...}}, from
+    snapkv-report-cache format=json: each layer {layer, gqa, B, Hkv, Hc, D, e, kept, full,
+    compacted}, the total {layers, full, compacted, ratio} (ratio None when full is 0)."""
+    out = _report_cache(text, prompt_length, generated, "json")
+    try:
+        report = json.loads(out)
+        layers, total = report["layers"], report["total"]
+        if (report["prompt_length"], report["generated"]) != (prompt_length, generated):
+            raise ValueError("the ledger is for another prompt length or generated count")
+        ratio = total["ratio"]
+        # JSON writes a whole double such as 1.0 as 1: the ratio stays a float.
+        total = dict(layers=total["layers"], full=total["full"], compacted=total["compacted"],
+                     ratio=None if ratio is None else float(ratio))
+    except (ValueError, KeyError, TypeError) as error:
+        raise CLIError(f"unexpected output of snapkv-opt --snapkv-report-cache ... format=json "
+                       f"({error}):\n{out}") from None
+    return dict(layers=layers, total=total)
 
 
 def note(ledger: dict, prompt_length: int) -> Optional[str]:
@@ -106,8 +110,7 @@ def run(args) -> int:
             progress(False, common.diagnostics(warnings))
         options = common.option_dict(args)
         how = f"rewritten with {common.describe_options(args)}"
-    table = ledger_text(module, args.prompt_length, args.generated)
-    ledger = parse(table)
+    ledger = ledger_data(module, args.prompt_length, args.generated)
     explained = note(ledger, args.prompt_length)
     if args.json:
         print(json.dumps(dict(model=source.label, compaction=options,
@@ -115,7 +118,7 @@ def run(args) -> int:
                               **ledger, note=explained), indent=1))
         return 0
     print(f"model: {source.label}, {how}")
-    print(table)
+    print(ledger_text(module, args.prompt_length, args.generated))
     if explained:
         print(explained)
     return 0

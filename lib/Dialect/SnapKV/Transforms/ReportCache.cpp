@@ -7,6 +7,7 @@
 
 #include "llvm/Support/CheckedArithmetic.h"
 #include "llvm/Support/Format.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <optional>
@@ -149,6 +150,12 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
     // Options first, before anything is printed; diagnostics go to a
     // location, not the module op (which mlir-opt would print whole).
     Location loc = getOperation().getLoc();
+    if (format != "table" && format != "json") {
+      emitError(loc) << "snapkv-report-cache: format must be table or json "
+                        "(got '"
+                     << format << "')";
+      return signalPassFailure();
+    }
     int64_t length = promptLength, extra = generated;
     if (length <= 0 || extra < 0) {
       emitError(loc) << "snapkv-report-cache needs prompt-length > 0 and "
@@ -200,6 +207,55 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
       return signalPassFailure();
 
     llvm::raw_ostream &os = llvm::outs();
+    if (format == "json")
+      printJson(os, rows, length, extra, totalFull, totalCompacted);
+    else
+      printTable(os, rows, length, extra, totalFull, totalCompacted);
+    markAllAnalysesPreserved();
+  }
+
+  /// The ledger as one JSON object, keys in a fixed order: prompt_length,
+  /// generated, layers (one object per row, the columns of the table) and
+  /// total (layers, full, compacted, ratio = compacted / full or null).
+  static void printJson(llvm::raw_ostream &os, ArrayRef<Row> rows,
+                        int64_t length, int64_t extra, uint64_t totalFull,
+                        uint64_t totalCompacted) {
+    llvm::json::OStream json(os, /*IndentSize=*/1);
+    json.object([&] {
+      json.attribute("prompt_length", length);
+      json.attribute("generated", extra);
+      json.attributeArray("layers", [&] {
+        for (size_t layer = 0; layer < rows.size(); ++layer)
+          json.object([&, &r = rows[layer]] {
+            json.attribute("layer", static_cast<uint64_t>(layer));
+            json.attribute("gqa", stringifyGqaPolicy(r.gqa));
+            json.attribute("B", r.batch);
+            json.attribute("Hkv", r.kvHeads);
+            json.attribute("Hc", r.heads);
+            json.attribute("D", r.dim);
+            json.attribute("e", r.bytes);
+            json.attribute("kept", r.kept);
+            json.attribute("full", r.full);
+            json.attribute("compacted", r.compacted);
+          });
+      });
+      json.attributeObject("total", [&] {
+        json.attribute("layers", static_cast<uint64_t>(rows.size()));
+        json.attribute("full", totalFull);
+        json.attribute("compacted", totalCompacted);
+        if (totalFull)
+          json.attribute("ratio",
+                         static_cast<double>(totalCompacted) / totalFull);
+        else
+          json.attribute("ratio", nullptr);
+      });
+    });
+    os << "\n";
+  }
+
+  static void printTable(llvm::raw_ostream &os, ArrayRef<Row> rows,
+                         int64_t length, int64_t extra, uint64_t totalFull,
+                         uint64_t totalCompacted) {
     os << "snapkv cache ledger: L=" << length << " g=" << extra
        << " (persistent K/V bytes)\n";
     os << llvm::format("%-6s %-7s %4s %4s %4s %5s %2s %8s %22s %22s\n", "layer",
@@ -218,7 +274,6 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
       os << llvm::format(" (%.4f of full)",
                          static_cast<double>(totalCompacted) / totalFull);
     os << "\n";
-    markAllAnalysesPreserved();
   }
 };
 } // namespace

@@ -41,12 +41,32 @@ def ReportCache : Pass<"snapkv-report-cache", "::mlir::ModuleOp"> {
     a layer function that the model's entry points call N times is N layers.
     Entry points are the functions nothing refers to; a function used other
     than by `func.call`, or called recursively, is an error.
+
+    `format=table` (the default) prints a table for people. `format=json`
+    prints one JSON object for programs:
+
+    ```
+    {
+      "prompt_length": L, "generated": g,
+      "layers": [{"layer": 0, "gqa": "expand", "B": 1, "Hkv": 8, "Hc": 32,
+                  "D": 128, "e": 2, "kept": 1024, "full": ..., "compacted": ...},
+                 ...],
+      "total": {"layers": N, "full": ..., "compacted": ..., "ratio": ...}
+    }
+    ```
+
+    Byte counts are JSON integers (unsigned 64-bit); `ratio` is
+    compacted / full, `null` when the full cache is empty. Any other format is
+    an error.
   }];
   let options = [
     Option<"promptLength", "prompt-length", "int64_t", /*default=*/"0",
            "Prompt length L (required, > 0)">,
     Option<"generated", "generated", "int64_t", /*default=*/"0",
-           "Decoded tokens g whose K/V have been appended">
+           "Decoded tokens g whose K/V have been appended">,
+    Option<"format", "format", "std::string", /*default=*/"\"table\"",
+           "Output format: `table` (for people, the default) or `json` (one "
+           "JSON object: prompt_length, generated, layers, total)">
   ];
 }
 
