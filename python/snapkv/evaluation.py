@@ -100,6 +100,12 @@ _METHODS = [
            "query heads (Hkv cache heads)"),
     Method("snapkv-k1", {"kernel": 1}, "SnapKV without pooling (kernel 1)"),
     Method("snapkv-k7", {"kernel": 7}, "SnapKV, pooling kernel 7"),
+    Method("snapkv-k15", {"kernel": 15}, "SnapKV, pooling kernel 15"),
+    Method("snapkv-k31", {"kernel": 31}, "SnapKV, pooling kernel 31"),
+    Method("snapkv-gqa-mean-k7", {"gqa": "mean", "kernel": 7}, "SnapKV, gqa mean, pooling "
+           "kernel 7"),
+    Method("snapkv-gqa-mean-k15", {"gqa": "mean", "kernel": 15}, "SnapKV, gqa mean, "
+           "pooling kernel 15"),
     Method("snapkv-maxpool", {"pooling": "max"}, "SnapKV, max pooling"),
     Method("snapkv-w64", {"window": 64}, "SnapKV with a 64-query observation window "
            "(kvpress's default), whatever --window says"),
