@@ -492,7 +492,8 @@ class TextTask:
             digest.update(name.encode() + file_digest(self.directory / name).encode())
         # The needle/multikey filler is this Python's own documentation (pydoc_data), which
         # differs between Python versions: its digest is part of what a prompt depends on.
-        return dict(variant=f"text:{self.name}", generator=self._text.GENERATOR_VERSION,
+        return dict(variant=f"text:{self.name}",
+                    generator=[self._text.GENERATOR_VERSION, self._text.TASK_VERSIONS[self.name]],
                     tokenizer=digest.hexdigest(), prose=self._text.prose_digest())
 
     def min_length(self) -> int:

@@ -60,7 +60,7 @@ def sentence_span(sample):
     """(start, end) of the asked needle's sentence in the text."""
     a = re.escape(sample.answer)
     sentence = {"passkey": rf"The pass key is {a}\. Remember it\. {a} is the pass key\.",
-                "needle": rf"The special magic word for \w+ is {a}\.",
+                "needle": rf"The special magic words for \w+ are {a}\.",
                 "multikey": rf"One of the special magic numbers for \w+ is: {a}\."}[sample.task]
     return re.search(sentence, sample.text).span()
 
@@ -137,11 +137,12 @@ def test_answers():
     assert passkey.text.endswith("\nWhat is the pass key? The pass key is")
 
     needle = text.generate("needle", 300, 0, 0, tok)
-    assert needle.answer in text.WORDS and needle.answer.isalpha()
-    city = re.search(r"magic word for (\w+) is", needle.text).group(1)
+    first, second = needle.answer.split(" and ")
+    assert first in text.WORDS and second in text.WORDS and first != second
+    city = re.search(r"magic words for (\w+) are", needle.text).group(1)
     assert city in text.CITIES
-    assert f"The special magic word for {city} is {needle.answer}." in needle.text
-    assert needle.text.endswith(f"The special magic word for {city} is")
+    assert f"The special magic words for {city} are {needle.answer}." in needle.text
+    assert needle.text.endswith(f"The special magic words for {city} are")
 
     multikey = text.generate("multikey", 600, 0, 0, tok)
     assert re.fullmatch(r"[1-9]\d{6}", multikey.answer)

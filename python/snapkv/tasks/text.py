@@ -22,11 +22,12 @@ and the model answers by continuing the question greedily. The three formats:
 * ``needle``: one sentence in English prose (the Python documentation shipped with the standard
   library, ``pydoc_data.topics``), a word answer rather than digits::
 
-      A special magic word is hidden inside the following text. Make sure to memorize it. I
-      will quiz you about the word afterwards.
-      ... is equivalent to if __debug__: ... The special magic word for Lisbon is lantern. The
+      Special magic words are hidden inside the following text. Make sure to memorize them.
+      I will quiz you about the words afterwards.
+      ... is equivalent to if __debug__: ... The special magic words for Lisbon are lantern
+      and pepper. The
       extended form, ...
-      What is the special magic word for Lisbon? The special magic word for Lisbon is
+      What are the special magic words for Lisbon? The special magic words for Lisbon are
 
   answer ``"lantern"``.
 * ``multikey`` (RULER's multi-key needle in a haystack): ``needles`` (default
@@ -88,6 +89,10 @@ SNAP_WORDS = 30      # a needle moves at most this many filler words (and 2 %) t
 DEPTHS = (0.05, 0.95)  # default depths: spread evenly by samples(), drawn by generate()
 # Bumped whenever the drawing rules change, so results cached by seed are not silently reused.
 GENERATOR_VERSION = 1
+# Per task, what cached results are keyed by (GENERATOR_VERSION seeds the draws of every task,
+# so a task's own change bumps only its entry). needle 2: two-word answers, because the first
+# answer token comes from the full prefill and a one-word answer never tested the cache.
+TASK_VERSIONS = {"passkey": 1, "needle": 2, "multikey": 1}
 
 PASSKEY_INTRO = ("There is an important info hidden inside a lot of irrelevant text. Find it "
                  "and memorize them. I will quiz you about the important information there.")
@@ -96,10 +101,11 @@ PASSKEY_FILLER = ("The grass is green. The sky is blue. The sun is yellow. Here 
 PASSKEY_NEEDLE = "The pass key is {answer}. Remember it. {answer} is the pass key."
 PASSKEY_QUESTION = "What is the pass key? The pass key is"
 
-NEEDLE_INTRO = ("A special magic word is hidden inside the following text. Make sure to "
-                "memorize it. I will quiz you about the word afterwards.")
-NEEDLE_SENTENCE = "The special magic word for {key} is {answer}."
-NEEDLE_QUESTION = "What is the special magic word for {key}? The special magic word for {key} is"
+NEEDLE_INTRO = ("Special magic words are hidden inside the following text. Make sure to "
+                "memorize them. I will quiz you about the words afterwards.")
+NEEDLE_SENTENCE = "The special magic words for {key} are {answer}."
+NEEDLE_QUESTION = ("What are the special magic words for {key}? The special magic words for "
+                   "{key} are")
 
 MULTIKEY_INTRO = ("Some special magic numbers are hidden within the following text. Make sure "
                   "to memorize them. I will quiz you about the numbers afterwards.")
@@ -222,7 +228,9 @@ def _passkey(rng, depth):
 def _needle(rng, depth):
     filler = _prose(rng)
     cities, words = _names()
-    key, answer = str(rng.choice(cities)), str(rng.choice(words))
+    key = str(rng.choice(cities))
+    first, second = (str(w) for w in rng.choice(words, 2, replace=False))
+    answer = f"{first} and {second}"
     return _Draw(NEEDLE_INTRO, NEEDLE_QUESTION.format(key=key), answer,
                  needles=((depth, NEEDLE_SENTENCE.format(key=key, answer=answer)),),
                  filler=filler)
