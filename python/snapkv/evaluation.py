@@ -44,6 +44,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from . import hf, tools
+from .models import file_digest
 from .tasks import retrieval
 from .tools import REPO, ToolError
 
@@ -185,14 +186,6 @@ def _function(library, name: str, text: str, bound=()):
 
     return runner.CompiledFunction(ctypes.CDLL(str(library.path)), name,
                                    runner.signature(text, name), bound)
-
-
-def file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def model_digest(directory: Path) -> str:

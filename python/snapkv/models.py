@@ -131,7 +131,8 @@ def gguf_metadata(path: Union[str, os.PathLike], keys=("general.architecture",
         raise ModelError(f"{path}: not a readable GGUF file: {error}") from None
 
 
-def file_digest(path: Path) -> str:
+def file_digest(path: Union[str, os.PathLike]) -> str:
+    """The sha256 of the file's bytes (hex)."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
