@@ -137,3 +137,18 @@ def test_eval_on_real_text_scores_the_continuation(capsys):
     assert full["kept_bytes"] > 2 * layers * kv_heads * 500 * head_dim * f32
     low, high = mean["interval"]
     assert 0 <= low <= mean["accuracy"] <= high <= 1
+
+
+@pytest.mark.parametrize("length", [2000, 8000])
+def test_example_prompt_files_are_what_the_generator_writes(hf_model, length):
+    """examples/passkey-<L>.txt are snapkv.tasks.text's passkey prompt (seed 0, index 0,
+    depth 0.4) for SmolLM2's tokenizer: regenerate them if the generator changes."""
+    from pathlib import Path
+
+    from snapkv.tasks import text
+
+    _, tokenizer = hf_model
+    sample = text.generate("passkey", length, 0, 0, tokenizer, depth=0.4)
+    path = Path(__file__).resolve().parents[2] / "examples" / f"passkey-{length}.txt"
+    assert path.read_text() == sample.text
+    assert sample.answer == "11383" and length - 3 <= sample.length <= length
