@@ -79,10 +79,12 @@ def kvpress_tables(path: str):
             timing = timing or found
         prefill = sorted(r["prefill_s"] for r in timing)[len(timing) // 2]
         decode = sorted(r["decode_ms"] for r in timing)[len(timing) // 2]
-        held = sorted(r.get("kv_bytes_effective", r["kv_bytes"]) for r in timing)[
+        held = sorted(r["kv_bytes"] for r in timing)[len(timing) // 2]
+        effective = sorted(r.get("kv_bytes_effective", r["kv_bytes"]) for r in timing)[
             len(timing) // 2]
+        masked = f" (masked: {effective // 1024:,} attended)" if effective != held else ""
         print(f"| {press} | " + " | ".join(cells) + f" | {prefill:.2f} | {decode:.0f} | "
-              f"{held // 1024:,} |")
+              f"{held // 1024:,}{masked} |")
 
 
 def main() -> int:
