@@ -17,11 +17,17 @@ import argparse
 import json
 
 from snapkv import evaluation as ev
+from snapkv.tasks import text
 
 
 def ours(task: str, length: int, seed: int) -> dict:
     """{(method, capacity): {index: sample result}} from the eval's results cache."""
     found = {}
+    # Only the prompts prompts.py draws today (older generator versions drew others).
+    # (Results cached before per-task versions were keyed by GENERATOR_VERSION alone.)
+    generators = [[text.GENERATOR_VERSION, text.TASK_VERSIONS[task]]]
+    if text.TASK_VERSIONS[task] == 1:
+        generators.append(text.GENERATOR_VERSION)
     for path in ev.default_cache_dir().glob("*.json"):
         try:
             data = json.loads(path.read_text())
@@ -29,7 +35,7 @@ def ours(task: str, length: int, seed: int) -> dict:
             continue
         key = data.get("key", {})
         if key.get("variant") != f"text:{task}" or key.get("length") != length or \
-                key.get("seed") != seed:
+                key.get("seed") != seed or key.get("generator") not in generators:
             continue
         method = key["method"]
         name = "full" if method == "full" else "streaming" if "scoring=recent" in method \
