@@ -33,7 +33,7 @@ module {
     } -> tensor<1x?x32xf32>
     return %1 : tensor<1x?x32xf32>
   }
-  func.func private @prefill_layer(%arg0: tensor<1x?x32xf32>, %arg1: tensor<512x32xf32>, %arg2: tensor<256x32xf32>, %arg3: tensor<256x32xf32>, %arg4: tensor<32x512xf32>, %arg5: tensor<64x32xf32>, %arg6: tensor<64x32xf32>, %arg7: tensor<32x64xf32>, %arg8: tensor<32xf32>, %arg9: tensor<32xf32>) -> (tensor<1x?x32xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>) {
+  func.func private @prefill_layer(%arg0: tensor<1x?x32xf32>, %arg1: tensor<32x512xf32>, %arg2: tensor<32x256xf32>, %arg3: tensor<32x256xf32>, %arg4: tensor<512x32xf32>, %arg5: tensor<32x64xf32>, %arg6: tensor<32x64xf32>, %arg7: tensor<64x32xf32>, %arg8: tensor<32xf32>, %arg9: tensor<32xf32>) -> (tensor<1x?x32xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>) {
     %c2_i64 = arith.constant 2 : i64
     %c0_i64 = arith.constant 0 : i64
     %c1_i64 = arith.constant 1 : i64
@@ -60,17 +60,17 @@ module {
     %1 = tensor.empty(%dim) : tensor<?xi64>
     %2 = linalg.generic {indexing_maps = [#map2], iterator_types = ["parallel"]} outs(%1 : tensor<?xi64>) {
     ^bb0(%out: i64):
-      %156 = linalg.index 0 : index
-      %157 = arith.index_cast %156 : index to i64
-      linalg.yield %157 : i64
+      %151 = linalg.index 0 : index
+      %152 = arith.index_cast %151 : index to i64
+      linalg.yield %152 : i64
     } -> tensor<?xi64>
     %expanded = tensor.expand_shape %2 [[0, 1, 2, 3]] output_shape [1, 1, %dim, 1] : tensor<?xi64> into tensor<1x1x?x1xi64>
     %expanded_9 = tensor.expand_shape %2 [[0, 1, 2, 3]] output_shape [1, 1, 1, %dim] : tensor<?xi64> into tensor<1x1x1x?xi64>
     %3 = tensor.empty(%dim, %dim) : tensor<1x1x?x?xi1>
     %4 = linalg.generic {indexing_maps = [#map3, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_9, %expanded : tensor<1x1x1x?xi64>, tensor<1x1x?x1xi64>) outs(%3 : tensor<1x1x?x?xi1>) {
-    ^bb0(%in: i64, %in_60: i64, %out: i1):
-      %156 = arith.cmpi sle, %in, %in_60 : i64
-      linalg.yield %156 : i1
+    ^bb0(%in: i64, %in_53: i64, %out: i1):
+      %151 = arith.cmpi sle, %in, %in_53 : i64
+      linalg.yield %151 : i1
     } -> tensor<1x1x?x?xi1>
     %5 = arith.cmpi sge, %0, %c0_i64 : i64
     cf.assert %5, "unimplemented: dynamic negative broadcast sizes"
@@ -78,491 +78,479 @@ module {
     %6 = tensor.empty(%dim, %dim) : tensor<1x1x?x?xi1>
     %7 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%6 : tensor<1x1x?x?xi1>) {
     ^bb0(%out: i1):
-      %156 = linalg.index 2 : index
-      %157 = linalg.index 3 : index
-      %158 = arith.cmpi eq, %dim, %c1 : index
-      %159 = arith.select %158, %c0, %156 : index
-      %160 = arith.select %158, %c0, %157 : index
-      %extracted = tensor.extract %4[%c0, %c0, %159, %160] : tensor<1x1x?x?xi1>
+      %151 = linalg.index 2 : index
+      %152 = linalg.index 3 : index
+      %153 = arith.cmpi eq, %dim, %c1 : index
+      %154 = arith.select %153, %c0, %151 : index
+      %155 = arith.select %153, %c0, %152 : index
+      %extracted = tensor.extract %4[%c0, %c0, %154, %155] : tensor<1x1x?x?xi1>
       linalg.yield %extracted : i1
     } -> tensor<1x1x?x?xi1>
     %expanded_10 = tensor.expand_shape %2 [[0, 1, 2]] output_shape [1, %dim, 1] : tensor<?xi64> into tensor<1x?x1xi64>
     %8 = tensor.empty(%dim) : tensor<1x?x1xf32>
     %9 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_10 : tensor<1x?x1xi64>) outs(%8 : tensor<1x?x1xf32>) {
     ^bb0(%in: i64, %out: f32):
-      %156 = arith.sitofp %in : i64 to f32
-      linalg.yield %156 : f32
+      %151 = arith.sitofp %in : i64 to f32
+      linalg.yield %151 : f32
     } -> tensor<1x?x1xf32>
     %10 = tensor.empty(%dim) : tensor<1x?x64xf32>
     %11 = linalg.generic {indexing_maps = [#map6, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%9, %cst_7 : tensor<1x?x1xf32>, tensor<64xf32>) outs(%10 : tensor<1x?x64xf32>) {
-    ^bb0(%in: f32, %in_60: f32, %out: f32):
-      %156 = arith.mulf %in, %in_60 : f32
-      linalg.yield %156 : f32
+    ^bb0(%in: f32, %in_53: f32, %out: f32):
+      %151 = arith.mulf %in, %in_53 : f32
+      linalg.yield %151 : f32
     } -> tensor<1x?x64xf32>
     %concat = tensor.concat dim(2) %11, %11 : (tensor<1x?x64xf32>, tensor<1x?x64xf32>) -> tensor<1x?x128xf32>
     %dim_11 = tensor.dim %11, %c1 : tensor<1x?x64xf32>
     %12 = tensor.empty(%dim_11) : tensor<1x?x128xf32>
     %13 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%concat : tensor<1x?x128xf32>) outs(%12 : tensor<1x?x128xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %156 = math.cos %in : f32
-      linalg.yield %156 : f32
+      %151 = math.cos %in : f32
+      linalg.yield %151 : f32
     } -> tensor<1x?x128xf32>
     %14 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%concat : tensor<1x?x128xf32>) outs(%12 : tensor<1x?x128xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %156 = math.sin %in : f32
-      linalg.yield %156 : f32
+      %151 = math.sin %in : f32
+      linalg.yield %151 : f32
     } -> tensor<1x?x128xf32>
     %15 = tensor.empty(%dim) : tensor<1x?x32xf32>
     %16 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg0 : tensor<1x?x32xf32>) outs(%15 : tensor<1x?x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %156 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %156 : f32
+      %151 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %151 : f32
     } -> tensor<1x?x32xf32>
     %17 = linalg.fill ins(%cst : f32) outs(%8 : tensor<1x?x1xf32>) -> tensor<1x?x1xf32>
     %18 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%16 : tensor<1x?x32xf32>) outs(%17 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %156 = arith.addf %in, %out : f32
-      linalg.yield %156 : f32
+      %151 = arith.addf %in, %out : f32
+      linalg.yield %151 : f32
     } -> tensor<1x?x1xf32>
     %19 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%18 : tensor<1x?x1xf32>) outs(%8 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %156 = arith.divf %in, %cst_8 : f32
-      linalg.yield %156 : f32
+      %151 = arith.divf %in, %cst_8 : f32
+      linalg.yield %151 : f32
     } -> tensor<1x?x1xf32>
     %20 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%19 : tensor<1x?x1xf32>) outs(%8 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %156 = arith.truncf %cst_6 : f64 to f32
-      %157 = arith.addf %in, %156 : f32
-      linalg.yield %157 : f32
+      %151 = arith.truncf %cst_6 : f64 to f32
+      %152 = arith.addf %in, %151 : f32
+      linalg.yield %152 : f32
     } -> tensor<1x?x1xf32>
     %21 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%20 : tensor<1x?x1xf32>) outs(%8 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %156 = math.rsqrt %in : f32
-      linalg.yield %156 : f32
+      %151 = math.rsqrt %in : f32
+      linalg.yield %151 : f32
     } -> tensor<1x?x1xf32>
     %22 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg0, %21 : tensor<1x?x32xf32>, tensor<1x?x1xf32>) outs(%15 : tensor<1x?x32xf32>) {
-    ^bb0(%in: f32, %in_60: f32, %out: f32):
-      %156 = arith.mulf %in, %in_60 : f32
-      linalg.yield %156 : f32
+    ^bb0(%in: f32, %in_53: f32, %out: f32):
+      %151 = arith.mulf %in, %in_53 : f32
+      linalg.yield %151 : f32
     } -> tensor<1x?x32xf32>
     %23 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg8, %22 : tensor<32xf32>, tensor<1x?x32xf32>) outs(%15 : tensor<1x?x32xf32>) {
-    ^bb0(%in: f32, %in_60: f32, %out: f32):
-      %156 = arith.mulf %in, %in_60 : f32
-      linalg.yield %156 : f32
+    ^bb0(%in: f32, %in_53: f32, %out: f32):
+      %151 = arith.mulf %in, %in_53 : f32
+      linalg.yield %151 : f32
     } -> tensor<1x?x32xf32>
-    %24 = tensor.empty() : tensor<32x512xf32>
-    %transposed = linalg.transpose ins(%arg1 : tensor<512x32xf32>) outs(%24 : tensor<32x512xf32>) permutation = [1, 0] 
     %collapsed = tensor.collapse_shape %23 [[0, 1], [2]] : tensor<1x?x32xf32> into tensor<?x32xf32>
-    %25 = tensor.empty(%dim) : tensor<?x512xf32>
-    %26 = linalg.fill ins(%cst : f32) outs(%25 : tensor<?x512xf32>) -> tensor<?x512xf32>
-    %27 = linalg.matmul ins(%collapsed, %transposed : tensor<?x32xf32>, tensor<32x512xf32>) outs(%26 : tensor<?x512xf32>) -> tensor<?x512xf32>
-    %expanded_12 = tensor.expand_shape %27 [[0, 1], [2]] output_shape [1, %dim, 512] : tensor<?x512xf32> into tensor<1x?x512xf32>
-    %28 = arith.cmpi slt, %0, %c0_i64 : i64
-    %29 = arith.select %28, %c1_i64, %0 : i64
-    %30 = arith.extui %28 : i1 to i64
-    %31 = arith.addi %30, %c1_i64 : i64
-    %32 = arith.muli %29, %c128_i64 : i64
-    %33 = arith.cmpi sle, %31, %c1_i64 : i64
-    cf.assert %33, "must have at most one inferred (negative) dimension"
-    %34 = arith.muli %0, %c512_i64 : i64
-    %35 = arith.divsi %34, %32 : i64
-    %36 = arith.select %28, %35, %0 : i64
-    %from_elements = tensor.from_elements %c1_i64, %36, %35, %c128_i64 : tensor<4xi64>
+    %24 = tensor.empty(%dim) : tensor<?x512xf32>
+    %25 = linalg.fill ins(%cst : f32) outs(%24 : tensor<?x512xf32>) -> tensor<?x512xf32>
+    %26 = linalg.matmul ins(%collapsed, %arg1 : tensor<?x32xf32>, tensor<32x512xf32>) outs(%25 : tensor<?x512xf32>) -> tensor<?x512xf32>
+    %expanded_12 = tensor.expand_shape %26 [[0, 1], [2]] output_shape [1, %dim, 512] : tensor<?x512xf32> into tensor<1x?x512xf32>
+    %27 = arith.cmpi slt, %0, %c0_i64 : i64
+    %28 = arith.select %27, %c1_i64, %0 : i64
+    %29 = arith.extui %27 : i1 to i64
+    %30 = arith.addi %29, %c1_i64 : i64
+    %31 = arith.muli %28, %c128_i64 : i64
+    %32 = arith.cmpi sle, %30, %c1_i64 : i64
+    cf.assert %32, "must have at most one inferred (negative) dimension"
+    %33 = arith.muli %0, %c512_i64 : i64
+    %34 = arith.divsi %33, %31 : i64
+    %35 = arith.select %27, %34, %0 : i64
+    %from_elements = tensor.from_elements %c1_i64, %35, %34, %c128_i64 : tensor<4xi64>
     %reshape = tensor.reshape %expanded_12(%from_elements) : (tensor<1x?x512xf32>, tensor<4xi64>) -> tensor<1x?x4x128xf32>
-    %37 = arith.index_cast %36 : i64 to index
-    %38 = tensor.empty(%37) : tensor<1x4x?x128xf32>
-    %transposed_13 = linalg.transpose ins(%reshape : tensor<1x?x4x128xf32>) outs(%38 : tensor<1x4x?x128xf32>) permutation = [0, 2, 1, 3] 
-    %39 = tensor.empty() : tensor<32x256xf32>
-    %transposed_14 = linalg.transpose ins(%arg2 : tensor<256x32xf32>) outs(%39 : tensor<32x256xf32>) permutation = [1, 0] 
-    %40 = tensor.empty(%dim) : tensor<?x256xf32>
-    %41 = linalg.fill ins(%cst : f32) outs(%40 : tensor<?x256xf32>) -> tensor<?x256xf32>
-    %42 = linalg.matmul ins(%collapsed, %transposed_14 : tensor<?x32xf32>, tensor<32x256xf32>) outs(%41 : tensor<?x256xf32>) -> tensor<?x256xf32>
-    %expanded_15 = tensor.expand_shape %42 [[0, 1], [2]] output_shape [1, %dim, 256] : tensor<?x256xf32> into tensor<1x?x256xf32>
-    cf.assert %33, "must have at most one inferred (negative) dimension"
-    %43 = arith.muli %0, %c256_i64 : i64
-    %44 = arith.divsi %43, %32 : i64
-    %45 = arith.select %28, %44, %0 : i64
-    %from_elements_16 = tensor.from_elements %c1_i64, %45, %44, %c128_i64 : tensor<4xi64>
-    %reshape_17 = tensor.reshape %expanded_15(%from_elements_16) : (tensor<1x?x256xf32>, tensor<4xi64>) -> tensor<1x?x2x128xf32>
-    %46 = arith.index_cast %45 : i64 to index
-    %47 = tensor.empty(%46) : tensor<1x2x?x128xf32>
-    %transposed_18 = linalg.transpose ins(%reshape_17 : tensor<1x?x2x128xf32>) outs(%47 : tensor<1x2x?x128xf32>) permutation = [0, 2, 1, 3] 
-    %transposed_19 = linalg.transpose ins(%arg3 : tensor<256x32xf32>) outs(%39 : tensor<32x256xf32>) permutation = [1, 0] 
-    %48 = linalg.matmul ins(%collapsed, %transposed_19 : tensor<?x32xf32>, tensor<32x256xf32>) outs(%41 : tensor<?x256xf32>) -> tensor<?x256xf32>
-    %expanded_20 = tensor.expand_shape %48 [[0, 1], [2]] output_shape [1, %dim, 256] : tensor<?x256xf32> into tensor<1x?x256xf32>
-    cf.assert %33, "must have at most one inferred (negative) dimension"
-    %reshape_21 = tensor.reshape %expanded_20(%from_elements_16) : (tensor<1x?x256xf32>, tensor<4xi64>) -> tensor<1x?x2x128xf32>
-    %transposed_22 = linalg.transpose ins(%reshape_21 : tensor<1x?x2x128xf32>) outs(%47 : tensor<1x2x?x128xf32>) permutation = [0, 2, 1, 3] 
-    %expanded_23 = tensor.expand_shape %13 [[0], [1, 2], [3]] output_shape [1, 1, %dim_11, 128] : tensor<1x?x128xf32> into tensor<1x1x?x128xf32>
-    %expanded_24 = tensor.expand_shape %14 [[0], [1, 2], [3]] output_shape [1, 1, %dim_11, 128] : tensor<1x?x128xf32> into tensor<1x1x?x128xf32>
-    %49 = arith.cmpi eq, %37, %dim_11 : index
-    cf.assert %49, "mismatched size for broadcast"
-    %50 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_13, %expanded_23 : tensor<1x4x?x128xf32>, tensor<1x1x?x128xf32>) outs(%38 : tensor<1x4x?x128xf32>) {
-    ^bb0(%in: f32, %in_60: f32, %out: f32):
-      %156 = arith.mulf %in, %in_60 : f32
-      linalg.yield %156 : f32
+    %36 = arith.index_cast %35 : i64 to index
+    %37 = tensor.empty(%36) : tensor<1x4x?x128xf32>
+    %transposed = linalg.transpose ins(%reshape : tensor<1x?x4x128xf32>) outs(%37 : tensor<1x4x?x128xf32>) permutation = [0, 2, 1, 3] 
+    %38 = tensor.empty(%dim) : tensor<?x256xf32>
+    %39 = linalg.fill ins(%cst : f32) outs(%38 : tensor<?x256xf32>) -> tensor<?x256xf32>
+    %40 = linalg.matmul ins(%collapsed, %arg2 : tensor<?x32xf32>, tensor<32x256xf32>) outs(%39 : tensor<?x256xf32>) -> tensor<?x256xf32>
+    %expanded_13 = tensor.expand_shape %40 [[0, 1], [2]] output_shape [1, %dim, 256] : tensor<?x256xf32> into tensor<1x?x256xf32>
+    cf.assert %32, "must have at most one inferred (negative) dimension"
+    %41 = arith.muli %0, %c256_i64 : i64
+    %42 = arith.divsi %41, %31 : i64
+    %43 = arith.select %27, %42, %0 : i64
+    %from_elements_14 = tensor.from_elements %c1_i64, %43, %42, %c128_i64 : tensor<4xi64>
+    %reshape_15 = tensor.reshape %expanded_13(%from_elements_14) : (tensor<1x?x256xf32>, tensor<4xi64>) -> tensor<1x?x2x128xf32>
+    %44 = arith.index_cast %43 : i64 to index
+    %45 = tensor.empty(%44) : tensor<1x2x?x128xf32>
+    %transposed_16 = linalg.transpose ins(%reshape_15 : tensor<1x?x2x128xf32>) outs(%45 : tensor<1x2x?x128xf32>) permutation = [0, 2, 1, 3] 
+    %46 = linalg.matmul ins(%collapsed, %arg3 : tensor<?x32xf32>, tensor<32x256xf32>) outs(%39 : tensor<?x256xf32>) -> tensor<?x256xf32>
+    %expanded_17 = tensor.expand_shape %46 [[0, 1], [2]] output_shape [1, %dim, 256] : tensor<?x256xf32> into tensor<1x?x256xf32>
+    cf.assert %32, "must have at most one inferred (negative) dimension"
+    %reshape_18 = tensor.reshape %expanded_17(%from_elements_14) : (tensor<1x?x256xf32>, tensor<4xi64>) -> tensor<1x?x2x128xf32>
+    %transposed_19 = linalg.transpose ins(%reshape_18 : tensor<1x?x2x128xf32>) outs(%45 : tensor<1x2x?x128xf32>) permutation = [0, 2, 1, 3] 
+    %expanded_20 = tensor.expand_shape %13 [[0], [1, 2], [3]] output_shape [1, 1, %dim_11, 128] : tensor<1x?x128xf32> into tensor<1x1x?x128xf32>
+    %expanded_21 = tensor.expand_shape %14 [[0], [1, 2], [3]] output_shape [1, 1, %dim_11, 128] : tensor<1x?x128xf32> into tensor<1x1x?x128xf32>
+    %47 = arith.cmpi eq, %36, %dim_11 : index
+    cf.assert %47, "mismatched size for broadcast"
+    %48 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed, %expanded_20 : tensor<1x4x?x128xf32>, tensor<1x1x?x128xf32>) outs(%37 : tensor<1x4x?x128xf32>) {
+    ^bb0(%in: f32, %in_53: f32, %out: f32):
+      %151 = arith.mulf %in, %in_53 : f32
+      linalg.yield %151 : f32
     } -> tensor<1x4x?x128xf32>
-    %extracted_slice = tensor.extract_slice %transposed_13[0, 0, 0, 0] [1, 4, %37, 64] [1, 1, 1, 1] : tensor<1x4x?x128xf32> to tensor<1x4x?x64xf32>
-    %extracted_slice_25 = tensor.extract_slice %transposed_13[0, 0, 0, 64] [1, 4, %37, 64] [1, 1, 1, 1] : tensor<1x4x?x128xf32> to tensor<1x4x?x64xf32>
-    %51 = tensor.empty(%37) : tensor<1x4x?x64xf32>
-    %52 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_25 : tensor<1x4x?x64xf32>) outs(%51 : tensor<1x4x?x64xf32>) {
+    %extracted_slice = tensor.extract_slice %transposed[0, 0, 0, 0] [1, 4, %36, 64] [1, 1, 1, 1] : tensor<1x4x?x128xf32> to tensor<1x4x?x64xf32>
+    %extracted_slice_22 = tensor.extract_slice %transposed[0, 0, 0, 64] [1, 4, %36, 64] [1, 1, 1, 1] : tensor<1x4x?x128xf32> to tensor<1x4x?x64xf32>
+    %49 = tensor.empty(%36) : tensor<1x4x?x64xf32>
+    %50 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_22 : tensor<1x4x?x64xf32>) outs(%49 : tensor<1x4x?x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %156 = arith.negf %in : f32
-      linalg.yield %156 : f32
+      %151 = arith.negf %in : f32
+      linalg.yield %151 : f32
     } -> tensor<1x4x?x64xf32>
-    %concat_26 = tensor.concat dim(3) %52, %extracted_slice : (tensor<1x4x?x64xf32>, tensor<1x4x?x64xf32>) -> tensor<1x4x?x128xf32>
-    %dim_27 = tensor.dim %52, %c2 : tensor<1x4x?x64xf32>
-    %53 = arith.cmpi eq, %dim_27, %dim_11 : index
-    cf.assert %53, "mismatched size for broadcast"
-    %54 = tensor.empty(%dim_27) : tensor<1x4x?x128xf32>
-    %55 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_26, %expanded_24 : tensor<1x4x?x128xf32>, tensor<1x1x?x128xf32>) outs(%54 : tensor<1x4x?x128xf32>) {
-    ^bb0(%in: f32, %in_60: f32, %out: f32):
-      %156 = arith.mulf %in, %in_60 : f32
-      linalg.yield %156 : f32
+    %concat_23 = tensor.concat dim(3) %50, %extracted_slice : (tensor<1x4x?x64xf32>, tensor<1x4x?x64xf32>) -> tensor<1x4x?x128xf32>
+    %dim_24 = tensor.dim %50, %c2 : tensor<1x4x?x64xf32>
+    %51 = arith.cmpi eq, %dim_24, %dim_11 : index
+    cf.assert %51, "mismatched size for broadcast"
+    %52 = tensor.empty(%dim_24) : tensor<1x4x?x128xf32>
+    %53 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_23, %expanded_21 : tensor<1x4x?x128xf32>, tensor<1x1x?x128xf32>) outs(%52 : tensor<1x4x?x128xf32>) {
+    ^bb0(%in: f32, %in_53: f32, %out: f32):
+      %151 = arith.mulf %in, %in_53 : f32
+      linalg.yield %151 : f32
     } -> tensor<1x4x?x128xf32>
-    %56 = arith.cmpi eq, %37, %dim_27 : index
+    %54 = arith.cmpi eq, %36, %dim_24 : index
+    cf.assert %54, "mismatched size for broadcast"
+    %55 = linalg.generic {indexing_maps = [#map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%48, %53 : tensor<1x4x?x128xf32>, tensor<1x4x?x128xf32>) outs(%37 : tensor<1x4x?x128xf32>) {
+    ^bb0(%in: f32, %in_53: f32, %out: f32):
+      %151 = arith.addf %in, %in_53 : f32
+      linalg.yield %151 : f32
+    } -> tensor<1x4x?x128xf32>
+    %56 = arith.cmpi eq, %44, %dim_11 : index
     cf.assert %56, "mismatched size for broadcast"
-    %57 = linalg.generic {indexing_maps = [#map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%50, %55 : tensor<1x4x?x128xf32>, tensor<1x4x?x128xf32>) outs(%38 : tensor<1x4x?x128xf32>) {
-    ^bb0(%in: f32, %in_60: f32, %out: f32):
-      %156 = arith.addf %in, %in_60 : f32
-      linalg.yield %156 : f32
-    } -> tensor<1x4x?x128xf32>
-    %58 = arith.cmpi eq, %46, %dim_11 : index
-    cf.assert %58, "mismatched size for broadcast"
-    %59 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_18, %expanded_23 : tensor<1x2x?x128xf32>, tensor<1x1x?x128xf32>) outs(%47 : tensor<1x2x?x128xf32>) {
-    ^bb0(%in: f32, %in_60: f32, %out: f32):
-      %156 = arith.mulf %in, %in_60 : f32
-      linalg.yield %156 : f32
+    %57 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_16, %expanded_20 : tensor<1x2x?x128xf32>, tensor<1x1x?x128xf32>) outs(%45 : tensor<1x2x?x128xf32>) {
+    ^bb0(%in: f32, %in_53: f32, %out: f32):
+      %151 = arith.mulf %in, %in_53 : f32
+      linalg.yield %151 : f32
     } -> tensor<1x2x?x128xf32>
-    %extracted_slice_28 = tensor.extract_slice %transposed_18[0, 0, 0, 0] [1, 2, %46, 64] [1, 1, 1, 1] : tensor<1x2x?x128xf32> to tensor<1x2x?x64xf32>
-    %extracted_slice_29 = tensor.extract_slice %transposed_18[0, 0, 0, 64] [1, 2, %46, 64] [1, 1, 1, 1] : tensor<1x2x?x128xf32> to tensor<1x2x?x64xf32>
-    %60 = tensor.empty(%46) : tensor<1x2x?x64xf32>
-    %61 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_29 : tensor<1x2x?x64xf32>) outs(%60 : tensor<1x2x?x64xf32>) {
+    %extracted_slice_25 = tensor.extract_slice %transposed_16[0, 0, 0, 0] [1, 2, %44, 64] [1, 1, 1, 1] : tensor<1x2x?x128xf32> to tensor<1x2x?x64xf32>
+    %extracted_slice_26 = tensor.extract_slice %transposed_16[0, 0, 0, 64] [1, 2, %44, 64] [1, 1, 1, 1] : tensor<1x2x?x128xf32> to tensor<1x2x?x64xf32>
+    %58 = tensor.empty(%44) : tensor<1x2x?x64xf32>
+    %59 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_26 : tensor<1x2x?x64xf32>) outs(%58 : tensor<1x2x?x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %156 = arith.negf %in : f32
-      linalg.yield %156 : f32
+      %151 = arith.negf %in : f32
+      linalg.yield %151 : f32
     } -> tensor<1x2x?x64xf32>
-    %concat_30 = tensor.concat dim(3) %61, %extracted_slice_28 : (tensor<1x2x?x64xf32>, tensor<1x2x?x64xf32>) -> tensor<1x2x?x128xf32>
-    %dim_31 = tensor.dim %61, %c2 : tensor<1x2x?x64xf32>
-    %62 = arith.cmpi eq, %dim_31, %dim_11 : index
-    cf.assert %62, "mismatched size for broadcast"
-    %63 = tensor.empty(%dim_31) : tensor<1x2x?x128xf32>
-    %64 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_30, %expanded_24 : tensor<1x2x?x128xf32>, tensor<1x1x?x128xf32>) outs(%63 : tensor<1x2x?x128xf32>) {
-    ^bb0(%in: f32, %in_60: f32, %out: f32):
-      %156 = arith.mulf %in, %in_60 : f32
-      linalg.yield %156 : f32
+    %concat_27 = tensor.concat dim(3) %59, %extracted_slice_25 : (tensor<1x2x?x64xf32>, tensor<1x2x?x64xf32>) -> tensor<1x2x?x128xf32>
+    %dim_28 = tensor.dim %59, %c2 : tensor<1x2x?x64xf32>
+    %60 = arith.cmpi eq, %dim_28, %dim_11 : index
+    cf.assert %60, "mismatched size for broadcast"
+    %61 = tensor.empty(%dim_28) : tensor<1x2x?x128xf32>
+    %62 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_27, %expanded_21 : tensor<1x2x?x128xf32>, tensor<1x1x?x128xf32>) outs(%61 : tensor<1x2x?x128xf32>) {
+    ^bb0(%in: f32, %in_53: f32, %out: f32):
+      %151 = arith.mulf %in, %in_53 : f32
+      linalg.yield %151 : f32
     } -> tensor<1x2x?x128xf32>
-    %65 = arith.cmpi eq, %46, %dim_31 : index
-    cf.assert %65, "mismatched size for broadcast"
-    %66 = linalg.generic {indexing_maps = [#map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%59, %64 : tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>) outs(%47 : tensor<1x2x?x128xf32>) {
-    ^bb0(%in: f32, %in_60: f32, %out: f32):
-      %156 = arith.addf %in, %in_60 : f32
-      linalg.yield %156 : f32
+    %63 = arith.cmpi eq, %44, %dim_28 : index
+    cf.assert %63, "mismatched size for broadcast"
+    %64 = linalg.generic {indexing_maps = [#map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%57, %62 : tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>) outs(%45 : tensor<1x2x?x128xf32>) {
+    ^bb0(%in: f32, %in_53: f32, %out: f32):
+      %151 = arith.addf %in, %in_53 : f32
+      linalg.yield %151 : f32
     } -> tensor<1x2x?x128xf32>
-    %expanded_32 = tensor.expand_shape %66 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %46, 128] : tensor<1x2x?x128xf32> into tensor<1x2x1x?x128xf32>
+    %expanded_29 = tensor.expand_shape %64 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %44, 128] : tensor<1x2x?x128xf32> into tensor<1x2x1x?x128xf32>
     cf.assert %5, "unimplemented: dynamic negative broadcast sizes"
-    %67 = tensor.empty(%dim) : tensor<1x2x2x?x128xf32>
-    %68 = linalg.generic {indexing_maps = [#map9], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} outs(%67 : tensor<1x2x2x?x128xf32>) {
+    %65 = tensor.empty(%dim) : tensor<1x2x2x?x128xf32>
+    %66 = linalg.generic {indexing_maps = [#map9], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} outs(%65 : tensor<1x2x2x?x128xf32>) {
     ^bb0(%out: f32):
-      %156 = linalg.index 1 : index
-      %157 = linalg.index 3 : index
-      %158 = linalg.index 4 : index
-      %159 = arith.cmpi eq, %46, %c1 : index
-      %160 = arith.select %159, %c0, %157 : index
-      %extracted = tensor.extract %expanded_32[%c0, %156, %c0, %160, %158] : tensor<1x2x1x?x128xf32>
+      %151 = linalg.index 1 : index
+      %152 = linalg.index 3 : index
+      %153 = linalg.index 4 : index
+      %154 = arith.cmpi eq, %44, %c1 : index
+      %155 = arith.select %154, %c0, %152 : index
+      %extracted = tensor.extract %expanded_29[%c0, %151, %c0, %155, %153] : tensor<1x2x1x?x128xf32>
       linalg.yield %extracted : f32
     } -> tensor<1x2x2x?x128xf32>
-    %collapsed_33 = tensor.collapse_shape %68 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xf32> into tensor<1x4x?x128xf32>
-    %expanded_34 = tensor.expand_shape %transposed_22 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %46, 128] : tensor<1x2x?x128xf32> into tensor<1x2x1x?x128xf32>
+    %collapsed_30 = tensor.collapse_shape %66 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xf32> into tensor<1x4x?x128xf32>
+    %expanded_31 = tensor.expand_shape %transposed_19 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %44, 128] : tensor<1x2x?x128xf32> into tensor<1x2x1x?x128xf32>
     cf.assert %5, "unimplemented: dynamic negative broadcast sizes"
-    %69 = linalg.generic {indexing_maps = [#map9], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} outs(%67 : tensor<1x2x2x?x128xf32>) {
+    %67 = linalg.generic {indexing_maps = [#map9], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} outs(%65 : tensor<1x2x2x?x128xf32>) {
     ^bb0(%out: f32):
-      %156 = linalg.index 1 : index
-      %157 = linalg.index 3 : index
-      %158 = linalg.index 4 : index
-      %159 = arith.cmpi eq, %46, %c1 : index
-      %160 = arith.select %159, %c0, %157 : index
-      %extracted = tensor.extract %expanded_34[%c0, %156, %c0, %160, %158] : tensor<1x2x1x?x128xf32>
+      %151 = linalg.index 1 : index
+      %152 = linalg.index 3 : index
+      %153 = linalg.index 4 : index
+      %154 = arith.cmpi eq, %44, %c1 : index
+      %155 = arith.select %154, %c0, %152 : index
+      %extracted = tensor.extract %expanded_31[%c0, %151, %c0, %155, %153] : tensor<1x2x1x?x128xf32>
       linalg.yield %extracted : f32
     } -> tensor<1x2x2x?x128xf32>
-    %collapsed_35 = tensor.collapse_shape %69 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xf32> into tensor<1x4x?x128xf32>
-    %70 = tensor.empty(%dim, %dim) : tensor<1x1x?x?xf32>
-    %71 = linalg.generic {indexing_maps = [#map5, #map10, #map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%7, %cst_2, %cst_3 : tensor<1x1x?x?xi1>, tensor<f32>, tensor<f32>) outs(%70 : tensor<1x1x?x?xf32>) {
-    ^bb0(%in: i1, %in_60: f32, %in_61: f32, %out: f32):
-      %156 = arith.select %in, %in_60, %in_61 : f32
-      linalg.yield %156 : f32
+    %collapsed_32 = tensor.collapse_shape %67 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xf32> into tensor<1x4x?x128xf32>
+    %68 = tensor.empty(%dim, %dim) : tensor<1x1x?x?xf32>
+    %69 = linalg.generic {indexing_maps = [#map5, #map10, #map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%7, %cst_2, %cst_3 : tensor<1x1x?x?xi1>, tensor<f32>, tensor<f32>) outs(%68 : tensor<1x1x?x?xf32>) {
+    ^bb0(%in: i1, %in_53: f32, %in_54: f32, %out: f32):
+      %151 = arith.select %in, %in_53, %in_54 : f32
+      linalg.yield %151 : f32
     } -> tensor<1x1x?x?xf32>
-    %72 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%57 : tensor<1x4x?x128xf32>) outs(%38 : tensor<1x4x?x128xf32>) {
+    %70 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%55 : tensor<1x4x?x128xf32>) outs(%37 : tensor<1x4x?x128xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %156 = arith.truncf %cst_4 : f64 to f32
-      %157 = arith.mulf %in, %156 : f32
-      linalg.yield %157 : f32
+      %151 = arith.truncf %cst_4 : f64 to f32
+      %152 = arith.mulf %in, %151 : f32
+      linalg.yield %152 : f32
     } -> tensor<1x4x?x128xf32>
-    %73 = tensor.empty(%dim) : tensor<1x4x128x?xf32>
-    %transposed_36 = linalg.transpose ins(%collapsed_33 : tensor<1x4x?x128xf32>) outs(%73 : tensor<1x4x128x?xf32>) permutation = [0, 1, 3, 2] 
-    %74 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_36 : tensor<1x4x128x?xf32>) outs(%73 : tensor<1x4x128x?xf32>) {
+    %71 = tensor.empty(%dim) : tensor<1x4x128x?xf32>
+    %transposed_33 = linalg.transpose ins(%collapsed_30 : tensor<1x4x?x128xf32>) outs(%71 : tensor<1x4x128x?xf32>) permutation = [0, 1, 3, 2] 
+    %72 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_33 : tensor<1x4x128x?xf32>) outs(%71 : tensor<1x4x128x?xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %156 = arith.truncf %cst_4 : f64 to f32
-      %157 = arith.mulf %in, %156 : f32
-      linalg.yield %157 : f32
+      %151 = arith.truncf %cst_4 : f64 to f32
+      %152 = arith.mulf %in, %151 : f32
+      linalg.yield %152 : f32
     } -> tensor<1x4x128x?xf32>
     cf.assert %5, "unimplemented: dynamic negative broadcast sizes"
-    %75 = tensor.empty(%dim) : tensor<1x4x?x128xf32>
-    %76 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%75 : tensor<1x4x?x128xf32>) {
+    %73 = tensor.empty(%dim) : tensor<1x4x?x128xf32>
+    %74 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%73 : tensor<1x4x?x128xf32>) {
     ^bb0(%out: f32):
-      %156 = linalg.index 1 : index
-      %157 = linalg.index 2 : index
-      %158 = linalg.index 3 : index
-      %159 = arith.cmpi eq, %37, %c1 : index
-      %160 = arith.select %159, %c0, %157 : index
-      %extracted = tensor.extract %72[%c0, %156, %160, %158] : tensor<1x4x?x128xf32>
+      %151 = linalg.index 1 : index
+      %152 = linalg.index 2 : index
+      %153 = linalg.index 3 : index
+      %154 = arith.cmpi eq, %36, %c1 : index
+      %155 = arith.select %154, %c0, %152 : index
+      %extracted = tensor.extract %70[%c0, %151, %155, %153] : tensor<1x4x?x128xf32>
       linalg.yield %extracted : f32
     } -> tensor<1x4x?x128xf32>
-    %collapsed_37 = tensor.collapse_shape %76 [[0, 1], [2], [3]] : tensor<1x4x?x128xf32> into tensor<4x?x128xf32>
+    %collapsed_34 = tensor.collapse_shape %74 [[0, 1], [2], [3]] : tensor<1x4x?x128xf32> into tensor<4x?x128xf32>
     cf.assert %5, "unimplemented: dynamic negative broadcast sizes"
-    %77 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%73 : tensor<1x4x128x?xf32>) {
+    %75 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%71 : tensor<1x4x128x?xf32>) {
     ^bb0(%out: f32):
-      %156 = linalg.index 1 : index
-      %157 = linalg.index 2 : index
-      %158 = linalg.index 3 : index
-      %159 = arith.cmpi eq, %dim, %c1 : index
-      %160 = arith.select %159, %c0, %158 : index
-      %extracted = tensor.extract %74[%c0, %156, %157, %160] : tensor<1x4x128x?xf32>
+      %151 = linalg.index 1 : index
+      %152 = linalg.index 2 : index
+      %153 = linalg.index 3 : index
+      %154 = arith.cmpi eq, %dim, %c1 : index
+      %155 = arith.select %154, %c0, %153 : index
+      %extracted = tensor.extract %72[%c0, %151, %152, %155] : tensor<1x4x128x?xf32>
       linalg.yield %extracted : f32
     } -> tensor<1x4x128x?xf32>
-    %collapsed_38 = tensor.collapse_shape %77 [[0, 1], [2], [3]] : tensor<1x4x128x?xf32> into tensor<4x128x?xf32>
-    %78 = tensor.empty(%dim, %dim) : tensor<4x?x?xf32>
-    %79 = linalg.fill ins(%cst : f32) outs(%78 : tensor<4x?x?xf32>) -> tensor<4x?x?xf32>
-    %80 = linalg.batch_matmul ins(%collapsed_37, %collapsed_38 : tensor<4x?x128xf32>, tensor<4x128x?xf32>) outs(%79 : tensor<4x?x?xf32>) -> tensor<4x?x?xf32>
-    %81 = arith.muli %0, %c4_i64 : i64
-    %82 = arith.select %28, %c4_i64, %81 : i64
-    %83 = arith.muli %82, %0 : i64
-    %84 = arith.select %28, %c4_i64, %83 : i64
-    %85 = arith.select %28, %31, %30 : i64
-    %86 = arith.cmpi sle, %85, %c1_i64 : i64
-    cf.assert %86, "must have at most one inferred (negative) dimension"
-    %87 = arith.muli %81, %0 : i64
-    %88 = arith.divsi %87, %84 : i64
-    %89 = arith.select %28, %88, %0 : i64
-    %from_elements_39 = tensor.from_elements %c1_i64, %c4_i64, %89, %89 : tensor<4xi64>
-    %reshape_40 = tensor.reshape %80(%from_elements_39) : (tensor<4x?x?xf32>, tensor<4xi64>) -> tensor<1x4x?x?xf32>
-    %90 = arith.index_cast %89 : i64 to index
-    %91 = arith.cmpi eq, %90, %dim : index
-    cf.assert %91, "mismatched size for broadcast"
-    cf.assert %91, "mismatched size for broadcast"
-    %92 = tensor.empty(%90, %90) : tensor<1x4x?x?xf32>
-    %93 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%reshape_40, %71 : tensor<1x4x?x?xf32>, tensor<1x1x?x?xf32>) outs(%92 : tensor<1x4x?x?xf32>) {
-    ^bb0(%in: f32, %in_60: f32, %out: f32):
-      %156 = arith.addf %in, %in_60 : f32
-      linalg.yield %156 : f32
+    %collapsed_35 = tensor.collapse_shape %75 [[0, 1], [2], [3]] : tensor<1x4x128x?xf32> into tensor<4x128x?xf32>
+    %76 = tensor.empty(%dim, %dim) : tensor<4x?x?xf32>
+    %77 = linalg.fill ins(%cst : f32) outs(%76 : tensor<4x?x?xf32>) -> tensor<4x?x?xf32>
+    %78 = linalg.batch_matmul ins(%collapsed_34, %collapsed_35 : tensor<4x?x128xf32>, tensor<4x128x?xf32>) outs(%77 : tensor<4x?x?xf32>) -> tensor<4x?x?xf32>
+    %79 = arith.muli %0, %c4_i64 : i64
+    %80 = arith.select %27, %c4_i64, %79 : i64
+    %81 = arith.muli %80, %0 : i64
+    %82 = arith.select %27, %c4_i64, %81 : i64
+    %83 = arith.select %27, %30, %29 : i64
+    %84 = arith.cmpi sle, %83, %c1_i64 : i64
+    cf.assert %84, "must have at most one inferred (negative) dimension"
+    %85 = arith.muli %79, %0 : i64
+    %86 = arith.divsi %85, %82 : i64
+    %87 = arith.select %27, %86, %0 : i64
+    %from_elements_36 = tensor.from_elements %c1_i64, %c4_i64, %87, %87 : tensor<4xi64>
+    %reshape_37 = tensor.reshape %78(%from_elements_36) : (tensor<4x?x?xf32>, tensor<4xi64>) -> tensor<1x4x?x?xf32>
+    %88 = arith.index_cast %87 : i64 to index
+    %89 = arith.cmpi eq, %88, %dim : index
+    cf.assert %89, "mismatched size for broadcast"
+    cf.assert %89, "mismatched size for broadcast"
+    %90 = tensor.empty(%88, %88) : tensor<1x4x?x?xf32>
+    %91 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%reshape_37, %69 : tensor<1x4x?x?xf32>, tensor<1x1x?x?xf32>) outs(%90 : tensor<1x4x?x?xf32>) {
+    ^bb0(%in: f32, %in_53: f32, %out: f32):
+      %151 = arith.addf %in, %in_53 : f32
+      linalg.yield %151 : f32
     } -> tensor<1x4x?x?xf32>
-    %94 = tensor.empty(%90) : tensor<1x4x?xi64>
-    %95 = linalg.fill ins(%c0_i64 : i64) outs(%94 : tensor<1x4x?xi64>) -> tensor<1x4x?xi64>
-    %96 = tensor.empty(%90) : tensor<1x4x?xf32>
-    %97 = linalg.fill ins(%cst_0 : f32) outs(%96 : tensor<1x4x?xf32>) -> tensor<1x4x?xf32>
-    %98:2 = linalg.generic {indexing_maps = [#map5, #map11, #map11], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%93 : tensor<1x4x?x?xf32>) outs(%97, %95 : tensor<1x4x?xf32>, tensor<1x4x?xi64>) {
-    ^bb0(%in: f32, %out: f32, %out_60: i64):
-      %156 = linalg.index 3 : index
-      %157 = arith.index_cast %156 : index to i64
-      %158 = arith.maximumf %in, %out : f32
-      %159 = arith.cmpf ogt, %in, %out : f32
-      %160 = arith.select %159, %157, %out_60 : i64
-      linalg.yield %158, %160 : f32, i64
+    %92 = tensor.empty(%88) : tensor<1x4x?xi64>
+    %93 = linalg.fill ins(%c0_i64 : i64) outs(%92 : tensor<1x4x?xi64>) -> tensor<1x4x?xi64>
+    %94 = tensor.empty(%88) : tensor<1x4x?xf32>
+    %95 = linalg.fill ins(%cst_0 : f32) outs(%94 : tensor<1x4x?xf32>) -> tensor<1x4x?xf32>
+    %96:2 = linalg.generic {indexing_maps = [#map5, #map11, #map11], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%91 : tensor<1x4x?x?xf32>) outs(%95, %93 : tensor<1x4x?xf32>, tensor<1x4x?xi64>) {
+    ^bb0(%in: f32, %out: f32, %out_53: i64):
+      %151 = linalg.index 3 : index
+      %152 = arith.index_cast %151 : index to i64
+      %153 = arith.maximumf %in, %out : f32
+      %154 = arith.cmpf ogt, %in, %out : f32
+      %155 = arith.select %154, %152, %out_53 : i64
+      linalg.yield %153, %155 : f32, i64
     } -> (tensor<1x4x?xf32>, tensor<1x4x?xi64>)
-    %expanded_41 = tensor.expand_shape %98#0 [[0], [1], [2, 3]] output_shape [1, 4, %90, 1] : tensor<1x4x?xf32> into tensor<1x4x?x1xf32>
-    %99 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%93, %expanded_41 : tensor<1x4x?x?xf32>, tensor<1x4x?x1xf32>) outs(%92 : tensor<1x4x?x?xf32>) {
-    ^bb0(%in: f32, %in_60: f32, %out: f32):
-      %156 = arith.subf %in, %in_60 : f32
-      linalg.yield %156 : f32
+    %expanded_38 = tensor.expand_shape %96#0 [[0], [1], [2, 3]] output_shape [1, 4, %88, 1] : tensor<1x4x?xf32> into tensor<1x4x?x1xf32>
+    %97 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%91, %expanded_38 : tensor<1x4x?x?xf32>, tensor<1x4x?x1xf32>) outs(%90 : tensor<1x4x?x?xf32>) {
+    ^bb0(%in: f32, %in_53: f32, %out: f32):
+      %151 = arith.subf %in, %in_53 : f32
+      linalg.yield %151 : f32
     } -> tensor<1x4x?x?xf32>
-    %100 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%99 : tensor<1x4x?x?xf32>) outs(%92 : tensor<1x4x?x?xf32>) {
+    %98 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%97 : tensor<1x4x?x?xf32>) outs(%90 : tensor<1x4x?x?xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %156 = math.exp %in : f32
-      linalg.yield %156 : f32
+      %151 = math.exp %in : f32
+      linalg.yield %151 : f32
     } -> tensor<1x4x?x?xf32>
-    %101 = tensor.empty(%90) : tensor<1x4x?x1xf32>
-    %102 = linalg.fill ins(%cst : f32) outs(%101 : tensor<1x4x?x1xf32>) -> tensor<1x4x?x1xf32>
-    %103 = linalg.generic {indexing_maps = [#map5, #map4], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%100 : tensor<1x4x?x?xf32>) outs(%102 : tensor<1x4x?x1xf32>) {
+    %99 = tensor.empty(%88) : tensor<1x4x?x1xf32>
+    %100 = linalg.fill ins(%cst : f32) outs(%99 : tensor<1x4x?x1xf32>) -> tensor<1x4x?x1xf32>
+    %101 = linalg.generic {indexing_maps = [#map5, #map4], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%98 : tensor<1x4x?x?xf32>) outs(%100 : tensor<1x4x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %156 = arith.addf %in, %out : f32
-      linalg.yield %156 : f32
+      %151 = arith.addf %in, %out : f32
+      linalg.yield %151 : f32
     } -> tensor<1x4x?x1xf32>
-    %104 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%100, %103 : tensor<1x4x?x?xf32>, tensor<1x4x?x1xf32>) outs(%92 : tensor<1x4x?x?xf32>) {
-    ^bb0(%in: f32, %in_60: f32, %out: f32):
-      %156 = arith.divf %in, %in_60 : f32
-      linalg.yield %156 : f32
+    %102 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%98, %101 : tensor<1x4x?x?xf32>, tensor<1x4x?x1xf32>) outs(%90 : tensor<1x4x?x?xf32>) {
+    ^bb0(%in: f32, %in_53: f32, %out: f32):
+      %151 = arith.divf %in, %in_53 : f32
+      linalg.yield %151 : f32
     } -> tensor<1x4x?x?xf32>
-    %105 = tensor.empty(%90, %90) : tensor<1x4x?x?xi1>
-    %106 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%93 : tensor<1x4x?x?xf32>) outs(%105 : tensor<1x4x?x?xi1>) {
+    %103 = tensor.empty(%88, %88) : tensor<1x4x?x?xi1>
+    %104 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%91 : tensor<1x4x?x?xf32>) outs(%103 : tensor<1x4x?x?xi1>) {
     ^bb0(%in: f32, %out: i1):
-      %156 = arith.extf %in : f32 to f64
-      %157 = arith.cmpf oeq, %156, %cst_5 : f64
-      linalg.yield %157 : i1
+      %151 = arith.extf %in : f32 to f64
+      %152 = arith.cmpf oeq, %151, %cst_5 : f64
+      linalg.yield %152 : i1
     } -> tensor<1x4x?x?xi1>
-    %107 = tensor.empty(%90) : tensor<1x4x?x1xi1>
-    %108 = linalg.fill ins(%true : i1) outs(%107 : tensor<1x4x?x1xi1>) -> tensor<1x4x?x1xi1>
-    %109 = linalg.generic {indexing_maps = [#map5, #map4], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%106 : tensor<1x4x?x?xi1>) outs(%108 : tensor<1x4x?x1xi1>) {
+    %105 = tensor.empty(%88) : tensor<1x4x?x1xi1>
+    %106 = linalg.fill ins(%true : i1) outs(%105 : tensor<1x4x?x1xi1>) -> tensor<1x4x?x1xi1>
+    %107 = linalg.generic {indexing_maps = [#map5, #map4], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%104 : tensor<1x4x?x?xi1>) outs(%106 : tensor<1x4x?x1xi1>) {
     ^bb0(%in: i1, %out: i1):
-      %156 = arith.andi %in, %out : i1
-      linalg.yield %156 : i1
+      %151 = arith.andi %in, %out : i1
+      linalg.yield %151 : i1
     } -> tensor<1x4x?x1xi1>
-    %110 = arith.cmpi sge, %89, %c0_i64 : i64
-    cf.assert %110, "negative values not allowed in new dimensions"
-    %111 = arith.index_cast %89 : i64 to index
-    cf.assert %110, "negative values not allowed in new dimensions"
-    %112 = tensor.empty(%111, %111) : tensor<1x4x?x?xf32>
-    %113 = linalg.generic {indexing_maps = [#map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%cst_2 : tensor<f32>) outs(%112 : tensor<1x4x?x?xf32>) {
+    %108 = arith.cmpi sge, %87, %c0_i64 : i64
+    cf.assert %108, "negative values not allowed in new dimensions"
+    %109 = arith.index_cast %87 : i64 to index
+    cf.assert %108, "negative values not allowed in new dimensions"
+    %110 = tensor.empty(%109, %109) : tensor<1x4x?x?xf32>
+    %111 = linalg.generic {indexing_maps = [#map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%cst_2 : tensor<f32>) outs(%110 : tensor<1x4x?x?xf32>) {
     ^bb0(%in: f32, %out: f32):
       linalg.yield %in : f32
     } -> tensor<1x4x?x?xf32>
-    %114 = arith.cmpi eq, %90, %111 : index
-    cf.assert %114, "mismatched size for broadcast"
-    %115 = arith.cmpi eq, %111, %90 : index
-    cf.assert %115, "mismatched size for broadcast"
-    %116 = tensor.empty(%90, %111) : tensor<1x4x?x?xf32>
-    %117 = linalg.generic {indexing_maps = [#map4, #map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%109, %113, %104 : tensor<1x4x?x1xi1>, tensor<1x4x?x?xf32>, tensor<1x4x?x?xf32>) outs(%116 : tensor<1x4x?x?xf32>) {
-    ^bb0(%in: i1, %in_60: f32, %in_61: f32, %out: f32):
-      %156 = arith.select %in, %in_60, %in_61 : f32
-      linalg.yield %156 : f32
+    %112 = arith.cmpi eq, %88, %109 : index
+    cf.assert %112, "mismatched size for broadcast"
+    %113 = arith.cmpi eq, %109, %88 : index
+    cf.assert %113, "mismatched size for broadcast"
+    %114 = tensor.empty(%88, %109) : tensor<1x4x?x?xf32>
+    %115 = linalg.generic {indexing_maps = [#map4, #map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%107, %111, %102 : tensor<1x4x?x1xi1>, tensor<1x4x?x?xf32>, tensor<1x4x?x?xf32>) outs(%114 : tensor<1x4x?x?xf32>) {
+    ^bb0(%in: i1, %in_53: f32, %in_54: f32, %out: f32):
+      %151 = arith.select %in, %in_53, %in_54 : f32
+      linalg.yield %151 : f32
     } -> tensor<1x4x?x?xf32>
     cf.assert %5, "unimplemented: dynamic negative broadcast sizes"
     cf.assert %5, "unimplemented: dynamic negative broadcast sizes"
-    %118 = tensor.empty(%dim, %dim) : tensor<1x4x?x?xf32>
-    %119 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%118 : tensor<1x4x?x?xf32>) {
+    %116 = tensor.empty(%dim, %dim) : tensor<1x4x?x?xf32>
+    %117 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%116 : tensor<1x4x?x?xf32>) {
     ^bb0(%out: f32):
-      %156 = linalg.index 1 : index
-      %157 = linalg.index 2 : index
-      %158 = linalg.index 3 : index
-      %159 = arith.cmpi eq, %90, %c1 : index
-      %160 = arith.select %159, %c0, %157 : index
-      %161 = arith.cmpi eq, %111, %c1 : index
-      %162 = arith.select %161, %c0, %158 : index
-      %extracted = tensor.extract %117[%c0, %156, %160, %162] : tensor<1x4x?x?xf32>
+      %151 = linalg.index 1 : index
+      %152 = linalg.index 2 : index
+      %153 = linalg.index 3 : index
+      %154 = arith.cmpi eq, %88, %c1 : index
+      %155 = arith.select %154, %c0, %152 : index
+      %156 = arith.cmpi eq, %109, %c1 : index
+      %157 = arith.select %156, %c0, %153 : index
+      %extracted = tensor.extract %115[%c0, %151, %155, %157] : tensor<1x4x?x?xf32>
       linalg.yield %extracted : f32
     } -> tensor<1x4x?x?xf32>
-    cf.assert %86, "must have at most one inferred (negative) dimension"
-    %from_elements_42 = tensor.from_elements %c4_i64, %89, %89 : tensor<3xi64>
-    %reshape_43 = tensor.reshape %119(%from_elements_42) : (tensor<1x4x?x?xf32>, tensor<3xi64>) -> tensor<4x?x?xf32>
+    cf.assert %84, "must have at most one inferred (negative) dimension"
+    %from_elements_39 = tensor.from_elements %c4_i64, %87, %87 : tensor<3xi64>
+    %reshape_40 = tensor.reshape %117(%from_elements_39) : (tensor<1x4x?x?xf32>, tensor<3xi64>) -> tensor<4x?x?xf32>
     cf.assert %5, "unimplemented: dynamic negative broadcast sizes"
-    %120 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%75 : tensor<1x4x?x128xf32>) {
+    %118 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%73 : tensor<1x4x?x128xf32>) {
     ^bb0(%out: f32):
-      %156 = linalg.index 1 : index
-      %157 = linalg.index 2 : index
-      %158 = linalg.index 3 : index
-      %159 = arith.cmpi eq, %dim, %c1 : index
-      %160 = arith.select %159, %c0, %157 : index
-      %extracted = tensor.extract %collapsed_35[%c0, %156, %160, %158] : tensor<1x4x?x128xf32>
+      %151 = linalg.index 1 : index
+      %152 = linalg.index 2 : index
+      %153 = linalg.index 3 : index
+      %154 = arith.cmpi eq, %dim, %c1 : index
+      %155 = arith.select %154, %c0, %152 : index
+      %extracted = tensor.extract %collapsed_32[%c0, %151, %155, %153] : tensor<1x4x?x128xf32>
       linalg.yield %extracted : f32
     } -> tensor<1x4x?x128xf32>
-    %collapsed_44 = tensor.collapse_shape %120 [[0, 1], [2], [3]] : tensor<1x4x?x128xf32> into tensor<4x?x128xf32>
-    %121 = arith.cmpi eq, %89, %0 : i64
-    cf.assert %121, "mismatching contracting dimension"
-    %122 = tensor.empty(%90) : tensor<4x?x128xf32>
-    %123 = linalg.fill ins(%cst : f32) outs(%122 : tensor<4x?x128xf32>) -> tensor<4x?x128xf32>
-    %124 = linalg.batch_matmul ins(%reshape_43, %collapsed_44 : tensor<4x?x?xf32>, tensor<4x?x128xf32>) outs(%123 : tensor<4x?x128xf32>) -> tensor<4x?x128xf32>
-    %expanded_45 = tensor.expand_shape %124 [[0, 1], [2], [3]] output_shape [1, 4, %90, 128] : tensor<4x?x128xf32> into tensor<1x4x?x128xf32>
-    %125 = tensor.empty(%90) : tensor<1x?x4x128xf32>
-    %transposed_46 = linalg.transpose ins(%expanded_45 : tensor<1x4x?x128xf32>) outs(%125 : tensor<1x?x4x128xf32>) permutation = [0, 2, 1, 3] 
-    cf.assert %33, "must have at most one inferred (negative) dimension"
-    %126 = arith.muli %89, %c512_i64 : i64
-    %127 = arith.divsi %126, %29 : i64
-    %128 = arith.select %28, %127, %0 : i64
-    %from_elements_47 = tensor.from_elements %c1_i64, %128, %127 : tensor<3xi64>
-    %reshape_48 = tensor.reshape %transposed_46(%from_elements_47) : (tensor<1x?x4x128xf32>, tensor<3xi64>) -> tensor<1x?x512xf32>
-    %129 = tensor.empty() : tensor<512x32xf32>
-    %transposed_49 = linalg.transpose ins(%arg4 : tensor<32x512xf32>) outs(%129 : tensor<512x32xf32>) permutation = [1, 0] 
-    %collapsed_50 = tensor.collapse_shape %reshape_48 [[0, 1], [2]] : tensor<1x?x512xf32> into tensor<?x512xf32>
-    %130 = arith.index_cast %128 : i64 to index
-    %131 = tensor.empty(%130) : tensor<?x32xf32>
-    %132 = linalg.fill ins(%cst : f32) outs(%131 : tensor<?x32xf32>) -> tensor<?x32xf32>
-    %133 = linalg.matmul ins(%collapsed_50, %transposed_49 : tensor<?x512xf32>, tensor<512x32xf32>) outs(%132 : tensor<?x32xf32>) -> tensor<?x32xf32>
-    %expanded_51 = tensor.expand_shape %133 [[0, 1], [2]] output_shape [1, %130, 32] : tensor<?x32xf32> into tensor<1x?x32xf32>
-    %134 = arith.cmpi eq, %dim, %130 : index
-    cf.assert %134, "mismatched size for broadcast"
-    %135 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg0, %expanded_51 : tensor<1x?x32xf32>, tensor<1x?x32xf32>) outs(%15 : tensor<1x?x32xf32>) {
-    ^bb0(%in: f32, %in_60: f32, %out: f32):
-      %156 = arith.addf %in, %in_60 : f32
-      linalg.yield %156 : f32
+    %collapsed_41 = tensor.collapse_shape %118 [[0, 1], [2], [3]] : tensor<1x4x?x128xf32> into tensor<4x?x128xf32>
+    %119 = arith.cmpi eq, %87, %0 : i64
+    cf.assert %119, "mismatching contracting dimension"
+    %120 = tensor.empty(%88) : tensor<4x?x128xf32>
+    %121 = linalg.fill ins(%cst : f32) outs(%120 : tensor<4x?x128xf32>) -> tensor<4x?x128xf32>
+    %122 = linalg.batch_matmul ins(%reshape_40, %collapsed_41 : tensor<4x?x?xf32>, tensor<4x?x128xf32>) outs(%121 : tensor<4x?x128xf32>) -> tensor<4x?x128xf32>
+    %expanded_42 = tensor.expand_shape %122 [[0, 1], [2], [3]] output_shape [1, 4, %88, 128] : tensor<4x?x128xf32> into tensor<1x4x?x128xf32>
+    %123 = tensor.empty(%88) : tensor<1x?x4x128xf32>
+    %transposed_43 = linalg.transpose ins(%expanded_42 : tensor<1x4x?x128xf32>) outs(%123 : tensor<1x?x4x128xf32>) permutation = [0, 2, 1, 3] 
+    cf.assert %32, "must have at most one inferred (negative) dimension"
+    %124 = arith.muli %87, %c512_i64 : i64
+    %125 = arith.divsi %124, %28 : i64
+    %126 = arith.select %27, %125, %0 : i64
+    %from_elements_44 = tensor.from_elements %c1_i64, %126, %125 : tensor<3xi64>
+    %reshape_45 = tensor.reshape %transposed_43(%from_elements_44) : (tensor<1x?x4x128xf32>, tensor<3xi64>) -> tensor<1x?x512xf32>
+    %collapsed_46 = tensor.collapse_shape %reshape_45 [[0, 1], [2]] : tensor<1x?x512xf32> into tensor<?x512xf32>
+    %127 = arith.index_cast %126 : i64 to index
+    %128 = tensor.empty(%127) : tensor<?x32xf32>
+    %129 = linalg.fill ins(%cst : f32) outs(%128 : tensor<?x32xf32>) -> tensor<?x32xf32>
+    %130 = linalg.matmul ins(%collapsed_46, %arg4 : tensor<?x512xf32>, tensor<512x32xf32>) outs(%129 : tensor<?x32xf32>) -> tensor<?x32xf32>
+    %expanded_47 = tensor.expand_shape %130 [[0, 1], [2]] output_shape [1, %127, 32] : tensor<?x32xf32> into tensor<1x?x32xf32>
+    %131 = arith.cmpi eq, %dim, %127 : index
+    cf.assert %131, "mismatched size for broadcast"
+    %132 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg0, %expanded_47 : tensor<1x?x32xf32>, tensor<1x?x32xf32>) outs(%15 : tensor<1x?x32xf32>) {
+    ^bb0(%in: f32, %in_53: f32, %out: f32):
+      %151 = arith.addf %in, %in_53 : f32
+      linalg.yield %151 : f32
     } -> tensor<1x?x32xf32>
-    %136 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%135 : tensor<1x?x32xf32>) outs(%15 : tensor<1x?x32xf32>) {
+    %133 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%132 : tensor<1x?x32xf32>) outs(%15 : tensor<1x?x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %156 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %156 : f32
+      %151 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %151 : f32
     } -> tensor<1x?x32xf32>
-    %137 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%136 : tensor<1x?x32xf32>) outs(%17 : tensor<1x?x1xf32>) {
+    %134 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%133 : tensor<1x?x32xf32>) outs(%17 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %156 = arith.addf %in, %out : f32
-      linalg.yield %156 : f32
+      %151 = arith.addf %in, %out : f32
+      linalg.yield %151 : f32
     } -> tensor<1x?x1xf32>
-    %138 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%137 : tensor<1x?x1xf32>) outs(%8 : tensor<1x?x1xf32>) {
+    %135 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%134 : tensor<1x?x1xf32>) outs(%8 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %156 = arith.divf %in, %cst_8 : f32
-      linalg.yield %156 : f32
+      %151 = arith.divf %in, %cst_8 : f32
+      linalg.yield %151 : f32
     } -> tensor<1x?x1xf32>
-    %139 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%138 : tensor<1x?x1xf32>) outs(%8 : tensor<1x?x1xf32>) {
+    %136 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%135 : tensor<1x?x1xf32>) outs(%8 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %156 = arith.truncf %cst_6 : f64 to f32
-      %157 = arith.addf %in, %156 : f32
-      linalg.yield %157 : f32
+      %151 = arith.truncf %cst_6 : f64 to f32
+      %152 = arith.addf %in, %151 : f32
+      linalg.yield %152 : f32
     } -> tensor<1x?x1xf32>
-    %140 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%139 : tensor<1x?x1xf32>) outs(%8 : tensor<1x?x1xf32>) {
+    %137 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%136 : tensor<1x?x1xf32>) outs(%8 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %156 = math.rsqrt %in : f32
-      linalg.yield %156 : f32
+      %151 = math.rsqrt %in : f32
+      linalg.yield %151 : f32
     } -> tensor<1x?x1xf32>
-    %141 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%135, %140 : tensor<1x?x32xf32>, tensor<1x?x1xf32>) outs(%15 : tensor<1x?x32xf32>) {
-    ^bb0(%in: f32, %in_60: f32, %out: f32):
-      %156 = arith.mulf %in, %in_60 : f32
-      linalg.yield %156 : f32
+    %138 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%132, %137 : tensor<1x?x32xf32>, tensor<1x?x1xf32>) outs(%15 : tensor<1x?x32xf32>) {
+    ^bb0(%in: f32, %in_53: f32, %out: f32):
+      %151 = arith.mulf %in, %in_53 : f32
+      linalg.yield %151 : f32
     } -> tensor<1x?x32xf32>
-    %142 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg9, %141 : tensor<32xf32>, tensor<1x?x32xf32>) outs(%15 : tensor<1x?x32xf32>) {
-    ^bb0(%in: f32, %in_60: f32, %out: f32):
-      %156 = arith.mulf %in, %in_60 : f32
-      linalg.yield %156 : f32
+    %139 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg9, %138 : tensor<32xf32>, tensor<1x?x32xf32>) outs(%15 : tensor<1x?x32xf32>) {
+    ^bb0(%in: f32, %in_53: f32, %out: f32):
+      %151 = arith.mulf %in, %in_53 : f32
+      linalg.yield %151 : f32
     } -> tensor<1x?x32xf32>
-    %143 = tensor.empty() : tensor<32x64xf32>
-    %transposed_52 = linalg.transpose ins(%arg5 : tensor<64x32xf32>) outs(%143 : tensor<32x64xf32>) permutation = [1, 0] 
-    %collapsed_53 = tensor.collapse_shape %142 [[0, 1], [2]] : tensor<1x?x32xf32> into tensor<?x32xf32>
-    %144 = tensor.empty(%dim) : tensor<?x64xf32>
-    %145 = linalg.fill ins(%cst : f32) outs(%144 : tensor<?x64xf32>) -> tensor<?x64xf32>
-    %146 = linalg.matmul ins(%collapsed_53, %transposed_52 : tensor<?x32xf32>, tensor<32x64xf32>) outs(%145 : tensor<?x64xf32>) -> tensor<?x64xf32>
-    %expanded_54 = tensor.expand_shape %146 [[0, 1], [2]] output_shape [1, %dim, 64] : tensor<?x64xf32> into tensor<1x?x64xf32>
-    %147 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_54 : tensor<1x?x64xf32>) outs(%10 : tensor<1x?x64xf32>) {
+    %collapsed_48 = tensor.collapse_shape %139 [[0, 1], [2]] : tensor<1x?x32xf32> into tensor<?x32xf32>
+    %140 = tensor.empty(%dim) : tensor<?x64xf32>
+    %141 = linalg.fill ins(%cst : f32) outs(%140 : tensor<?x64xf32>) -> tensor<?x64xf32>
+    %142 = linalg.matmul ins(%collapsed_48, %arg5 : tensor<?x32xf32>, tensor<32x64xf32>) outs(%141 : tensor<?x64xf32>) -> tensor<?x64xf32>
+    %expanded_49 = tensor.expand_shape %142 [[0, 1], [2]] output_shape [1, %dim, 64] : tensor<?x64xf32> into tensor<1x?x64xf32>
+    %143 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_49 : tensor<1x?x64xf32>) outs(%10 : tensor<1x?x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %156 = arith.negf %in : f32
-      %157 = math.exp %156 : f32
-      %158 = arith.addf %157, %cst_1 : f32
-      %159 = arith.divf %cst_1, %158 : f32
-      linalg.yield %159 : f32
+      %151 = arith.negf %in : f32
+      %152 = math.exp %151 : f32
+      %153 = arith.addf %152, %cst_1 : f32
+      %154 = arith.divf %cst_1, %153 : f32
+      linalg.yield %154 : f32
     } -> tensor<1x?x64xf32>
-    %148 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_54, %147 : tensor<1x?x64xf32>, tensor<1x?x64xf32>) outs(%10 : tensor<1x?x64xf32>) {
-    ^bb0(%in: f32, %in_60: f32, %out: f32):
-      %156 = arith.mulf %in, %in_60 : f32
-      linalg.yield %156 : f32
+    %144 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_49, %143 : tensor<1x?x64xf32>, tensor<1x?x64xf32>) outs(%10 : tensor<1x?x64xf32>) {
+    ^bb0(%in: f32, %in_53: f32, %out: f32):
+      %151 = arith.mulf %in, %in_53 : f32
+      linalg.yield %151 : f32
     } -> tensor<1x?x64xf32>
-    %transposed_55 = linalg.transpose ins(%arg6 : tensor<64x32xf32>) outs(%143 : tensor<32x64xf32>) permutation = [1, 0] 
-    %149 = linalg.matmul ins(%collapsed_53, %transposed_55 : tensor<?x32xf32>, tensor<32x64xf32>) outs(%145 : tensor<?x64xf32>) -> tensor<?x64xf32>
-    %expanded_56 = tensor.expand_shape %149 [[0, 1], [2]] output_shape [1, %dim, 64] : tensor<?x64xf32> into tensor<1x?x64xf32>
-    %150 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%148, %expanded_56 : tensor<1x?x64xf32>, tensor<1x?x64xf32>) outs(%10 : tensor<1x?x64xf32>) {
-    ^bb0(%in: f32, %in_60: f32, %out: f32):
-      %156 = arith.mulf %in, %in_60 : f32
-      linalg.yield %156 : f32
+    %145 = linalg.matmul ins(%collapsed_48, %arg6 : tensor<?x32xf32>, tensor<32x64xf32>) outs(%141 : tensor<?x64xf32>) -> tensor<?x64xf32>
+    %expanded_50 = tensor.expand_shape %145 [[0, 1], [2]] output_shape [1, %dim, 64] : tensor<?x64xf32> into tensor<1x?x64xf32>
+    %146 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%144, %expanded_50 : tensor<1x?x64xf32>, tensor<1x?x64xf32>) outs(%10 : tensor<1x?x64xf32>) {
+    ^bb0(%in: f32, %in_53: f32, %out: f32):
+      %151 = arith.mulf %in, %in_53 : f32
+      linalg.yield %151 : f32
     } -> tensor<1x?x64xf32>
-    %151 = tensor.empty() : tensor<64x32xf32>
-    %transposed_57 = linalg.transpose ins(%arg7 : tensor<32x64xf32>) outs(%151 : tensor<64x32xf32>) permutation = [1, 0] 
-    %collapsed_58 = tensor.collapse_shape %150 [[0, 1], [2]] : tensor<1x?x64xf32> into tensor<?x64xf32>
-    %152 = tensor.empty(%dim) : tensor<?x32xf32>
-    %153 = linalg.fill ins(%cst : f32) outs(%152 : tensor<?x32xf32>) -> tensor<?x32xf32>
-    %154 = linalg.matmul ins(%collapsed_58, %transposed_57 : tensor<?x64xf32>, tensor<64x32xf32>) outs(%153 : tensor<?x32xf32>) -> tensor<?x32xf32>
-    %expanded_59 = tensor.expand_shape %154 [[0, 1], [2]] output_shape [1, %dim, 32] : tensor<?x32xf32> into tensor<1x?x32xf32>
-    %155 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%135, %expanded_59 : tensor<1x?x32xf32>, tensor<1x?x32xf32>) outs(%15 : tensor<1x?x32xf32>) {
-    ^bb0(%in: f32, %in_60: f32, %out: f32):
-      %156 = arith.addf %in, %in_60 : f32
-      linalg.yield %156 : f32
+    %collapsed_51 = tensor.collapse_shape %146 [[0, 1], [2]] : tensor<1x?x64xf32> into tensor<?x64xf32>
+    %147 = tensor.empty(%dim) : tensor<?x32xf32>
+    %148 = linalg.fill ins(%cst : f32) outs(%147 : tensor<?x32xf32>) -> tensor<?x32xf32>
+    %149 = linalg.matmul ins(%collapsed_51, %arg7 : tensor<?x64xf32>, tensor<64x32xf32>) outs(%148 : tensor<?x32xf32>) -> tensor<?x32xf32>
+    %expanded_52 = tensor.expand_shape %149 [[0, 1], [2]] output_shape [1, %dim, 32] : tensor<?x32xf32> into tensor<1x?x32xf32>
+    %150 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%132, %expanded_52 : tensor<1x?x32xf32>, tensor<1x?x32xf32>) outs(%15 : tensor<1x?x32xf32>) {
+    ^bb0(%in: f32, %in_53: f32, %out: f32):
+      %151 = arith.addf %in, %in_53 : f32
+      linalg.yield %151 : f32
     } -> tensor<1x?x32xf32>
-    return %155, %66, %transposed_22 : tensor<1x?x32xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>
+    return %150, %64, %transposed_19 : tensor<1x?x32xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>
   }
-  func.func private @decode_layer(%arg0: tensor<1x1x32xf32>, %arg1: tensor<1xi64>, %arg2: tensor<1x2x?x128xf32>, %arg3: tensor<1x2x?x128xf32>, %arg4: tensor<512x32xf32>, %arg5: tensor<256x32xf32>, %arg6: tensor<256x32xf32>, %arg7: tensor<32x512xf32>, %arg8: tensor<64x32xf32>, %arg9: tensor<64x32xf32>, %arg10: tensor<32x64xf32>, %arg11: tensor<32xf32>, %arg12: tensor<32xf32>) -> (tensor<1x1x32xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>) {
+  func.func private @decode_layer(%arg0: tensor<1x1x32xf32>, %arg1: tensor<1xi64>, %arg2: tensor<1x2x?x128xf32>, %arg3: tensor<1x2x?x128xf32>, %arg4: tensor<32x512xf32>, %arg5: tensor<32x256xf32>, %arg6: tensor<32x256xf32>, %arg7: tensor<512x32xf32>, %arg8: tensor<32x64xf32>, %arg9: tensor<32x64xf32>, %arg10: tensor<64x32xf32>, %arg11: tensor<32xf32>, %arg12: tensor<32xf32>) -> (tensor<1x1x32xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>) {
     %c0_i64 = arith.constant 0 : i64
     %c1_i64 = arith.constant 1 : i64
     %c2_i64 = arith.constant 2 : i64
@@ -590,428 +578,416 @@ module {
     } -> tensor<1xi64>
     %4 = linalg.generic {indexing_maps = [#map2, #map2], iterator_types = ["parallel"]} ins(%3 : tensor<1xi64>) outs(%2 : tensor<1xi64>) {
     ^bb0(%in: i64, %out: i64):
-      %117 = arith.addi %in, %0 : i64
-      linalg.yield %117 : i64
+      %112 = arith.addi %in, %0 : i64
+      linalg.yield %112 : i64
     } -> tensor<1xi64>
     %5 = arith.index_cast %1 : i64 to index
     %6 = tensor.empty(%5) : tensor<?xi64>
     %7 = linalg.generic {indexing_maps = [#map2], iterator_types = ["parallel"]} outs(%6 : tensor<?xi64>) {
     ^bb0(%out: i64):
-      %117 = linalg.index 0 : index
-      %118 = arith.index_cast %117 : index to i64
-      linalg.yield %118 : i64
+      %112 = linalg.index 0 : index
+      %113 = arith.index_cast %112 : index to i64
+      linalg.yield %113 : i64
     } -> tensor<?xi64>
     %expanded = tensor.expand_shape %4 [[0, 1, 2, 3]] output_shape [1, 1, 1, 1] : tensor<1xi64> into tensor<1x1x1x1xi64>
     %expanded_9 = tensor.expand_shape %7 [[0, 1, 2, 3]] output_shape [1, 1, 1, %5] : tensor<?xi64> into tensor<1x1x1x?xi64>
     %8 = tensor.empty(%5) : tensor<1x1x1x?xi1>
     %9 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_9, %expanded : tensor<1x1x1x?xi64>, tensor<1x1x1x1xi64>) outs(%8 : tensor<1x1x1x?xi1>) {
-    ^bb0(%in: i64, %in_53: i64, %out: i1):
-      %117 = arith.cmpi sle, %in, %in_53 : i64
-      linalg.yield %117 : i1
+    ^bb0(%in: i64, %in_46: i64, %out: i1):
+      %112 = arith.cmpi sle, %in, %in_46 : i64
+      linalg.yield %112 : i1
     } -> tensor<1x1x1x?xi1>
     %10 = arith.cmpi sge, %1, %c0_i64 : i64
     cf.assert %10, "unimplemented: dynamic negative broadcast sizes"
     %11 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%8 : tensor<1x1x1x?xi1>) {
     ^bb0(%out: i1):
-      %117 = linalg.index 3 : index
-      %118 = arith.cmpi eq, %5, %c1 : index
-      %119 = arith.select %118, %c0, %117 : index
-      %extracted = tensor.extract %9[%c0, %c0, %c0, %119] : tensor<1x1x1x?xi1>
+      %112 = linalg.index 3 : index
+      %113 = arith.cmpi eq, %5, %c1 : index
+      %114 = arith.select %113, %c0, %112 : index
+      %extracted = tensor.extract %9[%c0, %c0, %c0, %114] : tensor<1x1x1x?xi1>
       linalg.yield %extracted : i1
     } -> tensor<1x1x1x?xi1>
     %expanded_10 = tensor.expand_shape %arg1 [[0, 1, 2]] output_shape [1, 1, 1] : tensor<1xi64> into tensor<1x1x1xi64>
     %12 = tensor.empty() : tensor<1x1x1xf32>
     %13 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_10 : tensor<1x1x1xi64>) outs(%12 : tensor<1x1x1xf32>) {
     ^bb0(%in: i64, %out: f32):
-      %117 = arith.sitofp %in : i64 to f32
-      linalg.yield %117 : f32
+      %112 = arith.sitofp %in : i64 to f32
+      linalg.yield %112 : f32
     } -> tensor<1x1x1xf32>
     %14 = tensor.empty() : tensor<1x1x64xf32>
     %15 = linalg.generic {indexing_maps = [#map6, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%13, %cst_7 : tensor<1x1x1xf32>, tensor<64xf32>) outs(%14 : tensor<1x1x64xf32>) {
-    ^bb0(%in: f32, %in_53: f32, %out: f32):
-      %117 = arith.mulf %in, %in_53 : f32
-      linalg.yield %117 : f32
+    ^bb0(%in: f32, %in_46: f32, %out: f32):
+      %112 = arith.mulf %in, %in_46 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x1x64xf32>
     %concat = tensor.concat dim(2) %15, %15 : (tensor<1x1x64xf32>, tensor<1x1x64xf32>) -> tensor<1x1x128xf32>
     %16 = tensor.empty() : tensor<1x1x128xf32>
     %17 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%concat : tensor<1x1x128xf32>) outs(%16 : tensor<1x1x128xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %117 = math.cos %in : f32
-      linalg.yield %117 : f32
+      %112 = math.cos %in : f32
+      linalg.yield %112 : f32
     } -> tensor<1x1x128xf32>
     %18 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%concat : tensor<1x1x128xf32>) outs(%16 : tensor<1x1x128xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %117 = math.sin %in : f32
-      linalg.yield %117 : f32
+      %112 = math.sin %in : f32
+      linalg.yield %112 : f32
     } -> tensor<1x1x128xf32>
     %19 = tensor.empty() : tensor<1x1x32xf32>
     %20 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg0 : tensor<1x1x32xf32>) outs(%19 : tensor<1x1x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %117 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %117 : f32
+      %112 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %112 : f32
     } -> tensor<1x1x32xf32>
     %21 = linalg.fill ins(%cst : f32) outs(%12 : tensor<1x1x1xf32>) -> tensor<1x1x1xf32>
     %22 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%20 : tensor<1x1x32xf32>) outs(%21 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %117 = arith.addf %in, %out : f32
-      linalg.yield %117 : f32
+      %112 = arith.addf %in, %out : f32
+      linalg.yield %112 : f32
     } -> tensor<1x1x1xf32>
     %23 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%22 : tensor<1x1x1xf32>) outs(%12 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %117 = arith.divf %in, %cst_8 : f32
-      linalg.yield %117 : f32
+      %112 = arith.divf %in, %cst_8 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x1x1xf32>
     %24 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%23 : tensor<1x1x1xf32>) outs(%12 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %117 = arith.truncf %cst_6 : f64 to f32
-      %118 = arith.addf %in, %117 : f32
-      linalg.yield %118 : f32
+      %112 = arith.truncf %cst_6 : f64 to f32
+      %113 = arith.addf %in, %112 : f32
+      linalg.yield %113 : f32
     } -> tensor<1x1x1xf32>
     %25 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%24 : tensor<1x1x1xf32>) outs(%12 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %117 = math.rsqrt %in : f32
-      linalg.yield %117 : f32
+      %112 = math.rsqrt %in : f32
+      linalg.yield %112 : f32
     } -> tensor<1x1x1xf32>
     %26 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg0, %25 : tensor<1x1x32xf32>, tensor<1x1x1xf32>) outs(%19 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_53: f32, %out: f32):
-      %117 = arith.mulf %in, %in_53 : f32
-      linalg.yield %117 : f32
+    ^bb0(%in: f32, %in_46: f32, %out: f32):
+      %112 = arith.mulf %in, %in_46 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x1x32xf32>
     %27 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg11, %26 : tensor<32xf32>, tensor<1x1x32xf32>) outs(%19 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_53: f32, %out: f32):
-      %117 = arith.mulf %in, %in_53 : f32
-      linalg.yield %117 : f32
+    ^bb0(%in: f32, %in_46: f32, %out: f32):
+      %112 = arith.mulf %in, %in_46 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x1x32xf32>
-    %28 = tensor.empty() : tensor<32x512xf32>
-    %transposed = linalg.transpose ins(%arg4 : tensor<512x32xf32>) outs(%28 : tensor<32x512xf32>) permutation = [1, 0] 
     %collapsed = tensor.collapse_shape %27 [[0], [1, 2]] : tensor<1x1x32xf32> into tensor<1x32xf32>
-    %29 = tensor.empty() : tensor<1x512xf32>
-    %30 = linalg.fill ins(%cst : f32) outs(%29 : tensor<1x512xf32>) -> tensor<1x512xf32>
-    %31 = linalg.matmul ins(%collapsed, %transposed : tensor<1x32xf32>, tensor<32x512xf32>) outs(%30 : tensor<1x512xf32>) -> tensor<1x512xf32>
-    %expanded_11 = tensor.expand_shape %31 [[0], [1, 2, 3]] output_shape [1, 1, 4, 128] : tensor<1x512xf32> into tensor<1x1x4x128xf32>
-    %32 = tensor.empty() : tensor<1x4x1x128xf32>
-    %transposed_12 = linalg.transpose ins(%expanded_11 : tensor<1x1x4x128xf32>) outs(%32 : tensor<1x4x1x128xf32>) permutation = [0, 2, 1, 3] 
-    %33 = tensor.empty() : tensor<32x256xf32>
-    %transposed_13 = linalg.transpose ins(%arg5 : tensor<256x32xf32>) outs(%33 : tensor<32x256xf32>) permutation = [1, 0] 
-    %34 = tensor.empty() : tensor<1x256xf32>
-    %35 = linalg.fill ins(%cst : f32) outs(%34 : tensor<1x256xf32>) -> tensor<1x256xf32>
-    %36 = linalg.matmul ins(%collapsed, %transposed_13 : tensor<1x32xf32>, tensor<32x256xf32>) outs(%35 : tensor<1x256xf32>) -> tensor<1x256xf32>
+    %28 = tensor.empty() : tensor<1x512xf32>
+    %29 = linalg.fill ins(%cst : f32) outs(%28 : tensor<1x512xf32>) -> tensor<1x512xf32>
+    %30 = linalg.matmul ins(%collapsed, %arg4 : tensor<1x32xf32>, tensor<32x512xf32>) outs(%29 : tensor<1x512xf32>) -> tensor<1x512xf32>
+    %expanded_11 = tensor.expand_shape %30 [[0], [1, 2, 3]] output_shape [1, 1, 4, 128] : tensor<1x512xf32> into tensor<1x1x4x128xf32>
+    %31 = tensor.empty() : tensor<1x4x1x128xf32>
+    %transposed = linalg.transpose ins(%expanded_11 : tensor<1x1x4x128xf32>) outs(%31 : tensor<1x4x1x128xf32>) permutation = [0, 2, 1, 3] 
+    %32 = tensor.empty() : tensor<1x256xf32>
+    %33 = linalg.fill ins(%cst : f32) outs(%32 : tensor<1x256xf32>) -> tensor<1x256xf32>
+    %34 = linalg.matmul ins(%collapsed, %arg5 : tensor<1x32xf32>, tensor<32x256xf32>) outs(%33 : tensor<1x256xf32>) -> tensor<1x256xf32>
+    %expanded_12 = tensor.expand_shape %34 [[0], [1, 2, 3]] output_shape [1, 1, 2, 128] : tensor<1x256xf32> into tensor<1x1x2x128xf32>
+    %35 = tensor.empty() : tensor<1x2x1x128xf32>
+    %transposed_13 = linalg.transpose ins(%expanded_12 : tensor<1x1x2x128xf32>) outs(%35 : tensor<1x2x1x128xf32>) permutation = [0, 2, 1, 3] 
+    %36 = linalg.matmul ins(%collapsed, %arg6 : tensor<1x32xf32>, tensor<32x256xf32>) outs(%33 : tensor<1x256xf32>) -> tensor<1x256xf32>
     %expanded_14 = tensor.expand_shape %36 [[0], [1, 2, 3]] output_shape [1, 1, 2, 128] : tensor<1x256xf32> into tensor<1x1x2x128xf32>
-    %37 = tensor.empty() : tensor<1x2x1x128xf32>
-    %transposed_15 = linalg.transpose ins(%expanded_14 : tensor<1x1x2x128xf32>) outs(%37 : tensor<1x2x1x128xf32>) permutation = [0, 2, 1, 3] 
-    %transposed_16 = linalg.transpose ins(%arg6 : tensor<256x32xf32>) outs(%33 : tensor<32x256xf32>) permutation = [1, 0] 
-    %38 = linalg.matmul ins(%collapsed, %transposed_16 : tensor<1x32xf32>, tensor<32x256xf32>) outs(%35 : tensor<1x256xf32>) -> tensor<1x256xf32>
-    %expanded_17 = tensor.expand_shape %38 [[0], [1, 2, 3]] output_shape [1, 1, 2, 128] : tensor<1x256xf32> into tensor<1x1x2x128xf32>
-    %transposed_18 = linalg.transpose ins(%expanded_17 : tensor<1x1x2x128xf32>) outs(%37 : tensor<1x2x1x128xf32>) permutation = [0, 2, 1, 3] 
-    %expanded_19 = tensor.expand_shape %17 [[0], [1, 2], [3]] output_shape [1, 1, 1, 128] : tensor<1x1x128xf32> into tensor<1x1x1x128xf32>
-    %expanded_20 = tensor.expand_shape %18 [[0], [1, 2], [3]] output_shape [1, 1, 1, 128] : tensor<1x1x128xf32> into tensor<1x1x1x128xf32>
-    %39 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_12, %expanded_19 : tensor<1x4x1x128xf32>, tensor<1x1x1x128xf32>) outs(%32 : tensor<1x4x1x128xf32>) {
-    ^bb0(%in: f32, %in_53: f32, %out: f32):
-      %117 = arith.mulf %in, %in_53 : f32
-      linalg.yield %117 : f32
+    %transposed_15 = linalg.transpose ins(%expanded_14 : tensor<1x1x2x128xf32>) outs(%35 : tensor<1x2x1x128xf32>) permutation = [0, 2, 1, 3] 
+    %expanded_16 = tensor.expand_shape %17 [[0], [1, 2], [3]] output_shape [1, 1, 1, 128] : tensor<1x1x128xf32> into tensor<1x1x1x128xf32>
+    %expanded_17 = tensor.expand_shape %18 [[0], [1, 2], [3]] output_shape [1, 1, 1, 128] : tensor<1x1x128xf32> into tensor<1x1x1x128xf32>
+    %37 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed, %expanded_16 : tensor<1x4x1x128xf32>, tensor<1x1x1x128xf32>) outs(%31 : tensor<1x4x1x128xf32>) {
+    ^bb0(%in: f32, %in_46: f32, %out: f32):
+      %112 = arith.mulf %in, %in_46 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x4x1x128xf32>
-    %extracted_slice = tensor.extract_slice %transposed_12[0, 0, 0, 0] [1, 4, 1, 64] [1, 1, 1, 1] : tensor<1x4x1x128xf32> to tensor<1x4x1x64xf32>
-    %extracted_slice_21 = tensor.extract_slice %transposed_12[0, 0, 0, 64] [1, 4, 1, 64] [1, 1, 1, 1] : tensor<1x4x1x128xf32> to tensor<1x4x1x64xf32>
-    %40 = tensor.empty() : tensor<1x4x1x64xf32>
-    %41 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_21 : tensor<1x4x1x64xf32>) outs(%40 : tensor<1x4x1x64xf32>) {
+    %extracted_slice = tensor.extract_slice %transposed[0, 0, 0, 0] [1, 4, 1, 64] [1, 1, 1, 1] : tensor<1x4x1x128xf32> to tensor<1x4x1x64xf32>
+    %extracted_slice_18 = tensor.extract_slice %transposed[0, 0, 0, 64] [1, 4, 1, 64] [1, 1, 1, 1] : tensor<1x4x1x128xf32> to tensor<1x4x1x64xf32>
+    %38 = tensor.empty() : tensor<1x4x1x64xf32>
+    %39 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_18 : tensor<1x4x1x64xf32>) outs(%38 : tensor<1x4x1x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %117 = arith.negf %in : f32
-      linalg.yield %117 : f32
+      %112 = arith.negf %in : f32
+      linalg.yield %112 : f32
     } -> tensor<1x4x1x64xf32>
-    %concat_22 = tensor.concat dim(3) %41, %extracted_slice : (tensor<1x4x1x64xf32>, tensor<1x4x1x64xf32>) -> tensor<1x4x1x128xf32>
-    %42 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_22, %expanded_20 : tensor<1x4x1x128xf32>, tensor<1x1x1x128xf32>) outs(%32 : tensor<1x4x1x128xf32>) {
-    ^bb0(%in: f32, %in_53: f32, %out: f32):
-      %117 = arith.mulf %in, %in_53 : f32
-      linalg.yield %117 : f32
+    %concat_19 = tensor.concat dim(3) %39, %extracted_slice : (tensor<1x4x1x64xf32>, tensor<1x4x1x64xf32>) -> tensor<1x4x1x128xf32>
+    %40 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_19, %expanded_17 : tensor<1x4x1x128xf32>, tensor<1x1x1x128xf32>) outs(%31 : tensor<1x4x1x128xf32>) {
+    ^bb0(%in: f32, %in_46: f32, %out: f32):
+      %112 = arith.mulf %in, %in_46 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x4x1x128xf32>
-    %43 = linalg.generic {indexing_maps = [#map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%39, %42 : tensor<1x4x1x128xf32>, tensor<1x4x1x128xf32>) outs(%32 : tensor<1x4x1x128xf32>) {
-    ^bb0(%in: f32, %in_53: f32, %out: f32):
-      %117 = arith.addf %in, %in_53 : f32
-      linalg.yield %117 : f32
+    %41 = linalg.generic {indexing_maps = [#map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%37, %40 : tensor<1x4x1x128xf32>, tensor<1x4x1x128xf32>) outs(%31 : tensor<1x4x1x128xf32>) {
+    ^bb0(%in: f32, %in_46: f32, %out: f32):
+      %112 = arith.addf %in, %in_46 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x4x1x128xf32>
-    %44 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_15, %expanded_19 : tensor<1x2x1x128xf32>, tensor<1x1x1x128xf32>) outs(%37 : tensor<1x2x1x128xf32>) {
-    ^bb0(%in: f32, %in_53: f32, %out: f32):
-      %117 = arith.mulf %in, %in_53 : f32
-      linalg.yield %117 : f32
+    %42 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_13, %expanded_16 : tensor<1x2x1x128xf32>, tensor<1x1x1x128xf32>) outs(%35 : tensor<1x2x1x128xf32>) {
+    ^bb0(%in: f32, %in_46: f32, %out: f32):
+      %112 = arith.mulf %in, %in_46 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x2x1x128xf32>
-    %extracted_slice_23 = tensor.extract_slice %transposed_15[0, 0, 0, 0] [1, 2, 1, 64] [1, 1, 1, 1] : tensor<1x2x1x128xf32> to tensor<1x2x1x64xf32>
-    %extracted_slice_24 = tensor.extract_slice %transposed_15[0, 0, 0, 64] [1, 2, 1, 64] [1, 1, 1, 1] : tensor<1x2x1x128xf32> to tensor<1x2x1x64xf32>
-    %45 = tensor.empty() : tensor<1x2x1x64xf32>
-    %46 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_24 : tensor<1x2x1x64xf32>) outs(%45 : tensor<1x2x1x64xf32>) {
+    %extracted_slice_20 = tensor.extract_slice %transposed_13[0, 0, 0, 0] [1, 2, 1, 64] [1, 1, 1, 1] : tensor<1x2x1x128xf32> to tensor<1x2x1x64xf32>
+    %extracted_slice_21 = tensor.extract_slice %transposed_13[0, 0, 0, 64] [1, 2, 1, 64] [1, 1, 1, 1] : tensor<1x2x1x128xf32> to tensor<1x2x1x64xf32>
+    %43 = tensor.empty() : tensor<1x2x1x64xf32>
+    %44 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_21 : tensor<1x2x1x64xf32>) outs(%43 : tensor<1x2x1x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %117 = arith.negf %in : f32
-      linalg.yield %117 : f32
+      %112 = arith.negf %in : f32
+      linalg.yield %112 : f32
     } -> tensor<1x2x1x64xf32>
-    %concat_25 = tensor.concat dim(3) %46, %extracted_slice_23 : (tensor<1x2x1x64xf32>, tensor<1x2x1x64xf32>) -> tensor<1x2x1x128xf32>
-    %47 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_25, %expanded_20 : tensor<1x2x1x128xf32>, tensor<1x1x1x128xf32>) outs(%37 : tensor<1x2x1x128xf32>) {
-    ^bb0(%in: f32, %in_53: f32, %out: f32):
-      %117 = arith.mulf %in, %in_53 : f32
-      linalg.yield %117 : f32
+    %concat_22 = tensor.concat dim(3) %44, %extracted_slice_20 : (tensor<1x2x1x64xf32>, tensor<1x2x1x64xf32>) -> tensor<1x2x1x128xf32>
+    %45 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_22, %expanded_17 : tensor<1x2x1x128xf32>, tensor<1x1x1x128xf32>) outs(%35 : tensor<1x2x1x128xf32>) {
+    ^bb0(%in: f32, %in_46: f32, %out: f32):
+      %112 = arith.mulf %in, %in_46 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x2x1x128xf32>
-    %48 = linalg.generic {indexing_maps = [#map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%44, %47 : tensor<1x2x1x128xf32>, tensor<1x2x1x128xf32>) outs(%37 : tensor<1x2x1x128xf32>) {
-    ^bb0(%in: f32, %in_53: f32, %out: f32):
-      %117 = arith.addf %in, %in_53 : f32
-      linalg.yield %117 : f32
+    %46 = linalg.generic {indexing_maps = [#map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%42, %45 : tensor<1x2x1x128xf32>, tensor<1x2x1x128xf32>) outs(%35 : tensor<1x2x1x128xf32>) {
+    ^bb0(%in: f32, %in_46: f32, %out: f32):
+      %112 = arith.addf %in, %in_46 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x2x1x128xf32>
-    %concat_26 = tensor.concat dim(2) %arg2, %48 : (tensor<1x2x?x128xf32>, tensor<1x2x1x128xf32>) -> tensor<1x2x?x128xf32>
-    %concat_27 = tensor.concat dim(2) %arg3, %transposed_18 : (tensor<1x2x?x128xf32>, tensor<1x2x1x128xf32>) -> tensor<1x2x?x128xf32>
-    %49 = affine.apply #map12()[%dim]
-    %expanded_28 = tensor.expand_shape %concat_26 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %49, 128] : tensor<1x2x?x128xf32> into tensor<1x2x1x?x128xf32>
+    %concat_23 = tensor.concat dim(2) %arg2, %46 : (tensor<1x2x?x128xf32>, tensor<1x2x1x128xf32>) -> tensor<1x2x?x128xf32>
+    %concat_24 = tensor.concat dim(2) %arg3, %transposed_15 : (tensor<1x2x?x128xf32>, tensor<1x2x1x128xf32>) -> tensor<1x2x?x128xf32>
+    %47 = affine.apply #map12()[%dim]
+    %expanded_25 = tensor.expand_shape %concat_23 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %47, 128] : tensor<1x2x?x128xf32> into tensor<1x2x1x?x128xf32>
     cf.assert %10, "unimplemented: dynamic negative broadcast sizes"
-    %50 = tensor.empty(%5) : tensor<1x2x2x?x128xf32>
-    %51 = linalg.generic {indexing_maps = [#map9], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} outs(%50 : tensor<1x2x2x?x128xf32>) {
+    %48 = tensor.empty(%5) : tensor<1x2x2x?x128xf32>
+    %49 = linalg.generic {indexing_maps = [#map9], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} outs(%48 : tensor<1x2x2x?x128xf32>) {
     ^bb0(%out: f32):
-      %117 = linalg.index 1 : index
-      %118 = linalg.index 3 : index
-      %119 = linalg.index 4 : index
-      %120 = arith.cmpi eq, %49, %c1 : index
-      %121 = arith.select %120, %c0, %118 : index
-      %extracted = tensor.extract %expanded_28[%c0, %117, %c0, %121, %119] : tensor<1x2x1x?x128xf32>
+      %112 = linalg.index 1 : index
+      %113 = linalg.index 3 : index
+      %114 = linalg.index 4 : index
+      %115 = arith.cmpi eq, %47, %c1 : index
+      %116 = arith.select %115, %c0, %113 : index
+      %extracted = tensor.extract %expanded_25[%c0, %112, %c0, %116, %114] : tensor<1x2x1x?x128xf32>
+      linalg.yield %extracted : f32
+    } -> tensor<1x2x2x?x128xf32>
+    %collapsed_26 = tensor.collapse_shape %49 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xf32> into tensor<1x4x?x128xf32>
+    %dim_27 = tensor.dim %arg3, %c2 : tensor<1x2x?x128xf32>
+    %50 = affine.apply #map12()[%dim_27]
+    %expanded_28 = tensor.expand_shape %concat_24 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %50, 128] : tensor<1x2x?x128xf32> into tensor<1x2x1x?x128xf32>
+    cf.assert %10, "unimplemented: dynamic negative broadcast sizes"
+    %51 = linalg.generic {indexing_maps = [#map9], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} outs(%48 : tensor<1x2x2x?x128xf32>) {
+    ^bb0(%out: f32):
+      %112 = linalg.index 1 : index
+      %113 = linalg.index 3 : index
+      %114 = linalg.index 4 : index
+      %115 = arith.cmpi eq, %50, %c1 : index
+      %116 = arith.select %115, %c0, %113 : index
+      %extracted = tensor.extract %expanded_28[%c0, %112, %c0, %116, %114] : tensor<1x2x1x?x128xf32>
       linalg.yield %extracted : f32
     } -> tensor<1x2x2x?x128xf32>
     %collapsed_29 = tensor.collapse_shape %51 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xf32> into tensor<1x4x?x128xf32>
-    %dim_30 = tensor.dim %arg3, %c2 : tensor<1x2x?x128xf32>
-    %52 = affine.apply #map12()[%dim_30]
-    %expanded_31 = tensor.expand_shape %concat_27 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %52, 128] : tensor<1x2x?x128xf32> into tensor<1x2x1x?x128xf32>
-    cf.assert %10, "unimplemented: dynamic negative broadcast sizes"
-    %53 = linalg.generic {indexing_maps = [#map9], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} outs(%50 : tensor<1x2x2x?x128xf32>) {
-    ^bb0(%out: f32):
-      %117 = linalg.index 1 : index
-      %118 = linalg.index 3 : index
-      %119 = linalg.index 4 : index
-      %120 = arith.cmpi eq, %52, %c1 : index
-      %121 = arith.select %120, %c0, %118 : index
-      %extracted = tensor.extract %expanded_31[%c0, %117, %c0, %121, %119] : tensor<1x2x1x?x128xf32>
-      linalg.yield %extracted : f32
-    } -> tensor<1x2x2x?x128xf32>
-    %collapsed_32 = tensor.collapse_shape %53 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xf32> into tensor<1x4x?x128xf32>
-    %54 = tensor.empty(%5) : tensor<1x1x1x?xf32>
-    %55 = linalg.generic {indexing_maps = [#map5, #map10, #map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%11, %cst_2, %cst_3 : tensor<1x1x1x?xi1>, tensor<f32>, tensor<f32>) outs(%54 : tensor<1x1x1x?xf32>) {
-    ^bb0(%in: i1, %in_53: f32, %in_54: f32, %out: f32):
-      %117 = arith.select %in, %in_53, %in_54 : f32
-      linalg.yield %117 : f32
+    %52 = tensor.empty(%5) : tensor<1x1x1x?xf32>
+    %53 = linalg.generic {indexing_maps = [#map5, #map10, #map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%11, %cst_2, %cst_3 : tensor<1x1x1x?xi1>, tensor<f32>, tensor<f32>) outs(%52 : tensor<1x1x1x?xf32>) {
+    ^bb0(%in: i1, %in_46: f32, %in_47: f32, %out: f32):
+      %112 = arith.select %in, %in_46, %in_47 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x1x1x?xf32>
-    %56 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%43 : tensor<1x4x1x128xf32>) outs(%32 : tensor<1x4x1x128xf32>) {
+    %54 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%41 : tensor<1x4x1x128xf32>) outs(%31 : tensor<1x4x1x128xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %117 = arith.truncf %cst_4 : f64 to f32
-      %118 = arith.mulf %in, %117 : f32
-      linalg.yield %118 : f32
+      %112 = arith.truncf %cst_4 : f64 to f32
+      %113 = arith.mulf %in, %112 : f32
+      linalg.yield %113 : f32
     } -> tensor<1x4x1x128xf32>
-    %57 = tensor.empty(%5) : tensor<1x4x128x?xf32>
-    %transposed_33 = linalg.transpose ins(%collapsed_29 : tensor<1x4x?x128xf32>) outs(%57 : tensor<1x4x128x?xf32>) permutation = [0, 1, 3, 2] 
-    %58 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_33 : tensor<1x4x128x?xf32>) outs(%57 : tensor<1x4x128x?xf32>) {
+    %55 = tensor.empty(%5) : tensor<1x4x128x?xf32>
+    %transposed_30 = linalg.transpose ins(%collapsed_26 : tensor<1x4x?x128xf32>) outs(%55 : tensor<1x4x128x?xf32>) permutation = [0, 1, 3, 2] 
+    %56 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_30 : tensor<1x4x128x?xf32>) outs(%55 : tensor<1x4x128x?xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %117 = arith.truncf %cst_4 : f64 to f32
-      %118 = arith.mulf %in, %117 : f32
-      linalg.yield %118 : f32
+      %112 = arith.truncf %cst_4 : f64 to f32
+      %113 = arith.mulf %in, %112 : f32
+      linalg.yield %113 : f32
     } -> tensor<1x4x128x?xf32>
-    %collapsed_34 = tensor.collapse_shape %56 [[0, 1], [2], [3]] : tensor<1x4x1x128xf32> into tensor<4x1x128xf32>
+    %collapsed_31 = tensor.collapse_shape %54 [[0, 1], [2], [3]] : tensor<1x4x1x128xf32> into tensor<4x1x128xf32>
     cf.assert %10, "unimplemented: dynamic negative broadcast sizes"
-    %59 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%57 : tensor<1x4x128x?xf32>) {
+    %57 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%55 : tensor<1x4x128x?xf32>) {
     ^bb0(%out: f32):
-      %117 = linalg.index 1 : index
-      %118 = linalg.index 2 : index
-      %119 = linalg.index 3 : index
-      %120 = arith.cmpi eq, %5, %c1 : index
-      %121 = arith.select %120, %c0, %119 : index
-      %extracted = tensor.extract %58[%c0, %117, %118, %121] : tensor<1x4x128x?xf32>
+      %112 = linalg.index 1 : index
+      %113 = linalg.index 2 : index
+      %114 = linalg.index 3 : index
+      %115 = arith.cmpi eq, %5, %c1 : index
+      %116 = arith.select %115, %c0, %114 : index
+      %extracted = tensor.extract %56[%c0, %112, %113, %116] : tensor<1x4x128x?xf32>
       linalg.yield %extracted : f32
     } -> tensor<1x4x128x?xf32>
-    %collapsed_35 = tensor.collapse_shape %59 [[0, 1], [2], [3]] : tensor<1x4x128x?xf32> into tensor<4x128x?xf32>
-    %60 = tensor.empty(%5) : tensor<4x1x?xf32>
-    %61 = linalg.fill ins(%cst : f32) outs(%60 : tensor<4x1x?xf32>) -> tensor<4x1x?xf32>
-    %62 = linalg.batch_matmul ins(%collapsed_34, %collapsed_35 : tensor<4x1x128xf32>, tensor<4x128x?xf32>) outs(%61 : tensor<4x1x?xf32>) -> tensor<4x1x?xf32>
-    %expanded_36 = tensor.expand_shape %62 [[0, 1], [2], [3]] output_shape [1, 4, 1, %5] : tensor<4x1x?xf32> into tensor<1x4x1x?xf32>
-    %63 = tensor.empty(%5) : tensor<1x4x1x?xf32>
-    %64 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_36, %55 : tensor<1x4x1x?xf32>, tensor<1x1x1x?xf32>) outs(%63 : tensor<1x4x1x?xf32>) {
-    ^bb0(%in: f32, %in_53: f32, %out: f32):
-      %117 = arith.addf %in, %in_53 : f32
-      linalg.yield %117 : f32
+    %collapsed_32 = tensor.collapse_shape %57 [[0, 1], [2], [3]] : tensor<1x4x128x?xf32> into tensor<4x128x?xf32>
+    %58 = tensor.empty(%5) : tensor<4x1x?xf32>
+    %59 = linalg.fill ins(%cst : f32) outs(%58 : tensor<4x1x?xf32>) -> tensor<4x1x?xf32>
+    %60 = linalg.batch_matmul ins(%collapsed_31, %collapsed_32 : tensor<4x1x128xf32>, tensor<4x128x?xf32>) outs(%59 : tensor<4x1x?xf32>) -> tensor<4x1x?xf32>
+    %expanded_33 = tensor.expand_shape %60 [[0, 1], [2], [3]] output_shape [1, 4, 1, %5] : tensor<4x1x?xf32> into tensor<1x4x1x?xf32>
+    %61 = tensor.empty(%5) : tensor<1x4x1x?xf32>
+    %62 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_33, %53 : tensor<1x4x1x?xf32>, tensor<1x1x1x?xf32>) outs(%61 : tensor<1x4x1x?xf32>) {
+    ^bb0(%in: f32, %in_46: f32, %out: f32):
+      %112 = arith.addf %in, %in_46 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x4x1x?xf32>
-    %65 = tensor.empty() : tensor<1x4x1xi64>
-    %66 = linalg.fill ins(%c0_i64 : i64) outs(%65 : tensor<1x4x1xi64>) -> tensor<1x4x1xi64>
-    %67 = tensor.empty() : tensor<1x4x1xf32>
-    %68 = linalg.fill ins(%cst_0 : f32) outs(%67 : tensor<1x4x1xf32>) -> tensor<1x4x1xf32>
-    %69:2 = linalg.generic {indexing_maps = [#map5, #map11, #map11], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%64 : tensor<1x4x1x?xf32>) outs(%68, %66 : tensor<1x4x1xf32>, tensor<1x4x1xi64>) {
-    ^bb0(%in: f32, %out: f32, %out_53: i64):
-      %117 = linalg.index 3 : index
-      %118 = arith.index_cast %117 : index to i64
-      %119 = arith.maximumf %in, %out : f32
-      %120 = arith.cmpf ogt, %in, %out : f32
-      %121 = arith.select %120, %118, %out_53 : i64
-      linalg.yield %119, %121 : f32, i64
+    %63 = tensor.empty() : tensor<1x4x1xi64>
+    %64 = linalg.fill ins(%c0_i64 : i64) outs(%63 : tensor<1x4x1xi64>) -> tensor<1x4x1xi64>
+    %65 = tensor.empty() : tensor<1x4x1xf32>
+    %66 = linalg.fill ins(%cst_0 : f32) outs(%65 : tensor<1x4x1xf32>) -> tensor<1x4x1xf32>
+    %67:2 = linalg.generic {indexing_maps = [#map5, #map11, #map11], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%62 : tensor<1x4x1x?xf32>) outs(%66, %64 : tensor<1x4x1xf32>, tensor<1x4x1xi64>) {
+    ^bb0(%in: f32, %out: f32, %out_46: i64):
+      %112 = linalg.index 3 : index
+      %113 = arith.index_cast %112 : index to i64
+      %114 = arith.maximumf %in, %out : f32
+      %115 = arith.cmpf ogt, %in, %out : f32
+      %116 = arith.select %115, %113, %out_46 : i64
+      linalg.yield %114, %116 : f32, i64
     } -> (tensor<1x4x1xf32>, tensor<1x4x1xi64>)
-    %expanded_37 = tensor.expand_shape %69#0 [[0], [1], [2, 3]] output_shape [1, 4, 1, 1] : tensor<1x4x1xf32> into tensor<1x4x1x1xf32>
-    %70 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%64, %expanded_37 : tensor<1x4x1x?xf32>, tensor<1x4x1x1xf32>) outs(%63 : tensor<1x4x1x?xf32>) {
-    ^bb0(%in: f32, %in_53: f32, %out: f32):
-      %117 = arith.subf %in, %in_53 : f32
-      linalg.yield %117 : f32
+    %expanded_34 = tensor.expand_shape %67#0 [[0], [1], [2, 3]] output_shape [1, 4, 1, 1] : tensor<1x4x1xf32> into tensor<1x4x1x1xf32>
+    %68 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%62, %expanded_34 : tensor<1x4x1x?xf32>, tensor<1x4x1x1xf32>) outs(%61 : tensor<1x4x1x?xf32>) {
+    ^bb0(%in: f32, %in_46: f32, %out: f32):
+      %112 = arith.subf %in, %in_46 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x4x1x?xf32>
-    %71 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%70 : tensor<1x4x1x?xf32>) outs(%63 : tensor<1x4x1x?xf32>) {
+    %69 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%68 : tensor<1x4x1x?xf32>) outs(%61 : tensor<1x4x1x?xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %117 = math.exp %in : f32
-      linalg.yield %117 : f32
+      %112 = math.exp %in : f32
+      linalg.yield %112 : f32
     } -> tensor<1x4x1x?xf32>
-    %72 = tensor.empty() : tensor<1x4x1x1xf32>
-    %73 = linalg.fill ins(%cst : f32) outs(%72 : tensor<1x4x1x1xf32>) -> tensor<1x4x1x1xf32>
-    %74 = linalg.generic {indexing_maps = [#map5, #map4], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%71 : tensor<1x4x1x?xf32>) outs(%73 : tensor<1x4x1x1xf32>) {
+    %70 = tensor.empty() : tensor<1x4x1x1xf32>
+    %71 = linalg.fill ins(%cst : f32) outs(%70 : tensor<1x4x1x1xf32>) -> tensor<1x4x1x1xf32>
+    %72 = linalg.generic {indexing_maps = [#map5, #map4], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%69 : tensor<1x4x1x?xf32>) outs(%71 : tensor<1x4x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %117 = arith.addf %in, %out : f32
-      linalg.yield %117 : f32
+      %112 = arith.addf %in, %out : f32
+      linalg.yield %112 : f32
     } -> tensor<1x4x1x1xf32>
-    %75 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%71, %74 : tensor<1x4x1x?xf32>, tensor<1x4x1x1xf32>) outs(%63 : tensor<1x4x1x?xf32>) {
-    ^bb0(%in: f32, %in_53: f32, %out: f32):
-      %117 = arith.divf %in, %in_53 : f32
-      linalg.yield %117 : f32
+    %73 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%69, %72 : tensor<1x4x1x?xf32>, tensor<1x4x1x1xf32>) outs(%61 : tensor<1x4x1x?xf32>) {
+    ^bb0(%in: f32, %in_46: f32, %out: f32):
+      %112 = arith.divf %in, %in_46 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x4x1x?xf32>
-    %76 = tensor.empty(%5) : tensor<1x4x1x?xi1>
-    %77 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%64 : tensor<1x4x1x?xf32>) outs(%76 : tensor<1x4x1x?xi1>) {
+    %74 = tensor.empty(%5) : tensor<1x4x1x?xi1>
+    %75 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%62 : tensor<1x4x1x?xf32>) outs(%74 : tensor<1x4x1x?xi1>) {
     ^bb0(%in: f32, %out: i1):
-      %117 = arith.extf %in : f32 to f64
-      %118 = arith.cmpf oeq, %117, %cst_5 : f64
-      linalg.yield %118 : i1
+      %112 = arith.extf %in : f32 to f64
+      %113 = arith.cmpf oeq, %112, %cst_5 : f64
+      linalg.yield %113 : i1
     } -> tensor<1x4x1x?xi1>
-    %78 = tensor.empty() : tensor<1x4x1x1xi1>
-    %79 = linalg.fill ins(%true : i1) outs(%78 : tensor<1x4x1x1xi1>) -> tensor<1x4x1x1xi1>
-    %80 = linalg.generic {indexing_maps = [#map5, #map4], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%77 : tensor<1x4x1x?xi1>) outs(%79 : tensor<1x4x1x1xi1>) {
+    %76 = tensor.empty() : tensor<1x4x1x1xi1>
+    %77 = linalg.fill ins(%true : i1) outs(%76 : tensor<1x4x1x1xi1>) -> tensor<1x4x1x1xi1>
+    %78 = linalg.generic {indexing_maps = [#map5, #map4], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%75 : tensor<1x4x1x?xi1>) outs(%77 : tensor<1x4x1x1xi1>) {
     ^bb0(%in: i1, %out: i1):
-      %117 = arith.andi %in, %out : i1
-      linalg.yield %117 : i1
+      %112 = arith.andi %in, %out : i1
+      linalg.yield %112 : i1
     } -> tensor<1x4x1x1xi1>
-    %81 = arith.cmpi sge, %1, %c0_i64 : i64
-    cf.assert %81, "negative values not allowed in new dimensions"
-    %82 = arith.index_cast %1 : i64 to index
-    %83 = tensor.empty(%82) : tensor<1x4x1x?xf32>
-    %84 = linalg.generic {indexing_maps = [#map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%cst_2 : tensor<f32>) outs(%83 : tensor<1x4x1x?xf32>) {
+    %79 = arith.cmpi sge, %1, %c0_i64 : i64
+    cf.assert %79, "negative values not allowed in new dimensions"
+    %80 = arith.index_cast %1 : i64 to index
+    %81 = tensor.empty(%80) : tensor<1x4x1x?xf32>
+    %82 = linalg.generic {indexing_maps = [#map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%cst_2 : tensor<f32>) outs(%81 : tensor<1x4x1x?xf32>) {
     ^bb0(%in: f32, %out: f32):
       linalg.yield %in : f32
     } -> tensor<1x4x1x?xf32>
-    %85 = arith.cmpi eq, %82, %5 : index
-    cf.assert %85, "mismatched size for broadcast"
-    %86 = linalg.generic {indexing_maps = [#map4, #map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%80, %84, %75 : tensor<1x4x1x1xi1>, tensor<1x4x1x?xf32>, tensor<1x4x1x?xf32>) outs(%83 : tensor<1x4x1x?xf32>) {
-    ^bb0(%in: i1, %in_53: f32, %in_54: f32, %out: f32):
-      %117 = arith.select %in, %in_53, %in_54 : f32
-      linalg.yield %117 : f32
+    %83 = arith.cmpi eq, %80, %5 : index
+    cf.assert %83, "mismatched size for broadcast"
+    %84 = linalg.generic {indexing_maps = [#map4, #map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%78, %82, %73 : tensor<1x4x1x1xi1>, tensor<1x4x1x?xf32>, tensor<1x4x1x?xf32>) outs(%81 : tensor<1x4x1x?xf32>) {
+    ^bb0(%in: i1, %in_46: f32, %in_47: f32, %out: f32):
+      %112 = arith.select %in, %in_46, %in_47 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x4x1x?xf32>
     cf.assert %10, "unimplemented: dynamic negative broadcast sizes"
-    %87 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%63 : tensor<1x4x1x?xf32>) {
+    %85 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%61 : tensor<1x4x1x?xf32>) {
     ^bb0(%out: f32):
-      %117 = linalg.index 1 : index
-      %118 = linalg.index 3 : index
-      %119 = arith.cmpi eq, %82, %c1 : index
-      %120 = arith.select %119, %c0, %118 : index
-      %extracted = tensor.extract %86[%c0, %117, %c0, %120] : tensor<1x4x1x?xf32>
+      %112 = linalg.index 1 : index
+      %113 = linalg.index 3 : index
+      %114 = arith.cmpi eq, %80, %c1 : index
+      %115 = arith.select %114, %c0, %113 : index
+      %extracted = tensor.extract %84[%c0, %112, %c0, %115] : tensor<1x4x1x?xf32>
       linalg.yield %extracted : f32
     } -> tensor<1x4x1x?xf32>
-    %collapsed_38 = tensor.collapse_shape %87 [[0, 1], [2], [3]] : tensor<1x4x1x?xf32> into tensor<4x1x?xf32>
+    %collapsed_35 = tensor.collapse_shape %85 [[0, 1], [2], [3]] : tensor<1x4x1x?xf32> into tensor<4x1x?xf32>
     cf.assert %10, "unimplemented: dynamic negative broadcast sizes"
-    %88 = tensor.empty(%5) : tensor<1x4x?x128xf32>
-    %89 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%88 : tensor<1x4x?x128xf32>) {
+    %86 = tensor.empty(%5) : tensor<1x4x?x128xf32>
+    %87 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%86 : tensor<1x4x?x128xf32>) {
     ^bb0(%out: f32):
-      %117 = linalg.index 1 : index
-      %118 = linalg.index 2 : index
-      %119 = linalg.index 3 : index
-      %120 = arith.cmpi eq, %5, %c1 : index
-      %121 = arith.select %120, %c0, %118 : index
-      %extracted = tensor.extract %collapsed_32[%c0, %117, %121, %119] : tensor<1x4x?x128xf32>
+      %112 = linalg.index 1 : index
+      %113 = linalg.index 2 : index
+      %114 = linalg.index 3 : index
+      %115 = arith.cmpi eq, %5, %c1 : index
+      %116 = arith.select %115, %c0, %113 : index
+      %extracted = tensor.extract %collapsed_29[%c0, %112, %116, %114] : tensor<1x4x?x128xf32>
       linalg.yield %extracted : f32
     } -> tensor<1x4x?x128xf32>
-    %collapsed_39 = tensor.collapse_shape %89 [[0, 1], [2], [3]] : tensor<1x4x?x128xf32> into tensor<4x?x128xf32>
-    %90 = tensor.empty() : tensor<4x1x128xf32>
-    %91 = linalg.fill ins(%cst : f32) outs(%90 : tensor<4x1x128xf32>) -> tensor<4x1x128xf32>
-    %92 = linalg.batch_matmul ins(%collapsed_38, %collapsed_39 : tensor<4x1x?xf32>, tensor<4x?x128xf32>) outs(%91 : tensor<4x1x128xf32>) -> tensor<4x1x128xf32>
-    %expanded_40 = tensor.expand_shape %92 [[0, 1], [2], [3]] output_shape [1, 4, 1, 128] : tensor<4x1x128xf32> into tensor<1x4x1x128xf32>
-    %93 = tensor.empty() : tensor<1x1x4x128xf32>
-    %transposed_41 = linalg.transpose ins(%expanded_40 : tensor<1x4x1x128xf32>) outs(%93 : tensor<1x1x4x128xf32>) permutation = [0, 2, 1, 3] 
-    %94 = tensor.empty() : tensor<512x32xf32>
-    %transposed_42 = linalg.transpose ins(%arg7 : tensor<32x512xf32>) outs(%94 : tensor<512x32xf32>) permutation = [1, 0] 
-    %collapsed_43 = tensor.collapse_shape %transposed_41 [[0], [1, 2, 3]] : tensor<1x1x4x128xf32> into tensor<1x512xf32>
-    %95 = tensor.empty() : tensor<1x32xf32>
-    %96 = linalg.fill ins(%cst : f32) outs(%95 : tensor<1x32xf32>) -> tensor<1x32xf32>
-    %97 = linalg.matmul ins(%collapsed_43, %transposed_42 : tensor<1x512xf32>, tensor<512x32xf32>) outs(%96 : tensor<1x32xf32>) -> tensor<1x32xf32>
-    %expanded_44 = tensor.expand_shape %97 [[0], [1, 2]] output_shape [1, 1, 32] : tensor<1x32xf32> into tensor<1x1x32xf32>
-    %98 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg0, %expanded_44 : tensor<1x1x32xf32>, tensor<1x1x32xf32>) outs(%19 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_53: f32, %out: f32):
-      %117 = arith.addf %in, %in_53 : f32
-      linalg.yield %117 : f32
+    %collapsed_36 = tensor.collapse_shape %87 [[0, 1], [2], [3]] : tensor<1x4x?x128xf32> into tensor<4x?x128xf32>
+    %88 = tensor.empty() : tensor<4x1x128xf32>
+    %89 = linalg.fill ins(%cst : f32) outs(%88 : tensor<4x1x128xf32>) -> tensor<4x1x128xf32>
+    %90 = linalg.batch_matmul ins(%collapsed_35, %collapsed_36 : tensor<4x1x?xf32>, tensor<4x?x128xf32>) outs(%89 : tensor<4x1x128xf32>) -> tensor<4x1x128xf32>
+    %expanded_37 = tensor.expand_shape %90 [[0, 1], [2], [3]] output_shape [1, 4, 1, 128] : tensor<4x1x128xf32> into tensor<1x4x1x128xf32>
+    %91 = tensor.empty() : tensor<1x1x4x128xf32>
+    %transposed_38 = linalg.transpose ins(%expanded_37 : tensor<1x4x1x128xf32>) outs(%91 : tensor<1x1x4x128xf32>) permutation = [0, 2, 1, 3] 
+    %collapsed_39 = tensor.collapse_shape %transposed_38 [[0], [1, 2, 3]] : tensor<1x1x4x128xf32> into tensor<1x512xf32>
+    %92 = tensor.empty() : tensor<1x32xf32>
+    %93 = linalg.fill ins(%cst : f32) outs(%92 : tensor<1x32xf32>) -> tensor<1x32xf32>
+    %94 = linalg.matmul ins(%collapsed_39, %arg7 : tensor<1x512xf32>, tensor<512x32xf32>) outs(%93 : tensor<1x32xf32>) -> tensor<1x32xf32>
+    %expanded_40 = tensor.expand_shape %94 [[0], [1, 2]] output_shape [1, 1, 32] : tensor<1x32xf32> into tensor<1x1x32xf32>
+    %95 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg0, %expanded_40 : tensor<1x1x32xf32>, tensor<1x1x32xf32>) outs(%19 : tensor<1x1x32xf32>) {
+    ^bb0(%in: f32, %in_46: f32, %out: f32):
+      %112 = arith.addf %in, %in_46 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x1x32xf32>
-    %99 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%98 : tensor<1x1x32xf32>) outs(%19 : tensor<1x1x32xf32>) {
+    %96 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%95 : tensor<1x1x32xf32>) outs(%19 : tensor<1x1x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %117 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %117 : f32
+      %112 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %112 : f32
     } -> tensor<1x1x32xf32>
-    %100 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%99 : tensor<1x1x32xf32>) outs(%21 : tensor<1x1x1xf32>) {
+    %97 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%96 : tensor<1x1x32xf32>) outs(%21 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %117 = arith.addf %in, %out : f32
-      linalg.yield %117 : f32
+      %112 = arith.addf %in, %out : f32
+      linalg.yield %112 : f32
     } -> tensor<1x1x1xf32>
-    %101 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%100 : tensor<1x1x1xf32>) outs(%12 : tensor<1x1x1xf32>) {
+    %98 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%97 : tensor<1x1x1xf32>) outs(%12 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %117 = arith.divf %in, %cst_8 : f32
-      linalg.yield %117 : f32
+      %112 = arith.divf %in, %cst_8 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x1x1xf32>
-    %102 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%101 : tensor<1x1x1xf32>) outs(%12 : tensor<1x1x1xf32>) {
+    %99 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%98 : tensor<1x1x1xf32>) outs(%12 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %117 = arith.truncf %cst_6 : f64 to f32
-      %118 = arith.addf %in, %117 : f32
-      linalg.yield %118 : f32
+      %112 = arith.truncf %cst_6 : f64 to f32
+      %113 = arith.addf %in, %112 : f32
+      linalg.yield %113 : f32
     } -> tensor<1x1x1xf32>
-    %103 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%102 : tensor<1x1x1xf32>) outs(%12 : tensor<1x1x1xf32>) {
+    %100 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%99 : tensor<1x1x1xf32>) outs(%12 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %117 = math.rsqrt %in : f32
-      linalg.yield %117 : f32
+      %112 = math.rsqrt %in : f32
+      linalg.yield %112 : f32
     } -> tensor<1x1x1xf32>
-    %104 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%98, %103 : tensor<1x1x32xf32>, tensor<1x1x1xf32>) outs(%19 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_53: f32, %out: f32):
-      %117 = arith.mulf %in, %in_53 : f32
-      linalg.yield %117 : f32
+    %101 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%95, %100 : tensor<1x1x32xf32>, tensor<1x1x1xf32>) outs(%19 : tensor<1x1x32xf32>) {
+    ^bb0(%in: f32, %in_46: f32, %out: f32):
+      %112 = arith.mulf %in, %in_46 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x1x32xf32>
-    %105 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg12, %104 : tensor<32xf32>, tensor<1x1x32xf32>) outs(%19 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_53: f32, %out: f32):
-      %117 = arith.mulf %in, %in_53 : f32
-      linalg.yield %117 : f32
+    %102 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg12, %101 : tensor<32xf32>, tensor<1x1x32xf32>) outs(%19 : tensor<1x1x32xf32>) {
+    ^bb0(%in: f32, %in_46: f32, %out: f32):
+      %112 = arith.mulf %in, %in_46 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x1x32xf32>
-    %106 = tensor.empty() : tensor<32x64xf32>
-    %transposed_45 = linalg.transpose ins(%arg8 : tensor<64x32xf32>) outs(%106 : tensor<32x64xf32>) permutation = [1, 0] 
-    %collapsed_46 = tensor.collapse_shape %105 [[0], [1, 2]] : tensor<1x1x32xf32> into tensor<1x32xf32>
-    %107 = tensor.empty() : tensor<1x64xf32>
-    %108 = linalg.fill ins(%cst : f32) outs(%107 : tensor<1x64xf32>) -> tensor<1x64xf32>
-    %109 = linalg.matmul ins(%collapsed_46, %transposed_45 : tensor<1x32xf32>, tensor<32x64xf32>) outs(%108 : tensor<1x64xf32>) -> tensor<1x64xf32>
-    %expanded_47 = tensor.expand_shape %109 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xf32> into tensor<1x1x64xf32>
-    %110 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_47 : tensor<1x1x64xf32>) outs(%14 : tensor<1x1x64xf32>) {
+    %collapsed_41 = tensor.collapse_shape %102 [[0], [1, 2]] : tensor<1x1x32xf32> into tensor<1x32xf32>
+    %103 = tensor.empty() : tensor<1x64xf32>
+    %104 = linalg.fill ins(%cst : f32) outs(%103 : tensor<1x64xf32>) -> tensor<1x64xf32>
+    %105 = linalg.matmul ins(%collapsed_41, %arg8 : tensor<1x32xf32>, tensor<32x64xf32>) outs(%104 : tensor<1x64xf32>) -> tensor<1x64xf32>
+    %expanded_42 = tensor.expand_shape %105 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xf32> into tensor<1x1x64xf32>
+    %106 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_42 : tensor<1x1x64xf32>) outs(%14 : tensor<1x1x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %117 = arith.negf %in : f32
-      %118 = math.exp %117 : f32
-      %119 = arith.addf %118, %cst_1 : f32
-      %120 = arith.divf %cst_1, %119 : f32
-      linalg.yield %120 : f32
+      %112 = arith.negf %in : f32
+      %113 = math.exp %112 : f32
+      %114 = arith.addf %113, %cst_1 : f32
+      %115 = arith.divf %cst_1, %114 : f32
+      linalg.yield %115 : f32
     } -> tensor<1x1x64xf32>
-    %111 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_47, %110 : tensor<1x1x64xf32>, tensor<1x1x64xf32>) outs(%14 : tensor<1x1x64xf32>) {
-    ^bb0(%in: f32, %in_53: f32, %out: f32):
-      %117 = arith.mulf %in, %in_53 : f32
-      linalg.yield %117 : f32
+    %107 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_42, %106 : tensor<1x1x64xf32>, tensor<1x1x64xf32>) outs(%14 : tensor<1x1x64xf32>) {
+    ^bb0(%in: f32, %in_46: f32, %out: f32):
+      %112 = arith.mulf %in, %in_46 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x1x64xf32>
-    %transposed_48 = linalg.transpose ins(%arg9 : tensor<64x32xf32>) outs(%106 : tensor<32x64xf32>) permutation = [1, 0] 
-    %112 = linalg.matmul ins(%collapsed_46, %transposed_48 : tensor<1x32xf32>, tensor<32x64xf32>) outs(%108 : tensor<1x64xf32>) -> tensor<1x64xf32>
-    %expanded_49 = tensor.expand_shape %112 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xf32> into tensor<1x1x64xf32>
-    %113 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%111, %expanded_49 : tensor<1x1x64xf32>, tensor<1x1x64xf32>) outs(%14 : tensor<1x1x64xf32>) {
-    ^bb0(%in: f32, %in_53: f32, %out: f32):
-      %117 = arith.mulf %in, %in_53 : f32
-      linalg.yield %117 : f32
+    %108 = linalg.matmul ins(%collapsed_41, %arg9 : tensor<1x32xf32>, tensor<32x64xf32>) outs(%104 : tensor<1x64xf32>) -> tensor<1x64xf32>
+    %expanded_43 = tensor.expand_shape %108 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xf32> into tensor<1x1x64xf32>
+    %109 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%107, %expanded_43 : tensor<1x1x64xf32>, tensor<1x1x64xf32>) outs(%14 : tensor<1x1x64xf32>) {
+    ^bb0(%in: f32, %in_46: f32, %out: f32):
+      %112 = arith.mulf %in, %in_46 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x1x64xf32>
-    %114 = tensor.empty() : tensor<64x32xf32>
-    %transposed_50 = linalg.transpose ins(%arg10 : tensor<32x64xf32>) outs(%114 : tensor<64x32xf32>) permutation = [1, 0] 
-    %collapsed_51 = tensor.collapse_shape %113 [[0], [1, 2]] : tensor<1x1x64xf32> into tensor<1x64xf32>
-    %115 = linalg.matmul ins(%collapsed_51, %transposed_50 : tensor<1x64xf32>, tensor<64x32xf32>) outs(%96 : tensor<1x32xf32>) -> tensor<1x32xf32>
-    %expanded_52 = tensor.expand_shape %115 [[0], [1, 2]] output_shape [1, 1, 32] : tensor<1x32xf32> into tensor<1x1x32xf32>
-    %116 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%98, %expanded_52 : tensor<1x1x32xf32>, tensor<1x1x32xf32>) outs(%19 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_53: f32, %out: f32):
-      %117 = arith.addf %in, %in_53 : f32
-      linalg.yield %117 : f32
+    %collapsed_44 = tensor.collapse_shape %109 [[0], [1, 2]] : tensor<1x1x64xf32> into tensor<1x64xf32>
+    %110 = linalg.matmul ins(%collapsed_44, %arg10 : tensor<1x64xf32>, tensor<64x32xf32>) outs(%93 : tensor<1x32xf32>) -> tensor<1x32xf32>
+    %expanded_45 = tensor.expand_shape %110 [[0], [1, 2]] output_shape [1, 1, 32] : tensor<1x32xf32> into tensor<1x1x32xf32>
+    %111 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%95, %expanded_45 : tensor<1x1x32xf32>, tensor<1x1x32xf32>) outs(%19 : tensor<1x1x32xf32>) {
+    ^bb0(%in: f32, %in_46: f32, %out: f32):
+      %112 = arith.addf %in, %in_46 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x1x32xf32>
-    return %116, %concat_26, %concat_27 : tensor<1x1x32xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>
+    return %111, %concat_23, %concat_24 : tensor<1x1x32xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>
   }
-  func.func private @head(%arg0: tensor<1x?x32xf32>, %arg1: tensor<32xf32>, %arg2: tensor<64x32xf32>) -> tensor<1x1x64xf32> {
+  func.func private @head(%arg0: tensor<1x?x32xf32>, %arg1: tensor<32xf32>, %arg2: tensor<32x64xf32>) -> tensor<1x1x64xf32> {
     %c2_i64 = arith.constant 2 : i64
     %c-1_i64 = arith.constant -1 : i64
     %c1 = arith.constant 1 : index
@@ -1029,78 +1005,76 @@ module {
     %5 = tensor.empty() : tensor<1x1x32xf32>
     %6 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%extracted_slice : tensor<1x1x32xf32>) outs(%5 : tensor<1x1x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %19 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %19 : f32
+      %18 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %18 : f32
     } -> tensor<1x1x32xf32>
     %7 = tensor.empty() : tensor<1x1x1xf32>
     %8 = linalg.fill ins(%cst : f32) outs(%7 : tensor<1x1x1xf32>) -> tensor<1x1x1xf32>
     %9 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%6 : tensor<1x1x32xf32>) outs(%8 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %19 = arith.addf %in, %out : f32
-      linalg.yield %19 : f32
+      %18 = arith.addf %in, %out : f32
+      linalg.yield %18 : f32
     } -> tensor<1x1x1xf32>
     %10 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%9 : tensor<1x1x1xf32>) outs(%7 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %19 = arith.divf %in, %cst_1 : f32
-      linalg.yield %19 : f32
+      %18 = arith.divf %in, %cst_1 : f32
+      linalg.yield %18 : f32
     } -> tensor<1x1x1xf32>
     %11 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%10 : tensor<1x1x1xf32>) outs(%7 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %19 = arith.truncf %cst_0 : f64 to f32
-      %20 = arith.addf %in, %19 : f32
-      linalg.yield %20 : f32
+      %18 = arith.truncf %cst_0 : f64 to f32
+      %19 = arith.addf %in, %18 : f32
+      linalg.yield %19 : f32
     } -> tensor<1x1x1xf32>
     %12 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%11 : tensor<1x1x1xf32>) outs(%7 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %19 = math.rsqrt %in : f32
-      linalg.yield %19 : f32
+      %18 = math.rsqrt %in : f32
+      linalg.yield %18 : f32
     } -> tensor<1x1x1xf32>
     %13 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%extracted_slice, %12 : tensor<1x1x32xf32>, tensor<1x1x1xf32>) outs(%5 : tensor<1x1x32xf32>) {
     ^bb0(%in: f32, %in_2: f32, %out: f32):
-      %19 = arith.mulf %in, %in_2 : f32
-      linalg.yield %19 : f32
+      %18 = arith.mulf %in, %in_2 : f32
+      linalg.yield %18 : f32
     } -> tensor<1x1x32xf32>
     %14 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg1, %13 : tensor<32xf32>, tensor<1x1x32xf32>) outs(%5 : tensor<1x1x32xf32>) {
     ^bb0(%in: f32, %in_2: f32, %out: f32):
-      %19 = arith.mulf %in, %in_2 : f32
-      linalg.yield %19 : f32
+      %18 = arith.mulf %in, %in_2 : f32
+      linalg.yield %18 : f32
     } -> tensor<1x1x32xf32>
-    %15 = tensor.empty() : tensor<32x64xf32>
-    %transposed = linalg.transpose ins(%arg2 : tensor<64x32xf32>) outs(%15 : tensor<32x64xf32>) permutation = [1, 0] 
     %collapsed = tensor.collapse_shape %14 [[0], [1, 2]] : tensor<1x1x32xf32> into tensor<1x32xf32>
-    %16 = tensor.empty() : tensor<1x64xf32>
-    %17 = linalg.fill ins(%cst : f32) outs(%16 : tensor<1x64xf32>) -> tensor<1x64xf32>
-    %18 = linalg.matmul ins(%collapsed, %transposed : tensor<1x32xf32>, tensor<32x64xf32>) outs(%17 : tensor<1x64xf32>) -> tensor<1x64xf32>
-    %expanded = tensor.expand_shape %18 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xf32> into tensor<1x1x64xf32>
+    %15 = tensor.empty() : tensor<1x64xf32>
+    %16 = linalg.fill ins(%cst : f32) outs(%15 : tensor<1x64xf32>) -> tensor<1x64xf32>
+    %17 = linalg.matmul ins(%collapsed, %arg2 : tensor<1x32xf32>, tensor<32x64xf32>) outs(%16 : tensor<1x64xf32>) -> tensor<1x64xf32>
+    %expanded = tensor.expand_shape %17 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xf32> into tensor<1x1x64xf32>
     return %expanded : tensor<1x1x64xf32>
   }
   func.func @prefill(
       %ids: tensor<1x?xi64>,
       %w0: tensor<64x32xf32> {bufferization.writable = false, snapkv.weight = "model.embed_tokens.weight"},
-      %w1: tensor<512x32xf32> {bufferization.writable = false, snapkv.weight = "model.layers.0.self_attn.q_proj.weight"},
-      %w2: tensor<256x32xf32> {bufferization.writable = false, snapkv.weight = "model.layers.0.self_attn.k_proj.weight"},
-      %w3: tensor<256x32xf32> {bufferization.writable = false, snapkv.weight = "model.layers.0.self_attn.v_proj.weight"},
-      %w4: tensor<32x512xf32> {bufferization.writable = false, snapkv.weight = "model.layers.0.self_attn.o_proj.weight"},
-      %w5: tensor<64x32xf32> {bufferization.writable = false, snapkv.weight = "model.layers.0.mlp.gate_proj.weight"},
-      %w6: tensor<64x32xf32> {bufferization.writable = false, snapkv.weight = "model.layers.0.mlp.up_proj.weight"},
-      %w7: tensor<32x64xf32> {bufferization.writable = false, snapkv.weight = "model.layers.0.mlp.down_proj.weight"},
+      %w1: tensor<32x512xf32> {bufferization.writable = false, snapkv.weight = "model.layers.0.self_attn.q_proj.weight", snapkv.transposed},
+      %w2: tensor<32x256xf32> {bufferization.writable = false, snapkv.weight = "model.layers.0.self_attn.k_proj.weight", snapkv.transposed},
+      %w3: tensor<32x256xf32> {bufferization.writable = false, snapkv.weight = "model.layers.0.self_attn.v_proj.weight", snapkv.transposed},
+      %w4: tensor<512x32xf32> {bufferization.writable = false, snapkv.weight = "model.layers.0.self_attn.o_proj.weight", snapkv.transposed},
+      %w5: tensor<32x64xf32> {bufferization.writable = false, snapkv.weight = "model.layers.0.mlp.gate_proj.weight", snapkv.transposed},
+      %w6: tensor<32x64xf32> {bufferization.writable = false, snapkv.weight = "model.layers.0.mlp.up_proj.weight", snapkv.transposed},
+      %w7: tensor<64x32xf32> {bufferization.writable = false, snapkv.weight = "model.layers.0.mlp.down_proj.weight", snapkv.transposed},
       %w8: tensor<32xf32> {bufferization.writable = false, snapkv.weight = "model.layers.0.input_layernorm.weight"},
       %w9: tensor<32xf32> {bufferization.writable = false, snapkv.weight = "model.layers.0.post_attention_layernorm.weight"},
-      %w10: tensor<512x32xf32> {bufferization.writable = false, snapkv.weight = "model.layers.1.self_attn.q_proj.weight"},
-      %w11: tensor<256x32xf32> {bufferization.writable = false, snapkv.weight = "model.layers.1.self_attn.k_proj.weight"},
-      %w12: tensor<256x32xf32> {bufferization.writable = false, snapkv.weight = "model.layers.1.self_attn.v_proj.weight"},
-      %w13: tensor<32x512xf32> {bufferization.writable = false, snapkv.weight = "model.layers.1.self_attn.o_proj.weight"},
-      %w14: tensor<64x32xf32> {bufferization.writable = false, snapkv.weight = "model.layers.1.mlp.gate_proj.weight"},
-      %w15: tensor<64x32xf32> {bufferization.writable = false, snapkv.weight = "model.layers.1.mlp.up_proj.weight"},
-      %w16: tensor<32x64xf32> {bufferization.writable = false, snapkv.weight = "model.layers.1.mlp.down_proj.weight"},
+      %w10: tensor<32x512xf32> {bufferization.writable = false, snapkv.weight = "model.layers.1.self_attn.q_proj.weight", snapkv.transposed},
+      %w11: tensor<32x256xf32> {bufferization.writable = false, snapkv.weight = "model.layers.1.self_attn.k_proj.weight", snapkv.transposed},
+      %w12: tensor<32x256xf32> {bufferization.writable = false, snapkv.weight = "model.layers.1.self_attn.v_proj.weight", snapkv.transposed},
+      %w13: tensor<512x32xf32> {bufferization.writable = false, snapkv.weight = "model.layers.1.self_attn.o_proj.weight", snapkv.transposed},
+      %w14: tensor<32x64xf32> {bufferization.writable = false, snapkv.weight = "model.layers.1.mlp.gate_proj.weight", snapkv.transposed},
+      %w15: tensor<32x64xf32> {bufferization.writable = false, snapkv.weight = "model.layers.1.mlp.up_proj.weight", snapkv.transposed},
+      %w16: tensor<64x32xf32> {bufferization.writable = false, snapkv.weight = "model.layers.1.mlp.down_proj.weight", snapkv.transposed},
       %w17: tensor<32xf32> {bufferization.writable = false, snapkv.weight = "model.layers.1.input_layernorm.weight"},
       %w18: tensor<32xf32> {bufferization.writable = false, snapkv.weight = "model.layers.1.post_attention_layernorm.weight"},
       %w19: tensor<32xf32> {bufferization.writable = false, snapkv.weight = "model.norm.weight"},
-      %w20: tensor<64x32xf32> {bufferization.writable = false, snapkv.weight = "lm_head.weight"}) -> (tensor<1x1x64xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>) {
+      %w20: tensor<32x64xf32> {bufferization.writable = false, snapkv.weight = "lm_head.weight", snapkv.transposed}) -> (tensor<1x1x64xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>) {
     %h = call @embed(%ids, %w0) : (tensor<1x?xi64>, tensor<64x32xf32>) -> tensor<1x?x32xf32>
-    %l0:3 = call @prefill_layer(%h, %w1, %w2, %w3, %w4, %w5, %w6, %w7, %w8, %w9) : (tensor<1x?x32xf32>, tensor<512x32xf32>, tensor<256x32xf32>, tensor<256x32xf32>, tensor<32x512xf32>, tensor<64x32xf32>, tensor<64x32xf32>, tensor<32x64xf32>, tensor<32xf32>, tensor<32xf32>) -> (tensor<1x?x32xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>)
-    %l1:3 = call @prefill_layer(%l0#0, %w10, %w11, %w12, %w13, %w14, %w15, %w16, %w17, %w18) : (tensor<1x?x32xf32>, tensor<512x32xf32>, tensor<256x32xf32>, tensor<256x32xf32>, tensor<32x512xf32>, tensor<64x32xf32>, tensor<64x32xf32>, tensor<32x64xf32>, tensor<32xf32>, tensor<32xf32>) -> (tensor<1x?x32xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>)
-    %logits = call @head(%l1#0, %w19, %w20) : (tensor<1x?x32xf32>, tensor<32xf32>, tensor<64x32xf32>) -> tensor<1x1x64xf32>
+    %l0:3 = call @prefill_layer(%h, %w1, %w2, %w3, %w4, %w5, %w6, %w7, %w8, %w9) : (tensor<1x?x32xf32>, tensor<32x512xf32>, tensor<32x256xf32>, tensor<32x256xf32>, tensor<512x32xf32>, tensor<32x64xf32>, tensor<32x64xf32>, tensor<64x32xf32>, tensor<32xf32>, tensor<32xf32>) -> (tensor<1x?x32xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>)
+    %l1:3 = call @prefill_layer(%l0#0, %w10, %w11, %w12, %w13, %w14, %w15, %w16, %w17, %w18) : (tensor<1x?x32xf32>, tensor<32x512xf32>, tensor<32x256xf32>, tensor<32x256xf32>, tensor<512x32xf32>, tensor<32x64xf32>, tensor<32x64xf32>, tensor<64x32xf32>, tensor<32xf32>, tensor<32xf32>) -> (tensor<1x?x32xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>)
+    %logits = call @head(%l1#0, %w19, %w20) : (tensor<1x?x32xf32>, tensor<32xf32>, tensor<32x64xf32>) -> tensor<1x1x64xf32>
     return %logits, %l0#1, %l0#2, %l1#1, %l1#2 : tensor<1x1x64xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>
   }
   func.func @decode(
@@ -1111,33 +1085,33 @@ module {
       %c2: tensor<1x2x?x128xf32>,
       %c3: tensor<1x2x?x128xf32>,
       %w0: tensor<64x32xf32> {bufferization.writable = false, snapkv.weight = "model.embed_tokens.weight"},
-      %w1: tensor<512x32xf32> {bufferization.writable = false, snapkv.weight = "model.layers.0.self_attn.q_proj.weight"},
-      %w2: tensor<256x32xf32> {bufferization.writable = false, snapkv.weight = "model.layers.0.self_attn.k_proj.weight"},
-      %w3: tensor<256x32xf32> {bufferization.writable = false, snapkv.weight = "model.layers.0.self_attn.v_proj.weight"},
-      %w4: tensor<32x512xf32> {bufferization.writable = false, snapkv.weight = "model.layers.0.self_attn.o_proj.weight"},
-      %w5: tensor<64x32xf32> {bufferization.writable = false, snapkv.weight = "model.layers.0.mlp.gate_proj.weight"},
-      %w6: tensor<64x32xf32> {bufferization.writable = false, snapkv.weight = "model.layers.0.mlp.up_proj.weight"},
-      %w7: tensor<32x64xf32> {bufferization.writable = false, snapkv.weight = "model.layers.0.mlp.down_proj.weight"},
+      %w1: tensor<32x512xf32> {bufferization.writable = false, snapkv.weight = "model.layers.0.self_attn.q_proj.weight", snapkv.transposed},
+      %w2: tensor<32x256xf32> {bufferization.writable = false, snapkv.weight = "model.layers.0.self_attn.k_proj.weight", snapkv.transposed},
+      %w3: tensor<32x256xf32> {bufferization.writable = false, snapkv.weight = "model.layers.0.self_attn.v_proj.weight", snapkv.transposed},
+      %w4: tensor<512x32xf32> {bufferization.writable = false, snapkv.weight = "model.layers.0.self_attn.o_proj.weight", snapkv.transposed},
+      %w5: tensor<32x64xf32> {bufferization.writable = false, snapkv.weight = "model.layers.0.mlp.gate_proj.weight", snapkv.transposed},
+      %w6: tensor<32x64xf32> {bufferization.writable = false, snapkv.weight = "model.layers.0.mlp.up_proj.weight", snapkv.transposed},
+      %w7: tensor<64x32xf32> {bufferization.writable = false, snapkv.weight = "model.layers.0.mlp.down_proj.weight", snapkv.transposed},
       %w8: tensor<32xf32> {bufferization.writable = false, snapkv.weight = "model.layers.0.input_layernorm.weight"},
       %w9: tensor<32xf32> {bufferization.writable = false, snapkv.weight = "model.layers.0.post_attention_layernorm.weight"},
-      %w10: tensor<512x32xf32> {bufferization.writable = false, snapkv.weight = "model.layers.1.self_attn.q_proj.weight"},
-      %w11: tensor<256x32xf32> {bufferization.writable = false, snapkv.weight = "model.layers.1.self_attn.k_proj.weight"},
-      %w12: tensor<256x32xf32> {bufferization.writable = false, snapkv.weight = "model.layers.1.self_attn.v_proj.weight"},
-      %w13: tensor<32x512xf32> {bufferization.writable = false, snapkv.weight = "model.layers.1.self_attn.o_proj.weight"},
-      %w14: tensor<64x32xf32> {bufferization.writable = false, snapkv.weight = "model.layers.1.mlp.gate_proj.weight"},
-      %w15: tensor<64x32xf32> {bufferization.writable = false, snapkv.weight = "model.layers.1.mlp.up_proj.weight"},
-      %w16: tensor<32x64xf32> {bufferization.writable = false, snapkv.weight = "model.layers.1.mlp.down_proj.weight"},
+      %w10: tensor<32x512xf32> {bufferization.writable = false, snapkv.weight = "model.layers.1.self_attn.q_proj.weight", snapkv.transposed},
+      %w11: tensor<32x256xf32> {bufferization.writable = false, snapkv.weight = "model.layers.1.self_attn.k_proj.weight", snapkv.transposed},
+      %w12: tensor<32x256xf32> {bufferization.writable = false, snapkv.weight = "model.layers.1.self_attn.v_proj.weight", snapkv.transposed},
+      %w13: tensor<512x32xf32> {bufferization.writable = false, snapkv.weight = "model.layers.1.self_attn.o_proj.weight", snapkv.transposed},
+      %w14: tensor<32x64xf32> {bufferization.writable = false, snapkv.weight = "model.layers.1.mlp.gate_proj.weight", snapkv.transposed},
+      %w15: tensor<32x64xf32> {bufferization.writable = false, snapkv.weight = "model.layers.1.mlp.up_proj.weight", snapkv.transposed},
+      %w16: tensor<64x32xf32> {bufferization.writable = false, snapkv.weight = "model.layers.1.mlp.down_proj.weight", snapkv.transposed},
       %w17: tensor<32xf32> {bufferization.writable = false, snapkv.weight = "model.layers.1.input_layernorm.weight"},
       %w18: tensor<32xf32> {bufferization.writable = false, snapkv.weight = "model.layers.1.post_attention_layernorm.weight"},
       %w19: tensor<32xf32> {bufferization.writable = false, snapkv.weight = "model.norm.weight"},
-      %w20: tensor<64x32xf32> {bufferization.writable = false, snapkv.weight = "lm_head.weight"}) -> (tensor<1x1x64xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>) {
+      %w20: tensor<32x64xf32> {bufferization.writable = false, snapkv.weight = "lm_head.weight", snapkv.transposed}) -> (tensor<1x1x64xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>) {
     %ids = tensor.cast %id : tensor<1x1xi64> to tensor<1x?xi64>
     %e = call @embed(%ids, %w0) : (tensor<1x?xi64>, tensor<64x32xf32>) -> tensor<1x?x32xf32>
     %h = tensor.cast %e : tensor<1x?x32xf32> to tensor<1x1x32xf32>
-    %l0:3 = call @decode_layer(%h, %position, %c0, %c1, %w1, %w2, %w3, %w4, %w5, %w6, %w7, %w8, %w9) : (tensor<1x1x32xf32>, tensor<1xi64>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>, tensor<512x32xf32>, tensor<256x32xf32>, tensor<256x32xf32>, tensor<32x512xf32>, tensor<64x32xf32>, tensor<64x32xf32>, tensor<32x64xf32>, tensor<32xf32>, tensor<32xf32>) -> (tensor<1x1x32xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>)
-    %l1:3 = call @decode_layer(%l0#0, %position, %c2, %c3, %w10, %w11, %w12, %w13, %w14, %w15, %w16, %w17, %w18) : (tensor<1x1x32xf32>, tensor<1xi64>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>, tensor<512x32xf32>, tensor<256x32xf32>, tensor<256x32xf32>, tensor<32x512xf32>, tensor<64x32xf32>, tensor<64x32xf32>, tensor<32x64xf32>, tensor<32xf32>, tensor<32xf32>) -> (tensor<1x1x32xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>)
+    %l0:3 = call @decode_layer(%h, %position, %c0, %c1, %w1, %w2, %w3, %w4, %w5, %w6, %w7, %w8, %w9) : (tensor<1x1x32xf32>, tensor<1xi64>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>, tensor<32x512xf32>, tensor<32x256xf32>, tensor<32x256xf32>, tensor<512x32xf32>, tensor<32x64xf32>, tensor<32x64xf32>, tensor<64x32xf32>, tensor<32xf32>, tensor<32xf32>) -> (tensor<1x1x32xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>)
+    %l1:3 = call @decode_layer(%l0#0, %position, %c2, %c3, %w10, %w11, %w12, %w13, %w14, %w15, %w16, %w17, %w18) : (tensor<1x1x32xf32>, tensor<1xi64>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>, tensor<32x512xf32>, tensor<32x256xf32>, tensor<32x256xf32>, tensor<512x32xf32>, tensor<32x64xf32>, tensor<32x64xf32>, tensor<64x32xf32>, tensor<32xf32>, tensor<32xf32>) -> (tensor<1x1x32xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>)
     %hd = tensor.cast %l1#0 : tensor<1x1x32xf32> to tensor<1x?x32xf32>
-    %logits_d = call @head(%hd, %w19, %w20) : (tensor<1x?x32xf32>, tensor<32xf32>, tensor<64x32xf32>) -> tensor<1x1x64xf32>
+    %logits_d = call @head(%hd, %w19, %w20) : (tensor<1x?x32xf32>, tensor<32xf32>, tensor<32x64xf32>) -> tensor<1x1x64xf32>
     return %logits_d, %l0#1, %l0#2, %l1#1, %l1#2 : tensor<1x1x64xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>
   }
 }
