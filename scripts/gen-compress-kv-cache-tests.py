@@ -2,10 +2,20 @@
 """Writes test/Transforms/Inputs/compress-kv-cache-mini.mlir (a one-layer prefill/decode
 pair in the importer's form), test/Transforms/compress-kv-cache-refusals.mlir (near
 misses built from it) and test/Transforms/compress-kv-cache-scales.mlir (the forms a
-constant scale takes). Run from the repository root after changing any of them.
+constant scale takes). Edit this script, not them, and rerun it:
+
+    python3 scripts/gen-compress-kv-cache-tests.py [--check] [--root DIR]
+
+`--check` writes nothing: it compares the files under the root (default: this repository)
+with what the script writes today and exits 1, printing the first differences, if one is
+stale (scripts/generated_files.py; python/tests/test_generated_tests.py runs it).
 
 The same forms cut from real exports are in scripts/gen-model-attention-tests.py."""
 
+import argparse
+import sys
+
+import generated_files
 import numpy as np
 
 MAPS = """#id1 = affine_map<(d0) -> (d0)>
@@ -220,62 +230,23 @@ def decode(name="decode", qpos_const="8", rope_from="%pos_arg", extra="", **kw):
 M = MAPS
 def warn_before(text, func, msg, kind="warning"):
     return text.replace(f"func.func @{func}(", f"// expected-{kind}@+1 {{{{{msg}}}}}\nfunc.func @{func}(", 1)
-splits = []
-t = M + prefill(softmax=False)
-splits.append("// Attention without a softmax: the second batch_matmul reads the masked scores.\n" + warn_before(t, "prefill", "is not part of a recognised attention: attention probabilities are not a softmax (no row-sum division)"))
-t = M + prefill(returns="%out", ret_types="tensor<1x4x8x4xf32>")
-splits.append("// K/V do not reach a result: nothing to cache.\n" + warn_before(t, "prefill", "@prefill: layer 0: the keys this attention reads are not returned exactly once"))
-t = M + prefill(mask_pred="sgt")
-splits.append("// A mask that is not causal (key > query).\n" + warn_before(t, "prefill", "@prefill: layer 0: the mask condition is not `key position <= query position`"))
-p = prefill()
-second = attention("b", 8, 8, "%k", "%v")
-p = p.replace("  return %out, %k, %v", second + "  return %bout, %k, %v")
-splits.append("// Two attentions read the same K/V: one cache cannot serve both.\n" + warn_before(M + p, "prefill", "@prefill: layer 1: its keys or values are also read by another attention"))
-extra = """  %c2 = arith.constant 2 : index
-  %plen_d = tensor.dim %kcache, %c2 : tensor<1x2x8x4xf32>
-  %plen_i = arith.index_cast %plen_d : index to i64
-  %plen = tensor.from_elements %plen_i : tensor<1xi64>
-"""
-t = M + prefill() + decode(rope_from="%plen", extra=extra)
-splits.append("// Decode computes its RoPE position from the physical cache length.\n" + warn_before(t, "decode", "@decode: the RoPE position is computed from cache argument %arg4 (its physical length), not from the logical position argument"))
-t = M + prefill() + decode(qpos_const="3")
-splits.append("// Decode's mask hides the keys after position 3 of a 9-key cache: it cannot be\n// rebuilt for logical positions.\n" + warn_before(t, "decode", "@decode: layer 0: the mask's query position is not the cache length or the position argument"))
-t = M + prefill() + decode()
-t = t.replace("  return %out, %kall, %vall", "  %kneg = arith.negf %kcache : tensor<1x2x8x4xf32>\n  return %out, %kall, %vall")
-splits.append("// A cache argument is read by something other than the append.\n" + warn_before(t, "decode", "@decode: layer 0: cache argument %arg4 has a use other than the append and tensor.dim (arith.negf)"))
 
-t = M + prefill()
-t = t.replace("  %qc = tensor.collapse_shape %q [[0, 1], [2], [3]] : tensor<1x4x8x4xf32> into tensor<4x8x4xf32>",
-              "  %qd = tensor.cast %q : tensor<1x4x8x4xf32> to tensor<1x?x8x4xf32>\n  %qc = tensor.collapse_shape %qd [[0, 1], [2], [3]] : tensor<1x?x8x4xf32> into tensor<?x8x4xf32>")
-t = t.replace("linalg.batch_matmul ins(%qc, %ktc : tensor<4x8x4xf32>,", "linalg.batch_matmul ins(%qc, %ktc : tensor<?x8x4xf32>,")
-splits.append("// A dynamic head count: the cache shape cannot be derived.\n" + warn_before(t, "prefill", "is not part of a recognised attention: the batch, head count or head dim of the queries is dynamic"))
-t = M + prefill()
-t = t.replace("  %krc = tensor.collapse_shape %kr [[0], [1, 2], [3], [4]] : tensor<1x2x2x8x4xf32> into tensor<1x4x8x4xf32>",
-              "  %kr2 = tensor.collapse_shape %kr [[0, 1], [2], [3], [4]] : tensor<1x2x2x8x4xf32> into tensor<2x2x8x4xf32>\n  %shape = arith.constant dense<[1, 4, 8, 4]> : tensor<4xi64>\n  %krc = tensor.reshape %kr2(%shape) : (tensor<2x2x8x4xf32>, tensor<4xi64>) -> tensor<1x4x8x4xf32>")
-splits.append("// An unusual reshape between the GQA repeat and the attention.\n" + warn_before(t, "prefill", "is not part of a recognised attention: keys and values before the repeat are not 4-D tensors of one type"))
 
 SCALE_CONSTS = """  %scale64 = arith.constant 0.35355339059327379 : f64
   %scale_t = arith.constant dense<5.000000e-01> : tensor<f32>
   %qroot = arith.constant 0.70710678118654757 : f64
   %kroot = arith.constant 0.70710678118654757 : f64
 """
-t = M + prefill(scale="arg", args=", %scale_arg: f32")
-splits.append("// The scores are scaled by a function argument, not a constant.\n" + warn_before(t, "prefill", "is not part of a recognised attention: the scores are scaled by a factor that is not a constant"))
-t = M + prefill(scale="split", consts=SCALE_CONSTS.replace("%qroot = arith.constant 0.", "%qroot = arith.constant -0."))
-splits.append("// SDPA's split with the Q factor negated: the scale is negative.\n" + warn_before(t, "prefill", "is not part of a recognised attention: the scores are not scaled by a positive finite constant (the factors multiply to -0.5"))
-t = M + prefill(scale="split", consts=SCALE_CONSTS).replace("%c = arith.truncf %kroot : f64 to f32", "%c = arith.negf %o : f32")
-splits.append("// The factor on K^T is not a constant.\n" + warn_before(t, "prefill", "is not part of a recognised attention: the scores are scaled by a factor that is not a constant"))
 
-splits.append("""// Attention on buffers (after bufferization): the rewrite works on tensors.
+BUFFERS = """// Attention on buffers (after bufferization): the rewrite works on tensors.
 // expected-warning@+1 {{is not part of a recognised attention: batch_matmul on buffers}}
 func.func @prefill(%a: memref<4x8x4xf32>, %b: memref<4x4x8xf32>, %c: memref<4x8x8xf32>) {
   linalg.batch_matmul ins(%a, %b : memref<4x8x4xf32>, memref<4x4x8xf32>) outs(%c : memref<4x8x8xf32>)
   return
 }
-""")
+"""
 
-open('test/Transforms/compress-kv-cache-refusals.mlir', 'w').write(
-"""// Near misses: inputs the model rewrite must leave unchanged, each with a
+REFUSALS_HEADER = """// Near misses: inputs the model rewrite must leave unchanged, each with a
 // warning naming the function and the reason. FileCheck confirms that no
 // split was rewritten.
 // RUN: snapkv-opt %s -split-input-file -verify-diagnostics \\
@@ -284,10 +255,65 @@ open('test/Transforms/compress-kv-cache-refusals.mlir', 'w').write(
 // CHECK-NOT: snapkv.select
 // CHECK-NOT: tensor<1x4x6x4xf32>
 
-""" + "\n// -----\n\n".join(splits))
-open('test/Transforms/Inputs/compress-kv-cache-mini.mlir', 'w').write(
-"// A one-layer prefill/decode pair in the importer's form (docs/model-ir.md),\n"
-"// small enough to read: Hq=4, Hkv=2, D=4, prompt 8, decode cache 8.\n" + M + prefill() + decode())
+"""
+
+SCALES_HEADER = """// Generated by scripts/gen-compress-kv-cache-tests.py; do not edit.
+// The forms a constant scale takes in front of the mask: each is accepted and
+// the select carries the model's effective f32 scale.
+// RUN: snapkv-opt %s -split-input-file \\
+// RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 decode-func= strict=true" | FileCheck %s
+
+"""
+
+
+def refusals_test():
+    splits = []
+    t = M + prefill(softmax=False)
+    splits.append("// Attention without a softmax: the second batch_matmul reads the masked scores.\n" + warn_before(t, "prefill", "is not part of a recognised attention: attention probabilities are not a softmax (no row-sum division)"))
+    t = M + prefill(returns="%out", ret_types="tensor<1x4x8x4xf32>")
+    splits.append("// K/V do not reach a result: nothing to cache.\n" + warn_before(t, "prefill", "@prefill: layer 0: the keys this attention reads are not returned exactly once"))
+    t = M + prefill(mask_pred="sgt")
+    splits.append("// A mask that is not causal (key > query).\n" + warn_before(t, "prefill", "@prefill: layer 0: the mask condition is not `key position <= query position`"))
+    p = prefill()
+    second = attention("b", 8, 8, "%k", "%v")
+    p = p.replace("  return %out, %k, %v", second + "  return %bout, %k, %v")
+    splits.append("// Two attentions read the same K/V: one cache cannot serve both.\n" + warn_before(M + p, "prefill", "@prefill: layer 1: its keys or values are also read by another attention"))
+    extra = ("  %c2 = arith.constant 2 : index\n"
+             "  %plen_d = tensor.dim %kcache, %c2 : tensor<1x2x8x4xf32>\n"
+             "  %plen_i = arith.index_cast %plen_d : index to i64\n"
+             "  %plen = tensor.from_elements %plen_i : tensor<1xi64>\n")
+    t = M + prefill() + decode(rope_from="%plen", extra=extra)
+    splits.append("// Decode computes its RoPE position from the physical cache length.\n" + warn_before(t, "decode", "@decode: the RoPE position is computed from cache argument %arg4 (its physical length), not from the logical position argument"))
+    t = M + prefill() + decode(qpos_const="3")
+    splits.append("// Decode's mask hides the keys after position 3 of a 9-key cache: it cannot be\n// rebuilt for logical positions.\n" + warn_before(t, "decode", "@decode: layer 0: the mask's query position is not the cache length or the position argument"))
+    t = M + prefill() + decode()
+    t = t.replace("  return %out, %kall, %vall", "  %kneg = arith.negf %kcache : tensor<1x2x8x4xf32>\n  return %out, %kall, %vall")
+    splits.append("// A cache argument is read by something other than the append.\n" + warn_before(t, "decode", "@decode: layer 0: cache argument %arg4 has a use other than the append and tensor.dim (arith.negf)"))
+
+    t = M + prefill()
+    t = t.replace("  %qc = tensor.collapse_shape %q [[0, 1], [2], [3]] : tensor<1x4x8x4xf32> into tensor<4x8x4xf32>",
+                  "  %qd = tensor.cast %q : tensor<1x4x8x4xf32> to tensor<1x?x8x4xf32>\n  %qc = tensor.collapse_shape %qd [[0, 1], [2], [3]] : tensor<1x?x8x4xf32> into tensor<?x8x4xf32>")
+    t = t.replace("linalg.batch_matmul ins(%qc, %ktc : tensor<4x8x4xf32>,", "linalg.batch_matmul ins(%qc, %ktc : tensor<?x8x4xf32>,")
+    splits.append("// A dynamic head count: the cache shape cannot be derived.\n" + warn_before(t, "prefill", "is not part of a recognised attention: the batch, head count or head dim of the queries is dynamic"))
+    t = M + prefill()
+    t = t.replace("  %krc = tensor.collapse_shape %kr [[0], [1, 2], [3], [4]] : tensor<1x2x2x8x4xf32> into tensor<1x4x8x4xf32>",
+                  "  %kr2 = tensor.collapse_shape %kr [[0, 1], [2], [3], [4]] : tensor<1x2x2x8x4xf32> into tensor<2x2x8x4xf32>\n  %shape = arith.constant dense<[1, 4, 8, 4]> : tensor<4xi64>\n  %krc = tensor.reshape %kr2(%shape) : (tensor<2x2x8x4xf32>, tensor<4xi64>) -> tensor<1x4x8x4xf32>")
+    splits.append("// An unusual reshape between the GQA repeat and the attention.\n" + warn_before(t, "prefill", "is not part of a recognised attention: keys and values before the repeat are not 4-D tensors of one type"))
+    t = M + prefill(scale="arg", args=", %scale_arg: f32")
+    splits.append("// The scores are scaled by a function argument, not a constant.\n" + warn_before(t, "prefill", "is not part of a recognised attention: the scores are scaled by a factor that is not a constant"))
+    t = M + prefill(scale="split", consts=SCALE_CONSTS.replace("%qroot = arith.constant 0.", "%qroot = arith.constant -0."))
+    splits.append("// SDPA's split with the Q factor negated: the scale is negative.\n" + warn_before(t, "prefill", "is not part of a recognised attention: the scores are not scaled by a positive finite constant (the factors multiply to -0.5"))
+    t = M + prefill(scale="split", consts=SCALE_CONSTS).replace("%c = arith.truncf %kroot : f64 to f32", "%c = arith.negf %o : f32")
+    splits.append("// The factor on K^T is not a constant.\n" + warn_before(t, "prefill", "is not part of a recognised attention: the scores are scaled by a factor that is not a constant"))
+
+    splits.append(BUFFERS)
+    return REFUSALS_HEADER + "\n// -----\n\n".join(splits)
+
+
+def mini_input():
+    return ("// A one-layer prefill/decode pair in the importer's form (docs/model-ir.md),\n"
+            "// small enough to read: Hq=4, Hkv=2, D=4, prompt 8, decode cache 8.\n" + M + prefill()
+            + decode())
 
 
 def printed(value):
@@ -298,29 +324,40 @@ def printed(value):
     return short if np.float32(float(short)) == value else f"{float(value):.9g}"
 
 
-# Each form of a constant scale, with the scale the select must carry, computed here from
-# the constants as the model applies them (f32 arithmetic), not by the pass.
-root = np.float32(0.70710678118654757)
-scale_forms = [
-    ("scalar", "an f32 constant", printed(0.5)),
-    ("f64", "an f64 constant truncated to f32 inside the generic (the importer's form for\n"
-            "// head dims whose 1/sqrt(D) is inexact in f32)", printed(np.float32(0.35355339059327379))),
-    ("splat", "a 0-d splat tensor operand", printed(0.5)),
-    ("split", "split over Q and K^T as SDPA's decomposition does: the product of the two\n"
-              "// f32 factors, rounded to f32", printed(np.float64(root) * np.float64(root))),
-    ("none", "absent: the logits are Q.K^T itself", printed(1.0)),
-]
-scale_splits = []
-for form, what, expected in scale_forms:
-    text = M + prefill(scale=form, consts=SCALE_CONSTS if form != "scalar" else "")
-    scale_splits.append(f"// The scale is {what}.\n// CHECK-LABEL: func.func @prefill\n"
-                        f"// CHECK: snapkv.select %{{{{.*}}}} window 2 capacity 6 scale {expected} :\n"
-                        + text)
-open('test/Transforms/compress-kv-cache-scales.mlir', 'w').write(
-"""// Generated by scripts/gen-compress-kv-cache-tests.py; do not edit.
-// The forms a constant scale takes in front of the mask: each is accepted and
-// the select carries the model's effective f32 scale.
-// RUN: snapkv-opt %s -split-input-file \\
-// RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 decode-func= strict=true" | FileCheck %s
+def scales_test():
+    # Each form of a constant scale, with the scale the select must carry, computed here from
+    # the constants as the model applies them (f32 arithmetic), not by the pass.
+    root = np.float32(0.70710678118654757)
+    scale_forms = [
+        ("scalar", "an f32 constant", printed(0.5)),
+        ("f64", "an f64 constant truncated to f32 inside the generic (the importer's form for\n"
+                "// head dims whose 1/sqrt(D) is inexact in f32)", printed(np.float32(0.35355339059327379))),
+        ("splat", "a 0-d splat tensor operand", printed(0.5)),
+        ("split", "split over Q and K^T as SDPA's decomposition does: the product of the two\n"
+                  "// f32 factors, rounded to f32", printed(np.float64(root) * np.float64(root))),
+        ("none", "absent: the logits are Q.K^T itself", printed(1.0)),
+    ]
+    scale_splits = []
+    for form, what, expected in scale_forms:
+        text = M + prefill(scale=form, consts=SCALE_CONSTS if form != "scalar" else "")
+        scale_splits.append(f"// The scale is {what}.\n// CHECK-LABEL: func.func @prefill\n"
+                            f"// CHECK: snapkv.select %{{{{.*}}}} window 2 capacity 6 scale {expected} :\n"
+                            + text)
+    return SCALES_HEADER + "\n// -----\n\n".join(scale_splits)
 
-""" + "\n// -----\n\n".join(scale_splits))
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    generated_files.add_arguments(parser)
+    args = parser.parse_args(argv)
+    outputs = {
+        "test/Transforms/compress-kv-cache-refusals.mlir": refusals_test(),
+        "test/Transforms/Inputs/compress-kv-cache-mini.mlir": mini_input(),
+        "test/Transforms/compress-kv-cache-scales.mlir": scales_test(),
+    }
+    return generated_files.emit(outputs, args, "scripts/gen-compress-kv-cache-tests.py",
+                                "python3 scripts/gen-compress-kv-cache-tests.py")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
