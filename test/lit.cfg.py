@@ -25,6 +25,12 @@ config.substitutions.append(
 config.substitutions.append(
     ("%mlir_c_runner_utils", os.path.join(config.llvm_lib_dir, "libmlir_c_runner_utils.so"))
 )
+# A refused model rewrite leaves every function unchanged and records why in the
+# module attribute snapkv.refusal; tests that diff against the input drop it first.
+config.substitutions.append(
+    ("%strip_refusal",
+     r"sed -e 's/snapkv\.refusal = {[^}]*}, //' -e 's/ attributes {snapkv\.refusal = {[^}]*}}//'")
+)
 # --snapkv-cpu-pipeline runs its parallel loops through OpenMP (libomp-22-dev).
 config.substitutions.append(("%openmp_runtime", os.path.join(config.llvm_lib_dir, "libomp.so")))
 

@@ -7,7 +7,8 @@
 // RUN: snapkv-opt %S/Inputs/models/llama_layers.mlir -o %t.plain
 // RUN: snapkv-opt %S/Inputs/models/llama_layers.mlir --snapkv-compress-kv-cache="window=4 capacity=8" \
 // RUN:   -o %t.default 2>&1 | FileCheck %s --check-prefix=DEFAULT
-// RUN: diff %t.plain %t.default
+// RUN: %strip_refusal %t.default | diff %t.plain -
+// RUN: FileCheck %s --check-prefix=DEFAULTATTR < %t.default
 // DEFAULT: warning: snapkv-compress-kv-cache left the module unchanged: @prefill: no attention in the function itself, but it calls @prefill_layer, which holds attention: name that function (prefill-func / decode-func); its callers are updated with it
 
 // gqa=expand: the layer functions and every call take Hq = 4 cache heads, and so do the
@@ -56,7 +57,7 @@
 // RUN: snapkv-opt --allow-unregistered-dialect %t.caller.in -o %t.caller.plain
 // RUN: snapkv-opt --allow-unregistered-dialect %t.caller.in --snapkv-compress-kv-cache="window=4 capacity=8 prefill-func=prefill_layer decode-func=decode_layer" \
 // RUN:   -o %t.caller.out 2>&1 | FileCheck %s --check-prefix=CALLER
-// RUN: diff %t.caller.plain %t.caller.out
+// RUN: %strip_refusal %t.caller.out | diff %t.caller.plain -
 // CALLER: warning: snapkv-compress-kv-cache left the module unchanged: @prefill_layer: its signature changes and so does that of its caller @prefill, which is itself used (test.use at {{.*}})
 
 // A cached K that the caller uses before returning it.
@@ -90,3 +91,6 @@
 // RUN: not snapkv-opt %t.rewritten.in --snapkv-compress-kv-cache="window=4 capacity=8 prefill-func=prefill_layer decode-func=decode_layer strict=true" \
 // RUN:   -o /dev/null 2>&1 | FileCheck %s --check-prefix=REWRITTEN
 // REWRITTEN: error: snapkv-compress-kv-cache left the module unchanged: @prefill_layer: it is called from @decode_layer, which the pass rewrites too
+
+// The refusal is recorded for programs too, as a module attribute.
+// DEFAULTATTR: module attributes {snapkv.refusal = {function = "prefill", message = "no attention in the function itself, but it calls @prefill_layer, which holds attention: name that function (prefill-func / decode-func); its callers are updated with it", reason = "attention-in-callee"}}

@@ -173,6 +173,85 @@ StringRef refusalFormat(RefusalKind kind) {
   llvm_unreachable("unknown RefusalKind");
 }
 
+/// The stable name of `kind` in the module's `snapkv.refusal` attribute
+/// (docs/model-rewrite.md lists them): programs branch on it, people read
+/// the message.
+StringRef refusalCode(RefusalKind kind) {
+  switch (kind) {
+  case RefusalKind::NoPrefillFunction:
+    return "no-prefill-function";
+  case RefusalKind::NoDecodeFunction:
+    return "no-decode-function";
+  case RefusalKind::NotSingleBlock:
+    return "not-single-block";
+  case RefusalKind::UnrecognisedBatchMatmul:
+    return "unrecognised-batch-matmul";
+  case RefusalKind::NoAttention:
+    return "no-attention";
+  case RefusalKind::SharedKV:
+    return "shared-kv";
+  case RefusalKind::UnsupportedElementType:
+    return "unsupported-element-type";
+  case RefusalKind::Mask:
+    return "mask";
+  case RefusalKind::NotSelfAttention:
+    return "not-self-attention";
+  case RefusalKind::SlidingWindowNarrower:
+    return "sliding-window-narrower";
+  case RefusalKind::SlidingWindowDynamicPrompt:
+    return "sliding-window-dynamic-prompt";
+  case RefusalKind::SlidingWindowInDecode:
+    return "sliding-window-in-decode";
+  case RefusalKind::PromptShorterThanWindow:
+    return "prompt-shorter-than-window";
+  case RefusalKind::KVNotReturned:
+    return "kv-not-returned";
+  case RefusalKind::NotCacheAppend:
+    return "not-cache-append";
+  case RefusalKind::AppendNotFromArgument:
+    return "append-not-from-argument";
+  case RefusalKind::AppendedTokenNotOneRow:
+    return "appended-token-not-one-row";
+  case RefusalKind::AppendNotReturned:
+    return "append-not-returned";
+  case RefusalKind::CacheOtherUse:
+    return "cache-other-use";
+  case RefusalKind::AppendOtherUse:
+    return "append-other-use";
+  case RefusalKind::NoRopeTables:
+    return "no-rope-tables";
+  case RefusalKind::RopeFromCache:
+    return "rope-from-cache";
+  case RefusalKind::RopeNotFromArgument:
+    return "rope-not-from-argument";
+  case RefusalKind::DecodeManyQueries:
+    return "decode-many-queries";
+  case RefusalKind::DecodeMaskPosition:
+    return "decode-mask-position";
+  case RefusalKind::LayerCountMismatch:
+    return "layer-count-mismatch";
+  case RefusalKind::CachesMisaligned:
+    return "caches-misaligned";
+  case RefusalKind::AttentionInCallee:
+    return "attention-in-callee";
+  case RefusalKind::CalleeNotOnlyCalled:
+    return "callee-not-only-called";
+  case RefusalKind::CallNotInEntryBlock:
+    return "call-not-in-entry-block";
+  case RefusalKind::CallerRewritten:
+    return "caller-rewritten";
+  case RefusalKind::CallerCalled:
+    return "caller-called";
+  case RefusalKind::CallResultOtherUse:
+    return "call-result-other-use";
+  case RefusalKind::CallOperandNotArgument:
+    return "call-operand-not-argument";
+  case RefusalKind::CallArgumentOtherUse:
+    return "call-argument-other-use";
+  }
+  llvm_unreachable("unknown RefusalKind");
+}
+
 /// Why a function cannot be rewritten: a kind, the values its message names
 /// and, for per-layer reasons, the layer.
 struct Refusal {
@@ -873,6 +952,17 @@ struct CompressKVCachePass
                        : mlir::emitWarning(where->getLoc());
     diag << "snapkv-compress-kv-cache left the module unchanged: @" << function
          << ": " << refusal.message();
+    // The same reason for programs: snapkv-opt reads it for its exit status,
+    // `snapkv-describe-module` prints it as JSON.
+    Builder b(&getContext());
+    SmallVector<NamedAttribute> fields{
+        b.getNamedAttr("reason", b.getStringAttr(refusalCode(refusal.kind))),
+        b.getNamedAttr("function", b.getStringAttr(function)),
+        b.getNamedAttr("message", b.getStringAttr(refusal.message()))};
+    if (refusal.layer)
+      fields.push_back(
+          b.getNamedAttr("layer", b.getI64IntegerAttr(*refusal.layer)));
+    getOperation()->setAttr(kRefusalAttrName, b.getDictionaryAttr(fields));
     if (strict)
       signalPassFailure();
   }
@@ -968,6 +1058,8 @@ struct CompressKVCachePass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    // A refusal recorded by an earlier run no longer describes this one.
+    module->removeAttr(kRefusalAttrName);
     if (failed(parseOptions()))
       return signalPassFailure();
 

@@ -6,6 +6,11 @@
 
 namespace mlir::snapkv {
 
+/// The module attribute in which `snapkv-compress-kv-cache` records why it
+/// refused: `{reason = "<code>", function = "<name>", message = "..."}`, plus
+/// `layer` for per-layer reasons (docs/model-rewrite.md lists the codes).
+constexpr llvm::StringLiteral kRefusalAttrName = "snapkv.refusal";
+
 #define GEN_PASS_DECL
 #include "snapkv/Dialect/SnapKV/Transforms/Passes.h.inc"
 

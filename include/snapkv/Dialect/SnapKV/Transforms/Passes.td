@@ -70,6 +70,74 @@ def ReportCache : Pass<"snapkv-report-cache", "::mlir::ModuleOp"> {
   ];
 }
 
+def DescribeModule : Pass<"snapkv-describe-module", "::mlir::ModuleOp"> {
+  let summary = "Print the module's functions, weights, calls and selects as "
+                "JSON";
+  let description = [{
+    The contract between the compiler and the programs around it (the
+    Python runner, `snapkv` CLI, evaluation): one JSON object on standard
+    output, the module unchanged (run it with `-o /dev/null`):
+
+    ```
+    {
+      "version": 1,
+      "attributes": {"snapkv.refusal": {"reason": ..., ...}, ...},
+      "functions": [{
+        "name": "prefill", "visibility": "public", "external": false,
+        "arguments": [{"type": T, "weight": "model.norm.weight" | null,
+                       "transposed": false}, ...],
+        "results": [T, ...],
+        "attributes": {"snapkv.exposed_scores": [...], ...},
+        "callees": ["prefill_layer", ...],
+        "selects": [{"window": 32, "capacity": 1024, "kernel": 5,
+                     "pooling": "avg", "gqa": "expand", "order": "position",
+                     "scoring": "votes", "scale": 0.125 | null,
+                     "sinks": null, "seed": null,
+                     "properties": "{capacity = 1024 : i64, ...}",
+                     "operands": [T, T, T], "results": [T, T, T]}, ...],
+        "tensor_types": [T, ...],
+        "glue": null | [{"op": "call", "callee": "f", "operands": [0, 1],
+                         "results": [2, 3]},
+                        {"op": "cast", "operands": [2], "results": [4],
+                         "type": T},
+                        {"op": "return", "operands": [4, 3]} ]
+      }, ...]
+    }
+    ```
+
+    `T` is `{"text": "tensor<1x?x64xf32>", "shape": [1, null, 64],
+    "element": "f32"}`; `shape` and `element` are present for ranked
+    tensors only. `attributes` holds the attributes in the `snapkv.`
+    namespace (builtin attributes as JSON values, others as their MLIR
+    text). `callees` are the functions called anywhere in the body, in
+    order of first call; `selects` every `snapkv.select` in the body
+    (nested regions included) in order; `tensor_types` every distinct tensor
+    type of a value the body defines. `glue` is the body as steps when it
+    holds only `func.call`, `tensor.cast` and `func.return` (values are
+    numbered: the arguments 0..n-1, then each result as it is defined), else
+    null. `properties` is the select's properties as MLIR text, for writing
+    the op again in generic form.
+  }];
+}
+
+def DropGlue : Pass<"snapkv-drop-glue", "::mlir::ModuleOp"> {
+  let summary = "Erase entry points that only call, and make what they call "
+                "public";
+  let description = [{
+    Erases each function named in `functions`, which must hold one block of
+    `func.call`, `tensor.cast` and `func.return` only, and makes every
+    function they call public (declarations stay private). The Python runner runs such an entry point
+    itself, step by step from `snapkv-describe-module`'s `glue`, calling the
+    compiled callees' C interfaces: compiled, it would inline every layer of
+    a model into one function. A name that is not a function, or a function
+    that does more, is an error.
+  }];
+  let options = [
+    ListOption<"functions", "functions", "std::string",
+               "Entry points to erase (each only calls, casts and returns)">
+  ];
+}
+
 def ExposeScores : Pass<"snapkv-expose-scores", "::mlir::ModuleOp"> {
   let summary = "Return what each snapkv.select ranks by as extra function "
                 "results";
@@ -151,9 +219,12 @@ def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
       not be used itself).
 
     The pass analyses both functions completely before it changes anything.
-    Whatever it does not recognise with certainty leaves the whole module
-    unchanged with a warning that names the function and the reason;
-    `strict=true` makes that an error. Decode is optional (`decode-func=""`
+    Whatever it does not recognise with certainty leaves every function
+    unchanged with a warning that names the function and the reason, and
+    records the reason in the module attribute `snapkv.refusal`
+    (`{reason = "<code>", function, message[, layer]}`; the codes are listed
+    in docs/model-rewrite.md); `strict=true` makes that an error, and
+    snapkv-opt then exits with status 3. Decode is optional (`decode-func=""`
     rewrites prefill only).
 
     `scoring` other than `votes` builds the same compacted model with a
