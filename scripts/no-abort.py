@@ -19,7 +19,10 @@ import sys
 PASSES = [
     ["--convert-snapkv-to-linalg"],
     # The CPU pipeline tiles with keep-logits; the recomputing form separately.
-    ["--convert-snapkv-to-linalg=tiling=cpu keep-logits=false"],
+    ["--convert-snapkv-to-linalg=tiling=cpu keep-logits=false", "--snapkv-tile-and-fuse"],
+    ["--convert-snapkv-to-linalg=tiling=gpu", "--snapkv-tile-and-fuse"],
+    # On its own: whatever #snapkv.tile / snapkv.fuse the input carries.
+    ["--snapkv-tile-and-fuse"],
     ["--snapkv-cpu-pipeline"],
     ["--pass-pipeline=builtin.module(func.func(snapkv-fuse-elementwise))"],
     ["--pass-pipeline=builtin.module(func.func(snapkv-parallelize))"],
@@ -33,6 +36,8 @@ PASSES = [
     ["--snapkv-expose-scores=through-callers=true"],
     ["--snapkv-report-cache=prompt-length=16 generated=4"],
     ["--snapkv-report-cache=prompt-length=16 generated=4 format=json"],
+    ["--snapkv-describe-module"],
+    ["--snapkv-drop-glue=functions=prefill"],
     ["--snapkv-compress-kv-cache"],
     ["--snapkv-compress-kv-cache=window=2 capacity=6 kernel=3 gqa=mean"],
     ["--snapkv-gpu-emulation"],

@@ -39,9 +39,11 @@ void snapkv::buildCPUPipeline(OpPassManager &pm,
   ConvertSnapKVToLinalgOptions lowering;
   lowering.keyTile = options.keyTile;
   lowering.chunk = options.chunk;
-  lowering.tiling = "cpu";
+  lowering.tiling = LoweringTarget::cpu;
   lowering.keepLogits = options.keepLogits;
   pm.addPass(createConvertSnapKVToLinalg(lowering));
+  // Before anything can rewrite the ops that carry the tiling.
+  pm.addPass(createTileAndFuse());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
 

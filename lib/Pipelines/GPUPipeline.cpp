@@ -34,8 +34,10 @@ void snapkv::buildGPUTensorPipeline(OpPassManager &pm,
   ConvertSnapKVToLinalgOptions lowering;
   lowering.keyTile = options.keyTile;
   lowering.chunk = options.chunk;
-  lowering.tiling = "gpu";
+  lowering.tiling = LoweringTarget::gpu;
   pm.addPass(createConvertSnapKVToLinalg(lowering));
+  // Before anything can rewrite the ops that carry the tiling.
+  pm.addPass(createTileAndFuse());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
   GPUDistributeOptions distribute;

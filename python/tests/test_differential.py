@@ -278,9 +278,9 @@ def test_long_prompts_match_reference(long_cases):
 
 # --snapkv-cpu-pipeline keeps each (batch, query head)'s logits between the softmax
 # statistics and the votes (keep-logits); the form that recomputes them per tile
-# (keep-logits=false) is lowered first here, so that the pipeline's own conversion finds no
-# snapkv op left.
-RECOMPUTE = ("--convert-snapkv-to-linalg=tiling=cpu keep-logits=false",)
+# (keep-logits=false) is lowered and tiled first here, so that the pipeline's own conversion
+# finds no snapkv op left.
+RECOMPUTE = ("--convert-snapkv-to-linalg=tiling=cpu keep-logits=false", "--snapkv-tile-and-fuse")
 RECOMPUTE_CASES = 100
 
 

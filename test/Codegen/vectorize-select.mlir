@@ -1,5 +1,5 @@
-// RUN: snapkv-opt %s --pass-pipeline="builtin.module(convert-snapkv-to-linalg{tiling=cpu},canonicalize,cse,func.func(snapkv-vectorize{vector-bits=256},canonicalize,cse,loop-invariant-subset-hoisting,canonicalize))" | FileCheck %s --check-prefix=KEEP --implicit-check-not=x64x4x32xf32
-// RUN: snapkv-opt %s --pass-pipeline="builtin.module(convert-snapkv-to-linalg{tiling=cpu keep-logits=false},canonicalize,cse,func.func(snapkv-vectorize{vector-bits=256},canonicalize,cse,loop-invariant-subset-hoisting,canonicalize))" | FileCheck %s --implicit-check-not=x64x4x32xf32
+// RUN: snapkv-opt %s --pass-pipeline="builtin.module(convert-snapkv-to-linalg{tiling=cpu},snapkv-tile-and-fuse,canonicalize,cse,func.func(snapkv-vectorize{vector-bits=256},canonicalize,cse,loop-invariant-subset-hoisting,canonicalize))" | FileCheck %s --check-prefix=KEEP --implicit-check-not=x64x4x32xf32
+// RUN: snapkv-opt %s --pass-pipeline="builtin.module(convert-snapkv-to-linalg{tiling=cpu keep-logits=false},snapkv-tile-and-fuse,canonicalize,cse,func.func(snapkv-vectorize{vector-bits=256},canonicalize,cse,loop-invariant-subset-hoisting,canonicalize))" | FileCheck %s --implicit-check-not=x64x4x32xf32
 
 // The select as --snapkv-cpu-pipeline compiles it (keep-logits, the
 // default), before bufferisation: an scf.for over the (batch, query head)

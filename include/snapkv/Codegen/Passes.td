@@ -39,6 +39,29 @@ def Vectorize : Pass<"snapkv-vectorize", "::mlir::func::FuncOp"> {
   ];
 }
 
+def TileAndFuse : Pass<"snapkv-tile-and-fuse"> {
+  let summary = "Tile each op marked #snapkv.tile and fuse its group's "
+                "producers into the tile";
+  let description = [{
+    Applies the tiling that `convert-snapkv-to-linalg{tiling=cpu|gpu}`
+    records in the IR (docs/lowering.md): the root of each group carries
+    `snapkv.tile = #snapkv.tile<group = N, sizes = [...], mapping = ...>`,
+    the producers to fuse into its tile `snapkv.fuse = array<i64: N, ...>`.
+    Groups are tiled consumers first (highest group first) with upstream's
+    `tileConsumerAndFuseProducersUsingSCF` into one `scf.forall` (`mapping =
+    forall`), or one mapped to `#gpu.block<x/y/z>`, the innermost tiled loop
+    on x (`mapping = gpu_blocks`). A fused producer that is also used outside
+    the group is yielded by the loop (computed once, in its tile). The
+    attributes are removed. A root that is not tileable, sizes that do not
+    match its loops, or two roots of one group are errors.
+  }];
+  let dependentDialects = [
+    "::mlir::gpu::GPUDialect",
+    "::mlir::scf::SCFDialect",
+    "::mlir::tensor::TensorDialect"
+  ];
+}
+
 def FuseElementwise : Pass<"snapkv-fuse-elementwise", "::mlir::func::FuncOp"> {
   let summary = "Fuse the elementwise chains of ops quadratic in the prompt "
                 "length (attention's softmax)";

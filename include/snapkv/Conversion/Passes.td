@@ -29,10 +29,13 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
     window, values as long as keys, below 2^31 - 1) and an `scf.if` between
     the short-prompt bypass (`L < capacity`) and the selection.
 
-    `tiling=cpu` also tiles the formulation: each group of ops (for example
-    a key tile's logits and its statistics) becomes one `scf.forall` over
-    its outer parallel axes with the producers fused into the tile, so the
-    logits are never materialised beyond one tile. With `keep-logits` (the
+    `tiling=cpu` also records how to tile the formulation, as data that
+    `snapkv-tile-and-fuse` applies: each group of ops (for example a key
+    tile's logits and its statistics) gets `#snapkv.tile<group = N, sizes =
+    [...], mapping = forall>` on its root and `snapkv.fuse = array<i64: N>`
+    on the producers that are fused into the root's tile, so that tiled, the
+    group is one `scf.forall` over its outer parallel axes and the logits are
+    never materialised beyond one tile. With `keep-logits` (the
     default) the scoring runs in an `scf.for` over the (batch, query head)
     rows, one after the other; each head's loop over its key tiles computes
     the logits once, for the statistics, and yields them, and the votes read
@@ -41,12 +44,14 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
     L = 65536, no more than the [B, Hc, L] votes while W <= B x Hc).
     `keep-logits=false` recomputes each tile's logits in the votes, with
     scratch of one tile.
-    `--snapkv-cpu-pipeline` uses `tiling=cpu`; `tiling=none` (the default)
-    leaves the ops untiled.
+    `--snapkv-cpu-pipeline` uses `tiling=cpu` and then
+    `snapkv-tile-and-fuse`; `tiling=none` (the default) leaves the ops
+    untiled and unannotated.
 
     `tiling=gpu` lays the formulation out for GPU blocks: every kernel is one
-    `scf.forall` mapped to `#gpu.block<...>` (`--snapkv-gpu-pipeline` turns
-    each into one `gpu.launch`): (1) tile statistics, one block per (batch,
+    group with `mapping = gpu_blocks` (tiled, an `scf.forall` mapped to
+    `#gpu.block<...>`, which `--snapkv-gpu-pipeline` turns into one
+    `gpu.launch`): (1) tile statistics, one block per (batch,
     kv head, key tile), with the block's key tile and queries staged by
     structured copies fused into the block; (2) row statistics, one block
     per (batch, kv head); (3) votes, one block per (batch, kv head, key
@@ -62,8 +67,16 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
     Option<"chunk", "chunk", "int64_t", /*default=*/"0",
            "Prefix positions per compaction chunk (0: about sqrt(prefix) for "
            "a static prompt length, 128 for a dynamic one)">,
-    Option<"tiling", "tiling", "std::string", /*default=*/"\"none\"",
-           "Tile the formulation for a target: none, cpu or gpu">,
+    Option<"tiling", "tiling", "::mlir::snapkv::LoweringTarget",
+           /*default=*/"::mlir::snapkv::LoweringTarget::none",
+           "Lay the formulation out for a target and record its tiling",
+           [{::llvm::cl::values(
+             clEnumValN(::mlir::snapkv::LoweringTarget::none, "none",
+                        "the formulation only"),
+             clEnumValN(::mlir::snapkv::LoweringTarget::cpu, "cpu",
+                        "groups for scf.forall loops"),
+             clEnumValN(::mlir::snapkv::LoweringTarget::gpu, "gpu",
+                        "the GPU block layout"))}]>,
     Option<"keepLogits", "keep-logits", "bool", /*default=*/"true",
            "With tiling=cpu: score one (batch, query head) at a time and "
            "keep its logits for the votes instead of recomputing them">

@@ -1,4 +1,4 @@
-// RUN: snapkv-opt %s --convert-snapkv-to-linalg=tiling=cpu -canonicalize -cse --split-input-file | FileCheck %s
+// RUN: snapkv-opt %s --convert-snapkv-to-linalg=tiling=cpu --snapkv-tile-and-fuse -canonicalize -cse --split-input-file | FileCheck %s
 
 // tiling=cpu with keep-logits (the default): the scoring runs one (batch,
 // query head) at a time, B x Hq = 2 x 4 rows in order, and the loop carries

@@ -1,7 +1,7 @@
-// RUN: snapkv-opt %s --convert-snapkv-to-linalg=tiling=gpu -canonicalize --split-input-file | FileCheck %s
+// RUN: snapkv-opt %s --convert-snapkv-to-linalg=tiling=gpu --snapkv-tile-and-fuse -canonicalize --split-input-file | FileCheck %s
 // RUN: not snapkv-opt %s --convert-snapkv-to-linalg=tiling=tpu 2>&1 | FileCheck %s --check-prefix=BAD
 
-// BAD: convert-snapkv-to-linalg: tiling must be 'none', 'cpu' or 'gpu', got 'tpu'
+// BAD: for the --tiling option: Cannot find option named 'tpu'!
 
 // tiling=gpu: the same formulation, laid out as GPU blocks. L = 300 is not a multiple of
 // the key tile (64): one span of 5 tiles, the last one partial, staged by a bounded copy.

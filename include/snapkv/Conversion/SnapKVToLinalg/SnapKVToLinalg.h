@@ -9,6 +9,16 @@ class RewritePatternSet;
 
 namespace mlir::snapkv {
 
+/// The layout convert-snapkv-to-linalg emits, and the tiling it records.
+enum class LoweringTarget {
+  /// The formulation only, untiled.
+  none,
+  /// Groups tiled into scf.forall loops (OpenMP in the CPU pipeline).
+  cpu,
+  /// The GPU block layout, each group one kernel of GPU blocks.
+  gpu,
+};
+
 #define GEN_PASS_DECL_CONVERTSNAPKVTOLINALG
 #include "snapkv/Conversion/Passes.h.inc"
 

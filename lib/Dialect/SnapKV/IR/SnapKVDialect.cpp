@@ -1,6 +1,7 @@
 #include "snapkv/Dialect/SnapKV/IR/SnapKVDialect.h"
 #include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
 
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "mlir/Transforms/InliningUtils.h"
 #include "llvm/ADT/TypeSwitch.h"
@@ -37,4 +38,57 @@ void SnapKVDialect::initialize() {
 #include "snapkv/Dialect/SnapKV/IR/SnapKVOps.cpp.inc"
       >();
   addInterfaces<SnapKVInlinerInterface>();
+}
+
+LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                               int64_t group, ArrayRef<int64_t> sizes,
+                               TileMapping mapping) {
+  if (group < 0)
+    return emitError() << "tile group must be non-negative, got " << group;
+  if (llvm::any_of(sizes, [](int64_t size) { return size < 0; }))
+    return emitError() << "tile sizes must be non-negative";
+  if (mapping == TileMapping::gpu_blocks &&
+      llvm::count_if(sizes, [](int64_t size) { return size != 0; }) > 3)
+    return emitError() << "a gpu_blocks tile maps at most 3 loops to blocks";
+  return success();
+}
+
+LogicalResult SnapKVDialect::verifyOperationAttribute(Operation *op,
+                                                      NamedAttribute attr) {
+  StringRef name = attr.getName().getValue();
+  Attribute value = attr.getValue();
+  // Whether the op can be tiled as the attributes say is
+  // snapkv-tile-and-fuse's to check: TilingInterface is an external model of
+  // the ops it tiles, not necessarily registered where the IR is verified.
+  if (name == "snapkv.tile") {
+    if (!isa<TileAttr>(value))
+      return op->emitError("snapkv.tile must be a #snapkv.tile attribute");
+    return success();
+  }
+  if (name == "snapkv.fuse") {
+    auto groups = dyn_cast<DenseI64ArrayAttr>(value);
+    if (!groups || groups.empty() ||
+        llvm::any_of(groups.asArrayRef(), [](int64_t g) { return g < 0; }))
+      return op->emitError("snapkv.fuse must be a non-empty array<i64> of "
+                           "tile groups");
+    return success();
+  }
+  if (name == "snapkv.refusal") {
+    auto record = dyn_cast<DictionaryAttr>(value);
+    auto isString = [&](StringRef field) {
+      return record && isa_and_nonnull<StringAttr>(record.get(field));
+    };
+    if (!isa<ModuleOp>(op) || !isString("reason") || !isString("function") ||
+        !isString("message"))
+      return op->emitError("snapkv.refusal must be a dictionary with "
+                           "string reason, function and message, on a module");
+    return success();
+  }
+  if (name == "snapkv.exposed_scores") {
+    auto list = dyn_cast<ArrayAttr>(value);
+    if (!list || !llvm::all_of(list, llvm::IsaPred<StringAttr>))
+      return op->emitError("snapkv.exposed_scores must be an array of strings");
+    return success();
+  }
+  return op->emitError("unknown snapkv attribute '") << name << "'";
 }

@@ -16,6 +16,8 @@ def SnapKV_Dialect : Dialect {
   }];
   let dependentDialects = [];
   let useDefaultAttributePrinterParser = 1;
+  // snapkv.tile, snapkv.fuse, snapkv.refusal, snapkv.exposed_scores.
+  let hasOperationAttrVerify = 1;
 }
 
 #endif // SNAPKV_DIALECT_SNAPKV_IR_SNAPKVDIALECT_TD

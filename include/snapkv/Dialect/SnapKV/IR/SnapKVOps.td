@@ -3,6 +3,7 @@
 
 include "snapkv/Dialect/SnapKV/IR/SnapKVDialect.td"
 include "snapkv/Dialect/SnapKV/IR/SnapKVEnums.td"
+include "snapkv/Dialect/SnapKV/IR/SnapKVAttrs.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/IR/BuiltinAttributes.td"

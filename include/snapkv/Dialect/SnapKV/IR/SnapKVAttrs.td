@@ -1,0 +1,46 @@
+#ifndef SNAPKV_DIALECT_SNAPKV_IR_SNAPKVATTRS_TD
+#define SNAPKV_DIALECT_SNAPKV_IR_SNAPKVATTRS_TD
+
+include "snapkv/Dialect/SnapKV/IR/SnapKVDialect.td"
+include "mlir/IR/AttrTypeBase.td"
+include "mlir/IR/EnumAttr.td"
+
+def SnapKV_TileMapping : I32EnumAttr<"TileMapping",
+    "what the loops of a tiled group become",
+    [I32EnumAttrCase<"forall", 0>, I32EnumAttrCase<"gpu_blocks", 1>]> {
+  let cppNamespace = "::mlir::snapkv";
+  let genSpecializedAttr = 0;
+}
+def SnapKV_TileMappingAttr : EnumAttr<SnapKV_Dialect, SnapKV_TileMapping,
+                                      "mapping">;
+
+def SnapKV_TileAttr : AttrDef<SnapKV_Dialect, "Tile"> {
+  let mnemonic = "tile";
+  let summary = "How to tile one structured op and which producers to fuse";
+  let description = [{
+    The tiling of a group of the lowered selection, as data: set as the
+    discardable attribute `snapkv.tile` on the group's root (an op that
+    implements `TilingInterface`) by `convert-snapkv-to-linalg`, read by
+    `snapkv-tile-and-fuse`. `sizes` has one entry per loop of the root (0:
+    not tiled); `mapping` is `forall` (an `scf.forall`, which the CPU
+    pipeline runs through OpenMP) or `gpu_blocks` (each tile one GPU block,
+    the innermost tiled loop on `x`). The group's producers carry
+    `snapkv.fuse = array<i64: group, ...>` and are fused into its tile.
+
+    ```mlir
+    %r = linalg.generic {...} ins(...) outs(...)
+        {snapkv.tile = #snapkv.tile<group = 0, sizes = [1, 1, 0],
+                                    mapping = forall>} {...}
+    ```
+  }];
+  let parameters = (ins "int64_t":$group,
+                        ArrayRefParameter<"int64_t">:$sizes,
+                        EnumParameter<SnapKV_TileMapping>:$mapping);
+  let assemblyFormat = [{
+    `<` `group` `=` $group `,` `sizes` `=` `[` $sizes `]` `,` `mapping` `=`
+    $mapping `>`
+  }];
+  let genVerifyDecl = 1;
+}
+
+#endif // SNAPKV_DIALECT_SNAPKV_IR_SNAPKVATTRS_TD

@@ -1,0 +1,75 @@
+// The snapkv attributes: #snapkv.tile round-trips; the discardable snapkv.* attributes are
+// verified by the dialect.
+// RUN: snapkv-opt %s -split-input-file -verify-diagnostics -allow-unregistered-dialect | FileCheck %s
+
+// CHECK-LABEL: func.func @round_trip
+// CHECK: snapkv.fuse = array<i64: 0, 2>
+// CHECK: snapkv.tile = #snapkv.tile<group = 1, sizes = [1, 0], mapping = gpu_blocks>
+// CHECK: snapkv.tile = #snapkv.tile<group = 0, sizes = [4], mapping = forall>
+func.func @round_trip() attributes {snapkv.exposed_scores = ["window=2 capacity=4"]} {
+  "test.a"() {snapkv.fuse = array<i64: 0, 2>} : () -> ()
+  "test.b"() {snapkv.tile = #snapkv.tile<group = 1, sizes = [1, 0], mapping = gpu_blocks>} : () -> ()
+  "test.c"() {snapkv.tile = #snapkv.tile<group = 0, sizes = [4], mapping = forall>} : () -> ()
+  return
+}
+
+// -----
+
+// expected-error @below {{unknown snapkv attribute 'snapkv.tiles'}}
+func.func @unknown() attributes {snapkv.tiles = 1} {
+  return
+}
+
+// -----
+
+func.func @tile_not_a_tile() {
+  // expected-error @below {{snapkv.tile must be a #snapkv.tile attribute}}
+  "test.a"() {snapkv.tile = [1, 2]} : () -> ()
+  return
+}
+
+// -----
+
+func.func @negative_size() {
+  // expected-error @below {{tile sizes must be non-negative}}
+  "test.a"() {snapkv.tile = #snapkv.tile<group = 0, sizes = [1, -1], mapping = forall>} : () -> ()
+  return
+}
+
+// -----
+
+func.func @four_blocks() {
+  // expected-error @below {{a gpu_blocks tile maps at most 3 loops to blocks}}
+  "test.a"() {snapkv.tile = #snapkv.tile<group = 0, sizes = [1, 1, 1, 1], mapping = gpu_blocks>} : () -> ()
+  return
+}
+
+// -----
+
+func.func @bad_mapping() {
+  // expected-error @below {{expected ::mlir::snapkv::TileMapping to be one of: forall, gpu_blocks}}
+  // expected-error @below {{failed to parse SnapKV_TileAttr parameter 'mapping'}}
+  "test.a"() {snapkv.tile = #snapkv.tile<group = 0, sizes = [1], mapping = threads>} : () -> ()
+  return
+}
+
+// -----
+
+func.func @empty_fuse() {
+  // expected-error @below {{snapkv.fuse must be a non-empty array<i64> of tile groups}}
+  "test.a"() {snapkv.fuse = array<i64>} : () -> ()
+  return
+}
+
+// -----
+
+// expected-error @below {{snapkv.refusal must be a dictionary with string reason, function and message, on a module}}
+module attributes {snapkv.refusal = {reason = "no-attention"}} {
+}
+
+// -----
+
+// expected-error @below {{snapkv.exposed_scores must be an array of strings}}
+func.func @scores() attributes {snapkv.exposed_scores = [1]} {
+  return
+}
