@@ -1,5 +1,5 @@
 """The Python side of `snapkv generate`: rewrite a model with snapkv-opt, compile it ahead of
-time with snapkv.frontend.runner, and decode with the compacted cache.
+time with snapkv.runtime, and decode with the compacted cache.
 
     python examples/python_api.py        # from the repository root, after `make build`
 
@@ -10,7 +10,7 @@ import subprocess
 
 import numpy as np
 
-from snapkv.frontend.runner import CompiledModel
+from snapkv.runtime import CompiledModel
 from snapkv.tools import REPO, snapkv_opt
 
 MODEL = REPO / "test" / "Models" / "tiny_llama_dynamic.mlir"

@@ -58,8 +58,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python"))
 
-from snapkv import hf, tools  # noqa: E402
-from snapkv.frontend import runner  # noqa: E402
+from snapkv import hf, runtime, tools  # noqa: E402
 
 FIXTURE = REPO / "test" / "Models" / "tiny_llama_dynamic.mlir"
 STEPS = ("rewrite", "snapkv-opt", "snapkv-translate", "clang")
@@ -91,7 +90,7 @@ def checkpoint(name, cls, kwargs, log):
     import transformers
 
     config = getattr(transformers, cls)(**kwargs)
-    folder = runner.default_cache_dir().parent / "bench-checkpoints" / name
+    folder = runtime.default_cache_dir().parent / "bench-checkpoints" / name
     # save_pretrained adds these.
     added = ("transformers_version", "dtype", "torch_dtype", "architectures")
     wanted = {k: v for k, v in json.loads(config.to_json_string()).items() if k not in added}
@@ -124,8 +123,8 @@ def compile_once(text, compaction, cflags, weights):
     rewritten = hf.rewrite(text, compaction)
     row = {"rewrite": time.perf_counter() - start}
     with tempfile.TemporaryDirectory(prefix="bench-compile-") as cache:
-        model = runner.CompiledModel(rewritten, cache_dir=cache, cflags=cflags,
-                                     weights=weights)
+        model = runtime.CompiledModel(rewritten, cache_dir=cache, cflags=cflags,
+                                      weights=weights)
         stats = model.library.stats
         row["so_bytes"] = model.library.path.stat().st_size
         # The library stays loaded (ctypes) after its file is gone.
@@ -174,9 +173,9 @@ def time_select(spec, length, window, capacity, cflags, runs):
 
     hq, hkv, d = spec["num_attention_heads"], spec["num_key_value_heads"], spec["head_dim"]
     text = select_module((1, hq, window, d), (1, hkv, length, d), window, capacity)
-    library = runner.compile_library(text, cflags=cflags, label="snapkv.select")
-    function = runner.CompiledFunction(ctypes.CDLL(str(library.path)), "snapkv_select",
-                                       runner.signature(text, "snapkv_select"))
+    library = runtime.compile_library(text, cflags=cflags, label="snapkv.select")
+    function = runtime.CompiledFunction(ctypes.CDLL(str(library.path)), "snapkv_select",
+                                        runtime.signature(text, "snapkv_select"))
     rng = np.random.default_rng(0)
     q = rng.standard_normal((1, hq, window, d), dtype=np.float32)
     k = rng.standard_normal((1, hkv, length, d), dtype=np.float32)
@@ -229,7 +228,7 @@ def main(argv=None):
     parser.add_argument("--runs", type=int, default=3,
                         help="compiles per model (median); 0 writes and exports the "
                              "checkpoints only")
-    parser.add_argument("--cflags", default=" ".join(runner.DEFAULT_CFLAGS))
+    parser.add_argument("--cflags", default=" ".join(runtime.DEFAULT_CFLAGS))
     parser.add_argument("--window", type=int, default=32)
     parser.add_argument("--length", type=int, default=4096, help="prompt length L")
     parser.add_argument("--steps", type=int, default=16, help="decode steps")
@@ -275,8 +274,8 @@ def main(argv=None):
         compile_rows[name]["module_bytes"] = len(text.encode())
         if args.no_run or spec is None:
             continue
-        full = runner.CompiledModel(text, cflags=cflags, weights=weights,
-                                    max_positions=meta.get("max_position_embeddings"))
+        full = runtime.CompiledModel(text, cflags=cflags, weights=weights,
+                                     max_positions=meta.get("max_position_embeddings"))
         ids = np.random.default_rng(0).integers(0, spec["vocab_size"], (1, args.length))
         result = {}
         if args.no_prefill:

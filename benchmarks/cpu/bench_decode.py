@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """CPU benchmark of one decode step of the tiny model vs the physical length of its KV cache.
 
-Rows (all compiled ahead of time by ``snapkv.frontend.runner``: ``snapkv-opt
+Rows (all compiled ahead of time by ``snapkv.runtime``: ``snapkv-opt
 --snapkv-cpu-pipeline`` -> ``snapkv-translate`` -> ``clang -O2 -march=native``, called with ctypes):
 
 * **full**: the unmodified ``test/Models/tiny_llama_dynamic.mlir``, caches of Hkv = 2 heads and
@@ -40,8 +40,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python"))
 
-from snapkv import tools  # noqa: E402
-from snapkv.frontend import runner  # noqa: E402
+from snapkv import runtime, tools  # noqa: E402
 from snapkv.tools import ToolError  # noqa: E402
 
 FIXTURE = REPO / "test" / "Models" / "tiny_llama_dynamic.mlir"
@@ -129,7 +128,7 @@ def main():
     def compiled(label, module_text):
         if verbose:
             print(f"[{label}]", file=sys.stderr)
-        return runner.CompiledModel(module_text, cache_dir=args.cache_dir, verbose=verbose)
+        return runtime.CompiledModel(module_text, cache_dir=args.cache_dir, verbose=verbose)
 
     try:
         original = compiled("full", text)
@@ -185,7 +184,7 @@ def main():
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} (at the end); "
           f"date {date}.")
     print(f"Compiled with `{opt} --snapkv-cpu-pipeline`, `{tools.mlir_translate()}`, "
-          f"`{tools.clang()} {' '.join(runner.DEFAULT_CFLAGS)}`; rewrite options "
+          f"`{tools.clang()} {' '.join(runtime.DEFAULT_CFLAGS)}`; rewrite options "
           f"window={args.window} capacity={args.capacity}.")
     names = ("GLIBC_TUNABLES", "MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_",
              "MALLOC_TRIM_THRESHOLD_")

@@ -24,7 +24,7 @@ Indices: IREE == numpy reference == ours, exactly (position and score order).
 Tiny model (``test/Models/tiny_llama_dynamic.mlir`` rewritten by ``snapkv-compress-kv-cache``
 with ``--window``/``--capacity``): the public ``prefill(ids)`` and ``decode(token, position,
 caches)`` calls (numpy in, numpy out) of ``iree_backend.IreeModel`` (same ``local-task``
-device) and ``snapkv.frontend.runner.CompiledModel`` (clang -O2, libomp), prompt lengths
+device) and ``snapkv.runtime.CompiledModel`` (clang -O2, libomp), prompt lengths
 ``--prompt-lengths``; decode runs on the compacted caches that prefill returned, at logical
 position L. Logits of both are compared.
 
@@ -49,8 +49,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import bench_select as bs  # noqa: E402  (also puts python/ on sys.path)
 
-from snapkv import iree_backend, mlirgen, reference  # noqa: E402
-from snapkv.frontend import runner  # noqa: E402
+from snapkv import iree_backend, mlirgen, reference, runtime  # noqa: E402
 
 REPO = bs.REPO
 FIXTURE = REPO / "test" / "Models" / "tiny_llama_dynamic.mlir"
@@ -159,10 +158,10 @@ def measure_model(args):
     start = time.perf_counter()
     vmfb = iree_backend.compile_vmfb(lowered)
     iree_compile_s = time.perf_counter() - start
-    vocab = runner.signature(lowered, "prefill").results[0].shape[-1]
+    vocab = runtime.signature(lowered, "prefill").results[0].shape[-1]
     iree_model = iree_backend.IreeModel(vmfb, vocab_size=vocab, driver=iree_backend.TASK_DRIVER,
                                         workers=args.workers)
-    cpu_model = runner.CompiledModel(text)
+    cpu_model = runtime.CompiledModel(text)
     rows = []
     for length in args.prompt_lengths:
         ids = np.random.default_rng(0).integers(0, vocab, length)[None]
@@ -267,7 +266,7 @@ def render(select_rows, model_rows, compile_s, args, load_before, load_after):
         f"{args.window}, capacity {args.capacity}, gqa expand): the public `prefill(ids)` "
         "and `decode(token, position, caches)` calls (numpy in, numpy out) of "
         f"`iree_backend.IreeModel` ({args.workers} workers) and "
-        "`snapkv.frontend.runner.CompiledModel` (clang -O2, OpenMP); decode on the compacted "
+        "`snapkv.runtime.CompiledModel` (clang -O2, OpenMP); decode on the compacted "
         f"caches prefill returned, at logical position L; medians of {args.runs} (prefill) "
         f"and {args.decode_runs} (decode) runs. iree-compile of the model: "
         f"{compile_s[0]:.1f} s.",

@@ -16,7 +16,7 @@ OpenMP threads):
 
 * compiled ``snapkv.select``: ``snapkv-opt --snapkv-cpu-pipeline`` -> ``snapkv-translate`` ->
   ``clang -O3 -march=native -shared`` (LLVM optimisation runs), linked with libomp; the
-  ``.so`` is called in process through ctypes (``snapkv.frontend.runner``), each call timed
+  ``.so`` is called in process through ctypes (``snapkv.runtime``), each call timed
   alone (the fresh result buffers it returns are freed outside the timed span);
 * compiled, runner ``--O3``: the same lowering JIT-compiled by ``mlir-runner --O3`` in a
   generated module that times each call with ``rtclock`` (``--skip-runner`` drops it);
@@ -362,14 +362,14 @@ class AotFunction:
     """``@name`` of `body` (one function) compiled to a shared object and loaded."""
 
     def __init__(self, body, name, cache_dir=None, options=""):
-        from snapkv.frontend import runner
+        from snapkv import runtime
         text = "module {\n" + body + "\n}\n"
-        pipeline = runner.PIPELINE.replace("asserts=report", f"asserts=report {options}")
-        self.library = runner.compile_library(text, cache_dir=cache_dir, cflags=AOT_CFLAGS,
-                                              label=name, pipeline=pipeline)
+        pipeline = runtime.PIPELINE.replace("asserts=report", f"asserts=report {options}")
+        self.library = runtime.compile_library(text, cache_dir=cache_dir, cflags=AOT_CFLAGS,
+                                               label=name, pipeline=pipeline)
         self.text = text
-        self.function = runner.CompiledFunction(ctypes.CDLL(str(self.library.path)), name,
-                                                runner.signature(text, name))
+        self.function = runtime.CompiledFunction(ctypes.CDLL(str(self.library.path)), name,
+                                                 runtime.signature(text, name))
 
     def times(self, arrays, runs):
         """Seconds of `runs` calls after one warm-up call."""
@@ -709,7 +709,7 @@ def main():
     ap.add_argument("--snapkv-opt", default=str(tools.snapkv_opt()))
     ap.add_argument("--mlir-runner", default=str(tools.mlir_runner()))
     ap.add_argument("--cache-dir", help="where the compiled .so files are kept "
-                    "(default: snapkv.frontend.runner's cache)")
+                    "(default: snapkv.runtime's cache)")
     ap.add_argument("--skip-compiled", action="store_true",
                     help="no compiled columns (e.g. before snapkv-opt is built)")
     ap.add_argument("--skip-runner", action="store_true", help="no mlir-runner --O3 column")
@@ -723,7 +723,7 @@ def main():
         ap.error("--runs must be >= 5")
     if args.numpy_runs < 1:
         ap.error("--numpy-runs must be >= 1")
-    os.environ["SNAPKV_OPT"] = args.snapkv_opt   # what snapkv.frontend.runner compiles with
+    os.environ["SNAPKV_OPT"] = args.snapkv_opt   # what snapkv.runtime compiles with
 
     import torch
     import torch._inductor.config as inductor_config

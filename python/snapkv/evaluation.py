@@ -19,7 +19,7 @@ What is compiled, and why so (prefill is the cost: its attention is quadratic in
   cache heads; ``mean``/``max`` ``Hkv``), and the original module's for ``full``.
 
 ``python/tests/test_eval.py`` checks that this composition gives the same caches and tokens
-as each method's rewritten model compiled whole (:class:`snapkv.frontend.runner.CompiledModel`).
+as each method's rewritten model compiled whole (:class:`snapkv.runtime.CompiledModel`).
 
 A prompt counts as correct when greedy decoding reproduces every answer token. Results are
 cached per (model weights, method options, length, capacity, prompt seed and index, task
@@ -182,10 +182,10 @@ def select_module(selects: List[dict]) -> tuple:
 
 
 def _function(library, name: str, text: str, bound=()):
-    from .frontend import runner
+    from . import runtime
 
-    return runner.CompiledFunction(ctypes.CDLL(str(library.path)), name,
-                                   runner.signature(text, name), bound)
+    return runtime.CompiledFunction(ctypes.CDLL(str(library.path)), name,
+                                    runtime.signature(text, name), bound)
 
 
 def model_digest(directory: Path) -> str:
@@ -245,11 +245,11 @@ class Pipeline:
             raise EvalError(str(error).splitlines()[0]) from None
 
     def _compile(self, text: str, label: str):
-        from .frontend import runner
+        from . import runtime
 
         start = time.perf_counter()
         try:
-            library = runner.compile_library(text, label=label)
+            library = runtime.compile_library(text, label=label)
         except ToolError as error:
             raise EvalError(f"compiling the {label} failed: {error}") from None
         self.compile_seconds += time.perf_counter() - start
@@ -258,12 +258,12 @@ class Pipeline:
         return library
 
     def _bound(self, text: str, name: str):
-        from .frontend import runner
+        from . import runtime
         from .frontend.checkpoint import weight_arrays
 
         if self._weights is None:
             self._weights = {}
-        sig = runner.signature(text, name)
+        sig = runtime.signature(text, name)
         wanted = {n: (t.shape, t.elem) for n, t in sig.weight_args}
         if any(n not in self._weights for n in wanted):
             from .frontend.checkpoint import CheckpointError
@@ -277,7 +277,7 @@ class Pipeline:
 
     def shared_prefill(self):
         if self._prefill is None:
-            from .frontend import runner
+            from . import runtime
 
             rewritten = self._rewrite(hf.Compaction(window=self.query_rows,
                                                     capacity=UNBOUNDED, gqa="mean"))
@@ -289,7 +289,7 @@ class Pipeline:
                 # 30 times (which a 30-layer model's CPU pipeline cannot hold in 24 GiB).
                 text = _opt([*only_prefill, f"--snapkv-expose-scores=functions={layers[0]} "
                                             f"through-callers=true"], rewritten)
-                glue = runner.glue_function(text, "prefill")
+                glue = runtime.glue_function(text, "prefill")
             else:
                 text = _opt([*only_prefill, "--inline", "--snapkv-expose-scores="
                                                         "functions=prefill"], rewritten)
@@ -300,14 +300,14 @@ class Pipeline:
                 self._prefill = _function(library, "prefill", text,
                                           self._bound(text, "prefill"))
             else:
-                compiled = runner.without_glue(text, [glue])
+                compiled = runtime.without_glue(text, [glue])
                 library = self._compile(compiled, label)
                 lib = ctypes.CDLL(str(library.path))
-                functions = {callee: runner.CompiledFunction(lib, callee,
-                                                             runner.signature(compiled, callee))
+                functions = {callee: runtime.CompiledFunction(lib, callee,
+                                                              runtime.signature(compiled, callee))
                              for callee in glue.callees}
-                self._prefill = runner.GlueRunner(glue, runner.signature(text, "prefill"),
-                                                  functions, self._bound(text, "prefill"))
+                self._prefill = runtime.GlueRunner(glue, runtime.signature(text, "prefill"),
+                                                   functions, self._bound(text, "prefill"))
         return self._prefill
 
     def need_rows(self, methods: Sequence[Method]):
@@ -329,7 +329,7 @@ class Pipeline:
 
     def decoder(self, method: Method):
         """A CompiledModel whose @decode is the method's (its @prefill is not used)."""
-        from .frontend.runner import CompiledModel
+        from .runtime import CompiledModel
 
         gqa = "full" if method.full else (method.options or {}).get("gqa", "expand")
         if gqa not in self._decoders:
@@ -387,7 +387,7 @@ class Pipeline:
         return float(np.median(times) * 1e3)
 
     def compiler_digest(self) -> str:
-        from .frontend.runner import _file_digest
+        from .runtime.cache import _file_digest
 
         return _file_digest(tools.require(tools.snapkv_opt(), "snapkv-opt").resolve())
 

@@ -20,7 +20,7 @@ The steps, each usable on its own:
    the checkpoint's path, config and tensor layout, the options, the exporter's sources and
    the package versions), so only the first call needs torch;
 3. :func:`rewrite` runs ``snapkv-compress-kv-cache`` (strict) on the layer functions;
-4. :class:`~snapkv.frontend.runner.CompiledModel` compiles the module (cached by its text, so
+4. :class:`~snapkv.runtime.CompiledModel` compiles the module (cached by its text, so
    every checkpoint of one architecture shares the library) and binds the weights, mapped
    from the safetensors files.
 
@@ -41,7 +41,7 @@ from typing import Optional, Sequence, Tuple, Union
 
 from . import tools
 from .frontend.checkpoint import Checkpoint, CheckpointError
-from .frontend.runner import DEFAULT_CFLAGS, CompiledModel, default_cache_dir
+from .runtime import DEFAULT_CFLAGS, CompiledModel, default_cache_dir
 from .tools import ToolError
 
 __all__ = ["Checkpoint", "CheckpointError", "Compaction", "Exported", "ExportOptions",

@@ -12,7 +12,7 @@ The model (each step a function here):
    other dialect (in particular no ``snapkv`` op) is left;
 3. :func:`compile_vmfb` -- ``iree-compile`` with :data:`IREE_COMPILE_FLAGS`;
 4. :class:`IreeModel` -- prefill/decode/generate through ``iree.runtime`` with the same calling
-   convention and the same ``generate()`` as :class:`snapkv.frontend.runner.CompiledModel`.
+   convention and the same ``generate()`` as :class:`snapkv.runtime.CompiledModel`.
 
 One ``snapkv.select`` on its own: :func:`select_module` writes a function ``@select`` around
 the op of a :class:`snapkv.mlirgen.Case`, and :class:`IreeSelect` lowers, compiles and calls it
@@ -42,8 +42,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import mlirgen, tools
-from .frontend import runner
+from . import mlirgen, runtime, tools
 from .tools import ToolError
 
 # What convert-snapkv-to-linalg may leave (the importer's IR uses the same dialects).
@@ -203,7 +202,7 @@ def config(driver: str = DEFAULT_DRIVER, workers: Optional[int] = None):
 def prepare(text: str, **options) -> Dict[str, object]:
     """The whole path from an imported model to IREE's input.
 
-    Returns ``rewritten`` (what :class:`~snapkv.frontend.runner.CompiledModel` compiles) and
+    Returns ``rewritten`` (what :class:`~snapkv.runtime.CompiledModel` compiles) and
     ``lowered`` (upstream dialects only: what ``iree-compile`` gets, unchanged).
     """
     rewritten = compress(text, **options)
@@ -219,7 +218,7 @@ def _copy(array) -> np.ndarray:
 class IreeModel:
     """A compiled ``@prefill``/``@decode`` module loaded into an IREE runtime context.
 
-    Same interface as :class:`snapkv.frontend.runner.CompiledModel`: ``prefill(ids)`` ->
+    Same interface as :class:`snapkv.runtime.CompiledModel`: ``prefill(ids)`` ->
     ``(logits [1, L, V], caches)``, ``decode(token, position, caches)`` -> ``(logits [1, 1, V],
     caches)`` and the very same ``generate(ids, steps)`` (greedy, logical positions ``L + g``),
     which checks ``max_positions`` and, when the module text is known (:meth:`from_text`), the
@@ -242,14 +241,14 @@ class IreeModel:
     @classmethod
     def from_text(cls, text: str, **kwargs) -> "IreeModel":
         """Compile `text` (upstream dialects only, see :func:`prepare`) and load it."""
-        vocab = runner.signature(text, "prefill").results[0].shape[-1]
-        growth = {name: runner.growth(text, name) for name in ("prefill", "decode")}
+        vocab = runtime.signature(text, "prefill").results[0].shape[-1]
+        growth = {name: runtime.growth(text, name) for name in ("prefill", "decode")}
         return cls(compile_vmfb(text), vocab_size=vocab, growth=growth, **kwargs)
 
     def _check_ids(self, ids: np.ndarray):
         # IREE drops the cf.assert inside the embedding gather's linalg body (a dispatch), so
         # an out-of-range id would read out of bounds without an error.
-        runner.check_token_ids(ids, self.vocab_size)
+        runtime.check_token_ids(ids, self.vocab_size)
 
     def prefill(self, ids) -> Tuple[np.ndarray, List[np.ndarray]]:
         ids = np.ascontiguousarray(ids, dtype=np.int64)
@@ -268,9 +267,9 @@ class IreeModel:
         return out[0], out[1:]
 
     # The generation loop is CompiledModel's, unchanged (it only calls prefill/decode).
-    _physical = staticmethod(runner.CompiledModel._physical)
-    check_limits = runner.CompiledModel.check_limits
-    generate = runner.CompiledModel.generate
+    _physical = staticmethod(runtime.CompiledModel._physical)
+    check_limits = runtime.CompiledModel.check_limits
+    generate = runtime.CompiledModel.generate
 
 
 # ---------------------------------------------------------------------------------------------
@@ -385,7 +384,7 @@ def main(argv=None):
             (args.save_dir / f"{name}.mlir").write_text(stages[name])
         (args.save_dir / "model.vmfb").write_bytes(vmfb)
         print(f"saved to {args.save_dir}")
-    vocab = runner.signature(stages["lowered"], "prefill").results[0].shape[-1]
+    vocab = runtime.signature(stages["lowered"], "prefill").results[0].shape[-1]
     model = IreeModel(vmfb, vocab_size=vocab)
     ids = np.random.default_rng(args.seed).integers(0, vocab, args.prompt_length)[None]
     start = time.perf_counter()
@@ -395,7 +394,7 @@ def main(argv=None):
     print(f"positions:        {out['positions']}")
     print(f"physical lengths: {out['physical_lengths']}")
     if args.compare:
-        cpu = runner.CompiledModel(stages["rewritten"]).generate(ids, args.steps)
+        cpu = runtime.CompiledModel(stages["rewritten"]).generate(ids, args.steps)
         print(f"cpu tokens:       {cpu['tokens']}")
         for key, value in compare(out, cpu).items():
             print(f"{key}: {value}")

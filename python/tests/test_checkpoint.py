@@ -21,8 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from snapkv import hf
-from snapkv.frontend import runner
+from snapkv import hf, runtime
 from snapkv.frontend.checkpoint import (
     Checkpoint,
     CheckpointError,
@@ -202,8 +201,8 @@ def test_runner_reads_and_checks_weight_arguments():
     """The exported module's weights are its trailing arguments, named by checkpoint key;
     weights that are missing or do not fit are refused before anything is compiled."""
     text = LAYERS.read_text()
-    prefill = runner.signature(text, "prefill")
-    decode = runner.signature(text, "decode")
+    prefill = runtime.signature(text, "prefill")
+    decode = runtime.signature(text, "decode")
     names = [ref.name for ref, _ in prefill.weight_args]
     assert names[0] == "model.embed_tokens.weight" and names[-1] == "lm_head.weight"
     assert len(names) == 2 + 2 * 9 + 1
@@ -212,22 +211,24 @@ def test_runner_reads_and_checks_weight_arguments():
     assert len(decode.inputs) == 2 + 4  # id, position, 2 layers x (K, V)
     assert hf.layer_functions(text) == ("prefill_layer", "decode_layer")
     assert hf.layer_functions(text.replace("@decode_layer", "@other")) is None
-    assert runner.callees(text, "prefill") == ["embed", "prefill_layer", "head"]
+    assert runtime.callees(text, "prefill") == ["embed", "prefill_layer", "head"]
     # The memory estimate reads the layer function, where the [B, H, L, L] scores are.
-    assert max(runner.growth(text, "prefill")) == 2
+    assert max(runtime.growth(text, "prefill")) == 2
     with pytest.raises(ValueError, match="takes 21 weights .* but none were given"):
-        runner.CompiledModel(text)
-    shapes = {ref.name: np.zeros(t.shape, np.float32) for ref, t in prefill.weight_args}
+        runtime.CompiledModel(text)
+    # Transposed weights ([in, out] arguments) are given in checkpoint shape, [out, in].
+    shapes = {ref.name: np.zeros(t.shape[::-1] if ref.transposed else t.shape, np.float32)
+              for ref, t in prefill.weight_args}
     shapes["model.norm.weight"] = np.zeros(5, np.float32)
     with pytest.raises(ValueError, match=r"model.norm.weight: float32 \[5\] given, the module "
                                          r"takes tensor<32xf32>"):
-        runner.CompiledModel(text, weights=shapes)
+        runtime.CompiledModel(text, weights=shapes)
     del shapes["model.norm.weight"]
     with pytest.raises(ValueError, match="model.norm.weight: missing"):
-        runner.CompiledModel(text, weights=shapes)
+        runtime.CompiledModel(text, weights=shapes)
     with pytest.raises(ValueError, match="takes no weights"):
-        runner.CompiledModel((REPO / "test" / "Models" / "tiny_llama_dynamic.mlir").read_text(),
-                             weights={})
+        runtime.CompiledModel((REPO / "test" / "Models" / "tiny_llama_dynamic.mlir").read_text(),
+                              weights={})
 
 
 def test_cli_reports_unusable_checkpoints(tmp_path):
@@ -250,7 +251,7 @@ def test_transposed_weights_are_bound_transposed(tmp_path):
     text = ('func.func @prefill(%ids: tensor<1x?xi64>, %w: tensor<8x16xf32> {snapkv.weight = '
             '"model.embed_tokens.weight", snapkv.transposed}, %e: tensor<16x8xf32> '
             '{snapkv.weight = "model.embed_tokens.weight"}) -> tensor<1xf32> {\n}')
-    refs = [ref for ref, _ in runner.signature(text, "prefill").weight_args]
+    refs = [ref for ref, _ in runtime.signature(text, "prefill").weight_args]
     assert refs == [WeightRef("model.embed_tokens.weight", True),
                     WeightRef("model.embed_tokens.weight", False)]
     ckpt = Checkpoint(make_checkpoint(tmp_path / "m"))

@@ -11,7 +11,7 @@
 
 The commands run as `python -m snapkv.cli` in a subprocess, as a user runs them. Compiled
 libraries are cached (~/.cache/snapkv/runner or $SNAPKV_RUNNER_CACHE): the generate tests use
-window 8 / capacity 16 like test_runner.py, so they share its libraries; the visualize test
+window 8 / capacity 16 like test_runtime_model.py, so they share its libraries; the visualize test
 compiles one instrumented prefill (about 20 s the first time).
 """
 
@@ -25,9 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from snapkv import cli
+from snapkv import cli, runtime
 from snapkv.cli import common
-from snapkv.frontend import runner
 from snapkv.tools import snapkv_opt
 
 REPO = Path(__file__).resolve().parents[2]
@@ -476,7 +475,7 @@ func.func @prefill(%q: tensor<1x4x2x2xf32>, %k: tensor<1x2x?x2xf32>, %v: tensor<
     assert "snapkv.score %arg0, %arg1 window 2 kernel 3 pooling max gqa mean scale " \
            "5.000000e-01 : (tensor<1x4x2x2xf32>, tensor<1x2x?x2xf32>) -> " \
            "(tensor<1x2x?xf32>, tensor<1x2x?xf32>)" in text
-    sig = runner.signature(text, "prefill")
+    sig = runtime.signature(text, "prefill")
     assert [str(t) for t in sig.results[2:]] == [
         "tensor<1x4x2x2xf32>", "tensor<1x2x?x2xf32>", "tensor<1x2x?xi64>",
         "tensor<1x2x?xf32>", "tensor<1x2x?xf32>"]

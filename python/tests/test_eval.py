@@ -24,9 +24,8 @@ import pytest
 from conftest import require_aot_tools
 
 from snapkv import evaluation as ev
-from snapkv import hf
+from snapkv import hf, runtime
 from snapkv.cli import main
-from snapkv.frontend import runner
 from snapkv.tasks import retrieval
 
 LENGTH = 256
@@ -42,7 +41,7 @@ def model_dir():
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("torch_mlir")
     require_aot_tools()
-    folder = runner.default_cache_dir().parent / "test-checkpoints" / "eval-llama"
+    folder = runtime.default_cache_dir().parent / "test-checkpoints" / "eval-llama"
     config = transformers.LlamaConfig(**CONFIG)
     wanted = {k: v for k, v in json.loads(config.to_json_string()).items()
               if k != "transformers_version"}
@@ -132,7 +131,7 @@ def test_composition_is_the_rewritten_model(pipeline, name):
     compacted, kept = pipeline.compact(method, capacity, 5, caches, queries)
     tokens = pipeline.answer(method, int(np.argmax(logits)), LENGTH, steps, compacted)
 
-    whole = runner.CompiledModel(
+    whole = runtime.CompiledModel(
         hf.rewrite(pipeline.exported.text, method.compaction(ev.DEFAULT_WINDOW, capacity, 5)),
         weights=pipeline.checkpoint)
     direct_logits, direct_caches = whole.prefill(sample.ids[None])
@@ -151,7 +150,7 @@ def test_composition_is_the_rewritten_model(pipeline, name):
 def test_full_is_the_original_model(pipeline):
     sample = retrieval.generate(LENGTH, 6, "multitoken", 0)
     logits, caches, _ = pipeline.prefill(sample.ids)
-    original = runner.CompiledModel(pipeline.exported.text, weights=pipeline.checkpoint)
+    original = runtime.CompiledModel(pipeline.exported.text, weights=pipeline.checkpoint)
     want_logits, want_caches = original.prefill(sample.ids[None])
     assert np.array_equal(want_logits[0, -1], logits)
     assert all(np.array_equal(a, b) for a, b in zip(caches, want_caches))

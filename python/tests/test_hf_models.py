@@ -40,8 +40,7 @@ import numpy as np
 import pytest
 from conftest import require_aot_tools
 
-from snapkv import hf, tools
-from snapkv.frontend import runner
+from snapkv import hf, runtime, tools
 
 pytestmark = pytest.mark.slow
 
@@ -74,7 +73,7 @@ FULL_CACHE_ONLY = {
 def checkpoint_dir(name, make_config):
     """A save_pretrained checkpoint of `name` (seed 0), written once and reused while its
     config is the same."""
-    folder = runner.default_cache_dir().parent / "test-checkpoints" / name
+    folder = runtime.default_cache_dir().parent / "test-checkpoints" / name
     config = make_config()
     wanted = json.loads(config.to_json_string())
     try:
@@ -135,7 +134,7 @@ def case(request):
         if capacity not in built:
             text = exported.text if capacity is None else \
                 hf.rewrite(exported.text, hf.Compaction(window=WINDOW, capacity=capacity))
-            built[capacity] = runner.CompiledModel(
+            built[capacity] = runtime.CompiledModel(
                 text, weights=checkpoint, cflags=CFLAGS,
                 max_positions=exported.meta["max_position_embeddings"])
         return built[capacity]
@@ -148,7 +147,7 @@ def test_export_has_weights_as_arguments(case):
     """Nothing of the checkpoint is in the module: every tensor is an argument named by its
     checkpoint key, one function per layer kind serves both layers, and the module is small."""
     exported = case["exported"]
-    sig = runner.signature(exported.text, "prefill")
+    sig = runtime.signature(exported.text, "prefill")
     names = [ref.name for ref, _ in sig.weight_args]
     assert names == exported.meta["weights"]
     assert set(names) == set(hf.Checkpoint(exported.checkpoint).tensors)
@@ -222,7 +221,7 @@ def test_positions_past_the_export_are_refused(case):
     reaches past the positions the export is exact for (Mistral: its sliding window)."""
     model = case["compiled"]()
     limit = case["exported"].meta["max_position_embeddings"]
-    with pytest.raises(runner.ResourceLimitError, match="max_position_embeddings"):
+    with pytest.raises(runtime.ResourceLimitError, match="max_position_embeddings"):
         model.check_limits(limit - 4, 5)  # positions 0 .. limit
     model.check_limits(limit - 4, 4)      # positions 0 .. limit - 1
 
@@ -256,7 +255,7 @@ def snapkv_cli(*args, timeout=600):
     import sys
 
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(runner.tools.REPO / "python"),
+    env["PYTHONPATH"] = os.pathsep.join([str(tools.REPO / "python"),
                                          env.get("PYTHONPATH", "")])
     done = subprocess.run([sys.executable, "-m", "snapkv.cli", *map(str, args)],
                           capture_output=True, text=True, env=env, timeout=timeout)

@@ -15,7 +15,7 @@ scores, as in test_differential):
 
 The rewritten tiny Llama (`snapkv-compress-kv-cache` + `convert-snapkv-to-linalg`) gives the
 same tokens, logits (within 1e-5), caches and cache lengths as the project's CPU pipeline
-(`snapkv.frontend.runner.CompiledModel` on the module before `convert-snapkv-to-linalg`):
+(`snapkv.runtime.CompiledModel` on the module before `convert-snapkv-to-linalg`):
 
 * L = 48 > capacity 24: greedy 8 tokens from `default_rng(7).integers(0, 256, 48)` at logical
   positions 48..55, physical cache lengths 24..32;
@@ -34,8 +34,7 @@ import pytest
 from conftest import require_aot_tools
 from test_differential import HOSTILE_PATTERNS, decisive_scores_separated, separated_hostile
 
-from snapkv import iree_backend, mlirgen
-from snapkv.frontend import runner
+from snapkv import iree_backend, mlirgen, runtime
 
 REASON = iree_backend.unavailable_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
@@ -235,7 +234,7 @@ def iree_model(stages):
 
 @pytest.fixture(scope="module")
 def cpu_model(stages):
-    return runner.CompiledModel(stages["rewritten"])
+    return runtime.CompiledModel(stages["rewritten"])
 
 
 def _assert_same_generation(got, want, prompt_len, steps):

@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 from conftest import require_aot_tools
 
-from snapkv import reference
-from snapkv.frontend import runner
+from snapkv import reference, runtime
 
 B, HQ, HKV, W, L, D = 2, 4, 2, 8, 300, 16
 
@@ -42,13 +41,13 @@ def test_kept_and_recomputed_logits_give_the_same_bits(gqa, tmp_path):
     q = (rng.standard_normal((B, HQ, W, D)) * 3).astype(np.float32)
     k = rng.standard_normal((B, HKV, L, D)).astype(np.float32)
     text = score_module(gqa)
-    recompute = runner.PIPELINE.replace("asserts=report", "asserts=report keep-logits=false")
-    assert recompute != runner.PIPELINE
+    recompute = runtime.PIPELINE.replace("asserts=report", "asserts=report keep-logits=false")
+    assert recompute != runtime.PIPELINE
     results = []
-    for pipeline in (runner.PIPELINE, recompute):
-        lib = runner.compile_library(text, cache_dir=tmp_path, pipeline=pipeline)
-        fn = runner.CompiledFunction(ctypes.CDLL(str(lib.path)), "s",
-                                     runner.signature(text, "s"))
+    for pipeline in (runtime.PIPELINE, recompute):
+        lib = runtime.compile_library(text, cache_dir=tmp_path, pipeline=pipeline)
+        fn = runtime.CompiledFunction(ctypes.CDLL(str(lib.path)), "s",
+                                      runtime.signature(text, "s"))
         results.append(fn(q, k))
     kept, again = results
     for a, b in zip(kept, again):

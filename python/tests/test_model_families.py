@@ -2,7 +2,7 @@
 HuggingFace's default SDPA attention and a Qwen2 (q/k/v bias, SDPA), two layers, 4 query / 2 kv
 heads, random weights (snapkv.frontend.families), exported with a dynamic prompt and cache
 length, rewritten by `snapkv-compress-kv-cache` (strict) and compiled with the CPU pipeline
-(snapkv.frontend.runner).
+(snapkv.runtime).
 
 * capacity >= L: the rewritten model's prefill logits, caches and every greedy decode step are
   bit for bit the original compiled model's;
@@ -30,8 +30,7 @@ import numpy as np
 import pytest
 from conftest import require_aot_tools
 
-from snapkv import reference
-from snapkv.frontend import runner
+from snapkv import reference, runtime
 from snapkv.tools import snapkv_opt
 
 pytestmark = pytest.mark.slow
@@ -63,7 +62,7 @@ def _export(spec, model):
     digest = hashlib.sha256(repr((dataclasses.asdict(spec), export.versions())).encode())
     for module in (families, export, wrappers):
         digest.update(Path(module.__file__).read_bytes())
-    path = runner.default_cache_dir() / "exports" / f"{spec.name}-{digest.hexdigest()[:16]}.mlir"
+    path = runtime.default_cache_dir() / "exports" / f"{spec.name}-{digest.hexdigest()[:16]}.mlir"
     if path.is_file():
         return path.read_text()
     text = families.export_text(spec, dynamic=True, model=model)
@@ -111,7 +110,7 @@ def case(request):
     def compiled(capacity=None):
         if capacity not in built:
             source = text if capacity is None else _rewrite(text, capacity)
-            built[capacity] = (source, runner.CompiledModel(source, cflags=CFLAGS))
+            built[capacity] = (source, runtime.CompiledModel(source, cflags=CFLAGS))
         return built[capacity]
 
     return dict(spec=spec, model=model, text=text, ids=ids, oracle=oracle, compiled=compiled)

@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 from conftest import require_aot_tools
 
-from snapkv.frontend import runner
+from snapkv import runtime
 from snapkv.tools import snapkv_opt
 
 REPO = Path(__file__).resolve().parents[2]
@@ -83,7 +83,7 @@ def ids():
 @pytest.fixture(scope="module")
 def original():
     require_aot_tools()
-    return runner.CompiledModel(DYNAMIC.read_text())
+    return runtime.CompiledModel(DYNAMIC.read_text())
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +104,7 @@ def rewritten():
     def get(capacity, gqa, order=ORDER):
         key = (capacity, gqa, order)
         if key not in built:
-            built[key] = runner.CompiledModel(_rewrite(capacity, gqa, order))
+            built[key] = runtime.CompiledModel(_rewrite(capacity, gqa, order))
         return built[key]
 
     return get

@@ -13,8 +13,7 @@ from pathlib import Path
 import numpy as np
 from conftest import require_aot_tools
 
-from snapkv import hf
-from snapkv.frontend import runner
+from snapkv import hf, runtime
 
 MODEL = Path(__file__).resolve().parents[2] / "models" / "retrieval-llama"
 
@@ -25,8 +24,8 @@ def test_prefill_and_decode_are_bit_identical_on_one_and_two_threads():
     exported = hf.export(checkpoint)
     # hidden 256: the projections go to the threads in four blocks of 64 columns.
     text = hf.rewrite(exported.text, hf.Compaction(window=16, capacity=64))
-    model = runner.CompiledModel(text, weights=checkpoint,
-                                 max_positions=exported.meta["max_position_embeddings"])
+    model = runtime.CompiledModel(text, weights=checkpoint,
+                                  max_positions=exported.meta["max_position_embeddings"])
     # The libomp the compiled library uses (already loaded with it).
     omp = ctypes.CDLL("libomp.so.5", mode=os.RTLD_NOLOAD | os.RTLD_GLOBAL)
     vocab = exported.meta["config"]["vocab_size"]

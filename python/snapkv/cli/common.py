@@ -158,19 +158,19 @@ def load_source(given: Optional[Path], args, quiet: bool = False,
     given_checkpoint = getattr(args, "checkpoint", None)
     if takes_weights and weights:
         if given_checkpoint is not None:
-            from ..frontend import runner
+            from .. import runtime
             from ..frontend.checkpoint import CheckpointError
 
             source.checkpoint = load_checkpoint(given_checkpoint)
             try:
-                runner.check_checkpoint(path, source.checkpoint)
+                runtime.check_checkpoint(path, source.checkpoint)
             except CheckpointError as error:
                 raise CLIError(str(error)) from None
         else:
-            from ..frontend import runner
+            from .. import runtime
 
             try:
-                source.checkpoint = runner.checkpoint_of(path)
+                source.checkpoint = runtime.checkpoint_of(path)
             except ValueError as error:
                 raise CLIError(f"{error} (--checkpoint DIR)") from None
             except Exception as error:  # CheckpointError: the named directory is unusable
@@ -182,9 +182,9 @@ def load_source(given: Optional[Path], args, quiet: bool = False,
 
 
 def runner_signature(text: str, name: str):
-    from ..frontend import runner
+    from .. import runtime
 
-    return runner.signature(text, name)
+    return runtime.signature(text, name)
 
 
 def layer_functions(text: str):
@@ -542,11 +542,11 @@ def check_limits(text: str, path: Path, args, length: int, steps: int):
     """Refuse, before anything is allocated, a prompt (plus `steps` generated tokens) past
     the model's max_position_embeddings or one whose largest intermediate tensor alone needs
     more memory than there is."""
-    from ..frontend import runner
+    from .. import runtime
 
     limit, source = args.max_positions, "--max-positions"
     if limit is None:
-        found = runner.max_positions_of(path)
+        found = runtime.max_positions_of(path)
         if found:
             limit, source = found[0], show(found[1])
     last = length + steps - 1
@@ -557,12 +557,12 @@ def check_limits(text: str, path: Path, args, length: int, steps: int):
                        f"max_position_embeddings ({limit:,}, from {source}): the model was "
                        f"not built for positions beyond {limit - 1:,}")
     try:
-        runner.check_memory(runner.growth(text, "prefill"), "prefill", length,
-                            f"a {length:,}-token prompt")
+        runtime.check_memory(runtime.growth(text, "prefill"), "prefill", length,
+                             f"a {length:,}-token prompt")
         if steps:
-            runner.check_memory(runner.growth(text, "decode"), "decode", length + steps,
-                                f"a cache of up to {length + steps:,} rows")
-    except runner.ResourceLimitError as error:
+            runtime.check_memory(runtime.growth(text, "decode"), "decode", length + steps,
+                                 f"a cache of up to {length + steps:,} rows")
+    except runtime.ResourceLimitError as error:
         raise CLIError(str(error)) from None
     except ValueError:
         pass  # not a prefill/decode module: signatures() says so
@@ -614,11 +614,11 @@ def prompt(args, vocab: Optional[int]) -> tuple:
 
 
 def signatures(text: str, path: Path):
-    from ..frontend import runner
+    from .. import runtime
 
     try:
-        prefill = runner.signature(text, "prefill")
-        decode = runner.signature(text, "decode")
+        prefill = runtime.signature(text, "prefill")
+        decode = runtime.signature(text, "decode")
     except ValueError as error:
         raise CLIError(f"{show(path)}: not a prefill/decode model module ({error}); see "
                        f"docs/model-ir.md for what `snapkv generate` runs") from None
@@ -650,7 +650,7 @@ def check_runnable(text: str, path: Path, length: int, window: int, decode: bool
 
 
 def compile_model(text: str, label: str, args, weights=None):
-    from ..frontend.runner import CompiledModel
+    from ..runtime import CompiledModel
 
     progress(args.quiet, f"compiling the {label}: snapkv-opt --snapkv-cpu-pipeline, "
                          f"snapkv-translate, clang (seconds to a minute the first time, then "

@@ -27,7 +27,7 @@ def add_parser(commands, common_options):
                     "function arguments, one function per layer; cached), and the rewrite "
                     "names the layer functions itself. For a module that takes weights, "
                     "OUT.json is written next to -o OUT.mlir, naming the checkpoint (what "
-                    "`python -m snapkv.frontend.runner OUT.mlir` binds).",
+                    "`python -m snapkv.runtime OUT.mlir` binds).",
         epilog="examples:\n"
                "  snapkv compile test/Models/tiny_llama_dynamic.mlir -o /tmp/compact.mlir\n"
                "  snapkv compile test/Models/tiny_llama_dynamic.mlir -o /tmp/compact.ll.mlir "

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import evaluation as ev
-from ..frontend.runner import CompiledCheckError, ResourceLimitError
+from ..runtime import CompiledCheckError, ResourceLimitError
 from ..tasks import retrieval
 from . import common
 from .common import CLIError, Formatter, progress, show

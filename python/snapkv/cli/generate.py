@@ -83,7 +83,7 @@ def greedy(model, ids, steps: int, *, forced: Optional[Sequence[int]] = None,
 
 
 def _runs(full, compact, ids, steps, quiet):
-    from ..frontend.runner import CompiledCheckError
+    from ..runtime import CompiledCheckError
 
     try:
         ref = greedy(full, ids, steps, label="full cache", quiet=quiet)

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from .. import evaluation as ev
-from ..frontend.runner import CompiledCheckError, ResourceLimitError
+from ..runtime import CompiledCheckError, ResourceLimitError
 from ..tasks import retrieval
 from . import common
 from .common import CLIError, Formatter, progress, show

@@ -47,9 +47,9 @@ def add_parser(commands, common_options, compaction):
 def exposed_layers(text: str, function: str = "prefill"):
     """The clauses of each select, as ``snapkv-expose-scores`` records them on `function`
     (``snapkv.exposed_scores = ["window=8 capacity=16 ...", ...]``), as dicts of strings."""
-    from ..frontend import runner
+    from .. import runtime
 
-    header = runner._header(text, function)
+    header = runtime.signatures._header(text, function)
     attributes = text[header.attributes[0]:header.attributes[1] + 1] \
         if header.attributes else ""
     found = re.search(r"snapkv\.exposed_scores = \[([^\]]*)\]", attributes)
@@ -62,7 +62,7 @@ def exposed_layers(text: str, function: str = "prefill"):
 def compile_scores(rewritten: str, args, length: int):
     """Compiled @prefill of `rewritten` with the scores exposed; (function, layers, number of
     prefill's own results)."""
-    from ..frontend import runner
+    from .. import runtime
 
     # Keep @prefill only (decode is not needed), then expose the scores.
     done = common.run_opt(["--symbol-privatize=exclude=prefill", "--symbol-dce",
@@ -84,11 +84,11 @@ def compile_scores(rewritten: str, args, length: int):
         raise CLIError(f"cannot create {args.out}: {error.strerror or error}") from None
     progress(args.quiet, "compiling the rewritten prefill with snapkv.score outputs "
                          "(about 10-20 s the first time, then cached) ...")
-    signature = runner.signature(text, "prefill")
+    signature = runtime.signature(text, "prefill")
     try:
-        library = runner.compile_library(text, verbose=args.verbose, label="prefill")
-        function = runner.CompiledFunction(ctypes.CDLL(str(library.path)), "prefill",
-                                           signature)
+        library = runtime.compile_library(text, verbose=args.verbose, label="prefill")
+        function = runtime.CompiledFunction(ctypes.CDLL(str(library.path)), "prefill",
+                                            signature)
     except ToolError as error:
         raise CLIError(f"compiling the prefill with exposed scores failed: {error}") from None
     progress(args.quiet, f"  {'cached library' if library.from_cache else 'compiled'} in "
@@ -151,7 +151,7 @@ def run(args) -> int:
     if importlib.util.find_spec("matplotlib") is None:
         raise CLIError("`snapkv visualize` needs matplotlib: pip install matplotlib")
     from .. import reference
-    from ..frontend.runner import CompiledCheckError
+    from ..runtime import CompiledCheckError
 
     path = common.resolve_model(args.model, args.quiet)
     text = common.read_text(path)

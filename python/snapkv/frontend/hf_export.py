@@ -326,7 +326,7 @@ def _dims(max_positions: int):
 
 
 def _types(text: str, name: str):
-    from .runner import signature
+    from ..runtime import signature
 
     sig = signature(text, name)
     return [str(t) for t in sig.args], [str(t) for t in sig.results]

@@ -1,0 +1,218 @@
+"""The ctypes memref ABI: calling one function of a compiled library on numpy arrays
+(:class:`CompiledFunction`), and what its run-time checks raise (:class:`CompiledCheckError`).
+
+Run-time checks: the compiled code's checks (an out-of-range token id in the embedding
+gather, a prompt shorter than the SnapKV window, mismatched dynamic sizes, ...) never end the
+process. A failed check makes the function return early and leaves its message where
+``snapkv_last_error()`` (exported by the library) returns it; every call is followed by that
+read, and a message becomes a :class:`CompiledCheckError` (no result is read or freed; buffers
+the call allocated before the check failed are leaked). Calls into one library are serialised
+with a lock, because the message slot is one per library.
+
+Calling convention (``_mlir_ciface_<name>``): every tensor argument is passed as a pointer to a
+ranked memref descriptor ``{allocated, aligned, offset, sizes[rank], strides[rank]}``; the
+results come back through a pointer, passed as the FIRST parameter, to a struct holding one
+such descriptor per result, in order.
+
+Result ownership: the pipeline bufferizes with ``bufferize-function-boundaries`` and runs
+``buffer-deallocation-pipeline``, whose function-boundary ABI makes every returned memref owned
+by the caller: results are fresh allocations (a returned argument or constant is cloned first;
+checked on this toolchain). They are ``malloc``'d by the library (``finalize-memref-to-llvm``
+without aligned alloc), so the runner copies each result into a numpy array and then calls libc
+``free`` on the descriptor's ``allocated`` pointer (not ``aligned``). The same allocation can
+be returned more than once (returning one value twice gives two descriptors of one buffer),
+so each distinct pointer is freed once; a pointer that falls inside an input array is never
+freed. Input arrays are made contiguous and kept referenced until the call returns.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+from typing import List, Sequence
+
+import numpy as np
+
+from ..tools import ToolError
+from .signatures import Signature, TensorType
+
+
+class CompiledCheckError(RuntimeError):
+    """A run-time check of the compiled code failed; ``message`` is the check's own text."""
+
+    def __init__(self, function: str, message: str):
+        super().__init__(f"@{function} stopped on a failed run-time check: {message}")
+        self.function, self.message = function, message
+
+
+_DESCRIPTORS = {}
+
+
+def descriptor_type(rank: int):
+    """ctypes struct of a ranked memref descriptor (every field 8 bytes, no padding)."""
+    if rank not in _DESCRIPTORS:
+        fields = [("allocated", ctypes.c_void_p), ("aligned", ctypes.c_void_p),
+                  ("offset", ctypes.c_int64)]
+        if rank:
+            fields += [("sizes", ctypes.c_int64 * rank), ("strides", ctypes.c_int64 * rank)]
+        _DESCRIPTORS[rank] = type(f"MemRef{rank}D", (ctypes.Structure,), {"_fields_": fields})
+    return _DESCRIPTORS[rank]
+
+
+_LIBC = ctypes.CDLL(None)
+_FREE = _LIBC.free
+_FREE.argtypes = [ctypes.c_void_p]
+_FREE.restype = None
+
+
+def _check_shape(array: np.ndarray, ttype: TensorType, what: str):
+    if array.ndim != ttype.rank or any(
+            d is not None and d != n for d, n in zip(ttype.shape, array.shape)):
+        raise ValueError(f"{what}: shape {array.shape} does not fit {ttype}")
+
+
+_LOCKS: dict = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+def _library_lock(lib: ctypes.CDLL) -> threading.Lock:
+    with _LOCKS_GUARD:
+        return _LOCKS.setdefault(lib._handle, threading.Lock())
+
+
+class CompiledFunction:
+    """``_mlir_ciface_<name>`` of a loaded library, called on numpy arrays.
+
+    A failed run-time check of the compiled code raises :class:`CompiledCheckError` (the
+    library's ``snapkv_last_error`` is read after every call)."""
+
+    def __init__(self, lib: ctypes.CDLL, name: str, sig: Signature,
+                 bound: Sequence[np.ndarray] = ()):
+        """`bound`: arrays for the last ``len(bound)`` arguments (the weights), checked once
+        and passed to every call as they are (never copied, never freed)."""
+        self.name, self.signature = name, sig
+        try:
+            self._fn = getattr(lib, f"_mlir_ciface_{name}")
+        except AttributeError:
+            raise ToolError(f"_mlir_ciface_{name} not in {lib._name}") from None
+        try:
+            self._last_error = lib.snapkv_last_error
+        except AttributeError:
+            raise ToolError(f"snapkv_last_error not in {lib._name}: not compiled with "
+                            f"snapkv-cpu-pipeline{{asserts=report}}") from None
+        self._last_error.argtypes = []
+        self._last_error.restype = ctypes.c_char_p
+        self._lock = _library_lock(lib)
+        self._result_type = type(f"{name}_results", (ctypes.Structure,), {"_fields_": [
+            (f"r{i}", descriptor_type(t.rank)) for i, t in enumerate(sig.results)]})
+        params = [ctypes.POINTER(descriptor_type(t.rank)) for t in sig.args]
+        if sig.results:
+            params.insert(0, ctypes.POINTER(self._result_type))
+        self._fn.argtypes = params
+        self._fn.restype = None
+        first = len(sig.args) - len(bound)
+        if first < 0:
+            raise ValueError(f"@{name} takes {len(sig.args)} arguments, {len(bound)} bound")
+        self._bound, self._bound_descriptors = [], []
+        for i, array in enumerate(bound, start=first):
+            kept, desc = self._descriptor(array, i, copy=False)
+            self._bound.append(kept)
+            self._bound_descriptors.append(desc)
+
+    def _descriptor(self, array, index: int, copy: bool = True):
+        ttype = self.signature.args[index]
+        what = f"@{self.name} argument {index}"
+        if not copy and (not isinstance(array, np.ndarray) or array.dtype != ttype.dtype
+                         or not array.flags.c_contiguous):
+            raise ValueError(f"{what}: a bound array must be a C-contiguous {ttype.dtype} "
+                             f"array")
+        array = np.ascontiguousarray(array, dtype=ttype.dtype)
+        _check_shape(array, ttype, what)
+        desc = descriptor_type(ttype.rank)()
+        desc.allocated = desc.aligned = array.ctypes.data
+        desc.offset = 0
+        for d in range(ttype.rank):
+            desc.sizes[d] = array.shape[d]
+            desc.strides[d] = array.strides[d] // array.itemsize if array.itemsize else 0
+        return array, desc
+
+    def _prepare(self, arrays):
+        sig = self.signature
+        free = len(sig.args) - len(self._bound)
+        if len(arrays) != free:
+            extra = f" (and {len(self._bound)} bound weights)" if self._bound else ""
+            raise ValueError(f"@{self.name} takes {free} arguments{extra}, got {len(arrays)}")
+        inputs, descriptors = [], []
+        for i, array in enumerate(arrays):
+            array, desc = self._descriptor(array, i)
+            inputs.append(array)
+            descriptors.append(desc)
+        return inputs + self._bound, descriptors + self._bound_descriptors
+
+    def _invoke(self, descriptors):
+        results = self._result_type()
+        params = [ctypes.byref(d) for d in descriptors]
+        if self.signature.results:
+            params.insert(0, ctypes.byref(results))
+        with self._lock:
+            self._fn(*params)
+            message = self._last_error()
+        if message is not None:
+            # The results are placeholders (null buffers): nothing to read or free.
+            raise CompiledCheckError(self.name, message.decode(errors="replace"))
+        return results
+
+    def _results(self, results):
+        return [getattr(results, f"r{i}") for i in range(len(self.signature.results))]
+
+    def _release(self, results, inputs):
+        """Free each distinct returned allocation once; never memory of an input."""
+        spans = [(a.ctypes.data, a.ctypes.data + a.nbytes) for a in inputs]
+        freed = set()
+        for desc in self._results(results):
+            ptr = desc.allocated
+            if not ptr or ptr in freed:
+                continue
+            freed.add(ptr)
+            if any(lo <= ptr < hi for lo, hi in spans):
+                continue  # cannot happen under the ownership ABI; leak rather than corrupt
+            _FREE(ptr)
+
+    def __call__(self, *arrays) -> List[np.ndarray]:
+        inputs, descriptors = self._prepare(arrays)
+        results = self._invoke(descriptors)
+        try:
+            return [_to_numpy(desc, ttype, f"@{self.name} result {i}") for i, (desc, ttype)
+                    in enumerate(zip(self._results(results), self.signature.results))]
+        finally:
+            self._release(results, inputs)
+
+    def time_call(self, *arrays, repeat: int = 1) -> List[float]:
+        """Seconds of each of `repeat` bare calls (results freed, not copied) on `arrays`."""
+        inputs, descriptors = self._prepare(arrays)
+        times = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            results = self._invoke(descriptors)
+            times.append(time.perf_counter() - start)
+            self._release(results, inputs)
+        return times
+
+
+def _to_numpy(desc, ttype: TensorType, what: str) -> np.ndarray:
+    rank, dtype = ttype.rank, ttype.dtype
+    shape = tuple(desc.sizes[d] for d in range(rank)) if rank else ()
+    strides = tuple(desc.strides[d] for d in range(rank)) if rank else ()
+    if any(d is not None and d != n for d, n in zip(ttype.shape, shape)):
+        raise ToolError(f"{what}: returned sizes {list(shape)} do not fit {ttype}")
+    if any(n == 0 for n in shape):
+        return np.empty(shape, dtype)
+    if any(s < 0 for s in strides):
+        raise ToolError(f"{what}: negative strides {list(strides)}")
+    extent = 1 + sum((n - 1) * s for n, s in zip(shape, strides))
+    base = desc.aligned + desc.offset * dtype.itemsize
+    flat = np.frombuffer((ctypes.c_char * (extent * dtype.itemsize)).from_address(base),
+                         dtype=dtype, count=extent)
+    view = np.lib.stride_tricks.as_strided(flat, shape, [s * dtype.itemsize for s in strides])
+    return np.array(view, copy=True, order="C")

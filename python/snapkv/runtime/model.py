@@ -1,0 +1,324 @@
+"""A model module (``@prefill`` + ``@decode``) compiled and called from Python
+(:class:`CompiledModel`): binding its weights, checking its inputs and limits, greedy
+generation.
+
+Shapes are never assumed: head counts and lengths come from the function signatures and from
+the returned descriptors (after ``snapkv-compress-kv-cache`` the cache may hold ``Hq`` heads
+and ``min(L, capacity)`` rows after prefill).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..frontend.checkpoint import bind_layout
+from .build import DEFAULT_CFLAGS, compile_library
+from .glue import GlueRunner
+from .limits import ResourceLimitError, check_memory, growth
+from .memref import CompiledFunction
+from .metadata import check_checkpoint, checkpoint_of, max_positions_of
+from .signatures import TensorType, glue_function, signature, without_glue
+
+
+def check_token_ids(ids: np.ndarray, vocab: Optional[int]):
+    """Raise ValueError unless every id is in [0, vocab) (no check when vocab is None)."""
+    if vocab is not None and ids.size and (ids.min() < 0 or ids.max() >= vocab):
+        raise ValueError(f"token ids must be in [0, {vocab}), got {ids.min()}..{ids.max()}")
+
+
+class CompiledModel:
+    """A model module (``@prefill``, ``@decode``, see docs/model-ir.md) compiled to a ``.so``.
+
+    ``prefill(ids)`` -> ``(logits [1, L, V], caches)``; ``decode(token, position, caches)`` ->
+    ``(logits [1, 1, V], caches)``. ``caches`` is the list of per-layer K/V arrays
+    ``[k0, v0, k1, v1, ...]``, each ``[1, H, T, D]`` as the module returns them (H and T are
+    whatever the module produces: after ``snapkv-compress-kv-cache`` prefill returns
+    ``min(L, capacity)`` rows and, with ``gqa=expand``, Hq heads).
+
+    Errors are exceptions, never a dead process: a failed run-time check of the compiled
+    code raises :class:`CompiledCheckError` (for example a prompt shorter than the SnapKV
+    window), an input that would need more memory than is available, or positions past
+    `max_positions` (the model's ``max_position_embeddings``, when given; see
+    :func:`max_positions_of`), raises :class:`ResourceLimitError` before the call.
+    """
+
+    def __init__(self, text: str, *, cache_dir: Optional[os.PathLike] = None,
+                 verbose: bool = False, cflags: Sequence[str] = DEFAULT_CFLAGS,
+                 timeout: int = 1800, max_positions: Optional[int] = None,
+                 weights=None, split_entry_points: bool = True):
+        """`weights`: for a module whose entry points take weights (arguments with
+        ``{snapkv.weight = "<name>"}``, written by ``snapkv export --hf``), where they come
+        from: a :class:`~snapkv.frontend.checkpoint.Checkpoint` (tensors mapped from its
+        safetensors files, no copy; f16/bf16 converted once to f32 where the module takes
+        f32) or a mapping {name: numpy array}. Each is checked against the module's
+        argument type before anything is compiled.
+
+        `split_entry_points`: when ``@prefill`` and ``@decode`` only call other functions
+        (``func.call``, ``tensor.cast``, ``return``: one function per layer, as ``snapkv
+        export --hf`` writes them), compile the callees alone and make the calls from here
+        (:class:`GlueRunner`): the compiled code holds one copy of each layer, and no
+        function takes every weight (hundreds of memref descriptors, which clang compiles
+        slowly). False compiles the module as it is."""
+        self.prefill_signature = signature(text, "prefill")
+        self.decode_signature = signature(text, "decode")
+        self._check_signatures()
+        self.weights, self.weight_notes = self._bind(weights)
+        # Where a text prompt's tokenizer is (generate(text=...)): the checkpoint's directory.
+        self.checkpoint_dir = getattr(weights, "path", None)
+        self.max_positions = max_positions
+        self._growth = {name: growth(text, name) for name in ("prefill", "decode")}
+        glue = [glue_function(text, name) for name in ("prefill", "decode")] \
+            if split_entry_points else [None]
+        self.split = all(glue)
+        if self.split:
+            # The entry points only call the layer functions: compile those alone and run the
+            # calls from here (one copy of each layer's code, small C interfaces).
+            compiled = without_glue(text, glue)
+            label = f"the functions {', '.join('@' + c for c in glue[0].callees)}"
+        else:
+            compiled, label = text, "prefill/decode"
+        self.library = compile_library(compiled, cache_dir=cache_dir, verbose=verbose,
+                                       cflags=cflags, timeout=timeout, label=label)
+        self._lib = ctypes.CDLL(str(self.library.path))
+        bound = {name: [self.weights[n] for n, _ in sig.weight_args] for name, sig in
+                 (("prefill", self.prefill_signature), ("decode", self.decode_signature))}
+        if self.split:
+            functions = {callee: CompiledFunction(self._lib, callee, signature(compiled, callee))
+                         for callee in dict.fromkeys(glue[0].callees + glue[1].callees)}
+            self._prefill = GlueRunner(glue[0], self.prefill_signature, functions,
+                                       bound["prefill"])
+            self._decode = GlueRunner(glue[1], self.decode_signature, functions,
+                                      bound["decode"])
+        else:
+            self._prefill = CompiledFunction(self._lib, "prefill", self.prefill_signature,
+                                             bound["prefill"])
+            self._decode = CompiledFunction(self._lib, "decode", self.decode_signature,
+                                            bound["decode"])
+
+    @classmethod
+    def from_file(cls, path: os.PathLike, **kwargs) -> "CompiledModel":
+        """The module at `path`; `max_positions` defaults to what :func:`max_positions_of`
+        finds next to it, and `weights` (for a module that takes weights) to the checkpoint
+        that the JSON next to it (``<stem>.json``, written by ``snapkv export --hf``) names."""
+        if "max_positions" not in kwargs:
+            found = max_positions_of(path)
+            kwargs["max_positions"] = found[0] if found else None
+        text = Path(path).read_text()
+        if kwargs.get("weights") is None and signature(text, "prefill").weight_args:
+            kwargs["weights"] = checkpoint_of(path)
+        else:
+            check_checkpoint(path, kwargs.get("weights"))
+        return cls(text, **kwargs)
+
+    def _bind(self, source):
+        """{name: array} for every weight argument of @prefill and @decode, and notes."""
+        wanted = {}
+        for sig, fn in ((self.prefill_signature, "prefill"), (self.decode_signature, "decode")):
+            for name, ttype in sig.weight_args:
+                if any(d is None for d in ttype.shape):
+                    raise ValueError(f"@{fn} weight '{name}' has a dynamic shape {ttype}")
+                if name in wanted and wanted[name] != ttype:
+                    raise ValueError(f"weight '{name}' is {wanted[name]} in one function and "
+                                     f"{ttype} in the other")
+                wanted[name] = ttype
+        if not wanted:
+            if source is not None:
+                raise ValueError("the module takes no weights (no snapkv.weight arguments), "
+                                 "but weights were given")
+            return {}, []
+        if source is None:
+            raise ValueError(f"the module takes {len(wanted)} weights (arguments with "
+                             f"snapkv.weight) but none were given: pass the checkpoint it "
+                             f"was exported from")
+        from ..frontend.checkpoint import Checkpoint, weight_arrays
+
+        if isinstance(source, Checkpoint):
+            return weight_arrays(source, {n: (t.shape, t.elem) for n, t in wanted.items()})
+        arrays, problems = {}, []
+        for ref, ttype in wanted.items():
+            if ref.name not in source:
+                problems.append(f"{ref.name}: missing")
+                continue
+            array = np.asarray(source[ref.name])
+            shape = array.shape[::-1] if ref.transposed else array.shape
+            if array.dtype != ttype.dtype or tuple(shape) != tuple(ttype.shape):
+                problems.append(f"{ref}: {array.dtype} {list(array.shape)} given, the module "
+                                f"takes {ttype}")
+                continue
+            arrays[ref] = np.ascontiguousarray(bind_layout(ref, array))
+        if problems:
+            raise ValueError("the weights do not fit the module: " + "; ".join(problems[:4])
+                             + (f" (and {len(problems) - 4} more)" if len(problems) > 4 else ""))
+        return arrays, []
+
+    def check_limits(self, length: int, steps: int = 0):
+        """Raise ResourceLimitError if a `length`-token prompt followed by `steps` decode steps
+        would run past ``max_positions`` or needs more memory than is available, before
+        anything is allocated."""
+        if length < 1 or steps < 0:
+            raise ValueError(f"need a prompt of >= 1 tokens and steps >= 0, got {length} and "
+                             f"{steps}")
+        last = length + steps - 1  # the logical position of the last token fed
+        if self.max_positions is not None and last >= self.max_positions:
+            raise ResourceLimitError(
+                f"a {length:,}-token prompt" + (f" and {steps:,} decode steps" if steps else "")
+                + f" reach position {last:,}, past the model's max_position_embeddings "
+                f"({self.max_positions:,}: positions 0..{self.max_positions - 1:,})")
+        check_memory(self._growth["prefill"], "prefill", length, f"a {length:,}-token prompt")
+        if steps:
+            rows = length + steps  # an upper bound of the cache rows decode sees
+            check_memory(self._growth["decode"], "decode", rows,
+                         f"a cache of up to {rows:,} rows")
+
+    @property
+    def from_cache(self) -> bool:
+        return self.library.from_cache
+
+    @property
+    def num_caches(self) -> int:
+        return len(self.prefill_signature.results) - 1
+
+    @property
+    def vocab_size(self) -> Optional[int]:
+        return self.prefill_signature.results[0].shape[-1]
+
+    @property
+    def cache_types(self) -> Tuple[TensorType, ...]:
+        """Types of decode's cache arguments (head count and head dim, length usually ?)."""
+        return self.decode_signature.inputs[2:]
+
+    def _check_signatures(self):
+        p, d = self.prefill_signature, self.decode_signature
+        problems = []
+        for sig, fn in ((p, "prefill"), (d, "decode")):
+            flags = [w is not None for w in sig.weights]
+            if flags != sorted(flags):
+                problems.append(f"@{fn} has weight arguments before other arguments")
+        pa, da = p.inputs, d.inputs
+        if len(pa) != 1 or pa[0].rank != 2 or pa[0].elem != "i64":
+            problems.append(f"@prefill takes {list(map(str, pa))}, expected one [B, L] i64")
+        if len(p.results) < 1 or p.results[0].rank != 3:
+            problems.append("@prefill's first result is not [B, L, V] logits")
+        if len(da) < 2 or da[0].rank != 2 or da[1].rank != 1 or \
+                da[0].elem != "i64" or da[1].elem != "i64":
+            problems.append("@decode does not start with (id [B, 1] i64, position [1] i64)")
+        caches = len(p.results) - 1
+        if len(da) - 2 != caches or len(d.results) - 1 != caches:
+            problems.append(f"@prefill returns {caches} caches but @decode takes "
+                            f"{len(da) - 2} and returns {len(d.results) - 1}")
+        if any(t.rank != 4 for t in (*p.results[1:], *da[2:], *d.results[1:])):
+            problems.append("cache tensors are not all [B, H, T, D]")
+        if problems:
+            raise ValueError("not a prefill/decode model module: " + "; ".join(problems))
+
+    def _check_ids(self, ids: np.ndarray):
+        # The compiled embedding gather checks too, but says less ("index must be smaller
+        # than dim size").
+        check_token_ids(ids, self.vocab_size)
+
+    def prefill(self, ids) -> Tuple[np.ndarray, List[np.ndarray]]:
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        if ids.ndim == 1:
+            ids = ids[None]
+        self._check_ids(ids)
+        if ids.ndim == 2 and ids.shape[1]:
+            self.check_limits(ids.shape[1])
+        out = self._prefill(ids)
+        return out[0], out[1:]
+
+    def decode(self, token: int, position: int, caches: Sequence[np.ndarray]) \
+            -> Tuple[np.ndarray, List[np.ndarray]]:
+        ids = np.array([[int(token)]], dtype=np.int64)
+        self._check_ids(ids)
+        if self.max_positions is not None and position >= self.max_positions:
+            raise ResourceLimitError(f"position {position:,} is past the model's "
+                                     f"max_position_embeddings ({self.max_positions:,})")
+        rows = max((c.shape[2] for c in caches if np.ndim(c) == 4), default=0) + 1
+        check_memory(self._growth["decode"], "decode", rows, f"a cache of {rows:,} rows")
+        out = self._decode(ids, np.array([int(position)], dtype=np.int64), *caches)
+        return out[0], out[1:]
+
+    def time_decode(self, token: int, position: int, caches: Sequence[np.ndarray],
+                    repeat: int = 1) -> List[float]:
+        """Seconds of `repeat` bare ``_mlir_ciface_decode`` calls (no copy of the results)."""
+        ids = np.array([[int(token)]], dtype=np.int64)
+        self._check_ids(ids)
+        return self._decode.time_call(ids, np.array([int(position)], dtype=np.int64), *caches,
+                                      repeat=repeat)
+
+    @staticmethod
+    def _physical(caches):
+        lengths = {c.shape[2] for c in caches}
+        if len(lengths) != 1:
+            raise ValueError(f"caches of different lengths {[c.shape[2] for c in caches]}")
+        return lengths.pop()
+
+    def generate(self, ids=None, steps: int = 16, *, text: Optional[str] = None,
+                 chat: bool = False) -> dict:
+        """Greedy decoding: prefill, then `steps` decode steps.
+
+        The prompt is `ids` or `text`, tokenised with the checkpoint's own tokenizer (exactly
+        ``AutoTokenizer.from_pretrained(dir)(text).input_ids``; `chat` applies its chat
+        template first; :mod:`snapkv.tokenizer`); with `text` the result also holds
+        ``text`` (the decoded continuation) and ``ids`` (the prompt's ids).
+
+        Token 0 is the argmax of prefill's last logits row. Decode step ``g`` (1-based) feeds
+        token ``g - 1`` at logical position ``L + g - 1`` (L = prompt length; ``g - 1`` tokens
+        have been appended to the cache before it) and yields token ``g``.
+
+        Returns a dict:
+
+        * ``tokens``: ``steps + 1`` generated ids (the prompt not included);
+        * ``logits``: float32 ``[steps + 1, V]``: row 0 is prefill's last row (``logits[0,
+          L-1]``), row ``g`` is decode step ``g``'s ``logits[0, 0]``; ``tokens[i] ==
+          argmax(logits[i])`` (first index on ties, like ``np.argmax``);
+        * ``positions``: the ``steps`` logical positions fed to decode (``L .. L+steps-1``);
+        * ``logical_lengths``: ``steps + 1`` tokens processed, after prefill (``L``) and after
+          each decode step (``L + g``): what RoPE and masks must count;
+        * ``physical_lengths``: ``steps + 1`` cache rows (dim 2 of the cache tensors, checked
+          equal across layers) after prefill and after each decode step; equal to
+          ``logical_lengths`` for an unmodified module, ``min(L, capacity) + g`` after
+          ``snapkv-compress-kv-cache``;
+        * ``cache_shapes``: the shape of the first cache tensor at the end;
+        * ``caches``: the caches after the last step.
+        """
+        if (ids is None) == (text is None):
+            raise ValueError("give the prompt as ids or as text (one of them)")
+        if text is not None:
+            if self.checkpoint_dir is None:
+                raise ValueError("a text prompt needs the checkpoint's tokenizer: this model "
+                                 "was not loaded from a checkpoint")
+            from .. import tokenizer
+
+            prompt = tokenizer.encode(self.checkpoint_dir, text, chat=chat)
+            out = self.generate(prompt, steps)
+            out["ids"] = prompt
+            out["text"] = tokenizer.decode(self.checkpoint_dir, out["tokens"])
+            return out
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        if ids.ndim == 1:
+            ids = ids[None]
+        if steps < 0:
+            raise ValueError("steps must be >= 0")
+        length = ids.shape[1]
+        self.check_limits(length, steps)
+        logits, caches = self.prefill(ids)
+        rows = [logits[0, -1]]
+        tokens = [int(np.argmax(rows[-1]))]
+        logical, physical, positions = [length], [self._physical(caches)], []
+        for g in range(steps):
+            position = length + g
+            step_logits, caches = self.decode(tokens[-1], position, caches)
+            positions.append(position)
+            rows.append(step_logits[0, 0])
+            tokens.append(int(np.argmax(rows[-1])))
+            logical.append(length + g + 1)
+            physical.append(self._physical(caches))
+        return dict(tokens=tokens, logits=np.stack(rows), positions=positions,
+                    logical_lengths=logical, physical_lengths=physical,
+                    cache_shapes=tuple(caches[0].shape) if caches else None, caches=caches)

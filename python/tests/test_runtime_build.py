@@ -1,0 +1,71 @@
+"""snapkv.runtime.build: the pipeline is the caller's, a large module is split for parallel
+clang, and the library calls its own functions (-Bsymbolic)."""
+
+import ctypes
+
+import numpy as np
+import pytest
+from conftest import require_aot_tools
+from runtime_inputs import ALLOC
+
+from snapkv import runtime
+from snapkv.runtime import build
+from snapkv.tools import ToolError
+
+
+def test_the_pipeline_is_the_callers_and_part_of_the_cache_key(tmp_path):
+    """compile_library(pipeline=...) runs that pipeline (a bad option fails in snapkv-opt)
+    and caches its result apart from the default pipeline's."""
+    require_aot_tools()
+    recompute = runtime.PIPELINE.replace("asserts=report", "asserts=report keep-logits=false")
+    assert recompute != runtime.PIPELINE
+    runtime.compile_library(ALLOC, cache_dir=tmp_path)
+    runtime.compile_library(ALLOC, cache_dir=tmp_path, pipeline=recompute)
+    assert len(list(tmp_path.rglob("*.key"))) == 2
+    bad = runtime.PIPELINE.replace("asserts=report", "asserts=report no-such-option=1")
+    with pytest.raises(ToolError, match="no-such-option"):
+        runtime.compile_library(ALLOC, cache_dir=tmp_path, pipeline=bad)
+
+
+def test_a_module_split_for_parallel_clang_behaves_the_same(tmp_path, monkeypatch):
+    """A large module is split (snapkv-translate --parts) and compiled on several cores: the
+    parts link into one library whose functions and run-time checks (the error slot) work
+    as before."""
+    require_aot_tools()
+    monkeypatch.setattr(build, "SPLIT_BYTECODE_BYTES", 0)
+    monkeypatch.setattr(build, "_cores", lambda: 2)
+    lib = runtime.compile_library(ALLOC, cache_dir=tmp_path)
+    assert lib.stats["clang"]["parts"] == 2
+    fn = runtime.CompiledFunction(ctypes.CDLL(str(lib.path)), "f", runtime.signature(ALLOC, "f"))
+    with pytest.raises(runtime.CompiledCheckError, match="out of memory: @f could not allocate"):
+        fn(np.array([2 ** 60], dtype=np.int64))
+    (out,) = fn(np.array([3], dtype=np.int64))
+    np.testing.assert_array_equal(out, [1, 1, 1])
+
+
+LIBC_NAMED = """
+func.func @select(%a: tensor<4xf32>) -> tensor<4xf32> {
+  %e = tensor.empty() : tensor<4xf32>
+  %s = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>],
+                       iterator_types = ["parallel"]} ins(%a : tensor<4xf32>)
+                       outs(%e : tensor<4xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %y = arith.addf %x, %x : f32
+    linalg.yield %y : f32
+  } -> tensor<4xf32>
+  return %s : tensor<4xf32>
+}
+"""
+
+
+def test_a_function_named_like_libc_is_the_one_called(tmp_path):
+    """`_mlir_ciface_select` calls the module's @select, not libc's select(): the library
+    binds its own symbols first (-Bsymbolic), whatever else the process has loaded."""
+    require_aot_tools()
+    # -O0: the wrapper really calls @select (inlined, the question would not arise).
+    lib = runtime.compile_library(LIBC_NAMED, cache_dir=tmp_path, cflags=("-O0",))
+    fn = runtime.CompiledFunction(ctypes.CDLL(str(lib.path)), "select",
+                                  runtime.signature(LIBC_NAMED, "select"))
+    a = np.arange(4, dtype=np.float32)
+    (doubled,) = fn(a)
+    np.testing.assert_array_equal(doubled, 2 * a)
