@@ -34,8 +34,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import re
-import subprocess
 import time
 from fractions import Fraction
 from pathlib import Path
@@ -43,7 +41,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from . import hf, tools
+from . import hf, interface, tools
 from .models import file_digest
 from .tasks import retrieval
 from .tools import REPO, ToolError
@@ -53,7 +51,6 @@ EVAL_VERSION = 1
 DEFAULT_MODEL = REPO / "models" / "retrieval-llama"
 DEFAULT_WINDOW = 16            # the task keeps the question inside the last 16 positions
 UNBOUNDED = 1 << 40            # a capacity no prompt reaches: the select keeps everything
-OPT_TIMEOUT = 600
 # A bound on the greedy tokens a text task's sample asks for (its answer's tokens and a
 # margin), for refusing lengths that would reach past the model's positions.
 MAX_TEXT_ANSWER_TOKENS = 16
@@ -89,7 +86,7 @@ class Method:
         if self.full:
             return "full"
         options = self.compaction(window, 0, seed).pass_options()
-        return re.sub(r"capacity=\d+ ", "", options)
+        return options.replace("capacity=0 ", "", 1)
 
 
 _METHODS = [
@@ -136,48 +133,51 @@ def fraction_text(budget: Fraction) -> str:
 # snapkv-opt and the compiled pieces
 
 def _opt(arguments: Sequence[str], text: str) -> str:
-    opt = tools.require(tools.snapkv_opt(), "snapkv-opt")
     try:
-        done = subprocess.run([str(opt), "--mlir-print-op-on-diagnostic=false", *arguments, "-"],
-                              input=text, capture_output=True, text=True, timeout=OPT_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        raise EvalError(f"snapkv-opt {' '.join(arguments)} timed out") from None
-    if done.returncode != 0:
-        message = next((line for line in done.stderr.splitlines() if "error:" in line),
-                       done.stderr.strip()[-300:])
-        raise EvalError(f"snapkv-opt {' '.join(arguments)} failed: {message}")
-    return done.stdout
+        return tools.opt(arguments, text=text).stdout
+    except tools.ToolFailed as error:
+        raise EvalError(f"snapkv-opt {' '.join(arguments)} failed: "
+                        f"{first_error(error.stderr)}") from None
+    except tools.ToolError as error:
+        raise EvalError(str(error)) from None
 
 
-_SELECT = re.compile(r"=\s*snapkv\.select\s+%[\w.#]+,\s*%[\w.#]+,\s*%[\w.#]+\s+(?P<clauses>[^:]*?)"
-                     r"\s*:\s*\((?P<args>[^()]*)\)\s*->\s*\((?P<results>[^()]*)\)")
+def first_error(stderr: str) -> str:
+    """The first ``error:`` line of `stderr` (or its end)."""
+    return next((line for line in stderr.splitlines() if "error:" in line),
+                stderr.strip()[-300:])
 
 
 def prefill_selects(rewritten: str) -> List[dict]:
-    """The selects of @prefill in layer order (layer functions inlined): clauses, argument
-    and result types, as the rewrite wrote them."""
+    """The selects of @prefill in layer order (layer functions inlined), as
+    ``snapkv-describe-module`` reports them (clauses, properties, operand and result
+    types)."""
     inlined = _opt(["--symbol-privatize=exclude=prefill", "--inline", "--symbol-dce"], rewritten)
-    found = [m.groupdict() for m in _SELECT.finditer(inlined)]
+    found = list(interface.describe(inlined).function("prefill").selects)
     if not found:
         raise EvalError("the rewritten module's @prefill holds no snapkv.select")
     return found
 
 
 def select_module(selects: List[dict]) -> tuple:
-    """(module text, per layer the function name): one function per distinct select."""
+    """(module text, per layer the function name): one function per distinct select, each
+    the select alone, written in generic form from what ``snapkv-describe-module`` said."""
     functions, names = {}, []
     for select in selects:
-        key = (select["clauses"], select["args"], select["results"])
+        key = (select["properties"], tuple(t["text"] for t in select["operands"]),
+               tuple(t["text"] for t in select["results"]))
         if key not in functions:
             functions[key] = f"select_{len(functions)}"
         names.append(functions[key])
     bodies = []
-    for (clauses, args, results), name in functions.items():
-        a = [t.strip() for t in args.split(",")]
+    for (properties, operands, results), name in functions.items():
+        q, k, v = operands
+        result_list = ", ".join(results)
         bodies.append(
-            f"  func.func @{name}(%q: {a[0]}, %k: {a[1]}, %v: {a[2]}) -> ({results}) {{\n"
-            f"    %ko, %vo, %idx = snapkv.select %q, %k, %v {clauses} : ({args}) -> ({results})\n"
-            f"    return %ko, %vo, %idx : {results}\n  }}")
+            f"  func.func @{name}(%q: {q}, %k: {k}, %v: {v}) -> ({result_list}) {{\n"
+            f"    %r:3 = \"snapkv.select\"(%q, %k, %v) <{properties}> : "
+            f"({', '.join(operands)}) -> ({result_list})\n"
+            f"    return %r#0, %r#1, %r#2 : {result_list}\n  }}")
     return "module {\n" + "\n".join(bodies) + "\n}\n", names
 
 

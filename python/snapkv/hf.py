@@ -34,23 +34,20 @@ import hashlib
 import importlib.metadata
 import json
 import os
-import re
-import subprocess
 from pathlib import Path
 from typing import Optional, Sequence, Tuple, Union
 
-from . import tools
+from . import interface, tools
 from .frontend.checkpoint import Checkpoint, CheckpointError
 from .runtime import DEFAULT_CFLAGS, CompiledModel, default_cache_dir
 from .tools import ToolError
 
 __all__ = ["Checkpoint", "CheckpointError", "Compaction", "Exported", "ExportOptions",
-           "RewriteError", "export", "layer_functions", "load", "rewrite"]
+           "export", "layer_functions", "load", "rewrite"]
 
 PREFILL_LAYER, DECODE_LAYER = "prefill_layer", "decode_layer"
 EXPORT_PACKAGES = ("torch", "transformers", "torch-mlir")
 _FRONTEND = Path(__file__).resolve().parent / "frontend"
-REWRITE_TIMEOUT = 600
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,10 +98,6 @@ class Exported:
     @property
     def checkpoint(self) -> Path:
         return Path(self.meta["checkpoint"])
-
-
-class RewriteError(ToolError):
-    """snapkv-compress-kv-cache refused the module or failed; the message says why."""
 
 
 def missing_export_packages():
@@ -174,34 +167,24 @@ def export(checkpoint: Union[Checkpoint, os.PathLike, str],
 def layer_functions(text: str) -> Optional[Tuple[str, str]]:
     """``("prefill_layer", "decode_layer")`` when the module has one function per layer (as
     :func:`export` writes it), else None: the names ``snapkv-compress-kv-cache`` needs."""
-    found = [name for name in (PREFILL_LAYER, DECODE_LAYER)
-             if re.search(rf"func\.func\s+(?:private\s+)?@{name}\s*\(", text)]
-    return (PREFILL_LAYER, DECODE_LAYER) if len(found) == 2 else None
+    functions = interface.describe(text).functions
+    return (PREFILL_LAYER, DECODE_LAYER) \
+        if PREFILL_LAYER in functions and DECODE_LAYER in functions else None
 
 
 def rewrite(text: str, compaction: Compaction = Compaction(), *, strict: bool = True,
             extra: Sequence[str] = ()) -> str:
     """`text` rewritten by ``snapkv-compress-kv-cache`` with `compaction` (on the layer
-    functions when the module has them). A refusal (with `strict`) or a failure is a
-    :class:`RewriteError` with snapkv-opt's diagnostics."""
+    functions when the module has them). With `strict`, a refusal is a
+    :class:`tools.RewriteRefused`; any failure is a :class:`tools.ToolFailed` with
+    snapkv-opt's diagnostics."""
     options = compaction.pass_options()
     layers = layer_functions(text)
     if layers:
         options += f" prefill-func={layers[0]} decode-func={layers[1]}"
     if strict:
         options += " strict=true"
-    opt = tools.require(tools.snapkv_opt(), "snapkv-opt")
-    try:
-        done = subprocess.run([str(opt), "--mlir-print-op-on-diagnostic=false",
-                               f"--snapkv-compress-kv-cache={options}", *extra, "-"],
-                              input=text, capture_output=True, text=True,
-                              timeout=REWRITE_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        raise RewriteError(f"snapkv-opt timed out after {REWRITE_TIMEOUT} s") from None
-    if done.returncode != 0:
-        raise RewriteError(f"snapkv-compress-kv-cache ({options}) failed:\n"
-                           f"{done.stderr.strip()[-4000:]}")
-    return done.stdout
+    return tools.opt([f"--snapkv-compress-kv-cache={options}", *extra], text=text).stdout
 
 
 def load(checkpoint: Union[Checkpoint, os.PathLike, str],

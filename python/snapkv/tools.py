@@ -13,6 +13,10 @@ Every other module asks this one. Each tool is looked up in this order:
 3. ``/usr/lib/llvm-22`` (where Debian's LLVM 22 packages install).
 
 A path that is returned need not exist; :func:`require` raises :class:`ToolError` with a hint.
+
+Every tool call goes through :func:`run` (and :func:`opt` for snapkv-opt): one place that
+starts processes, one exception hierarchy (:class:`ToolError`, :class:`ToolFailed`,
+:class:`RewriteRefused`).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 LLVM_MAJOR = 22
 DEFAULT_PREFIX = Path(f"/usr/lib/llvm-{LLVM_MAJOR}")
@@ -39,8 +43,68 @@ _HINTS = {"snapkv-opt": "run `make build` in the repository or set SNAPKV_OPT",
           "clang": "install clang-22 or set CLANG"}
 
 
+# snapkv-opt's exit status when `snapkv-compress-kv-cache strict=true` refused the model
+# (the module records why in `snapkv.refusal`); any other failure exits with 1.
+REFUSAL_EXIT = 3
+# Seconds a snapkv-opt call may take by default (a 30-layer model's rewrite takes ~10).
+OPT_TIMEOUT = 600
+
+
 class ToolError(RuntimeError):
-    """A tool is missing, or a compile/run step failed."""
+    """A tool is missing, or a compile/run step failed. Every error of a tool call is one."""
+
+
+class ToolFailed(ToolError):
+    """A tool exited with a non-zero status; ``stderr`` holds its diagnostics."""
+
+    def __init__(self, message: str, *, command: List[str], returncode: int, stderr: str):
+        super().__init__(message)
+        self.command, self.returncode, self.stderr = command, returncode, stderr
+
+
+class RewriteRefused(ToolFailed):
+    """``snapkv-compress-kv-cache strict=true`` did not recognise the model (exit status
+    :data:`REFUSAL_EXIT`); nothing was rewritten."""
+
+
+def run(command: Sequence[str], *, input: Optional[str] = None, timeout: float,
+        what: Optional[str] = None) -> subprocess.CompletedProcess:
+    """Run `command` (text in and out, both captured) and return what it did, whatever its
+    exit status. A tool that cannot be started or runs past `timeout` seconds is a
+    :class:`ToolError` naming `what` (default: the command's first word)."""
+    command = [str(part) for part in command]
+    what = what or Path(command[0]).name
+    try:
+        return subprocess.run(command, input=input, capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise ToolError(f"{what} timed out after {timeout:g} s") from None
+    except OSError as error:
+        raise ToolError(f"cannot run {command[0]}: {error.strerror or error}") from None
+
+
+def check(done: subprocess.CompletedProcess, what: str) -> subprocess.CompletedProcess:
+    """`done` if it exited with 0; else :class:`RewriteRefused` (exit status
+    :data:`REFUSAL_EXIT`) or :class:`ToolFailed`, with the end of its diagnostics."""
+    if done.returncode == 0:
+        return done
+    kind = RewriteRefused if done.returncode == REFUSAL_EXIT else ToolFailed
+    stderr = done.stderr.strip()
+    tail = stderr if len(stderr) <= 4000 else "...\n" + stderr[-4000:]
+    verb = "refused the model" if kind is RewriteRefused else f"failed (exit {done.returncode})"
+    raise kind(f"{what} {verb}:\n{tail}", command=list(map(str, done.args)),
+               returncode=done.returncode, stderr=done.stderr)
+
+
+def opt(arguments: Sequence[str], *, text: Optional[str] = None,
+        path: Optional[os.PathLike] = None, timeout: float = OPT_TIMEOUT,
+        checked: bool = True) -> subprocess.CompletedProcess:
+    """snapkv-opt with `arguments` on `path` or on `text` (stdin); diagnostics never print the
+    module. With `checked`, a non-zero exit is raised (see :func:`check`)."""
+    command = [require(snapkv_opt(), "snapkv-opt"), "--mlir-print-op-on-diagnostic=false",
+               *arguments, path if path is not None else "-"]
+    done = run(command, input=text, timeout=timeout, what="snapkv-opt")
+    return check(done, f"snapkv-opt {' '.join(arguments)}") if checked else done
 
 
 @functools.lru_cache(maxsize=None)

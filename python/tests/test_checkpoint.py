@@ -250,7 +250,9 @@ def test_transposed_weights_are_bound_transposed(tmp_path):
     tensor's name when the shape does not fit or the tensor is not 2-D."""
     text = ('func.func @prefill(%ids: tensor<1x?xi64>, %w: tensor<8x16xf32> {snapkv.weight = '
             '"model.embed_tokens.weight", snapkv.transposed}, %e: tensor<16x8xf32> '
-            '{snapkv.weight = "model.embed_tokens.weight"}) -> tensor<1xf32> {\n}')
+            '{snapkv.weight = "model.embed_tokens.weight"}) -> tensor<1xf32> {\n'
+            '  %c = arith.constant dense<0.0> : tensor<1xf32>\n'
+            '  return %c : tensor<1xf32>\n}')
     refs = [ref for ref, _ in runtime.signature(text, "prefill").weight_args]
     assert refs == [WeightRef("model.embed_tokens.weight", True),
                     WeightRef("model.embed_tokens.weight", False)]

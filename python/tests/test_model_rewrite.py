@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 from conftest import require_aot_tools
 
-from snapkv import runtime
+from snapkv import interface, runtime, tools
 from snapkv.tools import snapkv_opt
 
 REPO = Path(__file__).resolve().parents[2]
@@ -328,8 +328,9 @@ def _rope_from_physical_length(text):
 
 def test_physical_length_rope_is_refused_unchanged():
     """A decode that computes RoPE from the physical cache length cannot be compacted
-    correctly: the pass must leave the module byte-identical (same output as snapkv-opt with
-    no pass) with a warning naming @decode and the reason, and fail with strict=true.
+    correctly: the pass must leave every function byte-identical (same output as snapkv-opt with
+    no pass, but for the module's snapkv.refusal record) with a warning naming @decode and the
+    reason, and fail with strict=true (exit status 3).
 
     Catches: silently rewriting such a module (its compacted decode would rotate at min(L, C)
     + g; see test_decoding_at_the_physical_length_diverges for how much that changes), or a
@@ -341,9 +342,16 @@ def test_physical_length_rope_is_refused_unchanged():
     options = f"window={WINDOW} capacity=24 kernel={KERNEL} gqa=expand"
     refused = _opt([f"--snapkv-compress-kv-cache={options}"], text=bad)
     assert refused.returncode == 0, refused.stderr[-2000:]
-    assert refused.stdout == plain.stdout
+    # Every line but the module's own, which gains the snapkv.refusal record.
+    changed = [(a, b) for a, b in zip(plain.stdout.splitlines(), refused.stdout.splitlines())
+               if a != b]
+    assert len(plain.stdout.splitlines()) == len(refused.stdout.splitlines())
+    assert len(changed) == 1 and changed[0][0] == "module {"
+    assert changed[0][1].startswith("module attributes {snapkv.refusal = ")
+    record = interface.describe(refused.stdout).refusal
+    assert (record["reason"], record["function"]) == ("rope-from-cache", "decode")
     assert "left the module unchanged" in refused.stderr
     assert "@decode: the RoPE position is computed from cache argument %arg2" in refused.stderr
     strict = _opt([f"--snapkv-compress-kv-cache={options} strict=true"], text=bad)
-    assert strict.returncode != 0
+    assert strict.returncode == tools.REFUSAL_EXIT
     assert "@decode: the RoPE position" in strict.stderr

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib.util
-import os
 import re
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from .. import tools
+from .. import interface, tools
 from ..tools import REPO, ToolError
 
 PROG = "snapkv"
@@ -29,8 +28,6 @@ DEFAULTS = dict(window=32, capacity=1024, kernel=5, pooling="avg", gqa="expand",
 DEFAULT_PROMPT_LENGTH, DEFAULT_STEPS, DEFAULT_SEED = 96, 16, 0
 INT64_MAX = 2 ** 63 - 1
 FRONTEND_PACKAGES = {"torch": "torch", "transformers": "transformers", "torch_mlir": "torch-mlir"}
-REFUSED = "left the module unchanged"
-OPT_TIMEOUT = 600
 
 
 class CLIError(Exception):
@@ -151,6 +148,7 @@ def load_source(given: Optional[Path], args, quiet: bool = False,
     path = resolve_model(given, quiet)
     text = read_text(path)
     source = Source(path, text, None, show(path))
+    verify_ir(path, text)  # before anything reads the module: diagnostics name the file
     try:
         takes_weights = bool(runner_signature(text, "prefill").weight_args)
     except ValueError:
@@ -188,9 +186,15 @@ def runner_signature(text: str, name: str):
 
 
 def layer_functions(text: str):
+    """The layer functions' names (see :func:`snapkv.hf.layer_functions`); None also for a
+    module snapkv-opt rejects, whose diagnostics the command's own snapkv-opt run reports
+    against the file."""
     from ..hf import layer_functions as find
 
-    return find(text)
+    try:
+        return find(text)
+    except tools.ToolFailed:
+        return None
 
 
 def read_text(path: Path) -> str:
@@ -203,11 +207,7 @@ def read_text(path: Path) -> str:
 
 
 def opt_path() -> Path:
-    path = tools.snapkv_opt()
-    if not path.is_file():
-        raise CLIError(f"snapkv-opt not found at {show(path)}: run `make build` in the repository "
-                       f"(or set SNAPKV_OPT to a built snapkv-opt)")
-    return path
+    return tools.require(tools.snapkv_opt(), "snapkv-opt")
 
 
 def show(path: Path) -> str:
@@ -234,16 +234,10 @@ def progress(quiet: bool, message: str):
 
 def run_opt(arguments: Sequence[str], *, path: Optional[Path] = None,
             text: Optional[str] = None) -> subprocess.CompletedProcess:
-    """Run snapkv-opt on `path` or on `text` (stdin). Diagnostics never dump the module."""
-    command = [str(opt_path()), "--mlir-print-op-on-diagnostic=false", *arguments,
-               str(path) if path is not None else "-"]
-    try:
-        return subprocess.run(command, input=text, capture_output=True, text=True,
-                              timeout=OPT_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        raise CLIError(f"snapkv-opt timed out after {OPT_TIMEOUT} s") from None
-    except OSError as error:
-        raise CLIError(f"cannot run {command[0]}: {error}") from None
+    """Run snapkv-opt on `path` or on `text` (stdin), whatever its exit status. Diagnostics
+    never dump the module."""
+    opt_path()  # a missing snapkv-opt: the CLI's hint
+    return tools.opt(arguments, path=path, text=text, checked=False)
 
 
 def diagnostics(stderr: str, limit: int = 6000) -> str:
@@ -256,9 +250,9 @@ def diagnostics(stderr: str, limit: int = 6000) -> str:
 def first_error(stderr: str) -> str:
     """The message of snapkv-opt's first ``error:`` line, without its location."""
     for line in stderr.splitlines():
-        match = re.search(r"\berror: (.*)$", line)
-        if match:
-            return match.group(1).strip()
+        _, marker, message = line.partition("error: ")
+        if marker:
+            return message.strip()
     return stderr.strip().splitlines()[0] if stderr.strip() else "no message"
 
 
@@ -299,7 +293,7 @@ def rewrite(path: Path, args, *, strict: bool = True, extra: Sequence[str] = ())
                     *extra], path=path)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
-        if REFUSED in done.stderr:
+        if done.returncode == tools.REFUSAL_EXIT:
             raise CLIError(f"the model rewrite (snapkv-compress-kv-cache) refused {show(path)}; "
                            f"nothing was changed. snapkv-opt says:\n"
                            f"{diagnostics(done.stderr)}")
@@ -308,16 +302,18 @@ def rewrite(path: Path, args, *, strict: bool = True, extra: Sequence[str] = ())
     return done.stdout, done.stderr, seconds
 
 
-def verify_ir(path: Path):
-    """Parse and verify `path` with snapkv-opt; its diagnostics become the error."""
-    done = run_opt(["-o", os.devnull], path=path)
-    if done.returncode != 0:
+def verify_ir(path: Path, text: Optional[str] = None) -> "interface.ModuleInterface":
+    """Parse and verify `path` with snapkv-opt (its diagnostics become the error); the
+    module's interface."""
+    try:
+        return interface.describe(read_text(path) if text is None else text, path=path)
+    except tools.ToolFailed as error:
         raise CLIError(f"{show(path)} is not valid MLIR; snapkv-opt says:\n"
-                       f"{diagnostics(done.stderr)}")
+                       f"{diagnostics(error.stderr)}") from None
 
 
 def count_selects(text: str) -> int:
-    return len(re.findall(r"=\s*snapkv\.select\b", text))
+    return interface.describe(text).select_count()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,8 +7,9 @@ import sys
 import time
 from pathlib import Path
 
+from .. import interface, tools
 from . import common
-from .common import REFUSED, CLIError, Formatter, progress
+from .common import CLIError, Formatter, progress
 
 
 def add_parser(commands, common_options):
@@ -53,19 +54,21 @@ def run(args) -> int:
     source = common.load_source(args.model, args, args.quiet, weights=False)
     path = source.path
     start = time.perf_counter()
+    common.verify_ir(path, source.text)
     options = common.pass_options(args, args.strict, source.text)
     done = common.run_opt([f"--snapkv-compress-kv-cache={options}"], path=path)
     if done.stderr.strip():
         print(common.diagnostics(done.stderr), file=sys.stderr)
     if done.returncode != 0:
-        if REFUSED in done.stderr:
+        if done.returncode == tools.REFUSAL_EXIT:
             raise CLIError(f"the model rewrite refused {source.label} and --strict was given; "
                            f"nothing was written (the reason is above)")
         raise CLIError(f"snapkv-opt failed on {source.label} (exit {done.returncode}; its "
                        f"diagnostics are above); nothing was written")
     text = done.stdout
-    refused = REFUSED in done.stderr
-    selects = common.count_selects(text)
+    described = interface.describe(text)
+    refused = described.refusal is not None
+    selects = described.select_count()
     if args.lower:
         progress(args.quiet, "lowering with --snapkv-cpu-pipeline (a few seconds) ...")
         lowered = common.run_opt(["--snapkv-cpu-pipeline"], text=text)
@@ -88,8 +91,9 @@ def run(args) -> int:
         if sidecar:
             where += f" and {sidecar} (the checkpoint of its weights)"
     if refused:
-        progress(args.quiet, f"snapkv compile: the module was left unchanged (the warning "
-                             f"above says why); --strict makes that an error. Wrote {where}.")
+        progress(args.quiet, f"snapkv compile: the model was left unchanged (the warning "
+                             f"above says why; the module records it as snapkv.refusal); "
+                             f"--strict makes that an error. Wrote {where}.")
     else:
         lowered_note = ", lowered to the LLVM dialect" if args.lower else ""
         if common.layer_functions(source.text):

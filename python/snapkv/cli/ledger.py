@@ -98,7 +98,7 @@ def note(ledger: dict, prompt_length: int) -> Optional[str]:
 def run(args) -> int:
     source = common.load_source(args.model, args, args.quiet, weights=False)
     path, text = source.path, source.text
-    if common.count_selects(text):
+    if common.verify_ir(path, text).select_count():
         progress(args.quiet, f"{source.label} already holds snapkv.select: reporting it as it is "
                              f"(the compaction options are not used)")
         module, options = text, None

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
-import re
 from pathlib import Path
 
 import numpy as np
 
+from .. import interface
 from ..tools import ToolError
 from . import common
 from .common import CLIError, Formatter, progress, show
@@ -47,16 +47,11 @@ def add_parser(commands, common_options, compaction):
 def exposed_layers(text: str, function: str = "prefill"):
     """The clauses of each select, as ``snapkv-expose-scores`` records them on `function`
     (``snapkv.exposed_scores = ["window=8 capacity=16 ...", ...]``), as dicts of strings."""
-    from .. import runtime
-
-    header = runtime.signatures._header(text, function)
-    attributes = text[header.attributes[0]:header.attributes[1] + 1] \
-        if header.attributes else ""
-    found = re.search(r"snapkv\.exposed_scores = \[([^\]]*)\]", attributes)
-    if not found:
+    described = interface.describe(text).function(function)
+    exposed = described.attributes.get("snapkv.exposed_scores")
+    if exposed is None:
         raise CLIError(f"@{function} has no snapkv.exposed_scores attribute")
-    return [dict(item.split("=", 1) for item in clauses.split())
-            for clauses in re.findall(r'"([^"]*)"', found.group(1))]
+    return [dict(item.split("=", 1) for item in clauses.split()) for clauses in exposed]
 
 
 def compile_scores(rewritten: str, args, length: int):

@@ -97,13 +97,12 @@ def export_text(spec: TinyLlamaSpec = TinyLlamaSpec(), dynamic: bool = False) ->
 
 
 def _signature(text: str, name: str):
-    import re
+    """{"arguments": [...], "results": [...]}: ``@name``'s types as MLIR text."""
+    from .. import interface
 
-    match = re.search(rf"func\.func @{name}\((.*?)\) -> \((.*?)\) \{{", text)
-    if not match:
-        raise ValueError(f"@{name} not found in the exported module")
-    types = re.compile(r"tensor<[^>]*>")
-    return {"arguments": types.findall(match.group(1)), "results": types.findall(match.group(2))}
+    function = interface.describe(text).function(name)
+    return {"arguments": [a.type.text for a in function.arguments],
+            "results": [r.text for r in function.results]}
 
 
 def _example(spec: TinyLlamaSpec, length: int):

@@ -11,12 +11,12 @@ Needs numpy and the tools only (no torch).
 
 from __future__ import annotations
 
-import re
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from .. import interface
 from .. import tools as _tools
 from ..mlirgen import ToolError, _run, parse_memrefs, tools
 
@@ -32,27 +32,23 @@ UPSTREAM_PIPELINE = (
     "expand-strided-metadata,lower-affine,convert-scf-to-cf,convert-to-llvm,"
     "reconcile-unrealized-casts)")
 
-_FUNC = re.compile(r"func\.func @(\w+)\((.*?)\) -> \((.*?)\) \{")
-_TENSOR = re.compile(r"tensor<([^>]*)>")
-
-
 def signature(text: str, name: str):
     """(argument types, result types) of ``@name`` as lists of ``tensor<...>`` strings."""
-    for match in _FUNC.finditer(text):
-        if match.group(1) == name:
-            return ([f"tensor<{t}>" for t in _TENSOR.findall(match.group(2))],
-                    [f"tensor<{t}>" for t in _TENSOR.findall(match.group(3))])
-    raise ValueError(f"no @{name} in the module")
+    args, results = _typed(text, name)
+    return [t.text for t in args], [t.text for t in results]
 
 
-def _dims(tensor_type):
-    parts = tensor_type[len("tensor<"):-1].split("x")
-    return parts[:-1], parts[-1]
+def _typed(text: str, name: str):
+    """(argument types, result types) of ``@name`` as :class:`interface.TypeInfo`."""
+    function = interface.describe(text).function(name)
+    return [a.type for a in function.arguments], list(function.results)
 
 
-def _print_bits(value, tensor_type, tag):
-    """Lines that print `value` (f32 or i64 tensor, any rank) exactly."""
-    dims, elem = _dims(tensor_type)
+def _print_bits(value, ttype, tag):
+    """Lines that print `value` (an f32 or i64 tensor of :class:`interface.TypeInfo` `ttype`,
+    any rank) exactly."""
+    tensor_type, elem = ttype.text, ttype.element
+    dims = ["?" if d is None else str(d) for d in ttype.shape]
     lines = []
     if elem == "f32":
         rank = len(dims)
@@ -95,6 +91,7 @@ def main_function(text: str, ids: np.ndarray, token: int, position: int) -> str:
     """Text of a ``@main`` that runs prefill on `ids`, then decode on `token`/`position`."""
     p_args, p_results = signature(text, "prefill")
     d_args, d_results = signature(text, "decode")
+    p_typed, d_typed = _typed(text, "prefill")[1], _typed(text, "decode")[1]
     batch, length = ids.shape
     body = []
     ids_type = f"tensor<{batch}x{length}xi64>"
@@ -104,7 +101,7 @@ def main_function(text: str, ids: np.ndarray, token: int, position: int) -> str:
     body += lines
     body.append(f"%p:{len(p_results)} = call @prefill({ids_value}) : ({p_args[0]}) -> "
                 f"({', '.join(p_results)})")
-    for i, t in enumerate(p_results):
+    for i, t in enumerate(p_typed):
         body += _print_bits(f"%p#{i}", t, f"pr{i}")
     tok_type = f"tensor<{batch}x1xi64>"
     body.append(f"%tok = arith.constant dense<{token}> : {tok_type}")
@@ -116,7 +113,7 @@ def main_function(text: str, ids: np.ndarray, token: int, position: int) -> str:
         operands.append(value)
     body.append(f"%d:{len(d_results)} = call @decode({', '.join(operands)}) : "
                 f"({', '.join(d_args)}) -> ({', '.join(d_results)})")
-    for i, t in enumerate(d_results):
+    for i, t in enumerate(d_typed):
         body += _print_bits(f"%d#{i}", t, f"dr{i}")
     decls = [f"func.func private @{n}(memref<*x{e}>) attributes {{llvm.emit_c_interface}}"
              for n, e in (("printMemrefI32", "i32"), ("printMemrefI64", "i64"))]
@@ -157,14 +154,12 @@ def run_prefill_decode(text: str, ids: np.ndarray, token: int, position: int,
         stdout = _run([str(runner), "-e", "main", "-entry-point-result=void",
                        "-shared-libs=" + ",".join(map(str, libs)), str(lowered)], timeout)
     arrays = parse_memrefs(stdout)
-    p_results = signature(text, "prefill")[1]
-    d_results = signature(text, "decode")[1]
-    types = p_results + d_results
+    types = _typed(text, "prefill")[1] + _typed(text, "decode")[1]
     if len(arrays) != len(types):
         raise ToolError(f"expected {len(types)} printed memrefs, got {len(arrays)}")
     out = []
     for array, t in zip(arrays, types):
-        if _dims(t)[1] == "f32":
+        if t.element == "f32":
             array = array.astype(np.int32).view(np.float32)
         out.append(array)
     return out

@@ -56,7 +56,6 @@ import copy
 import dataclasses
 import json
 import os
-import re
 from pathlib import Path
 from typing import Dict, List, Set, Tuple
 
@@ -326,10 +325,22 @@ def _dims(max_positions: int):
 
 
 def _types(text: str, name: str):
-    from ..runtime import signature
+    """(argument types, result types) of ``@name`` as MLIR text, from the compiler."""
+    from .. import interface
 
-    sig = signature(text, name)
-    return [str(t) for t in sig.args], [str(t) for t in sig.results]
+    function = interface.describe(text).function(name)
+    return [a.type.text for a in function.arguments], [r.text for r in function.results]
+
+
+def _one_row(logits: str, text: str) -> str:
+    """The `[1, L, V]` logits type `logits` with L = 1 (decode's), from the compiler."""
+    from .. import interface
+
+    head = interface.describe(text).function("head").results[0]
+    if head.text != logits or head.shape is None or len(head.shape) != 3:
+        raise ValueError(f"@head returns {head.text}, not [1, L, V] logits")
+    dims = ["1", "1", "?" if head.shape[2] is None else str(head.shape[2])]
+    return f"tensor<{'x'.join(dims)}x{head.element}>"
 
 
 def _weight_attrs(ref: WeightRef) -> str:
@@ -382,7 +393,7 @@ def _entry_points(text: str, plan: _Plan, logits: str) -> Tuple[str, List[Weight
     lines += [f"    return {', '.join(returned)} : {', '.join(result_types)}", "  }"]
 
     caches = ",\n      ".join(f"%c{j}: {d_args[2 + j % 2]}" for j in range(2 * n))
-    decode_logits = re.sub(r"tensor<1x\?x", "tensor<1x1x", logits_type)
+    decode_logits = _one_row(logits_type, text)
     decode_types = [decode_logits] + [t for _ in range(n) for t in d_results[1:]]
     lines += [f"  func.func @decode(\n      %id: tensor<1x1xi64>,\n      %position: "
               f"{d_args[1]},\n      {caches},\n      {weights}) -> "

@@ -39,7 +39,6 @@ from .signatures import (
     Signature,
     TensorType,
     callees,
-    function_text,
     glue_function,
     signature,
     tensor_types,
@@ -51,7 +50,7 @@ __all__ = [
     "CompiledModel", "GlueFunction", "GlueRunner", "Library", "ResourceLimitError",
     "Signature", "TensorType", "available_memory", "cache_limit_bytes", "callees",
     "check_checkpoint", "check_memory", "check_token_ids", "checkpoint_of", "compile_library",
-    "default_cache_dir", "descriptor_type", "evict", "function_text", "glue_function",
+    "default_cache_dir", "descriptor_type", "evict", "glue_function",
     "growth", "largest_tensor", "max_positions_of", "signature", "tensor_types",
     "without_glue",
 ]

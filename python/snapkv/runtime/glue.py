@@ -10,8 +10,9 @@ from typing import List, Sequence
 
 import numpy as np
 
+from .. import interface
 from .memref import _check_shape
-from .signatures import GlueFunction, Signature
+from .signatures import GlueFunction, Signature, TensorType
 
 
 class GlueRunner:
@@ -23,33 +24,30 @@ class GlueRunner:
                  bound: Sequence[np.ndarray] = ()):
         self.name, self.glue, self.signature = glue.name, glue, sig
         self._functions = functions
-        free = len(sig.args) - len(bound)
-        self._bound = dict(zip(glue.args[free:], bound))
-        self._free = glue.args[:free]
+        self._free = len(sig.args) - len(bound)
+        # Values are numbered: the arguments first, the weights last of them.
+        self._bound = dict(zip(range(self._free, glue.arguments), bound))
 
     def _run(self, arrays, timed=None):
-        if len(arrays) != len(self._free):
-            raise ValueError(f"@{self.name} takes {len(self._free)} arguments (and "
+        if len(arrays) != self._free:
+            raise ValueError(f"@{self.name} takes {self._free} arguments (and "
                              f"{len(self._bound)} bound weights), got {len(arrays)}")
         env = dict(self._bound)
-        for i, (name, array, ttype) in enumerate(zip(self._free, arrays, self.signature.args)):
+        for i, (array, ttype) in enumerate(zip(arrays, self.signature.args)):
             array = np.ascontiguousarray(array, dtype=ttype.dtype)
             _check_shape(array, ttype, f"@{self.name} argument {i}")
-            env[name] = array
-        for op in self.glue.ops:
-            if op[0] == "call":
-                _, result, count, callee, operands = op
-                outs = self._functions[callee](*(env[o] for o in operands))
-                if count == 1:
-                    env[result] = outs[0]
-                for k in range(count if count > 1 else 0):
-                    env[f"{result}#{k}"] = outs[k]
-            elif op[0] == "cast":
-                _, result, operand, to = op
+            env[i] = array
+        for step in self.glue.steps:
+            if step["op"] == "call":
+                outs = self._functions[step["callee"]](*(env[o] for o in step["operands"]))
+                env.update(zip(step["results"], outs))
+            elif step["op"] == "cast":
+                to = TensorType.of(interface.TypeInfo.from_json(step["type"]))
+                (operand,), (result,) = step["operands"], step["results"]
                 _check_shape(env[operand], to, f"@{self.name}: tensor.cast to {to}")
                 env[result] = env[operand]
             else:
-                return [env[o] for o in op[1]]
+                return [env[o] for o in step["operands"]]
         raise AssertionError("unreachable: a glue function ends in return")
 
     def __call__(self, *arrays) -> List[np.ndarray]:
