@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Stages.h"
 #include "snapkv/Pipelines/Pipelines.h"
 
 #include "snapkv/Codegen/Passes.h"
@@ -36,24 +37,10 @@ void snapkv::buildCPUPipeline(OpPassManager &pm,
   // Each select in a function of its own: the layer code and the select
   // lower and compile on different cores.
   pm.addPass(createOutlineSelect());
-  ConvertSnapKVToLinalgOptions lowering;
-  lowering.keyTile = options.keyTile;
-  lowering.chunk = options.chunk;
-  lowering.tiling = LoweringTarget::cpu;
-  lowering.keepLogits = options.keepLogits;
-  pm.addPass(createConvertSnapKVToLinalg(lowering));
-  // Before anything can rewrite the ops that carry the tiling.
-  pm.addPass(createTileAndFuse());
-  pm.addPass(createCanonicalizerPass());
-  pm.addPass(createCSEPass());
-
+  stages::lowerSelections(pm, LoweringTarget::cpu, options.keyTile,
+                          options.chunk, options.keepLogits);
   OpPassManager &tensors = pm.nest<func::FuncOp>();
-  // A vectorised fpowi would get a vector exponent that llvm.intr.powi does
-  // not accept.
-  math::MathExpandOpsPassOptions expand;
-  expand.opMnemonics = {"fpowi"};
-  tensors.addPass(math::createMathExpandOpsPass(expand));
-  tensors.addPass(createConvertElementwiseToLinalgPass());
+  stages::prepareTensorCode(tensors);
   tensors.addPass(createFuseElementwise());
   tensors.addPass(createCanonicalizerPass());
   tensors.addPass(createCSEPass());
@@ -66,11 +53,7 @@ void snapkv::buildCPUPipeline(OpPassManager &pm,
   tensors.addPass(createLoopInvariantSubsetHoistingPass());
   tensors.addPass(createCanonicalizerPass());
 
-  bufferization::OneShotBufferizePassOptions bufferize;
-  bufferize.bufferizeFunctionBoundaries = true;
-  bufferize.functionBoundaryTypeConversion =
-      bufferization::LayoutMapOption::IdentityLayoutMap;
-  pm.addPass(bufferization::createOneShotBufferizePass(bufferize));
+  stages::bufferize(pm);
   // Passes that see one function at a time run nested, so that the pass
   // manager runs them on several functions at once.
   OpPassManager &bufferized = pm.nest<func::FuncOp>();

@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Stages.h"
 #include "snapkv/Pipelines/Pipelines.h"
 
 #include "snapkv/Codegen/Passes.h"
@@ -31,15 +32,8 @@ using namespace mlir;
 
 void snapkv::buildGPUTensorPipeline(OpPassManager &pm,
                                     const GPUPipelineOptions &options) {
-  ConvertSnapKVToLinalgOptions lowering;
-  lowering.keyTile = options.keyTile;
-  lowering.chunk = options.chunk;
-  lowering.tiling = LoweringTarget::gpu;
-  pm.addPass(createConvertSnapKVToLinalg(lowering));
-  // Before anything can rewrite the ops that carry the tiling.
-  pm.addPass(createTileAndFuse());
-  pm.addPass(createCanonicalizerPass());
-  pm.addPass(createCSEPass());
+  stages::lowerSelections(pm, LoweringTarget::gpu, options.keyTile,
+                          options.chunk, /*keepLogits=*/false);
   GPUDistributeOptions distribute;
   distribute.threads = options.threads;
   distribute.tensorCores = options.tensorCores;
@@ -54,18 +48,10 @@ void snapkv::buildGPUPipeline(OpPassManager &pm,
   buildGPUTensorPipeline(pm, options);
 
   // Host tensor code around the selects (prints, casts) runs as loops.
-  OpPassManager &tensors = pm.nest<func::FuncOp>();
-  math::MathExpandOpsPassOptions expand;
-  expand.opMnemonics = {"fpowi"};
-  tensors.addPass(math::createMathExpandOpsPass(expand));
-  tensors.addPass(createConvertElementwiseToLinalgPass());
+  stages::prepareTensorCode(pm.nest<func::FuncOp>());
 
   pm.addPass(bufferization::createEmptyTensorEliminationPass());
-  bufferization::OneShotBufferizePassOptions bufferize;
-  bufferize.bufferizeFunctionBoundaries = true;
-  bufferize.functionBoundaryTypeConversion =
-      bufferization::LayoutMapOption::IdentityLayoutMap;
-  pm.addPass(bufferization::createOneShotBufferizePass(bufferize));
+  stages::bufferize(pm);
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
   pm.addPass(createCanonicalizerPass());

@@ -1,0 +1,44 @@
+//===- Stages.cpp - the stages the CPU and GPU pipelines share ------------===//
+
+#include "Stages.h"
+
+#include "snapkv/Codegen/Passes.h"
+#include "snapkv/Conversion/Passes.h"
+
+#include "mlir/Conversion/Passes.h"
+#include "mlir/Dialect/Bufferization/Transforms/Passes.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/Passes.h"
+#include "mlir/Dialect/Math/Transforms/Passes.h"
+#include "mlir/Transforms/Passes.h"
+
+using namespace mlir;
+
+void snapkv::stages::lowerSelections(OpPassManager &pm, LoweringTarget target,
+                                     int64_t keyTile, int64_t chunk,
+                                     bool keepLogits) {
+  ConvertSnapKVToLinalgOptions lowering;
+  lowering.keyTile = keyTile;
+  lowering.chunk = chunk;
+  lowering.tiling = target;
+  lowering.keepLogits = keepLogits;
+  pm.addPass(createConvertSnapKVToLinalg(lowering));
+  pm.addPass(createTileAndFuse());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+}
+
+void snapkv::stages::prepareTensorCode(OpPassManager &funcs) {
+  math::MathExpandOpsPassOptions expand;
+  expand.opMnemonics = {"fpowi"};
+  funcs.addPass(math::createMathExpandOpsPass(expand));
+  funcs.addPass(createConvertElementwiseToLinalgPass());
+}
+
+void snapkv::stages::bufferize(OpPassManager &pm) {
+  bufferization::OneShotBufferizePassOptions options;
+  options.bufferizeFunctionBoundaries = true;
+  options.functionBoundaryTypeConversion =
+      bufferization::LayoutMapOption::IdentityLayoutMap;
+  pm.addPass(bufferization::createOneShotBufferizePass(options));
+}

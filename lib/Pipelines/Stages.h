@@ -1,0 +1,35 @@
+//===- Stages.h - the stages the CPU and GPU pipelines share ----*- C++ -*-===//
+//
+// Each pipeline is a short list of these stages plus its target's own
+// passes (docs/lowering.md lists them with the IR after each).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SNAPKV_LIB_PIPELINES_STAGES_H
+#define SNAPKV_LIB_PIPELINES_STAGES_H
+
+#include "snapkv/Conversion/SnapKVToLinalg/SnapKVToLinalg.h"
+
+#include "mlir/Pass/PassManager.h"
+
+namespace mlir::snapkv::stages {
+
+/// snapkv.select / snapkv.score to the formulation laid out for `target`,
+/// its recorded tiling applied at once (before anything could rewrite the
+/// ops that carry it), then canonicalisation and CSE.
+void lowerSelections(OpPassManager &pm, LoweringTarget target, int64_t keyTile,
+                     int64_t chunk, bool keepLogits);
+
+/// The user's tensor code around the selects, into linalg: fpowi expanded
+/// (a vectorised fpowi would get a vector exponent llvm.intr.powi does not
+/// accept) and elementwise ops as linalg.generic; `funcs` runs on each
+/// function.
+void prepareTensorCode(OpPassManager &funcs);
+
+/// One-shot bufferisation of the whole module, function boundaries with
+/// identity layouts (what the runner and the GPU host code pass).
+void bufferize(OpPassManager &pm);
+
+} // namespace mlir::snapkv::stages
+
+#endif // SNAPKV_LIB_PIPELINES_STAGES_H
