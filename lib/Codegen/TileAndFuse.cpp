@@ -213,6 +213,21 @@ struct TileAndFuse : public mlir::snapkv::impl::TileAndFuseBase<TileAndFuse> {
             << " loops";
         return WalkResult::interrupt();
       }
+      // A tile of a reduction loop in an scf.forall would race on the
+      // accumulator; buffers cannot be fused into a tile.
+      for (auto [loop, kind] : llvm::enumerate(tileable.getLoopIteratorTypes()))
+        if (tile.getSizes()[loop] != 0 &&
+            kind != utils::IteratorType::parallel) {
+          op->emitError("snapkv-tile-and-fuse: loop ")
+              << loop << " is a reduction; only parallel loops are tiled";
+          return WalkResult::interrupt();
+        }
+      auto dps = dyn_cast<DestinationStyleOpInterface>(op);
+      if (dps && !dps.hasPureTensorSemantics()) {
+        op->emitError("snapkv-tile-and-fuse: the op works on buffers; groups "
+                      "are tiled on tensors");
+        return WalkResult::interrupt();
+      }
       Operation *scope = op->getParentWithTrait<OpTrait::IsIsolatedFromAbove>();
       if (!scopes[scope].emplace(tile.getGroup(), op).second) {
         op->emitError("snapkv-tile-and-fuse: two roots of tile group ")

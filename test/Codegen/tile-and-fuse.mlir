@@ -147,3 +147,31 @@ func.func @two_roots(%x: tensor<4xf32>) -> tensor<4xf32> {
   } -> tensor<4xf32>
   return %b : tensor<4xf32>
 }
+
+// -----
+
+func.func @reduction_tiled(%x: tensor<8xf32>, %e: tensor<f32>) -> tensor<f32> {
+  // expected-error @below {{snapkv-tile-and-fuse: loop 0 is a reduction; only parallel loops are tiled}}
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>], iterator_types = ["reduction"]}
+      ins(%x : tensor<8xf32>) outs(%e : tensor<f32>)
+      attrs = {snapkv.tile = #snapkv.tile<group = 0, sizes = [2], mapping = forall>} {
+  ^bb0(%in: f32, %out: f32):
+    %s = arith.addf %in, %out : f32
+    linalg.yield %s : f32
+  } -> tensor<f32>
+  return %r : tensor<f32>
+}
+
+// -----
+
+#id = affine_map<(d0) -> (d0)>
+func.func @buffers(%x: memref<4xf32>, %y: memref<4xf32>) {
+  // expected-error @below {{snapkv-tile-and-fuse: the op works on buffers; groups are tiled on tensors}}
+  linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel"]}
+      ins(%x : memref<4xf32>) outs(%y : memref<4xf32>)
+      attrs = {snapkv.tile = #snapkv.tile<group = 0, sizes = [2], mapping = forall>} {
+  ^bb0(%in: f32, %out: f32):
+    linalg.yield %in : f32
+  }
+  return
+}
