@@ -243,7 +243,9 @@ struct TileAndFuse : public mlir::snapkv::impl::TileAndFuseBase<TileAndFuse> {
     // Consumers (later groups) first: a group's root may read an earlier
     // group's result, never the other way round.
     for (auto &[scope, roots] : scopes) {
-      for (auto [id, root] : roots) {
+      for (auto [groupId, groupRoot] : roots) {
+        int64_t id = groupId;
+        Operation *root = groupRoot;
         Group group{root, root->getAttrOfType<TileAttr>(kTileAttr), {}};
         scope->walk([&](Operation *op) {
           if (op != root && inGroup(op, id))

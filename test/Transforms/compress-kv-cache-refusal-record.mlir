@@ -14,6 +14,11 @@
 // RUN: sh -c 'snapkv-opt %S/Inputs/compress-kv-cache-mini.mlir \
 // RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 kernel=4 strict=true" -o /dev/null \
 // RUN:   2>/dev/null; echo "exit $?"' | FileCheck %s --check-prefix=OPTION
+// Another pass failing on a module that carries a record is no refusal: exit status 1.
+// RUN: snapkv-opt %S/Inputs/compress-kv-cache-mini.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 prefill-func=nope" -o %t.refused 2>/dev/null
+// RUN: sh -c 'snapkv-opt %t.refused --snapkv-report-cache -o /dev/null 2>/dev/null; \
+// RUN:   echo "exit $?"' | FileCheck %s --check-prefix=OTHER
 // A rewrite that succeeds drops the record of an earlier refusal.
 // RUN: snapkv-opt %S/Inputs/compress-kv-cache-mini.mlir \
 // RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 prefill-func=nope" 2>/dev/null \
@@ -24,5 +29,6 @@
 // NOFUNC: module attributes {snapkv.refusal = {function = "nope", message = "no function with a body by this name (prefill-func)", reason = "no-prefill-function"}}
 // STRICT: exit 3
 // OPTION: exit 1
+// OTHER: exit 1
 // CLEARED: module {
 // CLEARED: snapkv.select

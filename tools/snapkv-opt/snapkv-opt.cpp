@@ -32,13 +32,15 @@
 namespace {
 constexpr int kRefusalExitCode = 3;
 
-/// Notes a failed pass whose module records a refusal.
+/// Notes a failed model rewrite whose module records a refusal (another
+/// pass failing on a module that carries an old record is no refusal).
 class RefusalObserver : public mlir::PassInstrumentation {
 public:
   explicit RefusalObserver(std::atomic<bool> &refused) : refused(refused) {}
-  void runAfterPassFailed(mlir::Pass *, mlir::Operation *op) override {
+  void runAfterPassFailed(mlir::Pass *pass, mlir::Operation *op) override {
     auto module = llvm::dyn_cast<mlir::ModuleOp>(op);
-    if (module && module->hasAttr(mlir::snapkv::kRefusalAttrName))
+    if (pass->getArgument() == "snapkv-compress-kv-cache" && module &&
+        module->hasAttr(mlir::snapkv::kRefusalAttrName))
       refused = true;
   }
 
