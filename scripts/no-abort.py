@@ -105,9 +105,11 @@ def has_malformed_permutation(data):
     return _bad_list(data, b"permutation", _WELL_FORMED)
 
 
-# Upstream's parser for named linalg ops crashes when their `<...>` properties are not
-# a dictionary, e.g. `linalg.matmul<1>` (docs/reliability.md, F4).
-_BAD_PROPERTIES = re.compile(rb"linalg\.[A-Za-z0-9_]*\s*<\s*(?!\{)")
+# Upstream's parser for linalg ops crashes when their `<...>` properties are not a
+# dictionary, e.g. `linalg.matmul<1>` (docs/reliability.md, F4), also after an attribute
+# dictionary: `linalg.generic {iterator_types = []} <"x">` (F6; mlir-opt dies too).
+_BAD_PROPERTIES = re.compile(rb"linalg\.[A-Za-z0-9_]*\s*(\{[^{}]*(\{[^{}]*\}[^{}]*)*\}\s*)?"
+                             rb"<\s*(?!\{)")
 
 
 def has_bad_linalg_properties(data):
@@ -149,7 +151,7 @@ def skip_reason(data):
             if nests_too_deep(data) else
             "malformed linalg.transpose permutation (upstream parser crash, F3)"
             if has_malformed_permutation(data) else
-            "named linalg op with non-dictionary properties (upstream parser crash, F4)"
+            "linalg op with non-dictionary properties (upstream parser crash, F4/F6)"
             if has_bad_linalg_properties(data) else
             "linalg.generic iterator_types entry that is not a string "
             "(upstream parser crash, F5)"

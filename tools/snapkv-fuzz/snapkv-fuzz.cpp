@@ -116,10 +116,11 @@ static bool hasMalformedPermutation(StringRef text) {
   });
 }
 
-/// Upstream's parser for named linalg ops (`linalg.matmul`, `linalg.fill`,
-/// ...) reads out of bounds when their `<...>` properties are not a
-/// dictionary: `linalg.matmul<1>` crashes Debian's mlir-opt too
-/// (docs/reliability.md, F4). Such inputs are skipped.
+/// Upstream's parser for linalg ops (`linalg.matmul`, `linalg.fill`, ...)
+/// reads out of bounds when their `<...>` properties are not a dictionary:
+/// `linalg.matmul<1>` crashes Debian's mlir-opt too (docs/reliability.md,
+/// F4), and so does `linalg.generic {...} <"x">` (F6). Such inputs are
+/// skipped.
 static bool hasBadLinalgProperties(StringRef text) {
   constexpr StringLiteral kPrefix = "linalg.";
   for (size_t at = text.find(kPrefix); at != StringRef::npos;
@@ -127,6 +128,17 @@ static bool hasBadLinalgProperties(StringRef text) {
     StringRef rest = text.drop_front(at + kPrefix.size());
     rest = rest.drop_while([](char c) { return llvm::isAlnum(c) || c == '_'; });
     rest = rest.ltrim();
+    // After an attribute dictionary too (F6): `linalg.generic {...} <"x">`.
+    if (rest.starts_with("{")) {
+      int depth = 0;
+      size_t end = 0;
+      for (; end < rest.size(); ++end) {
+        depth += rest[end] == '{' ? 1 : rest[end] == '}' ? -1 : 0;
+        if (depth == 0)
+          break;
+      }
+      rest = rest.drop_front(std::min(end + 1, rest.size())).ltrim();
+    }
     if (rest.consume_front("<") && !rest.ltrim().starts_with("{"))
       return true;
   }
