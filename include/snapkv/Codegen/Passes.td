@@ -52,8 +52,9 @@ def TileAndFuse : Pass<"snapkv-tile-and-fuse"> {
     forall`), or one mapped to `#gpu.block<x/y/z>`, the innermost tiled loop
     on x (`mapping = gpu_blocks`). A fused producer that is also used outside
     the group is yielded by the loop (computed once, in its tile). The
-    attributes are removed. A root that is not tileable, sizes that do not
-    match its loops, or two roots of one group are errors.
+    attributes are removed. A root that is not tileable or works on buffers,
+    sizes that do not match its loops or that tile a reduction loop (a forall
+    would race on the accumulator), or two roots of one group are errors.
   }];
   let dependentDialects = [
     "::mlir::gpu::GPUDialect",
