@@ -125,6 +125,32 @@ def window_votes(q, k, scale, prefix_only=False):
     return probs[..., :prefix].sum(axis=2)
 
 
+def attention(q, k, v, scale=None, elem="f32", offset=None):
+    """`snapkv.attention` (docs/semantics.md) in float64: causal attention of q [B, Hq, Lq, D]
+    over k, v [B, Hkv, Lk, D] (arrays of element type `elem`), query head h reading kv head
+    h // (Hq // Hkv), row i seeing the keys j <= i + offset (default Lk - Lq); a row that sees
+    no key is zero. Returns float64 [B, Hq, Lq, D]."""
+    q, k, v = (to_float64(x, elem) for x in (q, k, v))
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[3])
+    group = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    lq, lk = q.shape[2], k.shape[2]
+    logits = scale * np.einsum("bhid,bhjd->bhij", q, k)
+    if offset is None:
+        offset = lk - lq
+    hidden = np.arange(lk)[None, :] > (np.arange(lq) + offset)[:, None]
+    logits = np.where(hidden, -np.inf, logits)
+    top = logits.max(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        weights = np.exp(np.where(logits == top, 0.0, logits - top))
+    weights = np.where(hidden, 0.0, weights)
+    total = weights.sum(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        probs = np.where(total > 0, weights / total, 0.0)
+    return np.einsum("bhij,bhjd->bhid", probs, v)
+
+
 def aggregate(votes, gqa, kv_heads):
     """Combine the G query heads of each kv head (before pooling) for gqa mean/max."""
     if gqa == "expand":

@@ -4,8 +4,8 @@
 include "mlir/Pass/PassBase.td"
 
 def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
-  let summary = "Lower snapkv.select and snapkv.score to structured "
-                "tensor-level linalg ops";
+  let summary = "Lower snapkv.select, snapkv.score and snapkv.attention to "
+                "structured tensor-level linalg ops";
   let description = [{
     Replaces every `snapkv.select` and `snapkv.score` with the project's one
     formulation of the selection (docs/lowering.md, docs/semantics.md):
@@ -60,10 +60,21 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
     `snapkv.score` likewise). The keys form one span of whole tiles (a
     partial last tile reads zeros, which the causal mask hides), so a select
     has at most four kernels whatever the prompt length.
+
+    `snapkv.attention` becomes a tiled online softmax (FlashAttention's
+    recurrence): an `scf.forall` over (batch, query head, tile of
+    `query-tile` rows) and in it an `scf.for` over the tiles of `key-tile`
+    keys that the rows can see, carrying each row's maximum, sum and
+    `[query-tile, D]` accumulator; per key tile, static-shaped linalg ops
+    (logits, masked maximum, probabilities, P x V). The `[Lq, Lk]` scores
+    are never materialised. It has no GPU lowering yet: with `tiling=gpu`
+    the pass reports the op and fails.
   }];
   let options = [
     Option<"keyTile", "key-tile", "int64_t", /*default=*/"64",
-           "Key positions per scoring tile">,
+           "Key positions per scoring tile and per attention key tile">,
+    Option<"queryTile", "query-tile", "int64_t", /*default=*/"32",
+           "Query rows per snapkv.attention tile">,
     Option<"chunk", "chunk", "int64_t", /*default=*/"0",
            "Prefix positions per compaction chunk (0: about sqrt(prefix) for "
            "a static prompt length, 128 for a dynamic one)">,

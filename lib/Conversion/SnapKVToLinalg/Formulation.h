@@ -22,6 +22,10 @@
 
 namespace mlir::snapkv::detail {
 
+using utils::IteratorType;
+inline constexpr IteratorType par = IteratorType::parallel;
+inline constexpr IteratorType red = IteratorType::reduction;
+
 /// Shapes and options of one select (or score), read off the op.
 struct SelectShape {
   Type elemTy;
@@ -203,6 +207,22 @@ private:
   Type f32, i32, i64;
   SmallVector<TileGroup> tileGroups;
 };
+
+/// `v` as f32 (extended from f16/bf16).
+Value toF32(OpBuilder &nb, Location l, Value v);
+Value constF32(OpBuilder &nb, Location l, float v);
+/// The exponent of a logit `x` in a softmax whose maximum is `max`: x - max,
+/// except that x == max gives exactly 0, so that an infinite maximum still
+/// yields probabilities (1 / #maxima) instead of inf - inf = NaN.
+Value shifted(OpBuilder &nb, Location l, Value x, Value max);
+
+/// snapkv.attention as a tiled online softmax (Attention.cpp): an
+/// scf.forall over (batch, query head, tile of `queryTile` rows), each
+/// looping over the visible tiles of `keyTile` keys. `offset` may be null
+/// (the op's default, Lk - Lq).
+Value lowerAttention(OpBuilder &b, Location loc, AttentionOp op, Value queries,
+                     Value keys, Value values, Value offset, int64_t queryTile,
+                     int64_t keyTile);
 
 } // namespace mlir::snapkv::detail
 

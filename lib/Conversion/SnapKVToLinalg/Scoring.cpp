@@ -28,19 +28,15 @@ using namespace mlir;
 using namespace mlir::snapkv;
 using namespace mlir::snapkv::detail;
 
-using utils::IteratorType;
-static constexpr IteratorType par = IteratorType::parallel;
-static constexpr IteratorType red = IteratorType::reduction;
-
 static constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-static Value toF32(OpBuilder &nb, Location l, Value v) {
+Value mlir::snapkv::detail::toF32(OpBuilder &nb, Location l, Value v) {
   if (v.getType().isF32())
     return v;
   return arith::ExtFOp::create(nb, l, nb.getF32Type(), v);
 }
 
-static Value constF32(OpBuilder &nb, Location l, float v) {
+Value mlir::snapkv::detail::constF32(OpBuilder &nb, Location l, float v) {
   return arith::ConstantOp::create(nb, l, nb.getF32FloatAttr(v));
 }
 
@@ -66,10 +62,8 @@ static auto foldHeadVotes(const SelectShape &s) {
   };
 }
 
-/// The exponent of a logit `x` in a softmax whose maximum is `max`: x - max,
-/// except that x == max gives exactly 0, so that an infinite maximum still
-/// yields probabilities (1 / #maxima) instead of inf - inf = NaN.
-static Value shifted(OpBuilder &nb, Location l, Value x, Value max) {
+Value mlir::snapkv::detail::shifted(OpBuilder &nb, Location l, Value x,
+                                    Value max) {
   Value isMax = arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ, x, max);
   return arith::SelectOp::create(nb, l, isMax, constF32(nb, l, 0.0f),
                                  arith::SubFOp::create(nb, l, x, max));

@@ -25,10 +25,6 @@ using namespace mlir;
 using namespace mlir::snapkv;
 using namespace mlir::snapkv::detail;
 
-using utils::IteratorType;
-static constexpr IteratorType par = IteratorType::parallel;
-static constexpr IteratorType red = IteratorType::reduction;
-
 static Value constI32(OpBuilder &nb, Location l, int32_t v) {
   return arith::ConstantOp::create(nb, l, nb.getI32IntegerAttr(v));
 }

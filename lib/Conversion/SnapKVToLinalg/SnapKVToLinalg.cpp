@@ -1,7 +1,8 @@
 //===- SnapKVToLinalg.cpp - snapkv ops to tensor-level linalg -------------===//
 //
 // Replaces snapkv.select / snapkv.score with the formulation of
-// Formulation.h. With `tiling=cpu|gpu` the pass also writes how each group
+// Formulation.h, and snapkv.attention with its tiled online softmax
+// (Attention.cpp). With `tiling=cpu|gpu` the pass also writes how each group
 // of formulation ops is to be tiled into the IR (#snapkv.tile on the root,
 // snapkv.fuse on the producers fused into its tile), for
 // snapkv-tile-and-fuse.
@@ -74,6 +75,24 @@ struct ScoreLowering : OpConversionPattern<ScoreOp> {
   SmallVectorImpl<TileGroup> *groups;
 };
 
+struct AttentionLowering : OpConversionPattern<AttentionOp> {
+  AttentionLowering(MLIRContext *ctx, const FormulationOptions &options)
+      : OpConversionPattern(ctx), options(options) {}
+  LogicalResult
+  matchAndRewrite(AttentionOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    if (options.gpu)
+      return rewriter.notifyMatchFailure(op, "no GPU lowering");
+    rewriter.replaceOp(op,
+                       lowerAttention(rewriter, op.getLoc(), op,
+                                      adaptor.getQueries(), adaptor.getKeys(),
+                                      adaptor.getValues(), adaptor.getOffset(),
+                                      options.queryTile, options.keyTile));
+    return success();
+  }
+  FormulationOptions options;
+};
+
 /// Writes each group's tiling into the IR: #snapkv.tile on the root, its
 /// group added to snapkv.fuse on the producers (snapkv-tile-and-fuse reads
 /// them). Groups are numbered in emission order from `first`.
@@ -103,17 +122,27 @@ struct ConvertSnapKVToLinalgPass
   using Base::Base;
 
   void runOnOperation() override {
-    if (keyTile < 1 || chunk < 0) {
+    if (keyTile < 1 || queryTile < 1 || chunk < 0) {
       emitError(getOperation()->getLoc())
-          << "convert-snapkv-to-linalg: key-tile must be positive and chunk "
-             "non-negative";
+          << "convert-snapkv-to-linalg: key-tile and query-tile must be "
+             "positive and chunk non-negative";
       return signalPassFailure();
     }
     bool gpu = tiling == LoweringTarget::gpu;
+    if (gpu) {
+      WalkResult unsupported = getOperation()->walk([](AttentionOp op) {
+        op.emitOpError() << "has no GPU lowering (tiling=gpu); fuse "
+                            "attention only for the CPU";
+        return WalkResult::interrupt();
+      });
+      if (unsupported.wasInterrupted())
+        return signalPassFailure();
+    }
     FormulationOptions options;
     options.gpu = gpu;
     options.keepLogits = tiling == LoweringTarget::cpu && keepLogits;
     options.keyTile = keyTile;
+    options.queryTile = queryTile;
     options.autoChunk = chunk == 0;
     if (chunk != 0)
       options.chunk = chunk;
@@ -122,6 +151,7 @@ struct ConvertSnapKVToLinalgPass
     patterns.add<SelectLowering, ScoreLowering>(
         &getContext(), options,
         tiling == LoweringTarget::none ? nullptr : &groups);
+    patterns.add<AttentionLowering>(&getContext(), options);
     ConversionTarget target(getContext());
     target.addIllegalDialect<SnapKVDialect>();
     target.markUnknownOpDynamicallyLegal([](Operation *) { return true; });
@@ -148,4 +178,5 @@ void mlir::snapkv::populateSnapKVToLinalgPatterns(
     RewritePatternSet &patterns, const SnapKVToLinalgOptions &options) {
   patterns.add<SelectLowering, ScoreLowering>(patterns.getContext(), options,
                                               nullptr);
+  patterns.add<AttentionLowering>(patterns.getContext(), options);
 }

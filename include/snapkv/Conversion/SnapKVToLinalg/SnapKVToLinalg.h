@@ -24,8 +24,10 @@ enum class LoweringTarget {
 
 /// How the lowering splits the prompt axis (see docs/lowering.md).
 struct SnapKVToLinalgOptions {
-  /// Key positions per scoring tile.
+  /// Key positions per scoring tile (and per snapkv.attention key tile).
   int64_t keyTile = 64;
+  /// Query rows per snapkv.attention tile.
+  int64_t queryTile = 32;
   /// Prefix positions per compaction chunk (for a dynamic prompt length,
   /// or always when `autoChunk` is false).
   int64_t chunk = 128;
@@ -44,8 +46,8 @@ struct SnapKVToLinalgOptions {
   bool keepLogits = false;
 };
 
-/// Adds the patterns that lower `snapkv.select` and `snapkv.score` to
-/// tensor-level linalg code (untiled).
+/// Adds the patterns that lower `snapkv.select`, `snapkv.score` (untiled)
+/// and `snapkv.attention` to tensor-level linalg code.
 void populateSnapKVToLinalgPatterns(RewritePatternSet &patterns,
                                     const SnapKVToLinalgOptions &options = {});
 

@@ -88,6 +88,10 @@ double SelectOp::getEffectiveScale() {
 double ScoreOp::getEffectiveScale() {
   return effectiveScale(getScale(), getQueries().getType());
 }
+
+double AttentionOp::getEffectiveScale() {
+  return effectiveScale(getScale(), getQueries().getType());
+}
 namespace {
 /// Checks one operand's rank, element type and static dims; `dynamicDim` is
 /// the only dim allowed to be dynamic (-1: none).
@@ -244,4 +248,47 @@ LogicalResult ScoreOp::verify() {
   Type expected = RankedTensorType::get({qTy.getDimSize(0), heads, prefix},
                                         Float32Type::get(getContext()));
   return verifyResults(*this, {"votes", "pooled"}, {expected, expected});
+}
+
+LogicalResult AttentionOp::verify() {
+  RankedTensorType qTy = getQueries().getType();
+  RankedTensorType kTy = getKeys().getType();
+  RankedTensorType vTy = getValues().getType();
+  if (failed(checkOperand(*this, "queries", qTy, 2)) ||
+      failed(checkOperand(*this, "keys", kTy, 2)) ||
+      failed(checkOperand(*this, "values", vTy, 2)))
+    return failure();
+  for (auto [name, ty] : {std::pair{"keys", kTy}, std::pair{"values", vTy}}) {
+    if (ty.getElementType() != qTy.getElementType())
+      return emitOpError() << "'" << name << "' element type "
+                           << ty.getElementType()
+                           << " differs from 'queries' element type "
+                           << qTy.getElementType();
+    if (ty.getDimSize(0) != qTy.getDimSize(0))
+      return emitOpError() << "batch size of '" << name << "' ("
+                           << ty.getDimSize(0) << ") differs from 'queries' ("
+                           << qTy.getDimSize(0) << ")";
+    if (ty.getDimSize(3) != qTy.getDimSize(3))
+      return emitOpError() << "head dim of '" << name << "' ("
+                           << ty.getDimSize(3) << ") differs from 'queries' ("
+                           << qTy.getDimSize(3) << ")";
+  }
+  if (vTy.getDimSize(1) != kTy.getDimSize(1))
+    return emitOpError() << "'values' has " << vTy.getDimSize(1)
+                         << " kv heads but 'keys' has " << kTy.getDimSize(1);
+  if (!kTy.isDynamicDim(2) && !vTy.isDynamicDim(2) &&
+      vTy.getDimSize(2) != kTy.getDimSize(2))
+    return emitOpError() << "length of 'values' (" << vTy.getDimSize(2)
+                         << ") differs from 'keys' (" << kTy.getDimSize(2)
+                         << ")";
+  int64_t queryHeads = qTy.getDimSize(1), kvHeads = kTy.getDimSize(1);
+  if (kvHeads < 1 || queryHeads % kvHeads != 0)
+    return emitOpError() << "query heads (" << queryHeads
+                         << ") are not a multiple of key/value heads ("
+                         << kvHeads << ")";
+  if (qTy.getDimSize(3) < 1)
+    return emitOpError() << "head dim must be at least 1";
+  if (std::optional<APFloat> scale = getScale(); scale && !scale->isFinite())
+    return emitOpError() << "scale must be a finite number";
+  return verifyResults(*this, {"result"}, {qTy});
 }

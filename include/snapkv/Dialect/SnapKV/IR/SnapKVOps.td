@@ -182,4 +182,62 @@ def SnapKV_ScoreOp : SnapKV_Op<"score", [Pure]> {
   let hasVerifier = 1;
 }
 
+def SnapKV_AttentionOp : SnapKV_Op<"attention", [Pure]> {
+  let summary = "causal multi-head attention with grouped kv heads";
+  let description = [{
+    The attention of a decoder layer, as one op: for every batch `b`, query
+    head `h` and query row `i`,
+
+    `result[b, h, i] = sum_j p_j * values[b, h / G, j]` with
+    `p = softmax_j(scale * <queries[b, h, i], keys[b, h / G, j]>)` over the
+    causally visible keys `j <= i + offset` (and `j < Lk`),
+
+    where `queries : [B, Hq, Lq, D]`, `keys`, `values : [B, Hkv, Lk, D]` and
+    `G = Hq / Hkv` (the GQA repeat, without copying the keys). `offset` is
+    the position of query row 0 among the keys: by default `Lk - Lq`, the
+    mask aligned to the last key (a prompt's self-attention has `Lq = Lk`,
+    row `i` sees keys `0 .. i`; a decode step has `Lq = 1` and sees every
+    key); an `offset` operand (an index) gives it explicitly, such as a
+    decode step's position. `scale` defaults to `1/sqrt(D)`. Products and
+    the softmax are computed in f32; the result has the queries' type. A row
+    that sees no key (`i + offset < 0`) is zero, as with SDPA's guard for
+    fully masked rows.
+
+    `snapkv-fuse-attention` forms it from the attention torch-mlir imports;
+    `convert-snapkv-to-linalg` lowers it to a tiled online softmax
+    (FlashAttention's recurrence), so that the `[Lq, Lk]` scores are never
+    held beyond one tile of query rows and key positions.
+
+    Example:
+
+    ```mlir
+    %o = snapkv.attention %q, %k, %v scale 0.125
+        : tensor<1x9x?x64xf32>, tensor<1x3x?x64xf32>, tensor<1x3x?x64xf32>
+        -> tensor<1x9x?x64xf32>
+    ```
+  }];
+
+  let arguments = (ins
+    AnyRankedTensor:$queries,
+    AnyRankedTensor:$keys,
+    AnyRankedTensor:$values,
+    Optional<Index>:$offset,
+    OptionalAttr<F32Attr>:$scale
+  );
+  let results = (outs AnyRankedTensor:$result);
+
+  let assemblyFormat = [{
+    $queries `,` $keys `,` $values (`offset` $offset^)? (`scale` $scale^)?
+    attr-dict `:` type($queries) `,` type($keys) `,` type($values) `->`
+    type($result)
+  }];
+
+  let extraClassDeclaration = [{
+    /// The softmax scale: the `scale` attribute or `1/sqrt(D)`.
+    double getEffectiveScale();
+  }];
+
+  let hasVerifier = 1;
+}
+
 #endif // SNAPKV_DIALECT_SNAPKV_IR_SNAPKVOPS_TD

@@ -1,0 +1,360 @@
+//===- Attention.cpp - snapkv.attention as a tiled online softmax ---------===//
+//
+// FlashAttention's recurrence in structured ops: an scf.forall over
+// (batch, query head, tile of Tq query rows), and in each, an scf.for over
+// the key tiles of Tk positions that the tile's rows can see (the causal
+// upper triangle is skipped) carrying the row maximum m, the row sum l and
+// the [Tq, D] accumulator. Per key tile, static-shaped linalg ops: the
+// logits (a contraction over D), the masked row maximum, the
+// probabilities, the rescaled sum and the rescaled accumulator plus P x V
+// (a contraction over the tile). The scores are never held beyond one
+// tile. The tile's logits are laid out [Tk, Tq], query rows innermost: the
+// row maximum and sum then reduce across vectors of rows (one vector
+// instruction per key) rather than across the lanes of one vector (a
+// scalar chain per row, which was a quarter of the time). The queries are
+// zero-padded to whole row tiles and transposed once ([D, L], a tile's rows
+// contiguous); the keys and values, when shorter than a tile, zero-padded.
+// The last key tile starts at L - Tk (overlapping its predecessor) so every
+// tile is a static view; the columns an earlier tile covered are masked
+// like future ones.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Formulation.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
+
+#include <limits>
+
+using namespace mlir;
+using namespace mlir::snapkv;
+using namespace mlir::snapkv::detail;
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+class AttentionBuilder {
+public:
+  AttentionBuilder(OpBuilder &b, Location loc, AttentionOp op,
+                   int64_t queryTile, int64_t keyTile)
+      : b(b), loc(loc), tq(queryTile), tk(keyTile) {
+    RankedTensorType qTy = op.getQueries().getType();
+    RankedTensorType kTy = op.getKeys().getType();
+    elemTy = qTy.getElementType();
+    batch = qTy.getDimSize(0);
+    queryHeads = qTy.getDimSize(1);
+    kvHeads = kTy.getDimSize(1);
+    group = queryHeads / kvHeads;
+    dim = qTy.getDimSize(3);
+    scale = static_cast<float>(op.getEffectiveScale());
+    // A static number of query rows below the tile (a decode step's one
+    // row) is the tile: padding it would multiply the work.
+    int64_t rows = qTy.getDimSize(2);
+    if (!ShapedType::isDynamic(rows) && rows >= 1 && rows < tq)
+      tq = rows;
+    f32 = b.getF32Type();
+    i32 = b.getI32Type();
+  }
+
+  /// `offset`: the position of query row 0 among the keys, or null for
+  /// Lk - Lq.
+  Value build(Value queries, Value keys, Value values, Value offset);
+
+private:
+  Value cIndex(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
+  Value cF32(OpBuilder &nb, float v) { return constF32(nb, loc, v); }
+  AffineMap map(unsigned numDims, ArrayRef<unsigned> dims) {
+    SmallVector<AffineExpr> exprs;
+    for (unsigned d : dims)
+      exprs.push_back(b.getAffineDimExpr(d));
+    return AffineMap::get(numDims, 0, exprs, b.getContext());
+  }
+  Value empty(ArrayRef<int64_t> shape, Type elem) {
+    return tensor::EmptyOp::create(b, loc, shape, elem);
+  }
+  Value filled(ArrayRef<int64_t> shape, float value) {
+    return linalg::FillOp::create(b, loc, cF32(b, value), empty(shape, f32))
+        .getResult(0);
+  }
+  Value generic(Type resultType, ValueRange ins, Value out,
+                ArrayRef<AffineMap> maps, ArrayRef<IteratorType> iters,
+                function_ref<Value(OpBuilder &, Location, ValueRange)> body) {
+    return linalg::GenericOp::create(
+               b, loc, resultType, ins, out, maps, iters,
+               [&](OpBuilder &nb, Location l, ValueRange args) {
+                 linalg::YieldOp::create(nb, l, body(nb, l, args));
+               })
+        .getResult(0);
+  }
+  /// The [rows, cols] tile of a [B, H, ., .] tensor at (bi, h, row, col).
+  Value tile2D(Value source, Value bi, Value h, OpFoldResult row,
+               OpFoldResult col, int64_t rows, int64_t cols) {
+    OpFoldResult one = b.getIndexAttr(1);
+    return tensor::ExtractSliceOp::create(
+        b, loc, RankedTensorType::get({rows, cols}, elemTy), source,
+        ArrayRef<OpFoldResult>{bi, h, row, col},
+        ArrayRef<OpFoldResult>{one, one, b.getIndexAttr(rows),
+                               b.getIndexAttr(cols)},
+        SmallVector<OpFoldResult>(4, one));
+  }
+  /// Pads dim 2 of a [B, H, n, D] tensor with zeros up to `rows`.
+  Value padRows(Value source, Value rows);
+  /// One query tile: its [Tq, D] output rows.
+  Value queryTile(Value queryRows, Value keys, Value values, Value bi, Value kv,
+                  Value rowBase, Value length, Value paddedLength);
+
+  OpBuilder &b;
+  Location loc;
+  int64_t tq, tk;
+  Type elemTy, f32, i32;
+  int64_t batch, queryHeads, kvHeads, group, dim;
+  float scale;
+};
+
+Value AttentionBuilder::padRows(Value source, Value rows) {
+  auto ty = cast<RankedTensorType>(source.getType());
+  Value current = tensor::DimOp::create(b, loc, source, 2);
+  Value high = arith::SubIOp::create(b, loc, rows, current);
+  Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(elemTy));
+  SmallVector<int64_t> shape(ty.getShape());
+  shape[2] = getConstantIntValue(rows).value_or(ShapedType::kDynamic);
+  SmallVector<OpFoldResult> low(4, b.getIndexAttr(0)),
+      highs(4, b.getIndexAttr(0));
+  highs[2] = high;
+  return tensor::PadOp::create(b, loc, RankedTensorType::get(shape, elemTy),
+                               source, low, highs, zero);
+}
+
+Value AttentionBuilder::build(Value queries, Value keys, Value values,
+                              Value offset) {
+  // Lengths, the causal offset (Lk - Lq by default) and the padded extents.
+  Value lq = tensor::DimOp::create(b, loc, queries, 2);
+  Value lk = tensor::DimOp::create(b, loc, keys, 2);
+  if (!offset)
+    offset = arith::SubIOp::create(b, loc, lk, lq);
+  Value tiles = arith::CeilDivSIOp::create(b, loc, lq, cIndex(tq));
+  Value paddedLq = arith::MulIOp::create(b, loc, tiles, cIndex(tq));
+  Value paddedLk = arith::MaxSIOp::create(b, loc, lk, cIndex(tk));
+  Value q = padRows(queries, paddedLq);
+  Value k = padRows(keys, paddedLk);
+  Value v = padRows(values, paddedLk);
+  // Q^T per head: [B, Hq, D, Lq'].
+  Value queriesT = generic(
+      RankedTensorType::get({batch, queryHeads, dim, ShapedType::kDynamic},
+                            elemTy),
+      {q},
+      tensor::EmptyOp::create(b, loc,
+                              ArrayRef<OpFoldResult>{b.getIndexAttr(batch),
+                                                     b.getIndexAttr(queryHeads),
+                                                     b.getIndexAttr(dim),
+                                                     paddedLq},
+                              elemTy),
+      {map(4, {0, 1, 3, 2}), map(4, {0, 1, 2, 3})}, {par, par, par, par},
+      [](OpBuilder &, Location, ValueRange args) { return args[0]; });
+
+  auto outTy = cast<RankedTensorType>(q.getType());
+  Value out = tensor::EmptyOp::create(
+      b, loc, outTy.getShape(), elemTy,
+      ValueRange{paddedLq}.take_front(outTy.getNumDynamicDims()));
+  SmallVector<OpFoldResult> ubs = {b.getIndexAttr(batch),
+                                   b.getIndexAttr(queryHeads), tiles};
+  auto forall =
+      scf::ForallOp::create(b, loc, ubs, ValueRange{out}, std::nullopt);
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(forall.getBody());
+    SmallVector<Value> ivs = forall.getInductionVars();
+    Value bi = ivs[0], h = ivs[1];
+    Value row0 = arith::MulIOp::create(b, loc, ivs[2], cIndex(tq));
+    Value kv = arith::DivUIOp::create(b, loc, h, cIndex(group));
+    OpFoldResult one = b.getIndexAttr(1), zero = b.getIndexAttr(0);
+    Value qTile = tile2D(queriesT, bi, h, zero, row0, dim, tq);
+    Value rowBase = arith::AddIOp::create(b, loc, offset, row0);
+    Value tile = queryTile(qTile, k, v, bi, kv, rowBase, lk, paddedLk);
+    b.setInsertionPointToStart(forall.getTerminator().getBody());
+    tensor::ParallelInsertSliceOp::create(
+        b, loc, tile, forall.getRegionIterArgs()[0],
+        ArrayRef<OpFoldResult>{bi, h, row0, zero},
+        ArrayRef<OpFoldResult>{one, one, b.getIndexAttr(tq),
+                               b.getIndexAttr(dim)},
+        SmallVector<OpFoldResult>(4, one));
+  }
+  Value result = forall.getResult(0);
+  SmallVector<OpFoldResult> offsets(4, b.getIndexAttr(0)),
+      strides(4, b.getIndexAttr(1));
+  SmallVector<OpFoldResult> sizes = {
+      b.getIndexAttr(batch), b.getIndexAttr(queryHeads),
+      tensor::getMixedSize(b, loc, queries, 2), b.getIndexAttr(dim)};
+  return tensor::ExtractSliceOp::create(
+      b, loc, cast<RankedTensorType>(queries.getType()), result, offsets, sizes,
+      strides);
+}
+
+Value AttentionBuilder::queryTile(Value qTile, Value keys, Value values,
+                                  Value bi, Value kv, Value rowBase,
+                                  Value length, Value paddedLength) {
+  // The last key a row of the tile sees, and the key tiles up to it.
+  Value lastKey = arith::MinSIOp::create(
+      b, loc, arith::AddIOp::create(b, loc, rowBase, cIndex(tq - 1)),
+      arith::SubIOp::create(b, loc, length, cIndex(1)));
+  Value count = arith::MaxSIOp::create(
+      b, loc,
+      arith::AddIOp::create(
+          b, loc, arith::FloorDivSIOp::create(b, loc, lastKey, cIndex(tk)),
+          cIndex(1)),
+      cIndex(0));
+  // Row i sees the keys up to min(rowBase + i, L - 1); i32 like the columns.
+  Value base32 = arith::IndexCastOp::create(b, loc, i32, rowBase);
+  Value last32 = arith::IndexCastOp::create(
+      b, loc, i32, arith::SubIOp::create(b, loc, length, cIndex(1)));
+  Value rowLimits = generic(
+      RankedTensorType::get({tq}, i32), {}, empty({tq}, i32), {map(1, {0})},
+      {par}, [&](OpBuilder &nb, Location l, ValueRange) -> Value {
+        Value i = arith::IndexCastOp::create(nb, l, nb.getI32Type(),
+                                             linalg::IndexOp::create(nb, l, 0));
+        return arith::MinSIOp::create(
+            nb, l, arith::AddIOp::create(nb, l, base32, i), last32);
+      });
+  SmallVector<int32_t> offsets(tk);
+  for (int64_t j = 0; j < tk; ++j)
+    offsets[j] = static_cast<int32_t>(j);
+  auto offsetsTy = RankedTensorType::get({tk}, i32);
+  Value columns = arith::ConstantOp::create(
+      b, loc, offsetsTy, DenseIntElementsAttr::get(offsetsTy, offsets));
+
+  Value m0 = filled({tq}, kNegInf), l0 = filled({tq}, 0.0f),
+        acc0 = filled({tq, dim}, 0.0f);
+  auto loop = scf::ForOp::create(b, loc, cIndex(0), count, cIndex(1),
+                                 ValueRange{m0, l0, acc0});
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(loop.getBody());
+    Value kt = loop.getInductionVar();
+    Value m = loop.getRegionIterArgs()[0], l = loop.getRegionIterArgs()[1],
+          acc = loop.getRegionIterArgs()[2];
+    Value first = arith::MulIOp::create(b, loc, kt, cIndex(tk));
+    Value start = arith::MinSIOp::create(
+        b, loc, first, arith::SubIOp::create(b, loc, paddedLength, cIndex(tk)));
+    Value first32 = arith::IndexCastOp::create(b, loc, i32, first);
+    Value start32 = arith::IndexCastOp::create(b, loc, i32, start);
+    OpFoldResult zero = b.getIndexAttr(0);
+    Value kTile = tile2D(keys, bi, kv, start, zero, tk, dim);
+    Value vTile = tile2D(values, bi, kv, start, zero, tk, dim);
+    auto contract = arith::FastMathFlags::contract;
+    Type tileTy = RankedTensorType::get({tk, tq}, f32);
+    Type rowTy = RankedTensorType::get({tq}, f32);
+    Type accTy = RankedTensorType::get({tq, dim}, f32);
+    // logits[j, i] = <k_j, q_i>; loops (j, i, d): the query rows i are the
+    // vector, one key element broadcast per step.
+    Value logits = generic(
+        tileTy, {kTile, qTile}, filled({tk, tq}, 0.0f),
+        {map(3, {0, 2}), map(3, {2, 1}), map(3, {0, 1})}, {par, par, red},
+        [&](OpBuilder &nb, Location l, ValueRange args) -> Value {
+          Value prod = arith::MulFOp::create(nb, l, toF32(nb, l, args[0]),
+                                             toF32(nb, l, args[1]), contract);
+          return arith::AddFOp::create(nb, l, args[2], prod, contract);
+        });
+    // Column start + j is visible to row i when it is new to this tile
+    // (>= first) and causally visible (<= the row's limit).
+    auto scaledOrMasked = [&](OpBuilder &nb, Location l, Value x, Value col,
+                              Value limit, Value masked) -> Value {
+      Value c = arith::AddIOp::create(nb, l, start32, col);
+      Value visible = arith::AndIOp::create(
+          nb, l,
+          arith::CmpIOp::create(nb, l, arith::CmpIPredicate::sge, c, first32),
+          arith::CmpIOp::create(nb, l, arith::CmpIPredicate::sle, c, limit));
+      Value scaled = arith::MulFOp::create(nb, l, x, cF32(nb, scale));
+      return arith::SelectOp::create(nb, l, visible, scaled, masked);
+    };
+    // Loops (j, i): the reductions over the keys j run across vectors of
+    // rows i.
+    AffineMap tileMap = map(2, {0, 1}), colMap = map(2, {0}),
+              rowMap = map(2, {1});
+    Value tileMax =
+        generic(rowTy, {logits, columns, rowLimits}, filled({tq}, kNegInf),
+                {tileMap, colMap, rowMap, rowMap}, {red, par},
+                [&](OpBuilder &nb, Location l, ValueRange args) -> Value {
+                  Value x = scaledOrMasked(nb, l, args[0], args[1], args[2],
+                                           cF32(nb, kNegInf));
+                  return arith::MaximumFOp::create(nb, l, args[3], x);
+                });
+    // New maximum, and the factor exp(m - m') that rescales l and acc,
+    // written over the loop's own m and l (destination passing: the loop
+    // carries the same buffers from one key tile to the next).
+    auto rescale = linalg::GenericOp::create(
+        b, loc, TypeRange{rowTy, rowTy, rowTy}, ValueRange{tileMax},
+        ValueRange{m, empty({tq}, f32), l},
+        SmallVector<AffineMap>(4, map(1, {0})), {par},
+        [&](OpBuilder &nb, Location l, ValueRange args) {
+          Value next = arith::MaximumFOp::create(nb, l, args[1], args[0]);
+          Value alpha =
+              math::ExpOp::create(nb, l, shifted(nb, l, args[1], next));
+          Value sum = arith::MulFOp::create(nb, l, args[3], alpha);
+          linalg::YieldOp::create(nb, l, ValueRange{next, alpha, sum});
+        });
+    Value mNext = rescale.getResult(0), alpha = rescale.getResult(1),
+          lScaled = rescale.getResult(2);
+    Value probs = generic(
+        tileTy, {logits, columns, rowLimits, mNext}, empty({tk, tq}, f32),
+        {tileMap, colMap, rowMap, rowMap, tileMap}, {par, par},
+        [&](OpBuilder &nb, Location l, ValueRange args) -> Value {
+          Value x = scaledOrMasked(nb, l, args[0], args[1], args[2],
+                                   cF32(nb, kNegInf));
+          Value e = math::ExpOp::create(nb, l, shifted(nb, l, x, args[3]));
+          Value hidden = arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ,
+                                               x, cF32(nb, kNegInf));
+          return arith::SelectOp::create(nb, l, hidden, cF32(nb, 0.0f), e);
+        });
+    Value lNext =
+        generic(rowTy, {probs}, lScaled, {tileMap, rowMap}, {red, par},
+                [&](OpBuilder &nb, Location l, ValueRange args) -> Value {
+                  return arith::AddFOp::create(nb, l, args[1], args[0]);
+                });
+    Value accScaled =
+        generic(accTy, {alpha}, acc, {map(2, {0}), map(2, {0, 1})}, {par, par},
+                [&](OpBuilder &nb, Location l, ValueRange args) -> Value {
+                  return arith::MulFOp::create(nb, l, args[1], args[0]);
+                });
+    // Loops (i, d, j): the head dim d is the vector, p[j, i] broadcast.
+    Value accNext = generic(
+        accTy, {probs, vTile}, accScaled,
+        {map(3, {2, 0}), map(3, {2, 1}), map(3, {0, 1})}, {par, par, red},
+        [&](OpBuilder &nb, Location l, ValueRange args) -> Value {
+          Value prod = arith::MulFOp::create(nb, l, args[0],
+                                             toF32(nb, l, args[1]), contract);
+          return arith::AddFOp::create(nb, l, args[2], prod, contract);
+        });
+    scf::YieldOp::create(b, loc, ValueRange{mNext, lNext, accNext});
+  }
+  Value sum = loop.getResult(1), acc = loop.getResult(2);
+  Type elem = elemTy;
+  return generic(
+      RankedTensorType::get({tq, dim}, elemTy), {acc, sum},
+      empty({tq, dim}, elemTy), {map(2, {0, 1}), map(2, {0}), map(2, {0, 1})},
+      {par, par}, [&](OpBuilder &nb, Location l, ValueRange args) -> Value {
+        Value positive = arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OGT,
+                                               args[1], cF32(nb, 0.0f));
+        Value o = arith::SelectOp::create(
+            nb, l, positive, arith::DivFOp::create(nb, l, args[0], args[1]),
+            cF32(nb, 0.0f));
+        if (!elem.isF32())
+          o = arith::TruncFOp::create(nb, l, elem, o);
+        return o;
+      });
+}
+
+} // namespace
+
+Value mlir::snapkv::detail::lowerAttention(OpBuilder &b, Location loc,
+                                           AttentionOp op, Value queries,
+                                           Value keys, Value values,
+                                           Value offset, int64_t queryTile,
+                                           int64_t keyTile) {
+  return AttentionBuilder(b, loc, op, queryTile, keyTile)
+      .build(queries, keys, values, offset);
+}

@@ -1,0 +1,118 @@
+"""`snapkv.attention` compiled by the CPU pipeline (snapkv-opt --snapkv-cpu-pipeline, clang,
+called through snapkv.runtime) against the float64 reference `snapkv.reference.attention`.
+
+The compiled op is FlashAttention's online softmax in f32 over tiles of query rows and keys;
+the shapes below cross every tile boundary (one row, a partial last tile, whole tiles, keys
+shorter than one tile, the last key tile overlapping its predecessor), the GQA groups, the
+alignment of the causal mask (prefill Lq = Lk, decode Lq = 1, rows that see no key when
+Lq > Lk), static and dynamic lengths, a decode step's static single row, f16 and an explicit
+scale."""
+
+import ctypes
+
+import numpy as np
+import pytest
+from conftest import require_aot_tools
+
+from snapkv import reference, runtime
+
+SMALL_TILES = "query-tile=4 key-tile=8"
+
+
+def _function(q_shape, kv_shape, elem, scale, tiles, offset=False):
+    require_aot_tools()
+    ty = {"f32": "f32", "f16": "f16"}[elem]
+
+    def tensor(shape):
+        return "tensor<" + "x".join("?" if d is None else str(d) for d in shape) + f"x{ty}>"
+
+    clause = f" scale {scale!r}" if scale is not None else ""
+    # The offset comes in as a one-element i64 tensor (as a decode step's position does).
+    arg, convert, use = "", "", ""
+    if offset:
+        arg = ", %p: tensor<1xi64>"
+        convert = ("  %c0 = arith.constant 0 : index\n"
+                   "  %p0 = tensor.extract %p[%c0] : tensor<1xi64>\n"
+                   "  %off = arith.index_cast %p0 : i64 to index\n")
+        use = " offset %off"
+    qt, kvt = tensor(q_shape), tensor(kv_shape)
+    text = (f"module {{\nfunc.func @attn(%q: {qt}, %k: {kvt}, %v: {kvt}{arg}) -> {qt} {{\n"
+            f"{convert}  %o = snapkv.attention %q, %k, %v{use}{clause}"
+            f" : {qt}, {kvt}, {kvt} -> {qt}\n"
+            f"  return %o : {qt}\n}}\n}}\n")
+    pipeline = runtime.PIPELINE.replace("asserts=report", f"asserts=report {tiles}")
+    lib = runtime.compile_library(text, label="attention", pipeline=pipeline)
+    return runtime.CompiledFunction(ctypes.CDLL(str(lib.path)), "attn",
+                                    runtime.signature(text, "attn"))
+
+
+# (B, Hq, Hkv, D, [(Lq, Lk), ...]): with 4-row and 8-key tiles.
+LENGTHS = [(1, 1), (3, 3), (4, 4), (5, 5), (8, 8), (9, 9), (17, 17), (40, 40), (1, 1 + 20),
+           (1, 8), (2, 30), (12, 5), (6, 7)]
+
+
+@pytest.mark.parametrize("batch,heads,kv_heads,dim", [(1, 4, 2, 16), (2, 3, 1, 8), (1, 2, 2, 4)])
+def test_dynamic_lengths_match_the_reference(batch, heads, kv_heads, dim):
+    fn = _function((batch, heads, None, dim), (batch, kv_heads, None, dim), "f32", None,
+                   SMALL_TILES)
+    rng = np.random.default_rng(batch * 100 + heads * 10 + dim)
+    for lq, lk in LENGTHS:
+        q = rng.standard_normal((batch, heads, lq, dim), dtype=np.float32)
+        k = rng.standard_normal((batch, kv_heads, lk, dim), dtype=np.float32)
+        v = rng.standard_normal((batch, kv_heads, lk, dim), dtype=np.float32)
+        (out,) = fn(q, k, v)
+        expected = reference.attention(q, k, v)
+        assert out.shape == expected.shape
+        np.testing.assert_allclose(out, expected, rtol=0, atol=2e-6,
+                                   err_msg=f"Lq={lq} Lk={lk}")
+        if lq > lk:   # rows that see no key are zero, not NaN
+            assert not out[:, :, :lq - lk].any()
+
+
+def test_static_shapes_scale_and_default_tiles():
+    """A static prompt of 100 tokens with the pipeline's own tiles (32 rows, 64 keys) and an
+    explicit scale; large logits (scale 2) exercise the running maximum's rescaling."""
+    fn = _function((1, 6, 100, 32), (1, 2, 100, 32), "f32", 2.0, "")
+    rng = np.random.default_rng(7)
+    q, k, v = (rng.standard_normal(s, dtype=np.float32)
+               for s in [(1, 6, 100, 32), (1, 2, 100, 32), (1, 2, 100, 32)])
+    (out,) = fn(q, k, v)
+    np.testing.assert_allclose(out, reference.attention(q, k, v, 2.0), rtol=0, atol=1e-5)
+
+
+def test_a_decode_step_is_one_row_tile():
+    """A static single query row (a decode step) against a dynamic cache: the row tile is
+    that one row, not a padded tile of 32."""
+    fn = _function((1, 6, 1, 16), (1, 2, None, 16), "f32", None, "")
+    rng = np.random.default_rng(11)
+    for lk in (1, 63, 64, 65, 200):
+        q = rng.standard_normal((1, 6, 1, 16), dtype=np.float32)
+        k, v = (rng.standard_normal((1, 2, lk, 16), dtype=np.float32) for _ in range(2))
+        (out,) = fn(q, k, v)
+        np.testing.assert_allclose(out, reference.attention(q, k, v), rtol=0, atol=2e-6,
+                                   err_msg=f"Lk={lk}")
+
+
+def test_an_explicit_offset_hides_the_keys_past_it():
+    """`offset` places query row 0 among the keys: a decode step's position below the cache
+    length hides the keys past it, a negative one leaves rows without keys (zero)."""
+    fn = _function((1, 4, None, 8), (1, 2, None, 8), "f32", None, SMALL_TILES, offset=True)
+    rng = np.random.default_rng(5)
+    for lq, lk, offset in [(1, 20, 19), (1, 20, 7), (1, 20, 40), (3, 20, 2), (5, 20, -2),
+                           (1, 20, -1), (12, 12, 0)]:
+        q = rng.standard_normal((1, 4, lq, 8), dtype=np.float32)
+        k, v = (rng.standard_normal((1, 2, lk, 8), dtype=np.float32) for _ in range(2))
+        (out,) = fn(q, k, v, np.array([offset], dtype=np.int64))
+        np.testing.assert_allclose(out, reference.attention(q, k, v, offset=offset), rtol=0,
+                                   atol=2e-6, err_msg=f"Lq={lq} Lk={lk} offset={offset}")
+
+
+def test_f16_rounds_the_f32_result():
+    fn = _function((1, 2, None, 16), (1, 1, None, 16), "f16", None, SMALL_TILES)
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal(s).astype(np.float16)
+               for s in [(1, 2, 19, 16), (1, 1, 19, 16), (1, 1, 19, 16)])
+    (out,) = fn(q, k, v)
+    assert out.dtype == np.float16
+    expected = reference.attention(q, k, v, elem="f16")
+    np.testing.assert_allclose(out.astype(np.float64), expected, rtol=0, atol=2e-3)

@@ -1,0 +1,49 @@
+// RUN: snapkv-opt %s --split-input-file --convert-snapkv-to-linalg="query-tile=4 key-tile=8" --canonicalize --cse | FileCheck %s
+// RUN: snapkv-opt %s --split-input-file --convert-snapkv-to-linalg="tiling=gpu" -verify-diagnostics -o /dev/null
+
+// snapkv.attention as a tiled online softmax: the queries padded to whole
+// tiles of 4 rows and transposed once, the keys and values padded to at
+// least one tile of 8; an scf.forall over (query head, row tile) (the unit
+// batch drops out), in each an scf.for over the visible key tiles carrying
+// the row maximum, the row sum and the [4, D] accumulator, with static
+// [8, 4] logits (rows innermost: the reductions over keys run across
+// vectors) and [8, D] key and value tiles (the GQA repeat is the kv head
+// index h / 2, no copy). Nothing [L, L] is built.
+// CHECK-LABEL: func.func @attention
+// CHECK-NOT: tensor<?x?xf32>
+// CHECK: tensor.pad %arg0 low[0, 0, 0, 0] high[0, 0, %{{.*}}, 0]
+// CHECK: tensor.pad %arg1
+// CHECK: tensor.pad %arg2
+// CHECK: %[[QT:.*]] = linalg.generic {{.*}} ins(%{{.*}} : tensor<1x4x?x16xf32>) outs(%{{.*}} : tensor<1x4x16x?xf32>)
+// CHECK: scf.forall (%[[H:.*]], %[[T:.*]]) in (4, %{{.*}}) shared_outs(%{{.*}} = %{{.*}}) -> (tensor<1x4x?x16xf32>)
+// CHECK: %[[KV:.*]] = arith.divui %[[H]], %c2
+// CHECK: tensor.extract_slice %[[QT]][0, %[[H]], 0, %{{.*}}] [1, 1, 16, 4] [1, 1, 1, 1] : tensor<1x4x16x?xf32> to tensor<16x4xf32>
+// CHECK: scf.for %{{.*}} = %c0 to %{{.*}} step %c1 iter_args(%{{.*}} = %{{.*}}, %{{.*}} = %{{.*}}, %{{.*}} = %{{.*}}) -> (tensor<4xf32>, tensor<4xf32>, tensor<4x16xf32>)
+// CHECK: tensor.extract_slice %{{.*}}[0, %[[KV]], %{{.*}}, 0] [1, 1, 8, 16] [1, 1, 1, 1] : tensor<1x2x?x16xf32> to tensor<8x16xf32>
+// CHECK: tensor.extract_slice %{{.*}}[0, %[[KV]], %{{.*}}, 0] [1, 1, 8, 16] [1, 1, 1, 1] : tensor<1x2x?x16xf32> to tensor<8x16xf32>
+// CHECK: linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "reduction"]} ins(%{{.*}}, %{{.*}} : tensor<8x16xf32>, tensor<16x4xf32>) outs(%{{.*}} : tensor<8x4xf32>)
+// CHECK: linalg.generic {{.*}} iterator_types = ["reduction", "parallel"]} ins(%{{.*}}, %{{.*}}, %{{.*}} : tensor<8x4xf32>, tensor<8xi32>, tensor<4xi32>) outs(%{{.*}} : tensor<4xf32>)
+// CHECK: math.exp
+// CHECK: linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "reduction"]} ins(%{{.*}}, %{{.*}} : tensor<8x4xf32>, tensor<8x16xf32>) outs(%{{.*}} : tensor<4x16xf32>)
+// CHECK: scf.yield
+// CHECK: arith.divf
+// CHECK: tensor.parallel_insert_slice %{{.*}} into %{{.*}}[0, %[[H]], %{{.*}}, 0] [1, 1, 4, 16]
+// CHECK: tensor.extract_slice %{{.*}}[0, 0, 0, 0] [1, 4, %{{.*}}, 16] [1, 1, 1, 1] : tensor<1x4x?x16xf32> to tensor<1x4x?x16xf32>
+func.func @attention(%q: tensor<1x4x?x16xf32>, %k: tensor<1x2x?x16xf32>, %v: tensor<1x2x?x16xf32>) -> tensor<1x4x?x16xf32> {
+  // expected-error @+1 {{'snapkv.attention' op has no GPU lowering (tiling=gpu); fuse attention only for the CPU}}
+  %o = snapkv.attention %q, %k, %v : tensor<1x4x?x16xf32>, tensor<1x2x?x16xf32>, tensor<1x2x?x16xf32> -> tensor<1x4x?x16xf32>
+  return %o : tensor<1x4x?x16xf32>
+}
+
+// -----
+
+// f16 operands: products in f32 (extf), the result truncated back.
+// CHECK-LABEL: func.func @half
+// CHECK: arith.extf
+// CHECK: arith.truncf
+// CHECK: return %{{.*}} : tensor<1x2x8x16xf16>
+func.func @half(%q: tensor<1x2x8x16xf16>, %k: tensor<1x1x8x16xf16>, %v: tensor<1x1x8x16xf16>) -> tensor<1x2x8x16xf16> {
+  // expected-error @+1 {{has no GPU lowering}}
+  %o = snapkv.attention %q, %k, %v scale 0.5 : tensor<1x2x8x16xf16>, tensor<1x1x8x16xf16>, tensor<1x1x8x16xf16> -> tensor<1x2x8x16xf16>
+  return %o : tensor<1x2x8x16xf16>
+}
