@@ -24,6 +24,8 @@ PASSES = [
     # On its own: whatever #snapkv.tile / snapkv.fuse the input carries.
     ["--snapkv-tile-and-fuse"],
     ["--snapkv-cpu-pipeline"],
+    ["--snapkv-cpu-pipeline=fuse-attention=false"],
+    ["--pass-pipeline=builtin.module(func.func(snapkv-fuse-attention))"],
     ["--pass-pipeline=builtin.module(func.func(snapkv-fuse-elementwise))"],
     ["--pass-pipeline=builtin.module(func.func(snapkv-parallelize))"],
     ["--pass-pipeline=builtin.module(func.func(snapkv-vectorize))"],

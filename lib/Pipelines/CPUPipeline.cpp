@@ -1,10 +1,11 @@
 //===- CPUPipeline.cpp - --snapkv-cpu-pipeline ----------------------------===//
 //
-// Tensor level: the formulation, tiled into scf.forall groups with the
-// logits fused into their consumers; the ops around it (a model's layers)
-// split into scf.forall tiles; register tiles vectorised on tensors,
-// their accumulators hoisted. Then one-shot bufferisation, and the forall
-// loops become OpenMP parallel loops on the way to the LLVM dialect.
+// Tensor level: each prompt's attention fused into snapkv.attention; the
+// formulation, tiled into scf.forall groups with the logits fused into
+// their consumers; attention as a tiled online softmax; the ops around it (a
+// model's layers) split into scf.forall tiles; register tiles vectorised on
+// tensors, their accumulators hoisted. Then one-shot bufferisation, and the
+// forall loops become OpenMP parallel loops on the way to the LLVM dialect.
 //
 //===----------------------------------------------------------------------===//
 
@@ -34,11 +35,15 @@ using namespace mlir;
 
 void snapkv::buildCPUPipeline(OpPassManager &pm,
                               const CPUPipelineOptions &options) {
+  // A prompt's attention as one op, in the original and the rewritten
+  // module alike, so that neither materialises the [L, L] scores.
+  if (options.fuseAttention)
+    pm.addNestedPass<func::FuncOp>(createFuseAttention());
   // Each select in a function of its own: the layer code and the select
   // lower and compile on different cores.
   pm.addPass(createOutlineSelect());
   stages::lowerSelections(pm, LoweringTarget::cpu, options.keyTile,
-                          options.chunk, options.keepLogits);
+                          options.chunk, options.keepLogits, options.queryTile);
   OpPassManager &tensors = pm.nest<func::FuncOp>();
   stages::prepareTensorCode(tensors);
   tensors.addPass(createFuseElementwise());

@@ -16,9 +16,10 @@ using namespace mlir;
 
 void snapkv::stages::lowerSelections(OpPassManager &pm, LoweringTarget target,
                                      int64_t keyTile, int64_t chunk,
-                                     bool keepLogits) {
+                                     bool keepLogits, int64_t queryTile) {
   ConvertSnapKVToLinalgOptions lowering;
   lowering.keyTile = keyTile;
+  lowering.queryTile = queryTile;
   lowering.chunk = chunk;
   lowering.tiling = target;
   lowering.keepLogits = keepLogits;

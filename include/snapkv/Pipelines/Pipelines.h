@@ -42,6 +42,15 @@ struct CPUPipelineOptions : PassPipelineOptions<CPUPipelineOptions> {
       *this, "vector-bits",
       llvm::cl::desc("Vector register width in bits (0: the host's)"),
       llvm::cl::init(0)};
+  Option<bool> fuseAttention{
+      *this, "fuse-attention",
+      llvm::cl::desc("Replace each prompt's decomposed causal self-attention "
+                     "with snapkv.attention first (snapkv-fuse-attention)"),
+      llvm::cl::init(true)};
+  Option<int64_t> queryTile{
+      *this, "query-tile",
+      llvm::cl::desc("Query rows per snapkv.attention tile"),
+      llvm::cl::init(32)};
   Option<AssertMode> asserts{*this, "asserts", assertsDescription(),
                              llvm::cl::init(AssertMode::abort),
                              assertModeValues()};

@@ -639,7 +639,7 @@ bool mlir::snapkv::isArange(Value value) {
 
 FailureOr<AttentionMatch>
 mlir::snapkv::matchAttention(linalg::BatchMatmulOp outputMatmul,
-                             AttentionFailure &failure) {
+                             AttentionFailure &failure, bool maskOptional) {
   auto fail = [&](AttentionMismatch kind,
                   std::string detail = "") -> FailureOr<AttentionMatch> {
     failure = {kind, std::move(detail)};
@@ -710,12 +710,15 @@ mlir::snapkv::matchAttention(linalg::BatchMatmulOp outputMatmul,
   // Scores: (Q . K^T) * scale + mask; the scale may also be split into
   // factors on Q and on K^T (SDPA's decomposition).
   m.maskAdd = elementwise<arith::AddFOp>(scores, 2, 0, 1);
-  if (!m.maskAdd || !isIdentity(m.maskAdd.getIndexingMapsArray()[0]))
+  if (m.maskAdd && !isIdentity(m.maskAdd.getIndexingMapsArray()[0]))
+    m.maskAdd = nullptr;
+  if (!m.maskAdd && !maskOptional)
     return fail(AttentionMismatch::NoMaskAdd);
-  m.mask = m.maskAdd.getDpsInputs()[1];
+  m.mask = m.maskAdd ? m.maskAdd.getDpsInputs()[1] : Value();
   double scale = 1.0;
-  FailureOr<Value> unscaled = peelScales(m.maskAdd.getDpsInputs()[0], scale,
-                                         /*requireConstant=*/true, failure);
+  FailureOr<Value> unscaled =
+      peelScales(m.maskAdd ? m.maskAdd.getDpsInputs()[0] : scores, scale,
+                 /*requireConstant=*/true, failure);
   if (failed(unscaled))
     return mlir::failure();
   Value product = expandedFrom(*unscaled, {{0, 1}, {2}, {3}});
@@ -907,6 +910,8 @@ FailureOr<CausalMask> mlir::snapkv::matchCausalMask(const AttentionMatch &match,
   };
   // The mask add broadcasts mask[b|0, 0|h, i, j] onto scores[b, h, i, j].
   linalg::GenericOp maskAdd = match.maskAdd;
+  if (!maskAdd)
+    return fail(MaskMismatch::NotRowColumn);
   AffineMap map = maskAdd.getIndexingMapsArray()[1];
   MLIRContext *ctx = map.getContext();
   if (map.getNumResults() != 4 ||

@@ -90,7 +90,9 @@ struct AttentionMatch {
   /// any constant factor of an SDPA scale split).
   Value queries;
   RepeatedKV keys, values;
-  /// The `addf(scaled scores, mask)` generic and its mask operand.
+  /// The `addf(scaled scores, mask)` generic and its mask operand; null
+  /// when matched with `maskOptional` and there is no mask (every key is
+  /// visible to every query).
   linalg::GenericOp maskAdd;
   Value mask;
   /// SDPA's `select(all scores of the row == -inf, 0, softmax)`; null for
@@ -103,9 +105,11 @@ struct AttentionMatch {
 };
 
 /// Matches the attention whose P . V product is `outputMatmul`; on failure
-/// says why.
+/// says why. With `maskOptional`, scores without an additive mask match too
+/// (the rewritten decode step, whose mask the rewrite removed).
 FailureOr<AttentionMatch> matchAttention(linalg::BatchMatmulOp outputMatmul,
-                                         AttentionFailure &failure);
+                                         AttentionFailure &failure,
+                                         bool maskOptional = false);
 
 /// Why a mask is not a causal (or covered sliding-window) mask.
 enum class MaskMismatch {

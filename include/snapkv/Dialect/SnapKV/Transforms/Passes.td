@@ -138,6 +138,55 @@ def DropGlue : Pass<"snapkv-drop-glue", "::mlir::ModuleOp"> {
   ];
 }
 
+def FuseAttention : Pass<"snapkv-fuse-attention", "::mlir::func::FuncOp"> {
+  let summary = "Replace imported causal attention with snapkv.attention";
+  let description = [{
+    Finds the attention torch-mlir imports for a Llama-family layer (the
+    matcher of `snapkv-compress-kv-cache`, docs/model-ir.md: Q x K^T, the
+    constant scale, the additive causal mask, the softmax with or without
+    SDPA's fully-masked-row guard, the GQA repeat and P x V) and replaces it
+    with one `snapkv.attention` on the queries and the keys and values
+    before the repeat, when that op computes exactly the same attention:
+
+    * a prompt's self-attention: the mask compares one arange of positions
+      with itself (row `i` sees keys `0 .. i`, `snapkv.attention`'s
+      alignment when `Lq = Lk`). A sliding window is accepted only when it
+      covers the whole static prompt;
+    * a decode step's one query over the cache with the new row appended,
+      when the mask compares the keys' positions with the length of that
+      cache before the append (`tensor.dim` of the cache, or its static
+      length): every key is visible;
+    * a decode step whose mask compares the keys' positions with another
+      value: another cache's length or a function argument (the `position`
+      input), plus a constant. That value becomes the op's `offset`, so that
+      keys past it stay hidden whatever the caller passes;
+    * a decode step without a mask (as `snapkv-compress-kv-cache` leaves
+      it): every key is visible.
+
+    A sliding window (narrower than a static prompt, dynamic, or in a decode
+    step), softcapping or anything else the matcher does not recognise is
+    left as it is. The scores, mask, softmax and repeat copies become dead
+    and are erased. One difference remains for inputs the importer accepts
+    only by broadcasting: a decode mask built from a different, empty cache
+    (a one-position mask broadcast over every key) shows every key, where
+    the offset shows the first.
+
+    The result is the same attention in another summation order
+    (FlashAttention's online softmax in f32): logits agree with the
+    unfused module to rounding. `--snapkv-cpu-pipeline` runs it first
+    unless `fuse-attention=false`, so that the original and the SnapKV
+    rewritten module are compiled alike.
+  }];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect",
+    "::mlir::snapkv::SnapKVDialect",
+    "::mlir::tensor::TensorDialect"
+  ];
+  let statistics = [
+    Statistic<"numFused", "fused-attentions", "Attentions replaced by snapkv.attention">
+  ];
+}
+
 def ExposeScores : Pass<"snapkv-expose-scores", "::mlir::ModuleOp"> {
   let summary = "Return what each snapkv.select ranks by as extra function "
                 "results";

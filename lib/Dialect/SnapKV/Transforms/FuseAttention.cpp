@@ -1,0 +1,205 @@
+//===- FuseAttention.cpp - decomposed prompt attention to snapkv.attention ===//
+//
+// The imported attention materialises every head's [L, L] scores and runs
+// five full passes over them (mask, max, exp, sum, divide); as one
+// snapkv.attention it lowers to a tiled online softmax that never does.
+// Recognition is the model rewrite's (AttentionMatcher.h), so both fuse
+// the same attentions.
+//
+//===----------------------------------------------------------------------===//
+
+#include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
+#include "snapkv/Dialect/SnapKV/Transforms/AttentionMatcher.h"
+#include "snapkv/Dialect/SnapKV/Transforms/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+#include "mlir/Transforms/RegionUtils.h"
+
+namespace mlir::snapkv {
+#define GEN_PASS_DEF_FUSEATTENTION
+#include "snapkv/Dialect/SnapKV/Transforms/Passes.h.inc"
+} // namespace mlir::snapkv
+
+using namespace mlir;
+using namespace mlir::snapkv;
+
+/// The 1-D tensor an expand_shape chain starts from.
+static Value expandSource(Value value) {
+  while (auto e = value.getDefiningOp<tensor::ExpandShapeOp>())
+    value = e.getSrc();
+  return value;
+}
+
+/// Whether `m` is a prompt's self-attention: a causal mask that compares
+/// one arange of positions with itself. A sliding window counts only when
+/// it covers every query-key distance of a static prompt (as for
+/// snapkv-compress-kv-cache).
+static bool isPromptSelfAttention(const AttentionMatch &m,
+                                  const CausalMask &mask) {
+  if (!mask.queryIsRow ||
+      expandSource(mask.keyPositions) != expandSource(mask.queryPositions))
+    return false;
+  if (!mask.window)
+    return true;
+  auto qType = cast<RankedTensorType>(m.queries.getType());
+  return !qType.isDynamicDim(2) && qType.getDimSize(2) <= *mask.window;
+}
+
+/// Whether `keys` is `cache` with one row appended (tensor.concat on the
+/// position axis): then the keys number the cache's length plus one.
+static bool appendsOneRow(Value keys, Value cache) {
+  auto concat = keys.getDefiningOp<tensor::ConcatOp>();
+  if (!concat || concat.getDim() != 2 || concat.getInputs().size() != 2 ||
+      (cache && concat.getInputs()[0] != cache))
+    return false;
+  auto row = cast<RankedTensorType>(concat.getInputs()[1].getType());
+  return row.getDimSize(2) == 1;
+}
+
+/// How a fusable attention's query rows sit among its keys.
+struct Alignment {
+  /// The op's default: row 0 at Lk - Lq.
+  bool lastKey = true;
+  /// Otherwise row 0 sits at `offset` plus the function argument `position`
+  /// (a scalar or one-element tensor), or with `cacheLength`, plus the
+  /// length (dim 2) of that argument.
+  BlockArgument position;
+  bool cacheLength = false;
+  int64_t offset = 0;
+};
+
+/// A decode step's alignment: its one query's position, when the mask
+/// compares the keys' positions with the length of the cache the keys append
+/// to (`tensor.dim` of the cache, or the static length: every key is
+/// visible, the default), or with another cache's length or an argument
+/// (the `position` input): snapkv.attention then gets that value as its
+/// offset, so that keys past it stay hidden whatever the caller passes.
+static std::optional<Alignment> decodeAlignment(const AttentionMatch &m,
+                                                const CausalMask &mask) {
+  auto qType = cast<RankedTensorType>(m.queries.getType());
+  if (mask.queryIsRow || mask.window || qType.getDimSize(2) != 1)
+    return std::nullopt;
+  std::optional<PositionValue> query = evaluatePosition(mask.queryPositions);
+  if (!query)
+    return std::nullopt;
+  switch (query->base) {
+  case PositionValue::Base::CacheLength:
+    if (query->offset == 0 && appendsOneRow(m.keys.source, query->argument))
+      return Alignment{};
+    return Alignment{false, query->argument, true, query->offset};
+  case PositionValue::Base::Zero: {
+    auto concat = m.keys.source.getDefiningOp<tensor::ConcatOp>();
+    if (!concat || !appendsOneRow(m.keys.source, Value()))
+      return std::nullopt;
+    auto cache = cast<RankedTensorType>(concat.getInputs()[0].getType());
+    if (!cache.isDynamicDim(2) && query->offset == cache.getDimSize(2))
+      return Alignment{};
+    return std::nullopt;
+  }
+  case PositionValue::Base::Argument: {
+    Type type = query->argument.getType();
+    if (auto tensor = dyn_cast<RankedTensorType>(type))
+      type = tensor.getElementType();
+    if (!type.isSignlessInteger() && !type.isIndex())
+      return std::nullopt;
+    return Alignment{false, query->argument, false, query->offset};
+  }
+  }
+  return std::nullopt;
+}
+
+/// How `m` maps onto snapkv.attention, if it computes exactly what that op
+/// computes.
+static std::optional<Alignment> fusable(const AttentionMatch &m) {
+  auto qType = cast<RankedTensorType>(m.queries.getType());
+  // Without a mask every key is visible: causal only for one query row.
+  if (!m.mask) {
+    if (qType.getDimSize(2) == 1)
+      return Alignment{};
+    return std::nullopt;
+  }
+  MaskMismatch failure;
+  FailureOr<CausalMask> mask = matchCausalMask(m, failure);
+  if (failed(mask))
+    return std::nullopt;
+  if (isPromptSelfAttention(m, *mask))
+    return Alignment{};
+  return decodeAlignment(m, *mask);
+}
+
+/// The index value of `alignment`'s position at the builder's point.
+static Value positionIndex(OpBuilder &b, Location loc,
+                           const Alignment &alignment) {
+  Value position = alignment.position;
+  if (alignment.cacheLength)
+    position = tensor::DimOp::create(b, loc, position, 2);
+  else if (auto tensor = dyn_cast<RankedTensorType>(position.getType())) {
+    SmallVector<Value> zeros(tensor.getRank(),
+                             arith::ConstantIndexOp::create(b, loc, 0));
+    position = tensor::ExtractOp::create(b, loc, position, zeros);
+  }
+  if (!position.getType().isIndex())
+    position = arith::IndexCastOp::create(b, loc, b.getIndexType(), position);
+  if (alignment.offset != 0)
+    position = arith::AddIOp::create(
+        b, loc, position,
+        arith::ConstantIndexOp::create(b, loc, alignment.offset));
+  return position;
+}
+
+namespace {
+struct FuseAttention
+    : public mlir::snapkv::impl::FuseAttentionBase<FuseAttention> {
+  using FuseAttentionBase::FuseAttentionBase;
+
+  void runOnOperation() override {
+    SmallVector<std::pair<AttentionMatch, Alignment>> matches;
+    getOperation().walk([&](linalg::BatchMatmulOp matmul) {
+      AttentionFailure failure;
+      FailureOr<AttentionMatch> m =
+          matchAttention(matmul, failure, /*maskOptional=*/true);
+      if (succeeded(m))
+        if (std::optional<Alignment> alignment = fusable(*m))
+          matches.push_back({*m, *alignment});
+    });
+    IRRewriter rewriter(&getContext());
+    for (auto &[m, alignment] : matches) {
+      linalg::BatchMatmulOp out = m.outputMatmul;
+      rewriter.setInsertionPoint(out);
+      Location loc = out.getLoc();
+      auto qTy = cast<RankedTensorType>(m.queries.getType());
+      Value offset =
+          alignment.lastKey ? Value() : positionIndex(rewriter, loc, alignment);
+      auto attention = AttentionOp::create(
+          rewriter, loc, qTy, m.queries, m.keys.source, m.values.source, offset,
+          rewriter.getF32FloatAttr(m.scale));
+      // [B, Hq, L, D] -> the P x V product's [B * Hq, L, D].
+      Value result = tensor::CollapseShapeOp::create(
+          rewriter, loc, attention.getResult(),
+          ArrayRef<ReassociationIndices>{{0, 1}, {2}, {3}});
+      Type expected = out.getResult(0).getType();
+      if (result.getType() != expected)
+        result = tensor::CastOp::create(rewriter, loc, expected, result);
+      rewriter.replaceOp(out, result);
+      ++numFused;
+    }
+    if (matches.empty())
+      return;
+    // The importer's shape checks read tensor.dim of the scores; read off
+    // their destinations instead, the scores, mask and softmax are dead.
+    RewritePatternSet patterns(&getContext());
+    tensor::DimOp::getCanonicalizationPatterns(patterns, &getContext());
+    tensor::CollapseShapeOp::getCanonicalizationPatterns(patterns,
+                                                         &getContext());
+    tensor::ExpandShapeOp::getCanonicalizationPatterns(patterns, &getContext());
+    GreedyRewriteConfig config;
+    config.setRegionSimplificationLevel(GreedySimplifyRegionLevel::Disabled);
+    (void)applyPatternsGreedily(getOperation(), std::move(patterns), config);
+    (void)runRegionDCE(rewriter, getOperation()->getRegions());
+  }
+};
+} // namespace
