@@ -1,9 +1,10 @@
 //===- FuseElementwise.cpp - fuse the elementwise chains of attention -----===//
 //
 // Upstream's elementwise fusion patterns, applied only where they pay: to
-// ops with at least two dynamic loops (quadratic in the prompt length, the
-// decomposed softmax of attention), at the top of a function body. See
-// Passes.td for why not upstream's pass as it is.
+// ops with a dynamic loop (whose work grows with the prompt length: norms,
+// rotary embeddings, activations, a decomposed softmax) at the top of a
+// function body, where the consumer reads the producer without
+// broadcasting it. See Passes.td for why not upstream's pass as it is.
 //
 //===----------------------------------------------------------------------===//
 
@@ -26,12 +27,20 @@ using namespace mlir;
 
 namespace {
 
-/// A linalg op directly in a function body with two or more dynamic loops.
-bool isQuadratic(Operation *op) {
+/// A linalg op directly in a function body with a dynamic loop (its work
+/// grows with the prompt length).
+bool growsWithPrompt(Operation *op) {
   auto linalgOp = dyn_cast_or_null<linalg::LinalgOp>(op);
   return linalgOp && isa<func::FuncOp>(op->getParentOp()) &&
-         llvm::count_if(linalgOp.getStaticLoopRanges(),
-                        ShapedType::isDynamic) >= 2;
+         llvm::any_of(linalgOp.getStaticLoopRanges(), ShapedType::isDynamic);
+}
+
+/// Whether the consumer reads each element of the operand once (its map is
+/// a permutation): fusing a broadcast producer would recompute it for every
+/// element it is broadcast to.
+bool readsOnce(OpOperand *operand) {
+  auto consumer = dyn_cast<linalg::LinalgOp>(operand->getOwner());
+  return consumer && consumer.getMatchingIndexingMap(operand).isPermutation();
 }
 
 struct FuseElementwisePass
@@ -41,8 +50,9 @@ struct FuseElementwisePass
     linalg::populateElementwiseOpsFusionPatterns(
         patterns, [](OpOperand *operand) {
           Operation *producer = operand->get().getDefiningOp();
-          return producer && producer->hasOneUse() && isQuadratic(producer) &&
-                 isQuadratic(operand->getOwner());
+          return producer && producer->hasOneUse() &&
+                 growsWithPrompt(producer) &&
+                 growsWithPrompt(operand->getOwner()) && readsOnce(operand);
         });
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
       return signalPassFailure();

@@ -91,7 +91,7 @@ struct ParallelizePass : snapkv::impl::ParallelizeBase<ParallelizePass> {
       if (linalg::isaContractionOpInterface(op) &&
           tileContraction(rewriter, op))
         continue;
-      if (llvm::count_if(op.getStaticLoopRanges(), ShapedType::isDynamic) >= 2)
+      if (llvm::any_of(op.getStaticLoopRanges(), ShapedType::isDynamic))
         splitOutermost(rewriter, op);
     }
   }
@@ -126,11 +126,22 @@ struct ParallelizePass : snapkv::impl::ParallelizeBase<ParallelizePass> {
     // Column blocks: `columns`, halved (down to 64) until there are at
     // least four, so that narrow projections still go to several threads.
     int64_t block = columns;
-    while (block > 64 && ranges[*vectorDim] / block < 4)
+    int64_t width = ranges[*vectorDim];
+    while (block > 64 && width / block < 4)
       block /= 2;
+    // A block that does not divide the columns leaves a partial last block,
+    // and then every block's size is dynamic: its register tiles would take
+    // the rows one at a time. A smaller block of whole vectors that divides
+    // them keeps the sizes static (576 columns: 6 blocks of 96, not 128).
+    if (width % block != 0)
+      for (int64_t smaller = block - block % 32; smaller >= 32; smaller -= 32)
+        if (width % smaller == 0) {
+          block = smaller;
+          break;
+        }
     if (batchDim)
       sizes[*batchDim] = 1;
-    else if (ranges[*vectorDim] > block)
+    else if (width > block)
       sizes[*vectorDim] = block;
     else
       return false;

@@ -54,6 +54,22 @@ struct Target {
   int64_t registers; // vector registers
 };
 
+/// The width of a register tile's vector over a loop of `range`: the whole
+/// loop if it is at most `limit`, else the widest multiple of `lanes` up to
+/// `limit` that divides it (a tile that does not divide its loop is taken
+/// one element at a time: 96 columns in tiles of 64 ran as scalars), else
+/// `limit`.
+int64_t vectorWidth(int64_t range, int64_t limit, int64_t lanes) {
+  if (ShapedType::isDynamic(range))
+    return limit;
+  if (range <= limit)
+    return range;
+  for (int64_t width = limit - limit % lanes; width >= lanes; width -= lanes)
+    if (range % width == 0)
+      return width;
+  return limit;
+}
+
 /// Register tile of a contraction: the innermost parallel loop is the
 /// vector; the parallel loop before it (with a static size > 1) gives the
 /// rows of the accumulator tile, as many as fit in the registers beside the
@@ -77,10 +93,8 @@ SmallVector<int64_t> contractionTile(linalg::LinalgOp op,
   }
   if (!vectorDim)
     return tile;
-  int64_t width = ranges[*vectorDim];
-  int64_t maxWidth = 4 * target.lanes;
-  if (ShapedType::isDynamic(width) || width > maxWidth)
-    width = maxWidth;
+  int64_t range = ranges[*vectorDim];
+  int64_t width = vectorWidth(range, 4 * target.lanes, target.lanes);
   tile[*vectorDim] = width;
   // Rows over a dynamic extent (the tokens of a projection): a tile of two
   // vectors by as many rows as the registers hold beside them, the loop over
@@ -90,7 +104,7 @@ SmallVector<int64_t> contractionTile(linalg::LinalgOp op,
       !ShapedType::isDynamic(ranges[*vectorDim])) {
     if (rowsByOne)
       return tile;
-    width = std::min<int64_t>(width, 2 * target.lanes);
+    width = vectorWidth(range, 2 * target.lanes, target.lanes);
     tile[*vectorDim] = width;
     int64_t vectorsPerRow = (width + target.lanes - 1) / target.lanes;
     int64_t rows = std::max<int64_t>(1, (target.registers - vectorsPerRow - 2) /

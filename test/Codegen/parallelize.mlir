@@ -50,14 +50,15 @@ func.func @short_reduction(%x: tensor<1x256xf32>, %w: tensor<256x1024xf32>, %ini
 
 // -----
 
-// An op quadratic in the prompt length (two dynamic loops): its outermost
-// parallel loop with more than one iteration (the heads, after a unit batch
-// loop) in at most `chunks` pieces. An op linear in it stays whole.
+// An op whose work grows with the prompt length (a dynamic loop): its
+// outermost parallel loop with more than one iteration (the heads, after a
+// unit batch loop; the tokens of an op linear in the prompt) in at most
+// `chunks` pieces.
 // CHECK-LABEL: func.func @elementwise
 // CHECK: scf.forall (%{{.*}}) in (4)
 // CHECK: linalg.generic {{.*}} outs(%{{.*}} : tensor<1x2x?x?xf32>)
 // CHECK: scf.forall.in_parallel
-// CHECK-NOT: scf.forall
+// CHECK: scf.forall (%{{.*}}) in (4)
 // CHECK: linalg.generic {{.*}} outs(%{{.*}} : tensor<1x?x64xf32>)
 func.func @elementwise(%s: tensor<1x8x?x?xf32>, %x: tensor<1x?x64xf32>, %init: tensor<1x?x64xf32>)
     -> (tensor<1x8x?x?xf32>, tensor<1x?x64xf32>) {
@@ -123,16 +124,29 @@ func.func @checked_gather(%ids: tensor<?xindex>, %table: tensor<256x?xf32>, %ini
 
 // Column blocks are halved until there are four: 512 columns with
 // columns=256 go to the threads in blocks of 128. A projection no wider than
-// 64 columns, and linear in the prompt, stays whole.
+// 64 columns is split along its tokens instead.
 // CHECK-LABEL: func.func @narrow
 // CHECK: scf.forall (%{{.*}}) = (0) to (512) step (128)
 // CHECK: linalg.matmul {{.*}} outs(%{{.*}} : tensor<?x128xf32>)
 // CHECK: scf.forall.in_parallel
-// CHECK-NOT: scf.forall
+// CHECK: scf.forall (%{{.*}}) in (4)
 // CHECK: linalg.matmul {{.*}} outs(%{{.*}} : tensor<?x64xf32>)
 func.func @narrow(%x: tensor<?x64xf32>, %w: tensor<64x512xf32>, %init: tensor<?x512xf32>,
                   %v: tensor<64x64xf32>, %init2: tensor<?x64xf32>) -> (tensor<?x512xf32>, tensor<?x64xf32>) {
   %r = linalg.matmul ins(%x, %w : tensor<?x64xf32>, tensor<64x512xf32>) outs(%init : tensor<?x512xf32>) -> tensor<?x512xf32>
   %s = linalg.matmul ins(%x, %v : tensor<?x64xf32>, tensor<64x64xf32>) outs(%init2 : tensor<?x64xf32>) -> tensor<?x64xf32>
   return %r, %s : tensor<?x512xf32>, tensor<?x64xf32>
+}
+
+// -----
+
+// A block that does not divide the columns would make every block's size
+// dynamic: 576 columns with columns=256 are halved to 128, then lowered to
+// 96, the largest multiple of 32 that divides 576 (six static blocks).
+// CHECK-LABEL: func.func @uneven
+// CHECK: scf.forall (%{{.*}}) = (0) to (576) step (96)
+// CHECK: linalg.matmul {{.*}} outs(%{{.*}} : tensor<?x96xf32>)
+func.func @uneven(%x: tensor<?x576xf32>, %w: tensor<576x576xf32>, %init: tensor<?x576xf32>) -> tensor<?x576xf32> {
+  %r = linalg.matmul ins(%x, %w : tensor<?x576xf32>, tensor<576x576xf32>) outs(%init : tensor<?x576xf32>) -> tensor<?x576xf32>
+  return %r : tensor<?x576xf32>
 }

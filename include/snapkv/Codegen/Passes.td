@@ -64,19 +64,22 @@ def TileAndFuse : Pass<"snapkv-tile-and-fuse"> {
 }
 
 def FuseElementwise : Pass<"snapkv-fuse-elementwise", "::mlir::func::FuncOp"> {
-  let summary = "Fuse the elementwise chains of ops quadratic in the prompt "
-                "length (attention's softmax)";
+  let summary = "Fuse the elementwise chains of ops whose work grows with the "
+                "prompt length";
   let description = [{
     CPU step of `--snapkv-cpu-pipeline`, on tensors before
     `snapkv-parallelize`. Applies the upstream elementwise fusion patterns
     (`linalg::populateElementwiseOpsFusionPatterns`) to a producer and a
-    consumer that both have at least two dynamic loops and sit directly in
-    the function body, when the producer has no other use: a model's
-    decomposed attention softmax (mask, max, exp, sum, divide over
-    `[heads, L, L]`) then keeps fewer of its `L x L` intermediates alive at
-    once. Upstream's `linalg-fuse-elementwise-ops` fuses every chain (and
-    propagates reshapes): it made a decode step of a small model 1.7x slower,
-    while the quadratic chains alone are where the memory goes.
+    consumer that both have a dynamic loop (their work grows with the prompt
+    length: a prefill's norms, rotary embeddings and activations, a
+    decomposed softmax) and sit directly in the function body, when the
+    producer has no other use and the consumer reads it through a
+    permutation (a broadcast producer, such as a norm's per-token statistic
+    read for every feature, would be recomputed for each element it is
+    broadcast to). Fewer intermediates are written, read and faulted in.
+    Upstream's `linalg-fuse-elementwise-ops` fuses every chain (and
+    propagates reshapes): it made a decode step of a small model 1.7x
+    slower; a decode step's static-shaped ops are left alone here.
   }];
   let dependentDialects = [
     "::mlir::affine::AffineDialect",
@@ -102,20 +105,23 @@ def Parallelize : Pass<"snapkv-parallelize", "::mlir::func::FuncOp"> {
       vector of its register tile) is split over its batch loop if it has
       one (the heads of an attention matmul), otherwise into blocks of
       `columns` of that loop (the output features of a projection; halved,
-      down to 64, until there are at least four blocks). Its
+      down to 64, until there are at least four blocks, then lowered to a
+      multiple of 32 that divides the loop if it does not, so that every
+      block has the same static size). Its
       innermost reduction is then tiled by `reduction-block` with `scf.for`,
       so that the part of the right-hand operand a thread works on stays in
       its caches while all rows pass over it. The blocks run in order and
       each adds to the partial sums of the last: the summation order, and so
       every result bit, is that of the untiled op;
-    * any other op with at least two dynamic loops (quadratic in the prompt
-      length, such as attention's softmax or Q x K^T) is split
-      along its outermost parallel loop with more than one iteration into at
-      most `chunks` pieces. Ops linear in the prompt length (norms, rotary
-      embeddings, activations, a decode step's attention) and contractions
-      too narrow for column blocks stay whole: they are cheap next to the
-      contractions, and each parallel loop costs compile time and a fork
-      and join at run time.
+    * any other op with a dynamic loop (its work grows with the prompt
+      length: a prefill's norms, rotary embeddings, activations and
+      projections too narrow for column blocks, a decode step's attention
+      over the cache) is split along its outermost parallel loop with more
+      than one iteration into at most `chunks` pieces. With the prompt's
+      attention fused into `snapkv.attention`, these ops were a third of a
+      SmolLM2 prefill on one core. Ops with static shapes (a decode step's
+      projections and norms) stay whole: a fork and join would cost more
+      than they do.
 
     Only parallel loops are split, so results do not depend on the number
     of threads.
