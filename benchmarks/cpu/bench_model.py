@@ -15,7 +15,8 @@ process held: weights, caches, workspaces, the Python runtime):
 * ``ours, SnapKV C = L/8``: the same model rewritten with ``gqa mean``, W = 32, kernel 5,
   C = L/8; decode steps on the compacted cache (prefill as above, plus the selection);
 * ``HF eager`` / ``HF SDPA``: ``AutoModelForCausalLM`` (float32) with that attention, prefill
-  with ``use_cache=True`` and decode steps on its ``DynamicCache``;
+  with ``use_cache=True, logits_to_keep=1`` (the last row's logits, as ``generate()`` asks
+  for and as our prefill computes) and decode steps on its ``DynamicCache``;
 * ``torch.compile``: the SDPA model's forward compiled (inductor, default mode and
   dynamism); its first prefill and its first two decode steps (the second recompiles with a
   dynamic cache length) include compiles and are reported apart, the timed ones are warm.
@@ -112,9 +113,11 @@ def _worker_torch(model_dir: Path, ids, attention: str, compiled: bool, steps: i
     prompt = torch.as_tensor(ids[None], dtype=torch.long)
     extra = {}
 
+    # logits_to_keep=1: the last row only, as generate() asks for (and as our prefill
+    # computes); all L rows would add L x hidden x vocab multiply-adds.
     def prefill():
         with torch.no_grad():
-            return forward(input_ids=prompt, use_cache=True)
+            return forward(input_ids=prompt, use_cache=True, logits_to_keep=1)
 
     if compiled:
         start = time.perf_counter()
