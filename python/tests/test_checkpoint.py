@@ -274,3 +274,31 @@ def test_transposed_weights_are_bound_transposed(tmp_path):
                                               r"\[8\] \(not 2-D\)"):
         weight_arrays(ckpt, {name: ((16, 8), "f32"),
                              WeightRef("model.norm.weight", True): ((8,), "f32")})
+
+
+def _resident_kib():
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+
+
+def test_a_copied_weight_releases_its_mapped_pages(tmp_path):
+    """A transposed weight is a copy: weight_arrays drops the mapped pages it was read from
+    (Checkpoint.release), so the weight is resident once, not twice; a view of the same
+    tensor still reads the right values (the pages come back from the file)."""
+    if not Path("/proc/self/status").exists():
+        pytest.skip("needs /proc/self/status (Linux) to read the resident set")
+    rows, cols = 2048, 4096  # 32 MiB of f32
+    big = np.arange(rows * cols, dtype=np.float32).reshape(rows, cols)
+    name = "model.embed_tokens.weight"
+    ckpt = Checkpoint(make_checkpoint(tmp_path / "m", tensors={name: ("F32", big)},
+                                      config={**CONFIG, "vocab_size": rows,
+                                              "hidden_size": cols}))
+    del big
+    view = ckpt.array(name)
+    assert float(view.sum(dtype=np.float64)) > 0  # every page of the mapping resident
+    before = _resident_kib()
+    arrays, _ = weight_arrays(ckpt, {WeightRef(name, True): ((cols, rows), "f32")})
+    after = _resident_kib()
+    # The transposed copy (32 MiB) came in and the mapped pages (32 MiB) went out.
+    assert after - before < 8 * 1024, (before, after)
+    assert np.array_equal(arrays[WeightRef(name, True)][:, 5], view[5])

@@ -254,6 +254,22 @@ class Checkpoint:
             array = array.copy()
         return array
 
+    def release(self, name: str):
+        """Drop this process's resident pages of tensor `name`'s bytes (the whole pages inside
+        them). The mapping is read-only and file-backed, so a later read faults them in again
+        from the page cache: call it once a copy of the tensor was made, so that the tensor
+        does not count twice in the process's memory (a transposed weight: the transposed copy
+        is what the compiled code reads)."""
+        info = self.tensors.get(name)
+        mapped = self._maps.get(info.file) if info is not None else None
+        if mapped is None or not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        page = mmap.PAGESIZE
+        start = -(-info.offset // page) * page
+        end = (info.offset + info.nbytes) // page * page
+        if end > start:
+            mapped.madvise(mmap.MADV_DONTNEED, start, end - start)
+
     def describe(self) -> str:
         c = self.config
         return (f"{self.family} ({self.model_type}), {self.num_layers} layers, hidden "
@@ -330,8 +346,9 @@ def weight_arrays(checkpoint: Checkpoint, wanted: Dict[object, Tuple[Tuple[int, 
     """({key: array} for `wanted` ({key: (shape, element type)}, each key a tensor name or a
     :class:`WeightRef`), notes). Checks each tensor's shape against the module's and converts
     f16/bf16 to f32 where the module wants f32 (a copy; noted); a transposed weight is a
-    transposed copy; everything else is mapped, not copied. A missing tensor or a shape or
-    dtype that does not fit is a CheckpointError that names it."""
+    transposed copy; everything else is mapped, not copied. The mapped pages a copy was made
+    from are released (:meth:`Checkpoint.release`). A missing tensor or a shape or dtype that
+    does not fit is a CheckpointError that names it."""
     arrays, problems, converted = {}, [], []
     names = {as_ref(key).name for key in wanted}
     missing = sorted(name for name in names if name not in checkpoint.tensors)
@@ -359,11 +376,15 @@ def weight_arrays(checkpoint: Checkpoint, wanted: Dict[object, Tuple[Tuple[int, 
                             f"takes {list(shape)}")
             continue
         try:
-            arrays[key] = bind_layout(ref, to_dtype(checkpoint.array(ref.name), info.dtype,
-                                                    elem))
+            mapped = checkpoint.array(ref.name)
+            arrays[key] = bind_layout(ref, to_dtype(mapped, info.dtype, elem))
         except ValueError as error:
             problems.append(f"{ref.name}: {error}")
             continue
+        # A copy (transposed, widened): the mapped pages it was read from are not needed, and
+        # would otherwise stay resident next to it (the weights twice in a process's peak).
+        if not np.may_share_memory(arrays[key], mapped):
+            checkpoint.release(ref.name)
         if MLIR_DTYPES.get(elem) != info.dtype:
             converted.append(ref.name)
     if problems:
