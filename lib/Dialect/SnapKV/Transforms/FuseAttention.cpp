@@ -1,10 +1,10 @@
-//===- FuseAttention.cpp - decomposed prompt attention to snapkv.attention ===//
+//===- FuseAttention.cpp - imported attention to snapkv.attention ---------===//
 //
-// The imported attention materialises every head's [L, L] scores and runs
-// five full passes over them (mask, max, exp, sum, divide); as one
-// snapkv.attention it lowers to a tiled online softmax that never does.
-// Recognition is the model rewrite's (AttentionMatcher.h), so both fuse
-// the same attentions.
+// The imported attention materialises every head's [Lq, Lk] scores, runs
+// five full passes over them (mask, max, exp, sum, divide) and copies the
+// keys and values for the GQA repeat; as one snapkv.attention it lowers to
+// a tiled online softmax that does none of that. Recognition is the model
+// rewrite's (AttentionMatcher.h), so both see the same attentions.
 //
 //===----------------------------------------------------------------------===//
 
