@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""A decode step's vector x matrix products against the machine's memory bandwidth.
+
+A decode step reads every weight once: its projections are vector x matrix products
+(``[1, K] x [K, N]``) bound by how fast the weights stream from DRAM. This measures, on
+``--layers`` distinct copies of one layer's weights (more bytes than the caches hold, so each
+product reads its matrix from memory, as a decode step does):
+
+* **read bandwidth**: ``torch.sum`` over all the weights (2 threads by default), the bytes a
+  sum must read divided by its time: what a memory-bound kernel can reach here;
+* **ours**: one compiled function (``snapkv-opt --snapkv-cpu-pipeline``, clang, called
+  through ``snapkv.runtime``) per shape, ``linalg.matmul`` of ``[1, K] x [K, N]`` f32, called
+  on every copy in turn;
+* **torch**: ``x @ W`` on the same arrays.
+
+For each: GB/s of weights read and the share of the read bandwidth. Median of ``--runs``
+passes over all copies after one warm-up pass. Timings are measurements, never pass/fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
+
+# SmolLM2-135M's decode projections: (K, N) and how many of each a layer has.
+SHAPES = [((576, 576), 2), ((576, 192), 2), ((576, 1536), 2), ((1536, 576), 1)]
+
+
+def _gemv_module(k: int, n: int) -> str:
+    return f"""module {{
+func.func @gemv(%x: tensor<1x{k}xf32>, %w: tensor<{k}x{n}xf32>) -> tensor<1x{n}xf32> {{
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<1x{n}xf32>
+  %init = linalg.fill ins(%zero : f32) outs(%e : tensor<1x{n}xf32>) -> tensor<1x{n}xf32>
+  %y = linalg.matmul ins(%x, %w : tensor<1x{k}xf32>, tensor<{k}x{n}xf32>)
+                     outs(%init : tensor<1x{n}xf32>) -> tensor<1x{n}xf32>
+  return %y : tensor<1x{n}xf32>
+}}
+}}
+"""
+
+
+def _passes(fn, runs):
+    times = []
+    for _ in range(runs + 1):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[1:])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", type=int, default=30, help="copies of one layer's weights")
+    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    args = ap.parse_args(argv)
+
+    import torch
+
+    from snapkv import runtime
+
+    torch.set_num_threads(args.threads)
+    rng = np.random.default_rng(0)
+    weights = {shape: [rng.standard_normal(shape, dtype=np.float32)
+                       for _ in range(count * args.layers)] for shape, count in SHAPES}
+    total = sum(w.nbytes for ws in weights.values() for w in ws)
+    vectors = {shape: rng.standard_normal((1, shape[0]), dtype=np.float32) for shape in weights}
+
+    flat = torch.from_numpy(np.concatenate([w.ravel() for ws in weights.values() for w in ws]))
+    read = total / _passes(flat.sum, args.runs)
+
+    functions = {}
+    for (k, n) in weights:
+        text = _gemv_module(k, n)
+        lib = runtime.compile_library(text, label=f"gemv {k}x{n}")
+        functions[(k, n)] = runtime.CompiledFunction(ctypes.CDLL(str(lib.path)), "gemv",
+                                                     runtime.signature(text, "gemv"))
+        (ours,) = functions[(k, n)](vectors[(k, n)], weights[(k, n)][0])
+        if not np.allclose(ours, vectors[(k, n)] @ weights[(k, n)][0], rtol=1e-4, atol=1e-3):
+            raise SystemExit(f"gemv {k}x{n}: the compiled result differs from numpy's")
+
+    def ours_pass():
+        for shape, ws in weights.items():
+            fn, x = functions[shape], vectors[shape]
+            for w in ws:
+                fn(x, w)
+
+    tw = {shape: [torch.from_numpy(w) for w in ws] for shape, ws in weights.items()}
+    tx = {shape: torch.from_numpy(x) for shape, x in vectors.items()}
+
+    def torch_pass():
+        for shape, ws in tw.items():
+            x = tx[shape]
+            for w in ws:
+                x @ w
+
+    ours = total / _passes(ours_pass, args.runs)
+    theirs = total / _passes(torch_pass, args.runs)
+    print(f"{args.layers} copies of SmolLM2's decode projections, {total / 1e6:.0f} MB of f32 "
+          f"weights, {args.threads} threads, median of {args.runs} passes")
+    print("| kernel | GB/s of weights | share of the read bandwidth |")
+    print("|---|---:|---:|")
+    for name, rate in (("torch.sum (read bandwidth)", read), ("ours: compiled linalg.matmul",
+                                                               ours), ("torch x @ W", theirs)):
+        print(f"| {name} | {rate / 1e9:.1f} | {rate / read:.0%} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
