@@ -95,11 +95,12 @@ def test_a_decode_step_is_one_row_tile():
 
 def test_an_explicit_offset_hides_the_keys_past_it():
     """`offset` places query row 0 among the keys: a decode step's position below the cache
-    length hides the keys past it, a negative one leaves rows without keys (zero)."""
+    length hides the keys past it, a negative one leaves rows without keys (zero); offsets
+    beyond 32 bits either way mean every key or none."""
     fn = _function((1, 4, None, 8), (1, 2, None, 8), "f32", None, SMALL_TILES, offset=True)
     rng = np.random.default_rng(5)
     for lq, lk, offset in [(1, 20, 19), (1, 20, 7), (1, 20, 40), (3, 20, 2), (5, 20, -2),
-                           (1, 20, -1), (12, 12, 0)]:
+                           (1, 20, -1), (12, 12, 0), (2, 20, 2**40), (2, 20, -2**40)]:
         q = rng.standard_normal((1, 4, lq, 8), dtype=np.float32)
         k, v = (rng.standard_normal((1, 2, lk, 8), dtype=np.float32) for _ in range(2))
         (out,) = fn(q, k, v, np.array([offset], dtype=np.int64))
@@ -116,3 +117,14 @@ def test_f16_rounds_the_f32_result():
     assert out.dtype == np.float16
     expected = reference.attention(q, k, v, elem="f16")
     np.testing.assert_allclose(out.astype(np.float64), expected, rtol=0, atol=2e-3)
+
+
+def test_values_shorter_than_keys_are_a_reported_error():
+    """Dynamic lengths the verifier cannot compare: values shorter than keys stop the call with
+    a message naming them, instead of reading past the values."""
+    fn = _function((1, 2, None, 8), (1, 1, None, 8), "f32", None, SMALL_TILES)
+    q = np.zeros((1, 2, 4, 8), dtype=np.float32)
+    k, v = np.zeros((1, 1, 12, 8), dtype=np.float32), np.zeros((1, 1, 5, 8), dtype=np.float32)
+    with pytest.raises(runtime.CompiledCheckError,
+                       match="length of 'values' differs from 'keys'"):
+        fn(q, k, v)

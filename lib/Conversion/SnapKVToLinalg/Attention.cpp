@@ -23,6 +23,7 @@
 #include "Formulation.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/ControlFlow/IR/ControlFlowOps.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
@@ -137,6 +138,22 @@ Value AttentionBuilder::build(Value queries, Value keys, Value values,
   Value lk = tensor::DimOp::create(b, loc, keys, 2);
   if (!offset)
     offset = arith::SubIOp::create(b, loc, lk, lq);
+  // What the verifier cannot see in dynamic shapes: values as long as the
+  // keys (their tiles are read at the keys' positions), and positions that
+  // fit the i32 column arithmetic.
+  if (cast<RankedTensorType>(keys.getType()).isDynamicDim(2) ||
+      cast<RankedTensorType>(values.getType()).isDynamicDim(2)) {
+    Value lv = tensor::DimOp::create(b, loc, values, 2);
+    cf::AssertOp::create(
+        b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lk, lv),
+        "snapkv.attention: length of 'values' differs from 'keys'");
+    cf::AssertOp::create(
+        b, loc,
+        arith::CmpIOp::create(
+            b, loc, arith::CmpIPredicate::slt, lk,
+            cIndex(std::numeric_limits<int32_t>::max() - tk - tq)),
+        "snapkv.attention: more keys than 32-bit positions allow");
+  }
   Value tiles = arith::CeilDivSIOp::create(b, loc, lq, cIndex(tq));
   Value paddedLq = arith::MulIOp::create(b, loc, tiles, cIndex(tq));
   Value paddedLk = arith::MaxSIOp::create(b, loc, lk, cIndex(tk));
@@ -174,7 +191,13 @@ Value AttentionBuilder::build(Value queries, Value keys, Value values,
     Value kv = arith::DivUIOp::create(b, loc, h, cIndex(group));
     OpFoldResult one = b.getIndexAttr(1), zero = b.getIndexAttr(0);
     Value qTile = tile2D(queriesT, bi, h, zero, row0, dim, tq);
-    Value rowBase = arith::AddIOp::create(b, loc, offset, row0);
+    // Row 0's position, clamped to [-Tq, Lk] (no key / every key for the
+    // whole tile either way), so that any offset fits the i32 limits.
+    Value rowBase = arith::MaxSIOp::create(
+        b, loc,
+        arith::MinSIOp::create(b, loc,
+                               arith::AddIOp::create(b, loc, offset, row0), lk),
+        cIndex(-tq));
     Value tile = queryTile(qTile, k, v, bi, kv, rowBase, lk, paddedLk);
     b.setInsertionPointToStart(forall.getTerminator().getBody());
     tensor::ParallelInsertSliceOp::create(

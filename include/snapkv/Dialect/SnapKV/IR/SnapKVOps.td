@@ -201,7 +201,8 @@ def SnapKV_AttentionOp : SnapKV_Op<"attention", [Pure]> {
     decode step's position. `scale` defaults to `1/sqrt(D)`. Products and
     the softmax are computed in f32; the result has the queries' type. A row
     that sees no key (`i + offset < 0`) is zero, as with SDPA's guard for
-    fully masked rows.
+    fully masked rows. With a dynamic key or value length the lowering
+    checks at run time that both lengths agree and fit 32-bit positions.
 
     `snapkv-fuse-attention` forms it from the attention torch-mlir imports;
     `convert-snapkv-to-linalg` lowers it to a tiled online softmax
