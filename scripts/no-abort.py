@@ -26,6 +26,8 @@ PASSES = [
     ["--snapkv-cpu-pipeline"],
     ["--snapkv-cpu-pipeline=fuse-attention=false"],
     ["--pass-pipeline=builtin.module(func.func(snapkv-fuse-attention))"],
+    ["--snapkv-append-in-place"],
+    ["--pass-pipeline=builtin.module(func.func(snapkv-fuse-attention),snapkv-append-in-place)"],
     ["--pass-pipeline=builtin.module(func.func(snapkv-fuse-elementwise))"],
     ["--pass-pipeline=builtin.module(func.func(snapkv-parallelize))"],
     ["--pass-pipeline=builtin.module(func.func(snapkv-vectorize))"],

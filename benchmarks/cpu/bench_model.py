@@ -89,6 +89,8 @@ def _worker_ours(model_dir: Path, ids, compact: bool, steps: int, runs: int) -> 
         logits, caches = model.prefill(ids[None])
         prefill.append(time.perf_counter() - start)
     token = int(np.argmax(logits[0, -1]))
+    # Room for the steps, as generate() makes it: each step writes its row in place.
+    caches = model.cache(caches, steps + 1)
     decode = []
     for step in range(steps + 1):
         start = time.perf_counter()

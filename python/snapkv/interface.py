@@ -19,19 +19,23 @@ DESCRIBE_VERSION = 1
 
 @dataclass(frozen=True)
 class TypeInfo:
-    """A type: its MLIR text; for a ranked tensor also its shape (None: dynamic) and
-    element type."""
+    """A type: its MLIR text; for a ranked tensor or an identity-layout memref also its shape
+    (None: dynamic) and element type; ``memref`` for a buffer the caller passes and the
+    function may write (``snapkv-append-in-place``'s caches)."""
     text: str
     shape: Optional[Tuple[Optional[int], ...]] = None
     element: Optional[str] = None
+    memref: bool = False
 
     @classmethod
     def from_json(cls, data: dict) -> "TypeInfo":
         shape = data.get("shape")
-        return cls(data["text"], None if shape is None else tuple(shape), data.get("element"))
+        return cls(data["text"], None if shape is None else tuple(shape), data.get("element"),
+                   bool(data.get("memref", False)))
 
     @property
     def is_tensor(self) -> bool:
+        """A ranked tensor or memref: what the memref descriptor ABI passes."""
         return self.shape is not None
 
 

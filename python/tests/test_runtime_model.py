@@ -151,8 +151,16 @@ def test_positions_and_memory_are_checked_before_the_call(text):
                        match=r"a 4,090-token prompt and 16 decode steps reach position 4,105, "
                              r"past the model's max_position_embeddings \(4,096"):
         model.generate(ids, 16)
-    unlimited = runtime.CompiledModel(text)  # no max_positions: memory still counts
+    # No max_positions: memory still counts. As imported, attention holds [4, L, L] scores.
+    unlimited = runtime.CompiledModel(text, in_place=False)
     with pytest.raises(runtime.ResourceLimitError,
                        match=r"@prefill on a 1,000,000-token prompt needs at least 16,000.0 GB "
                              r"for one tensor<4x\?x\?xf32> alone"):
         unlimited.check_limits(1_000_000)
+    # Fused first (in_place=True runs snapkv-fuse-attention): memory linear in L.
+    fused = runtime.CompiledModel(text)
+    fused.check_limits(1_000_000)
+    with pytest.raises(runtime.ResourceLimitError,
+                       match=r"@prefill on a 1,000,000,000-token prompt needs at least "
+                             r"1,024.0 GB for one tensor<\?x256xf32> alone"):
+        fused.check_limits(1_000_000_000)

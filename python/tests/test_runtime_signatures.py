@@ -40,11 +40,25 @@ def test_signatures_with_attributes():
 
 
 def test_unsupported_types_are_named():
+    text = ("func.func @f(%a: memref<2xf32, strided<[2]>>) -> tensor<2xcomplex<f32>> {\n"
+            "  %c = tensor.empty() : tensor<2xcomplex<f32>>\n"
+            "  return %c : tensor<2xcomplex<f32>>\n}\n")
+    with pytest.raises(ValueError, match=r"unsupported type 'memref<2xf32, strided<\[2\]>>'"):
+        runtime.signature(text, "f")
     text = ("func.func @f(%a: memref<2xf32>) -> tensor<2xcomplex<f32>> {\n"
             "  %c = tensor.empty() : tensor<2xcomplex<f32>>\n"
             "  return %c : tensor<2xcomplex<f32>>\n}\n")
-    with pytest.raises(ValueError, match="unsupported type 'memref<2xf32>'"):
+    with pytest.raises(ValueError, match="unsupported element type 'complex<f32>'"):
         runtime.signature(text, "f")
+
+
+def test_memref_arguments_are_buffers():
+    text = ("func.func @f(%a: memref<2x?xf32>, %b: tensor<2xf32>) -> tensor<2xf32> {\n"
+            "  return %b : tensor<2xf32>\n}\n")
+    sig = runtime.signature(text, "f")
+    assert sig.args == (runtime.TensorType((2, None), "f32", buffer=True),
+                        runtime.TensorType((2,), "f32"))
+    assert str(sig.args[0]) == "memref<2x?xf32>"
 
 
 def test_tensor_types_of_a_function_and_its_callees():

@@ -2,11 +2,11 @@
 //
 // Parses arbitrary text with the snapkv dialect (and the upstream dialects
 // its tests use) registered, verifies it, and runs the model rewrite
-// (snapkv-compress-kv-cache), snapkv-fuse-attention and then
-// convert-snapkv-to-linalg on whatever verifies. Invalid input must be rejected
-// with diagnostics; a pass that fails on verified input (the rewrite only warns
-// when it refuses) or produces IR that does not verify is a bug, so it aborts
-// and the fuzzer reports it.
+// (snapkv-compress-kv-cache), snapkv-fuse-attention, snapkv-append-in-place and
+// then convert-snapkv-to-linalg on whatever verifies. Invalid input must be
+// rejected with diagnostics; a pass that fails on verified input (the rewrite
+// only warns when it refuses) or produces IR that does not verify is a bug, so
+// it aborts and the fuzzer reports it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -184,6 +184,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   rewrite.kernelSize = 3;
   pm.addPass(snapkv::createCompressKVCache(rewrite));
   pm.addNestedPass<func::FuncOp>(snapkv::createFuseAttention());
+  pm.addPass(snapkv::createAppendInPlace());
   pm.addPass(snapkv::createConvertSnapKVToLinalg());
   if (failed(pm.run(*module)) || failed(verify(*module))) {
     std::fprintf(stderr, "snapkv-fuzz: verified input failed to rewrite or "

@@ -11,7 +11,7 @@ from typing import List, Sequence
 import numpy as np
 
 from .. import interface
-from .memref import _check_shape
+from .memref import _check_shape, check_buffer
 from .signatures import GlueFunction, Signature, TensorType
 
 
@@ -34,6 +34,8 @@ class GlueRunner:
                              f"{len(self._bound)} bound weights), got {len(arrays)}")
         env = dict(self._bound)
         for i, (array, ttype) in enumerate(zip(arrays, self.signature.args)):
+            if ttype.buffer:
+                check_buffer(array, ttype, f"@{self.name} argument {i}")
             array = np.ascontiguousarray(array, dtype=ttype.dtype)
             _check_shape(array, ttype, f"@{self.name} argument {i}")
             env[i] = array

@@ -66,6 +66,15 @@ _FREE.argtypes = [ctypes.c_void_p]
 _FREE.restype = None
 
 
+def check_buffer(array, ttype: TensorType, what: str):
+    """A buffer argument (a memref the function writes) must be passed as it is: a
+    C-contiguous numpy array of its element type."""
+    if not isinstance(array, np.ndarray) or array.dtype != ttype.dtype or \
+            not array.flags.c_contiguous or not array.flags.writeable:
+        raise ValueError(f"{what}: {ttype} is written in place, so it must be a writable "
+                         f"C-contiguous {ttype.dtype} array (not a copy)")
+
+
 def _check_shape(array: np.ndarray, ttype: TensorType, what: str):
     if array.ndim != ttype.rank or any(
             d is not None and d != n for d, n in zip(ttype.shape, array.shape)):
@@ -123,6 +132,8 @@ class CompiledFunction:
     def _descriptor(self, array, index: int, copy: bool = True):
         ttype = self.signature.args[index]
         what = f"@{self.name} argument {index}"
+        if ttype.buffer:
+            check_buffer(array, ttype, what)
         if not copy and (not isinstance(array, np.ndarray) or array.dtype != ttype.dtype
                          or not array.flags.c_contiguous):
             raise ValueError(f"{what}: a bound array must be a C-contiguous {ttype.dtype} "

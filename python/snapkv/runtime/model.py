@@ -10,15 +10,18 @@ and ``min(L, capacity)`` rows after prefill).
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .. import interface, tools
 from ..frontend.checkpoint import bind_layout
 from .build import DEFAULT_CFLAGS, compile_library
 from .glue import GlueRunner
+from .kvcache import KVCache
 from .limits import ResourceLimitError, check_memory, growth
 from .memref import CompiledFunction
 from .metadata import check_checkpoint, checkpoint_of, max_positions_of
@@ -29,6 +32,22 @@ def check_token_ids(ids: np.ndarray, vocab: Optional[int]):
     """Raise ValueError unless every id is in [0, vocab) (no check when vocab is None)."""
     if vocab is not None and ids.size and (ids.min() < 0 or ids.max() >= vocab):
         raise ValueError(f"token ids must be in [0, {vocab}), got {ids.min()}..{ids.max()}")
+
+
+# Fusion first: snapkv-fuse-attention recognises the imported concatenation, not the slices
+# that replace it (the CPU pipeline would run the fusion anyway).
+APPEND_IN_PLACE = "builtin.module(func.func(snapkv-fuse-attention),snapkv-append-in-place)"
+
+
+@functools.lru_cache(maxsize=8)
+def append_in_place(text: str) -> str:
+    """`text` with ``@decode`` writing its new cache rows into caller-owned buffers
+    (``snapkv-append-in-place``), or unchanged when the pass does not apply (the compiler
+    says why on stderr; the result then has no ``snapkv.append_in_place``). Remembered for
+    the last modules asked about."""
+    if "decode" not in interface.describe(text).functions:
+        return text
+    return tools.opt([f"--pass-pipeline={APPEND_IN_PLACE}"], text=text).stdout
 
 
 class CompiledModel:
@@ -50,7 +69,8 @@ class CompiledModel:
     def __init__(self, text: str, *, cache_dir: Optional[os.PathLike] = None,
                  verbose: bool = False, cflags: Sequence[str] = DEFAULT_CFLAGS,
                  timeout: int = 1800, max_positions: Optional[int] = None,
-                 weights=None, split_entry_points: bool = True):
+                 weights=None, split_entry_points: bool = True,
+                 in_place: bool = True):
         """`weights`: for a module whose entry points take weights (arguments with
         ``{snapkv.weight = "<name>"}``, written by ``snapkv export --hf``), where they come
         from: a :class:`~snapkv.frontend.checkpoint.Checkpoint` (tensors mapped from its
@@ -63,7 +83,16 @@ class CompiledModel:
         export --hf`` writes them), compile the callees alone and make the calls from here
         (:class:`GlueRunner`): the compiled code holds one copy of each layer, and no
         function takes every weight (hundreds of memref descriptors, which clang compiles
-        slowly). False compiles the module as it is."""
+        slowly). False compiles the module as it is.
+
+        `in_place`: compile ``@decode`` so that it writes each new cache row into buffers
+        this object passes (:func:`append_in_place`, :class:`KVCache`), not into fresh copies
+        of every cache; when the pass does not apply, decode keeps the functional ABI."""
+        if in_place:
+            text = append_in_place(text)
+        # {rows, buffers, dim} when @decode writes its caches in place.
+        self.in_place = interface.describe(text).function("decode").attributes.get(
+            "snapkv.append_in_place")
         self.prefill_signature = signature(text, "prefill")
         self.decode_signature = signature(text, "decode")
         self._check_signatures()
@@ -183,6 +212,16 @@ class CompiledModel:
     def num_caches(self) -> int:
         return len(self.prefill_signature.results) - 1
 
+    def cache(self, caches: Sequence[np.ndarray], steps: int = 16):
+        """`caches` (as prefill returns them) made ready for `steps` decode steps: a
+        :class:`KVCache` with room for them when decode writes in place, else the list."""
+        if self.in_place is None:
+            return list(caches)
+        if isinstance(caches, KVCache):
+            caches.reserve(steps)
+            return caches
+        return KVCache(caches, spare=steps)
+
     @property
     def vocab_size(self) -> Optional[int]:
         return self.prefill_signature.results[0].shape[-1]
@@ -190,7 +229,7 @@ class CompiledModel:
     @property
     def cache_types(self) -> Tuple[TensorType, ...]:
         """Types of decode's cache arguments (head count and head dim, length usually ?)."""
-        return self.decode_signature.inputs[2:]
+        return self.decode_signature.inputs[2:2 + self.num_caches]
 
     def _check_signatures(self):
         p, d = self.prefill_signature, self.decode_signature
@@ -208,10 +247,22 @@ class CompiledModel:
                 da[0].elem != "i64" or da[1].elem != "i64":
             problems.append("@decode does not start with (id [B, 1] i64, position [1] i64)")
         caches = len(p.results) - 1
-        if len(da) - 2 != caches or len(d.results) - 1 != caches:
-            problems.append(f"@prefill returns {caches} caches but @decode takes "
-                            f"{len(da) - 2} and returns {len(d.results) - 1}")
-        if any(t.rank != 4 for t in (*p.results[1:], *da[2:], *d.results[1:])):
+        if self.in_place is not None:
+            # (id, position, cache buffers..., rows) -> logits: snapkv-append-in-place.
+            buffers = list(range(2, 2 + caches))
+            if self.in_place.get("buffers") != buffers or \
+                    self.in_place.get("rows") != 2 + caches or \
+                    self.in_place.get("dim") != 2 or len(d.results) != 1:
+                problems.append(f"@decode writes its caches in place as {self.in_place}, "
+                                f"expected buffers {buffers}, rows {2 + caches}, dim 2 and "
+                                f"one result")
+            decode_caches = da[2:2 + caches]
+        else:
+            decode_caches = da[2:] + d.results[1:]
+            if len(da) - 2 != caches or len(d.results) - 1 != caches:
+                problems.append(f"@prefill returns {caches} caches but @decode takes "
+                                f"{len(da) - 2} and returns {len(d.results) - 1}")
+        if any(t.rank != 4 for t in (*p.results[1:], *decode_caches)):
             problems.append("cache tensors are not all [B, H, T, D]")
         if problems:
             raise ValueError("not a prefill/decode model module: " + "; ".join(problems))
@@ -231,8 +282,13 @@ class CompiledModel:
         out = self._prefill(ids)
         return out[0], out[1:]
 
-    def decode(self, token: int, position: int, caches: Sequence[np.ndarray]) \
-            -> Tuple[np.ndarray, List[np.ndarray]]:
+    def decode(self, token: int, position: int, caches: Sequence[np.ndarray]):
+        """One step: ``(logits [1, 1, V], caches)`` with the token's K/V appended.
+
+        When decode writes in place (``in_place``), `caches` may be a :class:`KVCache`
+        (from :meth:`cache`): its buffers get the new row, no cache is copied, and the same
+        object is returned. Arrays are put into a new :class:`KVCache` first (one copy, room
+        for 16 more rows), which is returned. Otherwise the module returns new arrays."""
         ids = np.array([[int(token)]], dtype=np.int64)
         self._check_ids(ids)
         if self.max_positions is not None and position >= self.max_positions:
@@ -240,15 +296,27 @@ class CompiledModel:
                                      f"max_position_embeddings ({self.max_positions:,})")
         rows = max((c.shape[2] for c in caches if np.ndim(c) == 4), default=0) + 1
         check_memory(self._growth["decode"], "decode", rows, f"a cache of {rows:,} rows")
-        out = self._decode(ids, np.array([int(position)], dtype=np.int64), *caches)
-        return out[0], out[1:]
+        pos = np.array([int(position)], dtype=np.int64)
+        if self.in_place is None:
+            out = self._decode(ids, pos, *caches)
+            return out[0], out[1:]
+        cache = caches if isinstance(caches, KVCache) else KVCache(caches, spare=16)
+        cache.reserve(1)
+        (logits,) = self._decode(ids, pos, *cache.buffers, cache.rows_argument())
+        cache.appended()
+        return logits, cache
 
     def time_decode(self, token: int, position: int, caches: Sequence[np.ndarray],
                     repeat: int = 1) -> List[float]:
-        """Seconds of `repeat` bare ``_mlir_ciface_decode`` calls (no copy of the results)."""
+        """Seconds of `repeat` bare decode calls on `caches` (no copy of the results; in
+        place, every call writes the same row)."""
         ids = np.array([[int(token)]], dtype=np.int64)
         self._check_ids(ids)
-        return self._decode.time_call(ids, np.array([int(position)], dtype=np.int64), *caches,
+        pos = np.array([int(position)], dtype=np.int64)
+        if self.in_place is None:
+            return self._decode.time_call(ids, pos, *caches, repeat=repeat)
+        cache = KVCache(caches, spare=1)
+        return self._decode.time_call(ids, pos, *cache.buffers, cache.rows_argument(),
                                       repeat=repeat)
 
     @staticmethod
@@ -285,7 +353,8 @@ class CompiledModel:
           ``logical_lengths`` for an unmodified module, ``min(L, capacity) + g`` after
           ``snapkv-compress-kv-cache``;
         * ``cache_shapes``: the shape of the first cache tensor at the end;
-        * ``caches``: the caches after the last step.
+        * ``caches``: the caches after the last step (a :class:`KVCache` when decode
+          writes in place: a sequence of the valid ``[B, H, T, D]`` views).
         """
         if (ids is None) == (text is None):
             raise ValueError("give the prompt as ids or as text (one of them)")
@@ -308,6 +377,7 @@ class CompiledModel:
         length = ids.shape[1]
         self.check_limits(length, steps)
         logits, caches = self.prefill(ids)
+        caches = self.cache(caches, steps)
         rows = [logits[0, -1]]
         tokens = [int(np.argmax(rows[-1]))]
         logical, physical, positions = [length], [self._physical(caches)], []

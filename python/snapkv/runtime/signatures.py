@@ -28,19 +28,23 @@ _ELEMENTS = {
 
 @dataclass(frozen=True)
 class TensorType:
-    """A ranked tensor type; ``None`` for a dynamic dimension."""
+    """A ranked tensor type; ``None`` for a dynamic dimension. ``buffer``: a memref
+    argument, which the function writes in place (the caller's array is passed as it is,
+    never a copy)."""
     shape: Tuple[Optional[int], ...]
     elem: str
+    buffer: bool = False
 
     @classmethod
     def of(cls, info: interface.TypeInfo) -> "TensorType":
-        """The type the compiler described (a ValueError unless it is a ranked tensor of an
-        element type the runtime can pass)."""
+        """The type the compiler described (a ValueError unless it is a ranked tensor or an
+        identity-layout memref of an element type the runtime can pass)."""
         if not info.is_tensor:
-            raise ValueError(f"unsupported type {info.text!r} (ranked tensors only)")
+            raise ValueError(f"unsupported type {info.text!r} (ranked tensors and memrefs "
+                             f"only)")
         if info.element not in _ELEMENTS:
             raise ValueError(f"unsupported element type {info.element!r} in {info.text!r}")
-        return cls(info.shape, info.element)
+        return cls(info.shape, info.element, info.memref)
 
     @property
     def rank(self) -> int:
@@ -52,7 +56,7 @@ class TensorType:
 
     def __str__(self):
         dims = "".join(("?" if d is None else str(d)) + "x" for d in self.shape)
-        return f"tensor<{dims}{self.elem}>"
+        return f"{'memref' if self.buffer else 'tensor'}<{dims}{self.elem}>"
 
 
 @dataclass(frozen=True)

@@ -73,3 +73,47 @@ module attributes {snapkv.refusal = {reason = "no-attention"}} {
 func.func @scores() attributes {snapkv.exposed_scores = [1]} {
   return
 }
+
+// -----
+
+// CHECK-LABEL: func.func @in_place
+// CHECK-SAME: snapkv.append_in_place = {buffers = [0], dim = 2 : i64, rows = 1 : i64}
+func.func @in_place(%k: memref<1x2x?x4xf32>, %rows: tensor<1xi64>)
+    attributes {snapkv.append_in_place = {buffers = [0], dim = 2, rows = 1}} {
+  return
+}
+
+// -----
+
+// The buffer is still a tensor.
+// expected-error @below {{snapkv.append_in_place must be {rows = <argument>, buffers = [<arguments>], dim = <int>} on a function whose rows argument holds one i64 and whose buffers are memrefs of rank > dim}}
+func.func @in_place(%k: tensor<1x2x?x4xf32>, %rows: tensor<1xi64>)
+    attributes {snapkv.append_in_place = {buffers = [0], dim = 2, rows = 1}} {
+  return
+}
+
+// -----
+
+// rows is not one i64.
+// expected-error @below {{snapkv.append_in_place must be}}
+func.func @in_place(%k: memref<1x2x?x4xf32>, %rows: tensor<2xi64>)
+    attributes {snapkv.append_in_place = {buffers = [0], dim = 2, rows = 1}} {
+  return
+}
+
+// -----
+
+// dim past the buffer's rank; an argument out of range.
+// expected-error @below {{snapkv.append_in_place must be}}
+func.func @in_place(%k: memref<1x2x?x4xf32>, %rows: tensor<1xi64>)
+    attributes {snapkv.append_in_place = {buffers = [0], dim = 4, rows = 1}} {
+  return
+}
+
+// -----
+
+// expected-error @below {{snapkv.append_in_place must be}}
+func.func @in_place(%k: memref<1x2x?x4xf32>, %rows: tensor<1xi64>)
+    attributes {snapkv.append_in_place = {buffers = [0], dim = 2, rows = 7}} {
+  return
+}

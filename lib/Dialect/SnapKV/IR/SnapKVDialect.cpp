@@ -3,6 +3,7 @@
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/DialectImplementation.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
 #include "mlir/Transforms/InliningUtils.h"
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -53,6 +54,48 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   return success();
 }
 
+/// `{rows = i, buffers = [j, ...], dim = d}` on a function (written by
+/// snapkv-append-in-place): argument i holds one i64, every j is a buffer (not
+/// a tensor) with a dimension d. Lowered types (LLVM) are not checked.
+static LogicalResult verifyAppendInPlace(Operation *op, Attribute value) {
+  auto func = dyn_cast<FunctionOpInterface>(op);
+  auto record = dyn_cast<DictionaryAttr>(value);
+  auto fail = [&] {
+    return op->emitError("snapkv.append_in_place must be {rows = <argument>, "
+                         "buffers = [<arguments>], dim = <int>} on a function "
+                         "whose rows argument holds one i64 and whose "
+                         "buffers are memrefs of rank > dim");
+  };
+  if (!func || !record)
+    return fail();
+  auto rows = dyn_cast_or_null<IntegerAttr>(record.get("rows"));
+  auto dim = dyn_cast_or_null<IntegerAttr>(record.get("dim"));
+  auto buffers = dyn_cast_or_null<ArrayAttr>(record.get("buffers"));
+  if (!rows || !dim || !buffers || buffers.empty() || dim.getInt() < 0)
+    return fail();
+  ArrayRef<Type> args = func.getArgumentTypes();
+  auto argument = [&](IntegerAttr index) -> Type {
+    int64_t i = index ? index.getInt() : -1;
+    return i >= 0 && i < static_cast<int64_t>(args.size()) ? args[i] : Type();
+  };
+  Type rowsType = argument(rows);
+  if (!rowsType)
+    return fail();
+  if (auto shaped = dyn_cast<ShapedType>(rowsType))
+    if (!shaped.hasRank() || shaped.getShape() != ArrayRef<int64_t>{1} ||
+        !shaped.getElementType().isInteger(64))
+      return fail();
+  for (Attribute buffer : buffers) {
+    Type type = argument(dyn_cast<IntegerAttr>(buffer));
+    if (!type || isa<TensorType>(type))
+      return fail();
+    if (auto memref = dyn_cast<MemRefType>(type))
+      if (dim.getInt() >= memref.getRank())
+        return fail();
+  }
+  return success();
+}
+
 LogicalResult SnapKVDialect::verifyOperationAttribute(Operation *op,
                                                       NamedAttribute attr) {
   StringRef name = attr.getName().getValue();
@@ -90,5 +133,7 @@ LogicalResult SnapKVDialect::verifyOperationAttribute(Operation *op,
       return op->emitError("snapkv.exposed_scores must be an array of strings");
     return success();
   }
+  if (name == "snapkv.append_in_place")
+    return verifyAppendInPlace(op, value);
   return op->emitError("unknown snapkv attribute '") << name << "'";
 }

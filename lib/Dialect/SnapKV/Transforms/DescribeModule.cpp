@@ -11,6 +11,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/BuiltinTypes.h"
 
 #include "llvm/ADT/SetVector.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -44,6 +45,18 @@ static json::Value describeType(Type type) {
                                                  : json::Value(dim));
     out["shape"] = std::move(shape);
     out["element"] = printed(tensor.getElementType());
+  }
+  // A memref argument is a buffer the caller passes and the callee may write
+  // (snapkv-append-in-place's caches): described like a tensor, marked.
+  if (auto memref = dyn_cast<MemRefType>(type);
+      memref && memref.getLayout().isIdentity()) {
+    json::Array shape;
+    for (int64_t dim : memref.getShape())
+      shape.push_back(ShapedType::isDynamic(dim) ? json::Value(nullptr)
+                                                 : json::Value(dim));
+    out["shape"] = std::move(shape);
+    out["element"] = printed(memref.getElementType());
+    out["memref"] = true;
   }
   return out;
 }

@@ -107,7 +107,9 @@ def DescribeModule : Pass<"snapkv-describe-module", "::mlir::ModuleOp"> {
 
     `T` is `{"text": "tensor<1x?x64xf32>", "shape": [1, null, 64],
     "element": "f32"}`; `shape` and `element` are present for ranked
-    tensors only. `attributes` holds the attributes in the `snapkv.`
+    tensors and for memrefs of the identity layout, which add `"memref":
+    true` (buffers the caller passes and the function may write, as
+    `snapkv-append-in-place` makes the caches). `attributes` holds the attributes in the `snapkv.`
     namespace (builtin attributes as JSON values, others as their MLIR
     text). `callees` are the functions called anywhere in the body, in
     order of first call; `selects` every `snapkv.select` in the body
@@ -184,6 +186,62 @@ def FuseAttention : Pass<"snapkv-fuse-attention", "::mlir::func::FuncOp"> {
   ];
   let statistics = [
     Statistic<"numFused", "fused-attentions", "Attentions replaced by snapkv.attention">
+  ];
+}
+
+def AppendInPlace : Pass<"snapkv-append-in-place", "::mlir::ModuleOp"> {
+  let summary = "Make a decode step write its new cache row into buffers the "
+                "caller owns";
+  let description = [{
+    A decode step imported from PyTorch appends one row to each cache
+    (`tensor.concat dim(d) %cache, %row`) and returns the longer tensor, so
+    the compiled step allocates and copies every cache on every step. This
+    pass changes the function named `func` so that the caller owns the
+    caches:
+
+    * each cache argument becomes a memref of the same shape (a buffer with
+      room for more rows along `d`), and one argument `rows : tensor<1xi64>`
+      is added after the last argument that is not a weight
+      (`snapkv.weight`): how many rows of every buffer are valid;
+    * the new row is written in place at row `rows`
+      (`tensor.insert_slice` into `bufferization.to_tensor restrict writable`
+      of the buffer, `bufferization.materialize_in_destination` back), what
+      read the concatenation reads the first `rows + 1` rows
+      (`tensor.extract_slice`), and what read the old cache's length reads
+      `rows`;
+    * the appended caches are no longer results; the caller finds them in
+      its buffers, `rows + 1` rows long;
+    * run-time checks (`cf.assert`): `rows >= 0` and `rows` below every
+      buffer's capacity.
+
+    A cache argument qualifies when its only uses are one such concatenation
+    (with one static row along `d`, its result returned once) and
+    `tensor.dim`; any other read of the old cache would need its rows after
+    the write, and the function is left unchanged. `func` may also be an
+    entry point that passes its cache arguments straight to functions that
+    append (one per layer, as `snapkv export --hf` writes them) and returns
+    their appended caches: those functions are rewritten, called only from
+    there, and the entry point gets the `rows` argument too. Every rewritten
+    function records the new convention in `snapkv.append_in_place = {rows =
+    <argument>, buffers = [<arguments>], dim = d}` (what the Python runner
+    reads through `snapkv-describe-module`). Anything else leaves the module
+    unchanged with a warning that says why.
+
+    Run it after `snapkv-fuse-attention` (the fusion recognises the
+    concatenation, not the slices). The buffers are written by the
+    compiled code: one-shot bufferization (`bufferize-function-boundaries`)
+    writes them in place and copies nothing.
+  }];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect",
+    "::mlir::bufferization::BufferizationDialect",
+    "::mlir::cf::ControlFlowDialect",
+    "::mlir::memref::MemRefDialect",
+    "::mlir::tensor::TensorDialect"
+  ];
+  let options = [
+    Option<"funcName", "func", "std::string", /*default=*/"\"decode\"",
+           "The decode step (or the entry point calling one per layer)">
   ];
 }
 
