@@ -18,6 +18,19 @@ def layers_text() -> str:
                                       "dense<0.125>")
 
 
+def random_weights(text: str, seed: int = 0) -> dict:
+    """{checkpoint name: array} for every weight argument of @prefill in `text`, random with a
+    fixed seed; transposed weights ([in, out] arguments) in checkpoint shape, [out, in]."""
+    import numpy as np
+
+    from snapkv import runtime
+
+    rng = np.random.default_rng(seed)
+    sig = runtime.signature(text, "prefill")
+    return {ref.name: rng.standard_normal(t.shape[::-1] if ref.transposed else t.shape)
+            .astype(np.float32) * 0.3 for ref, t in sig.weight_args}
+
+
 # Returns an argument, a constant and one value twice (result ownership, freeing).
 OWNERSHIP = """
 func.func @f(%a: tensor<?xf32>) -> (tensor<?xf32>, tensor<4xf32>, tensor<?xf32>, tensor<?xf32>) {

@@ -6,7 +6,7 @@ import ctypes
 import numpy as np
 import pytest
 from conftest import require_aot_tools
-from runtime_inputs import layers_text
+from runtime_inputs import layers_text, random_weights
 
 from snapkv import runtime
 
@@ -20,10 +20,7 @@ def test_entry_points_that_only_call_run_from_python(tmp_path):
     require_aot_tools()
     text = layers_text()
     rng = np.random.default_rng(0)
-    sig = runtime.signature(text, "prefill")
-    # Transposed weights ([in, out] arguments) are given in checkpoint shape, [out, in].
-    weights = {ref.name: rng.standard_normal(t.shape[::-1] if ref.transposed else t.shape)
-               .astype(np.float32) * 0.3 for ref, t in sig.weight_args}
+    weights = random_weights(text)
     split = runtime.CompiledModel(text, weights=weights, cflags=("-O0",), cache_dir=tmp_path)
     whole = runtime.CompiledModel(text, weights=weights, cflags=("-O0",), cache_dir=tmp_path,
                                   split_entry_points=False)

@@ -13,7 +13,7 @@
 import numpy as np
 import pytest
 from conftest import require_aot_tools
-from runtime_inputs import DYNAMIC, EXAMPLE, layers_text
+from runtime_inputs import DYNAMIC, EXAMPLE, layers_text, random_weights
 
 from snapkv import runtime, tools
 from snapkv.runtime import KVCache
@@ -68,10 +68,7 @@ def test_one_function_per_layer(tmp_path):
     require_aot_tools()
     text = layers_text()
     rng = np.random.default_rng(0)
-    sig = runtime.signature(text, "prefill")
-    weights = {ref.name: rng.standard_normal(t.shape[::-1] if ref.transposed else t.shape)
-               .astype(np.float32) * 0.3 for ref, t in sig.weight_args}
-    kwargs = dict(weights=weights, cflags=("-O0",), cache_dir=tmp_path)
+    kwargs = dict(weights=random_weights(text), cflags=("-O0",), cache_dir=tmp_path)
     split = runtime.CompiledModel(text, **kwargs)
     functional = runtime.CompiledModel(text, in_place=False, **kwargs)
     whole = runtime.CompiledModel(text, split_entry_points=False, **kwargs)

@@ -34,30 +34,25 @@ template <typename T> static std::string printed(T entity) {
   return text;
 }
 
-/// {"text"} for every type; ranked tensors add "shape" (null for a dynamic
-/// dimension) and "element".
+/// {"text"} for every type; ranked tensors and identity-layout memrefs add
+/// "shape" (null for a dynamic dimension) and "element"; memrefs (buffers the
+/// caller passes and the callee may write, as snapkv-append-in-place makes the
+/// caches) add "memref": true.
 static json::Value describeType(Type type) {
   json::Object out{{"text", printed(type)}};
-  if (auto tensor = dyn_cast<RankedTensorType>(type)) {
-    json::Array shape;
-    for (int64_t dim : tensor.getShape())
-      shape.push_back(ShapedType::isDynamic(dim) ? json::Value(nullptr)
-                                                 : json::Value(dim));
-    out["shape"] = std::move(shape);
-    out["element"] = printed(tensor.getElementType());
-  }
-  // A memref argument is a buffer the caller passes and the callee may write
-  // (snapkv-append-in-place's caches): described like a tensor, marked.
-  if (auto memref = dyn_cast<MemRefType>(type);
-      memref && memref.getLayout().isIdentity()) {
-    json::Array shape;
-    for (int64_t dim : memref.getShape())
-      shape.push_back(ShapedType::isDynamic(dim) ? json::Value(nullptr)
-                                                 : json::Value(dim));
-    out["shape"] = std::move(shape);
-    out["element"] = printed(memref.getElementType());
+  auto memref = dyn_cast<MemRefType>(type);
+  auto shaped = dyn_cast<ShapedType>(type);
+  if (!isa<RankedTensorType>(type) &&
+      !(memref && memref.getLayout().isIdentity()))
+    return out;
+  json::Array shape;
+  for (int64_t dim : shaped.getShape())
+    shape.push_back(ShapedType::isDynamic(dim) ? json::Value(nullptr)
+                                               : json::Value(dim));
+  out["shape"] = std::move(shape);
+  out["element"] = printed(shaped.getElementType());
+  if (memref)
     out["memref"] = true;
-  }
   return out;
 }
 
