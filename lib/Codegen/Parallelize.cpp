@@ -123,6 +123,13 @@ struct ParallelizePass : snapkv::impl::ParallelizeBase<ParallelizePass> {
       return false;
     MLIRContext *ctx = &getContext();
     SmallVector<int64_t> sizes(ranges.size(), 0);
+    // One row (a decode step's vector x matrix product) reads each element
+    // of the matrix once: there is nothing to keep in the caches, and a
+    // static reduction lets snapkv-vectorize read the matrix row by row.
+    bool oneRow = llvm::all_of(llvm::enumerate(ranges), [&](auto it) {
+      auto [d, range] = it;
+      return d == *vectorDim || d == *reduction || range == 1;
+    });
     // Column blocks: `columns`, halved (down to 64) until there are at
     // least four, so that narrow projections still go to several threads.
     int64_t block = columns;
@@ -151,7 +158,8 @@ struct ParallelizePass : snapkv::impl::ParallelizeBase<ParallelizePass> {
     if (!tiled)
       return false;
     int64_t depth = tiled.getStaticLoopRanges()[*reduction];
-    if (ShapedType::isDynamic(depth) || depth > 2 * reductionBlock) {
+    if (!oneRow &&
+        (ShapedType::isDynamic(depth) || depth > 2 * reductionBlock)) {
       SmallVector<int64_t> steps(ranges.size(), 0);
       steps[*reduction] = reductionBlock;
       tile(rewriter, tiled, getAsIndexOpFoldResult(ctx, steps),

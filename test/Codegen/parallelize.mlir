@@ -50,6 +50,27 @@ func.func @short_reduction(%x: tensor<1x256xf32>, %w: tensor<256x1024xf32>, %ini
 
 // -----
 
+// One row (a decode step's vector x matrix product) reads every element of the
+// matrix once, so its reduction is not blocked however long: it stays static,
+// and snapkv-vectorize reads the matrix row by row (vectorize.mlir,
+// @single_row). A thousand rows are blocked.
+// CHECK-LABEL: func.func @one_row
+// CHECK: scf.forall (%{{.*}}) = (0) to (4096) step (256)
+// CHECK-NOT: scf.for
+// CHECK: linalg.matmul ins(%{{.*}}, %{{.*}} : tensor<1x4096xf32>, tensor<4096x256xf32>)
+// CHECK: scf.forall (%{{.*}}) = (0) to (4096) step (256)
+// CHECK: scf.for %{{.*}} = %c0 to %c4096 step %c128
+// CHECK: linalg.matmul ins(%{{.*}}, %{{.*}} : tensor<1000x128xf32>, tensor<128x256xf32>)
+func.func @one_row(%x: tensor<1x4096xf32>, %w: tensor<4096x4096xf32>, %init: tensor<1x4096xf32>,
+                   %xs: tensor<1000x4096xf32>, %inits: tensor<1000x4096xf32>)
+    -> (tensor<1x4096xf32>, tensor<1000x4096xf32>) {
+  %r = linalg.matmul ins(%x, %w : tensor<1x4096xf32>, tensor<4096x4096xf32>) outs(%init : tensor<1x4096xf32>) -> tensor<1x4096xf32>
+  %rs = linalg.matmul ins(%xs, %w : tensor<1000x4096xf32>, tensor<4096x4096xf32>) outs(%inits : tensor<1000x4096xf32>) -> tensor<1000x4096xf32>
+  return %r, %rs : tensor<1x4096xf32>, tensor<1000x4096xf32>
+}
+
+// -----
+
 // An op whose work grows with the prompt length (a dynamic loop): its
 // outermost parallel loop with more than one iteration (the heads, after a
 // unit batch loop; the tokens of an op linear in the prompt) in at most

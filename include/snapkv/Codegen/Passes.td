@@ -110,7 +110,9 @@ def Parallelize : Pass<"snapkv-parallelize", "::mlir::func::FuncOp"> {
       block has the same static size). Its
       innermost reduction is then tiled by `reduction-block` with `scf.for`,
       so that the part of the right-hand operand a thread works on stays in
-      its caches while all rows pass over it. The blocks run in order and
+      its caches while all rows pass over it (not for one row, a decode
+      step's vector x matrix product, which reads each element once: its
+      static reduction lets `snapkv-vectorize` read the matrix row by row). The blocks run in order and
       each adds to the partial sums of the last: the summation order, and so
       every result bit, is that of the untiled op;
     * any other op with a dynamic loop (its work grows with the prompt
