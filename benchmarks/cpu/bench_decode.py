@@ -18,7 +18,8 @@ the point is decode-step time against physical cache length, not a real prefill.
 row, medians of ``--runs`` (default 20) after ``--warmup`` (default 3):
 
 * **call**: the ``_mlir_ciface_decode`` call alone (its returned buffers are freed, not copied);
-* **runner**: ``CompiledModel.decode`` (numpy in, copies of the T+1-row caches out, buffers freed).
+* **runner**: ``CompiledModel.decode`` as ``generate()`` drives it (caches from
+  ``CompiledModel.cache``: written in place, see docs/model-ir.md).
 
 Ratios are full-row time / row time, from the same run. Prints a markdown table and machine
 info; timings are measurements, never pass/fail.
@@ -89,12 +90,15 @@ def caches_for(model, length, rng):
 
 def measure(model, caches, position, token, runs, warmup):
     call = model.time_decode(token, position, caches, repeat=warmup + runs)[warmup:]
+    # The runner as generate() drives it: caches with room for the steps (written in place
+    # when the module allows it, else copied out of each call).
+    caches = model.cache(caches, warmup + runs)
     for _ in range(warmup):
-        model.decode(token, position, caches)
+        _, caches = model.decode(token, position, caches)
     full = []
     for _ in range(runs):
         start = time.perf_counter()
-        model.decode(token, position, caches)
+        _, caches = model.decode(token, position, caches)
         full.append(time.perf_counter() - start)
     return statistics.median(call), statistics.median(full)
 
@@ -167,8 +171,8 @@ def main():
     print(f"Decode-step time against PHYSICAL cache length: every row decodes one token at "
           f"logical position {position} from random caches (numpy seed {args.seed}), not from a "
           f"prefill. Median of {args.runs} runs after {args.warmup} warm-up. *call*: the "
-          f"compiled `_mlir_ciface_decode` alone; *runner*: `CompiledModel.decode` including "
-          f"copying the new caches out. Ratios: full-row time / row time (same run). K/V is "
+          f"compiled `_mlir_ciface_decode` alone; *runner*: `CompiledModel.decode` on caches "
+          f"it writes in place. Ratios: full-row time / row time (same run). K/V is "
           f"the persistent cache passed in (2 layers x K and V, f32).\n")
     print("| row | cache heads | physical T | K/V MiB (vs full) | call ms | call speed-up "
           "| runner ms | runner speed-up |")

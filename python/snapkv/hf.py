@@ -191,17 +191,17 @@ def load(checkpoint: Union[Checkpoint, os.PathLike, str],
          compaction: Optional[Compaction] = None, *,
          options: ExportOptions = ExportOptions(), cflags: Sequence[str] = DEFAULT_CFLAGS,
          cache_dir: Optional[os.PathLike] = None, verbose: bool = False,
-         log=None) -> CompiledModel:
+         log=None, in_place: bool = True) -> CompiledModel:
     """The compiled model of `checkpoint`: the original (full cache) without `compaction`,
     else rewritten with it. Its weights are bound from the checkpoint; its
     ``max_positions`` is the export's (``max_position_embeddings``, or a sliding window that
     is narrower). `cache_dir` is the runner's (compiled libraries); exports are cached next
-    to it."""
+    to it. `in_place`: decode writes its caches in place (``CompiledModel``)."""
     if not isinstance(checkpoint, Checkpoint):
         checkpoint = Checkpoint(checkpoint)
     exports = Path(cache_dir).parent / "exports" if cache_dir is not None else None
     exported = export(checkpoint, options, cache_dir=exports, log=log)
     text = exported.text if compaction is None else rewrite(exported.text, compaction)
     return CompiledModel(text, weights=checkpoint, cflags=cflags, cache_dir=cache_dir,
-                         verbose=verbose,
+                         verbose=verbose, in_place=in_place,
                          max_positions=exported.meta.get("max_position_embeddings"))

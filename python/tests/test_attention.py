@@ -80,14 +80,17 @@ def test_static_shapes_scale_and_default_tiles():
     np.testing.assert_allclose(out, reference.attention(q, k, v, 2.0), rtol=0, atol=1e-5)
 
 
-def test_a_decode_step_is_one_row_tile():
-    """A static single query row (a decode step) against a dynamic cache: the row tile is
-    that one row, not a padded tile of 32."""
-    fn = _function((1, 6, 1, 16), (1, 2, None, 16), "f32", None, "")
+@pytest.mark.parametrize("heads,kv_heads,dim", [(6, 2, 16), (4, 4, 32), (3, 1, 64), (6, 2, 8)])
+def test_a_decode_step_is_one_row_tile(heads, kv_heads, dim):
+    """A static single query row (a decode step) against a dynamic cache: the tile's rows are
+    the query heads of one kv head (MHA: one head), the logits dot products along D; a D that
+    is not a multiple of 16 keeps the one-row tile of the general form."""
+    fn = _function((1, heads, 1, dim), (1, kv_heads, None, dim), "f32", None, "")
     rng = np.random.default_rng(11)
     for lk in (1, 63, 64, 65, 200):
-        q = rng.standard_normal((1, 6, 1, 16), dtype=np.float32)
-        k, v = (rng.standard_normal((1, 2, lk, 16), dtype=np.float32) for _ in range(2))
+        q = rng.standard_normal((1, heads, 1, dim), dtype=np.float32)
+        k, v = (rng.standard_normal((1, kv_heads, lk, dim), dtype=np.float32)
+                for _ in range(2))
         (out,) = fn(q, k, v)
         np.testing.assert_allclose(out, reference.attention(q, k, v), rtol=0, atol=2e-6,
                                    err_msg=f"Lk={lk}")

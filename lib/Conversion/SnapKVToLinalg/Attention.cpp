@@ -38,6 +38,8 @@ using namespace mlir::snapkv::detail;
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+/// Width of a one-row tile's partial dot products (AVX-512's f32 lanes).
+constexpr int64_t kLanes = 16;
 
 class AttentionBuilder {
 public:
@@ -53,10 +55,16 @@ public:
     group = queryHeads / kvHeads;
     dim = qTy.getDimSize(3);
     scale = static_cast<float>(op.getEffectiveScale());
-    // A static number of query rows below the tile (a decode step's one
-    // row) is the tile: padding it would multiply the work.
+    // A decode step (one static query row per head): the tile's rows are
+    // the `group` query heads that share a kv head, so that each key and
+    // value tile is read once for all of them, and the logits are dot
+    // products along D (dotLogits). Otherwise a static number of query rows
+    // below the tile is the tile: padding it would multiply the work.
     int64_t rows = qTy.getDimSize(2);
-    if (!ShapedType::isDynamic(rows) && rows >= 1 && rows < tq)
+    headRows = rows == 1 && dim % kLanes == 0;
+    if (headRows)
+      tq = group;
+    else if (!ShapedType::isDynamic(rows) && rows >= 1 && rows < tq)
       tq = rows;
     f32 = b.getF32Type();
     i32 = b.getI32Type();
@@ -103,6 +111,9 @@ private:
                                b.getIndexAttr(cols)},
         SmallVector<OpFoldResult>(4, one));
   }
+  /// The logits [Tk, G] of a tile of head rows from the keys [Tk, D] and
+  /// the queries [G, D], as dot products along D.
+  Value dotLogits(Value kTile, Value qTile);
   /// Pads dim 2 of a [B, H, n, D] tensor with zeros up to `rows`.
   Value padRows(Value source, Value rows);
   /// One query tile: its [Tq, D] output rows.
@@ -115,7 +126,43 @@ private:
   Type elemTy, f32, i32;
   int64_t batch, queryHeads, kvHeads, group, dim;
   float scale;
+  bool headRows; // the tile's rows are a kv head's query heads, one row each
 };
+
+// A decode step's query rows (one per head of the group): with the rows as
+// the vector, the logits would be a few scalar FMAs per key and step of D,
+// reading the keys down their columns. As dot products along D instead,
+// split into kLanes-wide partial sums (loops (j, r, lane, c), d = c * kLanes
+// + lane: the lanes are the vector, each key row read once for all rows r)
+// and then reduced over the lanes, the keys stream at memory speed.
+Value AttentionBuilder::dotLogits(Value kTile, Value qTile) {
+  int64_t chunks = dim / kLanes;
+  SmallVector<ReassociationIndices> split = {{0}, {1, 2}};
+  Value k3 = tensor::ExpandShapeOp::create(
+      b, loc, RankedTensorType::get({tk, chunks, kLanes}, elemTy), kTile,
+      split);
+  Value q3 = tensor::ExpandShapeOp::create(
+      b, loc, RankedTensorType::get({tq, chunks, kLanes}, elemTy), qTile,
+      split);
+  auto contract = arith::FastMathFlags::contract;
+  Value partial =
+      generic(RankedTensorType::get({tk, tq, kLanes}, f32), {k3, q3},
+              filled({tk, tq, kLanes}, 0.0f),
+              {map(4, {0, 3, 2}), map(4, {1, 3, 2}), map(4, {0, 1, 2})},
+              {par, par, par, red},
+              [&](OpBuilder &nb, Location l, ValueRange args) -> Value {
+                Value prod =
+                    arith::MulFOp::create(nb, l, toF32(nb, l, args[0]),
+                                          toF32(nb, l, args[1]), contract);
+                return arith::AddFOp::create(nb, l, args[2], prod, contract);
+              });
+  return generic(RankedTensorType::get({tk, tq}, f32), {partial},
+                 filled({tk, tq}, 0.0f), {map(3, {0, 1, 2}), map(3, {0, 1})},
+                 {par, par, red},
+                 [&](OpBuilder &nb, Location l, ValueRange args) -> Value {
+                   return arith::AddFOp::create(nb, l, args[1], args[0]);
+                 });
+}
 
 Value AttentionBuilder::padRows(Value source, Value rows) {
   auto ty = cast<RankedTensorType>(source.getType());
@@ -154,8 +201,12 @@ Value AttentionBuilder::build(Value queries, Value keys, Value values,
             cIndex(std::numeric_limits<int32_t>::max() - tk - tq)),
         "snapkv.attention: more keys than 32-bit positions allow");
   }
-  Value tiles = arith::CeilDivSIOp::create(b, loc, lq, cIndex(tq));
-  Value paddedLq = arith::MulIOp::create(b, loc, tiles, cIndex(tq));
+  // Head rows: one tile of the group's heads per kv head, nothing padded.
+  Value tiles =
+      headRows ? cIndex(1) : arith::CeilDivSIOp::create(b, loc, lq, cIndex(tq));
+  Value paddedLq =
+      headRows ? lq
+               : arith::MulIOp::create(b, loc, tiles, cIndex(tq)).getResult();
   Value paddedLk = arith::MaxSIOp::create(b, loc, lk, cIndex(tk));
   Value q = padRows(queries, paddedLq);
   Value k = padRows(keys, paddedLk);
@@ -178,19 +229,42 @@ Value AttentionBuilder::build(Value queries, Value keys, Value values,
   Value out = tensor::EmptyOp::create(
       b, loc, outTy.getShape(), elemTy,
       ValueRange{paddedLq}.take_front(outTy.getNumDynamicDims()));
-  SmallVector<OpFoldResult> ubs = {b.getIndexAttr(batch),
-                                   b.getIndexAttr(queryHeads), tiles};
+  SmallVector<OpFoldResult> ubs = {
+      b.getIndexAttr(batch), b.getIndexAttr(headRows ? kvHeads : queryHeads),
+      tiles};
   auto forall =
       scf::ForallOp::create(b, loc, ubs, ValueRange{out}, std::nullopt);
   {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(forall.getBody());
     SmallVector<Value> ivs = forall.getInductionVars();
-    Value bi = ivs[0], h = ivs[1];
+    Value bi = ivs[0];
     Value row0 = arith::MulIOp::create(b, loc, ivs[2], cIndex(tq));
-    Value kv = arith::DivUIOp::create(b, loc, h, cIndex(group));
     OpFoldResult one = b.getIndexAttr(1), zero = b.getIndexAttr(0);
-    Value qTile = tile2D(queriesT, bi, h, zero, row0, dim, tq);
+    // Head rows: kv head ivs[1], its query heads h .. h + group - 1 as the
+    // [G, D] tile (row 0 of each). Else query head ivs[1], rows row0 ...
+    Value kv =
+        headRows
+            ? ivs[1]
+            : arith::DivUIOp::create(b, loc, ivs[1], cIndex(group)).getResult();
+    Value h = headRows
+                  ? arith::MulIOp::create(b, loc, kv, cIndex(group)).getResult()
+                  : ivs[1];
+    // (Not rank-reducing: a [1, 1, D, 1] slice to [1, D] would be ambiguous
+    // about which unit dimensions it drops.)
+    Value qTile =
+        headRows
+            ? tensor::CollapseShapeOp::create(
+                  b, loc, RankedTensorType::get({tq, dim}, elemTy),
+                  tensor::ExtractSliceOp::create(
+                      b, loc, RankedTensorType::get({1, tq, dim, 1}, elemTy),
+                      queriesT, ArrayRef<OpFoldResult>{bi, h, zero, zero},
+                      ArrayRef<OpFoldResult>{one, b.getIndexAttr(tq),
+                                             b.getIndexAttr(dim), one},
+                      SmallVector<OpFoldResult>(4, one)),
+                  SmallVector<ReassociationIndices>{{0, 1}, {2, 3}})
+                  .getResult()
+            : tile2D(queriesT, bi, h, zero, row0, dim, tq);
     // Row 0's position, clamped to [-Tq, Lk] (no key / every key for the
     // whole tile either way), so that any offset fits the i32 limits.
     Value rowBase = arith::MaxSIOp::create(
@@ -200,11 +274,14 @@ Value AttentionBuilder::build(Value queries, Value keys, Value values,
         cIndex(-tq));
     Value tile = queryTile(qTile, k, v, bi, kv, rowBase, lk, paddedLk);
     b.setInsertionPointToStart(forall.getTerminator().getBody());
+    SmallVector<OpFoldResult> sizes =
+        headRows ? SmallVector<OpFoldResult>{one, b.getIndexAttr(tq), one,
+                                             b.getIndexAttr(dim)}
+                 : SmallVector<OpFoldResult>{one, one, b.getIndexAttr(tq),
+                                             b.getIndexAttr(dim)};
     tensor::ParallelInsertSliceOp::create(
         b, loc, tile, forall.getRegionIterArgs()[0],
-        ArrayRef<OpFoldResult>{bi, h, row0, zero},
-        ArrayRef<OpFoldResult>{one, one, b.getIndexAttr(tq),
-                               b.getIndexAttr(dim)},
+        ArrayRef<OpFoldResult>{bi, h, row0, zero}, sizes,
         SmallVector<OpFoldResult>(4, one));
   }
   Value result = forall.getResult(0);
@@ -222,8 +299,10 @@ Value AttentionBuilder::queryTile(Value qTile, Value keys, Value values,
                                   Value bi, Value kv, Value rowBase,
                                   Value length, Value paddedLength) {
   // The last key a row of the tile sees, and the key tiles up to it.
+  // Head rows all sit at rowBase; query rows at rowBase + i.
+  int64_t lastRow = headRows ? 0 : tq - 1;
   Value lastKey = arith::MinSIOp::create(
-      b, loc, arith::AddIOp::create(b, loc, rowBase, cIndex(tq - 1)),
+      b, loc, arith::AddIOp::create(b, loc, rowBase, cIndex(lastRow)),
       arith::SubIOp::create(b, loc, length, cIndex(1)));
   Value count = arith::MaxSIOp::create(
       b, loc,
@@ -238,6 +317,8 @@ Value AttentionBuilder::queryTile(Value qTile, Value keys, Value values,
   Value rowLimits = generic(
       RankedTensorType::get({tq}, i32), {}, empty({tq}, i32), {map(1, {0})},
       {par}, [&](OpBuilder &nb, Location l, ValueRange) -> Value {
+        if (headRows)
+          return arith::MinSIOp::create(nb, l, base32, last32);
         Value i = arith::IndexCastOp::create(nb, l, nb.getI32Type(),
                                              linalg::IndexOp::create(nb, l, 0));
         return arith::MinSIOp::create(
@@ -272,16 +353,23 @@ Value AttentionBuilder::queryTile(Value qTile, Value keys, Value values,
     Type tileTy = RankedTensorType::get({tk, tq}, f32);
     Type rowTy = RankedTensorType::get({tq}, f32);
     Type accTy = RankedTensorType::get({tq, dim}, f32);
-    // logits[j, i] = <k_j, q_i>; loops (j, i, d): the query rows i are the
-    // vector, one key element broadcast per step.
-    Value logits = generic(
-        tileTy, {kTile, qTile}, filled({tk, tq}, 0.0f),
-        {map(3, {0, 2}), map(3, {2, 1}), map(3, {0, 1})}, {par, par, red},
-        [&](OpBuilder &nb, Location l, ValueRange args) -> Value {
-          Value prod = arith::MulFOp::create(nb, l, toF32(nb, l, args[0]),
-                                             toF32(nb, l, args[1]), contract);
-          return arith::AddFOp::create(nb, l, args[2], prod, contract);
-        });
+    Value logits =
+        headRows
+            ? dotLogits(kTile, qTile)
+            : generic(
+                  // logits[j, i] = <k_j, q_i>; loops (j, i, d): the
+                  // query rows i are the vector, one key element
+                  // broadcast per step.
+                  tileTy, {kTile, qTile}, filled({tk, tq}, 0.0f),
+                  {map(3, {0, 2}), map(3, {2, 1}), map(3, {0, 1})},
+                  {par, par, red},
+                  [&](OpBuilder &nb, Location l, ValueRange args) -> Value {
+                    Value prod =
+                        arith::MulFOp::create(nb, l, toF32(nb, l, args[0]),
+                                              toF32(nb, l, args[1]), contract);
+                    return arith::AddFOp::create(nb, l, args[2], prod,
+                                                 contract);
+                  });
     // Column start + j is visible to row i when it is new to this tile
     // (>= first) and causally visible (<= the row's limit).
     auto scaledOrMasked = [&](OpBuilder &nb, Location l, Value x, Value col,
