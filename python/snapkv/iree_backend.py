@@ -266,7 +266,10 @@ class IreeModel:
                                               *[np.ascontiguousarray(c) for c in caches])]
         return out[0], out[1:]
 
-    # The generation loop is CompiledModel's, unchanged (it only calls prefill/decode).
+    # The generation loop is CompiledModel's, unchanged (it only calls prefill/decode);
+    # decode returns new caches each step (no in-place ABI through IREE).
+    in_place = None
+    cache = runtime.CompiledModel.cache
     _physical = staticmethod(runtime.CompiledModel._physical)
     check_limits = runtime.CompiledModel.check_limits
     generate = runtime.CompiledModel.generate
