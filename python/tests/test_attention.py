@@ -111,6 +111,20 @@ def test_an_explicit_offset_hides_the_keys_past_it():
                                    atol=2e-6, err_msg=f"Lq={lq} Lk={lk} offset={offset}")
 
 
+def test_a_decode_step_with_an_offset():
+    """The decode form (head rows, split keys) with an explicit offset: keys past it hidden,
+    splits left without keys, a row that sees no key at all (zero)."""
+    fn = _function((1, 6, 1, 32), (1, 2, None, 32), "f32", None, SMALL_TILES, offset=True)
+    rng = np.random.default_rng(6)
+    for lk, offset in [(20, 19), (20, 7), (20, 0), (20, 40), (20, -1), (300, 150), (300, 2**40),
+                       (1, 0), (2, -2**40)]:
+        q = rng.standard_normal((1, 6, 1, 32), dtype=np.float32)
+        k, v = (rng.standard_normal((1, 2, lk, 32), dtype=np.float32) for _ in range(2))
+        (out,) = fn(q, k, v, np.array([offset], dtype=np.int64))
+        np.testing.assert_allclose(out, reference.attention(q, k, v, offset=offset), rtol=0,
+                                   atol=2e-6, err_msg=f"Lk={lk} offset={offset}")
+
+
 def test_f16_rounds_the_f32_result():
     fn = _function((1, 2, None, 16), (1, 1, None, 16), "f16", None, SMALL_TILES)
     rng = np.random.default_rng(3)

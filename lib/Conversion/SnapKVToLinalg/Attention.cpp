@@ -40,6 +40,9 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 /// Width of a one-row tile's partial dot products (AVX-512's f32 lanes).
 constexpr int64_t kLanes = 16;
+/// Parts a decode step's keys are split into (FlashDecoding): a model's few kv
+/// heads alone would leave cores idle (SmolLM2's 3 on 2 threads).
+constexpr int64_t kSplits = 4;
 
 class AttentionBuilder {
 public:
@@ -116,9 +119,34 @@ private:
   Value dotLogits(Value kTile, Value qTile);
   /// Pads dim 2 of a [B, H, n, D] tensor with zeros up to `rows`.
   Value padRows(Value source, Value rows);
-  /// One query tile: its [Tq, D] output rows.
-  Value queryTile(Value queryRows, Value keys, Value values, Value bi, Value kv,
-                  Value rowBase, Value length, Value paddedLength);
+  /// One query tile over its visible key tiles: its [Tq, D] output rows; or,
+  /// with `split` (of kSplits), over that share of the key tiles only, its
+  /// running maximum [Tq], sum [Tq] and unnormalised accumulator [Tq, D].
+  SmallVector<Value> queryTile(Value queryRows, Value keys, Value values,
+                               Value bi, Value kv, Value rowBase, Value length,
+                               Value paddedLength, Value split = nullptr);
+  /// Row 0's position, clamped to [-Tq, Lk] (no key / every key for the
+  /// whole tile either way), so that any offset fits the i32 limits.
+  Value clampedBase(Value offset, Value row0, Value lk) {
+    return arith::MaxSIOp::create(
+        b, loc,
+        arith::MinSIOp::create(b, loc,
+                               arith::AddIOp::create(b, loc, offset, row0), lk),
+        cIndex(-tq));
+  }
+  /// An output element: the accumulator over the row sum, 0 for a row that
+  /// saw no key, in the element type.
+  Value normalized(OpBuilder &nb, Location l, Value acc, Value sum) {
+    Value positive = arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OGT,
+                                           sum, cF32(nb, 0.0f));
+    Value o = arith::SelectOp::create(nb, l, positive,
+                                      arith::DivFOp::create(nb, l, acc, sum),
+                                      cF32(nb, 0.0f));
+    return elemTy.isF32() ? o : arith::TruncFOp::create(nb, l, elemTy, o);
+  }
+  /// A decode step's attention (headRows): [B, Hq, 1, D] of `resultType`.
+  Value decode(Value queriesT, Value keys, Value values, Value offset,
+               Value length, Value paddedLength, RankedTensorType resultType);
 
   OpBuilder &b;
   Location loc;
@@ -225,63 +253,37 @@ Value AttentionBuilder::build(Value queries, Value keys, Value values,
       {map(4, {0, 1, 3, 2}), map(4, {0, 1, 2, 3})}, {par, par, par, par},
       [](OpBuilder &, Location, ValueRange args) { return args[0]; });
 
+  // A decode step: the group's heads as rows, the keys split (decode()).
+  if (headRows)
+    return decode(queriesT, k, v, offset, lk, paddedLk,
+                  cast<RankedTensorType>(queries.getType()));
+
   auto outTy = cast<RankedTensorType>(q.getType());
   Value out = tensor::EmptyOp::create(
       b, loc, outTy.getShape(), elemTy,
       ValueRange{paddedLq}.take_front(outTy.getNumDynamicDims()));
-  SmallVector<OpFoldResult> ubs = {
-      b.getIndexAttr(batch), b.getIndexAttr(headRows ? kvHeads : queryHeads),
-      tiles};
+  SmallVector<OpFoldResult> ubs = {b.getIndexAttr(batch),
+                                   b.getIndexAttr(queryHeads), tiles};
   auto forall =
       scf::ForallOp::create(b, loc, ubs, ValueRange{out}, std::nullopt);
   {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(forall.getBody());
     SmallVector<Value> ivs = forall.getInductionVars();
-    Value bi = ivs[0];
+    Value bi = ivs[0], h = ivs[1];
     Value row0 = arith::MulIOp::create(b, loc, ivs[2], cIndex(tq));
+    Value kv = arith::DivUIOp::create(b, loc, h, cIndex(group));
     OpFoldResult one = b.getIndexAttr(1), zero = b.getIndexAttr(0);
-    // Head rows: kv head ivs[1], its query heads h .. h + group - 1 as the
-    // [G, D] tile (row 0 of each). Else query head ivs[1], rows row0 ...
-    Value kv =
-        headRows
-            ? ivs[1]
-            : arith::DivUIOp::create(b, loc, ivs[1], cIndex(group)).getResult();
-    Value h = headRows
-                  ? arith::MulIOp::create(b, loc, kv, cIndex(group)).getResult()
-                  : ivs[1];
-    // (Not rank-reducing: a [1, 1, D, 1] slice to [1, D] would be ambiguous
-    // about which unit dimensions it drops.)
-    Value qTile =
-        headRows
-            ? tensor::CollapseShapeOp::create(
-                  b, loc, RankedTensorType::get({tq, dim}, elemTy),
-                  tensor::ExtractSliceOp::create(
-                      b, loc, RankedTensorType::get({1, tq, dim, 1}, elemTy),
-                      queriesT, ArrayRef<OpFoldResult>{bi, h, zero, zero},
-                      ArrayRef<OpFoldResult>{one, b.getIndexAttr(tq),
-                                             b.getIndexAttr(dim), one},
-                      SmallVector<OpFoldResult>(4, one)),
-                  SmallVector<ReassociationIndices>{{0, 1}, {2, 3}})
-                  .getResult()
-            : tile2D(queriesT, bi, h, zero, row0, dim, tq);
-    // Row 0's position, clamped to [-Tq, Lk] (no key / every key for the
-    // whole tile either way), so that any offset fits the i32 limits.
-    Value rowBase = arith::MaxSIOp::create(
-        b, loc,
-        arith::MinSIOp::create(b, loc,
-                               arith::AddIOp::create(b, loc, offset, row0), lk),
-        cIndex(-tq));
-    Value tile = queryTile(qTile, k, v, bi, kv, rowBase, lk, paddedLk);
+    Value qTile = tile2D(queriesT, bi, h, zero, row0, dim, tq);
+    Value tile = queryTile(qTile, k, v, bi, kv, clampedBase(offset, row0, lk),
+                           lk, paddedLk)
+                     .front();
     b.setInsertionPointToStart(forall.getTerminator().getBody());
-    SmallVector<OpFoldResult> sizes =
-        headRows ? SmallVector<OpFoldResult>{one, b.getIndexAttr(tq), one,
-                                             b.getIndexAttr(dim)}
-                 : SmallVector<OpFoldResult>{one, one, b.getIndexAttr(tq),
-                                             b.getIndexAttr(dim)};
     tensor::ParallelInsertSliceOp::create(
         b, loc, tile, forall.getRegionIterArgs()[0],
-        ArrayRef<OpFoldResult>{bi, h, row0, zero}, sizes,
+        ArrayRef<OpFoldResult>{bi, h, row0, zero},
+        ArrayRef<OpFoldResult>{one, one, b.getIndexAttr(tq),
+                               b.getIndexAttr(dim)},
         SmallVector<OpFoldResult>(4, one));
   }
   Value result = forall.getResult(0);
@@ -295,9 +297,113 @@ Value AttentionBuilder::build(Value queries, Value keys, Value values,
       strides);
 }
 
-Value AttentionBuilder::queryTile(Value qTile, Value keys, Value values,
-                                  Value bi, Value kv, Value rowBase,
-                                  Value length, Value paddedLength) {
+// A decode step: per (batch, kv head, split) one tile of the group's query
+// heads over a kSplits-th of the key tiles, then the splits' running maxima,
+// sums and accumulators combined (FlashDecoding): out = sum_s acc_s w_s /
+// sum_s l_s w_s with w_s = exp(m_s - max_s m_s). The number of splits is fixed,
+// so results do not depend on the number of threads.
+Value AttentionBuilder::decode(Value queriesT, Value keys, Value values,
+                               Value offset, Value length, Value paddedLength,
+                               RankedTensorType resultType) {
+  int64_t splits = kSplits;
+  Value mParts = empty({batch, kvHeads, splits, tq}, f32);
+  Value lParts = empty({batch, kvHeads, splits, tq}, f32);
+  Value accParts = empty({batch, kvHeads, splits, tq, dim}, f32);
+  SmallVector<OpFoldResult> ubs = {
+      b.getIndexAttr(batch), b.getIndexAttr(kvHeads), b.getIndexAttr(splits)};
+  auto forall = scf::ForallOp::create(
+      b, loc, ubs, ValueRange{mParts, lParts, accParts}, std::nullopt);
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(forall.getBody());
+    SmallVector<Value> ivs = forall.getInductionVars();
+    Value bi = ivs[0], kv = ivs[1], split = ivs[2];
+    Value h = arith::MulIOp::create(b, loc, kv, cIndex(group));
+    OpFoldResult one = b.getIndexAttr(1), zero = b.getIndexAttr(0);
+    // The group's heads, row 0 of each, as [G, D] (not rank-reducing: a
+    // [1, 1, D, 1] slice to [1, D] would be ambiguous about which unit
+    // dimensions it drops).
+    Value qTile = tensor::CollapseShapeOp::create(
+        b, loc, RankedTensorType::get({tq, dim}, elemTy),
+        tensor::ExtractSliceOp::create(
+            b, loc, RankedTensorType::get({1, tq, dim, 1}, elemTy), queriesT,
+            ArrayRef<OpFoldResult>{bi, h, zero, zero},
+            ArrayRef<OpFoldResult>{one, b.getIndexAttr(tq), b.getIndexAttr(dim),
+                                   one},
+            SmallVector<OpFoldResult>(4, one)),
+        SmallVector<ReassociationIndices>{{0, 1}, {2, 3}});
+    SmallVector<Value> part = queryTile(qTile, keys, values, bi, kv,
+                                        clampedBase(offset, cIndex(0), length),
+                                        length, paddedLength, split);
+    b.setInsertionPointToStart(forall.getTerminator().getBody());
+    for (unsigned i = 0; i < 2; ++i)
+      tensor::ParallelInsertSliceOp::create(
+          b, loc, part[i], forall.getRegionIterArgs()[i],
+          ArrayRef<OpFoldResult>{bi, kv, split, zero},
+          ArrayRef<OpFoldResult>{one, one, one, b.getIndexAttr(tq)},
+          SmallVector<OpFoldResult>(4, one));
+    tensor::ParallelInsertSliceOp::create(
+        b, loc, part[2], forall.getRegionIterArgs()[2],
+        ArrayRef<OpFoldResult>{bi, kv, split, zero, zero},
+        ArrayRef<OpFoldResult>{one, one, one, b.getIndexAttr(tq),
+                               b.getIndexAttr(dim)},
+        SmallVector<OpFoldResult>(5, one));
+  }
+  Value m = forall.getResult(0), l = forall.getResult(1),
+        acc = forall.getResult(2);
+  // Loops (b, kv, g, s): the largest maximum, then the weighted sums.
+  auto rowTy = RankedTensorType::get({batch, kvHeads, tq}, f32);
+  AffineMap part4 = map(4, {0, 1, 3, 2}), row4 = map(4, {0, 1, 2});
+  Value top =
+      generic(rowTy, {m}, filled({batch, kvHeads, tq}, kNegInf), {part4, row4},
+              {par, par, par, red},
+              [&](OpBuilder &nb, Location l, ValueRange args) -> Value {
+                return arith::MaximumFOp::create(nb, l, args[1], args[0]);
+              });
+  auto weight = [&](OpBuilder &nb, Location l, Value mi, Value mMax) {
+    return math::ExpOp::create(nb, l, shifted(nb, l, mi, mMax));
+  };
+  Value sum = generic(
+      rowTy, {m, l, top}, filled({batch, kvHeads, tq}, 0.0f),
+      {part4, part4, row4, row4}, {par, par, par, red},
+      [&](OpBuilder &nb, Location loc2, ValueRange args) -> Value {
+        Value w = weight(nb, loc2, args[0], args[2]);
+        return arith::AddFOp::create(
+            nb, loc2, args[3], arith::MulFOp::create(nb, loc2, args[1], w));
+      });
+  // Loops (b, kv, g, d, s).
+  auto accTy = RankedTensorType::get({batch, kvHeads, tq, dim}, f32);
+  Value weighted =
+      generic(accTy, {acc, m, top}, filled({batch, kvHeads, tq, dim}, 0.0f),
+              {map(5, {0, 1, 4, 2, 3}), map(5, {0, 1, 4, 2}), map(5, {0, 1, 2}),
+               map(5, {0, 1, 2, 3})},
+              {par, par, par, par, red},
+              [&](OpBuilder &nb, Location l, ValueRange args) -> Value {
+                Value w = weight(nb, l, args[1], args[2]);
+                return arith::AddFOp::create(
+                    nb, l, args[3], arith::MulFOp::create(nb, l, args[0], w));
+              });
+  Value out = generic(
+      RankedTensorType::get({batch, kvHeads, tq, dim}, elemTy), {weighted, sum},
+      empty({batch, kvHeads, tq, dim}, elemTy),
+      {map(4, {0, 1, 2, 3}), map(4, {0, 1, 2}), map(4, {0, 1, 2, 3})},
+      {par, par, par, par}, [&](OpBuilder &nb, Location l, ValueRange args) {
+        return normalized(nb, l, args[0], args[1]);
+      });
+  // [B, Hkv, G, D] is [B, Hq, 1, D]: head kv * G + g.
+  Value heads = tensor::CollapseShapeOp::create(
+      b, loc, RankedTensorType::get({batch, queryHeads, dim}, elemTy), out,
+      SmallVector<ReassociationIndices>{{0}, {1, 2}, {3}});
+  return tensor::ExpandShapeOp::create(
+      b, loc, resultType, heads,
+      SmallVector<ReassociationIndices>{{0}, {1}, {2, 3}});
+}
+
+SmallVector<Value> AttentionBuilder::queryTile(Value qTile, Value keys,
+                                               Value values, Value bi, Value kv,
+                                               Value rowBase, Value length,
+                                               Value paddedLength,
+                                               Value split) {
   // The last key a row of the tile sees, and the key tiles up to it.
   // Head rows all sit at rowBase; query rows at rowBase + i.
   int64_t lastRow = headRows ? 0 : tq - 1;
@@ -333,7 +439,16 @@ Value AttentionBuilder::queryTile(Value qTile, Value keys, Value values,
 
   Value m0 = filled({tq}, kNegInf), l0 = filled({tq}, 0.0f),
         acc0 = filled({tq, dim}, 0.0f);
-  auto loop = scf::ForOp::create(b, loc, cIndex(0), count, cIndex(1),
+  // A split takes the key tiles [s * per, (s + 1) * per) of the count.
+  Value begin = cIndex(0), end = count;
+  if (split) {
+    Value per = arith::CeilDivSIOp::create(b, loc, count, cIndex(kSplits));
+    begin = arith::MinSIOp::create(
+        b, loc, arith::MulIOp::create(b, loc, split, per), count);
+    end = arith::MinSIOp::create(
+        b, loc, arith::AddIOp::create(b, loc, begin, per), count);
+  }
+  auto loop = scf::ForOp::create(b, loc, begin, end, cIndex(1),
                                  ValueRange{m0, l0, acc0});
   {
     OpBuilder::InsertionGuard guard(b);
@@ -442,21 +557,15 @@ Value AttentionBuilder::queryTile(Value qTile, Value keys, Value values,
         });
     scf::YieldOp::create(b, loc, ValueRange{mNext, lNext, accNext});
   }
+  if (split)
+    return {loop.getResult(0), loop.getResult(1), loop.getResult(2)};
   Value sum = loop.getResult(1), acc = loop.getResult(2);
-  Type elem = elemTy;
-  return generic(
-      RankedTensorType::get({tq, dim}, elemTy), {acc, sum},
-      empty({tq, dim}, elemTy), {map(2, {0, 1}), map(2, {0}), map(2, {0, 1})},
-      {par, par}, [&](OpBuilder &nb, Location l, ValueRange args) -> Value {
-        Value positive = arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OGT,
-                                               args[1], cF32(nb, 0.0f));
-        Value o = arith::SelectOp::create(
-            nb, l, positive, arith::DivFOp::create(nb, l, args[0], args[1]),
-            cF32(nb, 0.0f));
-        if (!elem.isF32())
-          o = arith::TruncFOp::create(nb, l, elem, o);
-        return o;
-      });
+  return {generic(RankedTensorType::get({tq, dim}, elemTy), {acc, sum},
+                  empty({tq, dim}, elemTy),
+                  {map(2, {0, 1}), map(2, {0}), map(2, {0, 1})}, {par, par},
+                  [&](OpBuilder &nb, Location l, ValueRange args) {
+                    return normalized(nb, l, args[0], args[1]);
+                  })};
 }
 
 } // namespace

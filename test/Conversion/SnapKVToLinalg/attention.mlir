@@ -51,22 +51,30 @@ func.func @half(%q: tensor<1x2x8x16xf16>, %k: tensor<1x1x8x16xf16>, %v: tensor<1
 // -----
 
 // A decode step (one static query row per head, D a multiple of 16): the
-// tile's rows are the two query heads of one kv head, so the forall runs
-// over the kv heads and each key and value tile is read once for both; the
-// logits are dot products along D, as 16-lane partial sums (lanes the
-// vector, each key row read whole) reduced over the lanes.
+// tile's rows are the two query heads of one kv head, so each key and value
+// tile is read once for both; the logits are dot products along D, as
+// 16-lane partial sums (lanes the vector, each key row read whole) reduced
+// over the lanes; the key tiles are split four ways (FlashDecoding), each
+// split's running maximum, sum and accumulator combined after the forall.
 // CHECK-LABEL: func.func @decode
-// CHECK: scf.forall (%[[KV:.*]]) in (2)
+// CHECK: scf.forall (%[[KV:.*]], %[[S:.*]]) in (2, 4) shared_outs({{.*}}) -> (tensor<1x2x4x2xf32>, tensor<1x2x4x2xf32>, tensor<1x2x4x2x32xf32>)
 // CHECK: %[[H:.*]] = arith.muli %[[KV]], %c2
 // CHECK: tensor.extract_slice %{{.*}}[0, %[[H]], 0, 0] [1, 2, 32, 1] [1, 1, 1, 1] : tensor<1x4x32x1xf32> to tensor<1x2x32x1xf32>
 // CHECK: tensor.collapse_shape %{{.*}} {{\[}}[0, 1], [2, 3]] : tensor<1x2x32x1xf32> into tensor<2x32xf32>
+// CHECK: %[[PER:.*]] = arith.ceildivsi %{{.*}}, %c4
 // CHECK: scf.for
 // CHECK: tensor.extract_slice %{{.*}}[0, %[[KV]], %{{.*}}, 0] [1, 1, 8, 32]
 // CHECK: tensor.expand_shape %{{.*}} {{\[}}[0], [1, 2]] output_shape [8, 2, 16] : tensor<8x32xf32> into tensor<8x2x16xf32>
 // CHECK: tensor.expand_shape %{{.*}} {{\[}}[0], [1, 2]] output_shape [2, 2, 16] : tensor<2x32xf32> into tensor<2x2x16xf32>
 // CHECK: linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%{{.*}}, %{{.*}} : tensor<8x2x16xf32>, tensor<2x2x16xf32>) outs(%{{.*}} : tensor<8x2x16xf32>)
 // CHECK: linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "reduction"]} ins(%{{.*}} : tensor<8x2x16xf32>) outs(%{{.*}} : tensor<8x2xf32>)
-// CHECK: tensor.parallel_insert_slice %{{.*}} into %{{.*}}[0, %[[H]], 0, 0] [1, 2, 1, 32] [1, 1, 1, 1] : tensor<2x32xf32> into tensor<1x4x1x32xf32>
+// CHECK: tensor.parallel_insert_slice %{{.*}} into %{{.*}}[0, %[[KV]], %[[S]], 0, 0] [1, 1, 1, 2, 32]
+// CHECK: linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%{{.*}} : tensor<1x2x4x2xf32>) outs(%{{.*}} : tensor<1x2x2xf32>)
+// CHECK: math.exp
+// CHECK: linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction"]} ins(%{{.*}}, %{{.*}}, %{{.*}} : tensor<1x2x4x2x32xf32>, tensor<1x2x4x2xf32>, tensor<1x2x2xf32>)
+// CHECK: arith.divf
+// CHECK: tensor.collapse_shape %{{.*}} {{\[}}[0], [1, 2], [3]] : tensor<1x2x2x32xf32> into tensor<1x4x32xf32>
+// CHECK: tensor.expand_shape %{{.*}} {{\[}}[0], [1], [2, 3]] output_shape [1, 4, 1, 32]
 func.func @decode(%q: tensor<1x4x1x32xf32>, %k: tensor<1x2x?x32xf32>, %v: tensor<1x2x?x32xf32>) -> tensor<1x4x1x32xf32> {
   // expected-error @+1 {{has no GPU lowering}}
   %o = snapkv.attention %q, %k, %v : tensor<1x4x1x32xf32>, tensor<1x2x?x32xf32>, tensor<1x2x?x32xf32> -> tensor<1x4x1x32xf32>
