@@ -13,6 +13,10 @@ product reads its matrix from memory, as a decode step does):
   on every copy in turn;
 * **torch**: ``x @ W`` on the same arrays.
 
+Then the same shapes over ``--rows`` prompt rows (a prefill's projections, default 2048):
+GFLOP/s of ours and of torch's matmul against the 2-thread FMA peak that ``fma_peak.c``
+measures (independent FMA chains on every thread).
+
 For each: GB/s of weights read and the share of the read bandwidth. Median of ``--runs``
 passes over all copies after one warm-up pass. Timings are measurements, never pass/fail.
 """
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import os
 import statistics
 import sys
@@ -35,18 +40,70 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
 SHAPES = [((576, 576), 2), ((576, 192), 2), ((576, 1536), 2), ((1536, 576), 1)]
 
 
-def _gemv_module(k: int, n: int) -> str:
+def _gemv_module(k: int, n: int, rows: int = 1) -> str:
+    # A prefill's projections have a dynamic number of rows (the prompt length).
+    m = rows if rows == 1 else "?"
+    dims = "()" if rows == 1 else "(%n)"
     return f"""module {{
-func.func @gemv(%x: tensor<1x{k}xf32>, %w: tensor<{k}x{n}xf32>) -> tensor<1x{n}xf32> {{
+func.func @gemv(%x: tensor<{m}x{k}xf32>, %w: tensor<{k}x{n}xf32>) -> tensor<{m}x{n}xf32> {{
   %zero = arith.constant 0.0 : f32
-  %e = tensor.empty() : tensor<1x{n}xf32>
-  %init = linalg.fill ins(%zero : f32) outs(%e : tensor<1x{n}xf32>) -> tensor<1x{n}xf32>
-  %y = linalg.matmul ins(%x, %w : tensor<1x{k}xf32>, tensor<{k}x{n}xf32>)
-                     outs(%init : tensor<1x{n}xf32>) -> tensor<1x{n}xf32>
-  return %y : tensor<1x{n}xf32>
+  %c0 = arith.constant 0 : index
+  %n = tensor.dim %x, %c0 : tensor<{m}x{k}xf32>
+  %e = tensor.empty{dims} : tensor<{m}x{n}xf32>
+  %init = linalg.fill ins(%zero : f32) outs(%e : tensor<{m}x{n}xf32>) -> tensor<{m}x{n}xf32>
+  %y = linalg.matmul ins(%x, %w : tensor<{m}x{k}xf32>, tensor<{k}x{n}xf32>)
+                     outs(%init : tensor<{m}x{n}xf32>) -> tensor<{m}x{n}xf32>
+  return %y : tensor<{m}x{n}xf32>
 }}
 }}
 """
+
+
+def _fma_peak(threads: int) -> float:
+    """GFLOP/s of ``fma_peak.c`` (independent FMA chains on every thread), compiled here."""
+    import re
+    import subprocess
+    import tempfile
+
+    from snapkv import tools
+
+    here = Path(__file__).resolve().parent
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = Path(tmp) / "fma_peak"
+        subprocess.run([str(tools.require(tools.clang(), "clang")), "-O2", "-march=native",
+                        "-pthread", str(here / "fma_peak.c"), "-o", str(exe)], check=True)
+        out = subprocess.run([str(exe), str(threads)], capture_output=True, text=True,
+                             check=True).stdout
+    return float(re.search(r"gflops=([\d.]+)", out).group(1))
+
+
+def prefill_projections(args, runtime, torch):
+    """The same projections over `args.rows` prompt rows (a prefill's GEMMs): GFLOP/s of
+    ours and of torch's matmul against the measured FMA peak."""
+    rng = np.random.default_rng(1)
+    peak = _fma_peak(args.threads)
+    print(f"\nPrefill projections, {args.rows} rows (dynamic, as in the model) x [K, N] f32, "
+          f"{args.threads} threads, "
+          f"median of {args.runs}; FMA peak (fma_peak.c, {args.threads} threads) "
+          f"{peak:.1f} GFLOP/s")
+    print("| K x N | ours GFLOP/s | % of FMA peak | torch GFLOP/s | % of FMA peak |")
+    print("|---|---:|---:|---:|---:|")
+    for (k, n), _ in SHAPES:
+        x = rng.standard_normal((args.rows, k), dtype=np.float32)
+        w = rng.standard_normal((k, n), dtype=np.float32)
+        text = _gemv_module(k, n, args.rows)
+        lib = runtime.compile_library(text, label=f"gemm {args.rows}x{k}x{n}")
+        fn = runtime.CompiledFunction(ctypes.CDLL(str(lib.path)), "gemv",
+                                      runtime.signature(text, "gemv"))
+        (ours,) = fn(x, w)
+        if not np.allclose(ours, x @ w, rtol=1e-3, atol=1e-2):
+            raise SystemExit(f"gemm {k}x{n}: the compiled result differs from numpy's")
+        flops = 2.0 * args.rows * k * n
+        tx, tw = torch.from_numpy(x), torch.from_numpy(w)
+        rates = [flops / statistics.median(fn.time_call(x, w, repeat=args.runs)),
+                 flops / _passes(functools.partial(torch.matmul, tx, tw), args.runs)]
+        print(f"| {k} x {n} | {rates[0] / 1e9:.1f} | {rates[0] / 1e9 / peak:.0%} | "
+              f"{rates[1] / 1e9:.1f} | {rates[1] / 1e9 / peak:.0%} |")
 
 
 def _passes(fn, runs):
@@ -63,6 +120,8 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int, default=30, help="copies of one layer's weights")
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--rows", type=int, default=2048,
+                    help="prompt rows of the prefill projections (0: skip them)")
     args = ap.parse_args(argv)
 
     import torch
@@ -113,6 +172,8 @@ def main(argv=None) -> int:
     for name, rate in (("torch.sum (read bandwidth)", read), ("ours: compiled linalg.matmul",
                                                                ours), ("torch x @ W", theirs)):
         print(f"| {name} | {rate / 1e9:.1f} | {rate / read:.0%} |")
+    if args.rows:
+        prefill_projections(args, runtime, torch)
     return 0
 
 

@@ -375,6 +375,7 @@ class Pipeline:
         """Greedy tokens: `first` (from prefill) and `steps` decode steps."""
         model = self.decoder(method)
         tokens = [int(first)]
+        caches = model.cache(caches, steps)  # each step writes its row in place
         for g in range(steps):
             logits, caches = model.decode(tokens[-1], length + g, caches)
             tokens.append(int(np.argmax(logits[0, 0])))

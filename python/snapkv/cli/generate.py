@@ -66,6 +66,7 @@ def greedy(model, ids, steps: int, *, forced: Optional[Sequence[int]] = None,
     rows = [logits[0, -1]]
     tokens = [int(np.argmax(rows[0]))]
     physical = [caches[0].shape[2] if caches else 0]
+    caches = model.cache(caches, steps)  # room for the steps: each writes its row in place
     step_s, last_report = [], time.perf_counter()
     for g in range(steps):
         feed = tokens[-1] if forced is None else int(forced[g])
