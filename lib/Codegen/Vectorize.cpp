@@ -55,17 +55,19 @@ struct Target {
 };
 
 /// The width of a register tile's vector over a loop of `range`: the whole
-/// loop if it is at most `limit`, else the widest multiple of `lanes` up to
-/// `limit` that divides it (a tile that does not divide its loop is taken
-/// one element at a time: 96 columns in tiles of 64 ran as scalars), else
-/// `limit`.
+/// loop if it is at most `limit`, else the widest power-of-two number of
+/// vectors up to `limit` that divides it (a tile that does not divide its
+/// loop is taken one element at a time: 96 columns in tiles of 64 ran as
+/// scalars; a width of 3 vectors, such as 48, leaves LLVM a non-power-of-two
+/// vector type whose rows it assembles with inserts and spills: a GEMM with
+/// [8 x 48] tiles ran at 4 % of the FMA peak), else `limit`.
 int64_t vectorWidth(int64_t range, int64_t limit, int64_t lanes) {
   if (ShapedType::isDynamic(range))
     return limit;
   if (range <= limit)
     return range;
-  for (int64_t width = limit - limit % lanes; width >= lanes; width -= lanes)
-    if (range % width == 0)
+  for (int64_t width = limit; width >= lanes; width /= 2)
+    if (width % lanes == 0 && range % width == 0)
       return width;
   return limit;
 }

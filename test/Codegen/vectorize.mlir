@@ -139,6 +139,21 @@ func.func @single_row(%x: tensor<1x64xf32>, %w: tensor<64x64xf32>, %init: tensor
 
 // -----
 
+// 48 columns with 8-lane vectors: the register tile's vector is 16 wide (a
+// power-of-two number of vectors that divides the columns), not 24: a
+// 3-vector type leaves LLVM inserts and spills (a static-rows GEMM with
+// [8 x 48] tiles ran at 4 % of the FMA peak).
+// CHECK-LABEL: func.func @power_of_two_vectors
+// CHECK: scf.for %{{.*}} = %c0 to %c48 step %c16
+// CHECK: vector.fma {{.*}} : vector<{{[0-9]+}}x16xf32>
+// CHECK-NOT: x24xf32>
+func.func @power_of_two_vectors(%x: tensor<16x64xf32>, %w: tensor<64x48xf32>, %init: tensor<16x48xf32>) -> tensor<16x48xf32> {
+  %r = linalg.matmul ins(%x, %w : tensor<16x64xf32>, tensor<64x48xf32>) outs(%init : tensor<16x48xf32>) -> tensor<16x48xf32>
+  return %r : tensor<16x48xf32>
+}
+
+// -----
+
 // The cleanup of register-tile reads: a transpose that only moves a unit
 // dimension is a shape_cast; one that reorders two real dimensions stays.
 // CHECK-LABEL: func.func @transposes
