@@ -13,7 +13,7 @@
 import numpy as np
 import pytest
 from conftest import require_aot_tools
-from runtime_inputs import DYNAMIC, EXAMPLE, layers_text, random_weights
+from runtime_inputs import DYNAMIC, EXAMPLE, MODELS, layers_text, random_weights
 
 from snapkv import runtime, tools
 from snapkv.runtime import KVCache
@@ -122,6 +122,20 @@ def test_a_full_buffer_is_a_failed_check_not_a_write_past_it(text, ids):
     with pytest.raises(ValueError, match="written in place, so it must be a writable "
                                          "C-contiguous float32 array"):
         model._decode(token, position, strided, *cache.buffers[1:], cache.rows_argument())
+
+
+def test_a_module_the_pass_refuses_keeps_the_functional_decode():
+    """The static fixture's caches have a static length (64 rows: no room for another), so
+    snapkv-append-in-place leaves @decode as it is and the runner returns new arrays."""
+    require_aot_tools()
+    model = runtime.CompiledModel((MODELS / "tiny_llama.mlir").read_text())
+    assert model.in_place is None
+    assert not any(t.buffer for t in model.decode_signature.args)
+    ids = np.arange(64, dtype=np.int64).reshape(1, 64) % 200
+    logits, caches = model.prefill(ids)
+    assert isinstance(model.cache(caches, 4), list)
+    step, grown = model.decode(int(logits[0, -1].argmax()), 64, caches)
+    assert isinstance(grown, list) and grown[0].shape[2] == 65
 
 
 def test_kv_cache_checks_its_input():
