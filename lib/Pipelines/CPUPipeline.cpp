@@ -42,6 +42,10 @@ void snapkv::buildCPUPipeline(OpPassManager &pm,
   // Each select in a function of its own: the layer code and the select
   // lower and compile on different cores.
   pm.addPass(createOutlineSelect());
+  // The select's stages as ops of their own (score, top_positions, gather),
+  // each lowered and tiled like the whole op's parts.
+  if (options.decomposeSelect)
+    pm.addPass(createDecomposeSelect());
   stages::lowerSelections(pm, LoweringTarget::cpu, options.keyTile,
                           options.chunk, options.keepLogits, options.queryTile);
   OpPassManager &tensors = pm.nest<func::FuncOp>();

@@ -276,20 +276,28 @@ def test_long_prompts_match_reference(long_cases):
     check(long_cases)
 
 
-# --snapkv-cpu-pipeline keeps each (batch, query head)'s logits between the softmax
-# statistics and the votes (keep-logits); the form that recomputes them per tile
-# (keep-logits=false) is lowered and tiled first here, so that the pipeline's own conversion
-# finds no snapkv op left.
-RECOMPUTE = ("--convert-snapkv-to-linalg=tiling=cpu keep-logits=false", "--snapkv-tile-and-fuse")
-RECOMPUTE_CASES = 100
+# Other CPU forms of the select, lowered and tiled before the pipeline (whose own conversion
+# then finds no snapkv op left). --snapkv-cpu-pipeline keeps each (batch, query head)'s
+# logits between the softmax statistics and the votes (keep-logits) and decomposes each
+# select into its stage ops (score, top_positions, gather) first; "recomputed-logits"
+# recomputes the logits per tile (keep-logits=false), "whole" lowers the select whole
+# (decompose-select=false; the form the GPU layout is laid out from).
+CPU_FORMS = {
+    "recomputed-logits": ("--convert-snapkv-to-linalg=tiling=cpu keep-logits=false",
+                          "--snapkv-tile-and-fuse"),
+    "whole": ("--convert-snapkv-to-linalg=tiling=cpu", "--snapkv-tile-and-fuse"),
+}
+CPU_FORM_CASES = 100
 
 
-def test_recomputed_logits_match_reference(random_cases):
-    check(random_cases[:RECOMPUTE_CASES], RECOMPUTE)
+@pytest.mark.parametrize("form", sorted(CPU_FORMS))
+def test_cpu_form_matches_reference(random_cases, form):
+    check(random_cases[:CPU_FORM_CASES], CPU_FORMS[form])
 
 
-def test_recomputed_logits_long_prompts(long_cases):
-    check(long_cases, RECOMPUTE)
+@pytest.mark.parametrize("form", sorted(CPU_FORMS))
+def test_cpu_form_long_prompts(long_cases, form):
+    check(long_cases, CPU_FORMS[form])
 
 
 # The GPU kernels, run on the CPU: --snapkv-gpu-emulation is the tensor-level half of the

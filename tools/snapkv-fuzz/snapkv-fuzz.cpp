@@ -3,7 +3,9 @@
 // Parses arbitrary text with the snapkv dialect (and the upstream dialects
 // its tests use) registered, verifies it, and runs the model rewrite
 // (snapkv-compress-kv-cache), snapkv-fuse-attention, snapkv-append-in-place and
-// then convert-snapkv-to-linalg on whatever verifies. Invalid input must be
+// then convert-snapkv-to-linalg on whatever verifies, once with each select
+// lowered whole and once decomposed into its stage ops first
+// (snapkv-decompose-select). Invalid input must be
 // rejected with diagnostics; a pass that fails on verified input (the rewrite
 // only warns when it refuses) or produces IR that does not verify is a bug, so
 // it aborts and the fuzzer reports it.
@@ -176,20 +178,28 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!module || failed(verify(*module)))
     return 0;
 
-  PassManager pm(&ctx);
-  // Small window and capacity so the one-layer seeds (prompt 8) get rewritten.
-  snapkv::CompressKVCacheOptions rewrite;
-  rewrite.window = 2;
-  rewrite.capacity = 6;
-  rewrite.kernelSize = 3;
-  pm.addPass(snapkv::createCompressKVCache(rewrite));
-  pm.addNestedPass<func::FuncOp>(snapkv::createFuseAttention());
-  pm.addPass(snapkv::createAppendInPlace());
-  pm.addPass(snapkv::createConvertSnapKVToLinalg());
-  if (failed(pm.run(*module)) || failed(verify(*module))) {
-    std::fprintf(stderr, "snapkv-fuzz: verified input failed to rewrite or "
-                         "lower, or produced invalid IR\n");
-    std::abort();
+  OwningOpRef<ModuleOp> copy = module->clone();
+  for (bool decompose : {false, true}) {
+    PassManager pm(&ctx);
+    // Small window and capacity so the one-layer seeds (prompt 8) get
+    // rewritten.
+    snapkv::CompressKVCacheOptions rewrite;
+    rewrite.window = 2;
+    rewrite.capacity = 6;
+    rewrite.kernelSize = 3;
+    pm.addPass(snapkv::createCompressKVCache(rewrite));
+    pm.addNestedPass<func::FuncOp>(snapkv::createFuseAttention());
+    pm.addPass(snapkv::createAppendInPlace());
+    if (decompose)
+      pm.addPass(snapkv::createDecomposeSelect());
+    pm.addPass(snapkv::createConvertSnapKVToLinalg());
+    ModuleOp target = decompose ? *copy : *module;
+    if (failed(pm.run(target)) || failed(verify(target))) {
+      std::fprintf(stderr, "snapkv-fuzz: verified input failed to rewrite or "
+                           "lower%s, or produced invalid IR\n",
+                   decompose ? " (decomposed)" : "");
+      std::abort();
+    }
   }
   return 0;
 }

@@ -51,6 +51,12 @@ struct CPUPipelineOptions : PassPipelineOptions<CPUPipelineOptions> {
       *this, "query-tile",
       llvm::cl::desc("Query rows per snapkv.attention tile"),
       llvm::cl::init(32)};
+  Option<bool> decomposeSelect{
+      *this, "decompose-select",
+      llvm::cl::desc("Split each snapkv.select into its stage ops (score, "
+                     "top_positions, gather) before lowering "
+                     "(snapkv-decompose-select); false lowers it whole"),
+      llvm::cl::init(true)};
   Option<AssertMode> asserts{*this, "asserts", assertsDescription(),
                              llvm::cl::init(AssertMode::abort),
                              assertModeValues()};

@@ -60,8 +60,58 @@ SelectShape SelectShape::get(ScoreOp op) {
   s.capacity = s.window + 1;
   s.keep = 1;
   s.order = Order::position;
+  s.scoring = op.getScoring();
+  s.sinks = s.seed = 0;
+  return s;
+}
+
+SelectShape SelectShape::get(TopPositionsOp op) {
+  RankedTensorType sTy = op.getScores().getType();
+  SelectShape s;
+  s.elemTy = sTy.getElementType();
+  s.batch = sTy.getDimSize(0);
+  s.queryHeads = s.kvHeads = s.heads = sTy.getDimSize(1);
+  s.group = 1;
+  s.window = op.getWindow();
+  s.dim = 1;
+  // The prompt length the chunk size follows, as for the whole select.
+  s.length =
+      sTy.isDynamicDim(2) ? ShapedType::kDynamic : sTy.getDimSize(2) + s.window;
+  s.gqa = GqaPolicy::mean;
+  s.kernel = 1;
+  s.pooling = PoolingKind::avg;
+  s.scale = 1.0f;
+  s.capacity = op.getCapacity();
+  s.keep = s.capacity - s.window;
+  s.order = op.getOrder();
   s.scoring = Scoring::votes;
   s.sinks = s.seed = 0;
+  s.opName = op->getName().getStringRef().str();
+  return s;
+}
+
+SelectShape SelectShape::get(GatherOp op) {
+  RankedTensorType srcTy = op.getSource().getType();
+  RankedTensorType initTy = op.getInit().getType();
+  SelectShape s;
+  s.elemTy = srcTy.getElementType();
+  s.batch = srcTy.getDimSize(0);
+  s.kvHeads = srcTy.getDimSize(1);
+  s.queryHeads = s.heads = initTy.getDimSize(1);
+  s.group = op.getGroup();
+  s.gqa = s.group == 1 ? GqaPolicy::mean : GqaPolicy::expand;
+  s.window = 1;
+  s.dim = srcTy.getDimSize(3);
+  s.length = srcTy.getDimSize(2);
+  s.kernel = 1;
+  s.pooling = PoolingKind::avg;
+  s.scale = 1.0f;
+  s.capacity = 2;
+  s.keep = 1;
+  s.order = Order::position;
+  s.scoring = Scoring::votes;
+  s.sinks = s.seed = 0;
+  s.opName = op->getName().getStringRef().str();
   return s;
 }
 
@@ -260,6 +310,73 @@ SmallVector<Value> Formulation::score(Value queries, Value keys,
   pooled =
       tensor::ExtractSliceOp::create(b, loc, pooled, offsets, sizes, strides);
   return castTo({v, pooled}, resultTypes);
+}
+
+Value Formulation::topPositions(Value scores, Value init) {
+  auto scoresTy = cast<RankedTensorType>(scores.getType());
+  Value prefix;
+  if (scoresTy.isDynamicDim(2)) {
+    prefix = tensor::DimOp::create(b, loc, scores, 2);
+    auto check = [&](arith::CmpIPredicate pred, int64_t bound,
+                     const std::string &message) {
+      cf::AssertOp::create(
+          b, loc, arith::CmpIOp::create(b, loc, pred, prefix, cIndex(bound)),
+          s.opName + ": " + message);
+    };
+    check(arith::CmpIPredicate::sge, s.keep,
+          llvm::formatv("'scores' holds fewer prefix positions than "
+                        "capacity - window ({0})",
+                        s.keep)
+              .str());
+    check(arith::CmpIPredicate::slt,
+          std::numeric_limits<int32_t>::max() - s.window,
+          "prompt length (prefix + window) must be below 2^31 - 1");
+  } else {
+    prefix = cIndex(scoresTy.getDimSize(2));
+  }
+  // Chunk padding, which orderKeys ranks below every position.
+  OpFoldResult padded = paddedPrefix(prefix);
+  AffineExpr p = b.getAffineSymbolExpr(0), q = b.getAffineSymbolExpr(1);
+  OpFoldResult high = affine::makeComposedFoldedAffineApply(
+      b, loc, q - p, {getAsOpFoldResult(prefix), padded});
+  Value pooled = scores;
+  if (!isConstantIntValue(high, 0))
+    pooled = tensor::PadOp::create(
+        b, loc, Type(), scores, ArrayRef<OpFoldResult>{ofr(0), ofr(0), ofr(0)},
+        ArrayRef<OpFoldResult>{ofr(0), ofr(0), high}, cF32(0.0f));
+  Value keys = orderKeys(pooled, prefix);
+  Value thresh = threshold(keys);
+  Value above = countAbove(keys, thresh);
+  auto [positions, keptKeys] = keptPositions(keys, thresh, above);
+  if (s.order == Order::score)
+    positions = orderByScore(positions, keptKeys);
+  return withWindow(positions, prefix, init);
+}
+
+Value Formulation::gatherRows(Value source, Value indices, Value init) {
+  auto indicesTy = cast<RankedTensorType>(indices.getType());
+  auto initTy = cast<RankedTensorType>(init.getType());
+  OpFoldResult slots = tensor::getMixedSize(b, loc, init, 2);
+  if (indicesTy.isDynamicDim(2) || initTy.isDynamicDim(2)) {
+    Value same =
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                              tensor::DimOp::create(b, loc, indices, 2),
+                              getValueOrCreateConstantIndexOp(b, loc, slots));
+    cf::AssertOp::create(b, loc, same,
+                         s.opName + ": 'indices' dim 2 differs from 'init'");
+  }
+  Value length = tensor::DimOp::create(b, loc, source, 2);
+  if (ShapedType::isDynamic(s.length)) {
+    // An empty source has no row to clamp to.
+    Value rows = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt,
+                                       length, cIndex(0));
+    Value none = arith::CmpIOp::create(
+        b, loc, arith::CmpIPredicate::eq,
+        getValueOrCreateConstantIndexOp(b, loc, slots), cIndex(0));
+    cf::AssertOp::create(b, loc, arith::OrIOp::create(b, loc, rows, none),
+                         s.opName + ": 'source' has no rows to gather");
+  }
+  return gather(source, indices, slots, init, length);
 }
 
 SmallVector<Value> Formulation::selection(Value queries, Value keys,

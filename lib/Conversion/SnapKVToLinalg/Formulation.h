@@ -46,6 +46,9 @@ struct SelectShape {
   static SelectShape get(SelectOp op);
   /// score has no capacity: selection never runs.
   static SelectShape get(ScoreOp op);
+  /// The stage ops: only the fields their lowering reads.
+  static SelectShape get(TopPositionsOp op);
+  static SelectShape get(GatherOp op);
   bool expand() const { return gqa == GqaPolicy::expand; }
 };
 
@@ -75,6 +78,12 @@ public:
                             TypeRange resultTypes);
   /// snapkv.score: (votes, pooled), each [B, Hc, P] f32.
   SmallVector<Value> score(Value queries, Value keys, TypeRange resultTypes);
+  /// snapkv.top_positions: the [B, H, C] positions of the `scores`
+  /// ([B, H, P] f32), written into `init`.
+  Value topPositions(Value scores, Value init);
+  /// snapkv.gather: the rows of `source` at `indices`, clamped into the
+  /// source, written into `init`.
+  Value gatherRows(Value source, Value indices, Value init);
 
   /// The tile groups of everything emitted so far, roots in program order.
   ArrayRef<TileGroup> groups() const { return tileGroups; }
@@ -161,9 +170,13 @@ private:
   Value countAbove(Value keys, Value thresh);
   std::pair<Value, Value> keptPositions(Value keys, Value thresh, Value above);
   Value orderByScore(Value positions, Value keptKeys);
-  Value withWindow(Value prefixPositions, Value prefix);
+  /// Written into `dest` when given.
+  Value withWindow(Value prefixPositions, Value prefix, Value dest = {});
   Value allPositions(OpFoldResult length);
-  Value gather(Value source, Value indices, OpFoldResult kept);
+  /// Written into `dest` when given; with `clampLength`, indices are clamped
+  /// into [0, clampLength).
+  Value gather(Value source, Value indices, OpFoldResult kept, Value dest = {},
+               Value clampLength = {});
 
   SmallVector<Value> selection(Value queries, Value keys, Value values,
                                Value length);

@@ -415,7 +415,7 @@ Value Formulation::orderByScore(Value positions, Value keptKeys) {
 /// tensor.extract in the body: an IREE-style compiler can then tile the
 /// slot search with this op instead of recomputing all of it in every
 /// workgroup of this op's dispatch.
-Value Formulation::withWindow(Value prefixPositions, Value prefix) {
+Value Formulation::withWindow(Value prefixPositions, Value prefix, Value dest) {
   int64_t keep = s.keep;
   Value prefix64 = arith::IndexCastOp::create(b, loc, i64, prefix);
   Value padded = tensor::PadOp::create(
@@ -425,7 +425,7 @@ Value Formulation::withWindow(Value prefixPositions, Value prefix) {
       Value(arith::ConstantOp::create(b, loc, b.getI64IntegerAttr(0))));
   auto op = generic(
       RankedTensorType::get({s.batch, s.heads, s.capacity}, i64), {padded},
-      {empty({ofr(s.batch), ofr(s.heads), ofr(s.capacity)}, i64)},
+      {dest ? dest : empty({ofr(s.batch), ofr(s.heads), ofr(s.capacity)}, i64)},
       {map(3, {0, 1, 2}), map(3, {0, 1, 2})}, {par, par, par},
       [=](OpBuilder &nb, Location l, ValueRange a) {
         Value slot = linalg::IndexOp::create(nb, l, 2);
@@ -462,12 +462,19 @@ Value Formulation::allPositions(OpFoldResult length) {
 /// copy of the row (no arithmetic touches the element). The row index is
 /// read inside the body from the outer loop indices only, so a vectoriser
 /// sees one index per row and a contiguous copy along d.
-Value Formulation::gather(Value source, Value indices, OpFoldResult kept) {
-  Value init = empty({ofr(s.batch), ofr(s.heads), kept, ofr(s.dim)}, s.elemTy);
+Value Formulation::gather(Value source, Value indices, OpFoldResult kept,
+                          Value dest, Value clampLength) {
+  Value init =
+      dest ? dest
+           : empty({ofr(s.batch), ofr(s.heads), kept, ofr(s.dim)}, s.elemTy);
   int64_t g = s.expand() ? s.group : 1;
+  Value last;
+  if (clampLength)
+    last = arith::IndexCastOp::create(
+        b, loc, i64, arith::SubIOp::create(b, loc, clampLength, cIndex(1)));
   auto op = generic(
       init.getType(), {}, {init}, {map(4, {0, 1, 2, 3})}, {par, par, par, par},
-      [source, indices, g](OpBuilder &nb, Location l, ValueRange) {
+      [source, indices, g, last](OpBuilder &nb, Location l, ValueRange) {
         Value bi = linalg::IndexOp::create(nb, l, 0);
         Value h = linalg::IndexOp::create(nb, l, 1);
         Value slot = linalg::IndexOp::create(nb, l, 2);
@@ -475,9 +482,13 @@ Value Formulation::gather(Value source, Value indices, OpFoldResult kept) {
         Value kv = h;
         if (g != 1)
           kv = arith::DivUIOp::create(nb, l, h, constIndex(nb, l, g));
-        Value pos = arith::IndexCastOp::create(
-            nb, l, nb.getIndexType(),
-            tensor::ExtractOp::create(nb, l, indices, ValueRange{bi, h, slot}));
+        Value index =
+            tensor::ExtractOp::create(nb, l, indices, ValueRange{bi, h, slot});
+        if (last)
+          index = arith::MaxSIOp::create(
+              nb, l, arith::MinSIOp::create(nb, l, index, last),
+              arith::ConstantOp::create(nb, l, nb.getI64IntegerAttr(0)));
+        Value pos = arith::IndexCastOp::create(nb, l, nb.getIndexType(), index);
         Value v = tensor::ExtractOp::create(nb, l, source,
                                             ValueRange{bi, kv, pos, d});
         linalg::YieldOp::create(nb, l, ValueRange{v});

@@ -36,17 +36,38 @@ using namespace mlir::snapkv::detail;
 
 namespace {
 
-struct SelectLowering : OpConversionPattern<SelectOp> {
-  SelectLowering(MLIRContext *ctx, const FormulationOptions &options,
-                 SmallVectorImpl<TileGroup> *groups)
-      : OpConversionPattern(ctx), options(options), groups(groups) {}
+/// What each op of the selection emits through the formulation.
+SmallVector<Value> emit(Formulation &f, SelectOp op, SelectOp::Adaptor a) {
+  return f.select(a.getQueries(), a.getKeys(), a.getValues(),
+                  op->getResultTypes());
+}
+SmallVector<Value> emit(Formulation &f, ScoreOp op, ScoreOp::Adaptor a) {
+  return f.score(a.getQueries(), a.getKeys(), op->getResultTypes());
+}
+SmallVector<Value> emit(Formulation &f, TopPositionsOp,
+                        TopPositionsOp::Adaptor a) {
+  return {f.topPositions(a.getScores(), a.getInit())};
+}
+SmallVector<Value> emit(Formulation &f, GatherOp, GatherOp::Adaptor a) {
+  return {f.gatherRows(a.getSource(), a.getIndices(), a.getInit())};
+}
+
+/// snapkv.select, snapkv.score and the stage ops of a decomposed select, each
+/// through the formulation, their tile groups collected in `groups`.
+template <typename OpTy>
+struct FormulationLowering : OpConversionPattern<OpTy> {
+  FormulationLowering(MLIRContext *ctx, const FormulationOptions &options,
+                      SmallVectorImpl<TileGroup> *groups)
+      : OpConversionPattern<OpTy>(ctx), options(options), groups(groups) {}
   LogicalResult
-  matchAndRewrite(SelectOp op, OpAdaptor adaptor,
+  matchAndRewrite(OpTy op, typename OpTy::Adaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
+    // The GPU layout lowers the select whole (blocks per row fuse its
+    // stages).
+    if (options.gpu && isa<TopPositionsOp, GatherOp>(op.getOperation()))
+      return rewriter.notifyMatchFailure(op, "no GPU lowering");
     Formulation f(rewriter, op.getLoc(), SelectShape::get(op), options);
-    SmallVector<Value> results =
-        f.select(adaptor.getQueries(), adaptor.getKeys(), adaptor.getValues(),
-                 op->getResultTypes());
+    SmallVector<Value> results = emit(f, op, adaptor);
     if (groups)
       llvm::append_range(*groups, f.groups());
     rewriter.replaceOp(op, results);
@@ -56,24 +77,14 @@ struct SelectLowering : OpConversionPattern<SelectOp> {
   SmallVectorImpl<TileGroup> *groups;
 };
 
-struct ScoreLowering : OpConversionPattern<ScoreOp> {
-  ScoreLowering(MLIRContext *ctx, const FormulationOptions &options,
-                SmallVectorImpl<TileGroup> *groups)
-      : OpConversionPattern(ctx), options(options), groups(groups) {}
-  LogicalResult
-  matchAndRewrite(ScoreOp op, OpAdaptor adaptor,
-                  ConversionPatternRewriter &rewriter) const override {
-    Formulation f(rewriter, op.getLoc(), SelectShape::get(op), options);
-    SmallVector<Value> results =
-        f.score(adaptor.getQueries(), adaptor.getKeys(), op->getResultTypes());
-    if (groups)
-      llvm::append_range(*groups, f.groups());
-    rewriter.replaceOp(op, results);
-    return success();
-  }
-  FormulationOptions options;
-  SmallVectorImpl<TileGroup> *groups;
-};
+void addFormulationPatterns(RewritePatternSet &patterns,
+                            const FormulationOptions &options,
+                            SmallVectorImpl<TileGroup> *groups) {
+  patterns
+      .add<FormulationLowering<SelectOp>, FormulationLowering<ScoreOp>,
+           FormulationLowering<TopPositionsOp>, FormulationLowering<GatherOp>>(
+          patterns.getContext(), options, groups);
+}
 
 struct AttentionLowering : OpConversionPattern<AttentionOp> {
   AttentionLowering(MLIRContext *ctx, const FormulationOptions &options)
@@ -130,10 +141,18 @@ struct ConvertSnapKVToLinalgPass
     }
     bool gpu = tiling == LoweringTarget::gpu;
     if (gpu) {
-      WalkResult unsupported = getOperation()->walk([](AttentionOp op) {
-        op.emitOpError() << "has no GPU lowering (tiling=gpu); fuse "
-                            "attention only for the CPU";
-        return WalkResult::interrupt();
+      WalkResult unsupported = getOperation()->walk([](Operation *op) {
+        if (isa<AttentionOp>(op)) {
+          op->emitOpError() << "has no GPU lowering (tiling=gpu); fuse "
+                               "attention only for the CPU";
+          return WalkResult::interrupt();
+        }
+        if (isa<TopPositionsOp, GatherOp>(op)) {
+          op->emitOpError() << "has no GPU lowering (tiling=gpu); lower "
+                               "snapkv.select whole for the GPU";
+          return WalkResult::interrupt();
+        }
+        return WalkResult::advance();
       });
       if (unsupported.wasInterrupted())
         return signalPassFailure();
@@ -148,9 +167,8 @@ struct ConvertSnapKVToLinalgPass
       options.chunk = chunk;
     SmallVector<TileGroup> groups;
     RewritePatternSet patterns(&getContext());
-    patterns.add<SelectLowering, ScoreLowering>(
-        &getContext(), options,
-        tiling == LoweringTarget::none ? nullptr : &groups);
+    addFormulationPatterns(patterns, options,
+                           tiling == LoweringTarget::none ? nullptr : &groups);
     patterns.add<AttentionLowering>(&getContext(), options);
     ConversionTarget target(getContext());
     target.addIllegalDialect<SnapKVDialect>();
@@ -176,7 +194,6 @@ struct ConvertSnapKVToLinalgPass
 
 void mlir::snapkv::populateSnapKVToLinalgPatterns(
     RewritePatternSet &patterns, const SnapKVToLinalgOptions &options) {
-  patterns.add<SelectLowering, ScoreLowering>(patterns.getContext(), options,
-                                              nullptr);
+  addFormulationPatterns(patterns, options, nullptr);
   patterns.add<AttentionLowering>(patterns.getContext(), options);
 }

@@ -438,3 +438,107 @@ func.func @attention_scale(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v:
   %o = snapkv.attention %q, %k, %v scale 0x7F800000 : tensor<1x4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32> -> tensor<1x4x8x8xf32>
   return
 }
+
+// -----
+
+func.func @score_scoring(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x16x8xf32>) {
+  // expected-error @+1 {{'snapkv.score' op scoring must be votes or prefix_votes, got recent}}
+  %v, %p = snapkv.score %q, %k window 2 scoring recent : (tensor<1x4x2x8xf32>, tensor<1x2x16x8xf32>) -> (tensor<1x4x14xf32>, tensor<1x4x14xf32>)
+  return
+}
+
+// -----
+
+func.func @top_positions_scores_type(%s: tensor<1x4x14xf16>, %i: tensor<1x4x5xi64>) {
+  // expected-error @+1 {{'snapkv.top_positions' op 'scores' element type must be 'f32', got 'f16'}}
+  %t = snapkv.top_positions %s window 2 capacity 5 outs(%i : tensor<1x4x5xi64>) : tensor<1x4x14xf16> -> tensor<1x4x5xi64>
+  return
+}
+
+// -----
+
+func.func @top_positions_dynamic_heads(%s: tensor<1x?x14xf32>, %i: tensor<1x4x5xi64>) {
+  // expected-error @+1 {{'snapkv.top_positions' op 'scores' dim 1 must be static}}
+  %t = snapkv.top_positions %s window 2 capacity 5 outs(%i : tensor<1x4x5xi64>) : tensor<1x?x14xf32> -> tensor<1x4x5xi64>
+  return
+}
+
+// -----
+
+func.func @top_positions_capacity(%s: tensor<1x4x14xf32>, %i: tensor<1x4x2xi64>) {
+  // expected-error @+1 {{'snapkv.top_positions' op capacity (2) must be greater than window (2)}}
+  %t = snapkv.top_positions %s window 2 capacity 2 outs(%i : tensor<1x4x2xi64>) : tensor<1x4x14xf32> -> tensor<1x4x2xi64>
+  return
+}
+
+// -----
+
+func.func @top_positions_init(%s: tensor<1x4x14xf32>, %i: tensor<1x4x6xi64>) {
+  // expected-error @+1 {{'snapkv.top_positions' op 'init' has shape 'tensor<1x4x6xi64>', expected [batch, heads, capacity] = 'tensor<1x4x5xi64>'}}
+  %t = snapkv.top_positions %s window 2 capacity 5 outs(%i : tensor<1x4x6xi64>) : tensor<1x4x14xf32> -> tensor<1x4x6xi64>
+  return
+}
+
+// -----
+
+func.func @top_positions_short(%s: tensor<1x4x2xf32>, %i: tensor<1x4x5xi64>) {
+  // expected-error @+1 {{'snapkv.top_positions' op 'scores' holds 2 prefix positions, fewer than capacity - window (3)}}
+  %t = snapkv.top_positions %s window 2 capacity 5 outs(%i : tensor<1x4x5xi64>) : tensor<1x4x2xf32> -> tensor<1x4x5xi64>
+  return
+}
+
+// -----
+
+func.func @top_positions_result(%s: tensor<1x4x14xf32>, %i: tensor<1x4x5xi64>) {
+  // expected-error @+1 {{'snapkv.top_positions' op result 'result' has type 'tensor<1x4x?xi64>', expected 'tensor<1x4x5xi64>'}}
+  %t = snapkv.top_positions %s window 2 capacity 5 outs(%i : tensor<1x4x5xi64>) : tensor<1x4x14xf32> -> tensor<1x4x?xi64>
+  return
+}
+
+// -----
+
+func.func @gather_heads(%k: tensor<1x3x16x8xf32>, %i: tensor<1x4x5xi64>, %r: tensor<1x4x5x8xf32>) {
+  // expected-error @+1 {{'snapkv.gather' op heads of 'indices' (4) are not a multiple of the heads of 'source' (3)}}
+  %g = snapkv.gather %k[%i] outs(%r : tensor<1x4x5x8xf32>) : tensor<1x3x16x8xf32>, tensor<1x4x5xi64> -> tensor<1x4x5x8xf32>
+  return
+}
+
+// -----
+
+func.func @gather_index_type(%k: tensor<1x2x16x8xf32>, %i: tensor<1x4x5xi32>, %r: tensor<1x4x5x8xf32>) {
+  // expected-error @+1 {{'snapkv.gather' op 'indices' element type must be 'i64', got 'i32'}}
+  %g = snapkv.gather %k[%i] outs(%r : tensor<1x4x5x8xf32>) : tensor<1x2x16x8xf32>, tensor<1x4x5xi32> -> tensor<1x4x5x8xf32>
+  return
+}
+
+// -----
+
+func.func @gather_init_type(%k: tensor<1x2x16x8xf32>, %i: tensor<1x4x5xi64>, %r: tensor<1x4x5x8xf16>) {
+  // expected-error @+1 {{'snapkv.gather' op 'init' element type must be 'f32', got 'f16'}}
+  %g = snapkv.gather %k[%i] outs(%r : tensor<1x4x5x8xf16>) : tensor<1x2x16x8xf32>, tensor<1x4x5xi64> -> tensor<1x4x5x8xf16>
+  return
+}
+
+// -----
+
+func.func @gather_slots(%k: tensor<1x2x16x8xf32>, %i: tensor<1x4x5xi64>, %r: tensor<1x4x6x8xf32>) {
+  // expected-error @+1 {{'snapkv.gather' op 'init' has 6 slots but 'indices' has 5}}
+  %g = snapkv.gather %k[%i] outs(%r : tensor<1x4x6x8xf32>) : tensor<1x2x16x8xf32>, tensor<1x4x5xi64> -> tensor<1x4x6x8xf32>
+  return
+}
+
+// -----
+
+func.func @gather_row_size(%k: tensor<1x2x16x8xf32>, %i: tensor<1x4x5xi64>, %r: tensor<1x4x5x4xf32>) {
+  // expected-error @+1 {{'snapkv.gather' op row size of 'init' (4) differs from 'source' (8)}}
+  %g = snapkv.gather %k[%i] outs(%r : tensor<1x4x5x4xf32>) : tensor<1x2x16x8xf32>, tensor<1x4x5xi64> -> tensor<1x4x5x4xf32>
+  return
+}
+
+// -----
+
+func.func @gather_empty_source(%k: tensor<1x2x0x8xf32>, %i: tensor<1x4x5xi64>, %r: tensor<1x4x5x8xf32>) {
+  // expected-error @+1 {{'snapkv.gather' op 'source' has no rows to gather}}
+  %g = snapkv.gather %k[%i] outs(%r : tensor<1x4x5x8xf32>) : tensor<1x2x0x8xf32>, tensor<1x4x5xi64> -> tensor<1x4x5x8xf32>
+  return
+}

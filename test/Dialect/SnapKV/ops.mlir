@@ -51,7 +51,7 @@ func.func @short_prompt_gqa_max(%q: tensor<1x6x4x16xf32>, %k: tensor<1x2x10x16xf
 // CHECK: snapkv.score %{{.*}}, %{{.*}} window 2 :
 // CHECK-SAME: -> (tensor<1x4x14xf32>, tensor<1x4x14xf32>)
 // GENERIC-LABEL: sym_name = "score"
-// GENERIC: "snapkv.score"(%{{.*}}, %{{.*}}) <{gqa = #snapkv<gqa mean>, kernel = 3 : i64, pooling = #snapkv<pooling max>, scale = 5.000000e-01 : f32, window = 2 : i64}>
+// GENERIC: "snapkv.score"(%{{.*}}, %{{.*}}) <{gqa = #snapkv<gqa mean>, kernel = 3 : i64, pooling = #snapkv<pooling max>, scale = 5.000000e-01 : f32, scoring = #snapkv<scoring votes>, window = 2 : i64}>
 func.func @score(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x?x8xf32>, %ks: tensor<1x2x16x8xf32>)
     -> (tensor<1x2x?xf32>, tensor<1x2x?xf32>, tensor<1x4x14xf32>, tensor<1x4x14xf32>) {
   %v, %p = snapkv.score %q, %k window 2 kernel 3 pooling max gqa mean scale 0.5
@@ -106,4 +106,36 @@ func.func @attention(%q: tensor<1x4x?x8xf32>, %k: tensor<1x2x?x8xf32>, %v: tenso
   %o1 = snapkv.attention %q1, %k1, %v1 offset %pos scale 0.25
       : tensor<1x4x1x8xf16>, tensor<1x2x?x8xf16>, tensor<1x2x?x8xf16> -> tensor<1x4x1x8xf16>
   return %o, %o1 : tensor<1x4x?x8xf32>, tensor<1x4x1x8xf16>
+}
+
+// The stage ops of a decomposed select: a score with scoring prefix_votes,
+// top_positions (dynamic prefix, order score) and gather (grouped heads, a
+// dynamic source and slot count), destination-style.
+// CHECK-LABEL: func.func @stages
+// CHECK: snapkv.score %{{.*}}, %{{.*}} window 2 scoring prefix_votes :
+// CHECK: snapkv.top_positions %{{.*}} window 2 capacity 5 outs(%{{.*}} : tensor<1x4x5xi64>) : tensor<1x4x14xf32> -> tensor<1x4x5xi64>
+// CHECK: snapkv.top_positions %{{.*}} window 2 capacity 5 order score outs(%{{.*}} : tensor<1x2x5xi64>) : tensor<1x2x?xf32> -> tensor<1x2x5xi64>
+// CHECK: snapkv.gather %{{.*}}[%{{.*}}] outs(%{{.*}} : tensor<1x4x5x8xf32>) : tensor<1x2x16x8xf32>, tensor<1x4x5xi64> -> tensor<1x4x5x8xf32>
+// CHECK: snapkv.gather %{{.*}}[%{{.*}}] outs(%{{.*}} : tensor<1x2x?x8xbf16>) : tensor<1x2x?x8xbf16>, tensor<1x2x?xi64> -> tensor<1x2x?x8xbf16>
+// GENERIC-LABEL: sym_name = "stages"
+// GENERIC: "snapkv.top_positions"(%{{.*}}, %{{.*}}) <{capacity = 5 : i64, order = #snapkv<order position>, window = 2 : i64}>
+// GENERIC: "snapkv.gather"(%{{.*}}, %{{.*}}, %{{.*}}) : (tensor<1x2x16x8xf32>, tensor<1x4x5xi64>, tensor<1x4x5x8xf32>) -> tensor<1x4x5x8xf32>
+func.func @stages(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x16x8xf32>,
+                  %pooled: tensor<1x2x?xf32>, %kd: tensor<1x2x?x8xbf16>,
+                  %idx: tensor<1x2x?xi64>, %rows: tensor<1x2x?x8xbf16>)
+    -> (tensor<1x4x5xi64>, tensor<1x2x5xi64>, tensor<1x4x5x8xf32>, tensor<1x2x?x8xbf16>) {
+  %v, %p = snapkv.score %q, %k window 2 scoring prefix_votes
+      : (tensor<1x4x2x8xf32>, tensor<1x2x16x8xf32>) -> (tensor<1x4x14xf32>, tensor<1x4x14xf32>)
+  %i0 = tensor.empty() : tensor<1x4x5xi64>
+  %t = snapkv.top_positions %p window 2 capacity 5
+      outs(%i0 : tensor<1x4x5xi64>) : tensor<1x4x14xf32> -> tensor<1x4x5xi64>
+  %i1 = tensor.empty() : tensor<1x2x5xi64>
+  %t2 = snapkv.top_positions %pooled window 2 capacity 5 order score
+      outs(%i1 : tensor<1x2x5xi64>) : tensor<1x2x?xf32> -> tensor<1x2x5xi64>
+  %r0 = tensor.empty() : tensor<1x4x5x8xf32>
+  %g = snapkv.gather %k[%t] outs(%r0 : tensor<1x4x5x8xf32>)
+      : tensor<1x2x16x8xf32>, tensor<1x4x5xi64> -> tensor<1x4x5x8xf32>
+  %g2 = snapkv.gather %kd[%idx] outs(%rows : tensor<1x2x?x8xbf16>)
+      : tensor<1x2x?x8xbf16>, tensor<1x2x?xi64> -> tensor<1x2x?x8xbf16>
+  return %t, %t2, %g, %g2 : tensor<1x4x5xi64>, tensor<1x2x5xi64>, tensor<1x4x5x8xf32>, tensor<1x2x?x8xbf16>
 }

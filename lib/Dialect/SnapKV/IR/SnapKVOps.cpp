@@ -247,7 +247,104 @@ LogicalResult ScoreOp::verify() {
                        : length - getWindowAttr().getInt();
   Type expected = RankedTensorType::get({qTy.getDimSize(0), heads, prefix},
                                         Float32Type::get(getContext()));
+  if (getScoring() != Scoring::votes && getScoring() != Scoring::prefix_votes)
+    return emitOpError() << "scoring must be votes or prefix_votes, got "
+                         << stringifyScoring(getScoring());
   return verifyResults(*this, {"votes", "pooled"}, {expected, expected});
+}
+
+/// Rank, element type and static dims of a stage op's operand; dims listed
+/// in `dynamicDims` may be dynamic. A null `elem` accepts any element type.
+static LogicalResult checkStageOperand(Operation *op, StringRef name,
+                                       RankedTensorType type, int64_t rank,
+                                       Type elem,
+                                       ArrayRef<int64_t> dynamicDims) {
+  if (type.getRank() != rank)
+    return op->emitOpError() << "'" << name << "' must be a rank-" << rank
+                             << " tensor, got rank " << type.getRank();
+  if (elem && type.getElementType() != elem)
+    return op->emitOpError() << "'" << name << "' element type must be " << elem
+                             << ", got " << type.getElementType();
+  for (int64_t d = 0; d < rank; ++d)
+    if (type.isDynamicDim(d) && !llvm::is_contained(dynamicDims, d))
+      return op->emitOpError()
+             << "'" << name << "' dim " << d << " must be static";
+  return success();
+}
+
+/// Sizes `a` and `b` of dims that must agree; a dynamic one matches.
+static bool compatible(int64_t a, int64_t b) {
+  return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) || a == b;
+}
+
+LogicalResult TopPositionsOp::verify() {
+  Builder b(getContext());
+  RankedTensorType sTy = getScores().getType();
+  RankedTensorType iTy = getInit().getType();
+  if (failed(checkStageOperand(*this, "scores", sTy, 3, b.getF32Type(), {2})) ||
+      failed(checkStageOperand(*this, "init", iTy, 3, b.getI64Type(), {})))
+    return failure();
+  int64_t window = getWindowAttr().getInt();
+  int64_t capacity = getCapacityAttr().getInt();
+  if (window < 1)
+    return emitOpError() << "window must be at least 1, got " << window;
+  if (capacity <= window)
+    return emitOpError() << "capacity (" << capacity
+                         << ") must be greater than window (" << window << ")";
+  SmallVector<int64_t> expected = {sTy.getDimSize(0), sTy.getDimSize(1),
+                                   capacity};
+  if (iTy.getShape() != ArrayRef<int64_t>(expected))
+    return emitOpError() << "'init' has shape " << iTy
+                         << ", expected [batch, heads, capacity] = "
+                         << RankedTensorType::get(expected, b.getI64Type());
+  int64_t prefix = sTy.getDimSize(2);
+  if (!ShapedType::isDynamic(prefix) && prefix < capacity - window)
+    return emitOpError() << "'scores' holds " << prefix
+                         << " prefix positions, fewer than capacity - window ("
+                         << capacity - window << ")";
+  // Counters and ranks of the lowering are i32.
+  if (!ShapedType::isDynamic(prefix) &&
+      prefix + window >= std::numeric_limits<int32_t>::max())
+    return emitOpError() << "prompt length (prefix + window) must be below "
+                            "2^31 - 1";
+  return verifyResults(*this, {"result"}, {iTy});
+}
+
+LogicalResult GatherOp::verify() {
+  RankedTensorType srcTy = getSource().getType();
+  RankedTensorType idxTy = getIndices().getType();
+  RankedTensorType initTy = getInit().getType();
+  Builder b(getContext());
+  if (failed(checkStageOperand(*this, "source", srcTy, 4, Type(), {2})) ||
+      failed(
+          checkStageOperand(*this, "indices", idxTy, 3, b.getI64Type(), {2})) ||
+      failed(checkStageOperand(*this, "init", initTy, 4, srcTy.getElementType(),
+                               {2})))
+    return failure();
+  if (idxTy.getDimSize(0) != srcTy.getDimSize(0) ||
+      initTy.getDimSize(0) != srcTy.getDimSize(0))
+    return emitOpError() << "batch sizes differ: 'source' "
+                         << srcTy.getDimSize(0) << ", 'indices' "
+                         << idxTy.getDimSize(0) << ", 'init' "
+                         << initTy.getDimSize(0);
+  int64_t heads = idxTy.getDimSize(1), sourceHeads = srcTy.getDimSize(1);
+  if (initTy.getDimSize(1) != heads)
+    return emitOpError() << "'init' has " << initTy.getDimSize(1)
+                         << " heads but 'indices' has " << heads;
+  if (sourceHeads < 1 || heads % sourceHeads != 0)
+    return emitOpError() << "heads of 'indices' (" << heads
+                         << ") are not a multiple of the heads of 'source' ("
+                         << sourceHeads << ")";
+  if (!compatible(initTy.getDimSize(2), idxTy.getDimSize(2)))
+    return emitOpError() << "'init' has " << initTy.getDimSize(2)
+                         << " slots but 'indices' has " << idxTy.getDimSize(2);
+  if (initTy.getDimSize(3) != srcTy.getDimSize(3))
+    return emitOpError() << "row size of 'init' (" << initTy.getDimSize(3)
+                         << ") differs from 'source' (" << srcTy.getDimSize(3)
+                         << ")";
+  if (srcTy.getDimSize(2) == 0 && initTy.getDimSize(2) != 0)
+    return emitOpError() << "'source' has no rows to gather";
+  return verifyResults(*this, {"result"}, {initTy});
 }
 
 LogicalResult AttentionOp::verify() {

@@ -117,6 +117,10 @@ struct ExposeScoresPass : snapkv::impl::ExposeScoresBase<ExposeScoresPass> {
       for (StringRef name : {"window", "kernel", "pooling", "gqa", "scale"})
         if (Attribute value = select->getAttr(name))
           shared.emplace_back(StringAttr::get(&getContext(), name), value);
+      // The votes the select ranks by (recent and random rank without any).
+      if (select.getScoring() == Scoring::prefix_votes)
+        shared.emplace_back(StringAttr::get(&getContext(), "scoring"),
+                            select.getScoringAttr());
       OpBuilder b(select->getContext());
       b.setInsertionPointAfter(select);
       auto score = ScoreOp::create(

@@ -14,7 +14,15 @@ def SnapKV_Dialect : Dialect {
     keeps its top-scoring prefix positions plus the whole observation window.
     Keys and values are gathered with the same indices.
   }];
-  let dependentDialects = [];
+  // What the decomposition of snapkv.select and the tiling of its stage ops
+  // create.
+  let dependentDialects = [
+    "::mlir::affine::AffineDialect",
+    "::mlir::arith::ArithDialect",
+    "::mlir::cf::ControlFlowDialect",
+    "::mlir::scf::SCFDialect",
+    "::mlir::tensor::TensorDialect"
+  ];
   let useDefaultAttributePrinterParser = 1;
   // snapkv.tile, snapkv.fuse, snapkv.refusal, snapkv.exposed_scores.
   let hasOperationAttrVerify = 1;

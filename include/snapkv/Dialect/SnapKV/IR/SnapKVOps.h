@@ -2,11 +2,14 @@
 #define SNAPKV_DIALECT_SNAPKV_IR_SNAPKVOPS_H
 
 #include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/Dialect/Linalg/IR/LinalgInterfaces.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/IR/OpImplementation.h"
+#include "mlir/Interfaces/DestinationStyleOpInterface.h"
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "mlir/Interfaces/TilingInterface.h"
 
 #include "snapkv/Dialect/SnapKV/IR/SnapKVDialect.h"
 #include "snapkv/Dialect/SnapKV/IR/SnapKVEnums.h.inc"

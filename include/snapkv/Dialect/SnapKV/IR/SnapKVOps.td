@@ -4,15 +4,19 @@
 include "snapkv/Dialect/SnapKV/IR/SnapKVDialect.td"
 include "snapkv/Dialect/SnapKV/IR/SnapKVEnums.td"
 include "snapkv/Dialect/SnapKV/IR/SnapKVAttrs.td"
+include "mlir/Dialect/Linalg/IR/LinalgInterfaces.td"
+include "mlir/Interfaces/DestinationStyleOpInterface.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/Interfaces/TilingInterface.td"
 include "mlir/IR/BuiltinAttributes.td"
 
 class SnapKV_Op<string mnemonic, list<Trait> traits = []>
     : Op<SnapKV_Dialect, mnemonic, traits>;
 
 def SnapKV_SelectOp : SnapKV_Op<"select",
-    [Pure, InferTypeOpAdaptorWithIsCompatible]> {
+    [Pure, InferTypeOpAdaptorWithIsCompatible,
+     DeclareOpInterfaceMethods<AggregatedOpInterface, ["decomposeOperation"]>]> {
   let summary = "observation-window KV selection (SnapKV)";
   let description = [{
     Selects, per head, which prompt positions of `keys`/`values` to keep.
@@ -49,6 +53,12 @@ def SnapKV_SelectOp : SnapKV_Op<"select",
     Results: `keys`, `values : [B, Hc, S, D]` (exact copies of the input rows)
     and `indices : [B, Hc, S] x i64`, with `S = min(L, capacity)`. `L` may be
     dynamic; the lowering then checks `L >= window` at run time.
+
+    With the vote scorings the op decomposes (`snapkv-decompose-select`, or
+    `AggregatedOpInterface::decomposeOperation`) into its stages:
+    `snapkv.score`, `snapkv.top_positions` and two `snapkv.gather`, behind
+    an `scf.if` for the short-prompt bypass when `L` is dynamic; `recent` and
+    `random` rank without scores and stay whole.
 
     Example:
 
@@ -142,8 +152,10 @@ def SnapKV_ScoreOp : SnapKV_Op<"score", [Pure]> {
     after neighbourhood pooling (the score top-k ranks). Both are
     `[B, Hc, P] x f32` with `P = L - W` (dynamic when `L` is); `Hc` follows
     `gqa` as for `snapkv.select`. The clauses and the verifier rules are the
-    ones of `snapkv.select` that do not involve values or capacity. Useful to
-    inspect or visualise a selection.
+    ones of `snapkv.select` that do not involve values or capacity; `scoring`
+    is `votes` (the default) or `prefix_votes`. It is the first stage of a
+    decomposed `snapkv.select`, and useful to inspect or visualise a
+    selection.
 
     Example:
 
@@ -163,20 +175,136 @@ def SnapKV_ScoreOp : SnapKV_Op<"score", [Pure]> {
                       "::mlir::snapkv::PoolingKind::avg">:$pooling,
     DefaultValuedAttr<SnapKV_GqaPolicyAttr,
                       "::mlir::snapkv::GqaPolicy::expand">:$gqa,
-    OptionalAttr<F32Attr>:$scale
+    OptionalAttr<F32Attr>:$scale,
+    DefaultValuedAttr<SnapKV_ScoringAttr,
+                      "::mlir::snapkv::Scoring::votes">:$scoring
   );
   let results = (outs AnyRankedTensor:$votes, AnyRankedTensor:$pooled);
 
   let assemblyFormat = [{
     $queries `,` $keys `window` $window
     (`kernel` $kernel^)? (`pooling` `` $pooling^)? (`gqa` `` $gqa^)?
-    (`scale` $scale^)?
+    (`scale` $scale^)? (`scoring` `` $scoring^)?
     attr-dict `:` functional-type(operands, results)
   }];
 
   let extraClassDeclaration = [{
     /// The softmax scale: the `scale` attribute or `1/sqrt(D)`.
     double getEffectiveScale();
+  }];
+
+  let hasVerifier = 1;
+}
+
+def SnapKV_TopPositionsOp : SnapKV_Op<"top_positions",
+    [Pure, DestinationStyleOpInterface,
+     DeclareOpInterfaceMethods<TilingInterface,
+         ["getIterationDomain", "getLoopIteratorTypes",
+          "getTiledImplementation", "getResultTilePosition",
+          "generateResultTileValue"]>]> {
+  let summary = "per-row top positions by score, then the window (a stage "
+                "of snapkv.select)";
+  let description = [{
+    The selection stage of `snapkv.select`: for every row `(b, h)` of
+    `scores : [B, H, P] x f32` (the pooled scores of the `P` prefix
+    positions), the `K = capacity - window` positions with the highest
+    score, exact ties going to the lower position, NaN ranking below every
+    number and `-0` equal to `+0`; then the `window` positions
+    `P .. P + window - 1`. `order position` lists the kept prefix positions
+    ascending, `order score` by descending score (ties: lower position
+    first). The result `[B, H, capacity] x i64` is written into `init`
+    (destination-passing style; only its shape matters).
+
+    `P` may be dynamic; it must be at least `K` (the verifier checks a static
+    `P`, the lowering a dynamic one at run time). `B` and `H` are static.
+    The op tiles (`TilingInterface`) over its parallel rows `(b, h)`;
+    `convert-snapkv-to-linalg` lowers it to the threshold search, chunk
+    counts and slot search of docs/lowering.md.
+
+    Example:
+
+    ```mlir
+    %idx = snapkv.top_positions %pooled window 2 capacity 5
+        outs(%init : tensor<1x4x5xi64>) : tensor<1x4x6xf32> -> tensor<1x4x5xi64>
+    ```
+  }];
+
+  let arguments = (ins
+    AnyRankedTensor:$scores,
+    AnyRankedTensor:$init,
+    I64Attr:$window,
+    I64Attr:$capacity,
+    DefaultValuedAttr<SnapKV_OrderAttr,
+                      "::mlir::snapkv::Order::position">:$order
+  );
+  let results = (outs AnyRankedTensor:$result);
+
+  let assemblyFormat = [{
+    $scores `window` $window `capacity` $capacity (`order` `` $order^)?
+    `outs` `(` $init `:` type($init) `)`
+    attr-dict `:` type($scores) `->` type($result)
+  }];
+
+  let extraClassDeclaration = [{
+    ::mlir::MutableOperandRange getDpsInitsMutable() {
+      return getInitMutable();
+    }
+  }];
+
+  let hasVerifier = 1;
+}
+
+def SnapKV_GatherOp : SnapKV_Op<"gather",
+    [Pure, DestinationStyleOpInterface,
+     DeclareOpInterfaceMethods<TilingInterface,
+         ["getIterationDomain", "getLoopIteratorTypes",
+          "getTiledImplementation", "getResultTilePosition",
+          "generateResultTileValue"]>]> {
+  let summary = "per-head gather of cache rows (a stage of snapkv.select)";
+  let description = [{
+    The last stage of `snapkv.select`: `result[b, h, s, :] =
+    source[b, h / G, indices[b, h, s], :]` for `source : [B, Hs, L, D]`,
+    `indices : [B, Hc, S] x i64` and `result : [B, Hc, S, D]`, where
+    `G = Hc / Hs` (1 when each head has its own rows, the GQA group when
+    every query head of a kv head keeps its own positions). The rows are
+    exact copies. An index outside `[0, L)` is clamped into it, so the op
+    never reads outside `source`. `L` and `S` may be dynamic; `B`, the heads
+    and `D` are static. Destination-passing style: the result is written
+    into `init`.
+
+    The op tiles (`TilingInterface`) over all four dimensions, all parallel;
+    with `G > 1` a tile of heads must be one head, all heads, or `G`-aligned
+    and a multiple of `G` (so that it reads whole kv heads).
+
+    Example:
+
+    ```mlir
+    %k = snapkv.gather %keys[%idx] outs(%init : tensor<1x4x5x8xf32>)
+        : tensor<1x2x16x8xf32>, tensor<1x4x5xi64> -> tensor<1x4x5x8xf32>
+    ```
+  }];
+
+  let arguments = (ins
+    AnyRankedTensor:$source,
+    AnyRankedTensor:$indices,
+    AnyRankedTensor:$init
+  );
+  let results = (outs AnyRankedTensor:$result);
+
+  let assemblyFormat = [{
+    $source `[` $indices `]` `outs` `(` $init `:` type($init) `)`
+    attr-dict `:` type($source) `,` type($indices) `->` type($result)
+  }];
+
+  let extraClassDeclaration = [{
+    ::mlir::MutableOperandRange getDpsInitsMutable() {
+      return getInitMutable();
+    }
+    /// Heads of `result` per head of `source`.
+    int64_t getGroup() {
+      return getResult().getType().getDimSize(1) /
+             getSource().getType().getDimSize(1);
+    }
   }];
 
   let hasVerifier = 1;

@@ -22,6 +22,33 @@ def OutlineSelect : Pass<"snapkv-outline-select", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::func::FuncDialect"];
 }
 
+def DecomposeSelect : Pass<"snapkv-decompose-select"> {
+  let summary = "Split each snapkv.select into its stage ops: score, "
+                "top_positions, gather";
+  let description = [{
+    Replaces every `snapkv.select` that ranks by votes (`scoring votes` or
+    `prefix_votes`) with the chain of destination-style stage ops it is made
+    of (`SelectOp::decomposeOperation`, which
+    `transform.structured.decompose_interface` calls too):
+
+    * `snapkv.score`: the window's votes and the pooled scores `[B, Hc, P]`;
+    * `snapkv.top_positions`: per row, the top `capacity - window` prefix
+      positions by pooled score, in the op's `order`, then the window;
+    * `snapkv.gather`, once for the keys and once for the values.
+
+    A static prompt shorter than `capacity` becomes the bypass (every
+    position, gathered); a dynamic one gets the whole op's run-time checks
+    and an `scf.if` between the two. `top_positions` and `gather` implement
+    `TilingInterface` over their parallel dimensions, and
+    `convert-snapkv-to-linalg` lowers each stage to the same linalg ops it
+    emits for the whole select (indices and rows are bit-identical).
+    `scoring recent` and `random` rank without scores and stay whole. The
+    CPU pipeline runs this pass after `snapkv-outline-select`; the GPU
+    pipeline lowers the whole op (its layout fuses pooling, selection and
+    gather into one block per row).
+  }];
+}
+
 def ReportCache : Pass<"snapkv-report-cache", "::mlir::ModuleOp"> {
   let summary = "Print the persistent K/V cache ledger of every snapkv.select";
   let description = [{

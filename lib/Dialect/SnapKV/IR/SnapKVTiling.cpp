@@ -1,0 +1,169 @@
+//===- SnapKVTiling.cpp - TilingInterface of the selection's stage ops ----===//
+//
+// snapkv.top_positions tiles over its rows (b, h); snapkv.gather over all of
+// (b, h, slot, d). A tile is the same op on slices, so the lowering of a
+// tiled op is the lowering of a smaller one. Batch, heads and row size are
+// static in these ops, so tiles of them must have static sizes (a tile size
+// that divides the dimension).
+//
+//===----------------------------------------------------------------------===//
+
+#include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
+
+#include "mlir/Dialect/Affine/IR/AffineOps.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
+
+using namespace mlir;
+using namespace mlir::snapkv;
+
+namespace {
+
+SmallVector<OpFoldResult> unitStrides(OpBuilder &b, size_t rank) {
+  return SmallVector<OpFoldResult>(rank, b.getIndexAttr(1));
+}
+
+tensor::ExtractSliceOp slice(OpBuilder &b, Location loc, Value source,
+                             ArrayRef<OpFoldResult> offsets,
+                             ArrayRef<OpFoldResult> sizes) {
+  return tensor::ExtractSliceOp::create(b, loc, source, offsets, sizes,
+                                        unitStrides(b, offsets.size()));
+}
+
+bool allConstant(ArrayRef<OpFoldResult> sizes) {
+  return llvm::all_of(sizes, [](OpFoldResult size) {
+    return getConstantIntValue(size).has_value();
+  });
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// snapkv.top_positions
+//===----------------------------------------------------------------------===//
+
+SmallVector<utils::IteratorType> TopPositionsOp::getLoopIteratorTypes() {
+  return {utils::IteratorType::parallel, utils::IteratorType::parallel};
+}
+
+SmallVector<Range> TopPositionsOp::getIterationDomain(OpBuilder &b) {
+  RankedTensorType type = getInit().getType();
+  OpFoldResult zero = b.getIndexAttr(0), one = b.getIndexAttr(1);
+  return {Range{zero, b.getIndexAttr(type.getDimSize(0)), one},
+          Range{zero, b.getIndexAttr(type.getDimSize(1)), one}};
+}
+
+FailureOr<TilingResult>
+TopPositionsOp::getTiledImplementation(OpBuilder &b,
+                                       ArrayRef<OpFoldResult> offsets,
+                                       ArrayRef<OpFoldResult> sizes) {
+  if (offsets.size() != 2 || sizes.size() != 2 || !allConstant(sizes))
+    return failure();
+  Location loc = getLoc();
+  OpFoldResult zero = b.getIndexAttr(0);
+  auto scores =
+      slice(b, loc, getScores(), {offsets[0], offsets[1], zero},
+            {sizes[0], sizes[1], tensor::getMixedSize(b, loc, getScores(), 2)});
+  auto init = slice(b, loc, getInit(), {offsets[0], offsets[1], zero},
+                    {sizes[0], sizes[1], b.getIndexAttr(getCapacity())});
+  auto tiled = TopPositionsOp::create(
+      b, loc, init.getType(), scores.getResult(), init.getResult(),
+      getWindowAttr(), getCapacityAttr(), getOrderAttr());
+  return TilingResult{{tiled}, {tiled.getResult()}, {scores, init}};
+}
+
+LogicalResult TopPositionsOp::getResultTilePosition(
+    OpBuilder &b, unsigned resultNumber, ArrayRef<OpFoldResult> offsets,
+    ArrayRef<OpFoldResult> sizes, SmallVector<OpFoldResult> &resultOffsets,
+    SmallVector<OpFoldResult> &resultSizes) {
+  if (resultNumber != 0 || offsets.size() != 2)
+    return failure();
+  resultOffsets = {offsets[0], offsets[1], b.getIndexAttr(0)};
+  resultSizes = {sizes[0], sizes[1], b.getIndexAttr(getCapacity())};
+  return success();
+}
+
+FailureOr<TilingResult>
+TopPositionsOp::generateResultTileValue(OpBuilder &b, unsigned resultNumber,
+                                        ArrayRef<OpFoldResult> offsets,
+                                        ArrayRef<OpFoldResult> sizes) {
+  // A row's positions come from one search over the whole row: only tiles
+  // of whole rows are computed on their own.
+  if (resultNumber != 0 || offsets.size() != 3 ||
+      !isConstantIntValue(offsets[2], 0) ||
+      !isConstantIntValue(sizes[2], getCapacity()))
+    return failure();
+  return getTiledImplementation(b, offsets.take_front(2), sizes.take_front(2));
+}
+
+//===----------------------------------------------------------------------===//
+// snapkv.gather
+//===----------------------------------------------------------------------===//
+
+SmallVector<utils::IteratorType> GatherOp::getLoopIteratorTypes() {
+  return SmallVector<utils::IteratorType>(4, utils::IteratorType::parallel);
+}
+
+SmallVector<Range> GatherOp::getIterationDomain(OpBuilder &b) {
+  SmallVector<Range> domain;
+  for (int64_t d = 0; d < 4; ++d)
+    domain.push_back(Range{b.getIndexAttr(0),
+                           tensor::getMixedSize(b, getLoc(), getInit(), d),
+                           b.getIndexAttr(1)});
+  return domain;
+}
+
+FailureOr<TilingResult>
+GatherOp::getTiledImplementation(OpBuilder &b, ArrayRef<OpFoldResult> offsets,
+                                 ArrayRef<OpFoldResult> sizes) {
+  if (offsets.size() != 4 || sizes.size() != 4 ||
+      !allConstant({sizes[0], sizes[1], sizes[3]}))
+    return failure();
+  Location loc = getLoc();
+  int64_t group = getGroup();
+  int64_t heads = *getConstantIntValue(sizes[1]);
+  // The source heads the tile's heads read: head h reads h / G.
+  OpFoldResult sourceOffset = offsets[1];
+  int64_t sourceHeads = heads;
+  if (group != 1) {
+    std::optional<int64_t> offset = getConstantIntValue(offsets[1]);
+    if (heads != 1 && (heads % group != 0 || (offset && *offset % group != 0)))
+      return failure();
+    AffineExpr h = b.getAffineSymbolExpr(0);
+    sourceOffset = affine::makeComposedFoldedAffineApply(
+        b, loc, h.floorDiv(group), {offsets[1]});
+    sourceHeads = heads == 1 ? 1 : heads / group;
+  }
+  OpFoldResult zero = b.getIndexAttr(0);
+  auto source =
+      slice(b, loc, getSource(), {offsets[0], sourceOffset, zero, offsets[3]},
+            {sizes[0], b.getIndexAttr(sourceHeads),
+             tensor::getMixedSize(b, loc, getSource(), 2), sizes[3]});
+  auto indices =
+      slice(b, loc, getIndices(), {offsets[0], offsets[1], offsets[2]},
+            {sizes[0], sizes[1], sizes[2]});
+  auto init = slice(b, loc, getInit(), offsets, sizes);
+  auto tiled = GatherOp::create(b, loc, init.getType(), source.getResult(),
+                                indices.getResult(), init.getResult());
+  return TilingResult{{tiled}, {tiled.getResult()}, {source, indices, init}};
+}
+
+LogicalResult GatherOp::getResultTilePosition(
+    OpBuilder &, unsigned resultNumber, ArrayRef<OpFoldResult> offsets,
+    ArrayRef<OpFoldResult> sizes, SmallVector<OpFoldResult> &resultOffsets,
+    SmallVector<OpFoldResult> &resultSizes) {
+  if (resultNumber != 0)
+    return failure();
+  resultOffsets.assign(offsets.begin(), offsets.end());
+  resultSizes.assign(sizes.begin(), sizes.end());
+  return success();
+}
+
+FailureOr<TilingResult>
+GatherOp::generateResultTileValue(OpBuilder &b, unsigned resultNumber,
+                                  ArrayRef<OpFoldResult> offsets,
+                                  ArrayRef<OpFoldResult> sizes) {
+  if (resultNumber != 0)
+    return failure();
+  return getTiledImplementation(b, offsets, sizes);
+}

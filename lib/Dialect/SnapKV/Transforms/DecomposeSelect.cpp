@@ -1,0 +1,38 @@
+//===- DecomposeSelect.cpp - snapkv.select into its stage ops -------------===//
+//
+// Drives SelectOp::decomposeOperation (SelectDecomposition.cpp) over the IR;
+// see Passes.td.
+//
+//===----------------------------------------------------------------------===//
+
+#include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
+#include "snapkv/Dialect/SnapKV/Transforms/Passes.h"
+
+#include "mlir/IR/PatternMatch.h"
+
+namespace mlir::snapkv {
+#define GEN_PASS_DEF_DECOMPOSESELECT
+#include "snapkv/Dialect/SnapKV/Transforms/Passes.h.inc"
+} // namespace mlir::snapkv
+
+using namespace mlir;
+using namespace mlir::snapkv;
+
+namespace {
+
+struct DecomposeSelectPass
+    : snapkv::impl::DecomposeSelectBase<DecomposeSelectPass> {
+  void runOnOperation() override {
+    SmallVector<SelectOp> selects;
+    getOperation()->walk([&](SelectOp op) { selects.push_back(op); });
+    IRRewriter rewriter(&getContext());
+    for (SelectOp op : selects) {
+      rewriter.setInsertionPoint(op);
+      FailureOr<SmallVector<Value>> stages = op.decomposeOperation(rewriter);
+      if (succeeded(stages))
+        rewriter.replaceOp(op, *stages);
+    }
+  }
+};
+
+} // namespace

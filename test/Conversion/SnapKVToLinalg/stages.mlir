@@ -1,0 +1,59 @@
+// The stage ops of a decomposed select lower on their own to the linalg ops
+// the whole select lowers to (docs/lowering.md), writing into their inits.
+// RUN: snapkv-opt %s --split-input-file --convert-snapkv-to-linalg --canonicalize --cse | FileCheck %s --implicit-check-not="= snapkv."
+// RUN: snapkv-opt %s --split-input-file --convert-snapkv-to-linalg=tiling=cpu | FileCheck %s --check-prefix=CPU
+// RUN: snapkv-opt %s --split-input-file --convert-snapkv-to-linalg=tiling=gpu -verify-diagnostics -o /dev/null
+
+// top_positions over a dynamic prefix: the run-time checks, the chunk
+// padding (ranked below every position), the order keys, the 32-step
+// threshold search, the slot search, score order, then the window written
+// into the op's init.
+// CHECK-LABEL: func.func @top_positions
+// CHECK-SAME: (%[[S:.*]]: tensor<1x2x?xf32>, %[[I:.*]]: tensor<1x2x5xi64>)
+// CHECK: cf.assert %{{.*}}, "snapkv.top_positions: 'scores' holds fewer prefix positions than capacity - window (3)"
+// CHECK: cf.assert %{{.*}}, "snapkv.top_positions: prompt length (prefix + window) must be below 2^31 - 1"
+// CHECK: %[[PADDED:.*]] = tensor.pad %[[S]] low[0, 0, 0] high[0, 0, %{{.*}}]
+// CHECK: %[[KEYS:.*]] = linalg.generic {{.*}} ins(%[[PADDED]] : tensor<1x2x?xf32>) outs(%{{.*}} : tensor<1x2x?xi32>)
+// CHECK: arith.bitcast %{{.*}} : f32 to i32
+// CHECK: scf.for %{{.*}} = %{{.*}} to %c32
+// CHECK: tensor.expand_shape %[[KEYS]] {{.*}} into tensor<1x2x?x128xi32>
+// CHECK: linalg.generic {{.*}} outs(%{{.*}} : tensor<1x2x3xi64>, tensor<1x2x3xi32>)
+// CHECK: %[[RESULT:.*]] = linalg.generic {{.*}} outs(%[[I]] : tensor<1x2x5xi64>)
+// CHECK: return %[[RESULT]]
+// CPU-LABEL: func.func @top_positions
+// CPU: snapkv.tile = #snapkv.tile<group = {{[0-9]+}}, sizes = [1, 1, 0], mapping = forall>
+// expected-error @+2 {{'snapkv.top_positions' op has no GPU lowering (tiling=gpu); lower snapkv.select whole for the GPU}}
+func.func @top_positions(%s: tensor<1x2x?xf32>, %i: tensor<1x2x5xi64>) -> tensor<1x2x5xi64> {
+  %t = snapkv.top_positions %s window 2 capacity 5 order score
+      outs(%i : tensor<1x2x5xi64>) : tensor<1x2x?xf32> -> tensor<1x2x5xi64>
+  return %t : tensor<1x2x5xi64>
+}
+
+// -----
+
+// gather with a group of 2 result heads per source head and dynamic sizes:
+// the slot counts are checked to agree, an empty source is refused when
+// there are slots, each index is clamped into [0, L), and head h reads
+// source head h / 2.
+// CHECK-LABEL: func.func @gather
+// CHECK-SAME: (%[[SRC:.*]]: tensor<1x2x?x8xf16>, %[[IDX:.*]]: tensor<1x4x?xi64>, %[[INIT:.*]]: tensor<1x4x?x8xf16>)
+// CHECK: cf.assert %{{.*}}, "snapkv.gather: 'indices' dim 2 differs from 'init'"
+// CHECK: cf.assert %{{.*}}, "snapkv.gather: 'source' has no rows to gather"
+// CHECK: %[[ROWS:.*]] = linalg.generic {{.*}} outs(%[[INIT]] : tensor<1x4x?x8xf16>)
+// CHECK: %[[H:.*]] = linalg.index 1
+// CHECK: %[[KV:.*]] = arith.divui %[[H]], %c2
+// CHECK: %[[RAW:.*]] = tensor.extract %[[IDX]]
+// CHECK: %[[LOW:.*]] = arith.minsi %[[RAW]], %{{.*}} : i64
+// CHECK: %[[POS:.*]] = arith.maxsi %[[LOW]], %{{.*}} : i64
+// CHECK: %[[J:.*]] = arith.index_cast %[[POS]] : i64 to index
+// CHECK: tensor.extract %[[SRC]][%{{.*}}, %[[KV]], %[[J]], %{{.*}}] : tensor<1x2x?x8xf16>
+// CHECK: return %[[ROWS]]
+// CPU-LABEL: func.func @gather
+// CPU: snapkv.tile = #snapkv.tile<group = {{[0-9]+}}, sizes = [1, 1, 1, 0], mapping = forall>
+// expected-error @+3 {{'snapkv.gather' op has no GPU lowering (tiling=gpu); lower snapkv.select whole for the GPU}}
+func.func @gather(%src: tensor<1x2x?x8xf16>, %idx: tensor<1x4x?xi64>, %init: tensor<1x4x?x8xf16>)
+    -> tensor<1x4x?x8xf16> {
+  %g = snapkv.gather %src[%idx] outs(%init : tensor<1x4x?x8xf16>)
+      : tensor<1x2x?x8xf16>, tensor<1x4x?xi64> -> tensor<1x4x?x8xf16>
+  return %g : tensor<1x4x?x8xf16>
+}
