@@ -56,7 +56,10 @@ func.func @main() {
       : tensor<1x1x8x2xf32>
 
   // What the selection ranks by: votes and pooled scores of the prefix positions 0..5.
+  %s1_votes = tensor.empty() : tensor<1x1x6xf32>
+  %s1_pooled = tensor.empty() : tensor<1x1x6xf32>
   %votes, %pooled = snapkv.score %q, %k window 2 kernel 3
+      outs(%s1_votes, %s1_pooled : tensor<1x1x6xf32>, tensor<1x1x6xf32>)
       : (tensor<1x1x2x2xf32>, tensor<1x1x8x2xf32>) -> (tensor<1x1x6xf32>, tensor<1x1x6xf32>)
   call @print_f32(%votes) : (tensor<1x1x6xf32>) -> ()
   call @print_f32(%pooled) : (tensor<1x1x6xf32>) -> ()

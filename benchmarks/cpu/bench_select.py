@@ -131,8 +131,10 @@ def score_function(batch, length):
     tp = _tt((batch, HQ, length - W))
     return f"""\
   func.func @{SCORE_FN}(%q: {tq}, %k: {tk}) -> ({tp}, {tp}) {{
+    %votes_init = tensor.empty() : {tp}
+    %pooled_init = tensor.empty() : {tp}
     %votes, %pooled = snapkv.score %q, %k window {W} kernel {KERNEL}
-        : ({tq}, {tk}) -> ({tp}, {tp})
+        outs(%votes_init, %pooled_init : {tp}, {tp}) : ({tq}, {tk}) -> ({tp}, {tp})
     return %votes, %pooled : {tp}, {tp}
   }}"""
 

@@ -51,7 +51,10 @@ def compiled_scores(case):
 func.func @main() {{
   %q = arith.constant dense<{dense_hex(case.q)}> : {q_t}
   %k = arith.constant dense<{dense_hex(case.k)}> : {k_t}
+  %votes_init = tensor.empty() : {out_t}
+  %pooled_init = tensor.empty() : {out_t}
   %votes, %pooled = snapkv.score %q, %k window {case.window} kernel {case.kernel}
+      outs(%votes_init, %pooled_init : {out_t}, {out_t})
       : ({q_t}, {k_t}) -> ({out_t}, {out_t}){prints}
   return
 }}

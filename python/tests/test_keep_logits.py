@@ -27,7 +27,10 @@ def score_module(gqa):
     tv = f"tensor<{B}x{hc}x{L - W}xf32>"
     return f"""module {{
   func.func @s(%q: {tq}, %k: {tk}) -> ({tv}, {tv}) {{
-    %v, %p = snapkv.score %q, %k window {W}{clause} : ({tq}, {tk}) -> ({tv}, {tv})
+    %vi = tensor.empty() : {tv}
+    %pi = tensor.empty() : {tv}
+    %v, %p = snapkv.score %q, %k window {W}{clause} outs(%vi, %pi : {tv}, {tv})
+        : ({tq}, {tk}) -> ({tv}, {tv})
     return %v, %p : {tv}, {tv}
   }}
 }}

@@ -10,9 +10,13 @@
 // CHECK-SAME: -> (tensor<1x2x?x2xf32>, tensor<1x2x?x2xf32>, tensor<1x4x2x2xf32>, tensor<1x2x?x2xf32>, tensor<1x2x?xi64>, tensor<1x2x?xf32>, tensor<1x2x?xf32>, tensor<1x4x2x2xf32>, tensor<1x2x6x2xf32>, tensor<1x4x5xi64>, tensor<1x4x4xf32>, tensor<1x4x4xf32>)
 // CHECK-SAME: attributes {foo, snapkv.exposed_scores = ["window=2 capacity=4 kernel=3 pooling=max gqa=mean order=score scale=5.000000e-01", "window=2 capacity=5 kernel=5 pooling=avg gqa=expand order=position"]}
 // CHECK: %[[K0:.*]], %[[V0:.*]], %[[I0:.*]] = snapkv.select %arg0, %arg1, %arg2
-// CHECK-NEXT: %[[VOTES0:.*]], %[[POOLED0:.*]] = snapkv.score %arg0, %arg1 window 2 kernel 3 pooling max gqa mean scale 5.000000e-01 : (tensor<1x4x2x2xf32>, tensor<1x2x?x2xf32>) -> (tensor<1x2x?xf32>, tensor<1x2x?xf32>)
+// CHECK: %[[L0:.*]] = tensor.dim %arg1, %{{.*}} : tensor<1x2x?x2xf32>
+// CHECK: %[[P0:.*]] = arith.subi %[[L0]], %{{.*}} : index
+// CHECK: %[[VI0:.*]] = tensor.empty(%[[P0]]) : tensor<1x2x?xf32>
+// CHECK: %[[PI0:.*]] = tensor.empty(%[[P0]]) : tensor<1x2x?xf32>
+// CHECK-NEXT: %[[VOTES0:.*]], %[[POOLED0:.*]] = snapkv.score %arg0, %arg1 window 2 kernel 3 pooling max gqa mean scale 5.000000e-01 outs(%[[VI0]], %[[PI0]] : tensor<1x2x?xf32>, tensor<1x2x?xf32>) : (tensor<1x4x2x2xf32>, tensor<1x2x?x2xf32>) -> (tensor<1x2x?xf32>, tensor<1x2x?xf32>)
 // CHECK: %{{.*}}, %{{.*}}, %[[I1:.*]] = snapkv.select %arg0, %[[KS:.*]], %[[KS]] window 2 capacity 5 :
-// CHECK-NEXT: %[[VOTES1:.*]], %[[POOLED1:.*]] = snapkv.score %arg0, %[[KS]] window 2 : (tensor<1x4x2x2xf32>, tensor<1x2x6x2xf32>) -> (tensor<1x4x4xf32>, tensor<1x4x4xf32>)
+// CHECK: %[[VOTES1:.*]], %[[POOLED1:.*]] = snapkv.score %arg0, %[[KS]] window 2 outs(%{{.*}}, %{{.*}} : tensor<1x4x4xf32>, tensor<1x4x4xf32>) : (tensor<1x4x2x2xf32>, tensor<1x2x6x2xf32>) -> (tensor<1x4x4xf32>, tensor<1x4x4xf32>)
 // CHECK: return %[[K0]], %[[V0]], %arg0, %arg1, %[[I0]], %[[VOTES0]], %[[POOLED0]], %arg0, %[[KS]], %[[I1]], %[[VOTES1]], %[[POOLED1]] :
 // NAMED-LABEL: func.func @prefill
 // NAMED: snapkv.score
@@ -45,9 +49,9 @@ func.func @other(%q: tensor<1x1x2x2xf32>, %k: tensor<1x1x4x2xf32>) -> tensor<1x1
 // shows the votes.
 // CHECK-LABEL: func.func @prefill(%arg0: tensor<1x1x2x2xf32>
 // CHECK: snapkv.select {{.*}} scoring prefix_votes
-// CHECK-NEXT: snapkv.score %arg0, %arg1 window 2 scoring prefix_votes :
+// CHECK: snapkv.score %arg0, %arg1 window 2 scoring prefix_votes outs(
 // CHECK: snapkv.select {{.*}} scoring recent
-// CHECK-NEXT: snapkv.score %arg0, %arg1 window 2 :
+// CHECK: snapkv.score %arg0, %arg1 window 2 outs(
 // NAMED-LABEL: func.func @prefill(%arg0: tensor<1x1x2x2xf32>
 // NAMED: snapkv.score {{.*}} scoring prefix_votes
 func.func @prefill(%q: tensor<1x1x2x2xf32>, %k: tensor<1x1x8x2xf32>) -> (tensor<1x1x4xi64>, tensor<1x1x4xi64>) {

@@ -5,7 +5,7 @@
 // CHECK-LABEL: func.func @layer
 // CHECK: %[[K:.*]] = arith.addf
 // CHECK: %[[R:.*]]:3 = call @layer_select(%arg0, %[[K]], %arg2)
-// CHECK: %[[S:.*]]:2 = call @layer_score(%arg0, %[[K]])
+// CHECK: %[[S:.*]]:2 = call @layer_score(%arg0, %[[K]], %{{.*}}, %{{.*}})
 // CHECK: return %[[R]]#0, %[[R]]#2, %[[S]]#1
 // CHECK-LABEL: func.func private @layer_select
 // CHECK-SAME: (%[[Q:.*]]: tensor<1x4x2x8xf32>, %[[KK:.*]]: tensor<1x2x?x8xf32>, %[[V:.*]]: tensor<1x2x?x8xf32>)
@@ -20,7 +20,14 @@ func.func @layer(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x?x8xf32>, %v: tensor<1x
   %ks, %vs, %idx = snapkv.select %q, %k2, %v window 2 capacity 4 kernel 3
       : (tensor<1x4x2x8xf32>, tensor<1x2x?x8xf32>, tensor<1x2x?x8xf32>)
       -> (tensor<1x4x?x8xf32>, tensor<1x4x?x8xf32>, tensor<1x4x?xi64>)
+  %s1_c2 = arith.constant 2 : index
+  %s1_w = arith.constant 2 : index
+  %s1_l = tensor.dim %k2, %s1_c2 : tensor<1x2x?x8xf32>
+  %s1_p = arith.subi %s1_l, %s1_w : index
+  %s1_votes = tensor.empty(%s1_p) : tensor<1x4x?xf32>
+  %s1_pooled = tensor.empty(%s1_p) : tensor<1x4x?xf32>
   %votes, %pooled = snapkv.score %q, %k2 window 2
+      outs(%s1_votes, %s1_pooled : tensor<1x4x?xf32>, tensor<1x4x?xf32>)
       : (tensor<1x4x2x8xf32>, tensor<1x2x?x8xf32>) -> (tensor<1x4x?xf32>, tensor<1x4x?xf32>)
   return %ks, %idx, %pooled : tensor<1x4x?x8xf32>, tensor<1x4x?xi64>, tensor<1x4x?xf32>
 }

@@ -96,7 +96,10 @@ func.func @dynamic_mean(%q: tensor<1x4x4x8xf32>, %k: tensor<1x2x?x8xf32>, %v: te
 // CHECK-NOT: scf.forall
 func.func @score(%q: tensor<1x2x2x4xf32>, %k: tensor<1x2x100x4xf32>)
     -> (tensor<1x2x98xf32>, tensor<1x2x98xf32>) {
+  %s1_votes = tensor.empty() : tensor<1x2x98xf32>
+  %s1_pooled = tensor.empty() : tensor<1x2x98xf32>
   %votes, %pooled = snapkv.score %q, %k window 2 kernel 3
+      outs(%s1_votes, %s1_pooled : tensor<1x2x98xf32>, tensor<1x2x98xf32>)
       : (tensor<1x2x2x4xf32>, tensor<1x2x100x4xf32>) -> (tensor<1x2x98xf32>, tensor<1x2x98xf32>)
   return %votes, %pooled : tensor<1x2x98xf32>, tensor<1x2x98xf32>
 }

@@ -215,7 +215,14 @@ func.func @dynamic_length(%q: tensor<1x2x4x8xf16>, %k: tensor<1x2x?x8xf16>, %v: 
 // CHECK-NOT: tensor.extract %
 // CHECK: return %{{.*}}, %{{.*}} : tensor<1x2x?xf32>, tensor<1x2x?xf32>
 func.func @score(%q: tensor<1x4x4x8xf32>, %k: tensor<1x2x?x8xf32>) -> (tensor<1x2x?xf32>, tensor<1x2x?xf32>) {
+  %s1_c2 = arith.constant 2 : index
+  %s1_w = arith.constant 4 : index
+  %s1_l = tensor.dim %k, %s1_c2 : tensor<1x2x?x8xf32>
+  %s1_p = arith.subi %s1_l, %s1_w : index
+  %s1_votes = tensor.empty(%s1_p) : tensor<1x2x?xf32>
+  %s1_pooled = tensor.empty(%s1_p) : tensor<1x2x?xf32>
   %v, %p = snapkv.score %q, %k window 4 kernel 3 gqa max
+      outs(%s1_votes, %s1_pooled : tensor<1x2x?xf32>, tensor<1x2x?xf32>)
       : (tensor<1x4x4x8xf32>, tensor<1x2x?x8xf32>) -> (tensor<1x2x?xf32>, tensor<1x2x?xf32>)
   return %v, %p : tensor<1x2x?xf32>, tensor<1x2x?xf32>
 }

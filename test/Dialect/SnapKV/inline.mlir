@@ -14,7 +14,14 @@ func.func private @layer(%q: tensor<1x2x2x8xf32>, %k: tensor<1x2x?x8xf32>, %v: t
   %ko, %vo, %idx = snapkv.select %q, %k, %v window 2 capacity 5 kernel 3
       : (tensor<1x2x2x8xf32>, tensor<1x2x?x8xf32>, tensor<1x2x?x8xf32>)
       -> (tensor<1x2x?x8xf32>, tensor<1x2x?x8xf32>, tensor<1x2x?xi64>)
+  %s1_c2 = arith.constant 2 : index
+  %s1_w = arith.constant 2 : index
+  %s1_l = tensor.dim %k, %s1_c2 : tensor<1x2x?x8xf32>
+  %s1_p = arith.subi %s1_l, %s1_w : index
+  %s1_votes = tensor.empty(%s1_p) : tensor<1x2x?xf32>
+  %s1_pooled = tensor.empty(%s1_p) : tensor<1x2x?xf32>
   %votes, %pooled = snapkv.score %q, %k window 2 kernel 3
+      outs(%s1_votes, %s1_pooled : tensor<1x2x?xf32>, tensor<1x2x?xf32>)
       : (tensor<1x2x2x8xf32>, tensor<1x2x?x8xf32>) -> (tensor<1x2x?xf32>, tensor<1x2x?xf32>)
   return %ko, %pooled : tensor<1x2x?x8xf32>, tensor<1x2x?xf32>
 }

@@ -272,34 +272,34 @@ func.func @negative_window(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v:
 // -----
 
 // snapkv.score shares the operand rules of snapkv.select
-func.func @score_heads(%q: tensor<1x6x2x8xf32>, %k: tensor<1x4x8x8xf32>) {
+func.func @score_heads(%q: tensor<1x6x2x8xf32>, %k: tensor<1x4x8x8xf32>, %vi: tensor<1x6x6xf32>, %pi: tensor<1x6x6xf32>) {
   // expected-error @+1 {{'snapkv.score' op query heads (6) are not a multiple of key/value heads (4)}}
-  %v, %p = snapkv.score %q, %k window 2 : (tensor<1x6x2x8xf32>, tensor<1x4x8x8xf32>) -> (tensor<1x6x6xf32>, tensor<1x6x6xf32>)
+  %v, %p = snapkv.score %q, %k window 2 outs(%vi, %pi : tensor<1x6x6xf32>, tensor<1x6x6xf32>) : (tensor<1x6x2x8xf32>, tensor<1x4x8x8xf32>) -> (tensor<1x6x6xf32>, tensor<1x6x6xf32>)
   return
 }
 
 // -----
 
 // snapkv.score results are [B, Hc, L - W] f32
-func.func @score_result(%q: tensor<1x4x2x8xf16>, %k: tensor<1x2x8x8xf16>) {
+func.func @score_result(%q: tensor<1x4x2x8xf16>, %k: tensor<1x2x8x8xf16>, %vi: tensor<1x4x6xf16>, %pi: tensor<1x4x6xf32>) {
   // expected-error @+1 {{'snapkv.score' op result 'votes' has type 'tensor<1x4x6xf16>', expected 'tensor<1x4x6xf32>'}}
-  %v, %p = snapkv.score %q, %k window 2 : (tensor<1x4x2x8xf16>, tensor<1x2x8x8xf16>) -> (tensor<1x4x6xf16>, tensor<1x4x6xf32>)
+  %v, %p = snapkv.score %q, %k window 2 outs(%vi, %pi : tensor<1x4x6xf16>, tensor<1x4x6xf32>) : (tensor<1x4x2x8xf16>, tensor<1x2x8x8xf16>) -> (tensor<1x4x6xf16>, tensor<1x4x6xf32>)
   return
 }
 
 // -----
 
-func.func @score_pooled_heads(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>) {
+func.func @score_pooled_heads(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %vi: tensor<1x2x6xf32>, %pi: tensor<1x4x6xf32>) {
   // expected-error @+1 {{'snapkv.score' op result 'pooled' has type 'tensor<1x4x6xf32>', expected 'tensor<1x2x6xf32>'}}
-  %v, %p = snapkv.score %q, %k window 2 gqa max : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x2x6xf32>, tensor<1x4x6xf32>)
+  %v, %p = snapkv.score %q, %k window 2 gqa max outs(%vi, %pi : tensor<1x2x6xf32>, tensor<1x4x6xf32>) : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x2x6xf32>, tensor<1x4x6xf32>)
   return
 }
 
 // -----
 
-func.func @score_short(%q: tensor<1x4x4x8xf32>, %k: tensor<1x2x3x8xf32>) {
+func.func @score_short(%q: tensor<1x4x4x8xf32>, %k: tensor<1x2x3x8xf32>, %vi: tensor<1x4x0xf32>, %pi: tensor<1x4x0xf32>) {
   // expected-error @+1 {{'snapkv.score' op prompt length of 'keys' (3) is shorter than window (4)}}
-  %v, %p = snapkv.score %q, %k window 4 : (tensor<1x4x4x8xf32>, tensor<1x2x3x8xf32>) -> (tensor<1x4x0xf32>, tensor<1x4x0xf32>)
+  %v, %p = snapkv.score %q, %k window 4 outs(%vi, %pi : tensor<1x4x0xf32>, tensor<1x4x0xf32>) : (tensor<1x4x4x8xf32>, tensor<1x2x3x8xf32>) -> (tensor<1x4x0xf32>, tensor<1x4x0xf32>)
   return
 }
 
@@ -441,9 +441,9 @@ func.func @attention_scale(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v:
 
 // -----
 
-func.func @score_scoring(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x16x8xf32>) {
+func.func @score_scoring(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x16x8xf32>, %vi: tensor<1x4x14xf32>, %pi: tensor<1x4x14xf32>) {
   // expected-error @+1 {{'snapkv.score' op scoring must be votes or prefix_votes, got recent}}
-  %v, %p = snapkv.score %q, %k window 2 scoring recent : (tensor<1x4x2x8xf32>, tensor<1x2x16x8xf32>) -> (tensor<1x4x14xf32>, tensor<1x4x14xf32>)
+  %v, %p = snapkv.score %q, %k window 2 scoring recent outs(%vi, %pi : tensor<1x4x14xf32>, tensor<1x4x14xf32>) : (tensor<1x4x2x8xf32>, tensor<1x2x16x8xf32>) -> (tensor<1x4x14xf32>, tensor<1x4x14xf32>)
   return
 }
 
@@ -540,5 +540,13 @@ func.func @gather_row_size(%k: tensor<1x2x16x8xf32>, %i: tensor<1x4x5xi64>, %r: 
 func.func @gather_empty_source(%k: tensor<1x2x0x8xf32>, %i: tensor<1x4x5xi64>, %r: tensor<1x4x5x8xf32>) {
   // expected-error @+1 {{'snapkv.gather' op 'source' has no rows to gather}}
   %g = snapkv.gather %k[%i] outs(%r : tensor<1x4x5x8xf32>) : tensor<1x2x0x8xf32>, tensor<1x4x5xi64> -> tensor<1x4x5x8xf32>
+  return
+}
+
+// -----
+
+func.func @score_init(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x16x8xf32>, %vi: tensor<1x4x14xf32>, %pi: tensor<1x4x?xf32>) {
+  // expected-error @+1 {{'snapkv.score' op 'pooled_init' has type 'tensor<1x4x?xf32>', expected 'tensor<1x4x14xf32>'}}
+  %v, %p = snapkv.score %q, %k window 2 outs(%vi, %pi : tensor<1x4x14xf32>, tensor<1x4x?xf32>) : (tensor<1x4x2x8xf32>, tensor<1x2x16x8xf32>) -> (tensor<1x4x14xf32>, tensor<1x4x14xf32>)
   return
 }

@@ -46,17 +46,27 @@ func.func @short_prompt_gqa_max(%q: tensor<1x6x4x16xf32>, %k: tensor<1x2x10x16xf
 
 // snapkv.score: votes and pooled scores over the P = L - W prefix positions.
 // CHECK-LABEL: func.func @score
-// CHECK: snapkv.score %{{.*}}, %{{.*}} window 2 kernel 3 pooling max gqa mean scale 5.000000e-01 :
+// CHECK: snapkv.score %{{.*}}, %{{.*}} window 2 kernel 3 pooling max gqa mean scale 5.000000e-01 outs(%{{.*}}, %{{.*}} : tensor<1x2x?xf32>, tensor<1x2x?xf32>) :
 // CHECK-SAME: (tensor<1x4x2x8xf32>, tensor<1x2x?x8xf32>) -> (tensor<1x2x?xf32>, tensor<1x2x?xf32>)
-// CHECK: snapkv.score %{{.*}}, %{{.*}} window 2 :
+// CHECK: snapkv.score %{{.*}}, %{{.*}} window 2 outs(
 // CHECK-SAME: -> (tensor<1x4x14xf32>, tensor<1x4x14xf32>)
 // GENERIC-LABEL: sym_name = "score"
-// GENERIC: "snapkv.score"(%{{.*}}, %{{.*}}) <{gqa = #snapkv<gqa mean>, kernel = 3 : i64, pooling = #snapkv<pooling max>, scale = 5.000000e-01 : f32, scoring = #snapkv<scoring votes>, window = 2 : i64}>
+// GENERIC: "snapkv.score"(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) <{gqa = #snapkv<gqa mean>, kernel = 3 : i64, pooling = #snapkv<pooling max>, scale = 5.000000e-01 : f32, scoring = #snapkv<scoring votes>, window = 2 : i64}>
 func.func @score(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x?x8xf32>, %ks: tensor<1x2x16x8xf32>)
     -> (tensor<1x2x?xf32>, tensor<1x2x?xf32>, tensor<1x4x14xf32>, tensor<1x4x14xf32>) {
+  %s1_c2 = arith.constant 2 : index
+  %s1_w = arith.constant 2 : index
+  %s1_l = tensor.dim %k, %s1_c2 : tensor<1x2x?x8xf32>
+  %s1_p = arith.subi %s1_l, %s1_w : index
+  %s1_votes = tensor.empty(%s1_p) : tensor<1x2x?xf32>
+  %s1_pooled = tensor.empty(%s1_p) : tensor<1x2x?xf32>
   %v, %p = snapkv.score %q, %k window 2 kernel 3 pooling max gqa mean scale 0.5
+      outs(%s1_votes, %s1_pooled : tensor<1x2x?xf32>, tensor<1x2x?xf32>)
       : (tensor<1x4x2x8xf32>, tensor<1x2x?x8xf32>) -> (tensor<1x2x?xf32>, tensor<1x2x?xf32>)
+  %s2_votes = tensor.empty() : tensor<1x4x14xf32>
+  %s2_pooled = tensor.empty() : tensor<1x4x14xf32>
   %v2, %p2 = snapkv.score %q, %ks window 2
+      outs(%s2_votes, %s2_pooled : tensor<1x4x14xf32>, tensor<1x4x14xf32>)
       : (tensor<1x4x2x8xf32>, tensor<1x2x16x8xf32>) -> (tensor<1x4x14xf32>, tensor<1x4x14xf32>)
   return %v, %p, %v2, %p2 : tensor<1x2x?xf32>, tensor<1x2x?xf32>, tensor<1x4x14xf32>, tensor<1x4x14xf32>
 }
@@ -112,7 +122,7 @@ func.func @attention(%q: tensor<1x4x?x8xf32>, %k: tensor<1x2x?x8xf32>, %v: tenso
 // top_positions (dynamic prefix, order score) and gather (grouped heads, a
 // dynamic source and slot count), destination-style.
 // CHECK-LABEL: func.func @stages
-// CHECK: snapkv.score %{{.*}}, %{{.*}} window 2 scoring prefix_votes :
+// CHECK: snapkv.score %{{.*}}, %{{.*}} window 2 scoring prefix_votes outs(
 // CHECK: snapkv.top_positions %{{.*}} window 2 capacity 5 outs(%{{.*}} : tensor<1x4x5xi64>) : tensor<1x4x14xf32> -> tensor<1x4x5xi64>
 // CHECK: snapkv.top_positions %{{.*}} window 2 capacity 5 order score outs(%{{.*}} : tensor<1x2x5xi64>) : tensor<1x2x?xf32> -> tensor<1x2x5xi64>
 // CHECK: snapkv.gather %{{.*}}[%{{.*}}] outs(%{{.*}} : tensor<1x4x5x8xf32>) : tensor<1x2x16x8xf32>, tensor<1x4x5xi64> -> tensor<1x4x5x8xf32>
@@ -124,7 +134,10 @@ func.func @stages(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x16x8xf32>,
                   %pooled: tensor<1x2x?xf32>, %kd: tensor<1x2x?x8xbf16>,
                   %idx: tensor<1x2x?xi64>, %rows: tensor<1x2x?x8xbf16>)
     -> (tensor<1x4x5xi64>, tensor<1x2x5xi64>, tensor<1x4x5x8xf32>, tensor<1x2x?x8xbf16>) {
+  %s3_votes = tensor.empty() : tensor<1x4x14xf32>
+  %s3_pooled = tensor.empty() : tensor<1x4x14xf32>
   %v, %p = snapkv.score %q, %k window 2 scoring prefix_votes
+      outs(%s3_votes, %s3_pooled : tensor<1x4x14xf32>, tensor<1x4x14xf32>)
       : (tensor<1x4x2x8xf32>, tensor<1x2x16x8xf32>) -> (tensor<1x4x14xf32>, tensor<1x4x14xf32>)
   %i0 = tensor.empty() : tensor<1x4x5xi64>
   %t = snapkv.top_positions %p window 2 capacity 5

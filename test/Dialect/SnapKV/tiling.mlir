@@ -109,3 +109,42 @@ module attributes {transform.with_named_sequence} {
     transform.yield
   }
 }
+
+// -----
+
+// score over its rows: with gqa expand a row is one query head and reads kv
+// head h / 2; with gqa mean a row is one kv head and reads its 2 query
+// heads. Each tile is the same scoring on one row.
+// CHECK-LABEL: func.func @score_rows
+// CHECK-SAME: (%[[Q:.*]]: tensor<1x4x2x8xf32>, %[[K:.*]]: tensor<1x2x?x8xf32>
+// CHECK: scf.forall (%[[H:.*]]) in (4)
+// CHECK:   %[[KV:.*]] = affine.apply #{{.*}}()[%[[H]]]
+// CHECK:   tensor.extract_slice %[[Q]][0, %[[H]], 0, 0] [1, 1, 2, 8]
+// CHECK:   tensor.extract_slice %[[K]][0, %[[KV]], 0, 0] [1, 1, %{{.*}}, 8]
+// CHECK:   snapkv.score {{.*}} window 2 kernel 3 outs({{.*}} : tensor<1x1x?xf32>, tensor<1x1x?xf32>) : (tensor<1x1x2x8xf32>, tensor<1x1x?x8xf32>) -> (tensor<1x1x?xf32>, tensor<1x1x?xf32>)
+// CHECK:   tensor.parallel_insert_slice %[[POOLED:.*]] into
+// CHECK: scf.forall (%[[G:.*]]) in (2)
+// CHECK:   %[[QH:.*]] = affine.apply #{{.*}}()[%[[G]]]
+// CHECK:   tensor.extract_slice %[[Q]][0, %[[QH]], 0, 0] [1, 2, 2, 8]
+// CHECK:   tensor.extract_slice %[[K]][0, %[[G]], 0, 0] [1, 1, %{{.*}}, 8]
+// CHECK:   snapkv.score {{.*}} gqa mean scoring prefix_votes outs({{.*}}) : (tensor<1x2x2x8xf32>, tensor<1x1x?x8xf32>) -> (tensor<1x1x?xf32>, tensor<1x1x?xf32>)
+func.func @score_rows(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x?x8xf32>,
+                      %ve: tensor<1x4x?xf32>, %pe: tensor<1x4x?xf32>,
+                      %vm: tensor<1x2x?xf32>, %pm: tensor<1x2x?xf32>)
+    -> (tensor<1x4x?xf32>, tensor<1x2x?xf32>) {
+  %v, %p = snapkv.score %q, %k window 2 kernel 3 outs(%ve, %pe : tensor<1x4x?xf32>, tensor<1x4x?xf32>)
+      : (tensor<1x4x2x8xf32>, tensor<1x2x?x8xf32>) -> (tensor<1x4x?xf32>, tensor<1x4x?xf32>)
+  %v2, %p2 = snapkv.score %q, %k window 2 gqa mean scoring prefix_votes outs(%vm, %pm : tensor<1x2x?xf32>, tensor<1x2x?xf32>) {mean}
+      : (tensor<1x4x2x8xf32>, tensor<1x2x?x8xf32>) -> (tensor<1x2x?xf32>, tensor<1x2x?xf32>)
+  return %p, %p2 : tensor<1x4x?xf32>, tensor<1x2x?xf32>
+}
+
+module attributes {transform.with_named_sequence} {
+  transform.named_sequence @__transform_main(%root: !transform.any_op {transform.readonly}) {
+    %all = transform.structured.match ops{["snapkv.score"]} in %root : (!transform.any_op) -> !transform.any_op
+    %expand, %mean = transform.split_handle %all : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    %t1, %l1 = transform.structured.tile_using_forall %expand tile_sizes [0, 1] : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    %t2, %l2 = transform.structured.tile_using_forall %mean tile_sizes [0, 1] : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    transform.yield
+  }
+}

@@ -8,7 +8,10 @@ func.func private @printMemrefF32(memref<*xf32>) attributes {llvm.emit_c_interfa
 func.func private @printMemrefI64(memref<*xi64>) attributes {llvm.emit_c_interface}
 
 func.func @run(%q: tensor<1x1x2x2xf32>, %k: tensor<1x1x6x2xf32>) {
+  %s1_votes = tensor.empty() : tensor<1x1x4xf32>
+  %s1_pooled = tensor.empty() : tensor<1x1x4xf32>
   %v, %p = snapkv.score %q, %k window 2 kernel 1 scale 1.0
+      outs(%s1_votes, %s1_pooled : tensor<1x1x4xf32>, tensor<1x1x4xf32>)
       : (tensor<1x1x2x2xf32>, tensor<1x1x6x2xf32>) -> (tensor<1x1x4xf32>, tensor<1x1x4xf32>)
   %m = bufferization.to_buffer %v : tensor<1x1x4xf32> to memref<1x1x4xf32>
   %u = memref.cast %m : memref<1x1x4xf32> to memref<*xf32>

@@ -25,9 +25,15 @@ func.func @print(%t: tensor<1x1x6xf32>) {
 func.func @main() {
   %q = arith.constant dense<[[[[1.4142135623730951, 0.0], [0.0, 1.4142135623730951]]]]> : tensor<1x1x2x2xf32>
   %k = arith.constant dense<[[[[0.0, 0.0], [0.6931471805599453, 0.0], [2.302585092994046, 2.0794415416798357], [2.0794415416798357, 2.4849066497880004], [0.0, 0.0], [0.0, 0.0], [0.6931471805599453, 0.0], [0.0, 0.0]]]]> : tensor<1x1x8x2xf32>
+  %s1_votes = tensor.empty() : tensor<1x1x6xf32>
+  %s1_pooled = tensor.empty() : tensor<1x1x6xf32>
   %v, %p = snapkv.score %q, %k window 2 kernel 3
+      outs(%s1_votes, %s1_pooled : tensor<1x1x6xf32>, tensor<1x1x6xf32>)
       : (tensor<1x1x2x2xf32>, tensor<1x1x8x2xf32>) -> (tensor<1x1x6xf32>, tensor<1x1x6xf32>)
+  %s2_votes = tensor.empty() : tensor<1x1x6xf32>
+  %s2_pooled = tensor.empty() : tensor<1x1x6xf32>
   %v2, %p2 = snapkv.score %q, %k window 2 kernel 3 pooling max
+      outs(%s2_votes, %s2_pooled : tensor<1x1x6xf32>, tensor<1x1x6xf32>)
       : (tensor<1x1x2x2xf32>, tensor<1x1x8x2xf32>) -> (tensor<1x1x6xf32>, tensor<1x1x6xf32>)
   // CHECK: [0.0784615, 0.118462, 0.707692, 0.781539, 0.0784615, 0.0784615]
   call @print(%v) : (tensor<1x1x6xf32>) -> ()

@@ -70,7 +70,10 @@ func.func @main() {
   %km = bufferization.to_buffer %kb : tensor<1x4x96x16xi32> to memref<1x4x96x16xi32>
   %ku = memref.cast %km : memref<1x4x96x16xi32> to memref<*xi32>
   call @printMemrefI32(%ku) : (memref<*xi32>) -> ()
+  %s1_votes = tensor.empty() : tensor<1x4x668xf32>
+  %s1_pooled = tensor.empty() : tensor<1x4x668xf32>
   %votes, %pooled = snapkv.score %q, %k window 32
+    outs(%s1_votes, %s1_pooled : tensor<1x4x668xf32>, tensor<1x4x668xf32>)
     : (tensor<1x4x32x16xf32>, tensor<1x2x700x16xf32>) -> (tensor<1x4x668xf32>, tensor<1x4x668xf32>)
   %vb = arith.bitcast %votes : tensor<1x4x668xf32> to tensor<1x4x668xi32>
   %vm = bufferization.to_buffer %vb : tensor<1x4x668xi32> to memref<1x4x668xi32>

@@ -104,19 +104,22 @@ private:
   SmallVector<Value> selection(OpFoldResult length) {
     int64_t window = op.getWindow();
     RankedTensorType qTy = op.getQueries().getType();
-    std::optional<int64_t> staticLength = getConstantIntValue(length);
-    int64_t staticPrefix =
-        staticLength ? *staticLength - window : ShapedType::kDynamic;
-    auto scoresTy = RankedTensorType::get(
-        {qTy.getDimSize(0), indicesTy.getDimSize(1), staticPrefix},
-        b.getF32Type());
+    auto scoresTy = ScoreOp::getResultType(qTy, op.getKeys().getType(), window,
+                                           op.getGqa());
+    SmallVector<Value> prefix;
+    if (scoresTy.isDynamicDim(2))
+      prefix.push_back(arith::SubIOp::create(
+          b, loc, cast<Value>(length),
+          arith::ConstantIndexOp::create(b, loc, window)));
+    Value votesInit = tensor::EmptyOp::create(b, loc, scoresTy, prefix);
+    Value pooledInit = tensor::EmptyOp::create(b, loc, scoresTy, prefix);
     ScoringAttr scoring;
     if (op.getScoring() != Scoring::votes)
       scoring = ScoringAttr::get(b.getContext(), op.getScoring());
-    auto score = ScoreOp::create(b, loc, scoresTy, scoresTy, op.getQueries(),
-                                 op.getKeys(), op.getWindowAttr(),
-                                 op.getKernelAttr(), op.getPoolingAttr(),
-                                 op.getGqaAttr(), op.getScaleAttr(), scoring);
+    auto score = ScoreOp::create(
+        b, loc, scoresTy, scoresTy, op.getQueries(), op.getKeys(), votesInit,
+        pooledInit, op.getWindowAttr(), op.getKernelAttr(), op.getPoolingAttr(),
+        op.getGqaAttr(), op.getScaleAttr(), scoring);
     int64_t capacity = op.getCapacity();
     Value init = tensor::EmptyOp::create(
         b, loc,

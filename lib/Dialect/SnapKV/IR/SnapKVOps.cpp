@@ -239,18 +239,30 @@ LogicalResult ScoreOp::verify() {
   if (failed(verifyInputs(*this, qTy, kTy, nullptr, getWindowAttr(),
                           std::nullopt, getKernelAttr(), getScale())))
     return failure();
-  int64_t heads =
-      getGqa() == GqaPolicy::expand ? qTy.getDimSize(1) : kTy.getDimSize(1);
-  int64_t length = kTy.getDimSize(2);
-  int64_t prefix = ShapedType::isDynamic(length)
-                       ? ShapedType::kDynamic
-                       : length - getWindowAttr().getInt();
-  Type expected = RankedTensorType::get({qTy.getDimSize(0), heads, prefix},
-                                        Float32Type::get(getContext()));
+  Type expected = getResultType(qTy, kTy, getWindowAttr().getInt(), getGqa());
   if (getScoring() != Scoring::votes && getScoring() != Scoring::prefix_votes)
     return emitOpError() << "scoring must be votes or prefix_votes, got "
                          << stringifyScoring(getScoring());
-  return verifyResults(*this, {"votes", "pooled"}, {expected, expected});
+  if (failed(verifyResults(*this, {"votes", "pooled"}, {expected, expected})))
+    return failure();
+  for (auto [name, init] : {std::pair{"votes_init", getVotesInit()},
+                            std::pair{"pooled_init", getPooledInit()}})
+    if (init.getType() != expected)
+      return emitOpError() << "'" << name << "' has type " << init.getType()
+                           << ", expected " << expected;
+  return success();
+}
+
+RankedTensorType ScoreOp::getResultType(RankedTensorType queries,
+                                        RankedTensorType keys, int64_t window,
+                                        GqaPolicy gqa) {
+  int64_t heads =
+      gqa == GqaPolicy::expand ? queries.getDimSize(1) : keys.getDimSize(1);
+  int64_t length = keys.getDimSize(2);
+  int64_t prefix =
+      ShapedType::isDynamic(length) ? ShapedType::kDynamic : length - window;
+  return RankedTensorType::get({queries.getDimSize(0), heads, prefix},
+                               Float32Type::get(queries.getContext()));
 }
 
 /// Rank, element type and static dims of a stage op's operand; dims listed

@@ -36,21 +36,136 @@ bool allConstant(ArrayRef<OpFoldResult> sizes) {
   });
 }
 
+/// The (b, h) rows of the ops that tile by rows: both loops parallel.
+SmallVector<utils::IteratorType> rowLoops() {
+  return {utils::IteratorType::parallel, utils::IteratorType::parallel};
+}
+SmallVector<Range> rowDomain(OpBuilder &b, RankedTensorType rows) {
+  OpFoldResult zero = b.getIndexAttr(0), one = b.getIndexAttr(1);
+  return {Range{zero, b.getIndexAttr(rows.getDimSize(0)), one},
+          Range{zero, b.getIndexAttr(rows.getDimSize(1)), one}};
+}
+
+/// The source heads that result heads [offset, offset + heads) read when
+/// head h reads source head h / group: one head, or whole groups of a tile
+/// that starts at a multiple of the group; nullopt when a tile would straddle
+/// groups.
+std::optional<std::pair<OpFoldResult, int64_t>>
+groupedHeads(OpBuilder &b, Location loc, OpFoldResult offset, int64_t heads,
+             int64_t group) {
+  if (group == 1)
+    return std::pair{offset, heads};
+  std::optional<int64_t> start = getConstantIntValue(offset);
+  if (heads != 1 && (heads % group != 0 || (start && *start % group != 0)))
+    return std::nullopt;
+  AffineExpr h = b.getAffineSymbolExpr(0);
+  return std::pair{affine::makeComposedFoldedAffineApply(
+                       b, loc, h.floorDiv(group), {offset}),
+                   heads == 1 ? int64_t(1) : heads / group};
+}
+
 } // namespace
+
+//===----------------------------------------------------------------------===//
+// snapkv.score
+//===----------------------------------------------------------------------===//
+
+SmallVector<utils::IteratorType> ScoreOp::getLoopIteratorTypes() {
+  return rowLoops();
+}
+
+SmallVector<Range> ScoreOp::getIterationDomain(OpBuilder &b) {
+  return rowDomain(b, getVotesInit().getType());
+}
+
+FailureOr<TilingResult>
+ScoreOp::getTiledImplementation(OpBuilder &b, ArrayRef<OpFoldResult> offsets,
+                                ArrayRef<OpFoldResult> sizes) {
+  if (offsets.size() != 2 || sizes.size() != 2 || !allConstant(sizes))
+    return failure();
+  Location loc = getLoc();
+  RankedTensorType qTy = getQueries().getType(), kTy = getKeys().getType();
+  int64_t group = qTy.getDimSize(1) / kTy.getDimSize(1);
+  int64_t heads = *getConstantIntValue(sizes[1]);
+  // The query heads and kv heads of the tile's rows.
+  OpFoldResult queryOffset = offsets[1], keyOffset = offsets[1];
+  int64_t queryHeads = heads, keyHeads = heads;
+  if (getGqa() == GqaPolicy::expand) {
+    std::optional<std::pair<OpFoldResult, int64_t>> kv =
+        groupedHeads(b, loc, offsets[1], heads, group);
+    if (!kv)
+      return failure();
+    std::tie(keyOffset, keyHeads) = *kv;
+  } else {
+    AffineExpr h = b.getAffineSymbolExpr(0);
+    queryOffset =
+        affine::makeComposedFoldedAffineApply(b, loc, h * group, {offsets[1]});
+    queryHeads = heads * group;
+  }
+  OpFoldResult zero = b.getIndexAttr(0);
+  auto queries = slice(
+      b, loc, getQueries(), {offsets[0], queryOffset, zero, zero},
+      {sizes[0], b.getIndexAttr(queryHeads), b.getIndexAttr(qTy.getDimSize(2)),
+       b.getIndexAttr(qTy.getDimSize(3))});
+  auto keys = slice(b, loc, getKeys(), {offsets[0], keyOffset, zero, zero},
+                    {sizes[0], b.getIndexAttr(keyHeads),
+                     tensor::getMixedSize(b, loc, getKeys(), 2),
+                     b.getIndexAttr(kTy.getDimSize(3))});
+  SmallVector<Operation *> slices = {queries, keys};
+  SmallVector<Value> inits;
+  for (Value init : {getVotesInit(), getPooledInit()}) {
+    auto initSlice =
+        slice(b, loc, init, {offsets[0], offsets[1], zero},
+              {sizes[0], sizes[1], tensor::getMixedSize(b, loc, init, 2)});
+    slices.push_back(initSlice);
+    inits.push_back(initSlice);
+  }
+  auto tiled = ScoreOp::create(
+      b, loc, inits[0].getType(), inits[1].getType(), queries.getResult(),
+      keys.getResult(), inits[0], inits[1], getWindowAttr(), getKernelAttr(),
+      getPoolingAttr(), getGqaAttr(), getScaleAttr(), getScoringAttr());
+  return TilingResult{{tiled}, {tiled.getVotes(), tiled.getPooled()}, slices};
+}
+
+LogicalResult ScoreOp::getResultTilePosition(
+    OpBuilder &b, unsigned resultNumber, ArrayRef<OpFoldResult> offsets,
+    ArrayRef<OpFoldResult> sizes, SmallVector<OpFoldResult> &resultOffsets,
+    SmallVector<OpFoldResult> &resultSizes) {
+  if (resultNumber > 1 || offsets.size() != 2)
+    return failure();
+  resultOffsets = {offsets[0], offsets[1], b.getIndexAttr(0)};
+  resultSizes = {sizes[0], sizes[1],
+                 tensor::getMixedSize(b, getLoc(), getVotesInit(), 2)};
+  return success();
+}
+
+FailureOr<TilingResult>
+ScoreOp::generateResultTileValue(OpBuilder &b, unsigned resultNumber,
+                                 ArrayRef<OpFoldResult> offsets,
+                                 ArrayRef<OpFoldResult> sizes) {
+  // A row's votes share one softmax over the whole row: only tiles of whole
+  // rows are computed on their own.
+  if (resultNumber > 1 || offsets.size() != 3 ||
+      !isConstantIntValue(offsets[2], 0))
+    return failure();
+  OpFoldResult prefix = tensor::getMixedSize(b, getLoc(), getVotesInit(), 2);
+  if (sizes[2] != prefix &&
+      !(getConstantIntValue(sizes[2]) &&
+        getConstantIntValue(sizes[2]) == getConstantIntValue(prefix)))
+    return failure();
+  return getTiledImplementation(b, offsets.take_front(2), sizes.take_front(2));
+}
 
 //===----------------------------------------------------------------------===//
 // snapkv.top_positions
 //===----------------------------------------------------------------------===//
 
 SmallVector<utils::IteratorType> TopPositionsOp::getLoopIteratorTypes() {
-  return {utils::IteratorType::parallel, utils::IteratorType::parallel};
+  return rowLoops();
 }
 
 SmallVector<Range> TopPositionsOp::getIterationDomain(OpBuilder &b) {
-  RankedTensorType type = getInit().getType();
-  OpFoldResult zero = b.getIndexAttr(0), one = b.getIndexAttr(1);
-  return {Range{zero, b.getIndexAttr(type.getDimSize(0)), one},
-          Range{zero, b.getIndexAttr(type.getDimSize(1)), one}};
+  return rowDomain(b, getInit().getType());
 }
 
 FailureOr<TilingResult>
@@ -120,20 +235,12 @@ GatherOp::getTiledImplementation(OpBuilder &b, ArrayRef<OpFoldResult> offsets,
       !allConstant({sizes[0], sizes[1], sizes[3]}))
     return failure();
   Location loc = getLoc();
-  int64_t group = getGroup();
-  int64_t heads = *getConstantIntValue(sizes[1]);
   // The source heads the tile's heads read: head h reads h / G.
-  OpFoldResult sourceOffset = offsets[1];
-  int64_t sourceHeads = heads;
-  if (group != 1) {
-    std::optional<int64_t> offset = getConstantIntValue(offsets[1]);
-    if (heads != 1 && (heads % group != 0 || (offset && *offset % group != 0)))
-      return failure();
-    AffineExpr h = b.getAffineSymbolExpr(0);
-    sourceOffset = affine::makeComposedFoldedAffineApply(
-        b, loc, h.floorDiv(group), {offsets[1]});
-    sourceHeads = heads == 1 ? 1 : heads / group;
-  }
+  std::optional<std::pair<OpFoldResult, int64_t>> source0 = groupedHeads(
+      b, loc, offsets[1], *getConstantIntValue(sizes[1]), getGroup());
+  if (!source0)
+    return failure();
+  auto [sourceOffset, sourceHeads] = *source0;
   OpFoldResult zero = b.getIndexAttr(0);
   auto source =
       slice(b, loc, getSource(), {offsets[0], sourceOffset, zero, offsets[3]},

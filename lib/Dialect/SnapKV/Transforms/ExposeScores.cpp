@@ -3,7 +3,9 @@
 #include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
 #include "snapkv/Dialect/SnapKV/Transforms/Passes.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -123,9 +125,19 @@ struct ExposeScoresPass : snapkv::impl::ExposeScoresBase<ExposeScoresPass> {
                             select.getScoringAttr());
       OpBuilder b(select->getContext());
       b.setInsertionPointAfter(select);
-      auto score = ScoreOp::create(
-          b, select.getLoc(), TypeRange{scoreType, scoreType},
-          ValueRange{select.getQueries(), select.getKeys()}, shared);
+      Location loc = select.getLoc();
+      SmallVector<Value> prefixSize;
+      if (scoreType.isDynamicDim(2))
+        prefixSize.push_back(arith::SubIOp::create(
+            b, loc, tensor::DimOp::create(b, loc, select.getKeys(), 2),
+            arith::ConstantIndexOp::create(b, loc, select.getWindow())));
+      Value votesInit = tensor::EmptyOp::create(b, loc, scoreType, prefixSize);
+      Value pooledInit = tensor::EmptyOp::create(b, loc, scoreType, prefixSize);
+      auto score =
+          ScoreOp::create(b, loc, TypeRange{scoreType, scoreType},
+                          ValueRange{select.getQueries(), select.getKeys(),
+                                     votesInit, pooledInit},
+                          shared);
       results.append({select.getQueries(), select.getKeys(),
                       select.getIndices(), score.getVotes(),
                       score.getPooled()});

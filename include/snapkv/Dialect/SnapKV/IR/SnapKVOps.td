@@ -143,7 +143,12 @@ def SnapKV_SelectOp : SnapKV_Op<"select",
   let hasVerifier = 1;
 }
 
-def SnapKV_ScoreOp : SnapKV_Op<"score", [Pure]> {
+def SnapKV_ScoreOp : SnapKV_Op<"score",
+    [Pure, DestinationStyleOpInterface,
+     DeclareOpInterfaceMethods<TilingInterface,
+         ["getIterationDomain", "getLoopIteratorTypes",
+          "getTiledImplementation", "getResultTilePosition",
+          "generateResultTileValue"]>]> {
   let summary = "observation-window votes and pooled scores (SnapKV)";
   let description = [{
     Computes the ranking that `snapkv.select` uses, without selecting:
@@ -157,10 +162,17 @@ def SnapKV_ScoreOp : SnapKV_Op<"score", [Pure]> {
     decomposed `snapkv.select`, and useful to inspect or visualise a
     selection.
 
+    Destination-passing style: the results are written into `outs` (only
+    their shapes matter). The op tiles (`TilingInterface`) over its parallel
+    rows `(b, h)`: a tile reads the query heads and the kv head of its rows
+    (with `gqa expand` and `G > 1`, a tile of heads is one head, or
+    `G`-aligned and a multiple of `G`).
+
     Example:
 
     ```mlir
     %votes, %pooled = snapkv.score %q, %k window 2 kernel 3
+        outs(%v0, %p0 : tensor<1x1x6xf32>, tensor<1x1x6xf32>)
         : (tensor<1x1x2x2xf32>, tensor<1x1x8x2xf32>)
         -> (tensor<1x1x6xf32>, tensor<1x1x6xf32>)
     ```
@@ -169,6 +181,8 @@ def SnapKV_ScoreOp : SnapKV_Op<"score", [Pure]> {
   let arguments = (ins
     AnyRankedTensor:$queries,
     AnyRankedTensor:$keys,
+    AnyRankedTensor:$votes_init,
+    AnyRankedTensor:$pooled_init,
     I64Attr:$window,
     DefaultValuedAttr<I64Attr, "5">:$kernel,
     DefaultValuedAttr<SnapKV_PoolingKindAttr,
@@ -185,12 +199,23 @@ def SnapKV_ScoreOp : SnapKV_Op<"score", [Pure]> {
     $queries `,` $keys `window` $window
     (`kernel` $kernel^)? (`pooling` `` $pooling^)? (`gqa` `` $gqa^)?
     (`scale` $scale^)? (`scoring` `` $scoring^)?
-    attr-dict `:` functional-type(operands, results)
+    `outs` `(` $votes_init `,` $pooled_init `:` type($votes_init) `,`
+    type($pooled_init) `)`
+    attr-dict `:` `(` type($queries) `,` type($keys) `)` `->`
+    `(` type($votes) `,` type($pooled) `)`
   }];
 
   let extraClassDeclaration = [{
     /// The softmax scale: the `scale` attribute or `1/sqrt(D)`.
     double getEffectiveScale();
+    ::mlir::MutableOperandRange getDpsInitsMutable() {
+      return ::mlir::MutableOperandRange(getOperation(), 2, 2);
+    }
+    /// The type both results have: [B, Hc, P] x f32.
+    static ::mlir::RankedTensorType
+    getResultType(::mlir::RankedTensorType queries,
+                  ::mlir::RankedTensorType keys, int64_t window,
+                  ::mlir::snapkv::GqaPolicy gqa);
   }];
 
   let hasVerifier = 1;
