@@ -12,6 +12,7 @@
 
 #include "snapkv/Codegen/Passes.h"
 
+#include "mlir/Dialect/DLTI/DLTI.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -38,6 +39,22 @@ using utils::IteratorType;
 
 /// Marks the ops of a peeled remainder of rows until the second round.
 constexpr llvm::StringLiteral kRowsByOne = "__snapkv_rows_by_one";
+
+/// Vector register width of the target the IR names: the
+/// `max_vector_op_width` of the "CPU" device in the closest
+/// `dlti.target_system_spec` (upstream's target description).
+std::optional<int64_t> targetVectorBits(Operation *op) {
+  for (; op; op = op->getParentOp()) {
+    FailureOr<Attribute> width =
+        dlti::query(op, ArrayRef<StringRef>{"CPU", "max_vector_op_width"});
+    if (failed(width))
+      continue;
+    if (auto value = dyn_cast<IntegerAttr>(*width))
+      return value.getValue().getZExtValue();
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
 
 /// Vector register width of the host, in bits.
 int64_t hostVectorBits() {
@@ -288,7 +305,10 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
 
   void runOnOperation() override {
     peeled = false;
-    int64_t bits = vectorBits ? vectorBits : hostVectorBits();
+    // The option, else the module's target, else the machine running us.
+    int64_t bits = vectorBits;
+    if (!bits)
+      bits = targetVectorBits(getOperation()).value_or(hostVectorBits());
     if (bits < 64 || bits % 32 != 0) {
       emitError(getOperation().getLoc())
           << "snapkv-vectorize: vector-bits must be a multiple of 32 of at "

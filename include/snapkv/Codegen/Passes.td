@@ -25,11 +25,24 @@ def Vectorize : Pass<"snapkv-vectorize", "::mlir::func::FuncOp"> {
     `j + k` access, or bodies that loop) stay scalar. The accumulators of
     the tiled reductions are carried in registers by the upstream
     `loop-invariant-subset-hoisting` pass that the pipeline runs next.
+
+    The vector register width is `vector-bits` when given; otherwise the
+    target the IR describes, upstream's DLTI target description on the
+    function or an enclosing op (`max_vector_op_width` of the "CPU" device):
+
+    ```mlir
+    module attributes {dlti.target_system_spec = #dlti.target_system_spec<
+        "CPU" = #dlti.target_device_spec<"max_vector_op_width" = 512 : i64>>}
+    ```
+
+    and only without either the width of the machine that runs the pass
+    (AVX-512: 512, AVX/AVX2: 256, else 128), which is what a module
+    compiled for the machine it runs on (the Python runner) wants.
   }];
   let options = [
     Option<"vectorBits", "vector-bits", "int64_t", /*default=*/"0",
-           "Vector register width in bits (0: the host's, from its CPU "
-           "features)">
+           "Vector register width in bits (0: the module's target, else the "
+           "host's)">
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect",

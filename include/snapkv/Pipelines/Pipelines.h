@@ -40,7 +40,9 @@ struct CPUPipelineOptions : PassPipelineOptions<CPUPipelineOptions> {
       llvm::cl::init(true)};
   Option<int64_t> vectorBits{
       *this, "vector-bits",
-      llvm::cl::desc("Vector register width in bits (0: the host's)"),
+      llvm::cl::desc("Vector register width in bits (0: the module's "
+                     "dlti.target_system_spec CPU max_vector_op_width, else "
+                     "the host's)"),
       llvm::cl::init(0)};
   Option<bool> fuseAttention{
       *this, "fuse-attention",
