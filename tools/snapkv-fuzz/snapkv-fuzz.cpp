@@ -195,8 +195,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     pm.addPass(snapkv::createConvertSnapKVToLinalg());
     ModuleOp target = decompose ? *copy : *module;
     if (failed(pm.run(target)) || failed(verify(target))) {
-      std::fprintf(stderr, "snapkv-fuzz: verified input failed to rewrite or "
-                           "lower%s, or produced invalid IR\n",
+      std::fprintf(stderr,
+                   "snapkv-fuzz: verified input failed to rewrite or "
+                   "lower%s, or produced invalid IR\n",
                    decompose ? " (decomposed)" : "");
       std::abort();
     }
