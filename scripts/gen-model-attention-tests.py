@@ -49,7 +49,9 @@ REFUSALS = "test/Transforms/compress-kv-cache-model-refusals.mlir"
 SCRIPT = "scripts/gen-model-attention-tests.py"
 OPT = os.environ.get("SNAPKV_OPT", str(ROOT / "build" / "bin" / "snapkv-opt"))
 HEAD_DIM = 128
-OPTIONS = "window=4 capacity=8"
+# The published method's pooling and GQA policy (the pass defaults to kernel 15, gqa mean):
+# the expected shapes below are for Hq cache heads.
+OPTIONS = "window=4 capacity=8 kernel=5 gqa=expand"
 UNRECOGNISED = "@prefill: linalg.batch_matmul at {{.*}} is not part of a recognised attention:"
 
 # (file stem, FamilySpec fields, dynamic, with @decode)

@@ -247,7 +247,7 @@ def main(argv=None):
 
     cflags = tuple(args.cflags.split())
     capacity = args.length // 8
-    compaction = hf.Compaction(window=args.window, capacity=capacity)
+    compaction = hf.Compaction(window=args.window, capacity=capacity, kernel=5, gqa="expand")
     specs = configs(args.vocab)
     load_before = os.getloadavg()
     compile_rows, run_rows = {}, {}

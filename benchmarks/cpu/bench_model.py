@@ -78,7 +78,7 @@ def _worker_ours(model_dir: Path, ids, compact: bool, steps: int, runs: int) -> 
     from snapkv import hf
 
     length = len(ids)
-    compaction = hf.Compaction(window=32, capacity=max(length // 8, 33), gqa="mean") \
+    compaction = hf.Compaction(window=32, capacity=max(length // 8, 33), gqa="mean", kernel=5) \
         if compact else None
     start = time.perf_counter()
     model = hf.load(model_dir, compaction)

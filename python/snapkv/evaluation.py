@@ -60,10 +60,15 @@ class EvalError(Exception):
     """A problem to report as one message (bad option, missing model, failed tool)."""
 
 
+# What a method's options override: the published SnapKV (kernel 5, gqa expand), not the
+# rewrite's defaults (kernel 15, gqa mean), so that a method's name says what it measures.
+PUBLISHED = {"kernel": 5, "gqa": "expand"}
+
+
 @dataclasses.dataclass(frozen=True)
 class Method:
     name: str
-    options: Optional[dict]    # overrides of the SnapKV defaults; None: the full cache
+    options: Optional[dict]    # overrides of the published SnapKV; None: the full cache
     summary: str
 
     @property
@@ -75,7 +80,7 @@ class Method:
         return (self.options or {}).get("window", default)
 
     def compaction(self, window: int, capacity: int, seed: int) -> hf.Compaction:
-        options = dict(self.options or {})
+        options = {**PUBLISHED, **(self.options or {})}
         options.pop("window", None)
         if options.get("scoring") == "random":
             options["seed"] = seed
@@ -331,7 +336,7 @@ class Pipeline:
         """A CompiledModel whose @decode is the method's (its @prefill is not used)."""
         from .runtime import CompiledModel
 
-        gqa = "full" if method.full else (method.options or {}).get("gqa", "expand")
+        gqa = "full" if method.full else {**PUBLISHED, **method.options}["gqa"]
         if gqa not in self._decoders:
             text = self.exported.text if gqa == "full" else \
                 self._rewrite(hf.Compaction(window=self.window, capacity=UNBOUNDED, gqa=gqa))

@@ -63,12 +63,14 @@ class ExportOptions:
 class Compaction:
     """The options of ``snapkv-compress-kv-cache`` (docs/semantics.md defines them).
     ``scoring`` other than ``votes`` is a comparison ranking (``prefix_votes``, ``recent``
-    with ``sinks`` (None: the pass's default), ``random`` with ``seed``)."""
+    with ``sinks`` (None: the pass's default), ``random`` with ``seed``). The defaults are the
+    pass's: kernel 15 and ``gqa="mean"``, not the published method's 5 and ``"expand"``
+    (docs/eval.md, "The defaults")."""
     window: int = 32
     capacity: int = 1024
-    kernel: int = 5
+    kernel: int = 15
     pooling: str = "avg"
-    gqa: str = "expand"
+    gqa: str = "mean"
     order: str = "position"
     scoring: str = "votes"
     sinks: Optional[int] = None

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from snapkv import cli, runtime
+from snapkv import cli, hf, interface, runtime
 from snapkv.cli import common
 from snapkv.tools import snapkv_opt
 
@@ -230,7 +230,21 @@ def test_old_option_spellings_still_work():
 
 def test_cli_defaults_are_the_pass_defaults():
     args = cli.build_parser().parse_args(["generate"])
-    assert (args.window, args.capacity, args.kernel) == (32, 1024, 5)
+    chosen = dict(window=args.window, capacity=args.capacity, kernel=args.kernel,
+                  pooling=args.pooling, gqa=args.gqa, order=args.order)
+    # docs/eval.md, "The defaults": kernel 15 and gqa mean, not the published 5 and expand.
+    assert chosen == dict(window=32, capacity=1024, kernel=15, pooling="avg", gqa="mean",
+                          order="position")
+    assert hf.Compaction().pass_options() == common.pass_options(args, False, "")
+    if snapkv_opt().is_file():
+        # What the pass does when given no option: every select it writes carries the CLI's.
+        fixture = common.models_dir() / common.FIXTURE
+        rewritten = subprocess.run([str(snapkv_opt()), str(fixture),
+                                    "--snapkv-compress-kv-cache"], capture_output=True,
+                                   text=True, check=True).stdout
+        selects = [s for f in interface.describe(rewritten).functions.values()
+                   for s in f.selects]
+        assert selects and all({k: s[k] for k in chosen} == chosen for s in selects), selects
     help_text = subprocess.run([str(snapkv_opt()), "--help"], capture_output=True,
                                text=True).stdout if snapkv_opt().is_file() else ""
     if help_text:
@@ -313,7 +327,7 @@ def test_ledger_numbers_of_the_bundled_model(gqa):
 def test_ledger_explains_when_expand_does_not_save():
     needs_opt()
     done = snapkv("ledger", "--prompt-length", 48, "--generated", 16, "--window", 8,
-                  "--capacity", 24)
+                  "--capacity", 24, "--gqa", "expand")
     assert done.returncode == 0, done.stderr
     assert "full 32,768 B, compacted 40,960 B (1.2500 of full)" in done.stdout
     assert "note: the compacted cache is not smaller here. With gqa expand" in done.stdout
@@ -327,7 +341,8 @@ def test_ledger_of_an_already_rewritten_module(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "2 snapkv.select inserted" in done.stderr
     text = out.read_text()
-    assert text.count("snapkv.select") == 2 and "capacity 32 gqa mean" in text
+    # The CLI's default kernel (15) reaches the op; 5 would be omitted as the op's default.
+    assert text.count("snapkv.select") == 2 and "capacity 32 kernel 15 gqa mean" in text
     done = snapkv("ledger", out, "--prompt-length", 100, "--generated", 0)
     assert done.returncode == 0, done.stderr
     assert "already holds snapkv.select" in done.stderr
@@ -362,7 +377,7 @@ def test_generate_end_to_end_with_compaction():
     needs_runner()
     length, capacity, steps = 40, 16, 3
     done = snapkv("generate", "--prompt-length", length, "--window", 8, "--capacity", capacity,
-                  "--steps", steps)
+                  "--steps", steps, "--gqa", "expand")
     assert done.returncode == 0, done.stderr
     out = done.stdout
     rows = _table(out)
@@ -412,8 +427,8 @@ def test_generate_json():
     out = json.loads(done.stdout)
     assert out["prompt"] == dict(length=14, source="given",
                                  ids=[3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 7, 9])
-    assert out["compaction"] == dict(window=8, capacity=10, kernel=5, pooling="avg",
-                                     gqa="expand", order="position")
+    assert out["compaction"] == dict(window=8, capacity=10, kernel=15, pooling="avg",
+                                     gqa="mean", order="position")
     assert out["kept_per_head"] == 10
     assert len(out["tokens"]["full"]) == len(out["tokens"]["compacted"]) == 3
     assert [s["logical_length"] for s in out["steps"]] == [14, 15, 16]
@@ -434,7 +449,7 @@ def test_visualize_writes_one_png_per_layer(tmp_path):
     pytest.importorskip("matplotlib")
     out = tmp_path / "plots"
     done = snapkv("visualize", "--out", out, "--prompt-length", 40, "--window", 8,
-                  "--capacity", 16)
+                  "--capacity", 16, "--gqa", "expand")
     assert done.returncode == 0, done.stderr
     for layer in (0, 1):
         png = out / f"layer{layer}.png"

@@ -133,7 +133,8 @@ def case(request):
     def compiled(capacity=None):
         if capacity not in built:
             text = exported.text if capacity is None else \
-                hf.rewrite(exported.text, hf.Compaction(window=WINDOW, capacity=capacity))
+                hf.rewrite(exported.text, hf.Compaction(window=WINDOW, capacity=capacity,
+                                                        kernel=5, gqa="expand"))
             built[capacity] = runtime.CompiledModel(
                 text, weights=checkpoint, cflags=CFLAGS,
                 max_positions=exported.meta["max_position_embeddings"])

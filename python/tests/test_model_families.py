@@ -89,7 +89,7 @@ def _prompt(model, vocab):
 
 
 def _rewrite(text, capacity):
-    options = f"window={WINDOW} capacity={capacity} gqa=expand strict=true"
+    options = f"window={WINDOW} capacity={capacity} kernel=5 gqa=expand strict=true"
     done = subprocess.run([str(snapkv_opt()), f"--snapkv-compress-kv-cache={options}", "-"],
                           input=text, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -59,7 +59,7 @@ def test_generate_prompt_file_gives_hf_tokens_and_reference_snapkv_tokens(hf_mod
     prompt = tmp_path / "prompt.txt"
     prompt.write_text(TEXT)
     code = main(["generate", NAME, "--prompt-file", str(prompt), "--window", str(WINDOW),
-                 "--capacity", str(CAPACITY), "--gqa", "mean", "--steps", str(STEPS), "--json",
+                 "--capacity", str(CAPACITY), "--steps", str(STEPS), "--json",
                  "-q"])
     out = capsys.readouterr()
     assert code == 0, out.err
@@ -70,7 +70,10 @@ def test_generate_prompt_file_gives_hf_tokens_and_reference_snapkv_tokens(hf_mod
     assert doc["prompt"]["length"] == len(ids) > CAPACITY
 
     tokens, logits = reference_decode.hf_generate(model, ids, STEPS)
-    oracle = reference_decode.snapkv_generate(model, ids, STEPS, WINDOW, CAPACITY, gqa="mean")
+    # The CLI's defaults (kernel 15, gqa mean), which the JSON reports.
+    assert (doc["compaction"]["kernel"], doc["compaction"]["gqa"]) == (15, "mean")
+    oracle = reference_decode.snapkv_generate(model, ids, STEPS, WINDOW, CAPACITY, kernel=15,
+                                              gqa="mean")
     margins = np.concatenate([reference_decode.token_margins(logits),
                               reference_decode.token_margins(oracle["logits"])])
     assert margins.min() >= MIN_MARGIN, f"a near tie in the reference ({margins.min():.2g})"

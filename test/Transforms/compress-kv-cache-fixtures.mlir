@@ -1,12 +1,12 @@
 // The model rewrite on the exported tiny Llama (test/Models): every layer of
 // both functions is rewritten, in the static and the dynamic module.
 // RUN: snapkv-opt %S/../Models/tiny_llama.mlir \
-// RUN:   --snapkv-compress-kv-cache="window=8 capacity=24" | FileCheck %s --check-prefix=STATIC
+// RUN:   --snapkv-compress-kv-cache="window=8 capacity=24 kernel=5 gqa=expand" | FileCheck %s --check-prefix=STATIC
 // RUN: snapkv-opt %S/../Models/tiny_llama_dynamic.mlir \
-// RUN:   --snapkv-compress-kv-cache="window=8 capacity=24 gqa=expand strict=true" \
+// RUN:   --snapkv-compress-kv-cache="window=8 capacity=24 kernel=5 gqa=expand strict=true" \
 // RUN:   | FileCheck %s --check-prefix=DYN
 // RUN: snapkv-opt %S/../Models/tiny_llama_dynamic.mlir \
-// RUN:   --snapkv-compress-kv-cache="window=8 capacity=24 gqa=mean strict=true" \
+// RUN:   --snapkv-compress-kv-cache="window=8 capacity=24 kernel=5 gqa=mean strict=true" \
 // RUN:   | FileCheck %s --check-prefix=DYNMEAN
 
 // STATIC-LABEL: func.func @prefill(%arg0: tensor<1x64xi64>)

@@ -8,10 +8,10 @@
 // A negative scale (the f64 constant negated).
 // RUN: sed 's/%cst_11 = arith\.constant 0\./%cst_11 = arith.constant -0./' %S/Inputs/models/llama_eager.mlir > %t.negative.in
 // RUN: snapkv-opt %t.negative.in -o %t.negative.plain
-// RUN: snapkv-opt %t.negative.in --snapkv-compress-kv-cache="window=4 capacity=8" -o %t.negative.out 2>&1 \
+// RUN: snapkv-opt %t.negative.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand" -o %t.negative.out 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=NEGATIVE
 // RUN: %strip_refusal %t.negative.out | diff %t.negative.plain -
-// RUN: not snapkv-opt %t.negative.in --snapkv-compress-kv-cache="window=4 capacity=8 strict=true" \
+// RUN: not snapkv-opt %t.negative.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand strict=true" \
 // RUN:   -o /dev/null 2>&1 | FileCheck %s --check-prefix=NEGATIVE
 // NEGATIVE: snapkv-compress-kv-cache left the module unchanged: @prefill: linalg.batch_matmul at {{.*}} is not part of a recognised attention: the scores are not scaled by a positive finite constant (the factors multiply to -0.088388
 
@@ -19,16 +19,16 @@
 // computed from the generic's output operand.
 // RUN: sed 's/arith\.truncf %cst_11 : f64 to f32/arith.negf %out : f32/' %S/Inputs/models/llama_eager.mlir > %t.nonconstant.in
 // RUN: snapkv-opt %t.nonconstant.in -o %t.nonconstant.plain
-// RUN: snapkv-opt %t.nonconstant.in --snapkv-compress-kv-cache="window=4 capacity=8" -o %t.nonconstant.out 2>&1 \
+// RUN: snapkv-opt %t.nonconstant.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand" -o %t.nonconstant.out 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=NONCONSTANT
 // RUN: %strip_refusal %t.nonconstant.out | diff %t.nonconstant.plain -
-// RUN: not snapkv-opt %t.nonconstant.in --snapkv-compress-kv-cache="window=4 capacity=8 strict=true" \
+// RUN: not snapkv-opt %t.nonconstant.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand strict=true" \
 // RUN:   -o /dev/null 2>&1 | FileCheck %s --check-prefix=NONCONSTANT
 // NONCONSTANT: snapkv-compress-kv-cache left the module unchanged: @prefill: linalg.batch_matmul at {{.*}} is not part of a recognised attention: the scores are scaled by a factor that is not a constant
 
 // SDPA's split with both factors negated is still a positive scale: accepted.
 // RUN: sed 's/%cst_12 = arith\.constant 0\./%cst_12 = arith.constant -0./' %S/Inputs/models/llama_sdpa.mlir > %t.splitnegative.in
-// RUN: snapkv-opt %t.splitnegative.in --snapkv-compress-kv-cache="window=4 capacity=8 strict=true" \
+// RUN: snapkv-opt %t.splitnegative.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand strict=true" \
 // RUN:   | FileCheck %s --check-prefix=SPLITNEGATIVE
 // SPLITNEGATIVE: snapkv.select %{{.*}} window 4 capacity 8 scale 0.0883883387 :
 
@@ -36,59 +36,59 @@
 // fully-masked-row guard.
 // RUN: sed 's/arith\.andi %in, %out : i1/arith.ori %in, %out : i1/' %S/Inputs/models/llama_sdpa.mlir > %t.anymasked.in
 // RUN: snapkv-opt %t.anymasked.in -o %t.anymasked.plain
-// RUN: snapkv-opt %t.anymasked.in --snapkv-compress-kv-cache="window=4 capacity=8" -o %t.anymasked.out 2>&1 \
+// RUN: snapkv-opt %t.anymasked.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand" -o %t.anymasked.out 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=ANYMASKED
 // RUN: %strip_refusal %t.anymasked.out | diff %t.anymasked.plain -
-// RUN: not snapkv-opt %t.anymasked.in --snapkv-compress-kv-cache="window=4 capacity=8 strict=true" \
+// RUN: not snapkv-opt %t.anymasked.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand strict=true" \
 // RUN:   -o /dev/null 2>&1 | FileCheck %s --check-prefix=ANYMASKED
 // ANYMASKED: snapkv-compress-kv-cache left the module unchanged: @prefill: linalg.batch_matmul at {{.*}} is not part of a recognised attention: the select after the softmax is not SDPA's fully-masked-row guard
 
 // The guard tests `!= -inf` instead of `== -inf`.
 // RUN: sed 's/arith\.cmpf oeq,/arith.cmpf one,/' %S/Inputs/models/llama_sdpa.mlir > %t.notinf.in
 // RUN: snapkv-opt %t.notinf.in -o %t.notinf.plain
-// RUN: snapkv-opt %t.notinf.in --snapkv-compress-kv-cache="window=4 capacity=8" -o %t.notinf.out 2>&1 \
+// RUN: snapkv-opt %t.notinf.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand" -o %t.notinf.out 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=NOTINF
 // RUN: %strip_refusal %t.notinf.out | diff %t.notinf.plain -
-// RUN: not snapkv-opt %t.notinf.in --snapkv-compress-kv-cache="window=4 capacity=8 strict=true" \
+// RUN: not snapkv-opt %t.notinf.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand strict=true" \
 // RUN:   -o /dev/null 2>&1 | FileCheck %s --check-prefix=NOTINF
 // NOTINF: snapkv-compress-kv-cache left the module unchanged: @prefill: linalg.batch_matmul at {{.*}} is not part of a recognised attention: the select after the softmax is not SDPA's fully-masked-row guard
 
 // A sliding window one narrower than the prompt (15 < 16).
 // RUN: sed 's/%c32_i64 = arith\.constant 32 : i64/%c32_i64 = arith.constant 15 : i64/' %S/Inputs/models/mistral_sdpa_window32.mlir > %t.narrow.in
 // RUN: snapkv-opt %t.narrow.in -o %t.narrow.plain
-// RUN: snapkv-opt %t.narrow.in --snapkv-compress-kv-cache="window=4 capacity=8 decode-func=" -o %t.narrow.out 2>&1 \
+// RUN: snapkv-opt %t.narrow.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand decode-func=" -o %t.narrow.out 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=NARROW
 // RUN: %strip_refusal %t.narrow.out | diff %t.narrow.plain -
-// RUN: not snapkv-opt %t.narrow.in --snapkv-compress-kv-cache="window=4 capacity=8 decode-func= strict=true" \
+// RUN: not snapkv-opt %t.narrow.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand decode-func= strict=true" \
 // RUN:   -o /dev/null 2>&1 | FileCheck %s --check-prefix=NARROW
 // NARROW: snapkv-compress-kv-cache left the module unchanged: @prefill: layer 0: the sliding window (15 positions) is narrower than the prompt (16 positions), and snapkv.select has no window mask
 
 // The same window with a dynamic prompt length: nothing bounds L.
 // RUN: cat %S/Inputs/models/mistral_sdpa_window32_dynamic.mlir > %t.dynwindow.in
 // RUN: snapkv-opt %t.dynwindow.in -o %t.dynwindow.plain
-// RUN: snapkv-opt %t.dynwindow.in --snapkv-compress-kv-cache="window=4 capacity=8 decode-func=" -o %t.dynwindow.out 2>&1 \
+// RUN: snapkv-opt %t.dynwindow.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand decode-func=" -o %t.dynwindow.out 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=DYNWINDOW
 // RUN: %strip_refusal %t.dynwindow.out | diff %t.dynwindow.plain -
-// RUN: not snapkv-opt %t.dynwindow.in --snapkv-compress-kv-cache="window=4 capacity=8 decode-func= strict=true" \
+// RUN: not snapkv-opt %t.dynwindow.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand decode-func= strict=true" \
 // RUN:   -o /dev/null 2>&1 | FileCheck %s --check-prefix=DYNWINDOW
 // DYNWINDOW: snapkv-compress-kv-cache left the module unchanged: @prefill: layer 0: the sliding window (32 positions) cannot be proven to cover the prompt, whose length is dynamic
 
 // Decode with a sliding window: the logical position is a run-time value.
 // RUN: cat %S/Inputs/models/mistral_sdpa_window32.mlir > %t.decodewindow.in
 // RUN: snapkv-opt %t.decodewindow.in -o %t.decodewindow.plain
-// RUN: snapkv-opt %t.decodewindow.in --snapkv-compress-kv-cache="window=4 capacity=8" -o %t.decodewindow.out 2>&1 \
+// RUN: snapkv-opt %t.decodewindow.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand" -o %t.decodewindow.out 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=DECODEWINDOW
 // RUN: %strip_refusal %t.decodewindow.out | diff %t.decodewindow.plain -
-// RUN: not snapkv-opt %t.decodewindow.in --snapkv-compress-kv-cache="window=4 capacity=8 strict=true" \
+// RUN: not snapkv-opt %t.decodewindow.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand strict=true" \
 // RUN:   -o /dev/null 2>&1 | FileCheck %s --check-prefix=DECODEWINDOW
 // DECODEWINDOW: snapkv-compress-kv-cache left the module unchanged: @decode: layer 0: the mask hides keys outside a sliding window of 32 positions; the new token's logical position is not bounded, so the window cannot be proven to cover the compacted cache
 
 // Gemma-2's logit softcapping (cap * tanh(scores / cap) before the mask).
 // RUN: cat %S/Inputs/models/gemma2_eager.mlir > %t.softcap.in
 // RUN: snapkv-opt %t.softcap.in -o %t.softcap.plain
-// RUN: snapkv-opt %t.softcap.in --snapkv-compress-kv-cache="window=4 capacity=8 decode-func=" -o %t.softcap.out 2>&1 \
+// RUN: snapkv-opt %t.softcap.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand decode-func=" -o %t.softcap.out 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=SOFTCAP
 // RUN: %strip_refusal %t.softcap.out | diff %t.softcap.plain -
-// RUN: not snapkv-opt %t.softcap.in --snapkv-compress-kv-cache="window=4 capacity=8 decode-func= strict=true" \
+// RUN: not snapkv-opt %t.softcap.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand decode-func= strict=true" \
 // RUN:   -o /dev/null 2>&1 | FileCheck %s --check-prefix=SOFTCAP
 // SOFTCAP: snapkv-compress-kv-cache left the module unchanged: @prefill: linalg.batch_matmul at {{.*}} is not part of a recognised attention: the scores are soft-capped (cap * tanh(scores / cap), Gemma-2's attn_logit_softcapping), which snapkv.select does not compute

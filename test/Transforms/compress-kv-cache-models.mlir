@@ -8,31 +8,31 @@
 // * SDPA: sqrt(1/sqrt(128)) truncated to f32 on Q and on K^T, whose product
 //   rounded to f32 is 0.0883883387 (one ulp below the eager value).
 // RUN: snapkv-opt %S/Inputs/models/llama_eager.mlir \
-// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 strict=true" \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand strict=true" \
 // RUN:   | FileCheck %s --check-prefix=LLAMA-EAGER
 // RUN: snapkv-opt %S/Inputs/models/llama_sdpa.mlir \
-// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 strict=true" \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand strict=true" \
 // RUN:   | FileCheck %s --check-prefix=LLAMA-SDPA
 // RUN: snapkv-opt %S/Inputs/models/llama_sdpa_dynamic.mlir \
-// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 strict=true" \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand strict=true" \
 // RUN:   | FileCheck %s --check-prefix=LLAMA-SDPA-DYNAMIC
 // RUN: snapkv-opt %S/Inputs/models/qwen2_eager.mlir \
-// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 strict=true" \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand strict=true" \
 // RUN:   | FileCheck %s --check-prefix=QWEN2-EAGER
 // RUN: snapkv-opt %S/Inputs/models/qwen2_sdpa.mlir \
-// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 strict=true" \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand strict=true" \
 // RUN:   | FileCheck %s --check-prefix=QWEN2-SDPA
 // RUN: snapkv-opt %S/Inputs/models/mistral_eager.mlir \
-// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 strict=true" \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand strict=true" \
 // RUN:   | FileCheck %s --check-prefix=MISTRAL-EAGER
 // RUN: snapkv-opt %S/Inputs/models/mistral_sdpa.mlir \
-// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 strict=true" \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand strict=true" \
 // RUN:   | FileCheck %s --check-prefix=MISTRAL-SDPA
 // RUN: snapkv-opt %S/Inputs/models/mistral_sdpa_window32.mlir \
-// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 decode-func= strict=true" \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand decode-func= strict=true" \
 // RUN:   | FileCheck %s --check-prefix=WINDOW
 // RUN: sed 's/%c32_i64 = arith\.constant 32 : i64/%c32_i64 = arith.constant 16 : i64/' %S/Inputs/models/mistral_sdpa_window32.mlir \
-// RUN:   | snapkv-opt --snapkv-compress-kv-cache="window=4 capacity=8 decode-func= strict=true" \
+// RUN:   | snapkv-opt --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand decode-func= strict=true" \
 // RUN:   | FileCheck %s --check-prefix=WINDOW16
 
 // LLAMA-EAGER-LABEL: func.func @prefill

@@ -41,6 +41,16 @@
 // RUN: snapkv-opt %S/Inputs/compress-kv-cache-mini.mlir \
 // RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 scoring=prefix_votes" \
 // RUN:   | FileCheck %s --check-prefix=PREFIX
+// RUN: snapkv-opt %S/../Models/tiny_llama.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=8 capacity=24" \
+// RUN:   | FileCheck %s --check-prefix=DEFAULTS
+
+// The pass's defaults are pooling kernel 15 and gqa mean (docs/eval.md, "The
+// defaults"), not the op's kernel 5 and gqa expand: every select spells them
+// and the cache keeps the model's Hkv = 2 heads.
+// DEFAULTS: func.func @prefill({{.*}}) -> (tensor<1x64x256xf32>, tensor<1x2x24x16xf32>
+// DEFAULTS-COUNT-2: snapkv.select {{.*}} window 8 capacity 24 kernel 15 gqa mean scale
+// DEFAULTS-NOT: snapkv.select
 
 // LONGWINDOW: warning: snapkv-compress-kv-cache left the module unchanged: @prefill: layer 0: the prompt has 8 positions, fewer than window=16
 // LONGWINDOW-NOT: snapkv.select

@@ -2,7 +2,7 @@
 // The forms a constant scale takes in front of the mask: each is accepted and
 // the select carries the model's effective f32 scale.
 // RUN: snapkv-opt %s -split-input-file \
-// RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 decode-func= strict=true" | FileCheck %s
+// RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 kernel=5 gqa=expand decode-func= strict=true" | FileCheck %s
 
 // The scale is an f32 constant.
 // CHECK-LABEL: func.func @prefill

@@ -1,16 +1,16 @@
 // The model rewrite on a one-layer prefill/decode pair (Inputs/): what
 // changes and what stays, for each GQA policy and option.
 // RUN: snapkv-opt %S/Inputs/compress-kv-cache-mini.mlir \
-// RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 kernel=3" \
+// RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 gqa=expand kernel=3" \
 // RUN:   | FileCheck %s --check-prefix=EXPAND
 // RUN: snapkv-opt %S/Inputs/compress-kv-cache-mini.mlir \
-// RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 gqa=mean pooling=max order=score" \
+// RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 kernel=5 gqa=mean pooling=max order=score" \
 // RUN:   | FileCheck %s --check-prefix=MEAN
 // RUN: sed 's/5.000000e-01 : f32/2.500000e-01 : f32/' %S/Inputs/compress-kv-cache-mini.mlir \
-// RUN:   | snapkv-opt --snapkv-compress-kv-cache="window=2 capacity=6 gqa=max" \
+// RUN:   | snapkv-opt --snapkv-compress-kv-cache="window=2 capacity=6 kernel=5 gqa=max" \
 // RUN:   | FileCheck %s --check-prefix=SCALE
 // RUN: snapkv-opt %S/Inputs/compress-kv-cache-mini.mlir \
-// RUN:   --snapkv-compress-kv-cache="window=2 capacity=16 decode-func=" \
+// RUN:   --snapkv-compress-kv-cache="window=2 capacity=16 kernel=5 gqa=expand decode-func=" \
 // RUN:   | FileCheck %s --check-prefix=SHORT
 
 // Prefill: the select reads the last `window` rows of the post-RoPE queries

@@ -35,7 +35,7 @@
 // new token sees every kept key), over the appended compacted cache (gqa
 // expand: one cached head per query head, no repeat).
 // RUN: snapkv-opt %S/Inputs/models/llama_sdpa.mlir \
-// RUN:   --pass-pipeline="builtin.module(snapkv-compress-kv-cache{window=4 capacity=8 strict=true},func.func(snapkv-fuse-attention))" \
+// RUN:   --pass-pipeline="builtin.module(snapkv-compress-kv-cache{window=4 capacity=8 kernel=5 gqa=expand strict=true},func.func(snapkv-fuse-attention))" \
 // RUN:   | FileCheck %s --check-prefix=REWRITTEN
 
 // EAGER-LABEL: func.func @prefill

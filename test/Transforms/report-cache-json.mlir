@@ -5,7 +5,7 @@
 // The tiny Llama, gqa mean: 2 * Hkv(2) * (64 + 16) * 16 * 4 bytes full;
 // 2 * 2 * (24 + 16) * 16 * 4 compacted.
 // RUN: snapkv-opt %S/../Models/tiny_llama.mlir \
-// RUN:   --snapkv-compress-kv-cache="window=8 capacity=24 gqa=mean" \
+// RUN:   --snapkv-compress-kv-cache="window=8 capacity=24 kernel=5 gqa=mean" \
 // RUN:   --snapkv-report-cache="prompt-length=64 generated=16 format=json" -o /dev/null \
 // RUN:   | FileCheck %s --check-prefix=MEAN
 // MEAN:      {
@@ -41,7 +41,7 @@
 
 // gqa expand keeps Hq = 4 heads: bigger than the full cache here.
 // RUN: snapkv-opt %S/../Models/tiny_llama_dynamic.mlir \
-// RUN:   --snapkv-compress-kv-cache="window=8 capacity=24" \
+// RUN:   --snapkv-compress-kv-cache="window=8 capacity=24 kernel=5 gqa=expand" \
 // RUN:   --snapkv-report-cache="prompt-length=48 generated=16 format=json" -o /dev/null \
 // RUN:   | FileCheck %s --check-prefix=EXPAND
 // EXPAND:      "layer": 0,
@@ -62,10 +62,10 @@
 
 // format=table is the default, byte for byte.
 // RUN: snapkv-opt %S/../Models/tiny_llama.mlir \
-// RUN:   --snapkv-compress-kv-cache="window=8 capacity=24 gqa=mean" \
+// RUN:   --snapkv-compress-kv-cache="window=8 capacity=24 kernel=5 gqa=mean" \
 // RUN:   --snapkv-report-cache="prompt-length=64 generated=16" -o /dev/null > %t.default
 // RUN: snapkv-opt %S/../Models/tiny_llama.mlir \
-// RUN:   --snapkv-compress-kv-cache="window=8 capacity=24 gqa=mean" \
+// RUN:   --snapkv-compress-kv-cache="window=8 capacity=24 kernel=5 gqa=mean" \
 // RUN:   --snapkv-report-cache="prompt-length=64 generated=16 format=table" -o /dev/null > %t.table
 // RUN: diff %t.default %t.table
 

@@ -1,10 +1,10 @@
 // The ledger on the rewritten tiny Llama: one row per layer, the full cache
 // counted with Hkv heads, the compacted one with Hc heads and min(L, C) + g rows.
 // RUN: snapkv-opt %S/../Models/tiny_llama.mlir \
-// RUN:   --snapkv-compress-kv-cache="window=8 capacity=24 gqa=mean" \
+// RUN:   --snapkv-compress-kv-cache="window=8 capacity=24 kernel=5 gqa=mean" \
 // RUN:   --snapkv-report-cache="prompt-length=64 generated=16" -o /dev/null | FileCheck %s
 // RUN: snapkv-opt %S/../Models/tiny_llama_dynamic.mlir \
-// RUN:   --snapkv-compress-kv-cache="window=8 capacity=24" \
+// RUN:   --snapkv-compress-kv-cache="window=8 capacity=24 kernel=5 gqa=expand" \
 // RUN:   --snapkv-report-cache="prompt-length=48 generated=16" -o /dev/null \
 // RUN:   | FileCheck %s --check-prefix=EXPAND
 
