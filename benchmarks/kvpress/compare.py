@@ -7,8 +7,9 @@ length and seed (prompts.py wrote kvpress's prompts from the same draw).
         --length 2048
 
 Pairs: full = full; streaming at ratio r = our streaming at C = int(L (1 - r)); snapkv at
-ratio r = our snapkv-gqa-mean (kernel 5, avg) at that C (kvpress's SnapKV averages the
-query heads of a kv head: benchmarks/kvpress/README.md).
+ratio r = our snapkv-gqa-mean (avg pooling, kernel `--kernel`: 5, or 15 for a run.py
+--kernel 15 run, our snapkv-gqa-mean-k15) at that C (kvpress's SnapKV averages the query heads
+of a kv head: benchmarks/kvpress/README.md).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from snapkv import evaluation as ev
 from snapkv.tasks import text
 
 
-def ours(task: str, length: int, seed: int) -> dict:
+def ours(task: str, length: int, seed: int, kernel: int = 5) -> dict:
     """{(method, capacity): {index: sample result}} from the eval's results cache."""
     found = {}
     # Only the prompts prompts.py draws today (older generator versions drew others).
@@ -39,7 +40,7 @@ def ours(task: str, length: int, seed: int) -> dict:
             continue
         method = key["method"]
         name = "full" if method == "full" else "streaming" if "scoring=recent" in method \
-            else "snapkv" if ("gqa=mean" in method and "kernel=5 " in method and
+            else "snapkv" if ("gqa=mean" in method and f"kernel={kernel} " in method and
                               "pooling=avg" in method and "scoring" not in method and
                               f"window={key['window']}" in method) else None
         if name:
@@ -53,9 +54,11 @@ def main() -> int:
     p.add_argument("--task", required=True)
     p.add_argument("--length", type=int, required=True)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--kernel", type=int, default=5,
+                   help="the pooling kernel of the kvpress run (run.py --kernel; default 5)")
     args = p.parse_args()
     rows = json.load(open(args.kvpress))
-    mine = ours(args.task, args.length, args.seed)
+    mine = ours(args.task, args.length, args.seed, args.kernel)
     print("press      ratio  prompts  same verdict  same continuation")
     groups = {}
     for row in rows:
