@@ -63,7 +63,7 @@
 // NODECODE-NOT: snapkv.select
 
 // CAPACITY: error: snapkv-compress-kv-cache: capacity must be greater than window (got capacity=4, window=4)
-// POOLING: error: snapkv-compress-kv-cache: pooling must be avg or max (got 'median')
+// POOLING: for the --pooling option: Cannot find option named 'median'!
 // KERNEL: error: snapkv-compress-kv-cache: kernel must be odd and >= 1 (got 4)
 
 // Option errors come before any work and are reported at the module's
@@ -77,7 +77,7 @@
 
 // The comparison scorings: the select carries the clause (and sinks / a
 // per-layer seed); a bad scoring or sink count is an option error.
-// SCORING: error: snapkv-compress-kv-cache: scoring must be votes, prefix_votes, recent or random (got 'best')
+// SCORING: for the --scoring option: Cannot find option named 'best'!
 // SINKS: error: snapkv-compress-kv-cache: sinks must be between 0 and capacity - window (got 5)
 // RECENT: snapkv.select {{.*}} scoring recent sinks 1 :
 // RANDOM: snapkv.select {{.*}} scoring random seed 9 :

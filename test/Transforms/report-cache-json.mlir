@@ -138,10 +138,10 @@
 // EMPTY-NEXT:  "compacted": 0,
 // EMPTY-NEXT:  "ratio": null
 
-// Any other format is an error that names it and the choices, reported
+// Any other format is an error of the option parser that names it, reported
 // before anything is printed.
 // RUN: not snapkv-opt %s --snapkv-report-cache="prompt-length=64 format=xml" -o /dev/null 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=BAD
-// BAD: error: snapkv-report-cache: format must be table or json (got 'xml')
+// BAD: for the --format option: Cannot find option named 'xml'!
 // BAD-NOT: snapkv cache ledger
 // BAD-NOT: "prompt_length"

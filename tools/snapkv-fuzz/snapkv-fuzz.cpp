@@ -187,6 +187,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     rewrite.window = 2;
     rewrite.capacity = 6;
     rewrite.kernelSize = 3;
+    // Both cache layouts: Hq heads on the whole run, Hkv on the decomposed.
+    rewrite.gqa =
+        decompose ? snapkv::GqaPolicy::mean : snapkv::GqaPolicy::expand;
     pm.addPass(snapkv::createCompressKVCache(rewrite));
     pm.addNestedPass<func::FuncOp>(snapkv::createFuseAttention());
     pm.addPass(snapkv::createAppendInPlace());

@@ -896,17 +896,10 @@ struct CompressKVCachePass
     : snapkv::impl::CompressKVCacheBase<CompressKVCachePass> {
   using Base::Base;
 
-  PoolingKind poolingKind;
-  GqaPolicy gqaPolicy;
-  Order orderKind;
-  Scoring scoringKind;
-
-  LogicalResult parseOptions() {
+  // pooling, gqa, order and scoring are enum options: the option parser
+  // rejects any other value before the pass runs.
+  LogicalResult checkOptions() {
     ModuleOp module = getOperation();
-    auto p = symbolizePoolingKind(pooling);
-    auto g = symbolizeGqaPolicy(gqa);
-    auto o = symbolizeOrder(order);
-    auto s = symbolizeScoring(scoring);
     std::string bad;
     if (window < 1)
       bad = "window must be >= 1 (got " + std::to_string(window) + ")";
@@ -917,30 +910,17 @@ struct CompressKVCachePass
     else if (kernelSize < 1 || kernelSize % 2 == 0)
       bad = "kernel must be odd and >= 1 (got " + std::to_string(kernelSize) +
             ")";
-    else if (!p)
-      bad = "pooling must be avg or max (got '" + pooling + "')";
-    else if (!g)
-      bad = "gqa must be expand, mean or max (got '" + gqa + "')";
-    else if (!o)
-      bad = "order must be position or score (got '" + order + "')";
-    else if (!s)
-      bad = "scoring must be votes, prefix_votes, recent or random (got '" +
-            scoring + "')";
-    else if (*s == Scoring::recent && sinks.hasValue() &&
+    else if (scoring == Scoring::recent && sinks.hasValue() &&
              (sinks < 0 || sinks > capacity - window))
       bad = "sinks must be between 0 and capacity - window (got " +
             std::to_string(sinks) + ")";
-    else if (*s == Scoring::random && seed < 0)
+    else if (scoring == Scoring::random && seed < 0)
       bad = "seed must be non-negative (got " + std::to_string(seed) + ")";
     else if (prefillFunc.empty())
       bad = "prefill-func must name a function";
     // At a location, not on the module op, which mlir-opt would print whole.
     if (!bad.empty())
       return emitError(module.getLoc()) << "snapkv-compress-kv-cache: " << bad;
-    poolingKind = *p;
-    gqaPolicy = *g;
-    orderKind = *o;
-    scoringKind = *s;
     return success();
   }
 
@@ -1002,14 +982,14 @@ struct CompressKVCachePass
       FloatAttr scale = b.getF32FloatAttr(m.scale);
       std::optional<int64_t> layerSinks, layerSeed;
       // Unset, the op's default applies (4, or capacity - window).
-      if (scoringKind == Scoring::recent && sinks.hasValue())
+      if (scoring == Scoring::recent && sinks.hasValue())
         layerSinks = sinks;
-      if (scoringKind == Scoring::random)
+      if (scoring == Scoring::random)
         layerSeed = seed + static_cast<int64_t>(index);
-      auto select = SelectOp::create(
-          b, loc, queries, m.keys.source, m.values.source, window, capacity,
-          kernelSize, poolingKind, gqaPolicy, orderKind, scale, scoringKind,
-          layerSinks, layerSeed);
+      auto select =
+          SelectOp::create(b, loc, queries, m.keys.source, m.values.source,
+                           window, capacity, kernelSize, pooling, gqa, order,
+                           scale, scoring, layerSinks, layerSeed);
       ret->setOperand(layer.keyResult, select.getSelectedKeys());
       ret->setOperand(layer.valueResult, select.getSelectedValues());
     }
@@ -1044,7 +1024,7 @@ struct CompressKVCachePass
     OpBuilder b(func.getContext());
     for (const DecodeLayer &layer : layers) {
       AttentionMatch m = layer.attention;
-      if (gqaPolicy == GqaPolicy::expand && m.queryHeads != m.kvHeads) {
+      if (gqa == GqaPolicy::expand && m.queryHeads != m.kvHeads) {
         expandCache(b, layer.keyCache, layer.keyAppend, m.keys, m.queryHeads);
         expandCache(b, layer.valueCache, layer.valueAppend, m.values,
                     m.queryHeads);
@@ -1060,7 +1040,7 @@ struct CompressKVCachePass
     ModuleOp module = getOperation();
     // A refusal recorded by an earlier run no longer describes this one.
     module->removeAttr(kRefusalAttrName);
-    if (failed(parseOptions()))
+    if (failed(checkOptions()))
       return signalPassFailure();
 
     auto prefill = module.lookupSymbol<func::FuncOp>(prefillFunc);
@@ -1090,15 +1070,15 @@ struct CompressKVCachePass
     SmallVector<func::FuncOp> rewritten{prefill};
     if (decode)
       rewritten.push_back(decode);
-    FailureOr<CallSites> prefillCalls = analyseCallers(
-        module, prefill, prefillChange(*pre, gqaPolicy, capacity), rewritten,
-        refusal);
+    FailureOr<CallSites> prefillCalls =
+        analyseCallers(module, prefill, prefillChange(*pre, gqa, capacity),
+                       rewritten, refusal);
     if (failed(prefillCalls))
       return refuse(prefill, prefillFunc, refusal);
     FailureOr<CallSites> decodeCalls = CallSites{};
     if (decode) {
-      decodeCalls = analyseCallers(
-          module, decode, decodeChange(*dec, gqaPolicy), rewritten, refusal);
+      decodeCalls = analyseCallers(module, decode, decodeChange(*dec, gqa),
+                                   rewritten, refusal);
       if (failed(decodeCalls))
         return refuse(decode, decodeFunc, refusal);
     }

@@ -150,12 +150,6 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
     // Options first, before anything is printed; diagnostics go to a
     // location, not the module op (which mlir-opt would print whole).
     Location loc = getOperation().getLoc();
-    if (format != "table" && format != "json") {
-      emitError(loc) << "snapkv-report-cache: format must be table or json "
-                        "(got '"
-                     << format << "')";
-      return signalPassFailure();
-    }
     int64_t length = promptLength, extra = generated;
     if (length <= 0 || extra < 0) {
       emitError(loc) << "snapkv-report-cache needs prompt-length > 0 and "
@@ -207,7 +201,7 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
       return signalPassFailure();
 
     llvm::raw_ostream &os = llvm::outs();
-    if (format == "json")
+    if (format == ReportFormat::json)
       printJson(os, rows, length, extra, totalFull, totalCompacted);
     else
       printTable(os, rows, length, extra, totalFull, totalCompacted);

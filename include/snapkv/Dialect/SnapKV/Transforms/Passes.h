@@ -1,6 +1,8 @@
 #ifndef SNAPKV_DIALECT_SNAPKV_TRANSFORMS_PASSES_H
 #define SNAPKV_DIALECT_SNAPKV_TRANSFORMS_PASSES_H
 
+#include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
+
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
 
@@ -10,6 +12,9 @@ namespace mlir::snapkv {
 /// refused: `{reason = "<code>", function = "<name>", message = "..."}`, plus
 /// `layer` for per-layer reasons (docs/model-rewrite.md lists the codes).
 constexpr llvm::StringLiteral kRefusalAttrName = "snapkv.refusal";
+
+/// What `snapkv-report-cache` prints (its `format` option).
+enum class ReportFormat { table, json };
 
 #define GEN_PASS_DECL
 #include "snapkv/Dialect/SnapKV/Transforms/Passes.h.inc"

@@ -84,16 +84,21 @@ def ReportCache : Pass<"snapkv-report-cache", "::mlir::ModuleOp"> {
 
     Byte counts are JSON integers (unsigned 64-bit); `ratio` is
     compacted / full, `null` when the full cache is empty. Any other format is
-    an error.
+    an error of the option parser.
   }];
   let options = [
     Option<"promptLength", "prompt-length", "int64_t", /*default=*/"0",
            "Prompt length L (required, > 0)">,
     Option<"generated", "generated", "int64_t", /*default=*/"0",
            "Decoded tokens g whose K/V have been appended">,
-    Option<"format", "format", "std::string", /*default=*/"\"table\"",
-           "Output format: `table` (for people, the default) or `json` (one "
-           "JSON object: prompt_length, generated, layers, total)">
+    Option<"format", "format", "::mlir::snapkv::ReportFormat",
+           /*default=*/"::mlir::snapkv::ReportFormat::table", "Output format",
+           [{::llvm::cl::values(
+             clEnumValN(::mlir::snapkv::ReportFormat::table, "table",
+                        "a table for people (the default)"),
+             clEnumValN(::mlir::snapkv::ReportFormat::json, "json",
+                        "one JSON object: prompt_length, generated, layers, "
+                        "total"))}]>
   ];
 }
 
@@ -387,15 +392,46 @@ def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
            "Kept prompt positions per head C, window included (C > W)">,
     Option<"kernelSize", "kernel", "int64_t", /*default=*/"15",
            "Pooling kernel size (odd, >= 1), the select's `kernel`">,
-    Option<"pooling", "pooling", "std::string", /*default=*/"\"avg\"",
-           "Pooling of the votes: avg or max">,
-    Option<"gqa", "gqa", "std::string", /*default=*/"\"mean\"",
-           "GQA policy: expand (Hq cache heads), mean or max (Hkv heads)">,
-    Option<"order", "order", "std::string", /*default=*/"\"position\"",
-           "Order of kept positions: position or score">,
-    Option<"scoring", "scoring", "std::string", /*default=*/"\"votes\"",
-           "What ranks the prefix: votes (SnapKV), or for comparison "
-           "prefix_votes, recent (StreamingLLM) or random">,
+    Option<"pooling", "pooling", "::mlir::snapkv::PoolingKind",
+           /*default=*/"::mlir::snapkv::PoolingKind::avg",
+           "Pooling of the votes",
+           [{::llvm::cl::values(
+             clEnumValN(::mlir::snapkv::PoolingKind::avg, "avg",
+                        "mean over the kernel, zero padded"),
+             clEnumValN(::mlir::snapkv::PoolingKind::max, "max",
+                        "maximum over the in-range neighbours"))}]>,
+    Option<"gqa", "gqa", "::mlir::snapkv::GqaPolicy",
+           /*default=*/"::mlir::snapkv::GqaPolicy::mean",
+           "GQA policy of the compacted cache",
+           [{::llvm::cl::values(
+             clEnumValN(::mlir::snapkv::GqaPolicy::expand, "expand",
+                        "one selection per query head (Hq cache heads)"),
+             clEnumValN(::mlir::snapkv::GqaPolicy::mean, "mean",
+                        "votes averaged over a kv head's query heads (Hkv "
+                        "heads)"),
+             clEnumValN(::mlir::snapkv::GqaPolicy::max, "max",
+                        "votes maximised over a kv head's query heads (Hkv "
+                        "heads)"))}]>,
+    Option<"order", "order", "::mlir::snapkv::Order",
+           /*default=*/"::mlir::snapkv::Order::position",
+           "Order of the kept prompt positions",
+           [{::llvm::cl::values(
+             clEnumValN(::mlir::snapkv::Order::position, "position",
+                        "ascending positions"),
+             clEnumValN(::mlir::snapkv::Order::score, "score",
+                        "the prefix by descending score, then the window"))}]>,
+    Option<"scoring", "scoring", "::mlir::snapkv::Scoring",
+           /*default=*/"::mlir::snapkv::Scoring::votes",
+           "What ranks the prefix",
+           [{::llvm::cl::values(
+             clEnumValN(::mlir::snapkv::Scoring::votes, "votes",
+                        "SnapKV: the window's votes"),
+             clEnumValN(::mlir::snapkv::Scoring::prefix_votes, "prefix_votes",
+                        "votes under a prefix-only softmax (comparison)"),
+             clEnumValN(::mlir::snapkv::Scoring::recent, "recent",
+                        "StreamingLLM: sinks and the most recent positions"),
+             clEnumValN(::mlir::snapkv::Scoring::random, "random",
+                        "a seeded uniform draw (comparison)"))}]>,
     Option<"sinks", "sinks", "int64_t", /*default=*/"4",
            "scoring=recent: leading positions always kept (default 4, or "
            "capacity - window if smaller)">,
