@@ -229,3 +229,17 @@ def test_needle_bad_budget_is_one_line(capsys):
         main(["needle", "--budget", "3/2"])
     assert exit_info.value.code == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_methods_are_defined_against_the_published_method():
+    """A method's options override the published SnapKV (kernel 5, gqa expand), not the
+    rewrite's defaults (kernel 15, gqa mean): `snapkv` must stay the published method."""
+    options = {name: ev.METHODS[name].compaction(32, 64, 0) for name in
+               ("snapkv", "snapkv-gqa-mean", "snapkv-k15", "snapkv-gqa-mean-k15", "streaming")}
+    assert (options["snapkv"].kernel, options["snapkv"].gqa) == (5, "expand")
+    assert (options["snapkv-gqa-mean"].kernel, options["snapkv-gqa-mean"].gqa) == (5, "mean")
+    assert (options["snapkv-k15"].kernel, options["snapkv-k15"].gqa) == (15, "expand")
+    assert (options["snapkv-gqa-mean-k15"].kernel,
+            options["snapkv-gqa-mean-k15"].gqa) == (15, "mean")
+    assert options["streaming"].gqa == "expand"  # baselines hold SnapKV's bytes
+    assert (hf.Compaction().kernel, hf.Compaction().gqa) == (15, "mean")
