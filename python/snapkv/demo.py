@@ -1,5 +1,6 @@
 """The seed's worked example (L=8, W=2, C=5, D=2, kernel 3, avg pooling), compiled with
-`snapkv-opt --snapkv-cpu-pipeline` and run with `mlir-runner`:  python -m snapkv.demo
+`snapkv-opt --snapkv-cpu-pipeline` (then snapkv-translate and clang) and called in process:
+python -m snapkv.demo
 
 Votes and pooled scores come from the compiled `snapkv.score`, kept positions and gathered
 rows from the compiled `snapkv.select`; the Python reference is printed beside them."""
@@ -9,7 +10,8 @@ import sys
 
 import numpy as np
 
-from .mlirgen import Case, ToolError, dense_hex, parse_memrefs, run_cases, run_module, tensor_type
+from .mlirgen import Case, ToolError, call, compile_functions, dense_hex, run_cases, tensor_type
+from .runtime.signatures import Signature, TensorType
 
 A = [1, 2, 10, 8, 1, 1, 2, 1]   # exp(logit) of query 6 over positions 0..7 (7 is masked)
 B = [1, 1, 8, 12, 1, 1, 1, 1]   # exp(logit) of query 7
@@ -27,43 +29,26 @@ def example_case(order):
 
 
 def compiled_scores(case):
-    """(votes, pooled) of the compiled `snapkv.score`, read back bit-exactly as f32."""
+    """(votes, pooled) of the compiled `snapkv.score`, as the f32 it computed."""
     prefix = case.k.shape[2] - case.window
     q_t, k_t = tensor_type(case.q.shape, "f32"), tensor_type(case.k.shape, "f32")
     out_t = tensor_type((1, 1, prefix), "f32")
-    bits_t = tensor_type((1, 1, prefix), "i32")
-    identity = "affine_map<(a, b, c) -> (a, b, c)>"
-    prints = ""
-    for name in ("votes", "pooled"):
-        prints += f"""
-  %{name}_e = tensor.empty() : {bits_t}
-  %{name}_b = linalg.generic {{indexing_maps = [{identity}, {identity}],
-      iterator_types = ["parallel", "parallel", "parallel"]}}
-      ins(%{name} : {out_t}) outs(%{name}_e : {bits_t}) {{
-  ^bb0(%x: f32, %o: i32):
-    %y = arith.bitcast %x : f32 to i32
-    linalg.yield %y : i32
-  }} -> {bits_t}
-  %{name}_m = bufferization.to_buffer %{name}_b : {bits_t} to memref<1x1x{prefix}xi32>
-  %{name}_u = memref.cast %{name}_m : memref<1x1x{prefix}xi32> to memref<*xi32>
-  call @printMemrefI32(%{name}_u) : (memref<*xi32>) -> ()"""
-    text = f"""func.func private @printMemrefI32(memref<*xi32>) attributes {{llvm.emit_c_interface}}
-func.func @main() {{
+    text = f"""func.func @scores() -> ({out_t}, {out_t}) {{
   %q = arith.constant dense<{dense_hex(case.q)}> : {q_t}
   %k = arith.constant dense<{dense_hex(case.k)}> : {k_t}
   %votes_init = tensor.empty() : {out_t}
   %pooled_init = tensor.empty() : {out_t}
   %votes, %pooled = snapkv.score %q, %k window {case.window} kernel {case.kernel}
       outs(%votes_init, %pooled_init : {out_t}, {out_t})
-      : ({q_t}, {k_t}) -> ({out_t}, {out_t}){prints}
-  return
+      : ({q_t}, {k_t}) -> ({out_t}, {out_t})
+  return %votes, %pooled : {out_t}, {out_t}
 }}
 """
-    votes, pooled = parse_memrefs(run_module(text))
-    def as_f32(a):
-        return a.astype(np.int32).view(np.float32)[0, 0]
-
-    return as_f32(votes), as_f32(pooled)
+    scores = TensorType((1, 1, prefix), "f32")
+    function = compile_functions(text, {"scores": Signature((), (scores, scores))},
+                                 label="snapkv.score")["scores"]
+    votes, pooled = call(function)
+    return votes[0, 0], pooled[0, 0]
 
 
 def report(order, case, compiled, scores):

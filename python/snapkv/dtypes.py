@@ -5,7 +5,7 @@ import numpy as np
 
 ELEMENT_TYPES = ("f32", "f16", "bf16")
 _NUMPY = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16}
-# Signed integers of the same width: what printMemrefI32/I16 print for bitcast rows.
+# Signed integers of the same width: how K/V rows are compared bit for bit.
 _BITS = {"f32": np.int32, "f16": np.int16, "bf16": np.int16}
 
 

@@ -1,29 +1,27 @@
-"""Generate MLIR modules that run `snapkv.select` on given inputs, run them through
-`snapkv-opt --snapkv-cpu-pipeline | mlir-runner`, and parse what they print.
+"""Generate MLIR modules that run `snapkv.select` on given inputs, compile them ahead of
+time (:func:`snapkv.runtime.compile_library`: ``snapkv-opt --snapkv-cpu-pipeline``,
+snapkv-translate, clang) and call them in process (:class:`snapkv.runtime.CompiledFunction`).
 
-One module holds many cases (one function each, `@main` calls them all) so that the JIT cost
-of mlir-runner is paid once per batch. Each case prints a marker memref [MARKER, case number],
-then the indices, then the gathered keys and values bitcast to integers, so that comparisons
-with the reference are bit-exact."""
+One module holds many cases (one function each, ``@case<n>() -> (indices, keys, values)``,
+its inputs as constants) so that the compile is paid once per batch. The results come back as
+memrefs through the C interface, so keys and values are compared with the reference bit for
+bit without printing or parsing anything."""
 
-import re
-import subprocess
+import ctypes
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
 from . import reference
 from . import tools as _tools
-from .dtypes import element_type
+from .dtypes import bits, element_type
+from .runtime.build import PIPELINE, compile_library
+from .runtime.memref import CompiledCheckError, CompiledFunction
+from .runtime.signatures import Signature, TensorType
 from .tools import REPO, ToolError  # noqa: F401  (re-exported: raised by the runners)
-
-MARKER = -123456789
-_BIT_TYPES = {"f32": "i32", "f16": "i16", "bf16": "i16"}
-_PRINTERS = {"i64": "printMemrefI64", "i32": "printMemrefI32", "i16": "printMemrefI16"}
 
 
 @dataclass
@@ -110,39 +108,9 @@ def result_shapes(case):
     return (batch, heads, kept, dim), (batch, heads, kept)
 
 
-def _print_lines(value, shape, elem, printer_elem, tag):
-    """Lines that bufferize `value` (a tensor of `elem`) and print it as `printer_elem`."""
-    lines = []
-    t = tensor_type(shape, elem)
-    if printer_elem != elem:  # bitcast floats to same-width integers for bit-exact printing
-        dyn = [f"%{tag}_d{i}" for i, d in enumerate(shape) if d is None]
-        for i, d in enumerate(shape):
-            if d is None:
-                lines += [f"%{tag}_c{i} = arith.constant {i} : index",
-                          f"%{tag}_d{i} = tensor.dim {value}, %{tag}_c{i} : {t}"]
-        bt = tensor_type(shape, printer_elem)
-        ident = "affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>"
-        lines += [
-            f"%{tag}_e = tensor.empty({', '.join(dyn)}) : {bt}",
-            f"%{tag}_bits = linalg.generic {{indexing_maps = [{ident}, {ident}], "
-            f'iterator_types = ["parallel", "parallel", "parallel", "parallel"]}} '
-            f"ins({value} : {t}) outs(%{tag}_e : {bt}) {{",
-            f"^bb0(%in: {elem}, %out: {printer_elem}):",
-            f"  %c = arith.bitcast %in : {elem} to {printer_elem}",
-            f"  linalg.yield %c : {printer_elem}",
-            f"}} -> {bt}",
-        ]
-        value, t = f"%{tag}_bits", bt
-    mt = "memref<" + t[len("tensor<"):]
-    ut = f"memref<*x{printer_elem}>"
-    lines += [f"%{tag}_m = bufferization.to_buffer {value} : {t} to {mt}",
-              f"%{tag}_u = memref.cast %{tag}_m : {mt} to {ut}",
-              f"call @{_PRINTERS[printer_elem]}(%{tag}_u) : ({ut}) -> ()"]
-    return lines
-
-
 def case_functions(case, number):
-    """MLIR functions for one case: @case<number> (and @select<number> when dynamic)."""
+    """MLIR functions for one case: ``@case<number>() -> (indices, keys, values)`` (and
+    ``@select<number>`` when dynamic)."""
     elem = case.elem
     kv_shape, idx_shape = result_shapes(case)
     q_t = tensor_type(case.q.shape, elem)
@@ -151,9 +119,7 @@ def case_functions(case, number):
         else k_static
     op = select_op(case, q_t, k_t, (kv_shape, idx_shape))
     kv_t, idx_t = tensor_type(kv_shape, elem), tensor_type(idx_shape, "i64")
-    body = [f"%mark = arith.constant dense<[{MARKER}, {number}]> : tensor<2xi64>",
-            *_print_lines("%mark", (2,), "i64", "i64", "mark"),
-            f"%q = arith.constant dense<{dense_hex(case.q)}> : {q_t}"]
+    body = [f"%q = arith.constant dense<{dense_hex(case.q)}> : {q_t}"]
     # Static cases use the constants directly; dynamic ones cast them to %k, %v first.
     k_name, v_name = ("%ks", "%vs") if case.dynamic else ("%k", "%v")
     body += [f"{k_name} = arith.constant dense<{dense_hex(case.k)}> : {k_static}",
@@ -174,23 +140,24 @@ def case_functions(case, number):
                  f"-> ({kv_t}, {kv_t}, {idx_t})"]
     else:
         body.append(op)
-    bit_elem = _BIT_TYPES[elem]
-    body += _print_lines("%idx", idx_shape, "i64", "i64", "idx")
-    body += _print_lines("%ko", kv_shape, elem, bit_elem, "kb")
-    body += _print_lines("%vo", kv_shape, elem, bit_elem, "vb")
-    funcs.append("\n".join([f"func.func @case{number}() {{", *("  " + line for line in body),
-                            "  return", "}"]))
+    body.append(f"return %idx, %ko, %vo : {idx_t}, {kv_t}, {kv_t}")
+    funcs.append("\n".join([f"func.func @case{number}() -> ({idx_t}, {kv_t}, {kv_t}) {{",
+                             *("  " + line for line in body), "}"]))
     return funcs
 
 
+def case_signature(case):
+    """What ``@case<n>`` takes and returns (it is generated here, so nothing is read back)."""
+    kv_shape, idx_shape = result_shapes(case)
+    return Signature((), (TensorType(idx_shape, "i64"), TensorType(kv_shape, case.elem),
+                          TensorType(kv_shape, case.elem)))
+
+
 def build_module(cases):
-    """One module: a function per case and @main calling them in order."""
-    parts = [f"func.func private @{name}(memref<*x{elem}>) attributes {{llvm.emit_c_interface}}"
-             for elem, name in _PRINTERS.items()]
+    """One module: a function per case."""
+    parts = []
     for number, case in enumerate(cases):
         parts += case_functions(case, number)
-    calls = [f"  call @case{n}() : () -> ()" for n in range(len(cases))]
-    parts.append("\n".join(["func.func @main() {", *calls, "  return", "}"]))
     return "module {\n" + "\n\n".join(parts) + "\n}\n"
 
 
@@ -198,88 +165,57 @@ def build_module(cases):
 # Running
 
 def tools():
-    """Paths of (snapkv-opt, mlir-runner, [runner libs]); raises ToolError if one is missing."""
+    """Paths of (snapkv-opt, snapkv-translate, clang) -- what :func:`run_cases` compiles
+    with; raises ToolError if one is missing."""
     return (_tools.require(_tools.snapkv_opt(), "snapkv-opt"),
-            _tools.require(_tools.mlir_runner(), "mlir-runner"),
-            [_tools.require(lib) for lib in _tools.runner_libs()])
+            _tools.require(_tools.snapkv_translate(), "snapkv-translate"),
+            _tools.require(_tools.clang(), "clang"))
 
 
 # Passes that run the GPU kernels on the CPU: the tensor-level half of the GPU pipeline
 # (the same blocks, the same per-thread tiles), after which --snapkv-cpu-pipeline runs the
-# block and thread loops as loops.
-GPU_EMULATION = ("--snapkv-gpu-emulation",)
+# block and thread loops as loops. Elements of a textual pass pipeline (``pre_passes``).
+GPU_EMULATION = ("snapkv-gpu-emulation",)
 
 
-def run_module(text, timeout=600, pre_passes=()):
-    """Lower `text` with `pre_passes` then --snapkv-cpu-pipeline, run @main with
-    mlir-runner, return stdout."""
-    opt, runner, libs = tools()
-    with tempfile.TemporaryDirectory(prefix="snapkv-") as tmp:
-        source, lowered = Path(tmp) / "in.mlir", Path(tmp) / "lowered.mlir"
-        source.write_text(text)
-        _run([str(opt), *pre_passes, "--snapkv-cpu-pipeline", str(source), "-o",
-              str(lowered)], timeout)
-        return _run([str(runner), "-e", "main", "-entry-point-result=void",
-                     "-shared-libs=" + ",".join(map(str, libs)), str(lowered)], timeout)
+def pipeline(pre_passes=()):
+    """The runtime's pipeline (C interfaces, ``snapkv-cpu-pipeline{asserts=report}``) with
+    `pre_passes` (textual pipeline elements) first."""
+    inner = PIPELINE[len("builtin.module("):-1]
+    return f"builtin.module({','.join([*pre_passes, inner])})"
 
 
-def _run(command, timeout):
+def compile_functions(text, signatures, timeout=600, pre_passes=(), label="module"):
+    """Compile `text` (`pre_passes`, then the CPU pipeline) into a library of its own and
+    return a :class:`~snapkv.runtime.CompiledFunction` per entry of `signatures` (function
+    name to :class:`~snapkv.runtime.Signature`). A compile failure is a ToolError."""
+    with tempfile.TemporaryDirectory(prefix="snapkv-cases-") as tmp:
+        library = compile_library(text, cache_dir=tmp, timeout=timeout, label=label,
+                                  pipeline=pipeline(pre_passes))
+        handle = ctypes.CDLL(str(library.path))  # stays mapped after the file is removed
+    return {name: CompiledFunction(handle, name, sig) for name, sig in signatures.items()}
+
+
+def call(function, *arrays):
+    """`function`'s results; a failed run-time check of the compiled code is a ToolError."""
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise ToolError(f"timed out after {timeout}s: {command[0]}") from None
-    if done.returncode != 0:
-        raise ToolError(f"{Path(command[0]).name} failed (exit {done.returncode}):\n"
-                        f"{done.stderr[-4000:]}")
-    return done.stdout
-
-
-_HEADER = re.compile(r"Unranked Memref base@ = \S+ rank = (\d+) offset = \d+ "
-                     r"sizes = \[([^\]]*)\] strides = \[[^\]]*\] data =")
-_NUMBER = re.compile(r"[-+]?(?:nan|inf|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)", re.IGNORECASE)
-
-
-def parse_memrefs(text):
-    """Arrays printed by printMemref* in `text`, in order (int64 or float64)."""
-    arrays = []
-    for header in _HEADER.finditer(text):
-        sizes = [int(s) for s in header.group(2).split(",") if s.strip()]
-        start = text.index("[", header.end())
-        depth, end = 0, start
-        for end in range(start, len(text)):  # the data is one balanced [...] block
-            depth += {"[": 1, "]": -1}.get(text[end], 0)
-            if depth == 0:
-                break
-        tokens = _NUMBER.findall(text[start:end + 1])
-        is_int = all(re.fullmatch(r"[-+]?\d+", t) for t in tokens)
-        data = np.array([int(t) if is_int else float(t) for t in tokens],
-                        dtype=np.int64 if is_int else np.float64)
-        if data.size != int(np.prod(sizes)):
-            raise ValueError(f"memref with sizes {sizes} printed {data.size} numbers")
-        arrays.append(data.reshape(sizes))
-    return arrays
-
-
-def split_outputs(stdout, count):
-    """Per-case outputs of a module built from `count` cases."""
-    try:
-        arrays = parse_memrefs(stdout)
-    except ValueError as error:
-        raise ToolError(f"unreadable mlir-runner output: {error}") from None
-    if len(arrays) != 4 * count:
-        raise ToolError(f"expected {4 * count} printed memrefs, got {len(arrays)}")
-    outputs = []
-    for number in range(count):
-        mark, idx, keys, values = arrays[4 * number: 4 * number + 4]
-        if list(mark) != [MARKER, number]:
-            raise ToolError(f"output out of step at case {number}: marker {list(mark)}")
-        outputs.append(CaseOutput(indices=idx, keys=keys, values=values))
-    return outputs
+        return function(*arrays)
+    except CompiledCheckError as error:
+        raise ToolError(str(error)) from None
 
 
 def run_cases(cases, timeout=600, pre_passes=()):
-    """Compile and run `cases` as one module; one CaseOutput per case."""
-    return split_outputs(run_module(build_module(cases), timeout, pre_passes), len(cases))
+    """Compile `cases` as one module and call each case; one CaseOutput per case. A compile
+    failure or a failed run-time check is a ToolError."""
+    functions = compile_functions(
+        build_module(cases), {f"case{n}": case_signature(c) for n, c in enumerate(cases)},
+        timeout, pre_passes, label=f"{len(cases)} select cases")
+    outputs = []
+    for number, case in enumerate(cases):
+        indices, keys, values = call(functions[f"case{number}"])
+        outputs.append(CaseOutput(indices=indices, keys=bits(keys, case.elem),
+                                  values=bits(values, case.elem)))
+    return outputs
 
 
 def run_batches(cases, batch_size=40, workers=2, timeout=600, pre_passes=()):

@@ -1,5 +1,6 @@
-"""Differential tests: the compiled `snapkv.select` (snapkv-opt --snapkv-cpu-pipeline, run by
-mlir-runner) against the numpy reference, on random configurations covering every option.
+"""Differential tests: the compiled `snapkv.select` (snapkv-opt --snapkv-cpu-pipeline, compiled
+ahead of time and called in process) against the numpy reference, on random configurations
+covering every option.
 
 The compiled code scores in f32 and the reference in float64, so random inputs are redrawn
 until no two pooled scores that decide the result are within a relative 1e-4 of each other
@@ -282,10 +283,10 @@ def test_long_prompts_match_reference(long_cases):
 # select into its stage ops (score, top_positions, gather) first; "recomputed-logits"
 # recomputes the logits per tile (keep-logits=false), "whole" lowers the select whole
 # (decompose-select=false; the form the GPU layout is laid out from).
-CPU_FORMS = {
-    "recomputed-logits": ("--convert-snapkv-to-linalg=tiling=cpu keep-logits=false",
-                          "--snapkv-tile-and-fuse"),
-    "whole": ("--convert-snapkv-to-linalg=tiling=cpu", "--snapkv-tile-and-fuse"),
+CPU_FORMS = {  # textual pass-pipeline elements, run before the CPU pipeline
+    "recomputed-logits": ("convert-snapkv-to-linalg{tiling=cpu keep-logits=false}",
+                          "snapkv-tile-and-fuse"),
+    "whole": ("convert-snapkv-to-linalg{tiling=cpu}", "snapkv-tile-and-fuse"),
 }
 CPU_FORM_CASES = 100
 
@@ -352,7 +353,8 @@ def test_mma_cases_take_the_tensor_core_form(mma_cases):
         pytest.skip(f"snapkv-opt not built ({snapkv_opt()})")
     for case in mma_cases:
         emulated = subprocess.run(
-            [str(snapkv_opt()), *GPU_EMULATION, "-"], input=build_module([case]),
+            [str(snapkv_opt()), f"--pass-pipeline=builtin.module({','.join(GPU_EMULATION)})",
+             "-"], input=build_module([case]),
             capture_output=True, text=True, check=True).stdout
         elem = case.elem
         assert f"vector<16x16x{elem}>" in emulated and "#gpu.warp<linear_dim_0>" in emulated, \

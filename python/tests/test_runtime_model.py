@@ -1,8 +1,8 @@
 """snapkv.runtime.model: compile a model module to a shared library once, call
 @prefill/@decode through their C interfaces with ctypes.
 
-* On the dynamic fixture it gives exactly (bit for bit) what the mlir-runner harness gives for
-  prefill and one decode step, and PyTorch's recorded logits within the usual tolerance.
+* On the dynamic fixture it gives exactly (bit for bit) what the harness (one plain call per
+  function) gives for prefill and one decode step, and PyTorch's recorded logits within the usual tolerance.
 * generate() tracks logical and physical cache lengths separately (equal for an unmodified
   module).
 * A second CompiledModel on the same text loads the cached library instead of compiling.
@@ -39,7 +39,7 @@ def example_ids():
     return np.array(EXAMPLE["ids"], dtype=np.int64).reshape(1, -1)
 
 
-def test_same_as_mlir_runner_harness_and_pytorch(model, text, example_ids):
+def test_same_as_harness_and_pytorch(model, text, example_ids):
     token, position = EXAMPLE["token"], EXAMPLE["position"]
     logits, caches = model.prefill(example_ids)
     step_logits, step_caches = model.decode(token, position, caches)

@@ -53,8 +53,8 @@ def add_parser(commands, common_options):
     which.add_argument("--static", action="store_true",
                        help="only the static-shape module (tiny_llama.mlir: L = 64)")
     p.add_argument("--check", action="store_true",
-                   help="compile and run the written modules (snapkv-opt + mlir-runner) and "
-                        "compare them with PyTorch")
+                   help="compile and run the written modules (our lowering and upstream's) "
+                        "and compare them with PyTorch")
     p.set_defaults(func=run)
 
 
@@ -90,7 +90,7 @@ def _check(texts, spec, export, quiet: bool):
     """What export.check does, for the modules written this time only."""
     from ..frontend import harness
 
-    progress(quiet, "checking the modules against PyTorch (snapkv-opt + mlir-runner) ...")
+    progress(quiet, "checking the modules against PyTorch (our lowering and upstream's) ...")
     failed = False
     for name, length in ((export.STATIC_FILE, spec.prefill_len),
                          (export.DYNAMIC_FILE, export.DYNAMIC_EXAMPLE_LEN)):

@@ -6,8 +6,8 @@ model rewrite (`snapkv-compress-kv-cache`) works on.
   transformers);
 * `snapkv.frontend.export`  -- `python -m snapkv.frontend.export --out test/Models` regenerates
   the fixtures (needs torch, transformers, torch-mlir);
-* `snapkv.frontend.harness` -- runs a fixture's prefill + decode through `snapkv-opt` and
-  `mlir-runner` (needs numpy and the tools only).
+* `snapkv.frontend.harness` -- compiles a fixture with our lowering or upstream's and runs its
+  prefill + decode in process (needs numpy and the tools only).
 
 Nothing is imported here, so `import snapkv.frontend.harness` works without torch.
 """

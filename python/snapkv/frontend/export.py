@@ -17,8 +17,8 @@ torch-mlir's FX importer (``torch_mlir.extras.fx_importer``), the same one
 ``torch_mlir.fx.export_and_import`` uses; ``export_and_import`` itself only handles one
 function per module.
 
-``--check`` also compiles each module with ``snapkv-opt --snapkv-cpu-pipeline``, runs prefill
-followed by decode under ``mlir-runner`` and compares with PyTorch (see ``harness.py``).
+``--check`` also compiles each module (``snapkv-opt --snapkv-cpu-pipeline``, and upstream's
+lowering), runs prefill followed by decode and compares with PyTorch (see ``harness.py``).
 """
 
 from __future__ import annotations
@@ -208,7 +208,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("test/Models"))
     parser.add_argument("--check", action="store_true",
-                        help="compile with snapkv-opt, run with mlir-runner, compare with torch")
+                        help="compile (our lowering and upstream's), run, compare with torch")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     for name, text in generate().items():

@@ -97,21 +97,25 @@ class CompiledFunction:
     library's ``snapkv_last_error`` is read after every call)."""
 
     def __init__(self, lib: ctypes.CDLL, name: str, sig: Signature,
-                 bound: Sequence[np.ndarray] = ()):
+                 bound: Sequence[np.ndarray] = (), checks: bool = True):
         """`bound`: arrays for the last ``len(bound)`` arguments (the weights), checked once
-        and passed to every call as they are (never copied, never freed)."""
+        and passed to every call as they are (never copied, never freed). `checks=False`
+        for a library lowered without report-mode checks (no ``snapkv_last_error``: upstream's
+        lowering, whose failed checks abort)."""
         self.name, self.signature = name, sig
         try:
             self._fn = getattr(lib, f"_mlir_ciface_{name}")
         except AttributeError:
             raise ToolError(f"_mlir_ciface_{name} not in {lib._name}") from None
-        try:
-            self._last_error = lib.snapkv_last_error
-        except AttributeError:
-            raise ToolError(f"snapkv_last_error not in {lib._name}: not compiled with "
-                            f"snapkv-cpu-pipeline{{asserts=report}}") from None
-        self._last_error.argtypes = []
-        self._last_error.restype = ctypes.c_char_p
+        self._last_error = None
+        if checks:
+            try:
+                self._last_error = lib.snapkv_last_error
+            except AttributeError:
+                raise ToolError(f"snapkv_last_error not in {lib._name}: not compiled with "
+                                f"snapkv-cpu-pipeline{{asserts=report}}") from None
+            self._last_error.argtypes = []
+            self._last_error.restype = ctypes.c_char_p
         self._lock = _library_lock(lib)
         self._result_type = type(f"{name}_results", (ctypes.Structure,), {"_fields_": [
             (f"r{i}", descriptor_type(t.rank)) for i, t in enumerate(sig.results)]})
@@ -168,7 +172,7 @@ class CompiledFunction:
             params.insert(0, ctypes.byref(results))
         with self._lock:
             self._fn(*params)
-            message = self._last_error()
+            message = self._last_error() if self._last_error else None
         if message is not None:
             # The results are placeholders (null buffers): nothing to read or free.
             raise CompiledCheckError(self.name, message.decode(errors="replace"))
