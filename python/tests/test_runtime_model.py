@@ -2,7 +2,8 @@
 @prefill/@decode through their C interfaces with ctypes.
 
 * On the dynamic fixture it gives exactly (bit for bit) what the harness (one plain call per
-  function) gives for prefill and one decode step, and PyTorch's recorded logits within the usual tolerance.
+  function) gives for prefill and one decode step, and PyTorch's recorded logits within the
+  usual tolerance.
 * generate() tracks logical and physical cache lengths separately (equal for an unmodified
   module).
 * A second CompiledModel on the same text loads the cached library instead of compiling.
