@@ -30,6 +30,18 @@
 
 using namespace mlir;
 
+llvm::StringRef snapkv::stringifyDeviceCodeFormat(DeviceCodeFormat format) {
+  switch (format) {
+  case DeviceCodeFormat::isa:
+    return "isa";
+  case DeviceCodeFormat::bin:
+    return "bin";
+  case DeviceCodeFormat::fatbin:
+    return "fatbin";
+  }
+  llvm_unreachable("unknown DeviceCodeFormat");
+}
+
 void snapkv::buildGPUTensorPipeline(OpPassManager &pm,
                                     const GPUPipelineOptions &options) {
   stages::lowerSelections(pm, LoweringTarget::gpu, options.keyTile,
@@ -80,6 +92,6 @@ void snapkv::buildGPUPipeline(OpPassManager &pm,
   gpu::GPUToNVVMPipelineOptions nvvm;
   nvvm.cubinChip = options.chip;
   nvvm.cubinFeatures = options.features;
-  nvvm.cubinFormat = options.format;
+  nvvm.cubinFormat = stringifyDeviceCodeFormat(options.format).str();
   gpu::buildLowerToNVVMPassPipeline(pm, nvvm);
 }

@@ -72,6 +72,13 @@ struct CPUPipelineOptions : PassPipelineOptions<CPUPipelineOptions> {
 /// (`registerAllExtensions`, as snapkv-opt and mlir-opt do).
 void buildCPUPipeline(OpPassManager &pm, const CPUPipelineOptions &options);
 
+/// The device code the GPU pipeline embeds in the module (upstream
+/// gpu-module-to-binary's `format`).
+enum class DeviceCodeFormat { isa, bin, fatbin };
+
+/// The name upstream's GPU-to-NVVM pipeline takes for `format`.
+llvm::StringRef stringifyDeviceCodeFormat(DeviceCodeFormat format);
+
 struct GPUPipelineOptions : PassPipelineOptions<GPUPipelineOptions> {
   Option<std::string> chip{*this, "chip",
                            llvm::cl::desc("NVIDIA target, e.g. sm_80, sm_90"),
@@ -80,11 +87,14 @@ struct GPUPipelineOptions : PassPipelineOptions<GPUPipelineOptions> {
       *this, "features",
       llvm::cl::desc("PTX features; sm_90 needs +ptx80 or later"),
       llvm::cl::init("+ptx80")};
-  Option<std::string> format{
-      *this, "format",
-      llvm::cl::desc("Device code embedded in the module: isa (PTX text), "
-                     "bin (cubin) or fatbin"),
-      llvm::cl::init("bin")};
+  Option<DeviceCodeFormat> format{
+      *this, "format", llvm::cl::desc("Device code embedded in the module"),
+      llvm::cl::init(DeviceCodeFormat::bin),
+      llvm::cl::values(clEnumValN(DeviceCodeFormat::isa, "isa", "PTX text"),
+                       clEnumValN(DeviceCodeFormat::bin, "bin",
+                                  "cubin (assembled by ptxas)"),
+                       clEnumValN(DeviceCodeFormat::fatbin, "fatbin",
+                                  "fat binary: cubin and PTX"))};
   Option<int64_t> keyTile{*this, "key-tile",
                           llvm::cl::desc("Key positions per scoring block"),
                           llvm::cl::init(64)};
