@@ -27,7 +27,7 @@ struct Case {
 };
 } // namespace
 
-int main() {
+int runSelectBuilderTests() {
   MLIRContext ctx;
   ctx.loadDialect<SnapKVDialect, func::FuncDialect>();
   OpBuilder b(&ctx);
@@ -74,5 +74,5 @@ int main() {
     module->erase();
   }
   llvm::outs() << (failures ? "FAILED\n" : "ALL VERIFIED\n");
-  return failures ? 1 : 0;
+  return failures;
 }

@@ -86,6 +86,24 @@ def select(q, k, v, window, capacity, kernel=5, pooling="avg", gqa="expand",
                      values=_gather(v, source, indices), votes=votes, pooled=pooled)
 
 
+def layer_capacities(budget, window, capacity, layers, beta=20):
+    """Each layer's capacity (window included), lowest layer first, under the rewrite's
+    ``budget`` (docs/semantics.md, "Budgets"): ``uniform`` keeps ``capacity`` everywhere;
+    ``pyramid`` takes PyramidKV's endpoints with ``K = capacity - window`` -- the top layer
+    keeps ``max(1, K // beta)`` prefix positions, the bottom one ``2K`` minus that -- and puts
+    the layers between on the line joining them, floored (never more than ``layers * K`` in
+    all)."""
+    if budget not in ("uniform", "pyramid"):
+        raise ValueError(f"budget must be uniform or pyramid, got {budget!r}")
+    if budget == "uniform" or layers < 2:
+        return [capacity] * layers
+    prefix = capacity - window
+    top = max(1, prefix // beta)
+    bottom = 2 * prefix - top
+    steps = layers - 1
+    return [window + top + (bottom - top) * (steps - layer) // steps for layer in range(layers)]
+
+
 def random_keys(seed, batch, heads, prefix):
     """The ranking keys of scoring "random": the splitmix64 step of ((b * Hc + h) << 32 | j)
     xor seed * 0x9E3779B97F4A7C15, top 31 bits, plus 1 ([B, Hc, P] uint64 in [1, 2^31])."""

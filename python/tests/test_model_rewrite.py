@@ -54,9 +54,9 @@ def _opt(args, text=None, path=DYNAMIC):
     return subprocess.run(command, input=text, capture_output=True, text=True, timeout=300)
 
 
-def _rewrite(capacity, gqa, order=ORDER):
+def _rewrite(capacity, gqa, order=ORDER, budget="uniform"):
     options = (f"window={WINDOW} capacity={capacity} kernel={KERNEL} pooling={POOLING} "
-               f"gqa={gqa} order={order}")
+               f"gqa={gqa} order={order} budget={budget}")
     done = _opt([f"--snapkv-compress-kv-cache={options}"])
     assert done.returncode == 0, done.stderr[-3000:]
     assert "warning" not in done.stderr, done.stderr[-3000:]  # refused = left unchanged
@@ -101,10 +101,10 @@ def rewritten():
     require_aot_tools()
     built = {}
 
-    def get(capacity, gqa, order=ORDER):
-        key = (capacity, gqa, order)
+    def get(capacity, gqa, order=ORDER, budget="uniform"):
+        key = (capacity, gqa, order, budget)
         if key not in built:
-            built[key] = runtime.CompiledModel(_rewrite(capacity, gqa, order))
+            built[key] = runtime.CompiledModel(_rewrite(capacity, gqa, order, budget))
         return built[key]
 
     return get
@@ -272,6 +272,35 @@ def test_matches_live_pytorch_reference(rewritten, torch_model, ids, gqa):
             np.testing.assert_allclose(out["caches"][2 * layer + j], expected.numpy(), rtol=0,
                                        atol=CACHE_ATOL,
                                        err_msg=f"final cache layer {layer} {'KV'[j]}")
+
+
+def test_pyramid_budget_matches_live_pytorch_reference(rewritten, torch_model, ids):
+    """budget=pyramid: each layer keeps the capacity `reference.layer_capacities` gives (the
+    lower layer more), and the compiled model decodes like the reference with those
+    capacities: same kept rows, tokens and logits."""
+    from snapkv import reference
+    from snapkv.frontend import reference_decode as rd
+
+    capacity, gqa = 24, "mean"
+    capacities = reference.layer_capacities("pyramid", WINDOW, capacity, LAYERS)
+    assert capacities == [39, 9]  # K = 16: top max(1, 16 // 20) = 1, bottom 2K - 1 = 31
+    ref = rd.snapkv_generate(torch_model, ids[0], STEPS, WINDOW, capacities, KERNEL, POOLING,
+                             gqa, ORDER)
+    require_aot_tools()
+    # Decode writing in place takes one row count for all layers, so layers of different
+    # lengths decode through the functional form (docs/model-rewrite.md, "Budgets").
+    model = runtime.CompiledModel(_rewrite(capacity, gqa, budget="pyramid"), in_place=False)
+    _, caches = model.prefill(ids)
+    for layer, sel in enumerate(ref["selections"]):
+        assert sel.indices.shape[2] == min(L, capacities[layer])
+        for j, expected in enumerate((sel.keys, sel.values)):
+            np.testing.assert_allclose(caches[2 * layer + j], expected, rtol=0,
+                                       atol=CACHE_ATOL,
+                                       err_msg=f"prefill cache layer {layer} {'KV'[j]}")
+    out = model.generate(ids, STEPS)
+    diff = np.abs(out["logits"] - ref["logits"]).max(axis=1)
+    assert out["tokens"] == ref["tokens"], f"first divergent row {np.argmax(diff > LOGIT_ATOL)}"
+    assert diff.max() <= LOGIT_ATOL, f"max |diff| per row {diff.tolist()}"
 
 
 # --- negative controls: the comparisons above can fail --------------------------------------

@@ -304,3 +304,20 @@ def test_infinite_logits_follow_the_hostile_value_rules():
     uniform = pooled([-np.inf] * 6)
     np.testing.assert_allclose(uniform.pooled, np.full((1, 1, 4), 1 / 5 + 1 / 6))
     np.testing.assert_array_equal(uniform.indices, [[[0, 1, 4, 5]]])
+
+
+def test_layer_capacities():
+    """The rewrite's per-layer budgets (test/Unit/budgets.test checks the C++ side on the same
+    shapes): uniform everywhere, or PyramidKV's endpoints joined by a floored line."""
+    from snapkv.reference import layer_capacities
+
+    assert layer_capacities("uniform", 32, 256, 4) == [256] * 4
+    smollm2 = layer_capacities("pyramid", 32, 256, 30)
+    assert smollm2[:3] == [469, 454, 439] and smollm2[-3:] == [72, 57, 43]
+    assert sum(c - 32 for c in smollm2) == 6706 <= 30 * 224
+    assert all(a >= b for a, b in zip(smollm2, smollm2[1:]))
+    assert layer_capacities("pyramid", 4, 16, 2, beta=2) == [22, 10]
+    assert layer_capacities("pyramid", 4, 8, 3) == [11, 8, 5]
+    assert layer_capacities("pyramid", 4, 8, 1) == [8]
+    with pytest.raises(ValueError, match="uniform or pyramid"):
+        layer_capacities("cone", 4, 8, 2)

@@ -139,8 +139,10 @@ def test_a_module_the_pass_refuses_keeps_the_functional_decode():
 
 
 def test_kv_cache_checks_its_input():
-    with pytest.raises(ValueError, match="one length T"):
+    with pytest.raises(ValueError, match=r"different lengths \[3, 5\].*in_place=False"):
         KVCache([np.zeros((1, 2, 3, 4), np.float32), np.zeros((1, 2, 5, 4), np.float32)])
+    with pytest.raises(ValueError, match=r"must be \[B, H, T, D\] arrays"):
+        KVCache([np.zeros((2, 3, 4), np.float32)])
     with pytest.raises(ValueError, match="spare rows must be >= 0"):
         KVCache([np.zeros((1, 2, 3, 4), np.float32)], spare=-1)
     cache = KVCache([np.arange(24, dtype=np.float32).reshape(1, 2, 3, 4)], spare=2)

@@ -44,6 +44,41 @@
 // RUN: snapkv-opt %S/../Models/tiny_llama.mlir \
 // RUN:   --snapkv-compress-kv-cache="window=8 capacity=24" \
 // RUN:   | FileCheck %s --check-prefix=DEFAULTS
+// RUN: snapkv-opt %S/../Models/tiny_llama_dynamic.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=16 budget=pyramid" \
+// RUN:   | FileCheck %s --check-prefix=PYRAMID
+// RUN: snapkv-opt %S/../Models/tiny_llama.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=16 budget=pyramid pyramid-beta=2" \
+// RUN:   | FileCheck %s --check-prefix=PYRAMIDBETA
+// RUN: not snapkv-opt %S/Inputs/compress-kv-cache-mini.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 budget=pyramid pyramid-beta=0" 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=BADBETA
+// RUN: not snapkv-opt %S/Inputs/compress-kv-cache-mini.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 budget=cone" 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=BADBUDGET
+// RUN: not snapkv-opt %S/Inputs/compress-kv-cache-mini.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 budget=pyramid scoring=recent sinks=1" 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=PYRAMIDSINKS
+// RUN: snapkv-opt %S/../Models/tiny_llama_dynamic.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=16 budget=pyramid" \
+// RUN:   | snapkv-opt --snapkv-report-cache="prompt-length=64 generated=8" -o /dev/null \
+// RUN:   | FileCheck %s --check-prefix=PYRAMIDLEDGER
+
+// budget=pyramid (PyramidKV): with K = C - W = 12 and beta 20 the top layer keeps
+// max(1, 12 / 20) = 1 prefix position, the bottom one 2K - 1 = 23; each layer's
+// cache is its own select's result. The dynamic model's prefill results keep `?`.
+// PYRAMID: snapkv.select {{.*}} window 4 capacity 27 kernel 15 gqa mean
+// PYRAMID: snapkv.select {{.*}} window 4 capacity 5 kernel 15 gqa mean
+// PYRAMID-NOT: snapkv.select
+// PYRAMIDBETA: func.func @prefill({{.*}}) -> (tensor<1x64x256xf32>, tensor<1x2x22x16xf32>, tensor<1x2x22x16xf32>, tensor<1x2x10x16xf32>, tensor<1x2x10x16xf32>)
+// PYRAMIDBETA: snapkv.select {{.*}} window 4 capacity 22
+// PYRAMIDBETA: snapkv.select {{.*}} window 4 capacity 10
+// BADBETA: error: snapkv-compress-kv-cache: pyramid-beta must be >= 1 (got 0)
+// BADBUDGET: for the --budget option: Cannot find option named 'cone'!
+// PYRAMIDSINKS: error: snapkv-compress-kv-cache: sinks takes one number of sinks for every layer, so it needs budget=uniform
+// The ledger reads each layer's capacity from its select.
+// PYRAMIDLEDGER: 0 mean 1 2 2 16 4 27 18,432 8,960
+// PYRAMIDLEDGER: 1 mean 1 2 2 16 4 5 18,432 3,328
 
 // The pass's defaults are pooling kernel 15 and gqa mean (docs/eval.md, "The
 // defaults"), not the op's kernel 5 and gqa expand: every select spells them

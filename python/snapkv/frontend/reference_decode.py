@@ -181,7 +181,8 @@ def greedy_decode(model, first_row, length, keys, values, steps, expanded):
 @torch.no_grad()
 def snapkv_generate(model, ids, steps, window, capacity, kernel=5, pooling="avg",
                     gqa="expand", order="position", prefilled=None):
-    """Prefill, SnapKV compaction, ``steps`` greedy decode steps.
+    """Prefill, SnapKV compaction, ``steps`` greedy decode steps. ``capacity``: one for every
+    layer, or a list with each layer's (:func:`snapkv.reference.layer_capacities`).
 
     ``prefilled``: the result of :func:`prefill` for ``ids``, to share one prefill between
     several cache policies (it is not modified).
@@ -192,7 +193,8 @@ def snapkv_generate(model, ids, steps, window, capacity, kernel=5, pooling="avg"
       ``tokens[g + 1]`` the argmax of decode step ``g`` (which fed ``tokens[g]``);
     * ``logits``: float32 ``[steps + 1, V]``, row 0 prefill's last row, row ``g + 1`` decode
       step ``g``;
-    * ``indices``: per layer int64 ``[1, Hc, S]`` kept prompt positions, ``S = min(L, C)``;
+    * ``indices``: per layer int64 ``[1, Hc, S]`` kept prompt positions, ``S = min(L, C)``
+      (the layer's ``C``);
     * ``physical_lengths[g]``: cache rows decode step ``g`` found before appending its token
       (``S + g``, measured on the tensors); ``logical_lengths[g]``: logical position of that
       token (``L + g``, tokens processed before it);
@@ -204,9 +206,10 @@ def snapkv_generate(model, ids, steps, window, capacity, kernel=5, pooling="avg"
     length = ids.shape[1]
     logits, keys, values, queries = prefill(model, ids) if prefilled is None else prefilled
     selections, cache_k, cache_v = [], [], []
-    for q, k, v in zip(queries, keys, values):
+    capacities = capacity if isinstance(capacity, (list, tuple)) else [capacity] * len(keys)
+    for q, k, v, layer_capacity in zip(queries, keys, values, capacities, strict=True):
         sel = reference.select(q[:, :, length - window:].numpy(), k.numpy(), v.numpy(), window,
-                               capacity, kernel, pooling, gqa, order)
+                               layer_capacity, kernel, pooling, gqa, order)
         selections.append(sel)
         cache_k.append(torch.from_numpy(sel.keys.copy()))
         cache_v.append(torch.from_numpy(sel.values.copy()))

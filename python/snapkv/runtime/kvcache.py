@@ -24,9 +24,14 @@ class KVCache(Sequence):
     def __init__(self, arrays: Sequence[np.ndarray], spare: int = 16):
         arrays = list(arrays)
         lengths = {a.shape[2] for a in arrays if np.ndim(a) == 4}
-        if len(lengths) != 1 or any(np.ndim(a) != 4 for a in arrays):
-            raise ValueError(f"caches must be [B, H, T, D] arrays of one length T, got "
-                             f"shapes {[np.shape(a) for a in arrays]}")
+        if any(np.ndim(a) != 4 for a in arrays):
+            raise ValueError(f"caches must be [B, H, T, D] arrays, got shapes "
+                             f"{[np.shape(a) for a in arrays]}")
+        if len(lengths) > 1:
+            raise ValueError(f"caches of different lengths {sorted(lengths)} (layers with "
+                             f"budgets of their own, budget=pyramid): decode in place takes "
+                             f"one row count for every layer, so compile this model with "
+                             f"CompiledModel(..., in_place=False)")
         if spare < 0:
             raise ValueError(f"spare rows must be >= 0, got {spare}")
         self.rows = lengths.pop()

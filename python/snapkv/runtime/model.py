@@ -321,10 +321,9 @@ class CompiledModel:
 
     @staticmethod
     def _physical(caches):
-        lengths = {c.shape[2] for c in caches}
-        if len(lengths) != 1:
-            raise ValueError(f"caches of different lengths {[c.shape[2] for c in caches]}")
-        return lengths.pop()
+        """The caches' rows: one number, or each layer's when they differ (budget=pyramid)."""
+        lengths = tuple(c.shape[2] for c in caches)
+        return lengths[0] if len(set(lengths)) == 1 else lengths
 
     def generate(self, ids=None, steps: int = 16, *, text: Optional[str] = None,
                  chat: bool = False) -> dict:
@@ -348,10 +347,10 @@ class CompiledModel:
         * ``positions``: the ``steps`` logical positions fed to decode (``L .. L+steps-1``);
         * ``logical_lengths``: ``steps + 1`` tokens processed, after prefill (``L``) and after
           each decode step (``L + g``): what RoPE and masks must count;
-        * ``physical_lengths``: ``steps + 1`` cache rows (dim 2 of the cache tensors, checked
-          equal across layers) after prefill and after each decode step; equal to
-          ``logical_lengths`` for an unmodified module, ``min(L, capacity) + g`` after
-          ``snapkv-compress-kv-cache``;
+        * ``physical_lengths``: ``steps + 1`` cache rows (dim 2 of the cache tensors) after
+          prefill and after each decode step; equal to ``logical_lengths`` for an unmodified
+          module, ``min(L, capacity) + g`` after ``snapkv-compress-kv-cache``; a tuple of
+          each cache tensor's rows when layers keep different lengths (``budget=pyramid``);
         * ``cache_shapes``: the shape of the first cache tensor at the end;
         * ``caches``: the caches after the last step (a :class:`KVCache` when decode
           writes in place: a sequence of the valid ``[B, H, T, D]`` views).

@@ -782,11 +782,12 @@ FailureOr<CallSites> analyseCallers(ModuleOp module, func::FuncOp callee,
   return sites;
 }
 
-/// The types prefill's K/V results take: `snapkv.select`'s results.
+/// The types prefill's K/V results take: `snapkv.select`'s results, layer l
+/// keeping `capacities[l]` positions.
 SignatureChange prefillChange(ArrayRef<PrefillLayer> layers, GqaPolicy gqa,
-                              int64_t capacity) {
+                              ArrayRef<int64_t> capacities) {
   SignatureChange change;
-  for (const PrefillLayer &layer : layers) {
+  for (auto [layer, capacity] : llvm::zip_equal(layers, capacities)) {
     const AttentionMatch &m = layer.attention;
     auto type = cast<RankedTensorType>(m.keys.source.getType());
     int64_t heads = gqa == GqaPolicy::expand ? m.queryHeads : m.kvHeads;
@@ -916,6 +917,13 @@ struct CompressKVCachePass
             std::to_string(sinks) + ")";
     else if (scoring == Scoring::random && seed < 0)
       bad = "seed must be non-negative (got " + std::to_string(seed) + ")";
+    else if (budget == BudgetPolicy::pyramid && pyramidBeta < 1)
+      bad =
+          "pyramid-beta must be >= 1 (got " + std::to_string(pyramidBeta) + ")";
+    else if (budget == BudgetPolicy::pyramid && scoring == Scoring::recent &&
+             sinks.hasValue())
+      bad = "sinks takes one number of sinks for every layer, so it needs "
+            "budget=uniform (a pyramid layer may keep fewer than the sinks)";
     else if (prefillFunc.empty())
       bad = "prefill-func must name a function";
     // At a location, not on the module op, which mlir-opt would print whole.
@@ -947,8 +955,15 @@ struct CompressKVCachePass
       signalPassFailure();
   }
 
+  /// Each layer's capacity, lowest layer first.
+  SmallVector<int64_t> capacities(size_t layers) {
+    return layerCapacities(budget, window, capacity,
+                           static_cast<int64_t>(layers), pyramidBeta);
+  }
+
   void rewritePrefill(func::FuncOp func, ArrayRef<PrefillLayer> layers) {
     func::ReturnOp ret = soleReturn(func);
+    SmallVector<int64_t> layerCapacity = capacities(layers.size());
     OpBuilder b(ret);
     for (auto [index, layer] : llvm::enumerate(layers)) {
       AttentionMatch m = layer.attention;
@@ -988,8 +1003,8 @@ struct CompressKVCachePass
         layerSeed = seed + static_cast<int64_t>(index);
       auto select =
           SelectOp::create(b, loc, queries, m.keys.source, m.values.source,
-                           window, capacity, kernelSize, pooling, gqa, order,
-                           scale, scoring, layerSinks, layerSeed);
+                           window, layerCapacity[index], kernelSize, pooling,
+                           gqa, order, scale, scoring, layerSinks, layerSeed);
       ret->setOperand(layer.keyResult, select.getSelectedKeys());
       ret->setOperand(layer.valueResult, select.getSelectedValues());
     }
@@ -1070,9 +1085,9 @@ struct CompressKVCachePass
     SmallVector<func::FuncOp> rewritten{prefill};
     if (decode)
       rewritten.push_back(decode);
-    FailureOr<CallSites> prefillCalls =
-        analyseCallers(module, prefill, prefillChange(*pre, gqa, capacity),
-                       rewritten, refusal);
+    FailureOr<CallSites> prefillCalls = analyseCallers(
+        module, prefill, prefillChange(*pre, gqa, capacities(pre->size())),
+        rewritten, refusal);
     if (failed(prefillCalls))
       return refuse(prefill, prefillFunc, refusal);
     FailureOr<CallSites> decodeCalls = CallSites{};

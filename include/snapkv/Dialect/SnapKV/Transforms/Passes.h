@@ -2,6 +2,7 @@
 #define SNAPKV_DIALECT_SNAPKV_TRANSFORMS_PASSES_H
 
 #include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
+#include "snapkv/Dialect/SnapKV/Transforms/Budgets.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"

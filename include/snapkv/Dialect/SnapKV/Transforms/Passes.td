@@ -393,6 +393,19 @@ def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
            "Kept prompt positions per head C, window included (C > W)">,
     Option<"kernelSize", "kernel", "int64_t", /*default=*/"15",
            "Pooling kernel size (odd, >= 1), the select's `kernel`">,
+    Option<"budget", "budget", "::mlir::snapkv::BudgetPolicy",
+           /*default=*/"::mlir::snapkv::BudgetPolicy::uniform",
+           "How the capacity is spread over the layers",
+           [{::llvm::cl::values(
+             clEnumValN(::mlir::snapkv::BudgetPolicy::uniform, "uniform",
+                        "every layer keeps `capacity`"),
+             clEnumValN(::mlir::snapkv::BudgetPolicy::pyramid, "pyramid",
+                        "PyramidKV: more in lower layers, fewer in upper ones, "
+                        "capacity - window prefix positions on average"))}]>,
+    Option<"pyramidBeta", "pyramid-beta", "int64_t", /*default=*/"20",
+           "budget=pyramid: the top layer keeps (capacity - window) / beta "
+           "prefix positions (at least 1), the bottom one twice the average "
+           "less that">,
     Option<"pooling", "pooling", "::mlir::snapkv::PoolingKind",
            /*default=*/"::mlir::snapkv::PoolingKind::avg",
            "Pooling of the votes",
