@@ -133,6 +133,18 @@ def has_bad_iterator_types(data):
     return _bad_list(data, b"iterator_types", _ITERATORS)
 
 
+# Upstream's expand_shape verifier reads an uninitialised AffineExpr when a reassociation
+# group is empty, e.g. `tensor.expand_shape %x [[ ], [1], [2, 3]]` (docs/reliability.md, F7).
+def has_empty_reassociation_group(data):
+    start = 0
+    while (at := data.find(b"expand_shape", start)) >= 0:
+        start = at + len(b"expand_shape")
+        groups = re.split(rb"output_shape|:", data[start:], maxsplit=1)[0]
+        if re.search(rb"\[\s*\]", groups):
+            return True
+    return False
+
+
 def nests_too_deep(data):
     depth = 0
     for byte in data:
@@ -163,7 +175,9 @@ def skip_reason(data):
             if has_bad_linalg_properties(data) else
             "linalg.generic iterator_types entry that is not a string "
             "(upstream parser crash, F5)"
-            if has_bad_iterator_types(data) else None)
+            if has_bad_iterator_types(data) else
+            "expand_shape with an empty reassociation group (upstream verifier crash, F7)"
+            if has_empty_reassociation_group(data) else None)
 
 
 def check_input(tool, path):

@@ -75,10 +75,14 @@ class Compaction:
     scoring: str = "votes"
     sinks: Optional[int] = None
     seed: int = 0
+    budget: str = "uniform"   # or "pyramid": per-layer capacities, `capacity` on average
+    pyramid_beta: int = 20
 
     def pass_options(self) -> str:
         options = (f"window={self.window} capacity={self.capacity} kernel={self.kernel} "
                    f"pooling={self.pooling} gqa={self.gqa} order={self.order}")
+        if self.budget != "uniform":
+            options += f" budget={self.budget} pyramid-beta={self.pyramid_beta}"
         if self.scoring != "votes":
             options += f" scoring={self.scoring}"
         if self.scoring == "recent" and self.sinks is not None:

@@ -228,6 +228,25 @@ def test_old_option_spellings_still_work():
     assert out["prompt_length"] == 48 and out["compaction"]["kernel"] == 3
 
 
+def test_pyramid_budget_reaches_the_rewrite():
+    """--budget pyramid: each layer keeps its own capacity (the bundled model's 2 layers: K =
+    16, beta 20 -> 1 + 8 and 31 + 8), what `snapkv.reference.layer_capacities` says, and the
+    ledger counts each layer's; uniform is the default. A bad beta is a one-line error."""
+    needs_opt()
+    from snapkv.reference import layer_capacities
+
+    common_args = ("ledger", "--prompt-length", 64, "--window", 8, "--capacity", 24, "--json")
+    pyramid = json.loads(snapkv(*common_args, "--budget", "pyramid").stdout)
+    assert pyramid["compaction"]["budget"] == "pyramid"
+    kept = [layer["kept"] for layer in pyramid["layers"]]
+    assert kept == layer_capacities("pyramid", 8, 24, 2) == [39, 9]
+    uniform = json.loads(snapkv(*common_args).stdout)
+    assert [layer["kept"] for layer in uniform["layers"]] == [24, 24]
+    assert pyramid["total"]["compacted"] == uniform["total"]["compacted"]  # 48 rows either way
+    done = snapkv(*common_args, "--budget", "pyramid", "--pyramid-beta", 0)
+    assert done.returncode == 2 and "--pyramid-beta" in done.stderr
+
+
 def test_cli_defaults_are_the_pass_defaults():
     args = cli.build_parser().parse_args(["generate"])
     chosen = dict(window=args.window, capacity=args.capacity, kernel=args.kernel,

@@ -24,7 +24,7 @@ import pytest
 from conftest import require_aot_tools
 
 from snapkv import evaluation as ev
-from snapkv import hf, runtime
+from snapkv import hf, reference, runtime
 from snapkv.cli import main
 from snapkv.tasks import retrieval
 
@@ -116,7 +116,7 @@ def test_methods_all_and_budget_parsing():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["snapkv", "snapkv-gqa-mean", "snapkv-order-score",
-                                  "streaming", "snapkv-w64"])
+                                  "streaming", "snapkv-w64", "pyramidkv-gqa-mean-k15"])
 def test_composition_is_the_rewritten_model(pipeline, name):
     """Shared prefill + the method's select + the rewritten decode == the method's rewritten
     model compiled whole: the same caches (bit for bit) and the same greedy tokens. The
@@ -141,7 +141,10 @@ def test_composition_is_the_rewritten_model(pipeline, name):
         assert got.shape == want.shape and np.array_equal(got, want)
     assert tokens == whole.generate(sample.ids[None], steps)["tokens"]
     heads = 4 if method.options.get("gqa", "expand") == "expand" else 2
-    assert all(k.shape == (1, heads, capacity) for k in kept)
+    compaction = method.compaction(ev.DEFAULT_WINDOW, capacity, 5)
+    capacities = reference.layer_capacities(compaction.budget, compaction.window, capacity,
+                                            len(kept), compaction.pyramid_beta)
+    assert [k.shape for k in kept] == [(1, heads, min(c, LENGTH)) for c in capacities]
     window = np.arange(LENGTH - ev.DEFAULT_WINDOW, LENGTH)
     assert all(np.isin(window, row).all() for k in kept for row in k[0])
 

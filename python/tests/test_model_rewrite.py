@@ -286,10 +286,8 @@ def test_pyramid_budget_matches_live_pytorch_reference(rewritten, torch_model, i
     assert capacities == [39, 9]  # K = 16: top max(1, 16 // 20) = 1, bottom 2K - 1 = 31
     ref = rd.snapkv_generate(torch_model, ids[0], STEPS, WINDOW, capacities, KERNEL, POOLING,
                              gqa, ORDER)
-    require_aot_tools()
-    # Decode writing in place takes one row count for all layers, so layers of different
-    # lengths decode through the functional form (docs/model-rewrite.md, "Budgets").
-    model = runtime.CompiledModel(_rewrite(capacity, gqa, budget="pyramid"), in_place=False)
+    model = rewritten(capacity, gqa, budget="pyramid")
+    assert model.in_place is not None  # decode writes each layer's own row count in place
     _, caches = model.prefill(ids)
     for layer, sel in enumerate(ref["selections"]):
         assert sel.indices.shape[2] == min(L, capacities[layer])
@@ -301,6 +299,12 @@ def test_pyramid_budget_matches_live_pytorch_reference(rewritten, torch_model, i
     diff = np.abs(out["logits"] - ref["logits"]).max(axis=1)
     assert out["tokens"] == ref["tokens"], f"first divergent row {np.argmax(diff > LOGIT_ATOL)}"
     assert diff.max() <= LOGIT_ATOL, f"max |diff| per row {diff.tolist()}"
+    assert out["physical_lengths"][-1] == (39 + STEPS,) * 2 + (9 + STEPS,) * 2
+    for layer in range(LAYERS):
+        for j, expected in enumerate((ref["keys"][layer], ref["values"][layer])):
+            np.testing.assert_allclose(out["caches"][2 * layer + j], expected.numpy(), rtol=0,
+                                       atol=CACHE_ATOL,
+                                       err_msg=f"final cache layer {layer} {'KV'[j]}")
 
 
 # --- negative controls: the comparisons above can fail --------------------------------------

@@ -115,8 +115,9 @@ def test_a_full_buffer_is_a_failed_check_not_a_write_past_it(text, ids):
     token, position = np.array([[1]], dtype=np.int64), np.array([ids.shape[1]], dtype=np.int64)
     with pytest.raises(runtime.CompiledCheckError, match="no room for the new row"):
         model._decode(token, position, *cache.buffers, cache.rows_argument())
-    with pytest.raises(runtime.CompiledCheckError, match="rows argument is negative"):
-        model._decode(token, position, *cache.buffers, np.array([-1], dtype=np.int64))
+    with pytest.raises(runtime.CompiledCheckError, match="a row count is negative"):
+        model._decode(token, position, *cache.buffers,
+                      np.full(len(cache.buffers), -1, dtype=np.int64))
     # A copy would take the write: buffers must be passed as they are.
     strided = np.empty(cache.buffers[0].shape[:3] + (32,), np.float32)[..., ::2]
     with pytest.raises(ValueError, match="written in place, so it must be a writable "
@@ -139,8 +140,13 @@ def test_a_module_the_pass_refuses_keeps_the_functional_decode():
 
 
 def test_kv_cache_checks_its_input():
-    with pytest.raises(ValueError, match=r"different lengths \[3, 5\].*in_place=False"):
-        KVCache([np.zeros((1, 2, 3, 4), np.float32), np.zeros((1, 2, 5, 4), np.float32)])
+    ragged = KVCache([np.ones((1, 2, 3, 4), np.float32), np.ones((1, 2, 5, 4), np.float32)],
+                     spare=1)
+    assert ragged.rows == (3, 5) and ragged.rows_argument().tolist() == [3, 5]
+    ragged.reserve(2)  # grows both buffers, each keeping its own rows
+    assert ragged.capacity >= 5 and [c.shape[2] for c in ragged] == [3, 5]
+    ragged.appended()
+    assert ragged.rows_argument().tolist() == [4, 6] and ragged[1].shape == (1, 2, 6, 4)
     with pytest.raises(ValueError, match=r"must be \[B, H, T, D\] arrays"):
         KVCache([np.zeros((2, 3, 4), np.float32)])
     with pytest.raises(ValueError, match="spare rows must be >= 0"):

@@ -94,3 +94,22 @@
 
 // The refusal is recorded for programs too, as a module attribute.
 // DEFAULTATTR: module attributes {snapkv.refusal = {function = "prefill", message = "no attention in the function itself, but it calls @prefill_layer, which holds attention: name that function (prefill-func / decode-func); its callers are updated with it", reason = "attention-in-callee"}}
+
+// budget=pyramid: the layers need different capacities, so each call of the prefill layer
+// function gets its own copy, rewritten with its layer's capacity (K = 4, beta 2: 2 + 4 and
+// 6 + 4 positions); decode does not depend on the capacity and keeps one layer function.
+// RUN: snapkv-opt %S/Inputs/models/llama_layers.mlir --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=mean budget=pyramid pyramid-beta=2 prefill-func=prefill_layer decode-func=decode_layer strict=true" \
+// RUN:   | FileCheck %s --check-prefix=PYRAMID
+// PYRAMID-NOT:    func.func private @prefill_layer(
+// PYRAMID-LABEL:  func.func private @prefill_layer_layer0(
+// PYRAMID:          snapkv.select {{.*}} window 4 capacity 10 gqa mean
+// PYRAMID-LABEL:  func.func private @prefill_layer_layer1(
+// PYRAMID:          snapkv.select {{.*}} window 4 capacity 6 gqa mean
+// PYRAMID-LABEL:  func.func private @decode_layer(
+// PYRAMID-NOT:      snapkv.select
+// PYRAMID-LABEL:  func.func @prefill(
+// PYRAMID:          call @prefill_layer_layer0(
+// PYRAMID:          call @prefill_layer_layer1(
+// PYRAMID-LABEL:  func.func @decode(
+// PYRAMID:          call @decode_layer(
+// PYRAMID:          call @decode_layer(

@@ -25,7 +25,7 @@ FIXTURE = "tiny_llama_dynamic.mlir"
 # The pass's own defaults (snapkv-compress-kv-cache; kernel 15 and gqa mean, not the published
 # method's 5 and expand: docs/eval.md, "The defaults"); the demo passes its small sizes.
 DEFAULTS = dict(window=32, capacity=1024, kernel=15, pooling="avg", gqa="mean",
-                order="position")
+                order="position", budget="uniform", pyramid_beta=20)
 DEFAULT_PROMPT_LENGTH, DEFAULT_STEPS, DEFAULT_SEED = 96, 16, 0
 INT64_MAX = 2 ** 63 - 1
 FRONTEND_PACKAGES = {"torch": "torch", "transformers": "transformers", "torch_mlir": "torch-mlir"}
@@ -262,6 +262,8 @@ def pass_options(args, strict: bool, text: str = "") -> str:
     prefill-func/decode-func name those functions unless given."""
     options = (f"window={args.window} capacity={args.capacity} kernel={args.kernel} "
                f"pooling={args.pooling} gqa={args.gqa} order={args.order}")
+    if args.budget != "uniform":
+        options += f" budget={args.budget} pyramid-beta={args.pyramid_beta}"
     layers = layer_functions(text) if text else None
     prefill = getattr(args, "prefill_func", None)
     decode = getattr(args, "decode_func", None)
@@ -277,8 +279,10 @@ def pass_options(args, strict: bool, text: str = "") -> str:
 
 
 def describe_options(args) -> str:
+    budget = "" if args.budget == "uniform" else \
+        f", budget {args.budget} (beta {args.pyramid_beta}; capacity is the layers' mean)"
     return (f"window {args.window}, capacity {args.capacity}, kernel {args.kernel}, "
-            f"pooling {args.pooling}, gqa {args.gqa}, order {args.order}")
+            f"pooling {args.pooling}, gqa {args.gqa}, order {args.order}{budget}")
 
 
 def option_dict(args) -> dict:
@@ -458,6 +462,14 @@ def compaction_parent(strict: bool = False) -> argparse.ArgumentParser:
     group.add_argument("--order", choices=("position", "score"), default=DEFAULTS["order"],
                        help="order of the kept positions in the cache: ascending position, "
                             "or prefix by descending score then the window")
+    group.add_argument("--budget", choices=("uniform", "pyramid"), default=DEFAULTS["budget"],
+                       help="uniform = every layer keeps C; pyramid = PyramidKV: more in lower "
+                            "layers, fewer in upper ones, C - W prefix positions per layer on "
+                            "average (never more in all)")
+    group.add_argument("--pyramid-beta", type=int_in(1, "--pyramid-beta"),
+                       default=DEFAULTS["pyramid_beta"], metavar="BETA",
+                       help="with --budget pyramid: the top layer keeps (C - W) / BETA prefix "
+                            "positions (at least 1), the bottom one twice the mean less that")
     if strict:
         group.add_argument("--strict", action="store_true",
                            help="a module the rewrite does not recognise with certainty is "

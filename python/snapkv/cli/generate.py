@@ -142,7 +142,11 @@ def run(args) -> int:
     diff = float(np.max(np.abs(forced["logits"][1:] - ref["logits"][1:]))) if steps else 0.0
     full_bytes = sum(c.nbytes for c in ref["caches"])
     compact_bytes = sum(c.nbytes for c in got["caches"])
-    kept = min(length, args.capacity)
+    # Per head; one number per layer when the layers' budgets differ (budget=pyramid).
+    kept_layers = [layer["kept"] for layer in cache_ledger["layers"]]
+    kept = kept_layers[0] if len(set(kept_layers)) <= 1 else kept_layers
+    if not kept_layers:
+        kept = min(length, args.capacity)
     said = None
     if prompt_text is not None:
         from .. import tokenizer
@@ -184,8 +188,10 @@ def run(args) -> int:
               f"{shown!r}")
     else:
         print(f"prompt: {length} tokens ({where}): {common.ids_text(ids[0])}")
-    print(f"compaction: {common.describe_options(args)} -> {kept} of {length} prompt positions "
-          f"cached per head")
+    kept_text = kept if isinstance(kept, int) else \
+        f"{kept[0]} (layer 0) down to {kept[-1]} (layer {len(kept) - 1})"
+    print(f"compaction: {common.describe_options(args)} -> {kept_text} of {length} prompt "
+          f"positions cached per head")
     print()
     print(f"full-cache tokens:      {common.ids_text(ref['tokens'])}")
     print(f"compacted-cache tokens: {common.ids_text(got['tokens'])}")

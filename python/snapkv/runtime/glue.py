@@ -43,6 +43,14 @@ class GlueRunner:
             if step["op"] == "call":
                 outs = self._functions[step["callee"]](*(env[o] for o in step["operands"]))
                 env.update(zip(step["results"], outs))
+            elif step["op"] == "slice":
+                # Static offsets, sizes and strides; a rank-reducing slice reshapes.
+                (operand,), (result,) = step["operands"], step["results"]
+                to = TensorType.of(interface.TypeInfo.from_json(step["type"]))
+                index = tuple(slice(o, o + n * s, s) for o, n, s in
+                              zip(step["offsets"], step["sizes"], step["strides"]))
+                env[result] = np.ascontiguousarray(env[operand][index]).reshape(
+                    [d for d in to.shape])
             elif step["op"] == "cast":
                 to = TensorType.of(interface.TypeInfo.from_json(step["type"]))
                 (operand,), (result,) = step["operands"], step["results"]

@@ -114,14 +114,17 @@ def tensor_types(text: str, name: str) -> List[Tuple[Tuple[Optional[int], ...], 
 
 @dataclass(frozen=True)
 class GlueFunction:
-    """An entry point whose body is only ``func.call``, ``tensor.cast`` and ``return`` (what
-    ``snapkv export --hf`` writes, before and after the model rewrite), as the compiler
+    """An entry point whose body is only ``func.call``, ``tensor.cast``, static
+    ``tensor.extract_slice`` and ``return`` (what ``snapkv export --hf`` writes, before and
+    after the model rewrite and ``snapkv-append-in-place``), as the compiler
     described it: its number of arguments and its steps over numbered values (the
     arguments are 0..n-1, then each result as it is defined)."""
     name: str
     arguments: int
     steps: Tuple[dict, ...]  # {"op": "call", "callee", "operands", "results"} |
     #                          {"op": "cast", "operands", "results", "type"} |
+    #                          {"op": "slice", "operands", "results", "offsets", "sizes",
+    #                           "strides", "type"} |
     #                          {"op": "return", "operands"}
 
     @property

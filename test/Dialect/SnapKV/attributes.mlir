@@ -77,16 +77,16 @@ func.func @scores() attributes {snapkv.exposed_scores = [1]} {
 // -----
 
 // CHECK-LABEL: func.func @in_place
-// CHECK-SAME: snapkv.append_in_place = {buffers = [0], dim = 2 : i64, rows = 1 : i64}
-func.func @in_place(%k: memref<1x2x?x4xf32>, %rows: tensor<1xi64>)
-    attributes {snapkv.append_in_place = {buffers = [0], dim = 2, rows = 1}} {
+// CHECK-SAME: snapkv.append_in_place = {buffers = [0, 1], dim = 2 : i64, rows = 2 : i64}
+func.func @in_place(%k: memref<1x2x?x4xf32>, %v: memref<1x2x?x4xf32>, %rows: tensor<2xi64>)
+    attributes {snapkv.append_in_place = {buffers = [0, 1], dim = 2, rows = 2}} {
   return
 }
 
 // -----
 
 // The buffer is still a tensor.
-// expected-error @below {{snapkv.append_in_place must be {rows = <argument>, buffers = [<arguments>], dim = <int>} on a function whose rows argument holds one i64 and whose buffers are memrefs of rank > dim}}
+// expected-error @below {{snapkv.append_in_place must be {rows = <argument>, buffers = [<arguments>], dim = <int>} on a function whose rows argument holds one i64 per buffer and whose buffers are memrefs of rank > dim}}
 func.func @in_place(%k: tensor<1x2x?x4xf32>, %rows: tensor<1xi64>)
     attributes {snapkv.append_in_place = {buffers = [0], dim = 2, rows = 1}} {
   return
@@ -94,7 +94,7 @@ func.func @in_place(%k: tensor<1x2x?x4xf32>, %rows: tensor<1xi64>)
 
 // -----
 
-// rows is not one i64.
+// rows holds two row counts for one buffer.
 // expected-error @below {{snapkv.append_in_place must be}}
 func.func @in_place(%k: memref<1x2x?x4xf32>, %rows: tensor<2xi64>)
     attributes {snapkv.append_in_place = {buffers = [0], dim = 2, rows = 1}} {

@@ -60,7 +60,8 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 }
 
 /// `{rows = i, buffers = [j, ...], dim = d}` on a function (written by
-/// snapkv-append-in-place): argument i holds one i64, every j is a buffer (not
+/// snapkv-append-in-place): argument i holds one i64 per buffer (each
+/// buffer's row count, in the order of `buffers`), every j is a buffer (not
 /// a tensor) with a dimension d. Lowered types (LLVM) are not checked.
 static LogicalResult verifyAppendInPlace(Operation *op, Attribute value) {
   auto func = dyn_cast<FunctionOpInterface>(op);
@@ -68,8 +69,8 @@ static LogicalResult verifyAppendInPlace(Operation *op, Attribute value) {
   auto fail = [&] {
     return op->emitError("snapkv.append_in_place must be {rows = <argument>, "
                          "buffers = [<arguments>], dim = <int>} on a function "
-                         "whose rows argument holds one i64 and whose "
-                         "buffers are memrefs of rank > dim");
+                         "whose rows argument holds one i64 per buffer and "
+                         "whose buffers are memrefs of rank > dim");
   };
   if (!func || !record)
     return fail();
@@ -87,7 +88,9 @@ static LogicalResult verifyAppendInPlace(Operation *op, Attribute value) {
   if (!rowsType)
     return fail();
   if (auto shaped = dyn_cast<ShapedType>(rowsType))
-    if (!shaped.hasRank() || shaped.getShape() != ArrayRef<int64_t>{1} ||
+    if (!shaped.hasRank() ||
+        shaped.getShape() !=
+            ArrayRef<int64_t>{static_cast<int64_t>(buffers.size())} ||
         !shaped.getElementType().isInteger(64))
       return fail();
   for (Attribute buffer : buffers) {

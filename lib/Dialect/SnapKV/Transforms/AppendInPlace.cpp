@@ -3,10 +3,11 @@
 // An imported decode step appends one row to each cache with tensor.concat
 // and returns the longer tensor: compiled, every step allocates and copies the
 // whole cache. Here the caches become buffers the caller owns (memref
-// arguments with room for more rows) plus one `rows` argument (how many rows
-// are valid); the new row is written in place at `rows` and attention reads
-// the first `rows + 1` rows. Destination-passing through
-// `bufferization.to_tensor restrict writable` and
+// arguments with room for more rows) plus one `rows` argument, a
+// tensor<N x i64> holding how many rows of each of the N buffers are valid
+// (layers may keep different lengths: budget=pyramid); the new row is written
+// in place at the buffer's row count and attention reads one row more.
+// Destination-passing through `bufferization.to_tensor restrict writable` and
 // `bufferization.materialize_in_destination`, so one-shot bufferization
 // writes the argument's buffer and nothing is copied.
 //
@@ -179,35 +180,37 @@ rewriteDirect(func::FuncOp func, const Plan &plan) {
   MLIRContext *ctx = func.getContext();
   Location loc = func.getLoc();
   unsigned rowsAt = rowsIndex(func);
-  auto rowsType = RankedTensorType::get({1}, IntegerType::get(ctx, 64));
+  auto rowsType = RankedTensorType::get(
+      {static_cast<int64_t>(plan.appends.size())}, IntegerType::get(ctx, 64));
   (void)func.insertArgument(rowsAt, rowsType, {}, loc);
   Value rowsArg = func.getArgument(rowsAt);
 
   Block &entry = func.getBody().front();
   OpBuilder b = OpBuilder::atBlockBegin(&entry);
-  Value zero = arith::ConstantIndexOp::create(b, loc, 0);
   Value one = arith::ConstantIndexOp::create(b, loc, 1);
-  Value rows64 = tensor::ExtractOp::create(b, loc, rowsArg, ValueRange{zero});
-  Value rows = arith::IndexCastOp::create(b, loc, b.getIndexType(), rows64);
-  Value grown = arith::AddIOp::create(b, loc, rows, one);
-  Value nonNegative =
-      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, rows64,
-                            arith::ConstantIntOp::create(b, loc, 0, 64));
-  cf::AssertOp::create(b, loc, nonNegative,
-                       "append in place: the rows argument is negative");
-  // Each buffer's tensor and capacity check follow, in argument order.
+  Value zero64 = arith::ConstantIntOp::create(b, loc, 0, 64);
+  // Each buffer's row count, tensor and capacity check follow, in argument
+  // order.
   OpBuilder::InsertPoint prologue = b.saveInsertionPoint();
 
   func::ReturnOp ret = returnOf(func);
   llvm::BitVector erased(ret.getNumOperands());
   SmallVector<unsigned> buffers;
-  for (const Append &append : plan.appends) {
+  for (auto [index, append] : llvm::enumerate(plan.appends)) {
     unsigned argNo = append.arg >= rowsAt ? append.arg + 1 : append.arg;
     BlockArgument arg = func.getArgument(argNo);
     auto tensorType = cast<RankedTensorType>(arg.getType());
     MemRefType memrefType = bufferType(tensorType);
     arg.setType(memrefType);
     b.restoreInsertionPoint(prologue);
+    Value at = arith::ConstantIndexOp::create(b, loc, index);
+    Value rows64 = tensor::ExtractOp::create(b, loc, rowsArg, ValueRange{at});
+    Value rows = arith::IndexCastOp::create(b, loc, b.getIndexType(), rows64);
+    Value grown = arith::AddIOp::create(b, loc, rows, one);
+    Value nonNegative = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge,
+                                              rows64, zero64);
+    cf::AssertOp::create(b, loc, nonNegative,
+                         "append in place: a row count is negative");
     auto cache = bufferization::ToTensorOp::create(b, loc, tensorType, arg,
                                                    /*restrict=*/true,
                                                    /*writable=*/true);
@@ -350,7 +353,22 @@ static void rewriteCaller(func::FuncOp root, CallerPlan &plan,
                           SymbolTable &symbols) {
   MLIRContext *ctx = root.getContext();
   unsigned rowsAt = rowsIndex(root);
-  auto rowsType = RankedTensorType::get({1}, IntegerType::get(ctx, 64));
+  // The entry point's buffers (argument numbers after `rows` is inserted),
+  // in argument order: the order of the entries of its `rows`.
+  SmallVector<unsigned> buffers;
+  for (func::CallOp call : plan.calls) {
+    auto it = plan.callees.find(symbols.lookup<func::FuncOp>(call.getCallee()));
+    if (it == plan.callees.end())
+      continue;
+    for (const Append &append : it->second.appends) {
+      unsigned argNo =
+          cast<BlockArgument>(call.getOperand(append.arg)).getArgNumber();
+      buffers.push_back(argNo >= rowsAt ? argNo + 1 : argNo);
+    }
+  }
+  llvm::sort(buffers);
+  auto rowsType = RankedTensorType::get({static_cast<int64_t>(buffers.size())},
+                                        IntegerType::get(ctx, 64));
   (void)root.insertArgument(rowsAt, rowsType, {}, root.getLoc());
   Value rowsArg = root.getArgument(rowsAt);
   DenseMap<func::FuncOp, std::pair<SmallVector<unsigned>, unsigned>> rewritten;
@@ -359,7 +377,6 @@ static void rewriteCaller(func::FuncOp root, CallerPlan &plan,
 
   func::ReturnOp ret = returnOf(root);
   llvm::BitVector erased(ret.getNumOperands());
-  SmallVector<unsigned> buffers;
   for (func::CallOp call : plan.calls) {
     auto callee = symbols.lookup<func::FuncOp>(call.getCallee());
     auto it = plan.callees.find(callee);
@@ -368,16 +385,42 @@ static void rewriteCaller(func::FuncOp root, CallerPlan &plan,
     unsigned calleeRows = rewritten[callee].second;
     SmallVector<Value> operands(call.getOperands());
     llvm::BitVector dropped(call.getNumResults());
+    OpBuilder b(call);
+    Location loc = call.getLoc();
+    // The callee's row counts: the entries of its buffers in the entry
+    // point's `rows`; a slice when they are consecutive (one layer's K and
+    // V, as exported models pass them), which keeps the entry point glue
+    // (snapkv-describe-module) that the runner can run from Python.
+    SmallVector<int64_t> positions;
     for (const Append &append : it->second.appends) {
       auto arg = cast<BlockArgument>(operands[append.arg]);
       arg.setType(bufferType(arg.getType()));
-      buffers.push_back(arg.getArgNumber());
+      positions.push_back(llvm::find(buffers, arg.getArgNumber()) -
+                          buffers.begin());
       dropped.set(append.result);
       erased.set(
           call.getResult(append.result).getUses().begin()->getOperandNumber());
     }
-    operands.insert(operands.begin() + calleeRows, rowsArg);
-    OpBuilder b(call);
+    bool consecutive = true;
+    for (auto [i, position] : llvm::enumerate(positions))
+      consecutive &= position == positions.front() + static_cast<int64_t>(i);
+    Value calleeRowsArg;
+    if (consecutive) {
+      calleeRowsArg = tensor::ExtractSliceOp::create(
+          b, loc, rowsArg, ArrayRef<OpFoldResult>{b.getIndexAttr(positions[0])},
+          ArrayRef<OpFoldResult>{
+              b.getIndexAttr(static_cast<int64_t>(positions.size()))},
+          ArrayRef<OpFoldResult>{b.getIndexAttr(1)});
+    } else {
+      SmallVector<Value> counts;
+      for (int64_t position : positions) {
+        Value at = arith::ConstantIndexOp::create(b, loc, position);
+        counts.push_back(
+            tensor::ExtractOp::create(b, loc, rowsArg, ValueRange{at}));
+      }
+      calleeRowsArg = tensor::FromElementsOp::create(b, loc, counts);
+    }
+    operands.insert(operands.begin() + calleeRows, calleeRowsArg);
     auto replacement = func::CallOp::create(b, call.getLoc(), callee, operands);
     unsigned next = 0;
     for (unsigned i = 0; i < call.getNumResults(); ++i)
@@ -390,7 +433,6 @@ static void rewriteCaller(func::FuncOp root, CallerPlan &plan,
       call.erase();
   SmallVector<Type> inputs(root.getBody().front().getArgumentTypes());
   root.setType(FunctionType::get(ctx, inputs, root.getResultTypes()));
-  llvm::sort(buffers);
   annotate(root, rowsAt, buffers, plan.dim);
 }
 

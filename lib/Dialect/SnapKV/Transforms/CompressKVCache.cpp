@@ -70,6 +70,7 @@ enum class RefusalKind {
   CallResultOtherUse,
   CallOperandNotArgument,
   CallArgumentOtherUse,
+  LayerCopies,
 };
 
 StringRef refusalFormat(RefusalKind kind) {
@@ -169,6 +170,9 @@ StringRef refusalFormat(RefusalKind kind) {
   case RefusalKind::CallArgumentOtherUse:
     return "argument {0} of @{1} changes type (it feeds operand {2} of the "
            "call) but is also used by {3}";
+  case RefusalKind::LayerCopies:
+    return "budget=pyramid gives each layer its own copy of a function "
+           "called once per layer, but {0}";
   }
   llvm_unreachable("unknown RefusalKind");
 }
@@ -248,6 +252,8 @@ StringRef refusalCode(RefusalKind kind) {
     return "call-operand-not-argument";
   case RefusalKind::CallArgumentOtherUse:
     return "call-argument-other-use";
+  case RefusalKind::LayerCopies:
+    return "layer-copies";
   }
   llvm_unreachable("unknown RefusalKind");
 }
@@ -893,6 +899,56 @@ void updateCallers(func::FuncOp callee, const CallSites &sites) {
     updateSignature(caller);
 }
 
+/// The func.call ops of `callee` in `module`, in the order they appear.
+SmallVector<func::CallOp> callsOf(func::FuncOp callee, ModuleOp module) {
+  SmallVector<func::CallOp> calls;
+  module.walk([&](func::CallOp call) {
+    if (call.getCallee() == callee.getSymName())
+      calls.push_back(call);
+  });
+  return calls;
+}
+
+/// Gives each call of @name its own copy (`<name>_layer<l>`, l in call
+/// order) and erases the original; `copies` gets the copies' names. Fails,
+/// saying why in `why`, unless every use is a call and all calls are in the
+/// entry block of one function (the layers, in order).
+LogicalResult copyPerCall(ModuleOp module, StringRef name,
+                          SmallVectorImpl<std::string> &copies,
+                          std::string &why) {
+  auto func = module.lookupSymbol<func::FuncOp>(name);
+  if (!func || func.isExternal()) {
+    why = "@" + name.str() + " is missing or has no body";
+    return failure();
+  }
+  std::optional<SymbolTable::UseRange> uses =
+      SymbolTable::getSymbolUses(func, module);
+  SmallVector<func::CallOp> calls = callsOf(func, module);
+  if (!uses || llvm::range_size(*uses) != calls.size()) {
+    why = "@" + name.str() + " is used other than by func.call";
+    return failure();
+  }
+  for (func::CallOp call : calls) {
+    auto caller = call->getParentOfType<func::FuncOp>();
+    if (caller != calls.front()->getParentOfType<func::FuncOp>() ||
+        call->getBlock() != &caller.getBody().front()) {
+      why = "the calls of @" + name.str() +
+            " are not all in the entry block of one function";
+      return failure();
+    }
+  }
+  SymbolTable symbols(module);
+  for (auto [l, call] : llvm::enumerate(calls)) {
+    func::FuncOp copy = func.clone();
+    copy.setName(name.str() + "_layer" + std::to_string(l));
+    symbols.insert(copy, Block::iterator(func)); // renamed if taken
+    call.setCallee(copy.getSymName());
+    copies.push_back(copy.getSymName().str());
+  }
+  func.erase();
+  return success();
+}
+
 struct CompressKVCachePass
     : snapkv::impl::CompressKVCacheBase<CompressKVCachePass> {
   using Base::Base;
@@ -961,9 +1017,9 @@ struct CompressKVCachePass
                            static_cast<int64_t>(layers), pyramidBeta);
   }
 
-  void rewritePrefill(func::FuncOp func, ArrayRef<PrefillLayer> layers) {
+  void rewritePrefill(func::FuncOp func, ArrayRef<PrefillLayer> layers,
+                      ArrayRef<int64_t> layerCapacity) {
     func::ReturnOp ret = soleReturn(func);
-    SmallVector<int64_t> layerCapacity = capacities(layers.size());
     OpBuilder b(ret);
     for (auto [index, layer] : llvm::enumerate(layers)) {
       AttentionMatch m = layer.attention;
@@ -1051,59 +1107,135 @@ struct CompressKVCachePass
     updateSignature(func);
   }
 
+  /// Rewrites @prefill (and @decode) in `module`, layer l of the prefill
+  /// function keeping `capacities[l]` positions (`capacitiesOf(layers)`). A
+  /// refusal is reported (refuse) and leaves `module` unchanged.
+  LogicalResult
+  rewritePair(ModuleOp module, StringRef prefillName, StringRef decodeName,
+              function_ref<SmallVector<int64_t>(size_t)> capacitiesOf) {
+    auto prefill = module.lookupSymbol<func::FuncOp>(prefillName);
+    if (!prefill || prefill.isExternal()) {
+      refuse(module, prefillName,
+             Refusal{RefusalKind::NoPrefillFunction, {}, {}, {}, {}});
+      return failure();
+    }
+    Refusal refusal;
+    FailureOr<SmallVector<PrefillLayer>> pre =
+        analysePrefill(prefill, window, refusal);
+    if (failed(pre)) {
+      refuse(prefill, prefillName, refusal);
+      return failure();
+    }
+
+    func::FuncOp decode;
+    FailureOr<SmallVector<DecodeLayer>> dec;
+    if (!decodeName.empty()) {
+      decode = module.lookupSymbol<func::FuncOp>(decodeName);
+      if (!decode || decode.isExternal()) {
+        refuse(module, decodeName,
+               Refusal{RefusalKind::NoDecodeFunction, {}, {}, {}, {}});
+        return failure();
+      }
+      dec = analyseDecode(decode, refusal);
+      if (failed(dec) ||
+          failed(checkCorrespondence(prefill, decode, *pre, *dec, refusal))) {
+        refuse(decode, decodeName, refusal);
+        return failure();
+      }
+    }
+
+    SmallVector<int64_t> layerCapacity = capacitiesOf(pre->size());
+    SmallVector<func::FuncOp> rewritten{prefill};
+    if (decode)
+      rewritten.push_back(decode);
+    FailureOr<CallSites> prefillCalls =
+        analyseCallers(module, prefill, prefillChange(*pre, gqa, layerCapacity),
+                       rewritten, refusal);
+    if (failed(prefillCalls)) {
+      refuse(prefill, prefillName, refusal);
+      return failure();
+    }
+    FailureOr<CallSites> decodeCalls = CallSites{};
+    if (decode) {
+      decodeCalls = analyseCallers(module, decode, decodeChange(*dec, gqa),
+                                   rewritten, refusal);
+      if (failed(decodeCalls)) {
+        refuse(decode, decodeName, refusal);
+        return failure();
+      }
+    }
+
+    rewritePrefill(prefill, *pre, layerCapacity);
+    updateCallers(prefill, *prefillCalls);
+    if (decode) {
+      rewriteDecode(decode, *dec);
+      updateCallers(decode, *decodeCalls);
+    }
+    return success();
+  }
+
+  /// budget=pyramid on a model exported with one function per layer (the
+  /// entry points call it once per layer): the layers need different
+  /// capacities, so each call of the prefill layer function gets its own
+  /// copy (`<name>_layer<l>`), rewritten with its layer's capacity. Decode
+  /// does not depend on the capacity: its layer function stays shared and is
+  /// rewritten once, with the first copy. The work is done on a copy of the
+  /// module, moved in only when every layer was rewritten. Returns false when
+  /// the prefill function is called at most once (nothing to copy).
+  FailureOr<bool> rewriteLayerCopies(ModuleOp module) {
+    auto prefill = module.lookupSymbol<func::FuncOp>(prefillFunc);
+    if (!prefill || callsOf(prefill, module).size() < 2)
+      return false;
+    OwningOpRef<ModuleOp> work = module.clone();
+    std::string why;
+    SmallVector<std::string> copies;
+    if (failed(copyPerCall(*work, prefillFunc, copies, why))) {
+      refuse(prefill, prefillFunc, Refusal{RefusalKind::LayerCopies, {why}});
+      return failure();
+    }
+    SmallVector<int64_t> all =
+        layerCapacities(budget, window, capacity,
+                        static_cast<int64_t>(copies.size()), pyramidBeta);
+    for (auto [l, name] : llvm::enumerate(copies)) {
+      int64_t layerCapacity = all[l];
+      auto same = [&](size_t layers) {
+        return SmallVector<int64_t>(layers, layerCapacity);
+      };
+      if (failed(rewritePair(*work, name, l == 0 ? decodeFunc : StringRef(),
+                             same)))
+        return failure();
+      // The copies' capacities assume one attention layer per copy.
+      auto copy = work->lookupSymbol<func::FuncOp>(name);
+      if (size_t count = llvm::range_size(copy.getOps<SelectOp>());
+          count != 1) {
+        refuse(prefill, prefillFunc,
+               Refusal{RefusalKind::LayerCopies,
+                       {"@" + prefillFunc + " holds " + std::to_string(count) +
+                        " attention layers, not one"}});
+        return failure();
+      }
+    }
+    module.getBodyRegion().takeBody(work->getBodyRegion());
+    return true;
+  }
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
     // A refusal recorded by an earlier run no longer describes this one.
     module->removeAttr(kRefusalAttrName);
     if (failed(checkOptions()))
       return signalPassFailure();
-
-    auto prefill = module.lookupSymbol<func::FuncOp>(prefillFunc);
-    if (!prefill || prefill.isExternal())
-      return refuse(module, prefillFunc,
-                    Refusal{RefusalKind::NoPrefillFunction, {}, {}, {}, {}});
-    Refusal refusal;
-    FailureOr<SmallVector<PrefillLayer>> pre =
-        analysePrefill(prefill, window, refusal);
-    if (failed(pre))
-      return refuse(prefill, prefillFunc, refusal);
-
-    func::FuncOp decode;
-    FailureOr<SmallVector<DecodeLayer>> dec;
-    if (!decodeFunc.empty()) {
-      decode = module.lookupSymbol<func::FuncOp>(decodeFunc);
-      if (!decode || decode.isExternal())
-        return refuse(module, decodeFunc,
-                      Refusal{RefusalKind::NoDecodeFunction, {}, {}, {}, {}});
-      dec = analyseDecode(decode, refusal);
-      if (failed(dec))
-        return refuse(decode, decodeFunc, refusal);
-      if (failed(checkCorrespondence(prefill, decode, *pre, *dec, refusal)))
-        return refuse(decode, decodeFunc, refusal);
+    bool done = false;
+    if (budget == BudgetPolicy::pyramid) {
+      FailureOr<bool> copied = rewriteLayerCopies(module);
+      if (failed(copied))
+        return;
+      done = *copied;
     }
-
-    SmallVector<func::FuncOp> rewritten{prefill};
-    if (decode)
-      rewritten.push_back(decode);
-    FailureOr<CallSites> prefillCalls = analyseCallers(
-        module, prefill, prefillChange(*pre, gqa, capacities(pre->size())),
-        rewritten, refusal);
-    if (failed(prefillCalls))
-      return refuse(prefill, prefillFunc, refusal);
-    FailureOr<CallSites> decodeCalls = CallSites{};
-    if (decode) {
-      decodeCalls = analyseCallers(module, decode, decodeChange(*dec, gqa),
-                                   rewritten, refusal);
-      if (failed(decodeCalls))
-        return refuse(decode, decodeFunc, refusal);
-    }
-
-    rewritePrefill(prefill, *pre);
-    updateCallers(prefill, *prefillCalls);
-    if (decode) {
-      rewriteDecode(decode, *dec);
-      updateCallers(decode, *decodeCalls);
-    }
+    if (!done &&
+        failed(rewritePair(module, prefillFunc, decodeFunc,
+                           [&](size_t layers) { return capacities(layers); })))
+      return;
     if (failed(verify(module))) {
       emitError(module.getLoc())
           << "snapkv-compress-kv-cache produced invalid IR (a bug: please "

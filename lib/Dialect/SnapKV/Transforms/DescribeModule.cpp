@@ -162,6 +162,20 @@ static json::Value describeGlue(func::FuncOp func) {
                                    {"operands", std::move(operands)},
                                    {"results", define(cast->getResults())},
                                    {"type", describeType(cast.getType())}});
+    } else if (auto slice = dyn_cast<tensor::ExtractSliceOp>(op)) {
+      // A static slice (one layer's row counts, snapkv-append-in-place).
+      if (!slice.getOffsets().empty() || !slice.getSizes().empty() ||
+          !slice.getStrides().empty())
+        return nullptr;
+      json::Array operands = numbered(ValueRange{slice.getSource()});
+      steps.push_back(
+          json::Object{{"op", "slice"},
+                       {"operands", std::move(operands)},
+                       {"results", define(slice->getResults())},
+                       {"offsets", json::Array(slice.getStaticOffsets())},
+                       {"sizes", json::Array(slice.getStaticSizes())},
+                       {"strides", json::Array(slice.getStaticStrides())},
+                       {"type", describeType(slice.getType())}});
     } else if (auto ret = dyn_cast<func::ReturnOp>(op)) {
       steps.push_back(json::Object{{"op", "return"},
                                    {"operands", numbered(ret.getOperands())}});

@@ -21,11 +21,16 @@ namespace mlir::snapkv {
 using namespace mlir;
 using namespace mlir::snapkv;
 
-/// Whether `func` has one block of func.call, tensor.cast and func.return.
+/// Whether `func` has one block of func.call, tensor.cast, static
+/// tensor.extract_slice (a layer's row counts, snapkv-append-in-place) and
+/// func.return: what snapkv-describe-module describes as glue.
 static bool isGlue(func::FuncOp func) {
   if (func.isExternal() || !func.getBody().hasOneBlock())
     return false;
   return llvm::all_of(func.getBody().front(), [](Operation &op) {
+    if (auto slice = dyn_cast<tensor::ExtractSliceOp>(op))
+      return slice.getOffsets().empty() && slice.getSizes().empty() &&
+             slice.getStrides().empty();
     return isa<func::CallOp, tensor::CastOp, func::ReturnOp>(op);
   });
 }
@@ -46,7 +51,8 @@ struct DropGlue : public mlir::snapkv::impl::DropGlueBase<DropGlue> {
       if (!isGlue(func)) {
         emitError(func.getLoc())
             << "snapkv-drop-glue: @" << name
-            << " holds more than func.call, tensor.cast and func.return";
+            << " holds more than func.call, tensor.cast, static "
+               "tensor.extract_slice and func.return";
         return signalPassFailure();
       }
       glue.push_back(func);
