@@ -1190,7 +1190,8 @@ struct CompressKVCachePass
     std::string why;
     SmallVector<std::string> copies;
     if (failed(copyPerCall(*work, prefillFunc, copies, why))) {
-      refuse(prefill, prefillFunc, Refusal{RefusalKind::LayerCopies, {why}});
+      refuse(prefill, prefillFunc,
+             Refusal{RefusalKind::LayerCopies, {why}, {}, {}, {}});
       return failure();
     }
     SmallVector<int64_t> all =
@@ -1211,7 +1212,10 @@ struct CompressKVCachePass
         refuse(prefill, prefillFunc,
                Refusal{RefusalKind::LayerCopies,
                        {"@" + prefillFunc + " holds " + std::to_string(count) +
-                        " attention layers, not one"}});
+                        " attention layers, not one"},
+                       {},
+                       {},
+                       {}});
         return failure();
       }
     }
