@@ -116,9 +116,9 @@ _METHODS = [
            "score"),
     Method("snapkv-prefix-softmax", {"scoring": "prefix_votes"}, "SnapKV with the window "
            "columns left out of the softmax denominator (as TRT-LLM does)"),
-    Method("pyramidkv", {"budget": "pyramid"}, "PyramidKV: SnapKV's selection with per-layer "
+    Method("pyramid", {"budget": "pyramid"}, "PyramidKV: SnapKV's selection with per-layer "
            "budgets falling from the lowest layer to the highest (beta 20), the same total"),
-    Method("pyramidkv-gqa-mean-k15", {"gqa": "mean", "kernel": 15, "budget": "pyramid"},
+    Method("pyramid-gqa-mean-k15", {"gqa": "mean", "kernel": 15, "budget": "pyramid"},
            "PyramidKV's per-layer budgets with the rewrite's defaults (gqa mean, kernel 15)"),
     Method("streaming", {"scoring": "recent"}, "StreamingLLM: 4 attention sinks and the "
            "most recent positions"),

@@ -86,6 +86,53 @@ def select(q, k, v, window, capacity, kernel=5, pooling="avg", gqa="expand",
                      values=_gather(v, source, indices), votes=votes, pooled=pooled)
 
 
+def adaptive_counts(pooled, keep, floor=0):
+    """How many prefix positions each head keeps under ``budget=adaptive`` (Ada-KV's
+    allocation; docs/semantics.md, "Budgets"), for one batch element's pooled scores
+    ``[Hc, P]``: the layer's budget is ``Hc * keep`` prefix positions (``keep = C - W``).
+    Each head first takes its own best ``floor`` positions (Ada-KV's safeguard); the rest of
+    the budget goes to the best remaining (head, position) pairs of all heads together:
+    descending score, NaN below every number, exact ties to the lower head, then the lower
+    position. A head then keeps ``rank(pooled[h])[:count]``: within one head this order is
+    its own ranking, so its positions are always its best ones. When ``Hc * P`` fits in the
+    budget every head keeps all ``P``. Returns int64 ``[Hc]``."""
+    pooled = np.asarray(pooled, dtype=np.float64)
+    if pooled.ndim != 2:
+        raise ValueError(f"pooled scores must be [heads, prefix], got shape {pooled.shape}")
+    heads, prefix = pooled.shape
+    if not 0 <= floor <= keep:
+        raise ValueError(f"floor must be between 0 and capacity - window ({keep}), got {floor}")
+    if prefix <= keep:  # the budget holds every position of every head
+        return np.full(heads, prefix, dtype=np.int64)
+    counts = np.full(heads, min(floor, prefix), dtype=np.int64)
+    taken = np.zeros((heads, prefix), dtype=bool)
+    for h in range(heads):
+        taken[h, rank(pooled[h])[:counts[h]]] = True
+    head, position = np.nonzero(~taken)  # row-major: by head, then position
+    scores = pooled[head, position]
+    nan = np.isnan(scores)
+    order = np.lexsort((position, head, -np.where(nan, 0.0, scores), nan))
+    rest = heads * keep - int(counts.sum())
+    np.add.at(counts, head[order[:rest]], 1)
+    return counts
+
+
+def adaptive_indices(pooled, keep, window, floor=0, order="position"):
+    """Each head's kept positions under ``budget=adaptive`` for one batch element (a list of
+    ``Hc`` int64 arrays of different lengths): its ``adaptive_counts`` best prefix positions
+    (ascending with ``order="position"``, best first with ``"score"``), then the window
+    ``P .. P + window - 1``."""
+    pooled = np.asarray(pooled, dtype=np.float64)
+    prefix = pooled.shape[1]
+    out = []
+    for h, count in enumerate(adaptive_counts(pooled, keep, floor)):
+        chosen = rank(pooled[h])[:count]
+        if order == "position":
+            chosen = np.sort(chosen)
+        out.append(np.concatenate([chosen, np.arange(prefix, prefix + window)]).astype(np.int64))
+    return out
+
+
 def layer_capacities(budget, window, capacity, layers, beta=20):
     """Each layer's capacity (window included), lowest layer first, under the rewrite's
     ``budget`` (docs/semantics.md, "Budgets"): ``uniform`` keeps ``capacity`` everywhere;

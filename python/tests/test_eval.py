@@ -116,7 +116,7 @@ def test_methods_all_and_budget_parsing():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["snapkv", "snapkv-gqa-mean", "snapkv-order-score",
-                                  "streaming", "snapkv-w64", "pyramidkv-gqa-mean-k15"])
+                                  "streaming", "snapkv-w64", "pyramid-gqa-mean-k15"])
 def test_composition_is_the_rewritten_model(pipeline, name):
     """Shared prefill + the method's select + the rewritten decode == the method's rewritten
     model compiled whole: the same caches (bit for bit) and the same greedy tokens. The

@@ -321,3 +321,38 @@ def test_layer_capacities():
     assert layer_capacities("pyramid", 4, 8, 1) == [8]
     with pytest.raises(ValueError, match="uniform or pyramid"):
         layer_capacities("cone", 4, 8, 2)
+
+
+def test_adaptive_counts_rank_all_heads_together():
+    """budget=adaptive (Ada-KV's allocation, reference only so far): the layer's Hc * (C - W)
+    prefix slots go to the best (head, position) pairs of all heads; ties to the lower head,
+    then the lower position; `floor` positions per head first; NaN below every number."""
+    from snapkv.reference import adaptive_counts, adaptive_indices
+
+    concentrated = [10.0, 0, 0, 0, 0, 0]
+    flat = [1.0] * 6
+    # Budget 2 * 2 = 4: head 0's one high score, then head 1's flat ones.
+    assert adaptive_counts([concentrated, flat], keep=2).tolist() == [1, 3]
+    # All equal: ties go to the lower head, which takes every one of its positions.
+    assert adaptive_counts([[1.0] * 6, [1.0] * 6], keep=3).tolist() == [6, 0]
+    # ... unless each head first takes its floor.
+    assert adaptive_counts([[1.0] * 6, [1.0] * 6], keep=3, floor=1).tolist() == [5, 1]
+    # The budget holds every position: every head keeps its whole prefix.
+    assert adaptive_counts([flat[:2], concentrated[:2]], keep=3).tolist() == [2, 2]
+    # NaN ranks below every number, so head 1's NaNs are taken last.
+    nan = float("nan")
+    assert adaptive_counts([[0.5, 0.25, 0.0, -1.0], [nan, nan, 2.0, nan]], keep=2).tolist() \
+        == [3, 1]
+    # The counts always spend the whole budget.
+    scores = np.random.default_rng(0).standard_normal((4, 50))
+    for keep, floor in ((1, 0), (10, 3), (10, 10), (49, 5)):
+        counts = adaptive_counts(scores, keep, floor)
+        assert counts.sum() == 4 * keep and counts.min() >= floor
+    with pytest.raises(ValueError, match="floor must be between 0 and capacity - window"):
+        adaptive_counts(scores, keep=3, floor=4)
+    # Each head keeps its own best positions, then the window.
+    kept = adaptive_indices([concentrated, [0, 1.0, 2.0, 3.0, 0, 0]], keep=2, window=2)
+    assert [k.tolist() for k in kept] == [[0, 6, 7], [1, 2, 3, 6, 7]]
+    best_first = adaptive_indices([concentrated, [0, 1.0, 2.0, 3.0, 0, 0]], keep=2, window=2,
+                                  order="score")
+    assert best_first[1].tolist() == [3, 2, 1, 6, 7]
