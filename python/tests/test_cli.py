@@ -254,6 +254,9 @@ def test_cli_defaults_are_the_pass_defaults():
     # docs/eval.md, "The defaults": kernel 15 and gqa mean, not the published 5 and expand.
     assert chosen == dict(window=32, capacity=1024, kernel=15, pooling="avg", gqa="mean",
                           order="position")
+    # The pass's budget defaults (Passes.td): uniform, and beta 20 for pyramid.
+    assert (args.budget, args.pyramid_beta) == ("uniform", 20)
+    assert (hf.Compaction().budget, hf.Compaction().pyramid_beta) == ("uniform", 20)
     assert hf.Compaction().pass_options() == common.pass_options(args, False, "")
     if snapkv_opt().is_file():
         # What the pass does when given no option: every select it writes carries the CLI's.
@@ -447,7 +450,8 @@ def test_generate_json():
     assert out["prompt"] == dict(length=14, source="given",
                                  ids=[3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 7, 9])
     assert out["compaction"] == dict(window=8, capacity=10, kernel=15, pooling="avg",
-                                     gqa="mean", order="position")
+                                     gqa="mean", order="position", budget="uniform",
+                                     pyramid_beta=20)
     assert out["kept_per_head"] == 10
     assert len(out["tokens"]["full"]) == len(out["tokens"]["compacted"]) == 3
     assert [s["logical_length"] for s in out["steps"]] == [14, 15, 16]
