@@ -49,6 +49,10 @@ PASSES = [
     ["--snapkv-drop-glue"],
     ["--snapkv-compress-kv-cache"],
     ["--snapkv-compress-kv-cache=window=2 capacity=6 kernel=3 gqa=mean"],
+    # Per-layer budgets, and per-call copies of a layer function (llama_layers.mlir).
+    ["--snapkv-compress-kv-cache=window=2 capacity=6 budget=pyramid pyramid-beta=2"],
+    ["--snapkv-compress-kv-cache=window=2 capacity=6 budget=pyramid prefill-func=prefill_layer "
+     "decode-func=decode_layer"],
     ["--snapkv-gpu-emulation"],
     ["--pass-pipeline=builtin.module(func.func(snapkv-gpu-distribute))"],
     ["--pass-pipeline=builtin.module(func.func(snapkv-gpu-distribute{tensor-cores=true}))"],

@@ -208,9 +208,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     rewrite.window = 2;
     rewrite.capacity = 6;
     rewrite.kernelSize = 3;
-    // Both cache layouts: Hq heads on the whole run, Hkv on the decomposed.
+    // Both cache layouts: Hq heads on the whole run, Hkv on the decomposed,
+    // which also spreads the budget over the layers (pyramid: per-layer
+    // capacities, per-call copies of a layer function).
     rewrite.gqa =
         decompose ? snapkv::GqaPolicy::mean : snapkv::GqaPolicy::expand;
+    if (decompose) {
+      rewrite.budget = snapkv::BudgetPolicy::pyramid;
+      rewrite.pyramidBeta = 2;
+    }
     pm.addPass(snapkv::createCompressKVCache(rewrite));
     pm.addNestedPass<func::FuncOp>(snapkv::createFuseAttention());
     pm.addPass(snapkv::createAppendInPlace());
