@@ -113,3 +113,9 @@
 // PYRAMID-LABEL:  func.func @decode(
 // PYRAMID:          call @decode_layer(
 // PYRAMID:          call @decode_layer(
+// The ledger finds each layer's copy: its own capacity, the same total as uniform.
+// RUN: snapkv-opt %S/Inputs/models/llama_layers.mlir --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=mean budget=pyramid pyramid-beta=2 prefill-func=prefill_layer decode-func=decode_layer strict=true" \
+// RUN:   | snapkv-opt --snapkv-report-cache="prompt-length=16 generated=4" -o /dev/null | FileCheck %s --check-prefix=PYRAMIDLEDGER
+// PYRAMIDLEDGER: 0 mean 1 2 2 128 4 10 40,960 28,672
+// PYRAMIDLEDGER: 1 mean 1 2 2 128 4 6 40,960 20,480
+// PYRAMIDLEDGER: total: 2 layers, full 81,920 B, compacted 49,152 B (0.6000 of full)
