@@ -22,6 +22,7 @@ int runBudgetTests() {
       // SmolLM2-135M: 30 layers, C = L/8 of a 2,048-token prompt.
       {"pyramid_smollm2", BudgetPolicy::pyramid, 32, 256, 30, 20},
       {"pyramid_beta2", BudgetPolicy::pyramid, 4, 16, 2, 2},
+      {"inverted_smollm2", BudgetPolicy::inverted_pyramid, 32, 256, 30, 20},
       // (C - W) / beta rounds to 0: the top layer still keeps one position.
       {"pyramid_small", BudgetPolicy::pyramid, 4, 8, 3, 20},
       {"pyramid_one_layer", BudgetPolicy::pyramid, 4, 8, 1, 20},

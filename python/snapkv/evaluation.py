@@ -120,6 +120,11 @@ _METHODS = [
            "budgets falling from the lowest layer to the highest (beta 20), the same total"),
     Method("pyramid-gqa-mean-k15", {"gqa": "mean", "kernel": 15, "budget": "pyramid"},
            "PyramidKV's per-layer budgets with the rewrite's defaults (gqa mean, kernel 15)"),
+    Method("inverted-pyramid", {"budget": "inverted-pyramid"}, "PyramidKV's per-layer "
+           "budgets the other way up: fewer positions in lower layers, more in upper ones"),
+    Method("inverted-pyramid-gqa-mean-k15", {"gqa": "mean", "kernel": 15,
+                                             "budget": "inverted-pyramid"},
+           "the inverted pyramid with the rewrite's defaults (gqa mean, kernel 15)"),
     Method("streaming", {"scoring": "recent"}, "StreamingLLM: 4 attention sinks and the "
            "most recent positions"),
     Method("random", {"scoring": "random"}, "uniformly drawn prefix positions plus the "

@@ -75,7 +75,7 @@ class Compaction:
     scoring: str = "votes"
     sinks: Optional[int] = None
     seed: int = 0
-    budget: str = "uniform"   # or "pyramid": per-layer capacities, `capacity` on average
+    budget: str = "uniform"   # "pyramid" / "inverted-pyramid": per-layer, `capacity` on average
     pyramid_beta: int = 20
 
     def pass_options(self) -> str:

@@ -139,16 +139,18 @@ def layer_capacities(budget, window, capacity, layers, beta=20):
     ``pyramid`` takes PyramidKV's endpoints with ``K = capacity - window`` -- the top layer
     keeps ``max(1, K // beta)`` prefix positions, the bottom one ``2K`` minus that -- and puts
     the layers between on the line joining them, floored (never more than ``layers * K`` in
-    all)."""
-    if budget not in ("uniform", "pyramid"):
-        raise ValueError(f"budget must be uniform or pyramid, got {budget!r}")
+    all); ``inverted-pyramid`` is the same list the other way up."""
+    if budget not in ("uniform", "pyramid", "inverted-pyramid"):
+        raise ValueError(f"budget must be uniform, pyramid or inverted-pyramid, got {budget!r}")
     if budget == "uniform" or layers < 2:
         return [capacity] * layers
     prefix = capacity - window
     top = max(1, prefix // beta)
     bottom = 2 * prefix - top
     steps = layers - 1
-    return [window + top + (bottom - top) * (steps - layer) // steps for layer in range(layers)]
+    falling = [window + top + (bottom - top) * (steps - layer) // steps
+               for layer in range(layers)]
+    return falling[::-1] if budget == "inverted-pyramid" else falling
 
 
 def random_keys(seed, batch, heads, prefix):

@@ -319,7 +319,8 @@ def test_layer_capacities():
     assert layer_capacities("pyramid", 4, 16, 2, beta=2) == [22, 10]
     assert layer_capacities("pyramid", 4, 8, 3) == [11, 8, 5]
     assert layer_capacities("pyramid", 4, 8, 1) == [8]
-    with pytest.raises(ValueError, match="uniform or pyramid"):
+    assert layer_capacities("inverted-pyramid", 32, 256, 30) == smollm2[::-1]
+    with pytest.raises(ValueError, match="uniform, pyramid or inverted-pyramid"):
         layer_capacities("cone", 4, 8, 2)
 
 

@@ -50,6 +50,9 @@
 // RUN: snapkv-opt %S/../Models/tiny_llama.mlir \
 // RUN:   --snapkv-compress-kv-cache="window=4 capacity=16 budget=pyramid pyramid-beta=2" \
 // RUN:   | FileCheck %s --check-prefix=PYRAMIDBETA
+// RUN: snapkv-opt %S/../Models/tiny_llama.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=16 budget=inverted-pyramid pyramid-beta=2" \
+// RUN:   | FileCheck %s --check-prefix=INVERTED
 // RUN: not snapkv-opt %S/Inputs/compress-kv-cache-mini.mlir \
 // RUN:   --snapkv-compress-kv-cache="window=2 capacity=6 budget=pyramid pyramid-beta=0" 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=BADBETA
@@ -73,6 +76,9 @@
 // PYRAMIDBETA: func.func @prefill({{.*}}) -> (tensor<1x64x256xf32>, tensor<1x2x22x16xf32>, tensor<1x2x22x16xf32>, tensor<1x2x10x16xf32>, tensor<1x2x10x16xf32>)
 // PYRAMIDBETA: snapkv.select {{.*}} window 4 capacity 22
 // PYRAMIDBETA: snapkv.select {{.*}} window 4 capacity 10
+// inverted-pyramid: the same capacities the other way up.
+// INVERTED: snapkv.select {{.*}} window 4 capacity 10
+// INVERTED: snapkv.select {{.*}} window 4 capacity 22
 // BADBETA: error: snapkv-compress-kv-cache: pyramid-beta must be >= 1 (got 0)
 // BADBUDGET: for the --budget option: Cannot find option named 'cone'!
 // PYRAMIDSINKS: error: snapkv-compress-kv-cache: sinks takes one number of sinks for every layer, so it needs budget=uniform

@@ -462,10 +462,12 @@ def compaction_parent(strict: bool = False) -> argparse.ArgumentParser:
     group.add_argument("--order", choices=("position", "score"), default=DEFAULTS["order"],
                        help="order of the kept positions in the cache: ascending position, "
                             "or prefix by descending score then the window")
-    group.add_argument("--budget", choices=("uniform", "pyramid"), default=DEFAULTS["budget"],
+    group.add_argument("--budget", choices=("uniform", "pyramid", "inverted-pyramid"),
+                       default=DEFAULTS["budget"],
                        help="uniform = every layer keeps C; pyramid = PyramidKV: more in lower "
                             "layers, fewer in upper ones, C - W prefix positions per layer on "
-                            "average (never more in all)")
+                            "average (never more in all); inverted-pyramid = the same the other "
+                            "way up")
     group.add_argument("--pyramid-beta", type=int_in(1, "--pyramid-beta"),
                        default=DEFAULTS["pyramid_beta"], metavar="BETA",
                        help="with --budget pyramid: the top layer keeps (C - W) / BETA prefix "

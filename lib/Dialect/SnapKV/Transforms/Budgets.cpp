@@ -20,5 +20,7 @@ mlir::snapkv::layerCapacities(BudgetPolicy policy, int64_t window,
   int64_t span = bottom - top, steps = layers - 1;
   for (int64_t l = 0; l < layers; ++l)
     capacities[l] = window + top + span * (steps - l) / steps;
+  if (policy == BudgetPolicy::inverted_pyramid)
+    std::reverse(capacities.begin(), capacities.end());
   return capacities;
 }

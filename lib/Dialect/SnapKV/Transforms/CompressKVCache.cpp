@@ -171,8 +171,8 @@ StringRef refusalFormat(RefusalKind kind) {
     return "argument {0} of @{1} changes type (it feeds operand {2} of the "
            "call) but is also used by {3}";
   case RefusalKind::LayerCopies:
-    return "budget=pyramid gives each layer its own copy of a function "
-           "called once per layer, but {0}";
+    return "budget=pyramid (or inverted-pyramid) gives each layer its own "
+           "copy of a function called once per layer, but {0}";
   }
   llvm_unreachable("unknown RefusalKind");
 }
@@ -973,10 +973,10 @@ struct CompressKVCachePass
             std::to_string(sinks) + ")";
     else if (scoring == Scoring::random && seed < 0)
       bad = "seed must be non-negative (got " + std::to_string(seed) + ")";
-    else if (budget == BudgetPolicy::pyramid && pyramidBeta < 1)
+    else if (budget != BudgetPolicy::uniform && pyramidBeta < 1)
       bad =
           "pyramid-beta must be >= 1 (got " + std::to_string(pyramidBeta) + ")";
-    else if (budget == BudgetPolicy::pyramid && scoring == Scoring::recent &&
+    else if (budget != BudgetPolicy::uniform && scoring == Scoring::recent &&
              sinks.hasValue())
       bad = "sinks takes one number of sinks for every layer, so it needs "
             "budget=uniform (a pyramid layer may keep fewer than the sinks)";
@@ -1230,7 +1230,7 @@ struct CompressKVCachePass
     if (failed(checkOptions()))
       return signalPassFailure();
     bool done = false;
-    if (budget == BudgetPolicy::pyramid) {
+    if (budget != BudgetPolicy::uniform) {
       FailureOr<bool> copied = rewriteLayerCopies(module);
       if (failed(copied))
         return;

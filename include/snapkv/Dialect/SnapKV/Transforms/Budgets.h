@@ -21,6 +21,9 @@ enum class BudgetPolicy {
   /// PyramidKV (Cai et al., 2024): prefix budgets falling linearly from the
   /// lowest layer to the highest, `capacity - window` on average.
   pyramid,
+  /// The same budgets the other way up: rising from the lowest layer to the
+  /// highest (our comparison: on SmolLM2 the upper-middle layers decide).
+  inverted_pyramid,
 };
 
 /// The capacity (window included) of each of `layers` layers, lowest first.
@@ -31,7 +34,8 @@ enum class BudgetPolicy {
 /// layers x K (PyramidKV's integer step, (bottom - top) / (layers - 1), can
 /// exceed it: by 4.5 % for 30 layers at K = 224). Unlike PyramidKV, a
 /// layer's budget is not clamped to the prompt: a layer whose capacity
-/// exceeds the prompt keeps the whole prompt.
+/// exceeds the prompt keeps the whole prompt. Inverted pyramid is the same
+/// list reversed.
 llvm::SmallVector<int64_t> layerCapacities(BudgetPolicy policy, int64_t window,
                                            int64_t capacity, int64_t layers,
                                            int64_t beta);

@@ -401,11 +401,15 @@ def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
                         "every layer keeps `capacity`"),
              clEnumValN(::mlir::snapkv::BudgetPolicy::pyramid, "pyramid",
                         "PyramidKV: more in lower layers, fewer in upper ones, "
-                        "capacity - window prefix positions on average"))}]>,
+                        "capacity - window prefix positions on average"),
+             clEnumValN(::mlir::snapkv::BudgetPolicy::inverted_pyramid,
+                        "inverted-pyramid",
+                        "the pyramid's capacities the other way up: fewer in "
+                        "lower layers, more in upper ones"))}]>,
     Option<"pyramidBeta", "pyramid-beta", "int64_t", /*default=*/"20",
            "budget=pyramid: the top layer keeps (capacity - window) / beta "
            "prefix positions (at least 1), the bottom one twice the average "
-           "less that">,
+           "less that (inverted-pyramid: the other way up)">,
     Option<"pooling", "pooling", "::mlir::snapkv::PoolingKind",
            /*default=*/"::mlir::snapkv::PoolingKind::avg",
            "Pooling of the votes",
