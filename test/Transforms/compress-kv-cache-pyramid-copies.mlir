@@ -16,7 +16,7 @@
 // RUN: snapkv-opt %t.two.mlir --snapkv-compress-kv-cache="window=2 capacity=6 budget=pyramid decode-func=" \
 // RUN:   2>&1 | FileCheck %s --check-prefix=TWO
 
-// CHECK: warning: snapkv-compress-kv-cache left the module unchanged: @prefill: budget=pyramid gives each layer its own copy of a function called once per layer, but the calls of @prefill are not all in the entry block of one function
+// CHECK: warning: snapkv-compress-kv-cache left the module unchanged: @prefill: budget=pyramid (or inverted-pyramid) gives each layer its own copy of a function called once per layer, but the calls of @prefill are not all in the entry block of one function
 // ATTR: snapkv.refusal = {{{.*}}reason = "layer-copies"
 // TWO-NOT:   warning
 // TWO-NOT:   func.func @prefill(
