@@ -199,7 +199,9 @@ def run(args) -> int:
         print(f"full-cache text:        {said['full']!r}")
         print(f"compacted-cache text:   {said['compacted']!r}")
     print()
-    print("step  fed at  full  compacted  same  logical  physical rows (full / compacted)")
+    # Layer 0's cache: with --budget pyramid the layers keep different lengths (the ledger
+    # below lists them).
+    print("step  fed at  full  compacted  same  logical  layer 0's rows (full / compacted)")
     for g in range(steps + 1):
         fed = "prefill" if g == 0 else f"{length + g - 1:>7}"
         same = "yes" if ref["tokens"][g] == got["tokens"][g] else "NO"
