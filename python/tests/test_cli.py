@@ -440,6 +440,21 @@ def test_generate_keeps_everything_when_the_prompt_fits():
     assert "nothing is dropped" in done.stdout
 
 
+def test_generate_with_pyramid_budget_decodes_ragged_layers():
+    """`generate --budget pyramid`: the layers keep different lengths (K = 16: 8 + 31 and
+    8 + 1 of 40 prompt positions), decode writes each layer's own rows in place, and the
+    physical rows of layer 0 grow by one per step."""
+    needs_runner()
+    done = snapkv("generate", "--prompt-length", 40, "--window", 8, "--capacity", 24,
+                  "--budget", "pyramid", "--steps", 3, "--json", "--quiet")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["kept_per_head"] == [39, 9]
+    assert [layer["kept"] for layer in out["ledger"]["layers"]] == [39, 9]
+    assert [s["physical_rows"]["compacted"] for s in out["steps"]] == [39, 40, 41, 42]
+    assert len(out["tokens"]["compacted"]) == 4
+
+
 def test_generate_json():
     needs_runner()
     done = snapkv("generate", "--prompt", "3 1 4 1 5 9 2 6 5 3 5 8 7 9", "--window", 8,
