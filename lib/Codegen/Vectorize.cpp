@@ -37,6 +37,49 @@ namespace {
 
 using utils::IteratorType;
 
+/// Whether `v` may bufferize into a view whose rows are not packed back to
+/// back: a slice that is not one run of whole inner rows. Upstream's N-D
+/// `tensor.extract` vectorisation (LLVM 22) flattens the indices with the
+/// tensor's logical shape, which reads the wrong elements of such a view
+/// once bufferised (docs/reliability.md, F8).
+bool mayBeStrided(Value v) {
+  while (Operation *def = v.getDefiningOp()) {
+    if (auto reshape = dyn_cast<tensor::ExpandShapeOp>(def))
+      v = reshape.getSrc();
+    else if (auto reshape = dyn_cast<tensor::CollapseShapeOp>(def))
+      v = reshape.getSrc();
+    else if (auto cast = dyn_cast<tensor::CastOp>(def))
+      v = cast.getSource();
+    else
+      break;
+  }
+  auto slice = v.getDefiningOp<tensor::ExtractSliceOp>();
+  if (!slice)
+    return false;
+  if (!slice.hasUnitStride())
+    return true;
+  ArrayRef<int64_t> source = slice.getSourceType().getShape();
+  ArrayRef<int64_t> sizes = slice.getStaticSizes();
+  // Whole rows from the innermost dim out, then one partial dim, then unit
+  // dims only.
+  int64_t d = static_cast<int64_t>(source.size()) - 1;
+  while (d >= 0 && !ShapedType::isDynamic(sizes[d]) && sizes[d] == source[d])
+    --d;
+  for (int64_t outer = d - 1; outer >= 0; --outer)
+    if (sizes[outer] != 1)
+      return true;
+  return mayBeStrided(slice.getSource());
+}
+
+/// N-D `tensor.extract` is vectorised only from sources that stay packed.
+bool ndExtractIsSafe(linalg::LinalgOp op) {
+  WalkResult result = op->walk([&](tensor::ExtractOp extract) {
+    return mayBeStrided(extract.getTensor()) ? WalkResult::interrupt()
+                                             : WalkResult::advance();
+  });
+  return !result.wasInterrupted();
+}
+
 /// Marks the ops of a peeled remainder of rows until the second round.
 constexpr llvm::StringLiteral kRowsByOne = "__snapkv_rows_by_one";
 
@@ -504,7 +547,7 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
     FailureOr<linalg::VectorizationResult> vectorized =
         linalg::vectorize(rewriter, tiledOp, /*inputVectorSizes=*/{},
                           /*inputScalableVecDims=*/{},
-                          /*vectorizeNDExtract=*/true);
+                          /*vectorizeNDExtract=*/ndExtractIsSafe(tiledOp));
     if (failed(vectorized))
       return;
     rewriter.replaceOp(tiledOp, vectorized->replacements);
