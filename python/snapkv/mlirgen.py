@@ -43,6 +43,10 @@ class Case:
     scoring: Optional[str] = None
     sinks: Optional[int] = None
     seed: Optional[int] = None
+    # `snapkv.select_adaptive` instead (its `floor` clause when not None): results packed
+    # [B, T, ...] with offsets [B, Hc + 1].
+    adaptive: bool = False
+    floor: Optional[int] = None
 
     @property
     def elem(self):
@@ -56,6 +60,13 @@ class Case:
         return {name: value for name, value in given.items() if value is not None}
 
     def reference(self):
+        if self.adaptive:
+            options = {n: x for n, x in self.options().items()
+                       if n not in ("order", "sinks", "seed")}
+            if self.floor is not None:
+                options["floor"] = self.floor
+            return reference.select_adaptive(self.q, self.k, self.v, self.window,
+                                             self.capacity, dtype=self.dtype, **options)
         return reference.select(self.q, self.k, self.v, self.window, self.capacity,
                                 dtype=self.dtype, **self.options())
 
@@ -63,14 +74,16 @@ class Case:
         """Short text naming the configuration (for failure messages)."""
         return (f"q{list(self.q.shape)} k{list(self.k.shape)} {self.elem} "
                 f"window={self.window} capacity={self.capacity} {self.options()} "
-                f"dynamic={self.dynamic}")
+                f"dynamic={self.dynamic}"
+                + (f" adaptive floor={self.floor}" if self.adaptive else ""))
 
 
 @dataclass
 class CaseOutput:
-    indices: np.ndarray  # int64 [B, Hc, S]
+    indices: np.ndarray  # int64 [B, Hc, S] ([B, T] for select_adaptive)
     keys: np.ndarray     # gathered keys as signed integer bits (int32 for f32, int16 otherwise)
     values: np.ndarray
+    offsets: Optional[np.ndarray] = None  # int64 [B, Hc + 1] (select_adaptive only)
 
 
 def tensor_type(shape, elem):
@@ -87,7 +100,9 @@ def dense_hex(array):
 def select_op(case, q_t, k_t, result_shapes):
     """Text of the `snapkv.select` op on %q, %k, %v with results %ko, %vo, %idx."""
     clauses = f"window {case.window} capacity {case.capacity}"
-    for name in ("kernel", "pooling", "gqa", "order"):
+    if case.adaptive and case.floor is not None:
+        clauses += f" floor {case.floor}"
+    for name in ("kernel", "pooling", "gqa") + (() if case.adaptive else ("order",)):
         if getattr(case, name) is not None:
             clauses += f" {name} {getattr(case, name)}"
     if case.scale is not None:
@@ -95,30 +110,47 @@ def select_op(case, q_t, k_t, result_shapes):
     for name in ("scoring", "sinks", "seed"):
         if getattr(case, name) is not None:
             clauses += f" {name} {getattr(case, name)}"
-    kv_shape, idx_shape = result_shapes
+    kv_shape, idx_shape, *offsets_shape = result_shapes
     kv_t = tensor_type(kv_shape, case.elem)
+    if case.adaptive:
+        return (f"%ko, %vo, %idx, %off = snapkv.select_adaptive %q, %k, %v {clauses}\n"
+                f"        : ({q_t}, {k_t}, {k_t}) -> ({kv_t}, {kv_t}, "
+                f"{tensor_type(idx_shape, 'i64')}, {tensor_type(offsets_shape[0], 'i64')})")
     return (f"%ko, %vo, %idx = snapkv.select %q, %k, %v {clauses}\n"
             f"        : ({q_t}, {k_t}, {k_t}) -> ({kv_t}, {kv_t}, {tensor_type(idx_shape, 'i64')})")
 
 
 def result_shapes(case):
+    """(rows, indices) shapes, and the offsets' for select_adaptive."""
     batch, q_heads, _, dim = case.q.shape
     heads = q_heads if (case.gqa or "expand") == "expand" else case.k.shape[1]
     kept = None if case.dynamic else min(case.k.shape[2], case.capacity)
+    if case.adaptive:
+        rows = None if kept is None else heads * kept
+        return (batch, rows, dim), (batch, rows), (batch, heads + 1)
     return (batch, heads, kept, dim), (batch, heads, kept)
 
 
 def case_functions(case, number):
-    """MLIR functions for one case: ``@case<number>() -> (indices, keys, values)`` (and
-    ``@select<number>`` when dynamic)."""
+    """MLIR functions for one case: ``@case<number>() -> (indices, keys, values)`` (then the
+    offsets for select_adaptive; and ``@select<number>`` when dynamic)."""
     elem = case.elem
-    kv_shape, idx_shape = result_shapes(case)
+    shapes = result_shapes(case)
     q_t = tensor_type(case.q.shape, elem)
     k_static = tensor_type(case.k.shape, elem)
     k_t = tensor_type((*case.k.shape[:2], None, case.k.shape[3]), elem) if case.dynamic \
         else k_static
-    op = select_op(case, q_t, k_t, (kv_shape, idx_shape))
-    kv_t, idx_t = tensor_type(kv_shape, elem), tensor_type(idx_shape, "i64")
+    op = select_op(case, q_t, k_t, shapes)
+    kv_t = tensor_type(shapes[0], elem)
+    # The op's results, and what @case returns (indices first).
+    op_results = [("%ko", kv_t), ("%vo", kv_t), ("%idx", tensor_type(shapes[1], "i64"))]
+    if case.adaptive:
+        op_results.append(("%off", tensor_type(shapes[2], "i64")))
+    returned = [op_results[2], *op_results[:2], *op_results[3:]]
+
+    def listed(pairs, part):
+        return ", ".join(pair[part] for pair in pairs)
+
     body = [f"%q = arith.constant dense<{dense_hex(case.q)}> : {q_t}"]
     # Static cases use the constants directly; dynamic ones cast them to %k, %v first.
     k_name, v_name = ("%ks", "%vs") if case.dynamic else ("%k", "%v")
@@ -130,27 +162,28 @@ def case_functions(case, number):
         # when it is lowered.
         funcs.append("\n".join([
             f"func.func @select{number}(%q: {q_t}, %k: {k_t}, %v: {k_t}) -> "
-            f"({kv_t}, {kv_t}, {idx_t}) attributes {{no_inline}} {{",
+            f"({listed(op_results, 1)}) attributes {{no_inline}} {{",
             "  " + op,
-            f"  return %ko, %vo, %idx : {kv_t}, {kv_t}, {idx_t}",
+            f"  return {listed(op_results, 0)} : {listed(op_results, 1)}",
             "}"]))
         body += [f"%k = tensor.cast %ks : {k_static} to {k_t}",
                  f"%v = tensor.cast %vs : {k_static} to {k_t}",
-                 f"%ko, %vo, %idx = call @select{number}(%q, %k, %v) : ({q_t}, {k_t}, {k_t}) "
-                 f"-> ({kv_t}, {kv_t}, {idx_t})"]
+                 f"{listed(op_results, 0)} = call @select{number}(%q, %k, %v) : "
+                 f"({q_t}, {k_t}, {k_t}) -> ({listed(op_results, 1)})"]
     else:
         body.append(op)
-    body.append(f"return %idx, %ko, %vo : {idx_t}, {kv_t}, {kv_t}")
-    funcs.append("\n".join([f"func.func @case{number}() -> ({idx_t}, {kv_t}, {kv_t}) {{",
+    body.append(f"return {listed(returned, 0)} : {listed(returned, 1)}")
+    funcs.append("\n".join([f"func.func @case{number}() -> ({listed(returned, 1)}) {{",
                              *("  " + line for line in body), "}"]))
     return funcs
 
 
 def case_signature(case):
     """What ``@case<n>`` takes and returns (it is generated here, so nothing is read back)."""
-    kv_shape, idx_shape = result_shapes(case)
+    kv_shape, idx_shape, *offsets = result_shapes(case)
     return Signature((), (TensorType(idx_shape, "i64"), TensorType(kv_shape, case.elem),
-                          TensorType(kv_shape, case.elem)))
+                          TensorType(kv_shape, case.elem),
+                          *(TensorType(shape, "i64") for shape in offsets)))
 
 
 def build_module(cases):
@@ -212,9 +245,10 @@ def run_cases(cases, timeout=600, pre_passes=()):
         timeout, pre_passes, label=f"{len(cases)} select cases")
     outputs = []
     for number, case in enumerate(cases):
-        indices, keys, values = call(functions[f"case{number}"])
+        indices, keys, values, *offsets = call(functions[f"case{number}"])
         outputs.append(CaseOutput(indices=indices, keys=bits(keys, case.elem),
-                                  values=bits(values, case.elem)))
+                                  values=bits(values, case.elem),
+                                  offsets=offsets[0] if offsets else None))
     return outputs
 
 

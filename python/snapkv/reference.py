@@ -133,6 +133,52 @@ def adaptive_indices(pooled, keep, window, floor=0, order="position"):
     return out
 
 
+@dataclass
+class AdaptiveSelection:
+    """What ``snapkv.select_adaptive`` returns: every head's rows packed one after another."""
+    indices: np.ndarray  # int64 [B, T], T = Hc * min(L, C): each head's positions, then its window
+    keys: np.ndarray     # [B, T, D], bit-identical copies of input rows (input dtype)
+    values: np.ndarray   # [B, T, D]
+    offsets: np.ndarray  # int64 [B, Hc + 1]: head h's rows are offsets[b, h] .. offsets[b, h + 1]-1
+    pooled: np.ndarray   # float64 [B, Hc, P]; [B, Hc, 0] when bypassed (L < C)
+
+
+def select_adaptive(q, k, v, window, capacity, floor=0, kernel=5, pooling="avg", gqa="expand",
+                    scale=None, dtype=None, scoring="votes"):
+    """``snapkv.select_adaptive``: the selection of `select` with one budget of
+    ``Hc * (capacity - window)`` prefix positions per batch element shared by the heads
+    (`adaptive_counts`), each head's rows packed after the previous head's."""
+    if scoring not in ("votes", "prefix_votes"):
+        raise ValueError(f"scoring must be votes or prefix_votes, got {scoring!r}")
+    if isinstance(floor, bool) or not isinstance(floor, numbers.Integral) \
+            or not 0 <= floor <= capacity - window:
+        raise ValueError(f"floor must be between 0 and capacity - window "
+                         f"({capacity - window}), got {floor!r}")
+    uniform = select(q, k, v, window, capacity, kernel=kernel, pooling=pooling, gqa=gqa,
+                     scale=scale, dtype=dtype, scoring=scoring)
+    batch, heads = uniform.indices.shape[:2]
+    length = np.asarray(k).shape[2]
+    rows, offsets = [], np.zeros((batch, heads + 1), dtype=np.int64)
+    for b in range(batch):
+        if length < capacity:
+            per_head = [np.arange(length, dtype=np.int64)] * heads
+        else:
+            per_head = adaptive_indices(uniform.pooled[b], capacity - window, window, floor)
+        offsets[b, 1:] = np.cumsum([len(r) for r in per_head])
+        rows.append(np.concatenate(per_head))
+    indices = np.stack(rows)
+    group = np.asarray(q).shape[1] // np.asarray(k).shape[1]
+    head_of_row = np.stack([np.repeat(np.arange(heads), np.diff(o)) for o in offsets])
+    source = head_of_row // group if gqa == "expand" else head_of_row
+
+    def gather(x):
+        x = np.asarray(x)
+        return np.ascontiguousarray(x[np.arange(batch)[:, None], source, indices])
+
+    return AdaptiveSelection(indices=indices, keys=gather(k), values=gather(v), offsets=offsets,
+                             pooled=uniform.pooled)
+
+
 def layer_capacities(budget, window, capacity, layers, beta=20):
     """Each layer's capacity (window included), lowest layer first, under the rewrite's
     ``budget`` (docs/semantics.md, "Budgets"): ``uniform`` keeps ``capacity`` everywhere;

@@ -9,12 +9,14 @@ Indices must be identical and gathered K/V rows bit-identical.
 
 A failing case is reproducible alone: `random_case(n)` / `tie_case(n)` rebuild case n."""
 
+import copy
 import subprocess
 from collections import Counter
 
 import numpy as np
 import pytest
 
+from snapkv import reference
 from snapkv.dtypes import bits, from_float32
 from snapkv.mlirgen import GPU_EMULATION, Case, ToolError, build_module, run_batches, run_cases
 from snapkv.tools import snapkv_opt
@@ -138,6 +140,8 @@ def compare(cases, outputs):
         checks = [("indices", out.indices, ref.indices),
                   ("keys", out.keys, bits(ref.keys, case.elem)),
                   ("values", out.values, bits(ref.values, case.elem))]
+        if case.adaptive:
+            checks.append(("offsets", out.offsets, ref.offsets))
         for name, got, want in checks:
             if got.shape != want.shape or not np.array_equal(got, want):
                 failures.append(
@@ -474,3 +478,129 @@ def test_hostile_values_match_reference(hostile_cases):
 
 def test_gpu_kernels_hostile_values(hostile_cases):
     check(hostile_cases, GPU_EMULATION)
+
+
+# snapkv.select_adaptive (Ada-KV's shared budget, packed rows): the same inputs and options
+# (no order clause; votes or prefix_votes), plus a floor, against reference.select_adaptive.
+# Ties across heads go to the lower head, and the boundaries that decide each head's floor
+# and the shared budget must be separated in f32 like the uniform select's.
+ADAPTIVE_CASES = 120
+
+
+def adaptive_separated(case):
+    ref = case.reference()
+    keep = case.capacity - case.window
+    if ref.pooled.shape[-1] <= keep:
+        return True  # bypassed, or every position of every head kept
+    floor = case.floor or 0
+    for scores in ref.pooled:  # [Hc, P] of one batch element
+        critical, taken = [], np.zeros(scores.shape, dtype=bool)
+        for h, row in enumerate(scores):
+            ranked = np.sort(row)[::-1]
+            if floor:
+                critical += list(ranked[floor - 1:floor + 1])
+                taken[h, reference.rank(row)[:floor]] = True
+        rest = np.sort(scores[~taken])[::-1]
+        budget = scores.shape[0] * (keep - floor)
+        critical += list(rest[max(budget - 1, 0):budget + 1])
+        for x in critical:
+            gap = np.abs(scores - x)
+            if ((gap > 0) & (gap < TOLERANCE * np.maximum(np.abs(scores), abs(x)) + 1e-30)).any():
+                return False
+    return True
+
+
+def adaptive_config(rng):
+    config = draw_config(rng)
+    config.update(order=None, sinks=None, seed=None,
+                  scoring=[None, None, "prefix_votes"][int(rng.integers(3))])
+    keep = config["capacity"] - config["window"]
+    config["floor"] = [None, 0, 1, keep // 2, keep][int(rng.integers(5))]
+    return config
+
+
+def adaptive_case(n, zero_queries=False, duplicates=0, make_config=adaptive_config):
+    rng = np.random.default_rng([SEED, 3, n])
+    while True:
+        config = make_config(rng)
+        for _ in range(50):
+            case = draw_case(rng, config, zero_queries=zero_queries, duplicates=duplicates)
+            case.adaptive, case.floor = True, config["floor"]
+            if adaptive_separated(case):
+                return case
+
+
+@pytest.fixture(scope="module")
+def adaptive_cases():
+    return [adaptive_case(n) for n in range(ADAPTIVE_CASES)]
+
+
+def test_adaptive_cases_cover_every_option(adaptive_cases):
+    seen = Counter()
+    for case in adaptive_cases:
+        keep = case.capacity - case.window
+        seen.update([("elem", case.elem), ("dynamic", case.dynamic), ("gqa", case.gqa),
+                     ("scoring", case.scoring), ("batch", case.q.shape[0]),
+                     ("floor", "none" if not case.floor else "K" if case.floor == keep
+                      else "some"),
+                     ("length", "L<C" if case.k.shape[2] < case.capacity else "L>=C")])
+    expected = {("elem", e) for e in ELEMS} | {("dynamic", d) for d in (True, False)} | \
+        {("gqa", g) for g in (None, "expand", "mean", "max")} | \
+        {("scoring", s) for s in (None, "prefix_votes")} | {("batch", b) for b in (1, 2)} | \
+        {("floor", f) for f in ("none", "some", "K")} | {("length", x) for x in ("L<C", "L>=C")}
+    rare = {key: seen[key] for key in expected if seen[key] < 4}
+    assert not rare, f"options drawn fewer than 4 times: {rare}"
+    # The budget really moves between heads: some head keeps more than C - W.
+    uneven = sum(bool((np.diff(case.reference().offsets, axis=-1) > case.capacity).any())
+                 for case in adaptive_cases)
+    assert uneven >= ADAPTIVE_CASES // 6, f"only {uneven} cases give a head more than C"
+
+
+def test_adaptive_matches_reference(adaptive_cases):
+    check(adaptive_cases)
+
+
+def test_adaptive_ties_go_to_lower_head():
+    # All-zero queries give every head the same votes: the shared budget goes to the lowest
+    # heads first (after each head's floor), and within a head to the lowest positions.
+    def tied_config(rng):
+        config = adaptive_config(rng)
+        config.update(length=config["capacity"] + int(rng.integers(1, 12)), scoring=None)
+        return config
+
+    cases = [adaptive_case(1000 + n, zero_queries=True, make_config=tied_config)
+             for n in range(12)]
+    # Equal scores in every head: any difference between heads comes from the tie rule.
+    uneven = sum(len(set(np.diff(c.reference().offsets[0]))) > 1 for c in cases)
+    assert uneven >= len(cases) // 2, f"only {uneven} cases split the budget unevenly"
+    check(cases)
+
+
+def test_adaptive_floor_of_whole_budget_is_uniform_select():
+    # floor = C - W leaves nothing to share: every head keeps what snapkv.select keeps.
+    cases = []
+    for n in range(8):
+        case = adaptive_case(2000 + n)
+        case.floor, case.adaptive = case.capacity - case.window, False
+        uniform = copy.copy(case)
+        case.adaptive = True
+        cases += [case, uniform]
+    outputs = run_cases(cases)
+    for packed, rows in zip(outputs[::2], outputs[1::2]):
+        batch, heads, kept = rows.indices.shape
+        assert np.array_equal(packed.indices, rows.indices.reshape(batch, heads * kept))
+        assert np.array_equal(packed.keys, rows.keys.reshape(packed.keys.shape))
+        assert np.array_equal(packed.offsets[0], np.arange(heads + 1) * kept)
+
+
+def test_adaptive_long_prompts():
+    def long_adaptive(rng):
+        config = adaptive_config(rng)
+        window = int(rng.integers(1, 9))
+        config.update(window=window, length=int(rng.integers(*LONG_LENGTHS)),
+                      capacity=window + int(rng.integers(4, 40)))
+        keep = config["capacity"] - window
+        config["floor"] = [None, 1, keep // 2][int(rng.integers(3))]
+        return config
+
+    check([adaptive_case(3000 + n, make_config=long_adaptive) for n in range(6)])

@@ -325,7 +325,7 @@ def test_layer_capacities():
 
 
 def test_adaptive_counts_rank_all_heads_together():
-    """budget=adaptive (Ada-KV's allocation, reference only so far): the layer's Hc * (C - W)
+    """budget=adaptive (Ada-KV's allocation): the layer's Hc * (C - W)
     prefix slots go to the best (head, position) pairs of all heads; ties to the lower head,
     then the lower position; `floor` positions per head first; NaN below every number."""
     from snapkv.reference import adaptive_counts, adaptive_indices
@@ -357,3 +357,31 @@ def test_adaptive_counts_rank_all_heads_together():
     best_first = adaptive_indices([concentrated, [0, 1.0, 2.0, 3.0, 0, 0]], keep=2, window=2,
                                   order="score")
     assert best_first[1].tolist() == [3, 2, 1, 6, 7]
+
+
+def test_select_adaptive_packs_each_heads_rows():
+    """reference.select_adaptive (snapkv.select_adaptive): each head's kept positions, then its
+    window, packed head after head, with offsets; rows copied from the head's kv head."""
+    from snapkv.reference import adaptive_indices, select_adaptive
+
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((1, 4, 2, 8)).astype(np.float32)
+    k = rng.standard_normal((1, 2, 20, 8)).astype(np.float32)
+    v = rng.standard_normal((1, 2, 20, 8)).astype(np.float32)
+    out = select_adaptive(q, k, v, window=2, capacity=6, floor=1, kernel=3, gqa="expand")
+    per_head = adaptive_indices(out.pooled[0], keep=4, window=2, floor=1)
+    assert out.offsets[0].tolist() == [0, *np.cumsum([len(p) for p in per_head]).tolist()]
+    assert out.offsets[0, -1] == 4 * 6 and out.indices.shape == (1, 24)
+    for h, positions in enumerate(per_head):
+        rows = slice(out.offsets[0, h], out.offsets[0, h + 1])
+        assert out.indices[0, rows].tolist() == positions.tolist()
+        assert np.array_equal(out.keys[0, rows], k[0, h // 2, positions])
+        assert np.array_equal(out.values[0, rows], v[0, h // 2, positions])
+    # A short prompt keeps every position of every head.
+    short = select_adaptive(q, k[:, :, :5], v[:, :, :5], window=2, capacity=6)
+    assert short.indices.tolist() == [list(range(5)) * 4]
+    assert short.offsets.tolist() == [[0, 5, 10, 15, 20]]
+    with pytest.raises(ValueError, match="floor must be between 0 and capacity - window"):
+        select_adaptive(q, k, v, window=2, capacity=6, floor=5)
+    with pytest.raises(ValueError, match="scoring must be votes or prefix_votes"):
+        select_adaptive(q, k, v, window=2, capacity=6, scoring="recent")

@@ -86,6 +86,21 @@ void addFormulationPatterns(RewritePatternSet &patterns,
           patterns.getContext(), options, groups);
 }
 
+/// snapkv.select_adaptive through its stage ops, which this conversion then
+/// lowers like a decomposed select's.
+struct AdaptiveLowering : OpConversionPattern<SelectAdaptiveOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(SelectAdaptiveOp op, OpAdaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    FailureOr<SmallVector<Value>> stages = op.decomposeOperation(rewriter);
+    if (failed(stages))
+      return failure();
+    rewriter.replaceOp(op, *stages);
+    return success();
+  }
+};
+
 struct AttentionLowering : OpConversionPattern<AttentionOp> {
   AttentionLowering(MLIRContext *ctx, const FormulationOptions &options)
       : OpConversionPattern(ctx), options(options) {}
@@ -147,6 +162,11 @@ struct ConvertSnapKVToLinalgPass
                                "attention only for the CPU";
           return WalkResult::interrupt();
         }
+        if (isa<SelectAdaptiveOp>(op)) {
+          op->emitOpError() << "has no GPU lowering (tiling=gpu); the "
+                               "adaptive budget is lowered for the CPU only";
+          return WalkResult::interrupt();
+        }
         if (isa<TopPositionsOp, GatherOp>(op)) {
           op->emitOpError() << "has no GPU lowering (tiling=gpu); lower "
                                "snapkv.select whole for the GPU";
@@ -170,6 +190,7 @@ struct ConvertSnapKVToLinalgPass
     addFormulationPatterns(patterns, options,
                            tiling == LoweringTarget::none ? nullptr : &groups);
     patterns.add<AttentionLowering>(&getContext(), options);
+    patterns.add<AdaptiveLowering>(&getContext());
     ConversionTarget target(getContext());
     target.addIllegalDialect<SnapKVDialect>();
     target.markUnknownOpDynamicallyLegal([](Operation *) { return true; });
@@ -196,4 +217,5 @@ void mlir::snapkv::populateSnapKVToLinalgPatterns(
     RewritePatternSet &patterns, const SnapKVToLinalgOptions &options) {
   addFormulationPatterns(patterns, options, nullptr);
   patterns.add<AttentionLowering>(patterns.getContext(), options);
+  patterns.add<AdaptiveLowering>(patterns.getContext());
 }

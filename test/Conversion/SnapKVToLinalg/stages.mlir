@@ -57,3 +57,23 @@ func.func @gather(%src: tensor<1x2x?x8xf16>, %idx: tensor<1x4x?xi64>, %init: ten
       : tensor<1x2x?x8xf16>, tensor<1x4x?xi64> -> tensor<1x4x?x8xf16>
   return %g : tensor<1x4x?x8xf16>
 }
+
+// -----
+
+// select_adaptive lowers through its stage ops, which the same conversion
+// then lowers (nothing of the snapkv dialect is left); the GPU has no
+// lowering for it.
+// CHECK-LABEL: func.func @adaptive
+// CHECK: scf.for %{{.*}} = %{{.*}} to %c32
+// CHECK: tensor.insert %{{.*}} : tensor<1x2x18xf32>
+// CHECK: tensor.collapse_shape %{{.*}} {{\[}}[0], [1, 2]] : tensor<1x2x18xf32> into tensor<1x36xf32>
+// CHECK: return %{{.*}}, %{{.*}} : tensor<1x20x8xf32>, tensor<1x3xi64>
+// CPU-LABEL: func.func @adaptive
+// CPU: snapkv.tile = #snapkv.tile<group = {{[0-9]+}}, sizes = [1, 1, 0], mapping = forall>
+// expected-error @+2 {{'snapkv.select_adaptive' op has no GPU lowering (tiling=gpu); the adaptive budget is lowered for the CPU only}}
+func.func @adaptive(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x20x8xf32>) -> (tensor<1x20x8xf32>, tensor<1x3xi64>) {
+  %a:4 = snapkv.select_adaptive %q, %k, %k window 2 capacity 10 floor 3 gqa mean
+      : (tensor<1x4x2x8xf32>, tensor<1x2x20x8xf32>, tensor<1x2x20x8xf32>)
+      -> (tensor<1x20x8xf32>, tensor<1x20x8xf32>, tensor<1x20xi64>, tensor<1x3xi64>)
+  return %a#0, %a#3 : tensor<1x20x8xf32>, tensor<1x3xi64>
+}

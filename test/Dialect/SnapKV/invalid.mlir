@@ -550,3 +550,92 @@ func.func @score_init(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x16x8xf32>, %vi: te
   %v, %p = snapkv.score %q, %k window 2 outs(%vi, %pi : tensor<1x4x14xf32>, tensor<1x4x?xf32>) : (tensor<1x4x2x8xf32>, tensor<1x2x16x8xf32>) -> (tensor<1x4x14xf32>, tensor<1x4x14xf32>)
   return
 }
+
+// -----
+
+func.func @adaptive_floor(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x20x8xf32>) {
+  // expected-error @+1 {{'snapkv.select_adaptive' op floor must be between 0 and capacity - window (8), got 9}}
+  %a:4 = snapkv.select_adaptive %q, %k, %k window 2 capacity 10 floor 9
+      : (tensor<1x4x2x8xf32>, tensor<1x2x20x8xf32>, tensor<1x2x20x8xf32>)
+      -> (tensor<1x40x8xf32>, tensor<1x40x8xf32>, tensor<1x40xi64>, tensor<1x5xi64>)
+  return
+}
+
+// -----
+
+func.func @adaptive_scoring(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x20x8xf32>) {
+  // expected-error @+1 {{'snapkv.select_adaptive' op scoring must be votes or prefix_votes, got recent}}
+  %a:4 = snapkv.select_adaptive %q, %k, %k window 2 capacity 10 scoring recent
+      : (tensor<1x4x2x8xf32>, tensor<1x2x20x8xf32>, tensor<1x2x20x8xf32>)
+      -> (tensor<1x40x8xf32>, tensor<1x40x8xf32>, tensor<1x40xi64>, tensor<1x5xi64>)
+  return
+}
+
+// -----
+
+func.func @adaptive_offsets(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x20x8xf32>) {
+  // expected-error @+1 {{'snapkv.select_adaptive' op result 'offsets' has type 'tensor<1x4xi64>', expected 'tensor<1x5xi64>'}}
+  %a:4 = snapkv.select_adaptive %q, %k, %k window 2 capacity 10
+      : (tensor<1x4x2x8xf32>, tensor<1x2x20x8xf32>, tensor<1x2x20x8xf32>)
+      -> (tensor<1x40x8xf32>, tensor<1x40x8xf32>, tensor<1x40xi64>, tensor<1x4xi64>)
+  return
+}
+
+// -----
+
+func.func @adaptive_rows(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>) {
+  // A short prompt keeps every position of every head: 4 x 8 rows.
+  // expected-error @+1 {{'snapkv.select_adaptive' op result 'selected_keys' has type 'tensor<1x40x8xf32>', expected 'tensor<1x32x8xf32>'}}
+  %a:4 = snapkv.select_adaptive %q, %k, %k window 2 capacity 10
+      : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>)
+      -> (tensor<1x40x8xf32>, tensor<1x40x8xf32>, tensor<1x40xi64>, tensor<1x5xi64>)
+  return
+}
+
+// -----
+
+func.func @adaptive_window(%q: tensor<1x4x3x8xf32>, %k: tensor<1x2x20x8xf32>) {
+  // expected-error @+1 {{'snapkv.select_adaptive' op 'queries' dim 2 (3) must equal window (2)}}
+  %a:4 = snapkv.select_adaptive %q, %k, %k window 2 capacity 10
+      : (tensor<1x4x3x8xf32>, tensor<1x2x20x8xf32>, tensor<1x2x20x8xf32>)
+      -> (tensor<1x40x8xf32>, tensor<1x40x8xf32>, tensor<1x40xi64>, tensor<1x5xi64>)
+  return
+}
+
+// -----
+
+func.func @adaptive_capacity(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x?x8xf32>) {
+  // expected-error @+1 {{'snapkv.select_adaptive' op heads x capacity must be below 2^31 - 1, got 4 x 1073741824}}
+  %a:4 = snapkv.select_adaptive %q, %k, %k window 2 capacity 1073741824
+      : (tensor<1x4x2x8xf32>, tensor<1x2x?x8xf32>, tensor<1x2x?x8xf32>)
+      -> (tensor<1x?x8xf32>, tensor<1x?x8xf32>, tensor<1x?xi64>, tensor<1x5xi64>)
+  return
+}
+
+// -----
+
+func.func @select_no_heads(%q: tensor<1x0x2x8xf32>, %k: tensor<1x2x20x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op 'queries' dim 1 is empty (size 0)}}
+  %a:3 = snapkv.select %q, %k, %k window 2 capacity 10
+      : (tensor<1x0x2x8xf32>, tensor<1x2x20x8xf32>, tensor<1x2x20x8xf32>)
+      -> (tensor<1x0x10x8xf32>, tensor<1x0x10x8xf32>, tensor<1x0x10xi64>)
+  return
+}
+
+// -----
+
+func.func @adaptive_no_rows(%q: tensor<1x4x2x0xf32>, %k: tensor<1x2x20x0xf32>) {
+  // expected-error @+1 {{'snapkv.select_adaptive' op 'queries' dim 3 is empty (size 0)}}
+  %a:4 = snapkv.select_adaptive %q, %k, %k window 2 capacity 10
+      : (tensor<1x4x2x0xf32>, tensor<1x2x20x0xf32>, tensor<1x2x20x0xf32>)
+      -> (tensor<1x40x0xf32>, tensor<1x40x0xf32>, tensor<1x40xi64>, tensor<1x5xi64>)
+  return
+}
+
+// -----
+
+func.func @score_no_batch(%q: tensor<0x4x2x8xf32>, %k: tensor<0x2x16x8xf32>, %i: tensor<0x4x14xf32>) {
+  // expected-error @+1 {{'snapkv.score' op 'queries' dim 0 is empty (size 0)}}
+  %v, %p = snapkv.score %q, %k window 2 outs(%i, %i : tensor<0x4x14xf32>, tensor<0x4x14xf32>) : (tensor<0x4x2x8xf32>, tensor<0x2x16x8xf32>) -> (tensor<0x4x14xf32>, tensor<0x4x14xf32>)
+  return
+}

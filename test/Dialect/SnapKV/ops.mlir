@@ -152,3 +152,21 @@ func.func @stages(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x16x8xf32>,
       : tensor<1x2x?x8xbf16>, tensor<1x2x?xi64> -> tensor<1x2x?x8xbf16>
   return %t, %t2, %g, %g2 : tensor<1x4x5xi64>, tensor<1x2x5xi64>, tensor<1x4x5x8xf32>, tensor<1x2x?x8xbf16>
 }
+
+// The adaptive select: packed rows [B, Hc x min(L, C), D] and offsets
+// [B, Hc + 1]; `floor` printed only when given.
+// CHECK-LABEL: func.func @adaptive
+// CHECK: snapkv.select_adaptive %{{.*}}, %{{.*}}, %{{.*}} window 2 capacity 10 floor 3 kernel 3 gqa mean : (tensor<1x4x2x8xf32>, tensor<1x2x20x8xf32>, tensor<1x2x20x8xf32>) -> (tensor<1x20x8xf32>, tensor<1x20x8xf32>, tensor<1x20xi64>, tensor<1x3xi64>)
+// CHECK: snapkv.select_adaptive %{{.*}}, %{{.*}}, %{{.*}} window 2 capacity 10 scoring prefix_votes : (tensor<1x4x2x8xbf16>, tensor<1x2x?x8xbf16>, tensor<1x2x?x8xbf16>) -> (tensor<1x?x8xbf16>, tensor<1x?x8xbf16>, tensor<1x?xi64>, tensor<1x5xi64>)
+// GENERIC-LABEL: sym_name = "adaptive"
+// GENERIC: "snapkv.select_adaptive"(%{{.*}}, %{{.*}}, %{{.*}}) <{capacity = 10 : i64, floor = 3 : i64, gqa = #snapkv<gqa mean>, kernel = 3 : i64, pooling = #snapkv<pooling avg>, scoring = #snapkv<scoring votes>, window = 2 : i64}>
+func.func @adaptive(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x20x8xf32>,
+                    %qb: tensor<1x4x2x8xbf16>, %kb: tensor<1x2x?x8xbf16>) {
+  %a:4 = snapkv.select_adaptive %q, %k, %k window 2 capacity 10 floor 3 kernel 3 gqa mean
+      : (tensor<1x4x2x8xf32>, tensor<1x2x20x8xf32>, tensor<1x2x20x8xf32>)
+      -> (tensor<1x20x8xf32>, tensor<1x20x8xf32>, tensor<1x20xi64>, tensor<1x3xi64>)
+  %b:4 = snapkv.select_adaptive %qb, %kb, %kb window 2 capacity 10 scoring prefix_votes
+      : (tensor<1x4x2x8xbf16>, tensor<1x2x?x8xbf16>, tensor<1x2x?x8xbf16>)
+      -> (tensor<1x?x8xbf16>, tensor<1x?x8xbf16>, tensor<1x?xi64>, tensor<1x5xi64>)
+  return
+}

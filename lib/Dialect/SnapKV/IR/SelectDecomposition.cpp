@@ -11,15 +11,12 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "DecompositionUtils.h"
 #include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
-#include "mlir/Dialect/ControlFlow/IR/ControlFlowOps.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
-#include "llvm/Support/FormatVariadic.h"
-
-#include <limits>
 
 using namespace mlir;
 using namespace mlir::snapkv;
@@ -34,56 +31,17 @@ public:
         rowsTy(cast<RankedTensorType>(op.getSelectedKeys().getType())) {}
 
   SmallVector<Value> run() {
-    RankedTensorType kTy = op.getKeys().getType();
-    RankedTensorType vTy = op.getValues().getType();
-    int64_t capacity = op.getCapacity();
-    if (!kTy.isDynamicDim(2) && !vTy.isDynamicDim(2)) {
-      int64_t length = kTy.getDimSize(2);
-      return castToResults(length < capacity
-                               ? bypass(b.getIndexAttr(length))
-                               : selection(b.getIndexAttr(length)));
-    }
-    Value length = checkedLength();
-    Value isShort =
-        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, length,
-                              arith::ConstantIndexOp::create(b, loc, capacity));
-    auto ifOp = scf::IfOp::create(b, loc, op->getResultTypes(), isShort,
-                                  /*withElseRegion=*/true);
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(ifOp.thenBlock());
-    scf::YieldOp::create(b, loc, castToResults(bypass(length)));
-    b.setInsertionPointToStart(ifOp.elseBlock());
-    scf::YieldOp::create(b, loc, castToResults(selection(length)));
-    return SmallVector<Value>(ifOp.getResults());
+    // The run-time checks of the whole op's lowering, with its messages.
+    OpFoldResult length = snapkv::detail::promptLength(
+        b, loc, op.getKeys(), op.getValues(), op.getWindow(), "snapkv.select",
+        /*factor=*/1, "prompt length (keys dim 2) must be below 2^31 - 1");
+    return snapkv::detail::bypassOrSelect(
+        b, loc, op->getResultTypes(), length, op.getCapacity(),
+        [&](OpFoldResult l) { return bypass(l); },
+        [&](OpFoldResult l) { return selection(l); });
   }
 
 private:
-  /// The run-time checks of the whole op's lowering, with its messages.
-  Value checkedLength() {
-    Value length = tensor::DimOp::create(b, loc, op.getKeys(), 2);
-    Value valuesLength = tensor::DimOp::create(b, loc, op.getValues(), 2);
-    auto check = [&](arith::CmpIPredicate pred, Value lhs, int64_t rhs,
-                     const std::string &message) {
-      Value ok = arith::CmpIOp::create(
-          b, loc, pred, lhs, arith::ConstantIndexOp::create(b, loc, rhs));
-      cf::AssertOp::create(b, loc, ok, message);
-    };
-    cf::AssertOp::create(
-        b, loc,
-        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, length,
-                              valuesLength),
-        "snapkv.select: prompt length of 'values' differs from 'keys'");
-    check(arith::CmpIPredicate::sge, length, op.getWindow(),
-          llvm::formatv("snapkv.select: prompt length (keys dim 2) is shorter "
-                        "than window {0}",
-                        op.getWindow())
-              .str());
-    check(arith::CmpIPredicate::slt, length,
-          std::numeric_limits<int32_t>::max(),
-          "snapkv.select: prompt length (keys dim 2) must be below 2^31 - 1");
-    return length;
-  }
-
   /// The kept rows of keys and values for `indices` ([B, Hc, S]).
   SmallVector<Value> gathered(Value indices, OpFoldResult slots) {
     SmallVector<Value> results;
@@ -102,24 +60,11 @@ private:
   }
 
   SmallVector<Value> selection(OpFoldResult length) {
-    int64_t window = op.getWindow();
     RankedTensorType qTy = op.getQueries().getType();
-    auto scoresTy = ScoreOp::getResultType(qTy, op.getKeys().getType(), window,
-                                           op.getGqa());
-    SmallVector<Value> prefix;
-    if (scoresTy.isDynamicDim(2))
-      prefix.push_back(arith::SubIOp::create(
-          b, loc, cast<Value>(length),
-          arith::ConstantIndexOp::create(b, loc, window)));
-    Value votesInit = tensor::EmptyOp::create(b, loc, scoresTy, prefix);
-    Value pooledInit = tensor::EmptyOp::create(b, loc, scoresTy, prefix);
-    ScoringAttr scoring;
-    if (op.getScoring() != Scoring::votes)
-      scoring = ScoringAttr::get(b.getContext(), op.getScoring());
-    auto score = ScoreOp::create(
-        b, loc, scoresTy, scoresTy, op.getQueries(), op.getKeys(), votesInit,
-        pooledInit, op.getWindowAttr(), op.getKernelAttr(), op.getPoolingAttr(),
-        op.getGqaAttr(), op.getScaleAttr(), scoring);
+    ScoreOp score = snapkv::detail::createScore(
+        b, loc, op.getQueries(), op.getKeys(), length, op.getWindowAttr(),
+        op.getKernelAttr(), op.getPoolingAttr(), op.getGqaAttr(),
+        op.getScaleAttr(), op.getScoring());
     int64_t capacity = op.getCapacity();
     Value init = tensor::EmptyOp::create(
         b, loc,
@@ -149,13 +94,6 @@ private:
                   .getResult());
         });
     return gathered(all, length);
-  }
-
-  SmallVector<Value> castToResults(SmallVector<Value> values) {
-    for (auto [value, type] : llvm::zip(values, op->getResultTypes()))
-      if (value.getType() != type)
-        value = tensor::CastOp::create(b, loc, type, value);
-    return values;
   }
 
   OpBuilder &b;

@@ -14,20 +14,39 @@ using namespace mlir::snapkv;
 #define GET_OP_CLASSES
 #include "snapkv/Dialect/SnapKV/IR/SnapKVOps.cpp.inc"
 
+namespace {
+/// The sizes both selects' results are made of: `kept = min(L, capacity)`
+/// rows per head (dynamic with L), `heads` = Hq for gqa expand, else Hkv.
+struct SelectionShape {
+  RankedTensorType keys;
+  int64_t batch, heads, kept, dim;
+
+  static FailureOr<SelectionShape> get(Type queries, Type keys,
+                                       int64_t capacity, GqaPolicy gqa) {
+    auto qTy = dyn_cast<RankedTensorType>(queries);
+    auto kTy = dyn_cast<RankedTensorType>(keys);
+    if (!qTy || !kTy || qTy.getRank() != 4 || kTy.getRank() != 4)
+      return failure();
+    int64_t length = kTy.getDimSize(2);
+    return SelectionShape{
+        kTy, qTy.getDimSize(0),
+        gqa == GqaPolicy::expand ? qTy.getDimSize(1) : kTy.getDimSize(1),
+        ShapedType::isDynamic(length) ? ShapedType::kDynamic
+                                      : std::min(length, capacity),
+        qTy.getDimSize(3)};
+  }
+};
+} // namespace
+
 FailureOr<SmallVector<Type, 3>> SelectOp::inferResultTypes(Type queries,
                                                            Type keys,
                                                            int64_t capacity,
                                                            GqaPolicy gqa) {
-  auto qTy = dyn_cast<RankedTensorType>(queries);
-  auto kTy = dyn_cast<RankedTensorType>(keys);
-  if (!qTy || !kTy || qTy.getRank() != 4 || kTy.getRank() != 4)
+  FailureOr<SelectionShape> shape =
+      SelectionShape::get(queries, keys, capacity, gqa);
+  if (failed(shape))
     return failure();
-  int64_t heads =
-      gqa == GqaPolicy::expand ? qTy.getDimSize(1) : kTy.getDimSize(1);
-  int64_t length = kTy.getDimSize(2);
-  int64_t kept = ShapedType::isDynamic(length) ? ShapedType::kDynamic
-                                               : std::min(length, capacity);
-  int64_t batch = qTy.getDimSize(0), dim = qTy.getDimSize(3);
+  auto [kTy, batch, heads, kept, dim] = *shape;
   Type rows =
       RankedTensorType::get({batch, heads, kept, dim}, kTy.getElementType());
   Type indices = RankedTensorType::get(
@@ -106,10 +125,11 @@ LogicalResult checkOperand(Operation *op, StringRef name, RankedTensorType type,
     return op->emitOpError()
            << "'" << name << "' element type must be f16, bf16 or f32, got "
            << elem;
-  for (int64_t d = 0; d < 4; ++d)
+  for (int64_t d = 0; d < 4; ++d) {
     if (d != dynamicDim && type.isDynamicDim(d))
       return op->emitOpError() << "only the prompt length may be dynamic, but '"
                                << name << "' dim " << d << " is dynamic";
+  }
   return success();
 }
 } // namespace
@@ -175,6 +195,15 @@ static LogicalResult verifyInputs(Operation *op, RankedTensorType qTy,
   if (qTy.getDimSize(2) != window)
     return op->emitOpError() << "'queries' dim 2 (" << qTy.getDimSize(2)
                              << ") must equal window (" << window << ")";
+  // The lowerings index the first batch element, head and element.
+  SmallVector<std::pair<StringRef, RankedTensorType>, 3> all = {
+      {"queries", qTy}};
+  llvm::append_range(all, kv);
+  for (auto [name, ty] : all)
+    for (int64_t d = 0; d < 4; ++d)
+      if (ty.getDimSize(d) == 0)
+        return op->emitOpError()
+               << "'" << name << "' dim " << d << " is empty (size 0)";
   for (auto [name, ty] : kv)
     if (!ty.isDynamicDim(2) && ty.getDimSize(2) < window)
       return op->emitOpError()
@@ -203,12 +232,18 @@ static LogicalResult verifyResults(Operation *op, ArrayRef<StringRef> names,
   return success();
 }
 
+/// verifyInputs for the ops with values and a capacity.
+template <typename OpTy> static LogicalResult verifySelectInputs(OpTy op) {
+  return verifyInputs(op, op.getQueries().getType(), op.getKeys().getType(),
+                      op.getValues().getType(), op.getWindowAttr(),
+                      op.getCapacityAttr().getInt(), op.getKernelAttr(),
+                      op.getScale());
+}
+
 LogicalResult SelectOp::verify() {
   RankedTensorType qTy = getQueries().getType();
   RankedTensorType kTy = getKeys().getType();
-  if (failed(verifyInputs(*this, qTy, kTy, getValues().getType(),
-                          getWindowAttr(), getCapacityAttr().getInt(),
-                          getKernelAttr(), getScale())))
+  if (failed(verifySelectInputs(*this)))
     return failure();
   if (getSinksAttr() && getScoring() != Scoring::recent)
     return emitOpError() << "'sinks' only applies to scoring recent";
@@ -231,6 +266,58 @@ LogicalResult SelectOp::verify() {
       *inferResultTypes(qTy, kTy, getCapacityAttr().getInt(), getGqa());
   return verifyResults(*this, {"selected_keys", "selected_values", "indices"},
                        expected);
+}
+
+FailureOr<SmallVector<Type, 4>>
+SelectAdaptiveOp::inferResultTypes(Type queries, Type keys, int64_t capacity,
+                                   GqaPolicy gqa) {
+  FailureOr<SelectionShape> shape =
+      SelectionShape::get(queries, keys, capacity, gqa);
+  if (failed(shape))
+    return failure();
+  auto [kTy, batch, heads, kept, dim] = *shape;
+  int64_t rows = ShapedType::isDynamic(kept) ? kept : heads * kept;
+  Type i64 = IntegerType::get(queries.getContext(), 64);
+  Type packed = RankedTensorType::get({batch, rows, dim}, kTy.getElementType());
+  return SmallVector<Type, 4>{packed, packed,
+                              RankedTensorType::get({batch, rows}, i64),
+                              RankedTensorType::get({batch, heads + 1}, i64)};
+}
+
+int64_t SelectAdaptiveOp::getSelectionHeads() {
+  return getGqa() == GqaPolicy::expand ? getQueries().getType().getDimSize(1)
+                                       : getKeys().getType().getDimSize(1);
+}
+
+LogicalResult SelectAdaptiveOp::verify() {
+  RankedTensorType qTy = getQueries().getType();
+  RankedTensorType kTy = getKeys().getType();
+  if (failed(verifySelectInputs(*this)))
+    return failure();
+  if (getScoring() != Scoring::votes && getScoring() != Scoring::prefix_votes)
+    return emitOpError() << "scoring must be votes or prefix_votes, got "
+                         << stringifyScoring(getScoring());
+  int64_t keep = getCapacityAttr().getInt() - getWindowAttr().getInt();
+  int64_t floor = getFloorAttr().getInt();
+  if (floor < 0 || floor > keep)
+    return emitOpError() << "floor must be between 0 and capacity - window ("
+                         << keep << "), got " << floor;
+  // The flattened ranking numbers every (head, position) pair in i32; a
+  // selection (L >= capacity) needs heads x capacity below that too.
+  int64_t heads = getSelectionHeads();
+  constexpr int64_t limit = std::numeric_limits<int32_t>::max();
+  int64_t length = kTy.getDimSize(2);
+  if (!ShapedType::isDynamic(length) && heads * length >= limit)
+    return emitOpError() << "heads x prompt length (" << heads * length
+                         << ") must be below 2^31 - 1";
+  if (heads > 0 && getCapacityAttr().getInt() >= limit / heads)
+    return emitOpError() << "heads x capacity must be below 2^31 - 1, got "
+                         << heads << " x " << getCapacityAttr().getInt();
+  SmallVector<Type, 4> expected =
+      *inferResultTypes(qTy, kTy, getCapacityAttr().getInt(), getGqa());
+  return verifyResults(
+      *this, {"selected_keys", "selected_values", "indices", "offsets"},
+      expected);
 }
 
 LogicalResult ScoreOp::verify() {

@@ -23,10 +23,13 @@ namespace {
 struct DecomposeSelectPass
     : snapkv::impl::DecomposeSelectBase<DecomposeSelectPass> {
   void runOnOperation() override {
-    SmallVector<SelectOp> selects;
-    getOperation()->walk([&](SelectOp op) { selects.push_back(op); });
+    SmallVector<linalg::AggregatedOpInterface> selects;
+    getOperation()->walk([&](Operation *op) {
+      if (isa<SelectOp, SelectAdaptiveOp>(op))
+        selects.push_back(cast<linalg::AggregatedOpInterface>(op));
+    });
     IRRewriter rewriter(&getContext());
-    for (SelectOp op : selects) {
+    for (linalg::AggregatedOpInterface op : selects) {
       rewriter.setInsertionPoint(op);
       FailureOr<SmallVector<Value>> stages = op.decomposeOperation(rewriter);
       if (succeeded(stages))

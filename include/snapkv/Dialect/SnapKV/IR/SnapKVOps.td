@@ -143,6 +143,102 @@ def SnapKV_SelectOp : SnapKV_Op<"select",
   let hasVerifier = 1;
 }
 
+def SnapKV_SelectAdaptiveOp : SnapKV_Op<"select_adaptive",
+    [Pure, DeclareOpInterfaceMethods<AggregatedOpInterface,
+                                     ["decomposeOperation"]>]> {
+  let summary = "SnapKV selection with one budget per layer shared by its "
+                "heads (Ada-KV), into a ragged cache";
+  let description = [{
+    The selection of `snapkv.select` (same operands, votes, GQA aggregation
+    and pooling), except that the heads share one budget instead of each
+    keeping `capacity - window` prefix positions (Ada-KV, Feng et al. 2024;
+    docs/semantics.md, "Budgets"). Per batch element, with `K = capacity -
+    window` and `Hc` selection heads:
+
+    * each head first takes its own best `floor` prefix positions
+      (`0 <= floor <= K`, default 0: Ada-KV's safeguard);
+    * the rest of the budget, `Hc x K` prefix positions in all, goes to the
+      best remaining `(head, position)` pairs of all heads together:
+      descending pooled score, NaN below every number, exact ties to the lower
+      head, then to the lower position;
+    * each head keeps its chosen prefix positions ascending, then the `window`
+      positions `P .. P + window - 1`.
+
+    Heads therefore keep different numbers of rows, and the results are
+    ragged, packed head after head: `keys`, `values : [B, T, D]` and
+    `indices : [B, T] x i64` with `T = Hc x min(L, capacity)` (every head's
+    rows, its prefix positions then its window), and `offsets :
+    [B, Hc + 1] x i64`, where head `h`'s rows are `offsets[b, h] ..
+    offsets[b, h + 1] - 1` and `offsets[b, Hc] = T`. The rows are exact copies
+    of the input rows; nothing is padded. If `L < capacity` nothing is
+    selected: every head keeps all `L` positions. `scoring` is `votes` or
+    `prefix_votes`; kept prefix positions are listed ascending (there is no
+    `order` clause).
+
+    The op decomposes (`snapkv-decompose-select`, or
+    `AggregatedOpInterface::decomposeOperation`) into `snapkv.score`,
+    `snapkv.top_positions` (per head for the floor, then over the layer's
+    flattened `[Hc x P]` scores, where the flat index orders ties by head
+    then position), linalg ops that count and place each head's rows, and
+    one `snapkv.gather` each for the keys and values.
+
+    Example:
+
+    ```mlir
+    %k_out, %v_out, %idx, %offsets = snapkv.select_adaptive %q, %k, %v
+        window 32 capacity 256 floor 16 gqa mean
+        : (tensor<1x9x32x64xf32>, tensor<1x3x2000x64xf32>,
+           tensor<1x3x2000x64xf32>)
+        -> (tensor<1x768x64xf32>, tensor<1x768x64xf32>, tensor<1x768xi64>,
+            tensor<1x4xi64>)
+    ```
+  }];
+
+  let arguments = (ins
+    AnyRankedTensor:$queries,
+    AnyRankedTensor:$keys,
+    AnyRankedTensor:$values,
+    I64Attr:$window,
+    I64Attr:$capacity,
+    DefaultValuedAttr<I64Attr, "0">:$floor,
+    DefaultValuedAttr<I64Attr, "5">:$kernel,
+    DefaultValuedAttr<SnapKV_PoolingKindAttr,
+                      "::mlir::snapkv::PoolingKind::avg">:$pooling,
+    DefaultValuedAttr<SnapKV_GqaPolicyAttr,
+                      "::mlir::snapkv::GqaPolicy::expand">:$gqa,
+    OptionalAttr<F32Attr>:$scale,
+    DefaultValuedAttr<SnapKV_ScoringAttr,
+                      "::mlir::snapkv::Scoring::votes">:$scoring
+  );
+  let results = (outs
+    AnyRankedTensor:$selected_keys,
+    AnyRankedTensor:$selected_values,
+    AnyRankedTensor:$indices,
+    AnyRankedTensor:$offsets
+  );
+
+  let assemblyFormat = [{
+    $queries `,` $keys `,` $values
+    `window` $window `capacity` $capacity (`floor` $floor^)?
+    (`kernel` $kernel^)? (`pooling` `` $pooling^)? (`gqa` `` $gqa^)?
+    (`scale` $scale^)? (`scoring` `` $scoring^)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+
+  let extraClassDeclaration = [{
+    /// Result types implied by operand types, `capacity` and `gqa`
+    /// (`keys`, `values`, `indices`, `offsets`); failure if the operands
+    /// are not ranked tensors of rank 4.
+    static ::mlir::FailureOr<::llvm::SmallVector<::mlir::Type, 4>>
+    inferResultTypes(::mlir::Type queries, ::mlir::Type keys,
+                     int64_t capacity, ::mlir::snapkv::GqaPolicy gqa);
+    /// Heads of the selection: Hq for gqa expand, Hkv otherwise.
+    int64_t getSelectionHeads();
+  }];
+
+  let hasVerifier = 1;
+}
+
 def SnapKV_ScoreOp : SnapKV_Op<"score",
     [Pure, DestinationStyleOpInterface,
      DeclareOpInterfaceMethods<TilingInterface,

@@ -42,7 +42,10 @@ def DecomposeSelect : Pass<"snapkv-decompose-select"> {
     `TilingInterface` over their parallel dimensions, and
     `convert-snapkv-to-linalg` lowers each stage to the same linalg ops it
     emits for the whole select (indices and rows are bit-identical).
-    `scoring recent` and `random` rank without scores and stay whole. The
+    `scoring recent` and `random` rank without scores and stay whole.
+    `snapkv.select_adaptive` decomposes the same way, with a second,
+    flattened `snapkv.top_positions` that shares the budget among the heads
+    (see its description). The
     CPU pipeline runs this pass after `snapkv-outline-select`; the GPU
     pipeline lowers the whole op (its layout fuses pooling, selection and
     gather into one block per row).
