@@ -60,6 +60,10 @@ class EvalError(Exception):
     """A problem to report as one message (bad option, missing model, failed tool)."""
 
 
+# budget=adaptive: the share of each head's C - W it keeps before the layer's budget is shared
+# (kvpress's AdaKVPress alpha_safeguard).
+ADAPTIVE_FLOOR_SHARE = 0.2
+
 # What a method's options override: the published SnapKV (kernel 5, gqa expand), not the
 # rewrite's defaults (kernel 15, gqa mean), so that a method's name says what it measures.
 PUBLISHED = {"kernel": 5, "gqa": "expand"}
@@ -79,9 +83,23 @@ class Method:
         """The method's observation window: its own, else the evaluation's."""
         return (self.options or {}).get("window", default)
 
+    @property
+    def adaptive(self) -> bool:
+        """Ada-KV's shared budget (``snapkv.select_adaptive``): the rewrite's selects with
+        their heads sharing the layer's budget, the ragged caches decoded by the PyTorch
+        reference (the compiled ragged decode is not built yet)."""
+        return (self.options or {}).get("budget") == "adaptive"
+
+    def floor(self, window: int, capacity: int) -> int:
+        """Positions each head keeps before the rest is shared (adaptive only): kvpress's
+        AdaKVPress default, ``alpha_safeguard = 0.2`` of the head's ``C - W``."""
+        return int(ADAPTIVE_FLOOR_SHARE * (capacity - self.window(window)))
+
     def compaction(self, window: int, capacity: int, seed: int) -> hf.Compaction:
         options = {**PUBLISHED, **(self.options or {})}
         options.pop("window", None)
+        if self.adaptive:  # the selects are the uniform rewrite's, their budget then shared
+            options.pop("budget")
         if options.get("scoring") == "random":
             options["seed"] = seed
         return hf.Compaction(window=self.window(window), capacity=capacity, **options)
@@ -91,6 +109,8 @@ class Method:
         if self.full:
             return "full"
         options = self.compaction(window, 0, seed).pass_options()
+        if self.adaptive:
+            options += f" budget=adaptive floor-share={ADAPTIVE_FLOOR_SHARE} decode=torch"
         return options.replace("capacity=0 ", "", 1)
 
 
@@ -125,6 +145,13 @@ _METHODS = [
     Method("inverted-pyramid-gqa-mean-k15", {"gqa": "mean", "kernel": 15,
                                              "budget": "inverted-pyramid"},
            "the inverted pyramid with the rewrite's defaults (gqa mean, kernel 15)"),
+    Method("ada-snapkv", {"budget": "adaptive"}, "Ada-KV: SnapKV's scores, one budget per "
+           "layer shared by its heads (each first keeps 20 % of C - W), a ragged cache "
+           "decoded by the PyTorch reference"),
+    Method("ada-snapkv-gqa-mean", {"gqa": "mean", "budget": "adaptive"}, "Ada-KV's shared "
+           "budget over gqa-mean scores (Hkv cache heads): kvpress's AdaKV(SnapKV)"),
+    Method("ada-snapkv-gqa-mean-k15", {"gqa": "mean", "kernel": 15, "budget": "adaptive"},
+           "Ada-KV's shared budget with the rewrite's defaults (gqa mean, kernel 15)"),
     Method("streaming", {"scoring": "recent"}, "StreamingLLM: 4 attention sinks and the "
            "most recent positions"),
     Method("random", {"scoring": "random"}, "uniformly drawn prefix positions plus the "
@@ -195,6 +222,41 @@ def select_module(selects: List[dict]) -> tuple:
     return "module {\n" + "\n".join(bodies) + "\n}\n", names
 
 
+def adaptive_select_module(selects: List[dict], floor: int) -> tuple:
+    """Like :func:`select_module`, with each select's clauses (as ``snapkv-describe-module``
+    reports them) on a ``snapkv.select_adaptive`` keeping ``floor`` positions per head:
+    ``select(q, K, V) -> (K', V', indices, offsets)``, packed rows."""
+    functions, names = {}, []
+    for select in selects:
+        key = tuple(select[n] for n in ("window", "capacity", "kernel", "pooling", "gqa",
+                                        "scale", "scoring")) + \
+            tuple(t["text"] for t in select["operands"])
+        if key not in functions:
+            functions[key] = (f"select_{len(functions)}", select)
+        names.append(functions[key][0])
+    bodies = []
+    for name, select in functions.values():
+        q, k, v = (t["text"] for t in select["operands"])
+        # [B, Hc, S, D] -> [B, Hc x S, D] (S dynamic with L), offsets [B, Hc + 1].
+        batch, heads, kept, dim = select["results"][0]["shape"]
+        packed = "?" if kept is None else str(heads * kept)
+        rows = f"tensor<{batch}x{packed}x{dim}x{select['results'][0]['element']}>"
+        results = [rows, rows, f"tensor<{batch}x{packed}xi64>",
+                   f"tensor<{batch}x{heads + 1}xi64>"]
+        clauses = (f"window {select['window']} capacity {select['capacity']} floor {floor} "
+                   f"kernel {select['kernel']} pooling {select['pooling']} gqa {select['gqa']}")
+        if select["scale"] is not None:
+            clauses += f" scale {float(select['scale']):.17e}"
+        clauses += f" scoring {select['scoring']}"
+        result_list = ", ".join(results)
+        bodies.append(
+            f"  func.func @{name}(%q: {q}, %k: {k}, %v: {v}) -> ({result_list}) {{\n"
+            f"    %r:4 = snapkv.select_adaptive %q, %k, %v {clauses} : "
+            f"({q}, {k}, {v}) -> ({result_list})\n"
+            f"    return %r#0, %r#1, %r#2, %r#3 : {result_list}\n  }}")
+    return "module {\n" + "\n".join(bodies) + "\n}\n", names
+
+
 def _function(library, name: str, text: str, bound=()):
     from . import runtime
 
@@ -238,6 +300,7 @@ class Pipeline:
         self._prefill = None
         self._selects: Dict[tuple, tuple] = {}
         self._decoders: Dict[str, object] = {}
+        self._torch_model = None
         self.compile_seconds = 0.0
 
     # -- pieces ---------------------------------------------------------------------------
@@ -335,7 +398,11 @@ class Pipeline:
         key = (method.key(self.window, seed), capacity)
         if key not in self._selects:
             rewritten = self._rewrite(method.compaction(self.window, capacity, seed))
-            text, names = select_module(prefill_selects(rewritten))
+            if method.adaptive:
+                text, names = adaptive_select_module(prefill_selects(rewritten),
+                                                     method.floor(self.window, capacity))
+            else:
+                text, names = select_module(prefill_selects(rewritten))
             library = self._compile(text, f"{method.name} select, C={capacity}")
             functions = {n: _function(library, n, text) for n in set(names)}
             self._selects[key] = [functions[n] for n in names]
@@ -374,25 +441,62 @@ class Pipeline:
         return outputs[0][0, -1], caches, queries
 
     def compact(self, method: Method, capacity: int, seed: int, caches, queries):
-        """(compacted caches, kept indices per layer [1, Hc, C])."""
+        """(compacted caches, kept indices per layer [1, Hc, C]). With an adaptive method
+        the caches are packed ``[1, T, D]`` and each layer's kept indices a list (batch 0)
+        of the heads' index arrays, of different lengths."""
         functions = self.selects(method, capacity, seed)
         rows = method.window(self.window)
         out, kept = [], []
         for layer, function in enumerate(functions):
             q = np.ascontiguousarray(queries[layer][:, :, -rows:, :])
-            k, v, index = function(q, caches[2 * layer], caches[2 * layer + 1])
+            k, v, index, *offsets = function(q, caches[2 * layer], caches[2 * layer + 1])
             out += [k, v]
+            if offsets:
+                bounds = offsets[0][0]
+                index = [[index[0, a:b] for a, b in zip(bounds[:-1], bounds[1:])]]
             kept.append(index)
         return out, kept
 
-    def answer(self, method: Method, first: int, length: int, steps: int, caches):
-        """Greedy tokens: `first` (from prefill) and `steps` decode steps."""
+    @property
+    def torch_model(self):
+        """The checkpoint in PyTorch (transformers, float32): the reference that decodes the
+        ragged caches of the adaptive methods."""
+        if self._torch_model is None:
+            import torch
+            from transformers import AutoModelForCausalLM
+
+            self._torch_model = AutoModelForCausalLM.from_pretrained(
+                self.model_dir, dtype=torch.float32, attn_implementation="eager").eval()
+        return self._torch_model
+
+    def answer(self, method: Method, first: int, length: int, steps: int, caches, kept=None):
+        """Greedy tokens: `first` (from prefill) and `steps` decode steps. An adaptive
+        method's packed caches are split by `kept` (compact's) into one cache per head."""
+        if method.adaptive:
+            return self._answer_ragged(method, first, length, steps, caches, kept)
         model = self.decoder(method)
         tokens = [int(first)]
         caches = model.cache(caches, steps)  # each step writes its row in place
         for g in range(steps):
             logits, caches = model.decode(tokens[-1], length + g, caches)
             tokens.append(int(np.argmax(logits[0, 0])))
+        return tokens
+
+    def _answer_ragged(self, method, first, length, steps, caches, kept):
+        from .frontend import reference_decode
+
+        expanded = {**PUBLISHED, **method.options}["gqa"] == "expand"
+        ragged = []
+        for layer, heads in enumerate(kept):
+            offsets = np.cumsum([0] + [len(h) for h in heads[0]])[None]
+            ragged.append([reference_decode.ragged_heads(caches[2 * layer + part], offsets)
+                           for part in (0, 1)])
+        keys, values = [k for k, _ in ragged], [v for _, v in ragged]
+        tokens = [int(first)]
+        for g in range(steps):
+            logits = reference_decode.decode_step(self.torch_model, tokens[-1], length + g,
+                                                  keys, values, expanded)
+            tokens.append(int(logits.argmax()))
         return tokens
 
     def decode_ms(self, method: Method, token: int, length: int, caches,
@@ -699,13 +803,14 @@ def answer_prompt(pipeline: Pipeline, sample, cells: Sequence[tuple], seed: int,
             kept_caches, kept = caches, None
         else:
             kept_caches, kept = pipeline.compact(method, capacity, seed, caches, queries)
-        tokens = pipeline.answer(method, first, length, steps, kept_caches)
+        tokens = pipeline.answer(method, first, length, steps, kept_caches, kept)
         result = dict(
             tokens=tokens, answer=sample.answer, correct=bool(sample.judge(tokens)),
             answer_kept=1.0 if kept is None else task.kept_share(sample, kept),
             kept_bytes=int(sum(c.nbytes for c in kept_caches)),
+            # The adaptive methods decode in PyTorch: not a time of ours.
             decode_ms=pipeline.decode_ms(method, first, length, kept_caches)
-            if timed(i) else None, kept=kept)
+            if timed(i) and not method.adaptive else None, kept=kept)
         said = sample.said(tokens)
         if said is not None:
             result["said"] = said

@@ -150,6 +150,52 @@ def test_composition_is_the_rewritten_model(pipeline, name):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("name", ["ada-snapkv", "ada-snapkv-gqa-mean-k15"])
+def test_adaptive_composition(pipeline, name):
+    """An adaptive method: the rewrite's selects as snapkv.select_adaptive (floor 20 % of
+    C - W), compiled, equal reference.select_adaptive on the same arrays (indices exactly,
+    rows bit for bit); the layer holds Hc x C rows like the uniform method, split unevenly;
+    the ragged caches are decoded head by head by the PyTorch reference."""
+    from snapkv.frontend import reference_decode
+
+    method, capacity, steps = ev.METHODS[name], LENGTH // 4, 3
+    uniform = ev.METHODS[name.replace("ada-", "")]
+    sample = retrieval.generate(LENGTH, 7, "multitoken", 0)
+    logits, caches, queries = pipeline.prefill(sample.ids)
+    packed, kept = pipeline.compact(method, capacity, 5, caches, queries)
+    rows, _ = pipeline.compact(uniform, capacity, 5, caches, queries)
+    assert [c.nbytes for c in packed] == [c.nbytes for c in rows]
+    options = {**ev.PUBLISHED, **method.options}
+    floor = method.floor(ev.DEFAULT_WINDOW, capacity)
+    assert floor == int(0.2 * (capacity - ev.DEFAULT_WINDOW))
+    uneven = 0
+    for layer, heads in enumerate(kept):
+        q = queries[layer][:, :, -ev.DEFAULT_WINDOW:]
+        want = reference.select_adaptive(q, caches[2 * layer], caches[2 * layer + 1],
+                                         ev.DEFAULT_WINDOW, capacity, floor,
+                                         kernel=options["kernel"], gqa=options["gqa"])
+        got = np.concatenate(heads[0])
+        assert np.array_equal(got, want.indices[0])
+        assert np.array_equal(np.cumsum([0] + [len(h) for h in heads[0]]), want.offsets[0])
+        assert np.array_equal(packed[2 * layer], want.keys)
+        assert np.array_equal(packed[2 * layer + 1], want.values)
+        uneven += len({len(h) for h in heads[0]}) > 1
+    assert uneven > 0
+    tokens = pipeline.answer(method, int(np.argmax(logits)), LENGTH, steps, packed, kept)
+    # The same ragged caches decoded directly by the reference give the same tokens.
+    ragged = [reference_decode.ragged_heads(c, want_offsets[None])
+              for c, want_offsets in zip(packed, [np.cumsum([0] + [len(h) for h in k[0]])
+                                                  for k in kept for _ in (0, 1)])]
+    keys, values = ragged[0::2], ragged[1::2]
+    direct = [int(np.argmax(logits))]
+    for g in range(steps):
+        row = reference_decode.decode_step(pipeline.torch_model, direct[-1], LENGTH + g, keys,
+                                           values, options["gqa"] == "expand")
+        direct.append(int(row.argmax()))
+    assert tokens == direct and len(tokens) == steps + 1
+
+
+@pytest.mark.slow
 def test_full_is_the_original_model(pipeline):
     sample = retrieval.generate(LENGTH, 6, "multitoken", 0)
     logits, caches, _ = pipeline.prefill(sample.ids)

@@ -117,6 +117,39 @@ def test_compacted_lengths_and_heads(model, ids, gqa):
     assert out["tokens"] != tokens
 
 
+@pytest.mark.parametrize("gqa", ["expand", "mean"])
+def test_ragged_decode_with_whole_floor_is_uniform(model, ids, gqa):
+    # floor = C - W leaves nothing to share: the ragged caches hold what the uniform ones do,
+    # one tensor per head, and decoding them head by head gives the same tokens.
+    uniform = rd.snapkv_generate(model, ids, STEPS, W, C, gqa=gqa)
+    ragged = rd.snapkv_generate(model, ids, STEPS, W, C, gqa=gqa, floor=C - W)
+    assert ragged["tokens"] == uniform["tokens"]
+    np.testing.assert_allclose(ragged["logits"], uniform["logits"], rtol=0, atol=1e-5)
+    for layer, (heads_k, k) in enumerate(zip(ragged["keys"], uniform["keys"])):
+        assert [int(h.shape[2]) for h in heads_k] == [C + STEPS] * k.shape[1]
+        assert torch.equal(torch.cat(heads_k, dim=1), k), layer
+
+
+@pytest.mark.parametrize("gqa", ["expand", "mean"])
+def test_ragged_decode_shares_the_budget(model, ids, gqa):
+    # Without a floor the heads keep different numbers of rows; every layer still holds
+    # Hc x C rows after prefill, each head grows by one row a step, and the continuation is
+    # decoded from those rows alone.
+    capacity = 16  # C = 24 happens to split this model's budget evenly under gqa mean
+    out = rd.snapkv_generate(model, ids, STEPS, W, capacity, gqa=gqa, floor=0)
+    heads = SPEC.num_attention_heads if gqa == "expand" else SPEC.num_key_value_heads
+    assert out["cache_heads"] == [heads] * SPEC.num_hidden_layers
+    uneven = 0
+    for offsets, index, heads_k in zip(out["offsets"], out["indices"], out["keys"]):
+        rows = np.diff(offsets[0])
+        assert rows.sum() == heads * capacity and index.shape == (1, heads * capacity)
+        assert [int(h.shape[2]) for h in heads_k] == (rows + STEPS).tolist()
+        uneven += len(set(rows.tolist())) > 1
+    assert uneven > 0
+    assert out["physical_lengths"][0] == np.diff(out["offsets"][0][0]).tolist()
+    assert len(out["tokens"]) == STEPS + 1
+
+
 @pytest.mark.parametrize("gqa", ["mean", "max"])
 def test_compacted_decode_is_hf_decode(model, ids, gqa):
     """mean/max keep Hkv heads: HF's own decode (model.Decode, position = logical) fed the

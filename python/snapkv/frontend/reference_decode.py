@@ -108,9 +108,12 @@ def decode_step(model, token, position, keys, values, expanded):
     """One decode step in plain torch, op for op what HF's eager Llama does.
 
     ``token``: int; ``position``: its logical position (RoPE). ``keys``/``values``: per layer
-    caches ``[1, Hc, T, D]``, replaced in place by the ``T + 1``-row caches. ``expanded``: the
-    caches hold ``Hq`` heads (``gqa="expand"``): the new token's K/V are repeated to ``Hq`` heads
-    before the append and attention does not repeat the cache. Returns logits ``[V]``."""
+    caches ``[1, Hc, T, D]``, replaced in place by the ``T + 1``-row caches; or, for a ragged
+    cache (``snapkv.select_adaptive``), per layer a list of ``Hc`` tensors ``[1, 1, T_h, D]``,
+    one per cache head, each extended by one row in place and attended on its own.
+    ``expanded``: the caches hold ``Hq`` heads (``gqa="expand"``): the new token's K/V are
+    repeated to ``Hq`` heads before the append and attention does not repeat the cache.
+    Returns logits ``[V]``."""
     llama = _llama()
     inner = model.model
     ids = torch.tensor([[token]], dtype=torch.long)
@@ -129,23 +132,52 @@ def decode_step(model, token, position, keys, values, expanded):
         groups = attn.num_key_value_groups
         if expanded:
             k, v = llama.repeat_kv(k, groups), llama.repeat_kv(v, groups)
-        keys[i] = torch.cat([keys[i], k], dim=-2)
-        values[i] = torch.cat([values[i], v], dim=-2)
-        if expanded:
-            k_all, v_all = keys[i], values[i]
+        if isinstance(keys[i], list):
+            out = _attend_ragged(attn, q, k, v, keys[i], values[i], groups, expanded)
         else:
-            k_all, v_all = llama.repeat_kv(keys[i], groups), llama.repeat_kv(values[i], groups)
-        # Every cached key precedes the new token: HF's decode mask is all zeros (adding it is
-        # the identity on finite scores), so there is none here.
-        weights = torch.matmul(q, k_all.transpose(2, 3)) * attn.scaling
-        weights = torch.nn.functional.softmax(weights, dim=-1, dtype=torch.float32).to(q.dtype)
-        out = torch.matmul(weights, v_all).transpose(1, 2).contiguous()
-        out = attn.o_proj(out.reshape(1, 1, -1).contiguous())
+            keys[i] = torch.cat([keys[i], k], dim=-2)
+            values[i] = torch.cat([values[i], v], dim=-2)
+            if expanded:
+                k_all, v_all = keys[i], values[i]
+            else:
+                k_all = llama.repeat_kv(keys[i], groups)
+                v_all = llama.repeat_kv(values[i], groups)
+            out = _attend(attn, q, k_all, v_all)
+        out = attn.o_proj(out.transpose(1, 2).reshape(1, 1, -1).contiguous())
         hidden = residual + out
         residual = hidden
         hidden = residual + layer.mlp(layer.post_attention_layernorm(hidden))
     hidden = inner.norm(hidden)
     return model.lm_head(hidden)[0, -1]
+
+
+def _attend(attn, q, k_all, v_all):
+    """HF eager attention of the new token's queries over every cached key ([1, H, 1, D])."""
+    # Every cached key precedes the new token: HF's decode mask is all zeros (adding it is
+    # the identity on finite scores), so there is none here.
+    weights = torch.matmul(q, k_all.transpose(2, 3)) * attn.scaling
+    weights = torch.nn.functional.softmax(weights, dim=-1, dtype=torch.float32).to(q.dtype)
+    return torch.matmul(weights, v_all)
+
+
+def _attend_ragged(attn, q, k, v, keys, values, groups, expanded):
+    """Each cache head appends its row (k, v after any expand) and answers its query heads:
+    itself with ``expanded``, else the ``groups`` query heads of its kv head."""
+    out = torch.empty_like(q)
+    for head in range(len(keys)):
+        keys[head] = torch.cat([keys[head], k[:, head:head + 1]], dim=-2)
+        values[head] = torch.cat([values[head], v[:, head:head + 1]], dim=-2)
+        rows = slice(head, head + 1) if expanded else slice(head * groups, (head + 1) * groups)
+        out[:, rows] = _attend(attn, q[:, rows], keys[head], values[head])
+    return out
+
+
+def ragged_heads(packed, offsets):
+    """Per cache head ``[1, 1, T_h, D]`` torch tensors from a packed ``[1, T, D]`` array and its
+    ``offsets [1, Hc + 1]`` (``snapkv.select_adaptive``'s results)."""
+    bounds = np.asarray(offsets)[0]
+    return [torch.from_numpy(np.ascontiguousarray(packed[0, a:b]))[None, None]
+            for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -172,7 +204,8 @@ def greedy_decode(model, first_row, length, keys, values, steps, expanded):
     tokens = [_argmax(rows[0])]
     physical = []
     for g in range(steps):
-        physical.append(int(keys[0].shape[2]))
+        physical.append([int(h.shape[2]) for h in keys[0]] if isinstance(keys[0], list)
+                        else int(keys[0].shape[2]))
         rows.append(decode_step(model, tokens[-1], length + g, keys, values, expanded))
         tokens.append(_argmax(rows[-1]))
     return tokens, rows, physical
@@ -180,9 +213,13 @@ def greedy_decode(model, first_row, length, keys, values, steps, expanded):
 
 @torch.no_grad()
 def snapkv_generate(model, ids, steps, window, capacity, kernel=5, pooling="avg",
-                    gqa="expand", order="position", prefilled=None):
+                    gqa="expand", order="position", prefilled=None, floor=None):
     """Prefill, SnapKV compaction, ``steps`` greedy decode steps. ``capacity``: one for every
     layer, or a list with each layer's (:func:`snapkv.reference.layer_capacities`).
+    ``floor`` (an int): Ada-KV's shared budget instead
+    (:func:`snapkv.reference.select_adaptive`, ``order`` ignored): the caches are ragged, per
+    layer a list of per-head tensors, and ``indices`` per layer the packed ``[1, T]`` positions
+    (``offsets`` per layer says where each head's rows start).
 
     ``prefilled``: the result of :func:`prefill` for ``ids``, to share one prefill between
     several cache policies (it is not modified).
@@ -208,11 +245,18 @@ def snapkv_generate(model, ids, steps, window, capacity, kernel=5, pooling="avg"
     selections, cache_k, cache_v = [], [], []
     capacities = capacity if isinstance(capacity, (list, tuple)) else [capacity] * len(keys)
     for q, k, v, layer_capacity in zip(queries, keys, values, capacities, strict=True):
-        sel = reference.select(q[:, :, length - window:].numpy(), k.numpy(), v.numpy(), window,
-                               layer_capacity, kernel, pooling, gqa, order)
+        window_queries = q[:, :, length - window:].numpy()
+        if floor is not None:
+            sel = reference.select_adaptive(window_queries, k.numpy(), v.numpy(), window,
+                                            layer_capacity, floor, kernel, pooling, gqa)
+            cache_k.append(ragged_heads(sel.keys, sel.offsets))
+            cache_v.append(ragged_heads(sel.values, sel.offsets))
+        else:
+            sel = reference.select(window_queries, k.numpy(), v.numpy(), window,
+                                   layer_capacity, kernel, pooling, gqa, order)
+            cache_k.append(torch.from_numpy(sel.keys.copy()))
+            cache_v.append(torch.from_numpy(sel.values.copy()))
         selections.append(sel)
-        cache_k.append(torch.from_numpy(sel.keys.copy()))
-        cache_v.append(torch.from_numpy(sel.values.copy()))
 
     tokens, rows, physical = greedy_decode(model, logits[0, -1], length, cache_k, cache_v,
                                            steps, expanded=(gqa == "expand"))
@@ -220,9 +264,10 @@ def snapkv_generate(model, ids, steps, window, capacity, kernel=5, pooling="avg"
         tokens=tokens,
         logits=torch.stack(rows).numpy().astype(np.float32),
         indices=[s.indices for s in selections],
+        **({"offsets": [s.offsets for s in selections]} if floor is not None else {}),
         physical_lengths=physical,
         logical_lengths=[length + g for g in range(steps)],
-        cache_heads=[int(k.shape[1]) for k in cache_k],
+        cache_heads=[len(k) if isinstance(k, list) else int(k.shape[1]) for k in cache_k],
         selections=selections,
         keys=cache_k,
         values=cache_v,
