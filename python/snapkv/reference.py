@@ -264,6 +264,24 @@ def attention(q, k, v, scale=None, elem="f32", offset=None):
     return np.einsum("bhij,bhjd->bhid", probs, v)
 
 
+def ragged_attention(q, k, v, starts, lengths, scale=None, elem="f32"):
+    """`snapkv.ragged_attention` in float64: a decode step's queries q [B, Hq, 1, D] over a
+    ragged cache k, v [B, T, D], cache head c (read by query heads c * G .. c * G + G - 1,
+    G = Hq // Hc) holding rows starts[b, c] .. starts[b, c] + lengths[b, c] - 1.
+    Returns float64 [B, Hq, 1, D]."""
+    starts, lengths = np.asarray(starts), np.asarray(lengths)
+    batch, heads = starts.shape
+    group = q.shape[1] // heads
+    out = np.empty(q.shape, dtype=np.float64)
+    for b in range(batch):
+        for c in range(heads):
+            rows = slice(int(starts[b, c]), int(starts[b, c] + lengths[b, c]))
+            out[b, c * group:(c + 1) * group] = attention(
+                q[b:b + 1, c * group:(c + 1) * group], k[b:b + 1, None, rows],
+                v[b:b + 1, None, rows], scale, elem)[0]
+    return out
+
+
 def aggregate(votes, gqa, kv_heads):
     """Combine the G query heads of each kv head (before pooling) for gqa mean/max."""
     if gqa == "expand":

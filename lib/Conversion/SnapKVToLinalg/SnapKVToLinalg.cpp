@@ -101,6 +101,92 @@ struct AdaptiveLowering : OpConversionPattern<SelectAdaptiveOp> {
   }
 };
 
+/// snapkv.ragged_attention: an scf.for nest over (batch, cache head), each a
+/// snapkv.attention of the head's query heads over its own rows, which this
+/// conversion then lowers as a decode step (parallel over key splits). The
+/// heads run one after another so that the run-time checks stay outside
+/// parallel regions (they may return to the caller).
+struct RaggedAttentionLowering : OpConversionPattern<RaggedAttentionOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(RaggedAttentionOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    auto qTy = cast<RankedTensorType>(op.getQueries().getType());
+    auto rowsTy = cast<RankedTensorType>(op.getStarts().getType());
+    int64_t batch = qTy.getDimSize(0), heads = rowsTy.getDimSize(1);
+    int64_t group = qTy.getDimSize(1) / heads, dim = qTy.getDimSize(3);
+    Type elem = qTy.getElementType();
+    auto cIndex = [&](OpBuilder &b, int64_t v) -> Value {
+      return arith::ConstantIndexOp::create(b, loc, v);
+    };
+    Value init = tensor::EmptyOp::create(rewriter, loc, qTy.getShape(), elem);
+    FloatAttr scale = op.getScaleAttr()
+                          ? op.getScaleAttr()
+                          : rewriter.getF32FloatAttr(op.getEffectiveScale());
+    scf::LoopNest nest = scf::buildLoopNest(
+        rewriter, loc, {cIndex(rewriter, 0), cIndex(rewriter, 0)},
+        {cIndex(rewriter, batch), cIndex(rewriter, heads)},
+        {cIndex(rewriter, 1), cIndex(rewriter, 1)}, ValueRange{init},
+        [&](OpBuilder &b, Location l, ValueRange ivs, ValueRange iters) {
+          Value bi = ivs[0], head = ivs[1];
+          auto read = [&](Value rows) -> Value {
+            Value v = tensor::ExtractOp::create(b, l, rows, ivs);
+            return arith::IndexCastOp::create(b, l, b.getIndexType(), v);
+          };
+          Value start = read(adaptor.getStarts());
+          Value length = read(adaptor.getLengths());
+          auto check = [&](arith::CmpIPredicate pred, Value lhs, Value rhs,
+                           StringRef message) {
+            cf::AssertOp::create(
+                b, l, arith::CmpIOp::create(b, l, pred, lhs, rhs), message);
+          };
+          check(arith::CmpIPredicate::sge, length, cIndex(b, 1),
+                "snapkv.ragged_attention: a head has no rows");
+          check(arith::CmpIPredicate::sge, start, cIndex(b, 0),
+                "snapkv.ragged_attention: a head's rows start before row 0");
+          Value end = arith::AddIOp::create(b, l, start, length);
+          SmallVector<Value> slices;
+          for (Value rows : {adaptor.getKeys(), adaptor.getValues()}) {
+            check(arith::CmpIPredicate::sle, end,
+                  tensor::DimOp::create(b, l, rows, 1),
+                  "snapkv.ragged_attention: a head's rows end past the cache");
+            Value slice = tensor::ExtractSliceOp::create(
+                b, l,
+                RankedTensorType::get({1, ShapedType::kDynamic, dim}, elem),
+                rows, ArrayRef<OpFoldResult>{bi, start, b.getIndexAttr(0)},
+                ArrayRef<OpFoldResult>{b.getIndexAttr(1), length,
+                                       b.getIndexAttr(dim)},
+                ArrayRef<OpFoldResult>(
+                    SmallVector<OpFoldResult>(3, b.getIndexAttr(1))));
+            slices.push_back(tensor::ExpandShapeOp::create(
+                b, l,
+                RankedTensorType::get({1, 1, ShapedType::kDynamic, dim}, elem),
+                slice, SmallVector<ReassociationIndices>{{0, 1}, {2}, {3}},
+                ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(1),
+                                       length, b.getIndexAttr(dim)}));
+          }
+          SmallVector<OpFoldResult> offsets = {
+              bi,
+              arith::MulIOp::create(b, l, head, cIndex(b, group)).getResult(),
+              b.getIndexAttr(0), b.getIndexAttr(0)};
+          SmallVector<OpFoldResult> sizes = {
+              b.getIndexAttr(1), b.getIndexAttr(group), b.getIndexAttr(1),
+              b.getIndexAttr(dim)};
+          SmallVector<OpFoldResult> strides(4, b.getIndexAttr(1));
+          auto tileTy = RankedTensorType::get({1, group, 1, dim}, elem);
+          Value queries = tensor::ExtractSliceOp::create(
+              b, l, tileTy, adaptor.getQueries(), offsets, sizes, strides);
+          Value out = AttentionOp::create(b, l, tileTy, queries, slices[0],
+                                          slices[1], /*offset=*/Value(), scale);
+          return scf::ValueVector{tensor::InsertSliceOp::create(
+              b, l, out, iters[0], offsets, sizes, strides)};
+        });
+    rewriter.replaceOp(op, nest.results);
+    return success();
+  }
+};
+
 struct AttentionLowering : OpConversionPattern<AttentionOp> {
   AttentionLowering(MLIRContext *ctx, const FormulationOptions &options)
       : OpConversionPattern(ctx), options(options) {}
@@ -162,6 +248,11 @@ struct ConvertSnapKVToLinalgPass
                                "attention only for the CPU";
           return WalkResult::interrupt();
         }
+        if (isa<RaggedAttentionOp>(op)) {
+          op->emitOpError() << "has no GPU lowering (tiling=gpu); ragged "
+                               "attention is lowered for the CPU only";
+          return WalkResult::interrupt();
+        }
         if (isa<SelectAdaptiveOp>(op)) {
           op->emitOpError() << "has no GPU lowering (tiling=gpu); the "
                                "adaptive budget is lowered for the CPU only";
@@ -190,7 +281,7 @@ struct ConvertSnapKVToLinalgPass
     addFormulationPatterns(patterns, options,
                            tiling == LoweringTarget::none ? nullptr : &groups);
     patterns.add<AttentionLowering>(&getContext(), options);
-    patterns.add<AdaptiveLowering>(&getContext());
+    patterns.add<AdaptiveLowering, RaggedAttentionLowering>(&getContext());
     ConversionTarget target(getContext());
     target.addIllegalDialect<SnapKVDialect>();
     target.markUnknownOpDynamicallyLegal([](Operation *) { return true; });
@@ -217,5 +308,6 @@ void mlir::snapkv::populateSnapKVToLinalgPatterns(
     RewritePatternSet &patterns, const SnapKVToLinalgOptions &options) {
   addFormulationPatterns(patterns, options, nullptr);
   patterns.add<AttentionLowering>(patterns.getContext(), options);
-  patterns.add<AdaptiveLowering>(patterns.getContext());
+  patterns.add<AdaptiveLowering, RaggedAttentionLowering>(
+      patterns.getContext());
 }

@@ -80,3 +80,28 @@ func.func @decode(%q: tensor<1x4x1x32xf32>, %k: tensor<1x2x?x32xf32>, %v: tensor
   %o = snapkv.attention %q, %k, %v : tensor<1x4x1x32xf32>, tensor<1x2x?x32xf32>, tensor<1x2x?x32xf32> -> tensor<1x4x1x32xf32>
   return %o : tensor<1x4x1x32xf32>
 }
+
+// -----
+
+// A ragged cache: per (batch, cache head) the head's rows checked against the
+// cache and sliced, then a snapkv.attention of its query heads over them
+// (lowered as a decode step), written into the result.
+// CHECK-LABEL: func.func @ragged
+// CHECK-SAME: (%[[Q:.*]]: tensor<2x4x1x8xf32>, %[[K:.*]]: tensor<2x?x8xf32>, %[[V:.*]]: tensor<2x?x8xf32>, %[[S:.*]]: tensor<2x2xi64>, %[[L:.*]]: tensor<2x2xi64>)
+// CHECK: scf.for %[[B:[a-z0-9]+]] =
+// CHECK: scf.for %[[H:[a-z0-9]+]] =
+// CHECK: tensor.extract %[[S]][%[[B]], %[[H]]]
+// CHECK: tensor.extract %[[L]][%[[B]], %[[H]]]
+// CHECK: cf.assert %{{.*}}, "snapkv.ragged_attention: a head has no rows"
+// CHECK: cf.assert %{{.*}}, "snapkv.ragged_attention: a head's rows start before row 0"
+// CHECK: cf.assert %{{.*}}, "snapkv.ragged_attention: a head's rows end past the cache"
+// CHECK: tensor.extract_slice %[[K]][%[[B]], %{{.*}}, 0] [1, %{{.*}}, 8] [1, 1, 1]
+// CHECK: tensor.extract_slice %[[V]][%[[B]], %{{.*}}, 0] [1, %{{.*}}, 8] [1, 1, 1]
+// CHECK: tensor.extract_slice %[[Q]][%[[B]], %{{.*}}, 0, 0] [1, 2, 1, 8] [1, 1, 1, 1]
+// CHECK: scf.forall
+// CHECK: tensor.insert_slice %{{.*}} into %{{.*}}[%[[B]], %{{.*}}, 0, 0] [1, 2, 1, 8] [1, 1, 1, 1]
+// expected-error @+2 {{'snapkv.ragged_attention' op has no GPU lowering (tiling=gpu); ragged attention is lowered for the CPU only}}
+func.func @ragged(%q: tensor<2x4x1x8xf32>, %k: tensor<2x?x8xf32>, %v: tensor<2x?x8xf32>, %s: tensor<2x2xi64>, %l: tensor<2x2xi64>) -> tensor<2x4x1x8xf32> {
+  %o = snapkv.ragged_attention %q, %k, %v rows(%s, %l) : tensor<2x4x1x8xf32>, tensor<2x?x8xf32>, tensor<2x?x8xf32>, tensor<2x2xi64> -> tensor<2x4x1x8xf32>
+  return %o : tensor<2x4x1x8xf32>
+}

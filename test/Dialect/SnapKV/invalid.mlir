@@ -639,3 +639,35 @@ func.func @score_no_batch(%q: tensor<0x4x2x8xf32>, %k: tensor<0x2x16x8xf32>, %i:
   %v, %p = snapkv.score %q, %k window 2 outs(%i, %i : tensor<0x4x14xf32>, tensor<0x4x14xf32>) : (tensor<0x4x2x8xf32>, tensor<0x2x16x8xf32>) -> (tensor<0x4x14xf32>, tensor<0x4x14xf32>)
   return
 }
+
+// -----
+
+func.func @ragged_two_rows(%q: tensor<1x4x2x8xf32>, %k: tensor<1x?x8xf32>, %s: tensor<1x2xi64>) {
+  // expected-error @+1 {{'snapkv.ragged_attention' op 'queries' must hold one row per head (dim 2 = 1), got 2}}
+  %o = snapkv.ragged_attention %q, %k, %k rows(%s, %s) : tensor<1x4x2x8xf32>, tensor<1x?x8xf32>, tensor<1x?x8xf32>, tensor<1x2xi64> -> tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @ragged_heads(%q: tensor<1x4x1x8xf32>, %k: tensor<1x?x8xf32>, %s: tensor<1x3xi64>) {
+  // expected-error @+1 {{'snapkv.ragged_attention' op query heads (4) are not a multiple of cache heads (3)}}
+  %o = snapkv.ragged_attention %q, %k, %k rows(%s, %s) : tensor<1x4x1x8xf32>, tensor<1x?x8xf32>, tensor<1x?x8xf32>, tensor<1x3xi64> -> tensor<1x4x1x8xf32>
+  return
+}
+
+// -----
+
+func.func @ragged_rows(%q: tensor<1x4x1x8xf32>, %k: tensor<1x?x4xf32>, %s: tensor<1x2xi64>) {
+  // expected-error @+1 {{'snapkv.ragged_attention' op 'keys' must be [batch, rows, head dim] = [1, ?, 8], got 'tensor<1x?x4xf32>'}}
+  %o = snapkv.ragged_attention %q, %k, %k rows(%s, %s) : tensor<1x4x1x8xf32>, tensor<1x?x4xf32>, tensor<1x?x4xf32>, tensor<1x2xi64> -> tensor<1x4x1x8xf32>
+  return
+}
+
+// -----
+
+func.func @ragged_starts(%q: tensor<1x4x1x8xf32>, %k: tensor<1x?x8xf32>, %s: tensor<1x2xi32>) {
+  // expected-error @+1 {{'snapkv.ragged_attention' op 'starts' element type must be 'i64', got 'i32'}}
+  %o = snapkv.ragged_attention %q, %k, %k rows(%s, %s) : tensor<1x4x1x8xf32>, tensor<1x?x8xf32>, tensor<1x?x8xf32>, tensor<1x2xi32> -> tensor<1x4x1x8xf32>
+  return
+}

@@ -170,3 +170,13 @@ func.func @adaptive(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x20x8xf32>,
       -> (tensor<1x?x8xbf16>, tensor<1x?x8xbf16>, tensor<1x?xi64>, tensor<1x5xi64>)
   return
 }
+
+// CHECK-LABEL: func.func @ragged_attention
+// CHECK: snapkv.ragged_attention %{{.*}}, %{{.*}}, %{{.*}} rows(%{{.*}}, %{{.*}}) scale 1.250000e-01 : tensor<1x9x1x64xf32>, tensor<1x?x64xf32>, tensor<1x?x64xf32>, tensor<1x3xi64> -> tensor<1x9x1x64xf32>
+func.func @ragged_attention(%q: tensor<1x9x1x64xf32>, %k: tensor<1x?x64xf32>,
+                            %s: tensor<1x3xi64>, %l: tensor<1x3xi64>) -> tensor<1x9x1x64xf32> {
+  %o = snapkv.ragged_attention %q, %k, %k rows(%s, %l) scale 0.125
+      : tensor<1x9x1x64xf32>, tensor<1x?x64xf32>, tensor<1x?x64xf32>, tensor<1x3xi64>
+      -> tensor<1x9x1x64xf32>
+  return %o : tensor<1x9x1x64xf32>
+}

@@ -108,6 +108,10 @@ double ScoreOp::getEffectiveScale() {
   return effectiveScale(getScale(), getQueries().getType());
 }
 
+double RaggedAttentionOp::getEffectiveScale() {
+  return effectiveScale(getScale(), getQueries().getType());
+}
+
 double AttentionOp::getEffectiveScale() {
   return effectiveScale(getScale(), getQueries().getType());
 }
@@ -484,6 +488,48 @@ LogicalResult AttentionOp::verify() {
                          << kvHeads << ")";
   if (qTy.getDimSize(3) < 1)
     return emitOpError() << "head dim must be at least 1";
+  if (std::optional<APFloat> scale = getScale(); scale && !scale->isFinite())
+    return emitOpError() << "scale must be a finite number";
+  return verifyResults(*this, {"result"}, {qTy});
+}
+
+LogicalResult RaggedAttentionOp::verify() {
+  RankedTensorType qTy = getQueries().getType();
+  Builder b(getContext());
+  if (failed(checkOperand(*this, "queries", qTy, -1)))
+    return failure();
+  if (qTy.getDimSize(2) != 1)
+    return emitOpError()
+           << "'queries' must hold one row per head (dim 2 = 1), got "
+           << qTy.getDimSize(2);
+  for (int64_t d = 0; d < 4; ++d)
+    if (qTy.getDimSize(d) == 0)
+      return emitOpError() << "'queries' dim " << d << " is empty (size 0)";
+  for (auto [name, value] :
+       {std::pair{"keys", getKeys()}, std::pair{"values", getValues()}}) {
+    auto ty = cast<RankedTensorType>(value.getType());
+    if (failed(
+            checkStageOperand(*this, name, ty, 3, qTy.getElementType(), {1})))
+      return failure();
+    if (ty.getDimSize(0) != qTy.getDimSize(0) ||
+        ty.getDimSize(2) != qTy.getDimSize(3))
+      return emitOpError() << "'" << name
+                           << "' must be [batch, rows, head dim] = ["
+                           << qTy.getDimSize(0) << ", ?, " << qTy.getDimSize(3)
+                           << "], got " << ty;
+  }
+  RankedTensorType rowsTy = getStarts().getType();
+  if (failed(checkStageOperand(*this, "starts", rowsTy, 2, b.getI64Type(), {})))
+    return failure();
+  int64_t heads = rowsTy.getDimSize(1);
+  if (rowsTy.getDimSize(0) != qTy.getDimSize(0))
+    return emitOpError() << "'starts' batch (" << rowsTy.getDimSize(0)
+                         << ") differs from 'queries' (" << qTy.getDimSize(0)
+                         << ")";
+  if (heads < 1 || qTy.getDimSize(1) % heads != 0)
+    return emitOpError() << "query heads (" << qTy.getDimSize(1)
+                         << ") are not a multiple of cache heads (" << heads
+                         << ")";
   if (std::optional<APFloat> scale = getScale(); scale && !scale->isFinite())
     return emitOpError() << "scale must be a finite number";
   return verifyResults(*this, {"result"}, {qTy});

@@ -490,4 +490,65 @@ def SnapKV_AttentionOp : SnapKV_Op<"attention", [Pure]> {
   let hasVerifier = 1;
 }
 
+def SnapKV_RaggedAttentionOp : SnapKV_Op<"ragged_attention",
+    [Pure, AllTypesMatch<["starts", "lengths"]>]> {
+  let summary = "a decode step's attention over a ragged cache, each head its "
+                "own rows";
+  let description = [{
+    The attention of one new token over a cache whose heads hold different
+    numbers of rows, packed in one buffer (what `snapkv.select_adaptive`
+    leaves): for every batch `b` and query head `h`, with cache head
+    `c = h / (Hq / Hc)`,
+
+    `result[b, h, 0] = sum_j p_j * values[b, starts[b, c] + j]` with
+    `p = softmax_j(scale * <queries[b, h, 0], keys[b, starts[b, c] + j]>)`
+    over `j < lengths[b, c]`,
+
+    where `queries : [B, Hq, 1, D]`, `keys`, `values : [B, T, D]` (the packed
+    rows; `T` may be dynamic) and `starts`, `lengths : [B, Hc] x i64`. Head
+    `c`'s rows need not follow head `c - 1`'s: a buffer with room after each
+    head for the rows decoding appends works as well. Every key precedes the
+    new token, so nothing is masked. `scale` defaults to `1/sqrt(D)`; products
+    and the softmax are f32 and the result has the queries' type. At run time
+    the lowering checks that each head has at least one row and that its rows
+    lie inside `keys` and `values`.
+
+    `convert-snapkv-to-linalg` lowers it to an `scf.forall` over `(b, c)`,
+    each a `snapkv.attention` of the head's `Hq / Hc` query heads over its
+    slice of the rows (lowered like any decode step's), so no head reads
+    another's rows and nothing is padded.
+
+    Example:
+
+    ```mlir
+    %o = snapkv.ragged_attention %q, %k, %v rows(%starts, %lengths)
+        : tensor<1x9x1x64xf32>, tensor<1x?x64xf32>, tensor<1x?x64xf32>,
+          tensor<1x3xi64> -> tensor<1x9x1x64xf32>
+    ```
+  }];
+
+  let arguments = (ins
+    AnyRankedTensor:$queries,
+    AnyRankedTensor:$keys,
+    AnyRankedTensor:$values,
+    AnyRankedTensor:$starts,
+    AnyRankedTensor:$lengths,
+    OptionalAttr<F32Attr>:$scale
+  );
+  let results = (outs AnyRankedTensor:$result);
+
+  let assemblyFormat = [{
+    $queries `,` $keys `,` $values `rows` `(` $starts `,` $lengths `)`
+    (`scale` $scale^)? attr-dict `:` type($queries) `,` type($keys) `,`
+    type($values) `,` type($starts) `->` type($result)
+  }];
+
+  let extraClassDeclaration = [{
+    /// The softmax scale: the `scale` attribute or `1/sqrt(D)`.
+    double getEffectiveScale();
+  }];
+
+  let hasVerifier = 1;
+}
+
 #endif // SNAPKV_DIALECT_SNAPKV_IR_SNAPKVOPS_TD
