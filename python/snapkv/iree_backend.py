@@ -281,18 +281,22 @@ class IreeModel:
 def select_module(case: mlirgen.Case) -> str:
     """A module with ``@select(%q, %k, %v) -> (keys, values, indices)`` holding the
     ``snapkv.select`` of `case` (its shapes, clauses, element type; a dynamic L when
-    ``case.dynamic``)."""
+    ``case.dynamic``); with ``case.adaptive`` the ``snapkv.select_adaptive``, whose offsets
+    come fourth."""
     batch, kv_heads, length, dim = case.k.shape
     q_t = mlirgen.tensor_type(case.q.shape, case.elem)
     k_t = mlirgen.tensor_type((batch, kv_heads, None if case.dynamic else length, dim),
                               case.elem)
     shapes = mlirgen.result_shapes(case)
     kv_t = mlirgen.tensor_type(shapes[0], case.elem)
-    idx_t = mlirgen.tensor_type(shapes[1], "i64")
+    results = [("%ko", kv_t), ("%vo", kv_t), ("%idx", mlirgen.tensor_type(shapes[1], "i64"))]
+    if case.adaptive:
+        results.append(("%off", mlirgen.tensor_type(shapes[2], "i64")))
+    names, types = ", ".join(n for n, _ in results), ", ".join(t for _, t in results)
     return (f"func.func @select(%q: {q_t}, %k: {k_t}, %v: {k_t})\n"
-            f"    -> ({kv_t}, {kv_t}, {idx_t}) {{\n"
+            f"    -> ({types}) {{\n"
             f"  {mlirgen.select_op(case, q_t, k_t, shapes)}\n"
-            f"  return %ko, %vo, %idx : {kv_t}, {kv_t}, {idx_t}\n}}\n")
+            f"  return {names} : {types}\n}}\n")
 
 
 class IreeSelect:
@@ -334,9 +338,9 @@ class IreeSelect:
         """One call; the results stay on the device (``DeviceArray``s)."""
         return self._select(q, k, v)
 
-    def __call__(self, q, k, v) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-        keys, values, indices = (_copy(o) for o in self.call(q, k, v))
-        return keys, values, indices
+    def __call__(self, q, k, v) -> Tuple[np.ndarray, ...]:
+        """(keys, values, indices), and the offsets of a ``snapkv.select_adaptive``."""
+        return tuple(_copy(o) for o in self.call(q, k, v))
 
 
 def compare(iree_out: dict, cpu_out: dict) -> Dict[str, object]:

@@ -87,8 +87,10 @@ def _case(length, seed, dtype=np.float32, **clauses):
 
 
 def _check(select, case, inputs=None):
-    keys, values, indices = select(*(inputs or (case.q, case.k, case.v)))
+    keys, values, indices, *offsets = select(*(inputs or (case.q, case.k, case.v)))
     ref = case.reference()
+    if case.adaptive:
+        np.testing.assert_array_equal(offsets[0], ref.offsets, err_msg=case.describe())
     assert indices.dtype == np.int64 and indices.shape == ref.indices.shape, case.describe()
     np.testing.assert_array_equal(indices, ref.indices, err_msg=case.describe())
     # Bit-identical copies of the input rows (compared as raw bits).
@@ -108,6 +110,28 @@ def test_select_matches_reference(gqa, order, dynamic):
     lengths = LENGTHS if dynamic else LENGTHS[:1]
     cases = [_case(length, seed, dtype, gqa=gqa, order=order, dynamic=dynamic, **variant)
              for seed, length in enumerate(lengths)]
+    select = iree_backend.IreeSelect.compile(cases[0])
+    for case in cases:
+        _check(select, case)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_select_adaptive_matches_reference(dynamic):
+    """snapkv.select_adaptive through IREE: its decomposition (score, the floor raised
+    elementwise, the flattened top positions, the packed gathers) is plain linalg that
+    iree-compile takes, bit for bit the reference's at every length (the bypass too)."""
+    _tools_or_skip()
+    from test_differential import adaptive_separated
+
+    cases = []
+    for seed, length in enumerate(LENGTHS if dynamic else LENGTHS[:1]):
+        for attempt in range(50):
+            q, k, v = _inputs(length, seed=2000 * seed + attempt)
+            case = mlirgen.Case(q, k, v, W, C, kernel=3, gqa="mean", adaptive=True, floor=2,
+                                dynamic=dynamic)
+            if adaptive_separated(case):
+                break
+        cases.append(case)
     select = iree_backend.IreeSelect.compile(cases[0])
     for case in cases:
         _check(select, case)

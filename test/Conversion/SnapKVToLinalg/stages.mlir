@@ -65,7 +65,7 @@ func.func @gather(%src: tensor<1x2x?x8xf16>, %idx: tensor<1x4x?xi64>, %init: ten
 // lowering for it.
 // CHECK-LABEL: func.func @adaptive
 // CHECK: scf.for %{{.*}} = %{{.*}} to %c32
-// CHECK: tensor.insert %{{.*}} : tensor<1x2x18xf32>
+// CHECK: arith.select %{{.*}}, %cst{{.*}}, %{{.*}} : f32
 // CHECK: tensor.collapse_shape %{{.*}} {{\[}}[0], [1, 2]] : tensor<1x2x18xf32> into tensor<1x36xf32>
 // CHECK: return %{{.*}}, %{{.*}} : tensor<1x20x8xf32>, tensor<1x3xi64>
 // CPU-LABEL: func.func @adaptive

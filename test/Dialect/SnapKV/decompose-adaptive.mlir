@@ -9,14 +9,15 @@
 // CHECK-SAME: (%[[Q:.*]]: tensor<1x4x2x8xf32>, %[[K:.*]]: tensor<1x2x20x8xf32>, %[[V:.*]]: tensor<1x2x20x8xf32>)
 // CHECK: %{{.*}}, %[[POOLED:.*]] = snapkv.score %[[Q]], %[[K]] window 2 kernel 3 gqa mean
 // CHECK-SAME: -> (tensor<1x2x18xf32>, tensor<1x2x18xf32>)
-// The floor: 3 positions per head (a window of one is appended and dropped).
+// The floor: 3 positions per head (a window of one is appended and not
+// read), then each head's floor found elementwise (its last score m, the last
+// position tying with m) and raised to +inf: no scatter.
 // CHECK: %[[BEST:.*]] = snapkv.top_positions %[[POOLED]] window 1 capacity 4 outs(%{{.*}} : tensor<1x2x4xi64>)
-// CHECK: %[[INF:.*]] = arith.constant 0x7F800000 : f32
-// CHECK: %[[RAISED:.*]] = scf.for
-// CHECK: scf.for
-// CHECK: scf.for
-// CHECK: %[[AT:.*]] = tensor.extract %[[BEST]]
-// CHECK: tensor.insert %[[INF]]
+// CHECK: %[[FLOORS:.*]] = tensor.extract_slice %[[BEST]][0, 0, 0] [1, 2, 3] [1, 1, 1]
+// CHECK: %[[LAST:.*]] = linalg.generic {{.*}} ins(%[[FLOORS]] : tensor<1x2x3xi64>) outs(%{{.*}} : tensor<1x2xf32>)
+// CHECK: %[[TIED:.*]] = linalg.generic {{.*}} ins(%[[FLOORS]], %[[LAST]] : tensor<1x2x3xi64>, tensor<1x2xf32>) outs(%{{.*}} : tensor<1x2xi64>)
+// CHECK: %[[RAISED:.*]] = linalg.generic {{.*}} ins(%[[POOLED]], %[[LAST]], %[[TIED]] : tensor<1x2x18xf32>, tensor<1x2xf32>, tensor<1x2xi64>) outs(%{{.*}} : tensor<1x2x18xf32>)
+// CHECK: arith.constant 0x7F800000 : f32
 // The budget, Hc x (C - W) = 16, over the flattened 2 x 18 scores.
 // CHECK: %[[FLAT2:.*]] = tensor.collapse_shape %[[RAISED]] {{\[}}[0], [1, 2]] : tensor<1x2x18xf32> into tensor<1x36xf32>
 // CHECK: %[[FLAT:.*]] = tensor.expand_shape %[[FLAT2]] {{\[}}[0, 1], [2]] output_shape [1, 1, 36]
@@ -53,7 +54,7 @@ func.func @long(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x20x8xf32>, %v: tensor<1x
 // Without a floor there is no per-head stage before the shared one.
 // CHECK-LABEL: func.func @no_floor
 // CHECK: snapkv.score
-// CHECK-NOT: scf.for
+// CHECK-NOT: outs(%{{.*}} : tensor<1x4x{{[0-9]+}}xi64>)
 // CHECK: snapkv.top_positions %{{.*}} window 1 capacity 33 outs(%{{.*}} : tensor<1x1x33xi64>) : tensor<1x1x72xf32>
 func.func @no_floor(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x20x8xf32>)
     -> (tensor<1x40x8xf32>, tensor<1x40xi64>, tensor<1x5xi64>) {
@@ -69,12 +70,11 @@ func.func @no_floor(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x20x8xf32>)
 // position s mod L of kv head (s div L) / G.
 // CHECK-LABEL: func.func @short
 // CHECK-NOT: snapkv.score
-// CHECK: %[[IDX:.*]] = tensor.generate
+// CHECK: %[[IDX:.*]] = linalg.generic {{.*}} outs(%{{.*}} : tensor<1x32xi64>)
 // CHECK: arith.remui
-// CHECK: %[[SRC:.*]] = tensor.generate
+// CHECK: %[[SRC:.*]] = linalg.generic {{.*}} outs(%{{.*}} : tensor<1x32xi64>)
 // CHECK: arith.divui
-// CHECK: %[[OFF:.*]] = tensor.generate
-// CHECK: } : tensor<1x5xi64>
+// CHECK: %[[OFF:.*]] = linalg.generic {{.*}} outs(%{{.*}} : tensor<1x5xi64>)
 // CHECK: snapkv.gather {{.*}} : tensor<1x1x16x8xf32>, tensor<1x1x32xi64> -> tensor<1x1x32x8xf32>
 func.func @short(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>)
     -> (tensor<1x32x8xf32>, tensor<1x32xi64>, tensor<1x5xi64>) {
@@ -94,7 +94,7 @@ func.func @short(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>)
 // CHECK: %[[LIMIT:.*]] = arith.constant 1073741823 : index
 // CHECK: cf.assert %{{.*}}, "snapkv.select_adaptive: heads x prompt length must be below 2^31 - 1"
 // CHECK: scf.if
-// CHECK: tensor.generate
+// CHECK: linalg.generic {{.*}} outs(%{{.*}} : tensor<1x?xi64>)
 // CHECK: } else {
 // CHECK: snapkv.score
 // CHECK: snapkv.top_positions

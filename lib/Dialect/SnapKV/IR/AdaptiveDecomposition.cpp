@@ -108,29 +108,112 @@ private:
         });
   }
 
-  /// `pooled` with each head's best `floor` positions raised to +inf.
+  /// Whether score `a` ranks above `b` (NaN below every number) and whether
+  /// they tie (-0 == +0, NaN == NaN), as snapkv.top_positions ranks them.
+  Value ranksAbove(OpBuilder &nb, Location l, Value a, Value bv) {
+    Value aNumber =
+        arith::CmpFOp::create(nb, l, arith::CmpFPredicate::ORD, a, a);
+    Value bNaN =
+        arith::CmpFOp::create(nb, l, arith::CmpFPredicate::UNO, bv, bv);
+    Value greater =
+        arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OGT, a, bv);
+    return arith::AndIOp::create(nb, l, aNumber,
+                                 arith::OrIOp::create(nb, l, bNaN, greater));
+  }
+  Value ties(OpBuilder &nb, Location l, Value a, Value bv) {
+    Value equal =
+        arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ, a, bv);
+    Value bothNaN = arith::AndIOp::create(
+        nb, l, arith::CmpFOp::create(nb, l, arith::CmpFPredicate::UNO, a, a),
+        arith::CmpFOp::create(nb, l, arith::CmpFPredicate::UNO, bv, bv));
+    return arith::OrIOp::create(nb, l, equal, bothNaN);
+  }
+
+  /// `pooled` with each head's best `floor` positions raised to +inf. A
+  /// head's floor is every position that ranks above its floor's last score
+  /// `m`, and those tying with `m` up to the last one the floor took (ties go
+  /// to the lower position): elementwise ops, no scatter.
   Value raiseFloor(Value pooled) {
     Value init = tensor::EmptyOp::create(
         b, loc, ArrayRef<int64_t>{batch, heads, floor + 1}, i64);
-    // top_positions appends a window; one position (P) is dropped below.
+    // top_positions appends a window; its last position (P) is not read.
     Value best =
         TopPositionsOp::create(b, loc, init.getType(), pooled, init,
                                b.getI64IntegerAttr(1),
                                b.getI64IntegerAttr(floor + 1), OrderAttr())
             .getResult();
-    Value inf = arith::ConstantOp::create(
-        b, loc, b.getF32FloatAttr(std::numeric_limits<float>::infinity()));
-    scf::LoopNest nest = scf::buildLoopNest(
-        b, loc, {cIndex(0), cIndex(0), cIndex(0)},
-        {cIndex(batch), cIndex(heads), cIndex(floor)},
-        {cIndex(1), cIndex(1), cIndex(1)}, ValueRange{pooled},
-        [&](OpBuilder &nb, Location l, ValueRange ivs, ValueRange iters) {
-          Value position =
-              asIndex(nb, l, tensor::ExtractOp::create(nb, l, best, ivs));
-          return scf::ValueVector{tensor::InsertOp::create(
-              nb, l, inf, iters[0], ValueRange{ivs[0], ivs[1], position})};
-        });
-    return nest.results.front();
+    Value floorPositions =
+        slice(RankedTensorType::get({batch, heads, floor}, i64), best,
+              {0, 0, 0}, {batch, heads, floor});
+    Type f32 = b.getF32Type();
+    auto scoreAt = [&](OpBuilder &nb, Location l, Value position) -> Value {
+      return tensor::ExtractOp::create(
+          nb, l, pooled,
+          ValueRange{linalg::IndexOp::create(nb, l, 0),
+                     linalg::IndexOp::create(nb, l, 1),
+                     asIndex(nb, l, position)});
+    };
+    auto filled = [&](Type type, TypedAttr value) {
+      Value empty = tensor::EmptyOp::create(
+          b, loc, ArrayRef<int64_t>{batch, heads}, type);
+      Value constant = arith::ConstantOp::create(b, loc, value);
+      return linalg::FillOp::create(b, loc, constant, empty).getResult(0);
+    };
+    auto rowTy = [&](Type type) {
+      return RankedTensorType::get({batch, heads}, type);
+    };
+    // m: the lowest-ranked score of the floor.
+    Value last =
+        generic({rowTy(f32)}, {floorPositions},
+                {filled(f32, b.getF32FloatAttr(
+                                 std::numeric_limits<float>::infinity()))},
+                {map(3, {0, 1, 2}), map(3, {0, 1})}, {par, par, red},
+                [&](OpBuilder &nb, Location l, ValueRange args) {
+                  Value x = scoreAt(nb, l, args[0]);
+                  return SmallVector<Value>{arith::SelectOp::create(
+                      nb, l, ranksAbove(nb, l, args[1], x), x, args[1])};
+                })
+            ->getResult(0);
+    // The last position of the floor whose score ties with m.
+    Value lastTied =
+        generic({rowTy(i64)}, {floorPositions, last},
+                {filled(i64, b.getI64IntegerAttr(-1))},
+                {map(3, {0, 1, 2}), map(3, {0, 1}), map(3, {0, 1})},
+                {par, par, red},
+                [&](OpBuilder &nb, Location l, ValueRange args) {
+                  Value tied = ties(nb, l, scoreAt(nb, l, args[0]), args[1]);
+                  Value later = arith::MaxSIOp::create(nb, l, args[2], args[0]);
+                  return SmallVector<Value>{
+                      arith::SelectOp::create(nb, l, tied, later, args[2])};
+                })
+            ->getResult(0);
+    auto scoresTy = cast<RankedTensorType>(pooled.getType());
+    SmallVector<Value> dynamic;
+    if (scoresTy.isDynamicDim(2))
+      dynamic.push_back(tensor::DimOp::create(b, loc, pooled, 2));
+    Value raisedInit = tensor::EmptyOp::create(b, loc, scoresTy, dynamic);
+    return generic(
+               {scoresTy}, {pooled, last, lastTied}, {raisedInit},
+               {map(3, {0, 1, 2}), map(3, {0, 1}), map(3, {0, 1}),
+                map(3, {0, 1, 2})},
+               {par, par, par},
+               [&](OpBuilder &nb, Location l, ValueRange args) {
+                 Value x = args[0];
+                 Value position = indexI64(nb, l, 2);
+                 Value inFloor = arith::OrIOp::create(
+                     nb, l, ranksAbove(nb, l, x, args[1]),
+                     arith::AndIOp::create(
+                         nb, l, ties(nb, l, x, args[1]),
+                         arith::CmpIOp::create(nb, l, arith::CmpIPredicate::sle,
+                                               position, args[2])));
+                 Value inf = arith::ConstantOp::create(
+                     nb, l,
+                     nb.getF32FloatAttr(
+                         std::numeric_limits<float>::infinity()));
+                 return SmallVector<Value>{
+                     arith::SelectOp::create(nb, l, inFloor, inf, x)};
+               })
+        ->getResult(0);
   }
 
   SmallVector<Value> selection(OpFoldResult length) {
@@ -299,15 +382,20 @@ private:
     }
     Value length64 = asI64(length);
     auto rowTy = RankedTensorType::get({batch, total}, i64);
+    // A linalg.generic over the indices (not tensor.generate, which IREE does
+    // not take with a dynamic shape).
     auto generate =
         [&](RankedTensorType type, ValueRange dynamic,
             function_ref<Value(OpBuilder &, Location, ValueRange)> element) {
-          return tensor::GenerateOp::create(
-                     b, loc, type, dynamic,
-                     [&](OpBuilder &nb, Location l, ValueRange ivs) {
-                       tensor::YieldOp::create(nb, l, element(nb, l, ivs));
-                     })
-              .getResult();
+          Value init = tensor::EmptyOp::create(b, loc, type, dynamic);
+          return generic({type}, {}, {init}, {map(2, {0, 1})}, {par, par},
+                         [&](OpBuilder &nb, Location l, ValueRange) {
+                           SmallVector<Value> ivs = {
+                               linalg::IndexOp::create(nb, l, 0),
+                               linalg::IndexOp::create(nb, l, 1)};
+                           return SmallVector<Value>{element(nb, l, ivs)};
+                         })
+              ->getResult(0);
         };
     auto rowOf = [&](OpBuilder &nb, Location l, Value s) {
       Value s64 = arith::IndexCastOp::create(nb, l, i64, s);
