@@ -604,3 +604,27 @@ def test_adaptive_long_prompts():
         return config
 
     check([adaptive_case(3000 + n, make_config=long_adaptive) for n in range(6)])
+
+
+def test_adaptive_hostile_values():
+    # The hostile patterns through snapkv.select_adaptive with a floor: heads whose pooled
+    # scores are all NaN (the floor's last score NaN, its ties decided by position), one-hot
+    # rows from +inf, all-equal keys (ties across heads and positions), huge logits, and the
+    # NaN/inf/-0 payloads gathered bit for bit into the packed rows.
+    cases = []
+    for n in range(HOSTILE_CASES):
+        pattern = HOSTILE_PATTERNS[n % len(HOSTILE_PATTERNS)]
+        gqa = POLICIES[n // len(HOSTILE_PATTERNS) % len(POLICIES)]
+        elem = "f32" if pattern == "huge" else ELEMS[n % len(ELEMS)]
+        for attempt in range(50):
+            case = hostile_inputs(pattern, 100 * n + attempt, elem, gqa, None, n % 3 == 0)
+            case.adaptive, case.floor = True, 2
+            with np.errstate(invalid="ignore"):
+                if adaptive_separated(case):
+                    break
+        else:
+            raise AssertionError(f"no separated inputs for {pattern}")
+        cases.append(case)
+    nan_heads = sum(bool(np.isnan(c.reference().pooled).all(axis=-1).any()) for c in cases)
+    assert nan_heads >= 3, f"only {nan_heads} cases have a head of NaN scores"
+    check(cases)
