@@ -54,9 +54,11 @@ def _opt(args, text=None, path=DYNAMIC):
     return subprocess.run(command, input=text, capture_output=True, text=True, timeout=300)
 
 
-def _rewrite(capacity, gqa, order=ORDER, budget="uniform"):
+def _rewrite(capacity, gqa, order=ORDER, budget="uniform", floor=None):
     options = (f"window={WINDOW} capacity={capacity} kernel={KERNEL} pooling={POOLING} "
                f"gqa={gqa} order={order} budget={budget}")
+    if floor is not None:
+        options += f" floor={floor}"
     done = _opt([f"--snapkv-compress-kv-cache={options}"])
     assert done.returncode == 0, done.stderr[-3000:]
     assert "warning" not in done.stderr, done.stderr[-3000:]  # refused = left unchanged
@@ -101,10 +103,10 @@ def rewritten():
     require_aot_tools()
     built = {}
 
-    def get(capacity, gqa, order=ORDER, budget="uniform"):
-        key = (capacity, gqa, order, budget)
+    def get(capacity, gqa, order=ORDER, budget="uniform", floor=None):
+        key = (capacity, gqa, order, budget, floor)
         if key not in built:
-            built[key] = runtime.CompiledModel(_rewrite(capacity, gqa, order, budget))
+            built[key] = runtime.CompiledModel(_rewrite(capacity, gqa, order, budget, floor))
         return built[key]
 
     return get
@@ -305,6 +307,53 @@ def test_pyramid_budget_matches_live_pytorch_reference(rewritten, torch_model, i
             np.testing.assert_allclose(out["caches"][2 * layer + j], expected.numpy(), rtol=0,
                                        atol=CACHE_ATOL,
                                        err_msg=f"final cache layer {layer} {'KV'[j]}")
+
+
+# mean, C = 12: layer 1's heads keep 8 and 16 rows (one keeps its window only); expand, C =
+# 16, floor 3: every head keeps 14-18.
+@pytest.mark.parametrize("gqa,capacity,floor", [("mean", 12, 0), ("expand", 16, 3)])
+def test_adaptive_budget_decodes_a_ragged_cache_like_the_reference(rewritten, torch_model,
+                                                                   ids, gqa, capacity, floor):
+    """budget=adaptive: prefill returns each layer's packed keys, values and offsets
+    (snapkv.select_adaptive), decode appends each head's row in place to a ragged cache and
+    attends per head (snapkv.ragged_attention). Against the PyTorch reference with Ada-KV's
+    selection and per-head caches: the same offsets and kept rows, tokens and logits, and
+    every head's final rows; the cache holds exactly the rows kept, no padding."""
+    from snapkv.frontend import reference_decode as rd
+
+    ref = rd.snapkv_generate(torch_model, ids[0], STEPS, WINDOW, capacity, KERNEL, POOLING,
+                             gqa, floor=floor)
+    model = rewritten(capacity, gqa, order="position", budget="adaptive", floor=floor)
+    assert model.ragged and model.in_place["layout"] == "ragged"
+    _, results = model.prefill(ids)
+    heads = _heads(gqa)
+    assert len(results) == 3 * LAYERS
+    uneven = 0
+    for layer, sel in enumerate(ref["selections"]):
+        keys, values, offsets = results[3 * layer:3 * layer + 3]
+        np.testing.assert_array_equal(offsets, sel.offsets)
+        counts = np.diff(offsets[0])
+        assert counts.sum() == heads * capacity and counts.min() >= WINDOW + floor
+        uneven += len(set(counts.tolist())) > 1
+        for mine, expected, name in ((keys, sel.keys, "K"), (values, sel.values, "V")):
+            np.testing.assert_allclose(mine, expected, rtol=0, atol=CACHE_ATOL,
+                                       err_msg=f"prefill cache layer {layer} {name}")
+    assert uneven  # the heads' shares differ somewhere, or this tests nothing ragged
+    out = model.generate(ids, STEPS)
+    diff = np.abs(out["logits"] - ref["logits"]).max(axis=1)
+    assert out["tokens"] == ref["tokens"], f"first divergent row {np.argmax(diff > LOGIT_ATOL)}"
+    assert diff.max() <= LOGIT_ATOL, f"max |diff| per row {diff.tolist()}"
+    cache = out["caches"]
+    assert isinstance(cache, runtime.RaggedKVCache)
+    assert out["physical_lengths"][-1] == heads * (capacity + STEPS)
+    row_bytes = cache.buffers[0].shape[2] * cache.buffers[0].itemsize
+    assert cache.nbytes == 2 * LAYERS * heads * (capacity + STEPS) * row_bytes
+    for layer in range(LAYERS):
+        for j, expected in enumerate((ref["keys"][layer], ref["values"][layer])):
+            for c, (mine, head) in enumerate(zip(cache.heads(2 * layer + j), expected)):
+                np.testing.assert_allclose(mine, head.numpy()[0, 0], rtol=0, atol=CACHE_ATOL,
+                                           err_msg=f"final cache layer {layer} "
+                                                   f"{'KV'[j]} head {c}")
 
 
 # --- negative controls: the comparisons above can fail --------------------------------------

@@ -16,7 +16,7 @@ from conftest import require_aot_tools
 from runtime_inputs import DYNAMIC, EXAMPLE, MODELS, layers_text, random_weights
 
 from snapkv import runtime, tools
-from snapkv.runtime import KVCache
+from snapkv.runtime import KVCache, RaggedKVCache
 
 
 @pytest.fixture(scope="module")
@@ -155,3 +155,109 @@ def test_kv_cache_checks_its_input():
     assert cache.capacity == 5 and cache.nbytes == 96 and len(cache) == 1
     np.testing.assert_array_equal(cache[0], np.arange(24, dtype=np.float32).reshape(1, 2, 3, 4))
     assert "3 rows of 5" in repr(cache)
+
+
+# --- ragged caches (budget=adaptive) ---------------------------------------------------------
+
+ADAPTIVE = "--snapkv-compress-kv-cache=window=8 capacity=12 gqa=mean budget=adaptive"
+
+
+@pytest.fixture(scope="module")
+def adaptive(text):
+    return tools.opt([ADAPTIVE], text=text).stdout
+
+
+def test_ragged_decode_writes_its_buffers_in_place(adaptive, ids):
+    """budget=adaptive: @decode takes each layer's packed buffers and rows [P, 2, B, Hc];
+    every step writes the same buffers (no copy), each head one row more; a decode given
+    prefill's arrays lays them out with room; growing past the room lays a layer out again,
+    keeping every head's rows."""
+    require_aot_tools()
+    model = runtime.CompiledModel(adaptive)
+    assert model.in_place == {"buffers": [2, 3, 4, 5], "dim": 1, "layout": "ragged",
+                              "rows": 6}
+    assert model.decode_signature.args[6].shape == (2, 2, 1, 2)
+    _, results = model.prefill(ids)
+    cache = model.cache(results, steps=3)
+    assert isinstance(cache, RaggedKVCache)
+    before = [[h.copy() for h in cache.heads(i)] for i in range(len(cache))]
+    pointers = [b.ctypes.data for b in cache.buffers]
+    for g in range(3):
+        _, out = model.decode(1 + g, ids.shape[1] + g, cache)
+        assert out is cache
+    assert [b.ctypes.data for b in cache.buffers] == pointers
+    for i, heads in enumerate(before):
+        for old, new in zip(heads, cache.heads(i)):
+            assert new.shape[0] == old.shape[0] + 3
+            np.testing.assert_array_equal(new[:old.shape[0]], old)
+    # Past the room: the next step's reserve lays the layer out again, rows kept.
+    kept = [[h.copy() for h in cache.heads(i)] for i in range(len(cache))]
+    _, out = model.decode(9, ids.shape[1] + 3, cache)
+    assert [b.ctypes.data for b in cache.buffers] != pointers
+    for i, heads in enumerate(kept):
+        for old, new in zip(heads, cache.heads(i)):
+            np.testing.assert_array_equal(new[:-1], old)
+    # Arrays in: a RaggedKVCache out; the same step as on the laid-out cache.
+    _, results = model.prefill(ids)
+    logits_a, grown = model.decode(1, ids.shape[1], results)
+    logits_b, _ = model.decode(1, ids.shape[1], model.cache(model.prefill(ids)[1], 0))
+    assert isinstance(grown, RaggedKVCache)
+    np.testing.assert_array_equal(logits_a.view(np.int32), logits_b.view(np.int32))
+
+
+def test_a_ragged_head_without_room_is_a_failed_check(adaptive, ids):
+    require_aot_tools()
+    model = runtime.CompiledModel(adaptive)
+    _, results = model.prefill(ids)
+    cache = RaggedKVCache([results[i:i + 3] for i in range(0, len(results), 3)], spare=0)
+    token, position = np.array([[1]], dtype=np.int64), np.array([ids.shape[1]], dtype=np.int64)
+    with pytest.raises(runtime.CompiledCheckError, match="a head has no room for the new row"):
+        model._decode(token, position, *cache.buffers, cache.rows_argument())
+    rows = cache.rows_argument()
+    rows[0, 1, 0, 0] = -1
+    with pytest.raises(runtime.CompiledCheckError, match="start or length is negative"):
+        model._decode(token, position, *cache.buffers, rows)
+
+
+def test_ragged_one_function_per_layer(tmp_path):
+    """budget=adaptive on a model exported with one function per layer: the runner's glue
+    (prefill's offsets results, a [1, 2, B, Hc] slice of rows per call) gives the whole
+    module's tokens, logits and caches bit for bit."""
+    require_aot_tools()
+    text = tools.opt(["--snapkv-compress-kv-cache=window=2 capacity=4 budget=adaptive "
+                      "prefill-func=prefill_layer decode-func=decode_layer"],
+                     text=layers_text()).stdout
+    kwargs = dict(weights=random_weights(text), cflags=("-O0",), cache_dir=tmp_path)
+    split = runtime.CompiledModel(text, **kwargs)
+    whole = runtime.CompiledModel(text, split_entry_points=False, **kwargs)
+    assert split.split and split.ragged and whole.ragged
+    ids = np.random.default_rng(0).integers(0, 64, (1, 12))
+    got, want = split.generate(ids, 5), whole.generate(ids, 5)
+    assert got["tokens"] == want["tokens"]
+    np.testing.assert_array_equal(got["logits"].view(np.int32), want["logits"].view(np.int32))
+    for i in range(len(got["caches"])):
+        for x, y in zip(got["caches"].heads(i), want["caches"].heads(i)):
+            np.testing.assert_array_equal(x, y)
+
+
+def test_ragged_kv_cache_checks_and_lays_out():
+    keys = np.arange(2 * 5 * 2, dtype=np.float32).reshape(2, 5, 2)
+    offsets = np.array([[0, 2, 5], [0, 4, 5]])
+    cache = RaggedKVCache([(keys, -keys, offsets)], spare=1)
+    # Heads laid out with one spare row each; batch rows share the longest length.
+    assert cache.starts.tolist() == [[[0, 3], [0, 5]]]
+    assert cache.rows_argument().tolist() == [[[[0, 3], [0, 5]], [[2, 3], [4, 1]]]]
+    assert cache.buffers[0].shape == (2, 7, 2)
+    np.testing.assert_array_equal(cache[0], keys)
+    np.testing.assert_array_equal(cache[1], -keys)
+    assert cache.nbytes == 2 * 10 * 2 * 4 and cache.rows == 5
+    cache.reserve(3)  # too little room: laid out again, rows kept
+    assert np.all(np.diff(cache.starts[0], axis=1) >= cache.lengths[0][:, :-1] + 3)
+    np.testing.assert_array_equal(cache[0], keys)
+    cache.appended()
+    assert cache.lengths.tolist() == [[[3, 4], [5, 2]]]
+    assert [h.shape[0] for h in cache.heads(0)] == [3, 4]
+    with pytest.raises(ValueError, match="ascending offsets"):
+        RaggedKVCache([(keys, keys, np.array([[0, 3, 2], [0, 1, 5]]))])
+    with pytest.raises(ValueError, match="spare rows must be >= 0"):
+        RaggedKVCache([(keys, keys, offsets)], spare=-1)

@@ -17,7 +17,8 @@ One concern per module:
 * :mod:`.memref` -- the ctypes memref ABI: one compiled function called on numpy arrays
   (:class:`CompiledFunction`, :class:`CompiledCheckError`);
 * :mod:`.glue` -- entry points that only call, run from Python (:class:`GlueRunner`);
-* :mod:`.kvcache` -- caches a decode step writes in place (:class:`KVCache`);
+* :mod:`.kvcache` -- caches a decode step writes in place (:class:`KVCache`; ragged,
+  ``budget=adaptive``: :class:`RaggedKVCache`);
 * :mod:`.model` -- a prefill/decode model and greedy generation (:class:`CompiledModel`);
 * :mod:`.__main__` -- the command line, ``python -m snapkv.runtime MODULE.mlir``.
 """
@@ -25,7 +26,7 @@ One concern per module:
 from .build import DEFAULT_CFLAGS, PIPELINE, RUNNER_VERSION, Library, compile_library
 from .cache import cache_limit_bytes, default_cache_dir, evict
 from .glue import GlueRunner
-from .kvcache import KVCache
+from .kvcache import KVCache, RaggedKVCache
 from .limits import (
     ResourceLimitError,
     available_memory,
@@ -49,7 +50,8 @@ from .signatures import (
 
 __all__ = [
     "DEFAULT_CFLAGS", "PIPELINE", "RUNNER_VERSION", "CompiledCheckError", "CompiledFunction",
-    "CompiledModel", "GlueFunction", "GlueRunner", "KVCache", "Library", "ResourceLimitError",
+    "CompiledModel", "GlueFunction", "GlueRunner", "KVCache", "Library", "RaggedKVCache",
+    "ResourceLimitError",
     "Signature", "TensorType", "available_memory", "cache_limit_bytes", "callees",
     "check_checkpoint", "check_memory", "check_token_ids", "checkpoint_of", "compile_library",
     "default_cache_dir", "descriptor_type", "evict", "glue_function",

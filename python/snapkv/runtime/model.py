@@ -21,7 +21,7 @@ from .. import interface, tools
 from ..frontend.checkpoint import bind_layout
 from .build import DEFAULT_CFLAGS, compile_library
 from .glue import GlueRunner
-from .kvcache import KVCache
+from .kvcache import KVCache, RaggedKVCache
 from .limits import ResourceLimitError, check_memory, growth
 from .memref import CompiledFunction
 from .metadata import check_checkpoint, checkpoint_of, max_positions_of
@@ -93,6 +93,9 @@ class CompiledModel:
         # {rows, buffers, dim} when @decode writes its caches in place.
         self.in_place = interface.describe(text).function("decode").attributes.get(
             "snapkv.append_in_place")
+        # budget=adaptive: prefill returns (keys, values, offsets) per layer, packed, and
+        # decode appends to ragged buffers (RaggedKVCache).
+        self.ragged = bool(self.in_place) and self.in_place.get("layout") == "ragged"
         self.prefill_signature = signature(text, "prefill")
         self.decode_signature = signature(text, "decode")
         self._check_signatures()
@@ -210,16 +213,24 @@ class CompiledModel:
 
     @property
     def num_caches(self) -> int:
-        return len(self.prefill_signature.results) - 1
+        """Cache buffers decode takes (prefill's results but the logits; ragged: two of
+        each layer's three)."""
+        results = len(self.prefill_signature.results) - 1
+        return results // 3 * 2 if self.ragged else results
 
     def cache(self, caches: Sequence[np.ndarray], steps: int = 16):
         """`caches` (as prefill returns them) made ready for `steps` decode steps: a
-        :class:`KVCache` with room for them when decode writes in place, else the list."""
+        :class:`KVCache` (ragged: :class:`RaggedKVCache`) with room for them when decode
+        writes in place, else the list."""
         if self.in_place is None:
             return list(caches)
-        if isinstance(caches, KVCache):
+        if isinstance(caches, (KVCache, RaggedKVCache)):
             caches.reserve(steps)
             return caches
+        if self.ragged:
+            caches = list(caches)
+            return RaggedKVCache([caches[i:i + 3] for i in range(0, len(caches), 3)],
+                                 spare=steps)
         return KVCache(caches, spare=steps)
 
     @property
@@ -247,6 +258,22 @@ class CompiledModel:
                 da[0].elem != "i64" or da[1].elem != "i64":
             problems.append("@decode does not start with (id [B, 1] i64, position [1] i64)")
         caches = len(p.results) - 1
+        if self.ragged:
+            # (id, position, [k, v] buffers per layer, rows [P, 2, B, Hc]) -> logits.
+            pairs = caches // 3
+            buffers = list(range(2, 2 + 2 * pairs))
+            if caches % 3 or self.in_place.get("buffers") != buffers or \
+                    self.in_place.get("rows") != 2 + 2 * pairs or len(d.results) != 1:
+                problems.append(f"@decode appends to ragged caches as {self.in_place}, "
+                                f"expected buffers {buffers}, rows {2 + 2 * pairs} and one "
+                                f"result for {caches} prefill results")
+            if any(t.rank != 3 for i, t in enumerate(p.results[1:]) if i % 3 != 2) or \
+                    any(t.rank != 2 for t in p.results[3::3]):
+                problems.append("ragged prefill results are not (keys [B, T, D], values "
+                                "[B, T, D], offsets [B, Hc + 1]) per layer")
+            if problems:
+                raise ValueError("not a prefill/decode model module: " + "; ".join(problems))
+            return
         if self.in_place is not None:
             # (id, position, cache buffers..., rows) -> logits: snapkv-append-in-place.
             buffers = list(range(2, 2 + caches))
@@ -294,13 +321,17 @@ class CompiledModel:
         if self.max_positions is not None and position >= self.max_positions:
             raise ResourceLimitError(f"position {position:,} is past the model's "
                                      f"max_position_embeddings ({self.max_positions:,})")
-        rows = max((c.shape[2] for c in caches if np.ndim(c) == 4), default=0) + 1
+        if isinstance(caches, RaggedKVCache):
+            rows = int(caches.lengths.sum(axis=-1).max(initial=0)) + 1
+        else:
+            rows = max((c.shape[2] for c in caches if np.ndim(c) == 4), default=0) + 1
         check_memory(self._growth["decode"], "decode", rows, f"a cache of {rows:,} rows")
         pos = np.array([int(position)], dtype=np.int64)
         if self.in_place is None:
             out = self._decode(ids, pos, *caches)
             return out[0], out[1:]
-        cache = caches if isinstance(caches, KVCache) else KVCache(caches, spare=16)
+        cache = caches if isinstance(caches, (KVCache, RaggedKVCache)) \
+            else self.cache(caches, 16)
         cache.reserve(1)
         (logits,) = self._decode(ids, pos, *cache.buffers, cache.rows_argument())
         cache.appended()
@@ -315,13 +346,18 @@ class CompiledModel:
         pos = np.array([int(position)], dtype=np.int64)
         if self.in_place is None:
             return self._decode.time_call(ids, pos, *caches, repeat=repeat)
-        cache = KVCache(caches, spare=1)
+        cache = caches if isinstance(caches, (KVCache, RaggedKVCache)) \
+            else self.cache(caches, 1)
+        cache.reserve(1)
         return self._decode.time_call(ids, pos, *cache.buffers, cache.rows_argument(),
                                       repeat=repeat)
 
     @staticmethod
     def _physical(caches):
-        """The caches' rows: one number, or each layer's when they differ (budget=pyramid)."""
+        """The caches' rows: one number, or each layer's when they differ (budget=pyramid;
+        ragged: each layer's rows summed over its heads)."""
+        if isinstance(caches, RaggedKVCache):
+            return caches.rows
         lengths = tuple(c.shape[2] for c in caches)
         return lengths[0] if len(set(lengths)) == 1 else lengths
 

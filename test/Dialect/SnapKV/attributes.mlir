@@ -85,8 +85,37 @@ func.func @in_place(%k: memref<1x2x?x4xf32>, %v: memref<1x2x?x4xf32>, %rows: ten
 
 // -----
 
+// A ragged cache (budget=adaptive): (keys, values) pairs of packed buffers,
+// rows = [pairs, 2, B, Hc] (starts, lengths).
+// CHECK-LABEL: func.func @ragged
+// CHECK-SAME: snapkv.append_in_place = {buffers = [0, 1], dim = 1 : i64, layout = "ragged", rows = 2 : i64}
+func.func @ragged(%k: memref<1x?x4xf32>, %v: memref<1x?x4xf32>, %rows: tensor<1x2x1x3xi64>)
+    attributes {snapkv.append_in_place = {buffers = [0, 1], dim = 1, layout = "ragged", rows = 2}} {
+  return
+}
+
+// -----
+
+// A ragged rows argument must hold one (starts, lengths) per pair.
+// expected-error @below {{snapkv.append_in_place must be}}
+func.func @ragged(%k: memref<1x?x4xf32>, %v: memref<1x?x4xf32>, %rows: tensor<2xi64>)
+    attributes {snapkv.append_in_place = {buffers = [0, 1], dim = 1, layout = "ragged", rows = 2}} {
+  return
+}
+
+// -----
+
+// An unknown layout.
+// expected-error @below {{snapkv.append_in_place must be}}
+func.func @ragged(%k: memref<1x?x4xf32>, %v: memref<1x?x4xf32>, %rows: tensor<2xi64>)
+    attributes {snapkv.append_in_place = {buffers = [0, 1], dim = 1, layout = "paged", rows = 2}} {
+  return
+}
+
+// -----
+
 // The buffer is still a tensor.
-// expected-error @below {{snapkv.append_in_place must be {rows = <argument>, buffers = [<arguments>], dim = <int>} on a function whose rows argument holds one i64 per buffer and whose buffers are memrefs of rank > dim}}
+// expected-error @below {{snapkv.append_in_place must be {rows = <argument>, buffers = [<arguments>], dim = <int>[, layout = "ragged"]} on a function whose rows argument holds one i64 per buffer (ragged: [pairs, 2, B, Hc]) and whose buffers are memrefs of rank > dim}}
 func.func @in_place(%k: tensor<1x2x?x4xf32>, %rows: tensor<1xi64>)
     attributes {snapkv.append_in_place = {buffers = [0], dim = 2, rows = 1}} {
   return

@@ -62,15 +62,18 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 /// `{rows = i, buffers = [j, ...], dim = d}` on a function (written by
 /// snapkv-append-in-place): argument i holds one i64 per buffer (each
 /// buffer's row count, in the order of `buffers`), every j is a buffer (not
-/// a tensor) with a dimension d. Lowered types (LLVM) are not checked.
+/// a tensor) with a dimension d. With `layout = "ragged"` (budget=adaptive),
+/// the buffers are (keys, values) pairs and argument i is [pairs, 2, B, Hc]
+/// (each pair's starts and lengths). Lowered types (LLVM) are not checked.
 static LogicalResult verifyAppendInPlace(Operation *op, Attribute value) {
   auto func = dyn_cast<FunctionOpInterface>(op);
   auto record = dyn_cast<DictionaryAttr>(value);
   auto fail = [&] {
     return op->emitError("snapkv.append_in_place must be {rows = <argument>, "
-                         "buffers = [<arguments>], dim = <int>} on a function "
-                         "whose rows argument holds one i64 per buffer and "
-                         "whose buffers are memrefs of rank > dim");
+                         "buffers = [<arguments>], dim = <int>[, layout = "
+                         "\"ragged\"]} on a function whose rows argument "
+                         "holds one i64 per buffer (ragged: [pairs, 2, B, Hc]) "
+                         "and whose buffers are memrefs of rank > dim");
   };
   if (!func || !record)
     return fail();
@@ -87,12 +90,21 @@ static LogicalResult verifyAppendInPlace(Operation *op, Attribute value) {
   Type rowsType = argument(rows);
   if (!rowsType)
     return fail();
-  if (auto shaped = dyn_cast<ShapedType>(rowsType))
-    if (!shaped.hasRank() ||
-        shaped.getShape() !=
-            ArrayRef<int64_t>{static_cast<int64_t>(buffers.size())} ||
-        !shaped.getElementType().isInteger(64))
+  Attribute layout = record.get("layout");
+  bool ragged = layout && layout == StringAttr::get(op->getContext(), "ragged");
+  if (layout && !ragged)
+    return fail();
+  auto count = static_cast<int64_t>(buffers.size());
+  if (auto shaped = dyn_cast<ShapedType>(rowsType)) {
+    if (!shaped.hasRank() || !shaped.getElementType().isInteger(64))
       return fail();
+    if (!ragged && shaped.getShape() != ArrayRef<int64_t>{count})
+      return fail();
+    if (ragged &&
+        (count % 2 != 0 || shaped.getRank() != 4 ||
+         shaped.getDimSize(0) != count / 2 || shaped.getDimSize(1) != 2))
+      return fail();
+  }
   for (Attribute buffer : buffers) {
     Type type = argument(dyn_cast<IntegerAttr>(buffer));
     if (!type || isa<TensorType>(type))

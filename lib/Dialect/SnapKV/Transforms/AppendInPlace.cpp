@@ -13,17 +13,22 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
 #include "snapkv/Dialect/SnapKV/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/ControlFlow/IR/ControlFlowOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/BuiltinAttributes.h"
 
 #include "llvm/ADT/BitVector.h"
+
+#include <array>
 
 namespace mlir::snapkv {
 #define GEN_PASS_DEF_APPENDINPLACE
@@ -48,6 +53,12 @@ struct Append {
 struct Plan {
   SmallVector<Append> appends;
   int64_t dim = -1;
+  /// Ragged layout: the (key, value) appends (indices into `appends`) that
+  /// feed the same attentions, and those attentions.
+  SmallVector<std::pair<unsigned, unsigned>> pairs;
+  SmallVector<SmallVector<AttentionOp>> attentions;
+  /// Batch and cache heads of every pair (ragged).
+  int64_t batch = 0, heads = 0;
 };
 } // namespace
 
@@ -71,7 +82,11 @@ static func::ReturnOp returnOf(func::FuncOp func) {
 
 /// The cache arguments `func` appends one row to, directly. A failure names
 /// why (an argument concatenated in another way, or also used otherwise).
-static FailureOr<Plan> planDirect(func::FuncOp func, std::string &why) {
+static LogicalResult planRagged(func::FuncOp func, Plan &plan,
+                                std::string &why);
+
+static FailureOr<Plan> planDirect(func::FuncOp func, bool ragged,
+                                  std::string &why) {
   Plan plan;
   if (func.isExternal() || !func.getBody().hasOneBlock()) {
     why = "it has no body or more than one block";
@@ -146,7 +161,119 @@ static FailureOr<Plan> planDirect(func::FuncOp func, std::string &why) {
           "row, returned)";
     return failure();
   }
+  if (ragged && failed(planRagged(func, plan, why)))
+    return failure();
   return plan;
+}
+
+/// Whether `dim` (of a cache) only feeds run-time checks, through pure
+/// arithmetic: what the importer's shape checks of the removed mask leave.
+static bool onlyChecked(tensor::DimOp dim) {
+  SmallVector<Value> work{dim.getResult()};
+  while (!work.empty()) {
+    Value value = work.pop_back_val();
+    for (Operation *user : value.getUsers()) {
+      if (isa<cf::AssertOp>(user))
+        continue;
+      if (user->getDialect()->getNamespace() != "arith" ||
+          user->getNumResults() != 1 || user->getNumRegions() != 0)
+        return false;
+      work.push_back(user->getResult(0));
+    }
+  }
+  return true;
+}
+
+/// The ragged layout on top of `planDirect`'s plan: every appended cache
+/// [B, Hc, T, D] is read only by `snapkv.attention` ops of one new query (no
+/// offset: every key visible), each taking one cache's append as keys and
+/// another's as values, so that both can live in packed buffers with each
+/// head's rows at its own `starts`/`lengths`.
+static LogicalResult planRagged(func::FuncOp func, Plan &plan,
+                                std::string &why) {
+  func::ReturnOp ret = returnOf(func);
+  DenseMap<Operation *, unsigned> appendOf;
+  for (auto [i, append] : llvm::enumerate(plan.appends)) {
+    appendOf[append.concat] = i;
+    auto type = cast<RankedTensorType>(append.concat.getType());
+    std::string name = "argument " + std::to_string(append.arg);
+    if (type.getRank() != 4 || plan.dim != 2) {
+      why = name + " is not a [B, H, T, D] cache appended along dim 2";
+      return failure();
+    }
+    if (type.isDynamicDim(0) || type.isDynamicDim(1)) {
+      why = name + " has a dynamic batch or head count";
+      return failure();
+    }
+    if ((plan.batch && plan.batch != type.getDimSize(0)) ||
+        (plan.heads && plan.heads != type.getDimSize(1))) {
+      why = "the caches differ in batch or head count";
+      return failure();
+    }
+    plan.batch = type.getDimSize(0);
+    plan.heads = type.getDimSize(1);
+    for (Operation *user : func.getArgument(append.arg).getUsers()) {
+      auto dim = dyn_cast<tensor::DimOp>(user);
+      if (user == append.concat || (dim && onlyChecked(dim)))
+        continue;
+      why = name + " is read other than by its append and run-time checks "
+                   "(a ragged buffer has no [B, H, T, D] view)";
+      return failure();
+    }
+  }
+  SmallVector<int> pairOf(plan.appends.size(), -1);
+  for (auto [i, append] : llvm::enumerate(plan.appends)) {
+    for (Operation *user : append.concat->getUsers()) {
+      if (user == ret.getOperation())
+        continue;
+      auto attention = dyn_cast<AttentionOp>(user);
+      std::string name = "argument " + std::to_string(append.arg);
+      if (!attention) {
+        why = name + "'s append is read by " +
+              user->getName().getStringRef().str() +
+              ", not by snapkv.attention (run snapkv-fuse-attention first)";
+        return failure();
+      }
+      if (attention.getOffset() ||
+          attention.getQueries().getType().getDimSize(2) != 1) {
+        why = "a snapkv.attention over argument " + std::to_string(append.arg) +
+              " has an offset or more than one query row";
+        return failure();
+      }
+      Operation *keys = attention.getKeys().getDefiningOp();
+      Operation *values = attention.getValues().getDefiningOp();
+      if (!keys || !values || !appendOf.count(keys) ||
+          !appendOf.count(values) || keys == values) {
+        why = "a snapkv.attention does not read two appended caches as its "
+              "keys and values";
+        return failure();
+      }
+      unsigned k = appendOf[keys], v = appendOf[values];
+      std::pair<unsigned, unsigned> pair{k, v};
+      auto found = llvm::find(plan.pairs, pair);
+      if (found == plan.pairs.end()) {
+        if (pairOf[k] >= 0 || pairOf[v] >= 0) {
+          why = "a cache is read by attentions with different partners";
+          return failure();
+        }
+        pairOf[k] = pairOf[v] = plan.pairs.size();
+        plan.pairs.push_back(pair);
+        plan.attentions.emplace_back();
+        found = plan.pairs.end() - 1;
+      }
+      SmallVector<AttentionOp> &list =
+          plan.attentions[found - plan.pairs.begin()];
+      if (!llvm::is_contained(list, attention))
+        list.push_back(attention);
+    }
+  }
+  for (auto [i, pair] : llvm::enumerate(pairOf))
+    if (pair < 0) {
+      why = "argument " + std::to_string(plan.appends[i].arg) +
+            "'s append is not read by a snapkv.attention";
+      return failure();
+    }
+  return success();
 }
 
 static MemRefType bufferType(Type tensor) {
@@ -163,14 +290,215 @@ static void eraseResults(func::FuncOp func, const llvm::BitVector &erased) {
 
 /// Records the new calling convention on `func`.
 static void annotate(func::FuncOp func, unsigned rows, ArrayRef<unsigned> args,
-                     int64_t dim) {
+                     int64_t dim, bool ragged = false) {
   Builder b(func.getContext());
   SmallVector<int64_t> buffers(args.begin(), args.end());
-  func->setAttr(kAttr,
-                b.getDictionaryAttr(
-                    {b.getNamedAttr("rows", b.getI64IntegerAttr(rows)),
-                     b.getNamedAttr("buffers", b.getI64ArrayAttr(buffers)),
-                     b.getNamedAttr("dim", b.getI64IntegerAttr(dim))}));
+  SmallVector<NamedAttribute> fields{
+      b.getNamedAttr("rows", b.getI64IntegerAttr(rows)),
+      b.getNamedAttr("buffers", b.getI64ArrayAttr(buffers)),
+      b.getNamedAttr("dim", b.getI64IntegerAttr(dim))};
+  if (ragged)
+    fields.push_back(b.getNamedAttr("layout", b.getStringAttr("ragged")));
+  func->setAttr(kAttr, b.getDictionaryAttr(fields));
+}
+
+/// Element [indices...] of `tensor` as an index.
+static Value extractIndex(OpBuilder &b, Location loc, Value tensor,
+                          ValueRange indices) {
+  Value v = tensor::ExtractOp::create(b, loc, tensor, indices);
+  return arith::IndexCastOp::create(b, loc, b.getIndexType(), v);
+}
+
+/// `tensor`[p, which] : [B, Hc] of the rows argument [P, 2, B, Hc].
+static Value rowsSlice(OpBuilder &b, Location loc, Value rows, int64_t p,
+                       int64_t which, int64_t batch, int64_t heads) {
+  auto type = RankedTensorType::get({batch, heads}, b.getI64Type());
+  SmallVector<OpFoldResult> offsets{b.getIndexAttr(p), b.getIndexAttr(which),
+                                    b.getIndexAttr(0), b.getIndexAttr(0)};
+  SmallVector<OpFoldResult> sizes{b.getIndexAttr(1), b.getIndexAttr(1),
+                                  b.getIndexAttr(batch), b.getIndexAttr(heads)};
+  SmallVector<OpFoldResult> strides(4, b.getIndexAttr(1));
+  return tensor::ExtractSliceOp::create(b, loc, type, rows, offsets, sizes,
+                                        strides);
+}
+
+/// The ragged rewrite of `func` by `plan`: each pair's caches become packed
+/// buffers [B, R, D] (head c's rows at `starts[b, c]`, `lengths[b, c]` of
+/// them valid, room after them), the new rows are written at `starts +
+/// lengths`, and each attention becomes a `snapkv.ragged_attention` over one
+/// row more. `rows : tensor<P x 2 x B x Hc x i64>` holds, per pair, `starts`
+/// then `lengths`.
+static std::pair<SmallVector<unsigned>, unsigned>
+rewriteRagged(func::FuncOp func, const Plan &plan) {
+  MLIRContext *ctx = func.getContext();
+  Location loc = func.getLoc();
+  unsigned rowsAt = rowsIndex(func);
+  int64_t batch = plan.batch, heads = plan.heads;
+  auto rowsType = RankedTensorType::get(
+      {static_cast<int64_t>(plan.pairs.size()), 2, batch, heads},
+      IntegerType::get(ctx, 64));
+  (void)func.insertArgument(rowsAt, rowsType, {}, loc);
+  Value rowsArg = func.getArgument(rowsAt);
+  auto argOf = [&](const Append &append) {
+    return func.getArgument(append.arg >= rowsAt ? append.arg + 1 : append.arg);
+  };
+  Block &entry = func.getBody().front();
+  func::ReturnOp ret = returnOf(func);
+  llvm::BitVector erased(ret.getNumOperands());
+  OpBuilder b = OpBuilder::atBlockBegin(&entry);
+  Value zero = arith::ConstantIndexOp::create(b, loc, 0);
+  Value one = arith::ConstantIndexOp::create(b, loc, 1);
+  Value lastHead = arith::ConstantIndexOp::create(b, loc, heads - 1);
+  Value batchEnd = arith::ConstantIndexOp::create(b, loc, batch);
+  Value headEnd = arith::ConstantIndexOp::create(b, loc, heads);
+  // The prologue (row slices, buffers as tensors) grows after `last`; an
+  // insertion point would dangle when the op after it is erased.
+  Operation *last = headEnd.getDefiningOp();
+  SmallVector<unsigned> buffers;
+  for (auto [p, pair] : llvm::enumerate(plan.pairs)) {
+    Append keyAppend = plan.appends[pair.first];
+    Append valueAppend = plan.appends[pair.second];
+    b.setInsertionPointAfter(last);
+    Value starts = rowsSlice(b, loc, rowsArg, p, 0, batch, heads);
+    Value lengths = rowsSlice(b, loc, rowsArg, p, 1, batch, heads);
+    last = lengths.getDefiningOp();
+    SmallVector<Value, 2> caches;
+    for (const Append *append : {&keyAppend, &valueAppend}) {
+      BlockArgument arg = argOf(*append);
+      auto type = cast<RankedTensorType>(arg.getType());
+      auto packed = RankedTensorType::get(
+          {batch, ShapedType::kDynamic, type.getDimSize(3)},
+          type.getElementType());
+      // The checks that read the cache's length (onlyChecked) get head
+      // 0's, and its other static sizes are the cache's.
+      for (Operation *user : llvm::make_early_inc_range(arg.getUsers()))
+        if (auto dim = dyn_cast<tensor::DimOp>(user)) {
+          b.setInsertionPoint(dim);
+          std::optional<int64_t> d = dim.getConstantIndex();
+          Value size =
+              d && *d != 2 && !type.isDynamicDim(*d)
+                  ? arith::ConstantIndexOp::create(b, loc, type.getDimSize(*d))
+                  : extractIndex(b, loc, lengths, {zero, zero});
+          dim.replaceAllUsesWith(size);
+          dim.erase();
+        }
+      arg.setType(MemRefType::get(packed.getShape(), packed.getElementType()));
+      b.setInsertionPointAfter(last);
+      Value cache = bufferization::ToTensorOp::create(
+          b, loc, packed, arg, /*restrict=*/true, /*writable=*/true);
+      last = cache.getDefiningOp();
+      caches.push_back(cache);
+      buffers.push_back(arg.getArgNumber());
+    }
+    b.setInsertionPointAfter(last);
+    Value total = tensor::DimOp::create(b, loc, caches[0], 1);
+    last = total.getDefiningOp();
+
+    // Write both new rows once both exist: after the later append.
+    Operation *later = keyAppend.concat;
+    if (later->isBeforeInBlock(valueAppend.concat))
+      later = valueAppend.concat;
+    b.setInsertionPointAfter(later);
+    Value keyRow = keyAppend.concat.getOperand(1);
+    Value valueRow = valueAppend.concat.getOperand(1);
+    auto outer = scf::ForOp::create(b, loc, zero, batchEnd, one, caches);
+    b.setInsertionPointToStart(outer.getBody());
+    Value bi = outer.getInductionVar();
+    auto inner = scf::ForOp::create(b, loc, zero, headEnd, one,
+                                    outer.getRegionIterArgs());
+    b.setInsertionPointToStart(inner.getBody());
+    Value c = inner.getInductionVar();
+    Value start = extractIndex(b, loc, starts, {bi, c});
+    Value length = extractIndex(b, loc, lengths, {bi, c});
+    // The row goes at start + length, before the next head's first row (or
+    // the buffer's end): heads must be laid out in ascending order.
+    Value nextHead = arith::MinUIOp::create(
+        b, loc, arith::AddIOp::create(b, loc, c, one), lastHead);
+    Value nextStart = extractIndex(b, loc, starts, {bi, nextHead});
+    Value isLast =
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, c, lastHead);
+    Value limit = arith::SelectOp::create(b, loc, isLast, total, nextStart);
+    Value at = arith::AddIOp::create(b, loc, start, length);
+    Value valid = arith::AndIOp::create(
+        b, loc,
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, start, zero),
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, length, zero));
+    cf::AssertOp::create(b, loc, valid,
+                         "append in place: a head's start or length is "
+                         "negative");
+    Value fits =
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, at, limit);
+    cf::AssertOp::create(b, loc, fits,
+                         "append in place: a head has no room for the new "
+                         "row (start + length reaches the next head's start "
+                         "or the buffer's end)");
+    SmallVector<Value, 2> written;
+    std::array<Value, 2> rows{keyRow, valueRow};
+    for (auto [row, cache] : llvm::zip(rows, inner.getRegionIterArgs())) {
+      auto rowType = cast<RankedTensorType>(row.getType());
+      int64_t dim = rowType.getDimSize(3);
+      auto one3 = RankedTensorType::get({1, 1, dim}, rowType.getElementType());
+      Value piece = tensor::ExtractSliceOp::create(
+          b, loc, one3, row,
+          ArrayRef<OpFoldResult>{bi, c, b.getIndexAttr(0), b.getIndexAttr(0)},
+          ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(1),
+                                 b.getIndexAttr(1), b.getIndexAttr(dim)},
+          SmallVector<OpFoldResult>(4, b.getIndexAttr(1)));
+      written.push_back(tensor::InsertSliceOp::create(
+          b, loc, piece, cache,
+          ArrayRef<OpFoldResult>{bi, at, b.getIndexAttr(0)},
+          ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(1),
+                                 b.getIndexAttr(dim)},
+          SmallVector<OpFoldResult>(3, b.getIndexAttr(1))));
+    }
+    scf::YieldOp::create(b, loc, written);
+    b.setInsertionPointAfter(inner);
+    scf::YieldOp::create(b, loc, inner.getResults());
+    b.setInsertionPointAfter(outer);
+    // Every head now holds one row more.
+    auto lengthsType = cast<RankedTensorType>(lengths.getType());
+    Value init = tensor::EmptyOp::create(b, loc, lengthsType.getShape(),
+                                         lengthsType.getElementType());
+    auto identity = AffineMap::getMultiDimIdentityMap(2, ctx);
+    Value grown =
+        linalg::GenericOp::create(
+            b, loc, lengthsType, lengths, init,
+            ArrayRef<AffineMap>{identity, identity},
+            SmallVector<utils::IteratorType>(2, utils::IteratorType::parallel),
+            [](OpBuilder &nb, Location nloc, ValueRange args) {
+              Value inc = arith::ConstantIntOp::create(nb, nloc, 1, 64);
+              linalg::YieldOp::create(
+                  nb, nloc,
+                  ValueRange{arith::AddIOp::create(nb, nloc, args[0], inc)});
+            })
+            .getResult(0);
+    // The attentions read both appends, so they follow the writes.
+    for (AttentionOp attention : plan.attentions[p]) {
+      b.setInsertionPoint(attention);
+      auto ragged = RaggedAttentionOp::create(
+          b, attention.getLoc(), attention.getType(), attention.getQueries(),
+          outer.getResult(0), outer.getResult(1), starts, grown,
+          attention.getScaleAttr());
+      attention.replaceAllUsesWith(ragged.getResult());
+      attention.erase();
+    }
+    b.setInsertionPoint(ret);
+    std::array<Append, 2> both{keyAppend, valueAppend};
+    for (auto [i, append] : llvm::enumerate(both)) {
+      bufferization::MaterializeInDestinationOp::create(
+          b, loc, TypeRange{}, outer.getResult(i), argOf(append),
+          /*restrict=*/true, /*writable=*/true);
+      erased.set(append.result);
+    }
+  }
+  eraseResults(func, erased);
+  for (const Append &append : plan.appends)
+    append.concat->erase();
+  SmallVector<Type> inputs(entry.getArgumentTypes());
+  func.setType(FunctionType::get(ctx, inputs, func.getResultTypes()));
+  // In pair order: pair p's keys and values are buffers 2p and 2p + 1.
+  annotate(func, rowsAt, buffers, /*dim=*/1, /*ragged=*/true);
+  return {buffers, rowsAt};
 }
 
 /// Rewrites `func` by `plan`; returns the new argument numbers of the buffers
@@ -277,12 +605,16 @@ struct CallerPlan {
   DenseMap<func::FuncOp, Plan> callees;
   SmallVector<func::CallOp> calls;
   int64_t dim = -1;
+  bool ragged = false;
+  int64_t batch = 0, heads = 0;
 };
 } // namespace
 
 static FailureOr<CallerPlan> planCaller(func::FuncOp root, SymbolTable &symbols,
-                                        ModuleOp module, std::string &why) {
+                                        ModuleOp module, bool ragged,
+                                        std::string &why) {
   CallerPlan plan;
+  plan.ragged = ragged;
   if (root.isExternal() || !root.getBody().hasOneBlock()) {
     why = "it has no body or more than one block";
     return failure();
@@ -293,9 +625,23 @@ static FailureOr<CallerPlan> planCaller(func::FuncOp root, SymbolTable &symbols,
       continue;
     if (!plan.callees.count(callee)) {
       std::string calleeWhy;
-      FailureOr<Plan> sub = planDirect(callee, calleeWhy);
+      FailureOr<Plan> sub = planDirect(callee, /*ragged=*/false, calleeWhy);
       if (failed(sub))
         continue; // a callee without caches (embedding, head)
+      if (ragged) {
+        sub = planDirect(callee, /*ragged=*/true, calleeWhy);
+        if (failed(sub)) {
+          why = "@" + callee.getSymName().str() + ": " + calleeWhy;
+          return failure();
+        }
+        if ((plan.batch && plan.batch != sub->batch) ||
+            (plan.heads && plan.heads != sub->heads)) {
+          why = "callees' caches differ in batch or head count";
+          return failure();
+        }
+        plan.batch = sub->batch;
+        plan.heads = sub->heads;
+      }
       // Every call of it must be in `root`: its signature changes.
       std::optional<SymbolTable::UseRange> uses =
           SymbolTable::getSymbolUses(callee, module);
@@ -355,25 +701,46 @@ static void rewriteCaller(func::FuncOp root, CallerPlan &plan,
   unsigned rowsAt = rowsIndex(root);
   // The entry point's buffers (argument numbers after `rows` is inserted),
   // in argument order: the order of the entries of its `rows`.
+  // Ragged: the calls' pairs in call order, keys then values (the order
+  // of the entries of `rows`).
   SmallVector<unsigned> buffers;
+  int64_t pairs = 0;
   for (func::CallOp call : plan.calls) {
     auto it = plan.callees.find(symbols.lookup<func::FuncOp>(call.getCallee()));
     if (it == plan.callees.end())
       continue;
-    for (const Append &append : it->second.appends) {
+    auto number = [&](const Append &append) {
       unsigned argNo =
           cast<BlockArgument>(call.getOperand(append.arg)).getArgNumber();
-      buffers.push_back(argNo >= rowsAt ? argNo + 1 : argNo);
+      return argNo >= rowsAt ? argNo + 1 : argNo;
+    };
+    if (plan.ragged) {
+      for (auto [k, v] : it->second.pairs) {
+        buffers.push_back(number(it->second.appends[k]));
+        buffers.push_back(number(it->second.appends[v]));
+      }
+      pairs += it->second.pairs.size();
+      continue;
     }
+    for (const Append &append : it->second.appends)
+      buffers.push_back(number(append));
   }
-  llvm::sort(buffers);
-  auto rowsType = RankedTensorType::get({static_cast<int64_t>(buffers.size())},
-                                        IntegerType::get(ctx, 64));
+  RankedTensorType rowsType;
+  if (plan.ragged) {
+    rowsType = RankedTensorType::get({pairs, 2, plan.batch, plan.heads},
+                                     IntegerType::get(ctx, 64));
+  } else {
+    llvm::sort(buffers);
+    rowsType = RankedTensorType::get({static_cast<int64_t>(buffers.size())},
+                                     IntegerType::get(ctx, 64));
+  }
   (void)root.insertArgument(rowsAt, rowsType, {}, root.getLoc());
   Value rowsArg = root.getArgument(rowsAt);
   DenseMap<func::FuncOp, std::pair<SmallVector<unsigned>, unsigned>> rewritten;
   for (auto &[callee, calleePlan] : plan.callees)
-    rewritten[callee] = rewriteDirect(callee, calleePlan);
+    rewritten[callee] = plan.ragged ? rewriteRagged(callee, calleePlan)
+                                    : rewriteDirect(callee, calleePlan);
+  int64_t nextPair = 0;
 
   func::ReturnOp ret = returnOf(root);
   llvm::BitVector erased(ret.getNumOperands());
@@ -394,7 +761,9 @@ static void rewriteCaller(func::FuncOp root, CallerPlan &plan,
     SmallVector<int64_t> positions;
     for (const Append &append : it->second.appends) {
       auto arg = cast<BlockArgument>(operands[append.arg]);
-      arg.setType(bufferType(arg.getType()));
+      arg.setType(
+          callee.getArgumentTypes()[append.arg >= calleeRows ? append.arg + 1
+                                                             : append.arg]);
       positions.push_back(llvm::find(buffers, arg.getArgNumber()) -
                           buffers.begin());
       dropped.set(append.result);
@@ -405,7 +774,19 @@ static void rewriteCaller(func::FuncOp root, CallerPlan &plan,
     for (auto [i, position] : llvm::enumerate(positions))
       consecutive &= position == positions.front() + static_cast<int64_t>(i);
     Value calleeRowsArg;
-    if (consecutive) {
+    if (plan.ragged) {
+      // This call's pairs are the next ones of `rows`, in order.
+      auto n = static_cast<int64_t>(it->second.pairs.size());
+      calleeRowsArg = tensor::ExtractSliceOp::create(
+          b, loc, rowsArg,
+          ArrayRef<OpFoldResult>{b.getIndexAttr(nextPair), b.getIndexAttr(0),
+                                 b.getIndexAttr(0), b.getIndexAttr(0)},
+          ArrayRef<OpFoldResult>{b.getIndexAttr(n), b.getIndexAttr(2),
+                                 b.getIndexAttr(plan.batch),
+                                 b.getIndexAttr(plan.heads)},
+          SmallVector<OpFoldResult>(4, b.getIndexAttr(1)));
+      nextPair += n;
+    } else if (consecutive) {
       calleeRowsArg = tensor::ExtractSliceOp::create(
           b, loc, rowsArg, ArrayRef<OpFoldResult>{b.getIndexAttr(positions[0])},
           ArrayRef<OpFoldResult>{
@@ -433,7 +814,37 @@ static void rewriteCaller(func::FuncOp root, CallerPlan &plan,
       call.erase();
   SmallVector<Type> inputs(root.getBody().front().getArgumentTypes());
   root.setType(FunctionType::get(ctx, inputs, root.getResultTypes()));
-  annotate(root, rowsAt, buffers, plan.dim);
+  annotate(root, rowsAt, buffers, plan.ragged ? 1 : plan.dim, plan.ragged);
+}
+
+LogicalResult mlir::snapkv::appendInPlace(ModuleOp module, StringRef funcName,
+                                          bool ragged, std::string &why) {
+  SymbolTable symbols(module);
+  auto root = symbols.lookup<func::FuncOp>(funcName);
+  if (!root) {
+    why = "no function @" + funcName.str();
+    return failure();
+  }
+  if (root->hasAttr(kAttr))
+    return success(); // already rewritten
+  std::string directWhy, callerWhy;
+  FailureOr<Plan> direct = planDirect(root, ragged, directWhy);
+  if (succeeded(direct)) {
+    if (ragged)
+      rewriteRagged(root, *direct);
+    else
+      rewriteDirect(root, *direct);
+    return success();
+  }
+  FailureOr<CallerPlan> caller =
+      planCaller(root, symbols, module, ragged, callerWhy);
+  if (succeeded(caller)) {
+    rewriteCaller(root, *caller, symbols);
+    return success();
+  }
+  why = "@" + funcName.str() + ": " + directWhy +
+        "; as an entry point: " + callerWhy;
+  return failure();
 }
 
 namespace {
@@ -443,29 +854,17 @@ struct AppendInPlace
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    SymbolTable symbols(module);
-    auto root = symbols.lookup<func::FuncOp>(funcName);
+    auto root = module.lookupSymbol<func::FuncOp>(funcName);
     if (!root) {
       module.emitWarning() << "snapkv-append-in-place: no function @"
                            << funcName << "; module left unchanged";
       return;
     }
-    if (root->hasAttr(kAttr))
-      return; // already rewritten
-    std::string directWhy, callerWhy;
-    FailureOr<Plan> direct = planDirect(root, directWhy);
-    if (succeeded(direct)) {
-      rewriteDirect(root, *direct);
-      return;
-    }
-    FailureOr<CallerPlan> caller = planCaller(root, symbols, module, callerWhy);
-    if (succeeded(caller)) {
-      rewriteCaller(root, *caller, symbols);
-      return;
-    }
-    root.emitWarning() << "snapkv-append-in-place left the module unchanged: @"
-                       << funcName << ": " << directWhy << "; as an entry "
-                       << "point: " << callerWhy;
+    std::string why;
+    if (failed(appendInPlace(module, funcName, /*ragged=*/false, why)))
+      root.emitWarning() << "snapkv-append-in-place left the module "
+                            "unchanged: "
+                         << why;
   }
 };
 } // namespace

@@ -10,7 +10,8 @@ llvm::SmallVector<int64_t>
 mlir::snapkv::layerCapacities(BudgetPolicy policy, int64_t window,
                               int64_t capacity, int64_t layers, int64_t beta) {
   llvm::SmallVector<int64_t> capacities(layers, capacity);
-  if (policy == BudgetPolicy::uniform || layers < 2)
+  if (policy == BudgetPolicy::uniform || policy == BudgetPolicy::adaptive ||
+      layers < 2)
     return capacities;
   int64_t prefix = capacity - window;
   // At least one prefix position: a select keeps more than its window.

@@ -12,8 +12,11 @@
 #include "snapkv/Dialect/SnapKV/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/ControlFlow/IR/ControlFlowOps.h"
 #include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Transforms/RegionUtils.h"
@@ -71,6 +74,7 @@ enum class RefusalKind {
   CallOperandNotArgument,
   CallArgumentOtherUse,
   LayerCopies,
+  RaggedDecode,
 };
 
 StringRef refusalFormat(RefusalKind kind) {
@@ -173,6 +177,9 @@ StringRef refusalFormat(RefusalKind kind) {
   case RefusalKind::LayerCopies:
     return "budget=pyramid (or inverted-pyramid) gives each layer its own "
            "copy of a function called once per layer, but {0}";
+  case RefusalKind::RaggedDecode:
+    return "budget=adaptive needs a decode step that appends each head's row "
+           "to a ragged cache in place, but {0}";
   }
   llvm_unreachable("unknown RefusalKind");
 }
@@ -254,6 +261,8 @@ StringRef refusalCode(RefusalKind kind) {
     return "call-argument-other-use";
   case RefusalKind::LayerCopies:
     return "layer-copies";
+  case RefusalKind::RaggedDecode:
+    return "ragged-decode";
   }
   llvm_unreachable("unknown RefusalKind");
 }
@@ -692,7 +701,12 @@ LogicalResult checkCorrespondence(func::FuncOp prefill, func::FuncOp decode,
 /// change, with their new types.
 struct SignatureChange {
   llvm::SmallDenseMap<unsigned, Type> args, results;
-  bool empty() const { return args.empty() && results.empty(); }
+  /// New results, each after the (changed) result it names:
+  /// budget=adaptive's per-layer offsets follow the layer's values.
+  SmallVector<std::pair<unsigned, Type>> inserted;
+  bool empty() const {
+    return args.empty() && results.empty() && inserted.empty();
+  }
 };
 
 /// The calls of a function whose signature changes, all in the entry block
@@ -791,10 +805,20 @@ FailureOr<CallSites> analyseCallers(ModuleOp module, func::FuncOp callee,
 /// The types prefill's K/V results take: `snapkv.select`'s results, layer l
 /// keeping `capacities[l]` positions.
 SignatureChange prefillChange(ArrayRef<PrefillLayer> layers, GqaPolicy gqa,
-                              ArrayRef<int64_t> capacities) {
+                              ArrayRef<int64_t> capacities, bool ragged) {
   SignatureChange change;
   for (auto [layer, capacity] : llvm::zip_equal(layers, capacities)) {
     const AttentionMatch &m = layer.attention;
+    if (ragged) {
+      // snapkv.select_adaptive's packed keys, values and offsets.
+      FailureOr<SmallVector<Type, 4>> types =
+          SelectAdaptiveOp::inferResultTypes(
+              m.queries.getType(), m.keys.source.getType(), capacity, gqa);
+      change.results[layer.keyResult] = (*types)[0];
+      change.results[layer.valueResult] = (*types)[1];
+      change.inserted.push_back({layer.valueResult, (*types)[3]});
+      continue;
+    }
     auto type = cast<RankedTensorType>(m.keys.source.getType());
     int64_t heads = gqa == GqaPolicy::expand ? m.queryHeads : m.kvHeads;
     int64_t length = type.getDimSize(2);
@@ -899,6 +923,48 @@ void updateCallers(func::FuncOp callee, const CallSites &sites) {
     updateSignature(caller);
 }
 
+/// Replaces each call of `callee` (whose signature gained the results
+/// `inserted`, each after the result it names) by one that returns them, and
+/// returns each new result from the caller right after the result it follows
+/// (analyseCallers checked that those are only returned).
+void insertCallResults(func::FuncOp callee, const CallSites &sites,
+                       ArrayRef<std::pair<unsigned, Type>> inserted) {
+  llvm::SetVector<func::FuncOp> callers;
+  for (func::CallOp call : sites.calls) {
+    OpBuilder b(call);
+    auto replacement =
+        func::CallOp::create(b, call.getLoc(), callee, call.getOperands());
+    auto newIndex = [&](unsigned old) {
+      return old + llvm::count_if(inserted, [&](auto &entry) {
+               return entry.first < old;
+             });
+    };
+    auto caller = call->getParentOfType<func::FuncOp>();
+    func::ReturnOp ret = soleReturn(caller);
+    // Positions in the caller's return after which a new result goes.
+    SmallVector<std::pair<unsigned, Value>> additions;
+    for (auto [after, type] : inserted)
+      for (OpOperand &use : call.getResult(after).getUses())
+        if (use.getOwner() == ret.getOperation())
+          additions.push_back({use.getOperandNumber(),
+                               replacement.getResult(newIndex(after) + 1)});
+    for (unsigned i = 0; i < call.getNumResults(); ++i)
+      call.getResult(i).replaceAllUsesWith(replacement.getResult(newIndex(i)));
+    call.erase();
+    SmallVector<Value> operands;
+    for (auto [i, operand] : llvm::enumerate(ret.getOperands())) {
+      operands.push_back(operand);
+      for (auto &[at, value] : additions)
+        if (at == i)
+          operands.push_back(value);
+    }
+    ret->setOperands(operands);
+    callers.insert(caller);
+  }
+  for (func::FuncOp caller : callers)
+    updateSignature(caller);
+}
+
 /// The func.call ops of `callee` in `module`, in the order they appear.
 SmallVector<func::CallOp> callsOf(func::FuncOp callee, ModuleOp module) {
   SmallVector<func::CallOp> calls;
@@ -973,6 +1039,19 @@ struct CompressKVCachePass
             std::to_string(sinks) + ")";
     else if (scoring == Scoring::random && seed < 0)
       bad = "seed must be non-negative (got " + std::to_string(seed) + ")";
+    else if (floor != 0 && budget != BudgetPolicy::adaptive)
+      bad = "floor is Ada-KV's per-head minimum: it needs budget=adaptive";
+    else if (floor < 0 || floor > capacity - window)
+      bad = "floor must be between 0 and capacity - window (" +
+            std::to_string(capacity - window) + "), got " +
+            std::to_string(floor);
+    else if (budget == BudgetPolicy::adaptive && scoring != Scoring::votes &&
+             scoring != Scoring::prefix_votes)
+      bad = "budget=adaptive ranks scores across heads: scoring must be votes "
+            "or prefix_votes";
+    else if (budget == BudgetPolicy::adaptive && order != Order::position)
+      bad = "budget=adaptive keeps each head's positions in ascending order "
+            "(order=score is not available)";
     else if (budget != BudgetPolicy::uniform && pyramidBeta < 1)
       bad =
           "pyramid-beta must be >= 1 (got " + std::to_string(pyramidBeta) + ")";
@@ -1021,6 +1100,8 @@ struct CompressKVCachePass
                       ArrayRef<int64_t> layerCapacity) {
     func::ReturnOp ret = soleReturn(func);
     OpBuilder b(ret);
+    // budget=adaptive: the offsets to return after each layer's values.
+    llvm::SmallDenseMap<unsigned, Value> layerOffsets;
     for (auto [index, layer] : llvm::enumerate(layers)) {
       AttentionMatch m = layer.attention;
       Location loc = m.scoresMatmul.getLoc();
@@ -1057,12 +1138,36 @@ struct CompressKVCachePass
         layerSinks = sinks;
       if (scoring == Scoring::random)
         layerSeed = seed + static_cast<int64_t>(index);
+      if (budget == BudgetPolicy::adaptive) {
+        FailureOr<SmallVector<Type, 4>> types =
+            SelectAdaptiveOp::inferResultTypes(queries.getType(),
+                                               m.keys.source.getType(),
+                                               layerCapacity[index], gqa);
+        auto select = SelectAdaptiveOp::create(
+            b, loc, TypeRange(*types), queries, m.keys.source, m.values.source,
+            window, layerCapacity[index], floor, kernelSize, pooling, gqa,
+            scale, scoring);
+        ret->setOperand(layer.keyResult, select.getSelectedKeys());
+        ret->setOperand(layer.valueResult, select.getSelectedValues());
+        layerOffsets[layer.valueResult] = select.getOffsets();
+        continue;
+      }
       auto select =
           SelectOp::create(b, loc, queries, m.keys.source, m.values.source,
                            window, layerCapacity[index], kernelSize, pooling,
                            gqa, order, scale, scoring, layerSinks, layerSeed);
       ret->setOperand(layer.keyResult, select.getSelectedKeys());
       ret->setOperand(layer.valueResult, select.getSelectedValues());
+    }
+    if (!layerOffsets.empty()) {
+      // Each layer's offsets follow its values (prefillChange's `inserted`).
+      SmallVector<Value> operands;
+      for (auto [i, operand] : llvm::enumerate(ret.getOperands())) {
+        operands.push_back(operand);
+        if (Value extra = layerOffsets.lookup(i))
+          operands.push_back(extra);
+      }
+      ret->setOperands(operands);
     }
     updateSignature(func);
   }
@@ -1148,9 +1253,10 @@ struct CompressKVCachePass
     SmallVector<func::FuncOp> rewritten{prefill};
     if (decode)
       rewritten.push_back(decode);
+    SignatureChange prefillTypes = prefillChange(
+        *pre, gqa, layerCapacity, budget == BudgetPolicy::adaptive);
     FailureOr<CallSites> prefillCalls =
-        analyseCallers(module, prefill, prefillChange(*pre, gqa, layerCapacity),
-                       rewritten, refusal);
+        analyseCallers(module, prefill, prefillTypes, rewritten, refusal);
     if (failed(prefillCalls)) {
       refuse(prefill, prefillName, refusal);
       return failure();
@@ -1166,7 +1272,10 @@ struct CompressKVCachePass
     }
 
     rewritePrefill(prefill, *pre, layerCapacity);
-    updateCallers(prefill, *prefillCalls);
+    if (prefillTypes.inserted.empty())
+      updateCallers(prefill, *prefillCalls);
+    else
+      insertCallResults(prefill, *prefillCalls, prefillTypes.inserted);
     if (decode) {
       rewriteDecode(decode, *dec);
       updateCallers(decode, *decodeCalls);
@@ -1223,14 +1332,53 @@ struct CompressKVCachePass
     return true;
   }
 
+  /// budget=adaptive with a decode step: prefill returns packed caches and
+  /// offsets (snapkv.select_adaptive), and decode, its attention fused,
+  /// takes caller-owned ragged buffers that it appends each head's row to
+  /// (appendInPlace, ragged): a packed cache has no functional append. The
+  /// work is done on a copy of the module, moved in only when all of it
+  /// succeeded.
+  void rewriteRagged(ModuleOp module) {
+    OwningOpRef<ModuleOp> work = module.clone();
+    if (failed(rewritePair(*work, prefillFunc, decodeFunc,
+                           [&](size_t layers) { return capacities(layers); })))
+      return;
+    auto decode = work->lookupSymbol<func::FuncOp>(decodeFunc);
+    // The entry point that calls the decode layer function, or decode.
+    StringRef root = decodeFunc;
+    if (SmallVector<func::CallOp> calls = callsOf(decode, *work);
+        !calls.empty())
+      root = calls.front()->getParentOfType<func::FuncOp>().getSymName();
+    fuseAttentions(decode);
+    std::string why;
+    if (failed(appendInPlace(*work, root, /*ragged=*/true, why))) {
+      auto original = module.lookupSymbol<func::FuncOp>(decodeFunc);
+      refuse(original, decodeFunc,
+             Refusal{RefusalKind::RaggedDecode, {why}, {}, {}, {}});
+      return;
+    }
+    if (failed(verify(*work))) {
+      emitError(module.getLoc())
+          << "snapkv-compress-kv-cache produced invalid IR (a bug: please "
+             "report it with this input)";
+      return signalPassFailure();
+    }
+    module.getBodyRegion().takeBody(work->getBodyRegion());
+  }
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
     // A refusal recorded by an earlier run no longer describes this one.
     module->removeAttr(kRefusalAttrName);
     if (failed(checkOptions()))
       return signalPassFailure();
+    if (budget == BudgetPolicy::adaptive && !decodeFunc.empty()) {
+      rewriteRagged(module);
+      return;
+    }
     bool done = false;
-    if (budget != BudgetPolicy::uniform) {
+    if (budget == BudgetPolicy::pyramid ||
+        budget == BudgetPolicy::inverted_pyramid) {
       FailureOr<bool> copied = rewriteLayerCopies(module);
       if (failed(copied))
         return;

@@ -151,55 +151,57 @@ static Value positionIndex(OpBuilder &b, Location loc,
   return position;
 }
 
+unsigned mlir::snapkv::fuseAttentions(Operation *root) {
+  MLIRContext *ctx = root->getContext();
+  SmallVector<std::pair<AttentionMatch, Alignment>> matches;
+  root->walk([&](linalg::BatchMatmulOp matmul) {
+    AttentionFailure failure;
+    FailureOr<AttentionMatch> m =
+        matchAttention(matmul, failure, /*maskOptional=*/true);
+    if (succeeded(m))
+      if (std::optional<Alignment> alignment = fusable(*m))
+        matches.push_back({*m, *alignment});
+  });
+  IRRewriter rewriter(ctx);
+  for (auto &[m, alignment] : matches) {
+    linalg::BatchMatmulOp out = m.outputMatmul;
+    rewriter.setInsertionPoint(out);
+    Location loc = out.getLoc();
+    auto qTy = cast<RankedTensorType>(m.queries.getType());
+    Value offset =
+        alignment.lastKey ? Value() : positionIndex(rewriter, loc, alignment);
+    auto attention = AttentionOp::create(rewriter, loc, qTy, m.queries,
+                                         m.keys.source, m.values.source, offset,
+                                         rewriter.getF32FloatAttr(m.scale));
+    // [B, Hq, L, D] -> the P x V product's [B * Hq, L, D].
+    Value result = tensor::CollapseShapeOp::create(
+        rewriter, loc, attention.getResult(),
+        ArrayRef<ReassociationIndices>{{0, 1}, {2}, {3}});
+    Type expected = out.getResult(0).getType();
+    if (result.getType() != expected)
+      result = tensor::CastOp::create(rewriter, loc, expected, result);
+    rewriter.replaceOp(out, result);
+  }
+  if (matches.empty())
+    return 0;
+  // The importer's shape checks read tensor.dim of the scores; read off
+  // their destinations instead, the scores, mask and softmax are dead.
+  RewritePatternSet patterns(ctx);
+  tensor::DimOp::getCanonicalizationPatterns(patterns, ctx);
+  tensor::CollapseShapeOp::getCanonicalizationPatterns(patterns, ctx);
+  tensor::ExpandShapeOp::getCanonicalizationPatterns(patterns, ctx);
+  GreedyRewriteConfig config;
+  config.setRegionSimplificationLevel(GreedySimplifyRegionLevel::Disabled);
+  (void)applyPatternsGreedily(root, std::move(patterns), config);
+  (void)runRegionDCE(rewriter, root->getRegions());
+  return matches.size();
+}
+
 namespace {
 struct FuseAttention
     : public mlir::snapkv::impl::FuseAttentionBase<FuseAttention> {
   using FuseAttentionBase::FuseAttentionBase;
 
-  void runOnOperation() override {
-    SmallVector<std::pair<AttentionMatch, Alignment>> matches;
-    getOperation().walk([&](linalg::BatchMatmulOp matmul) {
-      AttentionFailure failure;
-      FailureOr<AttentionMatch> m =
-          matchAttention(matmul, failure, /*maskOptional=*/true);
-      if (succeeded(m))
-        if (std::optional<Alignment> alignment = fusable(*m))
-          matches.push_back({*m, *alignment});
-    });
-    IRRewriter rewriter(&getContext());
-    for (auto &[m, alignment] : matches) {
-      linalg::BatchMatmulOp out = m.outputMatmul;
-      rewriter.setInsertionPoint(out);
-      Location loc = out.getLoc();
-      auto qTy = cast<RankedTensorType>(m.queries.getType());
-      Value offset =
-          alignment.lastKey ? Value() : positionIndex(rewriter, loc, alignment);
-      auto attention = AttentionOp::create(
-          rewriter, loc, qTy, m.queries, m.keys.source, m.values.source, offset,
-          rewriter.getF32FloatAttr(m.scale));
-      // [B, Hq, L, D] -> the P x V product's [B * Hq, L, D].
-      Value result = tensor::CollapseShapeOp::create(
-          rewriter, loc, attention.getResult(),
-          ArrayRef<ReassociationIndices>{{0, 1}, {2}, {3}});
-      Type expected = out.getResult(0).getType();
-      if (result.getType() != expected)
-        result = tensor::CastOp::create(rewriter, loc, expected, result);
-      rewriter.replaceOp(out, result);
-      ++numFused;
-    }
-    if (matches.empty())
-      return;
-    // The importer's shape checks read tensor.dim of the scores; read off
-    // their destinations instead, the scores, mask and softmax are dead.
-    RewritePatternSet patterns(&getContext());
-    tensor::DimOp::getCanonicalizationPatterns(patterns, &getContext());
-    tensor::CollapseShapeOp::getCanonicalizationPatterns(patterns,
-                                                         &getContext());
-    tensor::ExpandShapeOp::getCanonicalizationPatterns(patterns, &getContext());
-    GreedyRewriteConfig config;
-    config.setRegionSimplificationLevel(GreedySimplifyRegionLevel::Disabled);
-    (void)applyPatternsGreedily(getOperation(), std::move(patterns), config);
-    (void)runRegionDCE(rewriter, getOperation()->getRegions());
-  }
+  void runOnOperation() override { numFused += fuseAttentions(getOperation()); }
 };
 } // namespace

@@ -24,6 +24,10 @@ enum class BudgetPolicy {
   /// The same budgets the other way up: rising from the lowest layer to the
   /// highest (our comparison: on SmolLM2 the upper-middle layers decide).
   inverted_pyramid,
+  /// Ada-KV (Feng et al., 2024): each layer's heads share Hc x (capacity -
+  /// window) prefix positions, ranked together (`snapkv.select_adaptive`);
+  /// the cache is ragged. Every layer gets `capacity`, as under uniform.
+  adaptive,
 };
 
 /// The capacity (window included) of each of `layers` layers, lowest first.

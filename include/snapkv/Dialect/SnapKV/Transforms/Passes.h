@@ -17,6 +17,21 @@ constexpr llvm::StringLiteral kRefusalAttrName = "snapkv.refusal";
 /// What `snapkv-report-cache` prints (its `format` option).
 enum class ReportFormat { table, json };
 
+/// `snapkv-append-in-place` on @`func` of `module` (its description says
+/// what). `ragged`: the caches become packed buffers [B, R, D] whose heads
+/// each hold their own rows (`snapkv.select_adaptive`'s layout), the new row
+/// is written at each head's `starts + lengths`, and the attentions over
+/// them, which must be `snapkv.attention` (snapkv-fuse-attention), become
+/// `snapkv.ragged_attention`; `rows` is then `[P, 2, B, Hc] x i64`: each
+/// (keys, values) pair's `starts` and `lengths`. On failure the module is
+/// unchanged and `why` says why. A function already rewritten succeeds.
+LogicalResult appendInPlace(ModuleOp module, StringRef func, bool ragged,
+                            std::string &why);
+
+/// `snapkv-fuse-attention` on the functions in `root`: each recognised
+/// attention becomes one `snapkv.attention`. Returns how many were.
+unsigned fuseAttentions(Operation *root);
+
 #define GEN_PASS_DECL
 #include "snapkv/Dialect/SnapKV/Transforms/Passes.h.inc"
 

@@ -385,8 +385,11 @@ def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
   let dependentDialects = [
     "::mlir::snapkv::SnapKVDialect",
     "::mlir::arith::ArithDialect",
+    "::mlir::bufferization::BufferizationDialect",
     "::mlir::cf::ControlFlowDialect",
     "::mlir::linalg::LinalgDialect",
+    "::mlir::memref::MemRefDialect",
+    "::mlir::scf::SCFDialect",
     "::mlir::tensor::TensorDialect"
   ];
   let options = [
@@ -408,11 +411,18 @@ def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
              clEnumValN(::mlir::snapkv::BudgetPolicy::inverted_pyramid,
                         "inverted-pyramid",
                         "the pyramid's capacities the other way up: fewer in "
-                        "lower layers, more in upper ones"))}]>,
+                        "lower layers, more in upper ones"),
+             clEnumValN(::mlir::snapkv::BudgetPolicy::adaptive, "adaptive",
+                        "Ada-KV: a layer's heads share Hc x (capacity - "
+                        "window) prefix positions (snapkv.select_adaptive); "
+                        "the cache is ragged"))}]>,
     Option<"pyramidBeta", "pyramid-beta", "int64_t", /*default=*/"20",
            "budget=pyramid: the top layer keeps (capacity - window) / beta "
            "prefix positions (at least 1), the bottom one twice the average "
            "less that (inverted-pyramid: the other way up)">,
+    Option<"floor", "floor", "int64_t", /*default=*/"0",
+           "budget=adaptive: prefix positions every head keeps at least "
+           "(Ada-KV's safeguard, 0 .. capacity - window)">,
     Option<"pooling", "pooling", "::mlir::snapkv::PoolingKind",
            /*default=*/"::mlir::snapkv::PoolingKind::avg",
            "Pooling of the votes",
