@@ -75,13 +75,18 @@ class Compaction:
     scoring: str = "votes"
     sinks: Optional[int] = None
     seed: int = 0
-    budget: str = "uniform"   # "pyramid" / "inverted-pyramid": per-layer, `capacity` on average
+    # "pyramid" / "inverted-pyramid": per-layer, `capacity` on average; "adaptive": Ada-KV,
+    # per head, `capacity` on average, each head keeping at least `floor` prefix positions.
+    budget: str = "uniform"
     pyramid_beta: int = 20
+    floor: int = 0
 
     def pass_options(self) -> str:
         options = (f"window={self.window} capacity={self.capacity} kernel={self.kernel} "
                    f"pooling={self.pooling} gqa={self.gqa} order={self.order}")
-        if self.budget != "uniform":
+        if self.budget == "adaptive":
+            options += f" budget=adaptive floor={self.floor}"
+        elif self.budget != "uniform":
             options += f" budget={self.budget} pyramid-beta={self.pyramid_beta}"
         if self.scoring != "votes":
             options += f" scoring={self.scoring}"

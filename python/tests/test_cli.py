@@ -455,6 +455,27 @@ def test_generate_with_pyramid_budget_decodes_ragged_layers():
     assert len(out["tokens"]["compacted"]) == 4
 
 
+def test_generate_with_adaptive_budget_decodes_a_ragged_cache():
+    """`generate --budget adaptive --floor 2`: Ada-KV's heads share each layer's budget (the
+    ledger's bytes are the uniform cache's, and the runner measured exactly them), decode
+    appends each head's row in place (rows per head grow by one per step). --floor without
+    --budget adaptive, or above C - W, is a one-line error."""
+    needs_runner()
+    args = ("generate", "--prompt-length", 40, "--window", 8, "--capacity", 16, "--steps", 3,
+            "--json", "--quiet")
+    done = snapkv(*args, "--budget", "adaptive", "--floor", 2)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["compaction"]["budget"] == "adaptive" and out["compaction"]["floor"] == 2
+    assert [s["physical_rows"]["compacted"] for s in out["steps"]] == [16, 17, 18, 19]
+    assert out["measured"]["compacted_bytes"] == out["ledger"]["total"]["compacted"] == \
+        json.loads(snapkv(*args).stdout)["ledger"]["total"]["compacted"]
+    for bad, message in ((("--floor", 2), "--floor is the per-head minimum"),
+                         (("--budget", "adaptive", "--floor", 9), "at most --capacity")):
+        done = snapkv(*args, *bad)
+        assert done.returncode != 0 and message in done.stderr, done.stderr
+
+
 def test_generate_json():
     needs_runner()
     done = snapkv("generate", "--prompt", "3 1 4 1 5 9 2 6 5 3 5 8 7 9", "--window", 8,
@@ -466,7 +487,7 @@ def test_generate_json():
                                  ids=[3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 7, 9])
     assert out["compaction"] == dict(window=8, capacity=10, kernel=15, pooling="avg",
                                      gqa="mean", order="position", budget="uniform",
-                                     pyramid_beta=20)
+                                     pyramid_beta=20, floor=0)
     assert out["kept_per_head"] == 10
     assert len(out["tokens"]["full"]) == len(out["tokens"]["compacted"]) == 3
     assert [s["logical_length"] for s in out["steps"]] == [14, 15, 16]

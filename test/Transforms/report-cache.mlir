@@ -159,3 +159,17 @@ func.func @mean_layers(%q: tensor<1x32x32x128xf16>, %k: tensor<1x8x16384x128xf16
   %k31, %v31, %i31 = snapkv.select %q, %k, %v window 32 capacity 1024 gqa mean : (tensor<1x32x32x128xf16>, tensor<1x8x16384x128xf16>, tensor<1x8x16384x128xf16>) -> (tensor<1x8x1024x128xf16>, tensor<1x8x1024x128xf16>, tensor<1x8x1024xi64>)
   return
 }
+
+// -----
+
+// snapkv.select_adaptive: the heads share the layer's budget, each keeping a
+// different number of positions, 8 x 1024 in all: the bytes of a uniform
+// gqa mean select at the same capacity.
+// CHECK: snapkv cache ledger: L=16384 g=512
+// CHECK-NEXT: layer  gqa        B  Hkv   Hc     D  e     kept                   full              compacted
+// CHECK-NEXT: 0      mean       1    8    8   128  2     1024             69,206,016              6,291,456
+// CHECK-NEXT: total: 1 layers, full 69,206,016 B, compacted 6,291,456 B (0.0909 of full)
+func.func @adaptive(%q: tensor<1x32x32x128xf16>, %k: tensor<1x8x16384x128xf16>, %v: tensor<1x8x16384x128xf16>) {
+  %k0, %v0, %i0, %o0 = snapkv.select_adaptive %q, %k, %v window 32 capacity 1024 floor 64 gqa mean : (tensor<1x32x32x128xf16>, tensor<1x8x16384x128xf16>, tensor<1x8x16384x128xf16>) -> (tensor<1x8192x128xf16>, tensor<1x8192x128xf16>, tensor<1x8192xi64>, tensor<1x9xi64>)
+  return
+}

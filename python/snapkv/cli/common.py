@@ -25,7 +25,7 @@ FIXTURE = "tiny_llama_dynamic.mlir"
 # The pass's own defaults (snapkv-compress-kv-cache; kernel 15 and gqa mean, not the published
 # method's 5 and expand: docs/eval.md, "The defaults"); the demo passes its small sizes.
 DEFAULTS = dict(window=32, capacity=1024, kernel=15, pooling="avg", gqa="mean",
-                order="position", budget="uniform", pyramid_beta=20)
+                order="position", budget="uniform", pyramid_beta=20, floor=0)
 DEFAULT_PROMPT_LENGTH, DEFAULT_STEPS, DEFAULT_SEED = 96, 16, 0
 INT64_MAX = 2 ** 63 - 1
 FRONTEND_PACKAGES = {"torch": "torch", "transformers": "transformers", "torch_mlir": "torch-mlir"}
@@ -262,7 +262,9 @@ def pass_options(args, strict: bool, text: str = "") -> str:
     prefill-func/decode-func name those functions unless given."""
     options = (f"window={args.window} capacity={args.capacity} kernel={args.kernel} "
                f"pooling={args.pooling} gqa={args.gqa} order={args.order}")
-    if args.budget != "uniform":
+    if args.budget == "adaptive":
+        options += f" budget=adaptive floor={args.floor}"
+    elif args.budget != "uniform":
         options += f" budget={args.budget} pyramid-beta={args.pyramid_beta}"
     layers = layer_functions(text) if text else None
     prefill = getattr(args, "prefill_func", None)
@@ -280,6 +282,8 @@ def pass_options(args, strict: bool, text: str = "") -> str:
 
 def describe_options(args) -> str:
     budget = "" if args.budget == "uniform" else \
+        f", budget adaptive (floor {args.floor}; capacity is the heads' mean)" \
+        if args.budget == "adaptive" else \
         f", budget {args.budget} (beta {args.pyramid_beta}; capacity is the layers' mean)"
     return (f"window {args.window}, capacity {args.capacity}, kernel {args.kernel}, "
             f"pooling {args.pooling}, gqa {args.gqa}, order {args.order}{budget}")
@@ -462,12 +466,18 @@ def compaction_parent(strict: bool = False) -> argparse.ArgumentParser:
     group.add_argument("--order", choices=("position", "score"), default=DEFAULTS["order"],
                        help="order of the kept positions in the cache: ascending position, "
                             "or prefix by descending score then the window")
-    group.add_argument("--budget", choices=("uniform", "pyramid", "inverted-pyramid"),
+    group.add_argument("--budget",
+                       choices=("uniform", "pyramid", "inverted-pyramid", "adaptive"),
                        default=DEFAULTS["budget"],
                        help="uniform = every layer keeps C; pyramid = PyramidKV: more in lower "
                             "layers, fewer in upper ones, C - W prefix positions per layer on "
                             "average (never more in all); inverted-pyramid = the same the other "
-                            "way up")
+                            "way up; adaptive = Ada-KV: a layer's heads share Hc x (C - W) "
+                            "prefix positions, ranked together (a ragged cache, the same bytes)")
+    group.add_argument("--floor", type=int_in(0, "--floor"), default=DEFAULTS["floor"],
+                       metavar="F",
+                       help="with --budget adaptive: prefix positions every head keeps at least "
+                            "(Ada-KV's safeguard, at most C - W)")
     group.add_argument("--pyramid-beta", type=int_in(1, "--pyramid-beta"),
                        default=DEFAULTS["pyramid_beta"], metavar="BETA",
                        help="with --budget pyramid: the top layer keeps (C - W) / BETA prefix "
@@ -538,6 +548,12 @@ def check_window_capacity(args):
     if args.capacity <= args.window:
         raise CLIError(f"--capacity ({args.capacity}) must be greater than --window "
                        f"({args.window}): the capacity counts the window")
+    floor = getattr(args, "floor", 0)
+    if floor and getattr(args, "budget", "uniform") != "adaptive":
+        raise CLIError("--floor is the per-head minimum of --budget adaptive")
+    if floor > args.capacity - args.window:
+        raise CLIError(f"--floor ({floor}) must be at most --capacity - --window "
+                       f"({args.capacity - args.window})")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -54,6 +54,15 @@ def add_parser(commands, common_options, compaction):
     p.set_defaults(func=run)
 
 
+def rows_per_head(caches) -> int:
+    """Layer 0's cache rows per head (ragged caches, ``--budget adaptive``: their mean)."""
+    from ..runtime import RaggedKVCache
+
+    if isinstance(caches, RaggedKVCache):
+        return int(caches.lengths[0, 0].sum()) // caches.lengths.shape[-1]
+    return caches[0].shape[2] if caches else 0
+
+
 def greedy(model, ids, steps: int, *, forced: Optional[Sequence[int]] = None,
            label: str = "", quiet: bool = True):
     """Prefill then `steps` decode steps. Feeds its own argmax, or `forced[g]` at step g.
@@ -65,8 +74,8 @@ def greedy(model, ids, steps: int, *, forced: Optional[Sequence[int]] = None,
     prefill_s = time.perf_counter() - start
     rows = [logits[0, -1]]
     tokens = [int(np.argmax(rows[0]))]
-    physical = [caches[0].shape[2] if caches else 0]
     caches = model.cache(caches, steps)  # room for the steps: each writes its row in place
+    physical = [rows_per_head(caches)]
     step_s, last_report = [], time.perf_counter()
     for g in range(steps):
         feed = tokens[-1] if forced is None else int(forced[g])
@@ -75,7 +84,7 @@ def greedy(model, ids, steps: int, *, forced: Optional[Sequence[int]] = None,
         step_s.append(time.perf_counter() - t0)
         rows.append(step_logits[0, 0])
         tokens.append(int(np.argmax(rows[-1])))
-        physical.append(caches[0].shape[2] if caches else 0)
+        physical.append(rows_per_head(caches))
         if time.perf_counter() - last_report > 2.0:
             progress(quiet, f"  {label}: decode step {g + 1}/{steps}")
             last_report = time.perf_counter()

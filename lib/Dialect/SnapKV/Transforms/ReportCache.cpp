@@ -101,30 +101,36 @@ struct Row {
 struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
   using Base::Base;
 
-  /// The ledger row of one select, or an error at its location.
-  FailureOr<Row> row(SelectOp op, unsigned layer, uint64_t length,
+  /// The ledger row of one select (`snapkv.select` or, holding the same rows
+  /// in all, `snapkv.select_adaptive`), or an error at its location.
+  FailureOr<Row> row(Operation *op, unsigned layer, uint64_t length,
                      uint64_t extra) {
-    auto qTy = op.getQueries().getType();
-    auto kTy = op.getKeys().getType();
+    auto select = dyn_cast<SelectOp>(op);
+    auto adaptive = dyn_cast<SelectAdaptiveOp>(op);
+    auto qTy = cast<RankedTensorType>(op->getOperand(0).getType());
+    auto kTy = cast<RankedTensorType>(op->getOperand(1).getType());
+    GqaPolicy gqa = select ? select.getGqa() : adaptive.getGqa();
+    int64_t capacity = select ? select.getCapacity() : adaptive.getCapacity();
     if (qTy.isDynamicDim(0) || qTy.isDynamicDim(1) || qTy.isDynamicDim(3) ||
         kTy.isDynamicDim(1))
-      return emitError(op.getLoc())
+      return emitError(op->getLoc())
              << "snapkv-report-cache: layer " << layer
              << ": the batch, head counts and head dim must be static";
     if (!kTy.isDynamicDim(2) &&
         static_cast<uint64_t>(kTy.getDimSize(2)) != length)
-      return emitError(op.getLoc())
+      return emitError(op->getLoc())
              << "snapkv-report-cache: layer " << layer << ": keys hold "
              << kTy.getDimSize(2) << " positions but prompt-length is "
              << length;
     Row r;
-    r.gqa = op.getGqa();
+    r.gqa = gqa;
     r.bytes = kTy.getElementTypeBitWidth() / 8;
     r.batch = qTy.getDimSize(0);
     r.dim = qTy.getDimSize(3);
     r.kvHeads = kTy.getDimSize(1);
     r.heads = r.gqa == GqaPolicy::expand ? qTy.getDimSize(1) : r.kvHeads;
-    r.kept = std::min<uint64_t>(length, op.getCapacity());
+    // Adaptive heads keep different counts, Hc x min(L, C) in all.
+    r.kept = std::min<uint64_t>(length, capacity);
     // Both fit: prompt-length + generated was checked, and kept <= length.
     std::optional<uint64_t> full =
         product({2, r.batch, r.kvHeads, length + extra, r.dim, r.bytes});
@@ -132,7 +138,7 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
         product({2, r.batch, r.heads, r.kept + extra, r.dim, r.bytes});
     if (!full || !compacted) {
       bool whole = !full;
-      return emitError(op.getLoc())
+      return emitError(op->getLoc())
              << "snapkv-report-cache: layer " << layer << ": the "
              << (whole ? "full cache, 2*B*Hkv*(L+g)*D*e bytes,"
                        : "compacted cache, 2*B*Hc*(min(L,C)+g)*D*e bytes,")
@@ -167,11 +173,13 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
     SmallVector<Row> rows;
     uint64_t totalFull = 0, totalCompacted = 0;
     CallCounts calls(getOperation());
-    WalkResult walk = getOperation().walk([&](SelectOp op) {
+    WalkResult walk = getOperation().walk([&](Operation *op) {
+      if (!isa<SelectOp, SelectAdaptiveOp>(op))
+        return WalkResult::advance();
       // A select in a function called once per layer is one row per call.
       uint64_t repeats = 1;
       if (auto func = op->getParentOfType<func::FuncOp>()) {
-        FailureOr<uint64_t> count = calls.count(func, op.getLoc());
+        FailureOr<uint64_t> count = calls.count(func, op->getLoc());
         if (failed(count))
           return WalkResult::interrupt();
         repeats = *count;
@@ -185,7 +193,7 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
         std::optional<uint64_t> compacted =
             llvm::checkedAddUnsigned(totalCompacted, r->compacted);
         if (!full || !compacted) {
-          emitError(op.getLoc())
+          emitError(op->getLoc())
               << "snapkv-report-cache: the total over " << rows.size() + 1
               << " layers does not fit in 64 bits (prompt-length=" << length
               << ", generated=" << extra << ")";

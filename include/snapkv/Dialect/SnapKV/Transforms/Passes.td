@@ -53,10 +53,13 @@ def DecomposeSelect : Pass<"snapkv-decompose-select"> {
 }
 
 def ReportCache : Pass<"snapkv-report-cache", "::mlir::ModuleOp"> {
-  let summary = "Print the persistent K/V cache ledger of every snapkv.select";
+  let summary = "Print the persistent K/V cache ledger of every snapkv.select "
+                "(and snapkv.select_adaptive)";
   let description = [{
-    Treats each `snapkv.select` in the module as one layer's prompt cache and
-    prints, for a prompt of `prompt-length` tokens followed by `generated`
+    Treats each `snapkv.select` in the module as one layer's prompt cache
+    (and each `snapkv.select_adaptive`, whose heads keep different numbers of
+    positions but `Hc * min(L, C)` in all: the same bytes, with `kept` their
+    mean) and prints, for a prompt of `prompt-length` tokens followed by `generated`
     decoded tokens, the bytes of persistent K/V per layer and in total
     (`docs/semantics.md`, the memory ledger):
 
