@@ -86,8 +86,8 @@ class Method:
     @property
     def adaptive(self) -> bool:
         """Ada-KV's shared budget (``snapkv.select_adaptive``): the rewrite's selects with
-        their heads sharing the layer's budget, the ragged caches decoded by the PyTorch
-        reference (the compiled ragged decode is not built yet)."""
+        their heads sharing the layer's budget, the ragged caches decoded by the model
+        compiled with ``budget=adaptive`` (each head its own rows, appended in place)."""
         return (self.options or {}).get("budget") == "adaptive"
 
     def floor(self, window: int, capacity: int) -> int:
@@ -98,8 +98,8 @@ class Method:
     def compaction(self, window: int, capacity: int, seed: int) -> hf.Compaction:
         options = {**PUBLISHED, **(self.options or {})}
         options.pop("window", None)
-        if self.adaptive:  # the selects are the uniform rewrite's, their budget then shared
-            options.pop("budget")
+        if self.adaptive:
+            options["floor"] = self.floor(window, capacity)
         if options.get("scoring") == "random":
             options["seed"] = seed
         return hf.Compaction(window=self.window(window), capacity=capacity, **options)
@@ -108,9 +108,12 @@ class Method:
         """What results depend on, capacity aside (names may change, options do not)."""
         if self.full:
             return "full"
-        options = self.compaction(window, 0, seed).pass_options()
+        compaction = self.compaction(window, 0, seed)
+        if self.adaptive:  # the floor follows the capacity: its share is the option
+            compaction = dataclasses.replace(compaction, budget="uniform", floor=0)
+        options = compaction.pass_options()
         if self.adaptive:
-            options += f" budget=adaptive floor-share={ADAPTIVE_FLOOR_SHARE} decode=torch"
+            options += f" budget=adaptive floor-share={ADAPTIVE_FLOOR_SHARE}"
         return options.replace("capacity=0 ", "", 1)
 
 
@@ -196,64 +199,32 @@ def prefill_selects(rewritten: str) -> List[dict]:
     inlined = _opt(["--symbol-privatize=exclude=prefill", "--inline", "--symbol-dce"], rewritten)
     found = list(interface.describe(inlined).function("prefill").selects)
     if not found:
-        raise EvalError("the rewritten module's @prefill holds no snapkv.select")
+        raise EvalError("the rewritten module's @prefill holds no snapkv.select or "
+                        "snapkv.select_adaptive")
     return found
 
 
 def select_module(selects: List[dict]) -> tuple:
     """(module text, per layer the function name): one function per distinct select, each
-    the select alone, written in generic form from what ``snapkv-describe-module`` said."""
+    the select alone (``snapkv.select`` or ``snapkv.select_adaptive``), written in generic
+    form from what ``snapkv-describe-module`` said."""
     functions, names = {}, []
     for select in selects:
-        key = (select["properties"], tuple(t["text"] for t in select["operands"]),
+        key = (select["op"], select["properties"], tuple(t["text"] for t in select["operands"]),
                tuple(t["text"] for t in select["results"]))
         if key not in functions:
             functions[key] = f"select_{len(functions)}"
         names.append(functions[key])
     bodies = []
-    for (properties, operands, results), name in functions.items():
+    for (op, properties, operands, results), name in functions.items():
         q, k, v = operands
         result_list = ", ".join(results)
+        values = ", ".join(f"%r#{i}" for i in range(len(results)))
         bodies.append(
             f"  func.func @{name}(%q: {q}, %k: {k}, %v: {v}) -> ({result_list}) {{\n"
-            f"    %r:3 = \"snapkv.select\"(%q, %k, %v) <{properties}> : "
+            f"    %r:{len(results)} = \"{op}\"(%q, %k, %v) <{properties}> : "
             f"({', '.join(operands)}) -> ({result_list})\n"
-            f"    return %r#0, %r#1, %r#2 : {result_list}\n  }}")
-    return "module {\n" + "\n".join(bodies) + "\n}\n", names
-
-
-def adaptive_select_module(selects: List[dict], floor: int) -> tuple:
-    """Like :func:`select_module`, with each select's clauses (as ``snapkv-describe-module``
-    reports them) on a ``snapkv.select_adaptive`` keeping ``floor`` positions per head:
-    ``select(q, K, V) -> (K', V', indices, offsets)``, packed rows."""
-    functions, names = {}, []
-    for select in selects:
-        key = tuple(select[n] for n in ("window", "capacity", "kernel", "pooling", "gqa",
-                                        "scale", "scoring")) + \
-            tuple(t["text"] for t in select["operands"])
-        if key not in functions:
-            functions[key] = (f"select_{len(functions)}", select)
-        names.append(functions[key][0])
-    bodies = []
-    for name, select in functions.values():
-        q, k, v = (t["text"] for t in select["operands"])
-        # [B, Hc, S, D] -> [B, Hc x S, D] (S dynamic with L), offsets [B, Hc + 1].
-        batch, heads, kept, dim = select["results"][0]["shape"]
-        packed = "?" if kept is None else str(heads * kept)
-        rows = f"tensor<{batch}x{packed}x{dim}x{select['results'][0]['element']}>"
-        results = [rows, rows, f"tensor<{batch}x{packed}xi64>",
-                   f"tensor<{batch}x{heads + 1}xi64>"]
-        clauses = (f"window {select['window']} capacity {select['capacity']} floor {floor} "
-                   f"kernel {select['kernel']} pooling {select['pooling']} gqa {select['gqa']}")
-        if select["scale"] is not None:
-            clauses += f" scale {float(select['scale']):.17e}"
-        clauses += f" scoring {select['scoring']}"
-        result_list = ", ".join(results)
-        bodies.append(
-            f"  func.func @{name}(%q: {q}, %k: {k}, %v: {v}) -> ({result_list}) {{\n"
-            f"    %r:4 = snapkv.select_adaptive %q, %k, %v {clauses} : "
-            f"({q}, {k}, {v}) -> ({result_list})\n"
-            f"    return %r#0, %r#1, %r#2, %r#3 : {result_list}\n  }}")
+            f"    return {values} : {result_list}\n  }}")
     return "module {\n" + "\n".join(bodies) + "\n}\n", names
 
 
@@ -300,7 +271,6 @@ class Pipeline:
         self._prefill = None
         self._selects: Dict[tuple, tuple] = {}
         self._decoders: Dict[str, object] = {}
-        self._torch_model = None
         self.compile_seconds = 0.0
 
     # -- pieces ---------------------------------------------------------------------------
@@ -398,25 +368,32 @@ class Pipeline:
         key = (method.key(self.window, seed), capacity)
         if key not in self._selects:
             rewritten = self._rewrite(method.compaction(self.window, capacity, seed))
-            if method.adaptive:
-                text, names = adaptive_select_module(prefill_selects(rewritten),
-                                                     method.floor(self.window, capacity))
-            else:
-                text, names = select_module(prefill_selects(rewritten))
+            text, names = select_module(prefill_selects(rewritten))
             library = self._compile(text, f"{method.name} select, C={capacity}")
             functions = {n: _function(library, n, text) for n in set(names)}
             self._selects[key] = [functions[n] for n in names]
         return self._selects[key]
 
     def decoder(self, method: Method):
-        """A CompiledModel whose @decode is the method's (its @prefill is not used)."""
+        """A CompiledModel whose @decode is the method's (its @prefill is not used): the
+        original's, the rewrite's for the method's gqa policy, or (adaptive) the ragged one."""
         from .runtime import CompiledModel
 
         gqa = "full" if method.full else {**PUBLISHED, **method.options}["gqa"]
-        if gqa not in self._decoders:
-            text = self.exported.text if gqa == "full" else \
-                self._rewrite(hf.Compaction(window=self.window, capacity=UNBOUNDED, gqa=gqa))
-            label = "original model (decode)" if gqa == "full" else f"decode, gqa {gqa}"
+        key = f"adaptive-{gqa}" if method.adaptive else gqa
+        if key not in self._decoders:
+            if gqa == "full":
+                text, label = self.exported.text, "original model (decode)"
+            elif method.adaptive:
+                # Decode does not depend on the capacity; one the select can verify.
+                capacity = max(self.max_positions or 0, self.window + 1)
+                text = self._rewrite(hf.Compaction(window=self.window, capacity=capacity,
+                                                   gqa=gqa, budget="adaptive"))
+                label = f"ragged decode, gqa {gqa}"
+            else:
+                text = self._rewrite(hf.Compaction(window=self.window, capacity=UNBOUNDED,
+                                                   gqa=gqa))
+                label = f"decode, gqa {gqa}"
             start = time.perf_counter()
             try:
                 model = CompiledModel(text, weights=self.checkpoint,
@@ -426,8 +403,8 @@ class Pipeline:
             self.compile_seconds += time.perf_counter() - start
             self.log(f"  {label}: {'cached library' if model.from_cache else 'compiled'} "
                      f"({model.library.seconds:.1f} s)")
-            self._decoders[gqa] = model
-        return self._decoders[gqa]
+            self._decoders[key] = model
+        return self._decoders[key]
 
     # -- running --------------------------------------------------------------------------
 
@@ -442,61 +419,37 @@ class Pipeline:
 
     def compact(self, method: Method, capacity: int, seed: int, caches, queries):
         """(compacted caches, kept indices per layer [1, Hc, C]). With an adaptive method
-        the caches are packed ``[1, T, D]`` and each layer's kept indices a list (batch 0)
-        of the heads' index arrays, of different lengths."""
+        the caches are per layer packed keys and values ``[1, T, D]`` and their offsets ``[1,
+        Hc + 1]`` (what its compiled prefill returns), and each layer's kept indices a list
+        (batch 0) of the heads' index arrays, of different lengths."""
         functions = self.selects(method, capacity, seed)
         rows = method.window(self.window)
         out, kept = [], []
         for layer, function in enumerate(functions):
             q = np.ascontiguousarray(queries[layer][:, :, -rows:, :])
             k, v, index, *offsets = function(q, caches[2 * layer], caches[2 * layer + 1])
-            out += [k, v]
+            out += [k, v, *offsets]
             if offsets:
                 bounds = offsets[0][0]
                 index = [[index[0, a:b] for a, b in zip(bounds[:-1], bounds[1:])]]
             kept.append(index)
         return out, kept
 
-    @property
-    def torch_model(self):
-        """The checkpoint in PyTorch (transformers, float32): the reference that decodes the
-        ragged caches of the adaptive methods."""
-        if self._torch_model is None:
-            import torch
-            from transformers import AutoModelForCausalLM
+    @staticmethod
+    def cache_bytes(method: Method, caches) -> int:
+        """Bytes of the K/V rows in `caches` (an adaptive method's offsets not counted)."""
+        step = 3 if method.adaptive else 2
+        return int(sum(c.nbytes for i, c in enumerate(caches) if i % step < 2))
 
-            self._torch_model = AutoModelForCausalLM.from_pretrained(
-                self.model_dir, dtype=torch.float32, attn_implementation="eager").eval()
-        return self._torch_model
-
-    def answer(self, method: Method, first: int, length: int, steps: int, caches, kept=None):
-        """Greedy tokens: `first` (from prefill) and `steps` decode steps. An adaptive
-        method's packed caches are split by `kept` (compact's) into one cache per head."""
-        if method.adaptive:
-            return self._answer_ragged(method, first, length, steps, caches, kept)
+    def answer(self, method: Method, first: int, length: int, steps: int, caches):
+        """Greedy tokens: `first` (from prefill) and `steps` decode steps on `caches` (not
+        modified: the decoder's cache is a copy with room for the steps)."""
         model = self.decoder(method)
         tokens = [int(first)]
         caches = model.cache(caches, steps)  # each step writes its row in place
         for g in range(steps):
             logits, caches = model.decode(tokens[-1], length + g, caches)
             tokens.append(int(np.argmax(logits[0, 0])))
-        return tokens
-
-    def _answer_ragged(self, method, first, length, steps, caches, kept):
-        from .frontend import reference_decode
-
-        expanded = {**PUBLISHED, **method.options}["gqa"] == "expand"
-        ragged = []
-        for layer, heads in enumerate(kept):
-            offsets = np.cumsum([0] + [len(h) for h in heads[0]])[None]
-            ragged.append([reference_decode.ragged_heads(caches[2 * layer + part], offsets)
-                           for part in (0, 1)])
-        keys, values = [k for k, _ in ragged], [v for _, v in ragged]
-        tokens = [int(first)]
-        for g in range(steps):
-            logits = reference_decode.decode_step(self.torch_model, tokens[-1], length + g,
-                                                  keys, values, expanded)
-            tokens.append(int(logits.argmax()))
         return tokens
 
     def decode_ms(self, method: Method, token: int, length: int, caches,
@@ -803,14 +756,13 @@ def answer_prompt(pipeline: Pipeline, sample, cells: Sequence[tuple], seed: int,
             kept_caches, kept = caches, None
         else:
             kept_caches, kept = pipeline.compact(method, capacity, seed, caches, queries)
-        tokens = pipeline.answer(method, first, length, steps, kept_caches, kept)
+        tokens = pipeline.answer(method, first, length, steps, kept_caches)
         result = dict(
             tokens=tokens, answer=sample.answer, correct=bool(sample.judge(tokens)),
             answer_kept=1.0 if kept is None else task.kept_share(sample, kept),
-            kept_bytes=int(sum(c.nbytes for c in kept_caches)),
-            # The adaptive methods decode in PyTorch: not a time of ours.
+            kept_bytes=pipeline.cache_bytes(method, kept_caches),
             decode_ms=pipeline.decode_ms(method, first, length, kept_caches)
-            if timed(i) and not method.adaptive else None, kept=kept)
+            if timed(i) else None, kept=kept)
         said = sample.said(tokens)
         if said is not None:
             result["said"] = said

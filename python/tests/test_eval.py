@@ -155,7 +155,11 @@ def test_adaptive_composition(pipeline, name):
     """An adaptive method: the rewrite's selects as snapkv.select_adaptive (floor 20 % of
     C - W), compiled, equal reference.select_adaptive on the same arrays (indices exactly,
     rows bit for bit); the layer holds Hc x C rows like the uniform method, split unevenly;
-    the ragged caches are decoded head by head by the PyTorch reference."""
+    the ragged caches are decoded by the model compiled with budget=adaptive, which gives
+    the tokens of the PyTorch reference decoding them head by head."""
+    torch = pytest.importorskip("torch")
+    from transformers import AutoModelForCausalLM
+
     from snapkv.frontend import reference_decode
 
     method, capacity, steps = ev.METHODS[name], LENGTH // 4, 3
@@ -164,7 +168,9 @@ def test_adaptive_composition(pipeline, name):
     logits, caches, queries = pipeline.prefill(sample.ids)
     packed, kept = pipeline.compact(method, capacity, 5, caches, queries)
     rows, _ = pipeline.compact(uniform, capacity, 5, caches, queries)
-    assert [c.nbytes for c in packed] == [c.nbytes for c in rows]
+    assert len(packed) == 3 * len(kept) and len(rows) == 2 * len(kept)
+    assert pipeline.cache_bytes(method, packed) == pipeline.cache_bytes(uniform, rows) == \
+        sum(c.nbytes for c in rows)
     options = {**ev.PUBLISHED, **method.options}
     floor = method.floor(ev.DEFAULT_WINDOW, capacity)
     assert floor == int(0.2 * (capacity - ev.DEFAULT_WINDOW))
@@ -176,23 +182,36 @@ def test_adaptive_composition(pipeline, name):
                                          kernel=options["kernel"], gqa=options["gqa"])
         got = np.concatenate(heads[0])
         assert np.array_equal(got, want.indices[0])
-        assert np.array_equal(np.cumsum([0] + [len(h) for h in heads[0]]), want.offsets[0])
-        assert np.array_equal(packed[2 * layer], want.keys)
-        assert np.array_equal(packed[2 * layer + 1], want.values)
+        assert np.array_equal(packed[3 * layer + 2], want.offsets)
+        assert np.array_equal(packed[3 * layer], want.keys)
+        assert np.array_equal(packed[3 * layer + 1], want.values)
         uneven += len({len(h) for h in heads[0]}) > 1
     assert uneven > 0
-    tokens = pipeline.answer(method, int(np.argmax(logits)), LENGTH, steps, packed, kept)
+    tokens = pipeline.answer(method, int(np.argmax(logits)), LENGTH, steps, packed)
+    assert pipeline.decoder(method).ragged
     # The same ragged caches decoded directly by the reference give the same tokens.
-    ragged = [reference_decode.ragged_heads(c, want_offsets[None])
-              for c, want_offsets in zip(packed, [np.cumsum([0] + [len(h) for h in k[0]])
-                                                  for k in kept for _ in (0, 1)])]
-    keys, values = ragged[0::2], ragged[1::2]
+    model = AutoModelForCausalLM.from_pretrained(pipeline.model_dir, dtype=torch.float32,
+                                                 attn_implementation="eager").eval()
+    keys = [reference_decode.ragged_heads(packed[i], packed[i + 2])
+            for i in range(0, len(packed), 3)]
+    values = [reference_decode.ragged_heads(packed[i + 1], packed[i + 2])
+              for i in range(0, len(packed), 3)]
     direct = [int(np.argmax(logits))]
     for g in range(steps):
-        row = reference_decode.decode_step(pipeline.torch_model, direct[-1], LENGTH + g, keys,
-                                           values, options["gqa"] == "expand")
+        row = reference_decode.decode_step(model, direct[-1], LENGTH + g, keys, values,
+                                           options["gqa"] == "expand")
         direct.append(int(row.argmax()))
     assert tokens == direct and len(tokens) == steps + 1
+    assert pipeline.decode_ms(method, direct[-1], LENGTH, packed) > 0
+    # And the composition is the model rewritten with budget=adaptive, compiled whole.
+    compaction = method.compaction(ev.DEFAULT_WINDOW, capacity, 5)
+    assert (compaction.budget, compaction.floor) == ("adaptive", floor)
+    whole = runtime.CompiledModel(hf.rewrite(pipeline.exported.text, compaction),
+                                  weights=pipeline.checkpoint)
+    direct_logits, direct_caches = whole.prefill(sample.ids[None])
+    assert np.array_equal(direct_logits[0, -1], logits)
+    assert all(np.array_equal(a, b) for a, b in zip(direct_caches, packed, strict=True))
+    assert whole.generate(sample.ids[None], steps)["tokens"] == tokens
 
 
 @pytest.mark.slow

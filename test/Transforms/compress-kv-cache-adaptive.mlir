@@ -11,6 +11,9 @@
 // RUN: snapkv-opt %S/Inputs/models/llama_sdpa_dynamic.mlir \
 // RUN:   --snapkv-compress-kv-cache="window=2 capacity=4 budget=adaptive floor=1" \
 // RUN:   | snapkv-opt --snapkv-cpu-pipeline | FileCheck %s --check-prefix=LOWERED
+// RUN: snapkv-opt %S/Inputs/models/llama_sdpa_dynamic.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=2 capacity=4 budget=adaptive floor=1" \
+// RUN:   | snapkv-opt --snapkv-describe-module -o /dev/null | FileCheck %s --check-prefix=DESCRIBE
 // RUN: snapkv-opt %S/Inputs/models/llama_layers.mlir \
 // RUN:   --snapkv-compress-kv-cache="window=2 capacity=4 budget=adaptive prefill-func=prefill_layer decode-func=decode_layer" \
 // RUN:   | FileCheck %s --check-prefix=LAYERS
@@ -56,6 +59,18 @@
 // CHECK:         bufferization.materialize_in_destination %[[W]]#0 in restrict writable %[[KB]]
 // CHECK:         bufferization.materialize_in_destination %[[W]]#1 in restrict writable %[[VB]]
 // CHECK:         return %{{.*}} : tensor<1x1x64xf32>
+
+// What programs read (snapkv-describe-module): the select and the convention.
+// DESCRIBE:      "name": "prefill",
+// DESCRIBE:      "selects": [
+// DESCRIBE:          "floor": 1,
+// DESCRIBE:          "op": "snapkv.select_adaptive",
+// DESCRIBE:        "snapkv.append_in_place": {
+// DESCRIBE-NEXT:     "buffers": [
+// DESCRIBE:          "dim": 1,
+// DESCRIBE-NEXT:     "layout": "ragged",
+// DESCRIBE-NEXT:     "rows": 4
+// DESCRIBE:      "name": "decode",
 
 // Fully lowered for the CPU: the appends write the caller's buffers.
 // LOWERED-LABEL: llvm.func @decode(

@@ -116,6 +116,7 @@ module attributes {snapkv.refusal = {function = "prefill", message = "m", reason
 // CHECK-NEXT:           "capacity": 4,
 // CHECK-NEXT:           "gqa": "mean",
 // CHECK-NEXT:           "kernel": 5,
+// CHECK-NEXT:           "op": "snapkv.select",
 // CHECK-NEXT:           "operands": [
 // CHECK:                "order": "position",
 // CHECK-NEXT:           "pooling": "avg",

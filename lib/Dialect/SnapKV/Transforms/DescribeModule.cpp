@@ -106,25 +106,44 @@ static json::Value optionalInt(std::optional<int64_t> value) {
   return value ? json::Value(*value) : json::Value(nullptr);
 }
 
-static json::Object describeSelect(SelectOp op) {
+/// The clauses every select has (`snapkv.select` and `snapkv.select_adaptive`).
+template <typename SelectLike>
+static json::Object describeClauses(SelectLike op) {
   std::optional<APFloat> scale = op.getScale();
   return json::Object{
+      {"op", op->getName().getStringRef()},
       {"window", op.getWindow()},
       {"capacity", op.getCapacity()},
       {"kernel", op.getKernel()},
       {"pooling", stringifyPoolingKind(op.getPooling())},
       {"gqa", stringifyGqaPolicy(op.getGqa())},
-      {"order", stringifyOrder(op.getOrder())},
       {"scoring", stringifyScoring(op.getScoring())},
       {"scale",
        scale ? json::Value(scale->convertToDouble()) : json::Value(nullptr)},
-      {"sinks", optionalInt(op.getSinks())},
-      {"seed", optionalInt(op.getSeed())},
       // For writing the op again in generic form: "snapkv.select"(...)
       // <{properties}> : (operands) -> (results).
       {"properties", printed(op->getPropertiesAsAttribute())},
       {"operands", describeTypes(op->getOperandTypes())},
       {"results", describeTypes(op->getResultTypes())}};
+}
+
+static json::Object describeSelect(SelectOp op) {
+  json::Object out = describeClauses(op);
+  out["order"] = stringifyOrder(op.getOrder());
+  out["sinks"] = optionalInt(op.getSinks());
+  out["seed"] = optionalInt(op.getSeed());
+  return out;
+}
+
+/// An adaptive select adds its `floor`; it always keeps ascending positions
+/// and has no sinks or seed.
+static json::Object describeSelect(SelectAdaptiveOp op) {
+  json::Object out = describeClauses(op);
+  out["floor"] = op.getFloor();
+  out["order"] = stringifyOrder(Order::position);
+  out["sinks"] = nullptr;
+  out["seed"] = nullptr;
+  return out;
 }
 
 /// The body of `func` as steps over numbered values (the arguments are
@@ -221,6 +240,8 @@ static json::Object describeFunction(func::FuncOp func) {
       callees.insert(call.getCallee());
     if (auto select = dyn_cast<SelectOp>(op))
       selects.push_back(describeSelect(select));
+    else if (auto adaptive = dyn_cast<SelectAdaptiveOp>(op))
+      selects.push_back(describeSelect(adaptive));
     for (Type type : op->getResultTypes())
       if (isa<TensorType>(type))
         tensorTypes.insert(type);

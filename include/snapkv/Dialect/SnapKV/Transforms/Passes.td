@@ -127,7 +127,8 @@ def DescribeModule : Pass<"snapkv-describe-module", "::mlir::ModuleOp"> {
         "results": [T, ...],
         "attributes": {"snapkv.exposed_scores": [...], ...},
         "callees": ["prefill_layer", ...],
-        "selects": [{"window": 32, "capacity": 1024, "kernel": 5,
+        "selects": [{"op": "snapkv.select", "window": 32, "capacity": 1024,
+                     "kernel": 5,
                      "pooling": "avg", "gqa": "expand", "order": "position",
                      "scoring": "votes", "scale": 0.125 | null,
                      "sinks": null, "seed": null,
@@ -150,8 +151,10 @@ def DescribeModule : Pass<"snapkv-describe-module", "::mlir::ModuleOp"> {
     `snapkv-append-in-place` makes the caches). `attributes` holds the attributes in the `snapkv.`
     namespace (builtin attributes as JSON values, others as their MLIR
     text). `callees` are the functions called anywhere in the body, in
-    order of first call; `selects` every `snapkv.select` in the body
-    (nested regions included) in order; `tensor_types` every distinct tensor
+    order of first call; `selects` every `snapkv.select` and
+    `snapkv.select_adaptive` in the body (nested regions included) in order,
+    `op` saying which (an adaptive one adds `floor`; its `order` is
+    `position`, its `sinks` and `seed` null); `tensor_types` every distinct tensor
     type of a value the body defines. `glue` is the body as steps when it
     holds only `func.call`, `tensor.cast` and `func.return` (values are
     numbered: the arguments 0..n-1, then each result as it is defined), else
@@ -384,6 +387,28 @@ def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
     comparison ranking of the select (`snapkv.select`'s `scoring` clause):
     `prefix_votes`, `recent` with `sinks`, or `random` with `seed` (layer `l`
     draws with `seed + l`, so layers differ).
+
+    `budget=adaptive` (Ada-KV) makes the cache ragged, so both functions take
+    another form (docs/model-ir.md, "Ragged caches"):
+
+    * prefill's K/V results are `snapkv.select_adaptive`'s packed rows
+      `[B, Hc x min(L, C), D]` (head by head, `floor` positions per head at
+      least), each layer's values followed by a new result, its offsets
+      `[B, Hc + 1]`;
+    * decode's attention is fused (`snapkv-fuse-attention`) and decode then
+      writes in place as `snapkv-append-in-place` does, in the ragged layout:
+      each layer's caches become buffers `[B, R, D]` the caller owns, one
+      argument `rows : [P, 2, B, Hc] x i64` holds each layer's head starts and
+      lengths, the new token's row goes to every head at `start + length`
+      (run-time checks: nothing negative, room before the next head's start
+      or the buffer's end), and the attention is a
+      `snapkv.ragged_attention` over each head's rows plus the new one. The
+      caches are no longer results.
+
+    A packed cache has no functional append, so `budget=adaptive` needs a
+    decode that `snapkv-append-in-place` could rewrite (caches of dynamic
+    length, read only by their append and run-time checks); otherwise the
+    module is left unchanged (reason `ragged-decode`).
   }];
   let dependentDialects = [
     "::mlir::snapkv::SnapKVDialect",
