@@ -3,12 +3,13 @@
 // Parses arbitrary text with the snapkv dialect (and the upstream dialects
 // its tests use) registered, verifies it, and runs the model rewrite
 // (snapkv-compress-kv-cache), snapkv-fuse-attention, snapkv-append-in-place and
-// then convert-snapkv-to-linalg on whatever verifies, once with each select
-// lowered whole and once decomposed into its stage ops first
-// (snapkv-decompose-select). Invalid input must be
-// rejected with diagnostics; a pass that fails on verified input (the rewrite
-// only warns when it refuses) or produces IR that does not verify is a bug, so
-// it aborts and the fuzzer reports it.
+// then convert-snapkv-to-linalg on whatever verifies: once with each select
+// lowered whole, once decomposed into its stage ops first
+// (snapkv-decompose-select) under budget=pyramid, and once under
+// budget=adaptive (snapkv.select_adaptive, ragged decode). Invalid input must
+// be rejected with diagnostics; a pass that fails on verified input (the
+// rewrite only warns when it refuses) or produces IR that does not verify is a
+// bug, so it aborts and the fuzzer reports it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -199,8 +200,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!module || failed(verify(*module)))
     return 0;
 
-  OwningOpRef<ModuleOp> copy = module->clone();
-  for (bool decompose : {false, true}) {
+  // Three rewrites: Hq heads on the whole run; Hkv with the budget spread
+  // over the layers (pyramid: per-layer capacities, per-call copies of a
+  // layer function), decomposed; Hkv with Ada-KV's shared budget (ragged
+  // caches, decode appending each head's row in place).
+  enum class Variant { expand, pyramid, adaptive };
+  for (Variant variant :
+       {Variant::expand, Variant::pyramid, Variant::adaptive}) {
     PassManager pm(&ctx);
     // Small window and capacity so the one-layer seeds (prompt 8) get
     // rewritten.
@@ -208,27 +214,28 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     rewrite.window = 2;
     rewrite.capacity = 6;
     rewrite.kernelSize = 3;
-    // Both cache layouts: Hq heads on the whole run, Hkv on the decomposed,
-    // which also spreads the budget over the layers (pyramid: per-layer
-    // capacities, per-call copies of a layer function).
-    rewrite.gqa =
-        decompose ? snapkv::GqaPolicy::mean : snapkv::GqaPolicy::expand;
-    if (decompose) {
+    rewrite.gqa = variant == Variant::expand ? snapkv::GqaPolicy::expand
+                                             : snapkv::GqaPolicy::mean;
+    if (variant == Variant::pyramid) {
       rewrite.budget = snapkv::BudgetPolicy::pyramid;
       rewrite.pyramidBeta = 2;
+    }
+    if (variant == Variant::adaptive) {
+      rewrite.budget = snapkv::BudgetPolicy::adaptive;
+      rewrite.floor = 1;
     }
     pm.addPass(snapkv::createCompressKVCache(rewrite));
     pm.addNestedPass<func::FuncOp>(snapkv::createFuseAttention());
     pm.addPass(snapkv::createAppendInPlace());
-    if (decompose)
+    if (variant == Variant::pyramid)
       pm.addPass(snapkv::createDecomposeSelect());
     pm.addPass(snapkv::createConvertSnapKVToLinalg());
-    ModuleOp target = decompose ? *copy : *module;
-    if (failed(pm.run(target)) || failed(verify(target))) {
+    OwningOpRef<ModuleOp> target = module->clone();
+    if (failed(pm.run(*target)) || failed(verify(*target))) {
       std::fprintf(stderr,
                    "snapkv-fuzz: verified input failed to rewrite or "
-                   "lower%s, or produced invalid IR\n",
-                   decompose ? " (decomposed)" : "");
+                   "lower (variant %d), or produced invalid IR\n",
+                   static_cast<int>(variant));
       std::abort();
     }
   }
