@@ -53,6 +53,10 @@ PASSES = [
     ["--snapkv-compress-kv-cache=window=2 capacity=6 budget=pyramid pyramid-beta=2"],
     ["--snapkv-compress-kv-cache=window=2 capacity=6 budget=pyramid prefill-func=prefill_layer "
      "decode-func=decode_layer"],
+    # Ada-KV's shared budget: ragged caches, decode appending each head's row in place.
+    ["--snapkv-compress-kv-cache=window=2 capacity=6 budget=adaptive floor=1"],
+    ["--snapkv-compress-kv-cache=window=2 capacity=6 budget=adaptive prefill-func=prefill_layer "
+     "decode-func=decode_layer"],
     ["--snapkv-gpu-emulation"],
     ["--pass-pipeline=builtin.module(func.func(snapkv-gpu-distribute))"],
     ["--pass-pipeline=builtin.module(func.func(snapkv-gpu-distribute{tensor-cores=true}))"],
