@@ -11,6 +11,12 @@
 // `bufferization.materialize_in_destination`, so one-shot bufferization
 // writes the argument's buffer and nothing is copied.
 //
+// The ragged layout (budget=adaptive, called by snapkv-compress-kv-cache)
+// packs each cache's heads into one buffer [B, R, D] with room after each
+// head; `rows` then holds every (keys, values) pair's head starts and
+// lengths, the new row goes to each head at start + length, and the fused
+// attention becomes snapkv.ragged_attention.
+//
 //===----------------------------------------------------------------------===//
 
 #include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
@@ -170,12 +176,13 @@ static FailureOr<Plan> planDirect(func::FuncOp func, bool ragged,
 /// arithmetic: what the importer's shape checks of the removed mask leave.
 static bool onlyChecked(tensor::DimOp dim) {
   SmallVector<Value> work{dim.getResult()};
+  llvm::SmallPtrSet<Operation *, 16> seen;
   while (!work.empty()) {
     Value value = work.pop_back_val();
     for (Operation *user : value.getUsers()) {
-      if (isa<cf::AssertOp>(user))
+      if (isa<cf::AssertOp>(user) || !seen.insert(user).second)
         continue;
-      if (user->getDialect()->getNamespace() != "arith" ||
+      if (!isa_and_nonnull<arith::ArithDialect>(user->getDialect()) ||
           user->getNumResults() != 1 || user->getNumRegions() != 0)
         return false;
       work.push_back(user->getResult(0));
@@ -201,8 +208,8 @@ static LogicalResult planRagged(func::FuncOp func, Plan &plan,
       why = name + " is not a [B, H, T, D] cache appended along dim 2";
       return failure();
     }
-    if (type.isDynamicDim(0) || type.isDynamicDim(1)) {
-      why = name + " has a dynamic batch or head count";
+    if (type.isDynamicDim(0) || type.isDynamicDim(1) || type.isDynamicDim(3)) {
+      why = name + " has a dynamic batch, head count or head dim";
       return failure();
     }
     if ((plan.batch && plan.batch != type.getDimSize(0)) ||
@@ -231,7 +238,8 @@ static LogicalResult planRagged(func::FuncOp func, Plan &plan,
       if (!attention) {
         why = name + "'s append is read by " +
               user->getName().getStringRef().str() +
-              ", not by snapkv.attention (run snapkv-fuse-attention first)";
+              ", not by snapkv.attention (an attention snapkv-fuse-attention "
+              "recognises)";
         return failure();
       }
       if (attention.getOffset() ||
