@@ -251,6 +251,7 @@ def test_ragged_kv_cache_checks_and_lays_out():
     np.testing.assert_array_equal(cache[0], keys)
     np.testing.assert_array_equal(cache[1], -keys)
     assert cache.nbytes == 2 * 10 * 2 * 4 and cache.rows == 5
+    assert cache.allocated == 2 * (2 * 7 * 2 * 4)  # the room after each head included
     cache.reserve(3)  # too little room: laid out again, rows kept
     assert np.all(np.diff(cache.starts[0], axis=1) >= cache.lengths[0][:, :-1] + 3)
     np.testing.assert_array_equal(cache[0], keys)

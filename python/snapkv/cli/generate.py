@@ -54,6 +54,11 @@ def add_parser(commands, common_options, compaction):
     p.set_defaults(func=run)
 
 
+def allocated(caches) -> int:
+    """Bytes of the cache buffers the runner allocated (room for more rows included)."""
+    return int(getattr(caches, "allocated", None) or sum(c.nbytes for c in caches))
+
+
 def rows_per_head(caches) -> int:
     """Layer 0's cache rows per head (ragged caches, ``--budget adaptive``: their mean)."""
     from ..runtime import RaggedKVCache
@@ -177,7 +182,8 @@ def run(args) -> int:
             agreement=dict(same=agree, of=steps + 1, first_difference=first),
             teacher_forced=dict(same_next=same_next, of=steps, max_logit_difference=diff),
             ledger=cache_ledger, ledger_note=ledger.note(cache_ledger, length),
-            measured=dict(full_bytes=full_bytes, compacted_bytes=compact_bytes),
+            measured=dict(full_bytes=full_bytes, compacted_bytes=compact_bytes,
+                          compacted_allocated_bytes=allocated(got["caches"])),
             seconds=dict(rewrite=rewrite_s, compile_compacted=compact.library.seconds,
                          compile_full=full.library.seconds,
                          compiled_from_cache=dict(compacted=compact.from_cache,

@@ -53,6 +53,11 @@ class KVCache(Sequence):
         """Bytes of the valid rows (what the cache holds, not its spare room)."""
         return sum(view.nbytes for view in self)
 
+    @property
+    def allocated(self) -> int:
+        """Bytes of the buffers, spare room included."""
+        return sum(b.nbytes for b in self.buffers)
+
     def reserve(self, rows: int):
         """Make room for `rows` more rows in every buffer: reallocate (and copy) a buffer that
         is too small, to at least 1.5x its capacity so that growing one row at a time copies
@@ -190,6 +195,11 @@ class RaggedKVCache(Sequence):
             for buffer in self.buffers[2 * layer:2 * layer + 2]:
                 total += int(self.lengths[layer].sum()) * buffer.shape[2] * buffer.itemsize
         return total
+
+    @property
+    def allocated(self) -> int:
+        """Bytes of the buffers, the room after every head included."""
+        return sum(b.nbytes for b in self.buffers)
 
     def heads(self, index: int) -> List[np.ndarray]:
         """Buffer `index`'s valid rows per cache head (batch row 0): ``[rows_c, D]`` views."""
