@@ -98,7 +98,8 @@ def run(args) -> int:
         lowered_note = ", lowered to the LLVM dialect" if args.lower else ""
         if common.layer_functions(source.text):
             selects = f"{selects} (in the layer function, which runs once per layer)"
-        progress(args.quiet, f"snapkv compile: {selects} snapkv.select inserted "
+        op = "snapkv.select_adaptive" if args.budget == "adaptive" else "snapkv.select"
+        progress(args.quiet, f"snapkv compile: {selects} {op} inserted "
                              f"({common.describe_options(args)}){lowered_note}; wrote {where} "
                              f"in {seconds:.2f} s")
     return 0
