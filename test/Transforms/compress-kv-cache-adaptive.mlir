@@ -20,6 +20,9 @@
 // RUN: snapkv-opt %S/../Models/tiny_llama.mlir \
 // RUN:   --snapkv-compress-kv-cache="window=8 capacity=16 budget=adaptive" 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=STATIC
+// RUN: snapkv-opt %S/Inputs/models/llama_sdpa_dynamic.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=2 capacity=2000000000 budget=adaptive" 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=LARGE
 // RUN: not snapkv-opt %S/Inputs/compress-kv-cache-mini.mlir \
 // RUN:   --snapkv-compress-kv-cache="window=4 capacity=12 floor=2" 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=FLOORUNIFORM
@@ -100,6 +103,13 @@
 // STATIC: warning: snapkv-compress-kv-cache left the module unchanged: @decode: budget=adaptive needs a decode step that appends each head's row to a ragged cache in place, but @decode: argument 2 has a static length along dim 2
 // STATIC: snapkv.refusal = {function = "decode", {{.*}}reason = "ragged-decode"}
 // STATIC-NOT: select_adaptive
+
+// A capacity the shared ranking cannot number is refused before anything
+// changes (not a verifier error after the rewrite).
+// LARGE: warning: snapkv-compress-kv-cache left the module unchanged: @prefill: layer 0: budget=adaptive ranks a layer's (head, position) pairs together with 32-bit indices, but heads x capacity = 2 x 2000000000 reaches 2^31 - 1
+// LARGE: snapkv.refusal = {{{.*}}reason = "adaptive-too-large"
+// LARGE-NOT: select_adaptive
+// LARGE-NOT: error
 
 // FLOORUNIFORM: floor is Ada-KV's per-head minimum: it needs budget=adaptive
 // FLOORLARGE: floor must be between 0 and capacity - window (8), got 9

@@ -75,6 +75,7 @@ enum class RefusalKind {
   CallArgumentOtherUse,
   LayerCopies,
   RaggedDecode,
+  AdaptiveTooLarge,
 };
 
 StringRef refusalFormat(RefusalKind kind) {
@@ -180,6 +181,9 @@ StringRef refusalFormat(RefusalKind kind) {
   case RefusalKind::RaggedDecode:
     return "budget=adaptive needs a decode step that appends each head's row "
            "to a ragged cache in place, but {0}";
+  case RefusalKind::AdaptiveTooLarge:
+    return "budget=adaptive ranks a layer's (head, position) pairs together "
+           "with 32-bit indices, but heads x {0} = {1} x {2} reaches 2^31 - 1";
   }
   llvm_unreachable("unknown RefusalKind");
 }
@@ -263,6 +267,8 @@ StringRef refusalCode(RefusalKind kind) {
     return "layer-copies";
   case RefusalKind::RaggedDecode:
     return "ragged-decode";
+  case RefusalKind::AdaptiveTooLarge:
+    return "adaptive-too-large";
   }
   llvm_unreachable("unknown RefusalKind");
 }
@@ -1250,6 +1256,31 @@ struct CompressKVCachePass
     }
 
     SmallVector<int64_t> layerCapacity = capacitiesOf(pre->size());
+    if (budget == BudgetPolicy::adaptive)
+      for (auto [index, layer] : llvm::enumerate(*pre)) {
+        // What snapkv.select_adaptive's verifier requires, said before
+        // anything changes.
+        const AttentionMatch &m = layer.attention;
+        int64_t heads = gqa == GqaPolicy::expand ? m.queryHeads : m.kvHeads;
+        int64_t length =
+            cast<RankedTensorType>(m.keys.source.getType()).getDimSize(2);
+        constexpr int64_t limit = std::numeric_limits<int32_t>::max();
+        std::optional<std::pair<std::string, int64_t>> large;
+        if (layerCapacity[index] >= limit / heads)
+          large = {"capacity", layerCapacity[index]};
+        else if (!ShapedType::isDynamic(length) && length >= limit / heads)
+          large = {"prompt length", length};
+        if (large) {
+          refuse(prefill, prefillName,
+                 Refusal{RefusalKind::AdaptiveTooLarge,
+                         {large->first, std::to_string(heads),
+                          std::to_string(large->second)},
+                         static_cast<unsigned>(index),
+                         {},
+                         {}});
+          return failure();
+        }
+      }
     SmallVector<func::FuncOp> rewritten{prefill};
     if (decode)
       rewritten.push_back(decode);
