@@ -606,6 +606,53 @@ def test_adaptive_long_prompts():
     check([adaptive_case(3000 + n, make_config=long_adaptive) for n in range(6)])
 
 
+# The adaptive budget as GPU kernels (convert-snapkv-to-linalg{tiling=gpu}), run on the CPU:
+# the scoring's blocks, one block per (batch, head) row for the floor's top_positions, one per
+# batch row for the layer-wide ranking and for the linalg ops that count and place each head's
+# rows, one per row for each gather.
+ADAPTIVE_GPU_CASES = 48
+
+
+def test_adaptive_gpu_kernels_match_reference(adaptive_cases):
+    check(adaptive_cases[:ADAPTIVE_GPU_CASES], GPU_EMULATION)
+
+
+def test_adaptive_gpu_kernels_long_prompts_and_ties():
+    def long_adaptive(rng):
+        config = adaptive_config(rng)
+        window = int(rng.integers(1, 9))
+        config.update(window=window, length=int(rng.integers(*LONG_LENGTHS)),
+                      capacity=window + int(rng.integers(4, 40)))
+        return config
+
+    def tied_config(rng):
+        config = adaptive_config(rng)
+        config.update(length=config["capacity"] + int(rng.integers(1, 12)), scoring=None)
+        return config
+
+    check([adaptive_case(3000 + n, make_config=long_adaptive) for n in range(4)] +
+          [adaptive_case(1000 + n, zero_queries=True, make_config=tied_config)
+           for n in range(6)], GPU_EMULATION)
+
+
+def test_adaptive_compiles_to_gpu_kernels(adaptive_cases):
+    # The whole GPU pipeline (NVVM, PTX) takes every form: static and dynamic lengths, the
+    # short-prompt bypass, with and without a floor. Host code that wrote a buffer the kernels
+    # use would be a compile error (snapkv-gpu-device-buffers). Kernels: the bypass's 5 (or
+    # the scoring, pooling, ranking, placement and gathers: 12 or more).
+    if not snapkv_opt().is_file():
+        pytest.skip(f"snapkv-opt not built ({snapkv_opt()})")
+    pipeline = "--snapkv-gpu-pipeline=chip=sm_80 features=+ptx80 format=isa"
+    seen = set()
+    for case in adaptive_cases[:24]:
+        ptx = subprocess.run([str(snapkv_opt()), pipeline, "-"], input=build_module([case]),
+                             capture_output=True, text=True, check=True).stdout
+        short = not case.dynamic and case.k.shape[2] < case.capacity
+        assert ptx.count("gpu.launch_func") >= (5 if short else 12), case.describe()
+        seen.add((case.dynamic, short, bool(case.floor)))
+    assert len(seen) >= 5, seen
+
+
 def test_adaptive_hostile_values():
     # The hostile patterns through snapkv.select_adaptive with a floor: heads whose pooled
     # scores are all NaN (the floor's last score NaN, its ties decided by position), one-hot

@@ -59,7 +59,15 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
     head), on the row's slices (the short-prompt bypass and the pooling of
     `snapkv.score` likewise). The keys form one span of whole tiles (a
     partial last tile reads zeros, which the causal mask hides), so a select
-    has at most four kernels whatever the prompt length.
+    has at most four kernels whatever the prompt length. The stage ops get
+    blocks of their own: `snapkv.top_positions` one per (batch, head) row
+    (the row's ranking), `snapkv.gather` one per (batch, head) row, and the
+    linalg ops of `snapkv.select_adaptive`'s decomposition (the floor's
+    threshold and ties, the counts, offsets and placement of each head's
+    rows) one per batch row, so that nothing of a select runs on the host.
+
+    The groups are written into the IR as the formulation emits them, so an
+    op the conversion later folds or erases takes its attributes with it.
 
     `snapkv.attention` becomes a tiled online softmax (FlashAttention's
     recurrence): an `scf.forall` over (batch, query head, tile of
@@ -67,8 +75,9 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
     keys that the rows can see, carrying each row's maximum, sum and
     `[query-tile, D]` accumulator; per key tile, static-shaped linalg ops
     (logits, masked maximum, probabilities, P x V). The `[Lq, Lk]` scores
-    are never materialised. It has no GPU lowering yet: with `tiling=gpu`
-    the pass reports the op and fails.
+    are never materialised. It has no GPU lowering yet (nor has
+    `snapkv.ragged_attention`): with `tiling=gpu` the pass reports the op
+    and fails.
   }];
   let options = [
     Option<"keyTile", "key-tile", "int64_t", /*default=*/"64",

@@ -10,6 +10,7 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
+#include "llvm/ADT/SetVector.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <limits>
@@ -117,8 +118,8 @@ SelectShape SelectShape::get(GatherOp op) {
 
 Formulation::Formulation(OpBuilder &builder, Location loc,
                          const SelectShape &shape,
-                         const FormulationOptions &options)
-    : b(builder), loc(loc), s(shape), opts(options) {
+                         const FormulationOptions &options, TileRecorder *tiles)
+    : b(builder), loc(loc), s(shape), opts(options), tiles(tiles) {
   f32 = b.getF32Type();
   i32 = b.getI32Type();
   i64 = b.getI64Type();
@@ -173,45 +174,50 @@ linalg::GenericOp Formulation::generic(
 
 void Formulation::group(Operation *root, unsigned tiledLoops,
                         ArrayRef<Operation *> fuse) {
-  if (opts.gpu)
+  if (opts.gpu || !tiles)
     return;
-  TileGroup g;
-  g.root = root;
-  auto linalgOp = cast<linalg::LinalgOp>(root);
-  g.tileSizes.assign(linalgOp.getNumLoops(), 0);
-  for (unsigned i = 0; i < tiledLoops; ++i)
-    g.tileSizes[i] = 1;
-  record(std::move(g), fuse);
+  SmallVector<int64_t> sizes(tiledLoops, 1);
+  tiles->record(root, sizes, fuse);
 }
 
 void Formulation::blockGroup(Operation *root, ArrayRef<int64_t> tileSizes,
                              ArrayRef<Operation *> fuse,
                              ArrayRef<Operation *> staged) {
-  if (!opts.gpu)
+  if (!opts.gpu || !tiles)
     return;
-  TileGroup g;
-  g.root = root;
-  g.tileSizes.assign(tileSizes.begin(), tileSizes.end());
   SmallVector<Operation *> members(fuse.begin(), fuse.end());
   for (Operation *op : staged)
     for (Value in : cast<linalg::LinalgOp>(op).getDpsInputs())
       if (Operation *producer = in.getDefiningOp<linalg::LinalgOp>())
         members.push_back(producer);
-  record(std::move(g), members);
+  tiles->record(root, tileSizes, members);
 }
 
-void Formulation::record(TileGroup g, ArrayRef<Operation *> fuse) {
-  g.fuse.insert(fuse.begin(), fuse.end());
+void TileRecorder::record(Operation *root, ArrayRef<int64_t> tileSizes,
+                          ArrayRef<Operation *> fuse) {
+  MLIRContext *ctx = root->getContext();
+  int64_t id = next++;
+  // One size per loop, the loops not named untiled.
+  SmallVector<int64_t> sizes(tileSizes);
+  sizes.resize(cast<linalg::LinalgOp>(root).getNumLoops(), 0);
+  root->setAttr("snapkv.tile", TileAttr::get(ctx, id, sizes, mapping));
   // Initial values (fills) are computed per tile too, so that no full-size
   // init tensor is materialised.
-  SmallVector<Operation *> members(fuse.begin(), fuse.end());
-  members.push_back(g.root);
-  for (Operation *op : members)
+  llvm::SetVector<Operation *> members(fuse.begin(), fuse.end());
+  SmallVector<Operation *> withRoot(fuse.begin(), fuse.end());
+  withRoot.push_back(root);
+  for (Operation *op : withRoot)
     if (auto dps = dyn_cast<DestinationStyleOpInterface>(op))
       for (Value init : dps.getDpsInits())
         if (auto fill = init.getDefiningOp<linalg::FillOp>())
-          g.fuse.insert(fill);
-  tileGroups.push_back(std::move(g));
+          members.insert(fill);
+  for (Operation *op : members) {
+    SmallVector<int64_t> ids;
+    if (auto before = op->getAttrOfType<DenseI64ArrayAttr>("snapkv.fuse"))
+      llvm::append_range(ids, before.asArrayRef());
+    ids.push_back(id);
+    op->setAttr("snapkv.fuse", DenseI64ArrayAttr::get(ctx, ids));
+  }
 }
 
 SmallVector<Value> Formulation::castTo(SmallVector<Value> values,
@@ -334,6 +340,17 @@ Value Formulation::topPositions(Value scores, Value init) {
   } else {
     prefix = cIndex(scoresTy.getDimSize(2));
   }
+  if (opts.gpu)
+    return inRowBlocks(init,
+                       [&](Formulation &row, Value bi, Value h) {
+                         return SmallVector<Value>{row.rankPositions(
+                             rowOf(scores, bi, h, false), prefix, {})};
+                       })
+        .front();
+  return rankPositions(scores, prefix, init);
+}
+
+Value Formulation::rankPositions(Value scores, Value prefix, Value init) {
   // Chunk padding, which orderKeys ranks below every position.
   OpFoldResult padded = paddedPrefix(prefix);
   AffineExpr p = b.getAffineSymbolExpr(0), q = b.getAffineSymbolExpr(1);

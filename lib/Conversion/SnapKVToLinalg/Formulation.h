@@ -6,7 +6,7 @@
 // split into tiles of `keyTile` positions and the compaction split into
 // chunks of `chunk` positions, so that every step whose work grows with the
 // prompt length is a structured op with a parallel axis over tiles or rows.
-// Targets differ only in how they tile these ops (see TileGroup).
+// Targets differ only in how they tile these ops (see TileRecorder).
 //
 //===----------------------------------------------------------------------===//
 
@@ -18,7 +18,6 @@
 
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/IR/Builders.h"
-#include "llvm/ADT/SmallPtrSet.h"
 
 namespace mlir::snapkv::detail {
 
@@ -54,24 +53,35 @@ struct SelectShape {
 
 using FormulationOptions = SnapKVToLinalgOptions;
 
-/// Ops that a target tiles together: `root` is tiled with `tileSizes` (one
-/// entry per loop of the root, 0 = not tiled) and every op of `fuse` that
-/// produces a slice the tiled root needs is fused into the same tile loop.
-/// Nothing is recorded in the IR; the groups only live during the pass.
-/// With `options.gpu` the groups are GPU blocks: each tile is one block
-/// (a kernel per group), so they are larger than the CPU's and fuse the
-/// staging of the queries and key tiles into the block.
-struct TileGroup {
-  Operation *root;
-  SmallVector<int64_t> tileSizes;
-  llvm::SmallPtrSet<Operation *, 4> fuse;
+/// Writes tile groups into the IR as the formulation emits them: a group is
+/// ops that a target tiles together, `root` tiled with one size per loop
+/// (0 = not tiled; `#snapkv.tile` on the root) and every producer in `fuse`
+/// that the tiled root needs fused into the same tile loop (the group's
+/// number in the producer's `snapkv.fuse`). snapkv-tile-and-fuse applies
+/// them. Nothing refers to the ops afterwards, so an op that the conversion
+/// later folds or erases takes its attributes with it.
+class TileRecorder {
+public:
+  /// Groups are numbered from `first` (after any group already in the IR);
+  /// `mapping` is the loops every group becomes.
+  TileRecorder(int64_t first, TileMapping mapping)
+      : next(first), mapping(mapping) {}
+  TileMapping getMapping() const { return mapping; }
+  void record(Operation *root, ArrayRef<int64_t> tileSizes,
+              ArrayRef<Operation *> fuse);
+
+private:
+  int64_t next;
+  TileMapping mapping;
 };
 
 /// Emits the formulation at the builder's insertion point.
 class Formulation {
 public:
+  /// With `tiles`, the formulation records how each group of its ops is
+  /// tiled for the target (`options.gpu`: GPU blocks, else scf.forall).
   Formulation(OpBuilder &builder, Location loc, const SelectShape &shape,
-              const FormulationOptions &options);
+              const FormulationOptions &options, TileRecorder *tiles = nullptr);
 
   /// snapkv.select: (keys, values, indices) with the result types of `op`.
   SmallVector<Value> select(Value queries, Value keys, Value values,
@@ -81,12 +91,12 @@ public:
   /// snapkv.top_positions: the [B, H, C] positions of the `scores`
   /// ([B, H, P] f32), written into `init`.
   Value topPositions(Value scores, Value init);
+  /// The positions snapkv.top_positions keeps of `scores`, whose prefix
+  /// length is `prefix`, written into `init` when given.
+  Value rankPositions(Value scores, Value prefix, Value init);
   /// snapkv.gather: the rows of `source` at `indices`, clamped into the
   /// source, written into `init`.
   Value gatherRows(Value source, Value indices, Value init);
-
-  /// The tile groups of everything emitted so far, roots in program order.
-  ArrayRef<TileGroup> groups() const { return tileGroups; }
 
 private:
   // --- builders -------------------------------------------------------------
@@ -102,7 +112,7 @@ private:
           ArrayRef<AffineMap> maps, ArrayRef<utils::IteratorType> iters,
           function_ref<void(OpBuilder &, Location, ValueRange)> body);
   /// Records a CPU group rooted at `root`, tiling its first `tiledLoops`
-  /// loops (nothing with `options.gpu`).
+  /// loops (nothing with `options.gpu` or without a recorder).
   void group(Operation *root, unsigned tiledLoops,
              ArrayRef<Operation *> fuse = {});
   /// Records a GPU group (only with `options.gpu`): one block per tile of
@@ -111,7 +121,6 @@ private:
   void blockGroup(Operation *root, ArrayRef<int64_t> tileSizes,
                   ArrayRef<Operation *> fuse = {},
                   ArrayRef<Operation *> staged = {});
-  void record(TileGroup g, ArrayRef<Operation *> members);
 
   // --- scoring --------------------------------------------------------------
   /// Key tiles of one span of positions: [B, Hkv, n, T, D].
@@ -218,7 +227,7 @@ private:
   /// Prefix positions per compaction chunk for this op.
   int64_t chunk;
   Type f32, i32, i64;
-  SmallVector<TileGroup> tileGroups;
+  TileRecorder *tiles;
 };
 
 /// `v` as f32 (extended from f16/bf16).

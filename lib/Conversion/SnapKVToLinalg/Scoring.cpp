@@ -480,12 +480,11 @@ Value Formulation::votesPerHead(Value queries, Value keys, Value length,
   Value kv = arith::DivUIOp::create(b, loc, h, cIndex(s.group));
   FormulationOptions oneOptions = opts;
   oneOptions.keepLogits = false;
-  Formulation f(b, loc, one, oneOptions);
+  Formulation f(b, loc, one, oneOptions, tiles);
   SmallVector<Value> kept;
   Value v = f.spanVotes(
       rowOf(queries, bi, h, false), rowOf(keys, bi, kv, false), length, prefix,
       /*keep=*/true, loop.getRegionIterArgs().drop_front(), &kept);
-  llvm::append_range(tileGroups, f.tileGroups);
   Value out = loop.getRegionIterArgs()[0];
   SmallVector<OpFoldResult> offsets = {bi, s.expand() ? h : kv, ofr(0)};
   SmallVector<OpFoldResult> sizes = {ofr(1), ofr(1), getAsOpFoldResult(prefix)};

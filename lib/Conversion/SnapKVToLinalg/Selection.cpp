@@ -494,5 +494,8 @@ Value Formulation::gather(Value source, Value indices, OpFoldResult kept,
         linalg::YieldOp::create(nb, l, ValueRange{v});
       });
   group(op, 3);
+  // GPU (snapkv.gather only; a select gathers in its row blocks): one block
+  // per (batch, head) row.
+  blockGroup(op, {1, 1});
   return op.getResult(0);
 }

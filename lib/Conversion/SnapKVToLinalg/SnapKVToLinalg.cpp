@@ -53,52 +53,85 @@ SmallVector<Value> emit(Formulation &f, GatherOp, GatherOp::Adaptor a) {
 }
 
 /// snapkv.select, snapkv.score and the stage ops of a decomposed select, each
-/// through the formulation, their tile groups collected in `groups`.
+/// through the formulation, which records its tile groups in `tiles` (none
+/// when null).
 template <typename OpTy>
 struct FormulationLowering : OpConversionPattern<OpTy> {
   FormulationLowering(MLIRContext *ctx, const FormulationOptions &options,
-                      SmallVectorImpl<TileGroup> *groups)
-      : OpConversionPattern<OpTy>(ctx), options(options), groups(groups) {}
+                      TileRecorder *tiles)
+      : OpConversionPattern<OpTy>(ctx), options(options), tiles(tiles) {}
   LogicalResult
   matchAndRewrite(OpTy op, typename OpTy::Adaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
-    // The GPU layout lowers the select whole (blocks per row fuse its
-    // stages).
-    if (options.gpu && isa<TopPositionsOp, GatherOp>(op.getOperation()))
-      return rewriter.notifyMatchFailure(op, "no GPU lowering");
-    Formulation f(rewriter, op.getLoc(), SelectShape::get(op), options);
-    SmallVector<Value> results = emit(f, op, adaptor);
-    if (groups)
-      llvm::append_range(*groups, f.groups());
-    rewriter.replaceOp(op, results);
+    Formulation f(rewriter, op.getLoc(), SelectShape::get(op), options, tiles);
+    rewriter.replaceOp(op, emit(f, op, adaptor));
     return success();
   }
   FormulationOptions options;
-  SmallVectorImpl<TileGroup> *groups;
+  TileRecorder *tiles;
 };
 
-void addFormulationPatterns(RewritePatternSet &patterns,
-                            const FormulationOptions &options,
-                            SmallVectorImpl<TileGroup> *groups) {
-  patterns
-      .add<FormulationLowering<SelectOp>, FormulationLowering<ScoreOp>,
-           FormulationLowering<TopPositionsOp>, FormulationLowering<GatherOp>>(
-          patterns.getContext(), options, groups);
+/// Lays the ops that select_adaptive's decomposition created (`created`, in
+/// program order) out for GPU blocks: its linalg ops (the floor's threshold
+/// and ties, the counts, offsets and placement of each head's rows) become
+/// kernels of one block per batch row, as every one of them has the batch
+/// as its first, parallel loop. Without a floor, the flattened scores are
+/// the pooled scores themselves, a slice of the chunk-padded ones whose
+/// flattening would copy on the host: a kernel copies them instead.
+void layOutAdaptiveInBlocks(RewriterBase &rewriter,
+                            ArrayRef<Operation *> created,
+                            TileRecorder &tiles) {
+  for (Operation *op : created) {
+    if (auto flatten = dyn_cast<tensor::CollapseShapeOp>(op);
+        flatten && flatten.getSrc().getDefiningOp<ScoreOp>()) {
+      OpBuilder::InsertionGuard guard(rewriter);
+      rewriter.setInsertionPoint(flatten);
+      Location loc = flatten.getLoc();
+      Value src = flatten.getSrc();
+      Value init = tensor::EmptyOp::create(
+          rewriter, loc, tensor::getMixedSizes(rewriter, loc, src),
+          flatten.getSrcType().getElementType());
+      auto copy = linalg::CopyOp::create(rewriter, loc, src, init);
+      rewriter.modifyOpInPlace(
+          flatten, [&] { flatten.getSrcMutable().assign(copy.getResult(0)); });
+      tiles.record(copy, {1}, {});
+      continue;
+    }
+    auto linalgOp = dyn_cast<linalg::LinalgOp>(op);
+    // Fills are fused into the kernel of the op they initialise.
+    if (!linalgOp || isa<linalg::FillOp>(op) || linalgOp.getNumLoops() == 0 ||
+        linalgOp.getIteratorTypesArray().front() !=
+            utils::IteratorType::parallel)
+      continue;
+    tiles.record(linalgOp, {1}, {});
+  }
 }
 
 /// snapkv.select_adaptive through its stage ops, which this conversion then
 /// lowers like a decomposed select's.
 struct AdaptiveLowering : OpConversionPattern<SelectAdaptiveOp> {
-  using OpConversionPattern::OpConversionPattern;
+  AdaptiveLowering(MLIRContext *ctx, TileRecorder *tiles)
+      : OpConversionPattern(ctx), tiles(tiles) {}
   LogicalResult
   matchAndRewrite(SelectAdaptiveOp op, OpAdaptor,
                   ConversionPatternRewriter &rewriter) const override {
+    Operation *before = op->getPrevNode();
     FailureOr<SmallVector<Value>> stages = op.decomposeOperation(rewriter);
     if (failed(stages))
       return failure();
+    if (tiles && tiles->getMapping() == TileMapping::gpu_blocks) {
+      Operation *first =
+          before ? before->getNextNode() : &op->getBlock()->front();
+      SmallVector<Operation *> created;
+      for (Operation &top :
+           llvm::make_range(first->getIterator(), op->getIterator()))
+        top.walk([&](Operation *nested) { created.push_back(nested); });
+      layOutAdaptiveInBlocks(rewriter, created, *tiles);
+    }
     rewriter.replaceOp(op, *stages);
     return success();
   }
+  TileRecorder *tiles;
 };
 
 /// snapkv.ragged_attention: an scf.for nest over (batch, cache head), each a
@@ -205,28 +238,16 @@ struct AttentionLowering : OpConversionPattern<AttentionOp> {
   FormulationOptions options;
 };
 
-/// Writes each group's tiling into the IR: #snapkv.tile on the root, its
-/// group added to snapkv.fuse on the producers (snapkv-tile-and-fuse reads
-/// them). Groups are numbered in emission order from `first`.
-void annotate(ArrayRef<TileGroup> groups, int64_t first, bool blocks) {
-  for (auto [index, group] : llvm::enumerate(groups)) {
-    int64_t id = first + static_cast<int64_t>(index);
-    MLIRContext *ctx = group.root->getContext();
-    // One size per loop, the loops not named untiled.
-    SmallVector<int64_t> sizes(group.tileSizes);
-    sizes.resize(cast<linalg::LinalgOp>(group.root).getNumLoops(), 0);
-    group.root->setAttr(
-        "snapkv.tile",
-        TileAttr::get(ctx, id, sizes,
-                      blocks ? TileMapping::gpu_blocks : TileMapping::forall));
-    for (Operation *op : group.fuse) {
-      SmallVector<int64_t> ids;
-      if (auto before = op->getAttrOfType<DenseI64ArrayAttr>("snapkv.fuse"))
-        llvm::append_range(ids, before.asArrayRef());
-      ids.push_back(id);
-      op->setAttr("snapkv.fuse", DenseI64ArrayAttr::get(ctx, ids));
-    }
-  }
+void addSnapKVPatterns(RewritePatternSet &patterns,
+                       const FormulationOptions &options, TileRecorder *tiles) {
+  MLIRContext *ctx = patterns.getContext();
+  patterns
+      .add<FormulationLowering<SelectOp>, FormulationLowering<ScoreOp>,
+           FormulationLowering<TopPositionsOp>, FormulationLowering<GatherOp>>(
+          ctx, options, tiles);
+  patterns.add<AdaptiveLowering>(ctx, tiles);
+  patterns.add<AttentionLowering>(ctx, options);
+  patterns.add<RaggedAttentionLowering>(ctx);
 }
 
 struct ConvertSnapKVToLinalgPass
@@ -253,16 +274,6 @@ struct ConvertSnapKVToLinalgPass
                                "attention is lowered for the CPU only";
           return WalkResult::interrupt();
         }
-        if (isa<SelectAdaptiveOp>(op)) {
-          op->emitOpError() << "has no GPU lowering (tiling=gpu); the "
-                               "adaptive budget is lowered for the CPU only";
-          return WalkResult::interrupt();
-        }
-        if (isa<TopPositionsOp, GatherOp>(op)) {
-          op->emitOpError() << "has no GPU lowering (tiling=gpu); lower "
-                               "snapkv.select whole for the GPU";
-          return WalkResult::interrupt();
-        }
         return WalkResult::advance();
       });
       if (unsupported.wasInterrupted())
@@ -276,18 +287,6 @@ struct ConvertSnapKVToLinalgPass
     options.autoChunk = chunk == 0;
     if (chunk != 0)
       options.chunk = chunk;
-    SmallVector<TileGroup> groups;
-    RewritePatternSet patterns(&getContext());
-    addFormulationPatterns(patterns, options,
-                           tiling == LoweringTarget::none ? nullptr : &groups);
-    patterns.add<AttentionLowering>(&getContext(), options);
-    patterns.add<AdaptiveLowering, RaggedAttentionLowering>(&getContext());
-    ConversionTarget target(getContext());
-    target.addIllegalDialect<SnapKVDialect>();
-    target.markUnknownOpDynamicallyLegal([](Operation *) { return true; });
-    if (failed(applyPartialConversion(getOperation(), target,
-                                      std::move(patterns))))
-      return signalPassFailure();
     // Numbered after any group already in the IR (a second run on a module
     // whose other selects were lowered before).
     int64_t first = 0;
@@ -298,7 +297,17 @@ struct ConvertSnapKVToLinalgPass
         for (int64_t id : fuse.asArrayRef())
           first = std::max(first, id + 1);
     });
-    annotate(groups, first, gpu);
+    TileRecorder tiles(first,
+                       gpu ? TileMapping::gpu_blocks : TileMapping::forall);
+    RewritePatternSet patterns(&getContext());
+    addSnapKVPatterns(patterns, options,
+                      tiling == LoweringTarget::none ? nullptr : &tiles);
+    ConversionTarget target(getContext());
+    target.addIllegalDialect<SnapKVDialect>();
+    target.markUnknownOpDynamicallyLegal([](Operation *) { return true; });
+    if (failed(applyPartialConversion(getOperation(), target,
+                                      std::move(patterns))))
+      return signalPassFailure();
   }
 };
 
@@ -306,8 +315,5 @@ struct ConvertSnapKVToLinalgPass
 
 void mlir::snapkv::populateSnapKVToLinalgPatterns(
     RewritePatternSet &patterns, const SnapKVToLinalgOptions &options) {
-  addFormulationPatterns(patterns, options, nullptr);
-  patterns.add<AttentionLowering>(patterns.getContext(), options);
-  patterns.add<AdaptiveLowering, RaggedAttentionLowering>(
-      patterns.getContext());
+  addSnapKVPatterns(patterns, options, /*tiles=*/nullptr);
 }

@@ -8,6 +8,15 @@
 // RUN: FileCheck %s < %t.isa.mlir
 // RUN: FileCheck %s --check-prefix=PTX < %t.isa.mlir
 // RUN: snapkv-opt %S/Inputs/selects.mlir --snapkv-gpu-pipeline="chip=sm_80 features=+ptx80 format=fatbin" | FileCheck %s --check-prefix=FATBIN
+// RUN: snapkv-opt %S/../CPU/adaptive.mlir --snapkv-gpu-pipeline="chip=sm_90 features=+ptx80 format=bin" | FileCheck %s --check-prefix=ADAPTIVE
+
+// snapkv.select_adaptive (test/Integration/CPU/adaptive.mlir: two static selects, without
+// and with a floor, and a dynamic one): every stage is a kernel, and ptxas assembles them:
+// 31 for the three (the two static selects share their scoring after CSE; the gathers of
+// results the program does not print are dropped). test_differential.py checks the kernel
+// counts per select.
+// ADAPTIVE-COUNT-31: gpu.binary @{{.*}} [#gpu.object<#nvvm.target<chip = "sm_90", features = "+ptx80">, {{.*}}bin = "
+// ADAPTIVE-NOT: gpu.binary
 
 // 3 static selects with 4 kernels each, 4 dynamic ones with 5 (the short-prompt bypass,
 // one kernel, and the selection's 4).

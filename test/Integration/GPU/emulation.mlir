@@ -18,3 +18,4 @@
 // RUN: snapkv-opt %S/../CPU/scale.mlir --snapkv-gpu-emulation --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime | FileCheck %S/../CPU/scale.mlir
 // RUN: snapkv-opt %S/../CPU/score.mlir --snapkv-gpu-emulation --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime | FileCheck %S/../CPU/score.mlir
 // RUN: snapkv-opt %S/../CPU/hostile_values.mlir --snapkv-gpu-emulation --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime | FileCheck %S/../CPU/hostile_values.mlir
+// RUN: snapkv-opt %S/../CPU/adaptive.mlir --snapkv-gpu-emulation --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime | FileCheck %S/../CPU/adaptive.mlir

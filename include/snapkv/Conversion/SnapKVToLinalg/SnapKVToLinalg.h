@@ -38,7 +38,7 @@ struct SnapKVToLinalgOptions {
   /// causal mask) that a target can stage in fast memory; the per-row steps
   /// (pooling, selection, gather) inside an scf.forall over the (batch,
   /// head) rows, one GPU block per row; and tile groups of GPU blocks
-  /// (`Formulation::groups`).
+  /// (`TileRecorder`).
   bool gpu = false;
   /// CPU: score one (batch, query head) at a time, keeping that head's
   /// W x L logits (f32) between the softmax statistics and the votes
