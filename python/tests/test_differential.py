@@ -519,6 +519,24 @@ def adaptive_config(rng):
     return config
 
 
+def tied_adaptive_config(rng):
+    """A prompt just past the capacity, scored by votes (all-zero queries tie them)."""
+    config = adaptive_config(rng)
+    config.update(length=config["capacity"] + int(rng.integers(1, 12)), scoring=None)
+    return config
+
+
+def long_adaptive_config(rng):
+    """L in LONG_LENGTHS, a small window and capacity, a floor of none, 1 or half."""
+    config = adaptive_config(rng)
+    window = int(rng.integers(1, 9))
+    config.update(window=window, length=int(rng.integers(*LONG_LENGTHS)),
+                  capacity=window + int(rng.integers(4, 40)))
+    keep = config["capacity"] - window
+    config["floor"] = [None, 1, keep // 2][int(rng.integers(3))]
+    return config
+
+
 def adaptive_case(n, zero_queries=False, duplicates=0, make_config=adaptive_config):
     rng = np.random.default_rng([SEED, 3, n])
     while True:
@@ -563,12 +581,7 @@ def test_adaptive_matches_reference(adaptive_cases):
 def test_adaptive_ties_go_to_lower_head():
     # All-zero queries give every head the same votes: the shared budget goes to the lowest
     # heads first (after each head's floor), and within a head to the lowest positions.
-    def tied_config(rng):
-        config = adaptive_config(rng)
-        config.update(length=config["capacity"] + int(rng.integers(1, 12)), scoring=None)
-        return config
-
-    cases = [adaptive_case(1000 + n, zero_queries=True, make_config=tied_config)
+    cases = [adaptive_case(1000 + n, zero_queries=True, make_config=tied_adaptive_config)
              for n in range(12)]
     # Equal scores in every head: any difference between heads comes from the tie rule.
     uneven = sum(len(set(np.diff(c.reference().offsets[0]))) > 1 for c in cases)
@@ -594,16 +607,7 @@ def test_adaptive_floor_of_whole_budget_is_uniform_select():
 
 
 def test_adaptive_long_prompts():
-    def long_adaptive(rng):
-        config = adaptive_config(rng)
-        window = int(rng.integers(1, 9))
-        config.update(window=window, length=int(rng.integers(*LONG_LENGTHS)),
-                      capacity=window + int(rng.integers(4, 40)))
-        keep = config["capacity"] - window
-        config["floor"] = [None, 1, keep // 2][int(rng.integers(3))]
-        return config
-
-    check([adaptive_case(3000 + n, make_config=long_adaptive) for n in range(6)])
+    check([adaptive_case(3000 + n, make_config=long_adaptive_config) for n in range(6)])
 
 
 # The adaptive budget as GPU kernels (convert-snapkv-to-linalg{tiling=gpu}), run on the CPU:
@@ -618,20 +622,8 @@ def test_adaptive_gpu_kernels_match_reference(adaptive_cases):
 
 
 def test_adaptive_gpu_kernels_long_prompts_and_ties():
-    def long_adaptive(rng):
-        config = adaptive_config(rng)
-        window = int(rng.integers(1, 9))
-        config.update(window=window, length=int(rng.integers(*LONG_LENGTHS)),
-                      capacity=window + int(rng.integers(4, 40)))
-        return config
-
-    def tied_config(rng):
-        config = adaptive_config(rng)
-        config.update(length=config["capacity"] + int(rng.integers(1, 12)), scoring=None)
-        return config
-
-    check([adaptive_case(3000 + n, make_config=long_adaptive) for n in range(4)] +
-          [adaptive_case(1000 + n, zero_queries=True, make_config=tied_config)
+    check([adaptive_case(3000 + n, make_config=long_adaptive_config) for n in range(4)] +
+          [adaptive_case(1000 + n, zero_queries=True, make_config=tied_adaptive_config)
            for n in range(6)], GPU_EMULATION)
 
 
