@@ -8,9 +8,12 @@ product reads its matrix from memory, as a decode step does):
 
 * **read bandwidth**: ``torch.sum`` over all the weights (2 threads by default), the bytes a
   sum must read divided by its time: what a memory-bound kernel can reach here;
-* **ours**: one compiled function (``snapkv-opt --snapkv-cpu-pipeline``, clang, called
-  through ``snapkv.runtime``) per shape, ``linalg.matmul`` of ``[1, K] x [K, N]`` f32, called
-  on every copy in turn;
+* **ours**: per shape, one compiled function (``snapkv-opt --snapkv-cpu-pipeline``, clang,
+  called through ``snapkv.runtime``) that computes ``linalg.matmul`` of ``[1, K] x [K, N]``
+  f32 for every copy of that shape, each product at the top of the function as in a decode
+  step's layer code, so that one call from Python covers many products; twice: as the
+  pipeline builds it (the reduction split into parts, ``reduction-parts=8``) and with
+  ``reduction-parts=0`` (column blocks, the form before 2026-12-05), passes alternated;
 * **torch**: ``x @ W`` on the same arrays.
 
 Then the same shapes over ``--rows`` prompt rows (a prefill's projections, default 2048):
@@ -57,6 +60,31 @@ func.func @gemv(%x: tensor<{m}x{k}xf32>, %w: tensor<{k}x{n}xf32>) -> tensor<{m}x
 }}
 }}
 """
+
+
+def _copies_module(k: int, n: int, copies: int) -> str:
+    """`@gemv_all(x [1, K], w [copies, K, N]) -> [copies, 1, N]`: one product per copy, each
+    at the top of the function (where snapkv-parallelize splits it)."""
+    out = f"tensor<{copies}x1x{n}xf32>"
+    lines = [f"func.func @gemv_all(%x: tensor<1x{k}xf32>, %w: tensor<{copies}x{k}x{n}xf32>) "
+             f"-> {out} {{",
+             "  %zero = arith.constant 0.0 : f32",
+             f"  %out = tensor.empty() : {out}"]
+    prev = "%out"
+    for i in range(copies):
+        lines += [
+            f"  %w{i} = tensor.extract_slice %w[{i}, 0, 0] [1, {k}, {n}] [1, 1, 1] : "
+            f"tensor<{copies}x{k}x{n}xf32> to tensor<{k}x{n}xf32>",
+            f"  %e{i} = tensor.empty() : tensor<1x{n}xf32>",
+            f"  %i{i} = linalg.fill ins(%zero : f32) outs(%e{i} : tensor<1x{n}xf32>) "
+            f"-> tensor<1x{n}xf32>",
+            f"  %y{i} = linalg.matmul ins(%x, %w{i} : tensor<1x{k}xf32>, tensor<{k}x{n}xf32>) "
+            f"outs(%i{i} : tensor<1x{n}xf32>) -> tensor<1x{n}xf32>",
+            f"  %o{i} = tensor.insert_slice %y{i} into {prev}[{i}, 0, 0] [1, 1, {n}] [1, 1, 1] "
+            f": tensor<1x{n}xf32> into {out}"]
+        prev = f"%o{i}"
+    lines += [f"  return {prev} : {out}", "}"]
+    return "module {\n" + "\n".join(lines) + "\n}\n"
 
 
 def _fma_peak(threads: int) -> float:
@@ -130,31 +158,36 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     rng = np.random.default_rng(0)
-    weights = {shape: [rng.standard_normal(shape, dtype=np.float32)
-                       for _ in range(count * args.layers)] for shape, count in SHAPES}
-    total = sum(w.nbytes for ws in weights.values() for w in ws)
+    weights = {shape: rng.standard_normal((count * args.layers, *shape), dtype=np.float32)
+               for shape, count in SHAPES}
+    total = sum(w.nbytes for w in weights.values())
     vectors = {shape: rng.standard_normal((1, shape[0]), dtype=np.float32) for shape in weights}
 
-    flat = torch.from_numpy(np.concatenate([w.ravel() for ws in weights.values() for w in ws]))
+    flat = torch.from_numpy(np.concatenate([w.ravel() for w in weights.values()]))
     read = total / _passes(flat.sum, args.runs)
 
-    functions = {}
-    for (k, n) in weights:
-        text = _gemv_module(k, n)
-        lib = runtime.compile_library(text, label=f"gemv {k}x{n}")
-        functions[(k, n)] = runtime.CompiledFunction(ctypes.CDLL(str(lib.path)), "gemv",
-                                                     runtime.signature(text, "gemv"))
-        (ours,) = functions[(k, n)](vectors[(k, n)], weights[(k, n)][0])
-        if not np.allclose(ours, vectors[(k, n)] @ weights[(k, n)][0], rtol=1e-4, atol=1e-3):
-            raise SystemExit(f"gemv {k}x{n}: the compiled result differs from numpy's")
+    forms = {"parts": runtime.PIPELINE,
+             "columns": runtime.PIPELINE.replace("asserts=report", "asserts=report "
+                                                 "reduction-parts=0")}
+    functions = {form: {} for form in forms}
+    for form, pipeline in forms.items():
+        for (k, n), w in weights.items():
+            text = _copies_module(k, n, w.shape[0])
+            lib = runtime.compile_library(text, label=f"gemv {k}x{n} x{w.shape[0]} ({form})",
+                                          pipeline=pipeline)
+            fn = runtime.CompiledFunction(ctypes.CDLL(str(lib.path)), "gemv_all",
+                                          runtime.signature(text, "gemv_all"))
+            (ours,) = fn(vectors[(k, n)], w)
+            if not np.allclose(ours, vectors[(k, n)] @ w, rtol=1e-4, atol=1e-3):
+                raise SystemExit(f"gemv {k}x{n} ({form}): the compiled result differs "
+                                 "from numpy's")
+            functions[form][(k, n)] = fn
 
-    def ours_pass():
-        for shape, ws in weights.items():
-            fn, x = functions[shape], vectors[shape]
-            for w in ws:
-                fn(x, w)
+    def ours_pass(form):
+        for shape, fn in functions[form].items():
+            fn(vectors[shape], weights[shape])
 
-    tw = {shape: [torch.from_numpy(w) for w in ws] for shape, ws in weights.items()}
+    tw = {shape: [torch.from_numpy(m) for m in w] for shape, w in weights.items()}
     tx = {shape: torch.from_numpy(x) for shape, x in vectors.items()}
 
     def torch_pass():
@@ -163,14 +196,27 @@ def main(argv=None) -> int:
             for w in ws:
                 x @ w
 
-    ours = total / _passes(ours_pass, args.runs)
-    theirs = total / _passes(torch_pass, args.runs)
+    # Alternated: each round times every row once, so a slow minute of the machine
+    # falls on all of them.
+    times = {"parts": [], "columns": [], "torch": []}
+    passes = {"parts": lambda: ours_pass("parts"), "columns": lambda: ours_pass("columns"),
+              "torch": torch_pass}
+    for fn in passes.values():
+        fn()  # warm-up
+    for _ in range(args.runs):
+        for name, fn in passes.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    rates = {name: total / statistics.median(t) for name, t in times.items()}
     print(f"{args.layers} copies of SmolLM2's decode projections, {total / 1e6:.0f} MB of f32 "
-          f"weights, {args.threads} threads, median of {args.runs} passes")
+          f"weights, {args.threads} threads, median of {args.runs} alternated passes")
     print("| kernel | GB/s of weights | share of the read bandwidth |")
     print("|---|---:|---:|")
-    for name, rate in (("torch.sum (read bandwidth)", read), ("ours: compiled linalg.matmul",
-                                                               ours), ("torch x @ W", theirs)):
+    for name, rate in (("torch.sum (read bandwidth)", read),
+                       ("ours: reduction in 8 parts (the pipeline's default)", rates["parts"]),
+                       ("ours: column blocks (`reduction-parts=0`)", rates["columns"]),
+                       ("torch x @ W", rates["torch"])):
         print(f"| {name} | {rate / 1e9:.1f} | {rate / read:.0%} |")
     if args.rows:
         prefill_projections(args, runtime, torch)

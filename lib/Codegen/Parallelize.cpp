@@ -74,10 +74,10 @@ struct ParallelizePass : snapkv::impl::ParallelizeBase<ParallelizePass> {
   using Base::Base;
 
   void runOnOperation() override {
-    if (chunks < 1 || columns < 1 || reductionBlock < 1) {
+    if (chunks < 1 || columns < 1 || reductionBlock < 1 || reductionParts < 0) {
       emitError(getOperation().getLoc())
           << "snapkv-parallelize: chunks, columns and reduction-block must "
-             "be positive";
+             "be positive, reduction-parts non-negative";
       return signalPassFailure();
     }
     SmallVector<linalg::LinalgOp> ops;
@@ -146,6 +146,8 @@ struct ParallelizePass : snapkv::impl::ParallelizeBase<ParallelizePass> {
           block = smaller;
           break;
         }
+    if (oneRow && !batchDim && splitReduction(rewriter, op, *reduction))
+      return true;
     if (batchDim)
       sizes[*batchDim] = 1;
     else if (width > block)
@@ -165,6 +167,105 @@ struct ParallelizePass : snapkv::impl::ParallelizeBase<ParallelizePass> {
       tile(rewriter, tiled, getAsIndexOpFoldResult(ctx, steps),
            scf::SCFTilingOptions::LoopType::ForOp);
     }
+    return true;
+  }
+
+  /// A one-row contraction (a decode step's vector x matrix product) split
+  /// along its reduction into `reductionParts` parallel parts, each a
+  /// contiguous block of the matrix's rows summed into its own zeroed row of
+  /// a `[parts, ...result]` tensor; the parts are then added to the op's init
+  /// in part order. A thread streams contiguous blocks of the matrix instead
+  /// of a column block of every row. The number of parts is fixed, so the
+  /// result does not depend on the number of threads. Upstream's
+  /// partial-reduction tiling (PartialReductionOuterParallel) puts the parts
+  /// innermost (`[...result, parts]`): each part's row is strided and its
+  /// vector accumulation falls apart (test/Codegen/parallelize.mlir).
+  /// False (nothing changed) if no number of parts from `reductionParts`
+  /// down to 2 divides the reduction into parts of at least 32 steps.
+  bool splitReduction(RewriterBase &rewriter, linalg::LinalgOp op,
+                      unsigned reduction) {
+    SmallVector<int64_t> ranges = op.getStaticLoopRanges();
+    int64_t depth = ranges[reduction];
+    if (ShapedType::isDynamic(depth) || op->getNumResults() != 1 ||
+        llvm::any_of(ranges, ShapedType::isDynamic))
+      return false;
+    int64_t parts = reductionParts;
+    while (parts >= 2 && (depth % parts != 0 || depth / parts < 32))
+      --parts;
+    if (parts < 2)
+      return false;
+    Location loc = op.getLoc();
+    auto resultTy = cast<RankedTensorType>(op->getResult(0).getType());
+    Type elem = resultTy.getElementType();
+    SmallVector<int64_t> partialShape = {parts};
+    llvm::append_range(partialShape, resultTy.getShape());
+    rewriter.setInsertionPoint(op);
+    Value partials = tensor::EmptyOp::create(rewriter, loc, partialShape, elem);
+    auto forall = scf::ForallOp::create(
+        rewriter, loc, ArrayRef<OpFoldResult>{rewriter.getIndexAttr(parts)},
+        ValueRange{partials}, /*mapping=*/std::nullopt);
+    {
+      OpBuilder::InsertionGuard guard(rewriter);
+      rewriter.setInsertionPoint(forall.getTerminator());
+      Value part = forall.getInductionVar(0);
+      int64_t rank = resultTy.getRank();
+      SmallVector<OpFoldResult> rowOffsets(rank + 1, rewriter.getIndexAttr(0));
+      rowOffsets[0] = part;
+      SmallVector<OpFoldResult> rowSizes = {rewriter.getIndexAttr(1)};
+      for (int64_t size : resultTy.getShape())
+        rowSizes.push_back(rewriter.getIndexAttr(size));
+      SmallVector<OpFoldResult> strides(rank + 1, rewriter.getIndexAttr(1));
+      Value row = tensor::ExtractSliceOp::create(rewriter, loc, resultTy,
+                                                 forall.getRegionIterArgs()[0],
+                                                 rowOffsets, rowSizes, strides);
+      Value zero =
+          arith::ConstantOp::create(rewriter, loc, rewriter.getZeroAttr(elem));
+      Value zeroed =
+          linalg::FillOp::create(rewriter, loc, zero, row).getResult(0);
+      SmallVector<OpFoldResult> offsets(ranges.size(),
+                                        rewriter.getIndexAttr(0));
+      SmallVector<OpFoldResult> sizes;
+      for (int64_t range : ranges)
+        sizes.push_back(rewriter.getIndexAttr(range));
+      offsets[reduction] = affine::makeComposedFoldedAffineApply(
+          rewriter, loc, rewriter.getAffineDimExpr(0) * (depth / parts),
+          {part});
+      sizes[reduction] = rewriter.getIndexAttr(depth / parts);
+      FailureOr<TilingResult> tiled =
+          cast<TilingInterface>(op.getOperation())
+              .getTiledImplementation(rewriter, offsets, sizes);
+      if (failed(tiled) || tiled->tiledOps.size() != 1) {
+        rewriter.eraseOp(forall);
+        return false;
+      }
+      auto tiledOp = cast<linalg::LinalgOp>(tiled->tiledOps.front());
+      rewriter.modifyOpInPlace(
+          tiledOp, [&] { tiledOp.getDpsInitsMutable()[0].assign(zeroed); });
+      rewriter.setInsertionPointToStart(forall.getTerminator().getBody());
+      tensor::ParallelInsertSliceOp::create(
+          rewriter, loc, tiledOp->getResult(0), forall.getRegionIterArgs()[0],
+          rowOffsets, rowSizes, strides);
+    }
+    // init + part 0 + part 1 + ...: the parts in order, whatever thread
+    // computed them.
+    SmallVector<AffineExpr> rowDims;
+    for (int64_t d = 1; d <= resultTy.getRank(); ++d)
+      rowDims.push_back(rewriter.getAffineDimExpr(d));
+    MLIRContext *ctx = &getContext();
+    unsigned numDims = resultTy.getRank() + 1;
+    SmallVector<AffineMap> maps = {
+        AffineMap::getMultiDimIdentityMap(numDims, ctx),
+        AffineMap::get(numDims, 0, rowDims, ctx)};
+    SmallVector<IteratorType> iters(numDims, IteratorType::parallel);
+    iters[0] = IteratorType::reduction;
+    auto merge = linalg::GenericOp::create(
+        rewriter, loc, resultTy, forall.getResult(0),
+        op.getDpsInitOperand(0)->get(), maps, iters,
+        [](OpBuilder &b, Location l, ValueRange args) {
+          Value sum = arith::AddFOp::create(b, l, args[1], args[0]);
+          linalg::YieldOp::create(b, l, sum);
+        });
+    rewriter.replaceOp(op, merge->getResults());
     return true;
   }
 

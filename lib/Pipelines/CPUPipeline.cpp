@@ -53,7 +53,9 @@ void snapkv::buildCPUPipeline(OpPassManager &pm,
   tensors.addPass(createFuseElementwise());
   tensors.addPass(createCanonicalizerPass());
   tensors.addPass(createCSEPass());
-  tensors.addPass(createParallelize());
+  ParallelizeOptions parallelize;
+  parallelize.reductionParts = options.reductionParts;
+  tensors.addPass(createParallelize(parallelize));
   VectorizeOptions vectorize;
   vectorize.vectorBits = options.vectorBits;
   tensors.addPass(createVectorize(vectorize));

@@ -1,4 +1,5 @@
 // RUN: snapkv-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(snapkv-parallelize{chunks=4 columns=256 reduction-block=128},canonicalize,cse))" | FileCheck %s
+// RUN: snapkv-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(snapkv-parallelize{chunks=4 columns=256 reduction-block=128 reduction-parts=0},canonicalize,cse))" | FileCheck %s --check-prefix=COLUMNS
 
 // A projection over a dynamic number of tokens: blocks of 256 output columns
 // go to the threads (4096 / 256 = 16 parallel iterations), and inside each
@@ -37,30 +38,40 @@ func.func @heads(%p: tensor<32x?x?xf32>, %v: tensor<32x?x128xf32>, %init: tensor
 // CHECK-LABEL: func.func @short_reduction
 // CHECK: scf.forall (%{{.*}}) = (0) to (1024) step (256)
 // CHECK-NOT: scf.for
-// CHECK: linalg.matmul ins(%{{.*}}, %{{.*}} : tensor<1x256xf32>, tensor<256x256xf32>)
+// CHECK: linalg.matmul ins(%{{.*}}, %{{.*}} : tensor<2x256xf32>, tensor<256x256xf32>)
 // CHECK: scf.forall (%{{.*}}) in (4)
 // CHECK: linalg.batch_matmul {{.*}} outs(%{{.*}} : tensor<8x?x?xf32>)
-func.func @short_reduction(%x: tensor<1x256xf32>, %w: tensor<256x1024xf32>, %init: tensor<1x1024xf32>,
+func.func @short_reduction(%x: tensor<2x256xf32>, %w: tensor<256x1024xf32>, %init: tensor<2x1024xf32>,
                            %q: tensor<32x?x128xf32>, %kt: tensor<32x128x?xf32>, %s: tensor<32x?x?xf32>)
-    -> (tensor<1x1024xf32>, tensor<32x?x?xf32>) {
-  %r = linalg.matmul ins(%x, %w : tensor<1x256xf32>, tensor<256x1024xf32>) outs(%init : tensor<1x1024xf32>) -> tensor<1x1024xf32>
+    -> (tensor<2x1024xf32>, tensor<32x?x?xf32>) {
+  %r = linalg.matmul ins(%x, %w : tensor<2x256xf32>, tensor<256x1024xf32>) outs(%init : tensor<2x1024xf32>) -> tensor<2x1024xf32>
   %t = linalg.batch_matmul ins(%q, %kt : tensor<32x?x128xf32>, tensor<32x128x?xf32>) outs(%s : tensor<32x?x?xf32>) -> tensor<32x?x?xf32>
-  return %r, %t : tensor<1x1024xf32>, tensor<32x?x?xf32>
+  return %r, %t : tensor<2x1024xf32>, tensor<32x?x?xf32>
 }
 
 // -----
 
 // One row (a decode step's vector x matrix product) reads every element of the
-// matrix once, so its reduction is not blocked however long: it stays static,
-// and snapkv-vectorize reads the matrix row by row (vectorize.mlir,
-// @single_row). A thousand rows are blocked.
+// matrix once. Its reduction is split into 8 parts (reduction-parts), each a
+// contiguous block of 512 rows of the matrix summed into its own zeroed row
+// of an [8, 1, 4096] tensor (parts outermost); the parts are then added to
+// the init in order. A thousand rows get column blocks and a blocked
+// reduction.
 // CHECK-LABEL: func.func @one_row
-// CHECK: scf.forall (%{{.*}}) = (0) to (4096) step (256)
-// CHECK-NOT: scf.for
-// CHECK: linalg.matmul ins(%{{.*}}, %{{.*}} : tensor<1x4096xf32>, tensor<4096x256xf32>)
+// CHECK-SAME: %{{.*}}: tensor<4096x4096xf32>, %[[INIT:[a-z0-9]+]]: tensor<1x4096xf32>
+// CHECK: %[[PARTS:[a-z0-9_]+]] = scf.forall (%[[P:.*]]) in (8) shared_outs(%{{.*}} = %{{.*}}) -> (tensor<8x1x4096xf32>)
+// CHECK: linalg.fill
+// CHECK: linalg.matmul ins(%{{.*}}, %{{.*}} : tensor<1x512xf32>, tensor<512x4096xf32>) outs(%{{.*}} : tensor<1x4096xf32>)
+// CHECK: tensor.parallel_insert_slice %{{.*}} into %{{.*}}[%[[P]], 0, 0] [1, 1, 4096]
+// CHECK: linalg.generic {{.*}} iterator_types = ["reduction", "parallel", "parallel"]} ins(%[[PARTS]] : tensor<8x1x4096xf32>) outs(%[[INIT]] : tensor<1x4096xf32>)
 // CHECK: scf.forall (%{{.*}}) = (0) to (4096) step (256)
 // CHECK: scf.for %{{.*}} = %c0 to %c4096 step %c128
 // CHECK: linalg.matmul ins(%{{.*}}, %{{.*}} : tensor<1000x128xf32>, tensor<128x256xf32>)
+// With reduction-parts=0 the row gets column blocks, its reduction whole.
+// COLUMNS-LABEL: func.func @one_row
+// COLUMNS: scf.forall (%{{.*}}) = (0) to (4096) step (256)
+// COLUMNS-NOT: scf.for
+// COLUMNS: linalg.matmul ins(%{{.*}}, %{{.*}} : tensor<1x4096xf32>, tensor<4096x256xf32>)
 func.func @one_row(%x: tensor<1x4096xf32>, %w: tensor<4096x4096xf32>, %init: tensor<1x4096xf32>,
                    %xs: tensor<1000x4096xf32>, %inits: tensor<1000x4096xf32>)
     -> (tensor<1x4096xf32>, tensor<1000x4096xf32>) {

@@ -123,11 +123,21 @@ def Parallelize : Pass<"snapkv-parallelize", "::mlir::func::FuncOp"> {
       block has the same static size). Its
       innermost reduction is then tiled by `reduction-block` with `scf.for`,
       so that the part of the right-hand operand a thread works on stays in
-      its caches while all rows pass over it (not for one row, a decode
-      step's vector x matrix product, which reads each element once: its
-      static reduction lets `snapkv-vectorize` read the matrix row by row). The blocks run in order and
+      its caches while all rows pass over it. The blocks run in order and
       each adds to the partial sums of the last: the summation order, and so
       every result bit, is that of the untiled op;
+    * a contraction of one row (a decode step's vector x matrix product,
+      which reads each element of the matrix once) is split along its static
+      reduction instead, into `reduction-parts` parts (fewer if that does not
+      divide it into parts of at least 32 steps): an `scf.forall` over the
+      parts, each a contiguous block of the matrix's rows summed into its own
+      zeroed row of a `[parts, ...]` tensor, then a `linalg.generic` that
+      adds the parts to the init in part order. Each thread streams
+      contiguous blocks of the matrix (column blocks read a piece of every
+      row). The sum is grouped by parts, so its bits differ from the
+      untiled op's, but they do not depend on the number of threads.
+      Upstream's partial-reduction tiling puts the parts innermost, where
+      each part's row is strided (test/Codegen/partial-reduction-upstream.mlir);
     * any other op with a dynamic loop (its work grows with the prompt
       length: a prefill's norms, rotary embeddings, activations and
       projections too narrow for column blocks, a decode step's attention
@@ -138,8 +148,8 @@ def Parallelize : Pass<"snapkv-parallelize", "::mlir::func::FuncOp"> {
       projections and norms) stay whole: a fork and join would cost more
       than they do.
 
-    Only parallel loops are split, so results do not depend on the number
-    of threads.
+    The loops given to threads are parallel loops or the fixed parts of a
+    one-row reduction, so results do not depend on the number of threads.
   }];
   let options = [
     Option<"chunks", "chunks", "int64_t", /*default=*/"16",
@@ -148,7 +158,10 @@ def Parallelize : Pass<"snapkv-parallelize", "::mlir::func::FuncOp"> {
            "Columns of a contraction per parallel tile (halved, down to "
            "64, until there are at least four tiles)">,
     Option<"reductionBlock", "reduction-block", "int64_t", /*default=*/"256",
-           "Reduction steps of a contraction per pass over its rows">
+           "Reduction steps of a contraction per pass over its rows">,
+    Option<"reductionParts", "reduction-parts", "int64_t", /*default=*/"8",
+           "Parallel parts of a one-row contraction's reduction, at most "
+           "(0 or 1: split its columns instead)">
   ];
   let dependentDialects = [
     "::mlir::affine::AffineDialect",

@@ -59,6 +59,12 @@ struct CPUPipelineOptions : PassPipelineOptions<CPUPipelineOptions> {
                      "top_positions, gather) before lowering "
                      "(snapkv-decompose-select); false lowers it whole"),
       llvm::cl::init(true)};
+  Option<int64_t> reductionParts{
+      *this, "reduction-parts",
+      llvm::cl::desc("Parallel parts of a one-row contraction's reduction (a "
+                     "decode step's vector x matrix products), at most; 0 "
+                     "splits its columns instead (snapkv-parallelize)"),
+      llvm::cl::init(8)};
   Option<AssertMode> asserts{*this, "asserts", assertsDescription(),
                              llvm::cl::init(AssertMode::abort),
                              assertModeValues()};

@@ -6,15 +6,19 @@
 // RUN: diff %t.1 %t.3
 // RUN: FileCheck %s < %t.1
 
-// The parallel loops of --snapkv-cpu-pipeline split work, never a reduction:
-// the indices, the gathered rows (as raw bits) and the votes and pooled scores
-// (as raw bits) are identical with 1, 2 and 3 OpenMP threads (the buffer
-// addresses printMemref prints are removed before comparing). L = 700 gives
-// 10 full key tiles and a partial one, and several compaction chunks.
+// The parallel loops of --snapkv-cpu-pipeline split work, and a reduction
+// only into a fixed number of parts added in order: the indices, the gathered
+// rows (as raw bits), the votes and pooled scores (as raw bits) and a one-row
+// vector x matrix product (a decode step's projection, whose 576-step
+// reduction snapkv-parallelize splits into 8 parts; raw bits) are identical
+// with 1, 2 and 3 OpenMP threads (the buffer addresses printMemref prints are
+// removed before comparing). L = 700 gives 10 full key tiles and a partial
+// one, and several compaction chunks.
 // CHECK: sizes = [1, 4, 96]
 // CHECK: sizes = [1, 4, 96, 16]
 // CHECK: sizes = [1, 4, 668]
 // CHECK: sizes = [1, 4, 668]
+// CHECK: sizes = [1, 192]
 
 func.func private @printMemrefI64(memref<*xi64>) attributes {llvm.emit_c_interface}
 func.func private @printMemrefI32(memref<*xi32>) attributes {llvm.emit_c_interface}
@@ -42,6 +46,24 @@ func.func @fill(%e: tensor<1x?x?x16xf32>, %salt: f32) -> tensor<1x?x?x16xf32> {
     linalg.yield %x : f32
   } -> tensor<1x?x?x16xf32>
   return %r : tensor<1x?x?x16xf32>
+}
+
+func.func @fill2(%e: tensor<?x?xf32>, %salt: f32) -> tensor<?x?xf32> {
+  %r = linalg.generic {indexing_maps = [affine_map<(a, b) -> (a, b)>], iterator_types = ["parallel", "parallel"]}
+      outs(%e : tensor<?x?xf32>) {
+  ^bb0(%o: f32):
+    %i0 = linalg.index 0 : index
+    %i1 = linalg.index 1 : index
+    %c31 = arith.constant 31 : index
+    %a = arith.muli %i0, %c31 : index
+    %s = arith.addi %a, %i1 : index
+    %n = arith.index_cast %s : index to i32
+    %f = arith.sitofp %n : i32 to f32
+    %g = arith.mulf %f, %salt : f32
+    %x = math.cos %g : f32
+    linalg.yield %x : f32
+  } -> tensor<?x?xf32>
+  return %r : tensor<?x?xf32>
 }
 
 func.func @main() {
@@ -83,5 +105,23 @@ func.func @main() {
   %pm = bufferization.to_buffer %pb : tensor<1x4x668xi32> to memref<1x4x668xi32>
   %pu = memref.cast %pm : memref<1x4x668xi32> to memref<*xi32>
   call @printMemrefI32(%pu) : (memref<*xi32>) -> ()
+  %c1 = arith.constant 1 : index
+  %c192 = arith.constant 192 : index
+  %c576 = arith.constant 576 : index
+  %ex = tensor.empty(%c1, %c576) : tensor<?x?xf32>
+  %ew = tensor.empty(%c576, %c192) : tensor<?x?xf32>
+  %x0 = func.call @fill2(%ex, %s1) : (tensor<?x?xf32>, f32) -> tensor<?x?xf32>
+  %w0 = func.call @fill2(%ew, %s2) : (tensor<?x?xf32>, f32) -> tensor<?x?xf32>
+  %x = tensor.cast %x0 : tensor<?x?xf32> to tensor<1x576xf32>
+  %w = tensor.cast %w0 : tensor<?x?xf32> to tensor<576x192xf32>
+  %zero = arith.constant 0.0 : f32
+  %ey = tensor.empty() : tensor<1x192xf32>
+  %y0 = linalg.fill ins(%zero : f32) outs(%ey : tensor<1x192xf32>) -> tensor<1x192xf32>
+  %y = linalg.matmul ins(%x, %w : tensor<1x576xf32>, tensor<576x192xf32>)
+                     outs(%y0 : tensor<1x192xf32>) -> tensor<1x192xf32>
+  %yb = arith.bitcast %y : tensor<1x192xf32> to tensor<1x192xi32>
+  %ym = bufferization.to_buffer %yb : tensor<1x192xi32> to memref<1x192xi32>
+  %yu = memref.cast %ym : memref<1x192xi32> to memref<*xi32>
+  call @printMemrefI32(%yu) : (memref<*xi32>) -> ()
   return
 }
