@@ -44,10 +44,9 @@ void snapkv::buildCPUPipeline(OpPassManager &pm,
   pm.addPass(createOutlineSelect());
   // The select's stages as ops of their own (score, top_positions, gather),
   // each lowered and tiled like the whole op's parts.
-  if (options.decomposeSelect)
-    pm.addPass(createDecomposeSelect());
-  stages::lowerSelections(pm, LoweringTarget::cpu, options.keyTile,
-                          options.chunk, options.keepLogits, options.queryTile);
+  stages::lowerSelections(pm, LoweringTarget::cpu, options.decomposeSelect,
+                          options.keyTile, options.chunk, options.keepLogits,
+                          options.queryTile);
   OpPassManager &tensors = pm.nest<func::FuncOp>();
   stages::prepareTensorCode(tensors);
   tensors.addPass(createFuseElementwise());

@@ -44,8 +44,10 @@ llvm::StringRef snapkv::stringifyDeviceCodeFormat(DeviceCodeFormat format) {
 
 void snapkv::buildGPUTensorPipeline(OpPassManager &pm,
                                     const GPUPipelineOptions &options) {
-  stages::lowerSelections(pm, LoweringTarget::gpu, options.keyTile,
-                          options.chunk, /*keepLogits=*/false);
+  // The same stage ops as on the CPU, each its own chain of kernels.
+  stages::lowerSelections(pm, LoweringTarget::gpu, options.decomposeSelect,
+                          options.keyTile, options.chunk,
+                          /*keepLogits=*/false);
   GPUDistributeOptions distribute;
   distribute.threads = options.threads;
   distribute.tensorCores = options.tensorCores;

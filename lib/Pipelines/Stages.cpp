@@ -4,6 +4,7 @@
 
 #include "snapkv/Codegen/Passes.h"
 #include "snapkv/Conversion/Passes.h"
+#include "snapkv/Dialect/SnapKV/Transforms/Passes.h"
 
 #include "mlir/Conversion/Passes.h"
 #include "mlir/Dialect/Bufferization/Transforms/Passes.h"
@@ -15,8 +16,16 @@
 using namespace mlir;
 
 void snapkv::stages::lowerSelections(OpPassManager &pm, LoweringTarget target,
-                                     int64_t keyTile, int64_t chunk,
-                                     bool keepLogits, int64_t queryTile) {
+                                     bool decompose, int64_t keyTile,
+                                     int64_t chunk, bool keepLogits,
+                                     int64_t queryTile) {
+  if (decompose) {
+    // On the GPU the conversion splits select_adaptive itself, to lay the
+    // ops between its stages out as kernels.
+    DecomposeSelectOptions split;
+    split.adaptive = target != LoweringTarget::gpu;
+    pm.addPass(createDecomposeSelect(split));
+  }
   ConvertSnapKVToLinalgOptions lowering;
   lowering.keyTile = keyTile;
   lowering.queryTile = queryTile;

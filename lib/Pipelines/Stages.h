@@ -14,12 +14,14 @@
 
 namespace mlir::snapkv::stages {
 
-/// snapkv.select / snapkv.score to the formulation laid out for `target`,
-/// its recorded tiling applied at once (before anything could rewrite the
-/// ops that carry it), snapkv.attention to its tiled online softmax, then
-/// canonicalisation and CSE.
-void lowerSelections(OpPassManager &pm, LoweringTarget target, int64_t keyTile,
-                     int64_t chunk, bool keepLogits, int64_t queryTile = 32);
+/// With `decompose`, each snapkv.select / select_adaptive split into its
+/// stage ops (score, top_positions, gather); then the snapkv ops to the
+/// formulation laid out for `target`, its recorded tiling applied at once
+/// (before anything could rewrite the ops that carry it), snapkv.attention
+/// to its tiled online softmax, then canonicalisation and CSE.
+void lowerSelections(OpPassManager &pm, LoweringTarget target, bool decompose,
+                     int64_t keyTile, int64_t chunk, bool keepLogits,
+                     int64_t queryTile = 32);
 
 /// The user's tensor code around the selects, into linalg: fpowi expanded
 /// (a vectorised fpowi would get a vector exponent llvm.intr.powi does not

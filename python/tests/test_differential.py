@@ -286,7 +286,7 @@ def test_long_prompts_match_reference(long_cases):
 # logits between the softmax statistics and the votes (keep-logits) and decomposes each
 # select into its stage ops (score, top_positions, gather) first; "recomputed-logits"
 # recomputes the logits per tile (keep-logits=false), "whole" lowers the select whole
-# (decompose-select=false; the form the GPU layout is laid out from).
+# (decompose-select=false).
 CPU_FORMS = {  # textual pass-pipeline elements, run before the CPU pipeline
     "recomputed-logits": ("convert-snapkv-to-linalg{tiling=cpu keep-logits=false}",
                           "snapkv-tile-and-fuse"),
@@ -324,6 +324,37 @@ def test_gpu_kernels_break_ties_to_lower_position():
 
 def test_gpu_kernels_long_prompts(long_cases):
     check(long_cases, GPU_EMULATION)
+
+
+# The GPU pipeline splits a select into its stage ops first, like the CPU pipeline; with
+# decompose-select=false it lowers the select whole, pooling, selection and gather in one
+# block per row (the layout a comparison scoring always gets).
+GPU_WHOLE = ("snapkv-gpu-emulation{decompose-select=false}",)
+GPU_WHOLE_CASES = 50
+
+
+def test_gpu_whole_select_kernels_match_reference(random_cases):
+    check(random_cases[:GPU_WHOLE_CASES], GPU_WHOLE)
+
+
+def test_gpu_pipeline_lowers_the_stage_ops():
+    # What reaches the GPU conversion: a vote-scored select as its stage ops, a comparison
+    # scoring whole, and with decompose-select=false every select whole.
+    if not snapkv_opt().is_file():
+        pytest.skip(f"snapkv-opt not built ({snapkv_opt()})")
+
+    def before_conversion(passes, scoring):
+        case = random_case(0)
+        case.scoring, case.sinks, case.seed = scoring, None, None
+        text = subprocess.run(
+            [str(snapkv_opt()), f"--pass-pipeline=builtin.module({passes})",
+             "--mlir-print-ir-before=convert-snapkv-to-linalg", "-o", "/dev/null", "-"],
+            input=build_module([case]), capture_output=True, text=True, check=True).stderr
+        return text.count("snapkv.top_positions"), text.count("snapkv.select ")
+
+    assert before_conversion("snapkv-gpu-emulation", None) == (1, 0)
+    assert before_conversion("snapkv-gpu-emulation", "recent") == (0, 1)
+    assert before_conversion("snapkv-gpu-emulation{decompose-select=false}", None) == (0, 1)
 
 
 # Tensor cores: with f16 or bf16 inputs, W a multiple of 8 and D of 16, each key tile's

@@ -119,6 +119,13 @@ struct GPUPipelineOptions : PassPipelineOptions<GPUPipelineOptions> {
       llvm::cl::desc("f16 and bf16 logits on tensor cores (warp-level "
                      "mma.sync m16n8k16, sm_80 and later)"),
       llvm::cl::init(true)};
+  Option<bool> decomposeSelect{
+      *this, "decompose-select",
+      llvm::cl::desc("Split each snapkv.select into its stage ops (score, "
+                     "top_positions, gather) before lowering "
+                     "(snapkv-decompose-select); false lowers it whole, as "
+                     "does a select with a comparison scoring"),
+      llvm::cl::init(true)};
   Option<AssertMode> asserts{*this, "asserts", assertsDescription(),
                              llvm::cl::init(AssertMode::abort),
                              assertModeValues()};

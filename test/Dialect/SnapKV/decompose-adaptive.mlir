@@ -4,6 +4,14 @@
 // flattened [Hc x P] scores, linalg ops that count and place each head's
 // rows, and one gather each for the keys and values from [1, Hkv x L] rows.
 // RUN: snapkv-opt %s --split-input-file --snapkv-decompose-select | FileCheck %s
+// With adaptive=false (what the GPU pipeline runs) the op stays for
+// convert-snapkv-to-linalg, which splits it itself.
+// RUN: snapkv-opt %s --split-input-file --snapkv-decompose-select=adaptive=false | FileCheck %s --check-prefix=KEEP
+// KEEP-LABEL: func.func @long
+// KEEP: snapkv.select_adaptive
+// KEEP-NOT: snapkv.top_positions
+// KEEP-LABEL: func.func @no_floor
+// KEEP: snapkv.select_adaptive
 
 // CHECK-LABEL: func.func @long
 // CHECK-SAME: (%[[Q:.*]]: tensor<1x4x2x8xf32>, %[[K:.*]]: tensor<1x2x20x8xf32>, %[[V:.*]]: tensor<1x2x20x8xf32>)

@@ -22,10 +22,12 @@ namespace {
 
 struct DecomposeSelectPass
     : snapkv::impl::DecomposeSelectBase<DecomposeSelectPass> {
+  using Base::Base;
+
   void runOnOperation() override {
     SmallVector<linalg::AggregatedOpInterface> selects;
     getOperation()->walk([&](Operation *op) {
-      if (isa<SelectOp, SelectAdaptiveOp>(op))
+      if (isa<SelectOp>(op) || (adaptive && isa<SelectAdaptiveOp>(op)))
         selects.push_back(cast<linalg::AggregatedOpInterface>(op));
     });
     IRRewriter rewriter(&getContext());

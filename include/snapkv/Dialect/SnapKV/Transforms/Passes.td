@@ -45,11 +45,18 @@ def DecomposeSelect : Pass<"snapkv-decompose-select"> {
     `scoring recent` and `random` rank without scores and stay whole.
     `snapkv.select_adaptive` decomposes the same way, with a second,
     flattened `snapkv.top_positions` that shares the budget among the heads
-    (see its description). The
+    (see its description); with `adaptive=false` it is left to
+    `convert-snapkv-to-linalg`, which decomposes it itself and, with
+    `tiling=gpu`, lays the parts between the stage ops out as kernels. The
     CPU pipeline runs this pass after `snapkv-outline-select`; the GPU
-    pipeline lowers the whole op (its layout fuses pooling, selection and
-    gather into one block per row).
+    pipeline runs it with `adaptive=false` (`decompose-select=false` on
+    either pipeline lowers a select whole; on the GPU that layout fuses
+    pooling, selection and gather into one block per row).
   }];
+  let options = [
+    Option<"adaptive", "adaptive", "bool", /*default=*/"true",
+           "Also split snapkv.select_adaptive">,
+  ];
 }
 
 def ReportCache : Pass<"snapkv-report-cache", "::mlir::ModuleOp"> {
