@@ -281,12 +281,20 @@ def pass_options(args, strict: bool, text: str = "") -> str:
 
 
 def describe_options(args) -> str:
-    budget = "" if args.budget == "uniform" else \
-        f", budget adaptive (floor {args.floor}; capacity is the heads' mean)" \
-        if args.budget == "adaptive" else \
-        f", budget {args.budget} (beta {args.pyramid_beta}; capacity is the layers' mean)"
-    return (f"window {args.window}, capacity {args.capacity}, kernel {args.kernel}, "
-            f"pooling {args.pooling}, gqa {args.gqa}, order {args.order}{budget}")
+    return describe(option_dict(args))
+
+
+def describe(options: dict) -> str:
+    """The compaction options (:func:`option_dict`) as the commands print them: results keep
+    the dict and render this text from it."""
+    budget = "" if options["budget"] == "uniform" else \
+        f", budget adaptive (floor {options['floor']}; capacity is the heads' mean)" \
+        if options["budget"] == "adaptive" else \
+        f", budget {options['budget']} (beta {options['pyramid_beta']}; capacity is the " \
+        f"layers' mean)"
+    return (f"window {options['window']}, capacity {options['capacity']}, kernel "
+            f"{options['kernel']}, pooling {options['pooling']}, gqa {options['gqa']}, order "
+            f"{options['order']}{budget}")
 
 
 def option_dict(args) -> dict:

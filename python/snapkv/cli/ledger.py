@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from typing import Optional
+from dataclasses import dataclass
+from typing import List, Optional
 
 from . import common
 from .common import DEFAULT_PROMPT_LENGTH, DEFAULT_STEPS, CLIError, Formatter, progress
+from .result import Result, emit
 
 
 def add_parser(commands, common_options, compaction):
@@ -95,30 +97,54 @@ def note(ledger: dict, prompt_length: int) -> Optional[str]:
             "--gqa mean/max (Hkv heads).")
 
 
-def run(args) -> int:
+@dataclass
+class LedgerResult(Result):
+    """The ledger of one model for a prompt and a generated count: snapkv-report-cache's
+    numbers (`layers`, `total`, as :func:`ledger_data` reads them) and its own table, which
+    the text shows as the tool prints it."""
+    model: str
+    compaction: Optional[dict]  # None: the module already held snapkv.select, as given
+    prompt_length: int
+    generated: int
+    layers: List[dict]
+    total: dict
+    table: str
+
+    @property
+    def note(self) -> Optional[str]:
+        return note(dict(layers=self.layers, total=self.total), self.prompt_length)
+
+    def to_json(self) -> dict:
+        return dict(model=self.model, compaction=self.compaction,
+                    prompt_length=self.prompt_length, generated=self.generated,
+                    layers=self.layers, total=self.total, note=self.note)
+
+    def render_text(self) -> str:
+        how = "as given (already rewritten)" if self.compaction is None else \
+            f"rewritten with {common.describe(self.compaction)}"
+        return "\n".join([f"model: {self.model}, {how}", self.table]
+                         + ([self.note] if self.note else []))
+
+
+def compute(args) -> LedgerResult:
     source = common.load_source(args.model, args, args.quiet, weights=False)
     path, text = source.path, source.text
     if common.verify_ir(path, text).select_count():
         progress(args.quiet, f"{source.label} already holds snapkv.select: reporting it as it is "
                              f"(the compaction options are not used)")
         module, options = text, None
-        how = "as given (already rewritten)"
     else:
         common.check_window_capacity(args)
         module, warnings, _ = common.rewrite(path, args)
         if warnings.strip():
             progress(False, common.diagnostics(warnings))
         options = common.option_dict(args)
-        how = f"rewritten with {common.describe_options(args)}"
     ledger = ledger_data(module, args.prompt_length, args.generated)
-    explained = note(ledger, args.prompt_length)
-    if args.json:
-        print(json.dumps(dict(model=source.label, compaction=options,
-                              prompt_length=args.prompt_length, generated=args.generated,
-                              **ledger, note=explained), indent=1))
-        return 0
-    print(f"model: {source.label}, {how}")
-    print(ledger_text(module, args.prompt_length, args.generated))
-    if explained:
-        print(explained)
+    return LedgerResult(source.label, options, args.prompt_length, args.generated,
+                        ledger["layers"], ledger["total"],
+                        ledger_text(module, args.prompt_length, args.generated))
+
+
+def run(args) -> int:
+    emit(compute(args), args.json)
     return 0

