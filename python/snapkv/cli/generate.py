@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import time
-from typing import Optional, Sequence
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Union
 
 import numpy as np
 
 from . import common, ledger
 from .common import DEFAULT_STEPS, FIXTURE, CLIError, Formatter, progress, show
+from .result import Result, emit
 
 
 def add_parser(commands, common_options, compaction):
@@ -116,7 +117,163 @@ def _median(values) -> Optional[float]:
     return float(np.median(values)) if values else None
 
 
-def run(args) -> int:
+@dataclass
+class Run:
+    """One greedy run as the result reports it (:func:`greedy` less its logits and caches)."""
+    tokens: List[int]
+    physical: List[int]  # layer 0's cache rows per head after prefill and each step
+    prefill_s: float
+    step_s: List[float]  # seconds of each decode step
+    cache_bytes: int     # the cache arrays after the run
+    caches: int          # how many cache arrays
+    shape: List[int]     # the first one's shape
+
+    @classmethod
+    def of(cls, run: dict) -> "Run":
+        caches = run["caches"]
+        return cls(run["tokens"], run["physical"], run["prefill_s"], run["step_s"],
+                   sum(c.nbytes for c in caches), len(caches),
+                   list(caches[0].shape) if caches else [])
+
+    @property
+    def decode_s(self) -> float:
+        return float(sum(self.step_s))
+
+
+@dataclass
+class GenerateResult(Result):
+    """Both greedy runs of `snapkv generate` (the full cache's and the compacted one's), the
+    teacher-forced comparison, the ledger of the rewritten module and the times."""
+    model: str
+    ids: List[int]
+    source: str                       # where the prompt came from ("given", "random ids ...")
+    compaction: dict
+    kept: Union[int, List[int]]       # prompt positions kept per head (per layer if they differ)
+    full: Run
+    compacted: Run
+    said: Optional[dict]              # text prompts: dict(prompt, full, compacted), decoded
+    same_next: int                    # teacher-forced: decode steps with the same next token
+    max_logit_difference: float
+    ledger: dict                      # :func:`ledger.ledger_data`
+    ledger_table: str                 # :func:`ledger.ledger_text`
+    compacted_allocated_bytes: int
+    rewrite_s: float
+    compile_s: dict                   # {compacted, full}: seconds compiling (or loading)
+    from_cache: dict                  # {compacted, full}: whether the library was cached
+    bundled: bool                     # the bundled random-weight model (its note)
+
+    @property
+    def length(self) -> int:
+        return len(self.ids)
+
+    @property
+    def steps(self) -> int:
+        return len(self.full.tokens) - 1
+
+    @property
+    def agree(self) -> int:
+        return sum(a == b for a, b in zip(self.full.tokens, self.compacted.tokens))
+
+    @property
+    def first_difference(self) -> Optional[int]:
+        return next((g for g, (a, b) in enumerate(zip(self.full.tokens, self.compacted.tokens))
+                     if a != b), None)
+
+    @property
+    def ledger_note(self) -> Optional[str]:
+        return ledger.note(self.ledger, self.length)
+
+    def to_json(self) -> dict:
+        full, compacted, length, steps = self.full, self.compacted, self.length, self.steps
+        return dict(
+            model=self.model, prompt=dict(length=length, source=self.source, ids=self.ids),
+            compaction=self.compaction, kept_per_head=self.kept,
+            tokens=dict(full=full.tokens, compacted=compacted.tokens), text=self.said,
+            steps=[dict(step=g, fed_at=None if g == 0 else length + g - 1,
+                        full=full.tokens[g], compacted=compacted.tokens[g],
+                        same=full.tokens[g] == compacted.tokens[g], logical_length=length + g,
+                        physical_rows=dict(full=full.physical[g],
+                                           compacted=compacted.physical[g]))
+                   for g in range(steps + 1)],
+            agreement=dict(same=self.agree, of=steps + 1,
+                           first_difference=self.first_difference),
+            teacher_forced=dict(same_next=self.same_next, of=steps,
+                                max_logit_difference=self.max_logit_difference),
+            ledger=self.ledger, ledger_note=self.ledger_note,
+            measured=dict(full_bytes=full.cache_bytes, compacted_bytes=compacted.cache_bytes,
+                          compacted_allocated_bytes=self.compacted_allocated_bytes),
+            seconds=dict(rewrite=self.rewrite_s, compile_compacted=self.compile_s["compacted"],
+                         compile_full=self.compile_s["full"],
+                         compiled_from_cache=dict(compacted=self.from_cache["compacted"],
+                                                  full=self.from_cache["full"]),
+                         prefill_full=full.prefill_s, prefill_compacted=compacted.prefill_s,
+                         decode_full=full.decode_s, decode_compacted=compacted.decode_s,
+                         decode_step_full=_median(full.step_s),
+                         decode_step_compacted=_median(compacted.step_s)))
+
+    def render_text(self) -> str:
+        full, compacted, length, steps = self.full, self.compacted, self.length, self.steps
+        said, first = self.said, self.first_difference
+        lines = [f"snapkv generate: {self.model}"]
+        if said is not None:
+            prompt = said["prompt"]
+            shown = prompt if len(prompt) <= 200 else f"{prompt[:120]} ... {prompt[-60:]}"
+            lines.append(f"prompt: {length} tokens from {len(prompt):,} characters of text: "
+                         f"{shown!r}")
+        else:
+            lines.append(f"prompt: {length} tokens ({self.source}): {common.ids_text(self.ids)}")
+        kept = self.kept if isinstance(self.kept, int) else \
+            f"{self.kept[0]} (layer 0) down to {self.kept[-1]} (layer {len(self.kept) - 1})"
+        lines += [f"compaction: {common.describe(self.compaction)} -> {kept} of {length} "
+                  f"prompt positions cached per head", "",
+                  f"full-cache tokens:      {common.ids_text(full.tokens)}",
+                  f"compacted-cache tokens: {common.ids_text(compacted.tokens)}"]
+        if said is not None:
+            lines += [f"full-cache text:        {said['full']!r}",
+                      f"compacted-cache text:   {said['compacted']!r}"]
+        # Layer 0's cache: with --budget pyramid the layers keep different lengths (the
+        # ledger below lists them).
+        lines += ["", "step  fed at  full  compacted  same  logical  layer 0's rows "
+                      "(full / compacted)"]
+        for g in range(steps + 1):
+            fed = "prefill" if g == 0 else f"{length + g - 1:>7}"
+            same = "yes" if full.tokens[g] == compacted.tokens[g] else "NO"
+            lines.append(f"{g:>4}  {fed:>7}  {full.tokens[g]:>4}  {compacted.tokens[g]:>9}  "
+                         f"{same:>4}  {length + g:>7}  {full.physical[g]:>8} / "
+                         f"{compacted.physical[g]}")
+        lines += ["", f"greedy agreement: {self.agree} of {steps + 1} tokens"
+                  + (" (identical sequences)" if first is None else
+                     f" (first difference at step {first}; after it the two runs continue "
+                     f"from different tokens)"),
+                  f"teacher-forced (the full run's tokens fed to both): same next token at "
+                  f"{self.same_next} of {steps} decode steps, max |logit difference| "
+                  f"{self.max_logit_difference:.3g}",
+                  "step 0 comes from prefill's logits, which the rewrite leaves unchanged; "
+                  "decode step g runs at logical position L+g-1 over min(L, C)+g-1 cached rows"]
+        if first is not None and self.bundled:
+            lines.append("the bundled model has random weights: its attention is spread almost "
+                         "evenly over the prompt (docs/gallery), so dropping positions changes "
+                         "its predictions; with --capacity >= the prompt length both runs "
+                         "agree exactly, and the compiled compacted model matches the PyTorch "
+                         "SnapKV reference (python/tests/test_model_rewrite.py)")
+        lines += ["", self.ledger_table] + ([self.ledger_note] if self.ledger_note else [])
+        lines += [f"measured after the runs: full cache {full.cache_bytes:,} B "
+                  f"({full.caches} x {full.shape}), compacted {compacted.cache_bytes:,} B "
+                  f"({compacted.caches} x {compacted.shape})", ""]
+
+        def compiled(which):
+            return f"{self.compile_s[which]:.1f} s" + \
+                (" (cached)" if self.from_cache[which] else "")
+
+        lines.append(f"times: rewrite {self.rewrite_s:.2f} s; compile compacted "
+                     f"{compiled('compacted')}, full {compiled('full')}; prefill full "
+                     f"{full.prefill_s * 1e3:.1f} ms, compacted {compacted.prefill_s * 1e3:.1f} "
+                     f"ms; {steps} decode steps full {full.decode_s * 1e3:.1f} ms, compacted "
+                     f"{compacted.decode_s * 1e3:.1f} ms")
+        return "\n".join(lines)
+
+
+def compute(args) -> GenerateResult:
     common.check_window_capacity(args)
     source = common.load_source(args.model, args, args.quiet)
     path, text = source.path, source.text
@@ -146,16 +303,9 @@ def run(args) -> int:
     progress(args.quiet, f"generating {steps} tokens after a {length}-token prompt, "
                          f"with each cache ...")
     ref, got, forced = _runs(full, compact, ids, steps, args.quiet)
-    table = None if args.json else ledger.ledger_text(rewritten, length, steps)
     cache_ledger = ledger.ledger_data(rewritten, length, steps)
-
-    agree = sum(a == b for a, b in zip(ref["tokens"], got["tokens"]))
-    first = next((g for g, (a, b) in enumerate(zip(ref["tokens"], got["tokens"])) if a != b),
-                 None)
     same_next = sum(a == b for a, b in zip(ref["tokens"][1:], forced["tokens"][1:]))
     diff = float(np.max(np.abs(forced["logits"][1:] - ref["logits"][1:]))) if steps else 0.0
-    full_bytes = sum(c.nbytes for c in ref["caches"])
-    compact_bytes = sum(c.nbytes for c in got["caches"])
     # Per head; one number per layer when the layers' budgets differ (budget=pyramid).
     kept_layers = [layer["kept"] for layer in cache_ledger["layers"]]
     kept = kept_layers[0] if len(set(kept_layers)) <= 1 else kept_layers
@@ -168,92 +318,14 @@ def run(args) -> int:
         said = dict(prompt=prompt_text,
                     full=tokenizer.decode(source.checkpoint.path, ref["tokens"]),
                     compacted=tokenizer.decode(source.checkpoint.path, got["tokens"]))
-    if args.json:
-        print(json.dumps(dict(
-            model=source.label, prompt=dict(length=length, source=where, ids=ids[0].tolist()),
-            compaction=common.option_dict(args), kept_per_head=kept,
-            tokens=dict(full=ref["tokens"], compacted=got["tokens"]), text=said,
-            steps=[dict(step=g, fed_at=None if g == 0 else length + g - 1,
-                        full=ref["tokens"][g], compacted=got["tokens"][g],
-                        same=ref["tokens"][g] == got["tokens"][g], logical_length=length + g,
-                        physical_rows=dict(full=ref["physical"][g],
-                                           compacted=got["physical"][g]))
-                   for g in range(steps + 1)],
-            agreement=dict(same=agree, of=steps + 1, first_difference=first),
-            teacher_forced=dict(same_next=same_next, of=steps, max_logit_difference=diff),
-            ledger=cache_ledger, ledger_note=ledger.note(cache_ledger, length),
-            measured=dict(full_bytes=full_bytes, compacted_bytes=compact_bytes,
-                          compacted_allocated_bytes=allocated(got["caches"])),
-            seconds=dict(rewrite=rewrite_s, compile_compacted=compact.library.seconds,
-                         compile_full=full.library.seconds,
-                         compiled_from_cache=dict(compacted=compact.from_cache,
-                                                  full=full.from_cache),
-                         prefill_full=ref["prefill_s"], prefill_compacted=got["prefill_s"],
-                         decode_full=ref["decode_s"], decode_compacted=got["decode_s"],
-                         decode_step_full=_median(ref["step_s"]),
-                         decode_step_compacted=_median(got["step_s"]))),
-            indent=1))
-        return 0
+    return GenerateResult(
+        source.label, ids[0].tolist(), where, common.option_dict(args), kept, Run.of(ref),
+        Run.of(got), said, same_next, diff, cache_ledger,
+        ledger.ledger_text(rewritten, length, steps), allocated(got["caches"]), rewrite_s,
+        dict(compacted=compact.library.seconds, full=full.library.seconds),
+        dict(compacted=compact.from_cache, full=full.from_cache), path.name == FIXTURE)
 
-    print(f"snapkv generate: {source.label}")
-    if said is not None:
-        shown = prompt_text if len(prompt_text) <= 200 else \
-            f"{prompt_text[:120]} ... {prompt_text[-60:]}"
-        print(f"prompt: {length} tokens from {len(prompt_text):,} characters of text: "
-              f"{shown!r}")
-    else:
-        print(f"prompt: {length} tokens ({where}): {common.ids_text(ids[0])}")
-    kept_text = kept if isinstance(kept, int) else \
-        f"{kept[0]} (layer 0) down to {kept[-1]} (layer {len(kept) - 1})"
-    print(f"compaction: {common.describe_options(args)} -> {kept_text} of {length} prompt "
-          f"positions cached per head")
-    print()
-    print(f"full-cache tokens:      {common.ids_text(ref['tokens'])}")
-    print(f"compacted-cache tokens: {common.ids_text(got['tokens'])}")
-    if said is not None:
-        print(f"full-cache text:        {said['full']!r}")
-        print(f"compacted-cache text:   {said['compacted']!r}")
-    print()
-    # Layer 0's cache: with --budget pyramid the layers keep different lengths (the ledger
-    # below lists them).
-    print("step  fed at  full  compacted  same  logical  layer 0's rows (full / compacted)")
-    for g in range(steps + 1):
-        fed = "prefill" if g == 0 else f"{length + g - 1:>7}"
-        same = "yes" if ref["tokens"][g] == got["tokens"][g] else "NO"
-        print(f"{g:>4}  {fed:>7}  {ref['tokens'][g]:>4}  {got['tokens'][g]:>9}  {same:>4}  "
-              f"{length + g:>7}  {ref['physical'][g]:>8} / {got['physical'][g]}")
-    print()
-    print(f"greedy agreement: {agree} of {steps + 1} tokens"
-          + (" (identical sequences)" if first is None else
-             f" (first difference at step {first}; after it the two runs continue from "
-             f"different tokens)"))
-    print(f"teacher-forced (the full run's tokens fed to both): same next token at "
-          f"{same_next} of {steps} decode steps, max |logit difference| {diff:.3g}")
-    print("step 0 comes from prefill's logits, which the rewrite leaves unchanged; decode "
-          "step g runs at logical position L+g-1 over min(L, C)+g-1 cached rows")
-    if first is not None and path.name == FIXTURE:
-        print("the bundled model has random weights: its attention is spread almost evenly "
-              "over the prompt (docs/gallery), so dropping positions changes its predictions; "
-              "with --capacity >= the prompt length both runs agree exactly, and the compiled "
-              "compacted model matches the PyTorch SnapKV reference "
-              "(python/tests/test_model_rewrite.py)")
-    print()
-    print(table)
-    explained = ledger.note(cache_ledger, length)
-    if explained:
-        print(explained)
-    shape_full = tuple(ref["caches"][0].shape) if ref["caches"] else ()
-    shape_compact = tuple(got["caches"][0].shape) if got["caches"] else ()
-    print(f"measured after the runs: full cache {full_bytes:,} B "
-          f"({len(ref['caches'])} x {list(shape_full)}), compacted {compact_bytes:,} B "
-          f"({len(got['caches'])} x {list(shape_compact)})")
-    print()
 
-    def compile_note(model):
-        return f"{model.library.seconds:.1f} s" + (" (cached)" if model.from_cache else "")
-
-    print(f"times: rewrite {rewrite_s:.2f} s; compile compacted {compile_note(compact)}, "
-          f"full {compile_note(full)}; prefill full {ref['prefill_s'] * 1e3:.1f} ms, "
-          f"compacted {got['prefill_s'] * 1e3:.1f} ms; {steps} decode steps full "
-          f"{ref['decode_s'] * 1e3:.1f} ms, compacted {got['decode_s'] * 1e3:.1f} ms")
+def run(args) -> int:
+    emit(compute(args), args.json)
     return 0
