@@ -6,11 +6,12 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib.util
-import json
 import sys
 import time
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import List
 
 import numpy as np
 
@@ -19,6 +20,7 @@ from ..runtime import CompiledCheckError, ResourceLimitError
 from ..tasks import retrieval
 from . import common
 from .common import CLIError, Formatter, progress, show
+from .result import Result, emit, json_text
 
 DEFAULT_LENGTHS = (512, 1024, 2048, 4096)
 DEFAULT_SAMPLES = 20
@@ -171,14 +173,15 @@ class Bar:
             print(line, file=sys.stderr, flush=True)
 
 
-def table(rows, out):
-    print(f"{'length':>6} {'budget':>6} {'C':>5}  {'method':<22} {'accuracy':>9} "
-          f"{'95% interval':>13} {'n':>3}  {'answer kept':>11}  {'cache KiB':>9}  "
-          f"{'decode ms':>9}", file=out)
+def table(rows) -> List[str]:
+    """The accuracy table's lines, a blank line between lengths."""
+    lines = [f"{'length':>6} {'budget':>6} {'C':>5}  {'method':<22} {'accuracy':>9} "
+             f"{'95% interval':>13} {'n':>3}  {'answer kept':>11}  {'cache KiB':>9}  "
+             f"{'decode ms':>9}"]
     last = None
     for r in rows:
         if last is not None and r["length"] != last:
-            print(file=out)
+            lines.append("")
         last = r["length"]
         acc = "-" if r["accuracy"] is None else f"{r['accuracy']:.1%}"
         low, high = r.get("interval") or (None, None)
@@ -186,10 +189,10 @@ def table(rows, out):
         kept = "-" if r["answer_kept"] is None else f"{r['answer_kept']:.0%}"
         kib = "-" if r["kept_bytes"] is None else f"{r['kept_bytes'] / 1024:,.0f}"
         ms = "-" if r["decode_ms"] is None else f"{r['decode_ms']:.1f}"
-        print(f"{r['length']:>6} {r['budget_fraction']:>6} {r['capacity']:>5}  "
-              f"{r['method']:<22} {acc:>9} {interval:>13} {r['n']:>3}  {kept:>11}  {kib:>9}  "
-              f"{ms:>9}",
-              file=out)
+        lines.append(f"{r['length']:>6} {r['budget_fraction']:>6} {r['capacity']:>5}  "
+                     f"{r['method']:<22} {acc:>9} {interval:>13} {r['n']:>3}  {kept:>11}  "
+                     f"{kib:>9}  {ms:>9}")
+    return lines
 
 
 def ordered(rows, methods):
@@ -198,7 +201,45 @@ def ordered(rows, methods):
                                        rank[r["method"]]))
 
 
-def run(args) -> int:
+@dataclass
+class EvalResult(Result):
+    """What `snapkv eval` measured: one row per (length, method, budget) of
+    :func:`snapkv.evaluation.evaluate` (ordered as printed), what they were computed for,
+    and the plots written."""
+    model: Path
+    model_sha256: str
+    task: str        # --task
+    variant: str     # the task's name (the retrieval variant, or the text task)
+    seed: int
+    window: int
+    samples: int
+    task_key: dict
+    rows: List[dict]
+    seconds: float   # computing the rows
+    written: List[Path]
+
+    def to_json(self) -> dict:
+        return dict(model=show(self.model), model_sha256=self.model_sha256, task=self.task,
+                    variant=self.variant, seed=self.seed, window=self.window,
+                    samples=self.samples, task_key=self.task_key, results=self.rows)
+
+    def render_text(self) -> str:
+        kept_note = ("mean share of the needle's tokens a (layer, head) cache holds"
+                     if self.task != "retrieval" else
+                     "share of (layer, head) caches that hold every answer token")
+        return "\n".join(
+            [f"snapkv eval: {show(self.model)}, task {self.variant!r}, seed {self.seed}, "
+             f"window {self.window}, {self.samples} prompts per length ({self.seconds:.0f} s)",
+             *table(self.rows),
+             f"95% interval: Wilson score interval of the accuracy; answer kept: {kept_note}; "
+             f"cache KiB: the K/V of all layers after prefill; decode ms: one decode step, "
+             f"median of 3 (timed once per cell, when it was first computed; the machine's "
+             f"load shows in it)"]
+            + [f"wrote {show(path)}" for path in self.written])
+
+
+def compute(args) -> EvalResult:
+    """Evaluate (and write the plots): everything but the output."""
     if args.plots is not None and importlib.util.find_spec("matplotlib") is None:
         raise CLIError("--plots needs matplotlib: pip install matplotlib")
     log = (lambda message: None) if args.quiet else (lambda message: progress(False, message))
@@ -216,44 +257,28 @@ def run(args) -> int:
         start = time.perf_counter()
         rows = ev.evaluate(pipeline, args.lengths, args.methods, args.budgets, args.samples,
                            args.seed, task, cache, Bar(args.quiet), kept)
+        seconds = time.perf_counter() - start
+        rows = ordered(rows, args.methods)
+        written = [] if args.plots is None else write_plots(args, pipeline, rows, kept)
     except ev.EvalError as error:
         raise CLIError(str(error)) from None
     except (CompiledCheckError, ResourceLimitError) as error:
         raise CLIError(f"the compiled model stopped: {error}") from None
-    seconds = time.perf_counter() - start
-    rows = ordered(rows, args.methods)
-    out = sys.stderr if args.json == "-" else sys.stdout
-    print(f"snapkv eval: {show(args.model)}, task {task.name!r}, seed {args.seed}, "
-          f"window {args.window}, {args.samples} prompts per length ({seconds:.0f} s)", file=out)
-    table(rows, out)
-    kept_note = ("mean share of the needle's tokens a (layer, head) cache holds" if text_task
-                 else "share of (layer, head) caches that hold every answer token")
-    print(f"95% interval: Wilson score interval of the accuracy; answer kept: {kept_note}; "
-          f"cache KiB: the K/V of all layers after prefill; decode ms: one decode step, "
-          f"median of 3 (timed once per cell, when it was first computed; the machine's load "
-          f"shows in it)", file=out)
-    if args.plots is not None:
+    return EvalResult(args.model, pipeline.digest, args.task, task.name, args.seed, args.window,
+                      args.samples, task.key(), rows, seconds, written)
+
+
+def run(args) -> int:
+    result = compute(args)
+    # With --json -, the JSON alone goes to stdout and the table to stderr.
+    emit(result, as_json=False, out=sys.stderr if args.json == "-" else sys.stdout)
+    if args.json == "-":
+        emit(result, as_json=True)
+    elif args.json:
         try:
-            written = write_plots(args, pipeline, rows, kept)
-        except ev.EvalError as error:
-            raise CLIError(str(error)) from None
-        except (CompiledCheckError, ResourceLimitError) as error:
-            raise CLIError(f"the compiled model stopped: {error}") from None
-        for path in written:
-            print(f"wrote {show(path)}", file=out)
-    if args.json:
-        document = dict(
-            model=show(args.model), model_sha256=pipeline.digest, task=args.task,
-            variant=task.name, seed=args.seed, window=args.window, samples=args.samples,
-            task_key=task.key(), results=rows)
-        text = json.dumps(document, indent=1) + "\n"
-        if args.json == "-":
-            sys.stdout.write(text)
-        else:
-            try:
-                Path(args.json).write_text(text)
-            except OSError as error:
-                raise CLIError(f"cannot write {args.json}: {error.strerror or error}") from None
+            Path(args.json).write_text(json_text(result) + "\n")
+        except OSError as error:
+            raise CLIError(f"cannot write {args.json}: {error.strerror or error}") from None
     return 0
 
 

@@ -3,8 +3,10 @@ StreamingLLM baseline at one budget, side by side (``make demo``)."""
 
 from __future__ import annotations
 
-import json
+from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
+from typing import List
 
 from .. import evaluation as ev
 from ..runtime import CompiledCheckError, ResourceLimitError
@@ -12,6 +14,7 @@ from ..tasks import retrieval
 from . import common
 from .common import CLIError, Formatter, progress, show
 from .eval import DEFAULT_VARIANT, budget_list, method_list
+from .result import Result, emit
 
 DEFAULT_LENGTH = 1024
 DEFAULT_METHODS = "full,snapkv,streaming"
@@ -61,7 +64,7 @@ def answer_all(pipeline, sample, methods, capacity, seed):
     return [dict(method=m.name, capacity=c, **r) for (m, c), r in zip(cells, results)]
 
 
-def verdict(results, sample) -> list:
+def verdict(results) -> list:
     """Sentences that compare the runs (computed, never assumed)."""
     by = {r["method"]: r for r in results}
     lines = []
@@ -83,7 +86,56 @@ def verdict(results, sample) -> list:
     return lines
 
 
-def run(args) -> int:
+@dataclass
+class NeedleResult(Result):
+    """One retrieval prompt answered by each method: the prompt (its needles, question and
+    answer) and per method dict(method, capacity, tokens, answer, correct, answer_kept,
+    kept_bytes, decode_ms), as :func:`answer_all` computes them less the kept indices."""
+    model: Path
+    budget: Fraction
+    capacity: int
+    window: int
+    sample: retrieval.Sample
+    results: List[dict]
+
+    def to_json(self) -> dict:
+        sample, asked = self.sample, self.sample.asked
+        return dict(
+            model=show(self.model), length=sample.length, budget=ev.fraction_text(self.budget),
+            capacity=self.capacity, seed=sample.seed, index=sample.index,
+            variant=sample.variant,
+            needle=dict(start=asked.start, key=list(asked.key), value=list(asked.value)),
+            answer=sample.answer.tolist(), results=self.results,
+            verdict=verdict(self.results))
+
+    def render_text(self) -> str:
+        sample, asked = self.sample, self.sample.asked
+        lines = [f"snapkv needle: {show(self.model)}; prompt {sample.index} of seed "
+                 f"{sample.seed} (variant {sample.variant!r}), L={sample.length}, budget "
+                 f"{ev.fraction_text(self.budget)} (C={self.capacity}), window {self.window}"]
+        for needle in sample.needles:
+            lines.append(f"  {needle.role:>10} needle at {needle.start}.."
+                         f"{needle.start + needle.length - 1}: KEY "
+                         f"{' '.join(map(str, needle.key))} -> {' '.join(map(str, needle.value))}"
+                         f" END")
+        lines += [f"  question at {sample.question_position}..{sample.length - 1}: QRY "
+                  f"{' '.join(map(str, asked.key))}; expected answer: "
+                  f"{' '.join(map(str, sample.answer.tolist()))}", "",
+                  f"{'method':<22} {'C':>5}  {'answer':<14} {'right':>5}  {'answer kept':>11}  "
+                  f"{'cache bytes':>12}  {'decode ms/step':>14}"]
+        for r in self.results:
+            lines.append(f"{r['method']:<22} {r['capacity']:>5}  "
+                         f"{' '.join(map(str, r['tokens'])):<14} "
+                         f"{'yes' if r['correct'] else 'NO':>5}  {r['answer_kept']:>11.0%}  "
+                         f"{r['kept_bytes']:>12,}  {r['decode_ms']:>14.1f}")
+        lines += ["", *verdict(self.results),
+                  "answer kept: share of (layer, head) caches holding every answer token; "
+                  "decode: one step, median of 3 (timings depend on the machine's load); "
+                  "`snapkv eval` measures accuracy over many prompts (docs/eval.md)."]
+        return "\n".join(lines)
+
+
+def compute(args) -> NeedleResult:
     budget = args.budget[0] if len(args.budget) == 1 else None
     if budget is None:
         raise CLIError("--budget takes one fraction")
@@ -103,36 +155,10 @@ def run(args) -> int:
         raise CLIError(str(error)) from None
     except (CompiledCheckError, ResourceLimitError) as error:
         raise CLIError(f"the compiled model stopped: {error}") from None
-    asked = sample.asked
-    if args.json:
-        print(json.dumps(dict(
-            model=show(args.model), length=args.length, budget=ev.fraction_text(budget),
-            capacity=capacity, seed=args.seed, index=args.index, variant=args.variant,
-            needle=dict(start=asked.start, key=list(asked.key), value=list(asked.value)),
-            answer=sample.answer.tolist(),
-            results=[{k: v for k, v in r.items() if k != "kept"} for r in results],
-            verdict=verdict(results, sample)), indent=1))
-        return 0
-    print(f"snapkv needle: {show(args.model)}; prompt {args.index} of seed {args.seed} "
-          f"(variant {args.variant!r}), L={args.length}, budget "
-          f"{ev.fraction_text(budget)} (C={capacity}), window {args.window}")
-    for needle in sample.needles:
-        print(f"  {needle.role:>10} needle at {needle.start}..{needle.start + needle.length - 1}:"
-              f" KEY {' '.join(map(str, needle.key))} -> {' '.join(map(str, needle.value))} END")
-    print(f"  question at {sample.question_position}..{args.length - 1}: QRY "
-          f"{' '.join(map(str, asked.key))}; expected answer: "
-          f"{' '.join(map(str, sample.answer.tolist()))}")
-    print()
-    print(f"{'method':<22} {'C':>5}  {'answer':<14} {'right':>5}  {'answer kept':>11}  "
-          f"{'cache bytes':>12}  {'decode ms/step':>14}")
-    for r in results:
-        print(f"{r['method']:<22} {r['capacity']:>5}  {' '.join(map(str, r['tokens'])):<14} "
-              f"{'yes' if r['correct'] else 'NO':>5}  {r['answer_kept']:>11.0%}  "
-              f"{r['kept_bytes']:>12,}  {r['decode_ms']:>14.1f}")
-    print()
-    for line in verdict(results, sample):
-        print(line)
-    print("answer kept: share of (layer, head) caches holding every answer token; decode: "
-          "one step, median of 3 (timings depend on the machine's load); `snapkv eval` "
-          "measures accuracy over many prompts (docs/eval.md).")
+    return NeedleResult(args.model, budget, capacity, args.window, sample,
+                        [{k: v for k, v in r.items() if k != "kept"} for r in results])
+
+
+def run(args) -> int:
+    emit(compute(args), args.json)
     return 0
