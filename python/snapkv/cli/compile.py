@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 from .. import interface, tools
 from . import common
 from .common import CLIError, Formatter, progress
+from .result import Result
 
 
 def add_parser(commands, common_options):
@@ -49,7 +52,55 @@ def add_parser(commands, common_options):
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
+@dataclass
+class CompileResult(Result):
+    """The rewritten (or, with --lower, lowered) module and what was written: the summary
+    goes to stderr, since stdout may be the module itself."""
+    model: str
+    output: str                 # the -o argument ("-": stdout)
+    module: str = field(repr=False)
+    sidecar: Optional[Path]     # OUT.json naming the checkpoint of the module's weights
+    refused: bool               # the rewrite left the module unchanged (snapkv.refusal)
+    selects: int
+    in_layer_function: bool     # one select in the layer function, run once per layer
+    compaction: dict
+    lowered: bool
+    seconds: float
+
+    @property
+    def size(self) -> int:
+        return len(self.module.encode())
+
+    def to_json(self) -> dict:
+        return dict(model=self.model, output=self.output, bytes=self.size,
+                    sidecar=None if self.sidecar is None else str(self.sidecar),
+                    refused=self.refused, selects=self.selects,
+                    in_layer_function=self.in_layer_function, compaction=self.compaction,
+                    lowered=self.lowered, seconds=self.seconds)
+
+    def render_text(self) -> str:
+        if self.output == "-":
+            where = "stdout"
+        else:
+            where = f"{self.output} ({self.size:,} bytes)"
+            if self.sidecar:
+                where += f" and {self.sidecar} (the checkpoint of its weights)"
+        if self.refused:
+            return (f"snapkv compile: the model was left unchanged (the warning above says why; "
+                    f"the module records it as snapkv.refusal); --strict makes that an error. "
+                    f"Wrote {where}.")
+        selects = f"{self.selects} (in the layer function, which runs once per layer)" \
+            if self.in_layer_function else f"{self.selects}"
+        op = "snapkv.select_adaptive" if self.compaction["budget"] == "adaptive" else \
+            "snapkv.select"
+        lowered = ", lowered to the LLVM dialect" if self.lowered else ""
+        return (f"snapkv compile: {selects} {op} inserted ({common.describe(self.compaction)})"
+                f"{lowered}; wrote {where} in {self.seconds:.2f} s")
+
+
+def compute(args) -> CompileResult:
+    """Rewrite (and lower) MODEL and write -o OUT (with its sidecar); -o - is left to
+    :func:`run`, which writes the module to stdout."""
     common.check_window_capacity(args)
     source = common.load_source(args.model, args, args.quiet, weights=False)
     path = source.path
@@ -67,8 +118,6 @@ def run(args) -> int:
                        f"diagnostics are above); nothing was written")
     text = done.stdout
     described = interface.describe(text)
-    refused = described.refusal is not None
-    selects = described.select_count()
     if args.lower:
         progress(args.quiet, "lowering with --snapkv-cpu-pipeline (a few seconds) ...")
         lowered = common.run_opt(["--snapkv-cpu-pipeline"], text=text)
@@ -77,31 +126,26 @@ def run(args) -> int:
                            f"was written:\n{common.diagnostics(lowered.stderr)}")
         text = lowered.stdout
     seconds = time.perf_counter() - start
-    if args.output == "-":
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        where = "stdout"
-    else:
+    sidecar = None
+    if args.output != "-":
         try:
             Path(args.output).write_text(text)
         except OSError as error:
             raise CLIError(f"cannot write {args.output}: {error.strerror or error}") from None
-        where = f"{args.output} ({len(text.encode()):,} bytes)"
         sidecar = _write_sidecar(source, Path(args.output))
-        if sidecar:
-            where += f" and {sidecar} (the checkpoint of its weights)"
-    if refused:
-        progress(args.quiet, f"snapkv compile: the model was left unchanged (the warning "
-                             f"above says why; the module records it as snapkv.refusal); "
-                             f"--strict makes that an error. Wrote {where}.")
-    else:
-        lowered_note = ", lowered to the LLVM dialect" if args.lower else ""
-        if common.layer_functions(source.text):
-            selects = f"{selects} (in the layer function, which runs once per layer)"
-        op = "snapkv.select_adaptive" if args.budget == "adaptive" else "snapkv.select"
-        progress(args.quiet, f"snapkv compile: {selects} {op} inserted "
-                             f"({common.describe_options(args)}){lowered_note}; wrote {where} "
-                             f"in {seconds:.2f} s")
+    refused = described.refusal is not None
+    return CompileResult(source.label, args.output, text, sidecar, refused,
+                         described.select_count(),
+                         not refused and bool(common.layer_functions(source.text)),
+                         common.option_dict(args), args.lower, seconds)
+
+
+def run(args) -> int:
+    result = compute(args)
+    if result.output == "-":
+        sys.stdout.write(result.module)
+        sys.stdout.flush()
+    progress(args.quiet, result.render_text())
     return 0
 
 

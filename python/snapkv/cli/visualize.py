@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
+from dataclasses import dataclass
 from pathlib import Path
+from typing import List
 
 import numpy as np
 
@@ -13,6 +15,7 @@ from .. import interface
 from ..tools import ToolError
 from . import common
 from .common import CLIError, Formatter, progress, show
+from .result import Result, emit
 
 
 def add_parser(commands, common_options, compaction):
@@ -142,7 +145,60 @@ def plot_layer(out: Path, layer: int, votes, pooled, indices, clauses, length: i
     return target
 
 
-def run(args) -> int:
+@dataclass
+class LayerPlot:
+    """One layer's PNG, the numpy reference's check of the compiled select, and the prefix
+    positions each cache head kept."""
+    layer: int
+    path: Path
+    size: int                 # the PNG's bytes
+    same: bool                # the reference keeps the same positions
+    votes_diff: float         # max |votes diff| against the reference (L >= C only)
+    pooled_diff: float
+    dropped: bool             # L >= C: the selection had positions to drop
+    window: int
+    kept: List[List[int]]     # per head, the kept prefix positions
+
+    def to_json(self) -> dict:
+        return dict(layer=self.layer, path=str(self.path), bytes=self.size, same=self.same,
+                    votes_diff=self.votes_diff, pooled_diff=self.pooled_diff,
+                    dropped=self.dropped, window=self.window, kept=self.kept)
+
+    def render_text(self, length: int) -> str:
+        if self.dropped:
+            check = (f"numpy reference on the compiled Q/K: "
+                     f"{'same kept positions' if self.same else 'DIFFERENT kept positions'}, "
+                     f"max |votes diff| {self.votes_diff:.2g}, max |pooled diff| "
+                     f"{self.pooled_diff:.2g}")
+        else:
+            check = (f"L < C: nothing is dropped (numpy reference: "
+                     f"{'same' if self.same else 'DIFFERENT'} indices)")
+        prefix = length - self.window
+        return "\n".join(
+            [f"layer {self.layer}: wrote {show(self.path)} ({self.size:,} bytes); {check}"]
+            + [f"  head {h}: kept prefix positions {kept} + window {prefix}..{length - 1}"
+               for h, kept in enumerate(self.kept)])
+
+
+@dataclass
+class VisualizeResult(Result):
+    """The PNGs `snapkv visualize` wrote for one prompt, a layer each."""
+    model: Path
+    length: int
+    source: str               # where the prompt came from
+    layers: List[LayerPlot]
+
+    def to_json(self) -> dict:
+        return dict(model=show(self.model), length=self.length, source=self.source,
+                    layers=[layer.to_json() for layer in self.layers])
+
+    def render_text(self) -> str:
+        return "\n".join([f"snapkv visualize: {show(self.model)}; prompt {self.length} tokens "
+                          f"({self.source})"]
+                         + [layer.render_text(self.length) for layer in self.layers])
+
+
+def compute(args) -> VisualizeResult:
     if importlib.util.find_spec("matplotlib") is None:
         raise CLIError("`snapkv visualize` needs matplotlib: pip install matplotlib")
     from .. import reference
@@ -178,7 +234,7 @@ def run(args) -> int:
     wanted = range(len(layers)) if args.layers is None else args.layers
     route = ("scores: the compiled model's own snapkv.score (same operands and clauses as its "
              "snapkv.select); kept: the compiled select's indices")
-    print(f"snapkv visualize: {show(path)}; prompt {length} tokens ({where})")
+    plots = []
     for layer in wanted:
         clauses = layers[layer]
         q, k, indices, votes, pooled = outputs[base + 5 * layer: base + 5 * layer + 5]
@@ -188,23 +244,21 @@ def run(args) -> int:
         if "scale" in clauses:
             options["scale"] = float(clauses["scale"])
         ref = reference.select(q, k, k, window, capacity, **options)
-        same = np.array_equal(ref.indices, indices)
-        if length >= capacity:
-            votes_diff = float(np.max(np.abs(ref.votes - votes))) if votes.size else 0.0
-            pooled_diff = float(np.max(np.abs(ref.pooled - pooled))) if pooled.size else 0.0
-            check = (f"numpy reference on the compiled Q/K: "
-                     f"{'same kept positions' if same else 'DIFFERENT kept positions'}, "
-                     f"max |votes diff| {votes_diff:.2g}, max |pooled diff| {pooled_diff:.2g}")
-        else:
-            check = (f"L < C: nothing is dropped (numpy reference: "
-                     f"{'same' if same else 'DIFFERENT'} indices)")
-        heads_are_query = options["gqa"] == "expand"
+        dropped = length >= capacity
+        votes_diff = float(np.max(np.abs(ref.votes - votes))) if dropped and votes.size else 0.0
+        pooled_diff = float(np.max(np.abs(ref.pooled - pooled))) \
+            if dropped and pooled.size else 0.0
         group = q.shape[1] // k.shape[1]
         target = plot_layer(args.out, layer, votes[0], pooled[0], indices[0], clauses, length,
-                            heads_are_query, group, route)
-        print(f"layer {layer}: wrote {show(target)} ({target.stat().st_size:,} bytes); {check}")
+                            options["gqa"] == "expand", group, route)
         prefix = length - window
-        for h in range(indices.shape[1]):
-            kept = [int(i) for i in indices[0, h] if i < prefix]
-            print(f"  head {h}: kept prefix positions {kept} + window {prefix}..{length - 1}")
+        plots.append(LayerPlot(
+            layer, target, target.stat().st_size, bool(np.array_equal(ref.indices, indices)),
+            votes_diff, pooled_diff, dropped, window,
+            [[int(i) for i in indices[0, h] if i < prefix] for h in range(indices.shape[1])]))
+    return VisualizeResult(path, length, where, plots)
+
+
+def run(args) -> int:
+    emit(compute(args), as_json=False)
     return 0
