@@ -75,7 +75,9 @@ def default_model(quiet: bool = False) -> Path:
                        f"{frontend_hint(missing)}. Or pass a MODEL.mlir.")
     progress(quiet, f"the bundled model {show(path)} is missing: exporting it with torch-mlir "
                     f"(`snapkv export --out {path.parent}`) ...")
-    export.export_models(path.parent, dynamic=True, static=True, check=False, quiet=quiet)
+    written = export.export_models(path.parent, dynamic=True, static=True, check=False,
+                                   quiet=quiet)
+    progress(quiet, written.render_text())  # stderr: stdout is the command's own output
     if not path.is_file():
         raise CLIError(f"exporting did not produce {show(path)}")
     return path

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import List, Optional, Tuple
 
 import numpy as np
 
 from ..tools import ToolError
 from . import common
 from .common import CLIError, Formatter, progress
+from .result import Result, emit
 
 
 def add_parser(commands, common_options):
@@ -58,7 +62,53 @@ def add_parser(commands, common_options):
     p.set_defaults(func=run)
 
 
-def export_models(out: Path, *, dynamic: bool, static: bool, check: bool, quiet: bool):
+@dataclass
+class Check:
+    """One written module compiled by one pipeline and compared with PyTorch (--check)."""
+    module: str
+    pipeline: str
+    difference: Optional[float]  # max |mlir - torch|; None when it failed to run
+    error: Optional[str] = None  # the first line of why
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and not self.difference > 1e-3
+
+    def render_text(self) -> str:
+        shown = f"failed: {self.error}" if self.error is not None else f"{self.difference:.3g}"
+        return f"{self.module} via {self.pipeline}: max |mlir - torch| = {shown}"
+
+
+@dataclass
+class FixturesResult(Result):
+    """The tiny-Llama fixtures written (file names and bytes, in `directory`), the metadata
+    JSON left unwritten when only one module was exported, and the --check comparisons."""
+    directory: Path
+    written: List[Tuple[str, int]]
+    skipped: Optional[str]       # the metadata JSON's name when it was not written
+    checks: List[Check]
+
+    @property
+    def failed(self) -> bool:
+        return not all(check.ok for check in self.checks)
+
+    def to_json(self) -> dict:
+        return dict(directory=str(self.directory),
+                    written=[dict(path=str(self.directory / name), bytes=size)
+                             for name, size in self.written],
+                    skipped=self.skipped,
+                    checks=[dataclasses.asdict(check) for check in self.checks])
+
+    def render_text(self) -> str:
+        lines = [f"wrote {self.directory / name} ({size:,} bytes)" for name, size in self.written]
+        if self.skipped is not None:
+            lines.append(f"{self.skipped} not written (it describes both modules; export both "
+                         f"to refresh it)")
+        return "\n".join(lines + [check.render_text() for check in self.checks])
+
+
+def export_models(out: Path, *, dynamic: bool, static: bool, check: bool,
+                  quiet: bool) -> FixturesResult:
     missing = common.missing_frontend_packages()
     if missing:
         raise CLIError(f"`snapkv export` cannot run here: {common.frontend_hint(missing)}")
@@ -72,26 +122,26 @@ def export_models(out: Path, *, dynamic: bool, static: bool, check: bool, quiet:
         if wanted:
             progress(quiet, f"exporting {name} (torch.export + torch-mlir FX importer) ...")
             texts[name] = export.export_text(spec, dynamic=flag)
+    written = []
     for name, text in texts.items():
         (out / name).write_text(text)
-        print(f"wrote {out / name} ({len(text.encode()):,} bytes)")
+        written.append((name, len(text.encode())))
+    skipped = export.JSON_FILE
     if dynamic and static:
         meta = json.dumps(export.metadata(spec, texts), indent=1) + "\n"
         (out / export.JSON_FILE).write_text(meta)
-        print(f"wrote {out / export.JSON_FILE} ({len(meta.encode()):,} bytes)")
-    else:
-        print(f"{export.JSON_FILE} not written (it describes both modules; export both to "
-              f"refresh it)")
-    if check:
-        _check(texts, spec, export, quiet)
+        written.append((export.JSON_FILE, len(meta.encode())))
+        skipped = None
+    return FixturesResult(out, written, skipped,
+                          _check(texts, spec, export, quiet) if check else [])
 
 
-def _check(texts, spec, export, quiet: bool):
+def _check(texts, spec, export, quiet: bool) -> List[Check]:
     """What export.check does, for the modules written this time only."""
     from ..frontend import harness
 
     progress(quiet, "checking the modules against PyTorch (our lowering and upstream's) ...")
-    failed = False
+    checks = []
     for name, length in ((export.STATIC_FILE, spec.prefill_len),
                          (export.DYNAMIC_FILE, export.DYNAMIC_EXAMPLE_LEN)):
         if name not in texts:
@@ -102,18 +152,41 @@ def _check(texts, spec, export, quiet: bool):
             try:
                 got = harness.run_prefill_decode(texts[name], ids.numpy(), int(token.item()),
                                                  int(position.item()), pipeline=pipeline)
-                diff = max(float(np.max(np.abs(g - w))) for g, w in zip(got, want))
-                shown = f"{diff:.3g}"
-                failed |= diff > 1e-3
+                checks.append(Check(name, pipeline, max(float(np.max(np.abs(g - w)))
+                                                        for g, w in zip(got, want))))
             except ToolError as error:
-                shown = f"failed: {str(error).splitlines()[0]}"
-                failed = True
-            print(f"{name} via {pipeline}: max |mlir - torch| = {shown}")
-    if failed:
-        raise CLIError("the exported modules do not match PyTorch (see above)")
+                checks.append(Check(name, pipeline, None, str(error).splitlines()[0]))
+    return checks
 
 
-def export_checkpoint(args) -> int:
+@dataclass
+class CheckpointExportResult(Result):
+    """A checkpoint exported with --hf: the module and its JSON, with what they hold."""
+    module: Path
+    size: int                 # the module's bytes
+    weights: int              # weights taken as function arguments
+    layers: int
+    meta: Path                # the JSON next to the module
+    checkpoint: str
+    max_positions: int
+    notes: List[str]
+
+    def to_json(self) -> dict:
+        return dict(module=str(self.module), bytes=self.size, weights=self.weights,
+                    layers=self.layers, meta=str(self.meta), checkpoint=self.checkpoint,
+                    max_positions=self.max_positions, notes=self.notes)
+
+    def render_text(self) -> str:
+        return "\n".join(
+            [f"note: {note}" for note in self.notes]
+            + [f"wrote {self.module} ({self.size:,} bytes: {self.weights} weights as "
+               f"arguments, {self.layers} layers sharing one function each for prefill and "
+               f"decode)",
+               f"wrote {self.meta} (checkpoint {self.checkpoint}, up to "
+               f"{self.max_positions:,} positions)"])
+
+
+def export_checkpoint(args) -> CheckpointExportResult:
     from .. import hf
 
     if args.dynamic or args.static or args.check:
@@ -128,26 +201,25 @@ def export_checkpoint(args) -> int:
                              out=out, log=lambda m: progress(args.quiet, f"  {m}"))
     except hf.CheckpointError as error:
         raise CLIError(f"{common.show(args.hf)}: {error}") from None
-    for note in exported.meta.get("notes", []):
-        print(f"note: {note}")
-    meta_path = exported.path.with_suffix(".json")
-    print(f"wrote {exported.path} ({len(exported.text.encode()):,} bytes: "
-          f"{len(exported.meta['weights'])} weights as arguments, "
-          f"{exported.meta['config']['num_hidden_layers']} layers sharing one function each "
-          f"for prefill and decode)")
-    print(f"wrote {meta_path} (checkpoint {exported.meta['checkpoint']}, up to "
-          f"{exported.meta['max_position_embeddings']:,} positions)")
-    return 0
+    meta = exported.meta
+    return CheckpointExportResult(
+        exported.path, len(exported.text.encode()), len(meta["weights"]),
+        meta["config"]["num_hidden_layers"], exported.path.with_suffix(".json"),
+        meta["checkpoint"], meta["max_position_embeddings"], list(meta.get("notes", [])))
 
 
 def run(args) -> int:
     if args.hf is not None:
-        return export_checkpoint(args)
+        emit(export_checkpoint(args), as_json=False)
+        return 0
     if args.attention != "sdpa" or args.logits != "last":
         raise CLIError("--attention and --logits go with --hf (the bundled fixtures are eager "
                        "attention, all logits)")
     dynamic = args.dynamic or not args.static
     static = args.static or not args.dynamic
-    export_models(args.out if args.out is not None else common.models_dir(), dynamic=dynamic,
-                  static=static, check=args.check, quiet=args.quiet)
+    result = export_models(args.out if args.out is not None else common.models_dir(),
+                           dynamic=dynamic, static=static, check=args.check, quiet=args.quiet)
+    emit(result, as_json=False)
+    if result.failed:
+        raise CLIError("the exported modules do not match PyTorch (see above)")
     return 0
