@@ -87,7 +87,9 @@ void snapkv::buildCPUPipeline(OpPassManager &pm,
   pm.addPass(createConvertSCFToOpenMPPass());
 
   OpPassManager &loops = pm.nest<func::FuncOp>();
-  loops.addPass(createScheduleParallelLoops());
+  ScheduleParallelLoopsOptions schedule;
+  schedule.kind = options.schedule;
+  loops.addPass(createScheduleParallelLoops(schedule));
   // Folds the alloca scope around each parallel loop body (there are no
   // allocas), which would otherwise have to keep one block until the memref
   // conversion; snapkv-lower-asserts must run before that conversion.

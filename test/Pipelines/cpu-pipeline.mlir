@@ -1,4 +1,11 @@
 // RUN: snapkv-opt %s --snapkv-cpu-pipeline="vector-bits=256" | FileCheck %s --implicit-check-not=snapkv. --implicit-check-not=linalg. --implicit-check-not=scf. --implicit-check-not=expf --implicit-check-not=llvm.intr.exp
+// The OpenMP schedule of the parallel loops: guided unless the `schedule` option says otherwise.
+// RUN: snapkv-opt %s --snapkv-cpu-pipeline="vector-bits=256" | FileCheck %s --check-prefix=GUIDED
+// RUN: snapkv-opt %s --snapkv-cpu-pipeline="vector-bits=256 schedule=static" | FileCheck %s --check-prefix=STATIC
+// GUIDED: omp.wsloop schedule(guided)
+// GUIDED-NOT: schedule(static)
+// STATIC: omp.wsloop schedule(static)
+// STATIC-NOT: schedule(guided)
 
 // The whole module reaches the LLVM dialect (nothing of snapkv, linalg or
 // scf is left, and exp never becomes a libm call or llvm.intr.exp, which

@@ -59,6 +59,17 @@ struct CPUPipelineOptions : PassPipelineOptions<CPUPipelineOptions> {
                      "top_positions, gather) before lowering "
                      "(snapkv-decompose-select); false lowers it whole"),
       llvm::cl::init(true)};
+  Option<omp::ClauseScheduleKind> schedule{
+      *this, "schedule",
+      llvm::cl::desc("OpenMP schedule of the parallel loops without a "
+                     "reduction (snapkv-schedule-parallel-loops)"),
+      llvm::cl::init(omp::ClauseScheduleKind::Guided),
+      llvm::cl::values(clEnumValN(omp::ClauseScheduleKind::Static, "static",
+                                  "equal shares, fixed in advance"),
+                       clEnumValN(omp::ClauseScheduleKind::Dynamic, "dynamic",
+                                  "one iteration at a time, on demand"),
+                       clEnumValN(omp::ClauseScheduleKind::Guided, "guided",
+                                  "shrinking chunks, on demand"))};
   Option<int64_t> reductionParts{
       *this, "reduction-parts",
       llvm::cl::desc("Parallel parts of a one-row contraction's reduction (a "
