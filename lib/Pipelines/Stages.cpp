@@ -26,13 +26,16 @@ void snapkv::stages::lowerSelections(OpPassManager &pm, LoweringTarget target,
     split.adaptive = target != LoweringTarget::gpu;
     pm.addPass(createDecomposeSelect(split));
   }
-  ConvertSnapKVToLinalgOptions lowering;
-  lowering.keyTile = keyTile;
-  lowering.queryTile = queryTile;
-  lowering.chunk = chunk;
-  lowering.tiling = target;
-  lowering.keepLogits = keepLogits;
-  pm.addPass(createConvertSnapKVToLinalg(lowering));
+  // Each op's lowering as data (kept where the input already has one), then
+  // the conversion that reads it.
+  ConfigureLoweringOptions config;
+  config.target = target;
+  config.keyTile = keyTile;
+  config.queryTile = queryTile;
+  config.chunk = chunk;
+  config.keepLogits = keepLogits;
+  pm.addPass(createConfigureLowering(config));
+  pm.addPass(createConvertSnapKVToLinalg());
   pm.addPass(createTileAndFuse());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());

@@ -15,8 +15,10 @@
 namespace mlir::snapkv::stages {
 
 /// With `decompose`, each snapkv.select / select_adaptive split into its
-/// stage ops (score, top_positions, gather); then the snapkv ops to the
-/// formulation laid out for `target`, its recorded tiling applied at once
+/// stage ops (score, top_positions, gather); each op's
+/// #snapkv.lowering_config for `target` and these sizes; then the snapkv ops
+/// to the formulation laid out as configured, its recorded tiling applied at
+/// once
 /// (before anything could rewrite the ops that carry it), snapkv.attention
 /// to its tiled online softmax, then canonicalisation and CSE.
 void lowerSelections(OpPassManager &pm, LoweringTarget target, bool decompose,

@@ -3,6 +3,59 @@
 
 include "mlir/Pass/PassBase.td"
 
+def ConfigureLowering : Pass<"snapkv-configure-lowering"> {
+  let summary = "Write each snapkv op's lowering and tiling for a target as "
+                "a #snapkv.lowering_config attribute";
+  let description = [{
+    The per-target configuration of `convert-snapkv-to-linalg`, as data: every
+    `snapkv.select`, `score`, `top_positions`, `gather`, `select_adaptive`,
+    `attention` and `ragged_attention` without a `snapkv.lowering_config`
+    gets one for `target`:
+
+    * `cpu`: `mapping = forall` (each group of the lowered op one
+      `scf.forall`, which the CPU pipeline runs through OpenMP), the sizes
+      below, `keep_logits` as the option says;
+    * `gpu`: `mapping = gpu_blocks` (the GPU block layout, each group one
+      kernel), `keep_logits = false` (the blocks recompute each tile's
+      logits). `snapkv.attention` and `snapkv.ragged_attention` have no GPU
+      lowering: the pass reports them and fails.
+
+    A configuration already on an op (set by hand, or by an earlier run for
+    another target) is kept, so one op can be tiled differently from the
+    rest. `convert-snapkv-to-linalg` then lowers each op as its
+    configuration says and records its groups' `#snapkv.tile`; both
+    pipelines run this pass before it (docs/lowering.md).
+
+    ```mlir
+    // snapkv-opt --snapkv-configure-lowering="target=cpu key-tile=128"
+    %k, %v, %i = snapkv.select %q, %k0, %v0 window 32 capacity 1024
+        {snapkv.lowering_config = #snapkv.lowering_config<mapping = forall,
+           key_tile = 128, query_tile = 32, chunk = 0, keep_logits = true>}
+        : ...
+    ```
+  }];
+  let options = [
+    Option<"target", "target", "::mlir::snapkv::LoweringTarget",
+           /*default=*/"::mlir::snapkv::LoweringTarget::cpu",
+           "The target whose layout and tiling the ops get",
+           [{::llvm::cl::values(
+             clEnumValN(::mlir::snapkv::LoweringTarget::cpu, "cpu",
+                        "scf.forall groups (OpenMP)"),
+             clEnumValN(::mlir::snapkv::LoweringTarget::gpu, "gpu",
+                        "the GPU block layout"))}]>,
+    Option<"keyTile", "key-tile", "int64_t", /*default=*/"64",
+           "Key positions per scoring tile and per attention key tile">,
+    Option<"queryTile", "query-tile", "int64_t", /*default=*/"32",
+           "Query rows per snapkv.attention tile">,
+    Option<"chunk", "chunk", "int64_t", /*default=*/"0",
+           "Prefix positions per compaction chunk (0: automatic)">,
+    Option<"keepLogits", "keep-logits", "bool", /*default=*/"true",
+           "For the CPU: score one (batch, query head) at a time and keep its "
+           "logits for the votes">
+  ];
+  let dependentDialects = ["::mlir::snapkv::SnapKVDialect"];
+}
+
 def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
   let summary = "Lower snapkv.select, snapkv.score and snapkv.attention to "
                 "structured tensor-level linalg ops";
@@ -69,6 +122,13 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
     The groups are written into the IR as the formulation emits them, so an
     op the conversion later folds or erases takes its attributes with it.
 
+    An op's own `snapkv.lowering_config` (written by
+    `snapkv-configure-lowering`, see there) overrides `tiling` and the size
+    options for that op: its `mapping` is the layout and the tiling recorded
+    (`forall` as `tiling=cpu`, `gpu_blocks` as `tiling=gpu`), its sizes the
+    lowering's. Ops without one follow the options; with `tiling=none` they
+    are left untiled.
+
     `snapkv.attention` becomes a tiled online softmax (FlashAttention's
     recurrence): an `scf.forall` over (batch, query head, tile of
     `query-tile` rows) and in it an `scf.for` over the tiles of `key-tile`
@@ -109,6 +169,7 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
     "::mlir::linalg::LinalgDialect",
     "::mlir::math::MathDialect",
     "::mlir::scf::SCFDialect",
+    "::mlir::snapkv::SnapKVDialect",
     "::mlir::tensor::TensorDialect"
   ];
 }

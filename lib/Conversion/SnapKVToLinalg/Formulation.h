@@ -53,6 +53,12 @@ struct SelectShape {
 
 using FormulationOptions = SnapKVToLinalgOptions;
 
+/// The size options of a pass (`pass`, for the message), checked: an error
+/// on `op` and nothing for a tile below 1 or a negative chunk.
+std::optional<SnapKVToLinalgOptions>
+sizeOptions(Operation *op, StringRef pass, int64_t keyTile, int64_t queryTile,
+            int64_t chunk, bool keepLogits);
+
 /// Writes tile groups into the IR as the formulation emits them: a group is
 /// ops that a target tiles together, `root` tiled with one size per loop
 /// (0 = not tiled; `#snapkv.tile` on the root) and every producer in `fuse`
@@ -62,16 +68,17 @@ using FormulationOptions = SnapKVToLinalgOptions;
 /// later folds or erases takes its attributes with it.
 class TileRecorder {
 public:
-  /// Groups are numbered from `first` (after any group already in the IR);
-  /// `mapping` is the loops every group becomes.
-  TileRecorder(int64_t first, TileMapping mapping)
-      : next(first), mapping(mapping) {}
+  /// Groups take their numbers from `next` (shared by the recorders of one
+  /// function, after any group already in the IR); `mapping` is the loops
+  /// every group of this recorder becomes.
+  TileRecorder(int64_t &next, TileMapping mapping)
+      : next(next), mapping(mapping) {}
   TileMapping getMapping() const { return mapping; }
   void record(Operation *root, ArrayRef<int64_t> tileSizes,
               ArrayRef<Operation *> fuse);
 
 private:
-  int64_t next;
+  int64_t &next;
   TileMapping mapping;
 };
 

@@ -52,23 +52,77 @@ SmallVector<Value> emit(Formulation &f, GatherOp, GatherOp::Adaptor a) {
   return {f.gatherRows(a.getSource(), a.getIndices(), a.getInit())};
 }
 
+constexpr StringLiteral kConfigName = "snapkv.lowering_config";
+
+/// How each op is lowered: its own snapkv.lowering_config, else the pass's
+/// options and target; and the numbers of the tile groups the ops record
+/// (one sequence for the module, after any group already in the IR).
+class Lowerings {
+public:
+  Lowerings(const FormulationOptions &defaults, LoweringConfigAttr target,
+            bool record, int64_t firstGroup)
+      : defaults(defaults), target(target), record(record),
+        nextGroup(firstGroup) {}
+
+  /// The op's configuration (null: untiled, with the pass's options).
+  LoweringConfigAttr config(Operation *op) const {
+    if (auto own = op->getAttrOfType<LoweringConfigAttr>(kConfigName))
+      return own;
+    return target;
+  }
+  FormulationOptions options(Operation *op) const {
+    LoweringConfigAttr c = config(op);
+    return c ? getLoweringOptions(c) : defaults;
+  }
+  /// The recorder of the op's tile groups, if they are recorded.
+  std::optional<TileRecorder> recorder(Operation *op) const {
+    LoweringConfigAttr c = config(op);
+    if (!record || !c)
+      return std::nullopt;
+    return TileRecorder(nextGroup, c.getMapping());
+  }
+
+private:
+  FormulationOptions defaults;
+  LoweringConfigAttr target;
+  bool record;
+  mutable int64_t nextGroup;
+};
+
+/// Gives the snapkv ops that lowering `op` created (between `before` and
+/// `op`) its configuration, so that they are lowered as it would have been.
+void inheritConfig(Operation *op, Operation *before) {
+  Attribute config = op->getAttr(kConfigName);
+  if (!config)
+    return;
+  Operation *first = before ? before->getNextNode() : &op->getBlock()->front();
+  for (Operation &top :
+       llvm::make_range(first->getIterator(), op->getIterator()))
+    top.walk([&](Operation *nested) {
+      if (isa<SnapKVDialect>(nested->getDialect()) &&
+          !nested->hasAttr(kConfigName))
+        nested->setAttr(kConfigName, config);
+    });
+}
+
 /// snapkv.select, snapkv.score and the stage ops of a decomposed select, each
-/// through the formulation, which records its tile groups in `tiles` (none
-/// when null).
+/// through the formulation, which records its tile groups as its
+/// configuration says.
 template <typename OpTy>
 struct FormulationLowering : OpConversionPattern<OpTy> {
-  FormulationLowering(MLIRContext *ctx, const FormulationOptions &options,
-                      TileRecorder *tiles)
-      : OpConversionPattern<OpTy>(ctx), options(options), tiles(tiles) {}
+  FormulationLowering(MLIRContext *ctx,
+                      std::shared_ptr<const Lowerings> lowerings)
+      : OpConversionPattern<OpTy>(ctx), lowerings(std::move(lowerings)) {}
   LogicalResult
   matchAndRewrite(OpTy op, typename OpTy::Adaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
-    Formulation f(rewriter, op.getLoc(), SelectShape::get(op), options, tiles);
+    std::optional<TileRecorder> tiles = lowerings->recorder(op);
+    Formulation f(rewriter, op.getLoc(), SelectShape::get(op),
+                  lowerings->options(op), tiles ? &*tiles : nullptr);
     rewriter.replaceOp(op, emit(f, op, adaptor));
     return success();
   }
-  FormulationOptions options;
-  TileRecorder *tiles;
+  std::shared_ptr<const Lowerings> lowerings;
 };
 
 /// Lays the ops that select_adaptive's decomposition created (`created`, in
@@ -110,8 +164,8 @@ void layOutAdaptiveInBlocks(RewriterBase &rewriter,
 /// snapkv.select_adaptive through its stage ops, which this conversion then
 /// lowers like a decomposed select's.
 struct AdaptiveLowering : OpConversionPattern<SelectAdaptiveOp> {
-  AdaptiveLowering(MLIRContext *ctx, TileRecorder *tiles)
-      : OpConversionPattern(ctx), tiles(tiles) {}
+  AdaptiveLowering(MLIRContext *ctx, std::shared_ptr<const Lowerings> lowerings)
+      : OpConversionPattern(ctx), lowerings(std::move(lowerings)) {}
   LogicalResult
   matchAndRewrite(SelectAdaptiveOp op, OpAdaptor,
                   ConversionPatternRewriter &rewriter) const override {
@@ -119,6 +173,8 @@ struct AdaptiveLowering : OpConversionPattern<SelectAdaptiveOp> {
     FailureOr<SmallVector<Value>> stages = op.decomposeOperation(rewriter);
     if (failed(stages))
       return failure();
+    inheritConfig(op, before);
+    std::optional<TileRecorder> tiles = lowerings->recorder(op);
     if (tiles && tiles->getMapping() == TileMapping::gpu_blocks) {
       Operation *first =
           before ? before->getNextNode() : &op->getBlock()->front();
@@ -131,7 +187,7 @@ struct AdaptiveLowering : OpConversionPattern<SelectAdaptiveOp> {
     rewriter.replaceOp(op, *stages);
     return success();
   }
-  TileRecorder *tiles;
+  std::shared_ptr<const Lowerings> lowerings;
 };
 
 /// snapkv.ragged_attention: an scf.for nest over (batch, cache head), each a
@@ -145,6 +201,7 @@ struct RaggedAttentionLowering : OpConversionPattern<RaggedAttentionOp> {
   matchAndRewrite(RaggedAttentionOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
+    Operation *before = op->getPrevNode();
     auto qTy = cast<RankedTensorType>(op.getQueries().getType());
     auto rowsTy = cast<RankedTensorType>(op.getStarts().getType());
     int64_t batch = qTy.getDimSize(0), heads = rowsTy.getDimSize(1);
@@ -215,17 +272,20 @@ struct RaggedAttentionLowering : OpConversionPattern<RaggedAttentionOp> {
           return scf::ValueVector{tensor::InsertSliceOp::create(
               b, l, out, iters[0], offsets, sizes, strides)};
         });
+    inheritConfig(op, before);
     rewriter.replaceOp(op, nest.results);
     return success();
   }
 };
 
 struct AttentionLowering : OpConversionPattern<AttentionOp> {
-  AttentionLowering(MLIRContext *ctx, const FormulationOptions &options)
-      : OpConversionPattern(ctx), options(options) {}
+  AttentionLowering(MLIRContext *ctx,
+                    std::shared_ptr<const Lowerings> lowerings)
+      : OpConversionPattern(ctx), lowerings(std::move(lowerings)) {}
   LogicalResult
   matchAndRewrite(AttentionOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
+    FormulationOptions options = lowerings->options(op);
     if (options.gpu)
       return rewriter.notifyMatchFailure(op, "no GPU lowering");
     rewriter.replaceOp(op,
@@ -235,18 +295,16 @@ struct AttentionLowering : OpConversionPattern<AttentionOp> {
                                       options.queryTile, options.keyTile));
     return success();
   }
-  FormulationOptions options;
+  std::shared_ptr<const Lowerings> lowerings;
 };
 
 void addSnapKVPatterns(RewritePatternSet &patterns,
-                       const FormulationOptions &options, TileRecorder *tiles) {
+                       std::shared_ptr<const Lowerings> lowerings) {
   MLIRContext *ctx = patterns.getContext();
   patterns
       .add<FormulationLowering<SelectOp>, FormulationLowering<ScoreOp>,
-           FormulationLowering<TopPositionsOp>, FormulationLowering<GatherOp>>(
-          ctx, options, tiles);
-  patterns.add<AdaptiveLowering>(ctx, tiles);
-  patterns.add<AttentionLowering>(ctx, options);
+           FormulationLowering<TopPositionsOp>, FormulationLowering<GatherOp>,
+           AdaptiveLowering, AttentionLowering>(ctx, lowerings);
   patterns.add<RaggedAttentionLowering>(ctx);
 }
 
@@ -255,38 +313,18 @@ struct ConvertSnapKVToLinalgPass
   using Base::Base;
 
   void runOnOperation() override {
-    if (keyTile < 1 || queryTile < 1 || chunk < 0) {
-      emitError(getOperation()->getLoc())
-          << "convert-snapkv-to-linalg: key-tile and query-tile must be "
-             "positive and chunk non-negative";
+    std::optional<SnapKVToLinalgOptions> sized = sizeOptions(
+        getOperation(), getArgument(), keyTile, queryTile, chunk, keepLogits);
+    if (!sized)
       return signalPassFailure();
-    }
-    bool gpu = tiling == LoweringTarget::gpu;
-    if (gpu) {
-      WalkResult unsupported = getOperation()->walk([](Operation *op) {
-        if (isa<AttentionOp>(op)) {
-          op->emitOpError() << "has no GPU lowering (tiling=gpu); fuse "
-                               "attention only for the CPU";
-          return WalkResult::interrupt();
-        }
-        if (isa<RaggedAttentionOp>(op)) {
-          op->emitOpError() << "has no GPU lowering (tiling=gpu); ragged "
-                               "attention is lowered for the CPU only";
-          return WalkResult::interrupt();
-        }
-        return WalkResult::advance();
-      });
-      if (unsupported.wasInterrupted())
-        return signalPassFailure();
-    }
-    FormulationOptions options;
-    options.gpu = gpu;
-    options.keepLogits = tiling == LoweringTarget::cpu && keepLogits;
-    options.keyTile = keyTile;
-    options.queryTile = queryTile;
-    options.autoChunk = chunk == 0;
-    if (chunk != 0)
-      options.chunk = chunk;
+    SnapKVToLinalgOptions options = *sized;
+    LoweringConfigAttr target =
+        getLoweringConfig(&getContext(), tiling, options);
+    // Untiled (tiling=none): the CPU layout, recomputing each tile's logits.
+    FormulationOptions defaults = options;
+    defaults.keepLogits = false;
+    if (target)
+      defaults = getLoweringOptions(target);
     // Numbered after any group already in the IR (a second run on a module
     // whose other selects were lowered before).
     int64_t first = 0;
@@ -297,15 +335,34 @@ struct ConvertSnapKVToLinalgPass
         for (int64_t id : fuse.asArrayRef())
           first = std::max(first, id + 1);
     });
-    TileRecorder tiles(first,
-                       gpu ? TileMapping::gpu_blocks : TileMapping::forall);
+    auto lowerings = std::make_shared<const Lowerings>(defaults, target,
+                                                       /*record=*/true, first);
+    WalkResult unsupported = getOperation()->walk([&](Operation *op) {
+      if (!isa<AttentionOp, RaggedAttentionOp>(op))
+        return WalkResult::advance();
+      LoweringConfigAttr config = lowerings->config(op);
+      if (!config || config.getMapping() != TileMapping::gpu_blocks)
+        return WalkResult::advance();
+      op->emitOpError() << "has no GPU lowering ("
+                        << (op->hasAttr(kConfigName)
+                                ? "its snapkv.lowering_config maps to "
+                                  "gpu_blocks"
+                                : "tiling=gpu")
+                        << "); "
+                        << (isa<AttentionOp>(op)
+                                ? "fuse attention only for the CPU"
+                                : "ragged attention is lowered for the CPU "
+                                  "only");
+      return WalkResult::interrupt();
+    });
+    if (unsupported.wasInterrupted())
+      return signalPassFailure();
     RewritePatternSet patterns(&getContext());
-    addSnapKVPatterns(patterns, options,
-                      tiling == LoweringTarget::none ? nullptr : &tiles);
-    ConversionTarget target(getContext());
-    target.addIllegalDialect<SnapKVDialect>();
-    target.markUnknownOpDynamicallyLegal([](Operation *) { return true; });
-    if (failed(applyPartialConversion(getOperation(), target,
+    addSnapKVPatterns(patterns, lowerings);
+    ConversionTarget conversion(getContext());
+    conversion.addIllegalDialect<SnapKVDialect>();
+    conversion.markUnknownOpDynamicallyLegal([](Operation *) { return true; });
+    if (failed(applyPartialConversion(getOperation(), conversion,
                                       std::move(patterns))))
       return signalPassFailure();
   }
@@ -313,7 +370,54 @@ struct ConvertSnapKVToLinalgPass
 
 } // namespace
 
+std::optional<SnapKVToLinalgOptions>
+mlir::snapkv::detail::sizeOptions(Operation *op, StringRef pass,
+                                  int64_t keyTile, int64_t queryTile,
+                                  int64_t chunk, bool keepLogits) {
+  if (keyTile < 1 || queryTile < 1 || chunk < 0) {
+    emitError(op->getLoc()) << pass
+                            << ": key-tile and query-tile must be positive "
+                               "and chunk non-negative";
+    return std::nullopt;
+  }
+  SnapKVToLinalgOptions options;
+  options.keyTile = keyTile;
+  options.queryTile = queryTile;
+  options.autoChunk = chunk == 0;
+  if (chunk != 0)
+    options.chunk = chunk;
+  options.keepLogits = keepLogits;
+  return options;
+}
+
+LoweringConfigAttr
+mlir::snapkv::getLoweringConfig(MLIRContext *ctx, LoweringTarget target,
+                                const SnapKVToLinalgOptions &options) {
+  if (target == LoweringTarget::none)
+    return {};
+  bool cpu = target == LoweringTarget::cpu;
+  return LoweringConfigAttr::get(
+      ctx, cpu ? TileMapping::forall : TileMapping::gpu_blocks, options.keyTile,
+      options.queryTile, options.autoChunk ? 0 : options.chunk,
+      BoolAttr::get(ctx, cpu && options.keepLogits));
+}
+
+SnapKVToLinalgOptions
+mlir::snapkv::getLoweringOptions(LoweringConfigAttr config) {
+  SnapKVToLinalgOptions options;
+  options.gpu = config.getMapping() == TileMapping::gpu_blocks;
+  options.keyTile = config.getKeyTile();
+  options.queryTile = config.getQueryTile();
+  options.autoChunk = config.getChunk() == 0;
+  if (config.getChunk() != 0)
+    options.chunk = config.getChunk();
+  options.keepLogits = config.getKeepLogits().getValue();
+  return options;
+}
+
 void mlir::snapkv::populateSnapKVToLinalgPatterns(
     RewritePatternSet &patterns, const SnapKVToLinalgOptions &options) {
-  addSnapKVPatterns(patterns, options, /*tiles=*/nullptr);
+  addSnapKVPatterns(patterns, std::make_shared<const Lowerings>(
+                                  options, LoweringConfigAttr(),
+                                  /*record=*/false, /*firstGroup=*/0));
 }

@@ -146,3 +146,56 @@ func.func @in_place(%k: memref<1x2x?x4xf32>, %rows: tensor<1xi64>)
     attributes {snapkv.append_in_place = {buffers = [0], dim = 2, rows = 7}} {
   return
 }
+
+// -----
+
+// #snapkv.lowering_config: one op's lowering (snapkv-configure-lowering writes it).
+// CHECK-LABEL: func.func @lowering_config
+// CHECK: snapkv.lowering_config = #snapkv.lowering_config<mapping = gpu_blocks, key_tile = 16, query_tile = 8, chunk = 32, keep_logits = false>
+func.func @lowering_config(%s: tensor<1x2x8xf32>, %init: tensor<1x2x5xi64>) -> tensor<1x2x5xi64> {
+  %t = snapkv.top_positions %s window 2 capacity 5 outs(%init : tensor<1x2x5xi64>)
+      {snapkv.lowering_config = #snapkv.lowering_config<mapping = gpu_blocks, key_tile = 16, query_tile = 8, chunk = 32, keep_logits = false>}
+      : tensor<1x2x8xf32> -> tensor<1x2x5xi64>
+  return %t : tensor<1x2x5xi64>
+}
+
+// -----
+
+func.func @lowering_config_zero_tile() {
+  // expected-error @below {{key_tile and query_tile must be positive, got 0 and 32}}
+  "test.a"() {x = #snapkv.lowering_config<mapping = forall, key_tile = 0, query_tile = 32, chunk = 0, keep_logits = true>} : () -> ()
+  return
+}
+
+// -----
+
+func.func @lowering_config_negative_chunk() {
+  // expected-error @below {{chunk must be non-negative (0: automatic), got -1}}
+  "test.a"() {x = #snapkv.lowering_config<mapping = forall, key_tile = 8, query_tile = 32, chunk = -1, keep_logits = true>} : () -> ()
+  return
+}
+
+// -----
+
+func.func @lowering_config_gpu_keeps_no_logits() {
+  // expected-error @below {{keep_logits needs mapping = forall}}
+  "test.a"() {x = #snapkv.lowering_config<mapping = gpu_blocks, key_tile = 8, query_tile = 32, chunk = 0, keep_logits = true>} : () -> ()
+  return
+}
+
+// -----
+
+func.func @lowering_config_not_on_a_snapkv_op() {
+  // expected-error @below {{snapkv.lowering_config is for the snapkv ops that convert-snapkv-to-linalg lowers}}
+  "test.a"() {snapkv.lowering_config = #snapkv.lowering_config<mapping = forall, key_tile = 8, query_tile = 32, chunk = 0, keep_logits = true>} : () -> ()
+  return
+}
+
+// -----
+
+func.func @lowering_config_wrong_kind() -> tensor<2xi64> {
+  %c = arith.constant dense<0> : tensor<2xi64>
+  // expected-error @below {{snapkv.lowering_config must be a #snapkv.lowering_config attribute}}
+  "test.a"() {snapkv.lowering_config = 3 : i64} : () -> ()
+  return %c : tensor<2xi64>
+}

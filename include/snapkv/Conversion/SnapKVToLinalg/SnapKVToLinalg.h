@@ -1,6 +1,8 @@
 #ifndef SNAPKV_CONVERSION_SNAPKVTOLINALG_SNAPKVTOLINALG_H
 #define SNAPKV_CONVERSION_SNAPKVTOLINALG_SNAPKVTOLINALG_H
 
+#include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
+
 #include "mlir/Pass/Pass.h"
 
 namespace mlir {
@@ -19,6 +21,7 @@ enum class LoweringTarget {
   gpu,
 };
 
+#define GEN_PASS_DECL_CONFIGURELOWERING
 #define GEN_PASS_DECL_CONVERTSNAPKVTOLINALG
 #include "snapkv/Conversion/Passes.h.inc"
 
@@ -46,8 +49,18 @@ struct SnapKVToLinalgOptions {
   bool keepLogits = false;
 };
 
+/// The `#snapkv.lowering_config` of `target` with these sizes (null for
+/// `none`): what snapkv-configure-lowering writes on each op, and what
+/// convert-snapkv-to-linalg uses for an op without one.
+LoweringConfigAttr getLoweringConfig(MLIRContext *ctx, LoweringTarget target,
+                                     const SnapKVToLinalgOptions &options);
+
+/// The options an op's configuration stands for (`gpu` for `gpu_blocks`).
+SnapKVToLinalgOptions getLoweringOptions(LoweringConfigAttr config);
+
 /// Adds the patterns that lower `snapkv.select`, `snapkv.score` (untiled)
-/// and `snapkv.attention` to tensor-level linalg code.
+/// and `snapkv.attention` to tensor-level linalg code; an op's own
+/// `snapkv.lowering_config` sets its sizes (its tiling is not recorded).
 void populateSnapKVToLinalgPatterns(RewritePatternSet &patterns,
                                     const SnapKVToLinalgOptions &options = {});
 

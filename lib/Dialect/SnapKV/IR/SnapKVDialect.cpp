@@ -59,6 +59,23 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   return success();
 }
 
+LogicalResult LoweringConfigAttr::verify(
+    function_ref<InFlightDiagnostic()> emitError, TileMapping mapping,
+    int64_t keyTile, int64_t queryTile, int64_t chunk, BoolAttr keepLogits) {
+  if (keyTile < 1 || queryTile < 1)
+    return emitError() << "key_tile and query_tile must be positive, got "
+                       << keyTile << " and " << queryTile;
+  if (chunk < 0)
+    return emitError() << "chunk must be non-negative (0: automatic), got "
+                       << chunk;
+  if (!keepLogits)
+    return emitError() << "keep_logits must be true or false";
+  if (keepLogits.getValue() && mapping != TileMapping::forall)
+    return emitError() << "keep_logits needs mapping = forall (the GPU "
+                          "blocks recompute each tile's logits)";
+  return success();
+}
+
 /// `{rows = i, buffers = [j, ...], dim = d}` on a function (written by
 /// snapkv-append-in-place): argument i holds one i64 per buffer (each
 /// buffer's row count, in the order of `buffers`), every j is a buffer (not
@@ -134,6 +151,16 @@ LogicalResult SnapKVDialect::verifyOperationAttribute(Operation *op,
         llvm::any_of(groups.asArrayRef(), [](int64_t g) { return g < 0; }))
       return op->emitError("snapkv.fuse must be a non-empty array<i64> of "
                            "tile groups");
+    return success();
+  }
+  if (name == "snapkv.lowering_config") {
+    if (!isa<LoweringConfigAttr>(value))
+      return op->emitError("snapkv.lowering_config must be a "
+                           "#snapkv.lowering_config attribute");
+    if (!isa<SelectOp, ScoreOp, TopPositionsOp, GatherOp, SelectAdaptiveOp,
+             AttentionOp, RaggedAttentionOp>(op))
+      return op->emitError("snapkv.lowering_config is for the snapkv ops "
+                           "that convert-snapkv-to-linalg lowers");
     return success();
   }
   if (name == "snapkv.refusal") {

@@ -43,4 +43,36 @@ def SnapKV_TileAttr : AttrDef<SnapKV_Dialect, "Tile"> {
   let genVerifyDecl = 1;
 }
 
+def SnapKV_LoweringConfigAttr : AttrDef<SnapKV_Dialect, "LoweringConfig"> {
+  let mnemonic = "lowering_config";
+  let summary = "How one snapkv op is lowered and tiled for its target";
+  let description = [{
+    The lowering of one op, as data: set as the discardable attribute
+    `snapkv.lowering_config` on a `snapkv.select`, `score`, `top_positions`,
+    `gather`, `select_adaptive`, `attention` or `ragged_attention` by
+    `snapkv-configure-lowering` (or by hand), read by
+    `convert-snapkv-to-linalg`, which lowers the op with these sizes and
+    records its groups' tiling as `#snapkv.tile` with this `mapping`:
+    `forall` (the CPU layout, `scf.forall` loops that the CPU pipeline runs
+    through OpenMP) or `gpu_blocks` (the GPU block layout, one kernel per
+    group). `key_tile` is the keys per scoring (and attention) tile,
+    `query_tile` the query rows per attention tile, `chunk` the prefix
+    positions per compaction chunk (0: about sqrt(prefix) for a static
+    prompt length, 128 for a dynamic one), and `keep_logits` whether the
+    CPU scoring keeps one head's logits for the votes (`forall` only).
+
+    ```mlir
+    %k, %v, %i = snapkv.select %q, %k0, %v0 window 32 capacity 1024
+        {snapkv.lowering_config = #snapkv.lowering_config<mapping = forall,
+           key_tile = 64, query_tile = 32, chunk = 0, keep_logits = true>}
+        : ...
+    ```
+  }];
+  let parameters = (ins EnumParameter<SnapKV_TileMapping>:$mapping,
+                        "int64_t":$key_tile, "int64_t":$query_tile,
+                        "int64_t":$chunk, "::mlir::BoolAttr":$keep_logits);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
 #endif // SNAPKV_DIALECT_SNAPKV_IR_SNAPKVATTRS_TD

@@ -1,0 +1,56 @@
+// snapkv-configure-lowering writes each op's lowering for a target as data
+// (#snapkv.lowering_config); convert-snapkv-to-linalg lowers every op as its own
+// configuration says. The pipelines run the two: configured and converted gives
+// exactly what the tiling option gives.
+// RUN: snapkv-opt %s --snapkv-configure-lowering="key-tile=8" | FileCheck %s
+// RUN: snapkv-opt %s --snapkv-configure-lowering="target=gpu chunk=16" | FileCheck %s --check-prefix=GPU
+// RUN: snapkv-opt %s --snapkv-configure-lowering --convert-snapkv-to-linalg -o %t.configured
+// RUN: snapkv-opt %s --convert-snapkv-to-linalg=tiling=cpu -o %t.option
+// RUN: diff %t.configured %t.option
+// RUN: snapkv-opt %s --snapkv-configure-lowering=target=gpu --convert-snapkv-to-linalg -o %t.configured-gpu
+// RUN: snapkv-opt %s --convert-snapkv-to-linalg=tiling=gpu -o %t.option-gpu
+// RUN: diff %t.configured-gpu %t.option-gpu
+// One op's own configuration wins over the pass's target: @mixed's second select
+// is laid out for GPU blocks with 4-key tiles, its first for forall loops.
+// RUN: snapkv-opt %s --snapkv-configure-lowering --convert-snapkv-to-linalg | FileCheck %s --check-prefix=MIXED
+
+// CHECK-LABEL: func.func @select
+// CHECK: snapkv.select {{.*}} {snapkv.lowering_config = #snapkv.lowering_config<mapping = forall, key_tile = 8, query_tile = 32, chunk = 0, keep_logits = true>}
+// CHECK: snapkv.score {{.*}} {snapkv.lowering_config = #snapkv.lowering_config<mapping = forall, key_tile = 8, query_tile = 32, chunk = 0, keep_logits = true>}
+// GPU-LABEL: func.func @select
+// GPU: snapkv.select {{.*}} {snapkv.lowering_config = #snapkv.lowering_config<mapping = gpu_blocks, key_tile = 64, query_tile = 32, chunk = 16, keep_logits = false>}
+func.func @select(%q: tensor<1x2x2x4xf32>, %k: tensor<1x2x24x4xf32>, %v: tensor<1x2x24x4xf32>)
+    -> (tensor<1x2x6x4xf32>, tensor<1x2x6x4xf32>, tensor<1x2x6xi64>, tensor<1x2x22xf32>) {
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 6
+      : (tensor<1x2x2x4xf32>, tensor<1x2x24x4xf32>, tensor<1x2x24x4xf32>)
+      -> (tensor<1x2x6x4xf32>, tensor<1x2x6x4xf32>, tensor<1x2x6xi64>)
+  %e = tensor.empty() : tensor<1x2x22xf32>
+  %votes, %pooled = snapkv.score %q, %k window 2 outs(%e, %e : tensor<1x2x22xf32>, tensor<1x2x22xf32>)
+      : (tensor<1x2x2x4xf32>, tensor<1x2x24x4xf32>) -> (tensor<1x2x22xf32>, tensor<1x2x22xf32>)
+  return %a, %b, %c, %pooled : tensor<1x2x6x4xf32>, tensor<1x2x6x4xf32>, tensor<1x2x6xi64>, tensor<1x2x22xf32>
+}
+
+// The first select takes the pass's configuration, the second keeps its own.
+// CHECK-LABEL: func.func @mixed
+// CHECK: snapkv.select {{.*}} {snapkv.lowering_config = #snapkv.lowering_config<mapping = forall, key_tile = 8,
+// CHECK: snapkv.select {{.*}} {snapkv.lowering_config = #snapkv.lowering_config<mapping = gpu_blocks, key_tile = 4,
+// MIXED-LABEL: func.func @mixed
+// MIXED-NOT: mapping = gpu_blocks
+// MIXED: mapping = forall
+// The second select's key tiles: 24 / 4 = 6 staged tiles of 4 keys, in GPU blocks.
+// MIXED: tensor<1x2x6x4x4xf32>
+// MIXED-NOT: mapping = forall
+// MIXED: mapping = gpu_blocks
+// MIXED-NOT: mapping = forall
+// MIXED: return
+func.func @mixed(%q: tensor<1x2x2x4xf32>, %k: tensor<1x2x24x4xf32>, %v: tensor<1x2x24x4xf32>)
+    -> (tensor<1x2x6xi64>, tensor<1x2x6xi64>) {
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 6
+      : (tensor<1x2x2x4xf32>, tensor<1x2x24x4xf32>, tensor<1x2x24x4xf32>)
+      -> (tensor<1x2x6x4xf32>, tensor<1x2x6x4xf32>, tensor<1x2x6xi64>)
+  %d, %e, %f = snapkv.select %q, %k, %v window 2 capacity 6
+      {snapkv.lowering_config = #snapkv.lowering_config<mapping = gpu_blocks, key_tile = 4, query_tile = 32, chunk = 0, keep_logits = false>}
+      : (tensor<1x2x2x4xf32>, tensor<1x2x24x4xf32>, tensor<1x2x24x4xf32>)
+      -> (tensor<1x2x6x4xf32>, tensor<1x2x6x4xf32>, tensor<1x2x6xi64>)
+  return %c, %f : tensor<1x2x6xi64>, tensor<1x2x6xi64>
+}
