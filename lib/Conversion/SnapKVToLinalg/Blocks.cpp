@@ -1,7 +1,7 @@
 //===- Blocks.cpp - the formulation laid out for GPU blocks ---------------===//
 //
-// With `options.gpu` the formulation is the same set of linalg ops, laid out
-// so that each GPU kernel is one scf.forall whose iterations are blocks:
+// The RowBlocks layout (Formulation.h): the formulation's linalg ops laid
+// out so that each GPU kernel is one scf.forall whose iterations are blocks:
 //
 // * the keys form one span of whole tiles, each tile a bounded copy of the
 //   keys (a structured op that a block computes into fast memory: the
@@ -35,7 +35,7 @@ using utils::IteratorType;
 /// tiles[b, kv, n, jt, d] = keys[b, kv, n*T + jt, d] if n*T + jt < L, else 0.
 /// The row is read inside the body (clamped, so that it stays in bounds),
 /// which makes the op a gather that tiles and fuses like any other.
-Formulation::KeyTiles Formulation::stagedKeyTiles(Value keys, Value length) {
+KeyTiles Formulation::stagedKeyTiles(Value keys, Value length) {
   int64_t tile = keyTile;
   AffineExpr l0 = b.getAffineSymbolExpr(0);
   OpFoldResult count = affine::makeComposedFoldedAffineApply(
@@ -99,9 +99,7 @@ Value Formulation::rowOf(Value source, Value bi, Value h, bool byKvHead,
                                         strides);
 }
 
-SmallVector<Value> Formulation::inRowBlocks(
-    ValueRange inits,
-    function_ref<SmallVector<Value>(Formulation &, Value, Value)> body) {
+SmallVector<Value> Formulation::inRowBlocks(ValueRange inits, RowBody body) {
   MLIRContext *ctx = b.getContext();
   ArrayAttr mapping = b.getArrayAttr(
       {gpu::GPUBlockMappingAttr::get(ctx, gpu::MappingId::DimY),
@@ -117,7 +115,7 @@ SmallVector<Value> Formulation::inRowBlocks(
   FormulationOptions rowOptions = opts;
   rowOptions.gpu = false;
   Formulation row(b, loc, rowShape(), rowOptions);
-  SmallVector<Value> results = body(row, bi, h);
+  SmallVector<Value> results = body(row, Rows{this, bi, h});
   SmallVector<SmallVector<OpFoldResult>> sizes;
   for (Value result : results) {
     sizes.push_back({ofr(1), ofr(1)});
@@ -138,43 +136,27 @@ SmallVector<Value> Formulation::inRowBlocks(
   return SmallVector<Value>(forall.getResults());
 }
 
-SmallVector<Value> Formulation::chooseInBlocks(Value votes, Value ranked,
-                                               Value keys, Value values,
-                                               Value prefix) {
-  SmallVector<Value> inits = {
-      empty({ofr(s.batch), ofr(s.heads), ofr(s.capacity), ofr(s.dim)},
-            s.elemTy),
-      empty({ofr(s.batch), ofr(s.heads), ofr(s.capacity), ofr(s.dim)},
-            s.elemTy),
-      empty({ofr(s.batch), ofr(s.heads), ofr(s.capacity)}, i64)};
-  return inRowBlocks(inits, [&](Formulation &row, Value bi, Value h) {
-    return row.choose(votes ? rowOf(votes, bi, h, false) : Value(),
-                      ranked ? rowOf(ranked, bi, h, false) : Value(),
-                      rowOf(keys, bi, h, true), rowOf(values, bi, h, true),
-                      prefix);
-  });
-}
+namespace mlir::snapkv::detail {
+/// GPU blocks: staged key tiles, per-row steps in one block per row.
+class RowBlocks final : public Layout {
+public:
+  TileMapping mapping() const override { return TileMapping::gpu_blocks; }
+  SmallVector<KeyTiles> keyTiles(Formulation &f, Value keys,
+                                 Value length) const override {
+    return {f.stagedKeyTiles(keys, length)};
+  }
+  bool restagesPerKernel() const override { return true; }
+  // A block's logits would go through global memory between the passes.
+  bool keepsLogits() const override { return false; }
+  SmallVector<Value> perRow(Formulation &f,
+                            function_ref<SmallVector<Value>()> inits,
+                            RowBody body) const override {
+    return f.inRowBlocks(inits(), body);
+  }
+};
+} // namespace mlir::snapkv::detail
 
-SmallVector<Value> Formulation::bypassInBlocks(Value keys, Value values,
-                                               Value length) {
-  OpFoldResult kept = getAsOpFoldResult(length);
-  SmallVector<Value> inits = {
-      empty({ofr(s.batch), ofr(s.heads), kept, ofr(s.dim)}, s.elemTy),
-      empty({ofr(s.batch), ofr(s.heads), kept, ofr(s.dim)}, s.elemTy),
-      empty({ofr(s.batch), ofr(s.heads), kept}, i64)};
-  return inRowBlocks(inits, [&](Formulation &row, Value bi, Value h) {
-    return row.bypass(rowOf(keys, bi, h, true), rowOf(values, bi, h, true),
-                      length);
-  });
-}
-
-Value Formulation::poolInBlocks(Value votes, Value prefix) {
-  OpFoldResult padded = paddedPrefix(prefix);
-  Value init = empty({ofr(s.batch), ofr(s.heads), padded}, f32);
-  return inRowBlocks(init,
-                     [&](Formulation &row, Value bi, Value h) {
-                       return SmallVector<Value>{row.pool(
-                           rowOf(votes, bi, h, false), prefix, padded)};
-                     })
-      .front();
+const Layout &mlir::snapkv::detail::rowBlocks() {
+  static const RowBlocks layout;
+  return layout;
 }

@@ -119,7 +119,8 @@ SelectShape SelectShape::get(GatherOp op) {
 Formulation::Formulation(OpBuilder &builder, Location loc,
                          const SelectShape &shape,
                          const FormulationOptions &options, TileRecorder *tiles)
-    : b(builder), loc(loc), s(shape), opts(options), tiles(tiles) {
+    : b(builder), loc(loc), s(shape), opts(options),
+      layout(Layout::of(options)), tiles(tiles) {
   f32 = b.getF32Type();
   i32 = b.getI32Type();
   i64 = b.getI64Type();
@@ -137,6 +138,38 @@ Formulation::Formulation(OpBuilder &builder, Location loc,
     while (chunk < 1024 && chunk * chunk < prefix)
       chunk *= 2;
   }
+}
+
+//===----------------------------------------------------------------------===//
+// The whole-tensor layout
+//===----------------------------------------------------------------------===//
+
+namespace mlir::snapkv::detail {
+/// Every step on whole [B, H, ...] tensors; groups tiled into scf.forall.
+class WholeTensors final : public Layout {
+public:
+  TileMapping mapping() const override { return TileMapping::forall; }
+  SmallVector<KeyTiles> keyTiles(Formulation &f, Value keys,
+                                 Value length) const override {
+    return f.viewKeyTiles(keys, length);
+  }
+  bool restagesPerKernel() const override { return false; }
+  bool keepsLogits() const override { return true; }
+  SmallVector<Value> perRow(Formulation &f,
+                            function_ref<SmallVector<Value>()> inits,
+                            RowBody body) const override {
+    return body(f, Rows{&f, {}, {}});
+  }
+};
+} // namespace mlir::snapkv::detail
+
+const Layout &Layout::of(const FormulationOptions &options) {
+  static const WholeTensors wholeTensors;
+  return options.gpu ? rowBlocks() : wholeTensors;
+}
+
+Value Rows::of(Value source, bool byKvHead) const {
+  return bi ? outer->rowOf(source, bi, h, byKvHead) : source;
 }
 
 //===----------------------------------------------------------------------===//
@@ -174,7 +207,7 @@ linalg::GenericOp Formulation::generic(
 
 void Formulation::group(Operation *root, unsigned tiledLoops,
                         ArrayRef<Operation *> fuse) {
-  if (opts.gpu || !tiles)
+  if (!tiles || layout.mapping() != TileMapping::forall)
     return;
   SmallVector<int64_t> sizes(tiledLoops, 1);
   tiles->record(root, sizes, fuse);
@@ -183,7 +216,7 @@ void Formulation::group(Operation *root, unsigned tiledLoops,
 void Formulation::blockGroup(Operation *root, ArrayRef<int64_t> tileSizes,
                              ArrayRef<Operation *> fuse,
                              ArrayRef<Operation *> staged) {
-  if (!opts.gpu || !tiles)
+  if (!tiles || layout.mapping() != TileMapping::gpu_blocks)
     return;
   SmallVector<Operation *> members(fuse.begin(), fuse.end());
   for (Operation *op : staged)
@@ -308,8 +341,19 @@ SmallVector<Value> Formulation::score(Value queries, Value keys,
                                                  : cIndex(s.length);
   Value prefix = prefixLength(length);
   Value v = votes(queries, keys, length, prefix);
-  Value pooled = opts.gpu ? poolInBlocks(v, prefix)
-                          : pool(v, prefix, paddedPrefix(prefix));
+  OpFoldResult padded = paddedPrefix(prefix);
+  Value pooled = layout
+                     .perRow(
+                         *this,
+                         [&] {
+                           return SmallVector<Value>{empty(
+                               {ofr(s.batch), ofr(s.heads), padded}, f32)};
+                         },
+                         [&](Formulation &f, const Rows &rows) {
+                           return SmallVector<Value>{
+                               f.pool(rows.of(v, false), prefix, padded)};
+                         })
+                     .front();
   SmallVector<OpFoldResult> offsets(3, ofr(0)), strides(3, ofr(1));
   SmallVector<OpFoldResult> sizes = {ofr(s.batch), ofr(s.heads),
                                      getAsOpFoldResult(prefix)};
@@ -340,14 +384,15 @@ Value Formulation::topPositions(Value scores, Value init) {
   } else {
     prefix = cIndex(scoresTy.getDimSize(2));
   }
-  if (opts.gpu)
-    return inRowBlocks(init,
-                       [&](Formulation &row, Value bi, Value h) {
-                         return SmallVector<Value>{row.rankPositions(
-                             rowOf(scores, bi, h, false), prefix, {})};
-                       })
-        .front();
-  return rankPositions(scores, prefix, init);
+  return layout
+      .perRow(
+          *this, [&] { return SmallVector<Value>{init}; },
+          [&](Formulation &f, const Rows &rows) {
+            // On whole tensors the ranking writes into `init` itself.
+            return SmallVector<Value>{f.rankPositions(
+                rows.of(scores, false), prefix, rows.bi ? Value() : init)};
+          })
+      .front();
 }
 
 Value Formulation::rankPositions(Value scores, Value prefix, Value init) {
@@ -407,9 +452,19 @@ SmallVector<Value> Formulation::selection(Value queries, Value keys,
   Value v = byVotes ? votes(queries, keys, length, prefix) : Value();
   Value ranked =
       byVotes ? Value() : comparisonKeys(prefix, paddedPrefix(prefix));
-  if (opts.gpu)
-    return chooseInBlocks(v, ranked, keys, values, prefix);
-  return choose(v, ranked, keys, values, prefix);
+  return layout.perRow(
+      *this,
+      [&] {
+        SmallVector<OpFoldResult> rows = {ofr(s.batch), ofr(s.heads),
+                                          ofr(s.capacity), ofr(s.dim)};
+        return SmallVector<Value>{empty(rows, s.elemTy), empty(rows, s.elemTy),
+                                  empty(ArrayRef(rows).drop_back(), i64)};
+      },
+      [&](Formulation &f, const Rows &rows) {
+        return f.choose(v ? rows.of(v, false) : Value(),
+                        ranked ? rows.of(ranked, false) : Value(),
+                        rows.of(keys, true), rows.of(values, true), prefix);
+      });
 }
 
 SmallVector<Value> Formulation::choose(Value v, Value ranked, Value keys,
@@ -427,8 +482,21 @@ SmallVector<Value> Formulation::choose(Value v, Value ranked, Value keys,
 }
 
 SmallVector<Value> Formulation::bypass(Value keys, Value values, Value length) {
-  if (opts.gpu)
-    return bypassInBlocks(keys, values, length);
+  return layout.perRow(
+      *this,
+      [&] {
+        SmallVector<OpFoldResult> rows = {
+            ofr(s.batch), ofr(s.heads), getAsOpFoldResult(length), ofr(s.dim)};
+        return SmallVector<Value>{empty(rows, s.elemTy), empty(rows, s.elemTy),
+                                  empty(ArrayRef(rows).drop_back(), i64)};
+      },
+      [&](Formulation &f, const Rows &rows) {
+        return f.keepAll(rows.of(keys, true), rows.of(values, true), length);
+      });
+}
+
+SmallVector<Value> Formulation::keepAll(Value keys, Value values,
+                                        Value length) {
   OpFoldResult kept = getAsOpFoldResult(length);
   Value indices = allPositions(kept);
   return {gather(keys, indices, kept), gather(values, indices, kept), indices};

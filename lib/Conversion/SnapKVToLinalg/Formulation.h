@@ -82,11 +82,68 @@ private:
   TileMapping mapping;
 };
 
+class Formulation;
+
+/// Key tiles of one span of positions: [B, Hkv, n, T, D].
+struct KeyTiles {
+  Value tiles;
+  /// Position of the span's first key.
+  Value start;
+};
+
+/// The (batch, head) row a per-row step runs on; no row (`bi` null) for a
+/// step on whole [B, H, ...] tensors.
+struct Rows {
+  Formulation *outer = nullptr;
+  Value bi, h;
+  /// `source` ([B, Hkv or Hc, ...]) restricted to the row; itself without
+  /// one. `byKvHead`: the row's kv head (for keys and values).
+  Value of(Value source, bool byKvHead) const;
+};
+
+/// A per-row step: its results, computed by `f` on `rows`' slices.
+using RowBody =
+    function_ref<SmallVector<Value>(Formulation &f, const Rows &rows)>;
+
+/// Where a target's kernels draw their boundaries; the ops are the same.
+/// WholeTensors (Formulation.cpp) runs every step on whole tensors and
+/// records its groups as scf.forall loops; RowBlocks (Blocks.cpp, for
+/// GPU blocks) stages each key tile as a bounded copy and runs the per-row
+/// steps in one block per (batch, head) row. The formulation asks its
+/// layout, never the target.
+class Layout {
+public:
+  virtual ~Layout() = default;
+  /// The layout `options` ask for (`gpu`: RowBlocks).
+  static const Layout &of(const FormulationOptions &options);
+  /// What the groups this layout records become.
+  virtual TileMapping mapping() const = 0;
+  /// The key tiles the scoring reads, in spans.
+  virtual SmallVector<KeyTiles> keyTiles(Formulation &f, Value keys,
+                                         Value length) const = 0;
+  /// Whether each kernel of the votes stages its own queries and key tiles.
+  virtual bool restagesPerKernel() const = 0;
+  /// Whether the scoring may keep one head's logits between its passes.
+  virtual bool keepsLogits() const = 0;
+  /// The per-row steps of `body`, on whole tensors (`inits` not called), or
+  /// in one block per row writing into `inits()`.
+  virtual SmallVector<Value> perRow(Formulation &f,
+                                    function_ref<SmallVector<Value>()> inits,
+                                    RowBody body) const = 0;
+};
+
+/// The GPU block layout (Blocks.cpp).
+const Layout &rowBlocks();
+
 /// Emits the formulation at the builder's insertion point.
 class Formulation {
+  friend class WholeTensors;
+  friend class RowBlocks;
+  friend struct Rows;
+
 public:
   /// With `tiles`, the formulation records how each group of its ops is
-  /// tiled for the target (`options.gpu`: GPU blocks, else scf.forall).
+  /// tiled for the target (its layout's groups: scf.forall or GPU blocks).
   Formulation(OpBuilder &builder, Location loc, const SelectShape &shape,
               const FormulationOptions &options, TileRecorder *tiles = nullptr);
 
@@ -119,24 +176,20 @@ private:
           ArrayRef<AffineMap> maps, ArrayRef<utils::IteratorType> iters,
           function_ref<void(OpBuilder &, Location, ValueRange)> body);
   /// Records a CPU group rooted at `root`, tiling its first `tiledLoops`
-  /// loops (nothing with `options.gpu` or without a recorder).
+  /// loops (only for the WholeTensors layout, with a recorder).
   void group(Operation *root, unsigned tiledLoops,
              ArrayRef<Operation *> fuse = {});
-  /// Records a GPU group (only with `options.gpu`): one block per tile of
-  /// `tileSizes`; the linalg producers of the inputs of `staged` (the
-  /// staging of the queries and key tiles) are fused into the block too.
+  /// Records a GPU group (only for the RowBlocks layout, with a recorder):
+  /// one block per tile of `tileSizes`; the linalg producers of the inputs
+  /// of `staged` (the staging of the queries and key tiles) are fused into
+  /// the block too.
   void blockGroup(Operation *root, ArrayRef<int64_t> tileSizes,
                   ArrayRef<Operation *> fuse = {},
                   ArrayRef<Operation *> staged = {});
 
   // --- scoring --------------------------------------------------------------
-  /// Key tiles of one span of positions: [B, Hkv, n, T, D].
-  struct KeyTiles {
-    Value tiles;
-    /// Position of the span's first key.
-    Value start;
-  };
-  SmallVector<KeyTiles> keyTiles(Value keys, Value length);
+  /// The keys as whole tiles: views of the keys and a zero-padded last tile.
+  SmallVector<KeyTiles> viewKeyTiles(Value keys, Value length);
   /// The spans of keyTiles (CPU): `whole` tiles as a view of the keys
   /// (null when L < T is static) and, unless L is a static multiple of T,
   /// one zero-padded tile after them.
@@ -201,24 +254,20 @@ private:
   SmallVector<Value> choose(Value votes, Value ranked, Value keys, Value values,
                             Value prefix);
   SmallVector<Value> bypass(Value keys, Value values, Value length);
+  /// Every position of each row, gathered (the bypass's per-row step).
+  SmallVector<Value> keepAll(Value keys, Value values, Value length);
 
-  // --- GPU blocks (options.gpu) ---------------------------------------------
+  // --- rows (Blocks.cpp) ----------------------------------------------------
   /// The shape of one (batch, head) row: B = Hc = 1, G = 1.
   SelectShape rowShape() const;
   /// Runs `body` in an scf.forall over the (b, h) rows mapped to GPU blocks;
-  /// `body` gets the row-local formulation and the row's indices and returns
-  /// its [1, 1, ...] results, inserted into `inits` at [b, h].
-  SmallVector<Value> inRowBlocks(
-      ValueRange inits,
-      function_ref<SmallVector<Value>(Formulation &, Value, Value)> body);
+  /// `body` gets the row-local formulation and the row and returns its
+  /// [1, 1, ...] results, inserted into `inits` at [b, h].
+  SmallVector<Value> inRowBlocks(ValueRange inits, RowBody body);
   /// The row of a [B, Hkv or Hc, ...] tensor that (b, h) reads, or with
   /// `heads` the rows h .. h + heads - 1.
   Value rowOf(Value source, Value bi, Value h, bool byKvHead,
               int64_t heads = 1);
-  SmallVector<Value> chooseInBlocks(Value votes, Value ranked, Value keys,
-                                    Value values, Value prefix);
-  SmallVector<Value> bypassInBlocks(Value keys, Value values, Value length);
-  Value poolInBlocks(Value votes, Value prefix);
   /// The prompt length, with the run-time checks a dynamic length needs.
   Value checkedLength(Value keys, Value values);
   Value prefixLength(Value length);
@@ -229,6 +278,7 @@ private:
   Location loc;
   SelectShape s;
   FormulationOptions opts;
+  const Layout &layout;
   /// Key positions per scoring tile (at most the prompt length).
   int64_t keyTile;
   /// Prefix positions per compaction chunk for this op.

@@ -114,10 +114,7 @@ Formulation::KeySpans::counts(OpBuilder &builder) const {
 /// The keys as whole tiles: the positions [0, n*T) as a view, and the rest
 /// (fewer than T positions) zero-padded to one more tile. Padded columns lie
 /// past every window row's horizon, so the causal mask hides them.
-SmallVector<Formulation::KeyTiles> Formulation::keyTiles(Value keys,
-                                                         Value length) {
-  if (opts.gpu)
-    return {stagedKeyTiles(keys, length)};
+SmallVector<KeyTiles> Formulation::viewKeyTiles(Value keys, Value length) {
   int64_t tile = keyTile;
   KeySpans layout = keySpans(length);
   AffineExpr l0 = b.getAffineSymbolExpr(0);
@@ -386,7 +383,7 @@ Value Formulation::tileVotes(Value logitsT, const KeyTiles &tiles, Value rowMax,
 
 Value Formulation::votes(Value queries, Value keys, Value length,
                          Value prefix) {
-  if (opts.keepLogits && !opts.gpu)
+  if (opts.keepLogits && layout.keepsLogits())
     return votesPerHead(queries, keys, length, prefix);
   return spanVotes(queries, keys, length, prefix, /*keep=*/false);
 }
@@ -395,7 +392,7 @@ Value Formulation::spanVotes(Value queries, Value keys, Value length,
                              Value prefix, bool keep, ValueRange scratch,
                              SmallVectorImpl<Value> *keptLogits) {
   Value queriesT = queriesByHead(queries);
-  SmallVector<KeyTiles> spans = keyTiles(keys, length);
+  SmallVector<KeyTiles> spans = layout.keyTiles(*this, keys, length);
   assert((scratch.empty() || scratch.size() == spans.size()) &&
          "one logits tensor per span of keyTiles");
   SmallVector<Value> maxes, sums;
@@ -418,10 +415,10 @@ Value Formulation::spanVotes(Value queries, Value keys, Value length,
                       : Value(tensor::ConcatOp::create(b, loc, 2, sums));
   auto [rowMax, rowInv] = rowStatistics(tileMax, tileSum);
   SmallVector<Value> parts;
-  // On a GPU each kernel stages its own queries and key tiles (per block).
-  if (opts.gpu) {
+  // GPU blocks: each kernel stages its own queries and key tiles.
+  if (layout.restagesPerKernel()) {
     queriesT = queriesByHead(queries);
-    spans = keyTiles(keys, length);
+    spans = layout.keyTiles(*this, keys, length);
   }
   for (auto [span, l] : llvm::zip(spans, kept)) {
     if (keep) {
