@@ -87,10 +87,8 @@ MUTATIONS = [
         "nan-ranks-lowest",
         "a NaN pooled score ranks below every number",
         "lib/Conversion/SnapKVToLinalg/Selection.cpp",
-        "arith::SelectOp::create(nb, l, ranked, key,\n"
-        "                                               constI32(nb, l, 0))",
-        "arith::SelectOp::create(nb, l, real, key,\n"
-        "                                               constI32(nb, l, 0))",
+        "nb, l, ranked, key, constI32(nb, l, 0))",
+        "nb, l, real, key, constI32(nb, l, 0))",
         lit=["Integration/CPU/hostile_values.mlir"]),
     # The GPU layout's own bounds (the selection and scoring rules above are shared with
     # the CPU, so their mutations break the GPU kernels as well).

@@ -12,8 +12,11 @@ product reads its matrix from memory, as a decode step does):
   called through ``snapkv.runtime``) that computes ``linalg.matmul`` of ``[1, K] x [K, N]``
   f32 for every copy of that shape, each product at the top of the function as in a decode
   step's layer code, so that one call from Python covers many products; twice: as the
-  pipeline builds it (the reduction split into parts, ``reduction-parts=8``) and with
-  ``reduction-parts=0`` (column blocks, the form before 2026-12-05), passes alternated;
+  pipeline builds it (the reduction split into parts, ``reduction-parts=8``, whose 8
+  iterations keep OpenMP's static schedule), with ``reduction-parts=0`` (column blocks, the
+  form before 2026-12-05) and with ``static-trip-count=0`` (the 8 parts handed out by the
+  ``guided`` schedule, as before 2026-12-05 12:00), passes alternated, each after a pause
+  (``PAUSE``) so that no runtime's idle threads still spin;
 * **torch**: ``x @ W`` on the same arrays.
 
 Then the same shapes over ``--rows`` prompt rows (a prefill's projections, default 2048):
@@ -38,6 +41,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
+
+PAUSE = 0.5  # seconds before each timed pass
 
 # SmolLM2-135M's decode projections: (K, N) and how many of each a layer has.
 SHAPES = [((576, 576), 2), ((576, 192), 2), ((576, 1536), 2), ((1536, 576), 1)]
@@ -166,9 +171,11 @@ def main(argv=None) -> int:
     flat = torch.from_numpy(np.concatenate([w.ravel() for w in weights.values()]))
     read = total / _passes(flat.sum, args.runs)
 
-    forms = {"parts": runtime.PIPELINE,
-             "columns": runtime.PIPELINE.replace("asserts=report", "asserts=report "
-                                                 "reduction-parts=0")}
+    def variant(options):
+        return runtime.PIPELINE.replace("asserts=report", f"asserts=report {options}")
+
+    forms = {"parts": runtime.PIPELINE, "columns": variant("reduction-parts=0"),
+             "guided": variant("static-trip-count=0")}
     functions = {form: {} for form in forms}
     for form, pipeline in forms.items():
         for (k, n), w in weights.items():
@@ -198,13 +205,17 @@ def main(argv=None) -> int:
 
     # Alternated: each round times every row once, so a slow minute of the machine
     # falls on all of them.
-    times = {"parts": [], "columns": [], "torch": []}
-    passes = {"parts": lambda: ours_pass("parts"), "columns": lambda: ours_pass("columns"),
-              "torch": torch_pass}
+    passes = {form: functools.partial(ours_pass, form) for form in forms}
+    passes["torch"] = torch_pass
+    times = {name: [] for name in passes}
     for fn in passes.values():
         fn()  # warm-up
     for _ in range(args.runs):
         for name, fn in passes.items():
+            # The other runtime's idle threads stop spinning first (libomp's
+            # KMP_BLOCKTIME is 200 ms): otherwise the first pass after torch's
+            # shares the cores with them.
+            time.sleep(PAUSE)
             start = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - start)
@@ -216,6 +227,8 @@ def main(argv=None) -> int:
     for name, rate in (("torch.sum (read bandwidth)", read),
                        ("ours: reduction in 8 parts (the pipeline's default)", rates["parts"]),
                        ("ours: column blocks (`reduction-parts=0`)", rates["columns"]),
+                       ("ours: 8 parts, guided schedule (`static-trip-count=0`)",
+                        rates["guided"]),
                        ("torch x @ W", rates["torch"])):
         print(f"| {name} | {rate / 1e9:.1f} | {rate / read:.0%} |")
     if args.rows:

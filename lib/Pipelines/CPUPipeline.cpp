@@ -89,6 +89,7 @@ void snapkv::buildCPUPipeline(OpPassManager &pm,
   OpPassManager &loops = pm.nest<func::FuncOp>();
   ScheduleParallelLoopsOptions schedule;
   schedule.kind = options.schedule;
+  schedule.staticTripCount = options.staticTripCount;
   loops.addPass(createScheduleParallelLoops(schedule));
   // Folds the alloca scope around each parallel loop body (there are no
   // allocas), which would otherwise have to keep one block until the memref

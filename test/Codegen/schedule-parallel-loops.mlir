@@ -1,5 +1,6 @@
 // RUN: snapkv-opt %s --split-input-file --pass-pipeline="builtin.module(convert-scf-to-openmp,func.func(snapkv-schedule-parallel-loops))" | FileCheck %s
 // RUN: snapkv-opt %s --split-input-file --pass-pipeline="builtin.module(convert-scf-to-openmp,func.func(snapkv-schedule-parallel-loops{kind=dynamic}))" | FileCheck %s --check-prefix=DYNAMIC
+// RUN: snapkv-opt %s --split-input-file --pass-pipeline="builtin.module(convert-scf-to-openmp,func.func(snapkv-schedule-parallel-loops{static-trip-count=0}))" | FileCheck %s --check-prefix=NOSTATIC
 
 // A parallel loop whose iterations write disjoint elements gets the guided
 // schedule (convert-scf-to-openmp leaves it static).
@@ -61,6 +62,40 @@ func.func @chosen(%m: memref<?xf32>, %n: index) {
       }
     }
     omp.terminator
+  }
+  return
+}
+
+// -----
+
+// A few iterations known at compile time (8 x 2 = 16, at most static-trip-count)
+// keep the static schedule; with static-trip-count=0 they are scheduled too. 65
+// iterations are over the default bound.
+// CHECK-LABEL: func.func @few
+// CHECK: omp.wsloop {
+// CHECK-LABEL: func.func @many
+// CHECK: omp.wsloop schedule(guided)
+// NOSTATIC-LABEL: func.func @few
+// NOSTATIC: omp.wsloop schedule(guided)
+func.func @few(%m: memref<8x2xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %c8 = arith.constant 8 : index
+  %one = arith.constant 1.0 : f32
+  scf.parallel (%i, %j) = (%c0, %c0) to (%c8, %c2) step (%c1, %c1) {
+    memref.store %one, %m[%i, %j] : memref<8x2xf32>
+  }
+  return
+}
+
+func.func @many(%m: memref<65xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c65 = arith.constant 65 : index
+  %one = arith.constant 1.0 : f32
+  scf.parallel (%i) = (%c0) to (%c65) step (%c1) {
+    memref.store %one, %m[%i] : memref<65xf32>
   }
   return
 }

@@ -70,6 +70,11 @@ struct CPUPipelineOptions : PassPipelineOptions<CPUPipelineOptions> {
                                   "one iteration at a time, on demand"),
                        clEnumValN(omp::ClauseScheduleKind::Guided, "guided",
                                   "shrinking chunks, on demand"))};
+  Option<int64_t> staticTripCount{
+      *this, "static-trip-count",
+      llvm::cl::desc("Parallel loops with at most this many iterations "
+                     "(constant bounds) keep the static schedule (0: none)"),
+      llvm::cl::init(64)};
   Option<int64_t> reductionParts{
       *this, "reduction-parts",
       llvm::cl::desc("Parallel parts of a one-row contraction's reduction (a "
