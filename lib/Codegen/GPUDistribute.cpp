@@ -10,6 +10,7 @@
 
 #include "snapkv/Codegen/GPUUtils.h"
 #include "snapkv/Codegen/Passes.h"
+#include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
 
 #include "WarpMma.h"
 
@@ -245,6 +246,15 @@ struct GPUDistributePass : snapkv::impl::GPUDistributeBase<GPUDistributePass> {
     }
     IRRewriter rewriter(&getContext());
     for (scf::ForallOp block : blockLoops(getOperation())) {
+      // The block's own configuration (convert-snapkv-to-linalg puts its
+      // op's on it), else the pass's options.
+      int64_t blockThreads = threads;
+      bool useTensorCores = tensorCores;
+      if (auto config = block->getAttrOfType<LoweringConfigAttr>(
+              "snapkv.lowering_config")) {
+        blockThreads = config.getThreads();
+        useTensorCores = config.getTensorCores().getValue();
+      }
       // Unshared first: an insert and the slice its copy writes read the
       // same destination, and must keep doing so.
       unshareInits(rewriter, block);
@@ -261,9 +271,10 @@ struct GPUDistributePass : snapkv::impl::GPUDistributeBase<GPUDistributePass> {
         });
         if (!last)
           break;
-        LogicalResult distributed = tensorCores && isWarpMmaContraction(last)
-                                        ? distributeToWarps(rewriter, last)
-                                        : distributeOp(rewriter, last, threads);
+        LogicalResult distributed =
+            useTensorCores && isWarpMmaContraction(last)
+                ? distributeToWarps(rewriter, last)
+                : distributeOp(rewriter, last, blockThreads);
         if (failed(distributed))
           return signalPassFailure();
       }

@@ -34,6 +34,9 @@ namespace {
 
 constexpr llvm::StringLiteral kTileAttr = "snapkv.tile";
 constexpr llvm::StringLiteral kFuseAttr = "snapkv.fuse";
+/// On a GPU group's root: its op's configuration, which the block loop
+/// carries on (threads, tensor cores: snapkv-gpu-distribute reads it).
+constexpr llvm::StringLiteral kConfigAttr = "snapkv.lowering_config";
 
 /// One group as the IR describes it.
 struct Group {
@@ -165,6 +168,9 @@ LogicalResult tileGroup(RewriterBase &rewriter, const Group &group) {
   }
   if (!result->loops.empty())
     mergeFusedCopies(rewriter, *result->loops.back()->getRegion(0).begin());
+  if (Attribute config = group.root->getAttr(kConfigAttr);
+      config && blocks && !result->loops.empty())
+    result->loops.front()->setAttr(kConfigAttr, config);
   for (auto [original, replacement] : result->replacements) {
     // Sizes of a fused producer's result are the sizes of its init operand;
     // read them there, so that nothing before the loop uses the loop.
@@ -260,6 +266,8 @@ struct TileAndFuse : public mlir::snapkv::impl::TileAndFuseBase<TileAndFuse> {
     getOperation()->walk([](Operation *op) {
       op->removeAttr(kTileAttr);
       op->removeAttr(kFuseAttr);
+      if (!isa<scf::ForallOp>(op))
+        op->removeAttr(kConfigAttr);
     });
   }
 };

@@ -47,7 +47,8 @@ void snapkv::buildGPUTensorPipeline(OpPassManager &pm,
   // The same stage ops as on the CPU, each its own chain of kernels.
   stages::lowerSelections(pm, LoweringTarget::gpu, options.decomposeSelect,
                           options.keyTile, options.chunk,
-                          /*keepLogits=*/false);
+                          /*keepLogits=*/false, /*queryTile=*/32,
+                          options.threads, options.tensorCores);
   GPUDistributeOptions distribute;
   distribute.threads = options.threads;
   distribute.tensorCores = options.tensorCores;

@@ -18,7 +18,8 @@ using namespace mlir;
 void snapkv::stages::lowerSelections(OpPassManager &pm, LoweringTarget target,
                                      bool decompose, int64_t keyTile,
                                      int64_t chunk, bool keepLogits,
-                                     int64_t queryTile) {
+                                     int64_t queryTile, int64_t threads,
+                                     bool tensorCores) {
   if (decompose) {
     // On the GPU the conversion splits select_adaptive itself, to lay the
     // ops between its stages out as kernels.
@@ -34,6 +35,8 @@ void snapkv::stages::lowerSelections(OpPassManager &pm, LoweringTarget target,
   config.queryTile = queryTile;
   config.chunk = chunk;
   config.keepLogits = keepLogits;
+  config.threads = threads;
+  config.tensorCores = tensorCores;
   pm.addPass(createConfigureLowering(config));
   pm.addPass(createConvertSnapKVToLinalg());
   pm.addPass(createTileAndFuse());

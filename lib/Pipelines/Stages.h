@@ -23,7 +23,8 @@ namespace mlir::snapkv::stages {
 /// to its tiled online softmax, then canonicalisation and CSE.
 void lowerSelections(OpPassManager &pm, LoweringTarget target, bool decompose,
                      int64_t keyTile, int64_t chunk, bool keepLogits,
-                     int64_t queryTile = 32);
+                     int64_t queryTile = 32, int64_t threads = 128,
+                     bool tensorCores = true);
 
 /// The user's tensor code around the selects, into linalg: fpowi expanded
 /// (a vectorised fpowi would get a vector exponent llvm.intr.powi does not

@@ -17,7 +17,9 @@ def ConfigureLowering : Pass<"snapkv-configure-lowering"> {
       below, `keep_logits` as the option says;
     * `gpu`: `mapping = gpu_blocks` (the GPU block layout, each group one
       kernel), `keep_logits = false` (the blocks recompute each tile's
-      logits). `snapkv.attention` and `snapkv.ragged_attention` have no GPU
+      logits), `threads` per block and `tensor_cores` as the options say
+      (the block loops carry them to `snapkv-gpu-distribute`).
+      `snapkv.attention` and `snapkv.ragged_attention` have no GPU
       lowering: the pass reports them and fails.
 
     A configuration already on an op (set by hand, or by an earlier run for
@@ -51,7 +53,11 @@ def ConfigureLowering : Pass<"snapkv-configure-lowering"> {
            "Prefix positions per compaction chunk (0: automatic)">,
     Option<"keepLogits", "keep-logits", "bool", /*default=*/"true",
            "For the CPU: score one (batch, query head) at a time and keep its "
-           "logits for the votes">
+           "logits for the votes">,
+    Option<"threads", "threads", "int64_t", /*default=*/"128",
+           "For the GPU: threads per block">,
+    Option<"tensorCores", "tensor-cores", "bool", /*default=*/"true",
+           "For the GPU: 16-bit logits on tensor cores (warp-level MMA)">
   ];
   let dependentDialects = ["::mlir::snapkv::SnapKVDialect"];
 }

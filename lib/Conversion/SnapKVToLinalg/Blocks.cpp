@@ -107,6 +107,9 @@ SmallVector<Value> Formulation::inRowBlocks(ValueRange inits, RowBody body) {
   auto forall = scf::ForallOp::create(
       b, loc, ArrayRef<OpFoldResult>{ofr(s.batch), ofr(s.heads)}, inits,
       mapping);
+  // The block's threads (and tensor cores) for snapkv-gpu-distribute.
+  forall->setAttr("snapkv.lowering_config",
+                  getLoweringConfig(ctx, LoweringTarget::gpu, opts));
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPoint(forall.getTerminator());
   Value bi = forall.getInductionVar(0), h = forall.getInductionVar(1);

@@ -31,6 +31,14 @@ struct ConfigureLoweringPass
     if (!sized)
       return signalPassFailure();
     SnapKVToLinalgOptions options = *sized;
+    if (threads < 1 || threads > 1024) {
+      emitError(getOperation()->getLoc())
+          << "snapkv-configure-lowering: threads must be in [1, 1024], got "
+          << static_cast<int64_t>(threads);
+      return signalPassFailure();
+    }
+    options.threads = threads;
+    options.tensorCores = tensorCores;
     LoweringConfigAttr config =
         getLoweringConfig(&getContext(), target, options);
     bool gpu = target == LoweringTarget::gpu;

@@ -234,6 +234,8 @@ void TileRecorder::record(Operation *root, ArrayRef<int64_t> tileSizes,
   SmallVector<int64_t> sizes(tileSizes);
   sizes.resize(cast<linalg::LinalgOp>(root).getNumLoops(), 0);
   root->setAttr("snapkv.tile", TileAttr::get(ctx, id, sizes, mapping));
+  if (mapping == TileMapping::gpu_blocks)
+    root->setAttr("snapkv.lowering_config", config);
   // Initial values (fills) are computed per tile too, so that no full-size
   // init tensor is materialised.
   llvm::SetVector<Operation *> members(fuse.begin(), fuse.end());

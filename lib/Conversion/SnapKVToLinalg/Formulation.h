@@ -71,8 +71,10 @@ public:
   /// Groups take their numbers from `next` (shared by the recorders of one
   /// function, after any group already in the IR); `mapping` is the loops
   /// every group of this recorder becomes.
-  TileRecorder(int64_t &next, TileMapping mapping)
-      : next(next), mapping(mapping) {}
+  /// `config` is the op's configuration (its mapping is the loops every
+  /// group becomes), put on the roots of GPU groups for their block loops.
+  TileRecorder(int64_t &next, LoweringConfigAttr config)
+      : next(next), mapping(config.getMapping()), config(config) {}
   TileMapping getMapping() const { return mapping; }
   void record(Operation *root, ArrayRef<int64_t> tileSizes,
               ArrayRef<Operation *> fuse);
@@ -80,6 +82,7 @@ public:
 private:
   int64_t &next;
   TileMapping mapping;
+  LoweringConfigAttr config;
 };
 
 class Formulation;

@@ -79,7 +79,7 @@ public:
     LoweringConfigAttr c = config(op);
     if (!record || !c)
       return std::nullopt;
-    return TileRecorder(nextGroup, c.getMapping());
+    return TileRecorder(nextGroup, c);
   }
 
 private:
@@ -89,20 +89,12 @@ private:
   mutable int64_t nextGroup;
 };
 
-/// Gives the snapkv ops that lowering `op` created (between `before` and
-/// `op`) its configuration, so that they are lowered as it would have been.
+/// The ops that lowering `op` created (between `before` and `op`) get its
+/// configuration, so that they are lowered as it would have been.
 void inheritConfig(Operation *op, Operation *before) {
-  Attribute config = op->getAttr(kConfigName);
-  if (!config)
-    return;
   Operation *first = before ? before->getNextNode() : &op->getBlock()->front();
-  for (Operation &top :
-       llvm::make_range(first->getIterator(), op->getIterator()))
-    top.walk([&](Operation *nested) {
-      if (isa<SnapKVDialect>(nested->getDialect()) &&
-          !nested->hasAttr(kConfigName))
-        nested->setAttr(kConfigName, config);
-    });
+  inheritLoweringConfig(
+      op, llvm::make_range(first->getIterator(), op->getIterator()));
 }
 
 /// snapkv.select, snapkv.score and the stage ops of a decomposed select, each
@@ -399,7 +391,8 @@ mlir::snapkv::getLoweringConfig(MLIRContext *ctx, LoweringTarget target,
   return LoweringConfigAttr::get(
       ctx, cpu ? TileMapping::forall : TileMapping::gpu_blocks, options.keyTile,
       options.queryTile, options.autoChunk ? 0 : options.chunk,
-      BoolAttr::get(ctx, cpu && options.keepLogits));
+      BoolAttr::get(ctx, cpu && options.keepLogits), cpu ? 0 : options.threads,
+      cpu ? BoolAttr() : BoolAttr::get(ctx, options.tensorCores));
 }
 
 SnapKVToLinalgOptions
@@ -412,6 +405,10 @@ mlir::snapkv::getLoweringOptions(LoweringConfigAttr config) {
   if (config.getChunk() != 0)
     options.chunk = config.getChunk();
   options.keepLogits = config.getKeepLogits().getValue();
+  if (options.gpu) {
+    options.threads = config.getThreads();
+    options.tensorCores = config.getTensorCores().getValue();
+  }
   return options;
 }
 

@@ -18,7 +18,7 @@
 // CHECK: snapkv.select {{.*}} {snapkv.lowering_config = #snapkv.lowering_config<mapping = forall, key_tile = 8, query_tile = 32, chunk = 0, keep_logits = true>}
 // CHECK: snapkv.score {{.*}} {snapkv.lowering_config = #snapkv.lowering_config<mapping = forall, key_tile = 8, query_tile = 32, chunk = 0, keep_logits = true>}
 // GPU-LABEL: func.func @select
-// GPU: snapkv.select {{.*}} {snapkv.lowering_config = #snapkv.lowering_config<mapping = gpu_blocks, key_tile = 64, query_tile = 32, chunk = 16, keep_logits = false>}
+// GPU: snapkv.select {{.*}} {snapkv.lowering_config = #snapkv.lowering_config<mapping = gpu_blocks, key_tile = 64, query_tile = 32, chunk = 16, keep_logits = false, threads = 128, tensor_cores = true>}
 func.func @select(%q: tensor<1x2x2x4xf32>, %k: tensor<1x2x24x4xf32>, %v: tensor<1x2x24x4xf32>)
     -> (tensor<1x2x6x4xf32>, tensor<1x2x6x4xf32>, tensor<1x2x6xi64>, tensor<1x2x22xf32>) {
   %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 6
@@ -49,7 +49,7 @@ func.func @mixed(%q: tensor<1x2x2x4xf32>, %k: tensor<1x2x24x4xf32>, %v: tensor<1
       : (tensor<1x2x2x4xf32>, tensor<1x2x24x4xf32>, tensor<1x2x24x4xf32>)
       -> (tensor<1x2x6x4xf32>, tensor<1x2x6x4xf32>, tensor<1x2x6xi64>)
   %d, %e, %f = snapkv.select %q, %k, %v window 2 capacity 6
-      {snapkv.lowering_config = #snapkv.lowering_config<mapping = gpu_blocks, key_tile = 4, query_tile = 32, chunk = 0, keep_logits = false>}
+      {snapkv.lowering_config = #snapkv.lowering_config<mapping = gpu_blocks, key_tile = 4, query_tile = 32, chunk = 0, keep_logits = false, threads = 64, tensor_cores = false>}
       : (tensor<1x2x2x4xf32>, tensor<1x2x24x4xf32>, tensor<1x2x24x4xf32>)
       -> (tensor<1x2x6x4xf32>, tensor<1x2x6x4xf32>, tensor<1x2x6xi64>)
   return %c, %f : tensor<1x2x6xi64>, tensor<1x2x6xi64>

@@ -26,19 +26,19 @@
 // CHECK: linalg.generic {{.*}} outs(%{{.*}} : tensor<1x1x1x64x2x4xf32>)
 // CHECK: linalg.generic {{.*}} outs(%{{.*}} : tensor<1x1x1x2x4xf32>)
 // CHECK: math.exp
-// CHECK: } {mapping = [#gpu.block<z>, #gpu.block<y>, #gpu.block<x>]}
+// CHECK: } {mapping = [#gpu.block<z>, #gpu.block<y>, #gpu.block<x>]{{.*}}}
 // CHECK-NOT: linalg.
 // (2) Row statistics over the 5 tiles, one block per (b, kv head).
 // CHECK: scf.forall (%{{.*}}, %{{.*}}) in (1, 2)
 // CHECK: arith.maximumf
 // CHECK: math.exp
 // CHECK: arith.divf
-// CHECK: } {mapping = [#gpu.block<y>, #gpu.block<x>]}
+// CHECK: } {mapping = [#gpu.block<y>, #gpu.block<x>]{{.*}}}
 // CHECK-NOT: linalg.
 // (3) Votes: the logits again (staged again), one block per (b, kv head, key tile).
 // CHECK: scf.forall (%{{.*}}, %{{.*}}, %{{.*}}) in (1, 2, 5)
 // CHECK: arith.minui
-// CHECK: } {mapping = [#gpu.block<z>, #gpu.block<y>, #gpu.block<x>]}
+// CHECK: } {mapping = [#gpu.block<z>, #gpu.block<y>, #gpu.block<x>]{{.*}}}
 // CHECK-NOT: linalg.
 // (4) Pooling, threshold, compaction, window and gather, one block per (b, query head):
 // row-local ops on [1, 1, ...] slices; the 32-step threshold search is inside the block.
@@ -47,7 +47,7 @@
 // CHECK: tensor.extract_slice %[[K]][0, %[[KVH]], 0, 0] [1, 1, 300, 8]
 // CHECK: tensor.pad
 // CHECK: scf.for %{{.*}} = %c0 to %c32 step %c1
-// CHECK: } {mapping = [#gpu.block<y>, #gpu.block<x>]}
+// CHECK: } {mapping = [#gpu.block<y>, #gpu.block<x>]{{.*}}}
 // CHECK-NOT: scf.forall
 // CHECK: return
 func.func @static_expand(%q: tensor<1x4x4x8xf16>, %k: tensor<1x2x300x8xf16>, %v: tensor<1x2x300x8xf16>)
@@ -65,7 +65,7 @@ func.func @static_expand(%q: tensor<1x4x4x8xf16>, %k: tensor<1x2x300x8xf16>, %v:
 // CHECK-LABEL: func.func @dynamic_mean(
 // CHECK: scf.if
 // CHECK: scf.forall (%{{.*}}, %{{.*}}) in (1, 2)
-// CHECK: } {mapping = [#gpu.block<y>, #gpu.block<x>]}
+// CHECK: } {mapping = [#gpu.block<y>, #gpu.block<x>]{{.*}}}
 // CHECK: } else {
 // CHECK: %[[TILES:.*]] = affine.apply #{{.*}}()[%{{.*}}]
 // CHECK: scf.forall (%{{.*}}, %{{.*}}, %{{.*}}) in (1, 2, %[[TILES]])
@@ -92,7 +92,7 @@ func.func @dynamic_mean(%q: tensor<1x4x4x8xf32>, %k: tensor<1x2x?x8xf32>, %v: te
 // The pooling, one block per (b, head).
 // CHECK: scf.forall (%{{.*}}, %{{.*}}) in (1, 2)
 // CHECK: tensor.pad
-// CHECK: } {mapping = [#gpu.block<y>, #gpu.block<x>]}
+// CHECK: } {mapping = [#gpu.block<y>, #gpu.block<x>]{{.*}}}
 // CHECK-NOT: scf.forall
 func.func @score(%q: tensor<1x2x2x4xf32>, %k: tensor<1x2x100x4xf32>)
     -> (tensor<1x2x98xf32>, tensor<1x2x98xf32>) {

@@ -30,7 +30,7 @@
 // GPU: scf.forall (%{{.*}}, %{{.*}}) in (1, 2) shared_outs
 // GPU: tensor.pad
 // GPU: scf.for %{{.*}} = %{{.*}} to %c32
-// GPU: } {mapping = [#gpu.block<y>, #gpu.block<x>]}
+// GPU: } {mapping = [#gpu.block<y>, #gpu.block<x>]{{.*}}}
 // GPU-NOT: linalg.
 // GPU: return
 func.func @top_positions(%s: tensor<1x2x?xf32>, %i: tensor<1x2x5xi64>) -> tensor<1x2x5xi64> {
@@ -66,7 +66,7 @@ func.func @top_positions(%s: tensor<1x2x?xf32>, %i: tensor<1x2x5xi64>) -> tensor
 // GPU-NOT: linalg.
 // GPU: scf.forall (%{{.*}}, %{{.*}}) in (1, 4) shared_outs
 // GPU: linalg.generic {{.*}} outs(%{{.*}} : tensor<1x1x?x8xf16>)
-// GPU: } {mapping = [#gpu.block<y>, #gpu.block<x>]}
+// GPU: } {mapping = [#gpu.block<y>, #gpu.block<x>]{{.*}}}
 // GPU-NOT: linalg.
 // GPU: return
 func.func @gather(%src: tensor<1x2x?x8xf16>, %idx: tensor<1x4x?xi64>, %init: tensor<1x4x?x8xf16>)
@@ -95,46 +95,46 @@ func.func @gather(%src: tensor<1x2x?x8xf16>, %idx: tensor<1x4x?xi64>, %init: ten
 // GPU-LABEL: func.func @adaptive
 // GPU-NOT: linalg.
 // GPU: scf.forall ({{.*}}) in (1, 2, 1) shared_outs
-// GPU: } {mapping = [#gpu.block<z>, #gpu.block<y>, #gpu.block<x>]}
+// GPU: } {mapping = [#gpu.block<z>, #gpu.block<y>, #gpu.block<x>]{{.*}}}
 // GPU-NOT: linalg.
 // GPU: scf.forall ({{.*}}) in (1, 2) shared_outs
-// GPU: } {mapping = [#gpu.block<y>, #gpu.block<x>]}
+// GPU: } {mapping = [#gpu.block<y>, #gpu.block<x>]{{.*}}}
 // GPU-NOT: linalg.
 // GPU: scf.forall ({{.*}}) in (1, 2, 1) shared_outs
-// GPU: } {mapping = [#gpu.block<z>, #gpu.block<y>, #gpu.block<x>]}
+// GPU: } {mapping = [#gpu.block<z>, #gpu.block<y>, #gpu.block<x>]{{.*}}}
 // GPU-NOT: linalg.
 // GPU: scf.forall ({{.*}}) in (1, 2) shared_outs
-// GPU: } {mapping = [#gpu.block<y>, #gpu.block<x>]}
+// GPU: } {mapping = [#gpu.block<y>, #gpu.block<x>]{{.*}}}
 // GPU-NOT: linalg.
 // GPU: scf.forall ({{.*}}) in (1, 2) shared_outs
-// GPU: } {mapping = [#gpu.block<y>, #gpu.block<x>]}
+// GPU: } {mapping = [#gpu.block<y>, #gpu.block<x>]{{.*}}}
 // GPU-NOT: linalg.
 // GPU: scf.forall ({{.*}}) in (1) shared_outs
-// GPU: } {mapping = [#gpu.block<x>]}
+// GPU: } {mapping = [#gpu.block<x>]{{.*}}}
 // GPU-NOT: linalg.
 // GPU: scf.forall ({{.*}}) in (1) shared_outs
-// GPU: } {mapping = [#gpu.block<x>]}
+// GPU: } {mapping = [#gpu.block<x>]{{.*}}}
 // GPU-NOT: linalg.
 // GPU: scf.forall ({{.*}}) in (1) shared_outs
-// GPU: } {mapping = [#gpu.block<x>]}
+// GPU: } {mapping = [#gpu.block<x>]{{.*}}}
 // GPU-NOT: linalg.
 // GPU: scf.forall ({{.*}}) in (1, 1) shared_outs
-// GPU: } {mapping = [#gpu.block<y>, #gpu.block<x>]}
+// GPU: } {mapping = [#gpu.block<y>, #gpu.block<x>]{{.*}}}
 // GPU-NOT: linalg.
 // GPU: scf.forall ({{.*}}) in (1) shared_outs
-// GPU: } {mapping = [#gpu.block<x>]}
+// GPU: } {mapping = [#gpu.block<x>]{{.*}}}
 // GPU-NOT: linalg.
 // GPU: scf.forall ({{.*}}) in (1) shared_outs
-// GPU: } {mapping = [#gpu.block<x>]}
+// GPU: } {mapping = [#gpu.block<x>]{{.*}}}
 // GPU-NOT: linalg.
 // GPU: scf.forall ({{.*}}) in (1) shared_outs
-// GPU: } {mapping = [#gpu.block<x>]}
+// GPU: } {mapping = [#gpu.block<x>]{{.*}}}
 // GPU-NOT: linalg.
 // GPU: scf.forall ({{.*}}) in (1) shared_outs
-// GPU: } {mapping = [#gpu.block<x>]}
+// GPU: } {mapping = [#gpu.block<x>]{{.*}}}
 // GPU-NOT: linalg.
 // GPU: scf.forall ({{.*}}) in (1, 1) shared_outs
-// GPU: } {mapping = [#gpu.block<y>, #gpu.block<x>]}
+// GPU: } {mapping = [#gpu.block<y>, #gpu.block<x>]{{.*}}}
 // GPU-NOT: linalg.
 // GPU: return
 func.func @adaptive(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x20x8xf32>) -> (tensor<1x20x8xf32>, tensor<1x3xi64>) {
@@ -158,14 +158,14 @@ func.func @adaptive(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x20x8xf32>) -> (tenso
 // GPU: scf.if
 // GPU-NOT: linalg.
 // GPU: scf.forall (%{{.*}}) in (2) shared_outs
-// GPU: } {mapping = [#gpu.block<x>]}
+// GPU: } {mapping = [#gpu.block<x>]{{.*}}}
 // GPU: } else {
 // GPU: scf.forall (%{{.*}}, %{{.*}}) in (2, 4) shared_outs
-// GPU: } {mapping = [#gpu.block<y>, #gpu.block<x>]}
+// GPU: } {mapping = [#gpu.block<y>, #gpu.block<x>]{{.*}}}
 // GPU-NOT: linalg.
 // GPU: scf.forall (%{{.*}}) in (2) shared_outs
 // GPU: linalg.copy ins(%{{.*}} : tensor<1x4x?xf32>)
-// GPU: } {mapping = [#gpu.block<x>]}
+// GPU: } {mapping = [#gpu.block<x>]{{.*}}}
 // GPU: tensor.collapse_shape %{{.*}} {{\[}}[0], [1, 2]] : tensor<2x4x?xf32> into tensor<2x?xf32>
 func.func @adaptive_no_floor(%q: tensor<2x4x2x8xf32>, %k: tensor<2x2x?x8xf32>)
     -> (tensor<2x?x8xf32>, tensor<2x5xi64>) {

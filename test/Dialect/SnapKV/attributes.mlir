@@ -151,10 +151,10 @@ func.func @in_place(%k: memref<1x2x?x4xf32>, %rows: tensor<1xi64>)
 
 // #snapkv.lowering_config: one op's lowering (snapkv-configure-lowering writes it).
 // CHECK-LABEL: func.func @lowering_config
-// CHECK: snapkv.lowering_config = #snapkv.lowering_config<mapping = gpu_blocks, key_tile = 16, query_tile = 8, chunk = 32, keep_logits = false>
+// CHECK: snapkv.lowering_config = #snapkv.lowering_config<mapping = gpu_blocks, key_tile = 16, query_tile = 8, chunk = 32, keep_logits = false, threads = 64, tensor_cores = true>
 func.func @lowering_config(%s: tensor<1x2x8xf32>, %init: tensor<1x2x5xi64>) -> tensor<1x2x5xi64> {
   %t = snapkv.top_positions %s window 2 capacity 5 outs(%init : tensor<1x2x5xi64>)
-      {snapkv.lowering_config = #snapkv.lowering_config<mapping = gpu_blocks, key_tile = 16, query_tile = 8, chunk = 32, keep_logits = false>}
+      {snapkv.lowering_config = #snapkv.lowering_config<mapping = gpu_blocks, key_tile = 16, query_tile = 8, chunk = 32, keep_logits = false, threads = 64, tensor_cores = true>}
       : tensor<1x2x8xf32> -> tensor<1x2x5xi64>
   return %t : tensor<1x2x5xi64>
 }
@@ -179,7 +179,7 @@ func.func @lowering_config_negative_chunk() {
 
 func.func @lowering_config_gpu_keeps_no_logits() {
   // expected-error @below {{keep_logits needs mapping = forall}}
-  "test.a"() {x = #snapkv.lowering_config<mapping = gpu_blocks, key_tile = 8, query_tile = 32, chunk = 0, keep_logits = true>} : () -> ()
+  "test.a"() {x = #snapkv.lowering_config<mapping = gpu_blocks, key_tile = 8, query_tile = 32, chunk = 0, keep_logits = true, threads = 64, tensor_cores = true>} : () -> ()
   return
 }
 
@@ -198,4 +198,20 @@ func.func @lowering_config_wrong_kind() -> tensor<2xi64> {
   // expected-error @below {{snapkv.lowering_config must be a #snapkv.lowering_config attribute}}
   "test.a"() {snapkv.lowering_config = 3 : i64} : () -> ()
   return %c : tensor<2xi64>
+}
+
+// -----
+
+func.func @lowering_config_blocks_without_threads() {
+  // expected-error @below {{mapping = gpu_blocks needs threads in [1, 1024] and tensor_cores}}
+  "test.a"() {x = #snapkv.lowering_config<mapping = gpu_blocks, key_tile = 8, query_tile = 32, chunk = 0, keep_logits = false>} : () -> ()
+  return
+}
+
+// -----
+
+func.func @lowering_config_threads_for_loops() {
+  // expected-error @below {{threads and tensor_cores are for mapping = gpu_blocks}}
+  "test.a"() {x = #snapkv.lowering_config<mapping = forall, key_tile = 8, query_tile = 32, chunk = 0, keep_logits = true, threads = 4>} : () -> ()
+  return
 }

@@ -47,6 +47,9 @@ struct SnapKVToLinalgOptions {
   /// W x L logits (f32) between the softmax statistics and the votes
   /// instead of computing them twice; the head's key tiles are parallel.
   bool keepLogits = false;
+  /// GPU: threads per block, and 16-bit logits on tensor cores.
+  int64_t threads = 128;
+  bool tensorCores = true;
 };
 
 /// The `#snapkv.lowering_config` of `target` with these sizes (null for

@@ -61,7 +61,8 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 
 LogicalResult LoweringConfigAttr::verify(
     function_ref<InFlightDiagnostic()> emitError, TileMapping mapping,
-    int64_t keyTile, int64_t queryTile, int64_t chunk, BoolAttr keepLogits) {
+    int64_t keyTile, int64_t queryTile, int64_t chunk, BoolAttr keepLogits,
+    int64_t threads, BoolAttr tensorCores) {
   if (keyTile < 1 || queryTile < 1)
     return emitError() << "key_tile and query_tile must be positive, got "
                        << keyTile << " and " << queryTile;
@@ -73,7 +74,27 @@ LogicalResult LoweringConfigAttr::verify(
   if (keepLogits.getValue() && mapping != TileMapping::forall)
     return emitError() << "keep_logits needs mapping = forall (the GPU "
                           "blocks recompute each tile's logits)";
+  bool blocks = mapping == TileMapping::gpu_blocks;
+  if (blocks && (threads < 1 || threads > 1024 || !tensorCores))
+    return emitError() << "mapping = gpu_blocks needs threads in [1, 1024] "
+                          "and tensor_cores";
+  if (!blocks && (threads != 0 || tensorCores))
+    return emitError() << "threads and tensor_cores are for mapping = "
+                          "gpu_blocks";
   return success();
+}
+
+void mlir::snapkv::inheritLoweringConfig(
+    Operation *from, llvm::iterator_range<Block::iterator> created) {
+  constexpr StringLiteral name = "snapkv.lowering_config";
+  Attribute config = from->getAttr(name);
+  if (!config)
+    return;
+  for (Operation &top : created)
+    top.walk([&](Operation *op) {
+      if (isa<SnapKVDialect>(op->getDialect()) && !op->hasAttr(name))
+        op->setAttr(name, config);
+    });
 }
 
 /// `{rows = i, buffers = [j, ...], dim = d}` on a function (written by
@@ -157,10 +178,14 @@ LogicalResult SnapKVDialect::verifyOperationAttribute(Operation *op,
     if (!isa<LoweringConfigAttr>(value))
       return op->emitError("snapkv.lowering_config must be a "
                            "#snapkv.lowering_config attribute");
+    // The GPU block loops the conversion makes (and the roots of the groups
+    // that become them) carry their op's too.
     if (!isa<SelectOp, ScoreOp, TopPositionsOp, GatherOp, SelectAdaptiveOp,
-             AttentionOp, RaggedAttentionOp>(op))
+             AttentionOp, RaggedAttentionOp, scf::ForallOp>(op) &&
+        !op->hasAttr("snapkv.tile"))
       return op->emitError("snapkv.lowering_config is for the snapkv ops "
-                           "that convert-snapkv-to-linalg lowers");
+                           "that convert-snapkv-to-linalg lowers and the "
+                           "block loops it makes");
     return success();
   }
   if (name == "snapkv.refusal") {

@@ -33,9 +33,16 @@ struct DecomposeSelectPass
     IRRewriter rewriter(&getContext());
     for (linalg::AggregatedOpInterface op : selects) {
       rewriter.setInsertionPoint(op);
+      Operation *before = op->getPrevNode();
       FailureOr<SmallVector<Value>> stages = op.decomposeOperation(rewriter);
-      if (succeeded(stages))
-        rewriter.replaceOp(op, *stages);
+      if (failed(stages))
+        continue;
+      // The stages are lowered as the select's configuration says.
+      Operation *first =
+          before ? before->getNextNode() : &op->getBlock()->front();
+      inheritLoweringConfig(
+          op, llvm::make_range(first->getIterator(), op->getIterator()));
+      rewriter.replaceOp(op, *stages);
     }
   }
 };

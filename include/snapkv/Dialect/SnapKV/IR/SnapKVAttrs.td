@@ -60,17 +60,28 @@ def SnapKV_LoweringConfigAttr : AttrDef<SnapKV_Dialect, "LoweringConfig"> {
     positions per compaction chunk (0: about sqrt(prefix) for a static
     prompt length, 128 for a dynamic one), and `keep_logits` whether the
     CPU scoring keeps one head's logits for the votes (`forall` only).
+    With `gpu_blocks`, `threads` is each block's thread count and
+    `tensor_cores` whether 16-bit logits go to warp-level MMA: the
+    conversion puts the configuration on the block loops it makes, and
+    `snapkv-gpu-distribute` splits each block over its own threads (warps).
+    Both are absent for `forall`.
 
     ```mlir
     %k, %v, %i = snapkv.select %q, %k0, %v0 window 32 capacity 1024
         {snapkv.lowering_config = #snapkv.lowering_config<mapping = forall,
            key_tile = 64, query_tile = 32, chunk = 0, keep_logits = true>}
         : ...
+    // GPU blocks of 128 threads, f16 logits on tensor cores:
+    #snapkv.lowering_config<mapping = gpu_blocks, key_tile = 64,
+        query_tile = 32, chunk = 0, keep_logits = false, threads = 128,
+        tensor_cores = true>
     ```
   }];
   let parameters = (ins EnumParameter<SnapKV_TileMapping>:$mapping,
                         "int64_t":$key_tile, "int64_t":$query_tile,
-                        "int64_t":$chunk, "::mlir::BoolAttr":$keep_logits);
+                        "int64_t":$chunk, "::mlir::BoolAttr":$keep_logits,
+                        DefaultValuedParameter<"int64_t", "0">:$threads,
+                        OptionalParameter<"::mlir::BoolAttr">:$tensor_cores);
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
 }

@@ -20,4 +20,12 @@
 #define GET_OP_CLASSES
 #include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h.inc"
 
+namespace mlir::snapkv {
+/// Gives the snapkv ops among `created` (and nested in them) that have no
+/// `snapkv.lowering_config` the one of `from`, if it has one: the stages a
+/// decomposition or a lowering made of `from` are lowered as it would be.
+void inheritLoweringConfig(Operation *from,
+                           llvm::iterator_range<Block::iterator> created);
+} // namespace mlir::snapkv
+
 #endif // SNAPKV_DIALECT_SNAPKV_IR_SNAPKVOPS_H
