@@ -44,7 +44,9 @@ llvm::StringRef snapkv::stringifyDeviceCodeFormat(DeviceCodeFormat format) {
 
 void snapkv::buildGPUTensorPipeline(OpPassManager &pm,
                                     const GPUPipelineOptions &options) {
-  // The same stage ops as on the CPU, each its own chain of kernels.
+  // With decompose-select, the same stage ops as on the CPU, each its own
+  // kernels; by default the select whole (pooling, selection and gather in
+  // one kernel).
   stages::lowerSelections(pm, LoweringTarget::gpu, options.decomposeSelect,
                           options.keyTile, options.chunk,
                           /*keepLogits=*/false, /*queryTile=*/32,

@@ -326,20 +326,20 @@ def test_gpu_kernels_long_prompts(long_cases):
     check(long_cases, GPU_EMULATION)
 
 
-# The GPU pipeline splits a select into its stage ops first, like the CPU pipeline; with
-# decompose-select=false it lowers the select whole, pooling, selection and gather in one
-# block per row (the layout a comparison scoring always gets).
-GPU_WHOLE = ("snapkv-gpu-emulation{decompose-select=false}",)
-GPU_WHOLE_CASES = 50
+# The GPU pipeline lowers a select whole by default (pooling, selection and gather in one
+# block per row); with decompose-select=true it splits it into its stage ops first, like
+# the CPU pipeline, each stage its own kernels.
+GPU_STAGES = ("snapkv-gpu-emulation{decompose-select=true}",)
+GPU_STAGES_CASES = 50
 
 
-def test_gpu_whole_select_kernels_match_reference(random_cases):
-    check(random_cases[:GPU_WHOLE_CASES], GPU_WHOLE)
+def test_gpu_stage_kernels_match_reference(random_cases):
+    check(random_cases[:GPU_STAGES_CASES], GPU_STAGES)
 
 
 def test_gpu_pipeline_lowers_the_stage_ops():
-    # What reaches the GPU conversion: a vote-scored select as its stage ops, a comparison
-    # scoring whole, and with decompose-select=false every select whole.
+    # What reaches the GPU conversion: every select whole by default; with
+    # decompose-select=true a vote-scored select as its stage ops, a comparison scoring whole.
     if not snapkv_opt().is_file():
         pytest.skip(f"snapkv-opt not built ({snapkv_opt()})")
 
@@ -352,9 +352,10 @@ def test_gpu_pipeline_lowers_the_stage_ops():
             input=build_module([case]), capture_output=True, text=True, check=True).stderr
         return text.count("snapkv.top_positions"), text.count("snapkv.select ")
 
-    assert before_conversion("snapkv-gpu-emulation", None) == (1, 0)
-    assert before_conversion("snapkv-gpu-emulation", "recent") == (0, 1)
-    assert before_conversion("snapkv-gpu-emulation{decompose-select=false}", None) == (0, 1)
+    stages = "snapkv-gpu-emulation{decompose-select=true}"
+    assert before_conversion(stages, None) == (1, 0)
+    assert before_conversion(stages, "recent") == (0, 1)
+    assert before_conversion("snapkv-gpu-emulation", None) == (0, 1)
 
 
 # Tensor cores: with f16 or bf16 inputs, W a multiple of 8 and D of 16, each key tile's

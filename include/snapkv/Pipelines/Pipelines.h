@@ -139,9 +139,11 @@ struct GPUPipelineOptions : PassPipelineOptions<GPUPipelineOptions> {
       *this, "decompose-select",
       llvm::cl::desc("Split each snapkv.select into its stage ops (score, "
                      "top_positions, gather) before lowering "
-                     "(snapkv-decompose-select); false lowers it whole, as "
-                     "does a select with a comparison scoring"),
-      llvm::cl::init(true)};
+                     "(snapkv-decompose-select), seven kernels per select; "
+                     "false (the default until a GPU has measured both) "
+                     "lowers it whole: four kernels, pooling, selection and "
+                     "gather in one"),
+      llvm::cl::init(false)};
   Option<AssertMode> asserts{*this, "asserts", assertsDescription(),
                              llvm::cl::init(AssertMode::abort),
                              assertModeValues()};
