@@ -29,6 +29,11 @@ PASSES = [
     ["--snapkv-decompose-select"],
     ["--snapkv-decompose-select", "--convert-snapkv-to-linalg=tiling=cpu",
      "--snapkv-tile-and-fuse"],
+    # Each op's configuration as data, then the conversion that reads it (on GPU blocks
+    # with their own threads, without tensor cores).
+    ["--snapkv-configure-lowering"],
+    ["--snapkv-configure-lowering=target=gpu threads=64 tensor-cores=false",
+     "--convert-snapkv-to-linalg", "--snapkv-tile-and-fuse"],
     ["--pass-pipeline=builtin.module(func.func(snapkv-fuse-attention))"],
     ["--snapkv-append-in-place"],
     ["--pass-pipeline=builtin.module(func.func(snapkv-fuse-attention),snapkv-append-in-place)"],
@@ -58,6 +63,7 @@ PASSES = [
     ["--snapkv-compress-kv-cache=window=2 capacity=6 budget=adaptive prefill-func=prefill_layer "
      "decode-func=decode_layer"],
     ["--snapkv-gpu-emulation"],
+    ["--snapkv-gpu-emulation=decompose-select=true"],
     ["--pass-pipeline=builtin.module(func.func(snapkv-gpu-distribute))"],
     ["--pass-pipeline=builtin.module(func.func(snapkv-gpu-distribute{tensor-cores=true}))"],
     ["--pass-pipeline=builtin.module(func.func(snapkv-gpu-mma-sync))"],
