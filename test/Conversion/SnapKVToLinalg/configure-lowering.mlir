@@ -13,6 +13,9 @@
 // One op's own configuration wins over the pass's target: @mixed's second select
 // is laid out for GPU blocks with 4-key tiles, its first for forall loops.
 // RUN: snapkv-opt %s --snapkv-configure-lowering --convert-snapkv-to-linalg | FileCheck %s --check-prefix=MIXED
+// The ops the conversion makes of an op inherit its configuration: @adaptive's stages
+// (score, top_positions, gathers) and the parts between them are all GPU blocks.
+// RUN: snapkv-opt %s --snapkv-configure-lowering --convert-snapkv-to-linalg | FileCheck %s --check-prefix=ADAPTIVE
 
 // CHECK-LABEL: func.func @select
 // CHECK: snapkv.select {{.*}} {snapkv.lowering_config = #snapkv.lowering_config<mapping = forall, key_tile = 8, query_tile = 32, chunk = 0, keep_logits = true>}
@@ -53,4 +56,18 @@ func.func @mixed(%q: tensor<1x2x2x4xf32>, %k: tensor<1x2x24x4xf32>, %v: tensor<1
       : (tensor<1x2x2x4xf32>, tensor<1x2x24x4xf32>, tensor<1x2x24x4xf32>)
       -> (tensor<1x2x6x4xf32>, tensor<1x2x6x4xf32>, tensor<1x2x6xi64>)
   return %c, %f : tensor<1x2x6xi64>, tensor<1x2x6xi64>
+}
+
+// ADAPTIVE-LABEL: func.func @adaptive
+// ADAPTIVE-NOT: mapping = forall
+// ADAPTIVE: mapping = gpu_blocks
+// ADAPTIVE-NOT: mapping = forall
+// ADAPTIVE: return
+func.func @adaptive(%q: tensor<1x2x1x2xf32>, %k: tensor<1x2x6x2xf32>, %v: tensor<1x2x6x2xf32>)
+    -> tensor<1x3xi64> {
+  %ka, %va, %ia, %oa = snapkv.select_adaptive %q, %k, %v window 1 capacity 3 kernel 1 scale 1.0
+      {snapkv.lowering_config = #snapkv.lowering_config<mapping = gpu_blocks, key_tile = 4, query_tile = 32, chunk = 0, keep_logits = false, threads = 64, tensor_cores = true>}
+      : (tensor<1x2x1x2xf32>, tensor<1x2x6x2xf32>, tensor<1x2x6x2xf32>)
+      -> (tensor<1x6x2xf32>, tensor<1x6x2xf32>, tensor<1x6xi64>, tensor<1x3xi64>)
+  return %oa : tensor<1x3xi64>
 }
