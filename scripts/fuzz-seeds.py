@@ -7,10 +7,8 @@ import pathlib
 import sys
 
 
-def main(test_dir: str, out_dir: str) -> None:
-    out = pathlib.Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    count = 0
+def seeds(test_dir: str):
+    """(test file, seed text) for every split of every lit test but the model fixtures."""
     for path in sorted(pathlib.Path(test_dir).rglob("*.mlir")):
         if "Models" in path.parts:
             continue
@@ -18,8 +16,16 @@ def main(test_dir: str, out_dir: str) -> None:
             lines = [line for line in part.splitlines() if not line.lstrip().startswith("//")]
             text = "\n".join(lines).strip()
             if text:
-                (out / f"seed-{count:04d}.mlir").write_text(text + "\n")
-                count += 1
+                yield path, text + "\n"
+
+
+def main(test_dir: str, out_dir: str) -> None:
+    out = pathlib.Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    count = 0
+    for _, text in seeds(test_dir):
+        (out / f"seed-{count:04d}.mlir").write_text(text)
+        count += 1
     print(f"fuzz-seeds: {count} seeds in {out}")
 
 

@@ -215,3 +215,16 @@ func.func @lowering_config_threads_for_loops() {
   "test.a"() {x = #snapkv.lowering_config<mapping = forall, key_tile = 8, query_tile = 32, chunk = 0, keep_logits = true, threads = 4>} : () -> ()
   return
 }
+
+// -----
+
+// Attention is lowered for the CPU only (the configuration pass refuses it for the GPU); a
+// configuration that maps it to GPU blocks names a lowering that does not exist.
+func.func @lowering_config_attention_on_blocks(%q: tensor<1x4x?x16xf32>, %k: tensor<1x2x?x16xf32>, %v: tensor<1x2x?x16xf32>)
+    -> tensor<1x4x?x16xf32> {
+  // expected-error @+1 {{'snapkv.attention' op has no GPU lowering: its snapkv.lowering_config cannot map it to gpu_blocks}}
+  %o = snapkv.attention %q, %k, %v
+      {snapkv.lowering_config = #snapkv.lowering_config<mapping = gpu_blocks, key_tile = 8, query_tile = 4, chunk = 0, keep_logits = false, threads = 64, tensor_cores = true>}
+      : tensor<1x4x?x16xf32>, tensor<1x2x?x16xf32>, tensor<1x2x?x16xf32> -> tensor<1x4x?x16xf32>
+  return %o : tensor<1x4x?x16xf32>
+}
