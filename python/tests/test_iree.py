@@ -307,3 +307,28 @@ def test_out_of_range_ids_are_refused_before_the_call(iree_model):
     # IREE drops the embedding gather's in-dispatch cf.assert, so the check is in Python.
     with pytest.raises(ValueError, match="token ids must be in"):
         iree_model.prefill(np.array([1, 2, 256] + [3] * 10))
+
+
+# --- a checkpoint's module: weights as arguments ------------------------------------------
+
+def test_checkpoint_module_with_weights_matches_cpu_pipeline():
+    """What `snapkv.hf` exports (one function per layer kind, weights as `snapkv.weight`
+    arguments) runs through IREE with the checkpoint's weights bound once, and generates
+    what the CPU runner generates; without weights it is refused before compiling."""
+    _tools_or_skip()
+    from test_hf_models import FAMILIES, checkpoint_dir
+
+    from snapkv import hf
+    from snapkv.frontend.checkpoint import Checkpoint
+
+    checkpoint = Checkpoint(checkpoint_dir("llama", FAMILIES["llama"]))
+    text = hf.export(checkpoint).text
+    lowered = iree_backend.lower_to_upstream(text)
+    with pytest.raises(ValueError, match="takes .* weights .* but none were given"):
+        iree_backend.IreeModel.from_text(lowered)
+    model = iree_backend.IreeModel.from_text(lowered, weights=checkpoint)
+    prompt = np.random.default_rng(3).integers(0, 256, 24)
+    got = model.generate(prompt, 4)
+    want = runtime.CompiledModel(text, weights=checkpoint).generate(prompt, 4)
+    assert got["tokens"] == want["tokens"]
+    assert np.abs(got["logits"] - want["logits"]).max() <= 1e-4

@@ -36,7 +36,7 @@ from .limits import (
 )
 from .memref import CompiledCheckError, CompiledFunction, descriptor_type
 from .metadata import check_checkpoint, checkpoint_of, max_positions_of
-from .model import CompiledModel, check_token_ids
+from .model import CompiledModel, bind_weights, check_token_ids
 from .signatures import (
     GlueFunction,
     Signature,
@@ -51,6 +51,7 @@ from .signatures import (
 __all__ = [
     "DEFAULT_CFLAGS", "PIPELINE", "RUNNER_VERSION", "CompiledCheckError", "CompiledFunction",
     "CompiledModel", "GlueFunction", "GlueRunner", "KVCache", "Library", "RaggedKVCache",
+    "bind_weights",
     "ResourceLimitError",
     "Signature", "TensorType", "available_memory", "cache_limit_bytes", "callees",
     "check_checkpoint", "check_memory", "check_token_ids", "checkpoint_of", "compile_library",

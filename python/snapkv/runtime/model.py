@@ -50,6 +50,49 @@ def append_in_place(text: str) -> str:
     return tools.opt([f"--pass-pipeline={APPEND_IN_PLACE}"], text=text).stdout
 
 
+def bind_weights(signatures, source):
+    """{weight reference: array} for every weight argument of the entry points' `signatures`
+    (@prefill and @decode), from a Checkpoint or a {tensor name: array} mapping, and notes."""
+    wanted = {}
+    for sig, fn in zip(signatures, ("prefill", "decode")):
+        for name, ttype in sig.weight_args:
+            if any(d is None for d in ttype.shape):
+                raise ValueError(f"@{fn} weight '{name}' has a dynamic shape {ttype}")
+            if name in wanted and wanted[name] != ttype:
+                raise ValueError(f"weight '{name}' is {wanted[name]} in one function and "
+                                 f"{ttype} in the other")
+            wanted[name] = ttype
+    if not wanted:
+        if source is not None:
+            raise ValueError("the module takes no weights (no snapkv.weight arguments), "
+                             "but weights were given")
+        return {}, []
+    if source is None:
+        raise ValueError(f"the module takes {len(wanted)} weights (arguments with "
+                         f"snapkv.weight) but none were given: pass the checkpoint it "
+                         f"was exported from")
+    from ..frontend.checkpoint import Checkpoint, weight_arrays
+
+    if isinstance(source, Checkpoint):
+        return weight_arrays(source, {n: (t.shape, t.elem) for n, t in wanted.items()})
+    arrays, problems = {}, []
+    for ref, ttype in wanted.items():
+        if ref.name not in source:
+            problems.append(f"{ref.name}: missing")
+            continue
+        array = np.asarray(source[ref.name])
+        shape = array.shape[::-1] if ref.transposed else array.shape
+        if array.dtype != ttype.dtype or tuple(shape) != tuple(ttype.shape):
+            problems.append(f"{ref}: {array.dtype} {list(array.shape)} given, the module "
+                            f"takes {ttype}")
+            continue
+        arrays[ref] = np.ascontiguousarray(bind_layout(ref, array))
+    if problems:
+        raise ValueError("the weights do not fit the module: " + "; ".join(problems[:4])
+                         + (f" (and {len(problems) - 4} more)" if len(problems) > 4 else ""))
+    return arrays, []
+
+
 class CompiledModel:
     """A model module (``@prefill``, ``@decode``, see docs/model-ir.md) compiled to a ``.so``.
 
@@ -99,7 +142,8 @@ class CompiledModel:
         self.prefill_signature = signature(text, "prefill")
         self.decode_signature = signature(text, "decode")
         self._check_signatures()
-        self.weights, self.weight_notes = self._bind(weights)
+        self.weights, self.weight_notes = bind_weights(
+            (self.prefill_signature, self.decode_signature), weights)
         # Where a text prompt's tokenizer is (generate(text=...)): the checkpoint's directory.
         self.checkpoint_dir = getattr(weights, "path", None)
         self.max_positions = max_positions
@@ -146,47 +190,6 @@ class CompiledModel:
         else:
             check_checkpoint(path, kwargs.get("weights"))
         return cls(text, **kwargs)
-
-    def _bind(self, source):
-        """{name: array} for every weight argument of @prefill and @decode, and notes."""
-        wanted = {}
-        for sig, fn in ((self.prefill_signature, "prefill"), (self.decode_signature, "decode")):
-            for name, ttype in sig.weight_args:
-                if any(d is None for d in ttype.shape):
-                    raise ValueError(f"@{fn} weight '{name}' has a dynamic shape {ttype}")
-                if name in wanted and wanted[name] != ttype:
-                    raise ValueError(f"weight '{name}' is {wanted[name]} in one function and "
-                                     f"{ttype} in the other")
-                wanted[name] = ttype
-        if not wanted:
-            if source is not None:
-                raise ValueError("the module takes no weights (no snapkv.weight arguments), "
-                                 "but weights were given")
-            return {}, []
-        if source is None:
-            raise ValueError(f"the module takes {len(wanted)} weights (arguments with "
-                             f"snapkv.weight) but none were given: pass the checkpoint it "
-                             f"was exported from")
-        from ..frontend.checkpoint import Checkpoint, weight_arrays
-
-        if isinstance(source, Checkpoint):
-            return weight_arrays(source, {n: (t.shape, t.elem) for n, t in wanted.items()})
-        arrays, problems = {}, []
-        for ref, ttype in wanted.items():
-            if ref.name not in source:
-                problems.append(f"{ref.name}: missing")
-                continue
-            array = np.asarray(source[ref.name])
-            shape = array.shape[::-1] if ref.transposed else array.shape
-            if array.dtype != ttype.dtype or tuple(shape) != tuple(ttype.shape):
-                problems.append(f"{ref}: {array.dtype} {list(array.shape)} given, the module "
-                                f"takes {ttype}")
-                continue
-            arrays[ref] = np.ascontiguousarray(bind_layout(ref, array))
-        if problems:
-            raise ValueError("the weights do not fit the module: " + "; ".join(problems[:4])
-                             + (f" (and {len(problems) - 4} more)" if len(problems) > 4 else ""))
-        return arrays, []
 
     def check_limits(self, length: int, steps: int = 0):
         """Raise ResourceLimitError if a `length`-token prompt followed by `steps` decode steps
