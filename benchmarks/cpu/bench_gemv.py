@@ -112,31 +112,44 @@ def _fma_peak(threads: int) -> float:
 
 def prefill_projections(args, runtime, torch):
     """The same projections over `args.rows` prompt rows (a prefill's GEMMs): GFLOP/s of
-    ours and of torch's matmul against the measured FMA peak."""
+    ours (as the pipeline builds it, and with ``row-block=0``: whole columns of rows per
+    parallel tile, the form before 2026-12-05 17:00) and of torch's matmul against the
+    measured FMA peak."""
     rng = np.random.default_rng(1)
     peak = _fma_peak(args.threads)
     print(f"\nPrefill projections, {args.rows} rows (dynamic, as in the model) x [K, N] f32, "
           f"{args.threads} threads, "
           f"median of {args.runs}; FMA peak (fma_peak.c, {args.threads} threads) "
           f"{peak:.1f} GFLOP/s")
-    print("| K x N | ours GFLOP/s | % of FMA peak | torch GFLOP/s | % of FMA peak |")
-    print("|---|---:|---:|---:|---:|")
+    print("| K x N | ours GFLOP/s | % of FMA peak | ours, `row-block=0` | % of FMA peak | "
+          "torch GFLOP/s | % of FMA peak |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    whole_columns = runtime.PIPELINE.replace("asserts=report", "asserts=report row-block=0")
     for (k, n), _ in SHAPES:
         x = rng.standard_normal((args.rows, k), dtype=np.float32)
         w = rng.standard_normal((k, n), dtype=np.float32)
         text = _gemv_module(k, n, args.rows)
-        lib = runtime.compile_library(text, label=f"gemm {args.rows}x{k}x{n}")
-        fn = runtime.CompiledFunction(ctypes.CDLL(str(lib.path)), "gemv",
-                                      runtime.signature(text, "gemv"))
-        (ours,) = fn(x, w)
-        if not np.allclose(ours, x @ w, rtol=1e-3, atol=1e-2):
-            raise SystemExit(f"gemm {k}x{n}: the compiled result differs from numpy's")
+        fns = []
+        for label, pipeline in (("", runtime.PIPELINE), (" row-block=0", whole_columns)):
+            lib = runtime.compile_library(text, label=f"gemm {args.rows}x{k}x{n}{label}",
+                                          pipeline=pipeline)
+            fn = runtime.CompiledFunction(ctypes.CDLL(str(lib.path)), "gemv",
+                                          runtime.signature(text, "gemv"))
+            (ours,) = fn(x, w)
+            if not np.allclose(ours, x @ w, rtol=1e-3, atol=1e-2):
+                raise SystemExit(f"gemm {k}x{n}{label}: the compiled result differs from "
+                                 "numpy's")
+            fns.append(fn)
         flops = 2.0 * args.rows * k * n
         tx, tw = torch.from_numpy(x), torch.from_numpy(w)
-        rates = [flops / statistics.median(fn.time_call(x, w, repeat=args.runs)),
-                 flops / _passes(functools.partial(torch.matmul, tx, tw), args.runs)]
-        print(f"| {k} x {n} | {rates[0] / 1e9:.1f} | {rates[0] / 1e9 / peak:.0%} | "
-              f"{rates[1] / 1e9:.1f} | {rates[1] / 1e9 / peak:.0%} |")
+        rates = []
+        for fn in fns:
+            time.sleep(PAUSE)
+            rates.append(flops / statistics.median(fn.time_call(x, w, repeat=args.runs)))
+        time.sleep(PAUSE)
+        rates.append(flops / _passes(functools.partial(torch.matmul, tx, tw), args.runs))
+        print(f"| {k} x {n} | " + " | ".join(f"{r / 1e9:.1f} | {r / 1e9 / peak:.0%}"
+                                              for r in rates) + " |")
 
 
 def _passes(fn, runs):

@@ -74,10 +74,11 @@ struct ParallelizePass : snapkv::impl::ParallelizeBase<ParallelizePass> {
   using Base::Base;
 
   void runOnOperation() override {
-    if (chunks < 1 || columns < 1 || reductionBlock < 1 || reductionParts < 0) {
+    if (chunks < 1 || columns < 1 || reductionBlock < 1 || reductionParts < 0 ||
+        rowBlock < 0) {
       emitError(getOperation().getLoc())
           << "snapkv-parallelize: chunks, columns and reduction-block must "
-             "be positive, reduction-parts non-negative";
+             "be positive, reduction-parts and row-block non-negative";
       return signalPassFailure();
     }
     SmallVector<linalg::LinalgOp> ops;
@@ -148,15 +149,25 @@ struct ParallelizePass : snapkv::impl::ParallelizeBase<ParallelizePass> {
         }
     if (oneRow && !batchDim && splitReduction(rewriter, op, *reduction))
       return true;
-    if (batchDim)
+    if (batchDim) {
       sizes[*batchDim] = 1;
-    else if (width > block)
+    } else if (width > block) {
       sizes[*vectorDim] = block;
-    else
+      // Rows in blocks too: more, equal pieces for the threads (three column
+      // blocks over two threads: one does two), and each block's partial
+      // sums stay in the caches between the passes over the reduction.
+      if (rowDim && rowBlock > 0 &&
+          (ShapedType::isDynamic(ranges[*rowDim]) ||
+           ranges[*rowDim] > rowBlock))
+        sizes[*rowDim] = rowBlock;
+    } else {
       return false;
+    }
     linalg::LinalgOp tiled =
-        tile(rewriter, op, getAsIndexOpFoldResult(ctx, sizes),
-             scf::SCFTilingOptions::LoopType::ForallOp);
+        batchDim ? tileFusingPacks(rewriter, op,
+                                   getAsIndexOpFoldResult(ctx, sizes))
+                 : tile(rewriter, op, getAsIndexOpFoldResult(ctx, sizes),
+                        scf::SCFTilingOptions::LoopType::ForallOp);
     if (!tiled)
       return false;
     int64_t depth = tiled.getStaticLoopRanges()[*reduction];
@@ -168,6 +179,51 @@ struct ParallelizePass : snapkv::impl::ParallelizeBase<ParallelizePass> {
            scf::SCFTilingOptions::LoopType::ForOp);
     }
     return true;
+  }
+
+  /// Tiles `op` into an scf.forall like `tile`, and fuses into it the
+  /// transposes that produce its inputs (snapkv-pack-weights' weight panels):
+  /// each thread packs the panels it multiplies, while they are in its
+  /// caches, instead of one thread packing the whole weight first.
+  linalg::LinalgOp tileFusingPacks(RewriterBase &rewriter, linalg::LinalgOp op,
+                                   ArrayRef<OpFoldResult> tileSizes) {
+    scf::SCFTileAndFuseOptions options;
+    options.tilingOptions.setLoopType(scf::SCFTilingOptions::LoopType::ForallOp)
+        .setTileSizes(tileSizes);
+    options.setFusionControlFn(
+        [&](tensor::ExtractSliceOp, OpResult producer, bool isDestination)
+            -> std::optional<scf::SCFTileAndFuseOptions::ControlFnResult> {
+          if (isDestination || !isa<linalg::TransposeOp>(producer.getOwner()))
+            return std::nullopt;
+          return scf::SCFTileAndFuseOptions::ControlFnResult{};
+        });
+    rewriter.setInsertionPoint(op);
+    FailureOr<scf::SCFTileAndFuseResult> result =
+        scf::tileConsumerAndFuseProducersUsingSCF(
+            rewriter, cast<TilingInterface>(op.getOperation()), options);
+    if (failed(result) || result->tiledAndFusedOps.empty())
+      return nullptr;
+    for (OpResult value : op->getResults())
+      rewriter.replaceAllUsesWith(value, result->replacements.lookup(value));
+    for (Operation *producer : result->fusedProducers)
+      if (producer->use_empty())
+        rewriter.eraseOp(producer);
+    rewriter.eraseOp(op);
+    // A fused transpose writes a slice of a whole-weight tensor.empty: a
+    // tile-sized empty instead, so the whole packed copy is never allocated.
+    for (Operation *fused : llvm::drop_begin(result->tiledAndFusedOps)) {
+      auto transpose = dyn_cast<linalg::TransposeOp>(fused);
+      if (!transpose)
+        continue;
+      auto slice = transpose.getInit().getDefiningOp<tensor::ExtractSliceOp>();
+      if (!slice || !slice.getSource().getDefiningOp<tensor::EmptyOp>())
+        continue;
+      rewriter.setInsertionPoint(slice);
+      rewriter.replaceOpWithNewOp<tensor::EmptyOp>(
+          slice, slice.getType().getShape(), slice.getType().getElementType(),
+          slice.getDynamicSizes());
+    }
+    return dyn_cast<linalg::LinalgOp>(result->tiledAndFusedOps.front());
   }
 
   /// A one-row contraction (a decode step's vector x matrix product) split

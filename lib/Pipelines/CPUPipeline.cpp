@@ -52,8 +52,14 @@ void snapkv::buildCPUPipeline(OpPassManager &pm,
   tensors.addPass(createFuseElementwise());
   tensors.addPass(createCanonicalizerPass());
   tensors.addPass(createCSEPass());
+  if (options.packWeights) {
+    tensors.addPass(createPackWeights());
+    tensors.addPass(createCanonicalizerPass());
+  }
   ParallelizeOptions parallelize;
   parallelize.reductionParts = options.reductionParts;
+  parallelize.rowBlock = options.rowBlock;
+  parallelize.columns = options.columns;
   tensors.addPass(createParallelize(parallelize));
   VectorizeOptions vectorize;
   vectorize.vectorBits = options.vectorBits;

@@ -1,13 +1,15 @@
 // RUN: snapkv-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(snapkv-parallelize{chunks=4 columns=256 reduction-block=128},canonicalize,cse))" | FileCheck %s
 // RUN: snapkv-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(snapkv-parallelize{chunks=4 columns=256 reduction-block=128 reduction-parts=0},canonicalize,cse))" | FileCheck %s --check-prefix=COLUMNS
+// RUN: snapkv-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(snapkv-parallelize{chunks=4 columns=256 reduction-block=128 row-block=0},canonicalize,cse))" | FileCheck %s --check-prefix=WHOLE
 
-// A projection over a dynamic number of tokens: blocks of 256 output columns
-// go to the threads (4096 / 256 = 16 parallel iterations), and inside each
-// the reduction is taken 128 steps per pass over all rows (4096 / 128 = 32
-// passes, in order).
+// A projection over a dynamic number of tokens: blocks of 256 rows (row-block)
+// by 256 output columns go to the threads (16 column blocks per row block), and
+// inside each the reduction is taken 128 steps per pass over the block's rows
+// (4096 / 128 = 32 passes, in order).
 // CHECK-LABEL: func.func @projection
-// CHECK: scf.forall (%[[N:.*]]) = (0) to (4096) step (256) shared_outs(%[[OUT:.*]] = %{{.*}})
-// CHECK: %[[TILE:.*]] = tensor.extract_slice %[[OUT]][0, %[[N]]] [%{{.*}}, 256]
+// CHECK: scf.forall (%[[M:.*]], %[[N:.*]]) = (0, 0) to (%{{.*}}, 4096) step (256, 256) shared_outs(%[[OUT:.*]] = %{{.*}})
+// CHECK: %[[ROWS:.*]] = affine.min
+// CHECK: %[[TILE:.*]] = tensor.extract_slice %[[OUT]][%[[M]], %[[N]]] [%[[ROWS]], 256]
 // CHECK: scf.for %[[K:.*]] = %c0 to %c4096 step %c128 iter_args(%{{.*}} = %[[TILE]])
 // CHECK: linalg.matmul ins(%{{.*}}, %{{.*}} : tensor<?x128xf32>, tensor<128x256xf32>) outs(%{{.*}} : tensor<?x256xf32>)
 // CHECK: scf.forall.in_parallel
@@ -55,7 +57,7 @@ func.func @short_reduction(%x: tensor<2x256xf32>, %w: tensor<256x1024xf32>, %ini
 // matrix once. Its reduction is split into 8 parts (reduction-parts), each a
 // contiguous block of 512 rows of the matrix summed into its own zeroed row
 // of an [8, 1, 4096] tensor (parts outermost); the parts are then added to
-// the init in order. A thousand rows get column blocks and a blocked
+// the init in order. A thousand rows get row and column blocks and a blocked
 // reduction.
 // CHECK-LABEL: func.func @one_row
 // CHECK-SAME: %{{.*}}: tensor<4096x4096xf32>, %[[INIT:[a-z0-9]+]]: tensor<1x4096xf32>
@@ -64,9 +66,9 @@ func.func @short_reduction(%x: tensor<2x256xf32>, %w: tensor<256x1024xf32>, %ini
 // CHECK: linalg.matmul ins(%{{.*}}, %{{.*}} : tensor<1x512xf32>, tensor<512x4096xf32>) outs(%{{.*}} : tensor<1x4096xf32>)
 // CHECK: tensor.parallel_insert_slice %{{.*}} into %{{.*}}[%[[P]], 0, 0] [1, 1, 4096]
 // CHECK: linalg.generic {{.*}} iterator_types = ["reduction", "parallel", "parallel"]} ins(%[[PARTS]] : tensor<8x1x4096xf32>) outs(%[[INIT]] : tensor<1x4096xf32>)
-// CHECK: scf.forall (%{{.*}}) = (0) to (4096) step (256)
+// CHECK: scf.forall (%{{.*}}, %{{.*}}) = (0, 0) to (1000, 4096) step (256, 256)
 // CHECK: scf.for %{{.*}} = %c0 to %c4096 step %c128
-// CHECK: linalg.matmul ins(%{{.*}}, %{{.*}} : tensor<1000x128xf32>, tensor<128x256xf32>)
+// CHECK: linalg.matmul ins(%{{.*}}, %{{.*}} : tensor<?x128xf32>, tensor<128x256xf32>)
 // With reduction-parts=0 the row gets column blocks, its reduction whole.
 // COLUMNS-LABEL: func.func @one_row
 // COLUMNS: scf.forall (%{{.*}}) = (0) to (4096) step (256)
@@ -158,7 +160,7 @@ func.func @checked_gather(%ids: tensor<?xindex>, %table: tensor<256x?xf32>, %ini
 // columns=256 go to the threads in blocks of 128. A projection no wider than
 // 64 columns is split along its tokens instead.
 // CHECK-LABEL: func.func @narrow
-// CHECK: scf.forall (%{{.*}}) = (0) to (512) step (128)
+// CHECK: scf.forall (%{{.*}}, %{{.*}}) = (0, 0) to (%{{.*}}, 512) step (256, 128)
 // CHECK: linalg.matmul {{.*}} outs(%{{.*}} : tensor<?x128xf32>)
 // CHECK: scf.forall.in_parallel
 // CHECK: scf.forall (%{{.*}}) in (4)
@@ -176,9 +178,25 @@ func.func @narrow(%x: tensor<?x64xf32>, %w: tensor<64x512xf32>, %init: tensor<?x
 // dynamic: 576 columns with columns=256 are halved to 128, then lowered to
 // 96, the largest multiple of 32 that divides 576 (six static blocks).
 // CHECK-LABEL: func.func @uneven
-// CHECK: scf.forall (%{{.*}}) = (0) to (576) step (96)
+// CHECK: scf.forall (%{{.*}}, %{{.*}}) = (0, 0) to (%{{.*}}, 576) step (256, 96)
 // CHECK: linalg.matmul {{.*}} outs(%{{.*}} : tensor<?x96xf32>)
 func.func @uneven(%x: tensor<?x576xf32>, %w: tensor<576x576xf32>, %init: tensor<?x576xf32>) -> tensor<?x576xf32> {
   %r = linalg.matmul ins(%x, %w : tensor<?x576xf32>, tensor<576x576xf32>) outs(%init : tensor<?x576xf32>) -> tensor<?x576xf32>
   return %r : tensor<?x576xf32>
+}
+
+// -----
+
+// The rows are split too, row-block at a time: the threads get many equal
+// pieces (192 columns are only three blocks of 64, two of them on one of two
+// threads), and a block's partial sums stay in the caches between the passes
+// over its reduction. row-block=0 keeps whole columns of rows.
+// CHECK-LABEL: func.func @row_blocks
+// CHECK: scf.forall (%{{.*}}, %{{.*}}) = (0, 0) to (%{{.*}}, 192) step (256, 64)
+// CHECK: linalg.matmul {{.*}} outs(%{{.*}} : tensor<?x64xf32>)
+// WHOLE-LABEL: func.func @row_blocks
+// WHOLE: scf.forall (%{{.*}}) = (0) to (192) step (64)
+func.func @row_blocks(%x: tensor<?x576xf32>, %w: tensor<576x192xf32>, %init: tensor<?x192xf32>) -> tensor<?x192xf32> {
+  %r = linalg.matmul ins(%x, %w : tensor<?x576xf32>, tensor<576x192xf32>) outs(%init : tensor<?x192xf32>) -> tensor<?x192xf32>
+  return %r : tensor<?x192xf32>
 }

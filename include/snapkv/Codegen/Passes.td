@@ -102,6 +102,41 @@ def FuseElementwise : Pass<"snapkv-fuse-elementwise", "::mlir::func::FuncOp"> {
   ];
 }
 
+def PackWeights : Pass<"snapkv-pack-weights", "::mlir::func::FuncOp"> {
+  let summary = "Pack the weights of wide prefill matmuls into contiguous "
+                "column panels";
+  let description = [{
+    CPU code generation step of `--snapkv-cpu-pipeline`, run on tensors
+    before `snapkv-parallelize`. A `linalg.matmul` of f32 whose right-hand
+    operand is a static `[K, N]` matrix with `N >= min-columns` and `N` a
+    multiple of `panel`, and whose left-hand operand has more than one row (a
+    prefill's projection; a decode step's vector x matrix product reads each
+    weight once and is left alone), reads that matrix in panels of `panel`
+    columns: a register tile steps down K rows `N x 4` bytes apart, another
+    page at every step for Llama-3-8B's widths. The weight is copied into
+    `[N / panel, K, panel]` (each panel contiguous) and the product becomes a
+    `linalg.generic` over `(N / panel, M, panel, K)` that writes the result
+    through a reshape of its `[M, N]` init: the panels are the batch loop
+    that `snapkv-parallelize` gives to the threads. The rewriting is
+    upstream's (`linalg::pack`, `packTranspose`, `interchangeGenericOp`,
+    `lowerPack`; the result's pack and unpack, whole panels of its columns,
+    become `tensor.expand_shape` / `collapse_shape`); this pass picks the
+    matmuls. The copy costs one pass over the weight per call. The
+    sum over K is taken in the same order, so every result bit is the
+    unpacked product's.
+  }];
+  let options = [
+    Option<"panel", "panel", "int64_t", /*default=*/"64",
+           "Columns per packed panel (the register tile's width)">,
+    Option<"minColumns", "min-columns", "int64_t", /*default=*/"2048",
+           "Pack only weights at least this wide">
+  ];
+  let dependentDialects = [
+    "::mlir::linalg::LinalgDialect",
+    "::mlir::tensor::TensorDialect"
+  ];
+}
+
 def Parallelize : Pass<"snapkv-parallelize", "::mlir::func::FuncOp"> {
   let summary = "Split the linalg ops of a function body into parallel "
                 "tiles (scf.forall), contractions into cache blocks";
@@ -120,7 +155,12 @@ def Parallelize : Pass<"snapkv-parallelize", "::mlir::func::FuncOp"> {
       `columns` of that loop (the output features of a projection; halved,
       down to 64, until there are at least four blocks, then lowered to a
       multiple of 32 that divides the loop if it does not, so that every
-      block has the same static size). Its
+      block has the same static size), and its rows `row-block` at a time
+      (threads get many equal pieces: 192 columns are only three blocks of
+      64; and a block's partial sums stay in the caches between passes over
+      its reduction). A batch loop's producers that are transposes
+      (`snapkv-pack-weights`' weight panels) are fused into it, so that each
+      thread packs the panels it multiplies. Its
       innermost reduction is then tiled by `reduction-block` with `scf.for`,
       so that the part of the right-hand operand a thread works on stays in
       its caches while all rows pass over it. The blocks run in order and
@@ -161,7 +201,10 @@ def Parallelize : Pass<"snapkv-parallelize", "::mlir::func::FuncOp"> {
            "Reduction steps of a contraction per pass over its rows">,
     Option<"reductionParts", "reduction-parts", "int64_t", /*default=*/"8",
            "Parallel parts of a one-row contraction's reduction, at most "
-           "(0 or 1: split its columns instead)">
+           "(0 or 1: split its columns instead)">,
+    Option<"rowBlock", "row-block", "int64_t", /*default=*/"256",
+           "Rows of a contraction per parallel tile (0: whole columns of "
+           "rows)">
   ];
   let dependentDialects = [
     "::mlir::affine::AffineDialect",

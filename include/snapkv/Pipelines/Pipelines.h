@@ -81,6 +81,21 @@ struct CPUPipelineOptions : PassPipelineOptions<CPUPipelineOptions> {
                      "decode step's vector x matrix products), at most; 0 "
                      "splits its columns instead (snapkv-parallelize)"),
       llvm::cl::init(8)};
+  Option<bool> packWeights{
+      *this, "pack-weights",
+      llvm::cl::desc("Pack the weights of wide prefill matmuls into column "
+                     "panels (snapkv-pack-weights)"),
+      llvm::cl::init(true)};
+  Option<int64_t> columns{
+      *this, "columns",
+      llvm::cl::desc("Columns of a contraction per parallel tile, at most "
+                     "(snapkv-parallelize)"),
+      llvm::cl::init(1024)};
+  Option<int64_t> rowBlock{
+      *this, "row-block",
+      llvm::cl::desc("Rows per parallel tile of a prefill's contractions; "
+                     "0 keeps whole columns of rows (snapkv-parallelize)"),
+      llvm::cl::init(256)};
   Option<AssertMode> asserts{*this, "asserts", assertsDescription(),
                              llvm::cl::init(AssertMode::abort),
                              assertModeValues()};
