@@ -4,11 +4,12 @@
 // register tile of 64 columns steps through K rows N x 4 bytes apart, and for
 // Llama-3-8B's shapes (N = 4096 to 14336) every step lands on another page.
 // Packed into `[N / 64, K, 64]` panels, each tile's weights are contiguous
-// (3x faster at 4096 x 4096 on AVX-512, docs/benchmarks.md). Upstream does
-// the rewriting: linalg::pack, packTranspose (panels outermost),
-// interchangeGenericOp (panels as the batch loop snapkv-parallelize gives to
-// threads) and lowerPack (the weight's copy as expand_shape + transpose);
-// the result's pack is a reshape. This file only chooses which matmuls. See Passes.td.
+// (60 -> 140-161 GFLOP/s at Llama-3-8B's widths, docs/lowering.md). Upstream
+// does the rewriting: linalg::pack, packTranspose (panels outermost, for the
+// weight and the result), interchangeGenericOp (panels as the batch loop that
+// snapkv-parallelize gives to threads) and lowerPack (the weight's copy as
+// expand_shape + transpose). This file chooses the matmuls and writes the
+// result's unpack as one transpose. See Passes.td.
 //
 //===----------------------------------------------------------------------===//
 
@@ -128,10 +129,10 @@ struct PackWeightsPass : snapkv::impl::PackWeightsBase<PackWeightsPass> {
     SmallVector<OpFoldResult> sizes =
         tensor::getMixedSizes(rewriter, loc, unpack.getSource());
     SmallVector<OpFoldResult> shape = {sizes[1], sizes[0], sizes[2]};
-    auto expandedType = RankedTensorType::get(
-        {packedType.getDimSize(1), packedType.getDimSize(0),
-         packedType.getDimSize(2)},
-        packedType.getElementType());
+    auto expandedType = RankedTensorType::get({packedType.getDimSize(1),
+                                               packedType.getDimSize(0),
+                                               packedType.getDimSize(2)},
+                                              packedType.getElementType());
     // Every element is written: the destination's contents (the matmul's
     // zero fill) are not needed, only its shape.
     Value empty = tensor::EmptyOp::create(

@@ -164,10 +164,10 @@ struct ParallelizePass : snapkv::impl::ParallelizeBase<ParallelizePass> {
       return false;
     }
     linalg::LinalgOp tiled =
-        batchDim ? tileFusingPacks(rewriter, op,
-                                   getAsIndexOpFoldResult(ctx, sizes))
-                 : tile(rewriter, op, getAsIndexOpFoldResult(ctx, sizes),
-                        scf::SCFTilingOptions::LoopType::ForallOp);
+        batchDim
+            ? tileFusingPacks(rewriter, op, getAsIndexOpFoldResult(ctx, sizes))
+            : tile(rewriter, op, getAsIndexOpFoldResult(ctx, sizes),
+                   scf::SCFTilingOptions::LoopType::ForallOp);
     if (!tiled)
       return false;
     int64_t depth = tiled.getStaticLoopRanges()[*reduction];
