@@ -271,8 +271,10 @@ def header(machine_text, threads, started, model, steps, prefill_runs) -> str:
             f"greedy steps; prefill: median of {prefill_runs}.\n\n")
 
 
-def write_section(path: Path, text: str):
-    begin, end = f"<!-- {MARK}:begin -->", f"<!-- {MARK}:end -->"
+def write_section(path: Path, text: str, model: str = "smollm2-135m-instruct"):
+    # One section per model: SmolLM2's keeps the marker it always had.
+    mark = MARK if model == "smollm2-135m-instruct" else f"{MARK}:{model}"
+    begin, end = f"<!-- {mark}:begin -->", f"<!-- {mark}:end -->"
     doc = path.read_text()
     block = f"{begin}\n{text}\n{end}"
     if begin in doc and end in doc:
@@ -314,7 +316,7 @@ def main(argv=None) -> int:
                       data["steps"], data["prefill_runs"]) + table(data["results"], lengths)
         print(text)
         if args.write:
-            write_section(Path(args.write), text)
+            write_section(Path(args.write), text, data["model"])
         return 0
 
     from snapkv import models
@@ -348,7 +350,7 @@ def main(argv=None) -> int:
             machine=machine(), started=stamp, threads=args.threads, model=args.model,
             steps=args.steps, prefill_runs=args.prefill_runs, results=results), indent=2))
     if args.write:
-        write_section(Path(args.write), text)
+        write_section(Path(args.write), text, args.model)
     return 0
 
 
