@@ -88,53 +88,20 @@ def _prompt(model_dir: Path, length: int):
     return sample.ids
 
 
-def _worker_iree(model_dir: Path, ids, steps: int, runs: int, threads: int) -> dict:
+def _time_model(model, ids, steps: int, runs: int, build: float) -> dict:
+    """Prefill (median of `runs`) and greedy decode steps (median after one warm-up step) of
+    a CompiledModel or IreeModel."""
     import numpy as np
 
-    from snapkv import hf, iree_backend
-    from snapkv.frontend.checkpoint import Checkpoint
-
     length = len(ids)
-    start = time.perf_counter()
-    checkpoint = Checkpoint(model_dir)
-    lowered = iree_backend.lower_to_upstream(hf.export(checkpoint).text)
-    model = iree_backend.IreeModel.from_text(lowered, weights=checkpoint,
-                                             driver=iree_backend.TASK_DRIVER, workers=threads)
-    build = time.perf_counter() - start
     prefill = []
     for _ in range(runs):
         start = time.perf_counter()
         logits, caches = model.prefill(ids[None])
         prefill.append(time.perf_counter() - start)
     token = int(np.argmax(logits[0, -1]))
-    decode = []
-    for step in range(steps + 1):
-        start = time.perf_counter()
-        logits, caches = model.decode(token, length + step, caches)
-        decode.append(time.perf_counter() - start)
-        token = int(np.argmax(logits[0, -1]))
-    return dict(build_s=build, prefill_s=_median(prefill), decode_ms=_median(decode[1:]) * 1e3,
-                cache_rows=int(caches[0].shape[2]))
-
-
-def _worker_ours(model_dir: Path, ids, compact: bool, steps: int, runs: int) -> dict:
-    import numpy as np
-
-    from snapkv import hf
-
-    length = len(ids)
-    compaction = hf.Compaction(window=32, capacity=max(length // 8, 33), gqa="mean", kernel=5) \
-        if compact else None
-    start = time.perf_counter()
-    model = hf.load(model_dir, compaction)
-    build = time.perf_counter() - start
-    prefill = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        logits, caches = model.prefill(ids[None])
-        prefill.append(time.perf_counter() - start)
-    token = int(np.argmax(logits[0, -1]))
-    # Room for the steps, as generate() makes it: each step writes its row in place.
+    # Room for the steps, as generate() makes it: each step writes its row in place (IREE's
+    # decode returns new caches: the list as it is).
     caches = model.cache(caches, steps + 1)
     decode = []
     for step in range(steps + 1):
@@ -144,6 +111,29 @@ def _worker_ours(model_dir: Path, ids, compact: bool, steps: int, runs: int) -> 
         token = int(np.argmax(logits[0, -1]))
     return dict(build_s=build, prefill_s=_median(prefill), decode_ms=_median(decode[1:]) * 1e3,
                 cache_rows=int(caches[0].shape[2]))
+
+
+def _worker_iree(model_dir: Path, ids, steps: int, runs: int, threads: int) -> dict:
+    from snapkv import hf, iree_backend
+    from snapkv.frontend.checkpoint import Checkpoint
+
+    start = time.perf_counter()
+    checkpoint = Checkpoint(model_dir)
+    lowered = iree_backend.lower_to_upstream(hf.export(checkpoint).text)
+    model = iree_backend.IreeModel.from_text(lowered, weights=checkpoint,
+                                             driver=iree_backend.TASK_DRIVER, workers=threads)
+    return _time_model(model, ids, steps, runs, time.perf_counter() - start)
+
+
+def _worker_ours(model_dir: Path, ids, compact: bool, steps: int, runs: int) -> dict:
+    from snapkv import hf
+
+    length = len(ids)
+    compaction = hf.Compaction(window=32, capacity=max(length // 8, 33), gqa="mean", kernel=5) \
+        if compact else None
+    start = time.perf_counter()
+    model = hf.load(model_dir, compaction)
+    return _time_model(model, ids, steps, runs, time.perf_counter() - start)
 
 
 def _worker_torch(model_dir: Path, ids, attention: str, compiled: bool, steps: int,
