@@ -96,12 +96,14 @@ struct PackWeightsPass : snapkv::impl::PackWeightsBase<PackWeightsPass> {
             linalg::packTranspose(rewriter, pack, op,
                                   isInit ? unpack : linalg::UnPackOp(),
                                   /*outerPerm=*/{1, 0}, /*innerPerm=*/{});
-        if (failed(transposed))
-          continue;
-        op = transposed->transposedLinalgOp;
-        if (isInit)
-          unpack = transposed->transposedUnPackOp;
-        pack = transposed->transposedPackOp;
+        // Should it fail, the pack is still lowered (row-major panels: slower,
+        // still right); no linalg.pack is left for the pipeline.
+        if (succeeded(transposed)) {
+          op = transposed->transposedLinalgOp;
+          if (isInit)
+            unpack = transposed->transposedUnPackOp;
+          pack = transposed->transposedPackOp;
+        }
         rewriter.setInsertionPoint(pack);
         (void)linalg::lowerPack(rewriter, pack);
       }
@@ -119,10 +121,12 @@ struct PackWeightsPass : snapkv::impl::PackWeightsBase<PackWeightsPass> {
   /// lowerUnPack transposes into a new tensor and copies that into the
   /// destination: one more pass over the result).
   static void unpackInPlace(RewriterBase &rewriter, linalg::UnPackOp unpack) {
-    if (!unpack.getOuterDimsPerm().equals({1, 0}) ||
-        !unpack.getInnerDimsPos().equals({1}))
-      return;
     rewriter.setInsertionPoint(unpack);
+    if (!unpack.getOuterDimsPerm().equals({1, 0}) ||
+        !unpack.getInnerDimsPos().equals({1})) {
+      (void)linalg::lowerUnPack(rewriter, unpack);
+      return;
+    }
     Location loc = unpack.getLoc();
     SmallVector<ReassociationIndices> panels = {{0}, {1, 2}};
     auto packedType = cast<RankedTensorType>(unpack.getSourceType());
