@@ -43,9 +43,9 @@ from .runtime import DEFAULT_CFLAGS, CompiledModel, default_cache_dir
 from .tools import ToolError
 
 __all__ = ["Checkpoint", "CheckpointError", "Compaction", "Exported", "ExportOptions",
-           "export", "layer_functions", "load", "rewrite"]
+           "export", "extend_function", "layer_functions", "load", "rewrite"]
 
-PREFILL_LAYER, DECODE_LAYER = "prefill_layer", "decode_layer"
+PREFILL_LAYER, DECODE_LAYER, EXTEND_LAYER = "prefill_layer", "decode_layer", "extend_layer"
 EXPORT_PACKAGES = ("torch", "transformers", "torch-mlir")
 _FRONTEND = Path(__file__).resolve().parent / "frontend"
 
@@ -54,9 +54,11 @@ _FRONTEND = Path(__file__).resolve().parent / "frontend"
 class ExportOptions:
     """``attention``: the HF attention implementation traced, ``sdpa`` (HF's default) or
     ``eager``; ``logits``: ``last`` (prefill returns the last row, ``[1, 1, V]``) or ``all``
-    (``[1, L, V]``, e.g. for perplexity)."""
+    (``[1, L, V]``, e.g. for perplexity); ``extend``: also export ``@extend`` (a prompt chunk
+    over the caches so far), which chunked prefill needs."""
     attention: str = "sdpa"
     logits: str = "last"
+    extend: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +82,9 @@ class Compaction:
     budget: str = "uniform"
     pyramid_beta: int = 20
     floor: int = 0
+    # Chunked prefill (docs/semantics.md): the prompt fed `chunk` tokens at a time, the cache
+    # compacted after each chunk; 0: one-shot. Needs a module exported with extend.
+    chunk: int = 0
 
     def pass_options(self) -> str:
         options = (f"window={self.window} capacity={self.capacity} kernel={self.kernel} "
@@ -94,6 +99,8 @@ class Compaction:
             options += f" sinks={self.sinks}"
         if self.scoring == "random":
             options += f" seed={self.seed}"
+        if self.chunk:
+            options += f" chunk={self.chunk}"
         return options
 
 
@@ -168,7 +175,8 @@ def export(checkpoint: Union[Checkpoint, os.PathLike, str],
     from .frontend import hf_export
 
     text, meta = hf_export.export_text(
-        checkpoint, hf_export.ExportOptions(options.attention, options.logits), log=log)
+        checkpoint, hf_export.ExportOptions(options.attention, options.logits, options.extend),
+        log=log)
     hf_export.write(folder, text, meta)
     if log:
         log(f"exported module: {module}")
@@ -183,6 +191,14 @@ def layer_functions(text: str) -> Optional[Tuple[str, str]]:
         if PREFILL_LAYER in functions and DECODE_LAYER in functions else None
 
 
+def extend_function(text: str) -> Optional[str]:
+    """``"extend_layer"`` when the module has a per-layer chunk function (:func:`export` with
+    ``ExportOptions(extend=True)``), ``"extend"`` when it has a whole-model one, else None:
+    what ``snapkv-compress-kv-cache chunk=N`` needs as ``extend-func``."""
+    functions = interface.describe(text).functions
+    return next((name for name in (EXTEND_LAYER, "extend") if name in functions), None)
+
+
 def rewrite(text: str, compaction: Compaction = Compaction(), *, strict: bool = True,
             extra: Sequence[str] = ()) -> str:
     """`text` rewritten by ``snapkv-compress-kv-cache`` with `compaction` (on the layer
@@ -193,6 +209,8 @@ def rewrite(text: str, compaction: Compaction = Compaction(), *, strict: bool = 
     layers = layer_functions(text)
     if layers:
         options += f" prefill-func={layers[0]} decode-func={layers[1]}"
+    if compaction.chunk:
+        options += f" extend-func={extend_function(text) or 'extend'}"
     if strict:
         options += " strict=true"
     return tools.opt([f"--snapkv-compress-kv-cache={options}", *extra], text=text).stdout
@@ -210,6 +228,8 @@ def load(checkpoint: Union[Checkpoint, os.PathLike, str],
     to it. `in_place`: decode writes its caches in place (``CompiledModel``)."""
     if not isinstance(checkpoint, Checkpoint):
         checkpoint = Checkpoint(checkpoint)
+    if compaction is not None and compaction.chunk and not options.extend:
+        options = dataclasses.replace(options, extend=True)
     exports = Path(cache_dir).parent / "exports" if cache_dir is not None else None
     exported = export(checkpoint, options, cache_dir=exports, log=log)
     text = exported.text if compaction is None else rewrite(exported.text, compaction)

@@ -199,6 +199,23 @@ def layer_capacities(budget, window, capacity, layers, beta=20):
     return falling[::-1] if budget == "inverted-pyramid" else falling
 
 
+def chunk_bounds(length, chunk, minimum=1):
+    """Chunked prefill's chunks (docs/semantics.md, "Chunked prefill"): the ``(start, stop)``
+    of each chunk of a `length`-token prompt fed `chunk` tokens at a time, ``[0, chunk),
+    [chunk, 2 chunk), ...``; a last chunk shorter than `minimum` (the window: a chunk's last
+    `window` queries vote) joins the one before it."""
+    if length < 1 or chunk < 1 or minimum < 1:
+        raise ValueError(f"need length, chunk and minimum >= 1, got {length}, {chunk}, "
+                         f"{minimum}")
+    if chunk < minimum:
+        raise ValueError(f"chunk ({chunk}) is shorter than the window ({minimum})")
+    bounds = [(start, min(start + chunk, length)) for start in range(0, length, chunk)]
+    if len(bounds) > 1 and bounds[-1][1] - bounds[-1][0] < minimum:
+        last = bounds.pop()
+        bounds[-1] = (bounds[-1][0], last[1])
+    return bounds
+
+
 def random_keys(seed, batch, heads, prefix):
     """The ranking keys of scoring "random": the splitmix64 step of ((b * Hc + h) << 32 | j)
     xor seed * 0x9E3779B97F4A7C15, top 31 bits, plus 1 ([B, Hc, P] uint64 in [1, 2^31])."""

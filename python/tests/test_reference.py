@@ -385,3 +385,20 @@ def test_select_adaptive_packs_each_heads_rows():
         select_adaptive(q, k, v, window=2, capacity=6, floor=5)
     with pytest.raises(ValueError, match="scoring must be votes or prefix_votes"):
         select_adaptive(q, k, v, window=2, capacity=6, scoring="recent")
+
+
+def test_chunk_bounds():
+    """Chunked prefill's chunks: N at a time; a last chunk shorter than the window joins the
+    one before it; one chunk when the prompt fits."""
+    from snapkv.reference import chunk_bounds
+
+    assert chunk_bounds(100, 32, 8) == [(0, 32), (32, 64), (64, 100)]    # 4 < 8 joins
+    assert chunk_bounds(104, 32, 8) == [(0, 32), (32, 64), (64, 96), (96, 104)]
+    assert chunk_bounds(100, 32) == [(0, 32), (32, 64), (64, 96), (96, 100)]
+    assert chunk_bounds(32, 32, 8) == [(0, 32)]
+    assert chunk_bounds(20, 32, 8) == [(0, 20)]
+    assert chunk_bounds(35, 32, 8) == [(0, 35)]                            # 3 < 8 joins
+    with pytest.raises(ValueError, match=r"chunk \(4\) is shorter than the window \(8\)"):
+        chunk_bounds(100, 4, 8)
+    with pytest.raises(ValueError, match="need length, chunk and minimum >= 1"):
+        chunk_bounds(0, 32, 8)

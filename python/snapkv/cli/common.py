@@ -25,7 +25,7 @@ FIXTURE = "tiny_llama_dynamic.mlir"
 # The pass's own defaults (snapkv-compress-kv-cache; kernel 15 and gqa mean, not the published
 # method's 5 and expand: docs/eval.md, "The defaults"); the demo passes its small sizes.
 DEFAULTS = dict(window=32, capacity=1024, kernel=15, pooling="avg", gqa="mean",
-                order="position", budget="uniform", pyramid_beta=20, floor=0)
+                order="position", budget="uniform", pyramid_beta=20, floor=0, chunk=0)
 DEFAULT_PROMPT_LENGTH, DEFAULT_STEPS, DEFAULT_SEED = 96, 16, 0
 INT64_MAX = 2 ** 63 - 1
 FRONTEND_PACKAGES = {"torch": "torch", "transformers": "transformers", "torch_mlir": "torch-mlir"}
@@ -121,7 +121,8 @@ def export_checkpoint(directory: Path, args, quiet: bool) -> Source:
     from .. import hf
 
     checkpoint = load_checkpoint(directory)
-    options = hf.ExportOptions(attention=getattr(args, "attention", None) or "sdpa")
+    options = hf.ExportOptions(attention=getattr(args, "attention", None) or "sdpa",
+                               extend=bool(getattr(args, "chunk", 0)))
     try:
         exported = hf.export(checkpoint, options, log=None if quiet else
                              lambda m: progress(quiet, f"  {m}"), cache_dir=None)
@@ -279,6 +280,14 @@ def pass_options(args, strict: bool, text: str = "") -> str:
         options += f" prefill-func={prefill}"
     if decode is not None:
         options += f" decode-func={decode}"
+    if getattr(args, "chunk", 0):
+        from ..hf import extend_function
+
+        try:
+            extend = extend_function(text) if text else None
+        except tools.ToolFailed:
+            extend = None
+        options += f" chunk={args.chunk} extend-func={extend or 'extend'}"
     return options + (" strict=true" if strict else "")
 
 
@@ -294,9 +303,11 @@ def describe(options: dict) -> str:
         if options["budget"] == "adaptive" else \
         f", budget {options['budget']} (beta {options['pyramid_beta']}; capacity is the " \
         f"layers' mean)"
+    chunk = f", chunked prefill ({options['chunk']} tokens a chunk)" \
+        if options.get("chunk") else ""
     return (f"window {options['window']}, capacity {options['capacity']}, kernel "
             f"{options['kernel']}, pooling {options['pooling']}, gqa {options['gqa']}, order "
-            f"{options['order']}{budget}")
+            f"{options['order']}{budget}{chunk}")
 
 
 def option_dict(args) -> dict:
@@ -492,6 +503,13 @@ def compaction_parent(strict: bool = False) -> argparse.ArgumentParser:
                        default=DEFAULTS["pyramid_beta"], metavar="BETA",
                        help="with --budget pyramid: the top layer keeps (C - W) / BETA prefix "
                             "positions (at least 1), the bottom one twice the mean less that")
+    group.add_argument("--chunk", type=int_in(0, "--chunk"), default=DEFAULTS["chunk"],
+                       metavar="N",
+                       help="chunked prefill: feed the prompt N tokens at a time (N >= W) and "
+                            "compact the cache back to C after each chunk, so that the K/V held "
+                            "stay near C + N rows per head (docs/semantics.md, \"Chunked "
+                            "prefill\"); needs --gqa mean or max and --budget uniform. 0 (the "
+                            "default): one-shot prefill")
     if strict:
         group.add_argument("--strict", action="store_true",
                            help="a module the rewrite does not recognise with certainty is "
@@ -564,6 +582,15 @@ def check_window_capacity(args):
     if floor > args.capacity - args.window:
         raise CLIError(f"--floor ({floor}) must be at most --capacity - --window "
                        f"({args.capacity - args.window})")
+    chunk = getattr(args, "chunk", 0)
+    if chunk and chunk < args.window:
+        raise CLIError(f"--chunk ({chunk}) must be at least --window ({args.window}): a "
+                       f"chunk's last W queries vote")
+    if chunk and args.gqa == "expand":
+        raise CLIError("--chunk needs --gqa mean or max (with expand the caches a chunk "
+                       "extends would hold Hq heads)")
+    if chunk and getattr(args, "budget", "uniform") != "uniform":
+        raise CLIError("--chunk needs --budget uniform")
 
 
 # ---------------------------------------------------------------------------------------------

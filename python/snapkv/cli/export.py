@@ -45,6 +45,9 @@ def add_parser(commands, common_options):
     p.add_argument("--logits", choices=("last", "all"), default="last",
                    help="with --hf: prefill returns the last row's logits [1, 1, V] (what "
                         "generation needs) or every row's [1, L, V]")
+    p.add_argument("--extend", action="store_true",
+                   help="with --hf: also export @extend (a prompt chunk over the caches so far), "
+                        "which chunked prefill (--chunk of generate, compile and ledger) needs")
     p.add_argument("--out", type=Path, metavar="DIR",
                    help="where to write: with --hf, model.mlir and model.json (default: "
                         "<checkpoint name>-mlir in the current directory); otherwise "
@@ -197,7 +200,8 @@ def export_checkpoint(args) -> CheckpointExportResult:
     out = args.out if args.out is not None else Path(f"{checkpoint.path.name}-mlir")
     progress(args.quiet, f"exporting {common.show(args.hf)}: {checkpoint.describe()} ...")
     try:
-        exported = hf.export(checkpoint, hf.ExportOptions(args.attention, args.logits),
+        exported = hf.export(checkpoint, hf.ExportOptions(args.attention, args.logits,
+                                                          args.extend),
                              out=out, log=lambda m: progress(args.quiet, f"  {m}"))
     except hf.CheckpointError as error:
         raise CLIError(f"{common.show(args.hf)}: {error}") from None
@@ -212,9 +216,9 @@ def run(args) -> int:
     if args.hf is not None:
         emit(export_checkpoint(args), as_json=False)
         return 0
-    if args.attention != "sdpa" or args.logits != "last":
-        raise CLIError("--attention and --logits go with --hf (the bundled fixtures are eager "
-                       "attention, all logits)")
+    if args.attention != "sdpa" or args.logits != "last" or args.extend:
+        raise CLIError("--attention, --logits and --extend go with --hf (the bundled "
+                       "fixtures are eager attention, all logits)")
     dynamic = args.dynamic or not args.static
     static = args.static or not args.dynamic
     result = export_models(args.out if args.out is not None else common.models_dir(),

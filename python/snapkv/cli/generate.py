@@ -78,6 +78,7 @@ def greedy(model, ids, steps: int, *, forced: Optional[Sequence[int]] = None,
     start = time.perf_counter()
     logits, caches = model.prefill(ids)
     prefill_s = time.perf_counter() - start
+    held = dict(model.last_prefill or {})
     rows = [logits[0, -1]]
     tokens = [int(np.argmax(rows[0]))]
     caches = model.cache(caches, steps)  # room for the steps: each writes its row in place
@@ -95,7 +96,9 @@ def greedy(model, ids, steps: int, *, forced: Optional[Sequence[int]] = None,
             progress(quiet, f"  {label}: decode step {g + 1}/{steps}")
             last_report = time.perf_counter()
     return dict(tokens=tokens, logits=np.stack(rows), physical=physical, caches=caches,
-                prefill_s=prefill_s, decode_s=float(sum(step_s)), step_s=step_s)
+                prefill_s=prefill_s, decode_s=float(sum(step_s)), step_s=step_s,
+                chunks=len(held.get("chunks", [])) or 1,
+                peak_cache_bytes=held.get("peak_cache_bytes"))
 
 
 def _runs(full, compact, ids, steps, quiet):
@@ -127,13 +130,16 @@ class Run:
     cache_bytes: int     # the cache arrays after the run
     caches: int          # how many cache arrays
     shape: List[int]     # the first one's shape
+    chunks: int = 1      # prompt chunks prefill fed (--chunk)
+    peak_cache_bytes: Optional[int] = None  # K/V the runner held at once during prefill
 
     @classmethod
     def of(cls, run: dict) -> "Run":
         caches = run["caches"]
         return cls(run["tokens"], run["physical"], run["prefill_s"], run["step_s"],
                    sum(c.nbytes for c in caches), len(caches),
-                   list(caches[0].shape) if caches else [])
+                   list(caches[0].shape) if caches else [], run["chunks"],
+                   run["peak_cache_bytes"])
 
     @property
     def decode_s(self) -> float:
@@ -201,7 +207,10 @@ class GenerateResult(Result):
                                 max_logit_difference=self.max_logit_difference),
             ledger=self.ledger, ledger_note=self.ledger_note,
             measured=dict(full_bytes=full.cache_bytes, compacted_bytes=compacted.cache_bytes,
-                          compacted_allocated_bytes=self.compacted_allocated_bytes),
+                          compacted_allocated_bytes=self.compacted_allocated_bytes,
+                          prefill_chunks=dict(full=full.chunks, compacted=compacted.chunks),
+                          peak_prefill_cache_bytes=dict(full=full.peak_cache_bytes,
+                                                        compacted=compacted.peak_cache_bytes)),
             seconds=dict(rewrite=self.rewrite_s, compile_compacted=self.compile_s["compacted"],
                          compile_full=self.compile_s["full"],
                          compiled_from_cache=dict(compacted=self.from_cache["compacted"],
@@ -248,8 +257,12 @@ class GenerateResult(Result):
                   f"teacher-forced (the full run's tokens fed to both): same next token at "
                   f"{self.same_next} of {steps} decode steps, max |logit difference| "
                   f"{self.max_logit_difference:.3g}",
-                  "step 0 comes from prefill's logits, which the rewrite leaves unchanged; "
-                  "decode step g runs at logical position L+g-1 over min(L, C)+g-1 cached rows"]
+                  ("step 0 comes from the last chunk's logits: chunks after the first attend "
+                   "over the compacted cache, so prefill's logits may change; "
+                   if compacted.chunks > 1 else
+                   "step 0 comes from prefill's logits, which the rewrite leaves unchanged; ")
+                  + "decode step g runs at logical position L+g-1 over min(L, C)+g-1 cached "
+                    "rows"]
         if first is not None and self.bundled:
             lines.append("the bundled model has random weights: its attention is spread almost "
                          "evenly over the prompt (docs/gallery), so dropping positions changes "
@@ -259,7 +272,13 @@ class GenerateResult(Result):
         lines += ["", self.ledger_table] + ([self.ledger_note] if self.ledger_note else [])
         lines += [f"measured after the runs: full cache {full.cache_bytes:,} B "
                   f"({full.caches} x {full.shape}), compacted {compacted.cache_bytes:,} B "
-                  f"({compacted.caches} x {compacted.shape})", ""]
+                  f"({compacted.caches} x {compacted.shape})"]
+        if compacted.chunks > 1:
+            lines.append(f"chunked prefill: {compacted.chunks} chunks; the most K/V the runner "
+                         f"held at once (a chunk's caches in and out): "
+                         f"{compacted.peak_cache_bytes:,} B, against the full cache's "
+                         f"{full.peak_cache_bytes:,} B")
+        lines.append("")
 
         def compiled(which):
             return f"{self.compile_s[which]:.1f} s" + \

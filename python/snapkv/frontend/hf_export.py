@@ -20,12 +20,18 @@ which are only calls:
 * ``@decode_layer(h [1, 1, H], position [1] i64, k [1, Hkv, T, D], v, <layer weights>) ->
   (h', k' [1, Hkv, T+1, D], v')`` (private): one layer for one token at logical position
   ``position``, the new K/V appended to the cache (HF's ``DynamicCache``);
+* ``@extend_layer(h [1, N, H], position [1] i64, k [1, Hkv, T, D], v, <layer weights>) ->
+  (h', k' [1, Hkv, T+N, D], v')`` (private; only with ``ExportOptions(extend=True)``): one
+  layer for a prompt chunk of N tokens at logical positions ``position .. position+N-1`` over
+  a cache of T rows (causal within the chunk, every cached key visible), the chunk's K/V
+  appended: what chunked prefill feeds every chunk after the first;
 * ``@head(h [1, L, H], norm, lm_head) -> logits`` (private): the final norm and the LM head
   on the last row (``[1, 1, V]``; ``logits="all"``: every row, ``[1, L, V]``);
 * ``@prefill(ids [1, L], <every weight>) -> (logits, k0, v0, k1, v1, ...)`` and
   ``@decode(id [1, 1], position [1], k0, v0, ..., <every weight>) -> (logits [1, 1, V], k0',
   v0', ...)``: the entry points, calling ``@embed``, each layer function once per layer
-  (with that layer's weights) and ``@head``.
+  (with that layer's weights) and ``@head``; with ``extend=True`` also ``@extend(ids [1, N],
+  position [1], k0, v0, ..., <every weight>) -> (logits, k0', v0', ...)``.
 
 Every weight argument of the entry points carries ``{snapkv.weight = "<checkpoint tensor
 name>", bufferization.writable = false}``: the runner binds it from the checkpoint, and the
@@ -67,21 +73,23 @@ from .export import import_functions, versions
 from .model import persist_buffers
 
 FORMAT = "snapkv-hf-export 1"
-PREFILL_LAYER, DECODE_LAYER = "prefill_layer", "decode_layer"
+PREFILL_LAYER, DECODE_LAYER, EXTEND_LAYER = "prefill_layer", "decode_layer", "extend_layer"
 ATTENTION = ("sdpa", "eager")
 LOGITS = ("last", "all")
 # RoPE types whose frequencies are fixed by the config (traced once, exact for every length).
 STATIC_ROPE = ("default", "linear", "llama3")
-PRIVATE = ("embed", PREFILL_LAYER, DECODE_LAYER, "head")
+PRIVATE = ("embed", PREFILL_LAYER, DECODE_LAYER, EXTEND_LAYER, "head")
 
 
 @dataclasses.dataclass(frozen=True)
 class ExportOptions:
     """``attention``: HF's attention implementation traced (``sdpa``, HF's default, or
     ``eager``); ``logits``: ``last`` (prefill returns ``[1, 1, V]``, what generation needs) or
-    ``all`` (``[1, L, V]``, e.g. for perplexity)."""
+    ``all`` (``[1, L, V]``, e.g. for perplexity); ``extend``: also export ``@extend`` (a
+    prompt chunk over the caches so far: chunked prefill)."""
     attention: str = "sdpa"
     logits: str = "last"
+    extend: bool = False
 
     def check(self):
         if self.attention not in ATTENTION:
@@ -282,6 +290,21 @@ class _DecodeLayer(_PrefillLayer):
         return out.last_hidden_state, cache.layers[0].keys, cache.layers[0].values
 
 
+class _ExtendLayer(_PrefillLayer):
+    def forward(self, hidden, position, keys, values, *weights):
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.config)
+        cache.update(keys, values, 0)
+        # HF derives the mask's query rows from the cache's length (cache_position), RoPE
+        # from position_ids: the chunk's logical positions.
+        chunk = hidden.shape[1]
+        position_ids = (position + torch.arange(chunk)).reshape(1, chunk)
+        out = self.call(weights, inputs_embeds=hidden, position_ids=position_ids, cache=cache,
+                        use_cache=True)
+        return out.last_hidden_state, cache.layers[0].keys, cache.layers[0].values
+
+
 @dataclasses.dataclass
 class _Plan:
     """What the entry points pass: per piece, (checkpoint tensor name, transposed)."""
@@ -349,8 +372,9 @@ def _weight_attrs(ref: WeightRef) -> str:
             f'{transposed}}}')
 
 
-def _entry_points(text: str, plan: _Plan, logits: str) -> Tuple[str, List[WeightRef]]:
-    """The text of ``@prefill`` and ``@decode``: calls only."""
+def _entry_points(text: str, plan: _Plan, logits: str,
+                  extend: bool = False) -> Tuple[str, List[WeightRef]]:
+    """The text of ``@prefill`` and ``@decode`` (and ``@extend``): calls only."""
     embed_args, embed_results = _types(text, "embed")
     p_args, p_results = _types(text, PREFILL_LAYER)
     d_args, d_results = _types(text, DECODE_LAYER)
@@ -377,15 +401,23 @@ def _entry_points(text: str, plan: _Plan, logits: str) -> Tuple[str, List[Weight
         return (f"    {result} = call @{callee}({', '.join(operands)}) : "
                 f"({', '.join(arg_types)}) -> {shown}")
 
+    def layer_calls(callee, args, results, caches):
+        """`callee` once per layer, each on the last one's hidden state (with `caches`, also
+        on the position and that layer's cache arguments); and the last hidden state."""
+        calls, hidden = [], "%h"
+        for i, layer in enumerate(plan.layers):
+            extra = ["%position", f"%c{2 * i}", f"%c{2 * i + 1}"] if caches else []
+            calls.append(call(f"%l{i}:3", callee, [hidden, *extra] + [value[w] for w in layer],
+                              args, results))
+            hidden = f"%l{i}#0"
+        return calls, hidden
+
     logits_type = head_results[0]
     lines = [f"  func.func @prefill(\n      %ids: {ids_dyn},\n      {weights}) -> "
              f"({', '.join([logits_type] + [t for _ in range(n) for t in p_results[1:]])}) {{",
              call("%h", "embed", ["%ids", value[plan.embed]], embed_args, embed_results)]
-    hidden = "%h"
-    for i, layer in enumerate(plan.layers):
-        lines.append(call(f"%l{i}:3", PREFILL_LAYER, [hidden] + [value[w] for w in layer],
-                          p_args, p_results))
-        hidden = f"%l{i}#0"
+    calls, hidden = layer_calls(PREFILL_LAYER, p_args, p_results, caches=False)
+    lines += calls
     lines.append(call("%logits", "head", [hidden, value[plan.norm], value[plan.lm_head]],
                       head_args, head_results))
     returned = ["%logits"] + [f"%l{i}#{j}" for i in range(n) for j in (1, 2)]
@@ -401,12 +433,8 @@ def _entry_points(text: str, plan: _Plan, logits: str) -> Tuple[str, List[Weight
               f"    %ids = tensor.cast %id : tensor<1x1xi64> to {ids_dyn}",
               call("%e", "embed", ["%ids", value[plan.embed]], embed_args, embed_results),
               f"    %h = tensor.cast %e : {hidden_dyn} to {hidden_one}"]
-    hidden = "%h"
-    for i, layer in enumerate(plan.layers):
-        lines.append(call(f"%l{i}:3", DECODE_LAYER,
-                          [hidden, "%position", f"%c{2 * i}", f"%c{2 * i + 1}"]
-                          + [value[w] for w in layer], d_args, d_results))
-        hidden = f"%l{i}#0"
+    calls, hidden = layer_calls(DECODE_LAYER, d_args, d_results, caches=True)
+    lines += calls
     lines += [f"    %hd = tensor.cast {hidden} : {hidden_one} to {head_args[0]}",
               call("%logits_d", "head", ["%hd", value[plan.norm], value[plan.lm_head]],
                    head_args, head_results)]
@@ -416,6 +444,20 @@ def _entry_points(text: str, plan: _Plan, logits: str) -> Tuple[str, List[Weight
         last = "%logits"
     returned = [last] + [f"%l{i}#{j}" for i in range(n) for j in (1, 2)]
     lines += [f"    return {', '.join(returned)} : {', '.join(decode_types)}", "  }"]
+    if extend:
+        e_args, e_results = _types(text, EXTEND_LAYER)
+        caches = ",\n      ".join(f"%c{j}: {e_args[2 + j % 2]}" for j in range(2 * n))
+        extend_types = [logits_type] + [t for _ in range(n) for t in e_results[1:]]
+        lines += [f"  func.func @extend(\n      %ids: {ids_dyn},\n      %position: "
+                  f"{e_args[1]},\n      {caches},\n      {weights}) -> "
+                  f"({', '.join(extend_types)}) {{",
+                  call("%h", "embed", ["%ids", value[plan.embed]], embed_args, embed_results)]
+        calls, hidden = layer_calls(EXTEND_LAYER, e_args, e_results, caches=True)
+        lines += calls
+        lines.append(call("%logits", "head", [hidden, value[plan.norm], value[plan.lm_head]],
+                          head_args, head_results))
+        returned = ["%logits"] + [f"%l{i}#{j}" for i in range(n) for j in (1, 2)]
+        lines += [f"    return {', '.join(returned)} : {', '.join(extend_types)}", "  }"]
     return "\n".join(lines) + "\n", order
 
 
@@ -469,6 +511,16 @@ def export_text(checkpoint: Checkpoint, options: ExportOptions = ExportOptions()
          (h[:, :1], torch.tensor([example]), kv, kv.clone()) + layer_weights,
          {"hidden": None, "position": None, "keys": {2: cache}, "values": {2: cache},
           "weights": none}),
+    ]
+    if options.extend:
+        functions.append(
+            (EXTEND_LAYER, _ExtendLayer(stack, names, config, layer_transposed),
+             # A cache shorter than the chunk: equal example sizes could be traced as one.
+             (h, torch.tensor([example // 2]), kv[:, :, :example // 2].clone(),
+              kv[:, :, :example // 2].clone()) + layer_weights,
+             {"hidden": {1: length}, "position": None, "keys": {2: cache},
+              "values": {2: cache}, "weights": none}))
+    functions += [
         ("head", _Head(_HeadModule(inner.norm, model.lm_head), ["norm.weight",
                                                                  "lm_head.weight"],
                        options.logits == "last"),
@@ -478,7 +530,7 @@ def export_text(checkpoint: Checkpoint, options: ExportOptions = ExportOptions()
         log(f"tracing {checkpoint.describe()} (torch.export + torch-mlir FX importer) ...")
     with _offline():
         text = import_functions(functions)
-    entry, order = _entry_points(text, plan, options.logits)
+    entry, order = _entry_points(text, plan, options.logits, options.extend)
     text = _insert(text, entry)
     meta = metadata(checkpoint, config, options, max_positions, notes, order, head_dim)
     header = (f"// Generated by `snapkv export --hf` from {checkpoint.path.name}/ "
@@ -503,7 +555,8 @@ def metadata(checkpoint, config, options, max_positions, notes, order, head_dim)
         "notes": notes,
         "options": dataclasses.asdict(options),
         "functions": {"prefill": "prefill", "decode": "decode", "prefill_layer": PREFILL_LAYER,
-                      "decode_layer": DECODE_LAYER},
+                      "decode_layer": DECODE_LAYER}
+        | ({"extend": "extend", "extend_layer": EXTEND_LAYER} if options.extend else {}),
         "weights": [ref.name for ref in order],
         "transposed": [ref.name for ref in order if ref.transposed],
         "versions": versions(),

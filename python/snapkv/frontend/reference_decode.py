@@ -60,17 +60,11 @@ def _llama():
 # Prefill
 
 
-@torch.no_grad()
-def prefill(model, ids):
-    """Full-attention prefill with HF's forward and ``DynamicCache``.
-
-    Returns ``(logits [1, L, V], keys, values, queries)``: per layer the post-RoPE keys and the
-    values ``[1, Hkv, L, D]`` that the cache holds, and the post-RoPE queries ``[1, Hq, L, D]``.
-    The queries are recomputed from the attention module's own inputs (captured with a forward
-    pre-hook) with the same ops HF's ``LlamaAttention.forward`` uses, so they are bit-identical
-    to the tensor HF hands to its attention function."""
-    from transformers import DynamicCache
-
+def _forward_capturing(model, cache, **kwargs):
+    """HF's forward with `cache`, capturing every layer's post-RoPE queries ``[1, Hq, n, D]``,
+    recomputed from the attention module's own inputs (a forward pre-hook) with the same ops
+    HF's ``LlamaAttention.forward`` uses, so they are bit-identical to the tensor HF hands to
+    its attention function. Returns ``(logits, queries)``."""
     apply_rotary_pos_emb = _llama().apply_rotary_pos_emb
     layers = model.model.layers
     queries = [None] * len(layers)
@@ -89,14 +83,52 @@ def prefill(model, ids):
     handles = [layer.self_attn.register_forward_pre_hook(hook(i), with_kwargs=True)
                for i, layer in enumerate(layers)]
     try:
-        cache = DynamicCache(config=model.config)
-        out = model(input_ids=ids, cache=cache, use_cache=True)
+        out = model(cache=cache, use_cache=True, **kwargs)
     finally:
         for handle in handles:
             handle.remove()
-    keys = [cache.layers[i].keys.detach().clone() for i in range(len(layers))]
-    values = [cache.layers[i].values.detach().clone() for i in range(len(layers))]
-    return out.logits.detach(), keys, values, queries
+    return out.logits.detach(), queries
+
+
+@torch.no_grad()
+def prefill(model, ids):
+    """Full-attention prefill with HF's forward and ``DynamicCache``.
+
+    Returns ``(logits [1, L, V], keys, values, queries)``: per layer the post-RoPE keys and the
+    values ``[1, Hkv, L, D]`` that the cache holds, and the post-RoPE queries ``[1, Hq, L, D]``.
+    The queries are recomputed from the attention module's own inputs (captured with a forward
+    pre-hook) with the same ops HF's ``LlamaAttention.forward`` uses, so they are bit-identical
+    to the tensor HF hands to its attention function."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    logits, queries = _forward_capturing(model, cache, input_ids=ids)
+    layers = range(len(queries))
+    keys = [cache.layers[i].keys.detach().clone() for i in layers]
+    values = [cache.layers[i].values.detach().clone() for i in layers]
+    return logits, keys, values, queries
+
+
+@torch.no_grad()
+def extend(model, ids, position, keys, values):
+    """A prompt chunk ``ids [1, n]`` at logical positions ``position .. position + n - 1``
+    through HF's forward over per-layer caches ``keys``/``values`` ``[1, Hkv, T, D]`` (a
+    ``DynamicCache`` holding them: HF's mask shows every cached key and the chunk causally).
+
+    Returns ``(logits [1, n, V], keys, values, queries)`` like :func:`prefill`: the caches
+    with the chunk's K/V appended (``T + n`` rows) and the chunk's post-RoPE queries."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    for i, (k, v) in enumerate(zip(keys, values, strict=True)):
+        cache.update(k.clone(), v.clone(), i)
+    n = ids.shape[1]
+    position_ids = torch.arange(position, position + n, dtype=torch.long).reshape(1, n)
+    logits, queries = _forward_capturing(model, cache, input_ids=ids,
+                                         position_ids=position_ids)
+    layers = range(len(queries))
+    return (logits, [cache.layers[i].keys.detach().clone() for i in layers],
+            [cache.layers[i].values.detach().clone() for i in layers], queries)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -213,7 +245,7 @@ def greedy_decode(model, first_row, length, keys, values, steps, expanded):
 
 @torch.no_grad()
 def snapkv_generate(model, ids, steps, window, capacity, kernel=5, pooling="avg",
-                    gqa="expand", order="position", prefilled=None, floor=None):
+                    gqa="expand", order="position", prefilled=None, floor=None, chunk=None):
     """Prefill, SnapKV compaction, ``steps`` greedy decode steps. ``capacity``: one for every
     layer, or a list with each layer's (:func:`snapkv.reference.layer_capacities`).
     ``floor`` (an int): Ada-KV's shared budget instead
@@ -223,6 +255,13 @@ def snapkv_generate(model, ids, steps, window, capacity, kernel=5, pooling="avg"
 
     ``prefilled``: the result of :func:`prefill` for ``ids``, to share one prefill between
     several cache policies (it is not modified).
+
+    ``chunk``: chunked prefill (docs/semantics.md, "Chunked prefill"; uniform budgets and
+    ``gqa`` mean or max): the chunks of :func:`snapkv.reference.chunk_bounds`, the first
+    prefilled and compacted as above, each later one fed by :func:`extend` over the compacted
+    caches and the concatenation compacted with the chunk's last ``window`` queries.
+    ``selections`` and ``indices`` are then the last chunk's (rows of its concatenation), and
+    ``chunk_selections`` holds every chunk's.
 
     Returns a dict:
 
@@ -241,11 +280,28 @@ def snapkv_generate(model, ids, steps, window, capacity, kernel=5, pooling="avg"
     """
     ids = _as_ids(ids)
     length = ids.shape[1]
+    bounds = reference.chunk_bounds(length, chunk, window) if chunk else [(0, length)]
+    if len(bounds) > 1:
+        if floor is not None or isinstance(capacity, (list, tuple)) or gqa == "expand":
+            raise ValueError("chunked prefill takes one capacity, no floor and gqa mean/max")
+        logits, keys, values, queries = prefill(model, ids[:, :bounds[0][1]])
+        every = []
+        for start, stop in bounds[1:]:
+            sels = _compact(queries, keys, values, window, capacity, kernel, pooling, gqa, order)
+            every.append(sels)
+            keys = [torch.from_numpy(s.keys.copy()) for s in sels]
+            values = [torch.from_numpy(s.values.copy()) for s in sels]
+            logits, keys, values, queries = extend(model, ids[:, start:stop], start, keys,
+                                                   values)
+        prefilled = logits, keys, values, queries
+    else:
+        every = None
     logits, keys, values, queries = prefill(model, ids) if prefilled is None else prefilled
     selections, cache_k, cache_v = [], [], []
     capacities = capacity if isinstance(capacity, (list, tuple)) else [capacity] * len(keys)
     for q, k, v, layer_capacity in zip(queries, keys, values, capacities, strict=True):
-        window_queries = q[:, :, length - window:].numpy()
+        # The last `window` query rows: the prompt's, or the last chunk's.
+        window_queries = q[:, :, q.shape[2] - window:].numpy()
         if floor is not None:
             sel = reference.select_adaptive(window_queries, k.numpy(), v.numpy(), window,
                                             layer_capacity, floor, kernel, pooling, gqa)
@@ -265,6 +321,7 @@ def snapkv_generate(model, ids, steps, window, capacity, kernel=5, pooling="avg"
         logits=torch.stack(rows).numpy().astype(np.float32),
         indices=[s.indices for s in selections],
         **({"offsets": [s.offsets for s in selections]} if floor is not None else {}),
+        **({"chunk_selections": every + [selections]} if every is not None else {}),
         physical_lengths=physical,
         logical_lengths=[length + g for g in range(steps)],
         cache_heads=[len(k) if isinstance(k, list) else int(k.shape[1]) for k in cache_k],
@@ -272,6 +329,14 @@ def snapkv_generate(model, ids, steps, window, capacity, kernel=5, pooling="avg"
         keys=cache_k,
         values=cache_v,
     )
+
+
+def _compact(queries, keys, values, window, capacity, kernel, pooling, gqa, order):
+    """Each layer's :func:`snapkv.reference.select` of `keys`/`values` by its last `window`
+    query rows."""
+    return [reference.select(q[:, :, q.shape[2] - window:].numpy(), k.numpy(), v.numpy(),
+                             window, capacity, kernel, pooling, gqa, order)
+            for q, k, v in zip(queries, keys, values, strict=True)]
 
 
 @torch.no_grad()

@@ -19,6 +19,7 @@ import numpy as np
 
 from .. import interface, tools
 from ..frontend.checkpoint import bind_layout
+from ..reference import chunk_bounds
 from .build import DEFAULT_CFLAGS, compile_library
 from .glue import GlueRunner
 from .kvcache import KVCache, RaggedKVCache
@@ -93,11 +94,17 @@ def bind_weights(signatures, source):
     return arrays, []
 
 
+def _nbytes(arrays) -> int:
+    return sum(int(np.asarray(a).nbytes) for a in arrays)
+
+
 class CompiledModel:
     """A model module (``@prefill``, ``@decode``, see docs/model-ir.md) compiled to a ``.so``.
 
     ``prefill(ids)`` -> ``(logits [1, L, V], caches)``; ``decode(token, position, caches)`` ->
-    ``(logits [1, 1, V], caches)``. ``caches`` is the list of per-layer K/V arrays
+    ``(logits [1, 1, V], caches)``; with ``@extend`` (``snapkv export --hf`` with extend,
+    chunked prefill), ``prefill(ids, chunk=N)`` feeds the prompt N tokens at a time.
+    ``caches`` is the list of per-layer K/V arrays
     ``[k0, v0, k1, v1, ...]``, each ``[1, H, T, D]`` as the module returns them (H and T are
     whatever the module produces: after ``snapkv-compress-kv-cache`` prefill returns
     ``min(L, capacity)`` rows and, with ``gqa=expand``, Hq heads).
@@ -139,16 +146,26 @@ class CompiledModel:
         # budget=adaptive: prefill returns (keys, values, offsets) per layer, packed, and
         # decode appends to ragged buffers (RaggedKVCache).
         self.ragged = bool(self.in_place) and self.in_place.get("layout") == "ragged"
+        described = interface.describe(text)
+        # {chunk, window, function} when snapkv-compress-kv-cache made chunked prefill
+        # compact after every chunk: the default chunk of prefill().
+        self.chunked = described.attributes.get("snapkv.chunked_prefill")
+        entries = ("prefill", "decode") + (("extend",) if "extend" in described.functions
+                                           else ())
         self.prefill_signature = signature(text, "prefill")
         self.decode_signature = signature(text, "decode")
+        self.extend_signature = signature(text, "extend") if "extend" in entries else None
         self._check_signatures()
         self.weights, self.weight_notes = bind_weights(
-            (self.prefill_signature, self.decode_signature), weights)
+            tuple(sig for sig in (self.prefill_signature, self.decode_signature,
+                                  self.extend_signature) if sig is not None), weights)
+        # What the last prefill held (see `prefill`).
+        self.last_prefill: Optional[dict] = None
         # Where a text prompt's tokenizer is (generate(text=...)): the checkpoint's directory.
         self.checkpoint_dir = getattr(weights, "path", None)
         self.max_positions = max_positions
-        self._growth = {name: growth(text, name) for name in ("prefill", "decode")}
-        glue = [glue_function(text, name) for name in ("prefill", "decode")] \
+        self._growth = {name: growth(text, name) for name in entries}
+        glue = [glue_function(text, name) for name in entries] \
             if split_entry_points else [None]
         self.split = all(glue)
         if self.split:
@@ -161,20 +178,20 @@ class CompiledModel:
         self.library = compile_library(compiled, cache_dir=cache_dir, verbose=verbose,
                                        cflags=cflags, timeout=timeout, label=label)
         self._lib = ctypes.CDLL(str(self.library.path))
-        bound = {name: [self.weights[n] for n, _ in sig.weight_args] for name, sig in
-                 (("prefill", self.prefill_signature), ("decode", self.decode_signature))}
+        signatures = {"prefill": self.prefill_signature, "decode": self.decode_signature,
+                      "extend": self.extend_signature}
+        bound = {name: [self.weights[n] for n, _ in signatures[name].weight_args]
+                 for name in entries}
         if self.split:
             functions = {callee: CompiledFunction(self._lib, callee, signature(compiled, callee))
-                         for callee in dict.fromkeys(glue[0].callees + glue[1].callees)}
-            self._prefill = GlueRunner(glue[0], self.prefill_signature, functions,
-                                       bound["prefill"])
-            self._decode = GlueRunner(glue[1], self.decode_signature, functions,
-                                      bound["decode"])
+                         for callee in dict.fromkeys(c for g in glue for c in g.callees)}
+            runners = {name: GlueRunner(g, signatures[name], functions, bound[name])
+                       for name, g in zip(entries, glue)}
         else:
-            self._prefill = CompiledFunction(self._lib, "prefill", self.prefill_signature,
-                                             bound["prefill"])
-            self._decode = CompiledFunction(self._lib, "decode", self.decode_signature,
-                                            bound["decode"])
+            runners = {name: CompiledFunction(self._lib, name, signatures[name], bound[name])
+                       for name in entries}
+        self._prefill, self._decode = runners["prefill"], runners["decode"]
+        self._extend = runners.get("extend")
 
     @classmethod
     def from_file(cls, path: os.PathLike, **kwargs) -> "CompiledModel":
@@ -191,10 +208,11 @@ class CompiledModel:
             check_checkpoint(path, kwargs.get("weights"))
         return cls(text, **kwargs)
 
-    def check_limits(self, length: int, steps: int = 0):
+    def check_limits(self, length: int, steps: int = 0, prefill_length: Optional[int] = None):
         """Raise ResourceLimitError if a `length`-token prompt followed by `steps` decode steps
         would run past ``max_positions`` or needs more memory than is available, before
-        anything is allocated."""
+        anything is allocated. `prefill_length`: the tokens ``@prefill`` itself sees (the first
+        chunk of a chunked prefill; default `length`)."""
         if length < 1 or steps < 0:
             raise ValueError(f"need a prompt of >= 1 tokens and steps >= 0, got {length} and "
                              f"{steps}")
@@ -204,7 +222,8 @@ class CompiledModel:
                 f"a {length:,}-token prompt" + (f" and {steps:,} decode steps" if steps else "")
                 + f" reach position {last:,}, past the model's max_position_embeddings "
                 f"({self.max_positions:,}: positions 0..{self.max_positions - 1:,})")
-        check_memory(self._growth["prefill"], "prefill", length, f"a {length:,}-token prompt")
+        first = length if prefill_length is None else prefill_length
+        check_memory(self._growth["prefill"], "prefill", first, f"a {first:,}-token prompt")
         if steps:
             rows = length + steps  # an upper bound of the cache rows decode sees
             check_memory(self._growth["decode"], "decode", rows,
@@ -261,6 +280,11 @@ class CompiledModel:
                 da[0].elem != "i64" or da[1].elem != "i64":
             problems.append("@decode does not start with (id [B, 1] i64, position [1] i64)")
         caches = len(p.results) - 1
+        e = self.extend_signature
+        if e is not None and (len(e.inputs) != 2 + caches or len(e.results) != 1 + caches or
+                              e.inputs[0].rank != 2 or e.inputs[1].rank != 1):
+            problems.append(f"@extend does not take (ids [B, N], position [1], {caches} caches) "
+                            f"and return logits and {caches} caches")
         if self.ragged:
             # (id, position, [k, v] buffers per layer, rows [P, 2, B, Hc]) -> logits.
             pairs = caches // 3
@@ -302,15 +326,51 @@ class CompiledModel:
         # than dim size").
         check_token_ids(ids, self.vocab_size)
 
-    def prefill(self, ids) -> Tuple[np.ndarray, List[np.ndarray]]:
+    @property
+    def default_chunk(self) -> Optional[int]:
+        """The chunk the rewrite was made for (``snapkv-compress-kv-cache chunk=N``), or
+        None (one-shot prefill)."""
+        return self.chunked["chunk"] if self.chunked else None
+
+    def _chunks(self, length: int, chunk: Optional[int]) -> List[Tuple[int, int]]:
+        chunk = self.default_chunk if chunk is None else chunk
+        if chunk is None or length < 1:
+            return [(0, length)]
+        return chunk_bounds(length, chunk, self.chunked["window"] if self.chunked else 1)
+
+    def prefill(self, ids, chunk: Optional[int] = None) -> Tuple[np.ndarray, List[np.ndarray]]:
+        """``(logits, caches)`` of the prompt `ids`. With `chunk` (default:
+        :attr:`default_chunk`) and a prompt longer than it, the prompt is fed in chunks
+        (:func:`snapkv.reference.chunk_bounds`): the first through ``@prefill``, every
+        other one through ``@extend`` over the caches so far at its logical positions;
+        ``logits`` are the last chunk's. A rewrite with ``chunk=N`` compacts the caches
+        after every chunk (docs/semantics.md, "Chunked prefill"); the original model keeps
+        every row.
+
+        :attr:`last_prefill` then holds ``chunks`` (the bounds) and ``peak_cache_bytes``:
+        the most K/V bytes the runner held at once, counting a call's caches in and out
+        together (buffers inside a compiled call are not counted)."""
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         if ids.ndim == 1:
             ids = ids[None]
         self._check_ids(ids)
-        if ids.ndim == 2 and ids.shape[1]:
-            self.check_limits(ids.shape[1])
-        out = self._prefill(ids)
-        return out[0], out[1:]
+        length = ids.shape[1] if ids.ndim == 2 else 0
+        bounds = self._chunks(length, chunk)
+        if len(bounds) > 1 and self._extend is None:
+            raise ValueError("chunked prefill needs a module with @extend (export it with "
+                             "extend: `snapkv export --hf --extend`, hf.ExportOptions("
+                             "extend=True))")
+        if length:
+            self.check_limits(length, prefill_length=bounds[0][1])
+        out = self._prefill(ids[:, :bounds[0][1]])
+        logits, caches = out[0], out[1:]
+        peak = _nbytes(caches)
+        for start, stop in bounds[1:]:
+            out = self._extend(ids[:, start:stop], np.array([start], dtype=np.int64), *caches)
+            peak = max(peak, _nbytes(caches) + _nbytes(out[1:]))
+            logits, caches = out[0], out[1:]
+        self.last_prefill = dict(chunks=bounds, peak_cache_bytes=peak)
+        return logits, caches
 
     def decode(self, token: int, position: int, caches: Sequence[np.ndarray]):
         """One step: ``(logits [1, 1, V], caches)`` with the token's K/V appended.
@@ -365,13 +425,15 @@ class CompiledModel:
         return lengths[0] if len(set(lengths)) == 1 else lengths
 
     def generate(self, ids=None, steps: int = 16, *, text: Optional[str] = None,
-                 chat: bool = False) -> dict:
+                 chat: bool = False, chunk: Optional[int] = None) -> dict:
         """Greedy decoding: prefill, then `steps` decode steps.
 
         The prompt is `ids` or `text`, tokenised with the checkpoint's own tokenizer (exactly
         ``AutoTokenizer.from_pretrained(dir)(text).input_ids``; `chat` applies its chat
         template first; :mod:`snapkv.tokenizer`); with `text` the result also holds
         ``text`` (the decoded continuation) and ``ids`` (the prompt's ids).
+
+        `chunk`: chunked prefill (see :meth:`prefill`; default :attr:`default_chunk`).
 
         Token 0 is the argmax of prefill's last logits row. Decode step ``g`` (1-based) feeds
         token ``g - 1`` at logical position ``L + g - 1`` (L = prompt length; ``g - 1`` tokens
@@ -403,7 +465,7 @@ class CompiledModel:
             from .. import tokenizer
 
             prompt = tokenizer.encode(self.checkpoint_dir, text, chat=chat)
-            out = self.generate(prompt, steps)
+            out = self.generate(prompt, steps, chunk=chunk)
             out["ids"] = prompt
             out["text"] = tokenizer.decode(self.checkpoint_dir, out["tokens"])
             return out
@@ -413,8 +475,8 @@ class CompiledModel:
         if steps < 0:
             raise ValueError("steps must be >= 0")
         length = ids.shape[1]
-        self.check_limits(length, steps)
-        logits, caches = self.prefill(ids)
+        self.check_limits(length, steps, prefill_length=self._chunks(length, chunk)[0][1])
+        logits, caches = self.prefill(ids, chunk=chunk)
         caches = self.cache(caches, steps)
         rows = [logits[0, -1]]
         tokens = [int(np.argmax(rows[-1]))]

@@ -205,6 +205,22 @@ LogicalResult SnapKVDialect::verifyOperationAttribute(Operation *op,
                            "string reason, function and message, on a module");
     return success();
   }
+  if (name == "snapkv.chunked_prefill") {
+    auto record = dyn_cast<DictionaryAttr>(value);
+    auto chunk =
+        record ? dyn_cast_or_null<IntegerAttr>(record.get("chunk")) : nullptr;
+    auto window =
+        record ? dyn_cast_or_null<IntegerAttr>(record.get("window")) : nullptr;
+    auto function =
+        record ? dyn_cast_or_null<StringAttr>(record.get("function")) : nullptr;
+    if (!isa<ModuleOp>(op) || !chunk || !window || window.getInt() < 1 ||
+        chunk.getInt() < window.getInt() || !function ||
+        function.getValue().empty())
+      return op->emitError("snapkv.chunked_prefill must be a dictionary with "
+                           "integers chunk >= window >= 1 and a function "
+                           "name, on a module");
+    return success();
+  }
   if (name == "snapkv.exposed_scores") {
     auto list = dyn_cast<ArrayAttr>(value);
     if (!list || !llvm::all_of(list, llvm::IsaPred<StringAttr>))

@@ -1099,3 +1099,28 @@ std::optional<PositionValue> evaluate(Value value, unsigned depth) {
 std::optional<PositionValue> mlir::snapkv::evaluatePosition(Value value) {
   return evaluate(value, 0);
 }
+
+std::optional<PositionValue> mlir::snapkv::shiftedArange(Value value) {
+  value = withoutExpands(skipCopies(value));
+  if (isArange(value))
+    return PositionValue{PositionValue::Base::Zero, 0, {}};
+  auto generic = value.getDefiningOp<linalg::GenericOp>();
+  if (!generic || generic.getNumResults() != 1 ||
+      generic.getNumDpsInputs() != 1 || generic.getNumLoops() != 1 ||
+      !allParallel(generic) ||
+      !llvm::all_of(generic.getIndexingMapsArray(), isIdentity) ||
+      !isArange(generic.getDpsInputs()[0]))
+    return std::nullopt;
+  auto add = yielded<arith::AddIOp>(generic);
+  if (!add)
+    return std::nullopt;
+  Value shift;
+  if (isBlockArg(add.getLhs(), generic, 0))
+    shift = add.getRhs();
+  else if (isBlockArg(add.getRhs(), generic, 0))
+    shift = add.getLhs();
+  // The shift must be the same for every element: defined outside the body.
+  if (!shift || generic->isAncestor(shift.getParentBlock()->getParentOp()))
+    return std::nullopt;
+  return evaluatePosition(shift);
+}

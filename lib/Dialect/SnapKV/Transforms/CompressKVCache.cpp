@@ -76,6 +76,9 @@ enum class RefusalKind {
   LayerCopies,
   RaggedDecode,
   AdaptiveTooLarge,
+  NoExtendFunction,
+  ExtendQueryPositions,
+  SlidingWindowInExtend,
 };
 
 StringRef refusalFormat(RefusalKind kind) {
@@ -184,6 +187,15 @@ StringRef refusalFormat(RefusalKind kind) {
   case RefusalKind::AdaptiveTooLarge:
     return "budget=adaptive ranks a layer's (head, position) pairs together "
            "with 32-bit indices, but heads x {0} = {1} x {2} reaches 2^31 - 1";
+  case RefusalKind::NoExtendFunction:
+    return "no function with a body by this name (extend-func, which chunk=N "
+           "needs: a prompt chunk, its first position and the caches in)";
+  case RefusalKind::ExtendQueryPositions:
+    return "the mask's query positions are not `cache length + row` (the "
+           "chunk's queries must follow every cached key)";
+  case RefusalKind::SlidingWindowInExtend:
+    return "the mask hides keys outside a sliding window of {0} positions, "
+           "which the compacted cache's positions cannot be checked against";
   }
   llvm_unreachable("unknown RefusalKind");
 }
@@ -269,6 +281,12 @@ StringRef refusalCode(RefusalKind kind) {
     return "ragged-decode";
   case RefusalKind::AdaptiveTooLarge:
     return "adaptive-too-large";
+  case RefusalKind::NoExtendFunction:
+    return "no-extend-function";
+  case RefusalKind::ExtendQueryPositions:
+    return "extend-query-positions";
+  case RefusalKind::SlidingWindowInExtend:
+    return "sliding-window-in-extend";
   }
   llvm_unreachable("unknown RefusalKind");
 }
@@ -504,7 +522,7 @@ analysePrefill(func::FuncOp func, int64_t window, Refusal &refusal) {
 /// The cache argument and appended token of `append = concat(cache, new)`.
 LogicalResult matchAppend(Value source, func::ReturnOp ret,
                           tensor::ConcatOp &append, BlockArgument &cache,
-                          unsigned &result, Refusal &refusal) {
+                          unsigned &result, Refusal &refusal, bool oneRow) {
   append = source.getDefiningOp<tensor::ConcatOp>();
   if (!append || append.getDim() != 2 || append.getInputs().size() != 2)
     return refuseWith(refusal, RefusalKind::NotCacheAppend);
@@ -512,7 +530,7 @@ LogicalResult matchAppend(Value source, func::ReturnOp ret,
   if (!cache || cache.getOwner()->getParentOp() != ret->getParentOp())
     return refuseWith(refusal, RefusalKind::AppendNotFromArgument);
   auto token = cast<RankedTensorType>(append.getInputs()[1].getType());
-  if (!token.hasStaticShape() || token.getDimSize(2) != 1)
+  if (oneRow && (!token.hasStaticShape() || token.getDimSize(2) != 1))
     return refuseWith(refusal, RefusalKind::AppendedTokenNotOneRow);
   std::optional<unsigned> index = resultIndex(ret, append.getResult());
   if (!index)
@@ -600,24 +618,34 @@ LogicalResult checkRopePositions(func::FuncOp func,
   return success();
 }
 
-FailureOr<SmallVector<DecodeLayer>> analyseDecode(func::FuncOp func,
-                                                  Refusal &refusal) {
+/// `m`'s keys and values as appends to cache arguments (decode's one row, or
+/// a prompt chunk's rows), each returned and read only by the attention.
+LogicalResult matchAppends(const AttentionMatch &m, func::ReturnOp ret,
+                           DecodeLayer &d, Refusal &refusal, bool oneRow) {
+  d.attention = m;
+  if (failed(matchAppend(m.keys.source, ret, d.keyAppend, d.keyCache,
+                         d.keyResult, refusal, oneRow)) ||
+      failed(matchAppend(m.values.source, ret, d.valueAppend, d.valueCache,
+                         d.valueResult, refusal, oneRow)))
+    return failure();
+  return success(succeeded(checkAppendUses(d.keyAppend, m.keys, refusal)) &&
+                 succeeded(checkAppendUses(d.valueAppend, m.values, refusal)));
+}
+
+/// The attentions of `func`, each over appends to its cache arguments
+/// (matchAppends), and the set of those arguments.
+FailureOr<SmallVector<DecodeLayer>> appendLayers(func::FuncOp func, bool oneRow,
+                                                 llvm::DenseSet<Value> &caches,
+                                                 Refusal &refusal) {
   func::ReturnOp ret;
   FailureOr<SmallVector<AttentionMatch>> attentions =
       findLayers(func, ret, refusal);
   if (failed(attentions))
     return failure();
   SmallVector<DecodeLayer> layers;
-  llvm::DenseSet<Value> caches;
   for (auto [layer, m] : llvm::enumerate(*attentions)) {
     DecodeLayer d;
-    d.attention = m;
-    if (failed(matchAppend(m.keys.source, ret, d.keyAppend, d.keyCache,
-                           d.keyResult, refusal)) ||
-        failed(matchAppend(m.values.source, ret, d.valueAppend, d.valueCache,
-                           d.valueResult, refusal)) ||
-        failed(checkAppendUses(d.keyAppend, m.keys, refusal)) ||
-        failed(checkAppendUses(d.valueAppend, m.values, refusal))) {
+    if (failed(matchAppends(m, ret, d, refusal, oneRow))) {
       refusal.layer = layer;
       return failure();
     }
@@ -625,6 +653,17 @@ FailureOr<SmallVector<DecodeLayer>> analyseDecode(func::FuncOp func,
     caches.insert(d.valueCache);
     layers.push_back(d);
   }
+  return layers;
+}
+
+FailureOr<SmallVector<DecodeLayer>> analyseDecode(func::FuncOp func,
+                                                  Refusal &refusal) {
+  llvm::DenseSet<Value> caches;
+  FailureOr<SmallVector<DecodeLayer>> found =
+      appendLayers(func, /*oneRow=*/true, caches, refusal);
+  if (failed(found))
+    return failure();
+  SmallVector<DecodeLayer> layers = std::move(*found);
   for (auto [index, d] : llvm::enumerate(layers)) {
     auto layer = static_cast<unsigned>(index);
     const AttentionMatch &m = d.attention;
@@ -661,6 +700,43 @@ FailureOr<SmallVector<DecodeLayer>> analyseDecode(func::FuncOp func,
     }
     if (!atEnd)
       return refuseWith(refusal, RefusalKind::DecodeMaskPosition, {}, layer);
+  }
+  if (failed(checkRopePositions(func, caches, refusal)))
+    return failure();
+  return layers;
+}
+
+/// A prompt chunk's layers (chunked prefill): each attention reads
+/// `concat(cache argument, chunk)` and returns it, as decode does for one
+/// token, under a causal mask whose query rows sit at `cache length + row`.
+/// Its physical mask stays exact over a compacted cache (every cached key
+/// precedes the chunk), so only the returned K/V change, as in prefill: the
+/// result is prefill's layer form, the select reading the whole append.
+FailureOr<SmallVector<PrefillLayer>> analyseExtend(func::FuncOp func,
+                                                   Refusal &refusal) {
+  llvm::DenseSet<Value> caches;
+  FailureOr<SmallVector<DecodeLayer>> appends =
+      appendLayers(func, /*oneRow=*/false, caches, refusal);
+  if (failed(appends))
+    return failure();
+  SmallVector<PrefillLayer> layers;
+  for (auto [index, d] : llvm::enumerate(*appends)) {
+    auto layer = static_cast<unsigned>(index);
+    const AttentionMatch &m = d.attention;
+    MaskMismatch maskFailure;
+    FailureOr<CausalMask> mask = matchCausalMask(m, maskFailure);
+    if (failed(mask))
+      return refuseMask(refusal, maskFailure, layer);
+    if (mask->window)
+      return refuseWith(refusal, RefusalKind::SlidingWindowInExtend,
+                        {std::to_string(*mask->window)}, layer);
+    std::optional<PositionValue> query =
+        mask->queryIsRow ? shiftedArange(mask->queryPositions) : std::nullopt;
+    if (!query || query->base != PositionValue::Base::CacheLength ||
+        query->offset != 0 ||
+        (query->argument != d.keyCache && query->argument != d.valueCache))
+      return refuseWith(refusal, RefusalKind::ExtendQueryPositions, {}, layer);
+    layers.push_back({m, d.keyResult, d.valueResult});
   }
   if (failed(checkRopePositions(func, caches, refusal)))
     return failure();
@@ -1067,6 +1143,20 @@ struct CompressKVCachePass
             "budget=uniform (a pyramid layer may keep fewer than the sinks)";
     else if (prefillFunc.empty())
       bad = "prefill-func must name a function";
+    else if (chunk < 0)
+      bad = "chunk must be >= 0 (got " + std::to_string(chunk) + ")";
+    else if (chunk > 0 && chunk < window)
+      bad = "chunk must be at least the window: a chunk's last `window` "
+            "queries vote (got chunk=" +
+            std::to_string(chunk) + ", window=" + std::to_string(window) + ")";
+    else if (chunk > 0 && gqa == GqaPolicy::expand)
+      bad = "chunk needs gqa=mean or gqa=max: with expand the caches a chunk "
+            "extends would hold Hq heads";
+    else if (chunk > 0 && budget != BudgetPolicy::uniform)
+      bad = "chunk needs budget=uniform (per-layer and per-head budgets are "
+            "not available with chunked prefill)";
+    else if (chunk > 0 && extendFunc.empty())
+      bad = "chunk needs extend-func to name a function";
     // At a location, not on the module op, which mlir-opt would print whole.
     if (!bad.empty())
       return emitError(module.getLoc()) << "snapkv-compress-kv-cache: " << bad;
@@ -1103,7 +1193,8 @@ struct CompressKVCachePass
   }
 
   void rewritePrefill(func::FuncOp func, ArrayRef<PrefillLayer> layers,
-                      ArrayRef<int64_t> layerCapacity) {
+                      ArrayRef<int64_t> layerCapacity,
+                      StringRef what = "the prompt") {
     func::ReturnOp ret = soleReturn(func);
     OpBuilder b(ret);
     // budget=adaptive: the offsets to return after each layer's values.
@@ -1119,9 +1210,9 @@ struct CompressKVCachePass
         Value w = arith::ConstantIndexOp::create(b, loc, window);
         Value enough =
             arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, length, w);
-        cf::AssertOp::create(
-            b, loc, enough,
-            "snapkv: the prompt is shorter than the observation window");
+        cf::AssertOp::create(b, loc, enough,
+                             "snapkv: " + what.str() +
+                                 " is shorter than the observation window");
         start = arith::SubIOp::create(b, loc, length, w).getResult();
       } else {
         start = b.getIndexAttr(qType.getDimSize(2) - window);
@@ -1407,6 +1498,34 @@ struct CompressKVCachePass
       rewriteRagged(module);
       return;
     }
+    // Chunked prefill: the extend function is analysed before anything
+    // changes and rewritten after prefill and decode were.
+    func::FuncOp extend;
+    SmallVector<PrefillLayer> extendLayers;
+    CallSites extendCalls;
+    if (chunk > 0) {
+      extend = module.lookupSymbol<func::FuncOp>(extendFunc);
+      Refusal refusal;
+      if (!extend || extend.isExternal()) {
+        refuse(module, extendFunc,
+               Refusal{RefusalKind::NoExtendFunction, {}, {}, {}, {}});
+        return;
+      }
+      FailureOr<SmallVector<PrefillLayer>> layers =
+          analyseExtend(extend, refusal);
+      FailureOr<CallSites> calls = failure();
+      if (succeeded(layers))
+        calls = analyseCallers(
+            module, extend,
+            prefillChange(*layers, gqa, capacities(layers->size()), false),
+            {extend}, refusal);
+      if (failed(calls)) {
+        refuse(extend, extendFunc, refusal);
+        return;
+      }
+      extendLayers = std::move(*layers);
+      extendCalls = std::move(*calls);
+    }
     bool done = false;
     if (budget == BudgetPolicy::pyramid ||
         budget == BudgetPolicy::inverted_pyramid) {
@@ -1419,6 +1538,18 @@ struct CompressKVCachePass
         failed(rewritePair(module, prefillFunc, decodeFunc,
                            [&](size_t layers) { return capacities(layers); })))
       return;
+    if (extend) {
+      rewritePrefill(extend, extendLayers, capacities(extendLayers.size()),
+                     "a prefill chunk");
+      updateCallers(extend, extendCalls);
+      Builder b(&getContext());
+      module->setAttr(
+          kChunkedPrefillAttrName,
+          b.getDictionaryAttr(
+              {b.getNamedAttr("chunk", b.getI64IntegerAttr(chunk)),
+               b.getNamedAttr("window", b.getI64IntegerAttr(window)),
+               b.getNamedAttr("function", b.getStringAttr(extendFunc))}));
+    }
     if (failed(verify(module))) {
       emitError(module.getLoc())
           << "snapkv-compress-kv-cache produced invalid IR (a bug: please "

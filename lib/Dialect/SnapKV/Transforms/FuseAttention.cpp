@@ -72,6 +72,17 @@ struct Alignment {
   int64_t offset = 0;
 };
 
+/// Row 0 at an integer argument (a scalar or one-element tensor) plus a
+/// constant.
+static std::optional<Alignment> argumentAlignment(const PositionValue &query) {
+  Type type = query.argument.getType();
+  if (auto tensor = dyn_cast<RankedTensorType>(type))
+    type = tensor.getElementType();
+  if (!type.isSignlessInteger() && !type.isIndex())
+    return std::nullopt;
+  return Alignment{false, query.argument, false, query.offset};
+}
+
 /// A decode step's alignment: its one query's position, when the mask
 /// compares the keys' positions with the length of the cache the keys append
 /// to (`tensor.dim` of the cache, or the static length: every key is
@@ -100,14 +111,30 @@ static std::optional<Alignment> decodeAlignment(const AttentionMatch &m,
       return Alignment{};
     return std::nullopt;
   }
-  case PositionValue::Base::Argument: {
-    Type type = query->argument.getType();
-    if (auto tensor = dyn_cast<RankedTensorType>(type))
-      type = tensor.getElementType();
-    if (!type.isSignlessInteger() && !type.isIndex())
-      return std::nullopt;
-    return Alignment{false, query->argument, false, query->offset};
+  case PositionValue::Base::Argument:
+    return argumentAlignment(*query);
   }
+  return std::nullopt;
+}
+
+/// A prompt chunk's alignment (chunked prefill): query row i at position
+/// `s + i` where `s` is a cache argument's length (HuggingFace's
+/// cache_position) or an integer argument, plus a constant. snapkv.attention
+/// gets `s` plus the constant as its offset, which is exact whatever the keys
+/// are.
+static std::optional<Alignment> chunkAlignment(const CausalMask &mask) {
+  if (!mask.queryIsRow || mask.window)
+    return std::nullopt;
+  std::optional<PositionValue> query = shiftedArange(mask.queryPositions);
+  if (!query)
+    return std::nullopt;
+  switch (query->base) {
+  case PositionValue::Base::CacheLength:
+    return Alignment{false, query->argument, true, query->offset};
+  case PositionValue::Base::Argument:
+    return argumentAlignment(*query);
+  case PositionValue::Base::Zero:
+    return std::nullopt;
   }
   return std::nullopt;
 }
@@ -128,6 +155,8 @@ static std::optional<Alignment> fusable(const AttentionMatch &m) {
     return std::nullopt;
   if (isPromptSelfAttention(m, *mask))
     return Alignment{};
+  if (std::optional<Alignment> chunk = chunkAlignment(*mask))
+    return chunk;
   return decodeAlignment(m, *mask);
 }
 

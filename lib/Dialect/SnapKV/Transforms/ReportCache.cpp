@@ -173,8 +173,18 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
     SmallVector<Row> rows;
     uint64_t totalFull = 0, totalCompacted = 0;
     CallCounts calls(getOperation());
+    // Chunked prefill's extend function compacts the same caches again after
+    // each chunk: its selects are not more layers.
+    StringRef extend;
+    if (auto chunked = getOperation()->getAttrOfType<DictionaryAttr>(
+            kChunkedPrefillAttrName))
+      if (auto name = chunked.getAs<StringAttr>("function"))
+        extend = name.getValue();
     WalkResult walk = getOperation().walk([&](Operation *op) {
       if (!isa<SelectOp, SelectAdaptiveOp>(op))
+        return WalkResult::advance();
+      if (auto func = op->getParentOfType<func::FuncOp>();
+          func && !extend.empty() && func.getName() == extend)
         return WalkResult::advance();
       // A select in a function called once per layer is one row per call.
       uint64_t repeats = 1;

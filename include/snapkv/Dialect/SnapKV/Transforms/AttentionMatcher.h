@@ -164,6 +164,13 @@ struct PositionValue {
 /// function arguments themselves. std::nullopt when anything else is involved.
 std::optional<PositionValue> evaluatePosition(Value value);
 
+/// Positions `base + 0, base + 1, ...` along a 1-D tensor: an arange (base
+/// 0) or an elementwise `arange + s` with `s` a scalar that
+/// `evaluatePosition` understands (through expand_shape). std::nullopt
+/// otherwise. A prompt chunk's queries after a cache of T rows are at
+/// `arange + T`.
+std::optional<PositionValue> shiftedArange(Value value);
+
 } // namespace mlir::snapkv
 
 #endif // SNAPKV_DIALECT_SNAPKV_TRANSFORMS_ATTENTIONMATCHER_H

@@ -13,6 +13,11 @@ namespace mlir::snapkv {
 /// refused: `{reason = "<code>", function = "<name>", message = "..."}`, plus
 /// `layer` for per-layer reasons (docs/model-rewrite.md lists the codes).
 constexpr llvm::StringLiteral kRefusalAttrName = "snapkv.refusal";
+/// `{chunk = N, window = W, function = "<extend-func>"}`:
+/// snapkv-compress-kv-cache rewrote the module for chunked prefill of N
+/// tokens per chunk.
+constexpr llvm::StringLiteral kChunkedPrefillAttrName =
+    "snapkv.chunked_prefill";
 
 /// What `snapkv-report-cache` prints (its `format` option).
 enum class ReportFormat { table, json };

@@ -212,7 +212,11 @@ def FuseAttention : Pass<"snapkv-fuse-attention", "::mlir::func::FuncOp"> {
       input), plus a constant. That value becomes the op's `offset`, so that
       keys past it stay hidden whatever the caller passes;
     * a decode step without a mask (as `snapkv-compress-kv-cache` leaves
-      it): every key is visible.
+      it): every key is visible;
+    * a prompt chunk over a cache (chunked prefill): the mask compares the
+      keys' positions with `s + row`, `s` a cache's length (HuggingFace's
+      `cache_position`) or an integer argument, plus a constant; `s` plus
+      the constant becomes the op's `offset`.
 
     A sliding window (narrower than a static prompt, dynamic, or in a decode
     step), softcapping or anything else the matcher does not recognise is
@@ -413,6 +417,22 @@ def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
       `snapkv.ragged_attention` over each head's rows plus the new one. The
       caches are no longer results.
 
+    `chunk=N` (chunked prefill, docs/semantics.md "Chunked prefill") also
+    rewrites `extend-func`, a function that feeds a prompt chunk through the
+    layers over the caches so far (the chunk's hidden states or ids, its
+    first logical position and per-layer K/V in; each layer's
+    `concat(cache, chunk K/V)` returned, as decode returns its append; a
+    causal mask whose query rows sit at `cache length + row`; RoPE from the
+    position argument). Its K/V results become a `snapkv.select` over that
+    concatenation with the chunk's last `window` queries, exactly as
+    prefill's: the physical mask stays right over a compacted cache (every
+    cached key precedes the chunk). The module gets
+    `snapkv.chunked_prefill = {chunk = N, window = W, function =
+    "<extend-func>"}` for
+    the runner, which feeds the first chunk to prefill and the others to the
+    extend entry point. `chunk` must be at least `window`; `gqa=expand` and
+    per-layer or per-head budgets are not available with it.
+
     A packed cache has no functional append, so `budget=adaptive` needs a
     decode that `snapkv-append-in-place` could rewrite (caches of dynamic
     length, read only by their append and run-time checks); otherwise the
@@ -509,6 +529,14 @@ def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
     Option<"decodeFunc", "decode-func", "std::string",
            /*default=*/"\"decode\"",
            "Name of the decode function (empty: rewrite prefill only)">,
+    Option<"chunk", "chunk", "int64_t", /*default=*/"0",
+           "Chunked prefill: the prompt is fed `chunk` tokens at a time "
+           "(at least `window`) and the cache compacted back to `capacity` "
+           "after each chunk; needs `extend-func` (0: one-shot prefill)">,
+    Option<"extendFunc", "extend-func", "std::string",
+           /*default=*/"\"extend\"",
+           "chunk=N: name of the function that extends the caches by a "
+           "prompt chunk (chunk, its first position and the caches in)">,
     Option<"strict", "strict", "bool", /*default=*/"false",
            "Refusing to rewrite is an error instead of a warning">
   ];

@@ -1,0 +1,185 @@
+"""Chunked prefill (docs/semantics.md, "Chunked prefill"), end to end on a save_pretrained
+Llama (the checkpoint of test_hf_models.py: random weights, seed 0, 2 layers, 4 query / 2 kv
+heads, head_dim 128), exported with ``@extend`` and compiled:
+
+* the original model fed in chunks computes what it computes in one go: the same tokens, and
+  logits and caches to rounding (bit for bit on this model);
+* ``chunk >= L`` with ``snapkv-compress-kv-cache chunk=N`` is one-shot SnapKV bit for bit (the
+  same ``@prefill`` runs);
+* ``chunk < L``: the compiled model generates the tokens of the PyTorch reference of chunked
+  SnapKV (``reference_decode.snapkv_generate(chunk=N)``: HF's forward over the compacted
+  caches at logical positions, the numpy selection after every chunk), logits within 1e-4,
+  and its caches after prefill are the reference's; it differs from one-shot SnapKV there, so
+  the comparison sees the chunking;
+* ``snapkv generate --chunk`` reports the chunks and the K/V the runner held;
+* bad combinations are clear errors.
+"""
+
+import json
+
+import numpy as np
+import pytest
+from conftest import require_aot_tools
+
+from snapkv import hf, runtime, tools
+
+pytestmark = pytest.mark.slow
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("torch_mlir")
+
+from test_hf_models import FAMILIES, checkpoint_dir, hf_model, snapkv_cli  # noqa: E402
+
+from snapkv.frontend import reference_decode  # noqa: E402  (needs torch)
+
+L, WINDOW, CAPACITY, CHUNK, STEPS = 100, 8, 40, 32, 8
+KERNEL, GQA = 5, "mean"
+# Chunks (0, 32), (32, 64), (64, 100): the last 4 tokens are fewer than the window and join.
+BOUNDS = [(0, 32), (32, 64), (64, 100)]
+CFLAGS = ("-O0",)
+LOGIT_ATOL = CACHE_ATOL = 1e-4  # compiled f32 vs PyTorch f32, as in test_hf_models.py
+
+
+def compaction(chunk=0):
+    return hf.Compaction(window=WINDOW, capacity=CAPACITY, kernel=KERNEL, gqa=GQA, chunk=chunk)
+
+
+def clear_prompt(model):
+    """The first prompt (seeds 7, 8, ...) whose chunked selections and greedy choices are clear
+    of ties (compiled Q/K differ from PyTorch's by ~1e-6)."""
+    for seed in range(7, 57):
+        ids = reference_decode.prompt(seed, L, model.config.vocab_size)
+        oracle = reference_decode.snapkv_generate(model, ids, STEPS, WINDOW, CAPACITY, KERNEL,
+                                                  gqa=GQA, chunk=CHUNK)
+        selections = [m["relative"] for sels in oracle["chunk_selections"] for sel in sels
+                      for m in reference_decode.selection_margins(sel, WINDOW, CAPACITY) if m]
+        tokens = reference_decode.token_margins(oracle["logits"])
+        if min(selections) >= reference_decode.MIN_SELECTION_MARGIN and \
+                min(tokens) >= reference_decode.MIN_TOKEN_MARGIN:
+            return ids.reshape(1, L), oracle
+    raise AssertionError("no prompt with clear selection and token margins")
+
+
+@pytest.fixture(scope="module")
+def case():
+    require_aot_tools()
+    torch.set_num_threads(1)
+    folder = checkpoint_dir("llama", FAMILIES["llama"])
+    model = hf_model(folder)
+    checkpoint = hf.Checkpoint(folder)
+    exported = hf.export(checkpoint, hf.ExportOptions(extend=True))
+    ids, oracle = clear_prompt(model)
+
+    def compiled(text):
+        return runtime.CompiledModel(text, weights=checkpoint, cflags=CFLAGS,
+                                     max_positions=exported.meta["max_position_embeddings"])
+
+    return dict(
+        model=model, folder=folder, exported=exported, ids=ids, oracle=oracle,
+        full=compiled(exported.text),
+        one_shot=compiled(hf.rewrite(exported.text, compaction())),
+        chunked=compiled(hf.rewrite(exported.text, compaction(CHUNK))))
+
+
+def test_original_model_in_chunks_is_the_original(case):
+    full, ids = case["full"], case["ids"]
+    assert full.default_chunk is None
+    logits, caches = full.prefill(ids)
+    assert full.last_prefill["chunks"] == [(0, L)]
+    chunked_logits, chunked_caches = full.prefill(ids, chunk=CHUNK)
+    # Without a window every remainder is a chunk of its own.
+    assert full.last_prefill["chunks"] == [(0, 32), (32, 64), (64, 96), (96, 100)]
+    np.testing.assert_allclose(chunked_logits, logits, rtol=0, atol=1e-5)
+    for mine, expected in zip(chunked_caches, caches, strict=True):
+        assert mine.shape == expected.shape == (1, 2, L, 128)
+        np.testing.assert_allclose(mine, expected, rtol=0, atol=1e-5)
+    one, chunked = full.generate(ids, STEPS), full.generate(ids, STEPS, chunk=CHUNK)
+    assert chunked["tokens"] == one["tokens"]
+    assert chunked["physical_lengths"] == one["physical_lengths"] == \
+        [L + g for g in range(STEPS + 1)]
+
+
+def test_chunk_at_least_prompt_is_one_shot_bit_for_bit(case):
+    chunked, one_shot, ids = case["chunked"], case["one_shot"], case["ids"]
+    assert chunked.chunked == {"chunk": CHUNK, "window": WINDOW, "function": "extend_layer"}
+    assert one_shot.chunked is None
+    expected_logits, expected = one_shot.prefill(ids)
+    for chunk in (L, 10 * L):
+        logits, caches = chunked.prefill(ids, chunk=chunk)
+        assert chunked.last_prefill["chunks"] == [(0, L)]
+        assert np.array_equal(logits, expected_logits)
+        assert all(np.array_equal(a, b) for a, b in zip(caches, expected, strict=True))
+    out, ref = chunked.generate(ids, STEPS, chunk=L), one_shot.generate(ids, STEPS)
+    assert out["tokens"] == ref["tokens"]
+    assert np.array_equal(out["logits"], ref["logits"])
+
+
+def test_chunked_is_the_chunked_reference(case):
+    chunked, ids, oracle = case["chunked"], case["ids"], case["oracle"]
+    _, caches = chunked.prefill(ids)  # the module's own chunk
+    assert chunked.last_prefill["chunks"] == BOUNDS
+    for layer, sel in enumerate(oracle["selections"]):
+        for j, expected in enumerate((sel.keys, sel.values)):
+            assert caches[2 * layer + j].shape == expected.shape == (1, 2, CAPACITY, 128)
+            np.testing.assert_allclose(caches[2 * layer + j], expected, rtol=0,
+                                       atol=CACHE_ATOL, err_msg=f"layer {layer} {'KV'[j]}")
+    out = chunked.generate(ids, STEPS)
+    diff = np.abs(out["logits"] - oracle["logits"]).max(axis=1)
+    assert out["tokens"] == oracle["tokens"], f"max |diff| per row {diff.tolist()}"
+    assert diff.max() <= LOGIT_ATOL, f"max |diff| per row {diff.tolist()}"
+    assert out["physical_lengths"] == [CAPACITY + g for g in range(STEPS + 1)]
+    assert out["positions"] == [L + g for g in range(STEPS)]
+    # The chunking changes what is cached: the comparison above sees it.
+    one = reference_decode.snapkv_generate(case["model"], ids[0], STEPS, WINDOW, CAPACITY,
+                                           KERNEL, gqa=GQA)
+    assert any(not np.allclose(a.keys, b.keys, atol=1e-3)
+               for a, b in zip(one["selections"], oracle["selections"]))
+
+
+def test_runner_counts_the_caches_it_holds(case):
+    """The chunked run holds at most a chunk's caches in and out (C rows each per head);
+    the full cache's prefill returns L rows."""
+    chunked, full, ids = case["chunked"], case["full"], case["ids"]
+    row = 2 * 2 * 128 * 4  # K and V, 2 kv heads, D = 128, f32: bytes of one row per layer
+    chunked.prefill(ids)
+    assert chunked.last_prefill["peak_cache_bytes"] == 2 * 2 * CAPACITY * row
+    full.prefill(ids)
+    assert full.last_prefill["peak_cache_bytes"] == 2 * L * row
+
+
+def test_bad_chunks_are_clear_errors(case):
+    text = case["exported"].text
+    with pytest.raises(tools.ToolFailed, match="chunk must be at least the window"):
+        hf.rewrite(text, hf.Compaction(window=WINDOW, capacity=CAPACITY, chunk=WINDOW - 1))
+    with pytest.raises(tools.ToolFailed, match="chunk needs gqa=mean or gqa=max"):
+        hf.rewrite(text, hf.Compaction(window=WINDOW, capacity=CAPACITY, gqa="expand",
+                                       chunk=CHUNK))
+    with pytest.raises(ValueError, match=r"chunk \(4\) is shorter than the window \(8\)"):
+        case["chunked"].prefill(case["ids"], chunk=4)
+    plain = hf.export(hf.Checkpoint(case["folder"]))  # no @extend
+    model = runtime.CompiledModel(plain.text, weights=hf.Checkpoint(case["folder"]),
+                                  cflags=CFLAGS)
+    with pytest.raises(ValueError, match="chunked prefill needs a module with @extend"):
+        model.prefill(case["ids"], chunk=CHUNK)
+    assert hf.extend_function(text) == "extend_layer"
+    assert hf.extend_function(plain.text) is None
+
+
+def test_cli_generate_chunk(case):
+    done = snapkv_cli("generate", str(case["folder"]), "--prompt",
+                      " ".join(map(str, case["ids"][0])), "--window", str(WINDOW), "--capacity",
+                      str(CAPACITY), "--kernel", str(KERNEL), "--chunk", str(CHUNK), "--steps",
+                      str(STEPS), "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["compaction"]["chunk"] == CHUNK
+    assert result["tokens"]["compacted"] == case["oracle"]["tokens"]
+    measured = result["measured"]
+    assert measured["prefill_chunks"] == {"full": 1, "compacted": len(BOUNDS)}
+    assert measured["peak_prefill_cache_bytes"]["compacted"] < \
+        measured["peak_prefill_cache_bytes"]["full"]
+    bad = snapkv_cli("generate", str(case["folder"]), "--prompt-length", "40", "--window", "8",
+                     "--capacity", "16", "--chunk", "4")
+    assert bad.returncode == 1
+    assert "--chunk (4) must be at least --window (8)" in bad.stderr

@@ -1,0 +1,87 @@
+// Chunked prefill (chunk=N, docs/semantics.md "Chunked prefill"): besides prefill and decode,
+// the rewrite turns @extend_layer (a prompt chunk over the caches so far) into the prefill form:
+// its returned K/V, concat(cache, chunk), become a snapkv.select over that concatenation with
+// the chunk's last `window` queries. Input: Inputs/models/llama_layers_extend.mlir
+// (scripts/gen-hf-export-fixture.py: `snapkv export --hf` with extend).
+
+// RUN: snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 prefill-func=prefill_layer decode-func=decode_layer extend-func=extend_layer chunk=16 strict=true" \
+// RUN:   | FileCheck %s
+// CHECK:       module attributes {snapkv.chunked_prefill = {chunk = 16 : i64, function = "extend_layer", window = 4 : i64}}
+// CHECK-LABEL: func.func private @prefill_layer(
+// CHECK:         snapkv.select {{.*}} window 4 capacity 8 kernel 15 gqa mean scale
+// CHECK-LABEL: func.func private @decode_layer(
+// CHECK-NOT:     snapkv.select
+// CHECK-LABEL: func.func private @extend_layer(
+// CHECK-SAME:    %{{.*}}: tensor<1x?x32xf32>, %{{.*}}: tensor<1xi64>, %[[KC:[^:]*]]: tensor<1x2x?x128xf32>, %[[VC:[^:]*]]: tensor<1x2x?x128xf32>
+// CHECK-DAG:     %[[K:.*]] = tensor.concat dim(2) %[[KC]], %{{.*}} : (tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>) -> tensor<1x2x?x128xf32>
+// CHECK-DAG:     %[[V:.*]] = tensor.concat dim(2) %[[VC]], %{{.*}} : (tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>) -> tensor<1x2x?x128xf32>
+// CHECK:         cf.assert %{{.*}}, "snapkv: a prefill chunk is shorter than the observation window"
+// CHECK:         %[[SK:[^,]*]], %[[SV:[^,]*]], %{{.*}} = snapkv.select %{{.*}}, %[[K]], %[[V]] window 4 capacity 8 kernel 15 gqa mean scale {{.*}} : (tensor<1x4x4x128xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>)
+// CHECK:         return %{{.*}}, %[[SK]], %[[SV]] :
+// CHECK-LABEL: func.func @extend(
+// CHECK:         call @extend_layer(
+// CHECK:         call @extend_layer(
+
+// Without chunk the extend function is left as it is (a full-cache chunk) and no attribute is
+// set.
+// RUN: snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 prefill-func=prefill_layer decode-func=decode_layer strict=true" \
+// RUN:   | FileCheck %s --check-prefix=ONESHOT
+// ONESHOT-NOT:   snapkv.chunked_prefill
+// ONESHOT-LABEL: func.func private @extend_layer(
+// ONESHOT-NOT:   snapkv.select
+// ONESHOT-LABEL: func.func private @head(
+
+// The chunk's attention fuses too: snapkv.attention with the cache's length as the offset of
+// the chunk's first query.
+// RUN: snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \
+// RUN:   --pass-pipeline="builtin.module(func.func(snapkv-fuse-attention))" \
+// RUN:   | FileCheck %s --check-prefix=FUSED
+// FUSED-LABEL: func.func private @extend_layer(
+// FUSED-SAME:    %{{.*}}: tensor<1x?x32xf32>, %{{.*}}: tensor<1xi64>, %[[KC:[^:]*]]: tensor<1x2x?x128xf32>
+// FUSED:         tensor.dim %[[KC]], %c2
+// FUSED:         %[[T:.*]] = tensor.dim %[[KC]], %c2
+// FUSED-NEXT:    snapkv.attention %{{.*}}, %{{.*}}, %{{.*}} offset %[[T]] scale
+// FUSED-NOT:     linalg.batch_matmul
+// FUSED-LABEL: func.func private @head(
+
+// A decode step is not a chunk: its one query is not at `cache length + row`. Nothing changes.
+// RUN: snapkv-opt %S/Inputs/models/llama_layers_extend.mlir -o %t.plain
+// RUN: snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 prefill-func=prefill_layer decode-func=decode_layer extend-func=decode_layer chunk=16" \
+// RUN:   -o %t.notchunk 2>&1 | FileCheck %s --check-prefix=NOTCHUNK
+// RUN: %strip_refusal %t.notchunk | diff %t.plain -
+// NOTCHUNK: warning: snapkv-compress-kv-cache left the module unchanged: @decode_layer: layer 0: the mask's query positions are not `cache length + row` (the chunk's queries must follow every cached key)
+// RUN: snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 prefill-func=prefill_layer decode-func=decode_layer chunk=16" \
+// RUN:   -o %t.noextend 2>&1 | FileCheck %s --check-prefix=NOEXTEND
+// RUN: %strip_refusal %t.noextend | diff %t.plain -
+// NOEXTEND: warning: snapkv-compress-kv-cache left the module unchanged: @extend: no attention in the function itself, but it calls @extend_layer
+// RUN: snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 prefill-func=prefill_layer decode-func=decode_layer extend-func=step chunk=16" \
+// RUN:   -o %t.missing 2>&1 | FileCheck %s --check-prefix=MISSING
+// MISSING: warning: snapkv-compress-kv-cache left the module unchanged: @step: no function with a body by this name (extend-func, which chunk=N needs
+
+// Bad combinations are option errors.
+// RUN: not snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 chunk=3" 2>&1 | FileCheck %s --check-prefix=SHORT
+// SHORT: error: snapkv-compress-kv-cache: chunk must be at least the window: a chunk's last `window` queries vote (got chunk=3, window=4)
+// RUN: not snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 chunk=-1" 2>&1 | FileCheck %s --check-prefix=NEGATIVE
+// NEGATIVE: error: snapkv-compress-kv-cache: chunk must be >= 0 (got -1)
+// RUN: not snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 chunk=16 gqa=expand" 2>&1 | FileCheck %s --check-prefix=EXPAND
+// EXPAND: error: snapkv-compress-kv-cache: chunk needs gqa=mean or gqa=max
+// RUN: not snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 chunk=16 budget=pyramid" 2>&1 | FileCheck %s --check-prefix=BUDGET
+// BUDGET: error: snapkv-compress-kv-cache: chunk needs budget=uniform
+// RUN: not snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 chunk=16 extend-func=" 2>&1 | FileCheck %s --check-prefix=NONAME
+// NONAME: error: snapkv-compress-kv-cache: chunk needs extend-func to name a function
+
+// The attribute is checked by the dialect.
+// RUN: not snapkv-opt %s --split-input-file 2>&1 | FileCheck %s --check-prefix=ATTR
+// ATTR: error: snapkv.chunked_prefill must be a dictionary with integers chunk >= window >= 1 and a function name, on a module
+module attributes {snapkv.chunked_prefill = {chunk = 2 : i64, function = "extend_layer", window = 4 : i64}} {
+}
