@@ -114,7 +114,9 @@ void snapkv::buildCPUPipeline(OpPassManager &pm,
   LowerAssertsOptions asserts;
   asserts.mode = options.asserts;
   pm.addPass(createLowerAsserts(asserts));
-  pm.addPass(createFinalizeMemRefToLLVMConversionPass());
+  FinalizeMemRefToLLVMConversionPassOptions memrefToLLVM;
+  memrefToLLVM.useGenericFunctions = options.genericAlloc;
+  pm.addPass(createFinalizeMemRefToLLVMConversionPass(memrefToLLVM));
   // The vector pass also runs the vector-to-vector lowerings (transfers,
   // broadcasts, transposes) that convert-to-llvm's vector patterns expect
   // done; everything else converts in one walk instead of one per dialect.

@@ -27,8 +27,9 @@ def test_returned_argument_constant_and_duplicate_are_freed_safely(tmp_path, mon
             real_free(pointer)
         freed.append(pointer)
 
-    real_free = memref._FREE
-    monkeypatch.setattr(memref, "_FREE", free)
+    # The library's own free (heap.c): it counts what the library holds.
+    real_free = fn._free
+    monkeypatch.setattr(fn, "_free", free)
     a = np.arange(5, dtype=np.float32)
     original = a.copy()
     span = range(a.ctypes.data, a.ctypes.data + a.nbytes)
@@ -62,3 +63,28 @@ def test_a_failed_allocation_raises(tmp_path):
         fn(np.array([2 ** 60], dtype=np.int64))
     (out,) = fn(np.array([3], dtype=np.int64))
     np.testing.assert_array_equal(out, [1, 1, 1])
+
+
+def test_the_heap_is_counted(tmp_path):
+    """The runner's libraries allocate through heap.c (generic-alloc=true): a call's peak is
+    at least what it returned, and once the runner has freed the results nothing is held.
+    A library without the counter has none (HeapCounter.of is None) and is freed by libc."""
+    require_aot_tools()
+    lib = ctypes.CDLL(str(runtime.compile_library(ALLOC, cache_dir=tmp_path).path))
+    fn = runtime.CompiledFunction(lib, "f", runtime.signature(ALLOC, "f"))
+    heap = memref.HeapCounter.of(lib)
+    assert heap is not None and heap.live == 0
+    for n in (1000, 250_000):
+        heap.reset_peak()
+        (out,) = fn(np.array([n], dtype=np.int64))
+        assert out.shape == (n,)
+        assert 4 * n <= heap.peak < 4 * n + 4096
+        assert heap.live == 0
+    plain = runtime.compile_library(
+        ALLOC, cache_dir=tmp_path,
+        pipeline=runtime.PIPELINE.replace(" generic-alloc=true", ""))
+    lib = ctypes.CDLL(str(plain.path))
+    assert memref.HeapCounter.of(lib) is None
+    fn = runtime.CompiledFunction(lib, "f", runtime.signature(ALLOC, "f"))
+    assert fn._free is memref._FREE
+    np.testing.assert_array_equal(fn(np.array([3], dtype=np.int64))[0], [1, 1, 1])

@@ -99,6 +99,13 @@ struct CPUPipelineOptions : PassPipelineOptions<CPUPipelineOptions> {
   Option<AssertMode> asserts{*this, "asserts", assertsDescription(),
                              llvm::cl::init(AssertMode::abort),
                              assertModeValues()};
+  Option<bool> genericAlloc{
+      *this, "generic-alloc",
+      llvm::cl::desc("Allocate and free through _mlir_memref_to_llvm_alloc, "
+                     "_aligned_alloc and _free (upstream's "
+                     "use-generic-functions), which the program defines: the "
+                     "Python runner's count the heap"),
+      llvm::cl::init(false)};
 };
 
 /// Lowers a module of snapkv and upstream tensor-level ops to the LLVM

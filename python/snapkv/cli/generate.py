@@ -98,7 +98,8 @@ def greedy(model, ids, steps: int, *, forced: Optional[Sequence[int]] = None,
     return dict(tokens=tokens, logits=np.stack(rows), physical=physical, caches=caches,
                 prefill_s=prefill_s, decode_s=float(sum(step_s)), step_s=step_s,
                 chunks=len(held.get("chunks", [])) or 1,
-                peak_cache_bytes=held.get("peak_cache_bytes"))
+                held={k: held.get(f"peak_{k}_bytes") for k in ("cache", "heap")}
+                | {"total": held.get("peak_bytes")})
 
 
 def _runs(full, compact, ids, steps, quiet):
@@ -131,15 +132,17 @@ class Run:
     caches: int          # how many cache arrays
     shape: List[int]     # the first one's shape
     chunks: int = 1      # prompt chunks prefill fed (--chunk)
-    peak_cache_bytes: Optional[int] = None  # K/V the runner held at once during prefill
+    # Measured during prefill (CompiledModel.last_prefill): the most K/V bytes the runner
+    # held at once ("cache"), the compiled code's heap peak in one call ("heap"), their
+    # largest sum over the calls ("total").
+    held: Optional[dict] = None
 
     @classmethod
     def of(cls, run: dict) -> "Run":
         caches = run["caches"]
         return cls(run["tokens"], run["physical"], run["prefill_s"], run["step_s"],
                    sum(c.nbytes for c in caches), len(caches),
-                   list(caches[0].shape) if caches else [], run["chunks"],
-                   run["peak_cache_bytes"])
+                   list(caches[0].shape) if caches else [], run["chunks"], run["held"])
 
     @property
     def decode_s(self) -> float:
@@ -209,8 +212,7 @@ class GenerateResult(Result):
             measured=dict(full_bytes=full.cache_bytes, compacted_bytes=compacted.cache_bytes,
                           compacted_allocated_bytes=self.compacted_allocated_bytes,
                           prefill_chunks=dict(full=full.chunks, compacted=compacted.chunks),
-                          peak_prefill_cache_bytes=dict(full=full.peak_cache_bytes,
-                                                        compacted=compacted.peak_cache_bytes)),
+                          prefill_peak_bytes=dict(full=full.held, compacted=compacted.held)),
             seconds=dict(rewrite=self.rewrite_s, compile_compacted=self.compile_s["compacted"],
                          compile_full=self.compile_s["full"],
                          compiled_from_cache=dict(compacted=self.from_cache["compacted"],
@@ -274,10 +276,12 @@ class GenerateResult(Result):
                   f"({full.caches} x {full.shape}), compacted {compacted.cache_bytes:,} B "
                   f"({compacted.caches} x {compacted.shape})"]
         if compacted.chunks > 1:
-            lines.append(f"chunked prefill: {compacted.chunks} chunks; the most K/V the runner "
-                         f"held at once (a chunk's caches in and out): "
-                         f"{compacted.peak_cache_bytes:,} B, against the full cache's "
-                         f"{full.peak_cache_bytes:,} B")
+            lines.append(f"chunked prefill: {compacted.chunks} chunks")
+        if full.held and full.held["heap"] is not None:
+            lines.append(
+                "measured during prefill (full / compacted): K/V held by the runner "
+                f"{full.held['cache']:,} / {compacted.held['cache']:,} B; the compiled code's "
+                f"heap peak in one call {full.held['heap']:,} / {compacted.held['heap']:,} B")
         lines.append("")
 
         def compiled(which):

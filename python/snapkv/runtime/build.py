@@ -1,7 +1,7 @@
 """Compiling a module's text into a cached shared library (:func:`compile_library`):
 
 1. ``snapkv-opt --pass-pipeline="builtin.module(func.func(llvm-request-c-wrappers),
-   snapkv-cpu-pipeline{asserts=report})"``: upstream's ``llvm-request-c-wrappers`` gives every
+   snapkv-cpu-pipeline{asserts=report generic-alloc=true})"``: upstream's ``llvm-request-c-wrappers`` gives every
    function a C interface (``_mlir_ciface_<name>``), and the CPU pipeline (the lowering
    :mod:`snapkv.frontend.harness` uses) lowers run-time checks in *report* mode
    (:mod:`snapkv.runtime.memref`);
@@ -11,7 +11,9 @@
    ``clang -O2 -march=native -fno-unroll-loops -fPIC`` compiles the parts at the same time
    and links them into a shared library with LLVM's ``libmlir_c_runner_utils.so`` (the
    lowered code calls its ``memrefCopy``) and libomp, with ``-Bsymbolic`` (a function named
-   like a libc one, ``@select``, is still the one its C wrapper calls). The tools come from
+   like a libc one, ``@select``, is still the one its C wrapper calls), and with ``heap.c``:
+   ``generic-alloc=true`` makes every allocation call its ``_mlir_memref_to_llvm_alloc``,
+   which counts the bytes held (``snapkv_heap_peak``). The tools come from
    :mod:`snapkv.tools`;
 3. the ``.so`` is cached (:mod:`snapkv.runtime.cache`); ``from_cache`` says whether it was
    compiled.
@@ -50,9 +52,11 @@ from .cache import (
 )
 
 # Bumped when the way a library is built or called changes (part of the cache keys).
-RUNNER_VERSION = 8
+RUNNER_VERSION = 9
 PIPELINE = ("builtin.module(func.func(llvm-request-c-wrappers),"
-            "snapkv-cpu-pipeline{asserts=report})")
+            "snapkv-cpu-pipeline{asserts=report generic-alloc=true})")
+# Defines the allocation functions generic-alloc calls, counting the heap.
+HEAP_COUNTER = Path(__file__).resolve().with_name("heap.c")
 # -fno-unroll-loops: the pipeline already unrolls register tiles; LLVM unrolling their loops
 # again doubles the code clang optimises (half its time) for no measured speed-up
 # (docs/benchmarks.md, "Compile time").
@@ -210,7 +214,7 @@ def compile_library(text: str, *, cache_dir: Optional[os.PathLike] = None,
         bitcode = [Path(f"{prefix}{i}") for i in range(parts)]
         stats["snapkv-translate"]["bytes"] = sum(b.stat().st_size for b in bitcode)
         key_parts = [f"runner {RUNNER_VERSION}", " ".join(cflags), _version_of(clang),
-                     str(runtime.resolve()), platform.machine()]
+                     str(runtime.resolve()), platform.machine(), _file_digest(HEAP_COUNTER)]
         if any(f.startswith(("-march=native", "-mcpu=native")) for f in cflags):
             key_parts.append(_cpu())
         key = _sha256(*key_parts, *(b.read_bytes() for b in bitcode))
@@ -226,6 +230,8 @@ def compile_library(text: str, *, cache_dir: Optional[os.PathLike] = None,
                     # The module's calls to its own functions stay inside it: else a
                     # function named like one of libc's (@select) calls libc's.
                     "-Wl,-Bsymbolic"]
+            if "generic-alloc=true" in pipeline:
+                link.append(HEAP_COUNTER)
             times["clang"] = _clang(verbose, label, clang, cflags, bitcode, link, timeout,
                                     stats, partial)
             _write_atomic(target, partial.read_bytes())

@@ -30,7 +30,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 import numpy as np
 
@@ -117,6 +117,8 @@ class CompiledFunction:
             self._last_error.argtypes = []
             self._last_error.restype = ctypes.c_char_p
         self._lock = _library_lock(lib)
+        # A library that counts its heap (heap.c) frees through its own counter.
+        self._free = _library_free(lib)
         self._result_type = type(f"{name}_results", (ctypes.Structure,), {"_fields_": [
             (f"r{i}", descriptor_type(t.rank)) for i, t in enumerate(sig.results)]})
         params = [ctypes.POINTER(descriptor_type(t.rank)) for t in sig.args]
@@ -192,7 +194,7 @@ class CompiledFunction:
             freed.add(ptr)
             if any(lo <= ptr < hi for lo, hi in spans):
                 continue  # cannot happen under the ownership ABI; leak rather than corrupt
-            _FREE(ptr)
+            self._free(ptr)
 
     def __call__(self, *arrays) -> List[np.ndarray]:
         inputs, descriptors = self._prepare(arrays)
@@ -213,6 +215,45 @@ class CompiledFunction:
             times.append(time.perf_counter() - start)
             self._release(results, inputs)
         return times
+
+
+def _library_free(lib: ctypes.CDLL):
+    try:
+        free = lib._mlir_memref_to_llvm_free
+    except AttributeError:
+        return _FREE
+    free.argtypes, free.restype = [ctypes.c_void_p], None
+    return free
+
+
+class HeapCounter:
+    """The heap of a library built with ``generic-alloc=true`` (``runtime/heap.c``): bytes
+    its code allocated and has not freed (``live``), and the most it held at once since
+    :meth:`reset_peak` (``peak``), over every thread. Results are counted until the runner
+    has copied them out and freed them."""
+
+    def __init__(self, lib: ctypes.CDLL):
+        self._live, self._peak = lib.snapkv_heap_live, lib.snapkv_heap_peak
+        self._reset = lib.snapkv_heap_reset_peak
+        for f in (self._live, self._peak):
+            f.argtypes, f.restype = [], ctypes.c_int64
+        self._reset.argtypes, self._reset.restype = [], None
+
+    @classmethod
+    def of(cls, lib: ctypes.CDLL) -> Optional["HeapCounter"]:
+        """The counter of `lib`, or None for a library that does not count."""
+        return cls(lib) if hasattr(lib, "snapkv_heap_peak") else None
+
+    @property
+    def live(self) -> int:
+        return int(self._live())
+
+    @property
+    def peak(self) -> int:
+        return int(self._peak())
+
+    def reset_peak(self):
+        self._reset()
 
 
 def _to_numpy(desc, ttype: TensorType, what: str) -> np.ndarray:

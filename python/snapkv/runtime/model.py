@@ -24,7 +24,7 @@ from .build import DEFAULT_CFLAGS, compile_library
 from .glue import GlueRunner
 from .kvcache import KVCache, RaggedKVCache
 from .limits import ResourceLimitError, check_memory, growth
-from .memref import CompiledFunction
+from .memref import CompiledFunction, HeapCounter
 from .metadata import check_checkpoint, checkpoint_of, max_positions_of
 from .signatures import TensorType, glue_function, signature, without_glue
 
@@ -178,6 +178,8 @@ class CompiledModel:
         self.library = compile_library(compiled, cache_dir=cache_dir, verbose=verbose,
                                        cflags=cflags, timeout=timeout, label=label)
         self._lib = ctypes.CDLL(str(self.library.path))
+        # The compiled code's heap (None for a library built without generic-alloc).
+        self.heap = HeapCounter.of(self._lib)
         signatures = {"prefill": self.prefill_signature, "decode": self.decode_signature,
                       "extend": self.extend_signature}
         bound = {name: [self.weights[n] for n, _ in signatures[name].weight_args]
@@ -347,9 +349,16 @@ class CompiledModel:
         after every chunk (docs/semantics.md, "Chunked prefill"); the original model keeps
         every row.
 
-        :attr:`last_prefill` then holds ``chunks`` (the bounds) and ``peak_cache_bytes``:
-        the most K/V bytes the runner held at once, counting a call's caches in and out
-        together (buffers inside a compiled call are not counted)."""
+        :attr:`last_prefill` then holds, measured:
+
+        * ``chunks``: the bounds;
+        * ``peak_cache_bytes``: the most K/V bytes the runner held at once, a call's caches in
+          and out counted together;
+        * ``peak_heap_bytes``: the most bytes the compiled code held at once during any one
+          call (activations, attention tiles, a chunk's concatenated K/V, the results before
+          they are copied out), from the library's heap counter (None without one);
+        * ``peak_bytes``: the largest sum of the two over the calls, an upper bound of what
+          prefill held at once (a result is counted in the heap and as a copy)."""
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         if ids.ndim == 1:
             ids = ids[None]
@@ -362,14 +371,27 @@ class CompiledModel:
                              "extend=True))")
         if length:
             self.check_limits(length, prefill_length=bounds[0][1])
-        out = self._prefill(ids[:, :bounds[0][1]])
-        logits, caches = out[0], out[1:]
-        peak = _nbytes(caches)
+        held = dict(cache=0, heap=None, both=0)
+
+        def call(function, *arrays, caches=()):
+            if self.heap is not None:
+                self.heap.reset_peak()
+                before = self.heap.live
+            out = function(*arrays, *caches)
+            kv = _nbytes(caches) + _nbytes(out[1:])
+            heap = None if self.heap is None else self.heap.peak - before
+            held["cache"] = max(held["cache"], kv)
+            if heap is not None:
+                held["heap"] = max(held["heap"] or 0, heap)
+            held["both"] = max(held["both"], kv + (heap or 0))
+            return out[0], out[1:]
+
+        logits, caches = call(self._prefill, ids[:, :bounds[0][1]])
         for start, stop in bounds[1:]:
-            out = self._extend(ids[:, start:stop], np.array([start], dtype=np.int64), *caches)
-            peak = max(peak, _nbytes(caches) + _nbytes(out[1:]))
-            logits, caches = out[0], out[1:]
-        self.last_prefill = dict(chunks=bounds, peak_cache_bytes=peak)
+            logits, caches = call(self._extend, ids[:, start:stop],
+                                  np.array([start], dtype=np.int64), caches=caches)
+        self.last_prefill = dict(chunks=bounds, peak_cache_bytes=held["cache"],
+                                 peak_heap_bytes=held["heap"], peak_bytes=held["both"])
         return logits, caches
 
     def decode(self, token: int, position: int, caches: Sequence[np.ndarray]):
