@@ -84,6 +84,13 @@ class Method:
         return (self.options or {}).get("window", default)
 
     @property
+    def chunk(self) -> int:
+        """Chunked prefill's chunk (0: one-shot). A chunked method runs its own compiled
+        model (``@prefill`` on the first chunk, ``@extend`` on the others), not the shared
+        prefill: its chunks after the first attend over the compacted cache."""
+        return (self.options or {}).get("chunk", 0)
+
+    @property
     def adaptive(self) -> bool:
         """Ada-KV's shared budget (``snapkv.select_adaptive``): the rewrite's selects with
         their heads sharing the layer's budget, the ragged caches decoded by the model
@@ -155,6 +162,10 @@ _METHODS = [
            "budget over gqa-mean scores (Hkv cache heads): kvpress's AdaKV(SnapKV)"),
     Method("ada-snapkv-gqa-mean-k15", {"gqa": "mean", "kernel": 15, "budget": "adaptive"},
            "Ada-KV's shared budget with the rewrite's defaults (gqa mean, kernel 15)"),
+    *(Method(f"chunked-{n}", {"gqa": "mean", "kernel": 15, "chunk": n},
+             f"chunked prefill, {n} tokens a chunk, the cache compacted back to C after each "
+             f"(the rewrite's defaults: gqa mean, kernel 15); compare snapkv-gqa-mean-k15")
+      for n in (512, 1024, 2048)),
     Method("streaming", {"scoring": "recent"}, "StreamingLLM: 4 attention sinks and the "
            "most recent positions"),
     Method("random", {"scoring": "random"}, "uniformly drawn prefix positions plus the "
@@ -249,10 +260,14 @@ class Pipeline:
     compiled (or loaded from the runner's cache) on first use."""
 
     def __init__(self, model_dir: Path, window: int = DEFAULT_WINDOW,
-                 log: Optional[Callable[[str], None]] = None):
+                 log: Optional[Callable[[str], None]] = None, measure_prefill: bool = False):
+        """`measure_prefill`: also run each one-shot cell's own compiled model once (its
+        first prompt) to measure what its prefill holds and takes; chunked methods are
+        always measured (they answer with their own model)."""
         from .frontend.checkpoint import Checkpoint, CheckpointError
 
         self.model_dir, self.window = Path(model_dir), window
+        self.measure_prefill = measure_prefill
         # The query rows the shared prefill exposes: the widest window of the methods run
         # (a narrower window's queries are the last rows of these, the same values).
         self.query_rows = window
@@ -267,6 +282,8 @@ class Pipeline:
         self.max_positions = self.checkpoint.config.get("max_position_embeddings")
         self.digest = model_digest(self.model_dir)
         self._exported = None
+        self._exported_extend = None
+        self._models: Dict[tuple, object] = {}
         self._weights = None
         self._prefill = None
         self._selects: Dict[tuple, tuple] = {}
@@ -285,11 +302,66 @@ class Pipeline:
                 raise EvalError(f"exporting {self.model_dir}: {error}") from None
         return self._exported
 
-    def _rewrite(self, compaction: hf.Compaction) -> str:
+    @property
+    def exported_extend(self):
+        """The export with ``@extend`` (chunked prefill)."""
+        if self._exported_extend is None:
+            try:
+                self._exported_extend = hf.export(self.checkpoint, hf.ExportOptions(extend=True))
+            except (ToolError, hf.CheckpointError) as error:
+                raise EvalError(f"exporting {self.model_dir}: {error}") from None
+        return self._exported_extend
+
+    def _rewrite(self, compaction: hf.Compaction, text: Optional[str] = None) -> str:
         try:
-            return hf.rewrite(self.exported.text, compaction)
+            return hf.rewrite(self.exported.text if text is None else text, compaction)
         except ToolError as error:
             raise EvalError(str(error).splitlines()[0]) from None
+
+    def own_model(self, method: Method, capacity: int, seed: int):
+        """The whole model of `method` at `capacity`, compiled (the original for ``full``):
+        what a user would run. Chunked methods answer with it; the others use it to measure
+        what their prefill holds."""
+
+        key = ("full",) if method.full else (method.key(self.window, seed), capacity)
+        if key not in self._models:
+            if method.full:
+                text, label = self.exported.text, "original model"
+            elif method.chunk:
+                text = self._rewrite(method.compaction(self.window, capacity, seed),
+                                     self.exported_extend.text)
+                label = f"{method.name} model, C={capacity}"
+            else:
+                text = self._rewrite(method.compaction(self.window, capacity, seed))
+                label = f"{method.name} model, C={capacity}"
+            self._models[key] = self._compiled_model(text, label)
+        return self._models[key]
+
+    def _compiled_model(self, text: str, label: str):
+        from .runtime import CompiledModel
+
+        start = time.perf_counter()
+        try:
+            model = CompiledModel(text, weights=self.checkpoint,
+                                  max_positions=self.max_positions)
+        except ToolError as error:
+            raise EvalError(f"compiling the {label} failed: {error}") from None
+        self.compile_seconds += time.perf_counter() - start
+        self.log(f"  {label}: {'cached library' if model.from_cache else 'compiled'} "
+                 f"({model.library.seconds:.1f} s)")
+        return model
+
+    def measured_prefill(self, model, ids: np.ndarray):
+        """(logits of the last position [V], caches, what prefill held and its seconds) of
+        `model` (:meth:`own_model`) on `ids`."""
+        start = time.perf_counter()
+        logits, caches = model.prefill(np.ascontiguousarray(ids[None], dtype=np.int64))
+        seconds = time.perf_counter() - start
+        held = dict(model.last_prefill)
+        return logits[0, -1], caches, dict(cache=held["peak_cache_bytes"],
+                                           heap=held["peak_heap_bytes"],
+                                           total=held["peak_bytes"],
+                                           chunks=len(held["chunks"]), seconds=seconds)
 
     def _compile(self, text: str, label: str):
         from . import runtime
@@ -377,7 +449,6 @@ class Pipeline:
     def decoder(self, method: Method):
         """A CompiledModel whose @decode is the method's (its @prefill is not used): the
         original's, the rewrite's for the method's gqa policy, or (adaptive) the ragged one."""
-        from .runtime import CompiledModel
 
         gqa = "full" if method.full else {**PUBLISHED, **method.options}["gqa"]
         key = f"adaptive-{gqa}" if method.adaptive else gqa
@@ -394,16 +465,7 @@ class Pipeline:
                 text = self._rewrite(hf.Compaction(window=self.window, capacity=UNBOUNDED,
                                                    gqa=gqa))
                 label = f"decode, gqa {gqa}"
-            start = time.perf_counter()
-            try:
-                model = CompiledModel(text, weights=self.checkpoint,
-                                      max_positions=self.max_positions)
-            except ToolError as error:
-                raise EvalError(f"compiling the {label} failed: {error}") from None
-            self.compile_seconds += time.perf_counter() - start
-            self.log(f"  {label}: {'cached library' if model.from_cache else 'compiled'} "
-                     f"({model.library.seconds:.1f} s)")
-            self._decoders[key] = model
+            self._decoders[key] = self._compiled_model(text, label)
         return self._decoders[key]
 
     # -- running --------------------------------------------------------------------------
@@ -441,10 +503,11 @@ class Pipeline:
         step = 3 if method.adaptive else 2
         return int(sum(c.nbytes for i, c in enumerate(caches) if i % step < 2))
 
-    def answer(self, method: Method, first: int, length: int, steps: int, caches):
+    def answer(self, method: Method, first: int, length: int, steps: int, caches, model=None):
         """Greedy tokens: `first` (from prefill) and `steps` decode steps on `caches` (not
-        modified: the decoder's cache is a copy with room for the steps)."""
-        model = self.decoder(method)
+        modified: the decoder's cache is a copy with room for the steps) with `model`'s
+        decode (default: the method's decoder)."""
+        model = model or self.decoder(method)
         tokens = [int(first)]
         caches = model.cache(caches, steps)  # each step writes its row in place
         for g in range(steps):
@@ -453,9 +516,10 @@ class Pipeline:
         return tokens
 
     def decode_ms(self, method: Method, token: int, length: int, caches,
-                  repeat: int = 3) -> float:
+                  repeat: int = 3, model=None) -> float:
         """Median milliseconds of one bare decode step on `caches`."""
-        times = self.decoder(method).time_decode(token, length, caches, repeat=repeat)
+        times = (model or self.decoder(method)).time_decode(token, length, caches,
+                                                            repeat=repeat)
         return float(np.median(times) * 1e3)
 
     def compiler_digest(self) -> str:
@@ -724,7 +788,8 @@ def evaluate(pipeline: Pipeline, lengths: Sequence[int], methods: Sequence[Metho
     for length in lengths:
         here = [j for j in jobs if j.length == length]
         for index in range(samples):
-            missing = [j for j in here if str(index) not in cache.entry(j.key)["samples"]]
+            missing = [j for j in here if str(index) not in cache.entry(j.key)["samples"]
+                       or (index == 0 and _unmeasured(pipeline, j, cache))]
             if missing:
                 sample = task.sample(length, seed, index)
                 _run_sample(pipeline, sample, missing, seed, cache, keep_indices, task)
@@ -742,7 +807,9 @@ def answer_prompt(pipeline: Pipeline, sample, cells: Sequence[tuple], seed: int,
     """Answer `sample` (an :class:`EvalSample`, or a retrieval sample) with each (method,
     capacity) of `cells` after one shared prefill: per cell dict(tokens, answer, correct,
     answer_kept, kept_bytes, decode_ms (None where `timed(i)` is false), kept (indices per
-    layer; None for full), and for text tasks said (the decoded continuation))."""
+    layer; None for full), prefill (what the method's own model's prefill held and took:
+    measured where `timed(i)`, and on every prompt for a chunked method, which answers with
+    its own model; else None), and for text tasks said (the decoded continuation))."""
     if not isinstance(sample, EvalSample):
         sample, task = RetrievalTask.wrap(sample), RetrievalTask
     task = task or RetrievalTask
@@ -752,17 +819,28 @@ def answer_prompt(pipeline: Pipeline, sample, cells: Sequence[tuple], seed: int,
     first = int(np.argmax(logits))
     out = []
     for i, (method, capacity) in enumerate(cells):
-        if method.full:
+        model, held, start = None, None, first
+        if method.chunk:
+            # Its own prefill: chunks after the first attend over the compacted cache. The
+            # kept rows are rows of the last chunk's concatenation, not prompt positions.
+            model = pipeline.own_model(method, capacity, seed)
+            row, kept_caches, held = pipeline.measured_prefill(model, sample.ids)
+            start, kept = int(np.argmax(row)), None
+        elif method.full:
             kept_caches, kept = caches, None
         else:
             kept_caches, kept = pipeline.compact(method, capacity, seed, caches, queries)
-        tokens = pipeline.answer(method, first, length, steps, kept_caches)
+        if held is None and timed(i) and pipeline.measure_prefill and not method.adaptive:
+            _, _, held = pipeline.measured_prefill(pipeline.own_model(method, capacity, seed),
+                                                   sample.ids)
+        tokens = pipeline.answer(method, start, length, steps, kept_caches, model)
         result = dict(
             tokens=tokens, answer=sample.answer, correct=bool(sample.judge(tokens)),
-            answer_kept=1.0 if kept is None else task.kept_share(sample, kept),
+            answer_kept=None if method.chunk else
+            1.0 if kept is None else task.kept_share(sample, kept),
             kept_bytes=pipeline.cache_bytes(method, kept_caches),
-            decode_ms=pipeline.decode_ms(method, first, length, kept_caches)
-            if timed(i) else None, kept=kept)
+            decode_ms=pipeline.decode_ms(method, start, length, kept_caches, model=model)
+            if timed(i) else None, kept=kept, prefill=held)
         said = sample.said(tokens)
         if said is not None:
             result["said"] = said
@@ -774,16 +852,41 @@ def _run_sample(pipeline: Pipeline, sample: EvalSample, jobs: List[Job], seed: i
                 cache: ResultCache, keep_indices: Optional[dict], task):
     entries = [cache.entry(job.key) for job in jobs]
     results = answer_prompt(pipeline, sample, [(j.method, j.capacity) for j in jobs], seed,
-                            timed=lambda i: entries[i].get("decode_ms") is None, task=task)
+                            timed=lambda i: entries[i].get("decode_ms") is None
+                            or _unmeasured(pipeline, jobs[i], cache), task=task)
     for job, entry, result in zip(jobs, entries, results):
         kept = result.pop("kept")
         decode_ms = result.pop("decode_ms")
+        prefill = result.pop("prefill")
         entry["samples"][str(sample.index)] = result
         if decode_ms is not None:
             entry["decode_ms"] = decode_ms
+        if prefill is not None:
+            entry.setdefault("prefill", {})[str(sample.index)] = prefill
         cache.save(job.key)
         if keep_indices is not None and kept is not None:
             keep_indices[(job.length, job.method.name, job.capacity, sample.index)] = kept
+
+
+def _unmeasured(pipeline: Pipeline, job: Job, cache: ResultCache) -> bool:
+    """A cell to measure (``measure_prefill``; not adaptive methods) whose own prefill was
+    never measured: its first prompt is run again to measure it."""
+    return pipeline.measure_prefill and not job.method.adaptive and \
+        not cache.entry(job.key).get("prefill")
+
+
+def _prefill_summary(measured: dict) -> dict:
+    """The most bytes a method's own prefill held (the largest over the prompts measured:
+    K/V held by the runner, the compiled code's heap in one call, their sum) and its median
+    seconds; None where nothing was measured."""
+    runs = list(measured.values())
+    if not runs:
+        return dict(peak_cache_bytes=None, peak_heap_bytes=None, peak_bytes=None,
+                    prefill_s=None)
+    return dict(peak_cache_bytes=max(r["cache"] for r in runs),
+                peak_heap_bytes=max((r["heap"] or 0) for r in runs) or None,
+                peak_bytes=max(r["total"] for r in runs),
+                prefill_s=float(np.median([r["seconds"] for r in runs])))
 
 
 def summarise(jobs: List[Job], samples: int, cache: ResultCache) -> List[dict]:
@@ -798,7 +901,8 @@ def summarise(jobs: List[Job], samples: int, cache: ResultCache) -> List[dict]:
             budget_fraction=fraction_text(job.budget), capacity=job.capacity,
             accuracy=correct / len(found) if found else None, n=len(found), correct=correct,
             interval=wilson(correct, len(found)) if found else None,
-            answer_kept=float(np.mean([r["answer_kept"] for r in found])) if found else None,
+            answer_kept=float(np.mean([r["answer_kept"] for r in found]))
+            if found and all(r["answer_kept"] is not None for r in found) else None,
             kept_bytes=found[0]["kept_bytes"] if found else None,
-            decode_ms=entry.get("decode_ms")))
+            decode_ms=entry.get("decode_ms"), **_prefill_summary(entry.get("prefill", {}))))
     return rows

@@ -269,11 +269,13 @@ class IreeModel:
         # an out-of-range id would read out of bounds without an error.
         runtime.check_token_ids(ids, self.vocab_size)
 
-    def prefill(self, ids) -> Tuple[np.ndarray, List[np.ndarray]]:
+    def prefill(self, ids, chunk: Optional[int] = None) -> Tuple[np.ndarray, List[np.ndarray]]:
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         if ids.ndim == 1:
             ids = ids[None]
         self._check_ids(ids)
+        if len(self._chunks(ids.shape[1], chunk)) > 1:
+            raise ValueError("chunked prefill is not available through IREE (no @extend)")
         out = [_copy(o) for o in self._prefill(ids, *self._weights["prefill"])]
         return out[0], out[1:]
 
@@ -289,6 +291,8 @@ class IreeModel:
     # The generation loop is CompiledModel's, unchanged (it only calls prefill/decode);
     # decode returns new caches each step (no in-place ABI through IREE).
     in_place = None
+    chunked = default_chunk = None  # one-shot prefill only
+    _chunks = runtime.CompiledModel._chunks
     cache = runtime.CompiledModel.cache
     _physical = staticmethod(runtime.CompiledModel._physical)
     check_limits = runtime.CompiledModel.check_limits

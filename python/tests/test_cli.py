@@ -319,9 +319,9 @@ def test_a_failed_check_of_the_compiled_model_is_one_line(monkeypatch, capsys):
 
 # --- ledger ---------------------------------------------------------------------------------
 
-def _row(layer, gqa, hkv, hc, kept, full, compacted, dim=16):
+def _row(layer, gqa, hkv, hc, kept, full, compacted, peak, dim=16):
     return re.compile(rf"^{layer}\s+{gqa}\s+1\s+{hkv}\s+{hc}\s+{dim}\s+4\s+{kept}\s+"
-                      rf"{full:,}\s+{compacted:,}$", re.M)
+                      rf"{full:,}\s+{compacted:,}\s+{peak:,}$", re.M)
 
 
 @pytest.mark.parametrize("gqa", ["expand", "mean", "max"])
@@ -338,11 +338,13 @@ def test_ledger_numbers_of_the_bundled_model(gqa):
     assert done.returncode == 0, done.stderr
     full = 2 * 1 * hkv * (length + generated) * dim * 4
     compacted = 2 * 1 * heads * (min(length, capacity) + generated) * dim * 4
+    peak = 2 * 1 * hkv * length * dim * 4  # one-shot: the layer's whole prompt before its select
     for layer in range(layers):
-        assert _row(layer, gqa, hkv, heads, capacity, full, compacted, dim).search(done.stdout), \
-            done.stdout
+        assert _row(layer, gqa, hkv, heads, capacity, full, compacted, peak,
+                    dim).search(done.stdout), done.stdout
     assert f"total: {layers} layers, full {layers * full:,} B, compacted " \
-           f"{layers * compacted:,} B ({compacted / full:.4f} of full)" in done.stdout
+           f"{layers * compacted:,} B ({compacted / full:.4f} of full); prefill peak " \
+           f"{layers * peak:,} B" in done.stdout
     assert "note:" not in done.stdout
 
 
@@ -368,7 +370,8 @@ def test_ledger_of_an_already_rewritten_module(tmp_path):
     done = snapkv("ledger", out, "--prompt-length", 100, "--generated", 0)
     assert done.returncode == 0, done.stderr
     assert "already holds snapkv.select" in done.stderr
-    assert _row(0, "mean", 2, 2, 32, 2 * 2 * 100 * 16 * 4, 2 * 2 * 32 * 16 * 4).search(
+    assert _row(0, "mean", 2, 2, 32, 2 * 2 * 100 * 16 * 4, 2 * 2 * 32 * 16 * 4,
+                2 * 2 * 100 * 16 * 4).search(
         done.stdout), done.stdout
 
 

@@ -146,7 +146,8 @@ def test_generate_result():
     runs = {name: dataclasses.replace(result, compacted=other)
             for name, other in variants_of(run, tokens=[5, 6, 8], physical=[24, 25, 27],
                                            prefill_s=0.5, step_s=[0.5, 0.5], cache_bytes=1,
-                                           caches=3, shape=[1, 4, 26, 16]).items()}
+                                           caches=3, shape=[1, 4, 26, 16], chunks=3,
+                                           held=dict(cache=1, heap=2, total=3)).items()}
     assert_renderings_follow(result, runs, text_only={"caches", "shape"}, fields_of=run)
 
 
@@ -334,10 +335,12 @@ def test_ledger_table_says_what_its_json_says(monkeypatch, capsys):
     for layer in result.layers:
         assert re.search(rf"^{layer['layer']}\s+{layer['gqa']}\s+{layer['B']}\s+{layer['Hkv']}\s+"
                          rf"{layer['Hc']}\s+{layer['D']}\s+{layer['e']}\s+{layer['kept']}\s+"
-                         rf"{layer['full']:,}\s+{layer['compacted']:,}$", result.table, re.M)
+                         rf"{layer['full']:,}\s+{layer['compacted']:,}\s+"
+                         rf"{layer['prefill_peak']:,}$", result.table, re.M)
     total = result.total
     assert f"total: {total['layers']} layers, full {total['full']:,} B, compacted " \
-           f"{total['compacted']:,} B ({total['ratio']:.4f} of full)" in result.table
+           f"{total['compacted']:,} B ({total['ratio']:.4f} of full); prefill peak " \
+           f"{total['prefill_peak']:,} B" in result.table
 
 
 def test_generate_prints_its_result(monkeypatch, capsys):

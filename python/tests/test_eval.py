@@ -311,3 +311,26 @@ def test_methods_are_defined_against_the_published_method():
             options["snapkv-gqa-mean-k15"].gqa) == (15, "mean")
     assert options["streaming"].gqa == "expand"  # baselines hold SnapKV's bytes
     assert (hf.Compaction().kernel, hf.Compaction().gqa) == (15, "mean")
+
+
+@pytest.mark.slow
+def test_chunked_method_answers_with_its_own_model(pipeline):
+    """A chunked method (chunked prefill, docs/semantics.md) does not use the shared prefill:
+    it answers with its own compiled model, whose prefill is measured on every prompt; the
+    tokens are that model's own greedy tokens."""
+    method = ev.Method("chunked-64", {"gqa": "mean", "kernel": 15, "chunk": 64}, "test")
+    capacity, sample = LENGTH // 4, retrieval.generate(LENGTH, 5, "multitoken", 0)
+    (out,) = ev.answer_prompt(pipeline, sample, [(method, capacity)], seed=5)
+    model = pipeline.own_model(method, capacity, 5)
+    want = model.generate(sample.ids[None], len(out["tokens"]) - 1)
+    assert out["tokens"] == want["tokens"]
+    assert model.last_prefill["chunks"] == [(0, 64), (64, 128), (128, 192), (192, 256)]
+    held = out["prefill"]
+    assert held["chunks"] == 4 and held["cache"] > 0 and held["heap"] > 0
+    assert held["total"] >= max(held["cache"], held["heap"]) and held["seconds"] > 0
+    assert out["answer_kept"] is None  # kept rows are not prompt positions
+    _, caches = model.prefill(sample.ids[None])
+    assert out["kept_bytes"] == sum(c.nbytes for c in caches)  # C rows of every layer
+    # One-shot cells are measured only when asked.
+    (plain,) = ev.answer_prompt(pipeline, sample, [(ev.METHODS["snapkv"], capacity)], seed=5)
+    assert plain["prefill"] is None

@@ -23,6 +23,24 @@
 // CHECK:         call @extend_layer(
 // CHECK:         call @extend_layer(
 
+// The ledger counts the layers once (the extend function's selects compact the same caches)
+// and its prefill peak is a layer's cache plus one chunk before the select: C + N = 24 rows,
+// or 8 + 18 when the last 2 of 98 tokens, fewer than the window, join the chunk before.
+// RUN: snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 prefill-func=prefill_layer decode-func=decode_layer extend-func=extend_layer chunk=16 strict=true" \
+// RUN:   --snapkv-report-cache="prompt-length=100 generated=0 format=json" -o /dev/null \
+// RUN:   | FileCheck %s --check-prefix=LEDGER
+// RUN: snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 prefill-func=prefill_layer decode-func=decode_layer extend-func=extend_layer chunk=16 strict=true" \
+// RUN:   --snapkv-report-cache="prompt-length=98 generated=0 format=json" -o /dev/null \
+// RUN:   | FileCheck %s --check-prefix=MERGED
+// LEDGER:      "chunk": 16,
+// LEDGER:      "prefill_peak_rows": 24,
+// LEDGER-NEXT: "prefill_peak": 49152
+// LEDGER:      "layers": 2,
+// LEDGER:      "prefill_peak": 98304
+// MERGED:      "prefill_peak_rows": 26,
+
 // Without chunk the extend function is left as it is (a full-cache chunk) and no attribute is
 // set.
 // RUN: snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \

@@ -3,7 +3,8 @@
 // the same numbers, as one JSON object for programs (python/snapkv/cli/ledger.py).
 //
 // The tiny Llama, gqa mean: 2 * Hkv(2) * (64 + 16) * 16 * 4 bytes full;
-// 2 * 2 * (24 + 16) * 16 * 4 compacted.
+// 2 * 2 * (24 + 16) * 16 * 4 compacted; prefill holds a layer's 64 rows
+// before its select (one-shot: chunk 0), 2 * 2 * 64 * 16 * 4.
 // RUN: snapkv-opt %S/../Models/tiny_llama.mlir \
 // RUN:   --snapkv-compress-kv-cache="window=8 capacity=24 kernel=5 gqa=mean" \
 // RUN:   --snapkv-report-cache="prompt-length=64 generated=16 format=json" -o /dev/null \
@@ -11,6 +12,7 @@
 // MEAN:      {
 // MEAN-NEXT:  "prompt_length": 64,
 // MEAN-NEXT:  "generated": 16,
+// MEAN-NEXT:  "chunk": 0,
 // MEAN-NEXT:  "layers": [
 // MEAN-NEXT:   {
 // MEAN-NEXT:    "layer": 0,
@@ -22,19 +24,22 @@
 // MEAN-NEXT:    "e": 4,
 // MEAN-NEXT:    "kept": 24,
 // MEAN-NEXT:    "full": 20480,
-// MEAN-NEXT:    "compacted": 10240
+// MEAN-NEXT:    "compacted": 10240,
+// MEAN-NEXT:    "prefill_peak_rows": 64,
+// MEAN-NEXT:    "prefill_peak": 16384
 // MEAN-NEXT:   },
 // MEAN-NEXT:   {
 // MEAN-NEXT:    "layer": 1,
 // MEAN-NEXT:    "gqa": "mean",
-// MEAN:         "compacted": 10240
+// MEAN:         "prefill_peak": 16384
 // MEAN-NEXT:   }
 // MEAN-NEXT:  ],
 // MEAN-NEXT:  "total": {
 // MEAN-NEXT:   "layers": 2,
 // MEAN-NEXT:   "full": 40960,
 // MEAN-NEXT:   "compacted": 20480,
-// MEAN-NEXT:   "ratio": 0.5
+// MEAN-NEXT:   "ratio": 0.5,
+// MEAN-NEXT:   "prefill_peak": 32768
 // MEAN-NEXT:  }
 // MEAN-NEXT: }
 // MEAN-NOT:  {{.}}
@@ -53,12 +58,15 @@
 // EXPAND-NEXT: "e": 4,
 // EXPAND-NEXT: "kept": 24,
 // EXPAND-NEXT: "full": 16384,
-// EXPAND-NEXT: "compacted": 20480
+// EXPAND-NEXT: "compacted": 20480,
+// EXPAND-NEXT: "prefill_peak_rows": 48,
+// EXPAND-NEXT: "prefill_peak": 12288
 // EXPAND:      "total": {
 // EXPAND-NEXT: "layers": 2,
 // EXPAND-NEXT: "full": 32768,
 // EXPAND-NEXT: "compacted": 40960,
-// EXPAND-NEXT: "ratio": 1.25
+// EXPAND-NEXT: "ratio": 1.25,
+// EXPAND-NEXT: "prefill_peak": 24576
 
 // format=table is the default, byte for byte.
 // RUN: snapkv-opt %S/../Models/tiny_llama.mlir \

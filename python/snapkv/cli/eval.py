@@ -93,6 +93,10 @@ def add_parser(commands, common_options):
                         "against where the needles are) to DIR; needs matplotlib")
     p.add_argument("--no-cache", action="store_true",
                    help="recompute everything (and do not store results)")
+    p.add_argument("--prefill-memory", action="store_true",
+                   help="also measure each one-shot cell's own compiled model on its first "
+                        "prompt: the peak bytes and seconds of its prefill (one more compile "
+                        "and prefill per cell; chunked methods are always measured)")
     p.set_defaults(func=run)
 
 
@@ -177,7 +181,7 @@ def table(rows) -> List[str]:
     """The accuracy table's lines, a blank line between lengths."""
     lines = [f"{'length':>6} {'budget':>6} {'C':>5}  {'method':<22} {'accuracy':>9} "
              f"{'95% interval':>13} {'n':>3}  {'answer kept':>11}  {'cache KiB':>9}  "
-             f"{'decode ms':>9}"]
+             f"{'decode ms':>9}  {'peak KiB':>9}  {'prefill s':>9}"]
     last = None
     for r in rows:
         if last is not None and r["length"] != last:
@@ -189,9 +193,11 @@ def table(rows) -> List[str]:
         kept = "-" if r["answer_kept"] is None else f"{r['answer_kept']:.0%}"
         kib = "-" if r["kept_bytes"] is None else f"{r['kept_bytes'] / 1024:,.0f}"
         ms = "-" if r["decode_ms"] is None else f"{r['decode_ms']:.1f}"
+        peak = "-" if r.get("peak_bytes") is None else f"{r['peak_bytes'] / 1024:,.0f}"
+        seconds = "-" if r.get("prefill_s") is None else f"{r['prefill_s']:.1f}"
         lines.append(f"{r['length']:>6} {r['budget_fraction']:>6} {r['capacity']:>5}  "
                      f"{r['method']:<22} {acc:>9} {interval:>13} {r['n']:>3}  {kept:>11}  "
-                     f"{kib:>9}  {ms:>9}")
+                     f"{kib:>9}  {ms:>9}  {peak:>9}  {seconds:>9}")
     return lines
 
 
@@ -234,7 +240,10 @@ class EvalResult(Result):
              f"95% interval: Wilson score interval of the accuracy; answer kept: {kept_note}; "
              f"cache KiB: the K/V of all layers after prefill; decode ms: one decode step, "
              f"median of 3 (timed once per cell, when it was first computed; the machine's "
-             f"load shows in it)"]
+             f"load shows in it); peak KiB and prefill s: the method's own compiled model "
+             f"(chunked: every prompt; others with --prefill-memory: the cell's first "
+             f"prompt), the most K/V the runner held plus the compiled code's heap peak in "
+             f"one call, and the prefill's median seconds"]
             + [f"wrote {show(path)}" for path in self.written])
 
 
@@ -248,7 +257,8 @@ def compute(args) -> EvalResult:
     if args.window is None:
         args.window = ev.TextTask.default_window if text_task else ev.DEFAULT_WINDOW
     try:
-        pipeline = ev.Pipeline(args.model, args.window, log=log)
+        pipeline = ev.Pipeline(args.model, args.window, log=log,
+                               measure_prefill=args.prefill_memory)
         task = ev.TextTask(args.task, args.model) if text_task else \
             ev.RetrievalTask(args.variant)
         args.task_object = task

@@ -277,11 +277,15 @@ class GenerateResult(Result):
                   f"({compacted.caches} x {compacted.shape})"]
         if compacted.chunks > 1:
             lines.append(f"chunked prefill: {compacted.chunks} chunks")
-        if full.held and full.held["heap"] is not None:
+        if full.held or compacted.held:
+            def held(run, key):
+                value = (run.held or {}).get(key)
+                return "-" if value is None else f"{value:,}"
+
             lines.append(
                 "measured during prefill (full / compacted): K/V held by the runner "
-                f"{full.held['cache']:,} / {compacted.held['cache']:,} B; the compiled code's "
-                f"heap peak in one call {full.held['heap']:,} / {compacted.held['heap']:,} B")
+                f"{held(full, 'cache')} / {held(compacted, 'cache')} B; the compiled code's "
+                f"heap peak in one call {held(full, 'heap')} / {held(compacted, 'heap')} B")
         lines.append("")
 
         def compiled(which):

@@ -96,7 +96,32 @@ private:
 struct Row {
   GqaPolicy gqa;
   uint64_t batch, kvHeads, heads, dim, bytes, kept, full, compacted;
+  /// K/V the layer holds during prefill before its select: the whole prompt's
+  /// (one-shot), or the cache plus one chunk (chunked prefill).
+  uint64_t peakRows, peak;
 };
+
+/// The most rows a layer holds before its select while a `length`-token
+/// prompt is prefilled `chunk` tokens at a time (0: at once), compacting to
+/// `capacity` after each chunk (docs/semantics.md, "Chunked prefill": a last
+/// chunk shorter than `window` joins the one before it).
+static uint64_t prefillPeakRows(uint64_t length, uint64_t chunk,
+                                uint64_t capacity, uint64_t window) {
+  if (chunk == 0 || length <= chunk)
+    return length;
+  uint64_t chunks = (length + chunk - 1) / chunk;
+  uint64_t last = length - (chunks - 1) * chunk;
+  if (last < window) {
+    --chunks;
+    last += chunk;
+  }
+  // Chunk k starts at k * chunk over min(C, k * chunk) cached rows.
+  uint64_t lastStart = length - last;
+  uint64_t peak = std::min(capacity, lastStart) + last;
+  if (chunks >= 2)
+    peak = std::max(peak, std::min(capacity, (chunks - 2) * chunk) + chunk);
+  return peak;
+}
 
 struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
   using Base::Base;
@@ -104,7 +129,7 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
   /// The ledger row of one select (`snapkv.select` or, holding the same rows
   /// in all, `snapkv.select_adaptive`), or an error at its location.
   FailureOr<Row> row(Operation *op, unsigned layer, uint64_t length,
-                     uint64_t extra) {
+                     uint64_t extra, uint64_t chunk) {
     auto select = dyn_cast<SelectOp>(op);
     auto adaptive = dyn_cast<SelectAdaptiveOp>(op);
     auto qTy = cast<RankedTensorType>(op->getOperand(0).getType());
@@ -149,6 +174,10 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
     }
     r.full = *full;
     r.compacted = *compacted;
+    int64_t window = select ? select.getWindow() : adaptive.getWindow();
+    r.peakRows = prefillPeakRows(length, chunk, capacity, window);
+    // peakRows <= length, and 2*B*Hkv*(L+g)*D*e fits.
+    r.peak = *product({2, r.batch, r.kvHeads, r.peakRows, r.dim, r.bytes});
     return r;
   }
 
@@ -171,15 +200,19 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
     }
 
     SmallVector<Row> rows;
-    uint64_t totalFull = 0, totalCompacted = 0;
+    uint64_t totalFull = 0, totalCompacted = 0, totalPeak = 0;
     CallCounts calls(getOperation());
     // Chunked prefill's extend function compacts the same caches again after
     // each chunk: its selects are not more layers.
     StringRef extend;
+    uint64_t chunk = 0;
     if (auto chunked = getOperation()->getAttrOfType<DictionaryAttr>(
-            kChunkedPrefillAttrName))
+            kChunkedPrefillAttrName)) {
       if (auto name = chunked.getAs<StringAttr>("function"))
         extend = name.getValue();
+      if (auto size = chunked.getAs<IntegerAttr>("chunk"))
+        chunk = size.getInt();
+    }
     WalkResult walk = getOperation().walk([&](Operation *op) {
       if (!isa<SelectOp, SelectAdaptiveOp>(op))
         return WalkResult::advance();
@@ -195,13 +228,16 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
         repeats = *count;
       }
       for (uint64_t i = 0; i < repeats; ++i) {
-        FailureOr<Row> r = row(op, rows.size(), length, extra);
+        FailureOr<Row> r = row(op, rows.size(), length, extra, chunk);
         if (failed(r))
           return WalkResult::interrupt();
         std::optional<uint64_t> full =
             llvm::checkedAddUnsigned(totalFull, r->full);
         std::optional<uint64_t> compacted =
             llvm::checkedAddUnsigned(totalCompacted, r->compacted);
+        // peak <= full of the same layer, so it fits wherever full does.
+        if (full)
+          totalPeak += r->peak;
         if (!full || !compacted) {
           emitError(op->getLoc())
               << "snapkv-report-cache: the total over " << rows.size() + 1
@@ -220,22 +256,27 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
 
     llvm::raw_ostream &os = llvm::outs();
     if (format == ReportFormat::json)
-      printJson(os, rows, length, extra, totalFull, totalCompacted);
+      printJson(os, rows, length, extra, chunk, totalFull, totalCompacted,
+                totalPeak);
     else
-      printTable(os, rows, length, extra, totalFull, totalCompacted);
+      printTable(os, rows, length, extra, chunk, totalFull, totalCompacted,
+                 totalPeak);
     markAllAnalysesPreserved();
   }
 
   /// The ledger as one JSON object, keys in a fixed order: prompt_length,
-  /// generated, layers (one object per row, the columns of the table) and
-  /// total (layers, full, compacted, ratio = compacted / full or null).
+  /// generated, chunk (0: one-shot prefill), layers (one object per row, the
+  /// columns of the table) and total (layers, full, compacted, ratio =
+  /// compacted / full or null, prefill_peak).
   static void printJson(llvm::raw_ostream &os, ArrayRef<Row> rows,
-                        int64_t length, int64_t extra, uint64_t totalFull,
-                        uint64_t totalCompacted) {
+                        int64_t length, int64_t extra, uint64_t chunk,
+                        uint64_t totalFull, uint64_t totalCompacted,
+                        uint64_t totalPeak) {
     llvm::json::OStream json(os, /*IndentSize=*/1);
     json.object([&] {
       json.attribute("prompt_length", length);
       json.attribute("generated", extra);
+      json.attribute("chunk", chunk);
       json.attributeArray("layers", [&] {
         for (size_t layer = 0; layer < rows.size(); ++layer)
           json.object([&, &r = rows[layer]] {
@@ -249,6 +290,8 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
             json.attribute("kept", r.kept);
             json.attribute("full", r.full);
             json.attribute("compacted", r.compacted);
+            json.attribute("prefill_peak_rows", r.peakRows);
+            json.attribute("prefill_peak", r.peak);
           });
       });
       json.attributeObject("total", [&] {
@@ -260,32 +303,37 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
                          static_cast<double>(totalCompacted) / totalFull);
         else
           json.attribute("ratio", nullptr);
+        json.attribute("prefill_peak", totalPeak);
       });
     });
     os << "\n";
   }
 
   static void printTable(llvm::raw_ostream &os, ArrayRef<Row> rows,
-                         int64_t length, int64_t extra, uint64_t totalFull,
-                         uint64_t totalCompacted) {
-    os << "snapkv cache ledger: L=" << length << " g=" << extra
-       << " (persistent K/V bytes)\n";
-    os << llvm::format("%-6s %-7s %4s %4s %4s %5s %2s %8s %22s %22s\n", "layer",
-                       "gqa", "B", "Hkv", "Hc", "D", "e", "kept", "full",
-                       "compacted");
+                         int64_t length, int64_t extra, uint64_t chunk,
+                         uint64_t totalFull, uint64_t totalCompacted,
+                         uint64_t totalPeak) {
+    os << "snapkv cache ledger: L=" << length << " g=" << extra;
+    if (chunk)
+      os << " chunk=" << chunk;
+    os << " (persistent K/V bytes; prefill peak: before each select)\n";
+    os << llvm::format("%-6s %-7s %4s %4s %4s %5s %2s %8s %22s %22s %22s\n",
+                       "layer", "gqa", "B", "Hkv", "Hc", "D", "e", "kept",
+                       "full", "compacted", "prefill peak");
     for (auto [layer, r] : llvm::enumerate(rows))
       os << llvm::format("%-6u %-7s %4llu %4llu %4llu %5llu %2llu %8llu ",
                          static_cast<unsigned>(layer),
                          stringifyGqaPolicy(r.gqa).data(), r.batch, r.kvHeads,
                          r.heads, r.dim, r.bytes, r.kept)
-         << llvm::format("%22s %22s\n", grouped(r.full).c_str(),
-                         grouped(r.compacted).c_str());
+         << llvm::format("%22s %22s %22s\n", grouped(r.full).c_str(),
+                         grouped(r.compacted).c_str(), grouped(r.peak).c_str());
     os << "total: " << rows.size() << " layers, full " << grouped(totalFull)
        << " B, compacted " << grouped(totalCompacted) << " B";
     if (totalFull)
       os << llvm::format(" (%.4f of full)",
                          static_cast<double>(totalCompacted) / totalFull);
-    os << "\n";
+    os << "; prefill peak " << grouped(totalPeak)
+       << " B (every layer at its peak at once)\n";
   }
 };
 } // namespace
