@@ -64,6 +64,10 @@ PASSES = [
     ["--snapkv-compress-kv-cache=window=2 capacity=6 budget=adaptive floor=1"],
     ["--snapkv-compress-kv-cache=window=2 capacity=6 budget=adaptive prefill-func=prefill_layer "
      "decode-func=decode_layer"],
+    # Chunked prefill: the extend function rewritten like prefill (llama_layers_extend.mlir).
+    ["--snapkv-compress-kv-cache=window=2 capacity=6 chunk=4"],
+    ["--snapkv-compress-kv-cache=window=2 capacity=6 chunk=4 prefill-func=prefill_layer "
+     "decode-func=decode_layer extend-func=extend_layer"],
     ["--snapkv-gpu-emulation"],
     ["--snapkv-gpu-emulation=decompose-select=true"],
     ["--pass-pipeline=builtin.module(func.func(snapkv-gpu-distribute))"],

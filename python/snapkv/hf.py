@@ -85,6 +85,14 @@ class Compaction:
     # Chunked prefill (docs/semantics.md): the prompt fed `chunk` tokens at a time, the cache
     # compacted after each chunk; 0: one-shot. Needs a module exported with extend.
     chunk: int = 0
+    # Decode-time compression: every `decode_interval` generated tokens the caches are
+    # compacted back to `capacity` (CompiledModel.generate); 0: off. Needs extend too.
+    decode_interval: int = 0
+
+    @property
+    def extends(self) -> bool:
+        """Whether the rewrite needs the extend function."""
+        return bool(self.chunk or self.decode_interval)
 
     def pass_options(self) -> str:
         options = (f"window={self.window} capacity={self.capacity} kernel={self.kernel} "
@@ -101,6 +109,8 @@ class Compaction:
             options += f" seed={self.seed}"
         if self.chunk:
             options += f" chunk={self.chunk}"
+        if self.decode_interval:
+            options += f" decode-interval={self.decode_interval}"
         return options
 
 
@@ -209,7 +219,7 @@ def rewrite(text: str, compaction: Compaction = Compaction(), *, strict: bool = 
     layers = layer_functions(text)
     if layers:
         options += f" prefill-func={layers[0]} decode-func={layers[1]}"
-    if compaction.chunk:
+    if compaction.extends:
         options += f" extend-func={extend_function(text) or 'extend'}"
     if strict:
         options += " strict=true"
@@ -228,7 +238,7 @@ def load(checkpoint: Union[Checkpoint, os.PathLike, str],
     to it. `in_place`: decode writes its caches in place (``CompiledModel``)."""
     if not isinstance(checkpoint, Checkpoint):
         checkpoint = Checkpoint(checkpoint)
-    if compaction is not None and compaction.chunk and not options.extend:
+    if compaction is not None and compaction.extends and not options.extend:
         options = dataclasses.replace(options, extend=True)
     exports = Path(cache_dir).parent / "exports" if cache_dir is not None else None
     exported = export(checkpoint, options, cache_dir=exports, log=log)

@@ -291,7 +291,7 @@ class IreeModel:
     # The generation loop is CompiledModel's, unchanged (it only calls prefill/decode);
     # decode returns new caches each step (no in-place ABI through IREE).
     in_place = None
-    chunked = default_chunk = None  # one-shot prefill only
+    chunked = default_chunk = decode_compression = None  # one-shot prefill only
     _chunks = runtime.CompiledModel._chunks
     cache = runtime.CompiledModel.cache
     _physical = staticmethod(runtime.CompiledModel._physical)

@@ -11,7 +11,12 @@ heads, head_dim 128), exported with ``@extend`` and compiled:
   caches at logical positions, the numpy selection after every chunk), logits within 1e-4,
   and its caches after prefill are the reference's; it differs from one-shot SnapKV there, so
   the comparison sees the chunking;
-* ``snapkv generate --chunk`` reports the chunks and the K/V the runner held;
+* decode-time compression (``decode-interval=K``) generates the tokens of the PyTorch
+  reference that compacts the same way (the last W generated tokens through ``extend`` again,
+  their queries voting), its caches never above C + K - 1 rows; with a capacity the
+  generation never reaches it is the model without it, bit for bit;
+* ``snapkv generate --chunk`` and ``--decode-interval`` report the chunks, the K/V the runner
+  held and the steps compacted after;
 * bad combinations are clear errors.
 """
 
@@ -34,6 +39,7 @@ from test_hf_models import FAMILIES, checkpoint_dir, hf_model, snapkv_cli  # noq
 from snapkv.frontend import reference_decode  # noqa: E402  (needs torch)
 
 L, WINDOW, CAPACITY, CHUNK, STEPS = 100, 8, 40, 32, 8
+INTERVAL, LONG = 8, 24  # decode-time compression: every 8 tokens, over a 24-token generation
 KERNEL, GQA = 5, "mean"
 # Chunks (0, 32), (32, 64), (64, 100): the last 4 tokens are fewer than the window and join.
 BOUNDS = [(0, 32), (32, 64), (64, 100)]
@@ -41,8 +47,9 @@ CFLAGS = ("-O0",)
 LOGIT_ATOL = CACHE_ATOL = 1e-4  # compiled f32 vs PyTorch f32, as in test_hf_models.py
 
 
-def compaction(chunk=0):
-    return hf.Compaction(window=WINDOW, capacity=CAPACITY, kernel=KERNEL, gqa=GQA, chunk=chunk)
+def compaction(chunk=0, decode_interval=0, capacity=CAPACITY):
+    return hf.Compaction(window=WINDOW, capacity=capacity, kernel=KERNEL, gqa=GQA, chunk=chunk,
+                         decode_interval=decode_interval)
 
 
 def clear_prompt(model):
@@ -52,11 +59,16 @@ def clear_prompt(model):
         ids = reference_decode.prompt(seed, L, model.config.vocab_size)
         oracle = reference_decode.snapkv_generate(model, ids, STEPS, WINDOW, CAPACITY, KERNEL,
                                                   gqa=GQA, chunk=CHUNK)
-        selections = [m["relative"] for sels in oracle["chunk_selections"] for sel in sels
+        decoded = reference_decode.snapkv_generate(model, ids, LONG, WINDOW, CAPACITY, KERNEL,
+                                                   gqa=GQA, decode_interval=INTERVAL)
+        every = oracle["chunk_selections"] + decoded["decode_selections"]
+        selections = [m["relative"] for sels in every for sel in sels
                       for m in reference_decode.selection_margins(sel, WINDOW, CAPACITY) if m]
-        tokens = reference_decode.token_margins(oracle["logits"])
+        tokens = [*reference_decode.token_margins(oracle["logits"]),
+                  *reference_decode.token_margins(decoded["logits"])]
         if min(selections) >= reference_decode.MIN_SELECTION_MARGIN and \
                 min(tokens) >= reference_decode.MIN_TOKEN_MARGIN:
+            oracle["decoded"] = decoded
             return ids.reshape(1, L), oracle
     raise AssertionError("no prompt with clear selection and token margins")
 
@@ -79,7 +91,8 @@ def case():
         model=model, folder=folder, exported=exported, ids=ids, oracle=oracle,
         full=compiled(exported.text),
         one_shot=compiled(hf.rewrite(exported.text, compaction())),
-        chunked=compiled(hf.rewrite(exported.text, compaction(CHUNK))))
+        chunked=compiled(hf.rewrite(exported.text, compaction(CHUNK))),
+        decoding=compiled(hf.rewrite(exported.text, compaction(decode_interval=INTERVAL))))
 
 
 def test_original_model_in_chunks_is_the_original(case):
@@ -199,3 +212,54 @@ def test_cli_generate_chunk(case):
                      "--capacity", "16", "--chunk", "4")
     assert bad.returncode == 1
     assert "--chunk (4) must be at least --window (8)" in bad.stderr
+
+
+def test_decode_time_compression_is_the_reference(case):
+    model, ids, oracle = case["decoding"], case["ids"], case["oracle"]["decoded"]
+    assert model.decode_compression == {"interval": INTERVAL, "window": WINDOW,
+                                        "capacity": CAPACITY, "function": "extend_layer"}
+    assert model.default_chunk is None  # prefill stays one-shot
+    out = model.generate(ids, LONG)
+    diff = np.abs(out["logits"] - oracle["logits"]).max(axis=1)
+    assert out["tokens"] == oracle["tokens"], f"max |diff| per row {diff.tolist()}"
+    assert diff.max() <= LOGIT_ATOL, f"max |diff| per row {diff.tolist()}"
+    assert out["recompressed"] == oracle["recompressed"] == [8, 16, 24]
+    # Bounded: C rows after each compaction, C + K - 1 at most before it.
+    assert out["physical_lengths"] == [CAPACITY + g % INTERVAL for g in range(LONG + 1)]
+    for layer in range(2):
+        for j, expected in enumerate((oracle["keys"][layer], oracle["values"][layer])):
+            np.testing.assert_allclose(out["caches"][2 * layer + j], expected.numpy(), rtol=0,
+                                       atol=CACHE_ATOL, err_msg=f"layer {layer} {'KV'[j]}")
+    # Compacting changes the generation here: the comparison sees it.
+    assert out["tokens"] != case["one_shot"].generate(ids, LONG)["tokens"]
+
+
+def test_decode_time_compression_never_due_is_none(case):
+    """A capacity the generation never exceeds: never compacted, bit for bit the model
+    without decode-time compression."""
+    text, capacity = case["exported"].text, L + LONG
+    plain = runtime.CompiledModel(hf.rewrite(text, compaction(capacity=capacity)),
+                                  weights=hf.Checkpoint(case["folder"]), cflags=CFLAGS)
+    decoding = runtime.CompiledModel(
+        hf.rewrite(text, compaction(decode_interval=INTERVAL, capacity=capacity)),
+        weights=hf.Checkpoint(case["folder"]), cflags=CFLAGS)
+    want, got = plain.generate(case["ids"], LONG), decoding.generate(case["ids"], LONG)
+    assert got["recompressed"] == [] and got["tokens"] == want["tokens"]
+    assert np.array_equal(got["logits"], want["logits"])
+
+
+def test_cli_generate_decode_interval(case):
+    done = snapkv_cli("generate", str(case["folder"]), "--prompt",
+                      " ".join(map(str, case["ids"][0])), "--window", str(WINDOW), "--capacity",
+                      str(CAPACITY), "--kernel", str(KERNEL), "--decode-interval",
+                      str(INTERVAL), "--steps", str(LONG), "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["compaction"]["decode_interval"] == INTERVAL
+    assert result["tokens"]["compacted"] == case["oracle"]["decoded"]["tokens"]
+    assert result["measured"]["recompressed_after_steps"] == [8, 16, 24]
+    rows = [step["physical_rows"]["compacted"] for step in result["steps"]]
+    assert max(rows) == CAPACITY + INTERVAL - 1
+    bad = snapkv_cli("generate", str(case["folder"]), "--prompt-length", "40", "--gqa",
+                     "expand", "--decode-interval", "4")
+    assert bad.returncode == 1 and "--decode-interval needs --gqa mean or max" in bad.stderr

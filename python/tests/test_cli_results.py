@@ -147,6 +147,7 @@ def test_generate_result():
             for name, other in variants_of(run, tokens=[5, 6, 8], physical=[24, 25, 27],
                                            prefill_s=0.5, step_s=[0.5, 0.5], cache_bytes=1,
                                            caches=3, shape=[1, 4, 26, 16], chunks=3,
+                                           recompressed=[8],
                                            held=dict(cache=1, heap=2, total=3)).items()}
     assert_renderings_follow(result, runs, text_only={"caches", "shape"}, fields_of=run)
 

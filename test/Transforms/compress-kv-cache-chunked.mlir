@@ -41,6 +41,15 @@
 // LEDGER:      "prefill_peak": 98304
 // MERGED:      "prefill_peak_rows": 26,
 
+// Decode-time compression (decode-interval=K) rewrites the extend function the same way; the
+// runner re-feeds the last W generated tokens through it every K tokens. Prefill stays one-shot.
+// RUN: snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 prefill-func=prefill_layer decode-func=decode_layer extend-func=extend_layer decode-interval=16 strict=true" \
+// RUN:   | FileCheck %s --check-prefix=DECODE
+// DECODE:       module attributes {snapkv.decode_compression = {capacity = 8 : i64, function = "extend_layer", interval = 16 : i64, window = 4 : i64}}
+// DECODE-LABEL: func.func private @extend_layer(
+// DECODE:         snapkv.select {{.*}} window 4 capacity 8 kernel 15 gqa mean scale
+
 // Without chunk the extend function is left as it is (a full-cache chunk) and no attribute is
 // set.
 // RUN: snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \
@@ -97,9 +106,21 @@
 // RUN: not snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \
 // RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 chunk=16 extend-func=" 2>&1 | FileCheck %s --check-prefix=NONAME
 // NONAME: error: snapkv-compress-kv-cache: chunk needs extend-func to name a function
+// RUN: not snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 decode-interval=-2" 2>&1 | FileCheck %s --check-prefix=INTERVAL
+// INTERVAL: error: snapkv-compress-kv-cache: decode-interval must be >= 0 (got -2)
+// RUN: not snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 decode-interval=8 gqa=expand" 2>&1 | FileCheck %s --check-prefix=DEXPAND
+// DEXPAND: error: snapkv-compress-kv-cache: decode-interval needs gqa=mean or gqa=max
 
-// The attribute is checked by the dialect.
+// The attributes are checked by the dialect.
 // RUN: not snapkv-opt %s --split-input-file 2>&1 | FileCheck %s --check-prefix=ATTR
 // ATTR: error: snapkv.chunked_prefill must be a dictionary with integers chunk >= window >= 1 and a function name, on a module
+// ATTR: error: snapkv.decode_compression must be a dictionary with integers interval >= 1, capacity > window >= 1 and a function name, on a module
 module attributes {snapkv.chunked_prefill = {chunk = 2 : i64, function = "extend_layer", window = 4 : i64}} {
+}
+
+// -----
+
+module attributes {snapkv.decode_compression = {capacity = 4 : i64, function = "extend_layer", interval = 8 : i64, window = 4 : i64}} {
 }

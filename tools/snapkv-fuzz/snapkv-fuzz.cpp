@@ -203,10 +203,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   // Three rewrites: Hq heads on the whole run; Hkv with the budget spread
   // over the layers (pyramid: per-layer capacities, per-call copies of a
   // layer function), decomposed; Hkv with Ada-KV's shared budget (ragged
-  // caches, decode appending each head's row in place).
-  enum class Variant { expand, pyramid, adaptive };
-  for (Variant variant :
-       {Variant::expand, Variant::pyramid, Variant::adaptive}) {
+  // caches, decode appending each head's row in place). A fourth, chunked
+  // prefill, only where there is a chunk function to rewrite (the layer
+  // functions of `snapkv export --hf --extend`), so as not to slow the rest.
+  enum class Variant { expand, pyramid, adaptive, chunked };
+  bool chunkable =
+      module->lookupSymbol<func::FuncOp>("extend_layer") != nullptr;
+  for (Variant variant : {Variant::expand, Variant::pyramid, Variant::adaptive,
+                          Variant::chunked}) {
+    if (variant == Variant::chunked && !chunkable)
+      continue;
     PassManager pm(&ctx);
     // Small window and capacity so the one-layer seeds (prompt 8) get
     // rewritten.
@@ -223,6 +229,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (variant == Variant::adaptive) {
       rewrite.budget = snapkv::BudgetPolicy::adaptive;
       rewrite.floor = 1;
+    }
+    if (variant == Variant::chunked) {
+      rewrite.chunk = 4;
+      rewrite.prefillFunc = "prefill_layer";
+      rewrite.decodeFunc = "decode_layer";
+      rewrite.extendFunc = "extend_layer";
     }
     pm.addPass(snapkv::createCompressKVCache(rewrite));
     pm.addNestedPass<func::FuncOp>(snapkv::createFuseAttention());

@@ -25,7 +25,8 @@ FIXTURE = "tiny_llama_dynamic.mlir"
 # The pass's own defaults (snapkv-compress-kv-cache; kernel 15 and gqa mean, not the published
 # method's 5 and expand: docs/eval.md, "The defaults"); the demo passes its small sizes.
 DEFAULTS = dict(window=32, capacity=1024, kernel=15, pooling="avg", gqa="mean",
-                order="position", budget="uniform", pyramid_beta=20, floor=0, chunk=0)
+                order="position", budget="uniform", pyramid_beta=20, floor=0, chunk=0,
+                decode_interval=0)
 DEFAULT_PROMPT_LENGTH, DEFAULT_STEPS, DEFAULT_SEED = 96, 16, 0
 INT64_MAX = 2 ** 63 - 1
 FRONTEND_PACKAGES = {"torch": "torch", "transformers": "transformers", "torch_mlir": "torch-mlir"}
@@ -122,7 +123,8 @@ def export_checkpoint(directory: Path, args, quiet: bool) -> Source:
 
     checkpoint = load_checkpoint(directory)
     options = hf.ExportOptions(attention=getattr(args, "attention", None) or "sdpa",
-                               extend=bool(getattr(args, "chunk", 0)))
+                               extend=bool(getattr(args, "chunk", 0)
+                                           or getattr(args, "decode_interval", 0)))
     try:
         exported = hf.export(checkpoint, options, log=None if quiet else
                              lambda m: progress(quiet, f"  {m}"), cache_dir=None)
@@ -280,14 +282,17 @@ def pass_options(args, strict: bool, text: str = "") -> str:
         options += f" prefill-func={prefill}"
     if decode is not None:
         options += f" decode-func={decode}"
-    if getattr(args, "chunk", 0):
+    chunk, interval = getattr(args, "chunk", 0), getattr(args, "decode_interval", 0)
+    if chunk or interval:
         from ..hf import extend_function
 
         try:
             extend = extend_function(text) if text else None
         except tools.ToolFailed:
             extend = None
-        options += f" chunk={args.chunk} extend-func={extend or 'extend'}"
+        options += (f" chunk={chunk}" if chunk else "") + \
+            (f" decode-interval={interval}" if interval else "") + \
+            f" extend-func={extend or 'extend'}"
     return options + (" strict=true" if strict else "")
 
 
@@ -305,6 +310,8 @@ def describe(options: dict) -> str:
         f"layers' mean)"
     chunk = f", chunked prefill ({options['chunk']} tokens a chunk)" \
         if options.get("chunk") else ""
+    if options.get("decode_interval"):
+        chunk += f", decode-time compression every {options['decode_interval']} tokens"
     return (f"window {options['window']}, capacity {options['capacity']}, kernel "
             f"{options['kernel']}, pooling {options['pooling']}, gqa {options['gqa']}, order "
             f"{options['order']}{budget}{chunk}")
@@ -510,6 +517,12 @@ def compaction_parent(strict: bool = False) -> argparse.ArgumentParser:
                             "stay near C + N rows per head (docs/semantics.md, \"Chunked "
                             "prefill\"); needs --gqa mean or max and --budget uniform. 0 (the "
                             "default): one-shot prefill")
+    group.add_argument("--decode-interval", type=int_in(0, "--decode-interval"),
+                       default=DEFAULTS["decode_interval"], metavar="K",
+                       help="decode-time compression: every K generated tokens, caches holding "
+                            "more than C rows are compacted back to C, the last W generated "
+                            "tokens voting, so that decoding holds at most C + K rows per head; "
+                            "needs --gqa mean or max and --budget uniform. 0 (the default): off")
     if strict:
         group.add_argument("--strict", action="store_true",
                            help="a module the rewrite does not recognise with certainty is "
@@ -586,11 +599,13 @@ def check_window_capacity(args):
     if chunk and chunk < args.window:
         raise CLIError(f"--chunk ({chunk}) must be at least --window ({args.window}): a "
                        f"chunk's last W queries vote")
-    if chunk and args.gqa == "expand":
-        raise CLIError("--chunk needs --gqa mean or max (with expand the caches a chunk "
-                       "extends would hold Hq heads)")
-    if chunk and getattr(args, "budget", "uniform") != "uniform":
-        raise CLIError("--chunk needs --budget uniform")
+    for name, value in (("--chunk", chunk), ("--decode-interval",
+                                             getattr(args, "decode_interval", 0))):
+        if value and args.gqa == "expand":
+            raise CLIError(f"{name} needs --gqa mean or max (with expand the caches the "
+                           f"extend function extends would hold Hq heads)")
+        if value and getattr(args, "budget", "uniform") != "uniform":
+            raise CLIError(f"{name} needs --budget uniform")
 
 
 # ---------------------------------------------------------------------------------------------

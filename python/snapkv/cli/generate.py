@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Union
 
 import numpy as np
@@ -83,7 +83,7 @@ def greedy(model, ids, steps: int, *, forced: Optional[Sequence[int]] = None,
     tokens = [int(np.argmax(rows[0]))]
     caches = model.cache(caches, steps)  # room for the steps: each writes its row in place
     physical = [rows_per_head(caches)]
-    step_s, last_report = [], time.perf_counter()
+    step_s, last_report, recompressed = [], time.perf_counter(), []
     for g in range(steps):
         feed = tokens[-1] if forced is None else int(forced[g])
         t0 = time.perf_counter()
@@ -91,13 +91,19 @@ def greedy(model, ids, steps: int, *, forced: Optional[Sequence[int]] = None,
         step_s.append(time.perf_counter() - t0)
         rows.append(step_logits[0, 0])
         tokens.append(int(np.argmax(rows[-1])))
+        # Decode-time compression (--decode-interval) compacts the caches when due; the
+        # forced run compacts after the tokens it was fed.
+        fed = tokens if forced is None else [int(t) for t in forced[:g + 1]] + [0]
+        caches, done = model.compress_if_due(caches, fed, length, steps - g - 1)
+        if done:
+            recompressed.append(g + 1)
         physical.append(rows_per_head(caches))
         if time.perf_counter() - last_report > 2.0:
             progress(quiet, f"  {label}: decode step {g + 1}/{steps}")
             last_report = time.perf_counter()
     return dict(tokens=tokens, logits=np.stack(rows), physical=physical, caches=caches,
                 prefill_s=prefill_s, decode_s=float(sum(step_s)), step_s=step_s,
-                chunks=len(held.get("chunks", [])) or 1,
+                recompressed=recompressed, chunks=len(held.get("chunks", [])) or 1,
                 held={k: held.get(f"peak_{k}_bytes") for k in ("cache", "heap")}
                 | {"total": held.get("peak_bytes")})
 
@@ -132,6 +138,7 @@ class Run:
     caches: int          # how many cache arrays
     shape: List[int]     # the first one's shape
     chunks: int = 1      # prompt chunks prefill fed (--chunk)
+    recompressed: List[int] = field(default_factory=list)  # after these steps
     # Measured during prefill (CompiledModel.last_prefill): the most K/V bytes the runner
     # held at once ("cache"), the compiled code's heap peak in one call ("heap"), their
     # largest sum over the calls ("total").
@@ -142,7 +149,8 @@ class Run:
         caches = run["caches"]
         return cls(run["tokens"], run["physical"], run["prefill_s"], run["step_s"],
                    sum(c.nbytes for c in caches), len(caches),
-                   list(caches[0].shape) if caches else [], run["chunks"], run["held"])
+                   list(caches[0].shape) if caches else [], run["chunks"], run["recompressed"],
+                   run["held"])
 
     @property
     def decode_s(self) -> float:
@@ -212,6 +220,7 @@ class GenerateResult(Result):
             measured=dict(full_bytes=full.cache_bytes, compacted_bytes=compacted.cache_bytes,
                           compacted_allocated_bytes=self.compacted_allocated_bytes,
                           prefill_chunks=dict(full=full.chunks, compacted=compacted.chunks),
+                          recompressed_after_steps=compacted.recompressed,
                           prefill_peak_bytes=dict(full=full.held, compacted=compacted.held)),
             seconds=dict(rewrite=self.rewrite_s, compile_compacted=self.compile_s["compacted"],
                          compile_full=self.compile_s["full"],
@@ -277,6 +286,9 @@ class GenerateResult(Result):
                   f"({compacted.caches} x {compacted.shape})"]
         if compacted.chunks > 1:
             lines.append(f"chunked prefill: {compacted.chunks} chunks")
+        if compacted.recompressed:
+            lines.append(f"decode-time compression: the caches compacted back to C after "
+                         f"steps {', '.join(map(str, compacted.recompressed))}")
         if full.held or compacted.held:
             def held(run, key):
                 value = (run.held or {}).get(key)

@@ -219,9 +219,9 @@ def compute(args) -> VisualizeResult:
         common.check_runnable(text, path, length, 1, decode=False)
     else:
         common.check_window_capacity(args)
-        if args.chunk:
-            raise common.CLIError("--chunk is for generate, compile and ledger: visualize shows "
-                           "one-shot selections")
+        if args.chunk or args.decode_interval:
+            raise common.CLIError("--chunk and --decode-interval are for generate, compile "
+                                  "and ledger: visualize shows one-shot selections")
         common.check_runnable(text, path, length, args.window, decode=False)
         progress(args.quiet, f"rewriting {show(path)} ({common.describe_options(args)}) ...")
         rewritten, warnings, _ = common.rewrite(path, args)

@@ -226,9 +226,11 @@ def _argmax(logits):
 
 
 @torch.no_grad()
-def greedy_decode(model, first_row, length, keys, values, steps, expanded):
+def greedy_decode(model, first_row, length, keys, values, steps, expanded, compress=None):
     """``steps`` greedy decode steps after a prefill of ``length`` tokens whose last logits
     row is ``first_row``, over the per-layer caches ``keys``/``values`` (extended in place).
+    ``compress(tokens)``, called after every step with the tokens so far (the last one not
+    yet fed), may compact ``keys``/``values`` in place (decode-time compression).
 
     Returns ``(tokens, rows, physical_lengths)`` laid out like :func:`snapkv_generate`'s
     ``tokens``, ``logits`` rows and ``physical_lengths``."""
@@ -240,12 +242,15 @@ def greedy_decode(model, first_row, length, keys, values, steps, expanded):
                         else int(keys[0].shape[2]))
         rows.append(decode_step(model, tokens[-1], length + g, keys, values, expanded))
         tokens.append(_argmax(rows[-1]))
+        if compress is not None:
+            compress(tokens)
     return tokens, rows, physical
 
 
 @torch.no_grad()
 def snapkv_generate(model, ids, steps, window, capacity, kernel=5, pooling="avg",
-                    gqa="expand", order="position", prefilled=None, floor=None, chunk=None):
+                    gqa="expand", order="position", prefilled=None, floor=None, chunk=None,
+                    decode_interval=None):
     """Prefill, SnapKV compaction, ``steps`` greedy decode steps. ``capacity``: one for every
     layer, or a list with each layer's (:func:`snapkv.reference.layer_capacities`).
     ``floor`` (an int): Ada-KV's shared budget instead
@@ -262,6 +267,13 @@ def snapkv_generate(model, ids, steps, window, capacity, kernel=5, pooling="avg"
     caches and the concatenation compacted with the chunk's last ``window`` queries.
     ``selections`` and ``indices`` are then the last chunk's (rows of its concatenation), and
     ``chunk_selections`` holds every chunk's.
+
+    ``decode_interval``: decode-time compression (same restrictions): after every
+    ``decode_interval``-th generated token, once ``window`` were generated, caches of more
+    than ``capacity`` rows are compacted back: the last ``window`` generated tokens go through
+    :func:`extend` again over the caches without their rows, and the concatenation is
+    compacted by their queries. ``recompressed`` lists the steps after which it happened,
+    ``decode_selections`` each time's per-layer selections.
 
     Returns a dict:
 
@@ -314,14 +326,38 @@ def snapkv_generate(model, ids, steps, window, capacity, kernel=5, pooling="avg"
             cache_v.append(torch.from_numpy(sel.values.copy()))
         selections.append(sel)
 
+    recompressed, decode_selections = [], []
+
+    def compress(tokens):
+        fed = len(tokens) - 1
+        if not decode_interval or fed % decode_interval or fed < window or \
+                cache_k[0].shape[2] <= capacity:
+            return
+        rows_kept = cache_k[0].shape[2] - window
+        _, k, v, q = extend(model, torch.tensor([tokens[fed - window:fed]]),
+                            length + fed - window, [c[:, :, :rows_kept] for c in cache_k],
+                            [c[:, :, :rows_kept] for c in cache_v])
+        sels = _compact(q, k, v, window, capacity, kernel, pooling, gqa, order)
+        decode_selections.append(sels)
+        cache_k[:] = [torch.from_numpy(s.keys.copy()) for s in sels]
+        cache_v[:] = [torch.from_numpy(s.values.copy()) for s in sels]
+        recompressed.append(fed)
+
+    if decode_interval and (floor is not None or isinstance(capacity, (list, tuple))
+                            or gqa == "expand"):
+        raise ValueError("decode-time compression takes one capacity, no floor and gqa "
+                         "mean/max")
     tokens, rows, physical = greedy_decode(model, logits[0, -1], length, cache_k, cache_v,
-                                           steps, expanded=(gqa == "expand"))
+                                           steps, expanded=(gqa == "expand"),
+                                           compress=compress)
     return dict(
         tokens=tokens,
         logits=torch.stack(rows).numpy().astype(np.float32),
         indices=[s.indices for s in selections],
         **({"offsets": [s.offsets for s in selections]} if floor is not None else {}),
         **({"chunk_selections": every + [selections]} if every is not None else {}),
+        recompressed=recompressed,
+        decode_selections=decode_selections,
         physical_lengths=physical,
         logical_lengths=[length + g for g in range(steps)],
         cache_heads=[len(k) if isinstance(k, list) else int(k.shape[1]) for k in cache_k],

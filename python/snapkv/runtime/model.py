@@ -150,6 +150,9 @@ class CompiledModel:
         # {chunk, window, function} when snapkv-compress-kv-cache made chunked prefill
         # compact after every chunk: the default chunk of prefill().
         self.chunked = described.attributes.get("snapkv.chunked_prefill")
+        # {interval, window, capacity, function}: generate() compacts the caches back to
+        # `capacity` every `interval` steps (recompress).
+        self.decode_compression = described.attributes.get("snapkv.decode_compression")
         entries = ("prefill", "decode") + (("extend",) if "extend" in described.functions
                                            else ())
         self.prefill_signature = signature(text, "prefill")
@@ -422,6 +425,39 @@ class CompiledModel:
         cache.appended()
         return logits, cache
 
+    def compress_if_due(self, caches, tokens: Sequence[int], length: int, steps_left: int):
+        """After a decode step: ``(caches, True)`` compacted by :meth:`recompress` when
+        decode-time compression is due (every ``interval``-th generated token, once at least
+        ``window`` were generated, when the caches hold more than ``capacity`` rows), else
+        ``(caches, False)``. `tokens`: the generated tokens, the last one not yet fed (the
+        others are the caches' last rows, fed at ``length, length + 1, ...``)."""
+        compress, fed = self.decode_compression, len(tokens) - 1
+        if not compress or fed % compress["interval"] or fed < compress["window"] or \
+                caches[0].shape[2] <= compress["capacity"]:
+            return caches, False
+        window = compress["window"]
+        kept = self.recompress(caches, tokens[fed - window:fed], length + fed - window)
+        return self.cache(kept, steps_left), True
+
+    def recompress(self, caches, ids, position: int) -> List[np.ndarray]:
+        """Decode-time compression (``snapkv-compress-kv-cache decode-interval=K``): the
+        caches compacted back to the rewrite's capacity, the last ``len(ids)`` (= the window)
+        tokens voting. `ids` are those tokens, the last rows of `caches`, fed at positions
+        ``position ..``; they go through ``@extend`` again over the caches without their rows
+        (the same tokens at the same positions over the same earlier rows: their K/V again,
+        and their queries), whose select keeps C rows. Returns the new caches (arrays)."""
+        if self._extend is None:
+            raise ValueError("decode-time compression needs a module with @extend")
+        ids = np.ascontiguousarray(np.asarray(ids, dtype=np.int64).reshape(1, -1))
+        self._check_ids(ids)
+        rows = ids.shape[1]
+        arrays = [np.asarray(c) for c in caches]
+        if any(a.shape[2] < rows for a in arrays):
+            raise ValueError(f"the caches hold fewer rows than the {rows} tokens to re-feed")
+        prefix = [np.ascontiguousarray(a[:, :, :a.shape[2] - rows]) for a in arrays]
+        out = self._extend(ids, np.array([int(position)], dtype=np.int64), *prefix)
+        return list(out[1:])
+
     def time_decode(self, token: int, position: int, caches: Sequence[np.ndarray],
                     repeat: int = 1) -> List[float]:
         """Seconds of `repeat` bare decode calls on `caches` (no copy of the results; in
@@ -476,7 +512,11 @@ class CompiledModel:
           each cache tensor's rows when layers keep different lengths (``budget=pyramid``);
         * ``cache_shapes``: the shape of the first cache tensor at the end;
         * ``caches``: the caches after the last step (a :class:`KVCache` when decode
-          writes in place: a sequence of the valid ``[B, H, T, D]`` views).
+          writes in place: a sequence of the valid ``[B, H, T, D]`` views);
+        * ``recompressed``: the steps after which decode-time compression compacted the
+          caches (``snapkv-compress-kv-cache decode-interval=K``: after every K-th step, when
+          the caches hold more than C rows and at least W tokens were generated; empty
+          otherwise).
         """
         if (ids is None) == (text is None):
             raise ValueError("give the prompt as ids or as text (one of them)")
@@ -503,6 +543,7 @@ class CompiledModel:
         rows = [logits[0, -1]]
         tokens = [int(np.argmax(rows[-1]))]
         logical, physical, positions = [length], [self._physical(caches)], []
+        recompressed = []
         for g in range(steps):
             position = length + g
             step_logits, caches = self.decode(tokens[-1], position, caches)
@@ -510,7 +551,11 @@ class CompiledModel:
             rows.append(step_logits[0, 0])
             tokens.append(int(np.argmax(rows[-1])))
             logical.append(length + g + 1)
+            caches, done = self.compress_if_due(caches, tokens, length, steps - g - 1)
+            if done:
+                recompressed.append(g + 1)
             physical.append(self._physical(caches))
         return dict(tokens=tokens, logits=np.stack(rows), positions=positions,
                     logical_lengths=logical, physical_lengths=physical,
-                    cache_shapes=tuple(caches[0].shape) if caches else None, caches=caches)
+                    cache_shapes=tuple(caches[0].shape) if caches else None, caches=caches,
+                    recompressed=recompressed)

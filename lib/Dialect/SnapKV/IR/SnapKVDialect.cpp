@@ -221,6 +221,23 @@ LogicalResult SnapKVDialect::verifyOperationAttribute(Operation *op,
                            "name, on a module");
     return success();
   }
+  if (name == "snapkv.decode_compression") {
+    auto record = dyn_cast<DictionaryAttr>(value);
+    auto positive = [&](StringRef field) {
+      auto value =
+          record ? dyn_cast_or_null<IntegerAttr>(record.get(field)) : nullptr;
+      return value && value.getInt() >= 1 ? value.getInt() : 0;
+    };
+    auto function =
+        record ? dyn_cast_or_null<StringAttr>(record.get("function")) : nullptr;
+    if (!isa<ModuleOp>(op) || !positive("interval") || !positive("window") ||
+        positive("capacity") <= positive("window") || !function ||
+        function.getValue().empty())
+      return op->emitError("snapkv.decode_compression must be a dictionary "
+                           "with integers interval >= 1, capacity > window >= "
+                           "1 and a function name, on a module");
+    return success();
+  }
   if (name == "snapkv.exposed_scores") {
     auto list = dyn_cast<ArrayAttr>(value);
     if (!list || !llvm::all_of(list, llvm::IsaPred<StringAttr>))

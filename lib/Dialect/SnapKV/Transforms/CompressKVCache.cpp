@@ -1145,23 +1145,33 @@ struct CompressKVCachePass
       bad = "prefill-func must name a function";
     else if (chunk < 0)
       bad = "chunk must be >= 0 (got " + std::to_string(chunk) + ")";
+    else if (decodeInterval < 0)
+      bad = "decode-interval must be >= 0 (got " +
+            std::to_string(decodeInterval) + ")";
     else if (chunk > 0 && chunk < window)
       bad = "chunk must be at least the window: a chunk's last `window` "
             "queries vote (got chunk=" +
             std::to_string(chunk) + ", window=" + std::to_string(window) + ")";
-    else if (chunk > 0 && gqa == GqaPolicy::expand)
-      bad = "chunk needs gqa=mean or gqa=max: with expand the caches a chunk "
-            "extends would hold Hq heads";
-    else if (chunk > 0 && budget != BudgetPolicy::uniform)
-      bad = "chunk needs budget=uniform (per-layer and per-head budgets are "
-            "not available with chunked prefill)";
-    else if (chunk > 0 && extendFunc.empty())
-      bad = "chunk needs extend-func to name a function";
+    else if (extends() && gqa == GqaPolicy::expand)
+      bad = std::string(chunk > 0 ? "chunk" : "decode-interval") +
+            " needs gqa=mean or gqa=max: with expand the caches the extend "
+            "function extends would hold Hq heads";
+    else if (extends() && budget != BudgetPolicy::uniform)
+      bad = std::string(chunk > 0 ? "chunk" : "decode-interval") +
+            " needs budget=uniform (per-layer and per-head budgets are not "
+            "available with chunked prefill or decode-time compression)";
+    else if (extends() && extendFunc.empty())
+      bad = std::string(chunk > 0 ? "chunk" : "decode-interval") +
+            " needs extend-func to name a function";
     // At a location, not on the module op, which mlir-opt would print whole.
     if (!bad.empty())
       return emitError(module.getLoc()) << "snapkv-compress-kv-cache: " << bad;
     return success();
   }
+
+  /// Whether the extend function is rewritten: chunked prefill or
+  /// decode-time compression runs it.
+  bool extends() const { return chunk > 0 || decodeInterval > 0; }
 
   /// Leaves the module unchanged and says why.
   void refuse(Operation *where, StringRef function, const Refusal &refusal) {
@@ -1503,7 +1513,7 @@ struct CompressKVCachePass
     func::FuncOp extend;
     SmallVector<PrefillLayer> extendLayers;
     CallSites extendCalls;
-    if (chunk > 0) {
+    if (extends()) {
       extend = module.lookupSymbol<func::FuncOp>(extendFunc);
       Refusal refusal;
       if (!extend || extend.isExternal()) {
@@ -1543,12 +1553,22 @@ struct CompressKVCachePass
                      "a prefill chunk");
       updateCallers(extend, extendCalls);
       Builder b(&getContext());
-      module->setAttr(
-          kChunkedPrefillAttrName,
-          b.getDictionaryAttr(
-              {b.getNamedAttr("chunk", b.getI64IntegerAttr(chunk)),
-               b.getNamedAttr("window", b.getI64IntegerAttr(window)),
-               b.getNamedAttr("function", b.getStringAttr(extendFunc))}));
+      if (chunk > 0)
+        module->setAttr(
+            kChunkedPrefillAttrName,
+            b.getDictionaryAttr(
+                {b.getNamedAttr("chunk", b.getI64IntegerAttr(chunk)),
+                 b.getNamedAttr("window", b.getI64IntegerAttr(window)),
+                 b.getNamedAttr("function", b.getStringAttr(extendFunc))}));
+      if (decodeInterval > 0)
+        module->setAttr(
+            kDecodeCompressionAttrName,
+            b.getDictionaryAttr(
+                {b.getNamedAttr("interval",
+                                b.getI64IntegerAttr(decodeInterval)),
+                 b.getNamedAttr("window", b.getI64IntegerAttr(window)),
+                 b.getNamedAttr("capacity", b.getI64IntegerAttr(capacity)),
+                 b.getNamedAttr("function", b.getStringAttr(extendFunc))}));
     }
     if (failed(verify(module))) {
       emitError(module.getLoc())

@@ -206,13 +206,14 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
     // each chunk: its selects are not more layers.
     StringRef extend;
     uint64_t chunk = 0;
+    for (StringRef attr : {kChunkedPrefillAttrName, kDecodeCompressionAttrName})
+      if (auto record = getOperation()->getAttrOfType<DictionaryAttr>(attr))
+        if (auto name = record.getAs<StringAttr>("function"))
+          extend = name.getValue();
     if (auto chunked = getOperation()->getAttrOfType<DictionaryAttr>(
-            kChunkedPrefillAttrName)) {
-      if (auto name = chunked.getAs<StringAttr>("function"))
-        extend = name.getValue();
+            kChunkedPrefillAttrName))
       if (auto size = chunked.getAs<IntegerAttr>("chunk"))
         chunk = size.getInt();
-    }
     WalkResult walk = getOperation().walk([&](Operation *op) {
       if (!isa<SelectOp, SelectAdaptiveOp>(op))
         return WalkResult::advance();

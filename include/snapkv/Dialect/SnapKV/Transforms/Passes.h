@@ -18,6 +18,10 @@ constexpr llvm::StringLiteral kRefusalAttrName = "snapkv.refusal";
 /// tokens per chunk.
 constexpr llvm::StringLiteral kChunkedPrefillAttrName =
     "snapkv.chunked_prefill";
+/// `{interval = K, window = W, capacity = C, function = "<extend-func>"}`:
+/// snapkv-compress-kv-cache rewrote the module for decode-time compression.
+constexpr llvm::StringLiteral kDecodeCompressionAttrName =
+    "snapkv.decode_compression";
 
 /// What `snapkv-report-cache` prints (its `format` option).
 enum class ReportFormat { table, json };

@@ -433,6 +433,15 @@ def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
     extend entry point. `chunk` must be at least `window`; `gqa=expand` and
     per-layer or per-head budgets are not available with it.
 
+    `decode-interval=K` (decode-time compression) rewrites the same extend
+    function and records `snapkv.decode_compression = {interval = K, window
+    = W, capacity = C, function}`: every K generated tokens, a runner whose
+    caches hold more than C rows feeds the last W generated tokens through
+    the extend entry point again, over the caches without their rows (the
+    same tokens at the same positions over the same earlier rows: their K/V
+    and queries again), and keeps what the select keeps, C rows with those W
+    tokens as the window.
+
     A packed cache has no functional append, so `budget=adaptive` needs a
     decode that `snapkv-append-in-place` could rewrite (caches of dynamic
     length, read only by their append and run-time checks); otherwise the
@@ -533,6 +542,11 @@ def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
            "Chunked prefill: the prompt is fed `chunk` tokens at a time "
            "(at least `window`) and the cache compacted back to `capacity` "
            "after each chunk; needs `extend-func` (0: one-shot prefill)">,
+    Option<"decodeInterval", "decode-interval", "int64_t", /*default=*/"0",
+           "Decode-time compression: every `decode-interval` generated tokens a "
+           "cache of more than `capacity` rows is compacted back to `capacity`, "
+           "the last `window` generated tokens voting (through `extend-func`, "
+           "run by the runner); 0: off">,
     Option<"extendFunc", "extend-func", "std::string",
            /*default=*/"\"extend\"",
            "chunk=N: name of the function that extends the caches by a "
