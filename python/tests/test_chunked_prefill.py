@@ -27,6 +27,7 @@ import pytest
 from conftest import require_aot_tools
 
 from snapkv import hf, runtime, tools
+from snapkv.cli import ledger
 
 pytestmark = pytest.mark.slow
 
@@ -232,6 +233,13 @@ def test_decode_time_compression_is_the_reference(case):
                                        atol=CACHE_ATOL, err_msg=f"layer {layer} {'KV'[j]}")
     # Compacting changes the generation here: the comparison sees it.
     assert out["tokens"] != case["one_shot"].generate(ids, LONG)["tokens"]
+    # The ledger computes what the runner held: the rows at the end, and C + K at most
+    # (the row appended just before a compaction).
+    text = hf.rewrite(case["exported"].text, compaction(decode_interval=INTERVAL))
+    for g in (LONG - 3, LONG):
+        layer = ledger.ledger_data(text, L, g)["layers"][0]
+        assert layer["compacted"] == 2 * 2 * 128 * 4 * (CAPACITY + g % INTERVAL)
+        assert layer["decode_peak_rows"] == CAPACITY + INTERVAL
 
 
 def test_decode_time_compression_never_due_is_none(case):

@@ -337,11 +337,13 @@ def test_ledger_table_says_what_its_json_says(monkeypatch, capsys):
         assert re.search(rf"^{layer['layer']}\s+{layer['gqa']}\s+{layer['B']}\s+{layer['Hkv']}\s+"
                          rf"{layer['Hc']}\s+{layer['D']}\s+{layer['e']}\s+{layer['kept']}\s+"
                          rf"{layer['full']:,}\s+{layer['compacted']:,}\s+"
-                         rf"{layer['prefill_peak']:,}$", result.table, re.M)
+                         rf"{layer['prefill_peak']:,}\s+{layer['decode_peak']:,}$", result.table,
+                         re.M)
     total = result.total
     assert f"total: {total['layers']} layers, full {total['full']:,} B, compacted " \
            f"{total['compacted']:,} B ({total['ratio']:.4f} of full); prefill peak " \
-           f"{total['prefill_peak']:,} B" in result.table
+           f"{total['prefill_peak']:,} B (every layer at its peak at once); decode peak " \
+           f"{total['decode_peak']:,} B" in result.table
 
 
 def test_generate_prints_its_result(monkeypatch, capsys):

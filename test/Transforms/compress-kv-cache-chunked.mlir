@@ -41,6 +41,20 @@
 // LEDGER:      "prefill_peak": 98304
 // MERGED:      "prefill_peak_rows": 26,
 
+// With decode-time compression (every 16 tokens, C = 8) 40 generated tokens end at 8 + 8 rows
+// (compacted after tokens 16 and 32), and at most 8 + 16 are held, just before a compaction.
+// RUN: snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 prefill-func=prefill_layer decode-func=decode_layer extend-func=extend_layer decode-interval=16 strict=true" \
+// RUN:   --snapkv-report-cache="prompt-length=100 generated=40 format=json" -o /dev/null \
+// RUN:   | FileCheck %s --check-prefix=DECODELEDGER
+// DECODELEDGER:      "kept": 8,
+// DECODELEDGER-NEXT: "full": 286720,
+// DECODELEDGER-NEXT: "compacted": 32768,
+// DECODELEDGER-NEXT: "prefill_peak_rows": 100,
+// DECODELEDGER-NEXT: "prefill_peak": 204800,
+// DECODELEDGER-NEXT: "decode_peak_rows": 24,
+// DECODELEDGER-NEXT: "decode_peak": 49152
+
 // Decode-time compression (decode-interval=K) rewrites the extend function the same way; the
 // runner re-feeds the last W generated tokens through it every K tokens. Prefill stays one-shot.
 // RUN: snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \

@@ -26,12 +26,14 @@
 // MEAN-NEXT:    "full": 20480,
 // MEAN-NEXT:    "compacted": 10240,
 // MEAN-NEXT:    "prefill_peak_rows": 64,
-// MEAN-NEXT:    "prefill_peak": 16384
+// MEAN-NEXT:    "prefill_peak": 16384,
+// MEAN-NEXT:    "decode_peak_rows": 40,
+// MEAN-NEXT:    "decode_peak": 10240
 // MEAN-NEXT:   },
 // MEAN-NEXT:   {
 // MEAN-NEXT:    "layer": 1,
 // MEAN-NEXT:    "gqa": "mean",
-// MEAN:         "prefill_peak": 16384
+// MEAN:         "decode_peak": 10240
 // MEAN-NEXT:   }
 // MEAN-NEXT:  ],
 // MEAN-NEXT:  "total": {
@@ -39,7 +41,8 @@
 // MEAN-NEXT:   "full": 40960,
 // MEAN-NEXT:   "compacted": 20480,
 // MEAN-NEXT:   "ratio": 0.5,
-// MEAN-NEXT:   "prefill_peak": 32768
+// MEAN-NEXT:   "prefill_peak": 32768,
+// MEAN-NEXT:   "decode_peak": 20480
 // MEAN-NEXT:  }
 // MEAN-NEXT: }
 // MEAN-NOT:  {{.}}
@@ -60,13 +63,16 @@
 // EXPAND-NEXT: "full": 16384,
 // EXPAND-NEXT: "compacted": 20480,
 // EXPAND-NEXT: "prefill_peak_rows": 48,
-// EXPAND-NEXT: "prefill_peak": 12288
+// EXPAND-NEXT: "prefill_peak": 12288,
+// EXPAND-NEXT: "decode_peak_rows": 40,
+// EXPAND-NEXT: "decode_peak": 20480
 // EXPAND:      "total": {
 // EXPAND-NEXT: "layers": 2,
 // EXPAND-NEXT: "full": 32768,
 // EXPAND-NEXT: "compacted": 40960,
 // EXPAND-NEXT: "ratio": 1.25,
-// EXPAND-NEXT: "prefill_peak": 24576
+// EXPAND-NEXT: "prefill_peak": 24576,
+// EXPAND-NEXT: "decode_peak": 40960
 
 // format=table is the default, byte for byte.
 // RUN: snapkv-opt %S/../Models/tiny_llama.mlir \

@@ -16,41 +16,41 @@
 // NOLEN-NOT: snapkv cache ledger
 // MISMATCH: error: snapkv-report-cache: layer 0: keys hold 16384 positions but prompt-length is 4096
 
-// CHECK: snapkv cache ledger: L=16384 g=512 (persistent K/V bytes; prefill peak: before each select)
-// CHECK-NEXT: layer  gqa        B  Hkv   Hc     D  e     kept                   full              compacted           prefill peak
-// CHECK-NEXT: 0      expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864
-// CHECK-NEXT: 1      expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864
-// CHECK-NEXT: 2      expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864
-// CHECK-NEXT: 3      expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864
-// CHECK-NEXT: 4      expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864
-// CHECK-NEXT: 5      expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864
-// CHECK-NEXT: 6      expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864
-// CHECK-NEXT: 7      expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864
-// CHECK-NEXT: 8      expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864
-// CHECK-NEXT: 9      expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864
-// CHECK-NEXT: 10     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864
-// CHECK-NEXT: 11     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864
-// CHECK-NEXT: 12     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864
-// CHECK-NEXT: 13     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864
-// CHECK-NEXT: 14     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864
-// CHECK-NEXT: 15     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864
-// CHECK-NEXT: 16     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864
-// CHECK-NEXT: 17     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864
-// CHECK-NEXT: 18     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864
-// CHECK-NEXT: 19     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864
-// CHECK-NEXT: 20     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864
-// CHECK-NEXT: 21     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864
-// CHECK-NEXT: 22     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864
-// CHECK-NEXT: 23     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864
-// CHECK-NEXT: 24     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864
-// CHECK-NEXT: 25     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864
-// CHECK-NEXT: 26     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864
-// CHECK-NEXT: 27     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864
-// CHECK-NEXT: 28     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864
-// CHECK-NEXT: 29     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864
-// CHECK-NEXT: 30     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864
-// CHECK-NEXT: 31     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864
-// CHECK-NEXT: total: 32 layers, full 2,214,592,512 B, compacted 805,306,368 B (0.3636 of full); prefill peak 2,147,483,648 B (every layer at its peak at once)
+// CHECK: snapkv cache ledger: L=16384 g=512 (persistent K/V bytes; prefill peak: before each select; decode peak: the most held while decoding)
+// CHECK-NEXT: layer  gqa        B  Hkv   Hc     D  e     kept                   full              compacted           prefill peak            decode peak
+// CHECK-NEXT: 0      expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864             25,165,824
+// CHECK-NEXT: 1      expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864             25,165,824
+// CHECK-NEXT: 2      expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864             25,165,824
+// CHECK-NEXT: 3      expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864             25,165,824
+// CHECK-NEXT: 4      expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864             25,165,824
+// CHECK-NEXT: 5      expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864             25,165,824
+// CHECK-NEXT: 6      expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864             25,165,824
+// CHECK-NEXT: 7      expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864             25,165,824
+// CHECK-NEXT: 8      expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864             25,165,824
+// CHECK-NEXT: 9      expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864             25,165,824
+// CHECK-NEXT: 10     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864             25,165,824
+// CHECK-NEXT: 11     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864             25,165,824
+// CHECK-NEXT: 12     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864             25,165,824
+// CHECK-NEXT: 13     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864             25,165,824
+// CHECK-NEXT: 14     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864             25,165,824
+// CHECK-NEXT: 15     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864             25,165,824
+// CHECK-NEXT: 16     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864             25,165,824
+// CHECK-NEXT: 17     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864             25,165,824
+// CHECK-NEXT: 18     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864             25,165,824
+// CHECK-NEXT: 19     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864             25,165,824
+// CHECK-NEXT: 20     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864             25,165,824
+// CHECK-NEXT: 21     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864             25,165,824
+// CHECK-NEXT: 22     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864             25,165,824
+// CHECK-NEXT: 23     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864             25,165,824
+// CHECK-NEXT: 24     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864             25,165,824
+// CHECK-NEXT: 25     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864             25,165,824
+// CHECK-NEXT: 26     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864             25,165,824
+// CHECK-NEXT: 27     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864             25,165,824
+// CHECK-NEXT: 28     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864             25,165,824
+// CHECK-NEXT: 29     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864             25,165,824
+// CHECK-NEXT: 30     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864             25,165,824
+// CHECK-NEXT: 31     expand     1    8   32   128  2     1024             69,206,016             25,165,824             67,108,864             25,165,824
+// CHECK-NEXT: total: 32 layers, full 2,214,592,512 B, compacted 805,306,368 B (0.3636 of full); prefill peak 2,147,483,648 B (every layer at its peak at once); decode peak 805,306,368 B
 func.func @expand_layers(%q: tensor<1x32x32x128xf16>, %k: tensor<1x8x16384x128xf16>, %v: tensor<1x8x16384x128xf16>) {
   %k0, %v0, %i0 = snapkv.select %q, %k, %v window 32 capacity 1024 : (tensor<1x32x32x128xf16>, tensor<1x8x16384x128xf16>, tensor<1x8x16384x128xf16>) -> (tensor<1x32x1024x128xf16>, tensor<1x32x1024x128xf16>, tensor<1x32x1024xi64>)
   %k1, %v1, %i1 = snapkv.select %q, %k, %v window 32 capacity 1024 : (tensor<1x32x32x128xf16>, tensor<1x8x16384x128xf16>, tensor<1x8x16384x128xf16>) -> (tensor<1x32x1024x128xf16>, tensor<1x32x1024x128xf16>, tensor<1x32x1024xi64>)
@@ -89,41 +89,41 @@ func.func @expand_layers(%q: tensor<1x32x32x128xf16>, %k: tensor<1x8x16384x128xf
 
 // -----
 
-// CHECK: snapkv cache ledger: L=16384 g=512 (persistent K/V bytes; prefill peak: before each select)
-// CHECK-NEXT: layer  gqa        B  Hkv   Hc     D  e     kept                   full              compacted           prefill peak
-// CHECK-NEXT: 0      mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864
-// CHECK-NEXT: 1      mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864
-// CHECK-NEXT: 2      mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864
-// CHECK-NEXT: 3      mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864
-// CHECK-NEXT: 4      mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864
-// CHECK-NEXT: 5      mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864
-// CHECK-NEXT: 6      mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864
-// CHECK-NEXT: 7      mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864
-// CHECK-NEXT: 8      mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864
-// CHECK-NEXT: 9      mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864
-// CHECK-NEXT: 10     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864
-// CHECK-NEXT: 11     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864
-// CHECK-NEXT: 12     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864
-// CHECK-NEXT: 13     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864
-// CHECK-NEXT: 14     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864
-// CHECK-NEXT: 15     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864
-// CHECK-NEXT: 16     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864
-// CHECK-NEXT: 17     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864
-// CHECK-NEXT: 18     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864
-// CHECK-NEXT: 19     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864
-// CHECK-NEXT: 20     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864
-// CHECK-NEXT: 21     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864
-// CHECK-NEXT: 22     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864
-// CHECK-NEXT: 23     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864
-// CHECK-NEXT: 24     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864
-// CHECK-NEXT: 25     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864
-// CHECK-NEXT: 26     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864
-// CHECK-NEXT: 27     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864
-// CHECK-NEXT: 28     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864
-// CHECK-NEXT: 29     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864
-// CHECK-NEXT: 30     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864
-// CHECK-NEXT: 31     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864
-// CHECK-NEXT: total: 32 layers, full 2,214,592,512 B, compacted 201,326,592 B (0.0909 of full); prefill peak 2,147,483,648 B (every layer at its peak at once)
+// CHECK: snapkv cache ledger: L=16384 g=512 (persistent K/V bytes; prefill peak: before each select; decode peak: the most held while decoding)
+// CHECK-NEXT: layer  gqa        B  Hkv   Hc     D  e     kept                   full              compacted           prefill peak            decode peak
+// CHECK-NEXT: 0      mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864              6,291,456
+// CHECK-NEXT: 1      mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864              6,291,456
+// CHECK-NEXT: 2      mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864              6,291,456
+// CHECK-NEXT: 3      mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864              6,291,456
+// CHECK-NEXT: 4      mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864              6,291,456
+// CHECK-NEXT: 5      mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864              6,291,456
+// CHECK-NEXT: 6      mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864              6,291,456
+// CHECK-NEXT: 7      mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864              6,291,456
+// CHECK-NEXT: 8      mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864              6,291,456
+// CHECK-NEXT: 9      mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864              6,291,456
+// CHECK-NEXT: 10     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864              6,291,456
+// CHECK-NEXT: 11     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864              6,291,456
+// CHECK-NEXT: 12     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864              6,291,456
+// CHECK-NEXT: 13     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864              6,291,456
+// CHECK-NEXT: 14     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864              6,291,456
+// CHECK-NEXT: 15     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864              6,291,456
+// CHECK-NEXT: 16     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864              6,291,456
+// CHECK-NEXT: 17     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864              6,291,456
+// CHECK-NEXT: 18     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864              6,291,456
+// CHECK-NEXT: 19     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864              6,291,456
+// CHECK-NEXT: 20     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864              6,291,456
+// CHECK-NEXT: 21     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864              6,291,456
+// CHECK-NEXT: 22     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864              6,291,456
+// CHECK-NEXT: 23     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864              6,291,456
+// CHECK-NEXT: 24     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864              6,291,456
+// CHECK-NEXT: 25     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864              6,291,456
+// CHECK-NEXT: 26     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864              6,291,456
+// CHECK-NEXT: 27     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864              6,291,456
+// CHECK-NEXT: 28     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864              6,291,456
+// CHECK-NEXT: 29     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864              6,291,456
+// CHECK-NEXT: 30     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864              6,291,456
+// CHECK-NEXT: 31     mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864              6,291,456
+// CHECK-NEXT: total: 32 layers, full 2,214,592,512 B, compacted 201,326,592 B (0.0909 of full); prefill peak 2,147,483,648 B (every layer at its peak at once); decode peak 201,326,592 B
 func.func @mean_layers(%q: tensor<1x32x32x128xf16>, %k: tensor<1x8x16384x128xf16>, %v: tensor<1x8x16384x128xf16>) {
   %k0, %v0, %i0 = snapkv.select %q, %k, %v window 32 capacity 1024 gqa mean : (tensor<1x32x32x128xf16>, tensor<1x8x16384x128xf16>, tensor<1x8x16384x128xf16>) -> (tensor<1x8x1024x128xf16>, tensor<1x8x1024x128xf16>, tensor<1x8x1024xi64>)
   %k1, %v1, %i1 = snapkv.select %q, %k, %v window 32 capacity 1024 gqa mean : (tensor<1x32x32x128xf16>, tensor<1x8x16384x128xf16>, tensor<1x8x16384x128xf16>) -> (tensor<1x8x1024x128xf16>, tensor<1x8x1024x128xf16>, tensor<1x8x1024xi64>)
@@ -165,10 +165,10 @@ func.func @mean_layers(%q: tensor<1x32x32x128xf16>, %k: tensor<1x8x16384x128xf16
 // snapkv.select_adaptive: the heads share the layer's budget, each keeping a
 // different number of positions, 8 x 1024 in all: the bytes of a uniform
 // gqa mean select at the same capacity.
-// CHECK: snapkv cache ledger: L=16384 g=512 (persistent K/V bytes; prefill peak: before each select)
-// CHECK-NEXT: layer  gqa        B  Hkv   Hc     D  e     kept                   full              compacted           prefill peak
-// CHECK-NEXT: 0      mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864
-// CHECK-NEXT: total: 1 layers, full 69,206,016 B, compacted 6,291,456 B (0.0909 of full); prefill peak 67,108,864 B (every layer at its peak at once)
+// CHECK: snapkv cache ledger: L=16384 g=512 (persistent K/V bytes; prefill peak: before each select; decode peak: the most held while decoding)
+// CHECK-NEXT: layer  gqa        B  Hkv   Hc     D  e     kept                   full              compacted           prefill peak            decode peak
+// CHECK-NEXT: 0      mean       1    8    8   128  2     1024             69,206,016              6,291,456             67,108,864              6,291,456
+// CHECK-NEXT: total: 1 layers, full 69,206,016 B, compacted 6,291,456 B (0.0909 of full); prefill peak 67,108,864 B (every layer at its peak at once); decode peak 6,291,456 B
 func.func @adaptive(%q: tensor<1x32x32x128xf16>, %k: tensor<1x8x16384x128xf16>, %v: tensor<1x8x16384x128xf16>) {
   %k0, %v0, %i0, %o0 = snapkv.select_adaptive %q, %k, %v window 32 capacity 1024 floor 64 gqa mean : (tensor<1x32x32x128xf16>, tensor<1x8x16384x128xf16>, tensor<1x8x16384x128xf16>) -> (tensor<1x8192x128xf16>, tensor<1x8192x128xf16>, tensor<1x8192xi64>, tensor<1x9xi64>)
   return

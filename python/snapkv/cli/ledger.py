@@ -61,8 +61,8 @@ def ledger_text(text: str, prompt_length: int, generated: int) -> str:
 def ledger_data(text: str, prompt_length: int, generated: int) -> dict:
     """The ledger of the module `text` as {layers: [...], total: {...}}, from
     snapkv-report-cache format=json: each layer {layer, gqa, B, Hkv, Hc, D, e, kept, full,
-    compacted, prefill_peak_rows, prefill_peak}, the total {layers, full, compacted, ratio,
-    prefill_peak} (ratio None when full is 0)."""
+    compacted, prefill_peak_rows, prefill_peak, decode_peak_rows, decode_peak}, the total
+    {layers, full, compacted, ratio, prefill_peak, decode_peak} (ratio None when full is 0)."""
     out = _report_cache(text, prompt_length, generated, "json")
     try:
         report = json.loads(out)
@@ -73,7 +73,7 @@ def ledger_data(text: str, prompt_length: int, generated: int) -> dict:
         # JSON writes a whole double such as 1.0 as 1: the ratio stays a float.
         total = dict(layers=total["layers"], full=total["full"], compacted=total["compacted"],
                      ratio=None if ratio is None else float(ratio),
-                     prefill_peak=total["prefill_peak"])
+                     prefill_peak=total["prefill_peak"], decode_peak=total["decode_peak"])
     except (ValueError, KeyError, TypeError) as error:
         raise CLIError(f"unexpected output of snapkv-opt --snapkv-report-cache ... format=json "
                        f"({error}):\n{out}") from None

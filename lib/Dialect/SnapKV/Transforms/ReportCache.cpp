@@ -99,7 +99,41 @@ struct Row {
   /// K/V the layer holds during prefill before its select: the whole prompt's
   /// (one-shot), or the cache plus one chunk (chunked prefill).
   uint64_t peakRows, peak;
+  /// The most compacted rows held during the g decode steps (decode-time
+  /// compression bounds them), and their bytes.
+  uint64_t decodePeakRows, decodePeak;
 };
+
+/// snapkv.decode_compression: every `interval`-th decode step, once `window`
+/// steps were taken, caches of more than `capacity` rows go back to it.
+struct DecodeCompression {
+  uint64_t interval, window, capacity;
+};
+
+/// (rows after `steps` decode steps from `start` rows, the most held at
+/// once, counting the appended row before a compaction).
+static std::pair<uint64_t, uint64_t>
+decodeRows(uint64_t start, uint64_t steps,
+           const std::optional<DecodeCompression> &dc) {
+  uint64_t grown = start + steps; // checked by the caller
+  if (!dc || grown <= dc->capacity)
+    return {grown, grown};
+  // The first compaction: the first multiple of the interval at or past both
+  // the window and the step that takes the cache past the capacity.
+  uint64_t need =
+      std::max(dc->window,
+               dc->capacity >= start ? dc->capacity - start + 1 : uint64_t(1));
+  std::optional<uint64_t> first =
+      llvm::checkedMulUnsigned((need - 1) / dc->interval + 1, dc->interval);
+  if (!first || *first > steps)
+    return {grown, grown};
+  uint64_t last = *first + (steps - *first) / dc->interval * dc->interval;
+  uint64_t peak = start + *first;
+  if (steps - *first >= dc->interval)
+    peak = std::max(peak, dc->capacity + dc->interval);
+  uint64_t rows = dc->capacity + (steps - last);
+  return {rows, std::max(peak, rows)};
+}
 
 /// The most rows a layer holds before its select while a `length`-token
 /// prompt is prefilled `chunk` tokens at a time (0: at once), compacting to
@@ -129,7 +163,8 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
   /// The ledger row of one select (`snapkv.select` or, holding the same rows
   /// in all, `snapkv.select_adaptive`), or an error at its location.
   FailureOr<Row> row(Operation *op, unsigned layer, uint64_t length,
-                     uint64_t extra, uint64_t chunk) {
+                     uint64_t extra, uint64_t chunk,
+                     const std::optional<DecodeCompression> &dc) {
     auto select = dyn_cast<SelectOp>(op);
     auto adaptive = dyn_cast<SelectAdaptiveOp>(op);
     auto qTy = cast<RankedTensorType>(op->getOperand(0).getType());
@@ -156,11 +191,13 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
     r.heads = r.gqa == GqaPolicy::expand ? qTy.getDimSize(1) : r.kvHeads;
     // Adaptive heads keep different counts, Hc x min(L, C) in all.
     r.kept = std::min<uint64_t>(length, capacity);
+    // Decode-time compression bounds what decoding appends.
+    auto [decoded, decodePeak] = decodeRows(r.kept, extra, dc);
     // Both fit: prompt-length + generated was checked, and kept <= length.
     std::optional<uint64_t> full =
         product({2, r.batch, r.kvHeads, length + extra, r.dim, r.bytes});
     std::optional<uint64_t> compacted =
-        product({2, r.batch, r.heads, r.kept + extra, r.dim, r.bytes});
+        product({2, r.batch, r.heads, decoded, r.dim, r.bytes});
     if (!full || !compacted) {
       bool whole = !full;
       return emitError(op->getLoc())
@@ -178,6 +215,14 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
     r.peakRows = prefillPeakRows(length, chunk, capacity, window);
     // peakRows <= length, and 2*B*Hkv*(L+g)*D*e fits.
     r.peak = *product({2, r.batch, r.kvHeads, r.peakRows, r.dim, r.bytes});
+    r.decodePeakRows = decodePeak;
+    std::optional<uint64_t> decodeBytes =
+        product({2, r.batch, r.heads, decodePeak, r.dim, r.bytes});
+    if (!decodeBytes)
+      return emitError(op->getLoc())
+             << "snapkv-report-cache: layer " << layer
+             << ": the decode peak does not fit in 64 bits";
+    r.decodePeak = *decodeBytes;
     return r;
   }
 
@@ -200,7 +245,8 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
     }
 
     SmallVector<Row> rows;
-    uint64_t totalFull = 0, totalCompacted = 0, totalPeak = 0;
+    uint64_t totalFull = 0, totalCompacted = 0, totalPeak = 0,
+             totalDecodePeak = 0;
     CallCounts calls(getOperation());
     // Chunked prefill's extend function compacts the same caches again after
     // each chunk: its selects are not more layers.
@@ -214,6 +260,16 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
             kChunkedPrefillAttrName))
       if (auto size = chunked.getAs<IntegerAttr>("chunk"))
         chunk = size.getInt();
+    // The dialect verified the record (positive integers).
+    std::optional<DecodeCompression> dc;
+    if (auto record = getOperation()->getAttrOfType<DictionaryAttr>(
+            kDecodeCompressionAttrName)) {
+      auto get = [&](StringRef field) -> uint64_t {
+        auto value = record.getAs<IntegerAttr>(field);
+        return value ? value.getInt() : 1;
+      };
+      dc = DecodeCompression{get("interval"), get("window"), get("capacity")};
+    }
     WalkResult walk = getOperation().walk([&](Operation *op) {
       if (!isa<SelectOp, SelectAdaptiveOp>(op))
         return WalkResult::advance();
@@ -229,7 +285,7 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
         repeats = *count;
       }
       for (uint64_t i = 0; i < repeats; ++i) {
-        FailureOr<Row> r = row(op, rows.size(), length, extra, chunk);
+        FailureOr<Row> r = row(op, rows.size(), length, extra, chunk, dc);
         if (failed(r))
           return WalkResult::interrupt();
         std::optional<uint64_t> full =
@@ -239,7 +295,9 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
         // peak <= full of the same layer, so it fits wherever full does.
         if (full)
           totalPeak += r->peak;
-        if (!full || !compacted) {
+        std::optional<uint64_t> decodePeak =
+            llvm::checkedAddUnsigned(totalDecodePeak, r->decodePeak);
+        if (!full || !compacted || !decodePeak) {
           emitError(op->getLoc())
               << "snapkv-report-cache: the total over " << rows.size() + 1
               << " layers does not fit in 64 bits (prompt-length=" << length
@@ -248,6 +306,7 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
         }
         totalFull = *full;
         totalCompacted = *compacted;
+        totalDecodePeak = *decodePeak;
         rows.push_back(*r);
       }
       return WalkResult::advance();
@@ -258,10 +317,10 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
     llvm::raw_ostream &os = llvm::outs();
     if (format == ReportFormat::json)
       printJson(os, rows, length, extra, chunk, totalFull, totalCompacted,
-                totalPeak);
+                totalPeak, totalDecodePeak);
     else
       printTable(os, rows, length, extra, chunk, totalFull, totalCompacted,
-                 totalPeak);
+                 totalPeak, totalDecodePeak);
     markAllAnalysesPreserved();
   }
 
@@ -272,7 +331,7 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
   static void printJson(llvm::raw_ostream &os, ArrayRef<Row> rows,
                         int64_t length, int64_t extra, uint64_t chunk,
                         uint64_t totalFull, uint64_t totalCompacted,
-                        uint64_t totalPeak) {
+                        uint64_t totalPeak, uint64_t totalDecodePeak) {
     llvm::json::OStream json(os, /*IndentSize=*/1);
     json.object([&] {
       json.attribute("prompt_length", length);
@@ -293,6 +352,8 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
             json.attribute("compacted", r.compacted);
             json.attribute("prefill_peak_rows", r.peakRows);
             json.attribute("prefill_peak", r.peak);
+            json.attribute("decode_peak_rows", r.decodePeakRows);
+            json.attribute("decode_peak", r.decodePeak);
           });
       });
       json.attributeObject("total", [&] {
@@ -305,6 +366,7 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
         else
           json.attribute("ratio", nullptr);
         json.attribute("prefill_peak", totalPeak);
+        json.attribute("decode_peak", totalDecodePeak);
       });
     });
     os << "\n";
@@ -313,28 +375,32 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
   static void printTable(llvm::raw_ostream &os, ArrayRef<Row> rows,
                          int64_t length, int64_t extra, uint64_t chunk,
                          uint64_t totalFull, uint64_t totalCompacted,
-                         uint64_t totalPeak) {
+                         uint64_t totalPeak, uint64_t totalDecodePeak) {
     os << "snapkv cache ledger: L=" << length << " g=" << extra;
     if (chunk)
       os << " chunk=" << chunk;
-    os << " (persistent K/V bytes; prefill peak: before each select)\n";
-    os << llvm::format("%-6s %-7s %4s %4s %4s %5s %2s %8s %22s %22s %22s\n",
-                       "layer", "gqa", "B", "Hkv", "Hc", "D", "e", "kept",
-                       "full", "compacted", "prefill peak");
+    os << " (persistent K/V bytes; prefill peak: before each select; decode "
+          "peak: the most held while decoding)\n";
+    os << llvm::format(
+        "%-6s %-7s %4s %4s %4s %5s %2s %8s %22s %22s %22s %22s\n", "layer",
+        "gqa", "B", "Hkv", "Hc", "D", "e", "kept", "full", "compacted",
+        "prefill peak", "decode peak");
     for (auto [layer, r] : llvm::enumerate(rows))
       os << llvm::format("%-6u %-7s %4llu %4llu %4llu %5llu %2llu %8llu ",
                          static_cast<unsigned>(layer),
                          stringifyGqaPolicy(r.gqa).data(), r.batch, r.kvHeads,
                          r.heads, r.dim, r.bytes, r.kept)
-         << llvm::format("%22s %22s %22s\n", grouped(r.full).c_str(),
-                         grouped(r.compacted).c_str(), grouped(r.peak).c_str());
+         << llvm::format("%22s %22s %22s %22s\n", grouped(r.full).c_str(),
+                         grouped(r.compacted).c_str(), grouped(r.peak).c_str(),
+                         grouped(r.decodePeak).c_str());
     os << "total: " << rows.size() << " layers, full " << grouped(totalFull)
        << " B, compacted " << grouped(totalCompacted) << " B";
     if (totalFull)
       os << llvm::format(" (%.4f of full)",
                          static_cast<double>(totalCompacted) / totalFull);
     os << "; prefill peak " << grouped(totalPeak)
-       << " B (every layer at its peak at once)\n";
+       << " B (every layer at its peak at once); decode peak "
+       << grouped(totalDecodePeak) << " B\n";
   }
 };
 } // namespace
