@@ -293,6 +293,7 @@ class IreeModel:
     in_place = None
     chunked = default_chunk = decode_compression = None  # one-shot prefill only
     _chunks = runtime.CompiledModel._chunks
+    compress_if_due = runtime.CompiledModel.compress_if_due
     cache = runtime.CompiledModel.cache
     _physical = staticmethod(runtime.CompiledModel._physical)
     check_limits = runtime.CompiledModel.check_limits

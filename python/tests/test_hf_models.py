@@ -283,9 +283,12 @@ def test_cli_on_a_checkpoint_directory(tmp_path):
                       "--window", 32, "--capacity", 512, "--gqa", "mean", "--json", "-q")
     assert done.returncode == 0, done.stderr
     ledger = json.loads(done.stdout)
-    # 2 layers x 2 (K, V) x Hkv 2 x D 128 x 4 bytes x rows.
+    # 2 layers x 2 (K, V) x Hkv 2 x D 128 x 4 bytes x rows: prefill holds a layer's whole
+    # prompt before its select, decoding 512 + 16 rows.
     assert ledger["total"] == dict(layers=2, full=2 * 2 * 2 * 128 * 4 * 4112,
-                                   compacted=2 * 2 * 2 * 128 * 4 * 528, ratio=528 / 4112)
+                                   compacted=2 * 2 * 2 * 128 * 4 * 528, ratio=528 / 4112,
+                                   prefill_peak=2 * 2 * 2 * 128 * 4 * 4096,
+                                   decode_peak=2 * 2 * 2 * 128 * 4 * 528)
 
     out = tmp_path / "export"
     done = snapkv_cli("export", "--hf", folder, "--out", out, "-q")
