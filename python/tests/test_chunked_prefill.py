@@ -186,6 +186,9 @@ def test_bad_chunks_are_clear_errors(case):
                                        chunk=CHUNK))
     with pytest.raises(ValueError, match=r"chunk \(4\) is shorter than the window \(8\)"):
         case["chunked"].prefill(case["ids"], chunk=4)
+    with pytest.raises(ValueError, match="rewritten for one-shot prefill: its @extend does not "
+                                         "compact the chunks"):
+        case["one_shot"].prefill(case["ids"], chunk=CHUNK)
     plain = hf.export(hf.Checkpoint(case["folder"]))  # no @extend
     model = runtime.CompiledModel(plain.text, weights=hf.Checkpoint(case["folder"]),
                                   cflags=CFLAGS)

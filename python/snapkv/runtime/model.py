@@ -153,6 +153,10 @@ class CompiledModel:
         # {interval, window, capacity, function}: generate() compacts the caches back to
         # `capacity` every `interval` steps (recompress).
         self.decode_compression = described.attributes.get("snapkv.decode_compression")
+        # A rewritten module whose @extend was not rewritten with it (no chunk or
+        # decode-interval) compacts prefill but not the chunks: no chunked prefill then.
+        self._extend_appends_only = described.select_count() > 0 and not (
+            self.chunked or self.decode_compression)
         entries = ("prefill", "decode") + (("extend",) if "extend" in described.functions
                                            else ())
         self.prefill_signature = signature(text, "prefill")
@@ -372,6 +376,9 @@ class CompiledModel:
             raise ValueError("chunked prefill needs a module with @extend (export it with "
                              "extend: `snapkv export --hf --extend`, hf.ExportOptions("
                              "extend=True))")
+        if len(bounds) > 1 and self._extend_appends_only:
+            raise ValueError("this module was rewritten for one-shot prefill: its @extend "
+                             "does not compact the chunks (rewrite it with chunk=N)")
         if length:
             self.check_limits(length, prefill_length=bounds[0][1])
         held = dict(cache=0, heap=None, both=0)
