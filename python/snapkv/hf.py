@@ -88,6 +88,8 @@ class Compaction:
     # Decode-time compression: every `decode_interval` generated tokens the caches are
     # compacted back to `capacity` (CompiledModel.generate); 0: off. Needs extend too.
     decode_interval: int = 0
+    # What decode-time compression compacts back to (0: `capacity`).
+    decode_capacity: int = 0
 
     @property
     def extends(self) -> bool:
@@ -111,6 +113,8 @@ class Compaction:
             options += f" chunk={self.chunk}"
         if self.decode_interval:
             options += f" decode-interval={self.decode_interval}"
+        if self.decode_capacity:
+            options += f" decode-capacity={self.decode_capacity}"
         return options
 
 

@@ -14,7 +14,9 @@ heads, head_dim 128), exported with ``@extend`` and compiled:
 * decode-time compression (``decode-interval=K``) generates the tokens of the PyTorch
   reference that compacts the same way (the last W generated tokens through ``extend`` again,
   their queries voting), its caches never above C + K - 1 rows; with a capacity the
-  generation never reaches it is the model without it, bit for bit;
+  generation never reaches it is the model without it, bit for bit; a decode capacity M
+  other than C (``decode-capacity=M``, with chunked prefill: its own copy of the extend chain)
+  compacts to M rows, as the reference does;
 * ``snapkv generate --chunk`` and ``--decode-interval`` report the chunks, the K/V the runner
   held and the steps compacted after;
 * bad combinations are clear errors.
@@ -41,6 +43,7 @@ from snapkv.frontend import reference_decode  # noqa: E402  (needs torch)
 
 L, WINDOW, CAPACITY, CHUNK, STEPS = 100, 8, 40, 32, 8
 INTERVAL, LONG = 8, 24  # decode-time compression: every 8 tokens, over a 24-token generation
+DECODE_CAPACITY = 24  # M < C: decoding compacts below the prefill capacity
 KERNEL, GQA = 5, "mean"
 # Chunks (0, 32), (32, 64), (64, 100): the last 4 tokens are fewer than the window and join.
 BOUNDS = [(0, 32), (32, 64), (64, 100)]
@@ -48,9 +51,9 @@ CFLAGS = ("-O0",)
 LOGIT_ATOL = CACHE_ATOL = 1e-4  # compiled f32 vs PyTorch f32, as in test_hf_models.py
 
 
-def compaction(chunk=0, decode_interval=0, capacity=CAPACITY):
+def compaction(chunk=0, decode_interval=0, capacity=CAPACITY, decode_capacity=0):
     return hf.Compaction(window=WINDOW, capacity=capacity, kernel=KERNEL, gqa=GQA, chunk=chunk,
-                         decode_interval=decode_interval)
+                         decode_interval=decode_interval, decode_capacity=decode_capacity)
 
 
 def clear_prompt(model):
@@ -62,14 +65,20 @@ def clear_prompt(model):
                                                   gqa=GQA, chunk=CHUNK)
         decoded = reference_decode.snapkv_generate(model, ids, LONG, WINDOW, CAPACITY, KERNEL,
                                                    gqa=GQA, decode_interval=INTERVAL)
-        every = oracle["chunk_selections"] + decoded["decode_selections"]
-        selections = [m["relative"] for sels in every for sel in sels
-                      for m in reference_decode.selection_margins(sel, WINDOW, CAPACITY) if m]
+        both = reference_decode.snapkv_generate(model, ids, LONG, WINDOW, CAPACITY, KERNEL,
+                                                gqa=GQA, chunk=CHUNK, decode_interval=INTERVAL,
+                                                decode_capacity=DECODE_CAPACITY)
+        every = [(sels, CAPACITY) for sels in oracle["chunk_selections"]
+                 + decoded["decode_selections"] + both["chunk_selections"]] + \
+            [(sels, DECODE_CAPACITY) for sels in both["decode_selections"]]
+        selections = [m["relative"] for sels, capacity in every for sel in sels
+                      for m in reference_decode.selection_margins(sel, WINDOW, capacity) if m]
         tokens = [*reference_decode.token_margins(oracle["logits"]),
-                  *reference_decode.token_margins(decoded["logits"])]
+                  *reference_decode.token_margins(decoded["logits"]),
+                  *reference_decode.token_margins(both["logits"])]
         if min(selections) >= reference_decode.MIN_SELECTION_MARGIN and \
                 min(tokens) >= reference_decode.MIN_TOKEN_MARGIN:
-            oracle["decoded"] = decoded
+            oracle["decoded"], oracle["both"] = decoded, both
             return ids.reshape(1, L), oracle
     raise AssertionError("no prompt with clear selection and token margins")
 
@@ -221,7 +230,8 @@ def test_cli_generate_chunk(case):
 def test_decode_time_compression_is_the_reference(case):
     model, ids, oracle = case["decoding"], case["ids"], case["oracle"]["decoded"]
     assert model.decode_compression == {"interval": INTERVAL, "window": WINDOW,
-                                        "capacity": CAPACITY, "function": "extend_layer"}
+                                        "capacity": CAPACITY, "function": "extend_layer",
+                                        "entry": "extend"}
     assert model.default_chunk is None  # prefill stays one-shot
     out = model.generate(ids, LONG)
     diff = np.abs(out["logits"] - oracle["logits"]).max(axis=1)
@@ -243,6 +253,49 @@ def test_decode_time_compression_is_the_reference(case):
         layer = ledger.ledger_data(text, L, g)["layers"][0]
         assert layer["compacted"] == 2 * 2 * 128 * 4 * (CAPACITY + g % INTERVAL)
         assert layer["decode_peak_rows"] == CAPACITY + INTERVAL
+
+
+def test_decode_capacity_with_chunks_is_the_reference(case):
+    """decode-capacity=M with chunked prefill: chunks compact to C through @extend, decoding to
+    M through its copy @extend_decode; the reference does the same."""
+    text = hf.rewrite(case["exported"].text, compaction(CHUNK, INTERVAL,
+                                                          decode_capacity=DECODE_CAPACITY))
+    model = runtime.CompiledModel(text, weights=hf.Checkpoint(case["folder"]), cflags=CFLAGS)
+    assert model.decode_compression == {"interval": INTERVAL, "window": WINDOW,
+                                        "capacity": DECODE_CAPACITY,
+                                        "function": "extend_layer_decode",
+                                        "entry": "extend_decode"}
+    assert model.default_chunk == CHUNK
+    oracle = case["oracle"]["both"]
+    out = model.generate(case["ids"], LONG)
+    diff = np.abs(out["logits"] - oracle["logits"]).max(axis=1)
+    assert out["tokens"] == oracle["tokens"], f"max |diff| per row {diff.tolist()}"
+    assert diff.max() <= LOGIT_ATOL, f"max |diff| per row {diff.tolist()}"
+    assert out["recompressed"] == oracle["recompressed"] == [8, 16, 24]
+    # C rows after the chunked prefill, M after each compaction.
+    assert out["physical_lengths"] == [CAPACITY + g for g in range(INTERVAL)] + \
+        [DECODE_CAPACITY + g % INTERVAL for g in range(INTERVAL, LONG + 1)]
+    for layer in range(2):
+        for j, expected in enumerate((oracle["keys"][layer], oracle["values"][layer])):
+            np.testing.assert_allclose(out["caches"][2 * layer + j], expected.numpy(), rtol=0,
+                                       atol=CACHE_ATOL, err_msg=f"layer {layer} {'KV'[j]}")
+    # The ledger follows M: the rows at the end, and the most held (C + K before the first
+    # compaction).
+    layer = ledger.ledger_data(text, L, LONG)["layers"][0]
+    assert layer["compacted"] == 2 * 2 * 128 * 4 * DECODE_CAPACITY
+    assert layer["decode_peak_rows"] == CAPACITY + INTERVAL
+
+
+def test_bad_decode_capacities_are_clear_errors(case):
+    text = case["exported"].text
+    with pytest.raises(tools.ToolFailed, match="decode-capacity must be greater than window"):
+        hf.rewrite(text, compaction(decode_interval=INTERVAL, decode_capacity=WINDOW))
+    with pytest.raises(tools.ToolFailed, match="decode-capacity .* needs decode-interval"):
+        hf.rewrite(text, compaction(decode_capacity=DECODE_CAPACITY))
+    bad = snapkv_cli("generate", str(case["folder"]), "--prompt-length", "40", "--window", "8",
+                     "--decode-interval", "4", "--decode-capacity", "8")
+    assert bad.returncode == 1
+    assert "--decode-capacity (8) must be greater than --window (8)" in bad.stderr
 
 
 def test_decode_time_compression_never_due_is_none(case):

@@ -69,3 +69,23 @@ def test_a_function_named_like_libc_is_the_one_called(tmp_path):
     a = np.arange(4, dtype=np.float32)
     (doubled,) = fn(a)
     np.testing.assert_array_equal(doubled, 2 * a)
+
+
+def test_tools_under_other_names_compile(tmp_path, monkeypatch):
+    """SNAPKV_OPT/SNAPKV_TRANSLATE may name copies under any file name (a pinned copy of the
+    tools while the tree is rebuilt): the compile's statistics are keyed by the step, not the
+    file name (a KeyError once ended `snapkv eval` this way)."""
+    require_aot_tools()
+    from snapkv import tools
+
+    pinned = tmp_path / "bin"
+    pinned.mkdir()
+    for name, env in (("snapkv-opt", "SNAPKV_OPT"), ("snapkv-translate", "SNAPKV_TRANSLATE")):
+        copy = pinned / f"{name}-pinned"
+        copy.write_bytes(tools.require(getattr(tools, name.replace("-", "_"))(), name)
+                         .read_bytes())
+        copy.chmod(0o755)
+        monkeypatch.setenv(env, str(copy))
+    lib = runtime.compile_library(ALLOC, cache_dir=tmp_path / "cache")
+    assert {"snapkv-opt", "snapkv-translate", "clang"} <= set(lib.stats)
+    assert lib.stats["snapkv-translate"]["bytes"] > 0

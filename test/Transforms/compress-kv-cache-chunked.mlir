@@ -60,9 +60,54 @@
 // RUN: snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \
 // RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 prefill-func=prefill_layer decode-func=decode_layer extend-func=extend_layer decode-interval=16 strict=true" \
 // RUN:   | FileCheck %s --check-prefix=DECODE
-// DECODE:       module attributes {snapkv.decode_compression = {capacity = 8 : i64, function = "extend_layer", interval = 16 : i64, window = 4 : i64}}
+// DECODE:       module attributes {snapkv.decode_compression = {capacity = 8 : i64, entry = "extend", function = "extend_layer", interval = 16 : i64, window = 4 : i64}}
 // DECODE-LABEL: func.func private @extend_layer(
 // DECODE:         snapkv.select {{.*}} window 4 capacity 8 kernel 15 gqa mean scale
+
+// decode-capacity=M: decoding compacts to M rows. Alone, the extend function's select keeps M.
+// RUN: snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 prefill-func=prefill_layer decode-func=decode_layer extend-func=extend_layer decode-interval=16 decode-capacity=12 strict=true" \
+// RUN:   | FileCheck %s --check-prefix=DECODECAP
+// DECODECAP:       module attributes {snapkv.decode_compression = {capacity = 12 : i64, entry = "extend", function = "extend_layer", interval = 16 : i64, window = 4 : i64}}
+// DECODECAP-LABEL: func.func private @prefill_layer(
+// DECODECAP:         snapkv.select {{.*}} window 4 capacity 8 kernel
+// DECODECAP-LABEL: func.func private @extend_layer(
+// DECODECAP:         snapkv.select {{.*}} window 4 capacity 12 kernel
+// DECODECAP-NOT:   _decode
+
+// With chunk too, chunks still compact to C: the extend call chain gets a copy whose select
+// keeps M (`<name>_decode`), and the attribute names the copy and its entry point.
+// RUN: snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 prefill-func=prefill_layer decode-func=decode_layer extend-func=extend_layer chunk=16 decode-interval=16 decode-capacity=12 strict=true" \
+// RUN:   | FileCheck %s --check-prefix=BOTH
+// BOTH:       module attributes {snapkv.chunked_prefill = {chunk = 16 : i64, function = "extend_layer", window = 4 : i64}, snapkv.decode_compression = {capacity = 12 : i64, entry = "extend_decode", function = "extend_layer_decode", interval = 16 : i64, window = 4 : i64}}
+// BOTH-LABEL: func.func private @extend_layer(
+// BOTH:         snapkv.select {{.*}} window 4 capacity 8 kernel
+// BOTH-LABEL: func.func private @extend_layer_decode(
+// BOTH:         snapkv.select {{.*}} window 4 capacity 12 kernel
+// BOTH-LABEL: func.func @extend(
+// BOTH-COUNT-2:  call @extend_layer(
+// BOTH-LABEL: func.func @extend_decode(
+// BOTH-COUNT-2:  call @extend_layer_decode(
+
+// Its ledger: 8 rows after prefill; compacted to 12 after tokens 16 and 32 (8 + 16 and
+// 12 + 16 rows held just before), 12 + 8 at the end.
+// RUN: snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 prefill-func=prefill_layer decode-func=decode_layer extend-func=extend_layer chunk=16 decode-interval=16 decode-capacity=12 strict=true" \
+// RUN:   --snapkv-report-cache="prompt-length=100 generated=40 format=json" -o /dev/null \
+// RUN:   | FileCheck %s --check-prefix=CAPLEDGER
+// CAPLEDGER:      "kept": 8,
+// CAPLEDGER-NEXT: "full": 286720,
+// CAPLEDGER-NEXT: "compacted": 40960,
+// CAPLEDGER:      "decode_peak_rows": 28,
+
+// A refusal after the copy leaves the module as it was: no copy remains.
+// RUN: snapkv-opt %S/Inputs/models/llama_layers_extend.mlir -o %t.unchanged
+// RUN: snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 prefill-func=nope decode-func=decode_layer extend-func=extend_layer chunk=16 decode-interval=16 decode-capacity=12" \
+// RUN:   -o %t.copyrefused 2>&1 | FileCheck %s --check-prefix=COPYREFUSED
+// RUN: %strip_refusal %t.copyrefused | diff %t.unchanged -
+// COPYREFUSED: warning: snapkv-compress-kv-cache left the module unchanged: @nope: no function with a body by this name (prefill-func)
 
 // Without chunk the extend function is left as it is (a full-cache chunk) and no attribute is
 // set.
@@ -126,15 +171,30 @@
 // RUN: not snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \
 // RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 decode-interval=8 gqa=expand" 2>&1 | FileCheck %s --check-prefix=DEXPAND
 // DEXPAND: error: snapkv-compress-kv-cache: decode-interval needs gqa=mean or gqa=max
+// RUN: not snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 decode-interval=8 decode-capacity=4" 2>&1 | FileCheck %s --check-prefix=SMALLCAP
+// SMALLCAP: error: snapkv-compress-kv-cache: decode-capacity must be greater than window: the generated window is always kept (got decode-capacity=4, window=4)
+// RUN: not snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 decode-capacity=12" 2>&1 | FileCheck %s --check-prefix=CAPALONE
+// CAPALONE: error: snapkv-compress-kv-cache: decode-capacity is the size decode-time compression compacts to: it needs decode-interval
+// RUN: not snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 decode-interval=8 decode-capacity=-3" 2>&1 | FileCheck %s --check-prefix=CAPNEG
+// CAPNEG: error: snapkv-compress-kv-cache: decode-capacity must be >= 0 (got -3)
 
 // The attributes are checked by the dialect.
 // RUN: not snapkv-opt %s --split-input-file 2>&1 | FileCheck %s --check-prefix=ATTR
 // ATTR: error: snapkv.chunked_prefill must be a dictionary with integers chunk >= window >= 1 and a function name, on a module
-// ATTR: error: snapkv.decode_compression must be a dictionary with integers interval >= 1, capacity > window >= 1 and a function name, on a module
+// ATTR: error: snapkv.decode_compression must be a dictionary with integers interval >= 1, capacity > window >= 1, a function name and optionally an entry name, on a module
+// ATTR: error: snapkv.decode_compression must be a dictionary with integers interval >= 1, capacity > window >= 1, a function name and optionally an entry name, on a module
 module attributes {snapkv.chunked_prefill = {chunk = 2 : i64, function = "extend_layer", window = 4 : i64}} {
 }
 
 // -----
 
 module attributes {snapkv.decode_compression = {capacity = 4 : i64, function = "extend_layer", interval = 8 : i64, window = 4 : i64}} {
+}
+
+// -----
+
+module attributes {snapkv.decode_compression = {capacity = 8 : i64, entry = 3 : i64, function = "extend_layer", interval = 8 : i64, window = 4 : i64}} {
 }

@@ -26,7 +26,7 @@ FIXTURE = "tiny_llama_dynamic.mlir"
 # method's 5 and expand: docs/eval.md, "The defaults"); the demo passes its small sizes.
 DEFAULTS = dict(window=32, capacity=1024, kernel=15, pooling="avg", gqa="mean",
                 order="position", budget="uniform", pyramid_beta=20, floor=0, chunk=0,
-                decode_interval=0)
+                decode_interval=0, decode_capacity=0)
 DEFAULT_PROMPT_LENGTH, DEFAULT_STEPS, DEFAULT_SEED = 96, 16, 0
 INT64_MAX = 2 ** 63 - 1
 FRONTEND_PACKAGES = {"torch": "torch", "transformers": "transformers", "torch_mlir": "torch-mlir"}
@@ -283,6 +283,7 @@ def pass_options(args, strict: bool, text: str = "") -> str:
     if decode is not None:
         options += f" decode-func={decode}"
     chunk, interval = getattr(args, "chunk", 0), getattr(args, "decode_interval", 0)
+    decode_capacity = getattr(args, "decode_capacity", 0)
     if chunk or interval:
         from ..hf import extend_function
 
@@ -292,6 +293,7 @@ def pass_options(args, strict: bool, text: str = "") -> str:
             extend = None
         options += (f" chunk={chunk}" if chunk else "") + \
             (f" decode-interval={interval}" if interval else "") + \
+            (f" decode-capacity={decode_capacity}" if decode_capacity else "") + \
             f" extend-func={extend or 'extend'}"
     return options + (" strict=true" if strict else "")
 
@@ -312,13 +314,15 @@ def describe(options: dict) -> str:
         if options.get("chunk") else ""
     if options.get("decode_interval"):
         chunk += f", decode-time compression every {options['decode_interval']} tokens"
+        if options.get("decode_capacity"):
+            chunk += f" back to {options['decode_capacity']} rows"
     return (f"window {options['window']}, capacity {options['capacity']}, kernel "
             f"{options['kernel']}, pooling {options['pooling']}, gqa {options['gqa']}, order "
             f"{options['order']}{budget}{chunk}")
 
 
 def option_dict(args) -> dict:
-    return {name: getattr(args, name) for name in DEFAULTS}
+    return {name: getattr(args, name, DEFAULTS[name]) for name in DEFAULTS}
 
 
 def rewrite(path: Path, args, *, strict: bool = True, extra: Sequence[str] = ()):
@@ -520,9 +524,15 @@ def compaction_parent(strict: bool = False) -> argparse.ArgumentParser:
     group.add_argument("--decode-interval", type=int_in(0, "--decode-interval"),
                        default=DEFAULTS["decode_interval"], metavar="K",
                        help="decode-time compression: every K generated tokens, caches holding "
-                            "more than C rows are compacted back to C, the last W generated "
-                            "tokens voting, so that decoding holds at most C + K rows per head; "
+                            "more than C rows (--decode-capacity M: M) are compacted back to "
+                            "C (M), the last W generated tokens voting, so that decoding holds "
+                            "at most C + K (M + K) rows per head; "
                             "needs --gqa mean or max and --budget uniform. 0 (the default): off")
+    group.add_argument("--decode-capacity", type=int_in(0, "--decode-capacity"),
+                       default=DEFAULTS["decode_capacity"], metavar="M",
+                       help="with --decode-interval: compact back to M rows (M > W) instead of "
+                            "C, so that decoding holds at most M + K rows per head once it "
+                            "compacted. 0 (the default): C")
     if strict:
         group.add_argument("--strict", action="store_true",
                            help="a module the rewrite does not recognise with certainty is "
@@ -599,6 +609,13 @@ def check_window_capacity(args):
     if chunk and chunk < args.window:
         raise CLIError(f"--chunk ({chunk}) must be at least --window ({args.window}): a "
                        f"chunk's last W queries vote")
+    decode_capacity = getattr(args, "decode_capacity", 0)
+    if decode_capacity and not getattr(args, "decode_interval", 0):
+        raise CLIError("--decode-capacity is what decode-time compression compacts to: it "
+                       "needs --decode-interval")
+    if decode_capacity and decode_capacity <= args.window:
+        raise CLIError(f"--decode-capacity ({decode_capacity}) must be greater than --window "
+                       f"({args.window}): the generated window is always kept")
     for name, value in (("--chunk", chunk), ("--decode-interval",
                                              getattr(args, "decode_interval", 0))):
         if value and args.gqa == "expand":

@@ -250,7 +250,7 @@ def greedy_decode(model, first_row, length, keys, values, steps, expanded, compr
 @torch.no_grad()
 def snapkv_generate(model, ids, steps, window, capacity, kernel=5, pooling="avg",
                     gqa="expand", order="position", prefilled=None, floor=None, chunk=None,
-                    decode_interval=None):
+                    decode_interval=None, decode_capacity=None):
     """Prefill, SnapKV compaction, ``steps`` greedy decode steps. ``capacity``: one for every
     layer, or a list with each layer's (:func:`snapkv.reference.layer_capacities`).
     ``floor`` (an int): Ada-KV's shared budget instead
@@ -273,7 +273,8 @@ def snapkv_generate(model, ids, steps, window, capacity, kernel=5, pooling="avg"
     than ``capacity`` rows are compacted back: the last ``window`` generated tokens go through
     :func:`extend` again over the caches without their rows, and the concatenation is
     compacted by their queries. ``recompressed`` lists the steps after which it happened,
-    ``decode_selections`` each time's per-layer selections.
+    ``decode_selections`` each time's per-layer selections. ``decode_capacity`` (M): what
+    they are compacted back to instead of ``capacity`` (and what "more than" counts).
 
     Returns a dict:
 
@@ -327,17 +328,18 @@ def snapkv_generate(model, ids, steps, window, capacity, kernel=5, pooling="avg"
         selections.append(sel)
 
     recompressed, decode_selections = [], []
+    target = decode_capacity or capacity
 
     def compress(tokens):
         fed = len(tokens) - 1
         if not decode_interval or fed % decode_interval or fed < window or \
-                cache_k[0].shape[2] <= capacity:
+                cache_k[0].shape[2] <= target:
             return
         rows_kept = cache_k[0].shape[2] - window
         _, k, v, q = extend(model, torch.tensor([tokens[fed - window:fed]]),
                             length + fed - window, [c[:, :, :rows_kept] for c in cache_k],
                             [c[:, :, :rows_kept] for c in cache_v])
-        sels = _compact(q, k, v, window, capacity, kernel, pooling, gqa, order)
+        sels = _compact(q, k, v, window, target, kernel, pooling, gqa, order)
         decode_selections.append(sels)
         cache_k[:] = [torch.from_numpy(s.keys.copy()) for s in sels]
         cache_v[:] = [torch.from_numpy(s.values.copy()) for s in sels]

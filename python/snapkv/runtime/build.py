@@ -84,10 +84,11 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _step(verbose, label, command, timeout, stats=None, output=None):
-    """Run `command`; its wall seconds. With `stats`, ``stats[name]`` gets its wall and CPU
-    seconds (the child's own, so a busy machine shows as wall > CPU) and the bytes of
-    `output`."""
+def _step(verbose, label, command, timeout, stats=None, output=None, name=None):
+    """Run `command`; its wall seconds. With `stats`, ``stats[name]`` (default: the program's
+    file name) gets its wall and CPU seconds (the child's own, so a busy machine shows as
+    wall > CPU) and the bytes of `output`. Callers that read an entry back name it: a tool
+    set by its environment variable may have any file name."""
     shown = " ".join(shlex.quote(str(c)) for c in command)
     if len(shown) > 160:
         shown = shown[:157] + "..."
@@ -110,7 +111,7 @@ def _step(verbose, label, command, timeout, stats=None, output=None):
                         f"{done.stderr[-4000:]}")
     _log(verbose, f" done in {elapsed:.1f} s")
     if stats is not None:
-        stats[Path(str(command[0])).name] = dict(
+        stats[name or Path(str(command[0])).name] = dict(
             wall=elapsed, cpu=_children_cpu() - cpu,
             bytes=Path(output).stat().st_size if output else None)
     return elapsed
@@ -136,7 +137,7 @@ def _clang(verbose, label, clang, cflags, sources, link, timeout, stats, output)
     if len(sources) == 1:
         return _step(verbose, f"compiling {label}: clang",
                      [clang, *common, "-shared", "-x", "ir", sources[0], "-x", "none", *link],
-                     timeout, stats, output)
+                     timeout, stats, output, "clang")
     cpu, start = _children_cpu(), time.perf_counter()
     _log(verbose, f"compiling {label}: clang, {len(sources)} parts in parallel ...", end="")
     running = [(subprocess.Popen([str(c) for c in (clang, *common, "-c", "-x", "ir", src,
@@ -204,13 +205,14 @@ def compile_library(text: str, *, cache_dir: Optional[os.PathLike] = None,
         stats = {"input": dict(bytes=source.stat().st_size)}
         times = {"snapkv-opt": _step(verbose, f"compiling {label}: snapkv-opt",
                                      [opt, f"--pass-pipeline={pipeline}", "--emit-bytecode",
-                                      source, "-o", lowered], timeout, stats, lowered)}
+                                      source, "-o", lowered], timeout, stats, lowered,
+                                     "snapkv-opt")}
         parts = min(_cores(), 4) if lowered.stat().st_size >= SPLIT_BYTECODE_BYTES else 1
         prefix = Path(tmp) / "part"
         times["snapkv-translate"] = _step(
             verbose, f"compiling {label}: snapkv-translate",
             [translate, "--parts", str(parts), "-o", prefix if parts > 1 else f"{prefix}0",
-             lowered], timeout, stats)
+             lowered], timeout, stats, name="snapkv-translate")
         bitcode = [Path(f"{prefix}{i}") for i in range(parts)]
         stats["snapkv-translate"]["bytes"] = sum(b.stat().st_size for b in bitcode)
         key_parts = [f"runner {RUNNER_VERSION}", " ".join(cflags), _version_of(clang),

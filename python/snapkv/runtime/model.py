@@ -150,22 +150,28 @@ class CompiledModel:
         # {chunk, window, function} when snapkv-compress-kv-cache made chunked prefill
         # compact after every chunk: the default chunk of prefill().
         self.chunked = described.attributes.get("snapkv.chunked_prefill")
-        # {interval, window, capacity, function}: generate() compacts the caches back to
-        # `capacity` every `interval` steps (recompress).
+        # {interval, window, capacity, function, entry}: generate() compacts the caches back
+        # to `capacity` every `interval` steps (recompress), through the public function
+        # `entry` (@extend, or @extend_decode when decode-capacity differs from the chunks').
         self.decode_compression = described.attributes.get("snapkv.decode_compression")
+        compress_entry = (self.decode_compression or {}).get("entry", "extend")
         # A rewritten module whose @extend was not rewritten with it (no chunk or
         # decode-interval) compacts prefill but not the chunks: no chunked prefill then.
         self._extend_appends_only = described.select_count() > 0 and not (
             self.chunked or self.decode_compression)
-        entries = ("prefill", "decode") + (("extend",) if "extend" in described.functions
-                                           else ())
+        entries = ("prefill", "decode") + tuple(
+            dict.fromkeys(name for name in ("extend", compress_entry)
+                          if name in described.functions))
         self.prefill_signature = signature(text, "prefill")
         self.decode_signature = signature(text, "decode")
         self.extend_signature = signature(text, "extend") if "extend" in entries else None
+        signatures = {"prefill": self.prefill_signature, "decode": self.decode_signature,
+                      "extend": self.extend_signature}
+        if compress_entry not in signatures and compress_entry in entries:
+            signatures[compress_entry] = signature(text, compress_entry)
         self._check_signatures()
         self.weights, self.weight_notes = bind_weights(
-            tuple(sig for sig in (self.prefill_signature, self.decode_signature,
-                                  self.extend_signature) if sig is not None), weights)
+            tuple(sig for sig in signatures.values() if sig is not None), weights)
         # What the last prefill held (see `prefill`).
         self.last_prefill: Optional[dict] = None
         # Where a text prompt's tokenizer is (generate(text=...)): the checkpoint's directory.
@@ -187,8 +193,6 @@ class CompiledModel:
         self._lib = ctypes.CDLL(str(self.library.path))
         # The compiled code's heap (None for a library built without generic-alloc).
         self.heap = HeapCounter.of(self._lib)
-        signatures = {"prefill": self.prefill_signature, "decode": self.decode_signature,
-                      "extend": self.extend_signature}
         bound = {name: [self.weights[n] for n, _ in signatures[name].weight_args]
                  for name in entries}
         if self.split:
@@ -201,6 +205,7 @@ class CompiledModel:
                        for name in entries}
         self._prefill, self._decode = runners["prefill"], runners["decode"]
         self._extend = runners.get("extend")
+        self._compress = runners.get(compress_entry)
 
     @classmethod
     def from_file(cls, path: os.PathLike, **kwargs) -> "CompiledModel":
@@ -448,12 +453,13 @@ class CompiledModel:
 
     def recompress(self, caches, ids, position: int) -> List[np.ndarray]:
         """Decode-time compression (``snapkv-compress-kv-cache decode-interval=K``): the
-        caches compacted back to the rewrite's capacity, the last ``len(ids)`` (= the window)
-        tokens voting. `ids` are those tokens, the last rows of `caches`, fed at positions
-        ``position ..``; they go through ``@extend`` again over the caches without their rows
+        caches compacted back to the decode capacity (M, default C), the last ``len(ids)``
+        (= the window) tokens voting. `ids` are those tokens, the last rows of `caches`, fed
+        at positions ``position ..``; they go through the attribute's ``entry`` (``@extend``,
+        or its copy ``@extend_decode``) again over the caches without their rows
         (the same tokens at the same positions over the same earlier rows: their K/V again,
-        and their queries), whose select keeps C rows. Returns the new caches (arrays)."""
-        if self._extend is None:
+        and their queries), whose select keeps M rows. Returns the new caches (arrays)."""
+        if self._compress is None:
             raise ValueError("decode-time compression needs a module with @extend")
         ids = np.ascontiguousarray(np.asarray(ids, dtype=np.int64).reshape(1, -1))
         self._check_ids(ids)
@@ -462,7 +468,7 @@ class CompiledModel:
         if any(a.shape[2] < rows for a in arrays):
             raise ValueError(f"the caches hold fewer rows than the {rows} tokens to re-feed")
         prefix = [np.ascontiguousarray(a[:, :, :a.shape[2] - rows]) for a in arrays]
-        out = self._extend(ids, np.array([int(position)], dtype=np.int64), *prefix)
+        out = self._compress(ids, np.array([int(position)], dtype=np.int64), *prefix)
         return list(out[1:])
 
     def time_decode(self, token: int, position: int, caches: Sequence[np.ndarray],

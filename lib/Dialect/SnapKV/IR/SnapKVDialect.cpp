@@ -230,12 +230,18 @@ LogicalResult SnapKVDialect::verifyOperationAttribute(Operation *op,
     };
     auto function =
         record ? dyn_cast_or_null<StringAttr>(record.get("function")) : nullptr;
+    // `entry`, when present, names the public function the runner calls (not
+    // looked up: the runner compiles the layer functions without it).
+    Attribute entryValue = record ? record.get("entry") : nullptr;
+    auto entry = dyn_cast_or_null<StringAttr>(entryValue);
     if (!isa<ModuleOp>(op) || !positive("interval") || !positive("window") ||
         positive("capacity") <= positive("window") || !function ||
-        function.getValue().empty())
+        function.getValue().empty() ||
+        (entryValue && (!entry || entry.getValue().empty())))
       return op->emitError("snapkv.decode_compression must be a dictionary "
                            "with integers interval >= 1, capacity > window >= "
-                           "1 and a function name, on a module");
+                           "1, a function name and optionally an entry "
+                           "name, on a module");
     return success();
   }
   if (name == "snapkv.exposed_scores") {

@@ -21,7 +21,10 @@
 #include "mlir/IR/Verifier.h"
 #include "mlir/Transforms/RegionUtils.h"
 
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/StringMap.h"
 
 #include <cmath>
 
@@ -1057,6 +1060,41 @@ SmallVector<func::CallOp> callsOf(func::FuncOp callee, ModuleOp module) {
   return calls;
 }
 
+/// `func` and every function that reaches it through func.call, `func`
+/// first: the call chain from the entry points down to it.
+llvm::SetVector<func::FuncOp> callChain(func::FuncOp func, ModuleOp module) {
+  llvm::SetVector<func::FuncOp> chain;
+  chain.insert(func);
+  for (size_t i = 0; i < chain.size(); ++i)
+    for (func::CallOp call : callsOf(chain[i], module))
+      if (auto caller = call->getParentOfType<func::FuncOp>())
+        chain.insert(caller);
+  return chain;
+}
+
+/// Copies `chain` as `<name><suffix>` (renamed if taken), each copy after
+/// its original, and points the copies' calls within the chain at the
+/// copies. Returns the copies in the order of `chain`.
+SmallVector<func::FuncOp> copyChain(ArrayRef<func::FuncOp> chain,
+                                    StringRef suffix, ModuleOp module) {
+  SymbolTable symbols(module);
+  llvm::StringMap<std::string> renamed;
+  SmallVector<func::FuncOp> copies;
+  for (func::FuncOp func : chain) {
+    func::FuncOp copy = func.clone();
+    copy.setName((func.getSymName() + suffix).str());
+    symbols.insert(copy, std::next(Block::iterator(func)));
+    renamed[func.getSymName()] = copy.getSymName().str();
+    copies.push_back(copy);
+  }
+  for (func::FuncOp copy : copies)
+    copy.walk([&](func::CallOp call) {
+      if (auto it = renamed.find(call.getCallee()); it != renamed.end())
+        call.setCallee(it->second);
+    });
+  return copies;
+}
+
 /// Gives each call of @name its own copy (`<name>_layer<l>`, l in call
 /// order) and erases the original; `copies` gets the copies' names. Fails,
 /// saying why in `why`, unless every use is a call and all calls are in the
@@ -1096,6 +1134,16 @@ LogicalResult copyPerCall(ModuleOp module, StringRef name,
   func.erase();
   return success();
 }
+
+/// An extend function to rewrite: a prompt chunk's (chunked prefill) or
+/// the generated window's (decode-time compression), with the capacity its
+/// select keeps.
+struct ExtendTarget {
+  func::FuncOp func;
+  int64_t capacity;
+  SmallVector<PrefillLayer> layers = {};
+  CallSites calls = {};
+};
 
 struct CompressKVCachePass
     : snapkv::impl::CompressKVCacheBase<CompressKVCachePass> {
@@ -1148,6 +1196,17 @@ struct CompressKVCachePass
     else if (decodeInterval < 0)
       bad = "decode-interval must be >= 0 (got " +
             std::to_string(decodeInterval) + ")";
+    else if (decodeCapacity < 0)
+      bad = "decode-capacity must be >= 0 (got " +
+            std::to_string(decodeCapacity) + ")";
+    else if (decodeCapacity > 0 && decodeInterval == 0)
+      bad = "decode-capacity is the size decode-time compression compacts "
+            "to: it needs decode-interval";
+    else if (decodeCapacity > 0 && decodeCapacity <= window)
+      bad = "decode-capacity must be greater than window: the generated "
+            "window is always kept (got decode-capacity=" +
+            std::to_string(decodeCapacity) +
+            ", window=" + std::to_string(window) + ")";
     else if (chunk > 0 && chunk < window)
       bad = "chunk must be at least the window: a chunk's last `window` "
             "queries vote (got chunk=" +
@@ -1508,33 +1567,63 @@ struct CompressKVCachePass
       rewriteRagged(module);
       return;
     }
-    // Chunked prefill: the extend function is analysed before anything
-    // changes and rewritten after prefill and decode were.
-    func::FuncOp extend;
-    SmallVector<PrefillLayer> extendLayers;
-    CallSites extendCalls;
+    // Chunked prefill and decode-time compression: the extend function is
+    // analysed before anything changes and rewritten after prefill and
+    // decode were. A decode capacity other than the chunks' needs its own
+    // copy of the extend call chain (`<name>_decode`) whose select keeps M.
+    SmallVector<ExtendTarget> targets;
+    SmallVector<func::FuncOp> copies;
+    // Until the rewrite commits, a refusal leaves the module as it was.
+    llvm::scope_exit dropCopies([&] {
+      for (func::FuncOp copy : copies)
+        copy.erase();
+    });
+    // The public function of a call chain: what the runner calls.
+    auto entryOf = [&](func::FuncOp func) -> std::string {
+      llvm::SetVector<func::FuncOp> chain = callChain(func, module);
+      auto entries = llvm::make_filter_range(
+          chain, [](func::FuncOp f) { return f.isPublic(); });
+      if (!llvm::hasSingleElement(entries))
+        return std::string();
+      func::FuncOp entry = *entries.begin();
+      return entry.getSymName().str();
+    };
+    std::string compressEntry;
     if (extends()) {
-      extend = module.lookupSymbol<func::FuncOp>(extendFunc);
-      Refusal refusal;
+      auto extend = module.lookupSymbol<func::FuncOp>(extendFunc);
       if (!extend || extend.isExternal()) {
         refuse(module, extendFunc,
                Refusal{RefusalKind::NoExtendFunction, {}, {}, {}, {}});
         return;
       }
-      FailureOr<SmallVector<PrefillLayer>> layers =
-          analyseExtend(extend, refusal);
-      FailureOr<CallSites> calls = failure();
-      if (succeeded(layers))
-        calls = analyseCallers(
-            module, extend,
-            prefillChange(*layers, gqa, capacities(layers->size()), false),
-            {extend}, refusal);
-      if (failed(calls)) {
-        refuse(extend, extendFunc, refusal);
-        return;
+      int64_t decodeCap = decodeCapacity > 0 ? decodeCapacity : capacity;
+      targets.push_back({extend, chunk > 0 ? capacity : decodeCap});
+      if (decodeInterval > 0 && chunk > 0 && decodeCap != capacity) {
+        copies = copyChain(callChain(extend, module).getArrayRef(), "_decode",
+                           module);
+        targets.push_back({copies.front(), decodeCap});
       }
-      extendLayers = std::move(*layers);
-      extendCalls = std::move(*calls);
+      if (decodeInterval > 0)
+        compressEntry = entryOf(targets.back().func);
+      for (ExtendTarget &target : targets) {
+        Refusal refusal;
+        FailureOr<SmallVector<PrefillLayer>> layers =
+            analyseExtend(target.func, refusal);
+        FailureOr<CallSites> calls = failure();
+        if (succeeded(layers))
+          calls = analyseCallers(
+              module, target.func,
+              prefillChange(
+                  *layers, gqa,
+                  SmallVector<int64_t>(layers->size(), target.capacity), false),
+              {target.func}, refusal);
+        if (failed(calls)) {
+          refuse(extend, extendFunc, refusal);
+          return;
+        }
+        target.layers = std::move(*layers);
+        target.calls = std::move(*calls);
+      }
     }
     bool done = false;
     if (budget == BudgetPolicy::pyramid ||
@@ -1548,27 +1637,35 @@ struct CompressKVCachePass
         failed(rewritePair(module, prefillFunc, decodeFunc,
                            [&](size_t layers) { return capacities(layers); })))
       return;
-    if (extend) {
-      rewritePrefill(extend, extendLayers, capacities(extendLayers.size()),
-                     "a prefill chunk");
-      updateCallers(extend, extendCalls);
-      Builder b(&getContext());
-      if (chunk > 0)
-        module->setAttr(
-            kChunkedPrefillAttrName,
-            b.getDictionaryAttr(
-                {b.getNamedAttr("chunk", b.getI64IntegerAttr(chunk)),
-                 b.getNamedAttr("window", b.getI64IntegerAttr(window)),
-                 b.getNamedAttr("function", b.getStringAttr(extendFunc))}));
-      if (decodeInterval > 0)
-        module->setAttr(
-            kDecodeCompressionAttrName,
-            b.getDictionaryAttr(
-                {b.getNamedAttr("interval",
-                                b.getI64IntegerAttr(decodeInterval)),
-                 b.getNamedAttr("window", b.getI64IntegerAttr(window)),
-                 b.getNamedAttr("capacity", b.getI64IntegerAttr(capacity)),
-                 b.getNamedAttr("function", b.getStringAttr(extendFunc))}));
+    copies.clear(); // committed
+    for (ExtendTarget &target : targets) {
+      rewritePrefill(
+          target.func, target.layers,
+          SmallVector<int64_t>(target.layers.size(), target.capacity),
+          chunk > 0 && &target == &targets.front() ? "a prefill chunk"
+                                                   : "the generated window");
+      updateCallers(target.func, target.calls);
+    }
+    Builder b(&getContext());
+    if (chunk > 0)
+      module->setAttr(
+          kChunkedPrefillAttrName,
+          b.getDictionaryAttr(
+              {b.getNamedAttr("chunk", b.getI64IntegerAttr(chunk)),
+               b.getNamedAttr("window", b.getI64IntegerAttr(window)),
+               b.getNamedAttr("function", b.getStringAttr(extendFunc))}));
+    if (decodeInterval > 0) {
+      ExtendTarget &compress = targets.back();
+      SmallVector<NamedAttribute> fields = {
+          b.getNamedAttr("interval", b.getI64IntegerAttr(decodeInterval)),
+          b.getNamedAttr("window", b.getI64IntegerAttr(window)),
+          b.getNamedAttr("capacity", b.getI64IntegerAttr(compress.capacity)),
+          b.getNamedAttr("function",
+                         b.getStringAttr(compress.func.getSymName()))};
+      if (!compressEntry.empty())
+        fields.push_back(
+            b.getNamedAttr("entry", b.getStringAttr(compressEntry)));
+      module->setAttr(kDecodeCompressionAttrName, b.getDictionaryAttr(fields));
     }
     if (failed(verify(module))) {
       emitError(module.getLoc())

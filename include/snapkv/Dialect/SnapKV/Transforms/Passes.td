@@ -440,7 +440,12 @@ def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
     the extend entry point again, over the caches without their rows (the
     same tokens at the same positions over the same earlier rows: their K/V
     and queries again), and keeps what the select keeps, C rows with those W
-    tokens as the window.
+    tokens as the window. `decode-capacity=M` compacts to M rows instead
+    (M > W): the select of the extend function keeps M, or, with `chunk`
+    too, that of a copy of the extend call chain (each function renamed
+    `<name>_decode`), since chunks still compact to C. The attribute's
+    `capacity` is then M, `function` the copy, and `entry` names the public
+    function of the chain the runner calls.
 
     A packed cache has no functional append, so `budget=adaptive` needs a
     decode that `snapkv-append-in-place` could rewrite (caches of dynamic
@@ -547,6 +552,10 @@ def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
            "cache of more than `capacity` rows is compacted back to `capacity`, "
            "the last `window` generated tokens voting (through `extend-func`, "
            "run by the runner); 0: off">,
+    Option<"decodeCapacity", "decode-capacity", "int64_t", /*default=*/"0",
+           "Decode-time compression: the rows a cache is compacted back to "
+           "(greater than `window`; 0: `capacity`). With `chunk` and another "
+           "value the extend call chain is copied as `<name>_decode`">,
     Option<"extendFunc", "extend-func", "std::string",
            /*default=*/"\"extend\"",
            "chunk=N: name of the function that extends the caches by a "
