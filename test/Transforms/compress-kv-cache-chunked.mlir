@@ -132,6 +132,28 @@
 // FUSED-NOT:     linalg.batch_matmul
 // FUSED-LABEL: func.func private @head(
 
+// A mask whose chunk queries sit at `position + row` (HuggingFace's cache_position built from
+// the position argument: a one-element tensor broadcast onto an arange) fuses with that
+// argument as the offset, exact for the model as it is. The rewrite refuses it: over a
+// compacted cache the logical position is not the cache's length, and the mask would show
+// the chunk's later keys.
+// RUN: sed '/func.func private @extend_layer/,/func.func private @head/ s/tensor.expand_shape %%6 \[\[0, 1, 2, 3\]\] output_shape \[1, 1, %%dim, 1\]/tensor.expand_shape %%4 [[0, 1, 2, 3]] output_shape [1, 1, %%dim, 1]/' \
+// RUN:   %S/Inputs/models/llama_layers_extend.mlir > %t.argshift
+// RUN: not diff %S/Inputs/models/llama_layers_extend.mlir %t.argshift > /dev/null
+// RUN: snapkv-opt %t.argshift --pass-pipeline="builtin.module(func.func(snapkv-fuse-attention))" \
+// RUN:   | FileCheck %s --check-prefix=ARGSHIFT
+// ARGSHIFT-LABEL: func.func private @extend_layer(
+// ARGSHIFT-SAME:    %{{.*}}: tensor<1x?x32xf32>, %[[POS:[^:]*]]: tensor<1xi64>
+// ARGSHIFT:         %[[P:.*]] = tensor.extract %[[POS]][%{{.*}}] : tensor<1xi64>
+// ARGSHIFT-NEXT:    %[[OFF:.*]] = arith.index_cast %[[P]] : i64 to index
+// ARGSHIFT-NEXT:    snapkv.attention %{{.*}}, %{{.*}}, %{{.*}} offset %[[OFF]] scale
+// ARGSHIFT-NOT:     linalg.batch_matmul
+// ARGSHIFT-LABEL: func.func private @head(
+// RUN: snapkv-opt %t.argshift \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 prefill-func=prefill_layer decode-func=decode_layer extend-func=extend_layer chunk=16" \
+// RUN:   -o /dev/null 2>&1 | FileCheck %s --check-prefix=ARGREFUSED
+// ARGREFUSED: warning: snapkv-compress-kv-cache left the module unchanged: @extend_layer: layer 0: the mask's query positions are not `cache length + row`
+
 // A decode step is not a chunk: its one query is not at `cache length + row`. Nothing changes.
 // RUN: snapkv-opt %S/Inputs/models/llama_layers_extend.mlir -o %t.plain
 // RUN: snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \

@@ -1105,22 +1105,48 @@ std::optional<PositionValue> mlir::snapkv::shiftedArange(Value value) {
   if (isArange(value))
     return PositionValue{PositionValue::Base::Zero, 0, {}};
   auto generic = value.getDefiningOp<linalg::GenericOp>();
-  if (!generic || generic.getNumResults() != 1 ||
-      generic.getNumDpsInputs() != 1 || generic.getNumLoops() != 1 ||
-      !allParallel(generic) ||
-      !llvm::all_of(generic.getIndexingMapsArray(), isIdentity) ||
-      !isArange(generic.getDpsInputs()[0]))
+  if (!generic || generic.getNumResults() != 1 || generic.getNumLoops() != 1 ||
+      !allParallel(generic) || generic.getNumDpsInputs() < 1 ||
+      generic.getNumDpsInputs() > 2 ||
+      !generic.getIndexingMapsArray().back().isIdentity())
     return std::nullopt;
   auto add = yielded<arith::AddIOp>(generic);
   if (!add)
     return std::nullopt;
-  Value shift;
-  if (isBlockArg(add.getLhs(), generic, 0))
-    shift = add.getRhs();
-  else if (isBlockArg(add.getRhs(), generic, 0))
-    shift = add.getLhs();
-  // The shift must be the same for every element: defined outside the body.
-  if (!shift || generic->isAncestor(shift.getParentBlock()->getParentOp()))
+  // The arange is an input read element by element; the shift is the same
+  // for every element.
+  SmallVector<AffineMap> maps = generic.getIndexingMapsArray();
+  auto isArangeInput = [&](unsigned i) {
+    return maps[i].isIdentity() && isArange(generic.getDpsInputs()[i]);
+  };
+  Value row, shift;
+  for (auto [a, b] : {std::pair(add.getLhs(), add.getRhs()),
+                      std::pair(add.getRhs(), add.getLhs())}) {
+    auto arg = dyn_cast<BlockArgument>(a);
+    if (!arg || arg.getOwner() != generic.getBody() ||
+        arg.getArgNumber() >= generic.getNumDpsInputs() ||
+        !isArangeInput(arg.getArgNumber()))
+      continue;
+    row = a;
+    shift = b;
+    break;
+  }
+  if (!row)
     return std::nullopt;
-  return evaluatePosition(shift);
+  if (generic.getNumDpsInputs() == 1) {
+    // `arange + s`, `s` a scalar defined outside the body.
+    if (generic->isAncestor(shift.getParentBlock()->getParentOp()))
+      return std::nullopt;
+    return evaluatePosition(shift);
+  }
+  // `arange + t[0]`, the other input a one-element tensor broadcast over
+  // the loop (HuggingFace's `cache_position` from the position argument).
+  auto other = dyn_cast<BlockArgument>(shift);
+  if (!other || other.getOwner() != generic.getBody() ||
+      other.getArgNumber() >= generic.getNumDpsInputs() ||
+      other == row ||
+      !maps[other.getArgNumber()].isConstant() ||
+      maps[other.getArgNumber()].getSingleConstantResult() != 0)
+    return std::nullopt;
+  return evaluatePosition(generic.getDpsInputs()[other.getArgNumber()]);
 }
