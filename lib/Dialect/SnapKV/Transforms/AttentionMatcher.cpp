@@ -1143,8 +1143,7 @@ std::optional<PositionValue> mlir::snapkv::shiftedArange(Value value) {
   // the loop (HuggingFace's `cache_position` from the position argument).
   auto other = dyn_cast<BlockArgument>(shift);
   if (!other || other.getOwner() != generic.getBody() ||
-      other.getArgNumber() >= generic.getNumDpsInputs() ||
-      other == row ||
+      other.getArgNumber() >= generic.getNumDpsInputs() || other == row ||
       !maps[other.getArgNumber()].isConstant() ||
       maps[other.getArgNumber()].getSingleConstantResult() != 0)
     return std::nullopt;

@@ -167,8 +167,8 @@ std::optional<PositionValue> evaluatePosition(Value value);
 /// Positions `base + 0, base + 1, ...` along a 1-D tensor: an arange (base
 /// 0), an elementwise `arange + s` with `s` a scalar that `evaluatePosition`
 /// understands, or `arange + t[0]` with `t` a one-element tensor it
-/// understands, broadcast (through expand_shape). std::nullopt otherwise. A prompt chunk's queries after a cache of T rows are at
-/// `arange + T`.
+/// understands, broadcast (through expand_shape). std::nullopt otherwise. A
+/// prompt chunk's queries after a cache of T rows are at `arange + T`.
 std::optional<PositionValue> shiftedArange(Value value);
 
 } // namespace mlir::snapkv
