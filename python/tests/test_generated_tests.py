@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPRESS = "scripts/gen-compress-kv-cache-tests.py"
 MODELS = "scripts/gen-model-attention-tests.py"
 HF = "scripts/gen-hf-export-fixture.py"
+STAGES = "scripts/gen-pipeline-stages.py"  # docs/pipeline-stages.md
 # What each generator writes (relative to the repository root).
 COMPRESS_FILES = ["test/Transforms/compress-kv-cache-refusals.mlir",
                   "test/Transforms/Inputs/compress-kv-cache-mini.mlir",
@@ -61,6 +62,12 @@ def copy_into(root, relatives):
 
 def test_compress_kv_cache_tests_are_current():
     done = check(COMPRESS)
+    assert done.returncode == 0, explain(done)
+
+
+def test_pipeline_stages_page_is_current():
+    """docs/pipeline-stages.md is the IR the CPU pipeline makes today, stage by stage."""
+    done = check(STAGES)
     assert done.returncode == 0, explain(done)
 
 
