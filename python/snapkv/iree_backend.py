@@ -34,7 +34,6 @@ Command line (compares with the CPU pipeline)::
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -98,16 +97,7 @@ def versions() -> Dict[str, str]:
 
 def snapkv_opt(text: str, *args: str, timeout: int = 600) -> str:
     """``snapkv-opt <args>`` on `text` (stdin), returning the printed module."""
-    opt = tools.require(tools.snapkv_opt(), "snapkv-opt")
-    try:
-        done = subprocess.run([str(opt), *args, "-"], input=text, capture_output=True,
-                              text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise ToolError(f"snapkv-opt timed out after {timeout}s") from None
-    if done.returncode != 0:
-        raise ToolError(f"snapkv-opt {' '.join(args)} failed (exit {done.returncode}):\n"
-                        f"{done.stderr[-4000:]}")
-    return done.stdout
+    return tools.opt(list(args), text=text, timeout=timeout).stdout
 
 
 def compress_options(window: int, capacity: int, kernel_size: int = 5, pooling: str = "avg",

@@ -113,8 +113,8 @@ def _llvm_config(flag: str) -> Optional[Path]:
     if not config:
         return None
     try:
-        done = subprocess.run([config, flag], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
+        done = run([config, flag], timeout=30)
+    except ToolError:
         return None
     out = done.stdout.strip()
     return Path(out) if done.returncode == 0 and out else None

@@ -89,3 +89,16 @@ def test_tools_under_other_names_compile(tmp_path, monkeypatch):
     lib = runtime.compile_library(ALLOC, cache_dir=tmp_path / "cache")
     assert {"snapkv-opt", "snapkv-translate", "clang"} <= set(lib.stats)
     assert lib.stats["snapkv-translate"]["bytes"] > 0
+
+
+def test_a_failing_part_is_a_tool_error_naming_it(tmp_path, monkeypatch):
+    """The parts compile in parallel (one thread per clang, through tools.run); a clang that
+    fails ends the compile with a ToolFailed naming its part and quoting clang."""
+    require_aot_tools()
+    from snapkv.tools import ToolFailed
+
+    monkeypatch.setattr(build, "SPLIT_BYTECODE_BYTES", 0)
+    monkeypatch.setattr(build, "_cores", lambda: 2)
+    with pytest.raises(ToolFailed, match=r"clang on part\d failed \(exit 1\)[\s\S]*"
+                                         r"-fno-such-flag"):
+        runtime.compile_library(ALLOC, cache_dir=tmp_path, cflags=("-fno-such-flag",))

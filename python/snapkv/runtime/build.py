@@ -24,12 +24,12 @@ Compiling the tiny fixture takes a few seconds, about half of it clang ``-O2``
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import platform
 import resource
 import shlex
-import subprocess
 import sys
 import tempfile
 import time
@@ -95,20 +95,13 @@ def _step(verbose, label, command, timeout, stats=None, output=None, name=None):
     _log(verbose, f"{label}: {shown} ...", end="")
     cpu = _children_cpu()
     start = time.perf_counter()
+    what = name or Path(str(command[0])).name
     try:
-        done = subprocess.run([str(c) for c in command], capture_output=True, text=True,
-                              timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _log(verbose, " timed out")
-        raise ToolError(f"timed out after {timeout}s: {command[0]}") from None
-    except FileNotFoundError:
-        _log(verbose, " not found")
-        raise ToolError(f"{command[0]} not found") from None
+        tools.check(tools.run(command, timeout=timeout, what=what), what)
+    except ToolError:
+        _log(verbose, f" failed after {time.perf_counter() - start:.1f} s")
+        raise
     elapsed = time.perf_counter() - start
-    if done.returncode != 0:
-        _log(verbose, f" failed after {elapsed:.1f} s")
-        raise ToolError(f"{Path(str(command[0])).name} failed (exit {done.returncode}):\n"
-                        f"{done.stderr[-4000:]}")
     _log(verbose, f" done in {elapsed:.1f} s")
     if stats is not None:
         stats[name or Path(str(command[0])).name] = dict(
@@ -140,24 +133,19 @@ def _clang(verbose, label, clang, cflags, sources, link, timeout, stats, output)
                      timeout, stats, output, "clang")
     cpu, start = _children_cpu(), time.perf_counter()
     _log(verbose, f"compiling {label}: clang, {len(sources)} parts in parallel ...", end="")
-    running = [(subprocess.Popen([str(c) for c in (clang, *common, "-c", "-x", "ir", src,
-                                                     "-o", f"{src}.o")],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True),
-                src) for src in sources]
-    failed = None
-    for process, src in running:
-        try:
-            _, err = process.communicate(timeout=max(1.0, timeout - (time.perf_counter()
-                                                                      - start)))
-        except subprocess.TimeoutExpired:
-            for other, _ in running:
-                other.kill()
-            raise ToolError(f"timed out after {timeout}s: {clang}") from None
-        if process.returncode != 0 and failed is None:
-            failed = f"clang failed (exit {process.returncode}) on {src.name}:\n{err[-4000:]}"
-    if failed:
+
+    def compile_part(src):
+        what = f"clang on {src.name}"
+        return tools.check(tools.run([clang, *common, "-c", "-x", "ir", src, "-o", f"{src}.o"],
+                                     timeout=timeout, what=what), what)
+
+    # One thread per part waits for its clang (tools.run, the one way tools are run).
+    with concurrent.futures.ThreadPoolExecutor(len(sources)) as pool:
+        done = [pool.submit(compile_part, src) for src in sources]
+    failed = next((f.exception() for f in done if f.exception() is not None), None)
+    if failed is not None:
         _log(verbose, " failed")
-        raise ToolError(failed)
+        raise failed
     _log(verbose, " done")
     _step(verbose, f"compiling {label}: link",
           [clang, *common, "-shared", *(f"{src}.o" for src in sources), *link], timeout)

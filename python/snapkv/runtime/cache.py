@@ -20,12 +20,12 @@ import hashlib
 import os
 import platform
 import re
-import subprocess
 import tempfile
 import threading
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+from .. import tools
 from ..tools import ToolError
 
 DEFAULT_CACHE_MB = 1024
@@ -68,12 +68,7 @@ def _digest_of(path: str, size: int, mtime_ns: int) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _version_of(tool: Path) -> str:
-    try:
-        done = subprocess.run([str(tool), "--version"], capture_output=True, text=True,
-                              timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise ToolError(f"cannot run {tool} --version: {error}") from None
-    return done.stdout.strip()
+    return tools.run([tool, "--version"], timeout=60, what=f"{tool} --version").stdout.strip()
 
 
 def _cpu() -> str:
