@@ -497,7 +497,8 @@ def test_generate_json():
                                  ids=[3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 7, 9])
     assert out["compaction"] == dict(window=8, capacity=10, kernel=15, pooling="avg",
                                      gqa="mean", order="position", budget="uniform",
-                                     pyramid_beta=20, floor=0, chunk=0, decode_interval=0)
+                                     pyramid_beta=20, floor=0, chunk=0, decode_interval=0,
+                                     decode_capacity=0)
     assert out["kept_per_head"] == 10
     assert len(out["tokens"]["full"]) == len(out["tokens"]["compacted"]) == 3
     assert [s["logical_length"] for s in out["steps"]] == [14, 15, 16]
