@@ -116,7 +116,7 @@ SmallVector<Value> Formulation::inRowBlocks(ValueRange inits, RowBody body) {
   // The row-local formulation: the same ops on [1, 1, ...] slices, not
   // tiled again (this loop is the kernel).
   FormulationOptions rowOptions = opts;
-  rowOptions.gpu = false;
+  rowOptions.mapping = TileMapping::forall;
   Formulation row(b, loc, rowShape(), rowOptions);
   SmallVector<Value> results = body(row, Rows{this, bi, h});
   SmallVector<SmallVector<OpFoldResult>> sizes;

@@ -165,7 +165,13 @@ public:
 
 const Layout &Layout::of(const FormulationOptions &options) {
   static const WholeTensors wholeTensors;
-  return options.gpu ? rowBlocks() : wholeTensors;
+  switch (options.mapping) {
+  case TileMapping::forall:
+    return wholeTensors;
+  case TileMapping::gpu_blocks:
+    return rowBlocks();
+  }
+  llvm_unreachable("unknown tile mapping");
 }
 
 Value Rows::of(Value source, bool byKvHead) const {

@@ -117,7 +117,7 @@ using RowBody =
 class Layout {
 public:
   virtual ~Layout() = default;
-  /// The layout `options` ask for (`gpu`: RowBlocks).
+  /// The layout of the options' mapping (`gpu_blocks`: RowBlocks).
   static const Layout &of(const FormulationOptions &options);
   /// What the groups this layout records become.
   virtual TileMapping mapping() const = 0;

@@ -278,7 +278,7 @@ struct AttentionLowering : OpConversionPattern<AttentionOp> {
   matchAndRewrite(AttentionOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
     FormulationOptions options = lowerings->options(op);
-    if (options.gpu)
+    if (options.mapping == TileMapping::gpu_blocks)
       return rewriter.notifyMatchFailure(op, "no GPU lowering");
     rewriter.replaceOp(op,
                        lowerAttention(rewriter, op.getLoc(), op,
@@ -395,14 +395,14 @@ mlir::snapkv::getLoweringConfig(MLIRContext *ctx, LoweringTarget target,
 SnapKVToLinalgOptions
 mlir::snapkv::getLoweringOptions(LoweringConfigAttr config) {
   SnapKVToLinalgOptions options;
-  options.gpu = config.getMapping() == TileMapping::gpu_blocks;
+  options.mapping = config.getMapping();
   options.keyTile = config.getKeyTile();
   options.queryTile = config.getQueryTile();
   options.autoChunk = config.getChunk() == 0;
   if (config.getChunk() != 0)
     options.chunk = config.getChunk();
   options.keepLogits = config.getKeepLogits().getValue();
-  if (options.gpu) {
+  if (options.mapping == TileMapping::gpu_blocks) {
     options.threads = config.getThreads();
     options.tensorCores = config.getTensorCores().getValue();
   }

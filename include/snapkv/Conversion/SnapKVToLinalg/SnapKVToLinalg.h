@@ -36,13 +36,15 @@ struct SnapKVToLinalgOptions {
   int64_t chunk = 128;
   /// With a static prompt length, pick a chunk of about sqrt(prefix).
   bool autoChunk = true;
-  /// Emit for GPU blocks: the keys as one span of whole tiles, each tile a
-  /// bounded copy (positions past the prompt read as zero, hidden by the
-  /// causal mask) that a target can stage in fast memory; the per-row steps
-  /// (pooling, selection, gather) inside an scf.forall over the (batch,
-  /// head) rows, one GPU block per row; and tile groups of GPU blocks
-  /// (`TileRecorder`).
-  bool gpu = false;
+  /// What the lowering configuration maps the groups to, which picks the
+  /// formulation's layout: `forall` (and untiled) runs every step on whole
+  /// tensors; `gpu_blocks` emits the keys as one span of whole tiles, each
+  /// tile a bounded copy (positions past the prompt read as zero, hidden by
+  /// the causal mask) that a target can stage in fast memory, the per-row
+  /// steps (pooling, selection, gather) inside an scf.forall over the
+  /// (batch, head) rows, one GPU block per row, and tile groups of GPU
+  /// blocks (`TileRecorder`).
+  TileMapping mapping = TileMapping::forall;
   /// CPU: score one (batch, query head) at a time, keeping that head's
   /// W x L logits (f32) between the softmax statistics and the votes
   /// instead of computing them twice; the head's key tiles are parallel.
@@ -58,7 +60,7 @@ struct SnapKVToLinalgOptions {
 LoweringConfigAttr getLoweringConfig(MLIRContext *ctx, LoweringTarget target,
                                      const SnapKVToLinalgOptions &options);
 
-/// The options an op's configuration stands for (`gpu` for `gpu_blocks`).
+/// The options an op's configuration stands for (its mapping included).
 SnapKVToLinalgOptions getLoweringOptions(LoweringConfigAttr config);
 
 /// Adds the patterns that lower `snapkv.select`, `snapkv.score` (untiled)
