@@ -68,6 +68,10 @@ PASSES = [
     ["--snapkv-compress-kv-cache=window=2 capacity=6 chunk=4"],
     ["--snapkv-compress-kv-cache=window=2 capacity=6 chunk=4 prefill-func=prefill_layer "
      "decode-func=decode_layer extend-func=extend_layer"],
+    # ... with decode-time compression to another capacity (a copy of the extend chain).
+    ["--snapkv-compress-kv-cache=window=2 capacity=6 chunk=4 decode-interval=4 "
+     "decode-capacity=5 prefill-func=prefill_layer decode-func=decode_layer "
+     "extend-func=extend_layer"],
     ["--snapkv-gpu-emulation"],
     ["--snapkv-gpu-emulation=decompose-select=true"],
     ["--pass-pipeline=builtin.module(func.func(snapkv-gpu-distribute))"],

@@ -19,8 +19,9 @@ VARIANTS = {
     "expand": (REWRITE % "gqa=expand", ""),
     "pyramid": (REWRITE % "gqa=mean budget=pyramid pyramid-beta=2", ",snapkv-decompose-select"),
     "adaptive": (REWRITE % "gqa=mean budget=adaptive floor=1", ""),
-    "chunked": (REWRITE % "gqa=mean chunk=4 prefill-func=prefill_layer "
-                "decode-func=decode_layer extend-func=extend_layer", ""),
+    "chunked": (REWRITE % "gqa=mean chunk=4 decode-interval=4 decode-capacity=5 "
+                "prefill-func=prefill_layer decode-func=decode_layer extend-func=extend_layer",
+                ""),
 }
 
 

@@ -204,8 +204,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   // over the layers (pyramid: per-layer capacities, per-call copies of a
   // layer function), decomposed; Hkv with Ada-KV's shared budget (ragged
   // caches, decode appending each head's row in place). A fourth, chunked
-  // prefill, only where there is a chunk function to rewrite (the layer
-  // functions of `snapkv export --hf --extend`), so as not to slow the rest.
+  // prefill with decode-time compression, only where there is a chunk
+  // function to rewrite (the layer functions of `snapkv export --hf
+  // --extend`), so as not to slow the rest.
   enum class Variant { expand, pyramid, adaptive, chunked };
   bool chunkable =
       module->lookupSymbol<func::FuncOp>("extend_layer") != nullptr;
@@ -235,6 +236,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       rewrite.prefillFunc = "prefill_layer";
       rewrite.decodeFunc = "decode_layer";
       rewrite.extendFunc = "extend_layer";
+      // Decode-time compression to another capacity: the extend call chain
+      // is copied for it.
+      rewrite.decodeInterval = 4;
+      rewrite.decodeCapacity = 5;
     }
     pm.addPass(snapkv::createCompressKVCache(rewrite));
     pm.addNestedPass<func::FuncOp>(snapkv::createFuseAttention());
