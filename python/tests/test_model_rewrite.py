@@ -356,6 +356,34 @@ def test_adaptive_budget_decodes_a_ragged_cache_like_the_reference(rewritten, to
                                                    f"{'KV'[j]} head {c}")
 
 
+@pytest.mark.parametrize("capacity", [64, L], ids=["C64", "C48"])
+def test_adaptive_budget_keeping_everything_is_the_full_cache(rewritten, original_run, ids,
+                                                             capacity):
+    """budget=adaptive with nothing evicted (C >= L: every head keeps its whole prompt): the
+    ragged cache holds the full cache's rows, head by head, and decoding over it (per-head
+    snapkv.ragged_attention, a different kernel from the original's attention) generates the
+    full cache's tokens, its logits equal to rounding."""
+    model = rewritten(capacity, "mean", order="position", budget="adaptive", floor=0)
+    assert model.ragged
+    _, results = model.prefill(ids)
+    for layer in range(LAYERS):
+        keys, values, offsets = results[3 * layer:3 * layer + 3]
+        np.testing.assert_array_equal(offsets[0], np.arange(HKV + 1) * L)
+        for mine, full in ((keys, original_run["prefill_caches"][2 * layer]),
+                           (values, original_run["prefill_caches"][2 * layer + 1])):
+            assert np.array_equal(mine.reshape(full.shape), full)
+    out = model.generate(ids, STEPS)
+    base = original_run["generated"]
+    diff = np.abs(out["logits"] - base["logits"]).max(axis=1)
+    assert out["tokens"] == base["tokens"], f"first divergent row {np.argmax(diff > LOGIT_ATOL)}"
+    assert diff.max() <= LOGIT_ATOL, f"max |diff| per row {diff.tolist()}"
+    assert np.array_equal(out["logits"][0], base["logits"][0])  # prefill's row: untouched
+    for b, full in enumerate(base["caches"]):
+        for c, mine in enumerate(out["caches"].heads(b)):
+            np.testing.assert_allclose(mine, full[0, c], rtol=0, atol=CACHE_ATOL,
+                                       err_msg=f"final cache {b} head {c}")
+
+
 # --- negative controls: the comparisons above can fail --------------------------------------
 
 @pytest.mark.parametrize("name", COMPACT_CASES)
