@@ -109,11 +109,7 @@ void snapkv::buildCPUPipeline(OpPassManager &pm,
   loops.addPass(memref::createExpandStridedMetadataPass());
   loops.addPass(createLowerAffinePass());
   loops.addPass(createSCFToControlFlowPass());
-  // Before the memref conversion: in report mode it also checks the result
-  // of every memref.alloc in a function body.
-  LowerAssertsOptions asserts;
-  asserts.mode = options.asserts;
-  pm.addPass(createLowerAsserts(asserts));
+  stages::lowerChecks(pm, options.asserts);
   FinalizeMemRefToLLVMConversionPassOptions memrefToLLVM;
   memrefToLLVM.useGenericFunctions = options.genericAlloc;
   pm.addPass(createFinalizeMemRefToLLVMConversionPass(memrefToLLVM));

@@ -90,9 +90,7 @@ void snapkv::buildGPUPipeline(OpPassManager &pm,
   // The host code's run-time checks (the kernels have none): in report mode
   // each must sit in a function body, hence the CFG first.
   pm.nest<func::FuncOp>().addPass(createSCFToControlFlowPass());
-  LowerAssertsOptions asserts;
-  asserts.mode = options.asserts;
-  pm.addPass(createLowerAsserts(asserts));
+  stages::lowerChecks(pm, options.asserts);
 
   gpu::GPUToNVVMPipelineOptions nvvm;
   nvvm.cubinChip = options.chip;

@@ -51,6 +51,12 @@ void snapkv::stages::prepareTensorCode(OpPassManager &funcs) {
   funcs.addPass(createConvertElementwiseToLinalgPass());
 }
 
+void snapkv::stages::lowerChecks(OpPassManager &pm, AssertMode mode) {
+  LowerAssertsOptions asserts;
+  asserts.mode = mode;
+  pm.addPass(createLowerAsserts(asserts));
+}
+
 void snapkv::stages::bufferize(OpPassManager &pm) {
   bufferization::OneShotBufferizePassOptions options;
   options.bufferizeFunctionBoundaries = true;

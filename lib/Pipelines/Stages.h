@@ -8,6 +8,7 @@
 #ifndef SNAPKV_LIB_PIPELINES_STAGES_H
 #define SNAPKV_LIB_PIPELINES_STAGES_H
 
+#include "snapkv/Codegen/Passes.h"
 #include "snapkv/Conversion/SnapKVToLinalg/SnapKVToLinalg.h"
 
 #include "mlir/Pass/PassManager.h"
@@ -35,6 +36,12 @@ void prepareTensorCode(OpPassManager &funcs);
 /// One-shot bufferisation of the whole module, function boundaries with
 /// identity layouts (what the runner and the GPU host code pass).
 void bufferize(OpPassManager &pm);
+
+/// The run-time checks (cf.assert) lowered in `mode`, on code already in
+/// the CFG form (in report mode each check must sit in a function body)
+/// and before the memref conversion (report mode also checks the result of
+/// every memref.alloc in a function body).
+void lowerChecks(OpPassManager &pm, AssertMode mode);
 
 } // namespace mlir::snapkv::stages
 
