@@ -151,7 +151,7 @@ def _versions() -> dict:
 
 def _exporter_digest() -> str:
     digest = hashlib.sha256()
-    for name in ("checkpoint.py", "export.py", "model.py", "hf_export.py"):
+    for name in ("checkpoint.py", "export.py", "glue.py", "model.py", "hf_export.py"):
         digest.update((_FRONTEND / name).read_bytes())
     return digest.hexdigest()
 
