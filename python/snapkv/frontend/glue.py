@@ -98,17 +98,21 @@ def entry_points(text: str, plan: Plan, logits: str,
             hidden = f"%l{i}#0"
         return calls, hidden
 
+    def prompt_body(callee, args, results, caches):
+        """A prompt's (or chunk's) body: embed, the layers, head; logits and caches out."""
+        body = [call("%h", "embed", ["%ids", value[plan.embed]], embed_args, embed_results)]
+        calls, hidden = layer_calls(callee, args, results, caches=caches)
+        body += calls
+        body.append(call("%logits", "head", [hidden, value[plan.norm], value[plan.lm_head]],
+                         head_args, head_results))
+        returned = ["%logits"] + [f"%l{i}#{j}" for i in range(n) for j in (1, 2)]
+        types = [logits_type] + [t for _ in range(n) for t in results[1:]]
+        return types, body + [f"    return {', '.join(returned)} : {', '.join(types)}", "  }"]
+
     logits_type = head_results[0]
+    result_types, body = prompt_body(PREFILL_LAYER, p_args, p_results, caches=False)
     lines = [f"  func.func @prefill(\n      %ids: {ids_dyn},\n      {weights}) -> "
-             f"({', '.join([logits_type] + [t for _ in range(n) for t in p_results[1:]])}) {{",
-             call("%h", "embed", ["%ids", value[plan.embed]], embed_args, embed_results)]
-    calls, hidden = layer_calls(PREFILL_LAYER, p_args, p_results, caches=False)
-    lines += calls
-    lines.append(call("%logits", "head", [hidden, value[plan.norm], value[plan.lm_head]],
-                      head_args, head_results))
-    returned = ["%logits"] + [f"%l{i}#{j}" for i in range(n) for j in (1, 2)]
-    result_types = [logits_type] + [t for _ in range(n) for t in p_results[1:]]
-    lines += [f"    return {', '.join(returned)} : {', '.join(result_types)}", "  }"]
+             f"({', '.join(result_types)}) {{", *body]
 
     caches = ",\n      ".join(f"%c{j}: {d_args[2 + j % 2]}" for j in range(2 * n))
     decode_logits = _one_row(logits_type, text)
@@ -133,17 +137,10 @@ def entry_points(text: str, plan: Plan, logits: str,
     if extend:
         e_args, e_results = _types(text, EXTEND_LAYER)
         caches = ",\n      ".join(f"%c{j}: {e_args[2 + j % 2]}" for j in range(2 * n))
-        extend_types = [logits_type] + [t for _ in range(n) for t in e_results[1:]]
+        extend_types, body = prompt_body(EXTEND_LAYER, e_args, e_results, caches=True)
         lines += [f"  func.func @extend(\n      %ids: {ids_dyn},\n      %position: "
                   f"{e_args[1]},\n      {caches},\n      {weights}) -> "
-                  f"({', '.join(extend_types)}) {{",
-                  call("%h", "embed", ["%ids", value[plan.embed]], embed_args, embed_results)]
-        calls, hidden = layer_calls(EXTEND_LAYER, e_args, e_results, caches=True)
-        lines += calls
-        lines.append(call("%logits", "head", [hidden, value[plan.norm], value[plan.lm_head]],
-                          head_args, head_results))
-        returned = ["%logits"] + [f"%l{i}#{j}" for i in range(n) for j in (1, 2)]
-        lines += [f"    return {', '.join(returned)} : {', '.join(extend_types)}", "  }"]
+                  f"({', '.join(extend_types)}) {{", *body]
     return "\n".join(lines) + "\n", order
 
 
