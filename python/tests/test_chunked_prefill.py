@@ -310,6 +310,14 @@ def test_decode_time_compression_never_due_is_none(case):
     want, got = plain.generate(case["ids"], LONG), decoding.generate(case["ids"], LONG)
     assert got["recompressed"] == [] and got["tokens"] == want["tokens"]
     assert np.array_equal(got["logits"], want["logits"])
+    # The same with a decode capacity M the generation never exceeds (C as usual): bit for
+    # bit the one-shot model.
+    roomy = runtime.CompiledModel(
+        hf.rewrite(text, compaction(decode_interval=INTERVAL, decode_capacity=L + LONG)),
+        weights=hf.Checkpoint(case["folder"]), cflags=CFLAGS)
+    want, got = case["one_shot"].generate(case["ids"], LONG), roomy.generate(case["ids"], LONG)
+    assert got["recompressed"] == [] and got["tokens"] == want["tokens"]
+    assert np.array_equal(got["logits"], want["logits"])
 
 
 def test_cli_generate_decode_interval(case):
