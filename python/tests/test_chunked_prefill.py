@@ -298,6 +298,20 @@ def test_bad_decode_capacities_are_clear_errors(case):
     assert "--decode-capacity (8) must be greater than --window (8)" in bad.stderr
 
 
+def test_cli_ledger_decode_capacity(case):
+    """snapkv ledger --decode-interval K --decode-capacity M: the rows at the end are M plus
+    the steps since the last compaction, the decode peak C + K (before the first one)."""
+    done = snapkv_cli("ledger", str(case["folder"]), "--window", str(WINDOW), "--capacity",
+                      str(CAPACITY), "--kernel", str(KERNEL), "--chunk", str(CHUNK),
+                      "--decode-interval", str(INTERVAL), "--decode-capacity",
+                      str(DECODE_CAPACITY), "--prompt-length", str(L), "--generated",
+                      str(LONG - 3), "--json")
+    assert done.returncode == 0, done.stderr
+    layer = json.loads(done.stdout)["layers"][0]
+    assert layer["compacted"] == 2 * 2 * 128 * 4 * (DECODE_CAPACITY + (LONG - 3) % INTERVAL)
+    assert layer["decode_peak_rows"] == CAPACITY + INTERVAL
+
+
 def test_decode_time_compression_never_due_is_none(case):
     """A capacity the generation never exceeds: never compacted, bit for bit the model
     without decode-time compression."""
