@@ -107,6 +107,14 @@
 // RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 prefill-func=nope decode-func=decode_layer extend-func=extend_layer chunk=16 decode-interval=16 decode-capacity=12" \
 // RUN:   -o %t.copyrefused 2>&1 | FileCheck %s --check-prefix=COPYREFUSED
 // RUN: %strip_refusal %t.copyrefused | diff %t.unchanged -
+// Without one public function above the copy, the runner could not call it: refused, unchanged.
+// RUN: sed 's/func.func @extend(/func.func private @extend(/' %S/Inputs/models/llama_layers_extend.mlir > %t.private
+// RUN: snapkv-opt %t.private -o %t.private.plain
+// RUN: snapkv-opt %t.private \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 prefill-func=prefill_layer decode-func=decode_layer extend-func=extend_layer chunk=16 decode-interval=16 decode-capacity=12" \
+// RUN:   -o %t.noentry 2>&1 | FileCheck %s --check-prefix=NOENTRY
+// RUN: %strip_refusal %t.noentry | diff %t.private.plain -
+// NOENTRY: warning: snapkv-compress-kv-cache left the module unchanged: @extend_layer: decode-capacity differs from capacity with chunk, so decode-time compression needs its own copy of the extend call chain, called through one public function, but @extend_layer is reached from no public function or from several
 // COPYREFUSED: warning: snapkv-compress-kv-cache left the module unchanged: @nope: no function with a body by this name (prefill-func)
 
 // Without chunk the extend function is left as it is (a full-cache chunk) and no attribute is

@@ -82,6 +82,7 @@ enum class RefusalKind {
   NoExtendFunction,
   ExtendQueryPositions,
   SlidingWindowInExtend,
+  ExtendEntry,
 };
 
 StringRef refusalFormat(RefusalKind kind) {
@@ -199,6 +200,10 @@ StringRef refusalFormat(RefusalKind kind) {
   case RefusalKind::SlidingWindowInExtend:
     return "the mask hides keys outside a sliding window of {0} positions, "
            "which the compacted cache's positions cannot be checked against";
+  case RefusalKind::ExtendEntry:
+    return "decode-capacity differs from capacity with chunk, so decode-time "
+           "compression needs its own copy of the extend call chain, called "
+           "through one public function, but {0}";
   }
   llvm_unreachable("unknown RefusalKind");
 }
@@ -290,6 +295,8 @@ StringRef refusalCode(RefusalKind kind) {
     return "extend-query-positions";
   case RefusalKind::SlidingWindowInExtend:
     return "sliding-window-in-extend";
+  case RefusalKind::ExtendEntry:
+    return "extend-entry";
   }
   llvm_unreachable("unknown RefusalKind");
 }
@@ -1605,6 +1612,18 @@ struct CompressKVCachePass
       }
       if (decodeInterval > 0)
         compressEntry = entryOf(targets.back().func);
+      // Without one entry the runner would compress through the chunks'
+      // extend, at the wrong capacity.
+      if (!copies.empty() && compressEntry.empty()) {
+        refuse(extend, extendFunc,
+               Refusal{RefusalKind::ExtendEntry,
+                       {"@" + extendFunc +
+                        " is reached from no public function or from several"},
+                       {},
+                       {},
+                       {}});
+        return;
+      }
       for (ExtendTarget &target : targets) {
         Refusal refusal;
         FailureOr<SmallVector<PrefillLayer>> layers =
