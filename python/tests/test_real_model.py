@@ -142,7 +142,7 @@ def test_eval_on_real_text_scores_the_continuation(capsys):
     assert 0 <= low <= mean["accuracy"] <= high <= 1
 
 
-@pytest.mark.parametrize("length", [2000, 8000])
+@pytest.mark.parametrize("length", [2000, 4000, 8000])
 def test_example_prompt_files_are_what_the_generator_writes(hf_model, length):
     """examples/passkey-<L>.txt are snapkv.tasks.text's passkey prompt (seed 0, index 0,
     depth 0.4) for SmolLM2's tokenizer: regenerate them if the generator changes."""
