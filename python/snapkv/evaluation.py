@@ -124,6 +124,14 @@ class Method:
         return options.replace("capacity=0 ", "", 1)
 
 
+def chunked(n: int) -> Method:
+    """Chunked prefill with N-token chunks and the rewrite's defaults."""
+    return Method(f"chunked-{n}", {"gqa": "mean", "kernel": 15, "chunk": n},
+                  f"chunked prefill, {n} tokens a chunk, the cache compacted back to C after "
+                  f"each (the rewrite's defaults: gqa mean, kernel 15); compare "
+                  f"snapkv-gqa-mean-k15")
+
+
 _METHODS = [
     Method("full", None, "the original module: every prompt position cached"),
     Method("snapkv", {}, "SnapKV: votes of the window, avg pooling kernel 5, gqa expand"),
@@ -162,16 +170,25 @@ _METHODS = [
            "budget over gqa-mean scores (Hkv cache heads): kvpress's AdaKV(SnapKV)"),
     Method("ada-snapkv-gqa-mean-k15", {"gqa": "mean", "kernel": 15, "budget": "adaptive"},
            "Ada-KV's shared budget with the rewrite's defaults (gqa mean, kernel 15)"),
-    *(Method(f"chunked-{n}", {"gqa": "mean", "kernel": 15, "chunk": n},
-             f"chunked prefill, {n} tokens a chunk, the cache compacted back to C after each "
-             f"(the rewrite's defaults: gqa mean, kernel 15); compare snapkv-gqa-mean-k15")
-      for n in (512, 1024, 2048)),
+    *(chunked(n) for n in (512, 1024, 2048)),
     Method("streaming", {"scoring": "recent"}, "StreamingLLM: 4 attention sinks and the "
            "most recent positions"),
     Method("random", {"scoring": "random"}, "uniformly drawn prefix positions plus the "
            "window (seeded with --seed)"),
 ]
 METHODS: Dict[str, Method] = {m.name: m for m in _METHODS}
+CHUNKED_PREFIX = "chunked-"
+
+
+def method(name: str) -> Optional[Method]:
+    """The method called `name`: one of :data:`METHODS`, or ``chunked-N`` for any chunk N >= 1
+    (the three in METHODS are the ones ``all`` runs); None for another name."""
+    if name in METHODS:
+        return METHODS[name]
+    digits = name[len(CHUNKED_PREFIX):] if name.startswith(CHUNKED_PREFIX) else ""
+    if digits.isascii() and digits.isdigit() and int(digits) >= 1:
+        return chunked(int(digits))
+    return None
 DEFAULT_BUDGETS = (Fraction(1, 2), Fraction(1, 4), Fraction(1, 8), Fraction(1, 16))
 
 
@@ -316,7 +333,10 @@ class Pipeline:
         try:
             return hf.rewrite(self.exported.text if text is None else text, compaction)
         except ToolError as error:
-            raise EvalError(str(error).splitlines()[0]) from None
+            # The header line names the command; the diagnostic says what was wrong.
+            stderr = getattr(error, "stderr", None) or ""
+            detail = f" {first_error(stderr)}" if stderr.strip() else ""
+            raise EvalError(str(error).splitlines()[0] + detail) from None
 
     def own_model(self, method: Method, capacity: int, seed: int):
         """The whole model of `method` at `capacity`, compiled (the original for ``full``):

@@ -16,6 +16,7 @@ Marked `slow`: the first run exports the checkpoint (torch-mlir) and compiles th
 (minutes on a loaded machine); later runs take them from the caches.
 """
 
+import dataclasses
 import json
 import shutil
 
@@ -79,6 +80,8 @@ def run_cli(argv, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["--methods", "snapkv-maxpol"], "did you mean 'snapkv-maxpool'?"),
     (["--methods", "stremaing"], "did you mean 'streaming'?"),
+    (["--methods", "chunked-0"], "chunked-N for any chunk N >= 1"),
+    (["--methods", "chunked-1k"], "chunked-N for any chunk N >= 1"),
     (["--budgets", "2"], "not a fraction of the prompt in (0, 1)"),
     (["--budgets", "1/x"], "fractions like 1/8"),
     (["--lengths", "abc"], "integers like 512,1024"),
@@ -109,6 +112,24 @@ def test_methods_all_and_budget_parsing():
     # Every method's options are real pass options (the key is what results are cached by).
     keys = {m.key(16, 0) for m in ev.METHODS.values()}
     assert len(keys) == len(ev.METHODS)
+    # Chunked prefill with any chunk, beside the three that `all` runs.
+    picked = cli_eval.method_list("full,chunked-4096,chunked-512,chunked-4096")
+    assert [m.name for m in picked] == ["full", "chunked-4096", "chunked-512"]
+    assert picked[1].chunk == 4096 and picked[2] is ev.METHODS["chunked-512"]
+    assert picked[1].compaction(16, 64, 0) == \
+        dataclasses.replace(ev.METHODS["chunked-512"].compaction(16, 64, 0), chunk=4096)
+    assert "chunked-4096" not in ev.METHODS
+    assert [ev.method(n) for n in ("chunked-", "chunked--1", "chunked-٣", "x")] == [None] * 4
+
+
+def test_a_chunk_the_pass_refuses_names_the_reason(model_dir, capsys):
+    """A chunk below the window (the pass's option error) reaches the user as the pass's own
+    diagnostic, not only as the command that failed."""
+    code, out, err = run_cli(["eval", "--model", str(model_dir), "--lengths", "512",
+                              "--samples", "1", "--budgets", "1/4", "--methods", "chunked-8",
+                              "-q"], capsys)
+    assert code == 1 and out == ""
+    assert "chunk must be at least the window" in err and len(err.splitlines()) == 1, err
 
 
 # ---------------------------------------------------------------------------------------------
@@ -318,7 +339,7 @@ def test_chunked_method_answers_with_its_own_model(pipeline):
     """A chunked method (chunked prefill, docs/semantics.md) does not use the shared prefill:
     it answers with its own compiled model, whose prefill is measured on every prompt; the
     tokens are that model's own greedy tokens."""
-    method = ev.Method("chunked-64", {"gqa": "mean", "kernel": 15, "chunk": 64}, "test")
+    method = ev.method("chunked-64")
     capacity, sample = LENGTH // 4, retrieval.generate(LENGTH, 5, "multitoken", 0)
     (out,) = ev.answer_prompt(pipeline, sample, [(method, capacity)], seed=5)
     model = pipeline.own_model(method, capacity, 5)

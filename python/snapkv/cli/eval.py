@@ -32,7 +32,8 @@ TASKS = ("retrieval", "passkey", "needle", "multikey")
 
 
 def add_parser(commands, common_options):
-    methods = "\n".join(f"  {m.name:<22} {m.summary}" for m in ev.METHODS.values())
+    methods = "\n".join(f"  {m.name:<22} {m.summary}" for m in ev.METHODS.values()) + \
+        f"\n  {'chunked-N':<22} chunked prefill with any chunk N >= 1 (not in all)"
     p = commands.add_parser(
         "eval", parents=[common_options], formatter_class=Formatter,
         help="accuracy vs cache budget on the retrieval task, through the compiled pipeline",
@@ -144,13 +145,15 @@ def method_list(value: str):
         raise argparse.ArgumentTypeError("--methods is empty")
     out = []
     for name in names:
-        if name not in ev.METHODS:
+        chosen = ev.method(name)
+        if chosen is None:
             close = difflib.get_close_matches(name, list(ev.METHODS), 1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise argparse.ArgumentTypeError(
-                f"unknown method {name!r}{hint} (choose from {', '.join(ev.METHODS)}, or all)")
-        if ev.METHODS[name] not in out:
-            out.append(ev.METHODS[name])
+                f"unknown method {name!r}{hint} (choose from {', '.join(ev.METHODS)}, "
+                f"chunked-N for any chunk N >= 1, or all)")
+        if chosen not in out:
+            out.append(chosen)
     return out
 
 
