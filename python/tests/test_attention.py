@@ -14,12 +14,14 @@ import numpy as np
 import pytest
 from conftest import require_aot_tools
 
-from snapkv import reference, runtime
+from snapkv import reference, runtime, tools
 
 SMALL_TILES = "query-tile=4 key-tile=8"
 
 
-def _function(q_shape, kv_shape, elem, scale, tiles, offset=False):
+def _function(q_shape, kv_shape, elem, scale, tiles, offset=False, key_loop=False):
+    """`key_loop`: the untiled conversion's form (what IREE gets, one scf.for over key
+    tiles of 8) lowered first, then compiled by the same pipeline."""
     require_aot_tools()
     ty = {"f32": "f32", "f16": "f16"}[elem]
 
@@ -41,6 +43,9 @@ def _function(q_shape, kv_shape, elem, scale, tiles, offset=False):
             f" : {qt}, {kvt}, {kvt} -> {qt}\n"
             f"  return %o : {qt}\n}}\n}}\n")
     pipeline = runtime.PIPELINE.replace("asserts=report", f"asserts=report {tiles}")
+    if key_loop:
+        text = tools.opt(["--convert-snapkv-to-linalg=key-tile=8"], text=text).stdout
+        assert "scf.forall" not in text
     lib = runtime.compile_library(text, label="attention", pipeline=pipeline)
     return runtime.CompiledFunction(ctypes.CDLL(str(lib.path)), "attn",
                                     runtime.signature(text, "attn"))
@@ -134,6 +139,45 @@ def test_f16_rounds_the_f32_result():
     assert out.dtype == np.float16
     expected = reference.attention(q, k, v, elem="f16")
     np.testing.assert_allclose(out.astype(np.float64), expected, rtol=0, atol=2e-3)
+
+
+def test_the_untiled_key_loop_form_matches_the_reference():
+    """The untiled conversion (no lowering configuration: what `iree_backend` hands IREE)
+    lowers the op to one loop over key tiles of linalg ops over every row: the same
+    lengths, GQA groups, decode rows, offsets (rows without keys are zero) and f16."""
+    rng = np.random.default_rng(21)
+    fn = _function((1, 4, None, 16), (1, 2, None, 16), "f32", None, "", key_loop=True)
+    for lq, lk in LENGTHS:
+        q = rng.standard_normal((1, 4, lq, 16), dtype=np.float32)
+        k, v = (rng.standard_normal((1, 2, lk, 16), dtype=np.float32) for _ in range(2))
+        (out,) = fn(q, k, v)
+        np.testing.assert_allclose(out, reference.attention(q, k, v), rtol=0, atol=2e-6,
+                                   err_msg=f"Lq={lq} Lk={lk}")
+    fn = _function((1, 4, None, 8), (1, 2, None, 8), "f32", 2.0, "", offset=True,
+                   key_loop=True)
+    for lq, lk, offset in [(1, 20, 7), (3, 20, 2), (5, 20, -2), (12, 12, 0), (2, 20, 2**40),
+                           (2, 20, -2**40), (9, 30, 21)]:
+        q = rng.standard_normal((1, 4, lq, 8), dtype=np.float32)
+        k, v = (rng.standard_normal((1, 2, lk, 8), dtype=np.float32) for _ in range(2))
+        (out,) = fn(q, k, v, np.array([offset], dtype=np.int64))
+        np.testing.assert_allclose(out, reference.attention(q, k, v, 2.0, offset=offset),
+                                   rtol=0, atol=2e-6, err_msg=f"Lq={lq} Lk={lk} "
+                                   f"offset={offset}")
+    fn = _function((1, 6, 1, 32), (1, 2, None, 32), "f32", None, "", offset=True,
+                   key_loop=True)
+    for lk, offset in [(20, 19), (20, 7), (300, 150), (20, -1), (1, 0)]:
+        q = rng.standard_normal((1, 6, 1, 32), dtype=np.float32)
+        k, v = (rng.standard_normal((1, 2, lk, 32), dtype=np.float32) for _ in range(2))
+        (out,) = fn(q, k, v, np.array([offset], dtype=np.int64))
+        np.testing.assert_allclose(out, reference.attention(q, k, v, offset=offset), rtol=0,
+                                   atol=2e-6, err_msg=f"decode Lk={lk} offset={offset}")
+    fn = _function((1, 2, None, 16), (1, 1, None, 16), "f16", None, "", key_loop=True)
+    q, k, v = (rng.standard_normal(s).astype(np.float16)
+               for s in [(1, 2, 19, 16), (1, 1, 19, 16), (1, 1, 19, 16)])
+    (out,) = fn(q, k, v)
+    assert out.dtype == np.float16
+    np.testing.assert_allclose(out.astype(np.float64), reference.attention(q, k, v, elem="f16"),
+                               rtol=0, atol=2e-3)
 
 
 def test_values_shorter_than_keys_are_a_reported_error():

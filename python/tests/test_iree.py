@@ -324,6 +324,13 @@ def test_checkpoint_module_with_weights_matches_cpu_pipeline():
     checkpoint = Checkpoint(checkpoint_dir("llama", FAMILIES["llama"]))
     text = hf.export(checkpoint).text
     lowered = iree_backend.lower_to_upstream(text)
+    # IREE gets the fused attention of both layer functions (prefill and decode), lowered
+    # untiled: the prompt's as one loop over key tiles, no scf.forall (which iree-compile
+    # 3.13 crashes on) and no [L, L] scores.
+    fused = iree_backend.snapkv_opt(text, "--snapkv-fuse-attention", "--mlir-print-op-generic")
+    assert iree_backend.count_ops(fused, "snapkv.attention") == 2
+    assert iree_backend.count_ops(lowered, "scf.forall") == 0
+    assert iree_backend.count_ops(lowered, "scf.for") == 1
     with pytest.raises(ValueError, match="takes .* weights .* but none were given"):
         iree_backend.IreeModel.from_text(lowered)
     model = iree_backend.IreeModel.from_text(lowered, weights=checkpoint)

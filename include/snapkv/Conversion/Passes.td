@@ -136,12 +136,16 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
     are left untiled.
 
     `snapkv.attention` becomes a tiled online softmax (FlashAttention's
-    recurrence): an `scf.forall` over (batch, query head, tile of
-    `query-tile` rows) and in it an `scf.for` over the tiles of `key-tile`
-    keys that the rows can see, carrying each row's maximum, sum and
-    `[query-tile, D]` accumulator; per key tile, static-shaped linalg ops
-    (logits, masked maximum, probabilities, P x V). The `[Lq, Lk]` scores
-    are never materialised. It has no GPU lowering yet (nor has
+    recurrence): with `tiling=cpu` (or a `forall` configuration) an
+    `scf.forall` over (batch, query head, tile of `query-tile` rows) and in
+    it an `scf.for` over the tiles of `key-tile` keys that the rows can see,
+    carrying each row's maximum, sum and `[query-tile, D]` accumulator; per
+    key tile, static-shaped linalg ops (logits, masked maximum,
+    probabilities, P x V). Untiled (`tiling=none`, no configuration), one
+    `scf.for` over key tiles whose steps are linalg ops over every row that
+    sees the tile, and no `scf.forall`: the form a compiler that tiles
+    linalg itself (IREE) takes. The `[Lq, Lk]` scores are never
+    materialised. It has no GPU lowering yet (nor has
     `snapkv.ragged_attention`): with `tiling=gpu` the pass reports the op
     and fails.
   }];

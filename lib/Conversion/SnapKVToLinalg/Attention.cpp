@@ -209,19 +209,12 @@ Value AttentionBuilder::padRows(Value source, Value rows) {
 Value AttentionBuilder::build(Value queries, Value keys, Value values,
                               Value offset) {
   // Lengths, the causal offset (Lk - Lq by default) and the padded extents.
-  Value lq = tensor::DimOp::create(b, loc, queries, 2);
-  Value lk = tensor::DimOp::create(b, loc, keys, 2);
-  if (!offset)
-    offset = arith::SubIOp::create(b, loc, lk, lq);
-  // What the verifier cannot see in dynamic shapes: values as long as the
-  // keys (their tiles are read at the keys' positions), and positions that
-  // fit the i32 column arithmetic.
-  if (cast<RankedTensorType>(keys.getType()).isDynamicDim(2) ||
-      cast<RankedTensorType>(values.getType()).isDynamicDim(2)) {
-    Value lv = tensor::DimOp::create(b, loc, values, 2);
-    cf::AssertOp::create(
-        b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lk, lv),
-        "snapkv.attention: length of 'values' differs from 'keys'");
+  AttentionLengths lengths =
+      attentionLengths(b, loc, queries, keys, values, offset);
+  Value lq = lengths.lq, lk = lengths.lk;
+  offset = lengths.offset;
+  // Dynamic lengths must also fit the i32 column arithmetic.
+  if (lengths.dynamic) {
     cf::AssertOp::create(
         b, loc,
         arith::CmpIOp::create(
@@ -569,6 +562,25 @@ SmallVector<Value> AttentionBuilder::queryTile(Value qTile, Value keys,
 }
 
 } // namespace
+
+AttentionLengths
+mlir::snapkv::detail::attentionLengths(OpBuilder &b, Location loc,
+                                       Value queries, Value keys, Value values,
+                                       Value offset) {
+  Value lq = tensor::DimOp::create(b, loc, queries, 2);
+  Value lk = tensor::DimOp::create(b, loc, keys, 2);
+  if (!offset)
+    offset = arith::SubIOp::create(b, loc, lk, lq);
+  bool dynamic = cast<RankedTensorType>(keys.getType()).isDynamicDim(2) ||
+                 cast<RankedTensorType>(values.getType()).isDynamicDim(2);
+  if (dynamic) {
+    Value lv = tensor::DimOp::create(b, loc, values, 2);
+    cf::AssertOp::create(
+        b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lk, lv),
+        "snapkv.attention: length of 'values' differs from 'keys'");
+  }
+  return {lq, lk, offset, dynamic};
+}
 
 Value mlir::snapkv::detail::lowerAttention(OpBuilder &b, Location loc,
                                            AttentionOp op, Value queries,

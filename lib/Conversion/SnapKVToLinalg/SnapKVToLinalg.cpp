@@ -280,6 +280,16 @@ struct AttentionLowering : OpConversionPattern<AttentionOp> {
     FormulationOptions options = lowerings->options(op);
     if (options.mapping == TileMapping::gpu_blocks)
       return rewriter.notifyMatchFailure(op, "no GPU lowering");
+    // Untiled (no configuration): the form a compiler that tiles linalg
+    // itself takes, one loop over key tiles and no scf.forall.
+    if (!lowerings->config(op)) {
+      rewriter.replaceOp(
+          op,
+          lowerAttentionKeyLoop(rewriter, op.getLoc(), op, adaptor.getQueries(),
+                                adaptor.getKeys(), adaptor.getValues(),
+                                adaptor.getOffset(), options.keyTile));
+      return success();
+    }
     rewriter.replaceOp(op,
                        lowerAttention(rewriter, op.getLoc(), op,
                                       adaptor.getQueries(), adaptor.getKeys(),

@@ -1,4 +1,4 @@
-// RUN: snapkv-opt %s --split-input-file --convert-snapkv-to-linalg="query-tile=4 key-tile=8" --canonicalize --cse | FileCheck %s
+// RUN: snapkv-opt %s --split-input-file --convert-snapkv-to-linalg="tiling=cpu query-tile=4 key-tile=8" --canonicalize --cse | FileCheck %s
 // RUN: snapkv-opt %s --split-input-file --convert-snapkv-to-linalg="tiling=gpu" -verify-diagnostics -o /dev/null
 
 // snapkv.attention as a tiled online softmax: the queries padded to whole
