@@ -171,6 +171,16 @@ def test_the_untiled_key_loop_form_matches_the_reference():
         (out,) = fn(q, k, v, np.array([offset], dtype=np.int64))
         np.testing.assert_allclose(out, reference.attention(q, k, v, offset=offset), rtol=0,
                                    atol=2e-6, err_msg=f"decode Lk={lk} offset={offset}")
+    # Static lengths (the row slices are dynamic in a static buffer) and no keys at all.
+    fn = _function((1, 6, 100, 32), (1, 2, 100, 32), "f32", 2.0, "", key_loop=True)
+    q, k, v = (rng.standard_normal(s, dtype=np.float32)
+               for s in [(1, 6, 100, 32), (1, 2, 100, 32), (1, 2, 100, 32)])
+    (out,) = fn(q, k, v)
+    np.testing.assert_allclose(out, reference.attention(q, k, v, 2.0), rtol=0, atol=1e-5)
+    fn = _function((1, 2, 3, 8), (1, 1, 0, 8), "f32", None, "", key_loop=True)
+    (out,) = fn(rng.standard_normal((1, 2, 3, 8), dtype=np.float32),
+                *(np.zeros((1, 1, 0, 8), np.float32),) * 2)
+    assert out.shape == (1, 2, 3, 8) and not out.any()
     fn = _function((1, 2, None, 16), (1, 1, None, 16), "f16", None, "", key_loop=True)
     q, k, v = (rng.standard_normal(s).astype(np.float16)
                for s in [(1, 2, 19, 16), (1, 1, 19, 16), (1, 1, 19, 16)])
