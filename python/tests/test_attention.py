@@ -176,7 +176,8 @@ def test_the_untiled_key_loop_form_matches_the_reference():
     q, k, v = (rng.standard_normal(s, dtype=np.float32)
                for s in [(1, 6, 100, 32), (1, 2, 100, 32), (1, 2, 100, 32)])
     (out,) = fn(q, k, v)
-    np.testing.assert_allclose(out, reference.attention(q, k, v, 2.0), rtol=0, atol=1e-5)
+    # f32 sums of 100 large logits (scale 2): relative error of a few 1e-6.
+    np.testing.assert_allclose(out, reference.attention(q, k, v, 2.0), rtol=1e-5, atol=1e-5)
     fn = _function((1, 2, 3, 8), (1, 1, 0, 8), "f32", None, "", key_loop=True)
     (out,) = fn(rng.standard_normal((1, 2, 3, 8), dtype=np.float32),
                 *(np.zeros((1, 1, 0, 8), np.float32),) * 2)
