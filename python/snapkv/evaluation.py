@@ -189,6 +189,8 @@ def method(name: str) -> Optional[Method]:
     if digits.isascii() and digits.isdigit() and int(digits) >= 1:
         return chunked(int(digits))
     return None
+
+
 DEFAULT_BUDGETS = (Fraction(1, 2), Fraction(1, 4), Fraction(1, 8), Fraction(1, 16))
 
 
