@@ -76,6 +76,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.runs < 1:
         ap.error("--runs must be at least 1")
+    if not args.prompt_file.is_file():
+        ap.error(f"--prompt-file: no file at {args.prompt_file}")
 
     import torch
 
@@ -83,7 +85,12 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
-    model_dir = models.resolve(args.model)
+    try:
+        model_dir = models.resolve(args.model)
+    except models.ModelError as error:
+        ap.error(f"--model: {error}")
+    if not model_dir.is_dir():
+        ap.error(f"--model: no checkpoint directory or known model called {args.model}")
     text = args.prompt_file.read_text()
     rows = {}
     for attention in ("eager", "sdpa"):
