@@ -143,8 +143,9 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
     key tile, static-shaped linalg ops (logits, masked maximum,
     probabilities, P x V). Untiled (`tiling=none`, no configuration), one
     `scf.for` over key tiles whose steps are linalg ops over every row that
-    sees the tile, and no `scf.forall`: the form a compiler that tiles
-    linalg itself (IREE) takes. The `[Lq, Lk]` scores are never
+    sees the tile (a decode step's single static row: one step, no loop),
+    and no `scf.forall`: the form a compiler that tiles linalg itself
+    (IREE) takes. The `[Lq, Lk]` scores are never
     materialised. It has no GPU lowering yet (nor has
     `snapkv.ragged_attention`): with `tiling=gpu` the pass reports the op
     and fails.
