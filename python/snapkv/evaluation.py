@@ -173,6 +173,9 @@ _METHODS = [
     *(chunked(n) for n in (512, 1024, 2048)),
     Method("streaming", {"scoring": "recent"}, "StreamingLLM: 4 attention sinks and the "
            "most recent positions"),
+    Method("streaming-gqa-mean", {"scoring": "recent", "gqa": "mean"}, "StreamingLLM with "
+           "Hkv cache heads (its positions do not depend on the head): the bytes of the "
+           "gqa-mean methods at the same budget"),
     Method("random", {"scoring": "random"}, "uniformly drawn prefix positions plus the "
            "window (seeded with --seed)"),
 ]

@@ -183,6 +183,45 @@ def test_needle_result():
         text_only={"window"})
 
 
+def _text_prompt_result(**changes):
+    row = dict(method="full", capacity=2047, said="11383. Remember it.", correct=True,
+               answer_kept=1.0, kept_bytes=94325760, decode_ms=60.5,
+               prefill_peak_cache_bytes=94325760, prefill_peak_bytes=190000000, prefill_s=4.2,
+               chunks=1)
+    chunked = dict(row, method="chunked-512", capacity=256, said="a special type", correct=False,
+                   answer_kept=None, kept_bytes=11796480, decode_ms=30.1,
+                   prefill_peak_cache_bytes=23592960, prefill_peak_bytes=60000000, chunks=4)
+    values = dict(model=Path("/c/smollm2"), task="passkey", budget=Fraction(1, 8), capacity=256,
+                  window=32, length=2047, seed=0, index=0, answer="11383", needle=(976, 1000),
+                  results=[row, chunked])
+    return needle.TextPromptResult(**dict(values, **changes))
+
+
+def test_text_prompt_result():
+    """`snapkv needle --task passkey` (make demo): every row's answer, bytes, prefill peak and
+    times in the text; chunked prefill's blank needle-kept cell; the verdict computed from the
+    rows (the chunked row said something else than the full cache)."""
+    result = _text_prompt_result()
+    out, text = result.to_json(), result.render_text()
+    assert list(out) == ["model", "task", "length", "budget", "capacity", "window", "seed",
+                         "index", "needle", "answer", "results", "verdict"]
+    for row in out["results"]:
+        assert re.search(rf"^{row['method']} +{row['capacity']}  {row['said'][:10]}.* "
+                         rf"{row['kept_bytes']:,}  +{row['prefill_peak_bytes']:,}  +"
+                         rf"{row['prefill_s']:.2f}  +{row['decode_ms']:.1f}$", text, re.M), row
+    assert out["verdict"] == [
+        "full cache: right answer.",
+        "chunked-512: WRONG answer with 12.5% of the full cache's bytes, a decode step in "
+        "0.50x the full cache's time."]
+    for line in out["verdict"]:
+        assert line in text
+    second = dict(result.results[1], said="11383", correct=True)
+    assert_renderings_follow(result, variants_of(
+        result, model=Path("other"), task="needle", budget=Fraction(1, 4), capacity=128,
+        window=8, length=1000, seed=1, index=2, answer="lantern", needle=(1, 2),
+        results=[result.results[0], second]))
+
+
 def _eval_result(**changes):
     row = dict(method="full", length=512, budget=1.0, budget_fraction="1", capacity=512,
                accuracy=1.0, n=2, correct=2, interval=[0.34, 1.0], answer_kept=1.0,

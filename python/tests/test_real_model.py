@@ -142,6 +142,33 @@ def test_eval_on_real_text_scores_the_continuation(capsys):
     assert 0 <= low <= mean["accuracy"] <= high <= 1
 
 
+@pytest.mark.slow
+def test_needle_demo_on_real_text(capsys):
+    """`snapkv needle --task passkey` (what `make demo` runs, shorter): the full cache answers;
+    each row carries what its own compiled prefill held: chunked prefill ran in chunks and held
+    less K/V at its peak than the full cache, and both hold the bytes their layout says."""
+    pytest.importorskip("torch_mlir")
+    require_aot_tools()
+    assert main(["needle", "--model", NAME, "--task", "passkey", "--length", "1024",
+                 "--budget", "1/8", "--methods", "full,chunked-256", "--json", "-q"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["task"] == "passkey" and doc["capacity"] == 128 and doc["window"] == 32
+    rows = {r["method"]: r for r in doc["results"]}
+    full, chunked = rows["full"], rows["chunked-256"]
+    assert full["correct"] and doc["answer"] in full["said"]
+    row_bytes = 2 * 30 * 3 * 64 * 4  # K and V, 30 layers, 3 kv heads, head dim 64, f32
+    assert full["kept_bytes"] == doc["length"] * row_bytes
+    assert chunked["kept_bytes"] == 128 * row_bytes
+    assert full["chunks"] == 1 and chunked["chunks"] == 4 and chunked["answer_kept"] is None
+    # Bounded: a chunk's call holds at most the compacted cache in, the chunk and the cache out.
+    assert chunked["prefill_peak_cache_bytes"] <= (2 * 128 + 256) * row_bytes \
+        < full["prefill_peak_cache_bytes"]
+    for row in (full, chunked):
+        assert row["prefill_s"] > 0 and row["decode_ms"] > 0
+        assert row["prefill_peak_bytes"] >= row["prefill_peak_cache_bytes"]
+    assert doc["verdict"][0] == "full cache: right answer."
+
+
 @pytest.mark.parametrize("length", [2000, 4000, 8000])
 def test_example_prompt_files_are_what_the_generator_writes(hf_model, length):
     """examples/passkey-<L>.txt are snapkv.tasks.text's passkey prompt (seed 0, index 0,

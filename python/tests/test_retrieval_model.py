@@ -1,6 +1,6 @@
 """The retrieval model that ships in models/retrieval-llama (trained by
 scripts/train_retrieval_model.py): what it is, that it solves its task with the full cache, and
-the claim `make demo` makes with it, through the compiled pipeline: at C = L/8 SnapKV keeps the
+the claim `make demo-toy` makes with it, through the compiled pipeline: at C = L/8 SnapKV keeps the
 answer and StreamingLLM does not.
 
 The compiled checks are marked `slow`: the first run exports the checkpoint (torch-mlir) and
@@ -56,7 +56,7 @@ def test_full_cache_solves_the_task(variant):
 
 @pytest.mark.slow
 def test_demo_claim(capsys):
-    """What `make demo` shows: the needle prompt of L = 1024 answered right with the full cache
+    """What `make demo-toy` shows: the needle prompt of L = 1024 answered right with the full cache
     and with SnapKV at C = L/8, wrongly by StreamingLLM at the same budget, all compiled."""
     require_aot_tools()
     code = main(["needle", "--length", "1024", "--budget", "1/8", "--seed", "0", "--index",

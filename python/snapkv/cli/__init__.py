@@ -14,8 +14,9 @@ Subcommands (``snapkv COMMAND --help`` explains every option), one module each:
   baselines on the retrieval task, through the compiled pipeline (table, JSON, plots);
 * ``models``    -- the pretrained models available by name; ``import-gguf`` converts a GGUF
   file into a checkpoint directory;
-* ``needle``    -- one retrieval prompt answered with the full cache, SnapKV and
-  StreamingLLM at one budget: answers, cache bytes, decode times (``make demo``).
+* ``needle``    -- one retrieval prompt (synthetic, or real text with ``--task``) answered
+  with the full cache, SnapKV and StreamingLLM at one budget: answers, cache bytes, prefill
+  peaks and times (``make demo``, ``make demo-toy``).
 
 :mod:`.common` holds what they share. Errors (bad arguments, missing files or tools, invalid
 IR, a rewrite the pass refuses, a failed run-time check of the compiled model, a prompt past

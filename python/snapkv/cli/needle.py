@@ -1,5 +1,7 @@
 """``snapkv needle``: one retrieval prompt answered with the full cache, SnapKV and the
-StreamingLLM baseline at one budget, side by side (``make demo``)."""
+StreamingLLM baseline at one budget, side by side: a real-text prompt through a real model
+(``make demo``: SmolLM2, the passkey task) or the synthetic task through the bundled toy
+retrieval model (``make demo-toy``)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from ..runtime import CompiledCheckError, ResourceLimitError
 from ..tasks import retrieval
 from . import common
 from .common import CLIError, Formatter, progress, show
-from .eval import DEFAULT_VARIANT, budget_list, method_list
+from .eval import DEFAULT_VARIANT, TASKS, budget_list, method_list
 from .result import Result, emit
 
 DEFAULT_LENGTH = 1024
@@ -34,10 +36,19 @@ def add_parser(commands, common_options):
                     "decode time per step.",
         epilog="examples:\n"
                "  snapkv needle                                   # L=1024, C=L/8\n"
+               "  snapkv needle --model smollm2-135m-instruct --task passkey --length 2048 \\\n"
+               "      --methods full,snapkv-gqa-mean-k15,chunked-512,streaming-gqa-mean\n"
                "  snapkv needle --length 2048 --budget 1/16 --index 3\n"
                "  snapkv needle --methods full,snapkv,random,snapkv-gqa-mean --json")
     p.add_argument("--model", type=Path, metavar="DIR",
-                   help="checkpoint directory, default: models/retrieval-llama")
+                   help="checkpoint directory or a known model's name (`snapkv models`), "
+                        "default: models/retrieval-llama")
+    p.add_argument("--task", choices=TASKS, default="retrieval",
+                   help="retrieval: the synthetic key-value task (for models/retrieval-llama); "
+                        "passkey, needle, multikey: real text tokenised with the model's own "
+                        "tokenizer (snapkv.tasks.text), right when the answer string is in the "
+                        "greedy continuation; these also measure each method's own prefill "
+                        "(its peak K/V bytes and seconds)")
     p.add_argument("--length", "-L", type=common.int_in(1, "the length"),
                    default=DEFAULT_LENGTH, help="prompt length")
     p.add_argument("--budget", type=budget_list, default="1/8", metavar="F",
@@ -51,7 +62,8 @@ def add_parser(commands, common_options):
     p.add_argument("--variant", choices=sorted(retrieval.VARIANTS), default=DEFAULT_VARIANT,
                    help="task variant")
     p.add_argument("--window", "-W", type=common.int_in(1, "the window"),
-                   default=ev.DEFAULT_WINDOW, help="SnapKV observation window")
+                   help=f"SnapKV observation window (default {ev.DEFAULT_WINDOW} for the "
+                        f"retrieval task, {ev.TextTask.default_window} for the text tasks)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead")
     p.set_defaults(func=run)
 
@@ -74,15 +86,18 @@ def verdict(results) -> list:
     for name, r in by.items():
         if name == "full":
             continue
-        same = full is not None and r["tokens"] == full["tokens"]
+        # Text tasks compare what was said (their rows carry no token ids).
+        same = full is not None and r.get("tokens", r.get("said")) == \
+            full.get("tokens", full.get("said"))
         share = f"{r['kept_bytes'] / full['kept_bytes']:.1%} of the full cache's bytes" \
             if full else f"{r['kept_bytes']:,} bytes"
         speed = f", a decode step in {r['decode_ms'] / full['decode_ms']:.2f}x the full " \
             f"cache's time" if full and full["decode_ms"] else ""
+        kept = "" if r["answer_kept"] is None else \
+            f"; the answer tokens are in {r['answer_kept']:.0%} of its layer/head caches"
         lines.append(f"{name}: {'right' if r['correct'] else 'WRONG'} answer"
-                     + (" (the same tokens as the full cache)" if same else "")
-                     + f" with {share}{speed}; the answer tokens are in "
-                     f"{r['answer_kept']:.0%} of its layer/head caches.")
+                     + (" (the same continuation as the full cache)" if same else "")
+                     + f" with {share}{speed}{kept}.")
     return lines
 
 
@@ -135,14 +150,103 @@ class NeedleResult(Result):
         return "\n".join(lines)
 
 
-def compute(args) -> NeedleResult:
+def _text_row(cell, result) -> dict:
+    """A text task's row: the answer as said, and what the method's own prefill held."""
+    (method, capacity), held = cell, result.get("prefill") or {}
+    return dict(method=method.name, capacity=capacity, said=result.get("said", ""),
+                correct=result["correct"], answer_kept=result["answer_kept"],
+                kept_bytes=result["kept_bytes"], decode_ms=result["decode_ms"],
+                prefill_peak_cache_bytes=held.get("cache"),
+                prefill_peak_bytes=held.get("total"), prefill_s=held.get("seconds"),
+                chunks=held.get("chunks"))
+
+
+@dataclass
+class TextPromptResult(Result):
+    """One real-text prompt (passkey, needle, multikey) answered by each method: per method
+    dict(method, capacity, said, correct, answer_kept, kept_bytes, decode_ms,
+    prefill_peak_cache_bytes, prefill_peak_bytes, prefill_s, chunks): the prefill figures are
+    those of the method's own compiled model (``CompiledModel.last_prefill``)."""
+    model: Path
+    task: str
+    budget: Fraction
+    capacity: int
+    window: int
+    length: int
+    seed: int
+    index: int
+    answer: object
+    needle: tuple   # (first, last) prompt positions of the asked needle's tokens
+    results: List[dict]
+
+    def to_json(self) -> dict:
+        return dict(model=show(self.model), task=self.task, length=self.length,
+                    budget=ev.fraction_text(self.budget), capacity=self.capacity,
+                    window=self.window, seed=self.seed, index=self.index,
+                    needle=list(self.needle), answer=self.answer, results=self.results,
+                    verdict=verdict(self.results))
+
+    def render_text(self) -> str:
+        lines = [f"snapkv needle: {show(self.model)}; {self.task} prompt {self.index} of seed "
+                 f"{self.seed}, L={self.length}, budget {ev.fraction_text(self.budget)} "
+                 f"(C={self.capacity}), window {self.window}",
+                 f"  the asked needle's tokens at {self.needle[0]}..{self.needle[1]}; expected "
+                 f"answer: {self.answer}", "",
+                 f"{'method':<22} {'C':>5}  {'said':<24} {'right':>5}  {'needle kept':>11}  "
+                 f"{'cache bytes':>12}  {'prefill peak':>13}  {'prefill s':>9}  "
+                 f"{'decode ms/step':>14}"]
+        for r in self.results:
+            said = " ".join(r["said"].split())
+            said = said if len(said) <= 24 else said[:23] + "~"
+            kept = "" if r["answer_kept"] is None else f"{r['answer_kept']:.0%}"
+            peak = "" if r["prefill_peak_bytes"] is None else f"{r['prefill_peak_bytes']:,}"
+            seconds = "" if r["prefill_s"] is None else f"{r['prefill_s']:.2f}"
+            decode = "" if r["decode_ms"] is None else f"{r['decode_ms']:.1f}"
+            lines.append(f"{r['method']:<22} {r['capacity']:>5}  {said:<24} "
+                         f"{'yes' if r['correct'] else 'NO':>5}  {kept:>11}  "
+                         f"{r['kept_bytes']:>12,}  {peak:>13}  {seconds:>9}  {decode:>14}")
+        lines += ["", *verdict(self.results),
+                  "said: the start of the greedy continuation; needle kept: mean share of the "
+                  "asked needle's tokens a (layer, head) cache holds (blank for chunked "
+                  "prefill, whose rows are not prompt positions); cache bytes: K/V after "
+                  "prefill; prefill peak: the most bytes the method's own compiled prefill "
+                  "held at once (the K/V the runner holds plus the compiled code's heap: "
+                  "activations, the layer's full K/V, attention tiles); times depend on the "
+                  "machine's load. `snapkv eval` measures accuracy over many prompts "
+                  "(docs/eval.md)."]
+        return "\n".join(lines)
+
+
+def _text_prompt(args, budget, capacity, log) -> TextPromptResult:
+    pipeline = ev.Pipeline(args.model, args.window, log=log, measure_prefill=True)
+    task = ev.TextTask(args.task, args.model)
+    ev.check_jobs(ev.jobs_for([args.length], args.methods, [budget]), args.window, task,
+                  pipeline.max_positions)
+    sample = task.sample(args.length, args.seed, args.index)
+    progress(args.quiet, f"answering a {sample.length}-token {args.task} prompt with "
+                         f"{', '.join(m.name for m in args.methods)} (compiled; the first run "
+                         f"compiles each piece, later runs load them) ...")
+    cells = [(m, sample.length if m.full else capacity) for m in args.methods]
+    results = ev.answer_prompt(pipeline, sample, cells, args.seed, task=task)
+    return TextPromptResult(args.model, args.task, budget, capacity, args.window,
+                            sample.length, args.seed, args.index, sample.answer,
+                            (int(sample.positions.min()), int(sample.positions.max())),
+                            [_text_row(c, r) for c, r in zip(cells, results)])
+
+
+def compute(args):
     budget = args.budget[0] if len(args.budget) == 1 else None
     if budget is None:
         raise CLIError("--budget takes one fraction")
     args.model = args.model or ev.DEFAULT_MODEL
+    text_task = args.task != "retrieval"
+    if args.window is None:
+        args.window = ev.TextTask.default_window if text_task else ev.DEFAULT_WINDOW
     log = (lambda message: None) if args.quiet else (lambda message: progress(False, message))
     capacity = ev.capacity_of(args.length, budget)
     try:
+        if text_task:
+            return _text_prompt(args, budget, capacity, log)
         pipeline = ev.Pipeline(args.model, args.window, log=log)
         ev.check_jobs(ev.jobs_for([args.length], args.methods, [budget]), args.window,
                       args.variant, pipeline.max_positions)
