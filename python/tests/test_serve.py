@@ -68,9 +68,11 @@ def served(tokenizer_dir):
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}", engine, expected
+    server.draining = True
+    engine.drain(30)
+    assert server.idle(30)
     server.shutdown()
     server.server_close()
-    engine.drain(30)
 
 
 def post(url, body, timeout=60, raw=None):

@@ -246,6 +246,13 @@ def load_engine(model: Union[str, Path, None] = None,
         if not _has_tokenizer(Path(tokenizer)):
             raise LoadError(f"{tokenizer}: no tokenizer files there")
         src.tokenizer = Path(tokenizer)
+    if src.tokenizer is not None:  # now, not on the first request (transformers loads slowly)
+        from .. import tokenizer as tok
+
+        try:
+            tok.load(src.tokenizer)
+        except tok.TokenizerError as error:
+            raise LoadError(str(error)) from None
     if max_models < 1:
         raise LoadError("max_models must be >= 1")
     if cache_budget_mb <= 0:

@@ -154,8 +154,11 @@ def completion_prompts(body: dict) -> List:
 
 class Server(ThreadingHTTPServer):
     """The HTTP server: `engine` (started), the served model's `name`, `default_max_tokens`,
-    `max_body` bytes, and whether it is `draining` (new requests get 503)."""
-    daemon_threads = False  # server_close() waits for the handlers (a clean drain)
+    `max_body` bytes, and whether it is `draining` (new requests get 503). :func:`serve`
+    waits for the requests in progress (:meth:`idle`), not for idle keep-alive
+    connections."""
+    daemon_threads = True
+    block_on_close = False
 
     def __init__(self, address, engine: Engine, *, name: str, default_max_tokens: int = 16,
                  max_body: int = MAX_BODY, log=None):
@@ -164,7 +167,19 @@ class Server(ThreadingHTTPServer):
         self.draining = False
         self.created = int(time.time())
         self.log = log
+        self._active = 0
+        self._quiet = threading.Condition()
         super().__init__(address, Handler)
+
+    def busy(self, delta: int):
+        with self._quiet:
+            self._active += delta
+            self._quiet.notify_all()
+
+    def idle(self, timeout: float) -> bool:
+        """Wait until no request is being answered (at most `timeout` seconds)."""
+        with self._quiet:
+            return self._quiet.wait_for(lambda: self._active == 0, timeout)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -266,6 +281,15 @@ class Handler(BaseHTTPRequestHandler):
                                         status=HTTPStatus.NOT_FOUND, code="not_found"))
 
     def do_POST(self):
+        self.server.busy(1)
+        try:
+            self._post()
+        finally:
+            self.server.busy(-1)
+            if self.server.draining:
+                self.close_connection = True
+
+    def _post(self):
         path = self.path.split("?")[0]
         try:
             if path not in ("/v1/completions", "/v1/chat/completions"):
@@ -452,6 +476,7 @@ def serve(server: Server, stop: threading.Event, grace: float = 300.0) -> bool:
     finally:
         server.draining = True
         drained = server.engine.drain(grace)
+        drained = server.idle(30) and drained  # the last answers are written
         server.shutdown()
         server.server_close()
         thread.join(5)
