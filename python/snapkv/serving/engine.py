@@ -29,13 +29,14 @@ the model is only called from the thread that runs :meth:`step` (the background 
 
 from __future__ import annotations
 
+import collections
 import itertools
 import queue
 import resource
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Deque, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -180,7 +181,8 @@ class Stats:
     decode_s: float = 0.0
     started: Optional[float] = None
     ended: Optional[float] = None
-    ttft_s: List[float] = field(default_factory=list)
+    # The most recent sequences' times to first token (bounded: a server runs for long).
+    ttft_s: Deque[float] = field(default_factory=lambda: collections.deque(maxlen=100_000))
 
     def to_json(self) -> dict:
         wall = (self.ended or time.perf_counter()) - self.started if self.started else 0.0
@@ -195,6 +197,14 @@ class Stats:
                     ttft_s=dict(median=float(np.median(self.ttft_s)),
                                 max=float(max(self.ttft_s))) if self.ttft_s else None,
                     peak_rss_bytes=peak_rss())
+
+
+def _allocated(cache) -> int:
+    """Bytes of a sequence's cache buffers (a KVCache's room included; a functional decode's
+    list of arrays)."""
+    if cache is None:
+        return 0
+    return int(getattr(cache, "allocated", None) or sum(c.nbytes for c in cache))
 
 
 def peak_rss() -> int:
@@ -397,7 +407,7 @@ class Engine:
 
     def held_bytes(self) -> int:
         """K/V buffer bytes the running sequences hold now."""
-        return sum(int(getattr(s.cache, "allocated", 0) or 0) for s in self._running)
+        return sum(_allocated(s.cache) for s in list(self._running))
 
     def step(self) -> bool:
         """Admit (prefill) at most one waiting sequence that fits, then one decode step of
@@ -499,14 +509,13 @@ class Engine:
         seq.finish_reason, seq.error = reason, error
         seq.finished_at = time.perf_counter()
         cache = seq.cache
-        nbytes = int(getattr(cache, "nbytes", 0) or 0) if cache is not None else 0
-        allocated = int(getattr(cache, "allocated", 0) or 0) if cache is not None else 0
+        nbytes = 0 if cache is None else int(
+            getattr(cache, "nbytes", None) or sum(c.nbytes for c in cache))
+        allocated = _allocated(cache)
         text = seq.text if seq.text is not None else (
             None if self.tokenizer is None else self.decode_text(seq.tokens))
-        if text is not None and seq.emitted < len(text) and reason != "stop":
-            tail = text[seq.emitted:]
-        else:
-            tail = ""
+        # What was held back (a possible stop string's start, an unfinished character).
+        tail = text[seq.emitted:] if text is not None else ""
         seq.completion = Completion(
             seq.id, list(seq.tokens), text, reason, seq.length, nbytes, allocated,
             None if seq.first_token is None else seq.first_token - seq.submitted,
