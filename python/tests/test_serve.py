@@ -297,12 +297,12 @@ def test_disconnect_mid_stream_frees_the_rows(served):
     assert health["cache_held_bytes"] == 0
 
 
-def test_sigterm_drains_and_exits_cleanly(tokenizer_dir):
+def test_sigterm_drains_and_exits_cleanly():
     require_aot_tools()
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    server = subprocess.Popen(
+    server = subprocess.Popen(  # token ids only: no tokenizer (transformers) to load
         [sys.executable, "-m", "snapkv.cli", "serve", str(MODEL), "--window", str(WINDOW),
-         "--capacity", str(CAPACITY), "--port", "0", "--tokenizer", str(tokenizer_dir)],
+         "--capacity", str(CAPACITY), "--port", "0"],
         stderr=subprocess.PIPE, text=True, env=env)
     try:
         base = None

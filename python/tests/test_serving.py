@@ -255,3 +255,16 @@ def test_help_explains_every_option(command):
         assert action.help, f"{command}: {action.option_strings or action.dest} has no help"
         for option in action.option_strings:
             assert option in done.stdout, option
+
+
+def test_engine_load_takes_the_settings_as_keywords(engine, tokenizer_dir):
+    import snapkv
+
+    ids = prompts(2)[0]
+    again = snapkv.Engine.load(MODEL, window=WINDOW, capacity=CAPACITY, cache_budget_mb=1,
+                               tokenizer=tokenizer_dir)
+    params = snapkv.SamplingParams(max_tokens=5, ignore_eos=True)
+    assert again.generate([ids], params)[0].tokens == engine.generate([ids], params)[0].tokens
+    assert again.served.capacity == CAPACITY and again.served.window == WINDOW
+    with pytest.raises(ValueError, match="full_cache takes no SnapKV settings"):
+        snapkv.Engine.load(MODEL, full_cache=True, capacity=64)
