@@ -2,9 +2,9 @@
 
 * the official `openai` client and curl get exactly the single-sequence answers, streamed and
   not;
-* a flood of concurrent well-formed and hostile requests (bounded: 40 requests, 8 at a
-  time): every well-formed request gets exactly its single-sequence tokens, every hostile one
-  an OpenAI error object (400/404), and the server keeps serving;
+* a flood of concurrent well-formed (streamed or not) and hostile requests (bounded: 35
+  requests, 8 at a time): every well-formed request gets exactly its single-sequence
+  tokens, every hostile one an OpenAI error object (400/404), and the server keeps serving;
 * a full queue answers 503; a client that disconnects mid-stream has its rows freed;
 * SIGTERM drains: the running request finishes, then the process exits 0.
 
@@ -85,6 +85,23 @@ def post(url, body, timeout=60, raw=None):
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read())
+
+
+def post_stream(url, body, timeout=60):
+    """(status, token ids of the streamed chunks, finish reason) of a streamed POST."""
+    request = urllib.request.Request(url, data=json.dumps(dict(body, stream=True)).encode(),
+                                     method="POST",
+                                     headers={"Content-Type": "application/json"})
+    tokens, reason = [], None
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        for line in response:
+            line = line.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            choice = json.loads(line[len("data: "):])["choices"][0]
+            tokens += choice["token_ids"]
+            reason = choice["finish_reason"] or reason
+        return response.status, tokens, reason
 
 
 def get(url):
@@ -241,6 +258,9 @@ def test_flood_of_concurrent_and_hostile_requests(served):
             jobs.append(("ok", (tuple(ids), max_tokens), lambda p=prompt, m=max_tokens: post(
                 url, dict(model=NAME, prompt=p, max_tokens=m, temperature=0,
                           ignore_eos=True))))
+    for n, ids in enumerate(asks()[::2]):
+        jobs.append(("streamed", (tuple(ids), 5 + n), lambda ids=ids, m=5 + n: post_stream(
+            url, dict(prompt=ids, max_tokens=m, temperature=0, ignore_eos=True))))
     for what, status, call in hostile(base):
         jobs.append(("bad", (what, status), call))
     for ids in asks()[:3]:
@@ -248,6 +268,7 @@ def test_flood_of_concurrent_and_hostile_requests(served):
     jobs.append(("full", None, lambda: post(url, dict(prompt=asks()[1], max_tokens=6,
                                                       snapkv="full", ignore_eos=True,
                                                       temperature=0))))
+    assert len(jobs) == 35
     order = np.random.default_rng(0).permutation(len(jobs))
     start = time.time()
     with ThreadPoolExecutor(8) as pool:
@@ -262,6 +283,10 @@ def test_flood_of_concurrent_and_hostile_requests(served):
             assert choice["token_ids"] == expected[key[0]][:key[1]]
             assert choice["text"] == said(expected[key[0]][:key[1]])
             assert choice["snapkv"]["cache_bytes"] > 0
+        elif kind == "streamed":
+            status, tokens, reason = result
+            assert status == 200 and reason == "length"
+            assert tokens == expected[key[0]][:key[1]]
         elif kind == "bad":
             status, body = result
             assert status == key[1], (key, body)
