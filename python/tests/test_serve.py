@@ -55,7 +55,7 @@ def tokenizer_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def served(tokenizer_dir):
-    """(base url, engine, {(prompt, max_tokens): tokens of the single-sequence run})."""
+    """(base url, engine, {prompt: tokens of its single-sequence run}, server)."""
     require_aot_tools()
     engine = load_engine(tokenizer=tokenizer_dir, cache_budget_mb=0.4, max_queue=64)
     # Computed before the engine's thread runs the model: one caller at a time.
@@ -67,7 +67,7 @@ def served(tokenizer_dir):
     server = make_server(engine, "127.0.0.1", 0, name=NAME)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", engine, expected
+    yield f"http://127.0.0.1:{server.server_address[1]}", engine, expected, server
     server.draining = True
     engine.drain(30)
     assert server.idle(30)
@@ -126,7 +126,7 @@ def settle(base, engine):
 def test_openai_client(served):
     import openai
 
-    base, engine, expected = served
+    base, engine, expected, _ = served
     client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
     assert [m.id for m in client.models.list().data] == [NAME]
     ids = asks()[2]
@@ -161,7 +161,7 @@ def engine_params(n):
 
 
 def test_curl(served):
-    base, _, expected = served
+    base, _, expected, _ = served
     ids = asks()[4]
     body = json.dumps(dict(model=NAME, prompt=ids, max_tokens=5, temperature=0,
                            ignore_eos=True))
@@ -248,7 +248,7 @@ def disconnect_mid_stream(base, ids):
 
 
 def test_flood_of_concurrent_and_hostile_requests(served):
-    base, engine, expected = served
+    base, engine, expected, _ = served
     url = f"{base}/v1/completions"
     jobs = []
     for round_ in range(2):
@@ -306,7 +306,7 @@ def test_flood_of_concurrent_and_hostile_requests(served):
 
 
 def test_a_full_queue_answers_503(served):
-    base, engine, _ = served
+    base, engine, _, _ = served
     saved, engine.max_queue = engine.max_queue, 0
     try:
         status, body = post(f"{base}/v1/completions", dict(prompt=asks()[0], max_tokens=2))
@@ -316,8 +316,25 @@ def test_a_full_queue_answers_503(served):
     assert "waiting" in body["error"]["message"]
 
 
+def test_connections_past_the_limit_are_closed(served):
+    base, _, _, server = served
+    host, port = base[len("http://"):].split(":")
+    saved = server.max_connections
+    try:
+        with socket.create_connection((host, int(port)), timeout=30) as held:
+            held.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert held.recv(4096).startswith(b"HTTP/1.1 200")  # kept alive: one in use
+            server.max_connections = server._connections  # no room for another
+            with socket.create_connection((host, int(port)), timeout=30) as extra:
+                extra.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+                assert extra.recv(4096) == b""  # closed without an answer
+    finally:
+        server.max_connections = saved
+    assert get(f"{base}/health")[0] == 200
+
+
 def test_disconnect_mid_stream_frees_the_rows(served):
-    base, engine, _ = served
+    base, engine, _, _ = served
     settle(base, engine)
     disconnect_mid_stream(base, asks()[5])
     health = settle(base, engine)

@@ -49,6 +49,10 @@ def add_parser(commands, common_options, compaction):
                                          "window, and those requests name)")
     group.add_argument("--max-body", type=common.int_in(1, "--max-body"), default=1 << 20,
                        metavar="BYTES", help="request bodies larger than this get 400")
+    group.add_argument("--max-connections", type=common.int_in(1, "--max-connections"),
+                       default=256, metavar="N",
+                       help="open connections at most (one thread each); more are closed at "
+                            "once")
     group.add_argument("--grace", type=float, default=300.0, metavar="S",
                        help="seconds a SIGTERM waits for the running requests")
     group.add_argument("--log-requests", action="store_true",
@@ -66,7 +70,7 @@ def run(args) -> int:
     try:
         server = make_server(engine, args.host, args.port, name=name,
                              default_max_tokens=args.default_max_tokens,
-                             max_body=args.max_body,
+                             max_body=args.max_body, max_connections=args.max_connections,
                              log=(lambda m: progress(False, m)) if args.log_requests else None)
     except OSError as error:
         raise CLIError(f"cannot listen on {args.host}:{args.port}: {error.strerror or error}") \

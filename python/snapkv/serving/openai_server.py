@@ -21,6 +21,7 @@ import json
 import queue
 import select
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -34,6 +35,7 @@ from .loading import LoadError
 MAX_BODY = 1 << 20          # bytes of a request body at most
 MAX_TOKENS_LIMIT = 1 << 20  # a max_tokens above this is refused before the model looks at it
 MAX_PROMPTS = 64            # prompts of one /v1/completions request at most
+MAX_CONNECTIONS = 256       # open connections at most (a thread each)
 
 # Fields a request may carry that change nothing here when they hold these values.
 NEUTRAL = dict(n=(1,), best_of=(1,), echo=(False,), logprobs=(None, False),
@@ -161,8 +163,9 @@ class Server(ThreadingHTTPServer):
     block_on_close = False
 
     def __init__(self, address, engine: Engine, *, name: str, default_max_tokens: int = 16,
-                 max_body: int = MAX_BODY, log=None):
+                 max_body: int = MAX_BODY, max_connections: int = MAX_CONNECTIONS, log=None):
         self.engine, self.name = engine, name
+        self.max_connections, self._connections = max_connections, 0
         self.default_max_tokens, self.max_body = default_max_tokens, max_body
         self.draining = False
         self.created = int(time.time())
@@ -170,6 +173,25 @@ class Server(ThreadingHTTPServer):
         self._active = 0
         self._quiet = threading.Condition()
         super().__init__(address, Handler)
+
+    def process_request(self, request, client_address):
+        """A thread per connection, up to `max_connections`; past that the connection is
+        closed at once (a client that opens thousands does not get thousands of threads)."""
+        with self._quiet:
+            refuse = self._connections >= self.max_connections
+            if not refuse:
+                self._connections += 1
+        if refuse:
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._quiet:
+                self._connections -= 1
 
     def busy(self, delta: int):
         with self._quiet:
@@ -193,6 +215,10 @@ class Handler(BaseHTTPRequestHandler):
     server: Server
 
     # -- plumbing ------------------------------------------------------------------------
+
+    def log_error(self, format, *args):
+        print(f"snapkv serve: {self.address_string()}: {format % args}", file=sys.stderr,
+              flush=True)
 
     def log_message(self, format, *args):
         if self.server.log:
@@ -302,6 +328,15 @@ class Handler(BaseHTTPRequestHandler):
             self._send_error(error)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+        except Exception as error:  # a bug: answer 500 and keep serving
+            self.close_connection = True
+            self.log_error("internal error: %s: %s", type(error).__name__, error)
+            try:
+                self._send_error(BadRequest(f"internal error: {type(error).__name__}: {error}",
+                                            status=HTTPStatus.INTERNAL_SERVER_ERROR,
+                                            kind="server_error"))
+            except OSError:
+                pass
 
     def _submit(self, body: dict, chat: bool):
         check_fields(body, CHAT_FIELDS if chat else COMPLETION_FIELDS)
@@ -456,11 +491,12 @@ class Handler(BaseHTTPRequestHandler):
 
 def make_server(engine: Engine, host: str = "127.0.0.1", port: int = 8000, *,
                 name: str = "snapkv", default_max_tokens: int = 16,
-                max_body: int = MAX_BODY, log=None) -> Server:
+                max_body: int = MAX_BODY, max_connections: int = MAX_CONNECTIONS,
+                log=None) -> Server:
     """A bound (not yet serving) server over `engine`; starts the engine's thread."""
     engine.start()
     return Server((host, port), engine, name=name, default_max_tokens=default_max_tokens,
-                  max_body=max_body, log=log)
+                  max_body=max_body, max_connections=max_connections, log=log)
 
 
 def serve(server: Server, stop: threading.Event, grace: float = 300.0) -> bool:
