@@ -71,6 +71,14 @@ def _has_tokenizer(directory: Path) -> bool:
     return any((directory / name).is_file() for name in TOKENIZER_FILES)
 
 
+def _shown(path: Path) -> str:
+    """`path` relative to the current directory when it is under it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def source(model: Union[str, Path, None], *, extend: bool = False,
            log: Optional[Callable[[str], None]] = None) -> Source:
     """The :class:`Source` of a MODEL argument (None: the bundled tiny Llama)."""
@@ -81,7 +89,7 @@ def source(model: Union[str, Path, None], *, extend: bool = False,
         path = models.resolve(given, log=log)
     except models.ModelError as error:
         raise LoadError(str(error)) from None
-    label = models.name_of(path) or given
+    label = models.name_of(path) or _shown(path)
     if path.is_dir():
         try:
             checkpoint = hf.Checkpoint(path)
