@@ -19,6 +19,7 @@ from .engine import (
     Engine,
     EngineStopped,
     QueueFull,
+    Request,
     RequestError,
     SamplingParams,
     Served,
@@ -27,4 +28,5 @@ from .engine import (
 from .loading import LoadError, ModelSet, load_engine
 
 __all__ = ["Completion", "Delta", "Engine", "EngineStopped", "LoadError", "ModelSet",
-           "QueueFull", "RequestError", "SamplingParams", "Served", "Stats", "load_engine"]
+           "QueueFull", "Request", "RequestError", "SamplingParams", "Served", "Stats",
+           "load_engine"]

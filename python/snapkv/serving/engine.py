@@ -141,8 +141,9 @@ class Completion:
                     seconds=self.seconds, model=self.model, error=self.error)
 
 
-class Sequence_:
-    """One request inside the engine (the scheduler's bookkeeping)."""
+class Request:
+    """One sequence inside the engine: what :meth:`Engine.submit` returns (the scheduler's
+    bookkeeping; :meth:`Engine.result` and :meth:`Engine.deltas` read it)."""
 
     def __init__(self, sid: int, ids: np.ndarray, params: SamplingParams, model: CompiledModel,
                  label: str, reserve: int):
@@ -250,8 +251,8 @@ class Engine:
         self.eos = frozenset(int(e) for e in eos)
         self.cache_budget, self.max_queue = int(cache_budget), int(max_queue)
         self._models, self._short = models, short
-        self._waiting: List[Sequence_] = []
-        self._running: List[Sequence_] = []
+        self._waiting: List[Request] = []
+        self._running: List[Request] = []
         self._ids = itertools.count()
         self._lock = threading.Lock()           # the queues and the budget
         self._step_lock = threading.Lock()      # one thread calls the models
@@ -343,7 +344,7 @@ class Engine:
         return self._row_bytes(served.model) * (kept + max_tokens - 1)
 
     def submit(self, prompt: Prompt, params: SamplingParams = SamplingParams(),
-               settings=None) -> Sequence_:
+               settings=None) -> Request:
         """Queue one sequence; returns its handle (:meth:`result`, :meth:`deltas`).
         Raises :class:`RequestError` for a prompt or parameters that can never run (tokens
         out of the vocabulary, positions past the model's, a cache larger than the whole
@@ -381,7 +382,7 @@ class Engine:
             if len(self._waiting) >= self.max_queue:
                 raise QueueFull(f"{len(self._waiting)} requests are waiting (the queue's "
                                 f"bound); try again later")
-            seq = Sequence_(next(self._ids), ids, params, model, served.label, reserve)
+            seq = Request(next(self._ids), ids, params, model, served.label, reserve)
             self._waiting.append(seq)
             self.stats.sequences += 1
             if self.stats.started is None:
@@ -389,7 +390,7 @@ class Engine:
             self._work.notify_all()
         return seq
 
-    def cancel(self, seq: Sequence_):
+    def cancel(self, seq: Request):
         """End `seq` at the next step (its cache freed then); a no-op once it finished."""
         seq.cancelled = True
         with self._lock:
@@ -445,7 +446,7 @@ class Engine:
                     self.stats.ended = time.perf_counter()
             return admitted is not None or stepped > 0
 
-    def _prefill(self, seq: Sequence_):
+    def _prefill(self, seq: Request):
         if seq.cancelled:
             return self._finish(seq, "cancelled")
         start = time.perf_counter()
@@ -459,7 +460,7 @@ class Engine:
         self.stats.ttft_s.append(seq.first_token - seq.submitted)
         self._append(seq, sample(logits[0, -1], seq.params, seq.rng))
 
-    def _decode(self, seq: Sequence_):
+    def _decode(self, seq: Request):
         if seq.cancelled:
             return self._finish(seq, "cancelled")
         fed = len(seq.tokens) - 1  # tokens already in the cache after the prompt
@@ -475,7 +476,7 @@ class Engine:
             return self._finish(seq, "error", str(error))
         self._append(seq, token)
 
-    def _append(self, seq: Sequence_, token: int):
+    def _append(self, seq: Request, token: int):
         """Record `token`, send what it adds, and end the sequence when it should."""
         if token in self.eos and not seq.params.ignore_eos:
             return self._finish(seq, "stop")
@@ -503,7 +504,7 @@ class Engine:
         if reason:
             self._finish(seq, reason)
 
-    def _finish(self, seq: Sequence_, reason: str, error: Optional[str] = None):
+    def _finish(self, seq: Request, reason: str, error: Optional[str] = None):
         if seq.finish_reason is not None:
             return
         seq.finish_reason, seq.error = reason, error
@@ -566,7 +567,7 @@ class Engine:
             self.step()
         return not (self._waiting or self._running)
 
-    def _wait(self, seq: Sequence_, timeout: Optional[float] = None) -> bool:
+    def _wait(self, seq: Request, timeout: Optional[float] = None) -> bool:
         """Block until `seq` has news: drive the scheduler here when no thread runs it."""
         if self._thread is not None:
             return seq.done.wait(timeout) if timeout is not None else seq.done.wait()
@@ -574,13 +575,13 @@ class Engine:
             self.step()
         return seq.done.is_set()
 
-    def result(self, seq: Sequence_) -> Completion:
+    def result(self, seq: Request) -> Completion:
         """`seq`'s completion, once it finished (driving the scheduler if need be)."""
         while not seq.done.is_set():
             self._wait(seq)
         return seq.completion
 
-    def deltas(self, seq: Sequence_, timeout: Optional[float] = None) -> Iterator[Delta]:
+    def deltas(self, seq: Request, timeout: Optional[float] = None) -> Iterator[Delta]:
         """`seq`'s deltas as they come, the last one with its ``finish_reason``. With a
         background thread, `timeout` seconds without news raise :class:`queue.Empty`."""
         while True:
