@@ -66,15 +66,21 @@ def run(args) -> int:
     # A known model by its name (MODEL was resolved to its converted checkpoint).
     name = args.served_model_name or (common.show(args.model) if args.model
                                       else common.FIXTURE.removesuffix(".mlir"))
-    engine = batch.load_engine(args, per_request=True, max_models=args.max_models)
     try:
-        server = make_server(engine, args.host, args.port, name=name,
+        server = make_server(None, args.host, args.port, name=name,
                              default_max_tokens=args.default_max_tokens,
                              max_body=args.max_body, max_connections=args.max_connections,
                              log=(lambda m: progress(False, m)) if args.log_requests else None)
     except OSError as error:
         raise CLIError(f"cannot listen on {args.host}:{args.port}: {error.strerror or error}") \
             from None
+    try:
+        engine = batch.load_engine(args, per_request=True, max_models=args.max_models)
+    except BaseException:
+        server.server_close()
+        raise
+    server.engine = engine
+    engine.start()
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -162,8 +162,9 @@ class Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
 
-    def __init__(self, address, engine: Engine, *, name: str, default_max_tokens: int = 16,
-                 max_body: int = MAX_BODY, max_connections: int = MAX_CONNECTIONS, log=None):
+    def __init__(self, address, engine: Optional[Engine], *, name: str,
+                 default_max_tokens: int = 16, max_body: int = MAX_BODY,
+                 max_connections: int = MAX_CONNECTIONS, log=None):
         self.engine, self.name = engine, name
         self.max_connections, self._connections = max_connections, 0
         self.default_max_tokens, self.max_body = default_max_tokens, max_body
@@ -489,12 +490,15 @@ class Handler(BaseHTTPRequestHandler):
         self._event("[DONE]")
 
 
-def make_server(engine: Engine, host: str = "127.0.0.1", port: int = 8000, *,
+def make_server(engine: Optional[Engine], host: str = "127.0.0.1", port: int = 8000, *,
                 name: str = "snapkv", default_max_tokens: int = 16,
                 max_body: int = MAX_BODY, max_connections: int = MAX_CONNECTIONS,
                 log=None) -> Server:
-    """A bound (not yet serving) server over `engine`; starts the engine's thread."""
-    engine.start()
+    """A bound (not yet serving) server over `engine` (whose thread it starts), or over none
+    yet: the CLI binds first, so that a port in use is said before the model loads, then
+    sets ``server.engine`` and starts it."""
+    if engine is not None:
+        engine.start()
     return Server((host, port), engine, name=name, default_max_tokens=default_max_tokens,
                   max_body=max_body, max_connections=max_connections, log=log)
 
