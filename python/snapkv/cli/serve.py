@@ -44,9 +44,9 @@ def add_parser(commands, common_options, compaction):
                        default=16, metavar="N",
                        help="max_tokens of a request that gives none (OpenAI's default: 16)")
     group.add_argument("--max-models", type=common.int_in(1, "--max-models"), default=4,
-                       metavar="N", help="SnapKV settings compiled at most (the server's, "
-                                         "the full cache for prompts shorter than the "
-                                         "window, and those requests name)")
+                       metavar="N", help="SnapKV settings compiled at most, at least 2 (the "
+                                         "server's, the full cache for prompts shorter than "
+                                         "the window, and those requests name)")
     group.add_argument("--max-body", type=common.int_in(1, "--max-body"), default=1 << 20,
                        metavar="BYTES", help="request bodies larger than this get 400")
     group.add_argument("--max-connections", type=common.int_in(1, "--max-connections"),
