@@ -85,6 +85,15 @@ if ! "$PYTHON" -c "import matplotlib" 2>/dev/null; then
   echo "install-deps: pip install matplotlib"
   "$PYTHON" -m pip install -q matplotlib
 fi
+# openai: the official client the OpenAI-compatible server (`snapkv serve`) is tested with.
+if ! "$PYTHON" - <<'PY' 2>/dev/null
+import importlib.metadata as m, sys
+sys.exit(0 if m.version("openai") == "3.51.0" else 1)
+PY
+then
+  echo "install-deps: pip install openai==3.51.0"
+  "$PYTHON" -m pip install -q "openai==3.51.0"
+fi
 # The snapkv Python package (reference, drivers, demo) and its `snapkv` command, editable.
 # An older editable install lacks the console script: reinstalling adds it.
 has_cli() {

@@ -14,6 +14,8 @@ Subcommands (``snapkv COMMAND --help`` explains every option), one module each:
   baselines on the retrieval task, through the compiled pipeline (table, JSON, plots);
 * ``models``    -- the pretrained models available by name; ``import-gguf`` converts a GGUF
   file into a checkpoint directory;
+* ``batch``     -- many prompts from a JSONL file through one engine (continuous batching);
+* ``serve``     -- the OpenAI HTTP API over one compiled model;
 * ``needle``    -- one retrieval prompt (synthetic, or real text with ``--task``) answered
   with the full cache, SnapKV and StreamingLLM at one budget: answers, cache bytes, prefill
   peaks and times (``make demo``, ``make demo-toy``).
@@ -38,7 +40,19 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from ..tools import ToolError
-from . import common, compile, eval, export, generate, ledger, models, needle, visualize
+from . import (
+    batch,
+    common,
+    compile,
+    eval,
+    export,
+    generate,
+    ledger,
+    models,
+    needle,
+    serve,
+    visualize,
+)
 from .common import PROG, CLIError
 
 EPILOG = """\
@@ -73,6 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     eval.add_parser(commands, options)
     needle.add_parser(commands, options)
     models.add_parsers(commands, options)
+    batch.add_parser(commands, options, compaction)
+    serve.add_parser(commands, options, compaction)
     return parser
 
 
