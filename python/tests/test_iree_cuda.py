@@ -306,3 +306,34 @@ def test_bad_manifests_are_refused(cuda_build, tmp_path):
     manifest = iree_device.read_manifest(cuda_build / "tiny.vmfb")
     with pytest.raises(iree_device.DeviceModelError, match="takes no weights"):
         iree_device.bind(manifest, REPO / "models" / "retrieval-llama")
+
+
+# --- the device script's verdicts (benchmarks/gpu/model_check.py) --------------------------
+
+def _model_check():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "model_check", REPO / "benchmarks" / "gpu" / "model_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_model_check_verdicts_and_table():
+    check = _model_check()
+    logits = np.zeros((3, 4), np.float32)
+    logits[:, 1] = 1.0                               # token 1, far ahead of the others
+    assert check.compare([1, 1, 1], logits, [1, 1, 1], logits)["status"] == "PASS"
+    assert check.compare([1, 2, 1], logits, [1, 1, 1], logits) == {
+        "status": "FAIL", "first_difference": 1, "logits_max_abs_diff": 0.0}
+    tied = logits.copy()
+    tied[1, 2] = 1.0 - check.TIE / 2                 # the reference's two best nearly equal
+    assert check.compare([1, 2, 1], logits, [1, 1, 1], tied)["status"] == "NEAR-TIE"
+    cell = {"prefill_ms": 1.5, "decode_ms": 0.25}
+    table = check.table([{"length": 1024, "iree_full": cell, "iree_snapkv": cell,
+                          "hf_sdpa": cell, "torch_compile": {"error": "x"}},
+                         {"length": 4096, "skipped": "past --budget"}])
+    lines = table.splitlines()
+    assert lines[2] == "| 1024 | 1.50 | 0.250 | 1.50 | 0.250 | 1.50 | 0.250 | - | - |"
+    assert lines[3].count("skipped") == 8

@@ -191,8 +191,9 @@ def _compile_for_device(args, source, text: str, target, start: float) -> Compil
     except OSError as error:
         raise CLIError(f"cannot write {args.output}: {error.strerror or error}") from None
     selects = 0 if args.full_cache else interface.describe(text).select_count()
+    layered = bool(selects and common.layer_functions(source.text))
     return CompileResult(source.label, args.output, module.lowered, None, False, selects,
-                         False, common.option_dict(args), False,
+                         layered, common.option_dict(args), False,
                          time.perf_counter() - start, args.device, target.describe(),
                          manifest, len(module.vmfb), len(module.manifest["executables"]))
 
