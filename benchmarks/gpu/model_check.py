@@ -293,21 +293,29 @@ def main(argv=None) -> int:
     env = {"python": platform.python_version(), "numpy": np.__version__,
            "torch": torch.__version__, "iree_runtime": iree.runtime.version.VERSION,
            "driver": args.device, "torch_device": torch_device,
-           "gpu": torch.cuda.get_device_name(0) if torch_device == "cuda" else None}
+           "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
     import transformers
     env["transformers"] = transformers.__version__
     print("== environment\n  " + json.dumps(env), flush=True)
     models = {}
     for variant in VARIANTS:
         path = module_path(args.models, args.device, variant)
-        models[variant] = iree_device.load(path, checkpoint=args.checkpoint, driver=args.device,
-                                           workers=args.workers)
+        try:
+            models[variant] = iree_device.load(path, checkpoint=args.checkpoint,
+                                               driver=args.device, workers=args.workers)
+        except (RuntimeError, ValueError, iree_device.DeviceModelError) as error:
+            # IREE's driver or the module did not start (no libcuda.so, a PTX JIT error).
+            print(f"cannot load {path} on {args.device}: {str(error).splitlines()[0]}")
+            return 3
         manifest = models[variant].manifest
         compaction = manifest["compaction"] and {k: manifest["compaction"][k] for k in
                                                  ("window", "capacity", "kernel", "gqa")}
         print(f"  {path.name}: {manifest['device']} {manifest['arch'] or ''} "
               f"{len(manifest['executables'])} executables, compaction {compaction}",
               flush=True)
+    if torch_device == "cuda" and not torch.cuda.is_available():
+        print("torch sees no CUDA device (--torch-device cpu to compare on the CPU)")
+        return 3
     hf = HFModel(args.checkpoint, torch_device)
     print(f"== correctness ({expected['steps']} greedy steps, {VARIANT} prompts, seed {SEED})",
           flush=True)

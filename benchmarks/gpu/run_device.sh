@@ -60,6 +60,23 @@ if [[ $PARTS == *" model "* ]]; then
         && export PYTHONPATH="$PYTHONPATH:/tmp/snapkv-site"
     fi
   fi
+  if [[ $DEVICE == cuda ]]; then
+    # IREE's CUDA driver dlopens "libcuda.so" (unversioned), which a machine with only the
+    # driver may lack: link it to the libcuda.so.1 the loader (or a driver mount) has.
+    libcuda=$($PY -c 'import ctypes; ctypes.CDLL("libcuda.so.1")
+print(next((l.split()[-1] for l in open("/proc/self/maps") if "libcuda.so" in l), ""))' \
+              2>/dev/null)
+    for dir in /usr/local/nvidia/lib64 /usr/lib/x86_64-linux-gnu /usr/lib64; do
+      [[ -z $libcuda && -e $dir/libcuda.so.1 ]] && libcuda=$dir/libcuda.so.1
+    done
+    if [[ -n $libcuda ]]; then
+      mkdir -p /tmp/snapkv-libcuda && ln -sf "$libcuda" /tmp/snapkv-libcuda/libcuda.so
+      export LD_LIBRARY_PATH="/tmp/snapkv-libcuda${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+      echo "libcuda: $libcuda"
+    else
+      echo "no libcuda.so.1 found: IREE's CUDA driver will not start"
+    fi
+  fi
   if [[ ! -f $MODELS/expected.json ]]; then
     echo "missing $MODELS/expected.json: run 'bash benchmarks/gpu/build_model.sh' where MLIR"
     echo "and IREE are installed and carry $MODELS to this machine"
@@ -74,7 +91,7 @@ if [[ $PARTS == *" model "* ]]; then
     timeout --signal=INT --kill-after=20 "${MODEL_LIMIT:-210}" $PY benchmarks/gpu/model_check.py \
       "${ARGS[@]}" ${MODEL_ARGS:-}
     rc=$?
-    echo "== model_check.py exit status $rc (1: a FAIL; 124/130: stopped at the time limit)"
+    echo "== model_check.py exit status $rc (1: a FAIL; 3: IREE or torch did not start; 124/130: stopped at the time limit)"
     [[ $rc != 0 ]] && status=$rc
   fi
 fi
