@@ -28,6 +28,7 @@ tokens and logits for the check prompts in ``MODELS/expected.json``.
 from __future__ import annotations
 
 import argparse
+import copy
 import inspect
 import json
 import platform
@@ -73,6 +74,12 @@ class HFModel:
         names = inspect.signature(self.model.forward).parameters
         self.cache_arg = "cache" if "cache" in names else "past_key_values"
         self.forward = self.model
+
+    def compiled(self) -> "HFModel":
+        """The same model under torch.compile (compiled at its first calls)."""
+        other = copy.copy(self)
+        other.forward = self.torch.compile(self.model)
+        return other
 
     def new_cache(self):
         from transformers import DynamicCache
@@ -322,11 +329,7 @@ def main(argv=None) -> int:
     checks = check(models, hf, expected, expected["steps"])
     failed = [c for c in checks if "FAIL" in (c["vs_cpu_pipeline"]["status"],
                                              c.get("vs_hf", {}).get("status"))]
-    compiled = None
-    if not args.no_compile:
-        compiled = HFModel.__new__(HFModel)
-        compiled.__dict__.update(hf.__dict__)
-        compiled.forward = torch.compile(hf.model)
+    compiled = None if args.no_compile else hf.compiled()
     lengths = [int(x) for x in args.timing_lengths.split(",") if x]
     print(f"== timing (median of {args.repeats} runs; decode: {args.timing_steps} steps each)",
           flush=True)

@@ -47,6 +47,7 @@ def add_parser(commands, common_options):
                "  snapkv compile models/retrieval-llama -o /tmp/snapkv.vmfb --device cuda "
                "--window 16 --capacity 128 --gqa mean")
     common.model_argument(p, required=True, checkpoints=True)
+    common.checkpoint_option(p)
     p.add_argument("-o", "--output", default="-", metavar="OUT.mlir",
                    help="output file ('-': stdout)")
     p.add_argument("--lower", action="store_true",
@@ -146,7 +147,8 @@ class CompileResult(Result):
 def _check_device_options(args):
     if args.device == "cpu":
         for flag, given in (("--cuda-arch", args.cuda_arch), ("--full-cache", args.full_cache),
-                            ("--dump-executables", args.dump_executables)):
+                            ("--dump-executables", args.dump_executables),
+                            ("--checkpoint", args.checkpoint)):
             if given:
                 raise CLIError(f"{flag} goes with --device cuda or iree-cpu")
         return None
