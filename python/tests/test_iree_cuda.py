@@ -286,6 +286,8 @@ def test_stand_in_matches_cpu_pipeline(tmp_path):
      "--cuda-arch goes with --device cuda"),
     (["-o", "x.vmfb", "--device", "cuda", "--gqa", "mean", "--chunk", "16"],
      "one-shot prefill and a uniform budget only"),
+    (["-o", "x.mlir", "--checkpoint", str(REPO / "models" / "retrieval-llama")],
+     "--checkpoint goes with --device cuda or iree-cpu"),
 ])
 def test_bad_device_options_are_one_line_errors(args, message, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -337,3 +339,28 @@ def test_model_check_verdicts_and_table():
     lines = table.splitlines()
     assert lines[2] == "| 1024 | 1.50 | 0.250 | 1.50 | 0.250 | 1.50 | 0.250 | - | - |"
     assert lines[3].count("skipped") == 8
+
+
+def test_bind_takes_the_manifests_weights_from_the_checkpoint():
+    """What load() binds on the GPU machine: each entry point's weights, in the manifest's
+    order, mapped from the checkpoint (one array for a tensor both take), and only from a
+    checkpoint of the architecture the module was compiled for."""
+    from snapkv.frontend.checkpoint import Checkpoint
+
+    checkpoint = Checkpoint(REPO / "models" / "retrieval-llama")
+    names = sorted(checkpoint.tensors)
+    weights = [{"name": n, "transposed": False, "shape": list(checkpoint.tensors[n].shape),
+                "element": "f32"} for n in names]
+    manifest = {"entry_points": {"prefill": {"weights": weights},
+                                 "decode": {"weights": weights[:1]}},
+                "checkpoint": str(checkpoint.path),
+                "checkpoint_fingerprint": checkpoint.fingerprint()}
+    bound = iree_device.bind(manifest)
+    assert len(bound["prefill"]) == len(names)
+    assert bound["decode"][0] is bound["prefill"][0]
+    for name, array in zip(names, bound["prefill"]):
+        np.testing.assert_array_equal(array, checkpoint.array(name))
+    with pytest.raises(iree_device.DeviceModelError, match="not the architecture"):
+        iree_device.bind({**manifest, "checkpoint_fingerprint": "0" * 64})
+    with pytest.raises(iree_device.DeviceModelError, match="names no checkpoint"):
+        iree_device.bind({**manifest, "checkpoint": None})
