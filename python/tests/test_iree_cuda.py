@@ -19,6 +19,7 @@
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -185,9 +186,10 @@ def test_manifest(cuda_build):
 
 
 def test_vmfb_holds_cuda_executables(cuda_build):
-    dumped = subprocess.run(["iree-dump-module", "--output=flatbuffer-json",
-                             str(cuda_build / "tiny.vmfb")], capture_output=True, text=True,
-                            check=True).stdout
+    # iree-dump-module (iree-base-runtime), run as a module: no reliance on PATH.
+    dumped = subprocess.run([sys.executable, "-m", "iree._runtime.scripts.iree_dump_module",
+                             "--output=flatbuffer-json", str(cuda_build / "tiny.vmfb")],
+                            capture_output=True, text=True, check=True).stdout
     segments = json.loads(dumped)["rodata_segments"]
     strings = set()
     for segment in segments:
