@@ -45,11 +45,12 @@ def add_parser(commands, common_options):
                "  snapkv compile my-model/ -o /tmp/my-model-compact.mlir --capacity 256   "
                "# a checkpoint directory\n"
                "  snapkv compile models/retrieval-llama -o /tmp/snapkv.vmfb --device cuda "
-               "--window 16 --capacity 128 --gqa mean")
+               "--window 16 --capacity 256")
     common.model_argument(p, required=True, checkpoints=True)
     common.checkpoint_option(p)
     p.add_argument("-o", "--output", default="-", metavar="OUT.mlir",
-                   help="output file ('-': stdout)")
+                   help="output file ('-': stdout; with --device cuda/iree-cpu: OUT.vmfb, "
+                        "and the manifest goes to OUT.json)")
     p.add_argument("--lower", action="store_true",
                    help="also lower the rewritten module to the LLVM dialect "
                         "(snapkv-opt --snapkv-cpu-pipeline)")
