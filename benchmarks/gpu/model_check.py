@@ -136,8 +136,8 @@ def compare(tokens, logits, ref_tokens, ref_logits) -> dict:
     return {"status": "NEAR-TIE" if near else "FAIL", "first_difference": first, **out}
 
 
-def check(models, hf, expected, steps) -> list:
-    rows = []
+def check(rows, models, hf, expected, steps):
+    """Appends one row per (check length, variant) to `rows` as it goes."""
     for length_text, want in expected["prompts"].items():
         length = int(length_text)
         sample = prompt(length)
@@ -165,7 +165,6 @@ def check(models, hf, expected, steps) -> list:
                   + (f", vs HF {status[1]} (max |dlogit| "
                      f"{row['vs_hf']['logits_max_abs_diff']:.2e})" if len(status) > 1 else ""),
                   flush=True)
-    return rows
 
 
 # ---------------------------------------------------------------------------------------------
@@ -194,8 +193,8 @@ def time_hf(hf, ids, steps, repeats) -> dict:
             "first_call_s": round(first, 2)}
 
 
-def timing(models, hf, lengths, steps, repeats, compiled, deadline) -> list:
-    rows = []
+def timing(rows, models, hf, lengths, steps, repeats, compiled, deadline):
+    """Appends one row per length to `rows` as it goes (a stop keeps what was measured)."""
     for length in lengths:
         if time.monotonic() > deadline:
             print(f"  L={length}: skipped (past --budget)")
@@ -206,15 +205,14 @@ def timing(models, hf, lengths, steps, repeats, compiled, deadline) -> list:
         for variant in VARIANTS:
             row[f"iree_{variant}"] = time_iree(models[variant], ids, steps, repeats)
         row["hf_sdpa"] = time_hf(hf, ids, steps, repeats)
+        rows.append(row)
         if compiled is not None and time.monotonic() < deadline:
             try:
                 row["torch_compile"] = time_hf(compiled, ids, steps, repeats)
             except Exception as error:  # report it, keep the other columns
                 row["torch_compile"] = {"error": f"{type(error).__name__}: "
                                                  f"{str(error).splitlines()[0][:200]}"}
-        rows.append(row)
         print("  " + json.dumps(row), flush=True)
-    return rows
 
 
 def table(rows) -> str:
@@ -326,19 +324,24 @@ def main(argv=None) -> int:
     hf = HFModel(args.checkpoint, torch_device)
     print(f"== correctness ({expected['steps']} greedy steps, {VARIANT} prompts, seed {SEED})",
           flush=True)
-    checks = check(models, hf, expected, expected["steps"])
+    checks, rows, stopped = [], [], False
+    try:
+        check(checks, models, hf, expected, expected["steps"])
+        compiled = None if args.no_compile else hf.compiled()
+        lengths = [int(x) for x in args.timing_lengths.split(",") if x]
+        print(f"== timing (median of {args.repeats} runs; decode: {args.timing_steps} steps "
+              f"each)", flush=True)
+        timing(rows, models, hf, lengths, args.timing_steps, args.repeats, compiled,
+               start + args.budget)
+    except KeyboardInterrupt:  # run_device.sh's time limit (SIGINT): report what was done
+        stopped = True
+        print("== stopped by SIGINT (the time limit): what was measured so far", flush=True)
     failed = [c for c in checks if "FAIL" in (c["vs_cpu_pipeline"]["status"],
                                              c.get("vs_hf", {}).get("status"))]
-    compiled = None if args.no_compile else hf.compiled()
-    lengths = [int(x) for x in args.timing_lengths.split(",") if x]
-    print(f"== timing (median of {args.repeats} runs; decode: {args.timing_steps} steps each)",
-          flush=True)
-    rows = timing(models, hf, lengths, args.timing_steps, args.repeats, compiled,
-                  start + args.budget)
     report = table(rows)
     print(report)
     summary = {"environment": env, "checks": checks, "timing": rows, "failed": len(failed),
-               "seconds": round(time.monotonic() - start, 1)}
+               "stopped": stopped, "seconds": round(time.monotonic() - start, 1)}
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "model_check.json").write_text(json.dumps(summary, indent=1) + "\n")
@@ -347,7 +350,7 @@ def main(argv=None) -> int:
             f"{len(checks) - len(failed)}/{len(checks)} checks without FAIL\n\n{report}\n")
     print(f"== {len(checks) - len(failed)}/{len(checks)} checks without FAIL, "
           f"{summary['seconds']} s")
-    return 1 if failed else 0
+    return 1 if failed else 130 if stopped else 0
 
 
 if __name__ == "__main__":
