@@ -244,7 +244,7 @@ def compile_module(text: str, target: Target = Target(), *, dtype: str = "f32",
     """Lower `text` (a model module, rewritten or not) to upstream dialects and compile it
     for `target`. `compaction`: the rewrite's options (None: the full-cache original), kept in
     the manifest with `checkpoint` (a :class:`~snapkv.frontend.checkpoint.Checkpoint`, for a
-    module that takes weights: its path and architecture fingerprint) and `max_positions`.
+    module that takes weights: its path and architecture) and `max_positions`.
     `dump_dir`: where iree-compile writes each executable's source (``sources/``) and
     binary (``binaries/``: PTX for cuda)."""
     from . import iree_backend
@@ -286,7 +286,7 @@ def compile_module(text: str, target: Target = Target(), *, dtype: str = "f32",
         "dtype": dtype,
         "compaction": compaction,
         "checkpoint": None if checkpoint is None else str(checkpoint.path),
-        "checkpoint_fingerprint": None if checkpoint is None else checkpoint.fingerprint(),
+        "checkpoint_architecture": None if checkpoint is None else checkpoint.architecture(),
         "max_positions": max_positions,
         "vocab_size": points["prefill"]["results"][0]["shape"][-1],
         "entry_points": points,
@@ -326,7 +326,9 @@ def read_manifest(vmfb: Path) -> dict:
 def bind(manifest: dict, checkpoint=None) -> Dict[str, List[np.ndarray]]:
     """The weight arrays ``prefill`` and ``decode`` take after their inputs, in order, from
     `checkpoint` (a directory or Checkpoint; default: the one the manifest names), which must
-    have the architecture the module was compiled for."""
+    have the architecture the module was compiled for (its config, less the keys that do not
+    change the module, and its tensors' names and shapes) but may hold other values: the
+    same checkpoint elsewhere, or one written from the same config."""
     points = manifest["entry_points"]
     if not any(points[name]["weights"] for name in points):
         if checkpoint is not None:
@@ -343,10 +345,12 @@ def bind(manifest: dict, checkpoint=None) -> Dict[str, List[np.ndarray]]:
         ckpt = where if isinstance(where, Checkpoint) else Checkpoint(where)
     except CheckpointError as error:
         raise DeviceModelError(str(error)) from None
-    if ckpt.fingerprint() != manifest.get("checkpoint_fingerprint"):
-        raise DeviceModelError(f"{ckpt.path}: not the architecture the module was compiled for "
-                               f"(its config or tensor layout differs from "
-                               f"{manifest.get('checkpoint')})")
+    try:
+        # The config's architecture keys; the tensors' names and shapes: weight_arrays.
+        ckpt.check_architecture(manifest.get("checkpoint_architecture") or {},
+                                "the module")
+    except CheckpointError as error:
+        raise DeviceModelError(str(error)) from None
     refs = {name: [WeightRef(w["name"], w["transposed"]) for w in points[name]["weights"]]
             for name in ("prefill", "decode")}
     wanted = {ref: (tuple(w["shape"]), w["element"])

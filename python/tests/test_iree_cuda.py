@@ -346,7 +346,8 @@ def test_model_check_verdicts_and_table():
 def test_bind_takes_the_manifests_weights_from_the_checkpoint():
     """What load() binds on the GPU machine: each entry point's weights, in the manifest's
     order, mapped from the checkpoint (one array for a tensor both take), and only from a
-    checkpoint of the architecture the module was compiled for."""
+    checkpoint of the architecture the module was compiled for (its config's architecture
+    keys: transformers_version and the like may differ)."""
     from snapkv.frontend.checkpoint import Checkpoint
 
     checkpoint = Checkpoint(REPO / "models" / "retrieval-llama")
@@ -356,13 +357,16 @@ def test_bind_takes_the_manifests_weights_from_the_checkpoint():
     manifest = {"entry_points": {"prefill": {"weights": weights},
                                  "decode": {"weights": weights[:1]}},
                 "checkpoint": str(checkpoint.path),
-                "checkpoint_fingerprint": checkpoint.fingerprint()}
+                "checkpoint_architecture": checkpoint.architecture()}
     bound = iree_device.bind(manifest)
     assert len(bound["prefill"]) == len(names)
     assert bound["decode"][0] is bound["prefill"][0]
     for name, array in zip(names, bound["prefill"]):
         np.testing.assert_array_equal(array, checkpoint.array(name))
-    with pytest.raises(iree_device.DeviceModelError, match="not the architecture"):
-        iree_device.bind({**manifest, "checkpoint_fingerprint": "0" * 64})
+    other = dict(checkpoint.architecture(), num_hidden_layers=3)
+    with pytest.raises(iree_device.DeviceModelError,
+                       match="not the architecture the module was exported from "
+                             r"\(num_hidden_layers: 3 there, 2 here\)"):
+        iree_device.bind({**manifest, "checkpoint_architecture": other})
     with pytest.raises(iree_device.DeviceModelError, match="names no checkpoint"):
         iree_device.bind({**manifest, "checkpoint": None})
