@@ -272,17 +272,28 @@ class IreeModel:
         self._check_ids(ids)
         if len(self._chunks(ids.shape[1], chunk)) > 1:
             raise ValueError("chunked prefill is not available through IREE (no @extend)")
-        out = [_copy(o) for o in self._prefill(ids, *self._weights["prefill"])]
+        out = [_copy(o) for o in self.call_prefill(ids)]
         return out[0], out[1:]
 
     def decode(self, token: int, position: int, caches: Sequence[np.ndarray]) \
             -> Tuple[np.ndarray, List[np.ndarray]]:
-        ids = np.array([[int(token)]], dtype=np.int64)
-        self._check_ids(ids)
-        out = [_copy(o) for o in self._decode(ids, np.array([int(position)], dtype=np.int64),
-                                              *[np.ascontiguousarray(c) for c in caches],
-                                              *self._weights["decode"])]
+        self._check_ids(np.array([[int(token)]], dtype=np.int64))
+        out = [_copy(o) for o in self.call_decode(token, position,
+                                                  [np.ascontiguousarray(c) for c in caches])]
         return out[0], out[1:]
+
+    def call_prefill(self, ids: np.ndarray) -> list:
+        """One prefill call on checked `ids`; the results stay on the device
+        (``DeviceArray``s: logits, then the caches)."""
+        return self._prefill(ids, *self._weights["prefill"])
+
+    def call_decode(self, token: int, position: int, caches: Sequence) -> list:
+        """One decode step; `caches` are numpy arrays or the ``DeviceArray``s a previous call
+        returned (then nothing is copied between the host and the device but the token, the
+        position and the results' shapes). The results stay on the device."""
+        return self._decode(np.array([[int(token)]], dtype=np.int64),
+                            np.array([int(position)], dtype=np.int64), *caches,
+                            *self._weights["decode"])
 
     # The generation loop is CompiledModel's, unchanged (it only calls prefill/decode);
     # decode returns new caches each step (no in-place ABI through IREE).

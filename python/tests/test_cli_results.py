@@ -266,10 +266,33 @@ def test_compile_result():
     assert_renderings_follow(result, variants_of(
         result, model="n.mlir", output="-", module="module {}\n\n", sidecar=Path("out.json"),
         refused=True, selects=1, in_layer_function=True,
-        compaction=dict(COMPACTION, budget="adaptive"), lowered=True, seconds=2.0),
-        json_only={"model"})
+        compaction=dict(COMPACTION, budget="adaptive"), lowered=True, seconds=2.0,
+        device="cuda", target="cuda sm_80", manifest=Path("out.json"), vmfb_bytes=1000,
+        executables=90),
+        json_only={"model", "device", "target", "executables"})
     refused = _compile_result(refused=True)
     assert "the model was left unchanged" in refused.render_text()
+
+
+def test_compile_result_for_a_device():
+    """--device cuda/iree-cpu: the vmfb's size, the target, the executables, the manifest."""
+    result = _compile_result(output="out.vmfb", device="cuda", target="cuda sm_80",
+                             manifest=Path("out.json"), vmfb_bytes=1000, executables=90)
+    assert result.render_text() == (
+        "snapkv compile: 2 snapkv.select inserted (window 8, capacity 24, kernel 15, pooling "
+        "avg, gqa mean, order position), compiled by iree-compile for cuda sm_80 (90 "
+        "executables); wrote out.vmfb (1,000 bytes) and out.json (the manifest) in 0.10 s")
+    data = result.to_json()
+    assert (data["bytes"], data["device"], data["target"], data["manifest"],
+            data["executables"]) == (1000, "cuda", "cuda sm_80", "out.json", 90)
+    full = dataclasses.replace(result, selects=0)
+    assert full.render_text().startswith("snapkv compile: the original model (full cache), "
+                                         "compiled by iree-compile for cuda sm_80")
+    for name, value in dict(target="llvm-cpu (host)", manifest=Path("o.json"), vmfb_bytes=5,
+                            executables=3, output="o.vmfb", seconds=2.0).items():
+        other = dataclasses.replace(result, **{name: value})
+        assert other.render_text() != result.render_text(), name
+        assert other.to_json() != data, name
 
 
 def test_export_results():

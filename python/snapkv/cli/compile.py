@@ -1,4 +1,5 @@
-"""``snapkv compile``: ``snapkv-opt --snapkv-compress-kv-cache`` (and the CPU pipeline)."""
+"""``snapkv compile``: ``snapkv-opt --snapkv-compress-kv-cache`` (and the CPU pipeline), or the
+whole model compiled by ``iree-compile`` for a GPU (``--device cuda``, snapkv.iree_device)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from .. import interface, tools
+from .. import interface, iree_device, tools
 from . import common
 from .common import CLIError, Formatter, progress
 from .result import Result
@@ -31,16 +32,25 @@ def add_parser(commands, common_options):
                     "function arguments, one function per layer; cached), and the rewrite "
                     "names the layer functions itself. For a module that takes weights, "
                     "OUT.json is written next to -o OUT.mlir, naming the checkpoint (what "
-                    "`python -m snapkv.runtime OUT.mlir` binds).",
+                    "`python -m snapkv.runtime OUT.mlir` binds).\n\n"
+                    "--device cuda compiles the rewritten model (--full-cache: the original) "
+                    "with iree-compile for a GPU instead: -o OUT.vmfb, and OUT.json, the "
+                    "manifest snapkv.iree_device.load() runs it from (on a machine with the "
+                    "IREE runtime and no MLIR tools; docs/gpu.md). --device iree-cpu is the "
+                    "same for IREE's llvm-cpu (this CPU), the stand-in without a GPU.",
         epilog="examples:\n"
                "  snapkv compile test/Models/tiny_llama_dynamic.mlir -o /tmp/compact.mlir\n"
                "  snapkv compile test/Models/tiny_llama_dynamic.mlir -o /tmp/compact.ll.mlir "
                "--gqa mean --lower --strict\n"
                "  snapkv compile my-model/ -o /tmp/my-model-compact.mlir --capacity 256   "
-               "# a checkpoint directory")
+               "# a checkpoint directory\n"
+               "  snapkv compile models/retrieval-llama -o /tmp/snapkv.vmfb --device cuda "
+               "--window 16 --capacity 256")
     common.model_argument(p, required=True, checkpoints=True)
+    common.checkpoint_option(p)
     p.add_argument("-o", "--output", default="-", metavar="OUT.mlir",
-                   help="output file ('-': stdout)")
+                   help="output file ('-': stdout; with --device cuda/iree-cpu: OUT.vmfb, "
+                        "and the manifest goes to OUT.json)")
     p.add_argument("--lower", action="store_true",
                    help="also lower the rewritten module to the LLVM dialect "
                         "(snapkv-opt --snapkv-cpu-pipeline)")
@@ -49,7 +59,28 @@ def add_parser(commands, common_options):
     p.add_argument("--decode-func", metavar="NAME",
                    help="name of the decode function (the pass's default: decode; \"\" "
                         "rewrites prefill only)")
+    device = p.add_argument_group("device (IREE)")
+    device.add_argument("--device", choices=DEVICES, default="cpu",
+                        help="cpu: the rewritten module as MLIR (--lower: our CPU pipeline); "
+                             "cuda: a .vmfb compiled by iree-compile for a CUDA GPU; iree-cpu: "
+                             "the same for IREE's llvm-cpu on this CPU (the stand-in)")
+    device.add_argument("--cuda-arch", metavar="SM",
+                        help=f"with --device cuda: the GPU architecture, one of "
+                             f"{', '.join(iree_device.CUDA_ARCHS)} (iree-compile 3.13 has no "
+                             f"sm_90; sm_80 PTX runs on Hopper) "
+                             f"(default: {iree_device.DEFAULT_CUDA_ARCH})")
+    device.add_argument("--full-cache", action="store_true",
+                        help="with --device cuda/iree-cpu: compile the original model (full "
+                             "KV cache, no rewrite), the baseline the compacted one is "
+                             "compared with")
+    device.add_argument("--dump-executables", type=Path, metavar="DIR",
+                        help="with --device cuda/iree-cpu: write iree-compile's executable "
+                             "sources (DIR/sources) and binaries (DIR/binaries: PTX for cuda)")
     p.set_defaults(func=run)
+
+
+# --device -> the IREE target (cpu: our own CPU pipeline, no IREE).
+DEVICES = ("cpu", "cuda", "iree-cpu")
 
 
 @dataclass
@@ -66,17 +97,27 @@ class CompileResult(Result):
     compaction: dict
     lowered: bool
     seconds: float
+    device: str = "cpu"
+    # --device cuda/iree-cpu: the target, OUT.json next to OUT.vmfb, the vmfb's size and
+    # how many executables (dispatches compiled for the device) it holds.
+    target: Optional[str] = None
+    manifest: Optional[Path] = None
+    vmfb_bytes: Optional[int] = None
+    executables: Optional[int] = None
 
     @property
     def size(self) -> int:
-        return len(self.module.encode())
+        return self.vmfb_bytes if self.vmfb_bytes is not None else len(self.module.encode())
 
     def to_json(self) -> dict:
         return dict(model=self.model, output=self.output, bytes=self.size,
                     sidecar=None if self.sidecar is None else str(self.sidecar),
                     refused=self.refused, selects=self.selects,
                     in_layer_function=self.in_layer_function, compaction=self.compaction,
-                    lowered=self.lowered, seconds=self.seconds)
+                    lowered=self.lowered, seconds=self.seconds, device=self.device,
+                    target=self.target,
+                    manifest=None if self.manifest is None else str(self.manifest),
+                    vmfb_bytes=self.vmfb_bytes, executables=self.executables)
 
     def render_text(self) -> str:
         if self.output == "-":
@@ -94,18 +135,84 @@ class CompileResult(Result):
         op = "snapkv.select_adaptive" if self.compaction["budget"] == "adaptive" else \
             "snapkv.select"
         lowered = ", lowered to the LLVM dialect" if self.lowered else ""
-        return (f"snapkv compile: {selects} {op} inserted ({common.describe(self.compaction)})"
-                f"{lowered}; wrote {where} in {self.seconds:.2f} s")
+        rewrite = f"{selects} {op} inserted ({common.describe(self.compaction)})"
+        if self.manifest is not None:
+            if self.selects == 0:
+                rewrite = "the original model (full cache)"
+            return (f"snapkv compile: {rewrite}, compiled by iree-compile for {self.target} "
+                    f"({self.executables} executables); wrote {where} and {self.manifest} "
+                    f"(the manifest) in {self.seconds:.2f} s")
+        return (f"snapkv compile: {rewrite}{lowered}; wrote {where} in {self.seconds:.2f} s")
+
+
+def _check_device_options(args):
+    if args.device == "cpu":
+        for flag, given in (("--cuda-arch", args.cuda_arch), ("--full-cache", args.full_cache),
+                            ("--dump-executables", args.dump_executables),
+                            ("--checkpoint", args.checkpoint)):
+            if given:
+                raise CLIError(f"{flag} goes with --device cuda or iree-cpu")
+        return None
+    if args.output == "-":
+        raise CLIError(f"--device {args.device} writes a .vmfb and its manifest: give -o "
+                       f"OUT.vmfb")
+    if args.lower:
+        raise CLIError(f"--lower is our CPU pipeline; --device {args.device} compiles with "
+                       f"iree-compile")
+    for flag, value, default in (("--chunk", args.chunk, 0),
+                                 ("--decode-interval", args.decode_interval, 0),
+                                 ("--budget", args.budget, "uniform")):
+        if value != default:
+            raise CLIError(f"{flag} {value}: the IREE module has one-shot prefill and a "
+                           f"uniform budget only (IreeModel has no @extend and no ragged "
+                           f"cache)")
+    if args.cuda_arch and args.device != "cuda":
+        raise CLIError("--cuda-arch goes with --device cuda")
+    try:
+        return iree_device.Target("cuda" if args.device == "cuda" else "llvm-cpu",
+                                  args.cuda_arch)
+    except iree_device.DeviceModelError as error:
+        raise CLIError(str(error)) from None
+
+
+def _compile_for_device(args, source, text: str, target, start: float) -> CompileResult:
+    """--device cuda/iree-cpu: `text` compiled by iree-compile, written with its manifest."""
+    from ..tools import ToolError
+
+    progress(args.quiet, f"compiling with iree-compile for {target.describe()} (a minute or "
+                         f"more) ...")
+    options = None if args.full_cache else common.option_dict(args)
+    try:
+        module = iree_device.compile_module(
+            text, target, dtype=getattr(args, "dtype", None) or "f32", compaction=options,
+            checkpoint=source.checkpoint, max_positions=source.max_positions,
+            label=source.label, dump_dir=args.dump_executables)
+    except (ToolError, iree_device.DeviceModelError) as error:
+        raise CLIError(f"{source.label}: {error}") from None
+    try:
+        manifest = module.write(Path(args.output))
+    except OSError as error:
+        raise CLIError(f"cannot write {args.output}: {error.strerror or error}") from None
+    selects = 0 if args.full_cache else interface.describe(text).select_count()
+    layered = bool(selects and common.layer_functions(source.text))
+    return CompileResult(source.label, args.output, module.lowered, None, False, selects,
+                         layered, common.option_dict(args), False,
+                         time.perf_counter() - start, args.device, target.describe(),
+                         manifest, len(module.vmfb), len(module.manifest["executables"]))
 
 
 def compute(args) -> CompileResult:
     """Rewrite (and lower) MODEL and write -o OUT (with its sidecar); -o - is left to
     :func:`run`, which writes the module to stdout."""
-    common.check_window_capacity(args)
-    source = common.load_source(args.model, args, args.quiet, weights=False)
+    target = _check_device_options(args)
+    if not args.full_cache:
+        common.check_window_capacity(args)
+    source = common.load_source(args.model, args, args.quiet, weights=target is not None)
     path = source.path
     start = time.perf_counter()
     common.verify_ir(path, source.text)
+    if args.full_cache:
+        return _compile_for_device(args, source, source.text, target, start)
     options = common.pass_options(args, args.strict, source.text)
     done = common.run_opt([f"--snapkv-compress-kv-cache={options}"], path=path)
     if done.stderr.strip():
@@ -117,6 +224,8 @@ def compute(args) -> CompileResult:
         raise CLIError(f"snapkv-opt failed on {source.label} (exit {done.returncode}; its "
                        f"diagnostics are above); nothing was written")
     text = done.stdout
+    if target is not None:
+        return _compile_for_device(args, source, text, target, start)
     described = interface.describe(text)
     if args.lower:
         progress(args.quiet, "lowering with --snapkv-cpu-pipeline (a few seconds) ...")
