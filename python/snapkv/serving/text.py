@@ -3,6 +3,7 @@ messages through its chat template, and stop strings found in text generated so 
 
 from __future__ import annotations
 
+import threading
 from typing import List, Optional, Sequence
 
 import numpy as np
@@ -11,6 +12,10 @@ from .. import tokenizer as tok
 from .engine import RequestError
 
 ROLES = ("system", "user", "assistant")
+# HF's fast tokenizers set their truncation and padding state on every call, which fails
+# ("Already borrowed") when two threads call one at once: the server's handlers encode while
+# the engine's thread decodes.
+_LOCK = threading.Lock()
 
 
 def _load(directory):
@@ -25,7 +30,8 @@ def _load(directory):
 def encode(directory, text: str) -> np.ndarray:
     """`text`'s ids, exactly as ``snapkv generate --text`` tokenises it."""
     _load(directory)
-    return tok.encode(directory, text)
+    with _LOCK:
+        return tok.encode(directory, text)
 
 
 def encode_chat(directory, messages: Sequence[dict]) -> np.ndarray:
@@ -53,13 +59,18 @@ def encode_chat(directory, messages: Sequence[dict]) -> np.ndarray:
         raise RequestError("messages is empty")
     if not getattr(tokenizer, "chat_template", None):
         raise RequestError(f"{directory}: the tokenizer has no chat template")
-    text = tokenizer.apply_chat_template(checked, tokenize=False, add_generation_prompt=True)
-    return np.asarray(tokenizer(text, add_special_tokens=False).input_ids, dtype=np.int64)
+    with _LOCK:
+        text = tokenizer.apply_chat_template(checked, tokenize=False,
+                                             add_generation_prompt=True)
+        ids = tokenizer(text, add_special_tokens=False).input_ids
+    return np.asarray(ids, dtype=np.int64)
 
 
 def decode(directory, tokens: Sequence[int]) -> str:
     """The text of generated `tokens` (special tokens left out, as OpenAI servers do)."""
-    return _load(directory).decode([int(t) for t in tokens], skip_special_tokens=True)
+    tokenizer = _load(directory)
+    with _LOCK:
+        return tokenizer.decode([int(t) for t in tokens], skip_special_tokens=True)
 
 
 def find_stop(text: str, stops: Sequence[str]) -> Optional[int]:
