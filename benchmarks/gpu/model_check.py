@@ -1,28 +1,32 @@
 #!/usr/bin/env python3
 """The whole model through IREE on the GPU machine: correctness, then timing.
 
-Runs the modules ``build_model.sh`` compiled (``snapkv compile models/retrieval-llama --device
-cuda``, SnapKV and the full-cache original) with ``iree.runtime`` only (no MLIR tool), the
-weights bound from the checkpoint, on retrieval prompts (``snapkv.tasks.retrieval``, the
-``multitoken`` variant, seed 1234):
+Runs the modules ``build_model.sh`` compiled (``snapkv compile MODEL --device cuda``, SnapKV
+and the full-cache original) with ``iree.runtime`` only (no MLIR tool), the weights bound
+from the checkpoint, for each model set (:data:`SETS`): ``retrieval`` (models/retrieval-llama
+on retrieval prompts, ``multitoken``, seed 1234) and ``smollm2-random`` (SmolLM2-135M's
+architecture, its weights drawn from a seed by :func:`write_random_checkpoint` on both
+machines, on random ids):
 
 1. **correctness**, per check length: the full-cache module's greedy tokens must equal HF
    transformers' (the same checkpoint in f32, SDPA, ``DynamicCache``, on ``--torch-device``)
-   and the CPU pipeline's recorded by ``--expect`` (``expected.json``); the SnapKV module's
-   must equal the CPU pipeline's SnapKV tokens (HF has no SnapKV); both report the largest
-   logit difference, the cache rows and whether the answer came out. A token that differs
-   where the reference's two best logits are within 1e-3 is NEAR-TIE, else FAIL;
+   and the CPU pipeline's recorded by ``--expect`` (``<prefix>expected.json``); the SnapKV
+   module's must equal the CPU pipeline's SnapKV tokens (HF has no SnapKV); both report the
+   largest logit difference, the cache rows and (retrieval) whether the answer came out. A
+   token that differs where the reference's two best logits are within 1e-3 is NEAR-TIE, else
+   FAIL;
 2. **timing**, per timing length: prefill and the decode step (median; the caches stay on the
    device between steps, ``snapkv.iree_device.timed_generate``) of IREE full and SnapKV,
    against HF SDPA eager and, if it compiles, ``torch.compile`` of the same model (its first
-   call, the compilation, reported separately).
+   call, the compilation, reported separately); lengths past ``--budget`` are skipped.
 
 ``--device local-task`` runs the ``iree-cpu-*`` modules on IREE's llvm-cpu, with torch on the
-CPU: the stand-in that runs this script end to end without a GPU. Prints the tables and
-writes ``model_check.json`` and ``model_report.md`` to ``--out``.
+CPU: the stand-in that runs this script end to end without a GPU. Prints the table and
+writes ``model_check.json`` and ``model_report.md`` to ``--out`` (also when SIGINT, the time
+limit of run_device.sh, stops it).
 
 ``--expect`` (where snapkv-opt and clang are: the build machine) records the CPU pipeline's
-tokens and logits for the check prompts in ``MODELS/expected.json``.
+tokens and logits for the check prompts; ``--write-random-checkpoint`` writes the random one.
 """
 
 from __future__ import annotations

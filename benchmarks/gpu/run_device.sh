@@ -2,10 +2,10 @@
 # The ONE script to run on the GPU machine (H100/H200, CUDA 13 driver, Python 3.12 + torch
 # and transformers, no LLVM/MLIR, no IREE, no network). Two parts, in this order:
 #
-#   model   the whole model through IREE (model_check.py): models/retrieval-llama compiled
-#           for CUDA by build_model.sh, its greedy tokens against HF transformers and the CPU
-#           pipeline's, then prefill and decode (full and SnapKV) timed against HF SDPA and
-#           torch.compile;
+#   model   the whole model through IREE (model_check.py): models/retrieval-llama and
+#           SmolLM2's architecture with seeded weights, compiled for CUDA by build_model.sh,
+#           their greedy tokens against HF transformers and the CPU pipeline's, then prefill
+#           and decode (full and SnapKV) timed against HF SDPA and torch.compile;
 #   select  the compiled selects against the numpy reference, then timed against PyTorch
 #           eager / torch.compile, and the bandwidth table (device_check.py).
 #
