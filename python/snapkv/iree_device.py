@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -84,11 +86,6 @@ class Target:
     def driver(self) -> str:
         """The IREE runtime driver that runs the module."""
         return "cuda" if self.device == "cuda" else "local-task"
-
-    @property
-    def executable_format(self) -> str:
-        """The format of the module's executables (``hal.executable.variant`` targets)."""
-        return "cuda-nvptx-fb" if self.device == "cuda" else "embedded-elf-x86_64"
 
     def describe(self) -> str:
         return f"cuda {self.arch}" if self.device == "cuda" else "llvm-cpu (host)"
@@ -221,12 +218,11 @@ def entry_points(lowered: str) -> Dict[str, dict]:
 
 @dataclasses.dataclass
 class DeviceModule:
-    """A compiled module: the vmfb, its manifest and (with a dump directory) where IREE wrote
-    each executable's source and binary."""
+    """A compiled module: the vmfb, its manifest and the upstream-dialect text iree-compile
+    got."""
     vmfb: bytes = dataclasses.field(repr=False)
     manifest: dict
     lowered: str = dataclasses.field(repr=False)
-    dumps: Optional[Path] = None
 
     def write(self, path: Path) -> Path:
         """``path`` (the vmfb) and the manifest next to it (``.json``); returns the latter."""
@@ -246,7 +242,7 @@ def compile_module(text: str, target: Target = Target(), *, dtype: str = "f32",
     the manifest with `checkpoint` (a :class:`~snapkv.frontend.checkpoint.Checkpoint`, for a
     module that takes weights: its path and architecture) and `max_positions`.
     `dump_dir`: where iree-compile writes each executable's source (``sources/``) and
-    binary (``binaries/``: PTX for cuda)."""
+    binary (``binaries/``: PTX for cuda), both replaced."""
     from . import iree_backend
 
     if dtype not in DTYPES:
@@ -259,11 +255,11 @@ def compile_module(text: str, target: Target = Target(), *, dtype: str = "f32",
     if takes_weights and checkpoint is None:
         raise DeviceModelError("the module takes weights (snapkv.weight arguments): give the "
                                "checkpoint they come from")
-    import tempfile
-
     import iree.compiler
     with tempfile.TemporaryDirectory(prefix="snapkv-iree-") as scratch:
         dumps = Path(dump_dir) if dump_dir is not None else Path(scratch)
+        for sub in ("sources", "binaries"):  # an earlier compile's would be counted
+            shutil.rmtree(dumps / sub, ignore_errors=True)
         start = time.perf_counter()
         try:
             vmfb = iree.compiler.compile_str(lowered, extra_args=[
@@ -295,7 +291,7 @@ def compile_module(text: str, target: Target = Target(), *, dtype: str = "f32",
         "iree_compile": versions["iree-base-compiler"],
         "compile_seconds": round(seconds, 2),
     }
-    return DeviceModule(vmfb, manifest, lowered, None if dump_dir is None else Path(dump_dir))
+    return DeviceModule(vmfb, manifest, lowered)
 
 
 def executables(dump_dir: Path) -> List[Path]:

@@ -320,6 +320,7 @@ def _model_check():
     spec = importlib.util.spec_from_file_location(
         "model_check", REPO / "benchmarks" / "gpu" / "model_check.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules["model_check"] = module   # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -334,12 +335,25 @@ def test_model_check_verdicts_and_table():
     tied = logits.copy()
     tied[1, 2] = 1.0 - check.TIE / 2                 # the reference's two best nearly equal
     assert check.compare([1, 2, 1], logits, [1, 1, 1], tied)["status"] == "NEAR-TIE"
+    # A large vocabulary keeps each row's TOP largest logits; compare() reads those.
+    wide = np.random.default_rng(0).standard_normal((3, 5000)).astype(np.float32)
+    kept = check.record(wide)
+    assert np.asarray(kept["top_indices"]).shape == (3, check.TOP)
+    tokens = list(wide.argmax(1))
+    same = check.compare(tokens, wide, tokens, kept)     # values kept to 6 decimals
+    assert same["status"] == "PASS" and same["logits_max_abs_diff"] <= 1e-6
+    shifted = wide.copy()
+    shifted[0, kept["top_indices"][0][5]] += 0.5
+    assert abs(check.compare(tokens, shifted, tokens, kept)["logits_max_abs_diff"] - 0.5) < 1e-5
+    assert check.record(logits) == {"all": logits.tolist()}
     cell = {"prefill_ms": 1.5, "decode_ms": 0.25}
-    table = check.table([{"length": 1024, "iree_full": cell, "iree_snapkv": cell,
-                          "hf_sdpa": cell, "torch_compile": {"error": "x"}},
-                         {"length": 4096, "skipped": "past --budget"}])
+    table = check.table([{"model": "retrieval", "length": 1024, "iree_full": cell,
+                          "iree_snapkv": cell, "hf_sdpa": cell,
+                          "torch_compile": {"error": "x"}},
+                         {"model": "retrieval", "length": 4096, "skipped": "past --budget"}])
     lines = table.splitlines()
-    assert lines[2] == "| 1024 | 1.50 | 0.250 | 1.50 | 0.250 | 1.50 | 0.250 | - | - |"
+    assert lines[2] == \
+        "| retrieval | 1024 | 1.50 | 0.250 | 1.50 | 0.250 | 1.50 | 0.250 | - | - |"
     assert lines[3].count("skipped") == 8
 
 

@@ -75,7 +75,8 @@ def add_parser(commands, common_options):
                              "compared with")
     device.add_argument("--dump-executables", type=Path, metavar="DIR",
                         help="with --device cuda/iree-cpu: write iree-compile's executable "
-                             "sources (DIR/sources) and binaries (DIR/binaries: PTX for cuda)")
+                             "sources (DIR/sources) and binaries (DIR/binaries: PTX for cuda), "
+                             "replacing those two folders")
     p.set_defaults(func=run)
 
 
