@@ -82,6 +82,7 @@ def run_cli(argv, capsys):
     (["--methods", "stremaing"], "did you mean 'streaming'?"),
     (["--methods", "chunked-0"], "chunked-N for any chunk N >= 1"),
     (["--methods", "chunked-1k"], "chunked-N for any chunk N >= 1"),
+    (["--methods", "block-x"], "block-N for any block N >= 1"),
     (["--budgets", "2"], "not a fraction of the prompt in (0, 1)"),
     (["--budgets", "1/x"], "fractions like 1/8"),
     (["--lengths", "abc"], "integers like 512,1024"),
@@ -120,6 +121,23 @@ def test_methods_all_and_budget_parsing():
         dataclasses.replace(ev.METHODS["chunked-512"].compaction(16, 64, 0), chunk=4096)
     assert "chunked-4096" not in ev.METHODS
     assert [ev.method(n) for n in ("chunked-", "chunked--1", "chunked-٣", "x")] == [None] * 4
+
+
+def test_block_methods():
+    from snapkv.cli import eval as cli_eval
+
+    picked = cli_eval.method_list("block-32,block-16")
+    assert picked[0] is ev.METHODS["block-32"] and "block-16" not in ev.METHODS
+    assert picked[1].block == 16 and ev.method("block-0") is None
+    # The select gets `block`; whole blocks fill at most the budget: C = 130 with W = 16
+    # keeps 16 + 3 * 32 = 112 positions (block 32), 16 + 7 * 16 = 128 (block 16).
+    compaction = picked[0].compaction(16, 130, 0)
+    assert compaction.block == 32 and compaction.capacity == 112
+    assert " block=32" in compaction.pass_options()
+    assert picked[1].compaction(16, 128, 0).capacity == 128
+    assert picked[0].key(16, 0) != ev.METHODS["snapkv-gqa-mean-k15"].key(16, 0)
+    assert picked[0].key(16, 0).replace(" block=32", "") == \
+        ev.METHODS["snapkv-gqa-mean-k15"].key(16, 0)
 
 
 def test_a_chunk_the_pass_refuses_names_the_reason(model_dir, capsys):
