@@ -197,7 +197,7 @@ _METHODS = [
     Method("ada-snapkv-gqa-mean-k15", {"gqa": "mean", "kernel": 15, "budget": "adaptive"},
            "Ada-KV's shared budget with the rewrite's defaults (gqa mean, kernel 15)"),
     *(chunked(n) for n in (512, 1024, 2048)),
-    blocked(32),
+    blocked(16),
     Method("streaming", {"scoring": "recent"}, "StreamingLLM: 4 attention sinks and the "
            "most recent positions"),
     Method("random", {"scoring": "random"}, "uniformly drawn prefix positions plus the "

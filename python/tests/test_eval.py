@@ -127,14 +127,16 @@ def test_block_methods():
     from snapkv.cli import eval as cli_eval
 
     picked = cli_eval.method_list("block-32,block-16")
-    assert picked[0] is ev.METHODS["block-32"] and "block-16" not in ev.METHODS
-    assert picked[1].block == 16 and ev.method("block-0") is None
+    assert picked[1] is ev.METHODS["block-16"] and "block-32" not in ev.METHODS
+    assert picked[0].block == 32 and ev.method("block-0") is None
     # The select gets `block`; whole blocks fill at most the budget: C = 130 with W = 16
     # keeps 16 + 3 * 32 = 112 positions (block 32), 16 + 7 * 16 = 128 (block 16).
     compaction = picked[0].compaction(16, 130, 0)
     assert compaction.block == 32 and compaction.capacity == 112
     assert " block=32" in compaction.pass_options()
-    assert picked[1].compaction(16, 128, 0).capacity == 128
+    assert picked[1].compaction(16, 130, 0).capacity == 128
+    # `all` at the default budgets: L = 512, 1/16 leaves C - W = 16, one block of 16.
+    assert picked[1].capacity(16, 32) == 32
     assert picked[0].key(16, 0) != ev.METHODS["snapkv-gqa-mean-k15"].key(16, 0)
     assert picked[0].key(16, 0).replace(" block=32", "") == \
         ev.METHODS["snapkv-gqa-mean-k15"].key(16, 0)
