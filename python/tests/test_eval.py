@@ -157,7 +157,8 @@ def test_a_chunk_the_pass_refuses_names_the_reason(model_dir, capsys):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["snapkv", "snapkv-gqa-mean", "snapkv-order-score",
-                                  "streaming", "snapkv-w64", "pyramid-gqa-mean-k15"])
+                                  "streaming", "snapkv-w64", "pyramid-gqa-mean-k15",
+                                  "block-16"])
 def test_composition_is_the_rewritten_model(pipeline, name):
     """Shared prefill + the method's select + the rewritten decode == the method's rewritten
     model compiled whole: the same caches (bit for bit) and the same greedy tokens. The
@@ -183,11 +184,17 @@ def test_composition_is_the_rewritten_model(pipeline, name):
     assert tokens == whole.generate(sample.ids[None], steps)["tokens"]
     heads = 4 if method.options.get("gqa", "expand") == "expand" else 2
     compaction = method.compaction(ev.DEFAULT_WINDOW, capacity, 5)
-    capacities = reference.layer_capacities(compaction.budget, compaction.window, capacity,
-                                            len(kept), compaction.pyramid_beta)
+    # block-16 keeps 16 + 4 x 16 = 80 of the budget's 85 (whole blocks only).
+    capacities = reference.layer_capacities(compaction.budget, compaction.window,
+                                            compaction.capacity, len(kept),
+                                            compaction.pyramid_beta)
     assert [k.shape for k in kept] == [(1, heads, min(c, LENGTH)) for c in capacities]
     window = np.arange(LENGTH - ev.DEFAULT_WINDOW, LENGTH)
     assert all(np.isin(window, row).all() for k in kept for row in k[0])
+    if method.block > 1:  # P = 240 is whole blocks: each is kept entirely or not at all
+        for row in (row for k in kept for row in k[0]):
+            counts = np.bincount(row[row < LENGTH - ev.DEFAULT_WINDOW] // method.block)
+            assert set(counts.tolist()) <= {0, method.block}, row
 
 
 @pytest.mark.slow
