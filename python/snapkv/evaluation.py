@@ -102,7 +102,22 @@ class Method:
         AdaKVPress default, ``alpha_safeguard = 0.2`` of the head's ``C - W``."""
         return int(ADAPTIVE_FLOOR_SHARE * (capacity - self.window(window)))
 
+    @property
+    def block(self) -> int:
+        """Block-granular selection's block (1: single positions)."""
+        return (self.options or {}).get("block", 1)
+
+    def capacity(self, window: int, capacity: int) -> int:
+        """The capacity the method's selects get: `capacity`, except that a block method
+        keeps only whole blocks, so it gets the largest ``W + n * block`` not above it
+        (never more than the budget; the cache bytes measured are the smaller ones)."""
+        w = self.window(window)
+        if self.block == 1 or capacity <= w:
+            return capacity
+        return w + (capacity - w) // self.block * self.block
+
     def compaction(self, window: int, capacity: int, seed: int) -> hf.Compaction:
+        capacity = self.capacity(window, capacity)
         options = {**PUBLISHED, **(self.options or {})}
         options.pop("window", None)
         if self.adaptive:
@@ -124,12 +139,23 @@ class Method:
         return options.replace("capacity=0 ", "", 1)
 
 
+CHUNKED_PREFIX, BLOCK_PREFIX = "chunked-", "block-"
+
+
 def chunked(n: int) -> Method:
     """Chunked prefill with N-token chunks and the rewrite's defaults."""
     return Method(f"chunked-{n}", {"gqa": "mean", "kernel": 15, "chunk": n},
                   f"chunked prefill, {n} tokens a chunk, the cache compacted back to C after "
                   f"each (the rewrite's defaults: gqa mean, kernel 15); compare "
                   f"snapkv-gqa-mean-k15")
+
+
+def blocked(n: int) -> Method:
+    """Block-granular SnapKV: whole blocks of N positions, with the rewrite's defaults."""
+    return Method(f"{BLOCK_PREFIX}{n}", {"gqa": "mean", "kernel": 15, "block": n},
+                  f"SnapKV keeping whole blocks of {n} positions ranked by their summed "
+                  f"pooled votes (gqa mean, kernel 15; C rounded down to W + a multiple of "
+                  f"{n}); compare snapkv-gqa-mean-k15")
 
 
 _METHODS = [
@@ -171,6 +197,7 @@ _METHODS = [
     Method("ada-snapkv-gqa-mean-k15", {"gqa": "mean", "kernel": 15, "budget": "adaptive"},
            "Ada-KV's shared budget with the rewrite's defaults (gqa mean, kernel 15)"),
     *(chunked(n) for n in (512, 1024, 2048)),
+    blocked(16),
     Method("streaming", {"scoring": "recent"}, "StreamingLLM: 4 attention sinks and the "
            "most recent positions"),
     Method("streaming-gqa-mean", {"scoring": "recent", "gqa": "mean"}, "StreamingLLM with "
@@ -180,17 +207,18 @@ _METHODS = [
            "window (seeded with --seed)"),
 ]
 METHODS: Dict[str, Method] = {m.name: m for m in _METHODS}
-CHUNKED_PREFIX = "chunked-"
 
 
 def method(name: str) -> Optional[Method]:
-    """The method called `name`: one of :data:`METHODS`, or ``chunked-N`` for any chunk N >= 1
-    (the three in METHODS are the ones ``all`` runs); None for another name."""
+    """The method called `name`: one of :data:`METHODS`, ``chunked-N`` for any chunk N >= 1
+    or ``block-N`` for any block N >= 1 (the ones in METHODS are those ``all`` runs); None
+    for another name."""
     if name in METHODS:
         return METHODS[name]
-    digits = name[len(CHUNKED_PREFIX):] if name.startswith(CHUNKED_PREFIX) else ""
-    if digits.isascii() and digits.isdigit() and int(digits) >= 1:
-        return chunked(int(digits))
+    for prefix, make in ((CHUNKED_PREFIX, chunked), (BLOCK_PREFIX, blocked)):
+        digits = name[len(prefix):] if name.startswith(prefix) else ""
+        if digits.isascii() and digits.isdigit() and int(digits) >= 1:
+            return make(int(digits))
     return None
 
 
@@ -786,6 +814,12 @@ def check_jobs(jobs: List[Job], window: int, task, max_positions: Optional[int])
                             f"C={job.capacity}, not more than {job.method.name}'s window "
                             f"({job.method.window(window)}): the "
                             f"capacity counts the window; use a larger budget or length")
+        if not job.method.full and \
+                job.method.capacity(window, job.capacity) <= job.method.window(window):
+            raise EvalError(f"budget {fraction_text(job.budget)} of length {job.length} is "
+                            f"C={job.capacity}, which leaves less than one block of "
+                            f"{job.method.block} after {job.method.name}'s window "
+                            f"({job.method.window(window)}); use a larger budget or length")
 
 
 def evaluate(pipeline: Pipeline, lengths: Sequence[int], methods: Sequence[Method],

@@ -90,6 +90,8 @@ class Compaction:
     decode_interval: int = 0
     # What decode-time compression compacts back to (0: `capacity`).
     decode_capacity: int = 0
+    # Block-granular selection: whole blocks of `block` prefix positions (1: single ones).
+    block: int = 1
 
     @property
     def extends(self) -> bool:
@@ -115,6 +117,8 @@ class Compaction:
             options += f" decode-interval={self.decode_interval}"
         if self.decode_capacity:
             options += f" decode-capacity={self.decode_capacity}"
+        if self.block != 1:
+            options += f" block={self.block}"
         return options
 
 

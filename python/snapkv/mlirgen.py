@@ -43,6 +43,7 @@ class Case:
     scoring: Optional[str] = None
     sinks: Optional[int] = None
     seed: Optional[int] = None
+    block: Optional[int] = None
     # `snapkv.select_adaptive` instead (its `floor` clause when not None): results packed
     # [B, T, ...] with offsets [B, Hc + 1].
     adaptive: bool = False
@@ -56,7 +57,7 @@ class Case:
         """Keyword arguments of `reference.select` (defaults where a clause is omitted)."""
         given = dict(kernel=self.kernel, pooling=self.pooling, gqa=self.gqa,
                      order=self.order, scale=self.scale, scoring=self.scoring,
-                     sinks=self.sinks, seed=self.seed)
+                     sinks=self.sinks, seed=self.seed, block=self.block)
         return {name: value for name, value in given.items() if value is not None}
 
     def reference(self):
@@ -107,7 +108,7 @@ def select_op(case, q_t, k_t, result_shapes):
             clauses += f" {name} {getattr(case, name)}"
     if case.scale is not None:
         clauses += f" scale {float(case.scale):.17e}"
-    for name in ("scoring", "sinks", "seed"):
+    for name in ("scoring", "sinks", "seed", "block"):
         if getattr(case, name) is not None:
             clauses += f" {name} {getattr(case, name)}"
     kv_shape, idx_shape, *offsets_shape = result_shapes

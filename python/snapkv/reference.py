@@ -28,7 +28,8 @@ class Selection:
 
 
 def select(q, k, v, window, capacity, kernel=5, pooling="avg", gqa="expand",
-           order="position", scale=None, dtype=None, scoring="votes", sinks=None, seed=0):
+           order="position", scale=None, dtype=None, scoring="votes", sinks=None, seed=0,
+           block=1):
     """SnapKV selection of q [B,Hq,W,D] over k, v [B,Hkv,L,D].
 
     Arrays are float32 or float16; bf16 arrays are uint16 bit patterns with dtype="bf16".
@@ -37,7 +38,12 @@ def select(q, k, v, window, capacity, kernel=5, pooling="avg", gqa="expand",
     `scoring` replaces the ranking for comparisons (as `snapkv.select`'s clause does):
     "prefix_votes" leaves the window columns out of the softmax denominator; "recent"
     keeps `sinks` leading positions and the most recent ones; "random" ranks by
-    `random_keys(seed, ...)`. For "recent"/"random", votes and pooled hold those keys."""
+    `random_keys(seed, ...)`. For "recent"/"random", votes and pooled hold those keys.
+
+    `block` > 1 ranks blocks of `block` consecutive prefix positions (from position 0, the
+    last one possibly shorter) by the sum of their pooled scores: `pooled` then holds, at
+    every position, its block's sum (`block_sums`), and the top `capacity - window`
+    positions of that are kept (whole blocks; docs/semantics.md)."""
     q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
     elem = _validate(q, k, v, window, capacity, kernel, pooling, gqa, order, scale, dtype)
     if scoring not in SCORINGS:
@@ -48,6 +54,7 @@ def select(q, k, v, window, capacity, kernel=5, pooling="avg", gqa="expand",
         raise ValueError(f"sinks must be between 0 and capacity - window, got {sinks}")
     if scoring == "random" and seed < 0:
         raise ValueError(f"seed must be non-negative, got {seed}")
+    _validate_block(block, window, capacity, scoring)
     batch, q_heads, _, dim = q.shape
     kv_heads, length = k.shape[1], k.shape[2]
     group = q_heads // kv_heads
@@ -65,7 +72,7 @@ def select(q, k, v, window, capacity, kernel=5, pooling="avg", gqa="expand",
             per_query_head = window_votes(to_float64(q, elem), to_float64(k, elem), s,
                                           prefix_only=scoring == "prefix_votes")
             votes = aggregate(per_query_head, gqa, kv_heads)
-            pooled = pool(votes, kernel, pooling)
+            pooled = block_sums(pool(votes, kernel, pooling), block)
         elif scoring == "recent":
             position = np.arange(prefix, dtype=np.float64)
             votes = np.broadcast_to(np.where(position < sinks, np.inf, position),
@@ -319,6 +326,29 @@ def pool(scores, kernel, pooling):
     fill = 0.0 if pooling == "avg" else -np.inf
     windows = sliding_window_view(np.pad(scores, pad, constant_values=fill), kernel, axis=-1)
     return windows.sum(axis=-1) / kernel if pooling == "avg" else windows.max(axis=-1)
+
+
+def block_sums(scores, block):
+    """Each position of the last axis replaced by the sum of its block: blocks of `block`
+    consecutive positions from position 0, the last one shorter when `block` does not divide
+    the length. `block` 1 returns the scores unchanged."""
+    if block == 1 or scores.shape[-1] == 0:
+        return scores
+    length = scores.shape[-1]
+    blocks = -(-length // block)
+    pad = [(0, 0)] * (scores.ndim - 1) + [(0, blocks * block - length)]
+    sums = np.pad(scores, pad).reshape(*scores.shape[:-1], blocks, block).sum(axis=-1)
+    return np.repeat(sums, block, axis=-1)[..., :length]
+
+
+def _validate_block(block, window, capacity, scoring):
+    if isinstance(block, bool) or not isinstance(block, numbers.Integral) or block < 1:
+        raise ValueError(f"block must be an integer >= 1, got {block!r}")
+    if block != 1 and scoring not in ("votes", "prefix_votes"):
+        raise ValueError(f"block only applies to scoring votes or prefix_votes, got {scoring!r}")
+    if (capacity - window) % block:
+        raise ValueError(f"block ({block}) must divide capacity - window "
+                         f"({capacity - window} = {capacity} - {window})")
 
 
 def rank(scores):

@@ -102,6 +102,10 @@ def test_no_command_prints_usage():
     (["generate", "--prompt", "1 2", "--prompt-len", "4"], 2, "not allowed with argument"),
     (["generate", "--window", "8", "--capacity", "8"], 1,
      "--capacity (8) must be greater than --window (8)"),
+    (["generate", "--window", "8", "--capacity", "30", "--block", "4"], 1,
+     "--block (4) must divide --capacity - --window (22 = 30 - 8)"),
+    (["generate", "--block", "2", "--budget", "pyramid"], 1, "--block needs --budget uniform"),
+    (["generate", "--block", "0"], 2, "--block must be >= 1"),
     (["ledger", "--prompt-length", "zero"], 2, "the prompt length must be an integer"),
     (["visualize"], 2, "the following arguments are required: --out"),
     (["visualize", "--out", "/tmp/x", "--layers", "a"], 2, "--layers takes layer numbers"),
@@ -272,6 +276,23 @@ def test_cli_defaults_are_the_pass_defaults():
     if help_text:
         section = help_text.split("--snapkv-compress-kv-cache")[1][:8000]
         assert re.search(r"--window=<long>\s+- Observation window", section)
+
+
+def test_block_reaches_the_rewrite():
+    """--block B: the pass option, and so `block B` on every select the rewrite writes."""
+    args = cli.build_parser().parse_args(["generate", "--window", "8", "--capacity", "24",
+                                          "--block", "4"])
+    options = common.pass_options(args, False, "")
+    assert " block=4" in options and "whole blocks of 4" in common.describe_options(args)
+    assert " block=" not in common.pass_options(cli.build_parser().parse_args(["generate"]),
+                                                False, "")
+    needs_opt()
+    fixture = common.models_dir() / common.FIXTURE
+    rewritten = subprocess.run([str(snapkv_opt()), str(fixture),
+                                f"--snapkv-compress-kv-cache={options}"], capture_output=True,
+                               text=True, check=True).stdout
+    selects = [s for f in interface.describe(rewritten).functions.values() for s in f.selects]
+    assert selects and all(s["block"] == 4 for s in selects), selects
 
 
 @pytest.mark.parametrize("command, length, extra, message", [

@@ -89,7 +89,8 @@ def draw_case(rng, config, zero_queries=False, duplicates=0):
                 c["window"], c["capacity"], kernel=c["kernel"], pooling=c["pooling"],
                 gqa=c["gqa"], order=c["order"], scale=c["scale"],
                 dtype="bf16" if elem == "bf16" else None, dynamic=c["dynamic"],
-                scoring=c.get("scoring"), sinks=c.get("sinks"), seed=c.get("seed"))
+                scoring=c.get("scoring"), sinks=c.get("sinks"), seed=c.get("seed"),
+                block=c.get("block"))
 
 
 def separated_case(rng, make_config, **draw):
@@ -223,6 +224,98 @@ def test_exact_ties_go_to_lower_position():
         tied += bool((ranked[..., keep - 1] == ranked[..., keep]).any())
     assert tied >= TIE_CASES // 2, f"only {tied} cases tie at the top-k boundary"
     check(cases)
+
+
+# Block-granular selection (`block B`, docs/semantics.md "Blocks"): blocks of B positions
+# rank by their summed pooled scores. Random shapes with C - W a multiple of B, a short last
+# block in most, exact ties between blocks (all-zero queries), and prompts whose short last
+# block wins, so that the next block is cut.
+BLOCK_CASES = 12
+BLOCK_TIE_CASES = 4
+BLOCK_CUT_CASES = 3
+
+
+def block_config(rng):
+    config = draw_config(rng)
+    block = int(rng.integers(2, 6))
+    window = config["window"]
+    capacity = window + block * int(rng.integers(1, 4))
+    kind = rng.choice(["long", "long", "long", "equal", "short"])
+    length = {"long": capacity + int(rng.integers(1, 25)), "equal": capacity,
+              "short": int(rng.integers(window, capacity))}[kind]
+    config.update(block=block, capacity=capacity, length=length,
+                  scoring=[None, "prefix_votes"][int(rng.integers(2))], sinks=None, seed=None)
+    return config
+
+
+def block_case(n):
+    return separated_case(np.random.default_rng([SEED, 3, n]), block_config)
+
+
+def block_tie_case(n):
+    def long_block(rng):
+        config = block_config(rng)
+        config["length"] = config["capacity"] + config["block"] * int(rng.integers(2, 5))
+        return config
+    return separated_case(np.random.default_rng([SEED, 4, n]), long_block, zero_queries=True)
+
+
+def block_cut_case(n):
+    """A prompt whose last prefix positions (the short last block) draw nearly all votes:
+    kept whole, it leaves slots that go to the lowest positions of the next block."""
+    rng = np.random.default_rng([SEED, 5, n])
+    while True:
+        config = block_config(rng)
+        block, keep = config["block"], config["capacity"] - config["window"]
+        prefix = keep + block + int(rng.integers(1, block))  # P mod B != 0, P > C - W
+        config.update(length=prefix + config["window"], kernel=1, pooling=None,
+                      scoring=None, elem="f32")
+        case = draw_case(rng, config)
+        short = prefix % block
+        case.k[:, :, prefix - short:prefix] = 0
+        case.k[:, :, prefix - short:prefix, 0] = 8.0
+        case.q[..., 0] = np.abs(case.q[..., 0]) + 1.0
+        if decisive_scores_separated(case.reference(), case):
+            return case
+
+
+def test_block_cases_are_what_they_claim():
+    cases = [block_case(n) for n in range(BLOCK_CASES)]
+    selected = [c for c in cases if c.k.shape[2] >= c.capacity]
+    assert sum((c.k.shape[2] - c.window) % c.block != 0 for c in selected) >= 3
+    assert {c.block for c in cases} == {2, 3, 4, 5}
+    assert any(c.dynamic for c in cases) and any(c.k.shape[2] < c.capacity for c in cases)
+    for case in [block_cut_case(n) for n in range(BLOCK_CUT_CASES)]:
+        prefix = case.k.shape[2] - case.window
+        kept = case.reference().indices[..., :case.capacity - case.window]
+        # The short last block is kept and the block cut is not a whole block.
+        assert (kept == prefix - 1).any(axis=-1).all()
+        assert ((kept // case.block == prefix // case.block - 1).sum(axis=-1)
+                < case.block).any()
+    for case in [block_tie_case(n) for n in range(BLOCK_TIE_CASES)]:
+        keep = case.capacity - case.window
+        ranked = np.sort(case.reference().pooled, axis=-1)[..., ::-1]
+        assert (ranked[..., keep - 1] == ranked[..., keep]).any()
+
+
+@pytest.fixture(scope="module")
+def block_cases():
+    # One batch of cases (one compile) per test.
+    return [block_case(n) for n in range(BLOCK_CASES)] + \
+        [block_tie_case(n) for n in range(BLOCK_TIE_CASES)] + \
+        [block_cut_case(n) for n in range(BLOCK_CUT_CASES)]
+
+
+def test_blocks_match_reference(block_cases):
+    check(block_cases)
+
+
+def test_gpu_kernels_blocks_match_reference(block_cases):
+    # The block sums are one more op of the pooling's GPU kernel: a few shapes, ties and
+    # cut blocks (block.mlir runs the hand-checked example through the same kernels).
+    ties = BLOCK_CASES + BLOCK_TIE_CASES
+    check(block_cases[:6] + block_cases[BLOCK_CASES:BLOCK_CASES + 2] + block_cases[ties:ties + 2],
+          GPU_EMULATION)
 
 
 # Long prompts: every block and every thread of the GPU layout handles several positions

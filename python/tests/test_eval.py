@@ -82,6 +82,7 @@ def run_cli(argv, capsys):
     (["--methods", "stremaing"], "did you mean 'streaming'?"),
     (["--methods", "chunked-0"], "chunked-N for any chunk N >= 1"),
     (["--methods", "chunked-1k"], "chunked-N for any chunk N >= 1"),
+    (["--methods", "block-x"], "block-N for any block N >= 1"),
     (["--budgets", "2"], "not a fraction of the prompt in (0, 1)"),
     (["--budgets", "1/x"], "fractions like 1/8"),
     (["--lengths", "abc"], "integers like 512,1024"),
@@ -122,6 +123,25 @@ def test_methods_all_and_budget_parsing():
     assert [ev.method(n) for n in ("chunked-", "chunked--1", "chunked-٣", "x")] == [None] * 4
 
 
+def test_block_methods():
+    from snapkv.cli import eval as cli_eval
+
+    picked = cli_eval.method_list("block-32,block-16")
+    assert picked[1] is ev.METHODS["block-16"] and "block-32" not in ev.METHODS
+    assert picked[0].block == 32 and ev.method("block-0") is None
+    # The select gets `block`; whole blocks fill at most the budget: C = 130 with W = 16
+    # keeps 16 + 3 * 32 = 112 positions (block 32), 16 + 7 * 16 = 128 (block 16).
+    compaction = picked[0].compaction(16, 130, 0)
+    assert compaction.block == 32 and compaction.capacity == 112
+    assert " block=32" in compaction.pass_options()
+    assert picked[1].compaction(16, 130, 0).capacity == 128
+    # `all` at the default budgets: L = 512, 1/16 leaves C - W = 16, one block of 16.
+    assert picked[1].capacity(16, 32) == 32
+    assert picked[0].key(16, 0) != ev.METHODS["snapkv-gqa-mean-k15"].key(16, 0)
+    assert picked[0].key(16, 0).replace(" block=32", "") == \
+        ev.METHODS["snapkv-gqa-mean-k15"].key(16, 0)
+
+
 def test_a_chunk_the_pass_refuses_names_the_reason(model_dir, capsys):
     """A chunk below the window (the pass's option error) reaches the user as the pass's own
     diagnostic, not only as the command that failed."""
@@ -137,7 +157,8 @@ def test_a_chunk_the_pass_refuses_names_the_reason(model_dir, capsys):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["snapkv", "snapkv-gqa-mean", "snapkv-order-score",
-                                  "streaming", "snapkv-w64", "pyramid-gqa-mean-k15"])
+                                  "streaming", "snapkv-w64", "pyramid-gqa-mean-k15",
+                                  "block-16"])
 def test_composition_is_the_rewritten_model(pipeline, name):
     """Shared prefill + the method's select + the rewritten decode == the method's rewritten
     model compiled whole: the same caches (bit for bit) and the same greedy tokens. The
@@ -163,11 +184,17 @@ def test_composition_is_the_rewritten_model(pipeline, name):
     assert tokens == whole.generate(sample.ids[None], steps)["tokens"]
     heads = 4 if method.options.get("gqa", "expand") == "expand" else 2
     compaction = method.compaction(ev.DEFAULT_WINDOW, capacity, 5)
-    capacities = reference.layer_capacities(compaction.budget, compaction.window, capacity,
-                                            len(kept), compaction.pyramid_beta)
+    # block-16 keeps 16 + 4 x 16 = 80 of the budget's 85 (whole blocks only).
+    capacities = reference.layer_capacities(compaction.budget, compaction.window,
+                                            compaction.capacity, len(kept),
+                                            compaction.pyramid_beta)
     assert [k.shape for k in kept] == [(1, heads, min(c, LENGTH)) for c in capacities]
     window = np.arange(LENGTH - ev.DEFAULT_WINDOW, LENGTH)
     assert all(np.isin(window, row).all() for k in kept for row in k[0])
+    if method.block > 1:  # P = 240 is whole blocks: each is kept entirely or not at all
+        for row in (row for k in kept for row in k[0]):
+            counts = np.bincount(row[row < LENGTH - ev.DEFAULT_WINDOW] // method.block)
+            assert set(counts.tolist()) <= {0, method.block}, row
 
 
 @pytest.mark.slow

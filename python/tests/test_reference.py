@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from snapkv import bf16_to_f32, f32_to_bf16, select
-from snapkv.reference import pool, rank
+from snapkv.reference import block_sums, pool, rank
 
 
 def from_weights(table, values=None):
@@ -49,6 +49,44 @@ def test_worked_example():
     # The top three pooled scores are already in position order.
     scored = select(q, k, v, window=2, capacity=5, kernel=3, order="score")
     assert scored.indices.tolist() == [[[2, 3, 4, 6, 7]]]
+
+
+def test_blocks_of_the_worked_example():
+    """docs/semantics.md "Blocks" on the worked example (test/Integration/CPU/block.mlir)."""
+    q, k, v = worked_example()
+    pooled = np.array([128, 588, 1045, 1019, 610, 102]) / (650 * 3)
+    two = select(q, k, v, window=2, capacity=6, kernel=3, block=2)
+    sums = np.repeat([pooled[0:2].sum(), pooled[2:4].sum(), pooled[4:6].sum()], 2)
+    np.testing.assert_allclose(two.pooled[0, 0], sums, rtol=1e-6)
+    assert two.indices.tolist() == [[[0, 1, 2, 3, 6, 7]]]
+    assert select(q, k, v, window=2, capacity=6, kernel=3, block=2,
+                  order="score").indices.tolist() == [[[2, 3, 0, 1, 6, 7]]]
+    assert select(q, k, v, window=2, capacity=5, kernel=3, block=3).indices.tolist() == \
+        [[[0, 1, 2, 6, 7]]]
+    # block 1 is the selection without blocks.
+    assert select(q, k, v, window=2, capacity=5, kernel=3, block=1).indices.tolist() == \
+        [[[2, 3, 4, 6, 7]]]
+
+
+def test_block_sums_short_last_block_and_nan():
+    scores = np.array([[1.0, 2.0, 3.0, 4.0, 5.0], [1.0, np.nan, 0.0, 0.0, 2.0]])
+    np.testing.assert_array_equal(block_sums(scores, 2)[0], [3, 3, 7, 7, 5])
+    assert np.isnan(block_sums(scores, 2)[1, :2]).all()
+    np.testing.assert_array_equal(block_sums(scores, 2)[1, 2:], [0, 0, 2])
+    np.testing.assert_array_equal(block_sums(scores, 8)[0], [15] * 5)
+    assert block_sums(scores, 1) is scores
+
+
+@pytest.mark.parametrize("block, scoring, message", [
+    (0, "votes", "block must be an integer >= 1, got 0"),
+    (2.0, "votes", "block must be an integer >= 1, got 2.0"),
+    (4, "votes", "block (4) must divide capacity - window (6 = 8 - 2)"),
+    (2, "recent", "block only applies to scoring votes or prefix_votes"),
+])
+def test_block_errors(block, scoring, message):
+    q, k, v = worked_example()
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        select(q, k, v, window=2, capacity=8, block=block, scoring=scoring)
 
 
 def test_counter_example_full_softmax_denominator():

@@ -113,6 +113,7 @@ module attributes {snapkv.refusal = {function = "prefill", message = "m", reason
 // CHECK:            "name": "layer",
 // CHECK:            "selects": [
 // CHECK-NEXT:         {
+// CHECK-NEXT:           "block": 1,
 // CHECK-NEXT:           "capacity": 4,
 // CHECK-NEXT:           "gqa": "mean",
 // CHECK-NEXT:           "kernel": 5,
@@ -120,7 +121,7 @@ module attributes {snapkv.refusal = {function = "prefill", message = "m", reason
 // CHECK-NEXT:           "operands": [
 // CHECK:                "order": "position",
 // CHECK-NEXT:           "pooling": "avg",
-// CHECK-NEXT:           "properties": "{capacity = 4 : i64, gqa = #snapkv<gqa mean>, kernel = 5 : i64, order = #snapkv<order position>, pooling = #snapkv<pooling avg>, scale = 5.000000e-01 : f32, scoring = #snapkv<scoring votes>, window = 2 : i64}",
+// CHECK-NEXT:           "properties": "{block = 1 : i64, capacity = 4 : i64, gqa = #snapkv<gqa mean>, kernel = 5 : i64, order = #snapkv<order position>, pooling = #snapkv<pooling avg>, scale = 5.000000e-01 : f32, scoring = #snapkv<scoring votes>, window = 2 : i64}",
 // CHECK-NEXT:           "results": [
 // CHECK:                    "text": "tensor<1x2x?xi64>"
 // CHECK:                "scale": 0.5,

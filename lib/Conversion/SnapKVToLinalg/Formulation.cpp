@@ -47,6 +47,7 @@ SelectShape SelectShape::get(SelectOp op) {
       op.getKernel(), op.getPooling(), op.getGqa(), op.getEffectiveScale());
   s.capacity = op.getCapacity();
   s.keep = s.capacity - s.window;
+  s.block = op.getBlock();
   s.order = op.getOrder();
   s.scoring = op.getScoring();
   s.sinks = op.getEffectiveSinks();
@@ -60,6 +61,7 @@ SelectShape SelectShape::get(ScoreOp op) {
       op.getKernel(), op.getPooling(), op.getGqa(), op.getEffectiveScale());
   s.capacity = s.window + 1;
   s.keep = 1;
+  s.block = op.getBlock();
   s.order = Order::position;
   s.scoring = op.getScoring();
   s.sinks = s.seed = 0;

@@ -34,6 +34,8 @@ struct SelectShape {
   /// Heads of the selection: Hq for gqa expand, Hkv otherwise.
   int64_t heads;
   int64_t capacity, keep, kernel;
+  /// Prefix positions per ranked block (1: each position on its own).
+  int64_t block = 1;
   PoolingKind pooling;
   GqaPolicy gqa;
   Order order;
@@ -233,6 +235,8 @@ private:
   Value votesPerHead(Value queries, Value keys, Value length, Value prefix);
   /// Pooled scores over the chunk-padded prefix: [B, Hc, Pp].
   Value pool(Value votes, Value prefix, OpFoldResult paddedPrefix);
+  /// `block > 1`: each position's score is its block's sum of `pooled`.
+  Value blockSums(Value pooled, Value prefix, OpFoldResult paddedPrefix);
 
   // --- selection ------------------------------------------------------------
   Value orderKeys(Value pooled, Value prefix);

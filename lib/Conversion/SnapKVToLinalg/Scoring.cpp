@@ -538,17 +538,60 @@ Value Formulation::pool(Value votesT, Value prefix,
         linalg::YieldOp::create(nb, l, ValueRange{r});
       });
   group(poolOp, 2);
-  if (!avg)
-    return poolOp.getResult(0);
-  float k = static_cast<float>(s.kernel);
-  auto divOp = generic(
-      init.getType(), {poolOp.getResult(0)}, {empty(shape, f32)},
-      {map(3, {0, 1, 2}), map(3, {0, 1, 2})}, {par, par, par},
-      [k](OpBuilder &nb, Location l, ValueRange args) {
-        linalg::YieldOp::create(nb, l,
-                                ValueRange{arith::DivFOp::create(
-                                    nb, l, args[0], constF32(nb, l, k))});
+  Value pooled = poolOp.getResult(0);
+  if (avg) {
+    float k = static_cast<float>(s.kernel);
+    auto divOp = generic(
+        init.getType(), {pooled}, {empty(shape, f32)},
+        {map(3, {0, 1, 2}), map(3, {0, 1, 2})}, {par, par, par},
+        [k](OpBuilder &nb, Location l, ValueRange args) {
+          linalg::YieldOp::create(nb, l,
+                                  ValueRange{arith::DivFOp::create(
+                                      nb, l, args[0], constF32(nb, l, k))});
+        });
+    group(divOp, 2);
+    pooled = divOp.getResult(0);
+  }
+  return s.block == 1 ? pooled : blockSums(pooled, prefix, paddedPrefixLen);
+}
+
+/// Every position of [0, Pp) carries the sum of the pooled scores of its
+/// block [n*B, min((n+1)*B, P)), summed in position order: one reduction
+/// over the block's B offsets, reading the (zero-padded) scores at
+/// (j floordiv B) * B + r and masking positions past the prefix. One
+/// structured op, so that GPU blocks distribute it like the pooling.
+Value Formulation::blockSums(Value pooled, Value prefix,
+                             OpFoldResult paddedPrefixLen) {
+  int64_t block = s.block;
+  Value source = tensor::PadOp::create(
+      b, loc, Type(), pooled, ArrayRef<OpFoldResult>{ofr(0), ofr(0), ofr(0)},
+      ArrayRef<OpFoldResult>{ofr(0), ofr(0), ofr(block - 1)}, cF32(0.0f));
+  AffineExpr d0 = b.getAffineDimExpr(0), d1 = b.getAffineDimExpr(1),
+             d2 = b.getAffineDimExpr(2), d3 = b.getAffineDimExpr(3);
+  AffineMap blockMap = AffineMap::get(
+      4, 0, {d0, d1, d2.floorDiv(block) * block + d3}, b.getContext());
+  Value offsets = empty({ofr(block)}, f32);
+  Value init =
+      filled({ofr(s.batch), ofr(s.heads), paddedPrefixLen}, f32, cF32(0.0f));
+  Value prefix32 = arith::IndexCastOp::create(b, loc, i32, prefix);
+  auto sumOp = generic(
+      init.getType(), {source, offsets}, {init},
+      {blockMap, map(4, {3}), map(4, {0, 1, 2})}, {par, par, par, red},
+      [=](OpBuilder &nb, Location l, ValueRange args) {
+        Value j = linalg::IndexOp::create(nb, l, 2);
+        Value r = linalg::IndexOp::create(nb, l, 3);
+        Value width = arith::ConstantIndexOp::create(nb, l, block);
+        Value start = arith::MulIOp::create(
+            nb, l, arith::DivUIOp::create(nb, l, j, width), width);
+        Value position = arith::IndexCastOp::create(
+            nb, l, nb.getI32Type(), arith::AddIOp::create(nb, l, start, r));
+        Value inside = arith::CmpIOp::create(nb, l, arith::CmpIPredicate::slt,
+                                             position, prefix32);
+        Value x = arith::SelectOp::create(nb, l, inside, args[0],
+                                          constF32(nb, l, 0.0f));
+        linalg::YieldOp::create(
+            nb, l, ValueRange{arith::AddFOp::create(nb, l, args[2], x)});
       });
-  group(divOp, 2);
-  return divOp.getResult(0);
+  group(sumOp, 2);
+  return sumOp.getResult(0);
 }

@@ -26,7 +26,7 @@ FIXTURE = "tiny_llama_dynamic.mlir"
 # method's 5 and expand: docs/eval.md, "The defaults"); the demo passes its small sizes.
 DEFAULTS = dict(window=32, capacity=1024, kernel=15, pooling="avg", gqa="mean",
                 order="position", budget="uniform", pyramid_beta=20, floor=0, chunk=0,
-                decode_interval=0, decode_capacity=0)
+                decode_interval=0, decode_capacity=0, block=1)
 DEFAULT_PROMPT_LENGTH, DEFAULT_STEPS, DEFAULT_SEED = 96, 16, 0
 INT64_MAX = 2 ** 63 - 1
 FRONTEND_PACKAGES = {"torch": "torch", "transformers": "transformers", "torch_mlir": "torch-mlir"}
@@ -271,6 +271,8 @@ def pass_options(args, strict: bool, text: str = "") -> str:
         options += f" budget=adaptive floor={args.floor}"
     elif args.budget != "uniform":
         options += f" budget={args.budget} pyramid-beta={args.pyramid_beta}"
+    if getattr(args, "block", 1) != 1:
+        options += f" block={args.block}"
     layers = layer_functions(text) if text else None
     prefill = getattr(args, "prefill_func", None)
     decode = getattr(args, "decode_func", None)
@@ -310,6 +312,8 @@ def describe(options: dict) -> str:
         if options["budget"] == "adaptive" else \
         f", budget {options['budget']} (beta {options['pyramid_beta']}; capacity is the " \
         f"layers' mean)"
+    if options.get("block", 1) != 1:
+        budget += f", whole blocks of {options['block']} positions"
     chunk = f", chunked prefill ({options['chunk']} tokens a chunk)" \
         if options.get("chunk") else ""
     if options.get("decode_interval"):
@@ -533,6 +537,13 @@ def compaction_parent(strict: bool = False) -> argparse.ArgumentParser:
                        help="with --decode-interval: compact back to M rows (M > W) instead of "
                             "C, so that decoding holds at most M + K rows per head once it "
                             "compacted. 0 (the default): C")
+    group.add_argument("--block", type=int_in(1, "--block"), default=DEFAULTS["block"],
+                       metavar="B",
+                       help="block-granular selection: keep whole blocks of B consecutive "
+                            "prefix positions, ranked by the sum of their pooled scores "
+                            "(docs/semantics.md, \"Blocks\"); C - W (and M - W with "
+                            "--decode-capacity M) must be a multiple of B; needs --budget "
+                            "uniform. 1 (the default): single positions")
     if strict:
         group.add_argument("--strict", action="store_true",
                            help="a module the rewrite does not recognise with certainty is "
@@ -616,6 +627,17 @@ def check_window_capacity(args):
     if decode_capacity and decode_capacity <= args.window:
         raise CLIError(f"--decode-capacity ({decode_capacity}) must be greater than --window "
                        f"({args.window}): the generated window is always kept")
+    block = getattr(args, "block", 1)
+    if block != 1:
+        if getattr(args, "budget", "uniform") != "uniform":
+            raise CLIError("--block needs --budget uniform (a per-layer or per-head budget "
+                           "need not be a multiple of the block)")
+        for name, kept in (("--capacity", args.capacity), ("--decode-capacity",
+                                                           decode_capacity)):
+            if kept and (kept - args.window) % block:
+                raise CLIError(f"--block ({block}) must divide {name} - --window "
+                               f"({kept - args.window} = {kept} - {args.window}): whole "
+                               f"blocks fill the kept prefix")
     for name, value in (("--chunk", chunk), ("--decode-interval",
                                              getattr(args, "decode_interval", 0))):
         if value and args.gqa == "expand":

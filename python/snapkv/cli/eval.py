@@ -151,7 +151,7 @@ def method_list(value: str):
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise argparse.ArgumentTypeError(
                 f"unknown method {name!r}{hint} (choose from {', '.join(ev.METHODS)}, "
-                f"chunked-N for any chunk N >= 1, or all)")
+                f"chunked-N for any chunk N >= 1, block-N for any block N >= 1, or all)")
         if chosen not in out:
             out.append(chosen)
     return out

@@ -25,6 +25,21 @@ func.func @long(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tensor<1x
 
 // -----
 
+// `block` goes to the score (its pooled result holds the block sums); the
+// top positions then take whole blocks by themselves.
+// CHECK-LABEL: func.func @blocks
+// CHECK: %{{.*}}, %[[POOLED:.*]] = snapkv.score %{{.*}}, %{{.*}} window 2 block 4 outs(
+// CHECK: snapkv.top_positions %[[POOLED]] window 2 capacity 10 outs(
+func.func @blocks(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tensor<1x2x16x8xf32>)
+    -> (tensor<1x4x10x8xf32>, tensor<1x4x10x8xf32>, tensor<1x4x10xi64>) {
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 10 block 4
+      : (tensor<1x4x2x8xf32>, tensor<1x2x16x8xf32>, tensor<1x2x16x8xf32>)
+      -> (tensor<1x4x10x8xf32>, tensor<1x4x10x8xf32>, tensor<1x4x10xi64>)
+  return %a, %b, %c : tensor<1x4x10x8xf32>, tensor<1x4x10x8xf32>, tensor<1x4x10xi64>
+}
+
+// -----
+
 // A static prompt shorter than the capacity: the bypass keeps every
 // position, gathered through the index tensor 0 .. L-1.
 // CHECK-LABEL: func.func @short

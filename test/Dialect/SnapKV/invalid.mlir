@@ -340,6 +340,49 @@ func.func @negative_seed(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: t
 
 // -----
 
+// whole blocks must fill the kept prefix (capacity - window)
+func.func @block_not_dividing(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tensor<1x2x16x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op block (4) must divide capacity - window (6 = 8 - 2)}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 8 block 4 : (tensor<1x4x2x8xf32>, tensor<1x2x16x8xf32>, tensor<1x2x16x8xf32>) -> (tensor<1x4x8x8xf32>, tensor<1x4x8x8xf32>, tensor<1x4x8xi64>)
+  return
+}
+
+// -----
+
+// a block larger than capacity - window cannot be kept
+func.func @block_above_capacity(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tensor<1x2x16x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op block (8) must divide capacity - window (3 = 5 - 2)}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 block 8 : (tensor<1x4x2x8xf32>, tensor<1x2x16x8xf32>, tensor<1x2x16x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
+  return
+}
+
+// -----
+
+func.func @block_zero(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tensor<1x2x16x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op block must be at least 1, got 0}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 block 0 : (tensor<1x4x2x8xf32>, tensor<1x2x16x8xf32>, tensor<1x2x16x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
+  return
+}
+
+// -----
+
+// blocks sum pooled votes; recent and random have none
+func.func @block_recent(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tensor<1x2x16x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op 'block' only applies to scoring votes or prefix_votes}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 6 scoring recent block 2 : (tensor<1x4x2x8xf32>, tensor<1x2x16x8xf32>, tensor<1x2x16x8xf32>) -> (tensor<1x4x6x8xf32>, tensor<1x4x6x8xf32>, tensor<1x4x6xi64>)
+  return
+}
+
+// -----
+
+func.func @score_block_zero(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %vi: tensor<1x4x6xf32>, %pi: tensor<1x4x6xf32>) {
+  // expected-error @+1 {{'snapkv.score' op block must be at least 1, got -2}}
+  %v, %p = snapkv.score %q, %k window 2 block -2 outs(%vi, %pi : tensor<1x4x6xf32>, tensor<1x4x6xf32>) : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x6xf32>, tensor<1x4x6xf32>)
+  return
+}
+
+// -----
+
 // counters and ranks are i32: a static prompt of 2^31 - 1 positions or more
 // is rejected (a dynamic one is checked at run time)
 func.func @huge_prompt(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x2147483647x8xf32>, %v: tensor<1x2x2147483647x8xf32>) {

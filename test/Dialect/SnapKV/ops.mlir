@@ -9,7 +9,7 @@
 // CHECK-SAME: (tensor<1x32x32x128xf16>, tensor<1x8x?x128xf16>, tensor<1x8x?x128xf16>) -> (tensor<1x32x?x128xf16>, tensor<1x32x?x128xf16>, tensor<1x32x?xi64>)
 // GENERIC-LABEL: sym_name = "defaults"
 // Enums are dialect attributes: named, not numbered, in the generic form.
-// GENERIC: "snapkv.select"(%{{.*}}, %{{.*}}, %{{.*}}) <{capacity = 1024 : i64, gqa = #snapkv<gqa expand>, kernel = 5 : i64, order = #snapkv<order position>, pooling = #snapkv<pooling avg>, scoring = #snapkv<scoring votes>, window = 32 : i64}>
+// GENERIC: "snapkv.select"(%{{.*}}, %{{.*}}, %{{.*}}) <{block = 1 : i64, capacity = 1024 : i64, gqa = #snapkv<gqa expand>, kernel = 5 : i64, order = #snapkv<order position>, pooling = #snapkv<pooling avg>, scoring = #snapkv<scoring votes>, window = 32 : i64}>
 func.func @defaults(%q: tensor<1x32x32x128xf16>, %k: tensor<1x8x?x128xf16>, %v: tensor<1x8x?x128xf16>)
     -> (tensor<1x32x?x128xf16>, tensor<1x32x?x128xf16>, tensor<1x32x?xi64>) {
   %ko, %vo, %idx = snapkv.select %q, %k, %v window 32 capacity 1024 kernel 5 pooling avg gqa expand order position
@@ -23,7 +23,7 @@ func.func @defaults(%q: tensor<1x32x32x128xf16>, %k: tensor<1x8x?x128xf16>, %v: 
 // CHECK: snapkv.select %{{.*}}, %{{.*}}, %{{.*}} window 2 capacity 5 kernel 3 pooling max gqa mean order score scale 2.500000e-01 :
 // CHECK-SAME: (tensor<2x4x2x8xbf16>, tensor<2x2x16x8xbf16>, tensor<2x2x16x8xbf16>) -> (tensor<2x2x5x8xbf16>, tensor<2x2x5x8xbf16>, tensor<2x2x5xi64>)
 // GENERIC-LABEL: sym_name = "all_clauses"
-// GENERIC: "snapkv.select"(%{{.*}}, %{{.*}}, %{{.*}}) <{capacity = 5 : i64, gqa = #snapkv<gqa mean>, kernel = 3 : i64, order = #snapkv<order score>, pooling = #snapkv<pooling max>, scale = 2.500000e-01 : f32, scoring = #snapkv<scoring votes>, window = 2 : i64}>
+// GENERIC: "snapkv.select"(%{{.*}}, %{{.*}}, %{{.*}}) <{block = 1 : i64, capacity = 5 : i64, gqa = #snapkv<gqa mean>, kernel = 3 : i64, order = #snapkv<order score>, pooling = #snapkv<pooling max>, scale = 2.500000e-01 : f32, scoring = #snapkv<scoring votes>, window = 2 : i64}>
 func.func @all_clauses(%q: tensor<2x4x2x8xbf16>, %k: tensor<2x2x16x8xbf16>, %v: tensor<2x2x16x8xbf16>)
     -> (tensor<2x2x5x8xbf16>, tensor<2x2x5x8xbf16>, tensor<2x2x5xi64>) {
   %ko, %vo, %idx = snapkv.select %q, %k, %v window 2 capacity 5 kernel 3 pooling max gqa mean order score scale 0.25
@@ -44,6 +44,30 @@ func.func @short_prompt_gqa_max(%q: tensor<1x6x4x16xf32>, %k: tensor<1x2x10x16xf
   return %ko, %vo, %idx : tensor<1x2x10x16xf32>, tensor<1x2x10x16xf32>, tensor<1x2x10xi64>
 }
 
+// `block`: printed when not 1 (the default, omitted even when written).
+// CHECK-LABEL: func.func @blocks
+// CHECK: snapkv.select %{{.*}}, %{{.*}}, %{{.*}} window 2 capacity 10 kernel 3 block 4 :
+// CHECK: snapkv.select %{{.*}}, %{{.*}}, %{{.*}} window 2 capacity 10 :
+// CHECK: snapkv.score %{{.*}}, %{{.*}} window 2 block 4 outs(
+// GENERIC-LABEL: sym_name = "blocks"
+// GENERIC: "snapkv.select"(%{{.*}}, %{{.*}}, %{{.*}}) <{block = 4 : i64, capacity = 10 : i64,
+// GENERIC: "snapkv.score"(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) <{block = 4 : i64,
+func.func @blocks(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tensor<1x2x16x8xf32>)
+    -> (tensor<1x4x10xi64>, tensor<1x4x10xi64>, tensor<1x4x14xf32>) {
+  %ko, %vo, %idx = snapkv.select %q, %k, %v window 2 capacity 10 kernel 3 block 4
+      : (tensor<1x4x2x8xf32>, tensor<1x2x16x8xf32>, tensor<1x2x16x8xf32>)
+      -> (tensor<1x4x10x8xf32>, tensor<1x4x10x8xf32>, tensor<1x4x10xi64>)
+  %ko1, %vo1, %idx1 = snapkv.select %q, %k, %v window 2 capacity 10 block 1
+      : (tensor<1x4x2x8xf32>, tensor<1x2x16x8xf32>, tensor<1x2x16x8xf32>)
+      -> (tensor<1x4x10x8xf32>, tensor<1x4x10x8xf32>, tensor<1x4x10xi64>)
+  %vi = tensor.empty() : tensor<1x4x14xf32>
+  %pi = tensor.empty() : tensor<1x4x14xf32>
+  %sv, %sp = snapkv.score %q, %k window 2 block 4
+      outs(%vi, %pi : tensor<1x4x14xf32>, tensor<1x4x14xf32>)
+      : (tensor<1x4x2x8xf32>, tensor<1x2x16x8xf32>) -> (tensor<1x4x14xf32>, tensor<1x4x14xf32>)
+  return %idx, %idx1, %sp : tensor<1x4x10xi64>, tensor<1x4x10xi64>, tensor<1x4x14xf32>
+}
+
 // snapkv.score: votes and pooled scores over the P = L - W prefix positions.
 // CHECK-LABEL: func.func @score
 // CHECK: snapkv.score %{{.*}}, %{{.*}} window 2 kernel 3 pooling max gqa mean scale 5.000000e-01 outs(%{{.*}}, %{{.*}} : tensor<1x2x?xf32>, tensor<1x2x?xf32>) :
@@ -51,7 +75,7 @@ func.func @short_prompt_gqa_max(%q: tensor<1x6x4x16xf32>, %k: tensor<1x2x10x16xf
 // CHECK: snapkv.score %{{.*}}, %{{.*}} window 2 outs(
 // CHECK-SAME: -> (tensor<1x4x14xf32>, tensor<1x4x14xf32>)
 // GENERIC-LABEL: sym_name = "score"
-// GENERIC: "snapkv.score"(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) <{gqa = #snapkv<gqa mean>, kernel = 3 : i64, pooling = #snapkv<pooling max>, scale = 5.000000e-01 : f32, scoring = #snapkv<scoring votes>, window = 2 : i64}>
+// GENERIC: "snapkv.score"(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) <{block = 1 : i64, gqa = #snapkv<gqa mean>, kernel = 3 : i64, pooling = #snapkv<pooling max>, scale = 5.000000e-01 : f32, scoring = #snapkv<scoring votes>, window = 2 : i64}>
 func.func @score(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x?x8xf32>, %ks: tensor<1x2x16x8xf32>)
     -> (tensor<1x2x?xf32>, tensor<1x2x?xf32>, tensor<1x4x14xf32>, tensor<1x4x14xf32>) {
   %s1_c2 = arith.constant 2 : index

@@ -9,6 +9,8 @@
 // RUN: FileCheck %s --check-prefix=PTX < %t.isa.mlir
 // RUN: snapkv-opt %S/Inputs/selects.mlir --snapkv-gpu-pipeline="chip=sm_80 features=+ptx80 format=fatbin" | FileCheck %s --check-prefix=FATBIN
 // RUN: snapkv-opt %S/../CPU/adaptive.mlir --snapkv-gpu-pipeline="chip=sm_90 features=+ptx80 format=bin" | FileCheck %s --check-prefix=ADAPTIVE
+// RUN: snapkv-opt %S/../CPU/block.mlir --snapkv-gpu-pipeline="chip=sm_90 features=+ptx80 format=bin" | FileCheck %s --check-prefix=BLOCK
+// RUN: snapkv-opt %S/../CPU/block.mlir --snapkv-gpu-pipeline="chip=sm_90 features=+ptx80 format=bin decompose-select=true" | FileCheck %s --check-prefix=BLOCK
 
 // snapkv.select_adaptive (test/Integration/CPU/adaptive.mlir: two static selects, without
 // and with a floor, and a dynamic one): every stage is a kernel, and ptxas assembles them:
@@ -17,6 +19,12 @@
 // counts per select.
 // ADAPTIVE-COUNT-31: gpu.binary @{{.*}} [#gpu.object<#nvvm.target<chip = "sm_90", features = "+ptx80">, {{.*}}bin = "
 // ADAPTIVE-NOT: gpu.binary
+
+// `block B` (test/Integration/CPU/block.mlir, whose results emulation.mlir checks): the
+// block sums are one more op of the pooling's kernel (of the score's, decomposed), and
+// ptxas assembles every kernel.
+// BLOCK: gpu.binary @{{.*}} [#gpu.object<#nvvm.target<chip = "sm_90", features = "+ptx80">, {{.*}}bin = "
+// BLOCK-NOT: snapkv.
 
 // 3 static selects with 4 kernels each, 4 dynamic ones with 5 (the short-prompt bypass,
 // one kernel, and the selection's 4).

@@ -60,7 +60,8 @@ ScoreOp snapkv::detail::createScore(OpBuilder &b, Location loc, Value queries,
                                     Value keys, OpFoldResult length,
                                     IntegerAttr window, IntegerAttr kernel,
                                     PoolingKindAttr pooling, GqaPolicyAttr gqa,
-                                    FloatAttr scale, Scoring scoring) {
+                                    FloatAttr scale, Scoring scoring,
+                                    IntegerAttr block) {
   auto qTy = cast<RankedTensorType>(queries.getType());
   auto kTy = cast<RankedTensorType>(keys.getType());
   auto scoresTy = ScoreOp::getResultType(
@@ -77,7 +78,7 @@ ScoreOp snapkv::detail::createScore(OpBuilder &b, Location loc, Value queries,
     scoringAttr = ScoringAttr::get(b.getContext(), scoring);
   return ScoreOp::create(b, loc, scoresTy, scoresTy, queries, keys, votesInit,
                          pooledInit, window, kernel, pooling, gqa, scale,
-                         scoringAttr);
+                         scoringAttr, block);
 }
 
 SmallVector<Value> snapkv::detail::bypassOrSelect(

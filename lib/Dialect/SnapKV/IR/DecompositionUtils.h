@@ -29,11 +29,11 @@ OpFoldResult promptLength(OpBuilder &b, Location loc, Value keys, Value values,
                           StringRef limitMessage);
 
 /// snapkv.score of `queries` over `keys` with the given clauses, its results
-/// in new tensors of `[B, Hc, length - window]`.
+/// in new tensors of `[B, Hc, length - window]`; a null `block` is 1.
 ScoreOp createScore(OpBuilder &b, Location loc, Value queries, Value keys,
                     OpFoldResult length, IntegerAttr window, IntegerAttr kernel,
                     PoolingKindAttr pooling, GqaPolicyAttr gqa, FloatAttr scale,
-                    Scoring scoring);
+                    Scoring scoring, IntegerAttr block = {});
 
 /// The results of `bypass` when the prompt (`length`) is shorter than
 /// `capacity`, else of `selection`, each cast to `resultTypes`; with a

@@ -64,7 +64,7 @@ private:
     ScoreOp score = snapkv::detail::createScore(
         b, loc, op.getQueries(), op.getKeys(), length, op.getWindowAttr(),
         op.getKernelAttr(), op.getPoolingAttr(), op.getGqaAttr(),
-        op.getScaleAttr(), op.getScoring());
+        op.getScaleAttr(), op.getScoring(), op.getBlockAttr());
     int64_t capacity = op.getCapacity();
     Value init = tensor::EmptyOp::create(
         b, loc,

@@ -58,13 +58,13 @@ void SelectOp::build(OpBuilder &builder, OperationState &state, Value queries,
                      Value keys, Value values, int64_t window, int64_t capacity,
                      int64_t kernel, PoolingKind pooling, GqaPolicy gqa,
                      Order order, FloatAttr scale, Scoring scoring,
-                     std::optional<int64_t> sinks,
-                     std::optional<int64_t> seed) {
+                     std::optional<int64_t> sinks, std::optional<int64_t> seed,
+                     int64_t block) {
   auto i64 = [&](std::optional<int64_t> v) {
     return v ? builder.getI64IntegerAttr(*v) : IntegerAttr();
   };
   build(builder, state, queries, keys, values, window, capacity, kernel,
-        pooling, gqa, order, scale, scoring, i64(sinks), i64(seed));
+        pooling, gqa, order, scale, scoring, i64(sinks), i64(seed), block);
 }
 
 LogicalResult SelectOp::inferReturnTypes(MLIRContext *context,
@@ -261,6 +261,19 @@ LogicalResult SelectOp::verify() {
   if (getSeedAttr() && getSeedAttr().getInt() < 0)
     return emitOpError() << "seed must be non-negative, got "
                          << getSeedAttr().getInt();
+  int64_t block = getBlockAttr().getInt();
+  if (block < 1)
+    return emitOpError() << "block must be at least 1, got " << block;
+  if (block != 1 && getScoring() != Scoring::votes &&
+      getScoring() != Scoring::prefix_votes)
+    return emitOpError() << "'block' only applies to scoring votes or "
+                            "prefix_votes";
+  // Whole blocks fill the kept prefix exactly (docs/semantics.md).
+  if (keep % block != 0)
+    return emitOpError() << "block (" << block
+                         << ") must divide capacity - window (" << keep << " = "
+                         << getCapacityAttr().getInt() << " - "
+                         << getWindowAttr().getInt() << ")";
   auto idxTy = dyn_cast<RankedTensorType>(getIndices().getType());
   if (idxTy && !idxTy.getElementType().isInteger(64))
     return emitOpError() << "result 'indices' must have element type i64, got "
@@ -334,6 +347,8 @@ LogicalResult ScoreOp::verify() {
   if (getScoring() != Scoring::votes && getScoring() != Scoring::prefix_votes)
     return emitOpError() << "scoring must be votes or prefix_votes, got "
                          << stringifyScoring(getScoring());
+  if (int64_t block = getBlockAttr().getInt(); block < 1)
+    return emitOpError() << "block must be at least 1, got " << block;
   if (failed(verifyResults(*this, {"votes", "pooled"}, {expected, expected})))
     return failure();
   for (auto [name, init] : {std::pair{"votes_init", getVotesInit()},

@@ -120,10 +120,11 @@ ScoreOp::getTiledImplementation(OpBuilder &b, ArrayRef<OpFoldResult> offsets,
     slices.push_back(initSlice);
     inits.push_back(initSlice);
   }
-  auto tiled = ScoreOp::create(
-      b, loc, inits[0].getType(), inits[1].getType(), queries.getResult(),
-      keys.getResult(), inits[0], inits[1], getWindowAttr(), getKernelAttr(),
-      getPoolingAttr(), getGqaAttr(), getScaleAttr(), getScoringAttr());
+  auto tiled = ScoreOp::create(b, loc, inits[0].getType(), inits[1].getType(),
+                               queries.getResult(), keys.getResult(), inits[0],
+                               inits[1], getWindowAttr(), getKernelAttr(),
+                               getPoolingAttr(), getGqaAttr(), getScaleAttr(),
+                               getScoringAttr(), getBlockAttr());
   return TilingResult{{tiled}, {tiled.getVotes(), tiled.getPooled()}, slices};
 }
 

@@ -1196,6 +1196,25 @@ struct CompressKVCachePass
              sinks.hasValue())
       bad = "sinks takes one number of sinks for every layer, so it needs "
             "budget=uniform (a pyramid layer may keep fewer than the sinks)";
+    else if (block < 1)
+      bad = "block must be >= 1 (got " + std::to_string(block) + ")";
+    else if (block != 1 && scoring != Scoring::votes &&
+             scoring != Scoring::prefix_votes)
+      bad = "block sums pooled votes: it needs scoring=votes or prefix_votes";
+    else if (block != 1 && budget != BudgetPolicy::uniform)
+      bad = "block needs budget=uniform (a per-layer or per-head budget need "
+            "not be a multiple of the block)";
+    else if ((capacity - window) % block != 0)
+      bad = "block (" + std::to_string(block) +
+            ") must divide capacity - window (" +
+            std::to_string(capacity - window) + " = " +
+            std::to_string(capacity) + " - " + std::to_string(window) + ")";
+    else if (decodeCapacity > window && (decodeCapacity - window) % block != 0)
+      bad = "block (" + std::to_string(block) +
+            ") must divide decode-capacity - window (" +
+            std::to_string(decodeCapacity - window) + " = " +
+            std::to_string(decodeCapacity) + " - " + std::to_string(window) +
+            ")";
     else if (prefillFunc.empty())
       bad = "prefill-func must name a function";
     else if (chunk < 0)
@@ -1325,10 +1344,10 @@ struct CompressKVCachePass
         layerOffsets[layer.valueResult] = select.getOffsets();
         continue;
       }
-      auto select =
-          SelectOp::create(b, loc, queries, m.keys.source, m.values.source,
-                           window, layerCapacity[index], kernelSize, pooling,
-                           gqa, order, scale, scoring, layerSinks, layerSeed);
+      auto select = SelectOp::create(
+          b, loc, queries, m.keys.source, m.values.source, window,
+          layerCapacity[index], kernelSize, pooling, gqa, order, scale, scoring,
+          layerSinks, layerSeed, block);
       ret->setOperand(layer.keyResult, select.getSelectedKeys());
       ret->setOperand(layer.valueResult, select.getSelectedValues());
     }

@@ -130,6 +130,7 @@ static json::Object describeClauses(SelectLike op) {
 static json::Object describeSelect(SelectOp op) {
   json::Object out = describeClauses(op);
   out["order"] = stringifyOrder(op.getOrder());
+  out["block"] = op.getBlock();
   out["sinks"] = optionalInt(op.getSinks());
   out["seed"] = optionalInt(op.getSeed());
   return out;

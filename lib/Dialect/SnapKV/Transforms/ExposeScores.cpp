@@ -28,6 +28,8 @@ static std::string clauses(SelectOp op) {
      << " order=" << stringifyOrder(op.getOrder());
   if (std::optional<APFloat> scale = op.getScale())
     os << " scale=" << scale->convertToFloat();
+  if (op.getBlock() != 1)
+    os << " block=" << op.getBlock();
   return text;
 }
 
@@ -116,7 +118,8 @@ struct ExposeScoresPass : snapkv::impl::ExposeScoresBase<ExposeScoresPass> {
           Float32Type::get(&getContext()));
       // The clauses the two ops share, copied by name.
       SmallVector<NamedAttribute> shared;
-      for (StringRef name : {"window", "kernel", "pooling", "gqa", "scale"})
+      for (StringRef name :
+           {"window", "kernel", "pooling", "gqa", "scale", "block"})
         if (Attribute value = select->getAttr(name))
           shared.emplace_back(StringAttr::get(&getContext(), name), value);
       // The votes the select ranks by (recent and random rank without any).

@@ -35,6 +35,11 @@ def SnapKV_SelectOp : SnapKV_Op<"select",
     * `pooling` with odd `kernel` (stride 1, `kernel / 2` each side): `avg`
       divides by `kernel` always (zero padding); `max` takes the maximum of the
       in-range neighbours.
+    * `block` (default 1): the prefix is cut into blocks of `block`
+      consecutive positions from position 0 (the last one may be shorter);
+      every position ranks by the sum of its block's pooled scores, so whole
+      blocks are kept (docs/semantics.md). `capacity - window` must be a
+      multiple of `block`; only the vote scorings take a block.
     * Top `capacity - window` prefix positions by pooled score are kept, exact
       ties going to the lower position and NaN ranking below every number; the
       `window` positions are always kept.
@@ -87,7 +92,8 @@ def SnapKV_SelectOp : SnapKV_Op<"select",
     DefaultValuedAttr<SnapKV_ScoringAttr,
                       "::mlir::snapkv::Scoring::votes">:$scoring,
     OptionalAttr<I64Attr>:$sinks,
-    OptionalAttr<I64Attr>:$seed
+    OptionalAttr<I64Attr>:$seed,
+    DefaultValuedAttr<I64Attr, "1">:$block
   );
   let results = (outs
     AnyRankedTensor:$selected_keys,
@@ -100,7 +106,7 @@ def SnapKV_SelectOp : SnapKV_Op<"select",
     `window` $window `capacity` $capacity
     (`kernel` $kernel^)? (`pooling` `` $pooling^)? (`gqa` `` $gqa^)?
     (`order` `` $order^)? (`scale` $scale^)? (`scoring` `` $scoring^)?
-    (`sinks` $sinks^)? (`seed` $seed^)?
+    (`sinks` $sinks^)? (`seed` $seed^)? (`block` $block^)?
     attr-dict `:` functional-type(operands, results)
   }];
 
@@ -116,7 +122,8 @@ def SnapKV_SelectOp : SnapKV_Op<"select",
                    CArg<"::mlir::snapkv::Scoring",
                         "::mlir::snapkv::Scoring::votes">:$scoring,
                    CArg<"std::optional<int64_t>", "std::nullopt">:$sinks,
-                   CArg<"std::optional<int64_t>", "std::nullopt">:$seed)>
+                   CArg<"std::optional<int64_t>", "std::nullopt">:$seed,
+                   CArg<"int64_t", "1">:$block)>
   ];
 
   let extraClassDeclaration = [{
@@ -250,7 +257,9 @@ def SnapKV_ScoreOp : SnapKV_Op<"score",
     Computes the ranking that `snapkv.select` uses, without selecting:
     `votes` are the window queries' summed full-causal-softmax probabilities
     of each prefix position after GQA aggregation, and `pooled` are the votes
-    after neighbourhood pooling (the score top-k ranks). Both are
+    after neighbourhood pooling and, with `block B > 1`, summed per block of
+    `B` consecutive positions from position 0, each position carrying its
+    block's sum (the score top-k ranks). Both are
     `[B, Hc, P] x f32` with `P = L - W` (dynamic when `L` is); `Hc` follows
     `gqa` as for `snapkv.select`. The clauses and the verifier rules are the
     ones of `snapkv.select` that do not involve values or capacity; `scoring`
@@ -287,14 +296,15 @@ def SnapKV_ScoreOp : SnapKV_Op<"score",
                       "::mlir::snapkv::GqaPolicy::expand">:$gqa,
     OptionalAttr<F32Attr>:$scale,
     DefaultValuedAttr<SnapKV_ScoringAttr,
-                      "::mlir::snapkv::Scoring::votes">:$scoring
+                      "::mlir::snapkv::Scoring::votes">:$scoring,
+    DefaultValuedAttr<I64Attr, "1">:$block
   );
   let results = (outs AnyRankedTensor:$votes, AnyRankedTensor:$pooled);
 
   let assemblyFormat = [{
     $queries `,` $keys `window` $window
     (`kernel` $kernel^)? (`pooling` `` $pooling^)? (`gqa` `` $gqa^)?
-    (`scale` $scale^)? (`scoring` `` $scoring^)?
+    (`scale` $scale^)? (`scoring` `` $scoring^)? (`block` $block^)?
     `outs` `(` $votes_init `,` $pooled_init `:` type($votes_init) `,`
     type($pooled_init) `)`
     attr-dict `:` `(` type($queries) `,` type($keys) `)` `->`

@@ -538,6 +538,11 @@ def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
            "capacity - window if smaller)">,
     Option<"seed", "seed", "int64_t", /*default=*/"0",
            "scoring=random: seed of the draw (layer l uses seed + l)">,
+    Option<"block", "block", "int64_t", /*default=*/"1",
+           "Block-granular selection: the selects keep whole blocks of "
+           "`block` prefix positions, ranked by their summed pooled scores "
+           "(the select's `block`; capacity - window, and decode-capacity - "
+           "window, must be multiples of it; 1: single positions)">,
     Option<"prefillFunc", "prefill-func", "std::string",
            /*default=*/"\"prefill\"", "Name of the prefill function">,
     Option<"decodeFunc", "decode-func", "std::string",
