@@ -490,6 +490,9 @@ LogicalResult AttentionOp::verify() {
     return emitOpError() << "head dim must be at least 1";
   if (std::optional<APFloat> scale = getScale(); scale && !scale->isFinite())
     return emitOpError() << "scale must be a finite number";
+  if (getInit().getType() != qTy)
+    return emitOpError() << "'init' has type " << getInit().getType()
+                         << ", expected the queries' type " << qTy;
   return verifyResults(*this, {"result"}, {qTy});
 }
 

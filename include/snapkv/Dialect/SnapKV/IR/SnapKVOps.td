@@ -431,7 +431,14 @@ def SnapKV_GatherOp : SnapKV_Op<"gather",
   let hasVerifier = 1;
 }
 
-def SnapKV_AttentionOp : SnapKV_Op<"attention", [Pure]> {
+def SnapKV_AttentionOp : SnapKV_Op<"attention",
+    [Pure, DestinationStyleOpInterface,
+     DeclareOpInterfaceMethods<TilingInterface,
+         ["getIterationDomain", "getLoopIteratorTypes",
+          "getTiledImplementation", "getResultTilePosition",
+          "generateResultTileValue"]>,
+     DeclareOpInterfaceMethods<AggregatedOpInterface,
+                               ["decomposeOperation"]>]> {
   let summary = "causal multi-head attention with grouped kv heads";
   let description = [{
     The attention of a decoder layer, as one op: for every batch `b`, query
@@ -453,6 +460,19 @@ def SnapKV_AttentionOp : SnapKV_Op<"attention", [Pure]> {
     fully masked rows. With a dynamic key or value length the lowering
     checks at run time that both lengths agree and fit 32-bit positions.
 
+    Destination-passing style: the result is written into `init` (of the
+    queries' type; only its shape matters). The op tiles (`TilingInterface`)
+    over its parallel loops `(b, h, i)`: a tile is the same op on the tile's
+    query rows, the kv heads they read and every key, with the causal offset
+    of its first row (with `G > 1`, a tile of heads is one head, or
+    `G`-aligned and a multiple of `G`). It decomposes
+    (`AggregatedOpInterface::decomposeOperation`) into the online softmax
+    over tiles of keys (the `key_tile` of its `snapkv.lowering_config`, else
+    64): an `scf.for` over the key tiles whose body is linalg ops over all
+    of its rows at once, carrying each row's maximum, sum and accumulator in
+    f32, and skipping the rows that see none of a tile's keys; a single
+    query row takes every key in one step, with no loop.
+
     `snapkv-fuse-attention` forms it from the attention torch-mlir imports;
     `convert-snapkv-to-linalg` lowers it to a tiled online softmax
     (FlashAttention's recurrence), so that the `[Lq, Lk]` scores are never
@@ -462,6 +482,7 @@ def SnapKV_AttentionOp : SnapKV_Op<"attention", [Pure]> {
 
     ```mlir
     %o = snapkv.attention %q, %k, %v scale 0.125
+        outs(%init : tensor<1x9x?x64xf32>)
         : tensor<1x9x?x64xf32>, tensor<1x3x?x64xf32>, tensor<1x3x?x64xf32>
         -> tensor<1x9x?x64xf32>
     ```
@@ -472,12 +493,14 @@ def SnapKV_AttentionOp : SnapKV_Op<"attention", [Pure]> {
     AnyRankedTensor:$keys,
     AnyRankedTensor:$values,
     Optional<Index>:$offset,
+    AnyRankedTensor:$init,
     OptionalAttr<F32Attr>:$scale
   );
   let results = (outs AnyRankedTensor:$result);
 
   let assemblyFormat = [{
     $queries `,` $keys `,` $values (`offset` $offset^)? (`scale` $scale^)?
+    `outs` `(` $init `:` type($init) `)`
     attr-dict `:` type($queries) `,` type($keys) `,` type($values) `->`
     type($result)
   }];
@@ -485,6 +508,17 @@ def SnapKV_AttentionOp : SnapKV_Op<"attention", [Pure]> {
   let extraClassDeclaration = [{
     /// The softmax scale: the `scale` attribute or `1/sqrt(D)`.
     double getEffectiveScale();
+    ::mlir::MutableOperandRange getDpsInitsMutable() {
+      return getInitMutable();
+    }
+    /// The online softmax over tiles of `keyTile` keys (what
+    /// `decomposeOperation` builds with the op's configured key tile).
+    /// `lengthsChecked`: the caller has checked at run time that dynamic key
+    /// and value lengths agree (once, outside the loops of a tiled op), so
+    /// the decomposition does not.
+    ::mlir::FailureOr<::llvm::SmallVector<::mlir::Value>>
+    decompose(::mlir::OpBuilder &b, int64_t keyTile,
+              bool lengthsChecked = false);
   }];
 
   let hasVerifier = 1;
