@@ -441,6 +441,14 @@ func.func @attention_scale(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v:
 
 // -----
 
+func.func @attention_init(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>, %i: tensor<1x4x8x8xf16>) {
+  // expected-error @+1 {{'snapkv.attention' op 'init' has type 'tensor<1x4x8x8xf16>', expected the queries' type 'tensor<1x4x8x8xf32>'}}
+  %o = snapkv.attention %q, %k, %v outs(%i : tensor<1x4x8x8xf16>) : tensor<1x4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32> -> tensor<1x4x8x8xf32>
+  return
+}
+
+// -----
+
 func.func @score_scoring(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x16x8xf32>, %vi: tensor<1x4x14xf32>, %pi: tensor<1x4x14xf32>) {
   // expected-error @+1 {{'snapkv.score' op scoring must be votes or prefix_votes, got recent}}
   %v, %p = snapkv.score %q, %k window 2 scoring recent outs(%vi, %pi : tensor<1x4x14xf32>, tensor<1x4x14xf32>) : (tensor<1x4x2x8xf32>, tensor<1x2x16x8xf32>) -> (tensor<1x4x14xf32>, tensor<1x4x14xf32>)
