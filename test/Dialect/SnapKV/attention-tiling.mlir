@@ -120,3 +120,38 @@ module attributes {transform.with_named_sequence} {
     transform.yield
   }
 }
+
+// -----
+
+// Fused into the loop of a tiled consumer (generateResultTileValue): the
+// consumer's tile of whole output rows is computed by an attention on that
+// tile's query rows, with the tile's causal offset.
+// CHECK-LABEL: func.func @fuse_into_consumer
+// CHECK: scf.forall (%[[H:.*]], %[[T:.*]]) in (2, 2)
+// CHECK:   %[[R:.*]] = affine.apply #{{.*}}(%[[T]])
+// CHECK:   %[[A:.*]] = snapkv.attention %{{.*}}, %{{.*}}, %{{.*}} offset %[[R]] outs(%{{.*}} : tensor<1x1x4x16xf32>)
+// CHECK:   linalg.generic {{.*}} ins(%[[A]] : tensor<1x1x4x16xf32>)
+// CHECK:   arith.negf
+func.func @fuse_into_consumer(%q: tensor<1x2x8x16xf32>, %k: tensor<1x1x8x16xf32>, %v: tensor<1x1x8x16xf32>, %init: tensor<1x2x8x16xf32>) -> tensor<1x2x8x16xf32> {
+  %o = snapkv.attention %q, %k, %v outs(%init : tensor<1x2x8x16xf32>)
+      : tensor<1x2x8x16xf32>, tensor<1x1x8x16xf32>, tensor<1x1x8x16xf32> -> tensor<1x2x8x16xf32>
+  %e = tensor.empty() : tensor<1x2x8x16xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(b, h, i, d) -> (b, h, i, d)>, affine_map<(b, h, i, d) -> (b, h, i, d)>],
+      iterator_types = ["parallel", "parallel", "parallel", "parallel"]}
+      ins(%o : tensor<1x2x8x16xf32>) outs(%e : tensor<1x2x8x16xf32>) {
+  ^bb0(%x: f32, %y: f32):
+    %n = arith.negf %x : f32
+    linalg.yield %n : f32
+  } -> tensor<1x2x8x16xf32>
+  return %r : tensor<1x2x8x16xf32>
+}
+
+module attributes {transform.with_named_sequence} {
+  transform.named_sequence @__transform_main(%root: !transform.any_op {transform.readonly}) {
+    %g = transform.structured.match ops{["linalg.generic"]} in %root : (!transform.any_op) -> !transform.any_op
+    %a = transform.structured.match ops{["snapkv.attention"]} in %root : (!transform.any_op) -> !transform.any_op
+    %tiled, %forall = transform.structured.tile_using_forall %g tile_sizes [1, 1, 4, 0] : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    %fused, %new = transform.structured.fuse_into_containing_op %a into %forall : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+    transform.yield
+  }
+}
