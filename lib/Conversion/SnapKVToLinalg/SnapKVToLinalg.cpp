@@ -262,7 +262,8 @@ struct RaggedAttentionLowering : OpConversionPattern<RaggedAttentionOp> {
               b, l, tileTy, adaptor.getQueries(), offsets, sizes, strides);
           Value out = AttentionOp::create(
               b, l, tileTy, queries, slices[0], slices[1], /*offset=*/Value(),
-              tensor::EmptyOp::create(b, l, tileTy.getShape(), elem), scale);
+              tensor::EmptyOp::create(b, l, tileTy.getShape(), elem), scale,
+              /*softcap=*/FloatAttr(), /*sliding_window=*/IntegerAttr());
           return scf::ValueVector{tensor::InsertSliceOp::create(
               b, l, out, iters[0], offsets, sizes, strides)};
         });
@@ -390,18 +391,19 @@ struct ConvertSnapKVToLinalgPass
     });
     if (unsupported.wasInterrupted())
       return signalPassFailure();
-    if (attentionInterface) {
-      SmallVector<AttentionOp> attentions;
-      getOperation()->walk([&](AttentionOp op) {
-        if (LoweringConfigAttr config = lowerings->config(op))
-          if (config.getMapping() == TileMapping::forall)
-            attentions.push_back(op);
-      });
-      IRRewriter rewriter(&getContext());
-      for (AttentionOp op : attentions)
-        if (failed(tileAndDecompose(rewriter, op, lowerings->options(op))))
-          return signalPassFailure();
-    }
+    // Tiled and decomposed: with attention-interface, and always for
+    // soft-capping and sliding windows, which only the decomposition computes.
+    SmallVector<AttentionOp> attentions;
+    getOperation()->walk([&](AttentionOp op) {
+      if (LoweringConfigAttr config = lowerings->config(op))
+        if (config.getMapping() == TileMapping::forall &&
+            (attentionInterface || op.getSoftcap() || op.getSlidingWindow()))
+          attentions.push_back(op);
+    });
+    IRRewriter rewriter(&getContext());
+    for (AttentionOp op : attentions)
+      if (failed(tileAndDecompose(rewriter, op, lowerings->options(op))))
+        return signalPassFailure();
     RewritePatternSet patterns(&getContext());
     addSnapKVPatterns(patterns, lowerings);
     ConversionTarget conversion(getContext());

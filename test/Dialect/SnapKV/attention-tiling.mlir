@@ -155,3 +155,38 @@ module attributes {transform.with_named_sequence} {
     transform.yield
   }
 }
+
+// -----
+
+// Soft-capping and a sliding window: the tiles keep them, and the
+// decomposition caps the scaled logits (c * tanh(x / c)) and hides the keys
+// at or before the row's limit - W.
+// CHECK-LABEL: func.func @softcap_window
+// CHECK: scf.forall
+// CHECK:   scf.for
+// CHECK:     linalg.generic
+// CHECK:       linalg.index 4
+// CHECK-NEXT:  %[[COL:.*]] = arith.addi
+// CHECK-NEXT:  %[[LIMIT:.*]] = arith.addi
+// CHECK:       arith.cmpi sle, %[[COL]], %[[LIMIT]]
+// CHECK:       arith.cmpi slt
+// CHECK:       %[[FROM:.*]] = arith.subi %[[LIMIT]], %c3
+// CHECK:       arith.cmpi sgt, %[[COL]], %[[FROM]]
+// CHECK:       %[[X:.*]] = arith.mulf %{{.*}}, %cst
+// CHECK:       %[[Y:.*]] = arith.divf %[[X]], %[[C:.*]] : f32
+// CHECK:       %[[T:.*]] = math.tanh %[[Y]]
+// CHECK:       arith.mulf %[[T]], %[[C]]
+func.func @softcap_window(%q: tensor<1x2x?x8xf32>, %k: tensor<1x1x?x8xf32>, %v: tensor<1x1x?x8xf32>) -> tensor<1x2x?x8xf32> {
+  %o = snapkv.attention %q, %k, %v softcap 30.0 sliding_window 3 outs(%q : tensor<1x2x?x8xf32>)
+      : tensor<1x2x?x8xf32>, tensor<1x1x?x8xf32>, tensor<1x1x?x8xf32> -> tensor<1x2x?x8xf32>
+  return %o : tensor<1x2x?x8xf32>
+}
+
+module attributes {transform.with_named_sequence} {
+  transform.named_sequence @__transform_main(%root: !transform.any_op {transform.readonly}) {
+    %op = transform.structured.match ops{["snapkv.attention"]} in %root : (!transform.any_op) -> !transform.any_op
+    %tiled, %loop = transform.structured.tile_using_forall %op tile_sizes [1, 1, 4] : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    %decomposed = transform.structured.decompose_interface %tiled : (!transform.any_op) -> !transform.any_op
+    transform.yield
+  }
+}

@@ -441,6 +441,22 @@ func.func @attention_scale(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v:
 
 // -----
 
+func.func @attention_softcap(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
+  // expected-error @+1 {{'snapkv.attention' op softcap must be a positive finite number}}
+  %o = snapkv.attention %q, %k, %v softcap 0.0 outs(%q : tensor<1x4x8x8xf32>) : tensor<1x4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32> -> tensor<1x4x8x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_sliding_window(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
+  // expected-error @+1 {{'snapkv.attention' op sliding_window must be at least 1, got 0}}
+  %o = snapkv.attention %q, %k, %v sliding_window 0 outs(%q : tensor<1x4x8x8xf32>) : tensor<1x4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32> -> tensor<1x4x8x8xf32>
+  return
+}
+
+// -----
+
 func.func @attention_init(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>, %i: tensor<1x4x8x8xf16>) {
   // expected-error @+1 {{'snapkv.attention' op 'init' has type 'tensor<1x4x8x8xf16>', expected the queries' type 'tensor<1x4x8x8xf32>'}}
   %o = snapkv.attention %q, %k, %v outs(%i : tensor<1x4x8x8xf16>) : tensor<1x4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32> -> tensor<1x4x8x8xf32>

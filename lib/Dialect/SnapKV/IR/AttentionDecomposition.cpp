@@ -58,6 +58,9 @@ public:
     group = qTy.getDimSize(1) / kvHeads;
     dim = qTy.getDimSize(3);
     scale = static_cast<float>(op.getEffectiveScale());
+    if (std::optional<APFloat> cap = op.getSoftcap())
+      softcap = cap->convertToFloat();
+    window = op.getSlidingWindow();
     f32 = b.getF32Type();
   }
 
@@ -130,6 +133,8 @@ private:
   /// The caller checked that dynamic key and value lengths agree.
   bool lengthsChecked;
   float scale = 1;
+  std::optional<float> softcap;
+  std::optional<int64_t> window;
   Type elemTy, f32;
 };
 
@@ -174,8 +179,25 @@ SmallVector<Value> KeyLoopBuilder::step(Value q, Value kTile, Value vTile,
             nb, l,
             arith::CmpIOp::create(nb, l, arith::CmpIPredicate::sle, col, limit),
             arith::CmpIOp::create(nb, l, arith::CmpIPredicate::slt, col, lk));
+        // A sliding window of W keys: only the keys after limit - W.
+        if (window)
+          seen = arith::AndIOp::create(
+              nb, l, seen,
+              arith::CmpIOp::create(
+                  nb, l, arith::CmpIPredicate::sgt, col,
+                  arith::SubIOp::create(
+                      nb, l, limit,
+                      arith::ConstantIndexOp::create(nb, l, *window))));
         Value scaled =
             arith::MulFOp::create(nb, l, a[0], constF32(nb, l, scale));
+        // Soft-capped logits: c * tanh(x / c).
+        if (softcap)
+          scaled = arith::MulFOp::create(
+              nb, l, constF32(nb, l, *softcap),
+              math::TanhOp::create(
+                  nb, l,
+                  arith::DivFOp::create(nb, l, scaled,
+                                        constF32(nb, l, *softcap))));
         return arith::SelectOp::create(nb, l, seen, scaled,
                                        constF32(nb, l, kNegInf));
       });

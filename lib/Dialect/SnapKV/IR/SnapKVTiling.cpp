@@ -356,7 +356,8 @@ AttentionOp::getTiledImplementation(OpBuilder &b,
   }
   auto tiled = AttentionOp::create(b, loc, init.getType(), queries.getResult(),
                                    kvSlices[0], kvSlices[1], offset,
-                                   init.getResult(), getScaleAttr());
+                                   init.getResult(), getScaleAttr(),
+                                   getSoftcapAttr(), getSlidingWindowAttr());
   // The tile keeps the op's configuration (its key tile).
   tiled->setDiscardableAttrs(getOperation()->getDiscardableAttrDictionary());
   return TilingResult{{tiled}, {tiled.getResult()}, slices};

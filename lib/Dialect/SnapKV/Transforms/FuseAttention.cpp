@@ -204,7 +204,8 @@ unsigned mlir::snapkv::fuseAttentions(Operation *root) {
         qTy.getElementType());
     auto attention = AttentionOp::create(
         rewriter, loc, qTy, m.queries, m.keys.source, m.values.source, offset,
-        init, rewriter.getF32FloatAttr(m.scale));
+        init, rewriter.getF32FloatAttr(m.scale), /*softcap=*/FloatAttr(),
+        /*sliding_window=*/IntegerAttr());
     // [B, Hq, L, D] -> the P x V product's [B * Hq, L, D].
     Value result = tensor::CollapseShapeOp::create(
         rewriter, loc, attention.getResult(),

@@ -454,7 +454,14 @@ def SnapKV_AttentionOp : SnapKV_Op<"attention",
     mask aligned to the last key (a prompt's self-attention has `Lq = Lk`,
     row `i` sees keys `0 .. i`; a decode step has `Lq = 1` and sees every
     key); an `offset` operand (an index) gives it explicitly, such as a
-    decode step's position. `scale` defaults to `1/sqrt(D)`. Products and
+    decode step's position. `scale` defaults to `1/sqrt(D)`. With
+    `softcap c` (Gemma 2's logit soft-capping) the scaled logits become
+    `c * tanh(x / c)`; with `sliding_window W` row `i` sees only the keys
+    `i + offset - W < j` (the last `W` up to its own position, as
+    HuggingFace's sliding-window mask). Both are computed by the op's
+    decomposition; the hand-written tiled lowering has neither, so
+    `convert-snapkv-to-linalg` tiles and decomposes an op that uses them.
+    Products and
     the softmax are computed in f32; the result has the queries' type. A row
     that sees no key (`i + offset < 0`) is zero, as with SDPA's guard for
     fully masked rows. With a dynamic key or value length the lowering
@@ -494,12 +501,15 @@ def SnapKV_AttentionOp : SnapKV_Op<"attention",
     AnyRankedTensor:$values,
     Optional<Index>:$offset,
     AnyRankedTensor:$init,
-    OptionalAttr<F32Attr>:$scale
+    OptionalAttr<F32Attr>:$scale,
+    OptionalAttr<F32Attr>:$softcap,
+    OptionalAttr<I64Attr>:$sliding_window
   );
   let results = (outs AnyRankedTensor:$result);
 
   let assemblyFormat = [{
     $queries `,` $keys `,` $values (`offset` $offset^)? (`scale` $scale^)?
+    (`softcap` $softcap^)? (`sliding_window` $sliding_window^)?
     `outs` `(` $init `:` type($init) `)`
     attr-dict `:` type($queries) `,` type($keys) `,` type($values) `->`
     type($result)
