@@ -46,7 +46,8 @@ void snapkv::buildCPUPipeline(OpPassManager &pm,
   // each lowered and tiled like the whole op's parts.
   stages::lowerSelections(pm, LoweringTarget::cpu, options.decomposeSelect,
                           options.keyTile, options.chunk, options.keepLogits,
-                          options.queryTile);
+                          options.queryTile, /*threads=*/128,
+                          /*tensorCores=*/true, options.attentionInterface);
   OpPassManager &tensors = pm.nest<func::FuncOp>();
   stages::prepareTensorCode(tensors);
   tensors.addPass(createFuseElementwise());

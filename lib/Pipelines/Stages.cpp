@@ -19,7 +19,8 @@ void snapkv::stages::lowerSelections(OpPassManager &pm, LoweringTarget target,
                                      bool decompose, int64_t keyTile,
                                      int64_t chunk, bool keepLogits,
                                      int64_t queryTile, int64_t threads,
-                                     bool tensorCores) {
+                                     bool tensorCores,
+                                     bool attentionInterface) {
   if (decompose) {
     // On the GPU the conversion splits select_adaptive itself, to lay the
     // ops between its stages out as kernels.
@@ -38,7 +39,9 @@ void snapkv::stages::lowerSelections(OpPassManager &pm, LoweringTarget target,
   config.threads = threads;
   config.tensorCores = tensorCores;
   pm.addPass(createConfigureLowering(config));
-  pm.addPass(createConvertSnapKVToLinalg());
+  ConvertSnapKVToLinalgOptions lowering;
+  lowering.attentionInterface = attentionInterface;
+  pm.addPass(createConvertSnapKVToLinalg(lowering));
   pm.addPass(createTileAndFuse());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());

@@ -21,11 +21,12 @@ namespace mlir::snapkv::stages {
 /// to the formulation laid out as configured, its recorded tiling applied at
 /// once
 /// (before anything could rewrite the ops that carry it), snapkv.attention
-/// to its tiled online softmax, then canonicalisation and CSE.
+/// to its tiled online softmax (`attentionInterface`: tiled through
+/// TilingInterface and decomposed), then canonicalisation and CSE.
 void lowerSelections(OpPassManager &pm, LoweringTarget target, bool decompose,
                      int64_t keyTile, int64_t chunk, bool keepLogits,
                      int64_t queryTile = 32, int64_t threads = 128,
-                     bool tensorCores = true);
+                     bool tensorCores = true, bool attentionInterface = false);
 
 /// The user's tensor code around the selects, into linalg: fpowi expanded
 /// (a vectorised fpowi would get a vector exponent llvm.intr.powi does not

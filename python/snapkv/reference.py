@@ -262,11 +262,12 @@ def window_votes(q, k, scale, prefix_only=False):
     return probs[..., :prefix].sum(axis=2)
 
 
-def attention(q, k, v, scale=None, elem="f32", offset=None):
+def attention(q, k, v, scale=None, elem="f32", offset=None, softcap=None, sliding_window=None):
     """`snapkv.attention` (docs/semantics.md) in float64: causal attention of q [B, Hq, Lq, D]
     over k, v [B, Hkv, Lk, D] (arrays of element type `elem`), query head h reading kv head
-    h // (Hq // Hkv), row i seeing the keys j <= i + offset (default Lk - Lq); a row that sees
-    no key is zero. Returns float64 [B, Hq, Lq, D]."""
+    h // (Hq // Hkv), row i seeing the keys j <= i + offset (default Lk - Lq), and with
+    `sliding_window` W only those with j > i + offset - W; `softcap` c caps the scaled logits
+    to c * tanh(x / c). A row that sees no key is zero. Returns float64 [B, Hq, Lq, D]."""
     q, k, v = (to_float64(x, elem) for x in (q, k, v))
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[3])
@@ -274,9 +275,14 @@ def attention(q, k, v, scale=None, elem="f32", offset=None):
     k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
     lq, lk = q.shape[2], k.shape[2]
     logits = scale * np.einsum("bhid,bhjd->bhij", q, k)
+    if softcap is not None:
+        logits = softcap * np.tanh(logits / softcap)
     if offset is None:
         offset = lk - lq
-    hidden = np.arange(lk)[None, :] > (np.arange(lq) + offset)[:, None]
+    limit = (np.arange(lq) + offset)[:, None]
+    hidden = np.arange(lk)[None, :] > limit
+    if sliding_window is not None:
+        hidden |= np.arange(lk)[None, :] <= limit - sliding_window
     logits = np.where(hidden, -np.inf, logits)
     top = logits.max(axis=-1, keepdims=True)
     with np.errstate(invalid="ignore"):

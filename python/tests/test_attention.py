@@ -19,16 +19,17 @@ from snapkv import reference, runtime, tools
 SMALL_TILES = "query-tile=4 key-tile=8"
 
 
-def _function(q_shape, kv_shape, elem, scale, tiles, offset=False, key_loop=False):
+def _function(q_shape, kv_shape, elem, scale, tiles, offset=False, key_loop=False, extra=""):
     """`key_loop`: the untiled conversion's form (what IREE gets, one scf.for over key
-    tiles of 8) lowered first, then compiled by the same pipeline."""
+    tiles of 8) lowered first, then compiled by the same pipeline. `extra`: more clauses
+    of the op (softcap, sliding_window)."""
     require_aot_tools()
     ty = {"f32": "f32", "f16": "f16"}[elem]
 
     def tensor(shape):
         return "tensor<" + "x".join("?" if d is None else str(d) for d in shape) + f"x{ty}>"
 
-    clause = f" scale {scale!r}" if scale is not None else ""
+    clause = (f" scale {scale!r}" if scale is not None else "") + extra
     # The offset comes in as a one-element i64 tensor (as a decode step's position does).
     arg, convert, use = "", "", ""
     if offset:
@@ -40,7 +41,7 @@ def _function(q_shape, kv_shape, elem, scale, tiles, offset=False, key_loop=Fals
     qt, kvt = tensor(q_shape), tensor(kv_shape)
     text = (f"module {{\nfunc.func @attn(%q: {qt}, %k: {kvt}, %v: {kvt}{arg}) -> {qt} {{\n"
             f"{convert}  %o = snapkv.attention %q, %k, %v{use}{clause}"
-            f" : {qt}, {kvt}, {kvt} -> {qt}\n"
+            f" outs(%q : {qt}) : {qt}, {kvt}, {kvt} -> {qt}\n"
             f"  return %o : {qt}\n}}\n}}\n")
     pipeline = runtime.PIPELINE.replace("asserts=report", f"asserts=report {tiles}")
     if key_loop:
@@ -189,6 +190,67 @@ def test_the_untiled_key_loop_form_matches_the_reference():
     assert out.dtype == np.float16
     np.testing.assert_allclose(out.astype(np.float64), reference.attention(q, k, v, elem="f16"),
                                rtol=0, atol=2e-3)
+
+
+def test_the_tiled_and_decomposed_form_matches_the_reference():
+    """`attention-interface=true`: the op tiled through its TilingInterface (one query head and
+    4 rows per tile, each with its own causal offset) and each tile decomposed into the online
+    softmax over key tiles of 8: the same lengths, GQA groups, offsets (rows without keys are
+    zero), decode rows and f16 as the hand-written form."""
+    rng = np.random.default_rng(31)
+    tiles = SMALL_TILES + " attention-interface=true"
+    fn = _function((1, 4, None, 16), (1, 2, None, 16), "f32", None, tiles)
+    for lq, lk in LENGTHS:
+        q = rng.standard_normal((1, 4, lq, 16), dtype=np.float32)
+        k, v = (rng.standard_normal((1, 2, lk, 16), dtype=np.float32) for _ in range(2))
+        (out,) = fn(q, k, v)
+        np.testing.assert_allclose(out, reference.attention(q, k, v), rtol=0, atol=2e-6,
+                                   err_msg=f"Lq={lq} Lk={lk}")
+    fn = _function((1, 4, None, 8), (1, 2, None, 8), "f32", 2.0, tiles, offset=True)
+    for lq, lk, offset in [(1, 20, 7), (3, 20, 2), (5, 20, -2), (12, 12, 0), (2, 20, 2**40),
+                           (2, 20, -2**40), (9, 30, 21)]:
+        q = rng.standard_normal((1, 4, lq, 8), dtype=np.float32)
+        k, v = (rng.standard_normal((1, 2, lk, 8), dtype=np.float32) for _ in range(2))
+        (out,) = fn(q, k, v, np.array([offset], dtype=np.int64))
+        np.testing.assert_allclose(out, reference.attention(q, k, v, 2.0, offset=offset),
+                                   rtol=0, atol=2e-6, err_msg=f"Lq={lq} Lk={lk} "
+                                   f"offset={offset}")
+    fn = _function((1, 6, 1, 32), (1, 2, None, 32), "f32", None, tiles, offset=True)
+    for lk, offset in [(20, 19), (20, 7), (300, 150), (20, -1), (1, 0)]:
+        q = rng.standard_normal((1, 6, 1, 32), dtype=np.float32)
+        k, v = (rng.standard_normal((1, 2, lk, 32), dtype=np.float32) for _ in range(2))
+        (out,) = fn(q, k, v, np.array([offset], dtype=np.int64))
+        np.testing.assert_allclose(out, reference.attention(q, k, v, offset=offset), rtol=0,
+                                   atol=2e-6, err_msg=f"decode Lk={lk} offset={offset}")
+    fn = _function((1, 2, None, 16), (1, 1, None, 16), "f16", None, tiles)
+    q, k, v = (rng.standard_normal(s).astype(np.float16)
+               for s in [(1, 2, 19, 16), (1, 1, 19, 16), (1, 1, 19, 16)])
+    (out,) = fn(q, k, v)
+    assert out.dtype == np.float16
+    np.testing.assert_allclose(out.astype(np.float64), reference.attention(q, k, v, elem="f16"),
+                               rtol=0, atol=2e-3)
+
+
+def test_softcap_and_sliding_window_match_the_reference():
+    """`softcap` and `sliding_window`, which only the op's decomposition computes: the CPU
+    pipeline tiles and decomposes such an op whatever its options, and the untiled conversion
+    decomposes it whole. Large logits (scale 2) reach the cap; the window hides all but the
+    last 5 keys up to each row's position, across key tiles and offsets."""
+    rng = np.random.default_rng(41)
+    for key_loop in (False, True):
+        fn = _function((1, 4, None, 8), (1, 2, None, 8), "f32", 2.0,
+                       "" if key_loop else SMALL_TILES, offset=True, key_loop=key_loop,
+                       extra=" softcap 3.0 sliding_window 5")
+        for lq, lk, offset in [(1, 20, 19), (1, 20, 7), (3, 20, 2), (12, 12, 0), (9, 30, 21),
+                               (5, 20, -2), (2, 20, 2**40)]:
+            q = rng.standard_normal((1, 4, lq, 8), dtype=np.float32)
+            k, v = (rng.standard_normal((1, 2, lk, 8), dtype=np.float32) for _ in range(2))
+            (out,) = fn(q, k, v, np.array([offset], dtype=np.int64))
+            expected = reference.attention(q, k, v, 2.0, offset=offset, softcap=3.0,
+                                           sliding_window=5)
+            np.testing.assert_allclose(out, expected, rtol=0, atol=2e-6,
+                                       err_msg=f"key_loop={key_loop} Lq={lq} Lk={lk} "
+                                       f"offset={offset}")
 
 
 def test_values_shorter_than_keys_are_a_reported_error():

@@ -136,7 +136,7 @@
 // FUSED-SAME:    %{{.*}}: tensor<1x?x32xf32>, %{{.*}}: tensor<1xi64>, %[[KC:[^:]*]]: tensor<1x2x?x128xf32>
 // FUSED:         tensor.dim %[[KC]], %c2
 // FUSED:         %[[T:.*]] = tensor.dim %[[KC]], %c2
-// FUSED-NEXT:    snapkv.attention %{{.*}}, %{{.*}}, %{{.*}} offset %[[T]] scale
+// FUSED:         snapkv.attention %{{.*}}, %{{.*}}, %{{.*}} offset %[[T]] scale
 // FUSED-NOT:     linalg.batch_matmul
 // FUSED-LABEL: func.func private @head(
 
@@ -154,7 +154,7 @@
 // ARGSHIFT-SAME:    %{{.*}}: tensor<1x?x32xf32>, %[[POS:[^:]*]]: tensor<1xi64>
 // ARGSHIFT:         %[[P:.*]] = tensor.extract %[[POS]][%{{.*}}] : tensor<1xi64>
 // ARGSHIFT-NEXT:    %[[OFF:.*]] = arith.index_cast %[[P]] : i64 to index
-// ARGSHIFT-NEXT:    snapkv.attention %{{.*}}, %{{.*}}, %{{.*}} offset %[[OFF]] scale
+// ARGSHIFT:         snapkv.attention %{{.*}}, %{{.*}}, %{{.*}} offset %[[OFF]] scale
 // ARGSHIFT-NOT:     linalg.batch_matmul
 // ARGSHIFT-LABEL: func.func private @head(
 // RUN: snapkv-opt %t.argshift \

@@ -40,22 +40,22 @@
 
 // EAGER-LABEL: func.func @prefill
 // EAGER-NOT: linalg.batch_matmul
-// EAGER: snapkv.attention %{{.*}}, %{{.*}}, %{{.*}} scale 0.0883883461 : tensor<1x4x16x128xf32>, tensor<1x2x16x128xf32>, tensor<1x2x16x128xf32> -> tensor<1x4x16x128xf32>
+// EAGER: snapkv.attention %{{.*}}, %{{.*}}, %{{.*}} scale 0.0883883461 outs(%{{.*}} : tensor<1x4x16x128xf32>) : tensor<1x4x16x128xf32>, tensor<1x2x16x128xf32>, tensor<1x2x16x128xf32> -> tensor<1x4x16x128xf32>
 // EAGER-NOT: linalg.batch_matmul
 // EAGER-NOT: tensor<4x16x16xf32>
 // EAGER-LABEL: func.func @decode
 // EAGER-NOT: linalg.batch_matmul
 // EAGER: %[[K:.*]] = tensor.concat dim(2) %arg2
 // EAGER: %[[V:.*]] = tensor.concat dim(2) %arg3
-// EAGER: snapkv.attention %{{.*}}, %[[K]], %[[V]] scale 0.0883883461 : tensor<1x4x1x128xf32>, tensor<1x2x17x128xf32>, tensor<1x2x17x128xf32> -> tensor<1x4x1x128xf32>
+// EAGER: snapkv.attention %{{.*}}, %[[K]], %[[V]] scale 0.0883883461 outs(%{{.*}} : tensor<1x4x1x128xf32>) : tensor<1x4x1x128xf32>, tensor<1x2x17x128xf32>, tensor<1x2x17x128xf32> -> tensor<1x4x1x128xf32>
 // EAGER-NOT: linalg.batch_matmul
 
 // DYNAMIC-LABEL: func.func @prefill
 // DYNAMIC-NOT: x?x?x
-// DYNAMIC: snapkv.attention %{{.*}} scale 0.0883883387 : tensor<1x4x?x128xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32> -> tensor<1x4x?x128xf32>
+// DYNAMIC: snapkv.attention %{{.*}} scale 0.0883883387 outs(%{{.*}} : tensor<1x4x?x128xf32>) : tensor<1x4x?x128xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32> -> tensor<1x4x?x128xf32>
 // DYNAMIC-NOT: x?x?x
 // DYNAMIC-LABEL: func.func @decode
-// DYNAMIC: snapkv.attention %{{.*}} : tensor<1x4x1x128xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32> -> tensor<1x4x1x128xf32>
+// DYNAMIC: snapkv.attention %{{.*}} outs(%{{.*}} : tensor<1x4x1x128xf32>) : tensor<1x4x1x128xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32> -> tensor<1x4x1x128xf32>
 
 // LAYERS-LABEL: func.func private @prefill_layer
 // LAYERS: snapkv.attention
@@ -74,7 +74,7 @@
 // REWRITTEN-DAG: snapkv.attention
 // REWRITTEN-LABEL: func.func @decode
 // REWRITTEN-NOT: linalg.batch_matmul
-// REWRITTEN: snapkv.attention %{{.*}} : tensor<1x4x1x128xf32>, tensor<1x4x17x128xf32>, tensor<1x4x17x128xf32> -> tensor<1x4x1x128xf32>
+// REWRITTEN: snapkv.attention %{{.*}} outs(%{{.*}} : tensor<1x4x1x128xf32>) : tensor<1x4x1x128xf32>, tensor<1x4x17x128xf32>, tensor<1x4x17x128xf32> -> tensor<1x4x1x128xf32>
 
 // OTHER-CACHE-LABEL: func.func @prefill
 // OTHER-CACHE-COUNT-2: snapkv.attention
@@ -83,7 +83,7 @@
 // The importer compares the keys with the last layer's value cache length.
 // OTHER-CACHE: tensor.dim %arg5, %c2
 // OTHER-CACHE: %[[LEN:.*]] = tensor.dim %arg5, %c2
-// OTHER-CACHE-NEXT: snapkv.attention %{{.*}}, %{{.*}}, %{{.*}} offset %[[LEN]] scale 2.500000e-01 : tensor<1x4x1x16xf32>
+// OTHER-CACHE: snapkv.attention %{{.*}}, %{{.*}}, %{{.*}} offset %[[LEN]] scale 2.500000e-01 outs(%{{.*}} : tensor<1x4x1x16xf32>) : tensor<1x4x1x16xf32>
 // OTHER-CACHE-NOT: linalg.batch_matmul
 
 // ARGUMENT-LABEL: func.func @decode
@@ -94,4 +94,4 @@
 // The mini decode's query position is the constant static cache length 8:
 // the default alignment (every key of the 9 visible).
 // STATIC-LABEL: func.func @decode
-// STATIC: snapkv.attention %{{.*}}, %{{.*}}, %{{.*}} scale 5.000000e-01 : tensor<1x4x1x4xf32>, tensor<1x2x9x4xf32>, tensor<1x2x9x4xf32> -> tensor<1x4x1x4xf32>
+// STATIC: snapkv.attention %{{.*}}, %{{.*}}, %{{.*}} scale 5.000000e-01 outs(%{{.*}} : tensor<1x4x1x4xf32>) : tensor<1x4x1x4xf32>, tensor<1x2x9x4xf32>, tensor<1x2x9x4xf32> -> tensor<1x4x1x4xf32>

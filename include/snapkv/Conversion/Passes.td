@@ -145,7 +145,12 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
     `scf.for` over key tiles whose steps are linalg ops over every row that
     sees the tile (a decode step's single static row: one step, no loop),
     and no `scf.forall`: the form a compiler that tiles linalg itself
-    (IREE) takes. The `[Lq, Lk]` scores are never
+    (IREE) takes: the op's own decomposition
+    (`AggregatedOpInterface::decomposeOperation`). With
+    `attention-interface`, an op with a `forall` configuration is instead
+    tiled through its `TilingInterface` (an `scf.forall` over batch, query
+    heads and tiles of `query-tile` rows) and each tile decomposed the same
+    way. The `[Lq, Lk]` scores are never
     materialised. It has no GPU lowering yet (nor has
     `snapkv.ragged_attention`): with `tiling=gpu` the pass reports the op
     and fails.
@@ -170,7 +175,13 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
                         "the GPU block layout"))}]>,
     Option<"keepLogits", "keep-logits", "bool", /*default=*/"true",
            "With tiling=cpu: score one (batch, query head) at a time and "
-           "keep its logits for the votes instead of recomputing them">
+           "keep its logits for the votes instead of recomputing them">,
+    Option<"attentionInterface", "attention-interface", "bool",
+           /*default=*/"false",
+           "Lower a snapkv.attention with a forall configuration by tiling "
+           "it through TilingInterface (scf.forall over batch, query heads "
+           "and tiles of query-tile rows) and decomposing each tile, "
+           "instead of the hand-written tiled online softmax">
   ];
   let dependentDialects = [
     "::mlir::affine::AffineDialect",

@@ -563,25 +563,6 @@ SmallVector<Value> AttentionBuilder::queryTile(Value qTile, Value keys,
 
 } // namespace
 
-AttentionLengths
-mlir::snapkv::detail::attentionLengths(OpBuilder &b, Location loc,
-                                       Value queries, Value keys, Value values,
-                                       Value offset) {
-  Value lq = tensor::DimOp::create(b, loc, queries, 2);
-  Value lk = tensor::DimOp::create(b, loc, keys, 2);
-  if (!offset)
-    offset = arith::SubIOp::create(b, loc, lk, lq);
-  bool dynamic = cast<RankedTensorType>(keys.getType()).isDynamicDim(2) ||
-                 cast<RankedTensorType>(values.getType()).isDynamicDim(2);
-  if (dynamic) {
-    Value lv = tensor::DimOp::create(b, loc, values, 2);
-    cf::AssertOp::create(
-        b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lk, lv),
-        "snapkv.attention: length of 'values' differs from 'keys'");
-  }
-  return {lq, lk, offset, dynamic};
-}
-
 Value mlir::snapkv::detail::lowerAttention(OpBuilder &b, Location loc,
                                            AttentionOp op, Value queries,
                                            Value keys, Value values,

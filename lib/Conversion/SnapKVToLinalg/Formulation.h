@@ -312,25 +312,6 @@ Value lowerAttention(OpBuilder &b, Location loc, AttentionOp op, Value queries,
                      Value keys, Value values, Value offset, int64_t queryTile,
                      int64_t keyTile);
 
-/// snapkv.attention's query and key lengths and causal offset (Lk - Lq unless
-/// `offset` is given), with the run-time check the verifier cannot make on
-/// dynamic lengths: values as long as the keys (their tiles are read at the
-/// keys' positions). `dynamic`: a key or value length is dynamic.
-struct AttentionLengths {
-  Value lq, lk, offset;
-  bool dynamic;
-};
-AttentionLengths attentionLengths(OpBuilder &b, Location loc, Value queries,
-                                  Value keys, Value values, Value offset);
-
-/// snapkv.attention without scf.forall (AttentionKeyLoop.cpp): one scf.for
-/// over tiles of `keyTile` keys, each step linalg ops over every row that
-/// sees the tile; a single step for a decode step's one query row. What the
-/// untiled conversion (no #snapkv.lowering_config) gives, for IREE.
-Value lowerAttentionKeyLoop(OpBuilder &b, Location loc, AttentionOp op,
-                            Value queries, Value keys, Value values,
-                            Value offset, int64_t keyTile);
-
 } // namespace mlir::snapkv::detail
 
 #endif // SNAPKV_LIB_CONVERSION_SNAPKVTOLINALG_FORMULATION_H

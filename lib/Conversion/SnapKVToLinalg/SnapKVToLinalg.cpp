@@ -21,6 +21,7 @@
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/SCF/Transforms/TileUsingInterface.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/DialectConversion.h"
@@ -259,8 +260,10 @@ struct RaggedAttentionLowering : OpConversionPattern<RaggedAttentionOp> {
           auto tileTy = RankedTensorType::get({1, group, 1, dim}, elem);
           Value queries = tensor::ExtractSliceOp::create(
               b, l, tileTy, adaptor.getQueries(), offsets, sizes, strides);
-          Value out = AttentionOp::create(b, l, tileTy, queries, slices[0],
-                                          slices[1], /*offset=*/Value(), scale);
+          Value out = AttentionOp::create(
+              b, l, tileTy, queries, slices[0], slices[1], /*offset=*/Value(),
+              tensor::EmptyOp::create(b, l, tileTy.getShape(), elem), scale,
+              /*softcap=*/FloatAttr(), /*sliding_window=*/IntegerAttr());
           return scf::ValueVector{tensor::InsertSliceOp::create(
               b, l, out, iters[0], offsets, sizes, strides)};
         });
@@ -280,14 +283,15 @@ struct AttentionLowering : OpConversionPattern<AttentionOp> {
     FormulationOptions options = lowerings->options(op);
     if (options.mapping == TileMapping::gpu_blocks)
       return rewriter.notifyMatchFailure(op, "no GPU lowering");
-    // Untiled (no configuration): the form a compiler that tiles linalg
-    // itself takes, one loop over key tiles and no scf.forall.
+    // Untiled (no configuration): the op's own decomposition, the form a
+    // compiler that tiles linalg itself takes, one loop over key tiles and no
+    // scf.forall.
     if (!lowerings->config(op)) {
-      rewriter.replaceOp(
-          op,
-          lowerAttentionKeyLoop(rewriter, op.getLoc(), op, adaptor.getQueries(),
-                                adaptor.getKeys(), adaptor.getValues(),
-                                adaptor.getOffset(), options.keyTile));
+      FailureOr<SmallVector<Value>> decomposed =
+          op.decompose(rewriter, options.keyTile);
+      if (failed(decomposed))
+        return failure();
+      rewriter.replaceOp(op, *decomposed);
       return success();
     }
     rewriter.replaceOp(op,
@@ -299,6 +303,37 @@ struct AttentionLowering : OpConversionPattern<AttentionOp> {
   }
   std::shared_ptr<const Lowerings> lowerings;
 };
+
+/// snapkv.attention through its interfaces: tiled (TilingInterface) into an
+/// scf.forall over (batch, query head, tile of `queryTile` rows), each tile
+/// decomposed into its online softmax over tiles of `keyTile` keys. The
+/// run-time check of dynamic lengths comes first, once: a check inside the
+/// parallel loop could not return to the caller (asserts=report).
+LogicalResult tileAndDecompose(RewriterBase &rewriter, AttentionOp op,
+                               const FormulationOptions &options) {
+  rewriter.setInsertionPoint(op);
+  attentionLengths(rewriter, op.getLoc(), op.getQueries(), op.getKeys(),
+                   op.getValues(), op.getOffset());
+  scf::SCFTilingOptions tiling;
+  tiling.setLoopType(scf::SCFTilingOptions::LoopType::ForallOp);
+  tiling.setTileSizes(
+      getAsIndexOpFoldResult(op.getContext(), {1, 1, options.queryTile}));
+  FailureOr<scf::SCFTilingResult> tiled = scf::tileUsingSCF(
+      rewriter, cast<TilingInterface>(op.getOperation()), tiling);
+  if (failed(tiled))
+    return op.emitOpError("could not be tiled through TilingInterface");
+  rewriter.replaceOp(op, tiled->replacements);
+  for (Operation *tiledOp : tiled->tiledOps) {
+    auto tile = cast<AttentionOp>(tiledOp);
+    rewriter.setInsertionPoint(tile);
+    FailureOr<SmallVector<Value>> decomposed =
+        tile.decompose(rewriter, options.keyTile, /*lengthsChecked=*/true);
+    if (failed(decomposed))
+      return tile.emitOpError("could not be decomposed");
+    rewriter.replaceOp(tile, *decomposed);
+  }
+  return success();
+}
 
 void addSnapKVPatterns(RewritePatternSet &patterns,
                        std::shared_ptr<const Lowerings> lowerings) {
@@ -356,6 +391,19 @@ struct ConvertSnapKVToLinalgPass
     });
     if (unsupported.wasInterrupted())
       return signalPassFailure();
+    // Tiled and decomposed: with attention-interface, and always for
+    // soft-capping and sliding windows, which only the decomposition computes.
+    SmallVector<AttentionOp> attentions;
+    getOperation()->walk([&](AttentionOp op) {
+      if (LoweringConfigAttr config = lowerings->config(op))
+        if (config.getMapping() == TileMapping::forall &&
+            (attentionInterface || op.getSoftcap() || op.getSlidingWindow()))
+          attentions.push_back(op);
+    });
+    IRRewriter rewriter(&getContext());
+    for (AttentionOp op : attentions)
+      if (failed(tileAndDecompose(rewriter, op, lowerings->options(op))))
+        return signalPassFailure();
     RewritePatternSet patterns(&getContext());
     addSnapKVPatterns(patterns, lowerings);
     ConversionTarget conversion(getContext());

@@ -35,7 +35,7 @@
 // CHECK-NOT: scf.forall
 // CHECK: return
 func.func @prefill(%q: tensor<1x4x?x16xf32>, %k: tensor<1x2x?x16xf32>, %v: tensor<1x2x?x16xf32>) -> tensor<1x4x?x16xf32> {
-  %o = snapkv.attention %q, %k, %v : tensor<1x4x?x16xf32>, tensor<1x2x?x16xf32>, tensor<1x2x?x16xf32> -> tensor<1x4x?x16xf32>
+  %o = snapkv.attention %q, %k, %v outs(%q : tensor<1x4x?x16xf32>) : tensor<1x4x?x16xf32>, tensor<1x2x?x16xf32>, tensor<1x2x?x16xf32> -> tensor<1x4x?x16xf32>
   return %o : tensor<1x4x?x16xf32>
 }
 
@@ -53,6 +53,6 @@ func.func @prefill(%q: tensor<1x4x?x16xf32>, %k: tensor<1x2x?x16xf32>, %v: tenso
 // CHECK: tensor.collapse_shape {{.*}} into tensor<1x4x1x16xf16>
 // CHECK-NOT: scf.forall
 func.func @decode(%q: tensor<1x4x1x16xf16>, %k: tensor<1x2x?x16xf16>, %v: tensor<1x2x?x16xf16>, %pos: index) -> tensor<1x4x1x16xf16> {
-  %o = snapkv.attention %q, %k, %v offset %pos : tensor<1x4x1x16xf16>, tensor<1x2x?x16xf16>, tensor<1x2x?x16xf16> -> tensor<1x4x1x16xf16>
+  %o = snapkv.attention %q, %k, %v offset %pos outs(%q : tensor<1x4x1x16xf16>) : tensor<1x4x1x16xf16>, tensor<1x2x?x16xf16>, tensor<1x2x?x16xf16> -> tensor<1x4x1x16xf16>
   return %o : tensor<1x4x1x16xf16>
 }

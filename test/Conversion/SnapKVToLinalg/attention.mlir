@@ -31,7 +31,7 @@
 // CHECK: tensor.extract_slice %{{.*}}[0, 0, 0, 0] [1, 4, %{{.*}}, 16] [1, 1, 1, 1] : tensor<1x4x?x16xf32> to tensor<1x4x?x16xf32>
 func.func @attention(%q: tensor<1x4x?x16xf32>, %k: tensor<1x2x?x16xf32>, %v: tensor<1x2x?x16xf32>) -> tensor<1x4x?x16xf32> {
   // expected-error @+1 {{'snapkv.attention' op has no GPU lowering (tiling=gpu); fuse attention only for the CPU}}
-  %o = snapkv.attention %q, %k, %v : tensor<1x4x?x16xf32>, tensor<1x2x?x16xf32>, tensor<1x2x?x16xf32> -> tensor<1x4x?x16xf32>
+  %o = snapkv.attention %q, %k, %v outs(%q : tensor<1x4x?x16xf32>) : tensor<1x4x?x16xf32>, tensor<1x2x?x16xf32>, tensor<1x2x?x16xf32> -> tensor<1x4x?x16xf32>
   return %o : tensor<1x4x?x16xf32>
 }
 
@@ -44,7 +44,7 @@ func.func @attention(%q: tensor<1x4x?x16xf32>, %k: tensor<1x2x?x16xf32>, %v: ten
 // CHECK: return %{{.*}} : tensor<1x2x8x16xf16>
 func.func @half(%q: tensor<1x2x8x16xf16>, %k: tensor<1x1x8x16xf16>, %v: tensor<1x1x8x16xf16>) -> tensor<1x2x8x16xf16> {
   // expected-error @+1 {{has no GPU lowering}}
-  %o = snapkv.attention %q, %k, %v scale 0.5 : tensor<1x2x8x16xf16>, tensor<1x1x8x16xf16>, tensor<1x1x8x16xf16> -> tensor<1x2x8x16xf16>
+  %o = snapkv.attention %q, %k, %v scale 0.5 outs(%q : tensor<1x2x8x16xf16>) : tensor<1x2x8x16xf16>, tensor<1x1x8x16xf16>, tensor<1x1x8x16xf16> -> tensor<1x2x8x16xf16>
   return %o : tensor<1x2x8x16xf16>
 }
 
@@ -77,7 +77,7 @@ func.func @half(%q: tensor<1x2x8x16xf16>, %k: tensor<1x1x8x16xf16>, %v: tensor<1
 // CHECK: tensor.expand_shape %{{.*}} {{\[}}[0], [1], [2, 3]] output_shape [1, 4, 1, 32]
 func.func @decode(%q: tensor<1x4x1x32xf32>, %k: tensor<1x2x?x32xf32>, %v: tensor<1x2x?x32xf32>) -> tensor<1x4x1x32xf32> {
   // expected-error @+1 {{has no GPU lowering}}
-  %o = snapkv.attention %q, %k, %v : tensor<1x4x1x32xf32>, tensor<1x2x?x32xf32>, tensor<1x2x?x32xf32> -> tensor<1x4x1x32xf32>
+  %o = snapkv.attention %q, %k, %v outs(%q : tensor<1x4x1x32xf32>) : tensor<1x4x1x32xf32>, tensor<1x2x?x32xf32>, tensor<1x2x?x32xf32> -> tensor<1x4x1x32xf32>
   return %o : tensor<1x4x1x32xf32>
 }
 

@@ -7,7 +7,7 @@
 func.func @attention(%q: tensor<1x4x?x16xf32>, %k: tensor<1x2x?x16xf32>, %v: tensor<1x2x?x16xf32>)
     -> tensor<1x4x?x16xf32> {
   // expected-error @+1 {{'snapkv.attention' op has no GPU lowering (target=gpu); it is lowered for the CPU only}}
-  %o = snapkv.attention %q, %k, %v : tensor<1x4x?x16xf32>, tensor<1x2x?x16xf32>, tensor<1x2x?x16xf32> -> tensor<1x4x?x16xf32>
+  %o = snapkv.attention %q, %k, %v outs(%q : tensor<1x4x?x16xf32>) : tensor<1x4x?x16xf32>, tensor<1x2x?x16xf32>, tensor<1x2x?x16xf32> -> tensor<1x4x?x16xf32>
   return %o : tensor<1x4x?x16xf32>
 }
 
@@ -16,7 +16,7 @@ func.func @attention(%q: tensor<1x4x?x16xf32>, %k: tensor<1x2x?x16xf32>, %v: ten
 // An op configured for the CPU by hand keeps its configuration: no error.
 func.func @attention_configured(%q: tensor<1x4x?x16xf32>, %k: tensor<1x2x?x16xf32>, %v: tensor<1x2x?x16xf32>)
     -> tensor<1x4x?x16xf32> {
-  %o = snapkv.attention %q, %k, %v
+  %o = snapkv.attention %q, %k, %v outs(%q : tensor<1x4x?x16xf32>)
       {snapkv.lowering_config = #snapkv.lowering_config<mapping = forall, key_tile = 8, query_tile = 4, chunk = 0, keep_logits = false>}
       : tensor<1x4x?x16xf32>, tensor<1x2x?x16xf32>, tensor<1x2x?x16xf32> -> tensor<1x4x?x16xf32>
   return %o : tensor<1x4x?x16xf32>

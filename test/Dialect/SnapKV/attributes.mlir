@@ -223,7 +223,7 @@ func.func @lowering_config_threads_for_loops() {
 func.func @lowering_config_attention_on_blocks(%q: tensor<1x4x?x16xf32>, %k: tensor<1x2x?x16xf32>, %v: tensor<1x2x?x16xf32>)
     -> tensor<1x4x?x16xf32> {
   // expected-error @+1 {{'snapkv.attention' op has no GPU lowering: its snapkv.lowering_config cannot map it to gpu_blocks}}
-  %o = snapkv.attention %q, %k, %v
+  %o = snapkv.attention %q, %k, %v outs(%q : tensor<1x4x?x16xf32>)
       {snapkv.lowering_config = #snapkv.lowering_config<mapping = gpu_blocks, key_tile = 8, query_tile = 4, chunk = 0, keep_logits = false, threads = 64, tensor_cores = true>}
       : tensor<1x4x?x16xf32>, tensor<1x2x?x16xf32>, tensor<1x2x?x16xf32> -> tensor<1x4x?x16xf32>
   return %o : tensor<1x4x?x16xf32>

@@ -406,7 +406,7 @@ func.func @bad_scoring(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: ten
 // snapkv.attention: the rules of its own verifier, each naming the operand.
 func.func @attention_rank(%q: tensor<4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
   // expected-error @+1 {{'snapkv.attention' op 'queries' must be a rank-4 tensor, got rank 3}}
-  %o = snapkv.attention %q, %k, %v : tensor<4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32> -> tensor<4x8x8xf32>
+  %o = snapkv.attention %q, %k, %v outs(%q : tensor<4x8x8xf32>) : tensor<4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32> -> tensor<4x8x8xf32>
   return
 }
 
@@ -414,7 +414,7 @@ func.func @attention_rank(%q: tensor<4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v: te
 
 func.func @attention_heads(%q: tensor<1x3x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
   // expected-error @+1 {{'snapkv.attention' op query heads (3) are not a multiple of key/value heads (2)}}
-  %o = snapkv.attention %q, %k, %v : tensor<1x3x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32> -> tensor<1x3x8x8xf32>
+  %o = snapkv.attention %q, %k, %v outs(%q : tensor<1x3x8x8xf32>) : tensor<1x3x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32> -> tensor<1x3x8x8xf32>
   return
 }
 
@@ -422,7 +422,7 @@ func.func @attention_heads(%q: tensor<1x3x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v:
 
 func.func @attention_values_heads(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x1x8x8xf32>) {
   // expected-error @+1 {{'snapkv.attention' op 'values' has 1 kv heads but 'keys' has 2}}
-  %o = snapkv.attention %q, %k, %v : tensor<1x4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x1x8x8xf32> -> tensor<1x4x8x8xf32>
+  %o = snapkv.attention %q, %k, %v outs(%q : tensor<1x4x8x8xf32>) : tensor<1x4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x1x8x8xf32> -> tensor<1x4x8x8xf32>
   return
 }
 
@@ -430,7 +430,7 @@ func.func @attention_values_heads(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf3
 
 func.func @attention_head_dim(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x4xf32>, %v: tensor<1x2x8x4xf32>) {
   // expected-error @+1 {{'snapkv.attention' op head dim of 'keys' (4) differs from 'queries' (8)}}
-  %o = snapkv.attention %q, %k, %v : tensor<1x4x8x8xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32> -> tensor<1x4x8x8xf32>
+  %o = snapkv.attention %q, %k, %v outs(%q : tensor<1x4x8x8xf32>) : tensor<1x4x8x8xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32> -> tensor<1x4x8x8xf32>
   return
 }
 
@@ -438,7 +438,7 @@ func.func @attention_head_dim(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x4xf32>, 
 
 func.func @attention_lengths(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x9x8xf32>) {
   // expected-error @+1 {{'snapkv.attention' op length of 'values' (9) differs from 'keys' (8)}}
-  %o = snapkv.attention %q, %k, %v : tensor<1x4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x9x8xf32> -> tensor<1x4x8x8xf32>
+  %o = snapkv.attention %q, %k, %v outs(%q : tensor<1x4x8x8xf32>) : tensor<1x4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x9x8xf32> -> tensor<1x4x8x8xf32>
   return
 }
 
@@ -446,7 +446,7 @@ func.func @attention_lengths(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %
 
 func.func @attention_element(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf16>, %v: tensor<1x2x8x8xf16>) {
   // expected-error @+1 {{'snapkv.attention' op 'keys' element type 'f16' differs from 'queries' element type 'f32'}}
-  %o = snapkv.attention %q, %k, %v : tensor<1x4x8x8xf32>, tensor<1x2x8x8xf16>, tensor<1x2x8x8xf16> -> tensor<1x4x8x8xf32>
+  %o = snapkv.attention %q, %k, %v outs(%q : tensor<1x4x8x8xf32>) : tensor<1x4x8x8xf32>, tensor<1x2x8x8xf16>, tensor<1x2x8x8xf16> -> tensor<1x4x8x8xf32>
   return
 }
 
@@ -454,7 +454,7 @@ func.func @attention_element(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf16>, %
 
 func.func @attention_result(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
   // expected-error @+1 {{'snapkv.attention' op result 'result' has type 'tensor<1x4x?x8xf32>', expected 'tensor<1x4x8x8xf32>'}}
-  %o = snapkv.attention %q, %k, %v : tensor<1x4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32> -> tensor<1x4x?x8xf32>
+  %o = snapkv.attention %q, %k, %v outs(%q : tensor<1x4x8x8xf32>) : tensor<1x4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32> -> tensor<1x4x?x8xf32>
   return
 }
 
@@ -462,7 +462,7 @@ func.func @attention_result(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v
 
 func.func @attention_batch(%q: tensor<2x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
   // expected-error @+1 {{'snapkv.attention' op batch size of 'keys' (1) differs from 'queries' (2)}}
-  %o = snapkv.attention %q, %k, %v : tensor<2x4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32> -> tensor<2x4x8x8xf32>
+  %o = snapkv.attention %q, %k, %v outs(%q : tensor<2x4x8x8xf32>) : tensor<2x4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32> -> tensor<2x4x8x8xf32>
   return
 }
 
@@ -470,7 +470,7 @@ func.func @attention_batch(%q: tensor<2x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v:
 
 func.func @attention_static_dims(%q: tensor<1x?x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
   // expected-error @+1 {{'snapkv.attention' op only the prompt length may be dynamic, but 'queries' dim 1 is dynamic}}
-  %o = snapkv.attention %q, %k, %v : tensor<1x?x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32> -> tensor<1x?x8x8xf32>
+  %o = snapkv.attention %q, %k, %v outs(%q : tensor<1x?x8x8xf32>) : tensor<1x?x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32> -> tensor<1x?x8x8xf32>
   return
 }
 
@@ -478,7 +478,31 @@ func.func @attention_static_dims(%q: tensor<1x?x8x8xf32>, %k: tensor<1x2x8x8xf32
 
 func.func @attention_scale(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
   // expected-error @+1 {{'snapkv.attention' op scale must be a finite number}}
-  %o = snapkv.attention %q, %k, %v scale 0x7F800000 : tensor<1x4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32> -> tensor<1x4x8x8xf32>
+  %o = snapkv.attention %q, %k, %v scale 0x7F800000 outs(%q : tensor<1x4x8x8xf32>) : tensor<1x4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32> -> tensor<1x4x8x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_softcap(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
+  // expected-error @+1 {{'snapkv.attention' op softcap must be a positive finite number}}
+  %o = snapkv.attention %q, %k, %v softcap 0.0 outs(%q : tensor<1x4x8x8xf32>) : tensor<1x4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32> -> tensor<1x4x8x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_sliding_window(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
+  // expected-error @+1 {{'snapkv.attention' op sliding_window must be at least 1, got 0}}
+  %o = snapkv.attention %q, %k, %v sliding_window 0 outs(%q : tensor<1x4x8x8xf32>) : tensor<1x4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32> -> tensor<1x4x8x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_init(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>, %i: tensor<1x4x8x8xf16>) {
+  // expected-error @+1 {{'snapkv.attention' op 'init' has type 'tensor<1x4x8x8xf16>', expected the queries' type 'tensor<1x4x8x8xf32>'}}
+  %o = snapkv.attention %q, %k, %v outs(%i : tensor<1x4x8x8xf16>) : tensor<1x4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32> -> tensor<1x4x8x8xf32>
   return
 }
 

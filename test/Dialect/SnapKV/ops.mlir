@@ -126,20 +126,24 @@ func.func @scorings(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tenso
 // f16 and a decode step's single query row (Lq = 1 against a dynamic cache)
 // are accepted.
 // CHECK-LABEL: func.func @attention
-// CHECK: snapkv.attention %{{.*}}, %{{.*}}, %{{.*}} : tensor<1x4x?x8xf32>, tensor<1x2x?x8xf32>, tensor<1x2x?x8xf32> -> tensor<1x4x?x8xf32>
-// CHECK: snapkv.attention %{{.*}}, %{{.*}}, %{{.*}} offset %{{.*}} scale 2.500000e-01 : tensor<1x4x1x8xf16>, tensor<1x2x?x8xf16>, tensor<1x2x?x8xf16> -> tensor<1x4x1x8xf16>
+// CHECK: snapkv.attention %{{.*}}, %{{.*}}, %{{.*}} outs(%{{.*}} : tensor<1x4x?x8xf32>) : tensor<1x4x?x8xf32>, tensor<1x2x?x8xf32>, tensor<1x2x?x8xf32> -> tensor<1x4x?x8xf32>
+// CHECK: snapkv.attention %{{.*}}, %{{.*}}, %{{.*}} offset %{{.*}} scale 2.500000e-01 outs(%{{.*}} : tensor<1x4x1x8xf16>) : tensor<1x4x1x8xf16>, tensor<1x2x?x8xf16>, tensor<1x2x?x8xf16> -> tensor<1x4x1x8xf16>
+// CHECK: snapkv.attention %{{.*}}, %{{.*}}, %{{.*}} softcap 5.000000e+01 sliding_window 4 outs(%{{.*}} : tensor<1x4x?x8xf32>)
 // GENERIC-LABEL: sym_name = "attention"
 // GENERIC: "snapkv.attention"(%{{.*}}, %{{.*}}, %{{.*}}) : (tensor<1x4x?x8xf32>
 // GENERIC: "snapkv.attention"(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) <{scale = 2.500000e-01 : f32}>
+// GENERIC: "snapkv.attention"(%{{.*}}) <{sliding_window = 4 : i64, softcap = 5.000000e+01 : f32}>
 func.func @attention(%q: tensor<1x4x?x8xf32>, %k: tensor<1x2x?x8xf32>, %v: tensor<1x2x?x8xf32>,
                      %q1: tensor<1x4x1x8xf16>, %k1: tensor<1x2x?x8xf16>, %v1: tensor<1x2x?x8xf16>,
                      %pos: index)
-    -> (tensor<1x4x?x8xf32>, tensor<1x4x1x8xf16>) {
-  %o = snapkv.attention %q, %k, %v
+    -> (tensor<1x4x?x8xf32>, tensor<1x4x1x8xf16>, tensor<1x4x?x8xf32>) {
+  %o = snapkv.attention %q, %k, %v outs(%q : tensor<1x4x?x8xf32>)
       : tensor<1x4x?x8xf32>, tensor<1x2x?x8xf32>, tensor<1x2x?x8xf32> -> tensor<1x4x?x8xf32>
-  %o1 = snapkv.attention %q1, %k1, %v1 offset %pos scale 0.25
+  %o1 = snapkv.attention %q1, %k1, %v1 offset %pos scale 0.25 outs(%q1 : tensor<1x4x1x8xf16>)
       : tensor<1x4x1x8xf16>, tensor<1x2x?x8xf16>, tensor<1x2x?x8xf16> -> tensor<1x4x1x8xf16>
-  return %o, %o1 : tensor<1x4x?x8xf32>, tensor<1x4x1x8xf16>
+  %o2 = snapkv.attention %q, %k, %v softcap 50.0 sliding_window 4 outs(%q : tensor<1x4x?x8xf32>)
+      : tensor<1x4x?x8xf32>, tensor<1x2x?x8xf32>, tensor<1x2x?x8xf32> -> tensor<1x4x?x8xf32>
+  return %o, %o1, %o2 : tensor<1x4x?x8xf32>, tensor<1x4x1x8xf16>, tensor<1x4x?x8xf32>
 }
 
 // The stage ops of a decomposed select: a score with scoring prefix_votes,

@@ -505,6 +505,15 @@ LogicalResult AttentionOp::verify() {
     return emitOpError() << "head dim must be at least 1";
   if (std::optional<APFloat> scale = getScale(); scale && !scale->isFinite())
     return emitOpError() << "scale must be a finite number";
+  if (std::optional<APFloat> cap = getSoftcap();
+      cap && (!cap->isFinite() || cap->isNegative() || cap->isZero()))
+    return emitOpError() << "softcap must be a positive finite number";
+  if (std::optional<int64_t> window = getSlidingWindow(); window && *window < 1)
+    return emitOpError() << "sliding_window must be at least 1, got "
+                         << *window;
+  if (getInit().getType() != qTy)
+    return emitOpError() << "'init' has type " << getInit().getType()
+                         << ", expected the queries' type " << qTy;
   return verifyResults(*this, {"result"}, {qTy});
 }
 

@@ -1,7 +1,9 @@
-//===- SnapKVTiling.cpp - TilingInterface of the selection's stage ops ----===//
+//===- SnapKVTiling.cpp - TilingInterface of the stage ops and attention --===//
 //
 // snapkv.top_positions tiles over its rows (b, h); snapkv.gather over all of
-// (b, h, slot, d). A tile is the same op on slices, so the lowering of a
+// (b, h, slot, d); snapkv.attention over (b, h, query row), every key in
+// each tile (the keys are its decomposition's loop). A tile is the same op
+// on slices, so the lowering of a
 // tiled op is the lowering of a smaller one. Batch, heads and row size are
 // static in these ops, so tiles of them must have static sizes (a tile size
 // that divides the dimension).
@@ -11,6 +13,7 @@
 #include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
 
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
 
@@ -274,4 +277,114 @@ GatherOp::generateResultTileValue(OpBuilder &b, unsigned resultNumber,
   if (resultNumber != 0)
     return failure();
   return getTiledImplementation(b, offsets, sizes);
+}
+
+//===----------------------------------------------------------------------===//
+// snapkv.attention
+//===----------------------------------------------------------------------===//
+
+SmallVector<utils::IteratorType> AttentionOp::getLoopIteratorTypes() {
+  return SmallVector<utils::IteratorType>(3, utils::IteratorType::parallel);
+}
+
+SmallVector<Range> AttentionOp::getIterationDomain(OpBuilder &b) {
+  SmallVector<Range> domain;
+  for (int64_t d = 0; d < 3; ++d)
+    domain.push_back(Range{b.getIndexAttr(0),
+                           tensor::getMixedSize(b, getLoc(), getInit(), d),
+                           b.getIndexAttr(1)});
+  return domain;
+}
+
+FailureOr<TilingResult>
+AttentionOp::getTiledImplementation(OpBuilder &b,
+                                    ArrayRef<OpFoldResult> offsets,
+                                    ArrayRef<OpFoldResult> sizes) {
+  if (offsets.size() != 3 || sizes.size() != 3 ||
+      !allConstant({sizes[0], sizes[1]}))
+    return failure();
+  Location loc = getLoc();
+  RankedTensorType qTy = getQueries().getType(), kTy = getKeys().getType();
+  int64_t dim = qTy.getDimSize(3);
+  // The kv heads the tile's query heads read: head h reads h / G.
+  std::optional<std::pair<OpFoldResult, int64_t>> kv =
+      groupedHeads(b, loc, offsets[1], *getConstantIntValue(sizes[1]),
+                   qTy.getDimSize(1) / kTy.getDimSize(1));
+  if (!kv)
+    return failure();
+  auto [kvOffset, kvHeads] = *kv;
+  OpFoldResult zero = b.getIndexAttr(0);
+  SmallVector<OpFoldResult> rowOffsets = {offsets[0], offsets[1], offsets[2],
+                                          zero};
+  SmallVector<OpFoldResult> rowSizes = {sizes[0], sizes[1], sizes[2],
+                                        b.getIndexAttr(dim)};
+  auto queries = slice(b, loc, getQueries(), rowOffsets, rowSizes);
+  SmallVector<Operation *> slices = {queries};
+  SmallVector<Value> kvSlices;
+  for (Value source : {getKeys(), getValues()}) {
+    auto kvSlice =
+        slice(b, loc, source, {offsets[0], kvOffset, zero, zero},
+              {sizes[0], b.getIndexAttr(kvHeads),
+               tensor::getMixedSize(b, loc, source, 2), b.getIndexAttr(dim)});
+    slices.push_back(kvSlice);
+    kvSlices.push_back(kvSlice);
+  }
+  auto init = slice(b, loc, getInit(), rowOffsets, rowSizes);
+  slices.push_back(init);
+  // The tile's row 0 is row offsets[2] of the op: its causal offset is the
+  // op's plus offsets[2] (the op's default, Lk - Lq, is not the tile's).
+  Value offset = getOffset();
+  int64_t rows = getInit().getType().getDimSize(2);
+  bool allRows = isConstantIntValue(offsets[2], 0) &&
+                 !ShapedType::isDynamic(rows) &&
+                 isConstantIntValue(sizes[2], rows);
+  if (offset || !allRows) {
+    AffineExpr s0 = b.getAffineSymbolExpr(0), s1 = b.getAffineSymbolExpr(1),
+               s2 = b.getAffineSymbolExpr(2);
+    OpFoldResult tileOffset =
+        offset
+            ? affine::makeComposedFoldedAffineApply(b, loc, s0 + s1,
+                                                    {offset, offsets[2]})
+            : affine::makeComposedFoldedAffineApply(
+                  b, loc, s0 - s1 + s2,
+                  {tensor::getMixedSize(b, loc, getKeys(), 2),
+                   tensor::getMixedSize(b, loc, getQueries(), 2), offsets[2]});
+    offset = isa<Value>(tileOffset)
+                 ? cast<Value>(tileOffset)
+                 : arith::ConstantIndexOp::create(
+                       b, loc, *getConstantIntValue(tileOffset))
+                       .getResult();
+  }
+  auto tiled = AttentionOp::create(b, loc, init.getType(), queries.getResult(),
+                                   kvSlices[0], kvSlices[1], offset,
+                                   init.getResult(), getScaleAttr(),
+                                   getSoftcapAttr(), getSlidingWindowAttr());
+  // The tile keeps the op's configuration (its key tile).
+  tiled->setDiscardableAttrs(getOperation()->getDiscardableAttrDictionary());
+  return TilingResult{{tiled}, {tiled.getResult()}, slices};
+}
+
+LogicalResult AttentionOp::getResultTilePosition(
+    OpBuilder &b, unsigned resultNumber, ArrayRef<OpFoldResult> offsets,
+    ArrayRef<OpFoldResult> sizes, SmallVector<OpFoldResult> &resultOffsets,
+    SmallVector<OpFoldResult> &resultSizes) {
+  if (resultNumber != 0 || offsets.size() != 3)
+    return failure();
+  resultOffsets = {offsets[0], offsets[1], offsets[2], b.getIndexAttr(0)};
+  resultSizes = {sizes[0], sizes[1], sizes[2],
+                 b.getIndexAttr(getInit().getType().getDimSize(3))};
+  return success();
+}
+
+FailureOr<TilingResult>
+AttentionOp::generateResultTileValue(OpBuilder &b, unsigned resultNumber,
+                                     ArrayRef<OpFoldResult> offsets,
+                                     ArrayRef<OpFoldResult> sizes) {
+  // A row's output takes every element of its value rows: only tiles of whole
+  // rows are computed on their own.
+  if (resultNumber != 0 || offsets.size() != 4 ||
+      !isConstantIntValue(offsets[3], 0) ||
+      !isConstantIntValue(sizes[3], getInit().getType().getDimSize(3)))
+    return failure();
+  return getTiledImplementation(b, offsets.take_front(3), sizes.take_front(3));
 }

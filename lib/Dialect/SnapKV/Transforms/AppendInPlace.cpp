@@ -248,6 +248,12 @@ static LogicalResult planRagged(func::FuncOp func, Plan &plan,
               " has an offset or more than one query row";
         return failure();
       }
+      // snapkv.ragged_attention has neither.
+      if (attention.getSoftcap() || attention.getSlidingWindow()) {
+        why = "a snapkv.attention over argument " + std::to_string(append.arg) +
+              " has a softcap or a sliding window";
+        return failure();
+      }
       Operation *keys = attention.getKeys().getDefiningOp();
       Operation *values = attention.getValues().getDefiningOp();
       if (!keys || !values || !appendOf.count(keys) ||

@@ -199,9 +199,13 @@ unsigned mlir::snapkv::fuseAttentions(Operation *root) {
     auto qTy = cast<RankedTensorType>(m.queries.getType());
     Value offset =
         alignment.lastKey ? Value() : positionIndex(rewriter, loc, alignment);
-    auto attention = AttentionOp::create(rewriter, loc, qTy, m.queries,
-                                         m.keys.source, m.values.source, offset,
-                                         rewriter.getF32FloatAttr(m.scale));
+    Value init = tensor::EmptyOp::create(
+        rewriter, loc, tensor::getMixedSizes(rewriter, loc, m.queries),
+        qTy.getElementType());
+    auto attention = AttentionOp::create(
+        rewriter, loc, qTy, m.queries, m.keys.source, m.values.source, offset,
+        init, rewriter.getF32FloatAttr(m.scale), /*softcap=*/FloatAttr(),
+        /*sliding_window=*/IntegerAttr());
     // [B, Hq, L, D] -> the P x V product's [B * Hq, L, D].
     Value result = tensor::CollapseShapeOp::create(
         rewriter, loc, attention.getResult(),

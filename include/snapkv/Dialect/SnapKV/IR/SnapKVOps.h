@@ -3,6 +3,7 @@
 
 #include "mlir/Bytecode/BytecodeOpInterface.h"
 #include "mlir/Dialect/Linalg/IR/LinalgInterfaces.h"
+#include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/IR/OpImplementation.h"
@@ -26,6 +27,19 @@ namespace mlir::snapkv {
 /// decomposition or a lowering made of `from` are lowered as it would be.
 void inheritLoweringConfig(Operation *from,
                            llvm::iterator_range<Block::iterator> created);
+
+/// snapkv.attention's query and key lengths and causal offset (Lk - Lq unless
+/// `offset` is given), with the run-time check the verifier cannot make on
+/// dynamic lengths: values as long as the keys (their tiles are read at the
+/// keys' positions; left out with `checked`, where the caller made it).
+/// `dynamic`: a key or value length is dynamic.
+struct AttentionLengths {
+  Value lq, lk, offset;
+  bool dynamic;
+};
+AttentionLengths attentionLengths(OpBuilder &b, Location loc, Value queries,
+                                  Value keys, Value values, Value offset,
+                                  bool checked = false);
 } // namespace mlir::snapkv
 
 #endif // SNAPKV_DIALECT_SNAPKV_IR_SNAPKVOPS_H

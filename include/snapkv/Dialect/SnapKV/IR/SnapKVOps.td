@@ -441,7 +441,14 @@ def SnapKV_GatherOp : SnapKV_Op<"gather",
   let hasVerifier = 1;
 }
 
-def SnapKV_AttentionOp : SnapKV_Op<"attention", [Pure]> {
+def SnapKV_AttentionOp : SnapKV_Op<"attention",
+    [Pure, DestinationStyleOpInterface,
+     DeclareOpInterfaceMethods<TilingInterface,
+         ["getIterationDomain", "getLoopIteratorTypes",
+          "getTiledImplementation", "getResultTilePosition",
+          "generateResultTileValue"]>,
+     DeclareOpInterfaceMethods<AggregatedOpInterface,
+                               ["decomposeOperation"]>]> {
   let summary = "causal multi-head attention with grouped kv heads";
   let description = [{
     The attention of a decoder layer, as one op: for every batch `b`, query
@@ -457,11 +464,31 @@ def SnapKV_AttentionOp : SnapKV_Op<"attention", [Pure]> {
     mask aligned to the last key (a prompt's self-attention has `Lq = Lk`,
     row `i` sees keys `0 .. i`; a decode step has `Lq = 1` and sees every
     key); an `offset` operand (an index) gives it explicitly, such as a
-    decode step's position. `scale` defaults to `1/sqrt(D)`. Products and
+    decode step's position. `scale` defaults to `1/sqrt(D)`. With
+    `softcap c` (Gemma 2's logit soft-capping) the scaled logits become
+    `c * tanh(x / c)`; with `sliding_window W` row `i` sees only the keys
+    `i + offset - W < j` (the last `W` up to its own position, as
+    HuggingFace's sliding-window mask). Both are computed by the op's
+    decomposition; the hand-written tiled lowering has neither, so
+    `convert-snapkv-to-linalg` tiles and decomposes an op that uses them.
+    Products and
     the softmax are computed in f32; the result has the queries' type. A row
     that sees no key (`i + offset < 0`) is zero, as with SDPA's guard for
     fully masked rows. With a dynamic key or value length the lowering
     checks at run time that both lengths agree and fit 32-bit positions.
+
+    Destination-passing style: the result is written into `init` (of the
+    queries' type; only its shape matters). The op tiles (`TilingInterface`)
+    over its parallel loops `(b, h, i)`: a tile is the same op on the tile's
+    query rows, the kv heads they read and every key, with the causal offset
+    of its first row (with `G > 1`, a tile of heads is one head, or
+    `G`-aligned and a multiple of `G`). It decomposes
+    (`AggregatedOpInterface::decomposeOperation`) into the online softmax
+    over tiles of keys (the `key_tile` of its `snapkv.lowering_config`, else
+    64): an `scf.for` over the key tiles whose body is linalg ops over all
+    of its rows at once, carrying each row's maximum, sum and accumulator in
+    f32, and skipping the rows that see none of a tile's keys; a single
+    query row takes every key in one step, with no loop.
 
     `snapkv-fuse-attention` forms it from the attention torch-mlir imports;
     `convert-snapkv-to-linalg` lowers it to a tiled online softmax
@@ -472,6 +499,7 @@ def SnapKV_AttentionOp : SnapKV_Op<"attention", [Pure]> {
 
     ```mlir
     %o = snapkv.attention %q, %k, %v scale 0.125
+        outs(%init : tensor<1x9x?x64xf32>)
         : tensor<1x9x?x64xf32>, tensor<1x3x?x64xf32>, tensor<1x3x?x64xf32>
         -> tensor<1x9x?x64xf32>
     ```
@@ -482,12 +510,17 @@ def SnapKV_AttentionOp : SnapKV_Op<"attention", [Pure]> {
     AnyRankedTensor:$keys,
     AnyRankedTensor:$values,
     Optional<Index>:$offset,
-    OptionalAttr<F32Attr>:$scale
+    AnyRankedTensor:$init,
+    OptionalAttr<F32Attr>:$scale,
+    OptionalAttr<F32Attr>:$softcap,
+    OptionalAttr<I64Attr>:$sliding_window
   );
   let results = (outs AnyRankedTensor:$result);
 
   let assemblyFormat = [{
     $queries `,` $keys `,` $values (`offset` $offset^)? (`scale` $scale^)?
+    (`softcap` $softcap^)? (`sliding_window` $sliding_window^)?
+    `outs` `(` $init `:` type($init) `)`
     attr-dict `:` type($queries) `,` type($keys) `,` type($values) `->`
     type($result)
   }];
@@ -495,6 +528,17 @@ def SnapKV_AttentionOp : SnapKV_Op<"attention", [Pure]> {
   let extraClassDeclaration = [{
     /// The softmax scale: the `scale` attribute or `1/sqrt(D)`.
     double getEffectiveScale();
+    ::mlir::MutableOperandRange getDpsInitsMutable() {
+      return getInitMutable();
+    }
+    /// The online softmax over tiles of `keyTile` keys (what
+    /// `decomposeOperation` builds with the op's configured key tile).
+    /// `lengthsChecked`: the caller has checked at run time that dynamic key
+    /// and value lengths agree (once, outside the loops of a tiled op), so
+    /// the decomposition does not.
+    ::mlir::FailureOr<::llvm::SmallVector<::mlir::Value>>
+    decompose(::mlir::OpBuilder &b, int64_t keyTile,
+              bool lengthsChecked = false);
   }];
 
   let hasVerifier = 1;

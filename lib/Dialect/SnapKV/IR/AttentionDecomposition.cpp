@@ -1,26 +1,29 @@
-//===- AttentionKeyLoop.cpp - snapkv.attention untiled, for other compilers
-//===//
+//===- AttentionDecomposition.cpp - snapkv.attention's online softmax -----===//
 //
-// The online softmax with the key tiles as the only loop: an scf.for over
-// tiles of Tk keys whose body is linalg ops over all of (batch, kv head,
-// group head, query row) at once, carrying the row maximum, the row sum and
-// the accumulator of every row. Each step computes only the rows that see
-// its tile (from the first row whose causal limit reaches the tile), so the
+// AggregatedOpInterface::decomposeOperation of snapkv.attention: the online
+// softmax with the key tiles as the only loop, an scf.for over tiles of Tk
+// keys whose body is linalg ops over all of (batch, kv head, group head,
+// query row) at once, carrying the row maximum, the row sum and the
+// accumulator of every row. Each step computes only the rows that see its
+// tile (from the first row whose causal limit reaches the tile), so the
 // causal upper triangle is skipped a tile at a time. No scf.forall and
-// nothing sized by the query tile: the structure a compiler that tiles and
-// distributes linalg itself (IREE) takes, where the importer's [L, L]
-// attention with a dynamic L stays untiled. A decode step (one static query
-// row) takes every key in one step, with no loop.
+// nothing sized by the query tile: tiling the op (TilingInterface, over
+// batch, heads and query rows) is what distributes it, whether a pipeline
+// tiles it or a compiler that tiles linalg itself (IREE) takes the
+// decomposed op whole. A single query row (a decode step) takes every key
+// in one step, with no loop.
 //
 // GQA without copies: the queries are viewed as [B, Hkv, G, Lq, D], so that
 // every indexing map is a projection. Products and the softmax are in f32;
-// the result has the queries' type.
+// the result, written into the op's init, has the queries' type.
 //
 //===----------------------------------------------------------------------===//
 
-#include "Formulation.h"
+#include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/ControlFlow/IR/ControlFlowOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
@@ -30,16 +33,23 @@
 
 using namespace mlir;
 using namespace mlir::snapkv;
-using namespace mlir::snapkv::detail;
 
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+/// Keys per step when the op has no snapkv.lowering_config (the
+/// conversion's default key tile).
+constexpr int64_t kDefaultKeyTile = 64;
+
+Value constF32(OpBuilder &b, Location loc, float v) {
+  return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(v));
+}
 
 class KeyLoopBuilder {
 public:
-  KeyLoopBuilder(OpBuilder &b, Location loc, AttentionOp op, int64_t keyTile)
-      : b(b), loc(loc), tk(keyTile) {
+  KeyLoopBuilder(OpBuilder &b, Location loc, AttentionOp op, int64_t keyTile,
+                 bool lengthsChecked)
+      : b(b), loc(loc), tk(keyTile), lengthsChecked(lengthsChecked) {
     RankedTensorType qTy = op.getQueries().getType();
     RankedTensorType kTy = op.getKeys().getType();
     elemTy = qTy.getElementType();
@@ -48,10 +58,14 @@ public:
     group = qTy.getDimSize(1) / kvHeads;
     dim = qTy.getDimSize(3);
     scale = static_cast<float>(op.getEffectiveScale());
+    if (std::optional<APFloat> cap = op.getSoftcap())
+      softcap = cap->convertToFloat();
+    window = op.getSlidingWindow();
     f32 = b.getF32Type();
   }
 
-  Value build(Value queries, Value keys, Value values, Value offset);
+  Value build(Value queries, Value keys, Value values, Value offset,
+              Value init);
 
 private:
   using Body = function_ref<Value(OpBuilder &, Location, ValueRange)>;
@@ -116,7 +130,11 @@ private:
   OpBuilder &b;
   Location loc;
   int64_t tk, batch = 0, kvHeads = 0, group = 0, dim = 0;
+  /// The caller checked that dynamic key and value lengths agree.
+  bool lengthsChecked;
   float scale = 1;
+  std::optional<float> softcap;
+  std::optional<int64_t> window;
   Type elemTy, f32;
 };
 
@@ -161,8 +179,25 @@ SmallVector<Value> KeyLoopBuilder::step(Value q, Value kTile, Value vTile,
             nb, l,
             arith::CmpIOp::create(nb, l, arith::CmpIPredicate::sle, col, limit),
             arith::CmpIOp::create(nb, l, arith::CmpIPredicate::slt, col, lk));
+        // A sliding window of W keys: only the keys after limit - W.
+        if (window)
+          seen = arith::AndIOp::create(
+              nb, l, seen,
+              arith::CmpIOp::create(
+                  nb, l, arith::CmpIPredicate::sgt, col,
+                  arith::SubIOp::create(
+                      nb, l, limit,
+                      arith::ConstantIndexOp::create(nb, l, *window))));
         Value scaled =
             arith::MulFOp::create(nb, l, a[0], constF32(nb, l, scale));
+        // Soft-capped logits: c * tanh(x / c).
+        if (softcap)
+          scaled = arith::MulFOp::create(
+              nb, l, constF32(nb, l, *softcap),
+              math::TanhOp::create(
+                  nb, l,
+                  arith::DivFOp::create(nb, l, scaled,
+                                        constF32(nb, l, *softcap))));
         return arith::SelectOp::create(nb, l, seen, scaled,
                                        constF32(nb, l, kNegInf));
       });
@@ -241,10 +276,10 @@ SmallVector<Value> KeyLoopBuilder::step(Value q, Value kTile, Value vTile,
 }
 
 Value KeyLoopBuilder::build(Value queries, Value keys, Value values,
-                            Value offset) {
+                            Value offset, Value init) {
   auto queriesTy = cast<RankedTensorType>(queries.getType());
   AttentionLengths lengths =
-      attentionLengths(b, loc, queries, keys, values, offset);
+      attentionLengths(b, loc, queries, keys, values, offset, lengthsChecked);
   Value lq = lengths.lq, lk = lengths.lk;
   offset = lengths.offset;
   OpFoldResult lqSize = tensor::getMixedSize(b, loc, queries, 2);
@@ -308,9 +343,14 @@ Value KeyLoopBuilder::build(Value queries, Value keys, Value values,
     stats.assign(loop.getResults().begin(), loop.getResults().end());
   }
 
-  // out = acc / l, 0 for a row that saw no key; back to [B, Hq, Lq, D].
+  // out = acc / l, 0 for a row that saw no key, written into the init viewed
+  // as [B, Hkv, G, Lq, D]; back to [B, Hq, Lq, D].
+  Value initGrouped = tensor::ExpandShapeOp::create(
+      b, loc, RankedTensorType::get(grouped, elemTy), init,
+      SmallVector<ReassociationIndices>{{0}, {1, 2}, {3}, {4}},
+      rowSizes(lqSize, true));
   Value out = generic(
-      {stats[2], stats[1]}, empty(rowSizes(lqSize, true), elemTy),
+      {stats[2], stats[1]}, initGrouped,
       {map(5, {0, 1, 2, 3, 4}), map(5, {0, 1, 2, 3}), map(5, {0, 1, 2, 3, 4})},
       {utils::IteratorType::parallel, utils::IteratorType::parallel,
        utils::IteratorType::parallel, utils::IteratorType::parallel,
@@ -334,11 +374,36 @@ Value KeyLoopBuilder::build(Value queries, Value keys, Value values,
 
 } // namespace
 
-Value mlir::snapkv::detail::lowerAttentionKeyLoop(OpBuilder &b, Location loc,
-                                                  AttentionOp op, Value queries,
-                                                  Value keys, Value values,
-                                                  Value offset,
-                                                  int64_t keyTile) {
-  return KeyLoopBuilder(b, loc, op, keyTile)
-      .build(queries, keys, values, offset);
+AttentionLengths mlir::snapkv::attentionLengths(OpBuilder &b, Location loc,
+                                                Value queries, Value keys,
+                                                Value values, Value offset,
+                                                bool checked) {
+  Value lq = tensor::DimOp::create(b, loc, queries, 2);
+  Value lk = tensor::DimOp::create(b, loc, keys, 2);
+  if (!offset)
+    offset = arith::SubIOp::create(b, loc, lk, lq);
+  bool dynamic = cast<RankedTensorType>(keys.getType()).isDynamicDim(2) ||
+                 cast<RankedTensorType>(values.getType()).isDynamicDim(2);
+  if (dynamic && !checked) {
+    Value lv = tensor::DimOp::create(b, loc, values, 2);
+    cf::AssertOp::create(
+        b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lk, lv),
+        "snapkv.attention: length of 'values' differs from 'keys'");
+  }
+  return {lq, lk, offset, dynamic};
+}
+
+FailureOr<SmallVector<Value>>
+AttentionOp::decompose(OpBuilder &b, int64_t keyTile, bool lengthsChecked) {
+  if (keyTile < 1)
+    return failure();
+  return SmallVector<Value>{
+      KeyLoopBuilder(b, getLoc(), *this, keyTile, lengthsChecked)
+          .build(getQueries(), getKeys(), getValues(), getOffset(), getInit())};
+}
+
+FailureOr<SmallVector<Value>> AttentionOp::decomposeOperation(OpBuilder &b) {
+  auto config =
+      (*this)->getAttrOfType<LoweringConfigAttr>("snapkv.lowering_config");
+  return decompose(b, config ? config.getKeyTile() : kDefaultKeyTile);
 }
