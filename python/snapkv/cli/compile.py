@@ -39,6 +39,7 @@ def add_parser(commands, common_options):
                "  snapkv compile my-model/ -o /tmp/my-model-compact.mlir --capacity 256   "
                "# a checkpoint directory")
     common.model_argument(p, required=True, checkpoints=True)
+    common.dtype_option(p)
     p.add_argument("-o", "--output", default="-", metavar="OUT.mlir",
                    help="output file ('-': stdout)")
     p.add_argument("--lower", action="store_true",
