@@ -46,6 +46,12 @@ or the parameter count.
 ``snapkv-compress-kv-cache="prefill-func=prefill_layer decode-func=decode_layer ..."``
 rewrites the layer functions and carries their new signatures to the entry points.
 
+``ExportOptions(dtype="bf16")`` (or ``"f16"``) traces the model with its parameters in that
+type, as ``from_pretrained(..., dtype=torch.bfloat16)`` runs it: weights, hidden states and
+K/V caches are bf16, while torch-mlir keeps what HF computes in f32 in f32 (matmul
+accumulators, RMSNorm, the RoPE frequencies, SDPA's scores, softmax and P.V); the head widens
+the logits to f32 (docs/model-ir.md, "Models exported in bf16 or f16").
+
 Models whose configuration the exported code would not follow exactly are refused with
 :class:`~snapkv.frontend.checkpoint.CheckpointError`: logit softcapping, RoPE types whose
 frequencies depend on the sequence length (``dynamic``, ``longrope``, ``yarn``), layers of
