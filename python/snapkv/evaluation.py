@@ -310,13 +310,15 @@ class Pipeline:
     compiled (or loaded from the runner's cache) on first use."""
 
     def __init__(self, model_dir: Path, window: int = DEFAULT_WINDOW,
-                 log: Optional[Callable[[str], None]] = None, measure_prefill: bool = False):
+                 log: Optional[Callable[[str], None]] = None, measure_prefill: bool = False,
+                 dtype: str = "f32"):
         """`measure_prefill`: also run each one-shot cell's own compiled model once (its
         first prompt) to measure what its prefill holds and takes; chunked methods are
-        always measured (they answer with their own model)."""
+        always measured (they answer with their own model). `dtype`: the element type the
+        checkpoint is exported in (:class:`snapkv.hf.ExportOptions`)."""
         from .frontend.checkpoint import Checkpoint, CheckpointError
 
-        self.model_dir, self.window = Path(model_dir), window
+        self.model_dir, self.window, self.dtype = Path(model_dir), window, dtype
         self.measure_prefill = measure_prefill
         # The query rows the shared prefill exposes: the widest window of the methods run
         # (a narrower window's queries are the last rows of these, the same values).
@@ -347,7 +349,7 @@ class Pipeline:
         if self._exported is None:
             self.log(f"exporting {self.model_dir} (torch-mlir; cached after the first time) ...")
             try:
-                self._exported = hf.export(self.checkpoint)
+                self._exported = hf.export(self.checkpoint, hf.ExportOptions(dtype=self.dtype))
             except (ToolError, hf.CheckpointError) as error:
                 raise EvalError(f"exporting {self.model_dir}: {error}") from None
         return self._exported
@@ -357,7 +359,8 @@ class Pipeline:
         """The export with ``@extend`` (chunked prefill)."""
         if self._exported_extend is None:
             try:
-                self._exported_extend = hf.export(self.checkpoint, hf.ExportOptions(extend=True))
+                self._exported_extend = hf.export(
+                    self.checkpoint, hf.ExportOptions(extend=True, dtype=self.dtype))
             except (ToolError, hf.CheckpointError) as error:
                 raise EvalError(f"exporting {self.model_dir}: {error}") from None
         return self._exported_extend
@@ -842,6 +845,8 @@ def evaluate(pipeline: Pipeline, lengths: Sequence[int], methods: Sequence[Metho
                        method=job.method.key(pipeline.window, seed), length=job.length,
                        capacity=job.capacity, window=pipeline.window, seed=seed,
                        compiler=compiler, **task.key())
+        if pipeline.dtype != "f32":  # f32 results keep the keys they were stored under
+            job.key["dtype"] = pipeline.dtype
     total = len(lengths) * samples
     done, computed, start = 0, 0, time.perf_counter()
     for length in lengths:

@@ -55,10 +55,14 @@ class ExportOptions:
     """``attention``: the HF attention implementation traced, ``sdpa`` (HF's default) or
     ``eager``; ``logits``: ``last`` (prefill returns the last row, ``[1, 1, V]``) or ``all``
     (``[1, L, V]``, e.g. for perplexity); ``extend``: also export ``@extend`` (a prompt chunk
-    over the caches so far), which chunked prefill needs."""
+    over the caches so far), which chunked prefill needs; ``dtype``: the element type of the
+    weights, activations and K/V caches, ``f32`` (the default), ``bf16`` or ``f16`` (matmuls
+    accumulate, softmax and RMSNorm compute in f32 as in HF's own model in that dtype; the
+    logits are f32; weights stored otherwise are rounded to it when they are bound)."""
     attention: str = "sdpa"
     logits: str = "last"
     extend: bool = False
+    dtype: str = "f32"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,7 +197,8 @@ def export(checkpoint: Union[Checkpoint, os.PathLike, str],
     from .frontend import hf_export
 
     text, meta = hf_export.export_text(
-        checkpoint, hf_export.ExportOptions(options.attention, options.logits, options.extend),
+        checkpoint, hf_export.ExportOptions(options.attention, options.logits, options.extend,
+                                            options.dtype),
         log=log)
     hf_export.write(folder, text, meta)
     if log:

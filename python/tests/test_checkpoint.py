@@ -89,7 +89,10 @@ def test_reads_config_and_maps_tensors_without_copying(tmp_path):
         ckpt.array("nope")
 
 
-def test_widening_is_exact_and_narrowing_refused(tmp_path):
+def test_widening_is_exact_and_narrowing_rounds(tmp_path):
+    """Widening to an f32 module is exact; a bf16/f16 module (--dtype) takes f32, f16 and bf16
+    tensors rounded to nearest even (ties to even, as torch's .to(dtype)); anything else is
+    refused."""
     ckpt = Checkpoint(make_checkpoint(tmp_path / "m"))
     norm = ckpt.array("model.norm.weight")
     assert norm.dtype == np.uint16  # bf16 bits
@@ -98,8 +101,16 @@ def test_widening_is_exact_and_narrowing_refused(tmp_path):
     half = np.array([1.5, -2.25], dtype=np.float16)
     assert np.array_equal(to_dtype(half, "F16", "f32"), [1.5, -2.25])
     assert to_dtype(norm, "BF16", "bf16") is norm
-    with pytest.raises(ValueError, match="F32 tensor cannot be given to a f16 argument"):
-        to_dtype(np.zeros(2, np.float32), "F32", "f16")
+    # 1 + 2^-8 is halfway between two bf16 values: to the even one (1.0); 1 + 3 * 2^-8 up.
+    wide = np.array([1 + 2 ** -8, 1 + 3 * 2 ** -8, -2.0, 65520.0], dtype=np.float32)
+    assert to_dtype(wide, "F32", "bf16").tolist() == [0x3F80, 0x3F82, 0xC000, 0x4780]
+    assert to_dtype(wide, "F32", "f16").tolist() == [1.00390625, 1.01171875, -2.0, np.inf]
+    assert np.array_equal(to_dtype(half, "F16", "bf16"), [0x3FC0, 0xC010])
+    assert np.array_equal(to_dtype(norm, "BF16", "f16"), [1, 2, 0.5, -1, 3, 4, 0.25, 8])
+    with pytest.raises(ValueError, match="I64 tensor cannot be given to a bf16 argument"):
+        to_dtype(np.zeros(2, np.int64), "I64", "bf16")
+    with pytest.raises(ValueError, match="F64 tensor cannot be given to a f16 argument"):
+        to_dtype(np.zeros(2, np.float64), "F64", "f16")
     arrays, notes = weight_arrays(ckpt, {"model.norm.weight": ((8,), "f32"),
                                          "model.embed_tokens.weight": ((16, 8), "f32")})
     assert arrays["model.norm.weight"].dtype == np.float32

@@ -28,6 +28,8 @@ DEFAULTS = dict(window=32, capacity=1024, kernel=15, pooling="avg", gqa="mean",
                 order="position", budget="uniform", pyramid_beta=20, floor=0, chunk=0,
                 decode_interval=0, decode_capacity=0, block=1)
 DEFAULT_PROMPT_LENGTH, DEFAULT_STEPS, DEFAULT_SEED = 96, 16, 0
+# --dtype: the element type a checkpoint is exported in (weights, activations, K/V caches).
+DTYPES = ("f32", "bf16", "f16")
 INT64_MAX = 2 ** 63 - 1
 FRONTEND_PACKAGES = {"torch": "torch", "transformers": "transformers", "torch_mlir": "torch-mlir"}
 
@@ -124,7 +126,8 @@ def export_checkpoint(directory: Path, args, quiet: bool) -> Source:
     checkpoint = load_checkpoint(directory)
     options = hf.ExportOptions(attention=getattr(args, "attention", None) or "sdpa",
                                extend=bool(getattr(args, "chunk", 0)
-                                           or getattr(args, "decode_interval", 0)))
+                                           or getattr(args, "decode_interval", 0)),
+                               dtype=getattr(args, "dtype", None) or "f32")
     try:
         exported = hf.export(checkpoint, options, log=None if quiet else
                              lambda m: progress(quiet, f"  {m}"), cache_dir=None)
@@ -155,6 +158,7 @@ def load_source(given: Optional[Path], args, quiet: bool = False,
     text = read_text(path)
     source = Source(path, text, None, show(path))
     verify_ir(path, text)  # before anything reads the module: diagnostics name the file
+    check_dtype(path, text, getattr(args, "dtype", None))
     try:
         takes_weights = bool(runner_signature(text, "prefill").weight_args)
     except ValueError:
@@ -183,6 +187,23 @@ def load_source(given: Optional[Path], args, quiet: bool = False,
         raise CLIError(f"{show(path)} takes no weights (no snapkv.weight arguments: they are "
                        f"inside the module), so --checkpoint has nothing to bind")
     return source
+
+
+def check_dtype(path: Path, text: str, dtype: Optional[str]):
+    """A module file's element type is fixed by its export: --dtype must name it (a checkpoint
+    directory is exported in the --dtype asked for instead)."""
+    if dtype is None:
+        return
+    try:
+        results = runner_signature(text, "prefill").results
+    except ValueError:
+        return  # not a model module: signatures() says so later
+    held = results[1].elem if len(results) > 1 else None
+    if held is not None and held != dtype:
+        raise CLIError(f"--dtype {dtype}: {show(path)} computes in {held} (its K/V caches are "
+                       f"{held}), and a module file keeps the element type it was exported "
+                       f"in. Pass the checkpoint directory (or a model name) to export it in "
+                       f"{dtype}, or `snapkv export --hf DIR --dtype {dtype}`")
 
 
 def runner_signature(text: str, name: str):
@@ -598,6 +619,19 @@ def model_argument(parser, required=False, checkpoints=False):
         parser.add_argument("model", type=Path, nargs="?", metavar=metavar,
                             help=f"{what}; default: the bundled test/Models/{FIXTURE} "
                                  f"(exported first if missing, which needs torch)")
+
+
+def dtype_option(parser, module_files: bool = True):
+    """--dtype; `module_files`: the command also takes a MODEL.mlir, whose type is fixed."""
+    parser.add_argument("--dtype", choices=DTYPES, default=None,
+                        help="element type of the weights, activations and K/V caches (full "
+                             "and compacted) when a checkpoint is exported: matmuls "
+                             "accumulate, and softmax and RMSNorm compute, in f32 as in HF's "
+                             "own model in that dtype; logits are f32. Default f32 (bf16 "
+                             "prefill is not faster yet, its decode steps are: "
+                             "docs/user-guide.md)"
+                             + (". With a MODEL.mlir: the element type it was exported in "
+                                "(checked)" if module_files else ""))
 
 
 def checkpoint_option(parser):

@@ -48,6 +48,7 @@ def add_parser(commands, common_options):
                "--window 16 --capacity 256")
     common.model_argument(p, required=True, checkpoints=True)
     common.checkpoint_option(p)
+    common.dtype_option(p)
     p.add_argument("-o", "--output", default="-", metavar="OUT.mlir",
                    help="output file ('-': stdout; with --device cuda/iree-cpu: OUT.vmfb, "
                         "and the manifest goes to OUT.json)")

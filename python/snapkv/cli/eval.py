@@ -61,6 +61,7 @@ def add_parser(commands, common_options):
                         "needs a vocabulary >= 256, the text tasks the checkpoint's "
                         "tokenizer) or a known model's name (`snapkv models`), default: "
                         "models/retrieval-llama")
+    common.dtype_option(p, module_files=False)
     p.add_argument("--lengths", type=int_list("--lengths"), metavar="L,L",
                    default=",".join(map(str, DEFAULT_LENGTHS)), help="prompt lengths")
     p.add_argument("--budgets", type=budget_list, metavar="F,F",
@@ -226,19 +227,22 @@ class EvalResult(Result):
     rows: List[dict]
     seconds: float   # computing the rows
     written: List[Path]
+    dtype: str = "f32"  # --dtype: the element type the model ran in
 
     def to_json(self) -> dict:
         return dict(model=show(self.model), model_sha256=self.model_sha256, task=self.task,
                     variant=self.variant, seed=self.seed, window=self.window,
-                    samples=self.samples, task_key=self.task_key, results=self.rows)
+                    samples=self.samples, dtype=self.dtype, task_key=self.task_key,
+                    results=self.rows)
 
     def render_text(self) -> str:
         kept_note = ("mean share of the needle's tokens a (layer, head) cache holds"
                      if self.task != "retrieval" else
                      "share of (layer, head) caches that hold every answer token")
         return "\n".join(
-            [f"snapkv eval: {show(self.model)}, task {self.variant!r}, seed {self.seed}, "
-             f"window {self.window}, {self.samples} prompts per length ({self.seconds:.0f} s)",
+            [f"snapkv eval: {show(self.model)} ({self.dtype}), task {self.variant!r}, seed "
+             f"{self.seed}, window {self.window}, {self.samples} prompts per length "
+             f"({self.seconds:.0f} s)",
              *table(self.rows),
              f"95% interval: Wilson score interval of the accuracy; answer kept: {kept_note}; "
              f"cache KiB: the K/V of all layers after prefill; decode ms: one decode step, "
@@ -261,7 +265,7 @@ def compute(args) -> EvalResult:
         args.window = ev.TextTask.default_window if text_task else ev.DEFAULT_WINDOW
     try:
         pipeline = ev.Pipeline(args.model, args.window, log=log,
-                               measure_prefill=args.prefill_memory)
+                               measure_prefill=args.prefill_memory, dtype=args.dtype or "f32")
         task = ev.TextTask(args.task, args.model) if text_task else \
             ev.RetrievalTask(args.variant)
         args.task_object = task
@@ -278,7 +282,7 @@ def compute(args) -> EvalResult:
     except (CompiledCheckError, ResourceLimitError) as error:
         raise CLIError(f"the compiled model stopped: {error}") from None
     return EvalResult(args.model, pipeline.digest, args.task, task.name, args.seed, args.window,
-                      args.samples, task.key(), rows, seconds, written)
+                      args.samples, task.key(), rows, seconds, written, pipeline.dtype)
 
 
 def run(args) -> int:

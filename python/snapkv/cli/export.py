@@ -48,6 +48,10 @@ def add_parser(commands, common_options):
     p.add_argument("--extend", action="store_true",
                    help="with --hf: also export @extend (a prompt chunk over the caches so far), "
                         "which chunked prefill (--chunk of generate, compile and ledger) needs")
+    p.add_argument("--dtype", choices=common.DTYPES, default="f32",
+                   help="with --hf: the element type of the weights, activations and K/V "
+                        "caches (matmul accumulation, softmax and RMSNorm stay f32, as in HF's "
+                        "own model in that dtype; logits are f32)")
     p.add_argument("--out", type=Path, metavar="DIR",
                    help="where to write: with --hf, model.mlir and model.json (default: "
                         "<checkpoint name>-mlir in the current directory); otherwise "
@@ -201,7 +205,7 @@ def export_checkpoint(args) -> CheckpointExportResult:
     progress(args.quiet, f"exporting {common.show(args.hf)}: {checkpoint.describe()} ...")
     try:
         exported = hf.export(checkpoint, hf.ExportOptions(args.attention, args.logits,
-                                                          args.extend),
+                                                          args.extend, args.dtype),
                              out=out, log=lambda m: progress(args.quiet, f"  {m}"))
     except hf.CheckpointError as error:
         raise CLIError(f"{common.show(args.hf)}: {error}") from None
@@ -216,9 +220,9 @@ def run(args) -> int:
     if args.hf is not None:
         emit(export_checkpoint(args), as_json=False)
         return 0
-    if args.attention != "sdpa" or args.logits != "last" or args.extend:
-        raise CLIError("--attention, --logits and --extend go with --hf (the bundled "
-                       "fixtures are eager attention, all logits)")
+    if args.attention != "sdpa" or args.logits != "last" or args.extend or args.dtype != "f32":
+        raise CLIError("--attention, --logits, --extend and --dtype go with --hf (the bundled "
+                       "fixtures are eager attention, all logits, f32)")
     dynamic = args.dynamic or not args.static
     static = args.static or not args.dynamic
     result = export_models(args.out if args.out is not None else common.models_dir(),

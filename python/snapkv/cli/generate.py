@@ -43,6 +43,7 @@ def add_parser(commands, common_options, compaction):
                "--capacity 256 --json   # `snapkv models` lists the names")
     common.model_argument(p, checkpoints=True)
     common.checkpoint_option(p)
+    common.dtype_option(p)
     common.add_prompt_options(p, text=True)
     p.add_argument("--steps", "-n", type=common.int_in(0, "the number of steps"),
                    default=DEFAULT_STEPS, metavar="N", help="decode steps (tokens generated "

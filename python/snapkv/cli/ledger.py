@@ -32,6 +32,7 @@ def add_parser(commands, common_options, compaction):
                "--gqa mean\n"
                "  snapkv ledger --prompt-length 16384 --generated 512 --json")
     common.model_argument(p, checkpoints=True)
+    common.dtype_option(p)
     p.add_argument("--prompt-length", "-L", type=common.int_in(1, "the prompt length"),
                    default=DEFAULT_PROMPT_LENGTH, metavar="L", help="prompt length L")
     p.add_argument("--prompt-len", type=common.int_in(1, "the prompt length"),

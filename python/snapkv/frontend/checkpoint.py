@@ -44,8 +44,9 @@ DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.flo
 # The element type of a module's tensor<...> -> the safetensors dtype that is the same bits.
 MLIR_DTYPES = {"f32": "F32", "f16": "F16", "bf16": "BF16", "f64": "F64", "i64": "I64",
                "i32": "I32", "i16": "I16", "i8": "I8", "i1": "BOOL"}
-# config.json keys that do not change what the exported module computes (the module is f32
-# whatever the stored dtype; token ids and generation defaults are not part of it).
+# config.json keys that do not change what the exported module computes (its element type is
+# the export's dtype option whatever the stored dtype; token ids and generation defaults are
+# not part of it).
 NOT_ARCHITECTURE = {"_name_or_path", "transformers_version", "dtype", "torch_dtype", "use_cache",
                     "bos_token_id", "eos_token_id", "pad_token_id", "architectures",
                     "initializer_range", "attention_dropout", "output_attentions",
@@ -309,15 +310,23 @@ class Checkpoint:
 def to_dtype(array: np.ndarray, stored: str, wanted: str) -> np.ndarray:
     """`array` (safetensors dtype `stored`, bf16 as uint16 bits) as the module's element type
     `wanted` (``f32``...). The same bits are returned as they are (no copy); a widening from
-    f16/bf16 to f32 is exact and copies; anything else is a ValueError."""
+    f16/bf16 to f32 is exact and copies; a module exported in bf16 or f16 (``--dtype``) takes
+    f32, f16 and bf16 tensors rounded to nearest even (a copy, what torch's ``.to(dtype)``
+    does); anything else is a ValueError."""
+    from .. import dtypes
+
     if MLIR_DTYPES.get(wanted) == stored:
         return array
     if wanted == "f32" and stored == "F16":
         return array.astype(np.float32)
     if wanted == "f32" and stored == "BF16":
         return (array.astype(np.uint32) << 16).view(np.float32)
+    if wanted in ("bf16", "f16") and stored in ("F32", "F16", "BF16"):
+        # Through f32, which holds every f16 and bf16 value exactly: one rounding.
+        return dtypes.from_float32(to_dtype(array, stored, "f32"), wanted)
     raise ValueError(f"a {stored} tensor cannot be given to a {wanted} argument (only the "
-                     f"exact widenings f16 -> f32 and bf16 -> f32 are made)")
+                     f"exact widenings f16 -> f32 and bf16 -> f32, and roundings of f32, f16 "
+                     f"and bf16 to a bf16 or f16 module, are made)")
 
 
 class WeightRef(NamedTuple):
@@ -345,7 +354,8 @@ def weight_arrays(checkpoint: Checkpoint, wanted: Dict[object, Tuple[Tuple[int, 
         -> Tuple[Dict[object, np.ndarray], List[str]]:
     """({key: array} for `wanted` ({key: (shape, element type)}, each key a tensor name or a
     :class:`WeightRef`), notes). Checks each tensor's shape against the module's and converts
-    f16/bf16 to f32 where the module wants f32 (a copy; noted); a transposed weight is a
+    f16/bf16 to f32 where the module wants f32, or rounds to the bf16/f16 a module exported
+    with that dtype wants (a copy; noted); a transposed weight is a
     transposed copy; everything else is mapped, not copied. The mapped pages a copy was made
     from are released (:meth:`Checkpoint.release`). A missing tensor or a shape or dtype that
     does not fit is a CheckpointError that names it."""
@@ -394,6 +404,7 @@ def weight_arrays(checkpoint: Checkpoint, wanted: Dict[object, Tuple[Tuple[int, 
     notes = []
     if converted:
         kinds = sorted({checkpoint.tensors[n].dtype for n in converted})
-        notes.append(f"{len(converted)} {'/'.join(kinds)} tensors converted to f32 (copies; "
-                     f"the others are mapped from the files)")
+        into = sorted({wanted[key][1] for key in wanted if as_ref(key).name in converted})
+        notes.append(f"{len(converted)} {'/'.join(kinds)} tensors converted to "
+                     f"{'/'.join(into)} (copies; the others are mapped from the files)")
     return arrays, notes

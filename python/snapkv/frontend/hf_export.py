@@ -46,6 +46,12 @@ or the parameter count.
 ``snapkv-compress-kv-cache="prefill-func=prefill_layer decode-func=decode_layer ..."``
 rewrites the layer functions and carries their new signatures to the entry points.
 
+``ExportOptions(dtype="bf16")`` (or ``"f16"``) traces the model with its parameters in that
+type, as ``from_pretrained(..., dtype=torch.bfloat16)`` runs it: weights, hidden states and
+K/V caches are bf16, while torch-mlir keeps what HF computes in f32 in f32 (matmul
+accumulators, RMSNorm, the RoPE frequencies, SDPA's scores, softmax and P.V); the head widens
+the logits to f32 (docs/model-ir.md, "Models exported in bf16 or f16").
+
 Models whose configuration the exported code would not follow exactly are refused with
 :class:`~snapkv.frontend.checkpoint.CheckpointError`: logit softcapping, RoPE types whose
 frequencies depend on the sequence length (``dynamic``, ``longrope``, ``yarn``), layers of
@@ -76,6 +82,10 @@ from .model import persist_buffers
 FORMAT = "snapkv-hf-export 1"
 ATTENTION = ("sdpa", "eager")
 LOGITS = ("last", "all")
+# The element type of the weights, activations and caches (--dtype): the model is traced in
+# that torch dtype, so the module computes exactly what HF's own model in it computes.
+DTYPES = ("f32", "bf16", "f16")
+TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 # RoPE types whose frequencies are fixed by the config (traced once, exact for every length).
 STATIC_ROPE = ("default", "linear", "llama3")
 
@@ -85,10 +95,12 @@ class ExportOptions:
     """``attention``: HF's attention implementation traced (``sdpa``, HF's default, or
     ``eager``); ``logits``: ``last`` (prefill returns ``[1, 1, V]``, what generation needs) or
     ``all`` (``[1, L, V]``, e.g. for perplexity); ``extend``: also export ``@extend`` (a
-    prompt chunk over the caches so far: chunked prefill)."""
+    prompt chunk over the caches so far: chunked prefill); ``dtype``: the element type of the
+    weights, activations and K/V caches (``f32``, ``bf16``, ``f16``; see :func:`export_text`)."""
     attention: str = "sdpa"
     logits: str = "last"
     extend: bool = False
+    dtype: str = "f32"
 
     def check(self):
         if self.attention not in ATTENTION:
@@ -96,6 +108,8 @@ class ExportOptions:
                              f"{self.attention!r}")
         if self.logits not in LOGITS:
             raise ValueError(f"logits must be one of {', '.join(LOGITS)}, got {self.logits!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -181,10 +195,12 @@ def load_config(checkpoint: Checkpoint, options: ExportOptions = ExportOptions()
     return config, max_positions, notes
 
 
-def build_model(config):
+def build_model(config, dtype: torch.dtype = torch.float32):
     """The ``*ForCausalLM`` of `config` with its parameters on the ``meta`` device (nothing
     allocated, nothing loaded) and its non-persistent buffers (RoPE frequencies, Gemma's
-    embedding scale: derived from the config) computed on the CPU as transformers does."""
+    embedding scale: derived from the config) computed on the CPU as transformers does.
+    The parameters are `dtype`, the buffers stay as transformers makes them (the RoPE
+    frequencies f32), as ``from_pretrained(..., dtype=dtype)`` leaves them."""
     import transformers
 
     with torch.device("meta"):
@@ -198,6 +214,9 @@ def build_model(config):
         owners[id(owner)] = owner
     for owner in owners.values():
         model._init_weights(owner)
+    if dtype != torch.float32:
+        for parameter in model.parameters():
+            parameter.data = parameter.data.to(dtype)
     persist_buffers(model)
     return model
 
@@ -240,7 +259,10 @@ class _Head(_Functional):
     def forward(self, hidden, *weights):
         if self.last:
             hidden = hidden[:, -1:, :]
-        return self.call(weights, hidden)
+        # Logits are f32 whatever the model's dtype: widened after the LM head, exactly, as
+        # HF's generate widens them before it picks a token.
+        logits = self.call(weights, hidden)
+        return logits if logits.dtype == torch.float32 else logits.float()
 
 
 class _HeadModule(nn.Module):
@@ -337,7 +359,8 @@ def export_text(checkpoint: Checkpoint, options: ExportOptions = ExportOptions()
     options.check()
     config, max_positions, notes = load_config(checkpoint, options)
     torch.set_num_threads(1)
-    model = build_model(config)
+    dtype = TORCH_DTYPES[options.dtype]
+    model = build_model(config, dtype)
     plan = _plan(model, checkpoint)
     inner = model.model
     hidden, heads = config.hidden_size, config.num_key_value_heads
@@ -348,17 +371,18 @@ def export_text(checkpoint: Checkpoint, options: ExportOptions = ExportOptions()
     layer_transposed = {"layers.0." + n for n in plan.layer_transposed}
     empty = {n: p for n, p in layer.named_parameters()}
     layer_weights = tuple(torch.empty(empty[n].shape[::-1] if n in plan.layer_transposed
-                                      else empty[n].shape) for n in plan.layer_names)
+                                      else empty[n].shape, dtype=dtype)
+                          for n in plan.layer_names)
     length, cache = _dims(max_positions)
     example = 16 if max_positions > 17 else max_positions - 1
     vocab = config.vocab_size
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, vocab, (1, example), generator=g)
-    h = torch.randn(1, example, hidden, generator=g)
-    kv = torch.randn(1, heads, example, head_dim, generator=g)
-    embed_w = torch.empty(inner.embed_tokens.weight.shape)
-    norm_w = torch.empty(inner.norm.weight.shape)
-    lm_w = torch.empty(model.lm_head.weight.shape[::-1])
+    h = torch.randn(1, example, hidden, generator=g).to(dtype)
+    kv = torch.randn(1, heads, example, head_dim, generator=g).to(dtype)
+    embed_w = torch.empty(inner.embed_tokens.weight.shape, dtype=dtype)
+    norm_w = torch.empty(inner.norm.weight.shape, dtype=dtype)
+    lm_w = torch.empty(model.lm_head.weight.shape[::-1], dtype=dtype)
     none = tuple(None for _ in layer_weights)
     functions = [
         ("embed", _Embed(inner.embed_tokens, ["weight"]), (ids, embed_w),

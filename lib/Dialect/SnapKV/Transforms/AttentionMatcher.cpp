@@ -484,6 +484,48 @@ FailureOr<Value> keysBeforeTranspose(Value rhs, double &scale,
                     why);
 }
 
+/// Whether `ext` widens f16 or bf16 to f32 (exactly).
+bool widensToF32(arith::ExtFOp ext) {
+  if (!ext || !ext.getType().isF32())
+    return false;
+  Type in = ext.getIn().getType();
+  return in.isF16() || in.isBF16();
+}
+
+/// `x` when `value` is an elementwise generic yielding `extf(x)` from f16 or
+/// bf16 to f32, else `value`: SDPA's decomposition of a bf16/f16 model widens
+/// the queries, keys and values before its f32 products, which
+/// snapkv.select and snapkv.attention make themselves from the narrow ones.
+Value skipWidening(Value value) {
+  auto generic = skipCopies(value).getDefiningOp<linalg::GenericOp>();
+  if (!generic || generic.getNumResults() != 1 ||
+      generic.getNumDpsInputs() != 1 || !allParallel(generic) ||
+      !llvm::all_of(generic.getIndexingMapsArray(), isIdentity))
+    return value;
+  auto ext = yielded<arith::ExtFOp>(generic);
+  if (!widensToF32(ext) || !isBlockArg(ext.getIn(), generic, 0))
+    return value;
+  return generic.getDpsInputs()[0];
+}
+
+/// The mask add `scores + mask` (an elementwise generic); the mask may be
+/// widened inside the body (a bf16/f16 model's mask added to f32 scores).
+linalg::GenericOp maskAddOf(Value scores) {
+  if (linalg::GenericOp add = elementwise<arith::AddFOp>(scores, 2, 0, 1))
+    return add;
+  auto generic = scores.getDefiningOp<linalg::GenericOp>();
+  if (!generic || generic.getNumResults() != 1 ||
+      generic.getNumDpsInputs() != 2 || !allParallel(generic))
+    return nullptr;
+  auto add = yielded<arith::AddFOp>(generic);
+  if (!add || !isBlockArg(add.getLhs(), generic, 0))
+    return nullptr;
+  auto ext = add.getRhs().getDefiningOp<arith::ExtFOp>();
+  if (!widensToF32(ext) || !isBlockArg(ext.getIn(), generic, 1))
+    return nullptr;
+  return generic;
+}
+
 /// The value operand of P . V in either importer form.
 Value valuesOperand(Value rhs) {
   if (collapsedFrom(rhs, {{0, 1, 2}, {3}, {4}}))
@@ -709,7 +751,7 @@ mlir::snapkv::matchAttention(linalg::BatchMatmulOp outputMatmul,
 
   // Scores: (Q . K^T) * scale + mask; the scale may also be split into
   // factors on Q and on K^T (SDPA's decomposition).
-  m.maskAdd = elementwise<arith::AddFOp>(scores, 2, 0, 1);
+  m.maskAdd = maskAddOf(scores);
   if (m.maskAdd && !isIdentity(m.maskAdd.getIndexingMapsArray()[0]))
     m.maskAdd = nullptr;
   if (!m.maskAdd && !maskOptional)
@@ -735,7 +777,8 @@ mlir::snapkv::matchAttention(linalg::BatchMatmulOp outputMatmul,
     return fail(AttentionMismatch::QueriesNotCollapsed);
   // A Q-side factor that does not fold stays part of the queries: the select
   // then reads exactly what the attention reads.
-  m.queries = *peelScales(queries, scale, /*requireConstant=*/false, failure);
+  m.queries = skipWidening(
+      *peelScales(queries, scale, /*requireConstant=*/false, failure));
   auto qType = cast<RankedTensorType>(m.queries.getType());
   if (qType.isDynamicDim(0) || qType.isDynamicDim(1) || qType.isDynamicDim(3))
     return fail(AttentionMismatch::DynamicQueryDims);
@@ -752,13 +795,15 @@ mlir::snapkv::matchAttention(linalg::BatchMatmulOp outputMatmul,
     return fail(AttentionMismatch::ScaleNotPositive,
                 "the factors multiply to " + std::to_string(scale));
   m.scale = effective;
-  FailureOr<RepeatedKV> k = matchRepeat(*keys, m.queryHeads, failure);
+  FailureOr<RepeatedKV> k =
+      matchRepeat(skipWidening(*keys), m.queryHeads, failure);
   if (failed(k))
     return mlir::failure();
   Value values = valuesOperand(outputMatmul.getDpsInputs()[1]);
   if (!values)
     return fail(AttentionMismatch::ValuesNotCollapsed);
-  FailureOr<RepeatedKV> v = matchRepeat(values, m.queryHeads, failure);
+  FailureOr<RepeatedKV> v =
+      matchRepeat(skipWidening(values), m.queryHeads, failure);
   if (failed(v))
     return mlir::failure();
   m.keys = *k;

@@ -14,6 +14,7 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
@@ -139,10 +140,63 @@ static std::optional<Alignment> chunkAlignment(const CausalMask &mask) {
   return std::nullopt;
 }
 
+/// Whether every use of `value` (through reshapes) only reads its shape or
+/// rounds it elementwise to `type` (`arith.truncf`).
+static bool onlyRoundedTo(Value value, Type type, unsigned depth = 0) {
+  if (depth > 4 || value.use_empty())
+    return false;
+  return llvm::all_of(value.getUses(), [&](OpOperand &use) {
+    Operation *user = use.getOwner();
+    if (isa<tensor::DimOp>(user))
+      return true;
+    if (isa<tensor::ExpandShapeOp, tensor::CollapseShapeOp, tensor::ReshapeOp>(
+            user) &&
+        use.getOperandNumber() == 0)
+      return onlyRoundedTo(user->getResult(0), type, depth + 1);
+    auto generic = dyn_cast<linalg::GenericOp>(user);
+    if (!generic || generic.getNumDpsInputs() != 1 ||
+        generic.getNumResults() != 1 || use.getOperandNumber() != 0 ||
+        generic.getNumParallelLoops() != generic.getNumLoops() ||
+        !llvm::all_of(generic.getIndexingMapsArray(),
+                      [](AffineMap map) { return map.isIdentity(); }))
+      return false;
+    auto yield = cast<linalg::YieldOp>(generic.getBody()->getTerminator());
+    auto trunc = yield.getOperand(0).getDefiningOp<arith::TruncFOp>();
+    return trunc && trunc.getType() == type &&
+           trunc.getIn() == generic.getBody()->getArgument(0);
+  });
+}
+
+/// `value` widened elementwise to `element` (exact).
+static Value widen(OpBuilder &b, Location loc, Value value, Type element) {
+  auto type = cast<RankedTensorType>(value.getType());
+  Value init = tensor::EmptyOp::create(
+      b, loc, tensor::getMixedSizes(b, loc, value), element);
+  AffineMap identity = b.getMultiDimIdentityMap(type.getRank());
+  SmallVector<utils::IteratorType> parallel(type.getRank(),
+                                            utils::IteratorType::parallel);
+  auto generic = linalg::GenericOp::create(
+      b, loc, TypeRange{init.getType()}, ValueRange{value}, ValueRange{init},
+      ArrayRef<AffineMap>{identity, identity}, parallel,
+      [&](OpBuilder &nested, Location at, ValueRange args) {
+        Value wide = arith::ExtFOp::create(nested, at, element, args[0]);
+        linalg::YieldOp::create(nested, at, wide);
+      });
+  return generic.getResult(0);
+}
+
 /// How `m` maps onto snapkv.attention, if it computes exactly what that op
 /// computes.
 static std::optional<Alignment> fusable(const AttentionMatch &m) {
   auto qType = cast<RankedTensorType>(m.queries.getType());
+  // bf16/f16 queries, keys and values that SDPA widened to f32: the op's
+  // result has the queries' type, which is exact only where the imported
+  // f32 result is rounded to that type before anything else reads it.
+  linalg::BatchMatmulOp out = m.outputMatmul;
+  Value result = out.getResult(0);
+  if (qType.getElementType() != getElementTypeOrSelf(result.getType()) &&
+      !onlyRoundedTo(result, qType.getElementType()))
+    return std::nullopt;
   // Without a mask every key is visible: causal only for one query row.
   if (!m.mask) {
     if (qType.getDimSize(2) == 1)
@@ -210,7 +264,10 @@ unsigned mlir::snapkv::fuseAttentions(Operation *root) {
     Value result = tensor::CollapseShapeOp::create(
         rewriter, loc, attention.getResult(),
         ArrayRef<ReassociationIndices>{{0, 1}, {2}, {3}});
-    Type expected = out.getResult(0).getType();
+    auto expected = cast<RankedTensorType>(out.getResult(0).getType());
+    // Widened back for the importer's rounding (see fusable): exact.
+    if (qTy.getElementType() != expected.getElementType())
+      result = widen(rewriter, loc, result, expected.getElementType());
     if (result.getType() != expected)
       result = tensor::CastOp::create(rewriter, loc, expected, result);
     rewriter.replaceOp(out, result);

@@ -87,7 +87,9 @@ struct AttentionMatch {
   linalg::BatchMatmulOp scoresMatmul; // Q . K^T
   linalg::BatchMatmulOp outputMatmul; // P . V
   /// [B, Hq, Lq, D] post-RoPE queries (the left operand of Q . K^T, before
-  /// any constant factor of an SDPA scale split).
+  /// any constant factor of an SDPA scale split and before SDPA's widening
+  /// of bf16/f16 queries, keys and values to f32: `queries`, `keys.source`
+  /// and `values.source` then have the model's type, the products f32).
   Value queries;
   RepeatedKV keys, values;
   /// The `addf(scaled scores, mask)` generic and its mask operand; null
