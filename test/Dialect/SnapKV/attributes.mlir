@@ -69,6 +69,12 @@ module attributes {snapkv.refusal = {reason = "no-attention"}} {
 
 // -----
 
+// expected-error @below {{snapkv.refusal reason 'no-atention' is not a refusal code (RefusalKind)}}
+module attributes {snapkv.refusal = {function = "f", message = "m", reason = "no-atention"}} {
+}
+
+// -----
+
 // expected-error @below {{snapkv.exposed_scores must be an array of strings}}
 func.func @scores() attributes {snapkv.exposed_scores = [1]} {
   return

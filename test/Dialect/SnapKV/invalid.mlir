@@ -3,7 +3,7 @@
 
 // rank of queries
 func.func @f0(%q: tensor<4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
-  // expected-error @+1 {{'snapkv.select' op 'queries' must be a rank-4 tensor, got rank 3}}
+  // expected-error @+1 {{'snapkv.select' op operand #0 must be 4D tensor of 16-bit float or bfloat16 type or 32-bit float values, but got 'tensor<4x2x8xf32>'}}
   %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 : (tensor<4x2x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
   return
 }
@@ -12,7 +12,7 @@ func.func @f0(%q: tensor<4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8
 
 // rank of keys
 func.func @f1(%q: tensor<1x4x2x8xf32>, %k: tensor<2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
-  // expected-error @+1 {{'snapkv.select' op 'keys' must be a rank-4 tensor, got rank 3}}
+  // expected-error @+1 {{'snapkv.select' op operand #1 must be 4D tensor of 16-bit float or bfloat16 type or 32-bit float values, but got 'tensor<2x8x8xf32>'}}
   %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 : (tensor<1x4x2x8xf32>, tensor<2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
   return
 }
@@ -21,7 +21,7 @@ func.func @f1(%q: tensor<1x4x2x8xf32>, %k: tensor<2x8x8xf32>, %v: tensor<1x2x8x8
 
 // rank of values
 func.func @f2(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x1x2x8x8xf32>) {
-  // expected-error @+1 {{'snapkv.select' op 'values' must be a rank-4 tensor, got rank 5}}
+  // expected-error @+1 {{'snapkv.select' op operand #2 must be 4D tensor of 16-bit float or bfloat16 type or 32-bit float values, but got 'tensor<1x1x2x8x8xf32>'}}
   %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>, tensor<1x1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
   return
 }
@@ -30,7 +30,7 @@ func.func @f2(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x1x2
 
 // element type not f16/bf16/f32
 func.func @f3(%q: tensor<1x4x2x8xf64>, %k: tensor<1x2x8x8xf64>, %v: tensor<1x2x8x8xf64>) {
-  // expected-error @+1 {{'snapkv.select' op 'queries' element type must be f16, bf16 or f32, got 'f64'}}
+  // expected-error @+1 {{'snapkv.select' op operand #0 must be 4D tensor of 16-bit float or bfloat16 type or 32-bit float values, but got 'tensor<1x4x2x8xf64>'}}
   %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 : (tensor<1x4x2x8xf64>, tensor<1x2x8x8xf64>, tensor<1x2x8x8xf64>) -> (tensor<1x4x5x8xf64>, tensor<1x4x5x8xf64>, tensor<1x4x5xi64>)
   return
 }
@@ -39,7 +39,7 @@ func.func @f3(%q: tensor<1x4x2x8xf64>, %k: tensor<1x2x8x8xf64>, %v: tensor<1x2x8
 
 // integer element type
 func.func @f4(%q: tensor<1x4x2x8xi32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
-  // expected-error @+1 {{'snapkv.select' op 'queries' element type must be f16, bf16 or f32, got 'i32'}}
+  // expected-error @+1 {{'snapkv.select' op operand #0 must be 4D tensor of 16-bit float or bfloat16 type or 32-bit float values, but got 'tensor<1x4x2x8xi32>'}}
   %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 : (tensor<1x4x2x8xi32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
   return
 }
@@ -48,7 +48,7 @@ func.func @f4(%q: tensor<1x4x2x8xi32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8
 
 // element types differ
 func.func @f5(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf16>, %v: tensor<1x2x8x8xf32>) {
-  // expected-error @+1 {{'snapkv.select' op 'keys' element type 'f16' differs from 'queries' element type 'f32'}}
+  // expected-error @+1 {{'snapkv.select' op failed to verify that all of {queries, keys, values} have same element type}}
   %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf16>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
   return
 }
@@ -57,7 +57,7 @@ func.func @f5(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf16>, %v: tensor<1x2x8
 
 // values element type differs
 func.func @f6(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xbf16>) {
-  // expected-error @+1 {{'snapkv.select' op 'values' element type 'bf16' differs from 'queries' element type 'f32'}}
+  // expected-error @+1 {{'snapkv.select' op failed to verify that all of {queries, keys, values} have same element type}}
   %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xbf16>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
   return
 }
@@ -66,7 +66,7 @@ func.func @f6(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8
 
 // dynamic head count
 func.func @f7(%q: tensor<1x?x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
-  // expected-error @+1 {{'snapkv.select' op only the prompt length may be dynamic, but 'queries' dim 1 is dynamic}}
+  // expected-error @+1 {{'snapkv.select' op 'queries' dim 1 must be static}}
   %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 : (tensor<1x?x2x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
   return
 }
@@ -75,7 +75,7 @@ func.func @f7(%q: tensor<1x?x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8
 
 // dynamic head dim of keys
 func.func @f8(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x?xf32>, %v: tensor<1x2x8x8xf32>) {
-  // expected-error @+1 {{'snapkv.select' op only the prompt length may be dynamic, but 'keys' dim 3 is dynamic}}
+  // expected-error @+1 {{'snapkv.select' op 'keys' dim 3 must be static}}
   %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 : (tensor<1x4x2x8xf32>, tensor<1x2x8x?xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
   return
 }
@@ -138,7 +138,7 @@ func.func @f14(%q: tensor<1x6x2x8xf32>, %k: tensor<1x4x8x8xf32>, %v: tensor<1x4x
 
 // window < 1
 func.func @f15(%q: tensor<1x4x0x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
-  // expected-error @+1 {{'snapkv.select' op window must be at least 1, got 0}}
+  // expected-error @+1 {{'snapkv.select' op attribute 'window' failed to satisfy constraint: 64-bit signless integer attribute whose value is positive}}
   %a, %b, %c = snapkv.select %q, %k, %v window 0 capacity 5 : (tensor<1x4x0x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
   return
 }
@@ -165,7 +165,7 @@ func.func @f17(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x
 
 // even kernel
 func.func @f18(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
-  // expected-error @+1 {{'snapkv.select' op kernel must be odd and positive, got 4}}
+  // expected-error @+1 {{'snapkv.select' op attribute 'kernel' failed to satisfy constraint: 64-bit signless integer attribute whose value is positive and odd}}
   %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 kernel 4 : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
   return
 }
@@ -174,7 +174,7 @@ func.func @f18(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x
 
 // non-positive kernel
 func.func @f19(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
-  // expected-error @+1 {{'snapkv.select' op kernel must be odd and positive, got -1}}
+  // expected-error @+1 {{'snapkv.select' op attribute 'kernel' failed to satisfy constraint: 64-bit signless integer attribute whose value is positive and odd}}
   %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 kernel -1 : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
   return
 }
@@ -201,7 +201,7 @@ func.func @f21(%q: tensor<1x4x4x8xf32>, %k: tensor<1x2x3x8xf32>, %v: tensor<1x2x
 
 // non-finite scale
 func.func @f22(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
-  // expected-error @+1 {{'snapkv.select' op scale must be a finite number}}
+  // expected-error @+1 {{'snapkv.select' op attribute 'scale' failed to satisfy constraint: 32-bit float attribute whose value is finite}}
   %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 scale 0x7F800000 : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
   return
 }
@@ -210,7 +210,7 @@ func.func @f22(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x
 
 // indices not i64
 func.func @f23(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
-  // expected-error @+1 {{'snapkv.select' op result 'indices' must have element type i64, got 'i32'}}
+  // expected-error @+1 {{'snapkv.select' op result #2 must be 3D tensor of 64-bit signless integer values, but got 'tensor<1x4x5xi32>'}}
   %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi32>)
   return
 }
@@ -255,7 +255,7 @@ func.func @f27(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x?x8xf32>, %v: tensor<1x2x
 
 // unranked operand
 func.func @f28(%q: tensor<*xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
-  // expected-error @+1 {{'snapkv.select' op operand #0 must be ranked tensor of any type values, but got 'tensor<*xf32>'}}
+  // expected-error @+1 {{'snapkv.select' op operand #0 must be 4D tensor of 16-bit float or bfloat16 type or 32-bit float values, but got 'tensor<*xf32>'}}
   %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 : (tensor<*xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
   return
 }
@@ -264,7 +264,7 @@ func.func @f28(%q: tensor<*xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf3
 
 // negative window (I64 attributes are read as signed)
 func.func @negative_window(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
-  // expected-error @+1 {{'snapkv.select' op window must be at least 1, got -2}}
+  // expected-error @+1 {{'snapkv.select' op attribute 'window' failed to satisfy constraint: 64-bit signless integer attribute whose value is positive}}
   %a, %b, %c = snapkv.select %q, %k, %v window -2 capacity 5 : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
   return
 }
@@ -282,16 +282,17 @@ func.func @score_heads(%q: tensor<1x6x2x8xf32>, %k: tensor<1x4x8x8xf32>, %vi: te
 
 // snapkv.score results are [B, Hc, L - W] f32
 func.func @score_result(%q: tensor<1x4x2x8xf16>, %k: tensor<1x2x8x8xf16>, %vi: tensor<1x4x6xf16>, %pi: tensor<1x4x6xf32>) {
-  // expected-error @+1 {{'snapkv.score' op result 'votes' has type 'tensor<1x4x6xf16>', expected 'tensor<1x4x6xf32>'}}
+  // expected-error @+1 {{'snapkv.score' op operand #2 must be 3D tensor of 32-bit float values, but got 'tensor<1x4x6xf16>'}}
   %v, %p = snapkv.score %q, %k window 2 outs(%vi, %pi : tensor<1x4x6xf16>, tensor<1x4x6xf32>) : (tensor<1x4x2x8xf16>, tensor<1x2x8x8xf16>) -> (tensor<1x4x6xf16>, tensor<1x4x6xf32>)
   return
 }
 
 // -----
 
-func.func @score_pooled_heads(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %vi: tensor<1x2x6xf32>, %pi: tensor<1x4x6xf32>) {
-  // expected-error @+1 {{'snapkv.score' op result 'pooled' has type 'tensor<1x4x6xf32>', expected 'tensor<1x2x6xf32>'}}
-  %v, %p = snapkv.score %q, %k window 2 gqa max outs(%vi, %pi : tensor<1x2x6xf32>, tensor<1x4x6xf32>) : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x2x6xf32>, tensor<1x4x6xf32>)
+// gqa max: one row per kv head
+func.func @score_pooled_heads(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %vi: tensor<1x4x6xf32>, %pi: tensor<1x4x6xf32>) {
+  // expected-error @+1 {{'snapkv.score' op 'votes', 'pooled' and their inits have type 'tensor<1x4x6xf32>', expected 'tensor<1x2x6xf32>'}}
+  %v, %p = snapkv.score %q, %k window 2 gqa max outs(%vi, %pi : tensor<1x4x6xf32>, tensor<1x4x6xf32>) : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x6xf32>, tensor<1x4x6xf32>)
   return
 }
 
@@ -332,8 +333,16 @@ func.func @too_many_sinks(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: 
 
 // -----
 
+func.func @negative_sinks(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op attribute 'sinks' failed to satisfy constraint: 64-bit signless integer attribute whose value is non-negative}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 scoring recent sinks -1 : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
+  return
+}
+
+// -----
+
 func.func @negative_seed(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
-  // expected-error @+1 {{'snapkv.select' op seed must be non-negative, got -1}}
+  // expected-error @+1 {{'snapkv.select' op attribute 'seed' failed to satisfy constraint: 64-bit signless integer attribute whose value is non-negative}}
   %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 scoring random seed -1 : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
   return
 }
@@ -509,7 +518,7 @@ func.func @attention_init(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v: 
 // -----
 
 func.func @score_scoring(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x16x8xf32>, %vi: tensor<1x4x14xf32>, %pi: tensor<1x4x14xf32>) {
-  // expected-error @+1 {{'snapkv.score' op scoring must be votes or prefix_votes, got recent}}
+  // expected-error @+1 {{'snapkv.score' op attribute 'scoring' failed to satisfy constraint: what ranks the prefix positions whose value is votes or prefix_votes}}
   %v, %p = snapkv.score %q, %k window 2 scoring recent outs(%vi, %pi : tensor<1x4x14xf32>, tensor<1x4x14xf32>) : (tensor<1x4x2x8xf32>, tensor<1x2x16x8xf32>) -> (tensor<1x4x14xf32>, tensor<1x4x14xf32>)
   return
 }
@@ -517,7 +526,7 @@ func.func @score_scoring(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x16x8xf32>, %vi:
 // -----
 
 func.func @top_positions_scores_type(%s: tensor<1x4x14xf16>, %i: tensor<1x4x5xi64>) {
-  // expected-error @+1 {{'snapkv.top_positions' op 'scores' element type must be 'f32', got 'f16'}}
+  // expected-error @+1 {{'snapkv.top_positions' op operand #0 must be 3D tensor of 32-bit float values, but got 'tensor<1x4x14xf16>'}}
   %t = snapkv.top_positions %s window 2 capacity 5 outs(%i : tensor<1x4x5xi64>) : tensor<1x4x14xf16> -> tensor<1x4x5xi64>
   return
 }
@@ -540,6 +549,14 @@ func.func @top_positions_capacity(%s: tensor<1x4x14xf32>, %i: tensor<1x4x2xi64>)
 
 // -----
 
+func.func @top_positions_window(%s: tensor<1x4x14xf32>, %i: tensor<1x4x5xi64>) {
+  // expected-error @+1 {{'snapkv.top_positions' op attribute 'window' failed to satisfy constraint: 64-bit signless integer attribute whose value is positive}}
+  %t = snapkv.top_positions %s window 0 capacity 5 outs(%i : tensor<1x4x5xi64>) : tensor<1x4x14xf32> -> tensor<1x4x5xi64>
+  return
+}
+
+// -----
+
 func.func @top_positions_init(%s: tensor<1x4x14xf32>, %i: tensor<1x4x6xi64>) {
   // expected-error @+1 {{'snapkv.top_positions' op 'init' has shape 'tensor<1x4x6xi64>', expected [batch, heads, capacity] = 'tensor<1x4x5xi64>'}}
   %t = snapkv.top_positions %s window 2 capacity 5 outs(%i : tensor<1x4x6xi64>) : tensor<1x4x14xf32> -> tensor<1x4x6xi64>
@@ -557,7 +574,7 @@ func.func @top_positions_short(%s: tensor<1x4x2xf32>, %i: tensor<1x4x5xi64>) {
 // -----
 
 func.func @top_positions_result(%s: tensor<1x4x14xf32>, %i: tensor<1x4x5xi64>) {
-  // expected-error @+1 {{'snapkv.top_positions' op result 'result' has type 'tensor<1x4x?xi64>', expected 'tensor<1x4x5xi64>'}}
+  // expected-error @+1 {{'snapkv.top_positions' op failed to verify that all of {init, result} have same type}}
   %t = snapkv.top_positions %s window 2 capacity 5 outs(%i : tensor<1x4x5xi64>) : tensor<1x4x14xf32> -> tensor<1x4x?xi64>
   return
 }
@@ -573,7 +590,7 @@ func.func @gather_heads(%k: tensor<1x3x16x8xf32>, %i: tensor<1x4x5xi64>, %r: ten
 // -----
 
 func.func @gather_index_type(%k: tensor<1x2x16x8xf32>, %i: tensor<1x4x5xi32>, %r: tensor<1x4x5x8xf32>) {
-  // expected-error @+1 {{'snapkv.gather' op 'indices' element type must be 'i64', got 'i32'}}
+  // expected-error @+1 {{'snapkv.gather' op operand #1 must be 3D tensor of 64-bit signless integer values, but got 'tensor<1x4x5xi32>'}}
   %g = snapkv.gather %k[%i] outs(%r : tensor<1x4x5x8xf32>) : tensor<1x2x16x8xf32>, tensor<1x4x5xi32> -> tensor<1x4x5x8xf32>
   return
 }
@@ -581,7 +598,7 @@ func.func @gather_index_type(%k: tensor<1x2x16x8xf32>, %i: tensor<1x4x5xi32>, %r
 // -----
 
 func.func @gather_init_type(%k: tensor<1x2x16x8xf32>, %i: tensor<1x4x5xi64>, %r: tensor<1x4x5x8xf16>) {
-  // expected-error @+1 {{'snapkv.gather' op 'init' element type must be 'f32', got 'f16'}}
+  // expected-error @+1 {{'snapkv.gather' op failed to verify that all of {source, init} have same element type}}
   %g = snapkv.gather %k[%i] outs(%r : tensor<1x4x5x8xf16>) : tensor<1x2x16x8xf32>, tensor<1x4x5xi64> -> tensor<1x4x5x8xf16>
   return
 }
@@ -613,7 +630,7 @@ func.func @gather_empty_source(%k: tensor<1x2x0x8xf32>, %i: tensor<1x4x5xi64>, %
 // -----
 
 func.func @score_init(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x16x8xf32>, %vi: tensor<1x4x14xf32>, %pi: tensor<1x4x?xf32>) {
-  // expected-error @+1 {{'snapkv.score' op 'pooled_init' has type 'tensor<1x4x?xf32>', expected 'tensor<1x4x14xf32>'}}
+  // expected-error @+1 {{'snapkv.score' op failed to verify that all of {votes_init, pooled_init, votes, pooled} have same type}}
   %v, %p = snapkv.score %q, %k window 2 outs(%vi, %pi : tensor<1x4x14xf32>, tensor<1x4x?xf32>) : (tensor<1x4x2x8xf32>, tensor<1x2x16x8xf32>) -> (tensor<1x4x14xf32>, tensor<1x4x14xf32>)
   return
 }
@@ -630,8 +647,18 @@ func.func @adaptive_floor(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x20x8xf32>) {
 
 // -----
 
+func.func @adaptive_negative_floor(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x20x8xf32>) {
+  // expected-error @+1 {{'snapkv.select_adaptive' op attribute 'floor' failed to satisfy constraint: 64-bit signless integer attribute whose value is non-negative}}
+  %a:4 = snapkv.select_adaptive %q, %k, %k window 2 capacity 10 floor -1
+      : (tensor<1x4x2x8xf32>, tensor<1x2x20x8xf32>, tensor<1x2x20x8xf32>)
+      -> (tensor<1x40x8xf32>, tensor<1x40x8xf32>, tensor<1x40xi64>, tensor<1x5xi64>)
+  return
+}
+
+// -----
+
 func.func @adaptive_scoring(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x20x8xf32>) {
-  // expected-error @+1 {{'snapkv.select_adaptive' op scoring must be votes or prefix_votes, got recent}}
+  // expected-error @+1 {{'snapkv.select_adaptive' op attribute 'scoring' failed to satisfy constraint: what ranks the prefix positions whose value is votes or prefix_votes}}
   %a:4 = snapkv.select_adaptive %q, %k, %k window 2 capacity 10 scoring recent
       : (tensor<1x4x2x8xf32>, tensor<1x2x20x8xf32>, tensor<1x2x20x8xf32>)
       -> (tensor<1x40x8xf32>, tensor<1x40x8xf32>, tensor<1x40xi64>, tensor<1x5xi64>)

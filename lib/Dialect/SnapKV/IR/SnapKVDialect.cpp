@@ -203,6 +203,11 @@ LogicalResult SnapKVDialect::verifyOperationAttribute(Operation *op,
         !isString("message"))
       return op->emitError("snapkv.refusal must be a dictionary with "
                            "string reason, function and message, on a module");
+    // Programs branch on the code: one no RefusalKind names is a typo.
+    StringRef reason = cast<StringAttr>(record.get("reason")).getValue();
+    if (!symbolizeRefusalKind(reason))
+      return op->emitError("snapkv.refusal reason '")
+             << reason << "' is not a refusal code (RefusalKind)";
     return success();
   }
   if (name == "snapkv.chunked_prefill") {

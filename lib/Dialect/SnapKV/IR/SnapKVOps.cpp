@@ -2,6 +2,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/TypeUtilities.h"
 
 #include <cmath>
 #include <limits>
@@ -138,27 +139,33 @@ LogicalResult checkOperand(Operation *op, StringRef name, RankedTensorType type,
 }
 } // namespace
 
-/// The rules of docs/semantics.md (the op) on operands and attributes, shared
-/// by select and score. `vTy` is null for score, `capacity` empty for score.
+/// Dims of `type` that must be static: all but those in `dynamicDims`.
+static LogicalResult checkStaticDims(Operation *op, StringRef name,
+                                     RankedTensorType type,
+                                     ArrayRef<int64_t> dynamicDims) {
+  for (int64_t d = 0; d < type.getRank(); ++d)
+    if (type.isDynamicDim(d) && !llvm::is_contained(dynamicDims, d))
+      return op->emitOpError()
+             << "'" << name << "' dim " << d << " must be static";
+  return success();
+}
+
+/// The rules of docs/semantics.md (the op) that ODS cannot state (ranks,
+/// element types and attribute ranges are in SnapKVOps.td), shared by select
+/// and score. `vTy` is null for score, `capacity` empty for score.
 static LogicalResult verifyInputs(Operation *op, RankedTensorType qTy,
                                   RankedTensorType kTy, RankedTensorType vTy,
-                                  IntegerAttr windowAttr,
-                                  std::optional<int64_t> capacity,
-                                  IntegerAttr kernelAttr,
-                                  std::optional<APFloat> scale) {
-  if (failed(checkOperand(op, "queries", qTy, -1)) ||
-      failed(checkOperand(op, "keys", kTy, 2)) ||
-      (vTy && failed(checkOperand(op, "values", vTy, 2))))
-    return failure();
-
+                                  int64_t window,
+                                  std::optional<int64_t> capacity) {
   SmallVector<std::pair<StringRef, RankedTensorType>, 2> kv = {{"keys", kTy}};
   if (vTy)
     kv.push_back({"values", vTy});
+  // Only the prompt length may be dynamic.
+  if (failed(checkStaticDims(op, "queries", qTy, {})))
+    return failure();
   for (auto [name, ty] : kv) {
-    if (ty.getElementType() != qTy.getElementType())
-      return op->emitOpError()
-             << "'" << name << "' element type " << ty.getElementType()
-             << " differs from 'queries' element type " << qTy.getElementType();
+    if (failed(checkStaticDims(op, name, ty, {2})))
+      return failure();
     if (ty.getDimSize(0) != qTy.getDimSize(0))
       return op->emitOpError()
              << "batch size of '" << name << "' (" << ty.getDimSize(0)
@@ -182,20 +189,10 @@ static LogicalResult verifyInputs(Operation *op, RankedTensorType qTy,
     return op->emitOpError()
            << "query heads (" << queryHeads
            << ") are not a multiple of key/value heads (" << kvHeads << ")";
-
-  // I64Attr getters are unsigned; read the attributes as signed so negative
-  // values are reported instead of wrapping around.
-  int64_t window = windowAttr.getInt();
-  int64_t kernel = kernelAttr.getInt();
-  if (window < 1)
-    return op->emitOpError() << "window must be at least 1, got " << window;
   if (capacity && *capacity <= window)
     return op->emitOpError()
            << "capacity (" << *capacity << ") must be greater than window ("
            << window << ")";
-  if (kernel < 1 || kernel % 2 == 0)
-    return op->emitOpError()
-           << "kernel must be odd and positive, got " << kernel;
   if (qTy.getDimSize(2) != window)
     return op->emitOpError() << "'queries' dim 2 (" << qTy.getDimSize(2)
                              << ") must equal window (" << window << ")";
@@ -213,8 +210,6 @@ static LogicalResult verifyInputs(Operation *op, RankedTensorType qTy,
       return op->emitOpError()
              << "prompt length of '" << name << "' (" << ty.getDimSize(2)
              << ") is shorter than window (" << window << ")";
-  if (scale && !scale->isFinite())
-    return op->emitOpError() << "scale must be a finite number";
   // Counters and ranks of the lowering are i32.
   for (auto [name, ty] : kv)
     if (!ty.isDynamicDim(2) &&
@@ -239,9 +234,8 @@ static LogicalResult verifyResults(Operation *op, ArrayRef<StringRef> names,
 /// verifyInputs for the ops with values and a capacity.
 template <typename OpTy> static LogicalResult verifySelectInputs(OpTy op) {
   return verifyInputs(op, op.getQueries().getType(), op.getKeys().getType(),
-                      op.getValues().getType(), op.getWindowAttr(),
-                      op.getCapacityAttr().getInt(), op.getKernelAttr(),
-                      op.getScale());
+                      op.getValues().getType(), op.getWindowAttr().getInt(),
+                      op.getCapacityAttr().getInt());
 }
 
 LogicalResult SelectOp::verify() {
@@ -254,13 +248,9 @@ LogicalResult SelectOp::verify() {
   if (getSeedAttr() && getScoring() != Scoring::random)
     return emitOpError() << "'seed' only applies to scoring random";
   int64_t keep = getCapacityAttr().getInt() - getWindowAttr().getInt();
-  if (getSinksAttr() &&
-      (getSinksAttr().getInt() < 0 || getSinksAttr().getInt() > keep))
+  if (getSinksAttr() && getSinksAttr().getInt() > keep)
     return emitOpError() << "sinks must be between 0 and capacity - window ("
                          << keep << "), got " << getSinksAttr().getInt();
-  if (getSeedAttr() && getSeedAttr().getInt() < 0)
-    return emitOpError() << "seed must be non-negative, got "
-                         << getSeedAttr().getInt();
   int64_t block = getBlockAttr().getInt();
   if (block < 1)
     return emitOpError() << "block must be at least 1, got " << block;
@@ -274,10 +264,6 @@ LogicalResult SelectOp::verify() {
                          << ") must divide capacity - window (" << keep << " = "
                          << getCapacityAttr().getInt() << " - "
                          << getWindowAttr().getInt() << ")";
-  auto idxTy = dyn_cast<RankedTensorType>(getIndices().getType());
-  if (idxTy && !idxTy.getElementType().isInteger(64))
-    return emitOpError() << "result 'indices' must have element type i64, got "
-                         << idxTy.getElementType();
   // Operands are valid here, so inference succeeds.
   SmallVector<Type, 3> expected =
       *inferResultTypes(qTy, kTy, getCapacityAttr().getInt(), getGqa());
@@ -311,12 +297,9 @@ LogicalResult SelectAdaptiveOp::verify() {
   RankedTensorType kTy = getKeys().getType();
   if (failed(verifySelectInputs(*this)))
     return failure();
-  if (getScoring() != Scoring::votes && getScoring() != Scoring::prefix_votes)
-    return emitOpError() << "scoring must be votes or prefix_votes, got "
-                         << stringifyScoring(getScoring());
   int64_t keep = getCapacityAttr().getInt() - getWindowAttr().getInt();
   int64_t floor = getFloorAttr().getInt();
-  if (floor < 0 || floor > keep)
+  if (floor > keep)
     return emitOpError() << "floor must be between 0 and capacity - window ("
                          << keep << "), got " << floor;
   // The flattened ranking numbers every (head, position) pair in i32; a
@@ -340,22 +323,16 @@ LogicalResult SelectAdaptiveOp::verify() {
 LogicalResult ScoreOp::verify() {
   RankedTensorType qTy = getQueries().getType();
   RankedTensorType kTy = getKeys().getType();
-  if (failed(verifyInputs(*this, qTy, kTy, nullptr, getWindowAttr(),
-                          std::nullopt, getKernelAttr(), getScale())))
+  if (failed(verifyInputs(*this, qTy, kTy, nullptr, getWindowAttr().getInt(),
+                          std::nullopt)))
     return failure();
+  // ODS makes the inits and results one type.
   Type expected = getResultType(qTy, kTy, getWindowAttr().getInt(), getGqa());
-  if (getScoring() != Scoring::votes && getScoring() != Scoring::prefix_votes)
-    return emitOpError() << "scoring must be votes or prefix_votes, got "
-                         << stringifyScoring(getScoring());
   if (int64_t block = getBlockAttr().getInt(); block < 1)
     return emitOpError() << "block must be at least 1, got " << block;
-  if (failed(verifyResults(*this, {"votes", "pooled"}, {expected, expected})))
-    return failure();
-  for (auto [name, init] : {std::pair{"votes_init", getVotesInit()},
-                            std::pair{"pooled_init", getPooledInit()}})
-    if (init.getType() != expected)
-      return emitOpError() << "'" << name << "' has type " << init.getType()
-                           << ", expected " << expected;
+  if (getVotes().getType() != expected)
+    return emitOpError() << "'votes', 'pooled' and their inits have type "
+                         << getVotes().getType() << ", expected " << expected;
   return success();
 }
 
@@ -371,8 +348,8 @@ RankedTensorType ScoreOp::getResultType(RankedTensorType queries,
                                Float32Type::get(queries.getContext()));
 }
 
-/// Rank, element type and static dims of a stage op's operand; dims listed
-/// in `dynamicDims` may be dynamic. A null `elem` accepts any element type.
+/// Rank, element type and static dims of an operand; dims listed in
+/// `dynamicDims` may be dynamic.
 static LogicalResult checkStageOperand(Operation *op, StringRef name,
                                        RankedTensorType type, int64_t rank,
                                        Type elem,
@@ -380,14 +357,10 @@ static LogicalResult checkStageOperand(Operation *op, StringRef name,
   if (type.getRank() != rank)
     return op->emitOpError() << "'" << name << "' must be a rank-" << rank
                              << " tensor, got rank " << type.getRank();
-  if (elem && type.getElementType() != elem)
+  if (type.getElementType() != elem)
     return op->emitOpError() << "'" << name << "' element type must be " << elem
                              << ", got " << type.getElementType();
-  for (int64_t d = 0; d < rank; ++d)
-    if (type.isDynamicDim(d) && !llvm::is_contained(dynamicDims, d))
-      return op->emitOpError()
-             << "'" << name << "' dim " << d << " must be static";
-  return success();
+  return checkStaticDims(op, name, type, dynamicDims);
 }
 
 /// Sizes `a` and `b` of dims that must agree; a dynamic one matches.
@@ -396,16 +369,13 @@ static bool compatible(int64_t a, int64_t b) {
 }
 
 LogicalResult TopPositionsOp::verify() {
-  Builder b(getContext());
   RankedTensorType sTy = getScores().getType();
   RankedTensorType iTy = getInit().getType();
-  if (failed(checkStageOperand(*this, "scores", sTy, 3, b.getF32Type(), {2})) ||
-      failed(checkStageOperand(*this, "init", iTy, 3, b.getI64Type(), {})))
+  if (failed(checkStaticDims(*this, "scores", sTy, {2})) ||
+      failed(checkStaticDims(*this, "init", iTy, {})))
     return failure();
   int64_t window = getWindowAttr().getInt();
   int64_t capacity = getCapacityAttr().getInt();
-  if (window < 1)
-    return emitOpError() << "window must be at least 1, got " << window;
   if (capacity <= window)
     return emitOpError() << "capacity (" << capacity
                          << ") must be greater than window (" << window << ")";
@@ -414,7 +384,7 @@ LogicalResult TopPositionsOp::verify() {
   if (iTy.getShape() != ArrayRef<int64_t>(expected))
     return emitOpError() << "'init' has shape " << iTy
                          << ", expected [batch, heads, capacity] = "
-                         << RankedTensorType::get(expected, b.getI64Type());
+                         << iTy.clone(expected);
   int64_t prefix = sTy.getDimSize(2);
   if (!ShapedType::isDynamic(prefix) && prefix < capacity - window)
     return emitOpError() << "'scores' holds " << prefix
@@ -425,19 +395,16 @@ LogicalResult TopPositionsOp::verify() {
       prefix + window >= std::numeric_limits<int32_t>::max())
     return emitOpError() << "prompt length (prefix + window) must be below "
                             "2^31 - 1";
-  return verifyResults(*this, {"result"}, {iTy});
+  return success();
 }
 
 LogicalResult GatherOp::verify() {
   RankedTensorType srcTy = getSource().getType();
   RankedTensorType idxTy = getIndices().getType();
   RankedTensorType initTy = getInit().getType();
-  Builder b(getContext());
-  if (failed(checkStageOperand(*this, "source", srcTy, 4, Type(), {2})) ||
-      failed(
-          checkStageOperand(*this, "indices", idxTy, 3, b.getI64Type(), {2})) ||
-      failed(checkStageOperand(*this, "init", initTy, 4, srcTy.getElementType(),
-                               {2})))
+  if (failed(checkStaticDims(*this, "source", srcTy, {2})) ||
+      failed(checkStaticDims(*this, "indices", idxTy, {2})) ||
+      failed(checkStaticDims(*this, "init", initTy, {2})))
     return failure();
   if (idxTy.getDimSize(0) != srcTy.getDimSize(0) ||
       initTy.getDimSize(0) != srcTy.getDimSize(0))
@@ -462,7 +429,7 @@ LogicalResult GatherOp::verify() {
                          << ")";
   if (srcTy.getDimSize(2) == 0 && initTy.getDimSize(2) != 0)
     return emitOpError() << "'source' has no rows to gather";
-  return verifyResults(*this, {"result"}, {initTy});
+  return success();
 }
 
 LogicalResult AttentionOp::verify() {

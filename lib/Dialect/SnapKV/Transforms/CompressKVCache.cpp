@@ -38,281 +38,16 @@ using namespace mlir::snapkv;
 
 namespace {
 
-/// Why a function cannot be rewritten. Each kind has a fixed message with
-/// `{i}` placeholders for `Refusal::args` (refusalFormat).
-enum class RefusalKind {
-  NoPrefillFunction,
-  NoDecodeFunction,
-  NotSingleBlock,
-  UnrecognisedBatchMatmul,
-  NoAttention,
-  SharedKV,
-  UnsupportedElementType,
-  Mask,
-  NotSelfAttention,
-  SlidingWindowNarrower,
-  SlidingWindowDynamicPrompt,
-  SlidingWindowInDecode,
-  PromptShorterThanWindow,
-  KVNotReturned,
-  NotCacheAppend,
-  AppendNotFromArgument,
-  AppendedTokenNotOneRow,
-  AppendNotReturned,
-  CacheOtherUse,
-  AppendOtherUse,
-  NoRopeTables,
-  RopeFromCache,
-  RopeNotFromArgument,
-  DecodeManyQueries,
-  DecodeMaskPosition,
-  LayerCountMismatch,
-  CachesMisaligned,
-  AttentionInCallee,
-  CalleeNotOnlyCalled,
-  CallNotInEntryBlock,
-  CallerRewritten,
-  CallerCalled,
-  CallResultOtherUse,
-  CallOperandNotArgument,
-  CallArgumentOtherUse,
-  LayerCopies,
-  RaggedDecode,
-  AdaptiveTooLarge,
-  NoExtendFunction,
-  ExtendQueryPositions,
-  SlidingWindowInExtend,
-  ExtendEntry,
-};
-
-StringRef refusalFormat(RefusalKind kind) {
-  switch (kind) {
-  case RefusalKind::NoPrefillFunction:
-    return "no function with a body by this name (prefill-func)";
-  case RefusalKind::NoDecodeFunction:
-    return "no function with a body by this name (decode-func; pass "
-           "decode-func=\"\" to rewrite prefill only)";
-  case RefusalKind::NotSingleBlock:
-    return "the function does not have a single block ending in func.return";
-  case RefusalKind::UnrecognisedBatchMatmul:
-    return "{0} is not part of a recognised attention: {1}";
-  case RefusalKind::NoAttention:
-    return "no attention (Q.K^T, scale, mask, softmax, P.V) found";
-  case RefusalKind::SharedKV:
-    return "its keys or values are also read by another attention (or serve "
-           "as both keys and values)";
-  case RefusalKind::UnsupportedElementType:
-    return "element type is not f32, f16 or bf16";
-  case RefusalKind::Mask:
-    return "{0}";
-  case RefusalKind::NotSelfAttention:
-    return "the mask does not compare the prompt's positions with themselves "
-           "(not causal self-attention over the prompt)";
-  case RefusalKind::SlidingWindowNarrower:
-    return "the sliding window ({0} positions) is narrower than the prompt "
-           "({1} positions), and snapkv.select has no window mask";
-  case RefusalKind::SlidingWindowDynamicPrompt:
-    return "the sliding window ({0} positions) cannot be proven to cover the "
-           "prompt, whose length is dynamic";
-  case RefusalKind::SlidingWindowInDecode:
-    return "the mask hides keys outside a sliding window of {0} positions; "
-           "the new token's logical position is not bounded, so the window "
-           "cannot be proven to cover the compacted cache";
-  case RefusalKind::PromptShorterThanWindow:
-    return "the prompt has {0} positions, fewer than window={1}";
-  case RefusalKind::KVNotReturned:
-    return "the {0} this attention reads are not returned exactly once (K/V "
-           "must reach a result of the function to be cached)";
-  case RefusalKind::NotCacheAppend:
-    return "the keys/values attention reads are not concat(cache argument, "
-           "new token) along the sequence";
-  case RefusalKind::AppendNotFromArgument:
-    return "the first operand of the cache append is not a function argument";
-  case RefusalKind::AppendedTokenNotOneRow:
-    return "the token appended to the cache is not one static row";
-  case RefusalKind::AppendNotReturned:
-    return "the appended cache {0} is not returned exactly once";
-  case RefusalKind::CacheOtherUse:
-    return "cache argument {0} has a use other than the append and tensor.dim "
-           "({1})";
-  case RefusalKind::AppendOtherUse:
-    return "the appended cache has a use other than the return and the GQA "
-           "repeat ({0})";
-  case RefusalKind::NoRopeTables:
-    return "no RoPE tables (generics computing math.cos/math.sin) found, so "
-           "the logical position cannot be checked";
-  case RefusalKind::RopeFromCache:
-    return "the RoPE position is computed from cache argument {0} (its "
-           "physical length), not from the logical position argument";
-  case RefusalKind::RopeNotFromArgument:
-    return "the RoPE position does not come from a function argument (it "
-           "must be the logical position)";
-  case RefusalKind::DecodeManyQueries:
-    return "decode attention has more than one query row";
-  case RefusalKind::DecodeMaskPosition:
-    return "the mask's query position is not the cache length or the "
-           "position argument, so the mask cannot be rebuilt for logical "
-           "positions";
-  case RefusalKind::LayerCountMismatch:
-    return "@{0} has {1} attention layers but @{2} has {3}";
-  case RefusalKind::CachesMisaligned:
-    return "the cache arguments and results of @{0} do not line up with the "
-           "K/V results of @{1}";
-  case RefusalKind::AttentionInCallee:
-    return "no attention in the function itself, but it calls @{0}, which "
-           "holds attention: name that function (prefill-func / decode-func); "
-           "its callers are updated with it";
-  case RefusalKind::CalleeNotOnlyCalled:
-    return "its signature changes, but it is used by {0}, not only by "
-           "func.call";
-  case RefusalKind::CallNotInEntryBlock:
-    return "its signature changes, but it is called from a nested region or "
-           "a function without a single block ending in func.return (@{0})";
-  case RefusalKind::CallerRewritten:
-    return "it is called from @{0}, which the pass rewrites too";
-  case RefusalKind::CallerCalled:
-    return "its signature changes and so does that of its caller @{0}, "
-           "which is itself used ({1})";
-  case RefusalKind::CallResultOtherUse:
-    return "result {0} of the call in @{1} changes type but is used by {2}, "
-           "not only returned";
-  case RefusalKind::CallOperandNotArgument:
-    return "operand {0} of the call in @{1} changes type but is not an "
-           "argument of that function";
-  case RefusalKind::CallArgumentOtherUse:
-    return "argument {0} of @{1} changes type (it feeds operand {2} of the "
-           "call) but is also used by {3}";
-  case RefusalKind::LayerCopies:
-    return "budget=pyramid (or inverted-pyramid) gives each layer its own "
-           "copy of a function called once per layer, but {0}";
-  case RefusalKind::RaggedDecode:
-    return "budget=adaptive needs a decode step that appends each head's row "
-           "to a ragged cache in place, but {0}";
-  case RefusalKind::AdaptiveTooLarge:
-    return "budget=adaptive ranks a layer's (head, position) pairs together "
-           "with 32-bit indices, but heads x {0} = {1} x {2} reaches 2^31 - 1";
-  case RefusalKind::NoExtendFunction:
-    return "no function with a body by this name (extend-func, which chunk=N "
-           "needs: a prompt chunk, its first position and the caches in)";
-  case RefusalKind::ExtendQueryPositions:
-    return "the mask's query positions are not `cache length + row` (the "
-           "chunk's queries must follow every cached key)";
-  case RefusalKind::SlidingWindowInExtend:
-    return "the mask hides keys outside a sliding window of {0} positions, "
-           "which the compacted cache's positions cannot be checked against";
-  case RefusalKind::ExtendEntry:
-    return "decode-capacity differs from capacity with chunk, so decode-time "
-           "compression needs its own copy of the extend call chain, called "
-           "through one public function, but {0}";
-  }
-  llvm_unreachable("unknown RefusalKind");
-}
-
-/// The stable name of `kind` in the module's `snapkv.refusal` attribute
-/// (docs/model-rewrite.md lists them): programs branch on it, people read
-/// the message.
-StringRef refusalCode(RefusalKind kind) {
-  switch (kind) {
-  case RefusalKind::NoPrefillFunction:
-    return "no-prefill-function";
-  case RefusalKind::NoDecodeFunction:
-    return "no-decode-function";
-  case RefusalKind::NotSingleBlock:
-    return "not-single-block";
-  case RefusalKind::UnrecognisedBatchMatmul:
-    return "unrecognised-batch-matmul";
-  case RefusalKind::NoAttention:
-    return "no-attention";
-  case RefusalKind::SharedKV:
-    return "shared-kv";
-  case RefusalKind::UnsupportedElementType:
-    return "unsupported-element-type";
-  case RefusalKind::Mask:
-    return "mask";
-  case RefusalKind::NotSelfAttention:
-    return "not-self-attention";
-  case RefusalKind::SlidingWindowNarrower:
-    return "sliding-window-narrower";
-  case RefusalKind::SlidingWindowDynamicPrompt:
-    return "sliding-window-dynamic-prompt";
-  case RefusalKind::SlidingWindowInDecode:
-    return "sliding-window-in-decode";
-  case RefusalKind::PromptShorterThanWindow:
-    return "prompt-shorter-than-window";
-  case RefusalKind::KVNotReturned:
-    return "kv-not-returned";
-  case RefusalKind::NotCacheAppend:
-    return "not-cache-append";
-  case RefusalKind::AppendNotFromArgument:
-    return "append-not-from-argument";
-  case RefusalKind::AppendedTokenNotOneRow:
-    return "appended-token-not-one-row";
-  case RefusalKind::AppendNotReturned:
-    return "append-not-returned";
-  case RefusalKind::CacheOtherUse:
-    return "cache-other-use";
-  case RefusalKind::AppendOtherUse:
-    return "append-other-use";
-  case RefusalKind::NoRopeTables:
-    return "no-rope-tables";
-  case RefusalKind::RopeFromCache:
-    return "rope-from-cache";
-  case RefusalKind::RopeNotFromArgument:
-    return "rope-not-from-argument";
-  case RefusalKind::DecodeManyQueries:
-    return "decode-many-queries";
-  case RefusalKind::DecodeMaskPosition:
-    return "decode-mask-position";
-  case RefusalKind::LayerCountMismatch:
-    return "layer-count-mismatch";
-  case RefusalKind::CachesMisaligned:
-    return "caches-misaligned";
-  case RefusalKind::AttentionInCallee:
-    return "attention-in-callee";
-  case RefusalKind::CalleeNotOnlyCalled:
-    return "callee-not-only-called";
-  case RefusalKind::CallNotInEntryBlock:
-    return "call-not-in-entry-block";
-  case RefusalKind::CallerRewritten:
-    return "caller-rewritten";
-  case RefusalKind::CallerCalled:
-    return "caller-called";
-  case RefusalKind::CallResultOtherUse:
-    return "call-result-other-use";
-  case RefusalKind::CallOperandNotArgument:
-    return "call-operand-not-argument";
-  case RefusalKind::CallArgumentOtherUse:
-    return "call-argument-other-use";
-  case RefusalKind::LayerCopies:
-    return "layer-copies";
-  case RefusalKind::RaggedDecode:
-    return "ragged-decode";
-  case RefusalKind::AdaptiveTooLarge:
-    return "adaptive-too-large";
-  case RefusalKind::NoExtendFunction:
-    return "no-extend-function";
-  case RefusalKind::ExtendQueryPositions:
-    return "extend-query-positions";
-  case RefusalKind::SlidingWindowInExtend:
-    return "sliding-window-in-extend";
-  case RefusalKind::ExtendEntry:
-    return "extend-entry";
-  }
-  llvm_unreachable("unknown RefusalKind");
-}
-
-/// Why a function cannot be rewritten: a kind, the values its message names
-/// and, for per-layer reasons, the layer.
+/// Why a function cannot be rewritten: a kind (SnapKVEnums.td: its code and
+/// message), the values its message names and, for per-layer reasons, the
+/// layer.
 struct Refusal {
   RefusalKind kind = RefusalKind::NoAttention;
   SmallVector<std::string, 4> args;
   std::optional<unsigned> layer;
-  /// The matcher's reason behind UnrecognisedBatchMatmul and Mask.
-  std::optional<AttentionMismatch> attention;
-  std::optional<MaskMismatch> mask;
 
   std::string message() const {
-    std::string text = refusalFormat(kind).str();
+    std::string text = RefusalKindAttr::getFormat(kind).str();
     for (auto [i, arg] : llvm::enumerate(args)) {
       std::string placeholder = "{" + std::to_string(i) + "}";
       size_t at = text.find(placeholder);
@@ -329,16 +64,14 @@ struct Refusal {
 LogicalResult refuseWith(Refusal &refusal, RefusalKind kind,
                          SmallVector<std::string, 4> args = {},
                          std::optional<unsigned> layer = std::nullopt) {
-  refusal = Refusal{kind, std::move(args), layer, std::nullopt, std::nullopt};
+  refusal = Refusal{kind, std::move(args), layer};
   return failure();
 }
 
 /// A refusal for a mask the matcher did not accept.
 LogicalResult refuseMask(Refusal &refusal, MaskMismatch kind, unsigned layer) {
-  (void)refuseWith(refusal, RefusalKind::Mask,
-                   {maskMismatchMessage(kind).str()}, layer);
-  refusal.mask = kind;
-  return failure();
+  return refuseWith(refusal, RefusalKind::Mask,
+                    {maskMismatchMessage(kind).str()}, layer);
 }
 
 /// One prefill layer: its attention and the result positions of its K/V.
@@ -400,11 +133,9 @@ FailureOr<SmallVector<AttentionMatch>> findAttentions(func::FuncOp func,
       worst = matmul;
   }
   if (worst) {
-    (void)refuseWith(
+    return refuseWith(
         refusal, RefusalKind::UnrecognisedBatchMatmul,
         {describe(worst.getOperation()), failures[worst].message()});
-    refusal.attention = failures[worst].kind;
-    return failure();
   }
   if (found.empty()) {
     // A model exported with one function per layer keeps its attention in
@@ -1270,7 +1001,8 @@ struct CompressKVCachePass
     // `snapkv-describe-module` prints it as JSON.
     Builder b(&getContext());
     SmallVector<NamedAttribute> fields{
-        b.getNamedAttr("reason", b.getStringAttr(refusalCode(refusal.kind))),
+        b.getNamedAttr("reason",
+                       b.getStringAttr(stringifyRefusalKind(refusal.kind))),
         b.getNamedAttr("function", b.getStringAttr(function)),
         b.getNamedAttr("message", b.getStringAttr(refusal.message()))};
     if (refusal.layer)
@@ -1413,7 +1145,7 @@ struct CompressKVCachePass
     auto prefill = module.lookupSymbol<func::FuncOp>(prefillName);
     if (!prefill || prefill.isExternal()) {
       refuse(module, prefillName,
-             Refusal{RefusalKind::NoPrefillFunction, {}, {}, {}, {}});
+             Refusal{RefusalKind::NoPrefillFunction, {}, {}});
       return failure();
     }
     Refusal refusal;
@@ -1430,7 +1162,7 @@ struct CompressKVCachePass
       decode = module.lookupSymbol<func::FuncOp>(decodeName);
       if (!decode || decode.isExternal()) {
         refuse(module, decodeName,
-               Refusal{RefusalKind::NoDecodeFunction, {}, {}, {}, {}});
+               Refusal{RefusalKind::NoDecodeFunction, {}, {}});
         return failure();
       }
       dec = analyseDecode(decode, refusal);
@@ -1461,9 +1193,7 @@ struct CompressKVCachePass
                  Refusal{RefusalKind::AdaptiveTooLarge,
                          {large->first, std::to_string(heads),
                           std::to_string(large->second)},
-                         static_cast<unsigned>(index),
-                         {},
-                         {}});
+                         static_cast<unsigned>(index)});
           return failure();
         }
       }
@@ -1517,7 +1247,7 @@ struct CompressKVCachePass
     SmallVector<std::string> copies;
     if (failed(copyPerCall(*work, prefillFunc, copies, why))) {
       refuse(prefill, prefillFunc,
-             Refusal{RefusalKind::LayerCopies, {why}, {}, {}, {}});
+             Refusal{RefusalKind::LayerCopies, {why}, {}});
       return failure();
     }
     SmallVector<int64_t> all =
@@ -1539,8 +1269,6 @@ struct CompressKVCachePass
                Refusal{RefusalKind::LayerCopies,
                        {"@" + prefillFunc + " holds " + std::to_string(count) +
                         " attention layers, not one"},
-                       {},
-                       {},
                        {}});
         return failure();
       }
@@ -1571,7 +1299,7 @@ struct CompressKVCachePass
     if (failed(appendInPlace(*work, root, /*ragged=*/true, why))) {
       auto original = module.lookupSymbol<func::FuncOp>(decodeFunc);
       refuse(original, decodeFunc,
-             Refusal{RefusalKind::RaggedDecode, {why}, {}, {}, {}});
+             Refusal{RefusalKind::RaggedDecode, {why}, {}});
       return;
     }
     if (failed(verify(*work))) {
@@ -1619,7 +1347,7 @@ struct CompressKVCachePass
       auto extend = module.lookupSymbol<func::FuncOp>(extendFunc);
       if (!extend || extend.isExternal()) {
         refuse(module, extendFunc,
-               Refusal{RefusalKind::NoExtendFunction, {}, {}, {}, {}});
+               Refusal{RefusalKind::NoExtendFunction, {}, {}});
         return;
       }
       int64_t decodeCap = decodeCapacity > 0 ? decodeCapacity : capacity;
@@ -1638,8 +1366,6 @@ struct CompressKVCachePass
                Refusal{RefusalKind::ExtendEntry,
                        {"@" + extendFunc +
                         " is reached from no public function or from several"},
-                       {},
-                       {},
                        {}});
         return;
       }

@@ -14,8 +14,32 @@ include "mlir/IR/BuiltinAttributes.td"
 class SnapKV_Op<string mnemonic, list<Trait> traits = []>
     : Op<SnapKV_Dialect, mnemonic, traits>;
 
+// Queries, keys and values of the selections: [B, H, L, D] in a precision the
+// lowerings compute in.
+def SnapKV_QKVTensor : TensorRankOf<[F16, BF16, F32], [4]>;
+
+def SnapKV_PositiveI64Attr : ConfinedAttr<I64Attr, [IntPositive]>;
+def SnapKV_NonNegativeI64Attr : ConfinedAttr<I64Attr, [IntNonNegative]>;
+// Pooling centres its window on the position: the kernel has a middle.
+def SnapKV_KernelAttr : ConfinedAttr<I64Attr, [IntPositive,
+    AttrConstraint<CPred<"::llvm::cast<::mlir::IntegerAttr>($_self).getInt() "
+                         "% 2 == 1">, "and odd">]>;
+def SnapKV_FiniteF32Attr : ConfinedAttr<F32Attr, [
+    AttrConstraint<CPred<"::llvm::cast<::mlir::FloatAttr>($_self).getValue()"
+                         ".isFinite()">, "whose value is finite">]>;
+// The scorings that produce votes (what snapkv.score computes and
+// snapkv.select_adaptive shares out).
+def SnapKV_VoteScoringAttr : ConfinedAttr<SnapKV_ScoringAttr, [
+    AttrConstraint<CPred<"::llvm::is_contained("
+                         "{::mlir::snapkv::Scoring::votes, "
+                         "::mlir::snapkv::Scoring::prefix_votes}, "
+                         "::llvm::cast<::mlir::snapkv::ScoringAttr>($_self)"
+                         ".getValue())">,
+                   "whose value is votes or prefix_votes">]>;
+
 def SnapKV_SelectOp : SnapKV_Op<"select",
     [Pure, InferTypeOpAdaptorWithIsCompatible,
+     AllElementTypesMatch<["queries", "keys", "values"]>,
      DeclareOpInterfaceMethods<AggregatedOpInterface, ["decomposeOperation"]>]> {
   let summary = "observation-window KV selection (SnapKV)";
   let description = [{
@@ -76,29 +100,29 @@ def SnapKV_SelectOp : SnapKV_Op<"select",
   }];
 
   let arguments = (ins
-    AnyRankedTensor:$queries,
-    AnyRankedTensor:$keys,
-    AnyRankedTensor:$values,
-    I64Attr:$window,
-    I64Attr:$capacity,
-    DefaultValuedAttr<I64Attr, "5">:$kernel,
+    SnapKV_QKVTensor:$queries,
+    SnapKV_QKVTensor:$keys,
+    SnapKV_QKVTensor:$values,
+    SnapKV_PositiveI64Attr:$window,
+    SnapKV_PositiveI64Attr:$capacity,
+    DefaultValuedAttr<SnapKV_KernelAttr, "5">:$kernel,
     DefaultValuedAttr<SnapKV_PoolingKindAttr,
                       "::mlir::snapkv::PoolingKind::avg">:$pooling,
     DefaultValuedAttr<SnapKV_GqaPolicyAttr,
                       "::mlir::snapkv::GqaPolicy::expand">:$gqa,
     DefaultValuedAttr<SnapKV_OrderAttr,
                       "::mlir::snapkv::Order::position">:$order,
-    OptionalAttr<F32Attr>:$scale,
+    OptionalAttr<SnapKV_FiniteF32Attr>:$scale,
     DefaultValuedAttr<SnapKV_ScoringAttr,
                       "::mlir::snapkv::Scoring::votes">:$scoring,
-    OptionalAttr<I64Attr>:$sinks,
-    OptionalAttr<I64Attr>:$seed,
+    OptionalAttr<SnapKV_NonNegativeI64Attr>:$sinks,
+    OptionalAttr<SnapKV_NonNegativeI64Attr>:$seed,
     DefaultValuedAttr<I64Attr, "1">:$block
   );
   let results = (outs
-    AnyRankedTensor:$selected_keys,
-    AnyRankedTensor:$selected_values,
-    AnyRankedTensor:$indices
+    SnapKV_QKVTensor:$selected_keys,
+    SnapKV_QKVTensor:$selected_values,
+    TensorRankOf<[I64], [3]>:$indices
   );
 
   let assemblyFormat = [{
@@ -151,7 +175,8 @@ def SnapKV_SelectOp : SnapKV_Op<"select",
 }
 
 def SnapKV_SelectAdaptiveOp : SnapKV_Op<"select_adaptive",
-    [Pure, DeclareOpInterfaceMethods<AggregatedOpInterface,
+    [Pure, AllElementTypesMatch<["queries", "keys", "values"]>,
+     DeclareOpInterfaceMethods<AggregatedOpInterface,
                                      ["decomposeOperation"]>]> {
   let summary = "SnapKV selection with one budget per layer shared by its "
                 "heads (Ada-KV), into a ragged cache";
@@ -202,26 +227,26 @@ def SnapKV_SelectAdaptiveOp : SnapKV_Op<"select_adaptive",
   }];
 
   let arguments = (ins
-    AnyRankedTensor:$queries,
-    AnyRankedTensor:$keys,
-    AnyRankedTensor:$values,
-    I64Attr:$window,
-    I64Attr:$capacity,
-    DefaultValuedAttr<I64Attr, "0">:$floor,
-    DefaultValuedAttr<I64Attr, "5">:$kernel,
+    SnapKV_QKVTensor:$queries,
+    SnapKV_QKVTensor:$keys,
+    SnapKV_QKVTensor:$values,
+    SnapKV_PositiveI64Attr:$window,
+    SnapKV_PositiveI64Attr:$capacity,
+    DefaultValuedAttr<SnapKV_NonNegativeI64Attr, "0">:$floor,
+    DefaultValuedAttr<SnapKV_KernelAttr, "5">:$kernel,
     DefaultValuedAttr<SnapKV_PoolingKindAttr,
                       "::mlir::snapkv::PoolingKind::avg">:$pooling,
     DefaultValuedAttr<SnapKV_GqaPolicyAttr,
                       "::mlir::snapkv::GqaPolicy::expand">:$gqa,
-    OptionalAttr<F32Attr>:$scale,
-    DefaultValuedAttr<SnapKV_ScoringAttr,
+    OptionalAttr<SnapKV_FiniteF32Attr>:$scale,
+    DefaultValuedAttr<SnapKV_VoteScoringAttr,
                       "::mlir::snapkv::Scoring::votes">:$scoring
   );
   let results = (outs
-    AnyRankedTensor:$selected_keys,
-    AnyRankedTensor:$selected_values,
-    AnyRankedTensor:$indices,
-    AnyRankedTensor:$offsets
+    TensorRankOf<[F16, BF16, F32], [3]>:$selected_keys,
+    TensorRankOf<[F16, BF16, F32], [3]>:$selected_values,
+    TensorRankOf<[I64], [2]>:$indices,
+    TensorRankOf<[I64], [2]>:$offsets
   );
 
   let assemblyFormat = [{
@@ -248,6 +273,8 @@ def SnapKV_SelectAdaptiveOp : SnapKV_Op<"select_adaptive",
 
 def SnapKV_ScoreOp : SnapKV_Op<"score",
     [Pure, DestinationStyleOpInterface,
+     AllElementTypesMatch<["queries", "keys"]>,
+     AllTypesMatch<["votes_init", "pooled_init", "votes", "pooled"]>,
      DeclareOpInterfaceMethods<TilingInterface,
          ["getIterationDomain", "getLoopIteratorTypes",
           "getTiledImplementation", "getResultTilePosition",
@@ -284,22 +311,23 @@ def SnapKV_ScoreOp : SnapKV_Op<"score",
   }];
 
   let arguments = (ins
-    AnyRankedTensor:$queries,
-    AnyRankedTensor:$keys,
-    AnyRankedTensor:$votes_init,
-    AnyRankedTensor:$pooled_init,
-    I64Attr:$window,
-    DefaultValuedAttr<I64Attr, "5">:$kernel,
+    SnapKV_QKVTensor:$queries,
+    SnapKV_QKVTensor:$keys,
+    TensorRankOf<[F32], [3]>:$votes_init,
+    TensorRankOf<[F32], [3]>:$pooled_init,
+    SnapKV_PositiveI64Attr:$window,
+    DefaultValuedAttr<SnapKV_KernelAttr, "5">:$kernel,
     DefaultValuedAttr<SnapKV_PoolingKindAttr,
                       "::mlir::snapkv::PoolingKind::avg">:$pooling,
     DefaultValuedAttr<SnapKV_GqaPolicyAttr,
                       "::mlir::snapkv::GqaPolicy::expand">:$gqa,
-    OptionalAttr<F32Attr>:$scale,
-    DefaultValuedAttr<SnapKV_ScoringAttr,
+    OptionalAttr<SnapKV_FiniteF32Attr>:$scale,
+    DefaultValuedAttr<SnapKV_VoteScoringAttr,
                       "::mlir::snapkv::Scoring::votes">:$scoring,
     DefaultValuedAttr<I64Attr, "1">:$block
   );
-  let results = (outs AnyRankedTensor:$votes, AnyRankedTensor:$pooled);
+  let results = (outs TensorRankOf<[F32], [3]>:$votes,
+                      TensorRankOf<[F32], [3]>:$pooled);
 
   let assemblyFormat = [{
     $queries `,` $keys `window` $window
@@ -328,7 +356,7 @@ def SnapKV_ScoreOp : SnapKV_Op<"score",
 }
 
 def SnapKV_TopPositionsOp : SnapKV_Op<"top_positions",
-    [Pure, DestinationStyleOpInterface,
+    [Pure, DestinationStyleOpInterface, AllTypesMatch<["init", "result"]>,
      DeclareOpInterfaceMethods<TilingInterface,
          ["getIterationDomain", "getLoopIteratorTypes",
           "getTiledImplementation", "getResultTilePosition",
@@ -361,14 +389,14 @@ def SnapKV_TopPositionsOp : SnapKV_Op<"top_positions",
   }];
 
   let arguments = (ins
-    AnyRankedTensor:$scores,
-    AnyRankedTensor:$init,
-    I64Attr:$window,
-    I64Attr:$capacity,
+    TensorRankOf<[F32], [3]>:$scores,
+    TensorRankOf<[I64], [3]>:$init,
+    SnapKV_PositiveI64Attr:$window,
+    SnapKV_PositiveI64Attr:$capacity,
     DefaultValuedAttr<SnapKV_OrderAttr,
                       "::mlir::snapkv::Order::position">:$order
   );
-  let results = (outs AnyRankedTensor:$result);
+  let results = (outs TensorRankOf<[I64], [3]>:$result);
 
   let assemblyFormat = [{
     $scores `window` $window `capacity` $capacity (`order` `` $order^)?
@@ -386,7 +414,8 @@ def SnapKV_TopPositionsOp : SnapKV_Op<"top_positions",
 }
 
 def SnapKV_GatherOp : SnapKV_Op<"gather",
-    [Pure, DestinationStyleOpInterface,
+    [Pure, DestinationStyleOpInterface, AllTypesMatch<["init", "result"]>,
+     AllElementTypesMatch<["source", "init"]>,
      DeclareOpInterfaceMethods<TilingInterface,
          ["getIterationDomain", "getLoopIteratorTypes",
           "getTiledImplementation", "getResultTilePosition",
@@ -416,11 +445,11 @@ def SnapKV_GatherOp : SnapKV_Op<"gather",
   }];
 
   let arguments = (ins
-    AnyRankedTensor:$source,
-    AnyRankedTensor:$indices,
-    AnyRankedTensor:$init
+    TensorRankOf<[AnyType], [4]>:$source,
+    TensorRankOf<[I64], [3]>:$indices,
+    TensorRankOf<[AnyType], [4]>:$init
   );
-  let results = (outs AnyRankedTensor:$result);
+  let results = (outs TensorRankOf<[AnyType], [4]>:$result);
 
   let assemblyFormat = [{
     $source `[` $indices `]` `outs` `(` $init `:` type($init) `)`
