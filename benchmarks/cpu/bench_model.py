@@ -251,13 +251,15 @@ def _worker_llamacpp(model_dir: Path, kind: str, length: int, steps: int, runs: 
 
 def worker(args) -> int:
     model_dir = Path(args.model_dir)
-    ids = _prompt(model_dir, args.length)
     if args.row.startswith("llamacpp"):
+        # Nothing loaded first (no torch, no tokenizer): llama-bench's peak RSS, read from this
+        # process's children, includes what it inherited across fork and exec.
         result = _worker_llamacpp(model_dir, args.row.split("-", 1)[1], args.length, args.steps,
                                   args.prefill_runs, args.threads)
         result.update(peak_rss=result.pop("children_rss"))
         print(json.dumps(result))
         return 0
+    ids = _prompt(model_dir, args.length)
     if args.row.startswith("ours"):
         result = _worker_ours(model_dir, ids, args.row == "ours-snapkv", args.steps,
                               args.prefill_runs)
@@ -410,9 +412,10 @@ def main(argv=None) -> int:
     ap.add_argument("--length", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.row:
-        import torch
+        if not args.row.startswith("llamacpp"):
+            import torch
 
-        torch.set_num_threads(args.threads)
+            torch.set_num_threads(args.threads)
         return worker(args)
 
     if args.render:
