@@ -205,6 +205,20 @@ def prepare(text: str, **options) -> Dict[str, object]:
     return dict(rewritten=rewritten, lowered=lower_to_upstream(rewritten))
 
 
+def device_array(device, array):
+    """`array` on `device`; a uint16 array is bf16 bit patterns (numpy has no bf16,
+    :mod:`snapkv.dtypes`), uploaded as bf16, which is what the module's bf16 arguments check."""
+    import iree.runtime as rt
+    array = np.ascontiguousarray(array)
+    if array.dtype != np.uint16:
+        return rt.asdevicearray(device, array)
+    # asdevicearray takes the element type from the numpy dtype whatever it is told.
+    view = device.allocator.allocate_buffer_copy(
+        memory_type=rt.MemoryType.DEVICE_LOCAL, allowed_usage=rt.BufferUsage.DEFAULT,
+        device=device, buffer=array, element_type=rt.HalElementType.BFLOAT_16)
+    return rt.DeviceArray(device, view, override_dtype=array.dtype)
+
+
 def _copy(array) -> np.ndarray:
     # A returned DeviceArray's host view maps the device buffer; once the DeviceArray is gone
     # the allocator reuses that memory (later calls overwrite it), so copy every result.
@@ -242,7 +256,7 @@ class IreeModel:
         for arrays in (weights or {}).values():
             for array in arrays:
                 if id(array) not in device:
-                    device[id(array)] = rt.asdevicearray(self.config.device, array)
+                    device[id(array)] = device_array(self.config.device, array)
         self._weights = {name: [device[id(a)] for a in (weights or {}).get(name, ())]
                          for name in ("prefill", "decode")}
 
@@ -291,6 +305,8 @@ class IreeModel:
         """One decode step; `caches` are numpy arrays or the ``DeviceArray``s a previous call
         returned (then nothing is copied between the host and the device but the token, the
         position and the results' shapes). The results stay on the device."""
+        caches = [device_array(self.config.device, c) if isinstance(c, np.ndarray) else c
+                  for c in caches]
         return self._decode(np.array([[int(token)]], dtype=np.int64),
                             np.array([int(position)], dtype=np.int64), *caches,
                             *self._weights["decode"])
@@ -363,8 +379,7 @@ class IreeSelect:
 
     def device_arrays(self, *arrays):
         """`arrays` uploaded once, for timing calls without the host-to-device copy."""
-        import iree.runtime as rt
-        return [rt.asdevicearray(self.config.device, np.ascontiguousarray(a)) for a in arrays]
+        return [device_array(self.config.device, a) for a in arrays]
 
     def call(self, q, k, v):
         """One call; the results stay on the device (``DeviceArray``s)."""

@@ -41,9 +41,10 @@ FORMAT = "snapkv-iree-model 1"
 CUDA_ARCHS = ("sm_80", "sm_86", "sm_87", "sm_89")
 DEFAULT_CUDA_ARCH = "sm_80"
 DEVICES = ("cuda", "llvm-cpu")
-# The element types a module can be compiled in. The export is f32 today; a dtype the
-# export learns (hf.ExportOptions) is added here, and the manifest records it.
-DTYPES = ("f32",)
+# The element types a module can be compiled in (hf.ExportOptions.dtype), recorded in the
+# manifest. bf16 weights and caches travel as uint16 bit patterns on the host and are uploaded
+# as bf16 (iree_backend.device_array); f16 is exported too but not tried through IREE.
+DTYPES = ("f32", "bf16")
 
 
 class DeviceModelError(Exception):
