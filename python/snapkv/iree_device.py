@@ -43,8 +43,8 @@ DEFAULT_CUDA_ARCH = "sm_80"
 DEVICES = ("cuda", "llvm-cpu")
 # The element types a module can be compiled in (hf.ExportOptions.dtype), recorded in the
 # manifest. bf16 weights and caches travel as uint16 bit patterns on the host and are uploaded
-# as bf16 (iree_backend.device_array); f16 is exported too but not tried through IREE.
-DTYPES = ("f32", "bf16")
+# as bf16 (iree_backend.device_array).
+DTYPES = ("f32", "bf16", "f16")
 
 
 class DeviceModelError(Exception):

@@ -13,8 +13,8 @@
 * the same module for llvm-cpu, loaded from its manifest with :func:`iree_device.load`:
   tokens, logits and cache lengths equal the CPU pipeline's (``CompiledModel``), and the
   device-resident loop (:func:`iree_device.timed_generate`) gives the same tokens;
-* `--dtype bf16`: the bf16 retrieval model compiles for CUDA and, on the stand-in, gives our
-  CPU pipeline's bf16 tokens;
+* `--dtype bf16|f16`: the retrieval model in that type compiles for CUDA and, on the
+  stand-in, gives our CPU pipeline's tokens in that type;
 * bad options and manifests are one-line errors.
 """
 
@@ -279,30 +279,33 @@ def test_stand_in_matches_cpu_pipeline(tmp_path):
     assert len(timed["decode_seconds"]) == 6 and timed["prefill_seconds"] > 0
 
 
-def test_bf16_model_compiles_for_cuda_and_matches_the_cpu_pipeline_on_the_stand_in(tmp_path):
-    """`--dtype bf16` through IREE: the retrieval model exported in bf16 (weights, activations,
-    caches) compiles for CUDA and for llvm-cpu; its manifest says bf16 and its weights are bf16
-    arguments; on the stand-in (weights and caches uploaded as bf16 from their uint16 bit
-    patterns) it gives the tokens of our CPU pipeline's bf16 model."""
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_16_bit_model_compiles_for_cuda_and_matches_the_cpu_pipeline_on_the_stand_in(
+        dtype, tmp_path):
+    """`--dtype bf16|f16` through IREE: the retrieval model exported in that type (weights,
+    activations, caches) compiles for CUDA and for llvm-cpu; its manifest says so and its
+    weights are arguments of that type; on the stand-in (bf16 weights and caches uploaded as
+    bf16 from their uint16 bit patterns) it gives the tokens of our CPU pipeline's model in
+    the same type."""
     require_aot_tools()
     pytest.importorskip("torch_mlir")
     from snapkv import hf
 
     model_dir = REPO / "models" / "retrieval-llama"
-    options = ["--window", "16", "--capacity", "64", "--dtype", "bf16", "-q"]
+    options = ["--window", "16", "--capacity", "64", "--dtype", dtype, "-q"]
     for device in ("cuda", "iree-cpu"):
         out = tmp_path / f"{device}.vmfb"
         assert cli.main(["compile", str(model_dir), "-o", str(out), "--device", device,
                          *options]) == 0
         manifest = json.loads(out.with_suffix(".json").read_text())
-        assert manifest["dtype"] == "bf16" and manifest["executables"]
+        assert manifest["dtype"] == dtype and manifest["executables"]
         weights = manifest["entry_points"]["prefill"]["weights"]
-        assert weights and {w["element"] for w in weights} == {"bf16"}
+        assert weights and {w["element"] for w in weights} == {dtype}
     model = iree_device.load(tmp_path / "iree-cpu.vmfb", workers=2)
     prompt = np.random.default_rng(3).integers(0, 200, 80)
     got = model.generate(prompt, 6)
     want = hf.load(model_dir, hf.Compaction(window=16, capacity=64),
-                   options=hf.ExportOptions(dtype="bf16")).generate(prompt, 6)
+                   options=hf.ExportOptions(dtype=dtype)).generate(prompt, 6)
     assert got["tokens"] == want["tokens"]
     assert got["physical_lengths"] == want["physical_lengths"]
 
