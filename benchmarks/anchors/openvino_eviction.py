@@ -27,7 +27,6 @@ writes the rows and every prompt's continuation.
 
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
@@ -36,32 +35,11 @@ from fractions import Fraction
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kvpress"))
 from openvino_run import export  # noqa: E402
+from run import contains_word, wilson  # noqa: E402  (kvpress's runner scores the same way)
 
 BLOCK = 32
-
-
-def contains_word(text: str, answer: str) -> bool:
-    """True when `answer` occurs in `text` with no letter or digit right before or after (as
-    benchmarks/kvpress/run.py scores)."""
-    start = text.find(answer) if answer else -1
-    while start >= 0:
-        end = start + len(answer)
-        before = text[start - 1] if start > 0 else ""
-        after = text[end] if end < len(text) else ""
-        if not before.isalnum() and not after.isalnum():
-            return True
-        start = text.find(answer, start + 1)
-    return False
-
-
-def wilson(correct: int, n: int, z: float = 1.959964) -> tuple:
-    if n == 0:
-        return (math.nan, math.nan)
-    p = correct / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
 
 
 def pipeline(genai, ir: Path, capacity, args):
