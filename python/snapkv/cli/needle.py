@@ -48,7 +48,7 @@ def add_parser(commands, common_options):
                         "passkey, needle, multikey: real text tokenised with the model's own "
                         "tokenizer (snapkv.tasks.text), right when the answer string is in the "
                         "greedy continuation; these also measure each method's own prefill "
-                        "(its peak K/V bytes and seconds)")
+                        "(its peak bytes and seconds)")
     p.add_argument("--length", "-L", type=common.int_in(1, "the length"),
                    default=DEFAULT_LENGTH, help="prompt length")
     p.add_argument("--budget", type=budget_list, default="1/8", metavar="F",
