@@ -88,10 +88,10 @@ def main() -> int:
             import openvino as ov
 
             core = ov.Core()
-            compiled = str(core.get_property("CPU", "INFERENCE_PRECISION_HINT"))
+            compiled = core.get_property("CPU", "INFERENCE_PRECISION_HINT").to_string()
             if args.precision == "f32":
                 compiled = "f32"
-            kv = str(core.get_property("CPU", "KV_CACHE_PRECISION"))
+            kv = core.get_property("CPU", "KV_CACHE_PRECISION").to_string()
         del pipe
     print(json.dumps(dict(prefill_s=statistics.median(ttft), decode_ms=statistics.median(tpot),
                           tokens=tokens, compute=compiled, kv_cache=kv,

@@ -54,12 +54,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python"))
 
-ROWS = ("ours-full", "ours-snapkv", "hf-eager", "hf-sdpa", "torch-compile", "iree")
+ROWS = ("ours-full", "ours-snapkv", "ours-full-bf16", "ours-snapkv-bf16", "hf-eager", "hf-sdpa",
+        "torch-compile", "iree")
 # The CPU engines users would pick instead, each in its own environment
 # (benchmarks/anchors/setup-openvino.sh, setup-llamacpp.sh); rows only when asked for.
 ANCHORS = ("openvino-default", "openvino-f32", "openvino-int8", "llamacpp-f32", "llamacpp-q8_0",
            "llamacpp-q4_1")
 LABELS = {"ours-full": "ours, full cache", "ours-snapkv": "ours, SnapKV C = L/8 (gqa mean)",
+          "ours-full-bf16": "ours, bf16 (--dtype bf16), full cache",
+          "ours-snapkv-bf16": "ours, bf16, SnapKV C = L/8 (gqa mean)",
           "hf-eager": "HF eager", "hf-sdpa": "HF SDPA", "torch-compile": "torch.compile (SDPA)",
           "iree": "IREE (full cache)",
           "openvino-default": "OpenVINO GenAI, fp32 IR, plugin default precision",
@@ -135,14 +138,15 @@ def _worker_iree(model_dir: Path, ids, steps: int, runs: int, threads: int) -> d
     return _time_model(model, ids, steps, runs, time.perf_counter() - start)
 
 
-def _worker_ours(model_dir: Path, ids, compact: bool, steps: int, runs: int) -> dict:
+def _worker_ours(model_dir: Path, ids, compact: bool, steps: int, runs: int,
+                 dtype: str = "f32") -> dict:
     from snapkv import hf
 
     length = len(ids)
     compaction = hf.Compaction(window=32, capacity=max(length // 8, 33), gqa="mean", kernel=5) \
         if compact else None
     start = time.perf_counter()
-    model = hf.load(model_dir, compaction)
+    model = hf.load(model_dir, compaction, options=hf.ExportOptions(dtype=dtype))
     return _time_model(model, ids, steps, runs, time.perf_counter() - start)
 
 
@@ -261,8 +265,8 @@ def worker(args) -> int:
         return 0
     ids = _prompt(model_dir, args.length)
     if args.row.startswith("ours"):
-        result = _worker_ours(model_dir, ids, args.row == "ours-snapkv", args.steps,
-                              args.prefill_runs)
+        result = _worker_ours(model_dir, ids, args.row.startswith("ours-snapkv"), args.steps,
+                              args.prefill_runs, "bf16" if args.row.endswith("bf16") else "f32")
     elif args.row == "iree":
         result = _worker_iree(model_dir, ids, args.steps, args.prefill_runs, args.threads)
     else:
@@ -397,7 +401,7 @@ def main(argv=None) -> int:
                     help="a checkpoint directory, a known model name (snapkv models) or "
                     f"{', '.join(SLICES)} (random weights, written once)")
     ap.add_argument("--lengths", default="1024,4096,8000", help="prompt lengths (tokens)")
-    ap.add_argument("--rows", default=",".join(ROWS),
+    ap.add_argument("--rows", default=",".join(r for r in ROWS if not r.endswith("bf16")),
                     help=f"any of {', '.join(ROWS + ANCHORS)}; 'anchors' adds the last six")
     ap.add_argument("--steps", type=int, default=16, help="timed decode steps (median)")
     ap.add_argument("--prefill-runs", type=int, default=1, help="timed prefills (median)")
