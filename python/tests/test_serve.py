@@ -224,6 +224,8 @@ def hostile(base):
         ("unknown model", 404, lambda: post(url, dict(model="nope", prompt=[1] * 20))),
         ("unknown path", 404, lambda: post(f"{base}/v1/embeddings", dict(input="x"))),
         ("garbage request line", 400, raw_socket(b"\x00\x01garbage\r\n\r\n")),
+        ("declared body past any limit", 400, raw_socket(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000000\r\n\r\n")),
         ("no Content-Length", 400, raw_socket(
             b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")),
     ]
@@ -268,7 +270,7 @@ def test_flood_of_concurrent_and_hostile_requests(served):
     jobs.append(("full", None, lambda: post(url, dict(prompt=asks()[1], max_tokens=6,
                                                       snapkv="full", ignore_eos=True,
                                                       temperature=0))))
-    assert len(jobs) == 35
+    assert len(jobs) == 36
     order = np.random.default_rng(0).permutation(len(jobs))
     start = time.time()
     with ThreadPoolExecutor(8) as pool:

@@ -33,6 +33,8 @@ from .engine import Engine, EngineStopped, QueueFull, RequestError, SamplingPara
 from .loading import LoadError
 
 MAX_BODY = 1 << 20          # bytes of a request body at most
+DISCARD_LIMIT = 64 << 20  # an over-long body up to this size is read and dropped
+DISCARD_SECONDS = 5.0
 MAX_TOKENS_LIMIT = 1 << 20  # a max_tokens above this is refused before the model looks at it
 MAX_PROMPTS = 64            # prompts of one /v1/completions request at most
 MAX_CONNECTIONS = 256       # open connections at most (a thread each)
@@ -194,6 +196,13 @@ class Server(ThreadingHTTPServer):
             with self._quiet:
                 self._connections -= 1
 
+    def handle_error(self, request, client_address):
+        """A client that resets or drops its connection is routine, not a server fault:
+        socketserver would print a traceback for it."""
+        if isinstance(sys.exc_info()[1], (ConnectionError, socket.timeout)):
+            return
+        super().handle_error(request, client_address)
+
     def busy(self, delta: int):
         with self._quiet:
             self._active += delta
@@ -261,7 +270,8 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             raise BadRequest("a JSON body with Content-Length is required") from None
         if size < 0 or size > self.server.max_body:
-            self.close_connection = True  # the body is not read
+            self.close_connection = True
+            self._discard(size)
             raise BadRequest(f"the body has {size} bytes, more than the limit of "
                              f"{self.server.max_body}")
         raw = self.rfile.read(size)
@@ -275,6 +285,25 @@ class Handler(BaseHTTPRequestHandler):
         if not isinstance(body, dict):
             raise BadRequest("the body must be a JSON object")
         return body
+
+    def _discard(self, size: int):
+        """Read and drop an over-long body (if at most DISCARD_LIMIT bytes, for at most
+        DISCARD_SECONDS), so that a client still sending it reads our 400 instead of a
+        broken pipe; a larger one is left unread and the connection closed."""
+        if size <= 0 or size > DISCARD_LIMIT:
+            return
+        left, deadline = size, time.monotonic() + DISCARD_SECONDS
+        try:
+            self.connection.settimeout(DISCARD_SECONDS)
+            while left > 0 and time.monotonic() < deadline:
+                chunk = self.rfile.read1(min(left, 1 << 16))
+                if not chunk:
+                    break
+                left -= len(chunk)
+        except OSError:
+            pass
+        finally:
+            self.connection.settimeout(self.timeout)
 
     def _peer_gone(self) -> bool:
         """Whether the client closed its end (readable and at EOF)."""
