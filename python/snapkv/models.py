@@ -81,6 +81,44 @@ def _read(f, size: int) -> bytes:
     return data
 
 
+# GGML tensor types by id (ggml.h); the ones a conversion reads: transformers dequantizes them
+# through gguf-py to f32. Others (the IQ/TQ/FP4 codebooks, integer tensors) are refused by name.
+GGML_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0",
+              9: "Q8_1", 10: "Q2_K", 11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 15: "Q8_K",
+              16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS", 19: "IQ1_S", 20: "IQ4_NL",
+              21: "IQ3_S", 22: "IQ2_S", 23: "IQ4_XS", 24: "I8", 25: "I16", 26: "I32", 27: "I64",
+              28: "F64", 29: "IQ1_M", 30: "BF16", 34: "TQ1_0", 35: "TQ2_0", 39: "MXFP4"}
+READ_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K",
+              "Q4_K", "Q5_K", "Q6_K")
+TENSOR_TYPES = "tensor_types"
+
+
+def _tensor_types(f, count: int) -> List[tuple]:
+    if count > 1 << 20:
+        raise ValueError(f"{count} tensors")
+    types = []
+    for _ in range(count):
+        (size,) = struct.unpack("<Q", _read(f, 8))
+        if size > 1 << 16:
+            raise ValueError(f"a tensor name of {size} bytes")
+        name = _read(f, size).decode("utf-8", errors="replace")
+        (dims,) = struct.unpack("<I", _read(f, 4))
+        if dims > 8:
+            raise ValueError(f"tensor {name!r} has {dims} dimensions")
+        _read(f, 8 * dims)
+        kind, _offset = struct.unpack("<IQ", _read(f, 12))
+        types.append((name, GGML_TYPES.get(kind, f"type {kind}")))
+    return types
+
+
+def check_tensor_types(file: Path, types: List[tuple]):
+    """A ModelError naming the first tensor whose type a conversion does not read."""
+    for name, kind in types:
+        if kind not in READ_TYPES:
+            raise ModelError(f"{file}: tensor {name!r} is {kind}; snapkv import-gguf reads "
+                             f"{', '.join(READ_TYPES)}")
+
+
 def _value(f, kind: int, depth: int = 0):
     if kind in _SCALARS:
         fmt = _SCALARS[kind]
@@ -104,8 +142,10 @@ def _value(f, kind: int, depth: int = 0):
 
 
 def gguf_metadata(path: Union[str, os.PathLike], keys=("general.architecture",
-                                                        "general.name")) -> dict:
-    """The string/scalar metadata `keys` of a GGUF file (a ModelError if it is not one)."""
+                                                        "general.name"),
+                  tensor_types: bool = False) -> dict:
+    """The string/scalar metadata `keys` of a GGUF file (a ModelError if it is not one); with
+    `tensor_types`, also `TENSOR_TYPES`: each tensor's name and GGML type name."""
     path = Path(path)
     if not path.is_file():
         raise ModelError(f"{path}: no such file")
@@ -113,7 +153,7 @@ def gguf_metadata(path: Union[str, os.PathLike], keys=("general.architecture",
         with open(path, "rb") as f:
             if f.read(4) != GGUF_MAGIC:
                 raise ValueError("not a GGUF file (no GGUF magic)")
-            version, _tensors, count = struct.unpack("<IQQ", _read(f, 20))
+            version, tensors, count = struct.unpack("<IQQ", _read(f, 20))
             if version not in (2, 3):
                 raise ValueError(f"GGUF version {version} (2 and 3 are read)")
             found = {}
@@ -126,6 +166,8 @@ def gguf_metadata(path: Union[str, os.PathLike], keys=("general.architecture",
                 value = _value(f, kind)
                 if key in keys:
                     found[key] = value
+            if tensor_types:
+                found[TENSOR_TYPES] = _tensor_types(f, tensors)
             return found
     except (ValueError, struct.error, OSError) as error:
         raise ModelError(f"{path}: not a readable GGUF file: {error}") from None
@@ -153,11 +195,12 @@ def import_gguf(file: Union[str, os.PathLike], out: Optional[Union[str, os.PathL
     """The checkpoint directory converted from GGUF `file` (converted now unless a conversion
     of the same bytes is already there). `out` defaults to the models cache."""
     file = Path(file)
-    meta = gguf_metadata(file)
+    meta = gguf_metadata(file, tensor_types=True)
     arch = meta.get("general.architecture")
     if arch not in ARCHITECTURES:
         raise ModelError(f"{file}: architecture {arch!r} is not a Llama-family one this "
                          f"project runs ({', '.join(sorted(ARCHITECTURES))})")
+    check_tensor_types(file, meta[TENSOR_TYPES])
     digest = file_digest(file)
     label = name or _slug(meta.get("general.name") or file.stem)
     target = Path(out) if out is not None else cache_dir() / f"{label}-{digest[:12]}"

@@ -19,13 +19,16 @@ from snapkv.cli import main
 NAME = "smollm2-135m-instruct"
 
 
-def gguf_header(metadata: dict) -> bytes:
-    """A GGUF v3 file holding only string metadata (no tensors)."""
-    out = [b"GGUF", struct.pack("<IQQ", 3, 0, len(metadata))]
+def gguf_header(metadata: dict, tensors=()) -> bytes:
+    """A GGUF v3 header: string metadata and the infos of `tensors` ((name, GGML type id))."""
+    out = [b"GGUF", struct.pack("<IQQ", 3, len(tensors), len(metadata))]
     for key, value in metadata.items():
         raw_key, raw_value = key.encode(), value.encode()
         out += [struct.pack("<Q", len(raw_key)), raw_key, struct.pack("<IQ", 8, len(raw_value)),
                 raw_value]
+    for name, kind in tensors:
+        out += [struct.pack("<Q", len(name)), name.encode(), struct.pack("<IQQ", 2, 64, 64),
+                struct.pack("<IQ", kind, 0)]
     return b"".join(out)
 
 
@@ -58,8 +61,11 @@ def test_known_model_converts_to_a_checkpoint_keyed_by_the_files_bytes(smollm2, 
 
 
 def test_gguf_metadata_reads_the_wheels_file():
-    meta = models.gguf_metadata(models.known_file(NAME))
+    meta = models.gguf_metadata(models.known_file(NAME), tensor_types=True)
     assert meta["general.architecture"] == "llama"
+    kinds = {kind for _, kind in meta[models.TENSOR_TYPES]}
+    assert "Q4_1" in kinds and kinds <= set(models.READ_TYPES)
+    assert len(meta[models.TENSOR_TYPES]) == 2 + 30 * 9  # embedding, final norm, 9 per layer
 
 
 @pytest.mark.parametrize("content, message", [
@@ -67,6 +73,13 @@ def test_gguf_metadata_reads_the_wheels_file():
      "architecture 'gpt2' is not a Llama-family one"),
     (b"PK\x03\x04 not a gguf file at all", "not a readable GGUF file: not a GGUF file"),
     (gguf_header({"general.architecture": "llama"})[:30], "the file ends inside its header"),
+    (gguf_header({"general.architecture": "llama"}, [("token_embd.weight", 8),
+                                                     ("blk.0.attn_q.weight", 16)]),
+     "tensor 'blk.0.attn_q.weight' is IQ2_XXS; snapkv import-gguf reads F32, F16, BF16, Q8_0"),
+    (gguf_header({"general.architecture": "llama"}, [("output.weight", 77)]),
+     "tensor 'output.weight' is type 77; snapkv import-gguf reads"),
+    (gguf_header({"general.architecture": "llama"}, [("a", 8)])[:-6],
+     "the file ends inside its header"),
 ])
 def test_import_refuses_with_one_line(tmp_path, capsys, monkeypatch, content, message):
     monkeypatch.setattr(models, "_convert", lambda *a: pytest.fail("reached transformers"))
