@@ -34,8 +34,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-PRESSES = ("full", "snapkv", "streaming", "pyramid", "adakv")
-WINDOWED = ("snapkv", "pyramid", "adakv")
+PRESSES = ("full", "snapkv", "streaming", "pyramid", "adakv", "chunkkv", "keydiff",
+           "expected", "kvzip")
+WINDOWED = ("snapkv", "pyramid", "adakv", "chunkkv")
+CHUNKKV_LENGTH = 10  # ChunkKV's chunk (the paper's default for its LongBench runs)
 
 
 def contains_word(text: str, answer: str) -> bool:
@@ -107,6 +109,17 @@ def build_press(name: str, ratio: float, window, kernel):
     if name == "adakv":
         inner = kvpress.SnapKVPress(compression_ratio=ratio, **options)
         return kvpress.AdaKVPress(inner), inner.window_size
+    if name == "chunkkv":  # whole chunks of SnapKV scores, one ranking per layer
+        inner = kvpress.SnapKVPress(compression_ratio=ratio, **options)
+        return kvpress.ChunkKVPress(inner, chunk_length=CHUNKKV_LENGTH), inner.window_size
+    # The question-agnostic presses: keys' distinctness, attention expected from the
+    # queries' statistics, and KVzip's context reconstruction.
+    if name == "keydiff":
+        return kvpress.KeyDiffPress(compression_ratio=ratio), None
+    if name == "expected":
+        return kvpress.ExpectedAttentionPress(compression_ratio=ratio), None
+    if name == "kvzip":
+        return kvpress.KVzipPress(compression_ratio=ratio), None
     raise SystemExit(f"run.py: unknown press {name!r} (known: {', '.join(PRESSES)})")
 
 
@@ -305,6 +318,8 @@ def main(argv=None) -> int:
                   f"{'ok  ' if row['correct'] else 'MISS'} prefill {row['prefill_s']:.2f}s "
                   f"decode {fmt(row['decode_ms'], '.1f')}ms "
                   f"{row['continuation'][:60]!r}", flush=True)
+            if args.json is not None:  # after every row: a long run stopped early keeps them
+                args.json.write_text(json.dumps(rows, indent=1))
 
     if args.json is not None:
         args.json.write_text(json.dumps(rows, indent=1))
