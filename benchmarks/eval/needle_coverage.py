@@ -15,8 +15,10 @@ from fractions import Fraction
 
 import numpy as np
 
-from snapkv import evaluation as ev
 from snapkv import models
+from snapkv.evaluation.methods import METHODS, capacity_of
+from snapkv.evaluation.pipeline import Pipeline
+from snapkv.evaluation.tasks import TextTask
 
 
 def main() -> int:
@@ -30,10 +32,10 @@ def main() -> int:
     p.add_argument("--methods", default="snapkv,snapkv-k7,snapkv-gqa-mean")
     args = p.parse_args()
     directory = models.resolve(args.model)
-    pipeline = ev.Pipeline(directory, ev.TextTask.default_window)
-    task = ev.TextTask(args.task, directory)
-    methods = [ev.METHODS[name] for name in args.methods.split(",")]
-    capacity = ev.capacity_of(args.length, Fraction(args.budget))
+    pipeline = Pipeline(directory, TextTask.default_window)
+    task = TextTask(args.task, directory)
+    methods = [METHODS[name] for name in args.methods.split(",")]
+    capacity = capacity_of(args.length, Fraction(args.budget))
     shares = {m.name: [] for m in methods}
     for index in range(args.samples):
         sample = task.sample(args.length, args.seed, index)

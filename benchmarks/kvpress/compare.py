@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from snapkv import evaluation as ev
+from snapkv.evaluation.results import default_cache_dir
 from snapkv.tasks import text
 
 
@@ -29,7 +29,7 @@ def ours(task: str, length: int, seed: int, kernel: int = 5) -> dict:
     generators = [[text.GENERATOR_VERSION, text.TASK_VERSIONS[task]]]
     if text.TASK_VERSIONS[task] == 1:
         generators.append(text.GENERATOR_VERSION)
-    for path in ev.default_cache_dir().glob("*.json"):
+    for path in default_cache_dir().glob("*.json"):
         try:
             data = json.loads(path.read_text())
         except ValueError:

@@ -13,7 +13,8 @@ import argparse
 import json
 from pathlib import Path
 
-from snapkv import evaluation, models
+from snapkv import models
+from snapkv.evaluation.tasks import TextTask
 
 
 def main() -> int:
@@ -27,7 +28,7 @@ def main() -> int:
     p.add_argument("--out", required=True, type=Path)
     args = p.parse_args()
     directory = models.resolve(args.model)
-    task = evaluation.TextTask(args.task, directory)
+    task = TextTask(args.task, directory)
     rows = []
     for length in (int(x) for x in args.lengths.split(",")):
         for index in range(args.samples):

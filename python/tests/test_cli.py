@@ -26,7 +26,10 @@ from pathlib import Path
 import pytest
 
 from snapkv import cli, hf, interface, runtime
-from snapkv.cli import common
+from snapkv.cli import locate
+from snapkv.cli.compaction import describe_options, pass_options
+from snapkv.cli.locate import FIXTURE, models_dir
+from snapkv.cli.opt import run_opt
 from snapkv.tools import snapkv_opt
 
 REPO = Path(__file__).resolve().parents[2]
@@ -261,10 +264,10 @@ def test_cli_defaults_are_the_pass_defaults():
     # The pass's budget defaults (Passes.td): uniform, and beta 20 for pyramid.
     assert (args.budget, args.pyramid_beta) == ("uniform", 20)
     assert (hf.Compaction().budget, hf.Compaction().pyramid_beta) == ("uniform", 20)
-    assert hf.Compaction().pass_options() == common.pass_options(args, False, "")
+    assert hf.Compaction().pass_options() == pass_options(args, False, "")
     if snapkv_opt().is_file():
         # What the pass does when given no option: every select it writes carries the CLI's.
-        fixture = common.models_dir() / common.FIXTURE
+        fixture = models_dir() / FIXTURE
         rewritten = subprocess.run([str(snapkv_opt()), str(fixture),
                                     "--snapkv-compress-kv-cache"], capture_output=True,
                                    text=True, check=True).stdout
@@ -282,12 +285,12 @@ def test_block_reaches_the_rewrite():
     """--block B: the pass option, and so `block B` on every select the rewrite writes."""
     args = cli.build_parser().parse_args(["generate", "--window", "8", "--capacity", "24",
                                           "--block", "4"])
-    options = common.pass_options(args, False, "")
-    assert " block=4" in options and "whole blocks of 4" in common.describe_options(args)
-    assert " block=" not in common.pass_options(cli.build_parser().parse_args(["generate"]),
-                                                False, "")
+    options = pass_options(args, False, "")
+    assert " block=4" in options and "whole blocks of 4" in describe_options(args)
+    assert " block=" not in pass_options(cli.build_parser().parse_args(["generate"]),
+                                         False, "")
     needs_opt()
-    fixture = common.models_dir() / common.FIXTURE
+    fixture = models_dir() / FIXTURE
     rewritten = subprocess.run([str(snapkv_opt()), str(fixture),
                                 f"--snapkv-compress-kv-cache={options}"], capture_output=True,
                                text=True, check=True).stdout
@@ -328,7 +331,7 @@ def test_a_failed_check_of_the_compiled_model_is_one_line(monkeypatch, capsys):
     needs_runner()
     from snapkv.cli import generate
 
-    monkeypatch.setattr(generate.common, "check_runnable", lambda *a, **k: None)
+    monkeypatch.setattr(generate, "check_runnable", lambda *a, **k: None)
     status = cli.main(["generate", "--prompt", "1 2 3 4", "--window", "8", "--capacity", "16",
                        "--steps", "1", "--quiet"])
     err = capsys.readouterr().err
@@ -573,7 +576,7 @@ func.func @prefill(%q: tensor<1x4x2x2xf32>, %k: tensor<1x2x?x2xf32>, %v: tensor<
   return %ko, %vo : tensor<1x2x?x2xf32>, tensor<1x2x?x2xf32>
 }
 """
-    done = common.run_opt(["--snapkv-expose-scores=functions=prefill"], text=source)
+    done = run_opt(["--snapkv-expose-scores=functions=prefill"], text=source)
     assert done.returncode == 0, done.stderr
     text = done.stdout
     assert visualize.exposed_layers(text) == [dict(
@@ -592,7 +595,7 @@ func.func @prefill(%q: tensor<1x4x2x2xf32>, %k: tensor<1x2x?x2xf32>, %v: tensor<
 # --- export without torch, examples -----------------------------------------------------------
 
 def test_export_without_torch_says_what_to_install(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(common, "missing_frontend_packages", lambda: ["torch", "torch-mlir"])
+    monkeypatch.setattr(locate, "missing_frontend_packages", lambda: ["torch", "torch-mlir"])
     assert cli.main(["export", "--out", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert "snapkv export: error: `snapkv export` cannot run here: it needs torch, " \
@@ -601,11 +604,11 @@ def test_export_without_torch_says_what_to_install(monkeypatch, tmp_path, capsys
 
 
 def test_missing_bundled_model_without_torch_is_explained(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(common, "missing_frontend_packages", lambda: ["torch"])
-    monkeypatch.setattr(common, "models_dir", lambda: tmp_path)
+    monkeypatch.setattr(locate, "missing_frontend_packages", lambda: ["torch"])
+    monkeypatch.setattr(locate, "models_dir", lambda: tmp_path)
     assert cli.main(["ledger"]) == 1
     err = capsys.readouterr().err
-    assert f"the bundled model {tmp_path / common.FIXTURE} is missing" in err
+    assert f"the bundled model {tmp_path / FIXTURE} is missing" in err
     assert "exported from PyTorch by `snapkv export`" in err and "pip install torch" in err
 
 

@@ -20,13 +20,15 @@ from test_cli import DYNAMIC, needs_opt, needs_runner
 from snapkv import cli
 from snapkv import evaluation as ev
 from snapkv import models as registry
-from snapkv.cli import common, export, generate, ledger, models, needle, visualize
 from snapkv.cli import compile as compile_cli
 from snapkv.cli import eval as eval_cli
+from snapkv.cli import export, generate, ledger, locate, models, needle, visualize
+from snapkv.cli.compaction import DEFAULTS
+from snapkv.cli.locate import FIXTURE, missing_frontend_packages
 from snapkv.cli.result import json_text
 from snapkv.tasks import retrieval
 
-COMPACTION = dict(common.DEFAULTS, window=8, capacity=24)
+COMPACTION = dict(DEFAULTS, window=8, capacity=24)
 
 
 def assert_renderings_follow(result, variants, text_only=(), json_only=(), fields_of=None):
@@ -479,7 +481,7 @@ def test_visualize_prints_its_result(monkeypatch, tmp_path, capsys):
 
 
 def needs_frontend():
-    missing = common.missing_frontend_packages()
+    missing = missing_frontend_packages()
     if missing:
         pytest.skip(f"the export needs {', '.join(missing)} (make deps installs them)")
 
@@ -503,10 +505,10 @@ def test_exporting_the_missing_bundled_model_keeps_stdout_for_the_json(monkeypat
     on stdout those lines once came before `--json`'s JSON, which then did not parse."""
     needs_opt()
     needs_frontend()
-    monkeypatch.setattr(common, "models_dir", lambda: tmp_path)
+    monkeypatch.setattr(locate, "models_dir", lambda: tmp_path)
     results = capture(monkeypatch, ledger)
     assert cli.main(["ledger", "--prompt-length", "48", "--window", "8", "--capacity", "24",
                      "--json"]) == 0
     out, err = capsys.readouterr()
     assert json.loads(out) == results[-1].to_json()
-    assert f"wrote {tmp_path / common.FIXTURE} (" in err
+    assert f"wrote {tmp_path / FIXTURE} (" in err

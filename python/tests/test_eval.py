@@ -1,4 +1,4 @@
-"""`snapkv eval` and `snapkv needle` (python/snapkv/evaluation.py, cli/eval.py, cli/needle.py).
+"""`snapkv eval` and `snapkv needle` (python/snapkv/evaluation/, cli/eval.py, cli/needle.py).
 
 The model is a small random-weight Llama of the shipped model's family (4 query / 2 kv heads,
 vocabulary 256), written once by `save_pretrained`: nothing here depends on a model that can
@@ -27,6 +27,9 @@ from conftest import require_aot_tools
 from snapkv import evaluation as ev
 from snapkv import hf, reference, runtime
 from snapkv.cli import main
+from snapkv.evaluation.methods import METHODS, PUBLISHED, method_named
+from snapkv.evaluation.pipeline import Pipeline
+from snapkv.evaluation.suite import answer_prompt
 from snapkv.tasks import retrieval
 
 LENGTH = 256
@@ -65,7 +68,7 @@ def model_dir():
 
 @pytest.fixture(scope="module")
 def pipeline(model_dir):
-    return ev.Pipeline(model_dir)
+    return Pipeline(model_dir)
 
 
 def run_cli(argv, capsys):
@@ -108,27 +111,27 @@ def test_missing_model_is_one_line(tmp_path, capsys):
 def test_methods_all_and_budget_parsing():
     from snapkv.cli import eval as cli_eval
 
-    assert [m.name for m in cli_eval.method_list("all")] == list(ev.METHODS)
+    assert [m.name for m in cli_eval.method_list("all")] == list(METHODS)
     assert [str(b) for b in cli_eval.budget_list("0.125,1/2,1/8")] == ["1/2", "1/8"]
     # Every method's options are real pass options (the key is what results are cached by).
-    keys = {m.key(16, 0) for m in ev.METHODS.values()}
-    assert len(keys) == len(ev.METHODS)
+    keys = {m.key(16, 0) for m in METHODS.values()}
+    assert len(keys) == len(METHODS)
     # Chunked prefill with any chunk, beside the three that `all` runs.
     picked = cli_eval.method_list("full,chunked-4096,chunked-512,chunked-4096")
     assert [m.name for m in picked] == ["full", "chunked-4096", "chunked-512"]
-    assert picked[1].chunk == 4096 and picked[2] is ev.METHODS["chunked-512"]
+    assert picked[1].chunk == 4096 and picked[2] is METHODS["chunked-512"]
     assert picked[1].compaction(16, 64, 0) == \
-        dataclasses.replace(ev.METHODS["chunked-512"].compaction(16, 64, 0), chunk=4096)
-    assert "chunked-4096" not in ev.METHODS
-    assert [ev.method(n) for n in ("chunked-", "chunked--1", "chunked-٣", "x")] == [None] * 4
+        dataclasses.replace(METHODS["chunked-512"].compaction(16, 64, 0), chunk=4096)
+    assert "chunked-4096" not in METHODS
+    assert [method_named(n) for n in ("chunked-", "chunked--1", "chunked-٣", "x")] == [None] * 4
 
 
 def test_block_methods():
     from snapkv.cli import eval as cli_eval
 
     picked = cli_eval.method_list("block-32,block-16")
-    assert picked[1] is ev.METHODS["block-16"] and "block-32" not in ev.METHODS
-    assert picked[0].block == 32 and ev.method("block-0") is None
+    assert picked[1] is METHODS["block-16"] and "block-32" not in METHODS
+    assert picked[0].block == 32 and method_named("block-0") is None
     # The select gets `block`; whole blocks fill at most the budget: C = 130 with W = 16
     # keeps 16 + 3 * 32 = 112 positions (block 32), 16 + 7 * 16 = 128 (block 16).
     compaction = picked[0].compaction(16, 130, 0)
@@ -137,9 +140,9 @@ def test_block_methods():
     assert picked[1].compaction(16, 130, 0).capacity == 128
     # `all` at the default budgets: L = 512, 1/16 leaves C - W = 16, one block of 16.
     assert picked[1].capacity(16, 32) == 32
-    assert picked[0].key(16, 0) != ev.METHODS["snapkv-gqa-mean-k15"].key(16, 0)
+    assert picked[0].key(16, 0) != METHODS["snapkv-gqa-mean-k15"].key(16, 0)
     assert picked[0].key(16, 0).replace(" block=32", "") == \
-        ev.METHODS["snapkv-gqa-mean-k15"].key(16, 0)
+        METHODS["snapkv-gqa-mean-k15"].key(16, 0)
 
 
 def test_a_chunk_the_pass_refuses_names_the_reason(model_dir, capsys):
@@ -164,9 +167,9 @@ def test_composition_is_the_rewritten_model(pipeline, name):
     model compiled whole: the same caches (bit for bit) and the same greedy tokens. The
     shared prefill exposes the widest window's query rows (64 with snapkv-w64); a narrower
     window's select takes the last rows of those."""
-    method, capacity, steps = ev.METHODS[name], LENGTH // 3, 3
+    method, capacity, steps = METHODS[name], LENGTH // 3, 3
     sample = retrieval.generate(LENGTH, 5, "multitoken", 0)
-    pipeline.need_rows([ev.METHODS["snapkv-w64"]])
+    pipeline.need_rows([METHODS["snapkv-w64"]])
     assert pipeline.query_rows == 64
     logits, caches, queries = pipeline.prefill(sample.ids)
     assert all(q.shape[2] == 64 for q in queries)
@@ -210,8 +213,8 @@ def test_adaptive_composition(pipeline, name):
 
     from snapkv.frontend import reference_decode
 
-    method, capacity, steps = ev.METHODS[name], LENGTH // 4, 3
-    uniform = ev.METHODS[name.replace("ada-", "")]
+    method, capacity, steps = METHODS[name], LENGTH // 4, 3
+    uniform = METHODS[name.replace("ada-", "")]
     sample = retrieval.generate(LENGTH, 7, "multitoken", 0)
     logits, caches, queries = pipeline.prefill(sample.ids)
     packed, kept = pipeline.compact(method, capacity, 5, caches, queries)
@@ -219,7 +222,7 @@ def test_adaptive_composition(pipeline, name):
     assert len(packed) == 3 * len(kept) and len(rows) == 2 * len(kept)
     assert pipeline.cache_bytes(method, packed) == pipeline.cache_bytes(uniform, rows) == \
         sum(c.nbytes for c in rows)
-    options = {**ev.PUBLISHED, **method.options}
+    options = {**PUBLISHED, **method.options}
     floor = method.floor(ev.DEFAULT_WINDOW, capacity)
     assert floor == int(0.2 * (capacity - ev.DEFAULT_WINDOW))
     uneven = 0
@@ -314,7 +317,7 @@ def test_small_eval_json_plots_and_cache(model_dir, tmp_path, monkeypatch, capsy
     def no_prefill(*args, **kwargs):
         raise AssertionError("prefill ran although the results were cached")
 
-    monkeypatch.setattr(ev.Pipeline, "prefill", no_prefill)
+    monkeypatch.setattr(Pipeline, "prefill", no_prefill)
     argv2 = [a for a in argv if a not in ("--plots", str(plots))]
     code, out, err = run_cli(argv2 + ["-q"], capsys)
     assert code == 0, err
@@ -350,7 +353,7 @@ def test_needle_bad_budget_is_one_line(capsys):
 def test_methods_are_defined_against_the_published_method():
     """A method's options override the published SnapKV (kernel 5, gqa expand), not the
     rewrite's defaults (kernel 15, gqa mean): `snapkv` must stay the published method."""
-    options = {name: ev.METHODS[name].compaction(32, 64, 0) for name in
+    options = {name: METHODS[name].compaction(32, 64, 0) for name in
                ("snapkv", "snapkv-gqa-mean", "snapkv-k15", "snapkv-gqa-mean-k15", "streaming")}
     assert (options["snapkv"].kernel, options["snapkv"].gqa) == (5, "expand")
     assert (options["snapkv-gqa-mean"].kernel, options["snapkv-gqa-mean"].gqa) == (5, "mean")
@@ -366,9 +369,9 @@ def test_chunked_method_answers_with_its_own_model(pipeline):
     """A chunked method (chunked prefill, docs/semantics.md) does not use the shared prefill:
     it answers with its own compiled model, whose prefill is measured on every prompt; the
     tokens are that model's own greedy tokens."""
-    method = ev.method("chunked-64")
+    method = method_named("chunked-64")
     capacity, sample = LENGTH // 4, retrieval.generate(LENGTH, 5, "multitoken", 0)
-    (out,) = ev.answer_prompt(pipeline, sample, [(method, capacity)], seed=5)
+    (out,) = answer_prompt(pipeline, sample, [(method, capacity)], seed=5)
     model = pipeline.own_model(method, capacity, 5)
     want = model.generate(sample.ids[None], len(out["tokens"]) - 1)
     assert out["tokens"] == want["tokens"]
@@ -380,5 +383,5 @@ def test_chunked_method_answers_with_its_own_model(pipeline):
     _, caches = model.prefill(sample.ids[None])
     assert out["kept_bytes"] == sum(c.nbytes for c in caches)  # C rows of every layer
     # One-shot cells are measured only when asked.
-    (plain,) = ev.answer_prompt(pipeline, sample, [(ev.METHODS["snapkv"], capacity)], seed=5)
+    (plain,) = answer_prompt(pipeline, sample, [(METHODS["snapkv"], capacity)], seed=5)
     assert plain["prefill"] is None

@@ -123,7 +123,7 @@ def test_a_model_name_resolves_and_an_unknown_name_is_a_path(smollm2, tmp_path):
 
 
 def test_the_known_models_checkpoint_is_shown_by_name(smollm2, tmp_path):
-    from snapkv.cli.common import show
+    from snapkv.cli.messages import show
 
     assert models.name_of(smollm2) == NAME and show(smollm2) == NAME
     assert models.name_of(tmp_path) is None and show(tmp_path) == str(tmp_path)

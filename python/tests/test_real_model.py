@@ -123,13 +123,13 @@ def test_eval_on_real_text_scores_the_continuation(capsys):
     the full cache Hkv heads of every prompt row."""
     pytest.importorskip("torch_mlir")
     require_aot_tools()
-    from snapkv import evaluation as ev
+    from snapkv.evaluation.tasks import TextTask
 
     assert main(["eval", "--model", NAME, "--task", "passkey", "--lengths", "512",
                  "--budgets", "1/2", "--methods", "full,snapkv-gqa-mean", "--samples", "2",
                  "--json", "-", "-q", "--no-cache"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["task"] == "passkey" and doc["window"] == ev.TextTask.default_window
+    assert doc["task"] == "passkey" and doc["window"] == TextTask.default_window
     rows = {r["method"]: r for r in doc["results"]}
     full, mean = rows["full"], rows["snapkv-gqa-mean"]
     assert full["n"] == mean["n"] == 2

@@ -20,7 +20,12 @@ Subcommands (``snapkv COMMAND --help`` explains every option), one module each:
   with the full cache, SnapKV and StreamingLLM at one budget: answers, cache bytes, prefill
   peaks and times (``make demo``, ``make demo-toy``).
 
-:mod:`.common` holds what they share. Errors (bad arguments, missing files or tools, invalid
+What they share, by concern: :mod:`.messages` (errors, progress lines, paths as shown),
+:mod:`.locate` (the checkout, its bundled model, snapkv-opt, checkpoints), :mod:`.arguments`
+(the parser, argument types, shared options), :mod:`.compaction` (the compaction options and
+the model rewrite), :mod:`.opt` (running snapkv-opt), :mod:`.sources` (the module a command
+works on) and :mod:`.running` (prompts, pre-run checks, compiling); :mod:`.result` is what a
+command returns. Errors (bad arguments, missing files or tools, invalid
 IR, a rewrite the pass refuses, a failed run-time check of the compiled model, a prompt past
 the model's positions or memory) are reported as one line on stderr and a non-zero exit
 status (2 for bad arguments, with "did you mean" for a mistyped subcommand or option, 1
@@ -42,7 +47,6 @@ from typing import Optional, Sequence
 from ..tools import ToolError
 from . import (
     batch,
-    common,
     compile,
     eval,
     export,
@@ -53,7 +57,9 @@ from . import (
     serve,
     visualize,
 )
-from .common import PROG, CLIError
+from .arguments import PROG, ArgumentParser, Formatter, common_parent
+from .compaction import compaction_parent
+from .messages import CLIError, progress
 
 EPILOG = """\
 examples:
@@ -70,15 +76,15 @@ Docs: docs/user-guide.md (CLI), docs/semantics.md (what is kept), docs/model-rew
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = common.ArgumentParser(
-        prog=PROG, formatter_class=common.Formatter, epilog=EPILOG,
+    parser = ArgumentParser(
+        prog=PROG, formatter_class=Formatter, epilog=EPILOG,
         description="SnapKV KV-cache compression for models imported with torch-mlir: "
                     "rewrite a model so that prefill caches the SnapKV-selected K/V, compile "
                     "and run it, and see what it keeps and saves.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND",
-                                     parser_class=common.ArgumentParser)
-    options, compaction = common.common_parent(), common.compaction_parent()
+                                     parser_class=ArgumentParser)
+    options, compaction = common_parent(), compaction_parent()
     export.add_parser(commands, options)
     compile.add_parser(commands, options)
     generate.add_parser(commands, options, compaction)
@@ -103,7 +109,7 @@ def _resolve_model_name(args):
             continue
         try:
             setattr(args, field, registry.path(
-                str(given), log=lambda m: common.progress(getattr(args, "quiet", False), m)))
+                str(given), log=lambda m: progress(getattr(args, "quiet", False), m)))
         except registry.ModelError as error:
             raise CLIError(str(error)) from None
 

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from . import common
-from .common import CLIError, Formatter, progress
+from .arguments import Formatter, int_in, model_argument
+from .compaction import check_window_capacity, option_dict
+from .messages import CLIError, progress
 from .result import Result, emit
 
 LINE_FIELDS = ("id", "prompt", "messages", "max_tokens", "temperature", "top_p", "seed", "stop",
@@ -40,13 +41,13 @@ def add_parser(commands, common_options, compaction):
                "--out results.jsonl\n"
                "  snapkv batch models/retrieval-llama --prompts ids.jsonl --window 16 "
                "--capacity 64 --cache-budget 8 --json --out results.jsonl")
-    common.model_argument(p, checkpoints=True)
+    model_argument(p, checkpoints=True)
     add_engine_options(p)
     p.add_argument("--prompts", type=Path, required=True, metavar="FILE.jsonl",
                    help="one JSON object per line (see above)")
     p.add_argument("--out", "-o", type=Path, metavar="FILE.jsonl",
                    help="where the results go (default: stdout)")
-    p.add_argument("--max-tokens", type=common.int_in(1, "--max-tokens"), default=16,
+    p.add_argument("--max-tokens", type=int_in(1, "--max-tokens"), default=16,
                    metavar="N", help="tokens generated per prompt unless its line says")
     p.add_argument("--json", action="store_true", help="the summary as one JSON object")
     p.set_defaults(func=run)
@@ -60,7 +61,7 @@ def add_engine_options(p):
                        help="MiB of K/V cache the running sequences may hold together; a "
                             "sequence waits until its cache (prompt rows kept plus one row per "
                             "token it may generate) fits")
-    group.add_argument("--max-queue", type=common.int_in(0, "--max-queue"), default=256,
+    group.add_argument("--max-queue", type=int_in(0, "--max-queue"), default=256,
                        metavar="N", help="sequences that may wait for room at most")
     group.add_argument("--full-cache", action="store_true",
                        help="run the model as it is, with the full cache (no SnapKV)")
@@ -88,8 +89,8 @@ def compaction(args):
 
     if args.full_cache:
         return None
-    common.check_window_capacity(args)
-    return hf.Compaction(**common.option_dict(args))
+    check_window_capacity(args)
+    return hf.Compaction(**option_dict(args))
 
 
 def load_engine(args, per_request: bool = False, max_models: int = 4):

@@ -11,14 +11,23 @@ from pathlib import Path
 from typing import Optional
 
 from .. import interface, iree_device, tools
-from . import common
-from .common import CLIError, Formatter, progress
+from .arguments import Formatter, checkpoint_option, dtype_option, model_argument
+from .compaction import (
+    check_window_capacity,
+    compaction_parent,
+    describe,
+    option_dict,
+    pass_options,
+)
+from .messages import CLIError, progress
+from .opt import diagnostics, layer_functions, run_opt, verify_ir
 from .result import Result
+from .sources import load_source, runner_signature
 
 
 def add_parser(commands, common_options):
     p = commands.add_parser(
-        "compile", parents=[common_options, common.compaction_parent(strict=True)],
+        "compile", parents=[common_options, compaction_parent(strict=True)],
         formatter_class=Formatter,
         help="rewrite a model for a SnapKV-compacted cache (snapkv-compress-kv-cache)",
         description="Run snapkv-opt --snapkv-compress-kv-cache on MODEL.mlir: prefill returns "
@@ -46,9 +55,9 @@ def add_parser(commands, common_options):
                "# a checkpoint directory\n"
                "  snapkv compile models/retrieval-llama -o /tmp/snapkv.vmfb --device cuda "
                "--window 16 --capacity 256")
-    common.model_argument(p, required=True, checkpoints=True)
-    common.checkpoint_option(p)
-    common.dtype_option(p)
+    model_argument(p, required=True, checkpoints=True)
+    checkpoint_option(p)
+    dtype_option(p)
     p.add_argument("-o", "--output", default="-", metavar="OUT.mlir",
                    help="output file ('-': stdout; with --device cuda/iree-cpu: OUT.vmfb, "
                         "and the manifest goes to OUT.json)")
@@ -137,7 +146,7 @@ class CompileResult(Result):
         op = "snapkv.select_adaptive" if self.compaction["budget"] == "adaptive" else \
             "snapkv.select"
         lowered = ", lowered to the LLVM dialect" if self.lowered else ""
-        rewrite = f"{selects} {op} inserted ({common.describe(self.compaction)})"
+        rewrite = f"{selects} {op} inserted ({describe(self.compaction)})"
         if self.manifest is not None:
             if self.selects == 0:
                 rewrite = "the original model (full cache)"
@@ -183,7 +192,7 @@ def _compile_for_device(args, source, text: str, target, start: float) -> Compil
 
     progress(args.quiet, f"compiling with iree-compile for {target.describe()} (a minute or "
                          f"more) ...")
-    options = None if args.full_cache else common.option_dict(args)
+    options = None if args.full_cache else option_dict(args)
     try:
         module = iree_device.compile_module(
             text, target, dtype=getattr(args, "dtype", None) or "f32", compaction=options,
@@ -196,9 +205,9 @@ def _compile_for_device(args, source, text: str, target, start: float) -> Compil
     except OSError as error:
         raise CLIError(f"cannot write {args.output}: {error.strerror or error}") from None
     selects = 0 if args.full_cache else interface.describe(text).select_count()
-    layered = bool(selects and common.layer_functions(source.text))
+    layered = bool(selects and layer_functions(source.text))
     return CompileResult(source.label, args.output, module.lowered, None, False, selects,
-                         layered, common.option_dict(args), False,
+                         layered, option_dict(args), False,
                          time.perf_counter() - start, args.device, target.describe(),
                          manifest, len(module.vmfb), len(module.manifest["executables"]))
 
@@ -208,17 +217,17 @@ def compute(args) -> CompileResult:
     :func:`run`, which writes the module to stdout."""
     target = _check_device_options(args)
     if not args.full_cache:
-        common.check_window_capacity(args)
-    source = common.load_source(args.model, args, args.quiet, weights=target is not None)
+        check_window_capacity(args)
+    source = load_source(args.model, args, args.quiet, weights=target is not None)
     path = source.path
     start = time.perf_counter()
-    common.verify_ir(path, source.text)
+    verify_ir(path, source.text)
     if args.full_cache:
         return _compile_for_device(args, source, source.text, target, start)
-    options = common.pass_options(args, args.strict, source.text)
-    done = common.run_opt([f"--snapkv-compress-kv-cache={options}"], path=path)
+    options = pass_options(args, args.strict, source.text)
+    done = run_opt([f"--snapkv-compress-kv-cache={options}"], path=path)
     if done.stderr.strip():
-        print(common.diagnostics(done.stderr), file=sys.stderr)
+        print(diagnostics(done.stderr), file=sys.stderr)
     if done.returncode != 0:
         if done.returncode == tools.REFUSAL_EXIT:
             raise CLIError(f"the model rewrite refused {source.label} and --strict was given; "
@@ -231,10 +240,10 @@ def compute(args) -> CompileResult:
     described = interface.describe(text)
     if args.lower:
         progress(args.quiet, "lowering with --snapkv-cpu-pipeline (a few seconds) ...")
-        lowered = common.run_opt(["--snapkv-cpu-pipeline"], text=text)
+        lowered = run_opt(["--snapkv-cpu-pipeline"], text=text)
         if lowered.returncode != 0:
             raise CLIError(f"--snapkv-cpu-pipeline failed (exit {lowered.returncode}); nothing "
-                           f"was written:\n{common.diagnostics(lowered.stderr)}")
+                           f"was written:\n{diagnostics(lowered.stderr)}")
         text = lowered.stdout
     seconds = time.perf_counter() - start
     sidecar = None
@@ -247,8 +256,8 @@ def compute(args) -> CompileResult:
     refused = described.refusal is not None
     return CompileResult(source.label, args.output, text, sidecar, refused,
                          described.select_count(),
-                         not refused and bool(common.layer_functions(source.text)),
-                         common.option_dict(args), args.lower, seconds)
+                         not refused and bool(layer_functions(source.text)),
+                         option_dict(args), args.lower, seconds)
 
 
 def run(args) -> int:
@@ -264,7 +273,7 @@ def _write_sidecar(source, output: Path):
     """For a module that takes weights, ``<output stem>.json`` naming its checkpoint (the
     export's metadata when there is one), so the runner can bind it; the path written."""
     try:
-        takes = bool(common.runner_signature(source.text, "prefill").weight_args)
+        takes = bool(runner_signature(source.text, "prefill").weight_args)
     except ValueError:
         return None
     if not takes:

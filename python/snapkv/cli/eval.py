@@ -16,10 +16,15 @@ from typing import List
 import numpy as np
 
 from .. import evaluation as ev
+from ..evaluation.methods import DEFAULT_BUDGETS, METHODS, capacity_of, fraction_text, method_named
+from ..evaluation.pipeline import Pipeline
+from ..evaluation.results import ResultCache
+from ..evaluation.suite import evaluate
+from ..evaluation.tasks import RetrievalTask, TextTask
 from ..runtime import CompiledCheckError, ResourceLimitError
 from ..tasks import retrieval
-from . import common
-from .common import CLIError, Formatter, progress, show
+from .arguments import Formatter, dtype_option, int_in
+from .messages import CLIError, progress, show
 from .result import Result, emit, json_text
 
 DEFAULT_LENGTHS = (512, 1024, 2048, 4096)
@@ -32,7 +37,7 @@ TASKS = ("retrieval", "passkey", "needle", "multikey")
 
 
 def add_parser(commands, common_options):
-    methods = "\n".join(f"  {m.name:<22} {m.summary}" for m in ev.METHODS.values()) + \
+    methods = "\n".join(f"  {m.name:<22} {m.summary}" for m in METHODS.values()) + \
         f"\n  {'chunked-N':<22} chunked prefill with any chunk N >= 1 (not in all)"
     p = commands.add_parser(
         "eval", parents=[common_options], formatter_class=Formatter,
@@ -61,18 +66,18 @@ def add_parser(commands, common_options):
                         "needs a vocabulary >= 256, the text tasks the checkpoint's "
                         "tokenizer) or a known model's name (`snapkv models`), default: "
                         "models/retrieval-llama")
-    common.dtype_option(p, module_files=False)
+    dtype_option(p, module_files=False)
     p.add_argument("--lengths", type=int_list("--lengths"), metavar="L,L",
                    default=",".join(map(str, DEFAULT_LENGTHS)), help="prompt lengths")
     p.add_argument("--budgets", type=budget_list, metavar="F,F",
-                   default=",".join(map(ev.fraction_text, ev.DEFAULT_BUDGETS)),
+                   default=",".join(map(fraction_text, DEFAULT_BUDGETS)),
                    help="cache budgets as fractions of L (1/8 or 0.125): C = floor(L * F) "
                         "per head, window included")
     p.add_argument("--methods", type=method_list, metavar="M,M",
                    default="all", help="methods (below), or all")
-    p.add_argument("--samples", "-n", type=common.int_in(1, "--samples"),
+    p.add_argument("--samples", "-n", type=int_in(1, "--samples"),
                    default=DEFAULT_SAMPLES, help="prompts per length")
-    p.add_argument("--seed", type=common.int_in(0, "--seed"), default=0,
+    p.add_argument("--seed", type=int_in(0, "--seed"), default=0,
                    help="which prompts are drawn (and the random baseline's draw)")
     p.add_argument("--task", choices=TASKS, default="retrieval",
                    help="retrieval: the synthetic key-value task over our own 256-id "
@@ -83,10 +88,10 @@ def add_parser(commands, common_options):
     p.add_argument("--variant", choices=sorted(retrieval.VARIANTS),
                    default=DEFAULT_VARIANT, help="retrieval task variant (multitoken: see the "
                                                  "description)")
-    p.add_argument("--window", "-W", type=common.int_in(1, "the window"),
+    p.add_argument("--window", "-W", type=int_in(1, "the window"),
                    help=f"SnapKV observation window (default: {ev.DEFAULT_WINDOW} for the "
                         f"retrieval task, whose question sits in its last 16 positions; "
-                        f"{ev.TextTask.default_window} for the text tasks)")
+                        f"{TextTask.default_window} for the text tasks)")
     p.add_argument("--json", metavar="FILE", help="write the results as JSON ('-': stdout, "
                                                   "and the table goes to stderr)")
     p.add_argument("--plots", type=Path, metavar="DIR",
@@ -141,17 +146,17 @@ def budget_list(value: str):
 def method_list(value: str):
     names = [p for p in value.replace(" ", ",").split(",") if p]
     if names == ["all"]:
-        return list(ev.METHODS.values())
+        return list(METHODS.values())
     if not names:
         raise argparse.ArgumentTypeError("--methods is empty")
     out = []
     for name in names:
-        chosen = ev.method(name)
+        chosen = method_named(name)
         if chosen is None:
-            close = difflib.get_close_matches(name, list(ev.METHODS), 1)
+            close = difflib.get_close_matches(name, list(METHODS), 1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise argparse.ArgumentTypeError(
-                f"unknown method {name!r}{hint} (choose from {', '.join(ev.METHODS)}, "
+                f"unknown method {name!r}{hint} (choose from {', '.join(METHODS)}, "
                 f"chunked-N for any chunk N >= 1, block-N for any block N >= 1, or all)")
         if chosen not in out:
             out.append(chosen)
@@ -214,7 +219,7 @@ def ordered(rows, methods):
 @dataclass
 class EvalResult(Result):
     """What `snapkv eval` measured: one row per (length, method, budget) of
-    :func:`snapkv.evaluation.evaluate` (ordered as printed), what they were computed for,
+    :func:`snapkv.evaluation.suite.evaluate` (ordered as printed), what they were computed for,
     and the plots written."""
     model: Path
     model_sha256: str
@@ -262,18 +267,17 @@ def compute(args) -> EvalResult:
     args.model = args.model or ev.DEFAULT_MODEL
     text_task = args.task != "retrieval"
     if args.window is None:
-        args.window = ev.TextTask.default_window if text_task else ev.DEFAULT_WINDOW
+        args.window = TextTask.default_window if text_task else ev.DEFAULT_WINDOW
     try:
-        pipeline = ev.Pipeline(args.model, args.window, log=log,
-                               measure_prefill=args.prefill_memory, dtype=args.dtype or "f32")
-        task = ev.TextTask(args.task, args.model) if text_task else \
-            ev.RetrievalTask(args.variant)
+        pipeline = Pipeline(args.model, args.window, log=log,
+                            measure_prefill=args.prefill_memory, dtype=args.dtype or "f32")
+        task = TextTask(args.task, args.model) if text_task else RetrievalTask(args.variant)
         args.task_object = task
-        cache = ev.ResultCache(None, enabled=not args.no_cache)
+        cache = ResultCache(None, enabled=not args.no_cache)
         kept = {}
         start = time.perf_counter()
-        rows = ev.evaluate(pipeline, args.lengths, args.methods, args.budgets, args.samples,
-                           args.seed, task, cache, Bar(args.quiet), kept)
+        rows = evaluate(pipeline, args.lengths, args.methods, args.budgets, args.samples,
+                        args.seed, task, cache, Bar(args.quiet), kept)
         seconds = time.perf_counter() - start
         rows = ordered(rows, args.methods)
         written = [] if args.plots is None else write_plots(args, pipeline, rows, kept)
@@ -339,7 +343,7 @@ def plot_accuracy(path, rows, args):
                        linewidth=1, label="full")
         ax.set_xscale("log", base=2)
         ticks = [float(b) for b in args.budgets]
-        ax.set_xticks(ticks, [ev.fraction_text(b) for b in args.budgets])
+        ax.set_xticks(ticks, [fraction_text(b) for b in args.budgets])
         ax.minorticks_off()
         ax.set_title(f"L = {length}", fontsize=9)
         ax.set_xlabel("budget C / L", fontsize=8)
@@ -373,7 +377,7 @@ def plot_kept(path, pipeline, args, target, kept):
     import matplotlib.pyplot as plt
 
     length, budget, methods = target
-    capacity = ev.capacity_of(length, budget)
+    capacity = capacity_of(length, budget)
     sample = args.task_object.sample(length, args.seed, 0)
     indices, prefilled = {}, None
     for method in methods:
@@ -409,7 +413,7 @@ def plot_kept(path, pipeline, args, target, kept):
         ax.set_xlabel("prompt position", fontsize=8)
         ax.set_title(method.name, fontsize=9)
     fig.suptitle(f"kept positions per head (blue ticks), L={length}, C={capacity} "
-                 f"({ev.fraction_text(budget)}): asked needle red, distractors orange, other "
+                 f"({fraction_text(budget)}): asked needle red, distractors orange, other "
                  f"needles grey, window shaded (prompt 0 of seed {args.seed})", fontsize=8)
     fig.subplots_adjust(left=0.06, right=0.99, bottom=0.8 / fig.get_figheight(),
                         top=1 - 0.45 / fig.get_figheight(), wspace=0.05)

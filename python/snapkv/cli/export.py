@@ -11,8 +11,10 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from ..tools import ToolError
-from . import common
-from .common import CLIError, Formatter, progress
+from . import locate
+from .arguments import DTYPES, Formatter
+from .locate import frontend_hint, load_checkpoint
+from .messages import CLIError, progress, show
 from .result import Result, emit
 
 
@@ -48,7 +50,7 @@ def add_parser(commands, common_options):
     p.add_argument("--extend", action="store_true",
                    help="with --hf: also export @extend (a prompt chunk over the caches so far), "
                         "which chunked prefill (--chunk of generate, compile and ledger) needs")
-    p.add_argument("--dtype", choices=common.DTYPES, default="f32",
+    p.add_argument("--dtype", choices=DTYPES, default="f32",
                    help="with --hf: the element type of the weights, activations and K/V "
                         "caches (matmul accumulation, softmax and RMSNorm stay f32, as in HF's "
                         "own model in that dtype; logits are f32)")
@@ -116,9 +118,9 @@ class FixturesResult(Result):
 
 def export_models(out: Path, *, dynamic: bool, static: bool, check: bool,
                   quiet: bool) -> FixturesResult:
-    missing = common.missing_frontend_packages()
+    missing = locate.missing_frontend_packages()
     if missing:
-        raise CLIError(f"`snapkv export` cannot run here: {common.frontend_hint(missing)}")
+        raise CLIError(f"`snapkv export` cannot run here: {frontend_hint(missing)}")
     from ..frontend import export  # imports torch
 
     out.mkdir(parents=True, exist_ok=True)
@@ -200,15 +202,15 @@ def export_checkpoint(args) -> CheckpointExportResult:
         raise CLIError("--dynamic, --static and --check are for the bundled fixtures, not --hf "
                        "(an --hf export always has dynamic shapes; `snapkv generate DIR` runs "
                        "it next to the original)")
-    checkpoint = common.load_checkpoint(args.hf)
+    checkpoint = load_checkpoint(args.hf)
     out = args.out if args.out is not None else Path(f"{checkpoint.path.name}-mlir")
-    progress(args.quiet, f"exporting {common.show(args.hf)}: {checkpoint.describe()} ...")
+    progress(args.quiet, f"exporting {show(args.hf)}: {checkpoint.describe()} ...")
     try:
         exported = hf.export(checkpoint, hf.ExportOptions(args.attention, args.logits,
                                                           args.extend, args.dtype),
                              out=out, log=lambda m: progress(args.quiet, f"  {m}"))
     except hf.CheckpointError as error:
-        raise CLIError(f"{common.show(args.hf)}: {error}") from None
+        raise CLIError(f"{show(args.hf)}: {error}") from None
     meta = exported.meta
     return CheckpointExportResult(
         exported.path, len(exported.text.encode()), len(meta["weights"]),
@@ -225,7 +227,7 @@ def run(args) -> int:
                        "fixtures are eager attention, all logits, f32)")
     dynamic = args.dynamic or not args.static
     static = args.static or not args.dynamic
-    result = export_models(args.out if args.out is not None else common.models_dir(),
+    result = export_models(args.out if args.out is not None else locate.models_dir(),
                            dynamic=dynamic, static=static, check=args.check, quiet=args.quiet)
     emit(result, as_json=False)
     if result.failed:

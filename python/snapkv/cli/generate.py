@@ -8,9 +8,32 @@ from typing import List, Optional, Sequence, Union
 
 import numpy as np
 
-from . import common, ledger
-from .common import DEFAULT_STEPS, FIXTURE, CLIError, Formatter, progress, show
+from . import ledger
+from .arguments import (
+    DEFAULT_STEPS,
+    Formatter,
+    add_prompt_options,
+    checkpoint_option,
+    dtype_option,
+    int_in,
+    model_argument,
+)
+from .compaction import check_window_capacity, describe, describe_options, option_dict, rewrite
+from .locate import FIXTURE
+from .messages import CLIError, progress, show
+from .opt import count_selects, diagnostics, verify_ir
 from .result import Result, emit
+from .running import (
+    check_limits,
+    check_runnable,
+    compile_model,
+    ids_text,
+    prompt,
+    prompt_length,
+    signatures,
+    text_prompt,
+)
+from .sources import load_source
 
 
 def add_parser(commands, common_options, compaction):
@@ -41,11 +64,11 @@ def add_parser(commands, common_options, compaction):
                "--window 4 --capacity 8\n"
                "  snapkv generate smollm2-135m-instruct --prompt-file story.txt --gqa mean "
                "--capacity 256 --json   # `snapkv models` lists the names")
-    common.model_argument(p, checkpoints=True)
-    common.checkpoint_option(p)
-    common.dtype_option(p)
-    common.add_prompt_options(p, text=True)
-    p.add_argument("--steps", "-n", type=common.int_in(0, "the number of steps"),
+    model_argument(p, checkpoints=True)
+    checkpoint_option(p)
+    dtype_option(p)
+    add_prompt_options(p, text=True)
+    p.add_argument("--steps", "-n", type=int_in(0, "the number of steps"),
                    default=DEFAULT_STEPS, metavar="N", help="decode steps (tokens generated "
                                                             "after the first)")
     p.add_argument("--json", action="store_true",
@@ -251,18 +274,18 @@ class GenerateResult(Result):
         said, first = self.said, self.first_difference
         lines = [f"snapkv generate: {self.model}"]
         if said is not None:
-            prompt = said["prompt"]
-            shown = prompt if len(prompt) <= 200 else f"{prompt[:120]} ... {prompt[-60:]}"
-            lines.append(f"prompt: {length} tokens from {len(prompt):,} characters of text: "
+            text = said["prompt"]
+            shown = text if len(text) <= 200 else f"{text[:120]} ... {text[-60:]}"
+            lines.append(f"prompt: {length} tokens from {len(text):,} characters of text: "
                          f"{shown!r}")
         else:
-            lines.append(f"prompt: {length} tokens ({self.source}): {common.ids_text(self.ids)}")
+            lines.append(f"prompt: {length} tokens ({self.source}): {ids_text(self.ids)}")
         kept = self.kept if isinstance(self.kept, int) else \
             f"{self.kept[0]} (layer 0) down to {self.kept[-1]} (layer {len(self.kept) - 1})"
-        lines += [f"compaction: {common.describe(self.compaction)} -> {kept} of {length} "
+        lines += [f"compaction: {describe(self.compaction)} -> {kept} of {length} "
                   f"prompt positions cached per head", "",
-                  f"full-cache tokens:      {common.ids_text(full.tokens)}",
-                  f"compacted-cache tokens: {common.ids_text(compacted.tokens)}"]
+                  f"full-cache tokens:      {ids_text(full.tokens)}",
+                  f"compacted-cache tokens: {ids_text(compacted.tokens)}"]
         if said is not None:
             lines += [f"full-cache text:        {said['full']!r}",
                       f"compacted-cache text:   {said['compacted']!r}"]
@@ -328,31 +351,31 @@ class GenerateResult(Result):
 
 
 def compute(args) -> GenerateResult:
-    common.check_window_capacity(args)
-    source = common.load_source(args.model, args, args.quiet)
+    check_window_capacity(args)
+    source = load_source(args.model, args, args.quiet)
     path, text = source.path, source.text
-    prompt_text = common.text_prompt(args, source.checkpoint)
-    common.verify_ir(path)
-    if common.count_selects(text):
+    prompt_text = text_prompt(args, source.checkpoint)
+    verify_ir(path)
+    if count_selects(text):
         raise CLIError(f"{show(path)} already holds snapkv.select (a rewritten model?): `snapkv "
                        f"generate` rewrites the ORIGINAL model itself and runs both")
-    prefill_sig, _ = common.signatures(text, path)
+    prefill_sig, _ = signatures(text, path)
     vocab = prefill_sig.results[0].shape[-1] if prefill_sig.results else None
     steps = args.steps
-    common.check_limits(text, path, args, common.prompt_length(args), steps)
-    ids, where = common.prompt(args, vocab)
+    check_limits(text, path, args, prompt_length(args), steps)
+    ids, where = prompt(args, vocab)
     length = ids.shape[1]
-    common.check_runnable(text, path, length, args.window)
+    check_runnable(text, path, length, args.window)
 
     progress(args.quiet, f"rewriting {show(path)} with snapkv-compress-kv-cache "
-                         f"({common.describe_options(args)}) ...")
-    rewritten, warnings, rewrite_s = common.rewrite(path, args)
+                         f"({describe_options(args)}) ...")
+    rewritten, warnings, rewrite_s = rewrite(path, args)
     if warnings.strip():
-        progress(False, common.diagnostics(warnings))
-    compact = common.compile_model(rewritten, "compacted-cache model", args,
-                                   weights=source.checkpoint)
-    full = common.compile_model(text, "full-cache model (the original module)", args,
-                                weights=source.checkpoint)
+        progress(False, diagnostics(warnings))
+    compact = compile_model(rewritten, "compacted-cache model", args,
+                            weights=source.checkpoint)
+    full = compile_model(text, "full-cache model (the original module)", args,
+                         weights=source.checkpoint)
 
     progress(args.quiet, f"generating {steps} tokens after a {length}-token prompt, "
                          f"with each cache ...")
@@ -373,7 +396,7 @@ def compute(args) -> GenerateResult:
                     full=tokenizer.decode(source.checkpoint.path, ref["tokens"]),
                     compacted=tokenizer.decode(source.checkpoint.path, got["tokens"]))
     return GenerateResult(
-        source.label, ids[0].tolist(), where, common.option_dict(args), kept, Run.of(ref),
+        source.label, ids[0].tolist(), where, option_dict(args), kept, Run.of(ref),
         Run.of(got), said, same_next, diff, cache_ledger,
         ledger.ledger_text(rewritten, length, steps), allocated(got["caches"]), rewrite_s,
         dict(compacted=compact.library.seconds, full=full.library.seconds),

@@ -8,9 +8,19 @@ import os
 from dataclasses import dataclass
 from typing import List, Optional
 
-from . import common
-from .common import DEFAULT_PROMPT_LENGTH, DEFAULT_STEPS, CLIError, Formatter, progress
+from .arguments import (
+    DEFAULT_PROMPT_LENGTH,
+    DEFAULT_STEPS,
+    Formatter,
+    dtype_option,
+    int_in,
+    model_argument,
+)
+from .compaction import check_window_capacity, describe, option_dict, rewrite
+from .messages import CLIError, progress
+from .opt import diagnostics, first_error, run_opt, verify_ir
 from .result import Result, emit
+from .sources import load_source
 
 
 def add_parser(commands, common_options, compaction):
@@ -31,13 +41,13 @@ def add_parser(commands, common_options, compaction):
                "  snapkv ledger --prompt-length 4096 --generated 256 --capacity 512 "
                "--gqa mean\n"
                "  snapkv ledger --prompt-length 16384 --generated 512 --json")
-    common.model_argument(p, checkpoints=True)
-    common.dtype_option(p)
-    p.add_argument("--prompt-length", "-L", type=common.int_in(1, "the prompt length"),
+    model_argument(p, checkpoints=True)
+    dtype_option(p)
+    p.add_argument("--prompt-length", "-L", type=int_in(1, "the prompt length"),
                    default=DEFAULT_PROMPT_LENGTH, metavar="L", help="prompt length L")
-    p.add_argument("--prompt-len", type=common.int_in(1, "the prompt length"),
+    p.add_argument("--prompt-len", type=int_in(1, "the prompt length"),
                    dest="prompt_length", help=argparse.SUPPRESS)
-    p.add_argument("--generated", "-g", type=common.int_in(0, "the generated count"),
+    p.add_argument("--generated", "-g", type=int_in(0, "the generated count"),
                    default=DEFAULT_STEPS, metavar="G",
                    help="decoded tokens whose K/V have been appended")
     p.add_argument("--json", action="store_true",
@@ -47,10 +57,10 @@ def add_parser(commands, common_options, compaction):
 
 def _report_cache(text: str, prompt_length: int, generated: int, form: str) -> str:
     """The stdout of snapkv-opt --snapkv-report-cache in `form` (table or json)."""
-    done = common.run_opt([f"--snapkv-report-cache=prompt-length={prompt_length} "
-                           f"generated={generated} format={form}", "-o", os.devnull], text=text)
+    done = run_opt([f"--snapkv-report-cache=prompt-length={prompt_length} "
+                    f"generated={generated} format={form}", "-o", os.devnull], text=text)
     if done.returncode != 0:
-        raise CLIError(common.first_error(done.stderr))
+        raise CLIError(first_error(done.stderr))
     return done.stdout
 
 
@@ -124,24 +134,24 @@ class LedgerResult(Result):
 
     def render_text(self) -> str:
         how = "as given (already rewritten)" if self.compaction is None else \
-            f"rewritten with {common.describe(self.compaction)}"
+            f"rewritten with {describe(self.compaction)}"
         return "\n".join([f"model: {self.model}, {how}", self.table]
                          + ([self.note] if self.note else []))
 
 
 def compute(args) -> LedgerResult:
-    source = common.load_source(args.model, args, args.quiet, weights=False)
+    source = load_source(args.model, args, args.quiet, weights=False)
     path, text = source.path, source.text
-    if common.verify_ir(path, text).select_count():
+    if verify_ir(path, text).select_count():
         progress(args.quiet, f"{source.label} already holds snapkv.select: reporting it as it is "
                              f"(the compaction options are not used)")
         module, options = text, None
     else:
-        common.check_window_capacity(args)
-        module, warnings, _ = common.rewrite(path, args)
+        check_window_capacity(args)
+        module, warnings, _ = rewrite(path, args)
         if warnings.strip():
-            progress(False, common.diagnostics(warnings))
-        options = common.option_dict(args)
+            progress(False, diagnostics(warnings))
+        options = option_dict(args)
     ledger = ledger_data(module, args.prompt_length, args.generated)
     return LedgerResult(source.label, options, args.prompt_length, args.generated,
                         ledger["layers"], ledger["total"],

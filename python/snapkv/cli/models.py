@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import List
 
 from .. import models
-from .common import CLIError, Formatter, progress
+from .arguments import Formatter
+from .messages import CLIError, progress
 from .result import Result, emit
 
 

@@ -11,11 +11,15 @@ from pathlib import Path
 from typing import List
 
 from .. import evaluation as ev
+from ..evaluation.methods import capacity_of, fraction_text
+from ..evaluation.pipeline import Pipeline
+from ..evaluation.suite import answer_prompt, check_jobs, jobs_for
+from ..evaluation.tasks import TextTask
 from ..runtime import CompiledCheckError, ResourceLimitError
 from ..tasks import retrieval
-from . import common
-from .common import CLIError, Formatter, progress, show
+from .arguments import Formatter, int_in
 from .eval import DEFAULT_VARIANT, TASKS, budget_list, method_list
+from .messages import CLIError, progress, show
 from .result import Result, emit
 
 DEFAULT_LENGTH = 1024
@@ -49,21 +53,21 @@ def add_parser(commands, common_options):
                         "tokenizer (snapkv.tasks.text), right when the answer string is in the "
                         "greedy continuation; these also measure each method's own prefill "
                         "(its peak bytes and seconds)")
-    p.add_argument("--length", "-L", type=common.int_in(1, "the length"),
+    p.add_argument("--length", "-L", type=int_in(1, "the length"),
                    default=DEFAULT_LENGTH, help="prompt length")
     p.add_argument("--budget", type=budget_list, default="1/8", metavar="F",
                    help="cache budget as a fraction of L: C = floor(L * F)")
     p.add_argument("--methods", type=method_list, default=DEFAULT_METHODS,
                    metavar="M,M", help="methods, as for `snapkv eval`")
-    p.add_argument("--seed", type=common.int_in(0, "--seed"), default=0,
+    p.add_argument("--seed", type=int_in(0, "--seed"), default=0,
                    help="the prompt's seed")
-    p.add_argument("--index", type=common.int_in(0, "--index"), default=0,
+    p.add_argument("--index", type=int_in(0, "--index"), default=0,
                    help="which prompt of the seed")
     p.add_argument("--variant", choices=sorted(retrieval.VARIANTS), default=DEFAULT_VARIANT,
                    help="task variant")
-    p.add_argument("--window", "-W", type=common.int_in(1, "the window"),
+    p.add_argument("--window", "-W", type=int_in(1, "the window"),
                    help=f"SnapKV observation window (default {ev.DEFAULT_WINDOW} for the "
-                        f"retrieval task, {ev.TextTask.default_window} for the text tasks)")
+                        f"retrieval task, {TextTask.default_window} for the text tasks)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead")
     p.set_defaults(func=run)
 
@@ -72,7 +76,7 @@ def answer_all(pipeline, sample, methods, capacity, seed):
     """Per method: dict(method, capacity, tokens, correct, answer_kept, kept_bytes,
     decode_ms, kept)."""
     cells = [(m, sample.length if m.full else capacity) for m in methods]
-    results = ev.answer_prompt(pipeline, sample, cells, seed)
+    results = answer_prompt(pipeline, sample, cells, seed)
     return [dict(method=m.name, capacity=c, **r) for (m, c), r in zip(cells, results)]
 
 
@@ -116,7 +120,7 @@ class NeedleResult(Result):
     def to_json(self) -> dict:
         sample, asked = self.sample, self.sample.asked
         return dict(
-            model=show(self.model), length=sample.length, budget=ev.fraction_text(self.budget),
+            model=show(self.model), length=sample.length, budget=fraction_text(self.budget),
             capacity=self.capacity, seed=sample.seed, index=sample.index,
             variant=sample.variant,
             needle=dict(start=asked.start, key=list(asked.key), value=list(asked.value)),
@@ -127,7 +131,7 @@ class NeedleResult(Result):
         sample, asked = self.sample, self.sample.asked
         lines = [f"snapkv needle: {show(self.model)}; prompt {sample.index} of seed "
                  f"{sample.seed} (variant {sample.variant!r}), L={sample.length}, budget "
-                 f"{ev.fraction_text(self.budget)} (C={self.capacity}), window {self.window}"]
+                 f"{fraction_text(self.budget)} (C={self.capacity}), window {self.window}"]
         for needle in sample.needles:
             lines.append(f"  {needle.role:>10} needle at {needle.start}.."
                          f"{needle.start + needle.length - 1}: KEY "
@@ -181,14 +185,14 @@ class TextPromptResult(Result):
 
     def to_json(self) -> dict:
         return dict(model=show(self.model), task=self.task, length=self.length,
-                    budget=ev.fraction_text(self.budget), capacity=self.capacity,
+                    budget=fraction_text(self.budget), capacity=self.capacity,
                     window=self.window, seed=self.seed, index=self.index,
                     needle=list(self.needle), answer=self.answer, results=self.results,
                     verdict=verdict(self.results))
 
     def render_text(self) -> str:
         lines = [f"snapkv needle: {show(self.model)}; {self.task} prompt {self.index} of seed "
-                 f"{self.seed}, L={self.length}, budget {ev.fraction_text(self.budget)} "
+                 f"{self.seed}, L={self.length}, budget {fraction_text(self.budget)} "
                  f"(C={self.capacity}), window {self.window}",
                  f"  the asked needle's tokens at {self.needle[0]}..{self.needle[1]}; expected "
                  f"answer: {self.answer}", "",
@@ -218,16 +222,16 @@ class TextPromptResult(Result):
 
 
 def _text_prompt(args, budget, capacity, log) -> TextPromptResult:
-    pipeline = ev.Pipeline(args.model, args.window, log=log, measure_prefill=True)
-    task = ev.TextTask(args.task, args.model)
-    ev.check_jobs(ev.jobs_for([args.length], args.methods, [budget]), args.window, task,
-                  pipeline.max_positions)
+    pipeline = Pipeline(args.model, args.window, log=log, measure_prefill=True)
+    task = TextTask(args.task, args.model)
+    check_jobs(jobs_for([args.length], args.methods, [budget]), args.window, task,
+               pipeline.max_positions)
     sample = task.sample(args.length, args.seed, args.index)
     progress(args.quiet, f"answering a {sample.length}-token {args.task} prompt with "
                          f"{', '.join(m.name for m in args.methods)} (compiled; the first run "
                          f"compiles each piece, later runs load them) ...")
     cells = [(m, sample.length if m.full else capacity) for m in args.methods]
-    results = ev.answer_prompt(pipeline, sample, cells, args.seed, task=task)
+    results = answer_prompt(pipeline, sample, cells, args.seed, task=task)
     return TextPromptResult(args.model, args.task, budget, capacity, args.window,
                             sample.length, args.seed, args.index, sample.answer,
                             (int(sample.positions.min()), int(sample.positions.max())),
@@ -241,15 +245,15 @@ def compute(args):
     args.model = args.model or ev.DEFAULT_MODEL
     text_task = args.task != "retrieval"
     if args.window is None:
-        args.window = ev.TextTask.default_window if text_task else ev.DEFAULT_WINDOW
+        args.window = TextTask.default_window if text_task else ev.DEFAULT_WINDOW
     log = (lambda message: None) if args.quiet else (lambda message: progress(False, message))
-    capacity = ev.capacity_of(args.length, budget)
+    capacity = capacity_of(args.length, budget)
     try:
         if text_task:
             return _text_prompt(args, budget, capacity, log)
-        pipeline = ev.Pipeline(args.model, args.window, log=log)
-        ev.check_jobs(ev.jobs_for([args.length], args.methods, [budget]), args.window,
-                      args.variant, pipeline.max_positions)
+        pipeline = Pipeline(args.model, args.window, log=log)
+        check_jobs(jobs_for([args.length], args.methods, [budget]), args.window,
+                   args.variant, pipeline.max_positions)
         sample = retrieval.generate(args.length, args.seed, args.variant, args.index)
         progress(args.quiet, f"answering a {args.length}-token prompt with "
                              f"{', '.join(m.name for m in args.methods)} (compiled; the "

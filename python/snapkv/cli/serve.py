@@ -6,8 +6,10 @@ from __future__ import annotations
 import signal
 import threading
 
-from . import batch, common
-from .common import CLIError, Formatter, progress
+from . import batch
+from .arguments import Formatter, int_in, model_argument
+from .locate import FIXTURE
+from .messages import CLIError, progress, show
 
 
 def add_parser(commands, common_options, compaction):
@@ -31,25 +33,25 @@ def add_parser(commands, common_options, compaction):
                "  curl -s localhost:8000/v1/completions -H 'Content-Type: application/json' "
                "\\\n    -d '{\"prompt\": \"The capital of France is\", \"max_tokens\": 8, "
                "\"temperature\": 0}'")
-    common.model_argument(p, checkpoints=True)
+    model_argument(p, checkpoints=True)
     batch.add_engine_options(p)
     group = p.add_argument_group("server")
     group.add_argument("--host", default="127.0.0.1",
                        help="address to bind (0.0.0.0: every interface)")
-    group.add_argument("--port", type=common.int_in(0, "--port", 65535), default=8000,
+    group.add_argument("--port", type=int_in(0, "--port", 65535), default=8000,
                        help="TCP port (0: any free one, printed on stderr)")
     group.add_argument("--served-model-name", metavar="NAME",
                        help="the model's id in the API (default: MODEL as given)")
-    group.add_argument("--default-max-tokens", type=common.int_in(1, "--default-max-tokens"),
+    group.add_argument("--default-max-tokens", type=int_in(1, "--default-max-tokens"),
                        default=16, metavar="N",
                        help="max_tokens of a request that gives none (OpenAI's default: 16)")
-    group.add_argument("--max-models", type=common.int_in(1, "--max-models"), default=4,
+    group.add_argument("--max-models", type=int_in(1, "--max-models"), default=4,
                        metavar="N", help="SnapKV settings compiled at most, at least 2 (the "
                                          "server's, the full cache for prompts shorter than "
                                          "the window, and those requests name)")
-    group.add_argument("--max-body", type=common.int_in(1, "--max-body"), default=1 << 20,
+    group.add_argument("--max-body", type=int_in(1, "--max-body"), default=1 << 20,
                        metavar="BYTES", help="request bodies larger than this get 400")
-    group.add_argument("--max-connections", type=common.int_in(1, "--max-connections"),
+    group.add_argument("--max-connections", type=int_in(1, "--max-connections"),
                        default=256, metavar="N",
                        help="open connections at most (one thread each); more are closed at "
                             "once")
@@ -64,8 +66,8 @@ def run(args) -> int:
     from ..serving.openai_server import make_server, serve
 
     # A known model by its name (MODEL was resolved to its converted checkpoint).
-    name = args.served_model_name or (common.show(args.model) if args.model
-                                      else common.FIXTURE.removesuffix(".mlir"))
+    name = args.served_model_name or (show(args.model) if args.model
+                                      else FIXTURE.removesuffix(".mlir"))
     try:
         server = make_server(None, args.host, args.port, name=name,
                              default_max_tokens=args.default_max_tokens,

@@ -13,9 +13,13 @@ import numpy as np
 
 from .. import interface
 from ..tools import ToolError
-from . import common
-from .common import CLIError, Formatter, progress, show
+from .arguments import Formatter, add_prompt_options, layer_list, model_argument
+from .compaction import check_window_capacity, describe_options, rewrite
+from .messages import CLIError, progress, read_text, show
+from .opt import count_selects, diagnostics, first_error, run_opt, verify_ir
 from .result import Result, emit
+from .running import check_limits, check_runnable, prompt, prompt_length, signatures
+from .sources import resolve_model
 
 
 def add_parser(commands, common_options, compaction):
@@ -36,11 +40,11 @@ def add_parser(commands, common_options, compaction):
                "  snapkv visualize --out /tmp/snapkv-plots --window 8 --capacity 24\n"
                "  snapkv visualize --out /tmp/plots --window 8 --capacity 24 --gqa mean "
                "--pooling max --kernel 3 --layers 0")
-    common.model_argument(p)
-    common.add_prompt_options(p)
+    model_argument(p)
+    add_prompt_options(p)
     p.add_argument("--out", "-o", type=Path, required=True, metavar="DIR",
                    help="directory for the PNGs (created if needed)")
-    p.add_argument("--layers", type=common.layer_list, metavar="I,J",
+    p.add_argument("--layers", type=layer_list, metavar="I,J",
                    help="only these layers (comma-separated; default: all)")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="show each compile step (snapkv-opt, snapkv-translate, clang)")
@@ -63,10 +67,10 @@ def compile_scores(rewritten: str, args, length: int):
     from .. import runtime
 
     # Keep @prefill only (decode is not needed), then expose the scores.
-    done = common.run_opt(["--symbol-privatize=exclude=prefill", "--symbol-dce",
-                           "--snapkv-expose-scores=functions=prefill"], text=rewritten)
+    done = run_opt(["--symbol-privatize=exclude=prefill", "--symbol-dce",
+                    "--snapkv-expose-scores=functions=prefill"], text=rewritten)
     if done.returncode != 0:
-        raise CLIError(common.first_error(done.stderr))
+        raise CLIError(first_error(done.stderr))
     text = done.stdout
     layers = exposed_layers(text)
     for layer in args.layers or ():
@@ -204,29 +208,29 @@ def compute(args) -> VisualizeResult:
     from .. import reference
     from ..runtime import CompiledCheckError
 
-    path = common.resolve_model(args.model, args.quiet)
-    text = common.read_text(path)
-    common.verify_ir(path)
-    prefill_sig, _ = common.signatures(text, path)
+    path = resolve_model(args.model, args.quiet)
+    text = read_text(path)
+    verify_ir(path)
+    prefill_sig, _ = signatures(text, path)
     vocab = prefill_sig.results[0].shape[-1] if prefill_sig.results else None
-    common.check_limits(text, path, args, common.prompt_length(args), 0)
-    ids, where = common.prompt(args, vocab)
+    check_limits(text, path, args, prompt_length(args), 0)
+    ids, where = prompt(args, vocab)
     length = ids.shape[1]
-    if common.count_selects(text):
+    if count_selects(text):
         progress(args.quiet, f"{show(path)} already holds snapkv.select: using its selects "
                              f"as they are (the compaction options are not used)")
         rewritten = text
-        common.check_runnable(text, path, length, 1, decode=False)
+        check_runnable(text, path, length, 1, decode=False)
     else:
-        common.check_window_capacity(args)
+        check_window_capacity(args)
         if args.chunk or args.decode_interval:
-            raise common.CLIError("--chunk and --decode-interval are for generate, compile "
-                                  "and ledger: visualize shows one-shot selections")
-        common.check_runnable(text, path, length, args.window, decode=False)
-        progress(args.quiet, f"rewriting {show(path)} ({common.describe_options(args)}) ...")
-        rewritten, warnings, _ = common.rewrite(path, args)
+            raise CLIError("--chunk and --decode-interval are for generate, compile "
+                           "and ledger: visualize shows one-shot selections")
+        check_runnable(text, path, length, args.window, decode=False)
+        progress(args.quiet, f"rewriting {show(path)} ({describe_options(args)}) ...")
+        rewritten, warnings, _ = rewrite(path, args)
         if warnings.strip():
-            progress(False, common.diagnostics(warnings))
+            progress(False, diagnostics(warnings))
     function, layers, base = compile_scores(rewritten, args, length)
     try:
         outputs = function(ids)

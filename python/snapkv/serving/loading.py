@@ -32,7 +32,7 @@ class LoadError(Exception):
 
 
 def bundled_model() -> Path:
-    from ..cli.common import FIXTURE, models_dir
+    from ..cli.locate import FIXTURE, models_dir
 
     return models_dir() / FIXTURE
 
