@@ -44,10 +44,15 @@ void snapkv::buildCPUPipeline(OpPassManager &pm,
   pm.addPass(createOutlineSelect());
   // The select's stages as ops of their own (score, top_positions, gather),
   // each lowered and tiled like the whole op's parts.
-  stages::lowerSelections(pm, LoweringTarget::cpu, options.decomposeSelect,
-                          options.keyTile, options.chunk, options.keepLogits,
-                          options.queryTile, /*threads=*/128,
-                          /*tensorCores=*/true, options.attentionInterface);
+  ConfigureLoweringOptions config;
+  config.target = LoweringTarget::cpu;
+  config.keyTile = options.keyTile;
+  config.queryTile = options.queryTile;
+  config.chunk = options.chunk;
+  config.keepLogits = options.keepLogits;
+  config.cpuFeatures = options.cpuFeatures;
+  stages::lowerSelections(pm, config, options.decomposeSelect,
+                          options.attentionInterface);
   OpPassManager &tensors = pm.nest<func::FuncOp>();
   stages::prepareTensorCode(tensors);
   tensors.addPass(createFuseElementwise());

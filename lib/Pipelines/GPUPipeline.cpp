@@ -47,10 +47,14 @@ void snapkv::buildGPUTensorPipeline(OpPassManager &pm,
   // With decompose-select, the same stage ops as on the CPU, each its own
   // kernels; by default the select whole (pooling, selection and gather in
   // one kernel).
-  stages::lowerSelections(pm, LoweringTarget::gpu, options.decomposeSelect,
-                          options.keyTile, options.chunk,
-                          /*keepLogits=*/false, /*queryTile=*/32,
-                          options.threads, options.tensorCores);
+  ConfigureLoweringOptions config;
+  config.target = LoweringTarget::gpu;
+  config.keyTile = options.keyTile;
+  config.chunk = options.chunk;
+  config.keepLogits = false;
+  config.threads = options.threads;
+  config.tensorCores = options.tensorCores;
+  stages::lowerSelections(pm, config, options.decomposeSelect);
   GPUDistributeOptions distribute;
   distribute.threads = options.threads;
   distribute.tensorCores = options.tensorCores;

@@ -15,29 +15,18 @@
 
 using namespace mlir;
 
-void snapkv::stages::lowerSelections(OpPassManager &pm, LoweringTarget target,
-                                     bool decompose, int64_t keyTile,
-                                     int64_t chunk, bool keepLogits,
-                                     int64_t queryTile, int64_t threads,
-                                     bool tensorCores,
-                                     bool attentionInterface) {
+void snapkv::stages::lowerSelections(OpPassManager &pm,
+                                     const ConfigureLoweringOptions &config,
+                                     bool decompose, bool attentionInterface) {
   if (decompose) {
     // On the GPU the conversion splits select_adaptive itself, to lay the
     // ops between its stages out as kernels.
     DecomposeSelectOptions split;
-    split.adaptive = target != LoweringTarget::gpu;
+    split.adaptive = config.target != LoweringTarget::gpu;
     pm.addPass(createDecomposeSelect(split));
   }
-  // Each op's lowering as data (kept where the input already has one), then
-  // the conversion that reads it.
-  ConfigureLoweringOptions config;
-  config.target = target;
-  config.keyTile = keyTile;
-  config.queryTile = queryTile;
-  config.chunk = chunk;
-  config.keepLogits = keepLogits;
-  config.threads = threads;
-  config.tensorCores = tensorCores;
+  // Each root op's strategy as data (kept where the input already has one),
+  // then the conversion that reads it.
   pm.addPass(createConfigureLowering(config));
   ConvertSnapKVToLinalgOptions lowering;
   lowering.attentionInterface = attentionInterface;

@@ -16,17 +16,16 @@
 namespace mlir::snapkv::stages {
 
 /// With `decompose`, each snapkv.select / select_adaptive split into its
-/// stage ops (score, top_positions, gather); each op's
-/// #snapkv.lowering_config for `target` and these sizes; then the snapkv ops
-/// to the formulation laid out as configured, its recorded tiling applied at
-/// once
-/// (before anything could rewrite the ops that carry it), snapkv.attention
-/// to its tiled online softmax (`attentionInterface`: tiled through
-/// TilingInterface and decomposed), then canonicalisation and CSE.
-void lowerSelections(OpPassManager &pm, LoweringTarget target, bool decompose,
-                     int64_t keyTile, int64_t chunk, bool keepLogits,
-                     int64_t queryTile = 32, int64_t threads = 128,
-                     bool tensorCores = true, bool attentionInterface = false);
+/// stage ops (score, top_positions, gather); each root op's
+/// #snapkv.lowering_config chosen by snapkv-configure-lowering with
+/// `config` (its target, sizes given and CPU features); then the snapkv ops
+/// to the formulation laid out as configured, its recorded tiling applied
+/// at once (before anything could rewrite the ops that carry it),
+/// snapkv.attention to its tiled online softmax (`attentionInterface`:
+/// tiled through TilingInterface and decomposed), then canonicalisation and
+/// CSE.
+void lowerSelections(OpPassManager &pm, const ConfigureLoweringOptions &config,
+                     bool decompose, bool attentionInterface = false);
 
 /// The user's tensor code around the selects, into linalg: fpowi expanded
 /// (a vectorised fpowi would get a vector exponent llvm.intr.powi does not

@@ -4,23 +4,46 @@
 include "mlir/Pass/PassBase.td"
 
 def ConfigureLowering : Pass<"snapkv-configure-lowering"> {
-  let summary = "Write each snapkv op's lowering and tiling for a target as "
-                "a #snapkv.lowering_config attribute";
+  let summary = "Choose each root op's lowering, tiling and microkernel for a "
+                "target, as a #snapkv.lowering_config attribute";
   let description = [{
-    The per-target configuration of `convert-snapkv-to-linalg`, as data: every
-    `snapkv.select`, `score`, `top_positions`, `gather`, `select_adaptive`,
-    `attention` and `ragged_attention` without a `snapkv.lowering_config`
-    gets one for `target`:
+    The strategy of a target, in one place: every `snapkv.select`, `score`,
+    `top_positions`, `gather`, `select_adaptive`, `attention` and
+    `ragged_attention` without a `snapkv.lowering_config` gets one chosen
+    from its own shapes and element type, the target and the CPU features:
 
-    * `cpu`: `mapping = forall` (each group of the lowered op one
-      `scf.forall`, which the CPU pipeline runs through OpenMP), the sizes
-      below, `keep_logits` as the option says;
-    * `gpu`: `mapping = gpu_blocks` (the GPU block layout, each group one
-      kernel), `keep_logits = false` (the blocks recompute each tile's
-      logits), `threads` per block and `tensor_cores` as the options say
-      (the block loops carry them to `snapkv-gpu-distribute`).
+    * `key_tile`: `key-tile` if given, else 64 keys per scoring (and
+      attention) tile; a scoring op's is at most its static prompt length
+      (what its lowering would tile anyway).
+    * `query_tile`: `query-tile` if given, else 32 query rows per attention
+      tile.
+    * `chunk`: `chunk` if given, else for a static prompt length the power
+      of two from 16 to 1024 nearest above sqrt(prefix) (the search over the
+      chunk counts against the scan of one chunk), else 0 (the lowering's
+      128 for a dynamic length; `select_adaptive`'s stages choose their own).
+    * `mapping`: `forall` for `cpu` (each group an `scf.forall`, OpenMP in
+      the CPU pipeline), with `keep_logits` as the option says;
+      `gpu_blocks` for `gpu`, with `threads` and `tensor_cores` as the
+      options say (the block loops carry them to `snapkv-gpu-distribute`).
       `snapkv.attention` and `snapkv.ragged_attention` have no GPU
       lowering: the pass reports them and fails.
+    * `microkernel` (CPU): for bf16 operands, `amx` where the CPU has
+      `amx-bf16` and `amx-tile`, else `avx512bf16` where it has
+      `avx512bf16`, else `none` (f32 FMAs on widened operands); `none` for
+      every other element type and for the ops without inner products
+      (`top_positions`, `gather`).
+
+    The bf16 contractions of the rest of the module (`linalg.matmul`,
+    `batch_matmul` and generic contractions, a model's layers) get the same
+    microkernel choice as `snapkv.microkernel`.
+
+    `cpu-features` is the CPU's LLVM feature names, comma-separated (a
+    leading `+` is allowed, `-name` removes one): `host` (the default) asks
+    the host (`llvm::sys::getHostCPUFeatures`), so a test names them to be
+    deterministic. `report=-` prints what was chosen, one JSON object per
+    root op and line, on stdout (`report=FILE` writes it to a file):
+    `{"op", "function", "element_type", "length" (null: dynamic), "given"
+    (the op had its own configuration), "config": {...} or "microkernel"}`.
 
     A configuration already on an op (set by hand, or by an earlier run for
     another target) is kept, so one op can be tiled differently from the
@@ -32,7 +55,7 @@ def ConfigureLowering : Pass<"snapkv-configure-lowering"> {
     // snapkv-opt --snapkv-configure-lowering="target=cpu key-tile=128"
     %k, %v, %i = snapkv.select %q, %k0, %v0 window 32 capacity 1024
         {snapkv.lowering_config = #snapkv.lowering_config<mapping = forall,
-           key_tile = 128, query_tile = 32, chunk = 0, keep_logits = true>}
+           key_tile = 128, query_tile = 32, chunk = 64, keep_logits = true>}
         : ...
     ```
   }];
@@ -45,19 +68,25 @@ def ConfigureLowering : Pass<"snapkv-configure-lowering"> {
                         "scf.forall groups (OpenMP)"),
              clEnumValN(::mlir::snapkv::LoweringTarget::gpu, "gpu",
                         "the GPU block layout"))}]>,
-    Option<"keyTile", "key-tile", "int64_t", /*default=*/"64",
-           "Key positions per scoring tile and per attention key tile">,
-    Option<"queryTile", "query-tile", "int64_t", /*default=*/"32",
-           "Query rows per snapkv.attention tile">,
+    Option<"keyTile", "key-tile", "int64_t", /*default=*/"0",
+           "Key positions per scoring tile and per attention key tile (0: "
+           "chosen per op)">,
+    Option<"queryTile", "query-tile", "int64_t", /*default=*/"0",
+           "Query rows per snapkv.attention tile (0: chosen per op)">,
     Option<"chunk", "chunk", "int64_t", /*default=*/"0",
-           "Prefix positions per compaction chunk (0: automatic)">,
+           "Prefix positions per compaction chunk (0: chosen per op)">,
     Option<"keepLogits", "keep-logits", "bool", /*default=*/"true",
            "For the CPU: score one (batch, query head) at a time and keep its "
            "logits for the votes">,
     Option<"threads", "threads", "int64_t", /*default=*/"128",
            "For the GPU: threads per block">,
     Option<"tensorCores", "tensor-cores", "bool", /*default=*/"true",
-           "For the GPU: 16-bit logits on tensor cores (warp-level MMA)">
+           "For the GPU: 16-bit logits on tensor cores (warp-level MMA)">,
+    Option<"cpuFeatures", "cpu-features", "std::string", /*default=*/"\"host\"",
+           "The CPU's LLVM feature names, comma-separated (host: the host's)">,
+    Option<"report", "report", "std::string", /*default=*/"\"\"",
+           "Where to print the choices as JSON lines (-: stdout; empty: "
+           "nowhere)">
   ];
   let dependentDialects = ["::mlir::snapkv::SnapKVDialect"];
 }

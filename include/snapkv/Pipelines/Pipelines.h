@@ -26,9 +26,11 @@ inline auto assertModeValues() {
 }
 
 struct CPUPipelineOptions : PassPipelineOptions<CPUPipelineOptions> {
-  Option<int64_t> keyTile{*this, "key-tile",
-                          llvm::cl::desc("Key positions per scoring tile"),
-                          llvm::cl::init(64)};
+  Option<int64_t> keyTile{
+      *this, "key-tile",
+      llvm::cl::desc("Key positions per scoring tile (0: chosen per op by "
+                     "snapkv-configure-lowering)"),
+      llvm::cl::init(0)};
   Option<int64_t> chunk{
       *this, "chunk",
       llvm::cl::desc("Prefix positions per compaction chunk (0: automatic)"),
@@ -44,6 +46,12 @@ struct CPUPipelineOptions : PassPipelineOptions<CPUPipelineOptions> {
                      "dlti.target_system_spec CPU max_vector_op_width, else "
                      "the host's)"),
       llvm::cl::init(0)};
+  Option<std::string> cpuFeatures{
+      *this, "cpu-features",
+      llvm::cl::desc("The CPU's LLVM feature names, comma-separated, that "
+                     "snapkv-configure-lowering chooses microkernels for "
+                     "(host: the host's)"),
+      llvm::cl::init("host")};
   Option<bool> fuseAttention{
       *this, "fuse-attention",
       llvm::cl::desc("Replace each prompt's decomposed causal self-attention "
@@ -51,8 +59,9 @@ struct CPUPipelineOptions : PassPipelineOptions<CPUPipelineOptions> {
       llvm::cl::init(true)};
   Option<int64_t> queryTile{
       *this, "query-tile",
-      llvm::cl::desc("Query rows per snapkv.attention tile"),
-      llvm::cl::init(32)};
+      llvm::cl::desc("Query rows per snapkv.attention tile (0: chosen per "
+                     "op by snapkv-configure-lowering)"),
+      llvm::cl::init(0)};
   Option<bool> attentionInterface{
       *this, "attention-interface",
       llvm::cl::desc("Lower snapkv.attention by tiling it through "
@@ -146,9 +155,11 @@ struct GPUPipelineOptions : PassPipelineOptions<GPUPipelineOptions> {
                                   "cubin (assembled by ptxas)"),
                        clEnumValN(DeviceCodeFormat::fatbin, "fatbin",
                                   "fat binary: cubin and PTX"))};
-  Option<int64_t> keyTile{*this, "key-tile",
-                          llvm::cl::desc("Key positions per scoring block"),
-                          llvm::cl::init(64)};
+  Option<int64_t> keyTile{
+      *this, "key-tile",
+      llvm::cl::desc("Key positions per scoring block (0: chosen per op by "
+                     "snapkv-configure-lowering)"),
+      llvm::cl::init(0)};
   Option<int64_t> chunk{
       *this, "chunk",
       llvm::cl::desc("Prefix positions per compaction chunk (0: automatic)"),

@@ -134,12 +134,16 @@ Formulation::Formulation(OpBuilder &builder, Location loc,
   if (!ShapedType::isDynamic(s.length))
     keyTile = std::max<int64_t>(1, std::min(keyTile, s.length));
   chunk = opts.chunk;
-  if (!ShapedType::isDynamic(s.length) && opts.autoChunk) {
-    int64_t prefix = std::max<int64_t>(s.length - s.window, 1);
-    chunk = 16;
-    while (chunk < 1024 && chunk * chunk < prefix)
-      chunk *= 2;
-  }
+  if (!ShapedType::isDynamic(s.length) && opts.autoChunk)
+    chunk = autoChunkSize(s.length, s.window);
+}
+
+int64_t mlir::snapkv::detail::autoChunkSize(int64_t length, int64_t window) {
+  int64_t prefix = std::max<int64_t>(length - window, 1);
+  int64_t chunk = 16;
+  while (chunk < 1024 && chunk * chunk < prefix)
+    chunk *= 2;
+  return chunk;
 }
 
 //===----------------------------------------------------------------------===//

@@ -61,6 +61,10 @@ std::optional<SnapKVToLinalgOptions>
 sizeOptions(Operation *op, StringRef pass, int64_t keyTile, int64_t queryTile,
             int64_t chunk, bool keepLogits);
 
+/// The compaction chunk of a static prompt of `length` positions: the power
+/// of two from 16 to 1024 nearest above sqrt(prefix).
+int64_t autoChunkSize(int64_t length, int64_t window);
+
 /// Writes tile groups into the IR as the formulation emits them: a group is
 /// ops that a target tiles together, `root` tiled with one size per loop
 /// (0 = not tiled; `#snapkv.tile` on the root) and every producer in `fuse`

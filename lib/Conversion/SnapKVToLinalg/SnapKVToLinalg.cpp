@@ -447,7 +447,8 @@ mlir::snapkv::getLoweringConfig(MLIRContext *ctx, LoweringTarget target,
       ctx, cpu ? TileMapping::forall : TileMapping::gpu_blocks, options.keyTile,
       options.queryTile, options.autoChunk ? 0 : options.chunk,
       BoolAttr::get(ctx, cpu && options.keepLogits), cpu ? 0 : options.threads,
-      cpu ? BoolAttr() : BoolAttr::get(ctx, options.tensorCores));
+      cpu ? BoolAttr() : BoolAttr::get(ctx, options.tensorCores),
+      cpu ? options.microkernel : Microkernel::none);
 }
 
 SnapKVToLinalgOptions
@@ -460,6 +461,7 @@ mlir::snapkv::getLoweringOptions(LoweringConfigAttr config) {
   if (config.getChunk() != 0)
     options.chunk = config.getChunk();
   options.keepLogits = config.getKeepLogits().getValue();
+  options.microkernel = config.getMicrokernel();
   if (options.mapping == TileMapping::gpu_blocks) {
     options.threads = config.getThreads();
     options.tensorCores = config.getTensorCores().getValue();

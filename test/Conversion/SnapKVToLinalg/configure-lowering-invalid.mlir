@@ -1,8 +1,10 @@
 // snapkv-configure-lowering refuses, up front, the ops that have no lowering for the
 // target, and sizes that are no sizes.
 // RUN: snapkv-opt %s --split-input-file --snapkv-configure-lowering=target=gpu -verify-diagnostics -o /dev/null
-// RUN: not snapkv-opt %s --snapkv-configure-lowering=key-tile=0 -o /dev/null 2>&1 | FileCheck %s --check-prefix=SIZES
-// SIZES: snapkv-configure-lowering: key-tile and query-tile must be positive and chunk non-negative
+// RUN: not snapkv-opt %s --snapkv-configure-lowering=key-tile=-1 -o /dev/null 2>&1 | FileCheck %s --check-prefix=SIZES
+// SIZES: snapkv-configure-lowering: key-tile, query-tile and chunk must be non-negative (0: chosen per op)
+// RUN: not snapkv-opt %s --snapkv-configure-lowering="cpu-features=avx512f report=%t.missing/report.json" -o /dev/null 2>&1 | FileCheck %s --check-prefix=REPORT
+// REPORT: snapkv-configure-lowering: cannot write the report to '{{.*}}report.json':
 
 func.func @attention(%q: tensor<1x4x?x16xf32>, %k: tensor<1x2x?x16xf32>, %v: tensor<1x2x?x16xf32>)
     -> tensor<1x4x?x16xf32> {

@@ -1,14 +1,15 @@
 // snapkv-configure-lowering writes each op's lowering for a target as data
 // (#snapkv.lowering_config); convert-snapkv-to-linalg lowers every op as its own
 // configuration says. The pipelines run the two: configured and converted gives
-// exactly what the tiling option gives.
+// exactly what the tiling option gives with the sizes the pass chose (the
+// 24-position prompts here: key tiles of at most 24 keys, chunks of 16).
 // RUN: snapkv-opt %s --snapkv-configure-lowering="key-tile=8" | FileCheck %s
 // RUN: snapkv-opt %s --snapkv-configure-lowering="target=gpu chunk=16" | FileCheck %s --check-prefix=GPU
 // RUN: snapkv-opt %s --snapkv-configure-lowering --convert-snapkv-to-linalg -o %t.configured
 // RUN: snapkv-opt %s --convert-snapkv-to-linalg=tiling=cpu -o %t.option
 // RUN: diff %t.configured %t.option
 // RUN: snapkv-opt %s --snapkv-configure-lowering=target=gpu --convert-snapkv-to-linalg -o %t.configured-gpu
-// RUN: snapkv-opt %s --convert-snapkv-to-linalg=tiling=gpu -o %t.option-gpu
+// RUN: snapkv-opt %s --convert-snapkv-to-linalg="tiling=gpu key-tile=24 chunk=16" -o %t.option-gpu
 // RUN: diff %t.configured-gpu %t.option-gpu
 // One op's own configuration wins over the pass's target: @mixed's second select
 // is laid out for GPU blocks with 4-key tiles, its first for forall loops.
@@ -18,10 +19,10 @@
 // RUN: snapkv-opt %s --snapkv-configure-lowering --convert-snapkv-to-linalg | FileCheck %s --check-prefix=ADAPTIVE
 
 // CHECK-LABEL: func.func @select
-// CHECK: snapkv.select {{.*}} {snapkv.lowering_config = #snapkv.lowering_config<mapping = forall, key_tile = 8, query_tile = 32, chunk = 0, keep_logits = true>}
-// CHECK: snapkv.score {{.*}} {snapkv.lowering_config = #snapkv.lowering_config<mapping = forall, key_tile = 8, query_tile = 32, chunk = 0, keep_logits = true>}
+// CHECK: snapkv.select {{.*}} {snapkv.lowering_config = #snapkv.lowering_config<mapping = forall, key_tile = 8, query_tile = 32, chunk = 16, keep_logits = true>}
+// CHECK: snapkv.score {{.*}} {snapkv.lowering_config = #snapkv.lowering_config<mapping = forall, key_tile = 8, query_tile = 32, chunk = 16, keep_logits = true>}
 // GPU-LABEL: func.func @select
-// GPU: snapkv.select {{.*}} {snapkv.lowering_config = #snapkv.lowering_config<mapping = gpu_blocks, key_tile = 64, query_tile = 32, chunk = 16, keep_logits = false, threads = 128, tensor_cores = true>}
+// GPU: snapkv.select {{.*}} {snapkv.lowering_config = #snapkv.lowering_config<mapping = gpu_blocks, key_tile = 24, query_tile = 32, chunk = 16, keep_logits = false, threads = 128, tensor_cores = true>}
 func.func @select(%q: tensor<1x2x2x4xf32>, %k: tensor<1x2x24x4xf32>, %v: tensor<1x2x24x4xf32>)
     -> (tensor<1x2x6x4xf32>, tensor<1x2x6x4xf32>, tensor<1x2x6xi64>, tensor<1x2x22xf32>) {
   %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 6

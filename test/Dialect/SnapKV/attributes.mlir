@@ -191,6 +191,55 @@ func.func @lowering_config_gpu_keeps_no_logits() {
 
 // -----
 
+// The microkernel of a CPU configuration (none, the default, is not printed),
+// and on its own on a linalg contraction.
+// CHECK-LABEL: func.func @microkernel
+// CHECK: snapkv.lowering_config = #snapkv.lowering_config<mapping = forall, key_tile = 64, query_tile = 32, chunk = 0, keep_logits = true, microkernel = avx512bf16>
+// CHECK: snapkv.lowering_config = #snapkv.lowering_config<mapping = forall, key_tile = 64, query_tile = 32, chunk = 0, keep_logits = true>}
+// CHECK: linalg.matmul {snapkv.microkernel = #snapkv.microkernel<amx>}
+func.func @microkernel(%q: tensor<1x2x2x4xbf16>, %k: tensor<1x2x24x4xbf16>, %v: tensor<1x2x24x4xbf16>,
+                       %a: tensor<4x8xbf16>, %b: tensor<8x4xbf16>, %c: tensor<4x4xf32>)
+    -> (tensor<1x2x6xi64>, tensor<1x2x6xi64>, tensor<4x4xf32>) {
+  %0, %1, %2 = snapkv.select %q, %k, %v window 2 capacity 6
+      {snapkv.lowering_config = #snapkv.lowering_config<mapping = forall, key_tile = 64, query_tile = 32, chunk = 0, keep_logits = true, microkernel = avx512bf16>}
+      : (tensor<1x2x2x4xbf16>, tensor<1x2x24x4xbf16>, tensor<1x2x24x4xbf16>)
+      -> (tensor<1x2x6x4xbf16>, tensor<1x2x6x4xbf16>, tensor<1x2x6xi64>)
+  %3, %4, %5 = snapkv.select %q, %k, %v window 2 capacity 6
+      {snapkv.lowering_config = #snapkv.lowering_config<mapping = forall, key_tile = 64, query_tile = 32, chunk = 0, keep_logits = true, microkernel = none>}
+      : (tensor<1x2x2x4xbf16>, tensor<1x2x24x4xbf16>, tensor<1x2x24x4xbf16>)
+      -> (tensor<1x2x6x4xbf16>, tensor<1x2x6x4xbf16>, tensor<1x2x6xi64>)
+  %m = linalg.matmul {snapkv.microkernel = #snapkv.microkernel<amx>}
+      ins(%a, %b : tensor<4x8xbf16>, tensor<8x4xbf16>) outs(%c : tensor<4x4xf32>) -> tensor<4x4xf32>
+  return %2, %5, %m : tensor<1x2x6xi64>, tensor<1x2x6xi64>, tensor<4x4xf32>
+}
+
+// -----
+
+func.func @lowering_config_gpu_microkernel() {
+  // expected-error @below {{microkernel avx512bf16 is a CPU kernel; mapping = gpu_blocks needs none}}
+  "test.a"() {x = #snapkv.lowering_config<mapping = gpu_blocks, key_tile = 8, query_tile = 32, chunk = 0, keep_logits = false, threads = 64, tensor_cores = true, microkernel = avx512bf16>} : () -> ()
+  return
+}
+
+// -----
+
+func.func @microkernel_not_on_linalg() {
+  // expected-error @below {{snapkv.microkernel is for linalg ops}}
+  "test.a"() {snapkv.microkernel = #snapkv.microkernel<amx>} : () -> ()
+  return
+}
+
+// -----
+
+func.func @microkernel_unknown() {
+  // expected-error @below {{expected ::mlir::snapkv::Microkernel to be one of: none, avx512bf16, amx}}
+  // expected-error @below {{failed to parse SnapKV_LoweringConfigAttr parameter 'microkernel'}}
+  "test.a"() {x = #snapkv.lowering_config<mapping = forall, key_tile = 8, query_tile = 32, chunk = 0, keep_logits = true, microkernel = avx2>} : () -> ()
+  return
+}
+
+// -----
+
 func.func @lowering_config_not_on_a_snapkv_op() {
   // expected-error @below {{snapkv.lowering_config is for the snapkv ops that convert-snapkv-to-linalg lowers}}
   "test.a"() {snapkv.lowering_config = #snapkv.lowering_config<mapping = forall, key_tile = 8, query_tile = 32, chunk = 0, keep_logits = true>} : () -> ()

@@ -49,6 +49,9 @@ struct SnapKVToLinalgOptions {
   /// W x L logits (f32) between the softmax statistics and the votes
   /// instead of computing them twice; the head's key tiles are parallel.
   bool keepLogits = false;
+  /// CPU: the instructions of the inner products (the configuration's
+  /// `microkernel`; read by the vectorisation, not by the formulation).
+  Microkernel microkernel = Microkernel::none;
   /// GPU: threads per block, and 16-bit logits on tensor cores.
   int64_t threads = 128;
   bool tensorCores = true;

@@ -4,6 +4,7 @@
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/ControlFlow/IR/ControlFlowOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -62,7 +63,7 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 LogicalResult LoweringConfigAttr::verify(
     function_ref<InFlightDiagnostic()> emitError, TileMapping mapping,
     int64_t keyTile, int64_t queryTile, int64_t chunk, BoolAttr keepLogits,
-    int64_t threads, BoolAttr tensorCores) {
+    int64_t threads, BoolAttr tensorCores, Microkernel microkernel) {
   if (keyTile < 1 || queryTile < 1)
     return emitError() << "key_tile and query_tile must be positive, got "
                        << keyTile << " and " << queryTile;
@@ -81,6 +82,9 @@ LogicalResult LoweringConfigAttr::verify(
   if (!blocks && (threads != 0 || tensorCores))
     return emitError() << "threads and tensor_cores are for mapping = "
                           "gpu_blocks";
+  if (blocks && microkernel != Microkernel::none)
+    return emitError() << "microkernel " << stringifyMicrokernel(microkernel)
+                       << " is a CPU kernel; mapping = gpu_blocks needs none";
   return success();
 }
 
@@ -192,6 +196,17 @@ LogicalResult SnapKVDialect::verifyOperationAttribute(Operation *op,
         cast<LoweringConfigAttr>(value).getMapping() == TileMapping::gpu_blocks)
       return op->emitOpError("has no GPU lowering: its snapkv.lowering_config "
                              "cannot map it to gpu_blocks");
+    return success();
+  }
+  if (name == "snapkv.microkernel") {
+    // On the linalg contractions of a model; a snapkv op carries its
+    // microkernel in its snapkv.lowering_config.
+    if (!isa<MicrokernelAttr>(value))
+      return op->emitError("snapkv.microkernel must be a #snapkv.microkernel "
+                           "attribute");
+    if (!isa<linalg::LinalgOp>(op))
+      return op->emitError("snapkv.microkernel is for linalg ops (a snapkv "
+                           "op's is in its snapkv.lowering_config)");
     return success();
   }
   if (name == "snapkv.refusal") {

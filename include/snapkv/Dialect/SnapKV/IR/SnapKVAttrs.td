@@ -14,6 +14,30 @@ def SnapKV_TileMapping : I32EnumAttr<"TileMapping",
 def SnapKV_TileMappingAttr : EnumAttr<SnapKV_Dialect, SnapKV_TileMapping,
                                       "mapping">;
 
+def SnapKV_Microkernel : I32EnumAttr<"Microkernel",
+    "the CPU instructions an op's inner products are built from",
+    [I32EnumAttrCase<"none", 0>, I32EnumAttrCase<"avx512bf16", 1>,
+     I32EnumAttrCase<"amx", 2>]> {
+  let cppNamespace = "::mlir::snapkv";
+  let genSpecializedAttr = 0;
+}
+def SnapKV_MicrokernelAttr : EnumAttr<SnapKV_Dialect, SnapKV_Microkernel,
+                                      "microkernel"> {
+  let assemblyFormat = "`<` $value `>`";
+  let summary = "The microkernel of one root op, as chosen for its target";
+  let description = [{
+    `none`: the generic vectorisation (f32 FMAs, 16-bit operands widened);
+    `avx512bf16`: bf16 pairs multiplied and accumulated in f32 by
+    `vdpbf16ps` (AVX512_BF16); `amx`: bf16 tiles on AMX (AMX_BF16). Chosen
+    by `snapkv-configure-lowering` from the op's element types and the CPU
+    features, as the `microkernel` of a `#snapkv.lowering_config` (snapkv
+    ops) or on its own as `snapkv.microkernel` (a linalg contraction).
+  }];
+}
+def SnapKV_MicrokernelParameter : EnumParameter<SnapKV_Microkernel> {
+  let defaultValue = "::mlir::snapkv::Microkernel::none";
+}
+
 def SnapKV_TileAttr : AttrDef<SnapKV_Dialect, "Tile"> {
   let mnemonic = "tile";
   let summary = "How to tile one structured op and which producers to fuse";
@@ -64,7 +88,9 @@ def SnapKV_LoweringConfigAttr : AttrDef<SnapKV_Dialect, "LoweringConfig"> {
     `tensor_cores` whether 16-bit logits go to warp-level MMA: the
     conversion puts the configuration on the block loops it makes, and
     `snapkv-gpu-distribute` splits each block over its own threads (warps).
-    Both are absent for `forall`.
+    Both are absent for `forall`. `microkernel` (CPU only; `none`, the
+    default, is not printed) names the instructions the op's inner products
+    use: `avx512bf16` or `amx` for bf16 operands on a CPU that has them.
 
     ```mlir
     %k, %v, %i = snapkv.select %q, %k0, %v0 window 32 capacity 1024
@@ -81,7 +107,8 @@ def SnapKV_LoweringConfigAttr : AttrDef<SnapKV_Dialect, "LoweringConfig"> {
                         "int64_t":$key_tile, "int64_t":$query_tile,
                         "int64_t":$chunk, "::mlir::BoolAttr":$keep_logits,
                         DefaultValuedParameter<"int64_t", "0">:$threads,
-                        OptionalParameter<"::mlir::BoolAttr">:$tensor_cores);
+                        OptionalParameter<"::mlir::BoolAttr">:$tensor_cores,
+                        SnapKV_MicrokernelParameter:$microkernel);
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
 }
