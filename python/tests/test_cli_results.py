@@ -18,7 +18,6 @@ import pytest
 from test_cli import DYNAMIC, needs_opt, needs_runner
 
 from snapkv import cli
-from snapkv import evaluation as ev
 from snapkv import models as registry
 from snapkv.cli import compile as compile_cli
 from snapkv.cli import eval as eval_cli
@@ -26,6 +25,7 @@ from snapkv.cli import export, generate, ledger, locate, models, needle, visuali
 from snapkv.cli.compaction import DEFAULTS
 from snapkv.cli.locate import FIXTURE, missing_frontend_packages
 from snapkv.cli.result import json_text
+from snapkv.evaluation import DEFAULT_MODEL
 from snapkv.tasks import retrieval
 
 COMPACTION = dict(DEFAULTS, window=8, capacity=24)
@@ -423,8 +423,8 @@ def test_generate_prints_its_result(monkeypatch, capsys):
 
 def needs_retrieval_model():
     needs_runner()
-    if not (ev.DEFAULT_MODEL / "config.json").is_file():
-        pytest.skip(f"{ev.DEFAULT_MODEL} is missing (it ships with the repository)")
+    if not (DEFAULT_MODEL / "config.json").is_file():
+        pytest.skip(f"{DEFAULT_MODEL} is missing (it ships with the repository)")
 
 
 def test_needle_prints_its_result(monkeypatch, capsys):

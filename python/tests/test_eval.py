@@ -24,9 +24,9 @@ import numpy as np
 import pytest
 from conftest import require_aot_tools
 
-from snapkv import evaluation as ev
 from snapkv import hf, reference, runtime
 from snapkv.cli import main
+from snapkv.evaluation import DEFAULT_WINDOW
 from snapkv.evaluation.methods import METHODS, PUBLISHED, method_named
 from snapkv.evaluation.pipeline import Pipeline
 from snapkv.evaluation.suite import answer_prompt
@@ -177,7 +177,7 @@ def test_composition_is_the_rewritten_model(pipeline, name):
     tokens = pipeline.answer(method, int(np.argmax(logits)), LENGTH, steps, compacted)
 
     whole = runtime.CompiledModel(
-        hf.rewrite(pipeline.exported.text, method.compaction(ev.DEFAULT_WINDOW, capacity, 5)),
+        hf.rewrite(pipeline.exported.text, method.compaction(DEFAULT_WINDOW, capacity, 5)),
         weights=pipeline.checkpoint)
     direct_logits, direct_caches = whole.prefill(sample.ids[None])
     assert np.array_equal(direct_logits[0, -1], logits)
@@ -186,17 +186,17 @@ def test_composition_is_the_rewritten_model(pipeline, name):
         assert got.shape == want.shape and np.array_equal(got, want)
     assert tokens == whole.generate(sample.ids[None], steps)["tokens"]
     heads = 4 if method.options.get("gqa", "expand") == "expand" else 2
-    compaction = method.compaction(ev.DEFAULT_WINDOW, capacity, 5)
+    compaction = method.compaction(DEFAULT_WINDOW, capacity, 5)
     # block-16 keeps 16 + 4 x 16 = 80 of the budget's 85 (whole blocks only).
     capacities = reference.layer_capacities(compaction.budget, compaction.window,
                                             compaction.capacity, len(kept),
                                             compaction.pyramid_beta)
     assert [k.shape for k in kept] == [(1, heads, min(c, LENGTH)) for c in capacities]
-    window = np.arange(LENGTH - ev.DEFAULT_WINDOW, LENGTH)
+    window = np.arange(LENGTH - DEFAULT_WINDOW, LENGTH)
     assert all(np.isin(window, row).all() for k in kept for row in k[0])
     if method.block > 1:  # P = 240 is whole blocks: each is kept entirely or not at all
         for row in (row for k in kept for row in k[0]):
-            counts = np.bincount(row[row < LENGTH - ev.DEFAULT_WINDOW] // method.block)
+            counts = np.bincount(row[row < LENGTH - DEFAULT_WINDOW] // method.block)
             assert set(counts.tolist()) <= {0, method.block}, row
 
 
@@ -223,13 +223,13 @@ def test_adaptive_composition(pipeline, name):
     assert pipeline.cache_bytes(method, packed) == pipeline.cache_bytes(uniform, rows) == \
         sum(c.nbytes for c in rows)
     options = {**PUBLISHED, **method.options}
-    floor = method.floor(ev.DEFAULT_WINDOW, capacity)
-    assert floor == int(0.2 * (capacity - ev.DEFAULT_WINDOW))
+    floor = method.floor(DEFAULT_WINDOW, capacity)
+    assert floor == int(0.2 * (capacity - DEFAULT_WINDOW))
     uneven = 0
     for layer, heads in enumerate(kept):
-        q = queries[layer][:, :, -ev.DEFAULT_WINDOW:]
+        q = queries[layer][:, :, -DEFAULT_WINDOW:]
         want = reference.select_adaptive(q, caches[2 * layer], caches[2 * layer + 1],
-                                         ev.DEFAULT_WINDOW, capacity, floor,
+                                         DEFAULT_WINDOW, capacity, floor,
                                          kernel=options["kernel"], gqa=options["gqa"])
         got = np.concatenate(heads[0])
         assert np.array_equal(got, want.indices[0])
@@ -255,7 +255,7 @@ def test_adaptive_composition(pipeline, name):
     assert tokens == direct and len(tokens) == steps + 1
     assert pipeline.decode_ms(method, direct[-1], LENGTH, packed) > 0
     # And the composition is the model rewritten with budget=adaptive, compiled whole.
-    compaction = method.compaction(ev.DEFAULT_WINDOW, capacity, 5)
+    compaction = method.compaction(DEFAULT_WINDOW, capacity, 5)
     assert (compaction.budget, compaction.floor) == ("adaptive", floor)
     whole = runtime.CompiledModel(hf.rewrite(pipeline.exported.text, compaction),
                                   weights=pipeline.checkpoint)

@@ -15,7 +15,7 @@ from typing import List
 
 import numpy as np
 
-from .. import evaluation as ev
+from ..evaluation import DEFAULT_MODEL, DEFAULT_WINDOW, EvalError
 from ..evaluation.methods import DEFAULT_BUDGETS, METHODS, capacity_of, fraction_text, method_named
 from ..evaluation.pipeline import Pipeline
 from ..evaluation.results import ResultCache
@@ -89,7 +89,7 @@ def add_parser(commands, common_options):
                    default=DEFAULT_VARIANT, help="retrieval task variant (multitoken: see the "
                                                  "description)")
     p.add_argument("--window", "-W", type=int_in(1, "the window"),
-                   help=f"SnapKV observation window (default: {ev.DEFAULT_WINDOW} for the "
+                   help=f"SnapKV observation window (default: {DEFAULT_WINDOW} for the "
                         f"retrieval task, whose question sits in its last 16 positions; "
                         f"{TextTask.default_window} for the text tasks)")
     p.add_argument("--json", metavar="FILE", help="write the results as JSON ('-': stdout, "
@@ -264,10 +264,10 @@ def compute(args) -> EvalResult:
     if args.plots is not None and importlib.util.find_spec("matplotlib") is None:
         raise CLIError("--plots needs matplotlib: pip install matplotlib")
     log = (lambda message: None) if args.quiet else (lambda message: progress(False, message))
-    args.model = args.model or ev.DEFAULT_MODEL
+    args.model = args.model or DEFAULT_MODEL
     text_task = args.task != "retrieval"
     if args.window is None:
-        args.window = TextTask.default_window if text_task else ev.DEFAULT_WINDOW
+        args.window = TextTask.default_window if text_task else DEFAULT_WINDOW
     try:
         pipeline = Pipeline(args.model, args.window, log=log,
                             measure_prefill=args.prefill_memory, dtype=args.dtype or "f32")
@@ -281,7 +281,7 @@ def compute(args) -> EvalResult:
         seconds = time.perf_counter() - start
         rows = ordered(rows, args.methods)
         written = [] if args.plots is None else write_plots(args, pipeline, rows, kept)
-    except ev.EvalError as error:
+    except EvalError as error:
         raise CLIError(str(error)) from None
     except (CompiledCheckError, ResourceLimitError) as error:
         raise CLIError(f"the compiled model stopped: {error}") from None

@@ -10,7 +10,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import List
 
-from .. import evaluation as ev
+from ..evaluation import DEFAULT_MODEL, DEFAULT_WINDOW, EvalError
 from ..evaluation.methods import capacity_of, fraction_text
 from ..evaluation.pipeline import Pipeline
 from ..evaluation.suite import answer_prompt, check_jobs, jobs_for
@@ -66,7 +66,7 @@ def add_parser(commands, common_options):
     p.add_argument("--variant", choices=sorted(retrieval.VARIANTS), default=DEFAULT_VARIANT,
                    help="task variant")
     p.add_argument("--window", "-W", type=int_in(1, "the window"),
-                   help=f"SnapKV observation window (default {ev.DEFAULT_WINDOW} for the "
+                   help=f"SnapKV observation window (default {DEFAULT_WINDOW} for the "
                         f"retrieval task, {TextTask.default_window} for the text tasks)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead")
     p.set_defaults(func=run)
@@ -242,10 +242,10 @@ def compute(args):
     budget = args.budget[0] if len(args.budget) == 1 else None
     if budget is None:
         raise CLIError("--budget takes one fraction")
-    args.model = args.model or ev.DEFAULT_MODEL
+    args.model = args.model or DEFAULT_MODEL
     text_task = args.task != "retrieval"
     if args.window is None:
-        args.window = TextTask.default_window if text_task else ev.DEFAULT_WINDOW
+        args.window = TextTask.default_window if text_task else DEFAULT_WINDOW
     log = (lambda message: None) if args.quiet else (lambda message: progress(False, message))
     capacity = capacity_of(args.length, budget)
     try:
@@ -259,7 +259,7 @@ def compute(args):
                              f"{', '.join(m.name for m in args.methods)} (compiled; the "
                              f"first run compiles each piece, later runs load them) ...")
         results = answer_all(pipeline, sample, args.methods, capacity, args.seed)
-    except ev.EvalError as error:
+    except EvalError as error:
         raise CLIError(str(error)) from None
     except (CompiledCheckError, ResourceLimitError) as error:
         raise CLIError(f"the compiled model stopped: {error}") from None
