@@ -1,7 +1,9 @@
 """The suite: (length, method, budget) cells, refused before anything runs when they cannot
 be evaluated, each prompt answered by every cell that lacks its result.
 
-A prompt counts as correct when greedy decoding reproduces every answer token. Results are
+A prompt counts as correct when greedy decoding reproduces every answer token (the synthetic
+retrieval task) or when the answer string occurs in the greedy continuation at word boundaries
+(the text tasks). Results are
 cached per (model weights, method options, length, capacity, prompt seed and index, task
 variant, generator version, snapkv-opt build) under ``$SNAPKV_EVAL_CACHE`` (default
 ``~/.cache/snapkv/eval``), so a rerun only computes what is new.
