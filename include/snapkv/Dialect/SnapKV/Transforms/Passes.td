@@ -75,7 +75,11 @@ def ReportCache : Pass<"snapkv-report-cache", "::mlir::ModuleOp"> {
     * compacted: `2 * B * Hc * (min(L, C) + g) * D * e`, with `Hc = Hq` for
       `gqa expand` and `Hkv` for `mean` / `max`;
 
-    `e` is the byte size of the element type. Weights, workspaces and
+    `e` is the byte size of the element type. A module rewritten with
+    `kv-dtype=i8` (`snapkv.kv_cache`) holds `D + 4` bytes per compacted row
+    instead of `D * e` (int8 values and an f32 scale): the compacted and
+    decode-peak bytes count that, and each layer's JSON `row_bytes` says
+    which. Weights, workspaces and
     temporary attention tensors are not counted. The module is not changed.
 
     A select in a function that is called (`func.call`) counts once per run:
@@ -90,7 +94,8 @@ def ReportCache : Pass<"snapkv-report-cache", "::mlir::ModuleOp"> {
     {
       "prompt_length": L, "generated": g,
       "layers": [{"layer": 0, "gqa": "expand", "B": 1, "Hkv": 8, "Hc": 32,
-                  "D": 128, "e": 2, "kept": 1024, "full": ..., "compacted": ...},
+                  "D": 128, "e": 2, "row_bytes": 256, "kept": 1024,
+                  "full": ..., "compacted": ...},
                  ...],
       "total": {"layers": N, "full": ..., "compacted": ..., "ratio": ...}
     }
