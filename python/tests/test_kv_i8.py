@@ -8,7 +8,8 @@ bundled tiny model:
   tokens on the tiny model are the same;
 * the ledger (snapkv-report-cache), the runner's caches and ``generate --json`` count
   D + 4 bytes a row;
-* an unknown --kv-dtype is a usage error naming the choices; i8 with --chunk is refused.
+* an unknown --kv-dtype is a usage error naming the choices; i8 with --chunk, or on the IREE
+  route, is refused.
 
 The two compiled variants are cached by the runner (about 20 s each the first time).
 """
@@ -135,6 +136,11 @@ def test_cli_kv_dtype():
                       "--capacity", CAPACITY, "-q")
     assert done.returncode == 1
     assert "--kv-dtype i8 is not available with --chunk" in done.stderr, done.stderr
+    done = snapkv_cli("compile", DYNAMIC, "--device", "iree-cpu", "--kv-dtype", "i8", "-o",
+                      "/tmp/unused.vmfb", "-q")
+    assert done.returncode == 1
+    assert "--kv-dtype i8: the IREE route keeps the cache in the model's type" in done.stderr, \
+        done.stderr
     done = snapkv_cli("eval", "--kv-dtype", "u8", "-q")
     assert done.returncode == 2 and "choose from 'same', 'i8'" in done.stderr, done.stderr
 
