@@ -7,6 +7,7 @@
 // RUN: snapkv-opt %S/../Models/tiny_llama_dynamic.mlir --snapkv-compress-kv-cache="window=8 capacity=24 kv-dtype=i8" | FileCheck %s
 // RUN: snapkv-opt %S/../Models/tiny_llama_dynamic.mlir --snapkv-compress-kv-cache="window=8 capacity=24 gqa=expand kv-dtype=i8" | FileCheck %s --check-prefix=EXPAND
 // RUN: snapkv-opt %S/Inputs/models/llama_layers.mlir --snapkv-compress-kv-cache="window=4 capacity=8 prefill-func=prefill_layer decode-func=decode_layer kv-dtype=i8" | FileCheck %s --check-prefix=LAYERS
+// RUN: snapkv-opt %S/Inputs/models/llama_layers_bf16.mlir --snapkv-compress-kv-cache="window=4 capacity=8 prefill-func=prefill_layer decode-func=decode_layer strict=true kv-dtype=i8" | FileCheck %s --check-prefix=BF16
 // RUN: snapkv-opt %S/../Models/tiny_llama_dynamic.mlir --snapkv-compress-kv-cache="window=8 capacity=24 kv-dtype=i8" \
 // RUN:   --snapkv-report-cache="prompt-length=48 generated=16 format=json" -o /dev/null | FileCheck %s --check-prefix=LEDGER
 // RUN: snapkv-opt %S/../Models/tiny_llama_dynamic.mlir --snapkv-compress-kv-cache="window=8 capacity=24 kv-dtype=i8" \
@@ -56,6 +57,14 @@
 // LAYERS: call @prefill_layer({{.*}} -> (tensor<1x?x32xf32>, tensor<1x2x?x132xi8>, tensor<1x2x?x132xi8>)
 // LAYERS: func.func @decode(%{{.*}}: tensor<1x1xi64>, %{{.*}}: tensor<1xi64>, %{{.*}}: tensor<1x2x?x132xi8>, %{{.*}}: tensor<1x2x?x132xi8>, %{{.*}}: tensor<1x2x?x132xi8>, %{{.*}}: tensor<1x2x?x132xi8>,
 // LAYERS: call @decode_layer({{.*}}tensor<1x2x?x132xi8>, tensor<1x2x?x132xi8>,
+
+// A bf16 model: the rows are widened to f32 to be quantized, and read back rounded to bf16.
+// BF16: func.func private @decode_layer(%{{.*}}: tensor<1x1x32xbf16>, %{{.*}}: tensor<1xi64>, %{{.*}}: tensor<1x2x?x132xi8>, %{{.*}}: tensor<1x2x?x132xi8>,
+// BF16: arith.extf %{{.*}} : bf16 to f32
+// BF16: math.roundeven
+// BF16: arith.sitofp %{{.*}} : i8 to f32
+// BF16-NEXT: arith.mulf
+// BF16-NEXT: arith.truncf %{{.*}} : f32 to bf16
 
 // D + 4 = 20 bytes a row: 2 (K, V) * 2 heads * (24 + 16) rows * 20 = 3,200 B a layer; the
 // full cache stays f32: 2 * 2 * (48 + 16) * 16 * 4 = 16,384 B.
