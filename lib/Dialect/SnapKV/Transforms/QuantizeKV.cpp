@@ -75,6 +75,26 @@ static Value toF32(OpBuilder &b, Location loc, Value v) {
                              : arith::ExtFOp::create(b, loc, b.getF32Type(), v);
 }
 
+/// `input` reduced along its last dimension: per row, `combine(element,
+/// accumulator)` from `initial`.
+static Value
+reduceRows(OpBuilder &b, Location loc, Value input, TypedAttr initial,
+           function_ref<Value(OpBuilder &, Location, Value, Value)> combine) {
+  unsigned rank = cast<RankedTensorType>(input.getType()).getRank();
+  auto [identity, perRow] = rowMaps(b.getContext(), rank);
+  Value zero = arith::ConstantOp::create(b, loc, initial);
+  Value empty = tensor::EmptyOp::create(b, loc, rowSizes(b, loc, input),
+                                        initial.getType());
+  Value init = linalg::FillOp::create(b, loc, zero, empty).getResult(0);
+  return linalg::GenericOp::create(
+             b, loc, init.getType(), input, init, {identity, perRow},
+             rowIterators(rank, /*reduce=*/true),
+             [&](OpBuilder &nb, Location nl, ValueRange args) {
+               yield(nb, nl, combine(nb, nl, args[0], args[1]));
+             })
+      .getResult(0);
+}
+
 Value mlir::snapkv::quantizeRows(OpBuilder &b, Location loc, Value rows) {
   auto type = cast<RankedTensorType>(rows.getType());
   unsigned rank = type.getRank();
@@ -83,21 +103,16 @@ Value mlir::snapkv::quantizeRows(OpBuilder &b, Location loc, Value rows) {
   Type f32 = b.getF32Type(), i8 = b.getI8Type();
   AffineMap rowIdentity = AffineMap::getMultiDimIdentityMap(rank - 1, ctx);
   // s = absmax / 127 per row.
-  Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0f));
+  Value absmax = reduceRows(
+      b, loc, rows, b.getF32FloatAttr(0.0f),
+      [&](OpBuilder &nb, Location nl, Value element, Value acc) -> Value {
+        Value a = math::AbsFOp::create(nb, nl, toF32(nb, nl, element));
+        return arith::MaxNumFOp::create(nb, nl, acc, a);
+      });
   Value empty = tensor::EmptyOp::create(b, loc, rowSizes(b, loc, rows), f32);
-  Value init = linalg::FillOp::create(b, loc, zero, empty).getResult(0);
-  Value absmax =
-      linalg::GenericOp::create(
-          b, loc, init.getType(), rows, init, {identity, perRow},
-          rowIterators(rank, /*reduce=*/true),
-          [&](OpBuilder &nb, Location nl, ValueRange args) {
-            Value a = math::AbsFOp::create(nb, nl, toF32(nb, nl, args[0]));
-            yield(nb, nl, arith::MaxNumFOp::create(nb, nl, args[1], a));
-          })
-          .getResult(0);
   Value scales =
       linalg::GenericOp::create(
-          b, loc, init.getType(), absmax, empty, {rowIdentity, rowIdentity},
+          b, loc, empty.getType(), absmax, empty, {rowIdentity, rowIdentity},
           rowIterators(rank - 1, false),
           [&](OpBuilder &nb, Location nl, ValueRange args) {
             Value c127 =
@@ -164,20 +179,14 @@ Value mlir::snapkv::dequantizeRows(OpBuilder &b, Location loc, Value packed,
       strides);
   // Each row's scale bits: the bytes or-ed into place.
   Type i32 = b.getI32Type();
-  Value zero = arith::ConstantIntOp::create(b, loc, 0, 32);
-  Value empty = tensor::EmptyOp::create(b, loc, rowSizes(b, loc, packed), i32);
-  Value init = linalg::FillOp::create(b, loc, zero, empty).getResult(0);
-  Value bits =
-      linalg::GenericOp::create(
-          b, loc, init.getType(), bytes, init, {identity, perRow},
-          rowIterators(rank, /*reduce=*/true),
-          [&](OpBuilder &nb, Location nl, ValueRange args) {
-            Value byte = arith::ExtUIOp::create(nb, nl, i32, args[0]);
-            Value placed =
-                arith::ShLIOp::create(nb, nl, byte, byteShift(nb, nl, rank));
-            yield(nb, nl, arith::OrIOp::create(nb, nl, args[1], placed));
-          })
-          .getResult(0);
+  Value bits = reduceRows(
+      b, loc, bytes, b.getI32IntegerAttr(0),
+      [&](OpBuilder &nb, Location nl, Value element, Value acc) -> Value {
+        Value byte = arith::ExtUIOp::create(nb, nl, i32, element);
+        Value placed =
+            arith::ShLIOp::create(nb, nl, byte, byteShift(nb, nl, rank));
+        return arith::OrIOp::create(nb, nl, acc, placed);
+      });
   Value outInit = tensor::EmptyOp::create(
       b, loc, tensor::getMixedSizes(b, loc, values), elementType);
   return linalg::GenericOp::create(
