@@ -96,6 +96,9 @@ class Compaction:
     decode_capacity: int = 0
     # Block-granular selection: whole blocks of `block` prefix positions (1: single ones).
     block: int = 1
+    # The compacted cache's element type: "same" (the model's) or "i8" (int8 rows with a
+    # per-token per-head f32 scale, docs/model-rewrite.md "An 8-bit cache").
+    kv_dtype: str = "same"
 
     @property
     def extends(self) -> bool:
@@ -123,6 +126,8 @@ class Compaction:
             options += f" decode-capacity={self.decode_capacity}"
         if self.block != 1:
             options += f" block={self.block}"
+        if self.kv_dtype != "same":
+            options += f" kv-dtype={self.kv_dtype}"
         return options
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from .dtypes import element_type, to_float64
+from .dtypes import bf16_to_f32, element_type, to_float64
 
 POOLINGS = ("avg", "max")
 GQA_POLICIES = ("expand", "mean", "max")
@@ -407,3 +407,29 @@ def _validate(q, k, v, window, capacity, kernel, pooling, gqa, order, scale, dty
                               or not math.isfinite(scale)):
         raise ValueError(f"scale must be a finite number, got {scale!r}")
     return elems[0]
+
+
+# The i8 cache of ``snapkv-compress-kv-cache kv-dtype=i8`` (docs/model-rewrite.md, "An 8-bit
+# cache"): a row of D values becomes D int8 values and the four bytes of its f32 scale.
+SCALE_BYTES = 4
+
+
+def quantize_rows(x):
+    """``[..., D]`` float32 or f16 (bf16 as uint16 bits) -> ``[..., D + 4]`` int8, exactly as
+    the compiled rewrite: ``s = absmax / 127`` in f32, ``q = clamp(roundeven(x / s), -127,
+    127)`` (0 where s = 0), then s's bytes, little-endian."""
+    x = np.asarray(x)
+    x = bf16_to_f32(x) if x.dtype == np.uint16 else x.astype(np.float32)
+    scale = (np.max(np.abs(x), axis=-1, keepdims=True, initial=np.float32(0))
+             / np.float32(127)).astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.clip(np.rint(x / scale), -127, 127)
+    q = np.where(scale > 0, q, 0).astype(np.int8)
+    return np.concatenate([q, scale.astype("<f4").view(np.int8)], axis=-1)
+
+
+def dequantize_rows(packed):
+    """The packed rows of :func:`quantize_rows` read back as ``q * s`` (float32)."""
+    packed = np.ascontiguousarray(packed, dtype=np.int8)
+    scale = packed[..., -SCALE_BYTES:].copy().view("<f4")
+    return packed[..., :-SCALE_BYTES].astype(np.float32) * scale

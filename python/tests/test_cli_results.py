@@ -248,7 +248,7 @@ def test_eval_result():
         result, model=Path("other"), model_sha256="cd" * 32, task="passkey",
         variant="distractor", seed=1, window=8, samples=3, task_key=dict(variant="x"),
         rows=[result.rows[0], dict(result.rows[1], accuracy=0.0)], seconds=90.0,
-        written=[], dtype="bf16"),
+        written=[], dtype="bf16", kv_dtype="i8"),
         text_only={"seconds", "written"}, json_only={"model_sha256", "task_key"})
 
 

@@ -17,7 +17,9 @@ from .opt import diagnostics, layer_functions, run_opt
 # method's 5 and expand: docs/eval.md, "The defaults"); the demo passes its small sizes.
 DEFAULTS = dict(window=32, capacity=1024, kernel=15, pooling="avg", gqa="mean",
                 order="position", budget="uniform", pyramid_beta=20, floor=0, chunk=0,
-                decode_interval=0, decode_capacity=0, block=1)
+                decode_interval=0, decode_capacity=0, block=1, kv_dtype="same")
+# --kv-dtype: the compacted cache's element type (snapkv-compress-kv-cache kv-dtype).
+KV_DTYPES = ("same", "i8")
 
 
 def compaction_parent(strict: bool = False) -> argparse.ArgumentParser:
@@ -88,6 +90,12 @@ def compaction_parent(strict: bool = False) -> argparse.ArgumentParser:
                             "(docs/semantics.md, \"Blocks\"); C - W (and M - W with "
                             "--decode-capacity M) must be a multiple of B; needs --budget "
                             "uniform. 1 (the default): single positions")
+    group.add_argument("--kv-dtype", choices=KV_DTYPES, default=DEFAULTS["kv_dtype"],
+                       help="element type of the compacted K/V cache: same = the model's "
+                            "(--dtype); i8 = int8 rows with a per-token per-head f32 scale "
+                            "(symmetric, absmax/127), D + 4 bytes a row, quantized when "
+                            "written and read back where attention reads the cache; not with "
+                            "--chunk, --decode-interval or --budget adaptive")
     if strict:
         group.add_argument("--strict", action="store_true",
                            help="a module the rewrite does not recognise with certainty is "
@@ -128,6 +136,13 @@ def check_window_capacity(args):
                 raise CLIError(f"--block ({block}) must divide {name} - --window "
                                f"({kept - args.window} = {kept} - {args.window}): whole "
                                f"blocks fill the kept prefix")
+    kv_dtype = getattr(args, "kv_dtype", "same")
+    for name, value in (("--chunk", chunk), ("--decode-interval",
+                                             getattr(args, "decode_interval", 0)),
+                        ("--budget adaptive", getattr(args, "budget", "") == "adaptive")):
+        if value and kv_dtype != "same":
+            raise CLIError(f"--kv-dtype {kv_dtype} is not available with {name} (the "
+                           f"extend function and the ragged cache take the model's type)")
     for name, value in (("--chunk", chunk), ("--decode-interval",
                                              getattr(args, "decode_interval", 0))):
         if value and args.gqa == "expand":
@@ -152,6 +167,8 @@ def pass_options(args, strict: bool, text: str = "") -> str:
         options += f" budget={args.budget} pyramid-beta={args.pyramid_beta}"
     if getattr(args, "block", 1) != 1:
         options += f" block={args.block}"
+    if getattr(args, "kv_dtype", "same") != "same":
+        options += f" kv-dtype={args.kv_dtype}"
     layers = layer_functions(text) if text else None
     prefill = getattr(args, "prefill_func", None)
     decode = getattr(args, "decode_func", None)
@@ -193,6 +210,8 @@ def describe(options: dict) -> str:
         f"layers' mean)"
     if options.get("block", 1) != 1:
         budget += f", whole blocks of {options['block']} positions"
+    if options.get("kv_dtype", "same") != "same":
+        budget += f", {options['kv_dtype']} cache"
     chunk = f", chunked prefill ({options['chunk']} tokens a chunk)" \
         if options.get("chunk") else ""
     if options.get("decode_interval"):

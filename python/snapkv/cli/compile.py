@@ -177,6 +177,9 @@ def _check_device_options(args):
             raise CLIError(f"{flag} {value}: the IREE module has one-shot prefill and a "
                            f"uniform budget only (IreeModel has no @extend and no ragged "
                            f"cache)")
+    if args.kv_dtype != "same":
+        raise CLIError(f"--kv-dtype {args.kv_dtype}: the IREE route keeps the cache in the "
+                       f"model's type (the i8 cache runs on --device cpu)")
     if args.cuda_arch and args.device != "cuda":
         raise CLIError("--cuda-arch goes with --device cuda")
     try:

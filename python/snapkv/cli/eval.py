@@ -24,6 +24,7 @@ from ..evaluation.tasks import RetrievalTask, TextTask
 from ..runtime import CompiledCheckError, ResourceLimitError
 from ..tasks import retrieval
 from .arguments import Formatter, dtype_option, int_in
+from .compaction import KV_DTYPES
 from .messages import CLIError, progress, show
 from .result import Result, emit, json_text
 
@@ -67,6 +68,11 @@ def add_parser(commands, common_options):
                         "tokenizer) or a known model's name (`snapkv models`), default: "
                         "models/retrieval-llama")
     dtype_option(p, module_files=False)
+    p.add_argument("--kv-dtype", choices=KV_DTYPES, default="same",
+                   help="element type of the SnapKV methods' compacted caches: same = the "
+                        "model's (--dtype); i8 = int8 rows with a per-token per-head f32 "
+                        "scale (docs/model-rewrite.md, \"An 8-bit cache\"). The full cache "
+                        "keeps the model's type; not with chunked or adaptive methods")
     p.add_argument("--lengths", type=int_list("--lengths"), metavar="L,L",
                    default=",".join(map(str, DEFAULT_LENGTHS)), help="prompt lengths")
     p.add_argument("--budgets", type=budget_list, metavar="F,F",
@@ -233,11 +239,13 @@ class EvalResult(Result):
     seconds: float   # computing the rows
     written: List[Path]
     dtype: str = "f32"  # --dtype: the element type the model ran in
+    kv_dtype: str = "same"  # --kv-dtype: the compacted caches' element type
 
     def to_json(self) -> dict:
         return dict(model=show(self.model), model_sha256=self.model_sha256, task=self.task,
                     variant=self.variant, seed=self.seed, window=self.window,
-                    samples=self.samples, dtype=self.dtype, task_key=self.task_key,
+                    samples=self.samples, dtype=self.dtype, kv_dtype=self.kv_dtype,
+                    task_key=self.task_key,
                     results=self.rows)
 
     def render_text(self) -> str:
@@ -245,7 +253,9 @@ class EvalResult(Result):
                      if self.task != "retrieval" else
                      "share of (layer, head) caches that hold every answer token")
         return "\n".join(
-            [f"snapkv eval: {show(self.model)} ({self.dtype}), task {self.variant!r}, seed "
+            [f"snapkv eval: {show(self.model)} ({self.dtype}"
+             + (f", {self.kv_dtype} compacted caches" if self.kv_dtype != "same" else "")
+             + f"), task {self.variant!r}, seed "
              f"{self.seed}, window {self.window}, {self.samples} prompts per length "
              f"({self.seconds:.0f} s)",
              *table(self.rows),
@@ -286,7 +296,8 @@ def compute(args) -> EvalResult:
     except (CompiledCheckError, ResourceLimitError) as error:
         raise CLIError(f"the compiled model stopped: {error}") from None
     return EvalResult(args.model, pipeline.digest, args.task, task.name, args.seed, args.window,
-                      args.samples, task.key(), rows, seconds, written, pipeline.dtype)
+                      args.samples, task.key(), rows, seconds, written, pipeline.dtype,
+                      pipeline.kv_dtype)
 
 
 def run(args) -> int:

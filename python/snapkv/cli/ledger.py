@@ -71,7 +71,8 @@ def ledger_text(text: str, prompt_length: int, generated: int) -> str:
 
 def ledger_data(text: str, prompt_length: int, generated: int) -> dict:
     """The ledger of the module `text` as {layers: [...], total: {...}}, from
-    snapkv-report-cache format=json: each layer {layer, gqa, B, Hkv, Hc, D, e, kept, full,
+    snapkv-report-cache format=json: each layer {layer, gqa, B, Hkv, Hc, D, e, row_bytes (D * e,
+    or D + 4 with an i8 cache), kept, full,
     compacted, prefill_peak_rows, prefill_peak, decode_peak_rows, decode_peak}, the total
     {layers, full, compacted, ratio, prefill_peak, decode_peak} (ratio None when full is 0)."""
     out = _report_cache(text, prompt_length, generated, "json")

@@ -22,6 +22,7 @@ as each method's rewritten model compiled whole (:class:`snapkv.runtime.Compiled
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import hashlib
 import time
 from pathlib import Path
@@ -31,6 +32,7 @@ import numpy as np
 
 from .. import hf, interface, tools
 from ..models import file_digest
+from ..reference import quantize_rows
 from ..tools import ToolError
 from . import DEFAULT_WINDOW, EvalError
 from .methods import PUBLISHED, Method
@@ -112,14 +114,17 @@ class Pipeline:
 
     def __init__(self, model_dir: Path, window: int = DEFAULT_WINDOW,
                  log: Optional[Callable[[str], None]] = None, measure_prefill: bool = False,
-                 dtype: str = "f32"):
+                 dtype: str = "f32", kv_dtype: str = "same"):
         """`measure_prefill`: also run each one-shot cell's own compiled model once (its
         first prompt) to measure what its prefill holds and takes; chunked methods are
         always measured (they answer with their own model). `dtype`: the element type the
-        checkpoint is exported in (:class:`snapkv.hf.ExportOptions`)."""
+        checkpoint is exported in (:class:`snapkv.hf.ExportOptions`). `kv_dtype`: the
+        compacted caches' element type (:class:`snapkv.hf.Compaction`; the full cache keeps
+        `dtype`); "i8" is not available with chunked or adaptive methods."""
         from ..frontend.checkpoint import Checkpoint, CheckpointError
 
         self.model_dir, self.window, self.dtype = Path(model_dir), window, dtype
+        self.kv_dtype = kv_dtype
         self.measure_prefill = measure_prefill
         # The query rows the shared prefill exposes: the widest window of the methods run
         # (a narrower window's queries are the last rows of these, the same values).
@@ -189,7 +194,8 @@ class Pipeline:
                                      self.exported_extend.text)
                 label = f"{method.name} model, C={capacity}"
             else:
-                text = self._rewrite(method.compaction(self.window, capacity, seed))
+                text = self._rewrite(dataclasses.replace(
+                    method.compaction(self.window, capacity, seed), kv_dtype=self.kv_dtype))
                 label = f"{method.name} model, C={capacity}"
             self._models[key] = self._compiled_model(text, label)
         return self._models[key]
@@ -309,6 +315,8 @@ class Pipeline:
 
         gqa = "full" if method.full else {**PUBLISHED, **method.options}["gqa"]
         key = f"adaptive-{gqa}" if method.adaptive else gqa
+        if not method.full and self.kv_dtype != "same":
+            key += f"-{self.kv_dtype}"
         if key not in self._decoders:
             if gqa == "full":
                 text, label = self.exported.text, "original model (decode)"
@@ -320,8 +328,9 @@ class Pipeline:
                 label = f"ragged decode, gqa {gqa}"
             else:
                 text = self._rewrite(hf.Compaction(window=self.window, capacity=UNBOUNDED,
-                                                   gqa=gqa))
-                label = f"decode, gqa {gqa}"
+                                                   gqa=gqa, kv_dtype=self.kv_dtype))
+                label = f"decode, gqa {gqa}" + \
+                    (f", {self.kv_dtype} cache" if self.kv_dtype != "same" else "")
             self._decoders[key] = self._compiled_model(text, label)
         return self._decoders[key]
 
@@ -347,6 +356,8 @@ class Pipeline:
         for layer, function in enumerate(functions):
             q = np.ascontiguousarray(queries[layer][:, :, -rows:, :])
             k, v, index, *offsets = function(q, caches[2 * layer], caches[2 * layer + 1])
+            if self.kv_dtype == "i8":  # the select votes unquantized; its rows are stored
+                k, v = quantize_rows(k), quantize_rows(v)
             out += [k, v, *offsets]
             if offsets:
                 bounds = offsets[0][0]

@@ -99,6 +99,11 @@ def evaluate(pipeline: Pipeline, lengths: Sequence[int], methods: Sequence[Metho
                        compiler=compiler, **task.key())
         if pipeline.dtype != "f32":  # f32 results keep the keys they were stored under
             job.key["dtype"] = pipeline.dtype
+        if pipeline.kv_dtype != "same" and not job.method.full:
+            if job.method.adaptive or job.method.chunk:
+                raise EvalError(f"{job.method.name}: --kv-dtype {pipeline.kv_dtype} is not "
+                                f"available with chunked prefill or an adaptive budget")
+            job.key["kv_dtype"] = pipeline.kv_dtype
     total = len(lengths) * samples
     done, computed, start = 0, 0, time.perf_counter()
     for length in lengths:

@@ -175,6 +175,9 @@ def check_compaction(c: hf.Compaction) -> Optional[str]:
         return f"decode_capacity must be greater than window ({c.window})"
     if (c.chunk or c.decode_interval) and (c.gqa == "expand" or c.budget != "uniform"):
         return "chunk and decode_interval need gqa mean or max and budget uniform"
+    if c.kv_dtype != "same" and (c.chunk or c.decode_interval or c.budget == "adaptive"):
+        return f"kv_dtype {c.kv_dtype} does not go with chunk, decode_interval or budget " \
+            f"adaptive"
     return None
 
 

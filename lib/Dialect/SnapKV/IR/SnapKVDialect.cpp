@@ -264,6 +264,19 @@ LogicalResult SnapKVDialect::verifyOperationAttribute(Operation *op,
                            "name, on a module");
     return success();
   }
+  if (name == "snapkv.kv_cache") {
+    // snapkv-compress-kv-cache kv-dtype=i8: the caches hold packed int8 rows
+    // with an f32 scale each (QuantizeKV.h).
+    auto record = dyn_cast<DictionaryAttr>(value);
+    auto field = [&](StringRef key) {
+      auto s = record ? dyn_cast_or_null<StringAttr>(record.get(key)) : nullptr;
+      return s ? s.getValue() : StringRef();
+    };
+    if (!isa<ModuleOp>(op) || field("dtype") != "i8" || field("scale") != "f32")
+      return op->emitError("snapkv.kv_cache must be {dtype = \"i8\", scale = "
+                           "\"f32\"}, on a module");
+    return success();
+  }
   if (name == "snapkv.exposed_scores") {
     auto list = dyn_cast<ArrayAttr>(value);
     if (!list || !llvm::all_of(list, llvm::IsaPred<StringAttr>))

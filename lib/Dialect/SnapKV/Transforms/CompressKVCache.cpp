@@ -162,6 +162,14 @@ struct CompressKVCachePass
       bad = std::string(chunk > 0 ? "chunk" : "decode-interval") +
             " needs budget=uniform (per-layer and per-head budgets are not "
             "available with chunked prefill or decode-time compression)";
+    else if (kvDtype == KVCacheType::i8 &&
+             (extends() || budget == BudgetPolicy::adaptive))
+      bad = std::string("kv-dtype=i8 is not available with ") +
+            (chunk > 0            ? "chunk"
+             : decodeInterval > 0 ? "decode-interval"
+                                  : "budget=adaptive") +
+            " (the extend function and the ragged cache take the model's "
+            "element type)";
     else if (extends() && extendFunc.empty())
       bad = std::string(chunk > 0 ? "chunk" : "decode-interval") +
             " needs extend-func to name a function";
@@ -266,8 +274,16 @@ struct CompressKVCachePass
           b, loc, queries, m.keys.source, m.values.source, window,
           layerCapacity[index], kernelSize, pooling, gqa, order, scale, scoring,
           layerSinks, layerSeed, block);
-      ret->setOperand(layer.keyResult, select.getSelectedKeys());
-      ret->setOperand(layer.valueResult, select.getSelectedValues());
+      Value keys = select.getSelectedKeys(),
+            values = select.getSelectedValues();
+      // The select votes with the unquantized K/V; only the kept rows are
+      // quantized (per row, so the same as gathering quantized rows).
+      if (kvDtype == KVCacheType::i8) {
+        keys = quantizeRows(b, loc, keys);
+        values = quantizeRows(b, loc, values);
+      }
+      ret->setOperand(layer.keyResult, keys);
+      ret->setOperand(layer.valueResult, values);
     }
     if (!layerOffsets.empty()) {
       // Each layer's offsets follow its values (prefillChange's `inserted`).
@@ -282,8 +298,10 @@ struct CompressKVCachePass
     updateSignature(func);
   }
 
-  void expandCache(OpBuilder &b, BlockArgument cache, tensor::ConcatOp append,
-                   RepeatedKV kv, int64_t queryHeads) {
+  /// Returns the new append (of the expanded cache and the repeated row).
+  tensor::ConcatOp expandCache(OpBuilder &b, BlockArgument cache,
+                               tensor::ConcatOp append, RepeatedKV kv,
+                               int64_t queryHeads) {
     auto type = cast<RankedTensorType>(cache.getType());
     int64_t group = queryHeads / type.getDimSize(1);
     cache.setType(
@@ -293,7 +311,7 @@ struct CompressKVCachePass
     b.setInsertionPoint(append);
     Location loc = append.getLoc();
     Value token = repeatHeads(b, loc, append.getInputs()[1], group);
-    Value appended =
+    auto appended =
         tensor::ConcatOp::create(b, loc, 2, ValueRange{cache, token});
     Value replacement = appended;
     if (cast<RankedTensorType>(kv.repeated.getType()).getRank() == 3)
@@ -304,16 +322,43 @@ struct CompressKVCachePass
     append.getResult().replaceUsesWithIf(appended, [](OpOperand &use) {
       return isa<func::ReturnOp>(use.getOwner());
     });
+    return appended;
+  }
+
+  /// kv-dtype=i8: `cache` holds packed rows; the new row is quantized and
+  /// appended, the append is returned, and what read it reads its rows
+  /// dequantized.
+  void quantizeCache(OpBuilder &b, BlockArgument cache,
+                     tensor::ConcatOp append) {
+    auto type = cast<RankedTensorType>(cache.getType());
+    cache.setType(quantizedType(type));
+    b.setInsertionPoint(append);
+    Location loc = append.getLoc();
+    Value row = quantizeRows(b, loc, append.getInputs()[1]);
+    Value appended =
+        tensor::ConcatOp::create(b, loc, 2, ValueRange{cache, row});
+    Value read = dequantizeRows(b, loc, appended, type.getElementType());
+    append.getResult().replaceUsesWithIf(appended, [](OpOperand &use) {
+      return isa<func::ReturnOp>(use.getOwner());
+    });
+    append.getResult().replaceAllUsesWith(read);
   }
 
   void rewriteDecode(func::FuncOp func, ArrayRef<DecodeLayer> layers) {
     OpBuilder b(func.getContext());
     for (const DecodeLayer &layer : layers) {
       AttentionMatch m = layer.attention;
+      tensor::ConcatOp keyAppend = layer.keyAppend,
+                       valueAppend = layer.valueAppend;
       if (gqa == GqaPolicy::expand && m.queryHeads != m.kvHeads) {
-        expandCache(b, layer.keyCache, layer.keyAppend, m.keys, m.queryHeads);
-        expandCache(b, layer.valueCache, layer.valueAppend, m.values,
-                    m.queryHeads);
+        keyAppend =
+            expandCache(b, layer.keyCache, keyAppend, m.keys, m.queryHeads);
+        valueAppend = expandCache(b, layer.valueCache, valueAppend, m.values,
+                                  m.queryHeads);
+      }
+      if (kvDtype == KVCacheType::i8) {
+        quantizeCache(b, layer.keyCache, keyAppend);
+        quantizeCache(b, layer.valueCache, valueAppend);
       }
       // Logical mask: the new token sees every cached key (see Passes.td).
       m.maskAdd.getResult(0).replaceAllUsesWith(m.maskAdd.getDpsInputs()[0]);
@@ -387,7 +432,7 @@ struct CompressKVCachePass
     if (decode)
       rewritten.push_back(decode);
     SignatureChange prefillTypes = prefillChange(
-        *pre, gqa, layerCapacity, budget == BudgetPolicy::adaptive);
+        *pre, gqa, layerCapacity, budget == BudgetPolicy::adaptive, kvDtype);
     FailureOr<CallSites> prefillCalls =
         analyseCallers(module, prefill, prefillTypes, rewritten, refusal);
     if (failed(prefillCalls)) {
@@ -396,8 +441,8 @@ struct CompressKVCachePass
     }
     FailureOr<CallSites> decodeCalls = CallSites{};
     if (decode) {
-      decodeCalls = analyseCallers(module, decode, decodeChange(*dec, gqa),
-                                   rewritten, refusal);
+      decodeCalls = analyseCallers(
+          module, decode, decodeChange(*dec, gqa, kvDtype), rewritten, refusal);
       if (failed(decodeCalls)) {
         refuse(decode, decodeName, refusal);
         return failure();
@@ -597,6 +642,11 @@ struct CompressKVCachePass
       updateCallers(target.func, target.calls);
     }
     Builder b(&getContext());
+    if (kvDtype == KVCacheType::i8)
+      module->setAttr(kKVCacheAttrName,
+                      b.getDictionaryAttr(
+                          {b.getNamedAttr("dtype", b.getStringAttr("i8")),
+                           b.getNamedAttr("scale", b.getStringAttr("f32"))}));
     if (chunk > 0)
       module->setAttr(
           kChunkedPrefillAttrName,

@@ -96,6 +96,9 @@ private:
 struct Row {
   GqaPolicy gqa;
   uint64_t batch, kvHeads, heads, dim, bytes, kept, full, compacted;
+  /// Bytes of one compacted row of one head: D * e, or D + 4 for the packed
+  /// int8 rows of kv-dtype=i8 (snapkv.kv_cache).
+  uint64_t rowBytes;
   /// K/V the layer holds during prefill before its select: the whole prompt's
   /// (one-shot), or the cache plus one chunk (chunked prefill).
   uint64_t peakRows, peak;
@@ -164,7 +167,8 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
   /// in all, `snapkv.select_adaptive`), or an error at its location.
   FailureOr<Row> row(Operation *op, unsigned layer, uint64_t length,
                      uint64_t extra, uint64_t chunk,
-                     const std::optional<DecodeCompression> &dc) {
+                     const std::optional<DecodeCompression> &dc,
+                     bool quantized) {
     auto select = dyn_cast<SelectOp>(op);
     auto adaptive = dyn_cast<SelectAdaptiveOp>(op);
     auto qTy = cast<RankedTensorType>(op->getOperand(0).getType());
@@ -189,6 +193,7 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
     r.dim = qTy.getDimSize(3);
     r.kvHeads = kTy.getDimSize(1);
     r.heads = r.gqa == GqaPolicy::expand ? qTy.getDimSize(1) : r.kvHeads;
+    r.rowBytes = quantized ? r.dim + kScaleBytes : r.dim * r.bytes;
     // Adaptive heads keep different counts, Hc x min(L, C) in all.
     r.kept = std::min<uint64_t>(length, capacity);
     // Decode-time compression bounds what decoding appends.
@@ -197,7 +202,7 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
     std::optional<uint64_t> full =
         product({2, r.batch, r.kvHeads, length + extra, r.dim, r.bytes});
     std::optional<uint64_t> compacted =
-        product({2, r.batch, r.heads, decoded, r.dim, r.bytes});
+        product({2, r.batch, r.heads, decoded, r.rowBytes});
     if (!full || !compacted) {
       bool whole = !full;
       return emitError(op->getLoc())
@@ -217,7 +222,7 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
     r.peak = *product({2, r.batch, r.kvHeads, r.peakRows, r.dim, r.bytes});
     r.decodePeakRows = decodePeak;
     std::optional<uint64_t> decodeBytes =
-        product({2, r.batch, r.heads, decodePeak, r.dim, r.bytes});
+        product({2, r.batch, r.heads, decodePeak, r.rowBytes});
     if (!decodeBytes)
       return emitError(op->getLoc())
              << "snapkv-report-cache: layer " << layer
@@ -270,6 +275,8 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
       };
       dc = DecodeCompression{get("interval"), get("window"), get("capacity")};
     }
+    // kv-dtype=i8: the compacted caches hold packed int8 rows.
+    bool quantized = getOperation()->hasAttr(kKVCacheAttrName);
     WalkResult walk = getOperation().walk([&](Operation *op) {
       if (!isa<SelectOp, SelectAdaptiveOp>(op))
         return WalkResult::advance();
@@ -285,7 +292,8 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
         repeats = *count;
       }
       for (uint64_t i = 0; i < repeats; ++i) {
-        FailureOr<Row> r = row(op, rows.size(), length, extra, chunk, dc);
+        FailureOr<Row> r =
+            row(op, rows.size(), length, extra, chunk, dc, quantized);
         if (failed(r))
           return WalkResult::interrupt();
         std::optional<uint64_t> full =
@@ -347,6 +355,7 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
             json.attribute("Hc", r.heads);
             json.attribute("D", r.dim);
             json.attribute("e", r.bytes);
+            json.attribute("row_bytes", r.rowBytes);
             json.attribute("kept", r.kept);
             json.attribute("full", r.full);
             json.attribute("compacted", r.compacted);
@@ -381,6 +390,10 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
       os << " chunk=" << chunk;
     os << " (persistent K/V bytes; prefill peak: before each select; decode "
           "peak: the most held while decoding)\n";
+    if (!rows.empty() &&
+        rows.front().rowBytes != rows.front().dim * rows.front().bytes)
+      os << "compacted cache in int8: D + 4 bytes a row (the values and an f32 "
+            "scale)\n";
     os << llvm::format(
         "%-6s %-7s %4s %4s %4s %5s %2s %8s %22s %22s %22s %22s\n", "layer",
         "gqa", "B", "Hkv", "Hc", "D", "e", "kept", "full", "compacted",

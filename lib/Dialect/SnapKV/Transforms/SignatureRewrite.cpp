@@ -102,7 +102,8 @@ FailureOr<CallSites> analyseCallers(ModuleOp module, func::FuncOp callee,
 /// The types prefill's K/V results take: `snapkv.select`'s results, layer l
 /// keeping `capacities[l]` positions.
 SignatureChange prefillChange(ArrayRef<PrefillLayer> layers, GqaPolicy gqa,
-                              ArrayRef<int64_t> capacities, bool ragged) {
+                              ArrayRef<int64_t> capacities, bool ragged,
+                              KVCacheType kvDtype) {
   SignatureChange change;
   for (auto [layer, capacity] : llvm::zip_equal(layers, capacities)) {
     const AttentionMatch &m = layer.attention;
@@ -124,6 +125,8 @@ SignatureChange prefillChange(ArrayRef<PrefillLayer> layers, GqaPolicy gqa,
     auto compacted = RankedTensorType::get(
         {type.getDimSize(0), heads, length, type.getDimSize(3)},
         type.getElementType());
+    if (kvDtype == KVCacheType::i8)
+      compacted = quantizedType(compacted);
     if (compacted == type)
       continue;
     change.results[layer.keyResult] = compacted;
@@ -132,20 +135,23 @@ SignatureChange prefillChange(ArrayRef<PrefillLayer> layers, GqaPolicy gqa,
   return change;
 }
 
-/// The types decode's caches take: `Hq` heads under gqa=expand.
-SignatureChange decodeChange(ArrayRef<DecodeLayer> layers, GqaPolicy gqa) {
+/// The types decode's caches take: `Hq` heads under gqa=expand, packed i8
+/// rows under kv-dtype=i8.
+SignatureChange decodeChange(ArrayRef<DecodeLayer> layers, GqaPolicy gqa,
+                             KVCacheType kvDtype) {
   SignatureChange change;
-  if (gqa != GqaPolicy::expand)
-    return change;
   for (const DecodeLayer &layer : layers) {
     const AttentionMatch &m = layer.attention;
-    if (m.queryHeads == m.kvHeads)
+    bool expand = gqa == GqaPolicy::expand && m.queryHeads != m.kvHeads;
+    if (!expand && kvDtype == KVCacheType::same)
       continue;
     auto type = cast<RankedTensorType>(layer.keyCache.getType());
-    auto expanded =
-        RankedTensorType::get({type.getDimSize(0), m.queryHeads,
-                               type.getDimSize(2), type.getDimSize(3)},
-                              type.getElementType());
+    auto expanded = RankedTensorType::get(
+        {type.getDimSize(0), expand ? m.queryHeads : type.getDimSize(1),
+         type.getDimSize(2), type.getDimSize(3)},
+        type.getElementType());
+    if (kvDtype == KVCacheType::i8)
+      expanded = quantizedType(expanded);
     change.args[layer.keyCache.getArgNumber()] = expanded;
     change.args[layer.valueCache.getArgNumber()] = expanded;
     change.results[layer.keyResult] = expanded;

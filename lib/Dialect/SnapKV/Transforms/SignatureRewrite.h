@@ -10,6 +10,7 @@
 #define SNAPKV_LIB_DIALECT_SNAPKV_TRANSFORMS_SIGNATUREREWRITE_H
 
 #include "KVCacheAnalysis.h"
+#include "snapkv/Dialect/SnapKV/Transforms/QuantizeKV.h"
 
 #include "mlir/IR/BuiltinOps.h"
 
@@ -48,12 +49,15 @@ FailureOr<CallSites> analyseCallers(ModuleOp module, func::FuncOp callee,
                                     Refusal &refusal);
 
 /// The types prefill's K/V results take: `snapkv.select`'s results, layer l
-/// keeping `capacities[l]` positions.
+/// keeping `capacities[l]` positions; packed i8 rows under kv-dtype=i8.
 SignatureChange prefillChange(ArrayRef<PrefillLayer> layers, GqaPolicy gqa,
-                              ArrayRef<int64_t> capacities, bool ragged);
+                              ArrayRef<int64_t> capacities, bool ragged,
+                              KVCacheType kvDtype = KVCacheType::same);
 
-/// The types decode's caches take: `Hq` heads under gqa=expand.
-SignatureChange decodeChange(ArrayRef<DecodeLayer> layers, GqaPolicy gqa);
+/// The types decode's caches take: `Hq` heads under gqa=expand, packed i8
+/// rows under kv-dtype=i8.
+SignatureChange decodeChange(ArrayRef<DecodeLayer> layers, GqaPolicy gqa,
+                             KVCacheType kvDtype);
 
 /// Erases the ops of `func` left without uses, to a fixed point.
 void eraseDeadOps(func::FuncOp func);

@@ -3,6 +3,7 @@
 
 #include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
 #include "snapkv/Dialect/SnapKV/Transforms/Budgets.h"
+#include "snapkv/Dialect/SnapKV/Transforms/QuantizeKV.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"

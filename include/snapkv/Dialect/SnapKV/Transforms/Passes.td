@@ -75,7 +75,11 @@ def ReportCache : Pass<"snapkv-report-cache", "::mlir::ModuleOp"> {
     * compacted: `2 * B * Hc * (min(L, C) + g) * D * e`, with `Hc = Hq` for
       `gqa expand` and `Hkv` for `mean` / `max`;
 
-    `e` is the byte size of the element type. Weights, workspaces and
+    `e` is the byte size of the element type. A module rewritten with
+    `kv-dtype=i8` (`snapkv.kv_cache`) holds `D + 4` bytes per compacted row
+    instead of `D * e` (int8 values and an f32 scale): the compacted and
+    decode-peak bytes count that, and each layer's JSON `row_bytes` says
+    which. Weights, workspaces and
     temporary attention tensors are not counted. The module is not changed.
 
     A select in a function that is called (`func.call`) counts once per run:
@@ -90,7 +94,8 @@ def ReportCache : Pass<"snapkv-report-cache", "::mlir::ModuleOp"> {
     {
       "prompt_length": L, "generated": g,
       "layers": [{"layer": 0, "gqa": "expand", "B": 1, "Hkv": 8, "Hc": 32,
-                  "D": 128, "e": 2, "kept": 1024, "full": ..., "compacted": ...},
+                  "D": 128, "e": 2, "row_bytes": 256, "kept": 1024,
+                  "full": ..., "compacted": ...},
                  ...],
       "total": {"layers": N, "full": ..., "compacted": ..., "ratio": ...}
     }
@@ -447,6 +452,19 @@ def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
     `capacity` is then M, `function` the copy, and `entry` names the public
     function of the chain the runner calls.
 
+    `kv-dtype=i8` keeps the cache in 8 bits (docs/model-rewrite.md, "An
+    8-bit cache"): each cached row (one token of one head) becomes `D + 4`
+    i8, the values `clamp(roundeven(x / s), -127, 127)` with the row's
+    symmetric scale `s = absmax / 127` (f32) in the last four bytes
+    (little-endian). The select still votes with prefill's unquantized K/V
+    and keeps `min(L, C)` rows, which are then quantized; decode quantizes
+    the new row, appends it to the packed cache and reads the cache back as
+    `q * s` where its attention read the cache. Cache arguments and results
+    take the type `[B, Hc, T, D + 4] x i8`, and the module records
+    `snapkv.kv_cache = {dtype = "i8", scale = "f32"}` (snapkv-report-cache
+    counts `D + 4` bytes a row). Not available with `chunk`,
+    `decode-interval` or `budget=adaptive`.
+
     A packed cache has no functional append, so `budget=adaptive` needs a
     decode that `snapkv-append-in-place` could rewrite (caches of dynamic
     length, read only by their append and run-time checks); otherwise the
@@ -458,6 +476,7 @@ def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
     "::mlir::bufferization::BufferizationDialect",
     "::mlir::cf::ControlFlowDialect",
     "::mlir::linalg::LinalgDialect",
+    "::mlir::math::MathDialect",
     "::mlir::memref::MemRefDialect",
     "::mlir::scf::SCFDialect",
     "::mlir::tensor::TensorDialect"
@@ -565,6 +584,15 @@ def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
            /*default=*/"\"extend\"",
            "chunk=N: name of the function that extends the caches by a "
            "prompt chunk (chunk, its first position and the caches in)">,
+    Option<"kvDtype", "kv-dtype", "::mlir::snapkv::KVCacheType",
+           /*default=*/"::mlir::snapkv::KVCacheType::same",
+           "Element type of the compacted K/V cache",
+           [{::llvm::cl::values(
+             clEnumValN(::mlir::snapkv::KVCacheType::same, "same",
+                        "the model's element type"),
+             clEnumValN(::mlir::snapkv::KVCacheType::i8, "i8",
+                        "int8 rows with a per-token per-head f32 scale "
+                        "(absmax / 127), D + 4 bytes a row"))}]>,
     Option<"strict", "strict", "bool", /*default=*/"false",
            "Refusing to rewrite is an error instead of a warning">
   ];
