@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "snapkv/Codegen/Passes.h"
+#include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
 
 #include "mlir/Dialect/DLTI/DLTI.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
@@ -22,8 +23,10 @@
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/Dialect/Vector/Transforms/LoweringPatterns.h"
 #include "mlir/Dialect/Vector/Transforms/VectorRewritePatterns.h"
+#include "mlir/Dialect/X86Vector/X86VectorDialect.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+#include "llvm/ADT/StringSwitch.h"
 #include "llvm/TargetParser/Host.h"
 
 namespace mlir::snapkv {
@@ -113,6 +116,64 @@ struct Target {
   int64_t lanes;     // f32 lanes per register
   int64_t registers; // vector registers
 };
+
+/// How a contraction's register tile multiplies (see the pass description).
+enum class Microkernel { none, avx512bf16 };
+
+std::optional<Microkernel> parseMicrokernel(StringRef name) {
+  return llvm::StringSwitch<std::optional<Microkernel>>(name)
+      .Case("none", Microkernel::none)
+      .Case("avx512bf16", Microkernel::avx512bf16)
+      .Default(std::nullopt);
+}
+
+/// The microkernel of `op`: the strategy's `snapkv.microkernel` on it
+/// (snapkv-configure-lowering's, from the CPU features), else the pass's
+/// option (`option`, "auto" resolved from the host's features). `amx` takes
+/// the AVX512_BF16 kernel (no AMX tiles yet; CPUs with AMX-BF16 have
+/// AVX512_BF16). Only a contraction of bf16 operands into f32 whose
+/// right-hand operand is read in rows along the vector (`[..., K, N]`, the
+/// left-hand one `[..., K]`) gets one: the pairs of reduction steps are then
+/// two rows of it.
+Microkernel chooseMicrokernel(linalg::LinalgOp op, Microkernel option,
+                              const Target &target) {
+  if (auto attr =
+          op->getAttrOfType<snapkv::MicrokernelAttr>("snapkv.microkernel"))
+    option = attr.getValue() == snapkv::Microkernel::none
+                 ? Microkernel::none
+                 : Microkernel::avx512bf16;
+  // vdpbf16ps accumulates 4, 8 or 16 f32 lanes.
+  if (option == Microkernel::none ||
+      !llvm::is_contained({4, 8, 16}, target.lanes))
+    return Microkernel::none;
+  if (!linalg::isaContractionOpInterface(op) || op.getNumDpsInputs() != 2 ||
+      op.getNumReductionLoops() != 1)
+    return Microkernel::none;
+  auto elementType = [](Value v) { return getElementTypeOrSelf(v.getType()); };
+  if (!elementType(op.getDpsInputs()[0]).isBF16() ||
+      !elementType(op.getDpsInputs()[1]).isBF16() ||
+      !elementType(op.getDpsInits()[0]).isF32())
+    return Microkernel::none;
+  SmallVector<unsigned> reductions;
+  op.getReductionDims(reductions);
+  SmallVector<AffineMap> maps = op.getIndexingMapsArray();
+  auto endsWith = [](AffineMap map, ArrayRef<unsigned> dims) {
+    if (map.getNumResults() < dims.size())
+      return false;
+    for (auto [expr, dim] :
+         llvm::zip(map.getResults().take_back(dims.size()), dims))
+      if (!expr.isFunctionOfDim(dim) || !isa<AffineDimExpr>(expr))
+        return false;
+    return true;
+  };
+  unsigned k = reductions.front();
+  auto n = dyn_cast<AffineDimExpr>(maps[2].getResults().back());
+  if (!n || !endsWith(maps[0], {k}) ||
+      !endsWith(maps[1], {k, n.getPosition()}) ||
+      maps[0].isFunctionOfDim(n.getPosition()))
+    return Microkernel::none;
+  return Microkernel::avx512bf16;
+}
 
 /// The width of a register tile's vector over a loop of `range`: the whole
 /// loop if it is at most `limit`, else the widest power-of-two number of
@@ -340,11 +401,114 @@ struct ReadThenBroadcast : OpRewritePattern<vector::TransferReadOp> {
   }
 };
 
+/// The whole static tensor `v` read as a vector of `shape` (its non-unit
+/// dimensions, in order).
+Value readWhole(OpBuilder &b, Location loc, Value v, ArrayRef<int64_t> shape) {
+  auto type = cast<RankedTensorType>(v.getType());
+  Value zero = arith::ConstantIndexOp::create(b, loc, 0);
+  SmallVector<Value> indices(type.getRank(), zero);
+  SmallVector<bool> inBounds(type.getRank(), true);
+  Value read = vector::TransferReadOp::create(
+      b, loc, VectorType::get(type.getShape(), type.getElementType()), v,
+      indices, /*padding=*/std::nullopt, inBounds);
+  return vector::ShapeCastOp::create(
+      b, loc, VectorType::get(shape, type.getElementType()), read);
+}
+
+/// The register tile of a bf16 contraction (static loops: rows R, columns
+/// N, a reduction of 2, the rest 1) as AVX512_BF16 dot products: per row,
+/// its pair of A broadcast as one 32-bit element; per `lanes` columns, the
+/// two rows of B interleaved into pairs; `x86vector.avx512.dot` adds each
+/// pair's two products to the f32 accumulator. Upstream's
+/// populateVectorContractToPackedTypeDotProductPatterns (LLVM 22) wants
+/// contractions already unrolled to one accumulator row and operands in the
+/// VNNI layout (or flat pairs traced to loads and stores); this tile keeps
+/// R x N accumulators in registers across the reduction loop instead.
+LogicalResult vectorizeBF16Dot(RewriterBase &rewriter, linalg::LinalgOp op,
+                               int64_t lanes) {
+  SmallVector<int64_t> ranges = op.getStaticLoopRanges();
+  SmallVector<unsigned> reductions;
+  op.getReductionDims(reductions);
+  unsigned k = reductions.front();
+  SmallVector<AffineMap> maps = op.getIndexingMapsArray();
+  unsigned n = cast<AffineDimExpr>(maps[2].getResults().back()).getPosition();
+  // Rows: the parallel dimension of A (and C) with more than one step.
+  std::optional<unsigned> m;
+  for (auto [d, range] : llvm::enumerate(ranges))
+    if (d != k && d != n && range != 1) {
+      if (m || !maps[0].isFunctionOfDim(d))
+        return failure();
+      m = d;
+    }
+  int64_t rows = m ? ranges[*m] : 1, columns = ranges[n];
+  if (ranges[k] != 2 || columns % lanes != 0)
+    return failure();
+  Location loc = op.getLoc();
+  Type bf16 = rewriter.getBF16Type(), f32 = rewriter.getF32Type(),
+       i32 = rewriter.getI32Type();
+  Value a = readWhole(rewriter, loc, op.getDpsInputs()[0], {rows, 2});
+  Value b = readWhole(rewriter, loc, op.getDpsInputs()[1], {2, columns});
+  Value init = op.getDpsInits()[0];
+  Value c = readWhole(rewriter, loc, init, {rows, columns});
+  // The pairs of B: lanes 2i and 2i + 1 of pair vector j hold column
+  // j * lanes + i of the two rows.
+  SmallVector<int64_t> interleave;
+  for (int64_t i = 0; i < lanes; ++i)
+    interleave.append({i, lanes + i});
+  Value b0 = vector::ExtractOp::create(rewriter, loc, b, 0);
+  Value b1 = vector::ExtractOp::create(rewriter, loc, b, 1);
+  SmallVector<Value> pairs;
+  for (int64_t j = 0; j < columns; j += lanes) {
+    auto part = [&](Value row) {
+      return vector::ExtractStridedSliceOp::create(rewriter, loc, row, {j},
+                                                   {lanes}, {1});
+    };
+    pairs.push_back(vector::ShuffleOp::create(rewriter, loc, part(b0), part(b1),
+                                              interleave));
+  }
+  auto pairType = VectorType::get({2 * lanes}, bf16);
+  for (int64_t r = 0; r < rows; ++r) {
+    Value pair = vector::ExtractOp::create(rewriter, loc, a, r);
+    Value word = vector::ExtractOp::create(
+        rewriter, loc,
+        vector::BitCastOp::create(rewriter, loc, VectorType::get({1}, i32),
+                                  pair),
+        0);
+    Value broadcast = vector::BitCastOp::create(
+        rewriter, loc, pairType,
+        vector::BroadcastOp::create(rewriter, loc,
+                                    VectorType::get({lanes}, i32), word));
+    Value row = vector::ExtractOp::create(rewriter, loc, c, r);
+    for (auto [j, bPairs] : llvm::enumerate(pairs)) {
+      int64_t offset = static_cast<int64_t>(j) * lanes;
+      Value acc = vector::ExtractStridedSliceOp::create(rewriter, loc, row,
+                                                        {offset}, {lanes}, {1});
+      Value dot = x86vector::DotBF16Op::create(
+          rewriter, loc, VectorType::get({lanes}, f32), acc, broadcast, bPairs);
+      row = vector::InsertStridedSliceOp::create(rewriter, loc, dot, row,
+                                                 {offset}, {1});
+    }
+    c = vector::InsertOp::create(rewriter, loc, row, c, r);
+  }
+  auto initType = cast<RankedTensorType>(init.getType());
+  Value result = vector::ShapeCastOp::create(
+      rewriter, loc, VectorType::get(initType.getShape(), f32), c);
+  Value zero = arith::ConstantIndexOp::create(rewriter, loc, 0);
+  SmallVector<Value> indices(initType.getRank(), zero);
+  SmallVector<bool> inBounds(initType.getRank(), true);
+  auto write = vector::TransferWriteOp::create(rewriter, loc, result, init,
+                                               indices, inBounds);
+  rewriter.replaceOp(op, write.getResult());
+  return success();
+}
+
 struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
   using Base::Base;
 
   /// Whether a dynamic vector dimension was peeled (a second round runs).
   bool peeled = false;
+  /// The microkernel the option asks for.
+  Microkernel kernel = Microkernel::none;
 
   void runOnOperation() override {
     peeled = false;
@@ -360,6 +524,20 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
       return signalPassFailure();
     }
     Target target{bits / 32, bits >= 512 ? 32 : 16};
+    std::optional<Microkernel> chosen =
+        microkernel == "auto"
+            ? (llvm::sys::getHostCPUFeatures().lookup("avx512bf16")
+                   ? Microkernel::avx512bf16
+                   : Microkernel::none)
+            : parseMicrokernel(microkernel);
+    if (!chosen) {
+      emitError(getOperation().getLoc())
+          << "snapkv-vectorize: microkernel must be auto, avx512bf16 or none, "
+             "got '"
+          << microkernel << "'";
+      return signalPassFailure();
+    }
+    kernel = *chosen;
 
     SmallVector<linalg::LinalgOp> ops;
     getOperation().walk([&](linalg::LinalgOp op) {
@@ -447,10 +625,19 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
     // other ops with one stay scalar loops (the selection over a dynamic
     // prompt length), which LLVM's loop vectoriser handles where it can.
     bool contraction = linalg::isaContractionOpInterface(op);
+    bool dot = contraction &&
+               chooseMicrokernel(op, kernel, target) == Microkernel::avx512bf16;
+    // The bf16 dot products need three more registers: the two index vectors
+    // of the permutations that interleave B's rows and the pair a
+    // permutation overwrites (with 14 rows the accumulators spilled).
+    Target tileTarget = target;
+    if (dot)
+      tileTarget.registers -= 3;
     std::optional<unsigned> peelRows;
     SmallVector<int64_t> tile =
-        contraction ? contractionTile(op, ranges, target, rowsByOne, peelRows)
-                    : defaultTile(op, ranges, target);
+        contraction
+            ? contractionTile(op, ranges, tileTarget, rowsByOne, peelRows)
+            : defaultTile(op, ranges, target);
     std::optional<unsigned> vectorDim;
     for (int64_t d = ranges.size() - 1; d >= 0 && !vectorDim; --d)
       if (!contraction ||
@@ -461,13 +648,31 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
     bool masked = ShapedType::isDynamic(ranges[*vectorDim]);
     if (masked && !contraction)
       return;
+    // The bf16 microkernel takes the reduction two steps at a time. A
+    // reduction of odd extent, or one known only at run time (a block of
+    // it), is peeled: its pairs are static tiles, vectorised in the second
+    // round; the odd step left, if any, stays a scalar loop. The remainder
+    // rows of a peeled row loop take such a reduction one step at a time.
+    std::optional<unsigned> pairDim;
+    if (dot && !masked) {
+      SmallVector<unsigned> reductions;
+      op.getReductionDims(reductions);
+      unsigned k = reductions.front();
+      bool ragged = ShapedType::isDynamic(ranges[k]) || ranges[k] % 2 != 0;
+      if ((!ragged || !rowsByOne) &&
+          (ShapedType::isDynamic(ranges[k]) || ranges[k] >= 2)) {
+        tile[k] = 2;
+        if (ragged)
+          pairDim = k;
+      }
+    }
     // A tile that covers a whole static loop is not a tile; a dynamic loop
     // other than a masked vector dimension steps by one, so every other tile
     // is static.
     SmallVector<int64_t> tileSizes(tile.size(), 0);
     bool tiled = false;
     for (auto [d, size] : llvm::enumerate(tile)) {
-      if ((masked && d == *vectorDim) || d == peelRows)
+      if ((masked && d == *vectorDim) || d == peelRows || d == pairDim)
         ; // the last, partial tile is peeled off
       else if (ShapedType::isDynamic(ranges[d]))
         size = 1;
@@ -525,11 +730,32 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
     // vectorised in the second round once canonicalisation has made their
     // shapes static. Remainder rows are tiled again there, one row at a
     // time; the remainder of a vector dimension stays a scalar loop.
+    // The loop over `dim`: the loops are the tiled dimensions in the
+    // interchanged order.
+    auto loopOf = [&](unsigned dim) {
+      SmallVector<int64_t> order = interchange;
+      if (order.empty())
+        order = llvm::to_vector(llvm::seq<int64_t>(0, tileSizes.size()));
+      unsigned index = 0;
+      for (int64_t d : order) {
+        if (d == dim)
+          break;
+        index += tileSizes[d] != 0;
+      }
+      return cast<scf::ForOp>(tileLoops[index]);
+    };
+    // The reduction loop is innermost: peeled first, so that a peeled row
+    // loop's remainder holds both of its parts.
+    if (pairDim) {
+      scf::ForOp loop = loopOf(*pairDim), remainder;
+      rewriter.setInsertionPoint(loop);
+      if (failed(scf::peelForLoopAndSimplifyBounds(rewriter, loop, remainder)))
+        return;
+      peeled = true;
+    }
     if (peelRows || masked) {
       unsigned dim = peelRows ? *peelRows : *vectorDim;
-      auto loop = cast<scf::ForOp>(
-          tileLoops[llvm::count_if(ArrayRef<int64_t>(tileSizes).take_front(dim),
-                                   [](int64_t size) { return size != 0; })]);
+      scf::ForOp loop = loopOf(dim);
       scf::ForOp remainder;
       rewriter.setInsertionPoint(loop);
       if (failed(scf::peelForLoopAndSimplifyBounds(rewriter, loop, remainder)))
@@ -541,9 +767,13 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
         });
       return;
     }
-    if (llvm::any_of(tiledOp.getStaticLoopRanges(), ShapedType::isDynamic))
+    if (pairDim ||
+        llvm::any_of(tiledOp.getStaticLoopRanges(), ShapedType::isDynamic))
       return;
     rewriter.setInsertionPoint(tiledOp);
+    if (chooseMicrokernel(tiledOp, kernel, target) == Microkernel::avx512bf16 &&
+        succeeded(vectorizeBF16Dot(rewriter, tiledOp, target.lanes)))
+      return;
     FailureOr<linalg::VectorizationResult> vectorized =
         linalg::vectorize(rewriter, tiledOp, /*inputVectorSizes=*/{},
                           /*inputScalableVecDims=*/{},

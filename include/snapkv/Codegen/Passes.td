@@ -38,17 +38,49 @@ def Vectorize : Pass<"snapkv-vectorize", "::mlir::func::FuncOp"> {
     and only without either the width of the machine that runs the pass
     (AVX-512: 512, AVX/AVX2: 256, else 128), which is what a module
     compiled for the machine it runs on (the Python runner) wants.
+
+    Contractions of bf16 operands into an f32 accumulator (`--dtype bf16`'s
+    projections: `linalg.matmul ins(bf16, bf16) outs(f32)`) whose right-hand
+    operand is read along the vector in rows (`[..., K, N]`) use a
+    microkernel, `microkernel`:
+
+    * `avx512bf16`: the register tile takes two reduction steps at once and
+      each pair of `B` rows is interleaved in registers (one shuffle per 16
+      columns) into the pairs `x86vector.avx512.dot` (`vdpbf16ps`) multiplies
+      with a broadcast pair of `A`, adding into the f32 accumulators: one
+      instruction per two multiply-adds of 16 columns, no widening of the
+      operands to f32. An odd or ragged remainder of the reduction (a block
+      of it whose size is only known at run time) is peeled and takes the
+      fallback. The LLVM dialect conversion must enable x86vector
+      (`convert-vector-to-llvm{enable-x86vector}`), and the code runs only
+      on a CPU with AVX512_BF16 (`vdpbf16ps` rounds to nearest even and
+      flushes denormals, so its bits differ from the fallback's).
+    * `none`: the fallback: operands widened to f32 and multiplied with
+      FMAs, one reduction step at a time (every other type always takes it).
+    * `auto` (the default): `avx512bf16` if the machine running the pass has
+      AVX512_BF16 (the runner compiles with `-march=native`), else `none`.
+
+    The lowering strategy's choice on an op, `snapkv.microkernel =
+    #snapkv.microkernel<none|avx512bf16|amx>` (written on bf16 contractions
+    by `snapkv-configure-lowering` from its `cpu-features`), overrides the
+    option for that op; `amx` takes the `avx512bf16` kernel (no AMX tiles
+    yet; CPUs with AMX-BF16 have AVX512_BF16). In `--snapkv-cpu-pipeline`
+    the option follows the pipeline's `cpu-features` too (`host`: `auto`).
   }];
   let options = [
     Option<"vectorBits", "vector-bits", "int64_t", /*default=*/"0",
            "Vector register width in bits (0: the module's target, else the "
-           "host's)">
+           "host's)">,
+    Option<"microkernel", "microkernel", "std::string", /*default=*/"\"auto\"",
+           "Microkernel of bf16 x bf16 -> f32 contractions: auto (the "
+           "host's), avx512bf16 (vdpbf16ps) or none (widen to f32)">
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect",
     "::mlir::scf::SCFDialect",
     "::mlir::tensor::TensorDialect",
-    "::mlir::vector::VectorDialect"
+    "::mlir::vector::VectorDialect",
+    "::mlir::x86vector::X86VectorDialect"
   ];
 }
 
