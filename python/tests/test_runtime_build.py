@@ -102,3 +102,32 @@ def test_a_failing_part_is_a_tool_error_naming_it(tmp_path, monkeypatch):
     with pytest.raises(ToolFailed, match=r"clang on part\d failed \(exit 1\)[\s\S]*"
                                          r"-fno-such-flag"):
         runtime.compile_library(ALLOC, cache_dir=tmp_path, cflags=("-fno-such-flag",))
+
+
+BF16_MATMUL = """
+func.func @mm(%a: tensor<4x64xbf16>, %b: tensor<64x32xbf16>, %c: tensor<4x32xf32>)
+    -> tensor<4x32xf32> {
+  %r = linalg.matmul ins(%a, %b : tensor<4x64xbf16>, tensor<64x32xbf16>)
+      outs(%c : tensor<4x32xf32>) -> tensor<4x32xf32>
+  return %r : tensor<4x32xf32>
+}
+"""
+
+
+def test_the_bf16_microkernel_follows_clangs_target(tmp_path, capsys):
+    """The pipeline's bf16 microkernel (vdpbf16ps) is the host's only when clang compiles
+    for the host (-march=native): without it the fallback is forced, so the library still
+    compiles (clang cannot select vdpbf16ps for a generic x86-64). -v says which."""
+    require_aot_tools()
+    generic, why = build._microkernel(runtime.PIPELINE, ("-O0",))
+    assert "snapkv-cpu-pipeline{microkernel=none " in generic and "no -march=native" in why
+    explicit = runtime.PIPELINE.replace("asserts=report", "asserts=report microkernel=none")
+    assert build._microkernel(explicit, ("-O0",))[0] == explicit
+    native, why = build._microkernel(runtime.PIPELINE, build.DEFAULT_CFLAGS)
+    assert native == runtime.PIPELINE
+    assert why.startswith("avx512bf16" if "avx512_bf16" in build._cpu().split() else "fallback")
+    for cflags in (("-O0",), build.DEFAULT_CFLAGS):
+        runtime.compile_library(BF16_MATMUL, cache_dir=tmp_path, cflags=cflags, verbose=True)
+    log = capsys.readouterr().err
+    assert "bf16 matmuls: fallback (f32 FMAs): not compiled for this CPU" in log
+    assert f"bf16 matmuls: {why}" in log

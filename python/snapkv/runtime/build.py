@@ -155,6 +155,27 @@ def _clang(verbose, label, clang, cflags, sources, link, timeout, stats, output)
     return elapsed
 
 
+def _native(cflags: Sequence[str]) -> bool:
+    return any(f.startswith(("-march=native", "-mcpu=native")) for f in cflags)
+
+
+def _microkernel(pipeline: str, cflags: Sequence[str]) -> tuple:
+    """(`pipeline`, what its bf16 contractions use). The CPU pipeline's bf16 microkernel
+    follows clang's target: ``auto`` (AVX512_BF16's vdpbf16ps where this CPU has it) only
+    when clang compiles for this CPU (``-march=native``); otherwise ``none``, the fallback
+    that widens the operands to f32, which every x86-64 runs. A ``microkernel=`` already in
+    `pipeline` is kept."""
+    if "snapkv-cpu-pipeline{" not in pipeline or "microkernel=" in pipeline:
+        return pipeline, "as the pipeline says"
+    if not _native(cflags):
+        forced = pipeline.replace("snapkv-cpu-pipeline{",
+                                  "snapkv-cpu-pipeline{microkernel=none ", 1)
+        return forced, "fallback (f32 FMAs): not compiled for this CPU (no -march=native)"
+    if "avx512_bf16" in _cpu().split():
+        return pipeline, "avx512bf16 (vdpbf16ps)"
+    return pipeline, "fallback (f32 FMAs): this CPU has no AVX512_BF16"
+
+
 def compile_library(text: str, *, cache_dir: Optional[os.PathLike] = None,
                     verbose: bool = False, cflags: Sequence[str] = DEFAULT_CFLAGS,
                     timeout: int = 1800, label: str = "module",
@@ -164,6 +185,8 @@ def compile_library(text: str, *, cache_dir: Optional[os.PathLike] = None,
     ``PIPELINE`` (for other options of ``snapkv-cpu-pipeline``; it must keep
     ``llvm-request-c-wrappers`` and ``asserts=report``)."""
     start = time.perf_counter()
+    pipeline, microkernel = _microkernel(pipeline, cflags)
+    _log(verbose, f"compiling {label}: bf16 matmuls: {microkernel}")
     opt = tools.require(tools.snapkv_opt(), "snapkv-opt")
     translate = tools.require(tools.snapkv_translate(), "snapkv-translate")
     clang = tools.require(tools.clang(), "clang")
@@ -173,9 +196,10 @@ def compile_library(text: str, *, cache_dir: Optional[os.PathLike] = None,
 
     # Fast path: the index of this text, pipeline and these tools names a library.
     # clang's version stands for the LLVM libraries the two tools load.
+    # Compiled for this CPU, the lowering depends on it too (the bf16 microkernel).
     source_key = _sha256(f"runner {RUNNER_VERSION}", pipeline, _file_digest(opt.resolve()),
                          _file_digest(translate.resolve()), _version_of(clang),
-                         " ".join(cflags), text)
+                         " ".join(cflags), _cpu() if _native(cflags) else "", text)
     index = cache / f"{source_key}.key"
     try:
         name = index.read_text().strip()
@@ -205,7 +229,7 @@ def compile_library(text: str, *, cache_dir: Optional[os.PathLike] = None,
         stats["snapkv-translate"]["bytes"] = sum(b.stat().st_size for b in bitcode)
         key_parts = [f"runner {RUNNER_VERSION}", " ".join(cflags), _version_of(clang),
                      str(runtime.resolve()), platform.machine(), _file_digest(HEAP_COUNTER)]
-        if any(f.startswith(("-march=native", "-mcpu=native")) for f in cflags):
+        if _native(cflags):
             key_parts.append(_cpu())
         key = _sha256(*key_parts, *(b.read_bytes() for b in bitcode))
         target = cache / f"{key}.so"
