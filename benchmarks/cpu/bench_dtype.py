@@ -15,14 +15,20 @@ and per prompt: how many of the tokens ours (bf16) shares with HF (bf16) before 
 difference, the same for f32 against f32, and whether each run's text holds the pass key.
 
 Timing (``--timing``; contended machines: read the ratios, measured in one run, alternated):
-prefill seconds and the median decode step (``--decode-steps`` after one warm-up step) of our
-f32 and bf16 models on the prompts of ``--timing-lengths``, repeated ``--repeats`` times, f32
-and bf16 alternating; and where the time goes: the seconds each compiled function (``@embed``,
-``@prefill_layer`` / ``@decode_layer`` summed over the layers, ``@head``) took in the timed
-calls, as the runner calls them one by one.
+prefill seconds and the median decode step (``--decode-steps`` after one warm-up step), wall
+and this process's CPU time, of our f32 model and a bf16 model per ``--microkernels`` (the
+CPU pipeline's bf16 microkernel: ``auto``, AVX512_BF16's ``vdpbf16ps`` where the CPU has it;
+``none``, the fallback that widens each operand to f32) on the prompts of
+``--timing-lengths``, repeated ``--repeats`` times, the models alternating, and whether each
+generated f32's greedy tokens; and where the time goes: the seconds each compiled function
+(``@embed``, ``@prefill_layer`` / ``@decode_layer`` summed over the layers, ``@head``) took in
+the timed calls, as the runner calls them one by one. On a loaded machine run it with
+``OMP_NUM_THREADS=1`` and read the CPU times.
 
     python3 benchmarks/cpu/bench_dtype.py                      # accuracy table
     python3 benchmarks/cpu/bench_dtype.py --timing --no-accuracy --timing-lengths 1024,4000
+    OMP_NUM_THREADS=1 python3 benchmarks/cpu/bench_dtype.py --timing --no-accuracy \
+        --timing-lengths 1024 --repeats 3 --microkernels auto,none
 
 Needs torch and transformers (HF's side) and the SmolLM2 checkpoint (``make deps``). Prints
 tables; never pass/fail.
@@ -114,62 +120,98 @@ def accuracy(model_dir: Path, cases, steps: int) -> str:
     return "\n".join(lines)
 
 
-def timing(model_dir: Path, cases, decode_steps: int, repeats: int) -> str:
+def _load(model_dir: Path, dtype: str, microkernel: str):
+    """Our compiled model in `dtype`, its bf16 contractions lowered with `microkernel`
+    (``snapkv-cpu-pipeline{microkernel=...}``; ``auto``: the runtime's default)."""
     import numpy as np
 
     from snapkv import hf
+    from snapkv.runtime import build
 
-    models = {dtype: hf.load(model_dir, options=hf.ExportOptions(dtype=dtype))
-              for dtype in ("f32", "bf16")}
-    spent = {dtype: {} for dtype in models}
-    for dtype, model in models.items():
+    defaults = build.compile_library.__kwdefaults__
+    saved = defaults["pipeline"]
+    if microkernel != "auto":
+        defaults["pipeline"] = saved.replace("snapkv-cpu-pipeline{",
+                                             f"snapkv-cpu-pipeline{{microkernel={microkernel} ")
+    try:
+        model = hf.load(model_dir, options=hf.ExportOptions(dtype=dtype))
+        # Compiled now (prefill and decode), under this pipeline.
+        ids = np.arange(1, 9)[None]
+        logits, caches = model.prefill(ids)
+        model.decode(int(np.argmax(logits[0, -1])), ids.shape[1], model.cache(caches, 1))
+        return model
+    finally:
+        defaults["pipeline"] = saved
+
+
+def timing(model_dir: Path, cases, decode_steps: int, repeats: int,
+           microkernels=("auto",)) -> str:
+    import numpy as np
+
+    variants = {"f32": ("f32", "auto")}
+    for kernel in microkernels:
+        variants["bf16" if kernel == "auto" else f"bf16 {kernel}"] = ("bf16", kernel)
+    models = {label: _load(model_dir, *how) for label, how in variants.items()}
+    spent = {label: {} for label in models}
+    for label, model in models.items():
         # The compiled functions the runner calls for @prefill and @decode (one dict shared
         # by both entry points), each wrapped to add up its seconds per phase.
         functions = model._prefill._functions
         for name, function in list(functions.items()):
-            functions[name] = _timed(function, name, spent[dtype])
+            functions[name] = _timed(function, name, spent[label])
     times = {}
     for _ in range(repeats):
-        for label, ids, _ in cases:
-            for dtype, model in models.items():
-                start = time.perf_counter()
+        for case, ids, _ in cases:
+            for label, model in models.items():
+                start, cpu = time.perf_counter(), time.process_time()
                 logits, caches = model.prefill(ids[None])
-                prefill = time.perf_counter() - start
+                prefill = (time.perf_counter() - start, time.process_time() - cpu)
                 token = int(np.argmax(logits[0, -1]))
                 caches = model.cache(caches, decode_steps + 1)
-                steps = []
+                steps, tokens = [], [token]
                 for g in range(decode_steps + 1):
-                    start = time.perf_counter()
+                    start, cpu = time.perf_counter(), time.process_time()
                     logits, caches = model.decode(token, len(ids) + g, caches)
-                    steps.append(time.perf_counter() - start)
+                    steps.append((time.perf_counter() - start, time.process_time() - cpu))
                     token = int(np.argmax(logits[0, -1]))
-                entry = times.setdefault((label, dtype), dict(prefill=[], decode=[],
-                                                              cache=0, tokens=len(ids)))
+                    tokens.append(token)
+                entry = times.setdefault((case, label), dict(prefill=[], decode=[],
+                                                             cache=0, tokens=len(ids)))
                 entry["prefill"].append(prefill)
                 entry["decode"] += steps[1:]
                 entry["cache"] = int(sum(c.nbytes for c in caches))
+                entry["generated"] = tokens
     lines = [f"our compiled {model_dir.name}, full cache, {os.cpu_count()} cores, "
              f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}; {repeats} "
-             f"alternated repetitions of a prefill and {decode_steps} decode steps",
-             f"{'prompt':<24} {'L':>5} {'':<6} {'prefill f32':>11} {'bf16':>7} {'ratio':>6}  "
-             f"{'decode f32':>10} {'bf16':>7} {'ratio':>6}  {'cache f32 B':>12} {'bf16 B':>11}"]
-    for label, _, _ in cases:
-        a, b = times[(label, "f32")], times[(label, "bf16")]
-        for how, pick in (("median", statistics.median), ("min", min)):
-            pa, pb = pick(a["prefill"]), pick(b["prefill"])
-            da, db = pick(a["decode"]) * 1e3, pick(b["decode"]) * 1e3
-            lines.append(f"{label:<24} {a['tokens']:>5} {how:<6} {pa:>10.2f}s {pb:>6.2f}s "
-                         f"{pb / pa:>5.2f}x  {da:>8.1f}ms {db:>5.1f}ms {db / da:>5.2f}x  "
-                         f"{a['cache']:>12,} {b['cache']:>11,}")
-    lines.append("ratio: bf16 time / f32 time (> 1: bf16 slower); min: the fastest call, the "
-                 "least disturbed by other load")
+             f"alternated repetitions of a prefill and {decode_steps} decode steps; "
+             "wall and CPU (this process's) seconds; ratio: time / f32's (> 1: slower)",
+             f"{'prompt':<20} {'L':>5} {'model':<10} {'':<6} {'prefill':>8} {'CPU':>7} "
+             f"{'ratio':>6}  {'decode':>8} {'CPU':>8} {'ratio':>6}  {'cache B':>12}  "
+             "tokens as f32's"]
+    for case, _, _ in cases:
+        base = times[(case, "f32")]
+        for label in models:
+            entry = times[(case, label)]
+            for how, pick in (("median", statistics.median), ("min", min)):
+                pw = pick(p[0] for p in entry["prefill"])
+                pc = pick(p[1] for p in entry["prefill"])
+                dw = pick(d[0] for d in entry["decode"]) * 1e3
+                dc = pick(d[1] for d in entry["decode"]) * 1e3
+                bpc = pick(p[1] for p in base["prefill"])
+                bdc = pick(d[1] for d in base["decode"]) * 1e3
+                lines.append(f"{case:<20} {entry['tokens']:>5} {label:<10} {how:<6} "
+                             f"{pw:>7.2f}s {pc:>6.2f}s {pc / bpc:>5.2f}x  {dw:>6.1f}ms "
+                             f"{dc:>6.1f}ms {dc / bdc:>5.2f}x  {entry['cache']:>12,}  "
+                             f"{entry['generated'] == base['generated']}")
+    lines.append("ratio: CPU time / f32's CPU time; min: the fastest call, the least "
+                 "disturbed by other load")
     names = sorted({n for d in spent.values() for n in d})
     lines += ["", "seconds in each compiled function, all timed calls together (prefill and "
                   "decode steps; warm-up steps included)",
-              f"{'function':<16} {'f32 s':>9} {'bf16 s':>9} {'ratio':>6}"]
+              f"{'function':<16} " + " ".join(f"{label + ' s':>12}" for label in models)]
     for name in names:
-        a, b = spent["f32"].get(name, 0.0), spent["bf16"].get(name, 0.0)
-        lines.append(f"{name:<16} {a:>9.2f} {b:>9.2f} {b / a if a else float('nan'):>5.2f}x")
+        lines.append(f"{name:<16} " + " ".join(f"{spent[label].get(name, 0.0):>12.2f}"
+                                              for label in models))
     return "\n".join(lines)
 
 
@@ -195,6 +237,10 @@ def main(argv=None) -> int:
                     help="tasks.text passkey prompt lengths timed")
     ap.add_argument("--decode-steps", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--microkernels", default="auto",
+                    help="bf16 models timed, one per microkernel of snapkv-cpu-pipeline "
+                         "(auto: AVX512_BF16's vdpbf16ps where the CPU has it; none: the "
+                         "fallback that widens to f32), comma-separated")
     args = ap.parse_args(argv)
     from snapkv import models
 
@@ -213,7 +259,10 @@ def main(argv=None) -> int:
         loaded = tok.load(model_dir)
         cases = [(f"passkey L={n}", text.generate("passkey", n, 0, 0, loaded).ids, None)
                  for n in timed]
-        print(timing(model_dir, cases, args.decode_steps, args.repeats))
+        kernels = [k for k in args.microkernels.split(",") if k]
+        if not kernels or not set(kernels) <= {"auto", "avx512bf16", "none"}:
+            ap.error("--microkernels: a comma-separated list of auto, avx512bf16, none")
+        print(timing(model_dir, cases, args.decode_steps, args.repeats, kernels))
     return 0
 
 
