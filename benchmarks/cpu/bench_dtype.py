@@ -122,7 +122,8 @@ def accuracy(model_dir: Path, cases, steps: int) -> str:
 
 def _load(model_dir: Path, dtype: str, microkernel: str):
     """Our compiled model in `dtype`, its bf16 contractions lowered with `microkernel`
-    (``snapkv-cpu-pipeline{microkernel=...}``; ``auto``: the runtime's default)."""
+    (``avx512bf16``/``none``: ``snapkv-cpu-pipeline{cpu-features=+/-avx512bf16}``;
+    ``auto``: the runtime's default, the host's features)."""
     import numpy as np
 
     from snapkv import hf
@@ -131,8 +132,9 @@ def _load(model_dir: Path, dtype: str, microkernel: str):
     defaults = build.compile_library.__kwdefaults__
     saved = defaults["pipeline"]
     if microkernel != "auto":
-        defaults["pipeline"] = saved.replace("snapkv-cpu-pipeline{",
-                                             f"snapkv-cpu-pipeline{{microkernel={microkernel} ")
+        sign = "+" if microkernel == "avx512bf16" else "-"
+        defaults["pipeline"] = saved.replace(
+            "snapkv-cpu-pipeline{", f"snapkv-cpu-pipeline{{cpu-features={sign}avx512bf16 ")
     try:
         model = hf.load(model_dir, options=hf.ExportOptions(dtype=dtype))
         # Compiled now (prefill and decode), under this pipeline.

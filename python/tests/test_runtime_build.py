@@ -120,8 +120,9 @@ def test_the_bf16_microkernel_follows_clangs_target(tmp_path, capsys):
     compiles (clang cannot select vdpbf16ps for a generic x86-64). -v says which."""
     require_aot_tools()
     generic, why = build._microkernel(runtime.PIPELINE, ("-O0",))
-    assert "snapkv-cpu-pipeline{microkernel=none " in generic and "no -march=native" in why
-    explicit = runtime.PIPELINE.replace("asserts=report", "asserts=report microkernel=none")
+    assert "snapkv-cpu-pipeline{cpu-features=-avx512bf16 " in generic
+    assert "no -march=native" in why
+    explicit = runtime.PIPELINE.replace("asserts=report", "asserts=report cpu-features=+avx2")
     assert build._microkernel(explicit, ("-O0",))[0] == explicit
     native, why = build._microkernel(runtime.PIPELINE, build.DEFAULT_CFLAGS)
     assert native == runtime.PIPELINE

@@ -186,9 +186,9 @@ def dtype_option(parser, module_files: bool = True):
                         help="element type of the weights, activations and K/V caches (full "
                              "and compacted) when a checkpoint is exported: matmuls "
                              "accumulate, and softmax and RMSNorm compute, in f32 as in HF's "
-                             "own model in that dtype; logits are f32. Default f32 (bf16 "
-                             "prefill is not faster yet, its decode steps are: "
-                             "docs/user-guide.md)"
+                             "own model in that dtype; logits are f32; bf16 matmuls use "
+                             "AVX512_BF16's vdpbf16ps where the CPU has it (-v says). "
+                             "Default f32 (docs/user-guide.md)"
                              + (". With a MODEL.mlir: the element type it was exported in "
                                 "(checked)" if module_files else ""))
 

@@ -161,15 +161,16 @@ def _native(cflags: Sequence[str]) -> bool:
 
 def _microkernel(pipeline: str, cflags: Sequence[str]) -> tuple:
     """(`pipeline`, what its bf16 contractions use). The CPU pipeline's bf16 microkernel
-    follows clang's target: ``auto`` (AVX512_BF16's vdpbf16ps where this CPU has it) only
-    when clang compiles for this CPU (``-march=native``); otherwise ``none``, the fallback
-    that widens the operands to f32, which every x86-64 runs. A ``microkernel=`` already in
-    `pipeline` is kept."""
-    if "snapkv-cpu-pipeline{" not in pipeline or "microkernel=" in pipeline:
-        return pipeline, "as the pipeline says"
+    follows clang's target: the host's CPU features (``cpu-features=host``, the default:
+    AVX512_BF16's vdpbf16ps where this CPU has it) only when clang compiles for this CPU
+    (``-march=native``); otherwise ``cpu-features=-avx512bf16``, the fallback that widens
+    the operands to f32, which every x86-64 runs. A ``cpu-features=`` already in `pipeline`
+    is kept."""
+    if "snapkv-cpu-pipeline{" not in pipeline or "cpu-features=" in pipeline:
+        return pipeline, "as the pipeline's cpu-features say"
     if not _native(cflags):
         forced = pipeline.replace("snapkv-cpu-pipeline{",
-                                  "snapkv-cpu-pipeline{microkernel=none ", 1)
+                                  "snapkv-cpu-pipeline{cpu-features=-avx512bf16 ", 1)
         return forced, "fallback (f32 FMAs): not compiled for this CPU (no -march=native)"
     if "avx512_bf16" in _cpu().split():
         return pipeline, "avx512bf16 (vdpbf16ps)"
