@@ -401,6 +401,21 @@ struct ReadThenBroadcast : OpRewritePattern<vector::TransferReadOp> {
   }
 };
 
+/// Whether `op` has one row (every parallel loop of its left-hand operand
+/// steps once): a decode step's vector x matrix product. It takes the
+/// fallback: it reuses no interleaved pair of B across rows, so the
+/// interleaving cost as much as the multiply-adds it saved (decode steps
+/// were slower with the dot products). One-row tiles of a larger product
+/// (its remainder rows) keep them.
+bool isVectorTimesMatrix(linalg::LinalgOp op) {
+  SmallVector<int64_t> ranges = op.getStaticLoopRanges();
+  AffineMap lhs = op.getIndexingMapsArray().front();
+  return llvm::all_of(llvm::seq<unsigned>(0, ranges.size()), [&](unsigned d) {
+    return op.getIteratorTypesArray()[d] != IteratorType::parallel ||
+           !lhs.isFunctionOfDim(d) || ranges[d] == 1;
+  });
+}
+
 /// The whole static tensor `v` read as a vector of `shape` (its non-unit
 /// dimensions, in order).
 Value readWhole(OpBuilder &b, Location loc, Value v, ArrayRef<int64_t> shape) {
@@ -625,8 +640,10 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
     // other ops with one stay scalar loops (the selection over a dynamic
     // prompt length), which LLVM's loop vectoriser handles where it can.
     bool contraction = linalg::isaContractionOpInterface(op);
-    bool dot = contraction &&
-               chooseMicrokernel(op, kernel, target) == Microkernel::avx512bf16;
+    bool dot =
+        contraction &&
+        chooseMicrokernel(op, kernel, target) == Microkernel::avx512bf16 &&
+        !isVectorTimesMatrix(op);
     // The bf16 dot products need three more registers: the two index vectors
     // of the permutations that interleave B's rows and the pair a
     // permutation overwrites (with 14 rows the accumulators spilled).

@@ -43,28 +43,32 @@ func.func @projection(%a: tensor<?x64xbf16>, %b: tensor<64x32xbf16>, %c: tensor<
 // CHECK-LABEL: func.func @odd
 // CHECK: scf.for %{{.*}} = %c0 to %c4 step %c2
 // CHECK: x86vector.avx512.dot
-// CHECK: linalg.matmul ins({{.*}} : tensor<1x1xbf16>, tensor<1x16xbf16>)
-func.func @odd(%a: tensor<1x5xbf16>, %b: tensor<5x16xbf16>, %c: tensor<1x16xf32>) -> tensor<1x16xf32> {
-  %r = linalg.matmul ins(%a, %b : tensor<1x5xbf16>, tensor<5x16xbf16>) outs(%c : tensor<1x16xf32>) -> tensor<1x16xf32>
-  return %r : tensor<1x16xf32>
+// CHECK: linalg.matmul ins({{.*}} : tensor<3x1xbf16>, tensor<1x16xbf16>)
+func.func @odd(%a: tensor<3x5xbf16>, %b: tensor<5x16xbf16>, %c: tensor<3x16xf32>) -> tensor<3x16xf32> {
+  %r = linalg.matmul ins(%a, %b : tensor<3x5xbf16>, tensor<5x16xbf16>) outs(%c : tensor<3x16xf32>) -> tensor<3x16xf32>
+  return %r : tensor<3x16xf32>
 }
 
 // -----
 
 // The strategy's choice on the op (snapkv.microkernel, written by
-// snapkv-configure-lowering) overrides the option; f32 operands and a
-// transposed right-hand operand (read down its columns, not in rows) always
-// take the fallback.
+// snapkv-configure-lowering) overrides the option; f32 operands, a
+// transposed right-hand operand (read down its columns, not in rows) and a
+// vector x matrix product (a decode step's: no pair of B is reused across
+// rows, the interleaving costs what the dot products save) always take the
+// fallback.
 // CHECK-LABEL: func.func @not_dot
 // CHECK-NOT: x86vector
 // CHECK: return
 func.func @not_dot(%a: tensor<8x64xbf16>, %b: tensor<64x32xbf16>, %bt: tensor<32x64xbf16>, %c: tensor<8x32xf32>,
-                   %af: tensor<8x64xf32>, %bf: tensor<64x32xf32>) -> (tensor<8x32xf32>, tensor<8x32xf32>, tensor<8x32xf32>) {
+                   %af: tensor<8x64xf32>, %bf: tensor<64x32xf32>, %v: tensor<1x64xbf16>, %cv: tensor<1x32xf32>)
+    -> (tensor<8x32xf32>, tensor<8x32xf32>, tensor<8x32xf32>, tensor<1x32xf32>) {
   %r = linalg.matmul {snapkv.microkernel = #snapkv.microkernel<none>} ins(%a, %b : tensor<8x64xbf16>, tensor<64x32xbf16>) outs(%c : tensor<8x32xf32>) -> tensor<8x32xf32>
   %t = linalg.matmul indexing_maps = [affine_map<(m, n, k) -> (m, k)>, affine_map<(m, n, k) -> (n, k)>, affine_map<(m, n, k) -> (m, n)>]
       ins(%a, %bt : tensor<8x64xbf16>, tensor<32x64xbf16>) outs(%c : tensor<8x32xf32>) -> tensor<8x32xf32>
   %f = linalg.matmul ins(%af, %bf : tensor<8x64xf32>, tensor<64x32xf32>) outs(%c : tensor<8x32xf32>) -> tensor<8x32xf32>
-  return %r, %t, %f : tensor<8x32xf32>, tensor<8x32xf32>, tensor<8x32xf32>
+  %g = linalg.matmul ins(%v, %b : tensor<1x64xbf16>, tensor<64x32xbf16>) outs(%cv : tensor<1x32xf32>) -> tensor<1x32xf32>
+  return %r, %t, %f, %g : tensor<8x32xf32>, tensor<8x32xf32>, tensor<8x32xf32>, tensor<1x32xf32>
 }
 
 // -----
@@ -76,10 +80,10 @@ func.func @not_dot(%a: tensor<8x64xbf16>, %b: tensor<64x32xbf16>, %bt: tensor<32
 // CHECK-COUNT-2: x86vector.avx512.dot
 // NONE-LABEL: func.func @marked
 // NONE-COUNT-2: x86vector.avx512.dot
-func.func @marked(%a: tensor<1x64xbf16>, %b: tensor<64x16xbf16>, %b2: tensor<64x16xbf16>, %c: tensor<1x16xf32>) -> (tensor<1x16xf32>, tensor<1x16xf32>) {
-  %r = linalg.matmul {snapkv.microkernel = #snapkv.microkernel<avx512bf16>} ins(%a, %b : tensor<1x64xbf16>, tensor<64x16xbf16>) outs(%c : tensor<1x16xf32>) -> tensor<1x16xf32>
-  %s = linalg.matmul {snapkv.microkernel = #snapkv.microkernel<amx>} ins(%a, %b2 : tensor<1x64xbf16>, tensor<64x16xbf16>) outs(%c : tensor<1x16xf32>) -> tensor<1x16xf32>
-  return %r, %s : tensor<1x16xf32>, tensor<1x16xf32>
+func.func @marked(%a: tensor<2x64xbf16>, %b: tensor<64x16xbf16>, %b2: tensor<64x16xbf16>, %c: tensor<2x16xf32>) -> (tensor<2x16xf32>, tensor<2x16xf32>) {
+  %r = linalg.matmul {snapkv.microkernel = #snapkv.microkernel<avx512bf16>} ins(%a, %b : tensor<2x64xbf16>, tensor<64x16xbf16>) outs(%c : tensor<2x16xf32>) -> tensor<2x16xf32>
+  %s = linalg.matmul {snapkv.microkernel = #snapkv.microkernel<amx>} ins(%a, %b2 : tensor<2x64xbf16>, tensor<64x16xbf16>) outs(%c : tensor<2x16xf32>) -> tensor<2x16xf32>
+  return %r, %s : tensor<2x16xf32>, tensor<2x16xf32>
 }
 
 // BAD: snapkv-vectorize: microkernel must be auto, avx512bf16 or none, got 'amx'

@@ -51,7 +51,10 @@ def Vectorize : Pass<"snapkv-vectorize", "::mlir::func::FuncOp"> {
       instruction per two multiply-adds of 16 columns, no widening of the
       operands to f32. An odd or ragged remainder of the reduction (a block
       of it whose size is only known at run time) is peeled and takes the
-      fallback. The LLVM dialect conversion must enable x86vector
+      fallback, as does a vector x matrix product (one row: a decode step's
+      projections reuse no interleaved pair across rows, and the
+      interleaving cost what the dot products saved). The LLVM dialect
+      conversion must enable x86vector
       (`convert-vector-to-llvm{enable-x86vector}`), and the code runs only
       on a CPU with AVX512_BF16 (`vdpbf16ps` rounds to nearest even and
       flushes denormals, so its bits differ from the fallback's).

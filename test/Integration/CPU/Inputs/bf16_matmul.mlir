@@ -1,7 +1,8 @@
 // The program of bf16_dot.mlir and bf16_dot_fallback.mlir: a [M x 301] x
 // [301 x 64] bf16 product into f32 (the reduction odd: pairs and one step
-// left), for M = 17 (register tiles of 12 rows and the 5 rows left) and M = 1
-// (a decode step's vector x matrix), against the f32 product.
+// left), for M = 17 (register tiles of 12 rows and the 5 rows left one at a
+// time) and M = 1 (a decode step's vector x matrix, which takes the fallback),
+// against the f32 product.
 
 func.func private @printMemrefF32(memref<*xf32>) attributes {llvm.emit_c_interface}
 
