@@ -33,26 +33,6 @@
 
 using namespace mlir;
 
-/// snapkv-vectorize's microkernel for the bf16 contractions the strategy
-/// did not mark (ops made after it): the one `cpu-features` names, as
-/// snapkv-configure-lowering reads them (`host`, or comma-separated LLVM
-/// feature names, `-name` removing one).
-static std::string bf16Microkernel(StringRef cpuFeatures) {
-  if (cpuFeatures == "host")
-    return "auto";
-  bool bf16 = false;
-  SmallVector<StringRef> parts;
-  cpuFeatures.split(parts, ',', /*MaxSplit=*/-1, /*KeepEmpty=*/false);
-  for (StringRef part : parts) {
-    part = part.trim();
-    bool on = !part.consume_front("-");
-    part.consume_front("+");
-    if (part == "avx512bf16")
-      bf16 = on;
-  }
-  return bf16 ? "avx512bf16" : "none";
-}
-
 void snapkv::buildCPUPipeline(OpPassManager &pm,
                               const CPUPipelineOptions &options) {
   // A prompt's attention as one op, in the original and the rewritten
@@ -89,7 +69,10 @@ void snapkv::buildCPUPipeline(OpPassManager &pm,
   tensors.addPass(createParallelize(parallelize));
   VectorizeOptions vectorize;
   vectorize.vectorBits = options.vectorBits;
-  vectorize.microkernel = bf16Microkernel(options.cpuFeatures);
+  // For the bf16 contractions the strategy did not mark (made after it).
+  vectorize.microkernel =
+      cpuFeatureNames(options.cpuFeatures).lookup("avx512bf16") ? "avx512bf16"
+                                                                : "none";
   tensors.addPass(createVectorize(vectorize));
   tensors.addPass(createCanonicalizerPass());
   tensors.addPass(createCSEPass());

@@ -28,6 +28,21 @@ using namespace mlir;
 using namespace mlir::snapkv;
 using namespace mlir::snapkv::detail;
 
+llvm::StringMap<bool> snapkv::cpuFeatureNames(StringRef spec) {
+  if (spec == "host")
+    return llvm::sys::getHostCPUFeatures();
+  llvm::StringMap<bool> names;
+  SmallVector<StringRef> parts;
+  spec.split(parts, ',', /*MaxSplit=*/-1, /*KeepEmpty=*/false);
+  for (StringRef part : parts) {
+    part = part.trim();
+    bool on = !part.consume_front("-");
+    part.consume_front("+");
+    names[part] = on;
+  }
+  return names;
+}
+
 namespace {
 
 constexpr StringLiteral kConfigName = "snapkv.lowering_config";
@@ -37,22 +52,9 @@ constexpr StringLiteral kMicrokernelName = "snapkv.microkernel";
 struct CPUFeatures {
   bool avx512bf16 = false, amx = false;
 
-  /// `spec`: `host`, or LLVM feature names, comma-separated (`+name` or
-  /// `name` adds one, `-name` removes it).
+  /// `spec`: see snapkv::cpuFeatureNames.
   static CPUFeatures get(StringRef spec) {
-    llvm::StringMap<bool> names;
-    if (spec == "host") {
-      names = llvm::sys::getHostCPUFeatures();
-    } else {
-      SmallVector<StringRef> parts;
-      spec.split(parts, ',', /*MaxSplit=*/-1, /*KeepEmpty=*/false);
-      for (StringRef part : parts) {
-        part = part.trim();
-        bool on = !part.consume_front("-");
-        part.consume_front("+");
-        names[part] = on;
-      }
-    }
+    llvm::StringMap<bool> names = snapkv::cpuFeatureNames(spec);
     CPUFeatures features;
     features.avx512bf16 = names.lookup("avx512bf16");
     features.amx = names.lookup("amx-bf16") && names.lookup("amx-tile");

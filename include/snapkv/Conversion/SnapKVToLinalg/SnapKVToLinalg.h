@@ -4,6 +4,7 @@
 #include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
 
 #include "mlir/Pass/Pass.h"
+#include "llvm/ADT/StringMap.h"
 
 namespace mlir {
 class RewritePatternSet;
@@ -65,6 +66,11 @@ LoweringConfigAttr getLoweringConfig(MLIRContext *ctx, LoweringTarget target,
 
 /// The options an op's configuration stands for (its mapping included).
 SnapKVToLinalgOptions getLoweringOptions(LoweringConfigAttr config);
+
+/// The LLVM feature names a `cpu-features` spec turns on or off (the
+/// strategy's and the CPU pipeline's option): `host`, the host's, or names
+/// comma-separated (`+name` or `name` adds one, `-name` removes it).
+llvm::StringMap<bool> cpuFeatureNames(StringRef spec);
 
 /// Adds the patterns that lower `snapkv.select`, `snapkv.score` (untiled)
 /// and `snapkv.attention` to tensor-level linalg code; an op's own
