@@ -108,6 +108,21 @@ FailureOr<SmallVector<AttentionMatch>> findAttentions(func::FuncOp func,
   SmallVector<linalg::BatchMatmulOp> matmuls;
   func.walk([&](linalg::BatchMatmulOp op) { matmuls.push_back(op); });
   SmallVector<AttentionMatch> found;
+  // SDPA kept by the export: the op is the attention, only its operands and
+  // mask are read (matchSdpa).
+  WalkResult kept = func.walk([&](SdpaOp op) {
+    AttentionFailure failure;
+    FailureOr<AttentionMatch> m = matchSdpa(op, failure);
+    if (failed(m)) {
+      (void)refuseWith(refusal, RefusalKind::UnrecognisedBatchMatmul,
+                       {describe(op.getOperation()), failure.message()});
+      return WalkResult::interrupt();
+    }
+    found.push_back(*m);
+    return WalkResult::advance();
+  });
+  if (kept.wasInterrupted())
+    return failure();
   llvm::DenseMap<Operation *, AttentionFailure> failures;
   llvm::DenseSet<Operation *> covered;
   for (linalg::BatchMatmulOp matmul : matmuls) {
@@ -146,7 +161,9 @@ FailureOr<SmallVector<AttentionMatch>> findAttentions(func::FuncOp func,
           call, call.getCalleeAttr());
       bool attention = false;
       if (target && !target.isExternal())
-        target.walk([&](linalg::BatchMatmulOp) { attention = true; });
+        target.walk([&](Operation *op) {
+          attention |= isa<linalg::BatchMatmulOp, SdpaOp>(op);
+        });
       if (attention && !callee)
         callee = target.getName().str();
     });
@@ -1028,7 +1045,7 @@ struct CompressKVCachePass
     llvm::SmallDenseMap<unsigned, Value> layerOffsets;
     for (auto [index, layer] : llvm::enumerate(layers)) {
       AttentionMatch m = layer.attention;
-      Location loc = m.scoresMatmul.getLoc();
+      Location loc = m.root()->getLoc();
       auto qType = cast<RankedTensorType>(m.queries.getType());
       OpFoldResult start;
       if (qType.isDynamicDim(2)) {
@@ -1130,7 +1147,10 @@ struct CompressKVCachePass
                     m.queryHeads);
       }
       // Logical mask: the new token sees every cached key (see Passes.td).
-      m.maskAdd.getResult(0).replaceAllUsesWith(m.maskAdd.getDpsInputs()[0]);
+      if (m.sdpa)
+        m.sdpa.getMaskMutable().clear();
+      else
+        m.maskAdd.getResult(0).replaceAllUsesWith(m.maskAdd.getDpsInputs()[0]);
     }
     eraseDeadOps(func);
     updateSignature(func);
