@@ -42,6 +42,29 @@ AffineMap dimsMap(MLIRContext *ctx, unsigned dims, ArrayRef<unsigned> of) {
   return AffineMap::get(dims, 0, exprs, ctx);
 }
 
+/// `out[n, i, j] = sum_r f32(lhs[n, i, r]) * f32(rhs[...])` over the loops
+/// (n, i, j, r), `rhs` indexed by the loops `rhsDims`, `out` of `sizes`.
+Value contract(OpBuilder &b, Location loc, Value lhs, Value rhs,
+               ArrayRef<OpFoldResult> sizes, ArrayRef<unsigned> rhsDims) {
+  MLIRContext *ctx = b.getContext();
+  Value init = filled(b, loc, sizes, 0.0f);
+  auto par = IteratorType::parallel;
+  return linalg::GenericOp::create(
+             b, loc, init.getType(), ValueRange{lhs, rhs}, init,
+             ArrayRef<AffineMap>{dimsMap(ctx, 4, {0, 1, 3}),
+                                 dimsMap(ctx, 4, rhsDims),
+                                 dimsMap(ctx, 4, {0, 1, 2})},
+             ArrayRef<IteratorType>{par, par, par, IteratorType::reduction},
+             [&](OpBuilder &nb, Location l, ValueRange args) {
+               Value prod = arith::MulFOp::create(nb, l, toF32(nb, l, args[0]),
+                                                  toF32(nb, l, args[1]));
+               linalg::YieldOp::create(
+                   nb, l,
+                   arith::AddFOp::create(nb, l, prod, args[2]).getResult());
+             })
+      .getResult(0);
+}
+
 struct SdpaLowering : OpConversionPattern<SdpaOp> {
   using OpConversionPattern::OpConversionPattern;
 
@@ -60,22 +83,7 @@ struct SdpaLowering : OpConversionPattern<SdpaOp> {
 
     // (n, i, j, d): scores[n, i, j] = scale * sum_d q[n, i, d] k[n, j, d],
     // -inf where the mask hides key j.
-    Value product =
-        linalg::GenericOp::create(
-            b, loc, filled(b, loc, {n, lq, lk}, 0.0f).getType(),
-            ValueRange{q, k}, filled(b, loc, {n, lq, lk}, 0.0f),
-            ArrayRef<AffineMap>{dimsMap(ctx, 4, {0, 1, 3}),
-                                dimsMap(ctx, 4, {0, 2, 3}),
-                                dimsMap(ctx, 4, {0, 1, 2})},
-            ArrayRef<IteratorType>{par, par, par, red},
-            [&](OpBuilder &nb, Location l, ValueRange args) {
-              Value prod = arith::MulFOp::create(nb, l, toF32(nb, l, args[0]),
-                                                 toF32(nb, l, args[1]));
-              linalg::YieldOp::create(
-                  nb, l,
-                  arith::AddFOp::create(nb, l, prod, args[2]).getResult());
-            })
-            .getResult(0);
+    Value product = contract(b, loc, q, k, {n, lq, lk}, {0, 2, 3});
     AffineMap id3 = b.getMultiDimIdentityMap(3);
     SmallVector<Value> ins{product};
     SmallVector<AffineMap> maps{id3};
@@ -148,22 +156,7 @@ struct SdpaLowering : OpConversionPattern<SdpaOp> {
             })
             .getResult(0);
     // (n, i, e, j): acc[n, i, e] = sum_j exps[n, i, j] v[n, j, e].
-    Value acc =
-        linalg::GenericOp::create(
-            b, loc, filled(b, loc, {n, lq, dv}, 0.0f).getType(),
-            ValueRange{exps, v}, filled(b, loc, {n, lq, dv}, 0.0f),
-            ArrayRef<AffineMap>{dimsMap(ctx, 4, {0, 1, 3}),
-                                dimsMap(ctx, 4, {0, 3, 2}),
-                                dimsMap(ctx, 4, {0, 1, 2})},
-            ArrayRef<IteratorType>{par, par, par, red},
-            [&](OpBuilder &nb, Location l, ValueRange args) {
-              Value prod =
-                  arith::MulFOp::create(nb, l, args[0], toF32(nb, l, args[1]));
-              linalg::YieldOp::create(
-                  nb, l,
-                  arith::AddFOp::create(nb, l, prod, args[2]).getResult());
-            })
-            .getResult(0);
+    Value acc = contract(b, loc, exps, v, {n, lq, dv}, {0, 3, 2});
     Type element = op.getType().getElementType();
     Value result =
         linalg::GenericOp::create(
