@@ -628,6 +628,21 @@ bool mlir::snapkv::isArange(Value value) {
 static LogicalResult matchKeysValues(AttentionMatch &m, Value keys,
                                      Value values, AttentionFailure &failure);
 
+/// Sets `m`'s queries [B, Hq, Lq, D] and their static dims.
+static LogicalResult setQueries(AttentionMatch &m, Value queries,
+                                AttentionFailure &failure) {
+  m.queries = queries;
+  auto qType = cast<RankedTensorType>(queries.getType());
+  if (qType.isDynamicDim(0) || qType.isDynamicDim(1) || qType.isDynamicDim(3)) {
+    failure = {AttentionMismatch::DynamicQueryDims, ""};
+    return mlir::failure();
+  }
+  m.batch = qType.getDimSize(0);
+  m.queryHeads = qType.getDimSize(1);
+  m.headDim = qType.getDimSize(3);
+  return success();
+}
+
 FailureOr<AttentionMatch>
 mlir::snapkv::matchAttention(linalg::BatchMatmulOp outputMatmul,
                              AttentionFailure &failure, bool maskOptional) {
@@ -726,14 +741,12 @@ mlir::snapkv::matchAttention(linalg::BatchMatmulOp outputMatmul,
     return fail(AttentionMismatch::QueriesNotCollapsed);
   // A Q-side factor that does not fold stays part of the queries: the select
   // then reads exactly what the attention reads.
-  m.queries = skipWidening(
-      *peelScales(queries, scale, /*requireConstant=*/false, failure));
-  auto qType = cast<RankedTensorType>(m.queries.getType());
-  if (qType.isDynamicDim(0) || qType.isDynamicDim(1) || qType.isDynamicDim(3))
-    return fail(AttentionMismatch::DynamicQueryDims);
-  m.batch = qType.getDimSize(0);
-  m.queryHeads = qType.getDimSize(1);
-  m.headDim = qType.getDimSize(3);
+  if (failed(
+          setQueries(m,
+                     skipWidening(*peelScales(
+                         queries, scale, /*requireConstant=*/false, failure)),
+                     failure)))
+    return mlir::failure();
 
   FailureOr<Value> keys =
       keysBeforeTranspose(m.scoresMatmul.getDpsInputs()[1], scale, failure);
@@ -810,13 +823,8 @@ FailureOr<AttentionMatch> mlir::snapkv::matchSdpa(SdpaOp op,
   Value values = collapsedFrom(op.getValues(), heads);
   if (!queries || !keys || !values)
     return fail(AttentionMismatch::SdpaNotCollapsed);
-  m.queries = skipWidening(queries);
-  auto qType = cast<RankedTensorType>(m.queries.getType());
-  if (qType.isDynamicDim(0) || qType.isDynamicDim(1) || qType.isDynamicDim(3))
-    return fail(AttentionMismatch::DynamicQueryDims);
-  m.batch = qType.getDimSize(0);
-  m.queryHeads = qType.getDimSize(1);
-  m.headDim = qType.getDimSize(3);
+  if (failed(setQueries(m, skipWidening(queries), failure)))
+    return mlir::failure();
   auto scale = static_cast<float>(op.getEffectiveScale());
   if (!(scale > 0.0f) || !std::isfinite(scale))
     return fail(AttentionMismatch::ScaleNotPositive,
