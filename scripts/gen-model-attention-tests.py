@@ -30,7 +30,6 @@ fixtures (scripts/generated_files.py; python/tests/test_generated_tests.py runs 
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import re
 import subprocess
@@ -112,10 +111,9 @@ def printed(value) -> str:
 # eager: `attn_weights * self.scaling` with scaling = head_dim ** -0.5 (a Python float), which
 # torch applies to an f32 tensor as f32(scaling).
 EAGER_SCALE = printed(f32(HEAD_DIM ** -0.5))
-# SDPA's decomposition: q * sqrt(scale) and k * sqrt(scale), each factor f32(math.sqrt(scale));
-# the logits are the product of the two factors times <q, k>.
-_ROOT = f32(math.sqrt(HEAD_DIM ** -0.5))
-SDPA_SCALE = printed(f32(np.float64(_ROOT) * np.float64(_ROOT)))
+# SDPA, kept as one op (snapkv.sdpa): torch-mlir records the Python float HF passes as `scale`
+# (f64); torch's CPU kernels multiply the f32 scores by it rounded to f32.
+SDPA_SCALE = printed(f32(HEAD_DIM ** -0.5))
 
 
 def fixture(stem):
@@ -159,8 +157,8 @@ def accepted_test(texts):
         "// select carries the model's own effective scale, computed independently by the",
         "// generator from what torch computes:",
         f"// * eager: the f64 constant 1/sqrt(128) truncated to f32 = {EAGER_SCALE};",
-        "// * SDPA: sqrt(1/sqrt(128)) truncated to f32 on Q and on K^T, whose product",
-        f"//   rounded to f32 is {SDPA_SCALE} (one ulp below the eager value).",
+        "// * SDPA, kept as one snapkv.sdpa: its f64 scale 1/sqrt(128) rounded to f32",
+        f"//   = {SDPA_SCALE}.",
     ]
     runs = []
     checks = []
@@ -190,8 +188,9 @@ def accepted_test(texts):
                  f"(tensor<1x4x{cache}x128xf32>, tensor<1x4x1x128xf32>) -> "
                  f"tensor<1x4x{grown}x128xf32>"]
         if fields["attn_implementation"] == "sdpa":
-            # The fully-masked-row guard stays (it never fires on a causal row).
-            block += [f"// {prefix}: arith.cmpf oeq"]
+            # The kept SDPA without its mask: the new token sees every cached key.
+            block += [f"// {prefix}: snapkv.sdpa %{{{{[a-z0-9_]+}}}}, %{{{{[a-z0-9_]+}}}}, "
+                      f"%{{{{[a-z0-9_]+}}}} scale"]
         checks.append("\n".join(block))
     # The sliding window that covers the prompt: prefill alone is rewritten; decode is
     # refused because the logical position is not bounded.
@@ -233,24 +232,18 @@ def refusal_test(texts):
                   "factor that is not a constant",
                   "A scale that is not a constant: the truncf of the constant replaced by a "
                   "value\n// computed from the generic's output operand."))
-    sdpa_root = constant_name(texts["llama_sdpa"], r"0\.29730177875068\d*", "f64")
-    cases.append(("SPLITNEGATIVE", "llama_sdpa",
-                  Sed(texts, "llama_sdpa", f"{sdpa_root} = arith.constant 0.",
-                      f"{sdpa_root} = arith.constant -0."),
-                  OPTIONS, None,
-                  "SDPA's split with both factors negated is still a positive scale: "
-                  "accepted."))
-    cases.append(("ANYMASKED", "llama_sdpa",
-                  Sed(texts, "llama_sdpa", "arith.andi %in, %out : i1", "arith.ori %in, %out : i1"),
-                  OPTIONS, UNRECOGNISED + " the select after the softmax "
-                  "is not SDPA's fully-masked-row guard",
-                  "The guard zeroes rows with ANY masked score (ori instead of andi): not the\n"
-                  "// fully-masked-row guard."))
-    cases.append(("NOTINF", "llama_sdpa",
-                  Sed(texts, "llama_sdpa", "arith.cmpf oeq,", "arith.cmpf one,"),
-                  OPTIONS, UNRECOGNISED + " the select after the softmax "
-                  "is not SDPA's fully-masked-row guard",
-                  "The guard tests `!= -inf` instead of `== -inf`."))
+    cases.append(("SDPANEGATIVE", "llama_sdpa",
+                  Sed(texts, "llama_sdpa", "scale = 0.088388347648318447 : f64",
+                      "scale = -0.088388347648318447 : f64"),
+                  OPTIONS, "@prefill: snapkv.sdpa at {{.*}} is not part of a recognised "
+                  "attention: the scores are not scaled by a positive finite constant (the "
+                  "scale is -0.088388",
+                  "A kept SDPA with a negative scale."))
+    cases.append(("SDPANOTCAUSAL", "llama_sdpa",
+                  Sed(texts, "llama_sdpa", "arith.cmpi sle, %in, %in", "arith.cmpi slt, %in, %in"),
+                  OPTIONS, "@prefill: layer 0: the mask condition is not `key position <= "
+                  "query position`",
+                  "A kept SDPA whose mask hides the diagonal (key < query): not causal."))
     cases.append(("NARROW", "mistral_sdpa_window32",
                   Sed(texts, "mistral_sdpa_window32", "%c32_i64 = arith.constant 32 : i64",
                       "%c32_i64 = arith.constant 15 : i64", count=2),

@@ -58,6 +58,9 @@ class Function:
     selects: Tuple[dict, ...]       # each snapkv.select: its clauses, properties and types
     tensor_types: Tuple[TypeInfo, ...]
     glue: Optional[Tuple[dict, ...]]  # the steps of a body of calls, casts and a return
+    # {"kept": attentions as one op (snapkv.sdpa, snapkv.attention), "decomposed": the
+    # importer's Q.K^T / softmax / P.V chains the matcher recognises}
+    attentions: dict
 
     @classmethod
     def from_json(cls, data: dict) -> "Function":
@@ -68,7 +71,7 @@ class Function:
             tuple(TypeInfo.from_json(r) for r in data["results"]),
             data["attributes"], tuple(data["callees"]), tuple(data["selects"]),
             tuple(TypeInfo.from_json(t) for t in data["tensor_types"]),
-            None if data["glue"] is None else tuple(data["glue"]))
+            None if data["glue"] is None else tuple(data["glue"]), data["attentions"])
 
 
 @dataclass(frozen=True)

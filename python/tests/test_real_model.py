@@ -90,6 +90,19 @@ def test_generate_prompt_file_gives_hf_tokens_and_reference_snapkv_tokens(hf_mod
     assert doc["kept_per_head"] == CAPACITY
 
 
+@pytest.mark.slow
+def test_export_keeps_sdpa_as_one_op():
+    """SmolLM2's export (the one `snapkv generate` compiles, from the export cache) carries each
+    layer's attention as one snapkv.sdpa: no decomposed softmax for the matcher to re-raise."""
+    pytest.importorskip("torch_mlir")
+    from snapkv import hf, interface
+    from snapkv.frontend.glue import DECODE_LAYER, PREFILL_LAYER
+
+    functions = interface.describe(hf.export(models.path(NAME)).text).functions
+    for name in (PREFILL_LAYER, DECODE_LAYER):
+        assert functions[name].attentions == {"kept": 1, "decomposed": 0}, name
+
+
 def test_text_prompt_needs_a_tokenizer(capsys):
     # The bundled tiny module has no checkpoint, hence no tokenizer: one line, exit 1.
     assert main(["generate", "--text", "hello", "--window", "8", "--capacity", "24", "-q"]) == 1

@@ -57,7 +57,7 @@
 // CHECK:             tensor.insert_slice {{.*}}[%[[B]], %[[AT:.*]], 0] [1, 1, 128]
 // CHECK:             tensor.insert_slice {{.*}}[%[[B]], %[[AT]], 0] [1, 1, 128]
 // CHECK:         %[[GROWN:.*]] = linalg.generic {{.*}} ins(%[[LENGTHS]] : tensor<1x2xi64>)
-// CHECK:         snapkv.ragged_attention %{{.*}}, %[[W]]#0, %[[W]]#1 rows(%[[STARTS]], %[[GROWN]]) scale 0.0883883387 : tensor<1x4x1x128xf32>
+// CHECK:         snapkv.ragged_attention %{{.*}}, %[[W]]#0, %[[W]]#1 rows(%[[STARTS]], %[[GROWN]]) scale 0.0883883461 : tensor<1x4x1x128xf32>
 // CHECK-NOT:     snapkv.attention
 // CHECK:         bufferization.materialize_in_destination %[[W]]#0 in restrict writable %[[KB]]
 // CHECK:         bufferization.materialize_in_destination %[[W]]#1 in restrict writable %[[VB]]

@@ -17,7 +17,7 @@
 // RUN:   | FileCheck %s --check-prefix=EXPAND
 // EXPAND-LABEL: func.func private @prefill_layer(
 // EXPAND-SAME:    -> (tensor<1x?x32xf32>, tensor<1x4x?x128xf32>, tensor<1x4x?x128xf32>)
-// EXPAND:         snapkv.select {{.*}} window 4 capacity 8 scale 0.0883883387 : (tensor<1x4x4x128xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>) -> (tensor<1x4x?x128xf32>, tensor<1x4x?x128xf32>, tensor<1x4x?xi64>)
+// EXPAND:         snapkv.select {{.*}} window 4 capacity 8 scale 0.0883883461 : (tensor<1x4x4x128xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>) -> (tensor<1x4x?x128xf32>, tensor<1x4x?x128xf32>, tensor<1x4x?xi64>)
 // EXPAND-LABEL: func.func private @decode_layer(
 // EXPAND-SAME:    %{{.*}}: tensor<1x1x32xf32>, %{{.*}}: tensor<1xi64>, %{{.*}}: tensor<1x4x?x128xf32>, %{{.*}}: tensor<1x4x?x128xf32>, %{{.*}}: tensor<512x32xf32>
 // EXPAND-SAME:    -> (tensor<1x1x32xf32>, tensor<1x4x?x128xf32>, tensor<1x4x?x128xf32>)

@@ -26,32 +26,25 @@
 // RUN:   -o /dev/null 2>&1 | FileCheck %s --check-prefix=NONCONSTANT
 // NONCONSTANT: snapkv-compress-kv-cache left the module unchanged: @prefill: linalg.batch_matmul at {{.*}} is not part of a recognised attention: the scores are scaled by a factor that is not a constant
 
-// SDPA's split with both factors negated is still a positive scale: accepted.
-// RUN: sed 's/%cst_12 = arith\.constant 0\./%cst_12 = arith.constant -0./' %S/Inputs/models/llama_sdpa.mlir > %t.splitnegative.in
-// RUN: snapkv-opt %t.splitnegative.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand strict=true" \
-// RUN:   | FileCheck %s --check-prefix=SPLITNEGATIVE
-// SPLITNEGATIVE: snapkv.select %{{.*}} window 4 capacity 8 scale 0.0883883387 :
+// A kept SDPA with a negative scale.
+// RUN: sed 's/scale = 0\.088388347648318447 : f64/scale = -0.088388347648318447 : f64/' %S/Inputs/models/llama_sdpa.mlir > %t.sdpanegative.in
+// RUN: snapkv-opt %t.sdpanegative.in -o %t.sdpanegative.plain
+// RUN: snapkv-opt %t.sdpanegative.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand" -o %t.sdpanegative.out 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=SDPANEGATIVE
+// RUN: %strip_refusal %t.sdpanegative.out | diff %t.sdpanegative.plain -
+// RUN: not snapkv-opt %t.sdpanegative.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand strict=true" \
+// RUN:   -o /dev/null 2>&1 | FileCheck %s --check-prefix=SDPANEGATIVE
+// SDPANEGATIVE: snapkv-compress-kv-cache left the module unchanged: @prefill: snapkv.sdpa at {{.*}} is not part of a recognised attention: the scores are not scaled by a positive finite constant (the scale is -0.088388
 
-// The guard zeroes rows with ANY masked score (ori instead of andi): not the
-// fully-masked-row guard.
-// RUN: sed 's/arith\.andi %in, %out : i1/arith.ori %in, %out : i1/' %S/Inputs/models/llama_sdpa.mlir > %t.anymasked.in
-// RUN: snapkv-opt %t.anymasked.in -o %t.anymasked.plain
-// RUN: snapkv-opt %t.anymasked.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand" -o %t.anymasked.out 2>&1 \
-// RUN:   | FileCheck %s --check-prefix=ANYMASKED
-// RUN: %strip_refusal %t.anymasked.out | diff %t.anymasked.plain -
-// RUN: not snapkv-opt %t.anymasked.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand strict=true" \
-// RUN:   -o /dev/null 2>&1 | FileCheck %s --check-prefix=ANYMASKED
-// ANYMASKED: snapkv-compress-kv-cache left the module unchanged: @prefill: linalg.batch_matmul at {{.*}} is not part of a recognised attention: the select after the softmax is not SDPA's fully-masked-row guard
-
-// The guard tests `!= -inf` instead of `== -inf`.
-// RUN: sed 's/arith\.cmpf oeq,/arith.cmpf one,/' %S/Inputs/models/llama_sdpa.mlir > %t.notinf.in
-// RUN: snapkv-opt %t.notinf.in -o %t.notinf.plain
-// RUN: snapkv-opt %t.notinf.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand" -o %t.notinf.out 2>&1 \
-// RUN:   | FileCheck %s --check-prefix=NOTINF
-// RUN: %strip_refusal %t.notinf.out | diff %t.notinf.plain -
-// RUN: not snapkv-opt %t.notinf.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand strict=true" \
-// RUN:   -o /dev/null 2>&1 | FileCheck %s --check-prefix=NOTINF
-// NOTINF: snapkv-compress-kv-cache left the module unchanged: @prefill: linalg.batch_matmul at {{.*}} is not part of a recognised attention: the select after the softmax is not SDPA's fully-masked-row guard
+// A kept SDPA whose mask hides the diagonal (key < query): not causal.
+// RUN: sed 's/arith\.cmpi sle, %in, %in/arith.cmpi slt, %in, %in/' %S/Inputs/models/llama_sdpa.mlir > %t.sdpanotcausal.in
+// RUN: snapkv-opt %t.sdpanotcausal.in -o %t.sdpanotcausal.plain
+// RUN: snapkv-opt %t.sdpanotcausal.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand" -o %t.sdpanotcausal.out 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=SDPANOTCAUSAL
+// RUN: %strip_refusal %t.sdpanotcausal.out | diff %t.sdpanotcausal.plain -
+// RUN: not snapkv-opt %t.sdpanotcausal.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand strict=true" \
+// RUN:   -o /dev/null 2>&1 | FileCheck %s --check-prefix=SDPANOTCAUSAL
+// SDPANOTCAUSAL: snapkv-compress-kv-cache left the module unchanged: @prefill: layer 0: the mask condition is not `key position <= query position`
 
 // A sliding window one narrower than the prompt (15 < 16).
 // RUN: sed 's/%c32_i64 = arith\.constant 32 : i64/%c32_i64 = arith.constant 15 : i64/' %S/Inputs/models/mistral_sdpa_window32.mlir > %t.narrow.in

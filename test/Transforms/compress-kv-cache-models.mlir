@@ -5,8 +5,8 @@
 // select carries the model's own effective scale, computed independently by the
 // generator from what torch computes:
 // * eager: the f64 constant 1/sqrt(128) truncated to f32 = 0.0883883461;
-// * SDPA: sqrt(1/sqrt(128)) truncated to f32 on Q and on K^T, whose product
-//   rounded to f32 is 0.0883883387 (one ulp below the eager value).
+// * SDPA, kept as one snapkv.sdpa: its f64 scale 1/sqrt(128) rounded to f32
+//   = 0.0883883461.
 // RUN: snapkv-opt %S/Inputs/models/llama_eager.mlir \
 // RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand strict=true" \
 // RUN:   | FileCheck %s --check-prefix=LLAMA-EAGER
@@ -46,23 +46,23 @@
 
 // LLAMA-SDPA-LABEL: func.func @prefill
 // LLAMA-SDPA-SAME: tensor<1x4x8x128xf32>, tensor<1x4x8x128xf32>)
-// LLAMA-SDPA: snapkv.select %{{.*}} window 4 capacity 8 scale 0.0883883387 : (tensor<1x4x4x128xf32>, tensor<1x2x16x128xf32>, tensor<1x2x16x128xf32>)
+// LLAMA-SDPA: snapkv.select %{{.*}} window 4 capacity 8 scale 0.0883883461 : (tensor<1x4x4x128xf32>, tensor<1x2x16x128xf32>, tensor<1x2x16x128xf32>)
 // LLAMA-SDPA-NOT: snapkv.select
 // LLAMA-SDPA-LABEL: func.func @decode
 // LLAMA-SDPA-SAME: tensor<1x4x16x128xf32>, %{{.*}}: tensor<1x4x16x128xf32>)
 // LLAMA-SDPA-NOT: arith.cmpi sle
 // LLAMA-SDPA: tensor.concat dim(2) %arg{{[0-9]+}}, %{{.*}} : (tensor<1x4x16x128xf32>, tensor<1x4x1x128xf32>) -> tensor<1x4x17x128xf32>
-// LLAMA-SDPA: arith.cmpf oeq
+// LLAMA-SDPA: snapkv.sdpa %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} scale
 
 // LLAMA-SDPA-DYNAMIC-LABEL: func.func @prefill
 // LLAMA-SDPA-DYNAMIC-SAME: tensor<1x4x?x128xf32>, tensor<1x4x?x128xf32>)
-// LLAMA-SDPA-DYNAMIC: snapkv.select %{{.*}} window 4 capacity 8 scale 0.0883883387 : (tensor<1x4x4x128xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>)
+// LLAMA-SDPA-DYNAMIC: snapkv.select %{{.*}} window 4 capacity 8 scale 0.0883883461 : (tensor<1x4x4x128xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>)
 // LLAMA-SDPA-DYNAMIC-NOT: snapkv.select
 // LLAMA-SDPA-DYNAMIC-LABEL: func.func @decode
 // LLAMA-SDPA-DYNAMIC-SAME: tensor<1x4x?x128xf32>, %{{.*}}: tensor<1x4x?x128xf32>)
 // LLAMA-SDPA-DYNAMIC-NOT: arith.cmpi sle
 // LLAMA-SDPA-DYNAMIC: tensor.concat dim(2) %arg{{[0-9]+}}, %{{.*}} : (tensor<1x4x?x128xf32>, tensor<1x4x1x128xf32>) -> tensor<1x4x?x128xf32>
-// LLAMA-SDPA-DYNAMIC: arith.cmpf oeq
+// LLAMA-SDPA-DYNAMIC: snapkv.sdpa %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} scale
 
 // QWEN2-EAGER-LABEL: func.func @prefill
 // QWEN2-EAGER-SAME: tensor<1x4x8x128xf32>, tensor<1x4x8x128xf32>)
@@ -75,13 +75,13 @@
 
 // QWEN2-SDPA-LABEL: func.func @prefill
 // QWEN2-SDPA-SAME: tensor<1x4x8x128xf32>, tensor<1x4x8x128xf32>)
-// QWEN2-SDPA: snapkv.select %{{.*}} window 4 capacity 8 scale 0.0883883387 : (tensor<1x4x4x128xf32>, tensor<1x2x16x128xf32>, tensor<1x2x16x128xf32>)
+// QWEN2-SDPA: snapkv.select %{{.*}} window 4 capacity 8 scale 0.0883883461 : (tensor<1x4x4x128xf32>, tensor<1x2x16x128xf32>, tensor<1x2x16x128xf32>)
 // QWEN2-SDPA-NOT: snapkv.select
 // QWEN2-SDPA-LABEL: func.func @decode
 // QWEN2-SDPA-SAME: tensor<1x4x16x128xf32>, %{{.*}}: tensor<1x4x16x128xf32>)
 // QWEN2-SDPA-NOT: arith.cmpi sle
 // QWEN2-SDPA: tensor.concat dim(2) %arg{{[0-9]+}}, %{{.*}} : (tensor<1x4x16x128xf32>, tensor<1x4x1x128xf32>) -> tensor<1x4x17x128xf32>
-// QWEN2-SDPA: arith.cmpf oeq
+// QWEN2-SDPA: snapkv.sdpa %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} scale
 
 // MISTRAL-EAGER-LABEL: func.func @prefill
 // MISTRAL-EAGER-SAME: tensor<1x4x8x128xf32>, tensor<1x4x8x128xf32>)
@@ -94,17 +94,17 @@
 
 // MISTRAL-SDPA-LABEL: func.func @prefill
 // MISTRAL-SDPA-SAME: tensor<1x4x8x128xf32>, tensor<1x4x8x128xf32>)
-// MISTRAL-SDPA: snapkv.select %{{.*}} window 4 capacity 8 scale 0.0883883387 : (tensor<1x4x4x128xf32>, tensor<1x2x16x128xf32>, tensor<1x2x16x128xf32>)
+// MISTRAL-SDPA: snapkv.select %{{.*}} window 4 capacity 8 scale 0.0883883461 : (tensor<1x4x4x128xf32>, tensor<1x2x16x128xf32>, tensor<1x2x16x128xf32>)
 // MISTRAL-SDPA-NOT: snapkv.select
 // MISTRAL-SDPA-LABEL: func.func @decode
 // MISTRAL-SDPA-SAME: tensor<1x4x16x128xf32>, %{{.*}}: tensor<1x4x16x128xf32>)
 // MISTRAL-SDPA-NOT: arith.cmpi sle
 // MISTRAL-SDPA: tensor.concat dim(2) %arg{{[0-9]+}}, %{{.*}} : (tensor<1x4x16x128xf32>, tensor<1x4x1x128xf32>) -> tensor<1x4x17x128xf32>
-// MISTRAL-SDPA: arith.cmpf oeq
+// MISTRAL-SDPA: snapkv.sdpa %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} scale
 
 // WINDOW-LABEL: func.func @prefill
 // WINDOW: arith.subi %in, %c32_i64 : i64
-// WINDOW: snapkv.select %{{.*}} window 4 capacity 8 scale 0.0883883387 : (tensor<1x4x4x128xf32>, tensor<1x2x16x128xf32>, tensor<1x2x16x128xf32>)
+// WINDOW: snapkv.select %{{.*}} window 4 capacity 8 scale 0.0883883461 : (tensor<1x4x4x128xf32>, tensor<1x2x16x128xf32>, tensor<1x2x16x128xf32>)
 
 // WINDOW16: arith.subi %in, %c16_i64 : i64
-// WINDOW16: snapkv.select %{{.*}} window 4 capacity 8 scale 0.0883883387 :
+// WINDOW16: snapkv.select %{{.*}} window 4 capacity 8 scale 0.0883883461 :

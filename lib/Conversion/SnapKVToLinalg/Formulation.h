@@ -316,6 +316,9 @@ Value lowerAttention(OpBuilder &b, Location loc, AttentionOp op, Value queries,
                      Value keys, Value values, Value offset, int64_t queryTile,
                      int64_t keyTile);
 
+/// snapkv.sdpa as its definition in linalg (Sdpa.cpp).
+void populateSdpaLowering(RewritePatternSet &patterns);
+
 } // namespace mlir::snapkv::detail
 
 #endif // SNAPKV_LIB_CONVERSION_SNAPKVTOLINALG_FORMULATION_H

@@ -343,6 +343,7 @@ void addSnapKVPatterns(RewritePatternSet &patterns,
            FormulationLowering<TopPositionsOp>, FormulationLowering<GatherOp>,
            AdaptiveLowering, AttentionLowering>(ctx, lowerings);
   patterns.add<RaggedAttentionLowering>(ctx);
+  populateSdpaLowering(patterns);
 }
 
 struct ConvertSnapKVToLinalgPass

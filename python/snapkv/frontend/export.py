@@ -74,13 +74,64 @@ def import_functions(functions) -> str:
     context = ir.Context()
     torch_d.register_dialect(context)
     importer = FxImporter(context=context)
+    # SDPA stays one op: torch-mlir lowers it to tm_tensor.attention (kept_sdpa below).
+    table = {op: fn for op, fn in get_decomposition_table().items() if op not in _SDPA_OPS}
     for name, module, args, shapes in functions:
         program = torch.export.export(module, args, dynamic_shapes=shapes, strict=False)
-        program = program.run_decompositions(get_decomposition_table())
+        program = program.run_decompositions(table)
         importer.import_frozen_program(program, func_name=name)
     # What export_and_import(..., output_type="linalg-on-tensors") runs after the import.
     lowered = fx._module_lowering(False, False, OutputType.LINALG_ON_TENSORS, importer.module)
-    return str(lowered)
+    return str(kept_sdpa(lowered))
+
+
+def _sdpa_ops():
+    aten = torch.ops.aten
+    return {aten.scaled_dot_product_attention.default,
+            aten._scaled_dot_product_flash_attention_for_cpu.default,
+            aten._scaled_dot_product_attention_math.default}
+
+
+_SDPA_OPS = _sdpa_ops()
+
+
+def kept_sdpa(module):
+    """`module` (torch-mlir's) with each ``tm_tensor.attention`` (torch-mlir's lowering of
+    SDPA) replaced by ``snapkv.sdpa`` with the same operands and scale, which our MLIR parses
+    (text is the bridge between torch-mlir's MLIR and ours; the op is unregistered here, so it
+    prints in the generic form). Returns `module`."""
+    from torch_mlir import ir
+
+    found = []
+
+    def visit(op):
+        for region in op.regions:
+            for block in region.blocks:
+                for nested in block.operations:
+                    if nested.operation.name == "tm_tensor.attention":
+                        found.append(nested.operation)
+                    else:
+                        visit(nested.operation)
+
+    visit(module.operation)
+    if not found:
+        return module
+    module.context.allow_unregistered_dialects = True
+    for op in found:
+        operands = list(op.operands)
+        if len(op.results) != 1 or len(operands) not in (4, 5):
+            raise ValueError(f"tm_tensor.attention with {len(operands)} operands and "
+                             f"{len(op.results)} results: not torch's SDPA as snapkv.sdpa "
+                             f"takes it (queries, keys, values, optional mask, init)")
+        attributes = {}
+        if "scale" in op.attributes:
+            attributes["scale"] = op.attributes["scale"]
+        new = ir.Operation.create("snapkv.sdpa", results=[op.results[0].type],
+                                  operands=operands, attributes=attributes, loc=op.location,
+                                  ip=ir.InsertionPoint(op))
+        op.results[0].replace_all_uses_with(new.results[0])
+        op.erase()
+    return module
 
 
 def export_text(spec: TinyLlamaSpec = TinyLlamaSpec(), dynamic: bool = False) -> str:

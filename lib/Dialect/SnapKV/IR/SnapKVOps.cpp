@@ -525,3 +525,44 @@ LogicalResult RaggedAttentionOp::verify() {
     return emitOpError() << "scale must be a finite number";
   return verifyResults(*this, {"result"}, {qTy});
 }
+
+double SdpaOp::getEffectiveScale() {
+  if (std::optional<APFloat> scale = getScale())
+    return scale->convertToDouble();
+  return 1.0 /
+         std::sqrt(static_cast<double>(getQueries().getType().getDimSize(2)));
+}
+
+LogicalResult SdpaOp::verify() {
+  // Rank and element types are ODS constraints; the extents must agree.
+  ArrayRef<int64_t> q = getQueries().getType().getShape();
+  ArrayRef<int64_t> k = getKeys().getType().getShape();
+  ArrayRef<int64_t> v = getValues().getType().getShape();
+  ArrayRef<int64_t> out = getInit().getType().getShape();
+  auto fits = [](int64_t a, int64_t b) {
+    return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) || a == b;
+  };
+  auto mismatch = [&](StringRef what) {
+    return emitOpError() << what << " (queries " << getQueries().getType()
+                         << ", keys " << getKeys().getType() << ", values "
+                         << getValues().getType() << ", init "
+                         << getInit().getType() << ")";
+  };
+  if (ShapedType::isDynamic(q[2]))
+    return emitOpError("the head dim of 'queries' must be static");
+  if (!fits(q[0], k[0]) || !fits(q[0], v[0]) || !fits(q[0], out[0]))
+    return mismatch("the batch-head extents differ");
+  if (!fits(q[2], k[2]))
+    return mismatch("'queries' and 'keys' have different head dims");
+  if (!fits(k[1], v[1]))
+    return mismatch("'keys' and 'values' have different lengths");
+  if (!fits(q[1], out[1]) || !fits(v[2], out[2]))
+    return mismatch("'init' is not [N, Lq, Dv]");
+  if (Value mask = getMask()) {
+    ArrayRef<int64_t> m = cast<RankedTensorType>(mask.getType()).getShape();
+    if (!fits(m[0], q[0]) || !fits(m[1], q[1]) || !fits(m[2], k[1]))
+      return emitOpError() << "'mask' " << mask.getType()
+                           << " is not [N, Lq, Lk]";
+  }
+  return success();
+}

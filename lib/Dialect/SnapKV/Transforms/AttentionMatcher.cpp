@@ -1,10 +1,12 @@
 //===- AttentionMatcher.cpp - find decomposed attention in imported IR ---===//
 //
-// The shapes matched here are documented op by op in docs/model-ir.md.
+// The shapes matched here are documented op by op in docs/model-ir.md; the
+// masks and positions they compare are read in CausalMask.cpp.
 //
 //===----------------------------------------------------------------------===//
 
 #include "snapkv/Dialect/SnapKV/Transforms/AttentionMatcher.h"
+#include "GenericMatchers.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Math/IR/Math.h"
@@ -15,29 +17,9 @@
 
 using namespace mlir;
 using namespace mlir::snapkv;
+using namespace mlir::snapkv::matchers;
 
 namespace {
-
-/// The op that produces yield operand `result` of `generic`, if it is an OpTy.
-template <typename OpTy>
-OpTy yielded(linalg::GenericOp generic, unsigned result = 0) {
-  auto yield = cast<linalg::YieldOp>(generic.getBody()->getTerminator());
-  if (result >= yield.getNumOperands())
-    return nullptr;
-  return yield.getOperand(result).getDefiningOp<OpTy>();
-}
-
-bool isBlockArg(Value value, linalg::GenericOp generic, unsigned number) {
-  auto arg = dyn_cast<BlockArgument>(value);
-  return arg && arg.getOwner() == generic.getBody() &&
-         arg.getArgNumber() == number;
-}
-
-bool allParallel(linalg::GenericOp generic) {
-  return llvm::all_of(generic.getIteratorTypesArray(), [](auto type) {
-    return type == utils::IteratorType::parallel;
-  });
-}
 
 /// Parallel over every dim but the last, which is reduced.
 bool reducesLastDim(linalg::GenericOp generic) {
@@ -49,25 +31,6 @@ bool reducesLastDim(linalg::GenericOp generic) {
   });
 }
 
-/// An elementwise generic with `inputs` inputs whose single result is
-/// `OpTy(arg lhsArg, arg rhsArg)`.
-template <typename OpTy>
-linalg::GenericOp elementwise(Value value, unsigned inputs, unsigned lhsArg,
-                              unsigned rhsArg) {
-  auto generic = value.getDefiningOp<linalg::GenericOp>();
-  if (!generic || generic.getNumResults() != 1 ||
-      generic.getNumDpsInputs() != inputs || !allParallel(generic))
-    return nullptr;
-  auto op = yielded<OpTy>(generic);
-  if (!op || op->getNumOperands() != 2 ||
-      !isBlockArg(op->getOperand(0), generic, lhsArg) ||
-      !isBlockArg(op->getOperand(1), generic, rhsArg))
-    return nullptr;
-  return generic;
-}
-
-bool isIdentity(AffineMap map) { return map.isIdentity(); }
-
 /// Map `(d0, d1, d2, d3) -> (d0, d1, d2, 0)`: one statistic per row.
 bool isRowStatisticMap(AffineMap map) {
   if (map.getNumDims() != 4 || map.getNumResults() != 4)
@@ -77,17 +40,6 @@ bool isRowStatisticMap(AffineMap map) {
       return false;
   auto zero = dyn_cast<AffineConstantExpr>(map.getResult(3));
   return zero && zero.getValue() == 0;
-}
-
-/// A splat float constant, as a scalar or as a (0-d) tensor.
-std::optional<double> floatConstant(Value value) {
-  FloatAttr scalar;
-  if (matchPattern(value, m_Constant(&scalar)))
-    return scalar.getValueAsDouble();
-  DenseFPElementsAttr dense;
-  if (matchPattern(value, m_Constant(&dense)) && dense.isSplat())
-    return dense.getSplatValue<APFloat>().convertToDouble();
-  return std::nullopt;
 }
 
 /// The value `linalg.fill` writes into `init`.
@@ -372,20 +324,6 @@ std::optional<double> splatValue(Value value) {
   return floatConstant(generic.getDpsInputs()[0]);
 }
 
-/// A 3-input generic yielding `select(arg0, arg1, arg2)`.
-linalg::GenericOp selectGeneric(Value value) {
-  auto generic = value.getDefiningOp<linalg::GenericOp>();
-  if (!generic || generic.getNumResults() != 1 ||
-      generic.getNumDpsInputs() != 3 || !allParallel(generic))
-    return nullptr;
-  auto pick = yielded<arith::SelectOp>(generic);
-  if (!pick || !isBlockArg(pick.getCondition(), generic, 0) ||
-      !isBlockArg(pick.getTrueValue(), generic, 1) ||
-      !isBlockArg(pick.getFalseValue(), generic, 2))
-    return nullptr;
-  return generic;
-}
-
 bool isNegativeInfinity(Value value) {
   FloatAttr constant;
   return matchPattern(value, m_Constant(&constant)) &&
@@ -567,6 +505,8 @@ unsigned mlir::snapkv::attentionMismatchStage(AttentionMismatch kind) {
   case AttentionMismatch::HeadCountMismatch:
   case AttentionMismatch::ElementTypesDiffer:
   case AttentionMismatch::RepeatCopiesMismatch:
+  case AttentionMismatch::SdpaNotCollapsed:
+  case AttentionMismatch::SdpaMaskNotRowColumn:
     return 3;
   }
   llvm_unreachable("unknown AttentionMismatch");
@@ -635,6 +575,12 @@ StringRef mlir::snapkv::attentionMismatchMessage(AttentionMismatch kind) {
     return "queries and keys have different element types";
   case AttentionMismatch::RepeatCopiesMismatch:
     return "the GQA repeat does not produce one copy per query head";
+  case AttentionMismatch::SdpaNotCollapsed:
+    return "an operand of snapkv.sdpa is not a [B, H, L, D] tensor with "
+           "batch and heads collapsed";
+  case AttentionMismatch::SdpaMaskNotRowColumn:
+    return "the mask of snapkv.sdpa is not a [B, H, Lq, Lk] tensor (or its "
+           "broadcast over batch and heads) with batch and heads collapsed";
   }
   llvm_unreachable("unknown AttentionMismatch");
 }
@@ -677,6 +623,24 @@ bool mlir::snapkv::isArange(Value value) {
     return false;
   auto index = cast.getIn().getDefiningOp<linalg::IndexOp>();
   return index && index.getDim() == 0;
+}
+
+static LogicalResult matchKeysValues(AttentionMatch &m, Value keys,
+                                     Value values, AttentionFailure &failure);
+
+/// Sets `m`'s queries [B, Hq, Lq, D] and their static dims.
+static LogicalResult setQueries(AttentionMatch &m, Value queries,
+                                AttentionFailure &failure) {
+  m.queries = queries;
+  auto qType = cast<RankedTensorType>(queries.getType());
+  if (qType.isDynamicDim(0) || qType.isDynamicDim(1) || qType.isDynamicDim(3)) {
+    failure = {AttentionMismatch::DynamicQueryDims, ""};
+    return mlir::failure();
+  }
+  m.batch = qType.getDimSize(0);
+  m.queryHeads = qType.getDimSize(1);
+  m.headDim = qType.getDimSize(3);
+  return success();
 }
 
 FailureOr<AttentionMatch>
@@ -777,14 +741,12 @@ mlir::snapkv::matchAttention(linalg::BatchMatmulOp outputMatmul,
     return fail(AttentionMismatch::QueriesNotCollapsed);
   // A Q-side factor that does not fold stays part of the queries: the select
   // then reads exactly what the attention reads.
-  m.queries = skipWidening(
-      *peelScales(queries, scale, /*requireConstant=*/false, failure));
-  auto qType = cast<RankedTensorType>(m.queries.getType());
-  if (qType.isDynamicDim(0) || qType.isDynamicDim(1) || qType.isDynamicDim(3))
-    return fail(AttentionMismatch::DynamicQueryDims);
-  m.batch = qType.getDimSize(0);
-  m.queryHeads = qType.getDimSize(1);
-  m.headDim = qType.getDimSize(3);
+  if (failed(
+          setQueries(m,
+                     skipWidening(*peelScales(
+                         queries, scale, /*requireConstant=*/false, failure)),
+                     failure)))
+    return mlir::failure();
 
   FailureOr<Value> keys =
       keysBeforeTranspose(m.scoresMatmul.getDpsInputs()[1], scale, failure);
@@ -795,17 +757,31 @@ mlir::snapkv::matchAttention(linalg::BatchMatmulOp outputMatmul,
     return fail(AttentionMismatch::ScaleNotPositive,
                 "the factors multiply to " + std::to_string(scale));
   m.scale = effective;
-  FailureOr<RepeatedKV> k =
-      matchRepeat(skipWidening(*keys), m.queryHeads, failure);
-  if (failed(k))
-    return mlir::failure();
   Value values = valuesOperand(outputMatmul.getDpsInputs()[1]);
   if (!values)
     return fail(AttentionMismatch::ValuesNotCollapsed);
+  if (failed(matchKeysValues(m, *keys, values, failure)))
+    return mlir::failure();
+  return m;
+}
+
+/// Sets `m`'s keys and values from the operands attention reads (through the
+/// GQA repeat) and checks them against its queries.
+static LogicalResult matchKeysValues(AttentionMatch &m, Value keys,
+                                     Value values, AttentionFailure &failure) {
+  auto fail = [&](AttentionMismatch kind, std::string detail = "") {
+    failure = {kind, std::move(detail)};
+    return mlir::failure();
+  };
+  FailureOr<RepeatedKV> k =
+      matchRepeat(skipWidening(keys), m.queryHeads, failure);
+  if (failed(k))
+    return mlir::failure();
   FailureOr<RepeatedKV> v =
       matchRepeat(skipWidening(values), m.queryHeads, failure);
   if (failed(v))
     return mlir::failure();
+  auto qType = cast<RankedTensorType>(m.queries.getType());
   m.keys = *k;
   m.values = *v;
   auto kType = cast<RankedTensorType>(m.keys.source.getType());
@@ -829,368 +805,52 @@ mlir::snapkv::matchAttention(linalg::BatchMatmulOp outputMatmul,
     if (repeated.getDimSize(1) * repeated.getDimSize(2) != m.queryHeads)
       return fail(AttentionMismatch::RepeatCopiesMismatch);
   }
-  return m;
+  return success();
 }
 
-namespace {
-/// Which iteration dim of `generic` indexes the one non-unit dim of operand
-/// `input` (a 1-D tensor expanded to the generic's rank).
-std::optional<unsigned> varyingDim(linalg::GenericOp generic, unsigned input) {
-  auto type = cast<RankedTensorType>(generic.getDpsInputs()[input].getType());
-  std::optional<unsigned> data;
-  for (int64_t i = 0; i < type.getRank(); ++i) {
-    if (type.getDimSize(i) == 1)
-      continue;
-    if (data)
-      return std::nullopt;
-    data = i;
-  }
-  if (!data)
-    return std::nullopt;
-  auto dim = dyn_cast<AffineDimExpr>(
-      generic.getIndexingMapsArray()[input].getResult(*data));
-  if (!dim)
-    return std::nullopt;
-  return dim.getPosition();
-}
-
-Value withoutExpands(Value value) {
-  while (auto expand = value.getDefiningOp<tensor::ExpandShapeOp>())
-    value = expand.getSrc();
-  return value;
-}
-
-/// A generic over two inputs whose result is `cmpi(arg0, arg1)`.
-arith::CmpIOp compareBody(Value value, linalg::GenericOp &generic) {
-  generic = skipCopies(value).getDefiningOp<linalg::GenericOp>();
-  if (!generic || generic.getNumResults() != 1 ||
-      generic.getNumDpsInputs() != 2 || !allParallel(generic) ||
-      !isIdentity(generic.getIndexingMapsArray()[2]))
-    return nullptr;
-  auto cmp = yielded<arith::CmpIOp>(generic);
-  if (!cmp || !isBlockArg(cmp.getLhs(), generic, 0) ||
-      !isBlockArg(cmp.getRhs(), generic, 1))
-    return nullptr;
-  return cmp;
-}
-
-/// The terms of a conjunction built from elementwise `andi` generics, with
-/// splat `true` constants dropped (the importer's `true & x`).
-void collectConjuncts(Value value, SmallVectorImpl<Value> &terms,
-                      unsigned depth = 0) {
-  auto generic = skipCopies(value).getDefiningOp<linalg::GenericOp>();
-  bool isAnd = depth < 8 && generic &&
-               elementwise<arith::AndIOp>(generic.getResult(0), 2, 0, 1) &&
-               llvm::all_of(
-                   generic.getIndexingMapsArray(),
-                   [](AffineMap map) {
-                     return map.isIdentity() || map.getNumResults() == 0;
-                   });
-  if (!isAnd) {
-    terms.push_back(value);
-    return;
-  }
-  for (Value input : generic.getDpsInputs()) {
-    DenseIntElementsAttr dense;
-    if (matchPattern(input, m_Constant(&dense)) && dense.isSplat() &&
-        dense.getSplatValue<APInt>().isOne())
-      continue;
-    collectConjuncts(input, terms, depth + 1);
-  }
-}
-
-/// `query - c` (or `query + (-c)`) computed elementwise from `query`;
-/// returns `query` and sets `offset = c`.
-Value shiftedPosition(Value value, int64_t &offset) {
-  auto generic = skipCopies(value).getDefiningOp<linalg::GenericOp>();
-  if (!generic || generic.getNumResults() != 1 ||
-      generic.getNumDpsInputs() != 1 || !allParallel(generic) ||
-      !llvm::all_of(generic.getIndexingMapsArray(), isIdentity))
-    return nullptr;
-  APInt constant;
-  if (auto sub = yielded<arith::SubIOp>(generic)) {
-    if (!isBlockArg(sub.getLhs(), generic, 0) ||
-        !matchPattern(sub.getRhs(), m_ConstantInt(&constant)))
-      return nullptr;
-    offset = constant.getSExtValue();
-  } else if (auto add = yielded<arith::AddIOp>(generic)) {
-    if (!isBlockArg(add.getLhs(), generic, 0) ||
-        !matchPattern(add.getRhs(), m_ConstantInt(&constant)))
-      return nullptr;
-    offset = -constant.getSExtValue();
-  } else {
-    return nullptr;
-  }
-  return generic.getDpsInputs()[0];
-}
-} // namespace
-
-StringRef mlir::snapkv::maskMismatchMessage(MaskMismatch kind) {
-  switch (kind) {
-  case MaskMismatch::NotRowColumn:
-    return "the mask is not indexed by score row and column";
-  case MaskMismatch::NotSelect:
-    return "the mask is not select(condition, 0, a very negative value)";
-  case MaskMismatch::NotCausal:
-    return "the mask condition is not `key position <= query position` "
-           "(optionally and a sliding window `key position > query position "
-           "- W`)";
-  case MaskMismatch::KeysNotArange:
-    return "the mask's key positions are not 0, 1, 2, ... along the score "
-           "columns";
-  case MaskMismatch::QueriesNotRows:
-    return "the mask's query positions do not vary along the score rows";
-  case MaskMismatch::SlidingWindowKeys:
-    return "the mask has a sliding window and its key positions are not 0, 1, "
-           "2, ... (HuggingFace's sliding-window cache dropped keys)";
-  }
-  llvm_unreachable("unknown MaskMismatch");
-}
-
-FailureOr<CausalMask> mlir::snapkv::matchCausalMask(const AttentionMatch &match,
-                                                    MaskMismatch &failure) {
-  auto fail = [&](MaskMismatch kind) -> FailureOr<CausalMask> {
-    failure = kind;
-    return FailureOr<CausalMask>(mlir::failure());
+FailureOr<AttentionMatch> mlir::snapkv::matchSdpa(SdpaOp op,
+                                                  AttentionFailure &failure) {
+  auto fail = [&](AttentionMismatch kind,
+                  std::string detail = "") -> FailureOr<AttentionMatch> {
+    failure = {kind, std::move(detail)};
+    return FailureOr<AttentionMatch>(mlir::failure());
   };
-  // The mask add broadcasts mask[b|0, 0|h, i, j] onto scores[b, h, i, j].
-  linalg::GenericOp maskAdd = match.maskAdd;
-  if (!maskAdd)
-    return fail(MaskMismatch::NotRowColumn);
-  AffineMap map = maskAdd.getIndexingMapsArray()[1];
-  MLIRContext *ctx = map.getContext();
-  if (map.getNumResults() != 4 ||
-      map.getResult(2) != getAffineDimExpr(2, ctx) ||
-      map.getResult(3) != getAffineDimExpr(3, ctx))
-    return fail(MaskMismatch::NotRowColumn);
-  linalg::GenericOp select = selectGeneric(skipCopies(match.mask));
-  std::optional<double> visible, hidden;
-  if (select && isIdentity(select.getIndexingMapsArray()[0]) &&
-      isIdentity(select.getIndexingMapsArray()[3])) {
-    visible = floatConstant(select.getDpsInputs()[1]);
-    hidden = floatConstant(select.getDpsInputs()[2]);
-  }
-  if (!visible || *visible != 0.0 || !hidden || *hidden > -1.0e30)
-    return fail(MaskMismatch::NotSelect);
-
-  // The condition: the causal term, and-ed with a sliding-window term or not.
-  SmallVector<Value, 2> terms;
-  collectConjuncts(select.getDpsInputs()[0], terms);
-  if (terms.empty() || terms.size() > 2)
-    return fail(MaskMismatch::NotCausal);
-  CausalMask mask;
-  linalg::GenericOp compare;
-  unsigned keyInput = 0;
-  std::optional<unsigned> causalTerm;
-  for (auto [t, term] : llvm::enumerate(terms)) {
-    arith::CmpIOp cmp = compareBody(term, compare);
-    // key <= query, written either way round.
-    if (cmp && cmp.getPredicate() == arith::CmpIPredicate::sle)
-      keyInput = 0;
-    else if (cmp && cmp.getPredicate() == arith::CmpIPredicate::sge)
-      keyInput = 1;
-    else
-      continue;
-    causalTerm = t;
-    break;
-  }
-  if (!causalTerm)
-    return fail(MaskMismatch::NotCausal);
-  unsigned queryInput = 1 - keyInput;
-  mask.keyPositions = compare.getDpsInputs()[keyInput];
-  mask.queryPositions = compare.getDpsInputs()[queryInput];
-
-  if (terms.size() == 2) {
-    // key > query - c (or query - c < key): visible iff query - key < c;
-    // key >= query - c: visible iff query - key < c + 1.
-    linalg::GenericOp windowCompare;
-    arith::CmpIOp cmp = compareBody(terms[1 - *causalTerm], windowCompare);
-    if (!cmp)
-      return fail(MaskMismatch::NotCausal);
-    unsigned windowKey = 0;
-    int64_t extra = 0;
-    switch (cmp.getPredicate()) {
-    case arith::CmpIPredicate::sgt:
-      break;
-    case arith::CmpIPredicate::slt:
-      windowKey = 1;
-      break;
-    case arith::CmpIPredicate::sge:
-      extra = 1;
-      break;
-    case arith::CmpIPredicate::sle:
-      windowKey = 1;
-      extra = 1;
-      break;
-    default:
-      return fail(MaskMismatch::NotCausal);
+  AttentionMatch m;
+  m.sdpa = op;
+  SmallVector<ReassociationIndices> heads{{0, 1}, {2}, {3}};
+  Value queries = collapsedFrom(op.getQueries(), heads);
+  Value keys = collapsedFrom(op.getKeys(), heads);
+  Value values = collapsedFrom(op.getValues(), heads);
+  if (!queries || !keys || !values)
+    return fail(AttentionMismatch::SdpaNotCollapsed);
+  if (failed(setQueries(m, skipWidening(queries), failure)))
+    return mlir::failure();
+  auto scale = static_cast<float>(op.getEffectiveScale());
+  if (!(scale > 0.0f) || !std::isfinite(scale))
+    return fail(AttentionMismatch::ScaleNotPositive,
+                "the scale is " + std::to_string(scale));
+  m.scale = scale;
+  if (Value mask = op.getMask()) {
+    // The importer broadcasts the model's [B|1, 1, Lq, Lk] condition over
+    // the heads before collapsing them: read through the broadcast.
+    m.mask = collapsedFrom(mask, heads);
+    if (!m.mask)
+      return fail(AttentionMismatch::SdpaMaskNotRowColumn);
+    auto broadcast = m.mask.getDefiningOp<linalg::GenericOp>();
+    if (broadcast && broadcast.getNumDpsInputs() == 1 &&
+        allParallel(broadcast) &&
+        isBlockArg(broadcast.getBody()->getTerminator()->getOperand(0),
+                   broadcast, 0)) {
+      AffineMap map = broadcast.getIndexingMapsArray()[0];
+      MLIRContext *ctx = map.getContext();
+      if (map.getNumResults() != 4 ||
+          map.getResult(2) != getAffineDimExpr(2, ctx) ||
+          map.getResult(3) != getAffineDimExpr(3, ctx))
+        return fail(AttentionMismatch::SdpaMaskNotRowColumn);
+      m.mask = broadcast.getDpsInputs()[0];
     }
-    int64_t offset = 0;
-    Value query =
-        shiftedPosition(windowCompare.getDpsInputs()[1 - windowKey], offset);
-    if (!query ||
-        withoutExpands(query) != withoutExpands(mask.queryPositions) ||
-        withoutExpands(windowCompare.getDpsInputs()[windowKey]) !=
-            withoutExpands(mask.keyPositions) ||
-        varyingDim(windowCompare, windowKey) != varyingDim(compare, keyInput) ||
-        offset + extra < 1)
-      return fail(MaskMismatch::NotCausal);
-    mask.window = offset + extra;
-    if (!isArange(mask.keyPositions))
-      return fail(MaskMismatch::SlidingWindowKeys);
   }
-
-  if (!isArange(mask.keyPositions) || varyingDim(compare, keyInput) != 3u)
-    return fail(MaskMismatch::KeysNotArange);
-  auto queryType = cast<RankedTensorType>(mask.queryPositions.getType());
-  if (!queryType.hasStaticShape() || queryType.getNumElements() != 1) {
-    mask.queryIsRow = varyingDim(compare, queryInput) == 2u;
-    if (!mask.queryIsRow)
-      return fail(MaskMismatch::QueriesNotRows);
-  }
-  return mask;
-}
-
-namespace {
-std::optional<PositionValue> add(std::optional<PositionValue> a,
-                                 std::optional<PositionValue> b) {
-  if (!a || !b)
-    return std::nullopt;
-  if (a->base != PositionValue::Base::Zero &&
-      b->base != PositionValue::Base::Zero)
-    return std::nullopt;
-  PositionValue sum = a->base == PositionValue::Base::Zero ? *b : *a;
-  sum.offset = a->offset + b->offset;
-  return sum;
-}
-
-std::optional<PositionValue> evaluate(Value value, unsigned depth);
-
-/// A scalar computed inside a generic's body, with block arguments standing
-/// for the (one-element) operands.
-std::optional<PositionValue>
-evaluateInBody(Value value, linalg::GenericOp generic, unsigned depth) {
-  if (auto arg = dyn_cast<BlockArgument>(value)) {
-    if (arg.getOwner() != generic.getBody() ||
-        arg.getArgNumber() >= generic.getNumDpsInputs())
-      return std::nullopt;
-    return evaluate(generic.getDpsInputs()[arg.getArgNumber()], depth + 1);
-  }
-  Operation *op = value.getDefiningOp();
-  if (!op)
-    return std::nullopt;
-  if (!generic->isProperAncestor(op))
-    return evaluate(value, depth + 1);
-  if (auto addi = dyn_cast<arith::AddIOp>(op))
-    return add(evaluateInBody(addi.getLhs(), generic, depth + 1),
-               evaluateInBody(addi.getRhs(), generic, depth + 1));
-  if (isa<arith::IndexCastOp, arith::ExtSIOp>(op))
-    return evaluateInBody(op->getOperand(0), generic, depth + 1);
-  return evaluate(value, depth + 1);
-}
-
-std::optional<PositionValue> evaluate(Value value, unsigned depth) {
-  if (depth > 64)
-    return std::nullopt;
-  if (auto arg = dyn_cast<BlockArgument>(value)) {
-    if (!isa<func::FuncOp>(arg.getOwner()->getParentOp()))
-      return std::nullopt;
-    auto type = dyn_cast<RankedTensorType>(arg.getType());
-    if (type && (!type.hasStaticShape() || type.getNumElements() != 1))
-      return std::nullopt;
-    PositionValue result;
-    result.base = PositionValue::Base::Argument;
-    result.argument = arg;
-    return result;
-  }
-  Operation *op = value.getDefiningOp();
-  if (!op)
-    return std::nullopt;
-  IntegerAttr constant;
-  if (matchPattern(value, m_Constant(&constant)))
-    return PositionValue{PositionValue::Base::Zero, constant.getInt(), {}};
-  if (auto addi = dyn_cast<arith::AddIOp>(op))
-    return add(evaluate(addi.getLhs(), depth + 1),
-               evaluate(addi.getRhs(), depth + 1));
-  if (isa<arith::IndexCastOp, arith::ExtSIOp>(op))
-    return evaluate(op->getOperand(0), depth + 1);
-  if (auto dim = dyn_cast<tensor::DimOp>(op)) {
-    auto arg = dyn_cast<BlockArgument>(dim.getSource());
-    std::optional<int64_t> index = dim.getConstantIndex();
-    if (!arg || !isa<func::FuncOp>(arg.getOwner()->getParentOp()) || !index ||
-        *index != 2)
-      return std::nullopt;
-    PositionValue result;
-    result.base = PositionValue::Base::CacheLength;
-    result.argument = arg;
-    return result;
-  }
-  if (isa<tensor::ExpandShapeOp, tensor::CollapseShapeOp>(op))
-    return evaluate(op->getOperand(0), depth + 1);
-  if (auto fill = dyn_cast<linalg::FillOp>(op))
-    return evaluate(fill.getInputs()[0], depth + 1);
-  if (auto generic = dyn_cast<linalg::GenericOp>(op)) {
-    auto type = dyn_cast<RankedTensorType>(value.getType());
-    if (!type || !type.hasStaticShape() || type.getNumElements() != 1 ||
-        generic.getNumResults() != 1)
-      return std::nullopt;
-    auto yield = cast<linalg::YieldOp>(generic.getBody()->getTerminator());
-    return evaluateInBody(yield.getOperand(0), generic, depth + 1);
-  }
-  return std::nullopt;
-}
-} // namespace
-
-std::optional<PositionValue> mlir::snapkv::evaluatePosition(Value value) {
-  return evaluate(value, 0);
-}
-
-std::optional<PositionValue> mlir::snapkv::shiftedArange(Value value) {
-  value = withoutExpands(skipCopies(value));
-  if (isArange(value))
-    return PositionValue{PositionValue::Base::Zero, 0, {}};
-  auto generic = value.getDefiningOp<linalg::GenericOp>();
-  if (!generic || generic.getNumResults() != 1 || generic.getNumLoops() != 1 ||
-      !allParallel(generic) || generic.getNumDpsInputs() < 1 ||
-      generic.getNumDpsInputs() > 2 ||
-      !generic.getIndexingMapsArray().back().isIdentity())
-    return std::nullopt;
-  auto add = yielded<arith::AddIOp>(generic);
-  if (!add)
-    return std::nullopt;
-  // The arange is an input read element by element; the shift is the same
-  // for every element.
-  SmallVector<AffineMap> maps = generic.getIndexingMapsArray();
-  auto isArangeInput = [&](unsigned i) {
-    return maps[i].isIdentity() && isArange(generic.getDpsInputs()[i]);
-  };
-  Value row, shift;
-  for (auto [a, b] : {std::pair(add.getLhs(), add.getRhs()),
-                      std::pair(add.getRhs(), add.getLhs())}) {
-    auto arg = dyn_cast<BlockArgument>(a);
-    if (!arg || arg.getOwner() != generic.getBody() ||
-        arg.getArgNumber() >= generic.getNumDpsInputs() ||
-        !isArangeInput(arg.getArgNumber()))
-      continue;
-    row = a;
-    shift = b;
-    break;
-  }
-  if (!row)
-    return std::nullopt;
-  if (generic.getNumDpsInputs() == 1) {
-    // `arange + s`, `s` a scalar defined outside the body.
-    if (generic->isAncestor(shift.getParentBlock()->getParentOp()))
-      return std::nullopt;
-    return evaluatePosition(shift);
-  }
-  // `arange + t[0]`, the other input a one-element tensor broadcast over
-  // the loop (HuggingFace's `cache_position` from the position argument).
-  auto other = dyn_cast<BlockArgument>(shift);
-  if (!other || other.getOwner() != generic.getBody() ||
-      other.getArgNumber() >= generic.getNumDpsInputs() || other == row ||
-      !maps[other.getArgNumber()].isConstant() ||
-      maps[other.getArgNumber()].getSingleConstantResult() != 0)
-    return std::nullopt;
-  return evaluatePosition(generic.getDpsInputs()[other.getArgNumber()]);
+  if (failed(matchKeysValues(m, keys, values, failure)))
+    return mlir::failure();
+  return m;
 }

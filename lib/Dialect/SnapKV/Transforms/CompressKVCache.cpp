@@ -222,7 +222,7 @@ struct CompressKVCachePass
     llvm::SmallDenseMap<unsigned, Value> layerOffsets;
     for (auto [index, layer] : llvm::enumerate(layers)) {
       AttentionMatch m = layer.attention;
-      Location loc = m.scoresMatmul.getLoc();
+      Location loc = m.root()->getLoc();
       auto qType = cast<RankedTensorType>(m.queries.getType());
       OpFoldResult start;
       if (qType.isDynamicDim(2)) {
@@ -361,7 +361,10 @@ struct CompressKVCachePass
         quantizeCache(b, layer.valueCache, valueAppend);
       }
       // Logical mask: the new token sees every cached key (see Passes.td).
-      m.maskAdd.getResult(0).replaceAllUsesWith(m.maskAdd.getDpsInputs()[0]);
+      if (m.sdpa)
+        m.sdpa.getMaskMutable().clear();
+      else
+        m.maskAdd.getResult(0).replaceAllUsesWith(m.maskAdd.getDpsInputs()[0]);
     }
     eraseDeadOps(func);
     updateSignature(func);

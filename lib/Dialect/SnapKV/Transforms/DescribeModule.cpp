@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
+#include "snapkv/Dialect/SnapKV/Transforms/AttentionMatcher.h"
 #include "snapkv/Dialect/SnapKV/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -236,7 +237,16 @@ static json::Object describeFunction(func::FuncOp func) {
   llvm::SetVector<StringRef> callees;
   llvm::SetVector<Type> tensorTypes;
   json::Array selects;
+  // Attention as one op (kept SDPA, snapkv.attention) and as the importer's
+  // decomposed chain (the matcher's P . V products).
+  int64_t kept = 0, decomposed = 0;
   func.walk([&](Operation *op) {
+    if (isa<SdpaOp, AttentionOp>(op))
+      ++kept;
+    if (auto matmul = dyn_cast<linalg::BatchMatmulOp>(op)) {
+      AttentionFailure failure;
+      decomposed += succeeded(matchAttention(matmul, failure, true));
+    }
     if (auto call = dyn_cast<func::CallOp>(op))
       callees.insert(call.getCallee());
     if (auto select = dyn_cast<SelectOp>(op))
@@ -259,16 +269,18 @@ static json::Object describeFunction(func::FuncOp func) {
   for (Type type : tensorTypes)
     types.push_back(describeType(type));
 
-  return json::Object{{"name", func.getSymName().str()},
-                      {"visibility", stringifyVisibility(func.getVisibility())},
-                      {"external", func.isExternal()},
-                      {"arguments", std::move(arguments)},
-                      {"results", describeTypes(func.getResultTypes())},
-                      {"attributes", describeOwnAttrs(func->getAttrs())},
-                      {"callees", std::move(calleeNames)},
-                      {"selects", std::move(selects)},
-                      {"tensor_types", std::move(types)},
-                      {"glue", describeGlue(func)}};
+  return json::Object{
+      {"name", func.getSymName().str()},
+      {"visibility", stringifyVisibility(func.getVisibility())},
+      {"external", func.isExternal()},
+      {"arguments", std::move(arguments)},
+      {"results", describeTypes(func.getResultTypes())},
+      {"attributes", describeOwnAttrs(func->getAttrs())},
+      {"callees", std::move(calleeNames)},
+      {"selects", std::move(selects)},
+      {"attentions", json::Object{{"kept", kept}, {"decomposed", decomposed}}},
+      {"tensor_types", std::move(types)},
+      {"glue", describeGlue(func)}};
 }
 
 namespace {

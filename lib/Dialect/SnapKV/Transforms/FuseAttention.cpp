@@ -192,8 +192,7 @@ static std::optional<Alignment> fusable(const AttentionMatch &m) {
   // bf16/f16 queries, keys and values that SDPA widened to f32: the op's
   // result has the queries' type, which is exact only where the imported
   // f32 result is rounded to that type before anything else reads it.
-  linalg::BatchMatmulOp out = m.outputMatmul;
-  Value result = out.getResult(0);
+  Value result = m.root()->getResult(0);
   if (qType.getElementType() != getElementTypeOrSelf(result.getType()) &&
       !onlyRoundedTo(result, qType.getElementType()))
     return std::nullopt;
@@ -237,19 +236,22 @@ static Value positionIndex(OpBuilder &b, Location loc,
 unsigned mlir::snapkv::fuseAttentions(Operation *root) {
   MLIRContext *ctx = root->getContext();
   SmallVector<std::pair<AttentionMatch, Alignment>> matches;
-  root->walk([&](linalg::BatchMatmulOp matmul) {
+  root->walk([&](Operation *op) {
     AttentionFailure failure;
-    FailureOr<AttentionMatch> m =
-        matchAttention(matmul, failure, /*maskOptional=*/true);
+    FailureOr<AttentionMatch> m = mlir::failure();
+    if (auto sdpa = dyn_cast<SdpaOp>(op))
+      m = matchSdpa(sdpa, failure);
+    else if (auto matmul = dyn_cast<linalg::BatchMatmulOp>(op))
+      m = matchAttention(matmul, failure, /*maskOptional=*/true);
     if (succeeded(m))
       if (std::optional<Alignment> alignment = fusable(*m))
         matches.push_back({*m, *alignment});
   });
   IRRewriter rewriter(ctx);
   for (auto &[m, alignment] : matches) {
-    linalg::BatchMatmulOp out = m.outputMatmul;
+    Operation *out = m.root();
     rewriter.setInsertionPoint(out);
-    Location loc = out.getLoc();
+    Location loc = out->getLoc();
     auto qTy = cast<RankedTensorType>(m.queries.getType());
     Value offset =
         alignment.lastKey ? Value() : positionIndex(rewriter, loc, alignment);
@@ -264,7 +266,7 @@ unsigned mlir::snapkv::fuseAttentions(Operation *root) {
     Value result = tensor::CollapseShapeOp::create(
         rewriter, loc, attention.getResult(),
         ArrayRef<ReassociationIndices>{{0, 1}, {2}, {3}});
-    auto expected = cast<RankedTensorType>(out.getResult(0).getType());
+    auto expected = cast<RankedTensorType>(out->getResult(0).getType());
     // Widened back for the importer's rounding (see fusable): exact.
     if (qTy.getElementType() != expected.getElementType())
       result = widen(rewriter, loc, result, expected.getElementType());

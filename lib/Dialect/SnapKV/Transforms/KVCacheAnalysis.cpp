@@ -63,6 +63,21 @@ FailureOr<SmallVector<AttentionMatch>> findAttentions(func::FuncOp func,
   SmallVector<linalg::BatchMatmulOp> matmuls;
   func.walk([&](linalg::BatchMatmulOp op) { matmuls.push_back(op); });
   SmallVector<AttentionMatch> found;
+  // SDPA kept by the export: the op is the attention, only its operands and
+  // mask are read (matchSdpa).
+  WalkResult kept = func.walk([&](SdpaOp op) {
+    AttentionFailure failure;
+    FailureOr<AttentionMatch> m = matchSdpa(op, failure);
+    if (failed(m)) {
+      (void)refuseWith(refusal, RefusalKind::UnrecognisedBatchMatmul,
+                       {describe(op.getOperation()), failure.message()});
+      return WalkResult::interrupt();
+    }
+    found.push_back(*m);
+    return WalkResult::advance();
+  });
+  if (kept.wasInterrupted())
+    return failure();
   llvm::DenseMap<Operation *, AttentionFailure> failures;
   llvm::DenseSet<Operation *> covered;
   for (linalg::BatchMatmulOp matmul : matmuls) {
@@ -101,7 +116,9 @@ FailureOr<SmallVector<AttentionMatch>> findAttentions(func::FuncOp func,
           call, call.getCalleeAttr());
       bool attention = false;
       if (target && !target.isExternal())
-        target.walk([&](linalg::BatchMatmulOp) { attention = true; });
+        target.walk([&](Operation *op) {
+          attention |= isa<linalg::BatchMatmulOp, SdpaOp>(op);
+        });
       if (attention && !callee)
         callee = target.getName().str();
     });

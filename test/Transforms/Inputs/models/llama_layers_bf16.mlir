@@ -11,9 +11,7 @@
 #map8 = affine_map<(d0, d1) -> (d0, d1)>
 #map9 = affine_map<(d0, d1, d2, d3) -> (d0, 0, d2, d3)>
 #map10 = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3, d4)>
-#map11 = affine_map<(d0, d1, d2, d3) -> ()>
-#map12 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>
-#map13 = affine_map<()[s0] -> (s0 + 1)>
+#map11 = affine_map<()[s0] -> (s0 + 1)>
 module {
   func.func private @embed(%arg0: tensor<1x?xi64>, %arg1: tensor<64x32xbf16>) -> tensor<1x?x32xbf16> {
     %c1 = arith.constant 1 : index
@@ -35,44 +33,37 @@ module {
     return %1 : tensor<1x?x32xbf16>
   }
   func.func private @prefill_layer(%arg0: tensor<1x?x32xbf16>, %arg1: tensor<32x512xbf16>, %arg2: tensor<32x256xbf16>, %arg3: tensor<32x256xbf16>, %arg4: tensor<512x32xbf16>, %arg5: tensor<32x64xbf16>, %arg6: tensor<32x64xbf16>, %arg7: tensor<64x32xbf16>, %arg8: tensor<32xbf16>, %arg9: tensor<32xbf16>) -> (tensor<1x?x32xbf16>, tensor<1x2x?x128xbf16>, tensor<1x2x?x128xbf16>) {
+    %cst = arith.constant 0.000000e+00 : bf16
+    %c1 = arith.constant 1 : index
+    %c2 = arith.constant 2 : index
     %c2_i64 = arith.constant 2 : i64
     %c0_i64 = arith.constant 0 : i64
     %c1_i64 = arith.constant 1 : i64
-    %c1 = arith.constant 1 : index
     %c0 = arith.constant 0 : index
-    %cst = arith.constant 0.000000e+00 : f32
+    %cst_0 = arith.constant 0.000000e+00 : f32
     %c128_i64 = arith.constant 128 : i64
-    %c4_i64 = arith.constant 4 : i64
-    %cst_0 = arith.constant 0xFF800000 : f32
-    %true = arith.constant true
     %cst_1 = arith.constant 1.000000e+00 : f32
-    %cst_2 = arith.constant dense<0.000000e+00> : tensor<f32>
-    %cst_3 = arith.constant dense<0.000000e+00> : tensor<bf16>
-    %cst_4 = arith.constant dense<0xFF80> : tensor<bf16>
-    %cst_5 = arith.constant 0.29730177875068026 : f64
-    %cst_6 = arith.constant 0xFFF0000000000000 : f64
-    %cst_7 = arith.constant 9.9999999999999995E-7 : f64
-    %cst_8 = arith.constant dense_resource<torch_tensor_64_torch.float32> : tensor<64xf32>
-    %cst_9 = arith.constant 3.200000e+01 : f32
+    %cst_2 = arith.constant 9.9999999999999995E-7 : f64
+    %cst_3 = arith.constant dense_resource<torch_tensor_64_torch.float32> : tensor<64xf32>
+    %cst_4 = arith.constant 3.200000e+01 : f32
     %c512_i64 = arith.constant 512 : i64
     %c256_i64 = arith.constant 256 : i64
-    %c2 = arith.constant 2 : index
     %dim = tensor.dim %arg0, %c1 : tensor<1x?x32xbf16>
     %0 = arith.index_cast %dim : index to i64
     %1 = tensor.empty(%dim) : tensor<?xi64>
     %2 = linalg.generic {indexing_maps = [#map2], iterator_types = ["parallel"]} outs(%1 : tensor<?xi64>) {
     ^bb0(%out: i64):
-      %180 = linalg.index 0 : index
-      %181 = arith.index_cast %180 : index to i64
-      linalg.yield %181 : i64
+      %125 = linalg.index 0 : index
+      %126 = arith.index_cast %125 : index to i64
+      linalg.yield %126 : i64
     } -> tensor<?xi64>
     %expanded = tensor.expand_shape %2 [[0, 1, 2, 3]] output_shape [1, 1, %dim, 1] : tensor<?xi64> into tensor<1x1x?x1xi64>
-    %expanded_10 = tensor.expand_shape %2 [[0, 1, 2, 3]] output_shape [1, 1, 1, %dim] : tensor<?xi64> into tensor<1x1x1x?xi64>
+    %expanded_5 = tensor.expand_shape %2 [[0, 1, 2, 3]] output_shape [1, 1, 1, %dim] : tensor<?xi64> into tensor<1x1x1x?xi64>
     %3 = tensor.empty(%dim, %dim) : tensor<1x1x?x?xi1>
-    %4 = linalg.generic {indexing_maps = [#map3, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_10, %expanded : tensor<1x1x1x?xi64>, tensor<1x1x?x1xi64>) outs(%3 : tensor<1x1x?x?xi1>) {
-    ^bb0(%in: i64, %in_54: i64, %out: i1):
-      %180 = arith.cmpi sle, %in, %in_54 : i64
-      linalg.yield %180 : i1
+    %4 = linalg.generic {indexing_maps = [#map3, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_5, %expanded : tensor<1x1x1x?xi64>, tensor<1x1x?x1xi64>) outs(%3 : tensor<1x1x?x?xi1>) {
+    ^bb0(%in: i64, %in_48: i64, %out: i1):
+      %125 = arith.cmpi sle, %in, %in_48 : i64
+      linalg.yield %125 : i1
     } -> tensor<1x1x?x?xi1>
     %5 = arith.cmpi sge, %0, %c0_i64 : i64
     cf.assert %5, "unimplemented: dynamic negative broadcast sizes"
@@ -80,111 +71,111 @@ module {
     %6 = tensor.empty(%dim, %dim) : tensor<1x1x?x?xi1>
     %7 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%6 : tensor<1x1x?x?xi1>) {
     ^bb0(%out: i1):
-      %180 = linalg.index 2 : index
-      %181 = linalg.index 3 : index
-      %182 = arith.cmpi eq, %dim, %c1 : index
-      %183 = arith.select %182, %c0, %180 : index
-      %184 = arith.select %182, %c0, %181 : index
-      %extracted = tensor.extract %4[%c0, %c0, %183, %184] : tensor<1x1x?x?xi1>
+      %125 = linalg.index 2 : index
+      %126 = linalg.index 3 : index
+      %127 = arith.cmpi eq, %dim, %c1 : index
+      %128 = arith.select %127, %c0, %125 : index
+      %129 = arith.select %127, %c0, %126 : index
+      %extracted = tensor.extract %4[%c0, %c0, %128, %129] : tensor<1x1x?x?xi1>
       linalg.yield %extracted : i1
     } -> tensor<1x1x?x?xi1>
-    %expanded_11 = tensor.expand_shape %2 [[0, 1, 2]] output_shape [1, %dim, 1] : tensor<?xi64> into tensor<1x?x1xi64>
+    %expanded_6 = tensor.expand_shape %2 [[0, 1, 2]] output_shape [1, %dim, 1] : tensor<?xi64> into tensor<1x?x1xi64>
     %8 = tensor.empty(%dim) : tensor<1x?x1xf32>
-    %9 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_11 : tensor<1x?x1xi64>) outs(%8 : tensor<1x?x1xf32>) {
+    %9 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_6 : tensor<1x?x1xi64>) outs(%8 : tensor<1x?x1xf32>) {
     ^bb0(%in: i64, %out: f32):
-      %180 = arith.sitofp %in : i64 to f32
-      linalg.yield %180 : f32
+      %125 = arith.sitofp %in : i64 to f32
+      linalg.yield %125 : f32
     } -> tensor<1x?x1xf32>
     %10 = tensor.empty(%dim) : tensor<1x?x64xf32>
-    %11 = linalg.generic {indexing_maps = [#map6, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%9, %cst_8 : tensor<1x?x1xf32>, tensor<64xf32>) outs(%10 : tensor<1x?x64xf32>) {
-    ^bb0(%in: f32, %in_54: f32, %out: f32):
-      %180 = arith.mulf %in, %in_54 : f32
-      linalg.yield %180 : f32
+    %11 = linalg.generic {indexing_maps = [#map6, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%9, %cst_3 : tensor<1x?x1xf32>, tensor<64xf32>) outs(%10 : tensor<1x?x64xf32>) {
+    ^bb0(%in: f32, %in_48: f32, %out: f32):
+      %125 = arith.mulf %in, %in_48 : f32
+      linalg.yield %125 : f32
     } -> tensor<1x?x64xf32>
     %concat = tensor.concat dim(2) %11, %11 : (tensor<1x?x64xf32>, tensor<1x?x64xf32>) -> tensor<1x?x128xf32>
-    %dim_12 = tensor.dim %11, %c1 : tensor<1x?x64xf32>
-    %12 = tensor.empty(%dim_12) : tensor<1x?x128xf32>
+    %dim_7 = tensor.dim %11, %c1 : tensor<1x?x64xf32>
+    %12 = tensor.empty(%dim_7) : tensor<1x?x128xf32>
     %13 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%concat : tensor<1x?x128xf32>) outs(%12 : tensor<1x?x128xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %180 = math.cos %in : f32
-      linalg.yield %180 : f32
+      %125 = math.cos %in : f32
+      linalg.yield %125 : f32
     } -> tensor<1x?x128xf32>
     %14 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%concat : tensor<1x?x128xf32>) outs(%12 : tensor<1x?x128xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %180 = math.sin %in : f32
-      linalg.yield %180 : f32
+      %125 = math.sin %in : f32
+      linalg.yield %125 : f32
     } -> tensor<1x?x128xf32>
-    %15 = tensor.empty(%dim_12) : tensor<1x?x128xbf16>
+    %15 = tensor.empty(%dim_7) : tensor<1x?x128xbf16>
     %16 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%13 : tensor<1x?x128xf32>) outs(%15 : tensor<1x?x128xbf16>) {
     ^bb0(%in: f32, %out: bf16):
-      %180 = arith.truncf %in : f32 to bf16
-      linalg.yield %180 : bf16
+      %125 = arith.truncf %in : f32 to bf16
+      linalg.yield %125 : bf16
     } -> tensor<1x?x128xbf16>
     %17 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%14 : tensor<1x?x128xf32>) outs(%15 : tensor<1x?x128xbf16>) {
     ^bb0(%in: f32, %out: bf16):
-      %180 = arith.truncf %in : f32 to bf16
-      linalg.yield %180 : bf16
+      %125 = arith.truncf %in : f32 to bf16
+      linalg.yield %125 : bf16
     } -> tensor<1x?x128xbf16>
     %18 = tensor.empty(%dim) : tensor<1x?x32xf32>
     %19 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg0 : tensor<1x?x32xbf16>) outs(%18 : tensor<1x?x32xf32>) {
     ^bb0(%in: bf16, %out: f32):
-      %180 = arith.extf %in : bf16 to f32
-      linalg.yield %180 : f32
+      %125 = arith.extf %in : bf16 to f32
+      linalg.yield %125 : f32
     } -> tensor<1x?x32xf32>
     %20 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%19 : tensor<1x?x32xf32>) outs(%18 : tensor<1x?x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %180 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %180 : f32
+      %125 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %125 : f32
     } -> tensor<1x?x32xf32>
-    %21 = linalg.fill ins(%cst : f32) outs(%8 : tensor<1x?x1xf32>) -> tensor<1x?x1xf32>
+    %21 = linalg.fill ins(%cst_0 : f32) outs(%8 : tensor<1x?x1xf32>) -> tensor<1x?x1xf32>
     %22 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%20 : tensor<1x?x32xf32>) outs(%21 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %180 = arith.addf %in, %out : f32
-      linalg.yield %180 : f32
+      %125 = arith.addf %in, %out : f32
+      linalg.yield %125 : f32
     } -> tensor<1x?x1xf32>
     %23 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%22 : tensor<1x?x1xf32>) outs(%8 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %180 = arith.divf %in, %cst_9 : f32
-      linalg.yield %180 : f32
+      %125 = arith.divf %in, %cst_4 : f32
+      linalg.yield %125 : f32
     } -> tensor<1x?x1xf32>
     %24 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%23 : tensor<1x?x1xf32>) outs(%8 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %180 = arith.truncf %cst_7 : f64 to f32
-      %181 = arith.addf %in, %180 : f32
-      linalg.yield %181 : f32
+      %125 = arith.truncf %cst_2 : f64 to f32
+      %126 = arith.addf %in, %125 : f32
+      linalg.yield %126 : f32
     } -> tensor<1x?x1xf32>
     %25 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%24 : tensor<1x?x1xf32>) outs(%8 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %180 = math.rsqrt %in : f32
-      linalg.yield %180 : f32
+      %125 = math.rsqrt %in : f32
+      linalg.yield %125 : f32
     } -> tensor<1x?x1xf32>
     %26 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%19, %25 : tensor<1x?x32xf32>, tensor<1x?x1xf32>) outs(%18 : tensor<1x?x32xf32>) {
-    ^bb0(%in: f32, %in_54: f32, %out: f32):
-      %180 = arith.mulf %in, %in_54 : f32
-      linalg.yield %180 : f32
+    ^bb0(%in: f32, %in_48: f32, %out: f32):
+      %125 = arith.mulf %in, %in_48 : f32
+      linalg.yield %125 : f32
     } -> tensor<1x?x32xf32>
     %27 = tensor.empty(%dim) : tensor<1x?x32xbf16>
     %28 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%26 : tensor<1x?x32xf32>) outs(%27 : tensor<1x?x32xbf16>) {
     ^bb0(%in: f32, %out: bf16):
-      %180 = arith.truncf %in : f32 to bf16
-      linalg.yield %180 : bf16
+      %125 = arith.truncf %in : f32 to bf16
+      linalg.yield %125 : bf16
     } -> tensor<1x?x32xbf16>
     %29 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg8, %28 : tensor<32xbf16>, tensor<1x?x32xbf16>) outs(%27 : tensor<1x?x32xbf16>) {
-    ^bb0(%in: bf16, %in_54: bf16, %out: bf16):
-      %180 = arith.mulf %in, %in_54 : bf16
-      linalg.yield %180 : bf16
+    ^bb0(%in: bf16, %in_48: bf16, %out: bf16):
+      %125 = arith.mulf %in, %in_48 : bf16
+      linalg.yield %125 : bf16
     } -> tensor<1x?x32xbf16>
     %collapsed = tensor.collapse_shape %29 [[0, 1], [2]] : tensor<1x?x32xbf16> into tensor<?x32xbf16>
     %30 = tensor.empty(%dim) : tensor<?x512xf32>
-    %31 = linalg.fill ins(%cst : f32) outs(%30 : tensor<?x512xf32>) -> tensor<?x512xf32>
+    %31 = linalg.fill ins(%cst_0 : f32) outs(%30 : tensor<?x512xf32>) -> tensor<?x512xf32>
     %32 = linalg.matmul ins(%collapsed, %arg1 : tensor<?x32xbf16>, tensor<32x512xbf16>) outs(%31 : tensor<?x512xf32>) -> tensor<?x512xf32>
     %33 = tensor.empty(%dim) : tensor<?x512xbf16>
     %34 = linalg.generic {indexing_maps = [#map8, #map8], iterator_types = ["parallel", "parallel"]} ins(%32 : tensor<?x512xf32>) outs(%33 : tensor<?x512xbf16>) {
     ^bb0(%in: f32, %out: bf16):
-      %180 = arith.truncf %in : f32 to bf16
-      linalg.yield %180 : bf16
+      %125 = arith.truncf %in : f32 to bf16
+      linalg.yield %125 : bf16
     } -> tensor<?x512xbf16>
-    %expanded_13 = tensor.expand_shape %34 [[0, 1], [2]] output_shape [1, %dim, 512] : tensor<?x512xbf16> into tensor<1x?x512xbf16>
+    %expanded_8 = tensor.expand_shape %34 [[0, 1], [2]] output_shape [1, %dim, 512] : tensor<?x512xbf16> into tensor<1x?x512xbf16>
     %35 = arith.cmpi slt, %0, %c0_i64 : i64
     %36 = arith.select %35, %c1_i64, %0 : i64
     %37 = arith.extui %35 : i1 to i64
@@ -196,487 +187,301 @@ module {
     %42 = arith.divsi %41, %39 : i64
     %43 = arith.select %35, %42, %0 : i64
     %from_elements = tensor.from_elements %c1_i64, %43, %42, %c128_i64 : tensor<4xi64>
-    %reshape = tensor.reshape %expanded_13(%from_elements) : (tensor<1x?x512xbf16>, tensor<4xi64>) -> tensor<1x?x4x128xbf16>
+    %reshape = tensor.reshape %expanded_8(%from_elements) : (tensor<1x?x512xbf16>, tensor<4xi64>) -> tensor<1x?x4x128xbf16>
     %44 = arith.index_cast %43 : i64 to index
     %45 = tensor.empty(%44) : tensor<1x4x?x128xbf16>
     %transposed = linalg.transpose ins(%reshape : tensor<1x?x4x128xbf16>) outs(%45 : tensor<1x4x?x128xbf16>) permutation = [0, 2, 1, 3] 
     %46 = tensor.empty(%dim) : tensor<?x256xf32>
-    %47 = linalg.fill ins(%cst : f32) outs(%46 : tensor<?x256xf32>) -> tensor<?x256xf32>
+    %47 = linalg.fill ins(%cst_0 : f32) outs(%46 : tensor<?x256xf32>) -> tensor<?x256xf32>
     %48 = linalg.matmul ins(%collapsed, %arg2 : tensor<?x32xbf16>, tensor<32x256xbf16>) outs(%47 : tensor<?x256xf32>) -> tensor<?x256xf32>
     %49 = tensor.empty(%dim) : tensor<?x256xbf16>
     %50 = linalg.generic {indexing_maps = [#map8, #map8], iterator_types = ["parallel", "parallel"]} ins(%48 : tensor<?x256xf32>) outs(%49 : tensor<?x256xbf16>) {
     ^bb0(%in: f32, %out: bf16):
-      %180 = arith.truncf %in : f32 to bf16
-      linalg.yield %180 : bf16
+      %125 = arith.truncf %in : f32 to bf16
+      linalg.yield %125 : bf16
     } -> tensor<?x256xbf16>
-    %expanded_14 = tensor.expand_shape %50 [[0, 1], [2]] output_shape [1, %dim, 256] : tensor<?x256xbf16> into tensor<1x?x256xbf16>
+    %expanded_9 = tensor.expand_shape %50 [[0, 1], [2]] output_shape [1, %dim, 256] : tensor<?x256xbf16> into tensor<1x?x256xbf16>
     cf.assert %40, "must have at most one inferred (negative) dimension"
     %51 = arith.muli %0, %c256_i64 : i64
     %52 = arith.divsi %51, %39 : i64
     %53 = arith.select %35, %52, %0 : i64
-    %from_elements_15 = tensor.from_elements %c1_i64, %53, %52, %c128_i64 : tensor<4xi64>
-    %reshape_16 = tensor.reshape %expanded_14(%from_elements_15) : (tensor<1x?x256xbf16>, tensor<4xi64>) -> tensor<1x?x2x128xbf16>
+    %from_elements_10 = tensor.from_elements %c1_i64, %53, %52, %c128_i64 : tensor<4xi64>
+    %reshape_11 = tensor.reshape %expanded_9(%from_elements_10) : (tensor<1x?x256xbf16>, tensor<4xi64>) -> tensor<1x?x2x128xbf16>
     %54 = arith.index_cast %53 : i64 to index
     %55 = tensor.empty(%54) : tensor<1x2x?x128xbf16>
-    %transposed_17 = linalg.transpose ins(%reshape_16 : tensor<1x?x2x128xbf16>) outs(%55 : tensor<1x2x?x128xbf16>) permutation = [0, 2, 1, 3] 
+    %transposed_12 = linalg.transpose ins(%reshape_11 : tensor<1x?x2x128xbf16>) outs(%55 : tensor<1x2x?x128xbf16>) permutation = [0, 2, 1, 3] 
     %56 = linalg.matmul ins(%collapsed, %arg3 : tensor<?x32xbf16>, tensor<32x256xbf16>) outs(%47 : tensor<?x256xf32>) -> tensor<?x256xf32>
     %57 = linalg.generic {indexing_maps = [#map8, #map8], iterator_types = ["parallel", "parallel"]} ins(%56 : tensor<?x256xf32>) outs(%49 : tensor<?x256xbf16>) {
     ^bb0(%in: f32, %out: bf16):
-      %180 = arith.truncf %in : f32 to bf16
-      linalg.yield %180 : bf16
+      %125 = arith.truncf %in : f32 to bf16
+      linalg.yield %125 : bf16
     } -> tensor<?x256xbf16>
-    %expanded_18 = tensor.expand_shape %57 [[0, 1], [2]] output_shape [1, %dim, 256] : tensor<?x256xbf16> into tensor<1x?x256xbf16>
+    %expanded_13 = tensor.expand_shape %57 [[0, 1], [2]] output_shape [1, %dim, 256] : tensor<?x256xbf16> into tensor<1x?x256xbf16>
     cf.assert %40, "must have at most one inferred (negative) dimension"
-    %reshape_19 = tensor.reshape %expanded_18(%from_elements_15) : (tensor<1x?x256xbf16>, tensor<4xi64>) -> tensor<1x?x2x128xbf16>
-    %transposed_20 = linalg.transpose ins(%reshape_19 : tensor<1x?x2x128xbf16>) outs(%55 : tensor<1x2x?x128xbf16>) permutation = [0, 2, 1, 3] 
-    %expanded_21 = tensor.expand_shape %16 [[0], [1, 2], [3]] output_shape [1, 1, %dim_12, 128] : tensor<1x?x128xbf16> into tensor<1x1x?x128xbf16>
-    %expanded_22 = tensor.expand_shape %17 [[0], [1, 2], [3]] output_shape [1, 1, %dim_12, 128] : tensor<1x?x128xbf16> into tensor<1x1x?x128xbf16>
-    %58 = arith.cmpi eq, %44, %dim_12 : index
+    %reshape_14 = tensor.reshape %expanded_13(%from_elements_10) : (tensor<1x?x256xbf16>, tensor<4xi64>) -> tensor<1x?x2x128xbf16>
+    %transposed_15 = linalg.transpose ins(%reshape_14 : tensor<1x?x2x128xbf16>) outs(%55 : tensor<1x2x?x128xbf16>) permutation = [0, 2, 1, 3] 
+    %expanded_16 = tensor.expand_shape %16 [[0], [1, 2], [3]] output_shape [1, 1, %dim_7, 128] : tensor<1x?x128xbf16> into tensor<1x1x?x128xbf16>
+    %expanded_17 = tensor.expand_shape %17 [[0], [1, 2], [3]] output_shape [1, 1, %dim_7, 128] : tensor<1x?x128xbf16> into tensor<1x1x?x128xbf16>
+    %58 = arith.cmpi eq, %44, %dim_7 : index
     cf.assert %58, "mismatched size for broadcast"
-    %59 = linalg.generic {indexing_maps = [#map5, #map9, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed, %expanded_21 : tensor<1x4x?x128xbf16>, tensor<1x1x?x128xbf16>) outs(%45 : tensor<1x4x?x128xbf16>) {
-    ^bb0(%in: bf16, %in_54: bf16, %out: bf16):
-      %180 = arith.mulf %in, %in_54 : bf16
-      linalg.yield %180 : bf16
+    %59 = linalg.generic {indexing_maps = [#map5, #map9, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed, %expanded_16 : tensor<1x4x?x128xbf16>, tensor<1x1x?x128xbf16>) outs(%45 : tensor<1x4x?x128xbf16>) {
+    ^bb0(%in: bf16, %in_48: bf16, %out: bf16):
+      %125 = arith.mulf %in, %in_48 : bf16
+      linalg.yield %125 : bf16
     } -> tensor<1x4x?x128xbf16>
     %extracted_slice = tensor.extract_slice %transposed[0, 0, 0, 0] [1, 4, %44, 64] [1, 1, 1, 1] : tensor<1x4x?x128xbf16> to tensor<1x4x?x64xbf16>
-    %extracted_slice_23 = tensor.extract_slice %transposed[0, 0, 0, 64] [1, 4, %44, 64] [1, 1, 1, 1] : tensor<1x4x?x128xbf16> to tensor<1x4x?x64xbf16>
+    %extracted_slice_18 = tensor.extract_slice %transposed[0, 0, 0, 64] [1, 4, %44, 64] [1, 1, 1, 1] : tensor<1x4x?x128xbf16> to tensor<1x4x?x64xbf16>
     %60 = tensor.empty(%44) : tensor<1x4x?x64xbf16>
-    %61 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_23 : tensor<1x4x?x64xbf16>) outs(%60 : tensor<1x4x?x64xbf16>) {
+    %61 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_18 : tensor<1x4x?x64xbf16>) outs(%60 : tensor<1x4x?x64xbf16>) {
     ^bb0(%in: bf16, %out: bf16):
-      %180 = arith.negf %in : bf16
-      linalg.yield %180 : bf16
+      %125 = arith.negf %in : bf16
+      linalg.yield %125 : bf16
     } -> tensor<1x4x?x64xbf16>
-    %concat_24 = tensor.concat dim(3) %61, %extracted_slice : (tensor<1x4x?x64xbf16>, tensor<1x4x?x64xbf16>) -> tensor<1x4x?x128xbf16>
-    %dim_25 = tensor.dim %61, %c2 : tensor<1x4x?x64xbf16>
-    %62 = arith.cmpi eq, %dim_25, %dim_12 : index
+    %concat_19 = tensor.concat dim(3) %61, %extracted_slice : (tensor<1x4x?x64xbf16>, tensor<1x4x?x64xbf16>) -> tensor<1x4x?x128xbf16>
+    %dim_20 = tensor.dim %61, %c2 : tensor<1x4x?x64xbf16>
+    %62 = arith.cmpi eq, %dim_20, %dim_7 : index
     cf.assert %62, "mismatched size for broadcast"
-    %63 = tensor.empty(%dim_25) : tensor<1x4x?x128xbf16>
-    %64 = linalg.generic {indexing_maps = [#map5, #map9, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_24, %expanded_22 : tensor<1x4x?x128xbf16>, tensor<1x1x?x128xbf16>) outs(%63 : tensor<1x4x?x128xbf16>) {
-    ^bb0(%in: bf16, %in_54: bf16, %out: bf16):
-      %180 = arith.mulf %in, %in_54 : bf16
-      linalg.yield %180 : bf16
+    %63 = tensor.empty(%dim_20) : tensor<1x4x?x128xbf16>
+    %64 = linalg.generic {indexing_maps = [#map5, #map9, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_19, %expanded_17 : tensor<1x4x?x128xbf16>, tensor<1x1x?x128xbf16>) outs(%63 : tensor<1x4x?x128xbf16>) {
+    ^bb0(%in: bf16, %in_48: bf16, %out: bf16):
+      %125 = arith.mulf %in, %in_48 : bf16
+      linalg.yield %125 : bf16
     } -> tensor<1x4x?x128xbf16>
-    %65 = arith.cmpi eq, %44, %dim_25 : index
+    %65 = arith.cmpi eq, %44, %dim_20 : index
     cf.assert %65, "mismatched size for broadcast"
     %66 = linalg.generic {indexing_maps = [#map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%59, %64 : tensor<1x4x?x128xbf16>, tensor<1x4x?x128xbf16>) outs(%45 : tensor<1x4x?x128xbf16>) {
-    ^bb0(%in: bf16, %in_54: bf16, %out: bf16):
-      %180 = arith.addf %in, %in_54 : bf16
-      linalg.yield %180 : bf16
+    ^bb0(%in: bf16, %in_48: bf16, %out: bf16):
+      %125 = arith.addf %in, %in_48 : bf16
+      linalg.yield %125 : bf16
     } -> tensor<1x4x?x128xbf16>
-    %67 = arith.cmpi eq, %54, %dim_12 : index
+    %67 = arith.cmpi eq, %54, %dim_7 : index
     cf.assert %67, "mismatched size for broadcast"
-    %68 = linalg.generic {indexing_maps = [#map5, #map9, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_17, %expanded_21 : tensor<1x2x?x128xbf16>, tensor<1x1x?x128xbf16>) outs(%55 : tensor<1x2x?x128xbf16>) {
-    ^bb0(%in: bf16, %in_54: bf16, %out: bf16):
-      %180 = arith.mulf %in, %in_54 : bf16
-      linalg.yield %180 : bf16
+    %68 = linalg.generic {indexing_maps = [#map5, #map9, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_12, %expanded_16 : tensor<1x2x?x128xbf16>, tensor<1x1x?x128xbf16>) outs(%55 : tensor<1x2x?x128xbf16>) {
+    ^bb0(%in: bf16, %in_48: bf16, %out: bf16):
+      %125 = arith.mulf %in, %in_48 : bf16
+      linalg.yield %125 : bf16
     } -> tensor<1x2x?x128xbf16>
-    %extracted_slice_26 = tensor.extract_slice %transposed_17[0, 0, 0, 0] [1, 2, %54, 64] [1, 1, 1, 1] : tensor<1x2x?x128xbf16> to tensor<1x2x?x64xbf16>
-    %extracted_slice_27 = tensor.extract_slice %transposed_17[0, 0, 0, 64] [1, 2, %54, 64] [1, 1, 1, 1] : tensor<1x2x?x128xbf16> to tensor<1x2x?x64xbf16>
+    %extracted_slice_21 = tensor.extract_slice %transposed_12[0, 0, 0, 0] [1, 2, %54, 64] [1, 1, 1, 1] : tensor<1x2x?x128xbf16> to tensor<1x2x?x64xbf16>
+    %extracted_slice_22 = tensor.extract_slice %transposed_12[0, 0, 0, 64] [1, 2, %54, 64] [1, 1, 1, 1] : tensor<1x2x?x128xbf16> to tensor<1x2x?x64xbf16>
     %69 = tensor.empty(%54) : tensor<1x2x?x64xbf16>
-    %70 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_27 : tensor<1x2x?x64xbf16>) outs(%69 : tensor<1x2x?x64xbf16>) {
+    %70 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_22 : tensor<1x2x?x64xbf16>) outs(%69 : tensor<1x2x?x64xbf16>) {
     ^bb0(%in: bf16, %out: bf16):
-      %180 = arith.negf %in : bf16
-      linalg.yield %180 : bf16
+      %125 = arith.negf %in : bf16
+      linalg.yield %125 : bf16
     } -> tensor<1x2x?x64xbf16>
-    %concat_28 = tensor.concat dim(3) %70, %extracted_slice_26 : (tensor<1x2x?x64xbf16>, tensor<1x2x?x64xbf16>) -> tensor<1x2x?x128xbf16>
-    %dim_29 = tensor.dim %70, %c2 : tensor<1x2x?x64xbf16>
-    %71 = arith.cmpi eq, %dim_29, %dim_12 : index
+    %concat_23 = tensor.concat dim(3) %70, %extracted_slice_21 : (tensor<1x2x?x64xbf16>, tensor<1x2x?x64xbf16>) -> tensor<1x2x?x128xbf16>
+    %dim_24 = tensor.dim %70, %c2 : tensor<1x2x?x64xbf16>
+    %71 = arith.cmpi eq, %dim_24, %dim_7 : index
     cf.assert %71, "mismatched size for broadcast"
-    %72 = tensor.empty(%dim_29) : tensor<1x2x?x128xbf16>
-    %73 = linalg.generic {indexing_maps = [#map5, #map9, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_28, %expanded_22 : tensor<1x2x?x128xbf16>, tensor<1x1x?x128xbf16>) outs(%72 : tensor<1x2x?x128xbf16>) {
-    ^bb0(%in: bf16, %in_54: bf16, %out: bf16):
-      %180 = arith.mulf %in, %in_54 : bf16
-      linalg.yield %180 : bf16
+    %72 = tensor.empty(%dim_24) : tensor<1x2x?x128xbf16>
+    %73 = linalg.generic {indexing_maps = [#map5, #map9, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_23, %expanded_17 : tensor<1x2x?x128xbf16>, tensor<1x1x?x128xbf16>) outs(%72 : tensor<1x2x?x128xbf16>) {
+    ^bb0(%in: bf16, %in_48: bf16, %out: bf16):
+      %125 = arith.mulf %in, %in_48 : bf16
+      linalg.yield %125 : bf16
     } -> tensor<1x2x?x128xbf16>
-    %74 = arith.cmpi eq, %54, %dim_29 : index
+    %74 = arith.cmpi eq, %54, %dim_24 : index
     cf.assert %74, "mismatched size for broadcast"
     %75 = linalg.generic {indexing_maps = [#map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%68, %73 : tensor<1x2x?x128xbf16>, tensor<1x2x?x128xbf16>) outs(%55 : tensor<1x2x?x128xbf16>) {
-    ^bb0(%in: bf16, %in_54: bf16, %out: bf16):
-      %180 = arith.addf %in, %in_54 : bf16
-      linalg.yield %180 : bf16
+    ^bb0(%in: bf16, %in_48: bf16, %out: bf16):
+      %125 = arith.addf %in, %in_48 : bf16
+      linalg.yield %125 : bf16
     } -> tensor<1x2x?x128xbf16>
-    %expanded_30 = tensor.expand_shape %75 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %54, 128] : tensor<1x2x?x128xbf16> into tensor<1x2x1x?x128xbf16>
+    %expanded_25 = tensor.expand_shape %75 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %54, 128] : tensor<1x2x?x128xbf16> into tensor<1x2x1x?x128xbf16>
     cf.assert %5, "unimplemented: dynamic negative broadcast sizes"
     %76 = tensor.empty(%dim) : tensor<1x2x2x?x128xbf16>
     %77 = linalg.generic {indexing_maps = [#map10], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} outs(%76 : tensor<1x2x2x?x128xbf16>) {
     ^bb0(%out: bf16):
-      %180 = linalg.index 1 : index
-      %181 = linalg.index 3 : index
-      %182 = linalg.index 4 : index
-      %183 = arith.cmpi eq, %54, %c1 : index
-      %184 = arith.select %183, %c0, %181 : index
-      %extracted = tensor.extract %expanded_30[%c0, %180, %c0, %184, %182] : tensor<1x2x1x?x128xbf16>
+      %125 = linalg.index 1 : index
+      %126 = linalg.index 3 : index
+      %127 = linalg.index 4 : index
+      %128 = arith.cmpi eq, %54, %c1 : index
+      %129 = arith.select %128, %c0, %126 : index
+      %extracted = tensor.extract %expanded_25[%c0, %125, %c0, %129, %127] : tensor<1x2x1x?x128xbf16>
       linalg.yield %extracted : bf16
     } -> tensor<1x2x2x?x128xbf16>
-    %collapsed_31 = tensor.collapse_shape %77 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xbf16> into tensor<1x4x?x128xbf16>
-    %expanded_32 = tensor.expand_shape %transposed_20 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %54, 128] : tensor<1x2x?x128xbf16> into tensor<1x2x1x?x128xbf16>
+    %collapsed_26 = tensor.collapse_shape %77 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xbf16> into tensor<1x4x?x128xbf16>
+    %expanded_27 = tensor.expand_shape %transposed_15 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %54, 128] : tensor<1x2x?x128xbf16> into tensor<1x2x1x?x128xbf16>
     cf.assert %5, "unimplemented: dynamic negative broadcast sizes"
     %78 = linalg.generic {indexing_maps = [#map10], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} outs(%76 : tensor<1x2x2x?x128xbf16>) {
     ^bb0(%out: bf16):
-      %180 = linalg.index 1 : index
-      %181 = linalg.index 3 : index
-      %182 = linalg.index 4 : index
-      %183 = arith.cmpi eq, %54, %c1 : index
-      %184 = arith.select %183, %c0, %181 : index
-      %extracted = tensor.extract %expanded_32[%c0, %180, %c0, %184, %182] : tensor<1x2x1x?x128xbf16>
+      %125 = linalg.index 1 : index
+      %126 = linalg.index 3 : index
+      %127 = linalg.index 4 : index
+      %128 = arith.cmpi eq, %54, %c1 : index
+      %129 = arith.select %128, %c0, %126 : index
+      %extracted = tensor.extract %expanded_27[%c0, %125, %c0, %129, %127] : tensor<1x2x1x?x128xbf16>
       linalg.yield %extracted : bf16
     } -> tensor<1x2x2x?x128xbf16>
-    %collapsed_33 = tensor.collapse_shape %78 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xbf16> into tensor<1x4x?x128xbf16>
-    %79 = tensor.empty(%dim, %dim) : tensor<1x1x?x?xbf16>
-    %80 = linalg.generic {indexing_maps = [#map5, #map11, #map11, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%7, %cst_3, %cst_4 : tensor<1x1x?x?xi1>, tensor<bf16>, tensor<bf16>) outs(%79 : tensor<1x1x?x?xbf16>) {
-    ^bb0(%in: i1, %in_54: bf16, %in_55: bf16, %out: bf16):
-      %180 = arith.select %in, %in_54, %in_55 : bf16
-      linalg.yield %180 : bf16
-    } -> tensor<1x1x?x?xbf16>
-    %81 = tensor.empty(%44) : tensor<1x4x?x128xf32>
-    %82 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%66 : tensor<1x4x?x128xbf16>) outs(%81 : tensor<1x4x?x128xf32>) {
-    ^bb0(%in: bf16, %out: f32):
-      %180 = arith.extf %in : bf16 to f32
-      linalg.yield %180 : f32
-    } -> tensor<1x4x?x128xf32>
-    %83 = tensor.empty(%dim) : tensor<1x4x?x128xf32>
-    %84 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%collapsed_31 : tensor<1x4x?x128xbf16>) outs(%83 : tensor<1x4x?x128xf32>) {
-    ^bb0(%in: bf16, %out: f32):
-      %180 = arith.extf %in : bf16 to f32
-      linalg.yield %180 : f32
-    } -> tensor<1x4x?x128xf32>
-    %85 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%collapsed_33 : tensor<1x4x?x128xbf16>) outs(%83 : tensor<1x4x?x128xf32>) {
-    ^bb0(%in: bf16, %out: f32):
-      %180 = arith.extf %in : bf16 to f32
-      linalg.yield %180 : f32
-    } -> tensor<1x4x?x128xf32>
-    %86 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%82 : tensor<1x4x?x128xf32>) outs(%81 : tensor<1x4x?x128xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %180 = arith.truncf %cst_5 : f64 to f32
-      %181 = arith.mulf %in, %180 : f32
-      linalg.yield %181 : f32
-    } -> tensor<1x4x?x128xf32>
-    %87 = tensor.empty(%dim) : tensor<1x4x128x?xf32>
-    %transposed_34 = linalg.transpose ins(%84 : tensor<1x4x?x128xf32>) outs(%87 : tensor<1x4x128x?xf32>) permutation = [0, 1, 3, 2] 
-    %88 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_34 : tensor<1x4x128x?xf32>) outs(%87 : tensor<1x4x128x?xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %180 = arith.truncf %cst_5 : f64 to f32
-      %181 = arith.mulf %in, %180 : f32
-      linalg.yield %181 : f32
-    } -> tensor<1x4x128x?xf32>
-    cf.assert %5, "unimplemented: dynamic negative broadcast sizes"
-    %89 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%83 : tensor<1x4x?x128xf32>) {
-    ^bb0(%out: f32):
-      %180 = linalg.index 1 : index
-      %181 = linalg.index 2 : index
-      %182 = linalg.index 3 : index
-      %183 = arith.cmpi eq, %44, %c1 : index
-      %184 = arith.select %183, %c0, %181 : index
-      %extracted = tensor.extract %86[%c0, %180, %184, %182] : tensor<1x4x?x128xf32>
-      linalg.yield %extracted : f32
-    } -> tensor<1x4x?x128xf32>
-    %collapsed_35 = tensor.collapse_shape %89 [[0, 1], [2], [3]] : tensor<1x4x?x128xf32> into tensor<4x?x128xf32>
-    cf.assert %5, "unimplemented: dynamic negative broadcast sizes"
-    %90 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%87 : tensor<1x4x128x?xf32>) {
-    ^bb0(%out: f32):
-      %180 = linalg.index 1 : index
-      %181 = linalg.index 2 : index
-      %182 = linalg.index 3 : index
-      %183 = arith.cmpi eq, %dim, %c1 : index
-      %184 = arith.select %183, %c0, %182 : index
-      %extracted = tensor.extract %88[%c0, %180, %181, %184] : tensor<1x4x128x?xf32>
-      linalg.yield %extracted : f32
-    } -> tensor<1x4x128x?xf32>
-    %collapsed_36 = tensor.collapse_shape %90 [[0, 1], [2], [3]] : tensor<1x4x128x?xf32> into tensor<4x128x?xf32>
-    %91 = tensor.empty(%dim, %dim) : tensor<4x?x?xf32>
-    %92 = linalg.fill ins(%cst : f32) outs(%91 : tensor<4x?x?xf32>) -> tensor<4x?x?xf32>
-    %93 = linalg.batch_matmul ins(%collapsed_35, %collapsed_36 : tensor<4x?x128xf32>, tensor<4x128x?xf32>) outs(%92 : tensor<4x?x?xf32>) -> tensor<4x?x?xf32>
-    %94 = arith.muli %0, %c4_i64 : i64
-    %95 = arith.select %35, %c4_i64, %94 : i64
-    %96 = arith.muli %95, %0 : i64
-    %97 = arith.select %35, %c4_i64, %96 : i64
-    %98 = arith.select %35, %38, %37 : i64
-    %99 = arith.cmpi sle, %98, %c1_i64 : i64
-    cf.assert %99, "must have at most one inferred (negative) dimension"
-    %100 = arith.muli %94, %0 : i64
-    %101 = arith.divsi %100, %97 : i64
-    %102 = arith.select %35, %101, %0 : i64
-    %from_elements_37 = tensor.from_elements %c1_i64, %c4_i64, %102, %102 : tensor<4xi64>
-    %reshape_38 = tensor.reshape %93(%from_elements_37) : (tensor<4x?x?xf32>, tensor<4xi64>) -> tensor<1x4x?x?xf32>
-    %103 = arith.index_cast %102 : i64 to index
-    %104 = arith.cmpi eq, %103, %dim : index
-    cf.assert %104, "mismatched size for broadcast"
-    cf.assert %104, "mismatched size for broadcast"
-    %105 = tensor.empty(%103, %103) : tensor<1x4x?x?xf32>
-    %106 = linalg.generic {indexing_maps = [#map5, #map9, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%reshape_38, %80 : tensor<1x4x?x?xf32>, tensor<1x1x?x?xbf16>) outs(%105 : tensor<1x4x?x?xf32>) {
-    ^bb0(%in: f32, %in_54: bf16, %out: f32):
-      %180 = arith.extf %in_54 : bf16 to f32
-      %181 = arith.addf %in, %180 : f32
-      linalg.yield %181 : f32
-    } -> tensor<1x4x?x?xf32>
-    %107 = tensor.empty(%103) : tensor<1x4x?xi64>
-    %108 = linalg.fill ins(%c0_i64 : i64) outs(%107 : tensor<1x4x?xi64>) -> tensor<1x4x?xi64>
-    %109 = tensor.empty(%103) : tensor<1x4x?xf32>
-    %110 = linalg.fill ins(%cst_0 : f32) outs(%109 : tensor<1x4x?xf32>) -> tensor<1x4x?xf32>
-    %111:2 = linalg.generic {indexing_maps = [#map5, #map12, #map12], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%106 : tensor<1x4x?x?xf32>) outs(%110, %108 : tensor<1x4x?xf32>, tensor<1x4x?xi64>) {
-    ^bb0(%in: f32, %out: f32, %out_54: i64):
-      %180 = linalg.index 3 : index
-      %181 = arith.index_cast %180 : index to i64
-      %182 = arith.maximumf %in, %out : f32
-      %183 = arith.cmpf ogt, %in, %out : f32
-      %184 = arith.select %183, %181, %out_54 : i64
-      linalg.yield %182, %184 : f32, i64
-    } -> (tensor<1x4x?xf32>, tensor<1x4x?xi64>)
-    %expanded_39 = tensor.expand_shape %111#0 [[0], [1], [2, 3]] output_shape [1, 4, %103, 1] : tensor<1x4x?xf32> into tensor<1x4x?x1xf32>
-    %112 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%106, %expanded_39 : tensor<1x4x?x?xf32>, tensor<1x4x?x1xf32>) outs(%105 : tensor<1x4x?x?xf32>) {
-    ^bb0(%in: f32, %in_54: f32, %out: f32):
-      %180 = arith.subf %in, %in_54 : f32
-      linalg.yield %180 : f32
-    } -> tensor<1x4x?x?xf32>
-    %113 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%112 : tensor<1x4x?x?xf32>) outs(%105 : tensor<1x4x?x?xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %180 = math.exp %in : f32
-      linalg.yield %180 : f32
-    } -> tensor<1x4x?x?xf32>
-    %114 = tensor.empty(%103) : tensor<1x4x?x1xf32>
-    %115 = linalg.fill ins(%cst : f32) outs(%114 : tensor<1x4x?x1xf32>) -> tensor<1x4x?x1xf32>
-    %116 = linalg.generic {indexing_maps = [#map5, #map4], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%113 : tensor<1x4x?x?xf32>) outs(%115 : tensor<1x4x?x1xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %180 = arith.addf %in, %out : f32
-      linalg.yield %180 : f32
-    } -> tensor<1x4x?x1xf32>
-    %117 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%113, %116 : tensor<1x4x?x?xf32>, tensor<1x4x?x1xf32>) outs(%105 : tensor<1x4x?x?xf32>) {
-    ^bb0(%in: f32, %in_54: f32, %out: f32):
-      %180 = arith.divf %in, %in_54 : f32
-      linalg.yield %180 : f32
-    } -> tensor<1x4x?x?xf32>
-    %118 = tensor.empty(%103, %103) : tensor<1x4x?x?xi1>
-    %119 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%106 : tensor<1x4x?x?xf32>) outs(%118 : tensor<1x4x?x?xi1>) {
-    ^bb0(%in: f32, %out: i1):
-      %180 = arith.extf %in : f32 to f64
-      %181 = arith.cmpf oeq, %180, %cst_6 : f64
-      linalg.yield %181 : i1
-    } -> tensor<1x4x?x?xi1>
-    %120 = tensor.empty(%103) : tensor<1x4x?x1xi1>
-    %121 = linalg.fill ins(%true : i1) outs(%120 : tensor<1x4x?x1xi1>) -> tensor<1x4x?x1xi1>
-    %122 = linalg.generic {indexing_maps = [#map5, #map4], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%119 : tensor<1x4x?x?xi1>) outs(%121 : tensor<1x4x?x1xi1>) {
+    %collapsed_28 = tensor.collapse_shape %78 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xbf16> into tensor<1x4x?x128xbf16>
+    %dim_29 = tensor.dim %66, %c2 : tensor<1x4x?x128xbf16>
+    %dim_30 = tensor.dim %collapsed_26, %c2 : tensor<1x4x?x128xbf16>
+    %79 = tensor.empty(%dim_29, %dim_30) : tensor<1x4x?x?xi1>
+    %80 = linalg.generic {indexing_maps = [#map9, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%7 : tensor<1x1x?x?xi1>) outs(%79 : tensor<1x4x?x?xi1>) {
     ^bb0(%in: i1, %out: i1):
-      %180 = arith.andi %in, %out : i1
-      linalg.yield %180 : i1
-    } -> tensor<1x4x?x1xi1>
-    %123 = arith.cmpi sge, %102, %c0_i64 : i64
-    cf.assert %123, "negative values not allowed in new dimensions"
-    %124 = arith.index_cast %102 : i64 to index
-    cf.assert %123, "negative values not allowed in new dimensions"
-    %125 = tensor.empty(%124, %124) : tensor<1x4x?x?xf32>
-    %126 = linalg.generic {indexing_maps = [#map11, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%cst_2 : tensor<f32>) outs(%125 : tensor<1x4x?x?xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      linalg.yield %in : f32
-    } -> tensor<1x4x?x?xf32>
-    %127 = arith.cmpi eq, %103, %124 : index
-    cf.assert %127, "mismatched size for broadcast"
-    %128 = arith.cmpi eq, %124, %103 : index
-    cf.assert %128, "mismatched size for broadcast"
-    %129 = tensor.empty(%103, %124) : tensor<1x4x?x?xf32>
-    %130 = linalg.generic {indexing_maps = [#map4, #map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%122, %126, %117 : tensor<1x4x?x1xi1>, tensor<1x4x?x?xf32>, tensor<1x4x?x?xf32>) outs(%129 : tensor<1x4x?x?xf32>) {
-    ^bb0(%in: i1, %in_54: f32, %in_55: f32, %out: f32):
-      %180 = arith.select %in, %in_54, %in_55 : f32
-      linalg.yield %180 : f32
-    } -> tensor<1x4x?x?xf32>
-    cf.assert %5, "unimplemented: dynamic negative broadcast sizes"
-    cf.assert %5, "unimplemented: dynamic negative broadcast sizes"
-    %131 = tensor.empty(%dim, %dim) : tensor<1x4x?x?xf32>
-    %132 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%131 : tensor<1x4x?x?xf32>) {
-    ^bb0(%out: f32):
-      %180 = linalg.index 1 : index
-      %181 = linalg.index 2 : index
-      %182 = linalg.index 3 : index
-      %183 = arith.cmpi eq, %103, %c1 : index
-      %184 = arith.select %183, %c0, %181 : index
-      %185 = arith.cmpi eq, %124, %c1 : index
-      %186 = arith.select %185, %c0, %182 : index
-      %extracted = tensor.extract %130[%c0, %180, %184, %186] : tensor<1x4x?x?xf32>
-      linalg.yield %extracted : f32
-    } -> tensor<1x4x?x?xf32>
-    cf.assert %99, "must have at most one inferred (negative) dimension"
-    %from_elements_40 = tensor.from_elements %c4_i64, %102, %102 : tensor<3xi64>
-    %reshape_41 = tensor.reshape %132(%from_elements_40) : (tensor<1x4x?x?xf32>, tensor<3xi64>) -> tensor<4x?x?xf32>
-    cf.assert %5, "unimplemented: dynamic negative broadcast sizes"
-    %133 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%83 : tensor<1x4x?x128xf32>) {
-    ^bb0(%out: f32):
-      %180 = linalg.index 1 : index
-      %181 = linalg.index 2 : index
-      %182 = linalg.index 3 : index
-      %183 = arith.cmpi eq, %dim, %c1 : index
-      %184 = arith.select %183, %c0, %181 : index
-      %extracted = tensor.extract %85[%c0, %180, %184, %182] : tensor<1x4x?x128xf32>
-      linalg.yield %extracted : f32
-    } -> tensor<1x4x?x128xf32>
-    %collapsed_42 = tensor.collapse_shape %133 [[0, 1], [2], [3]] : tensor<1x4x?x128xf32> into tensor<4x?x128xf32>
-    %134 = arith.cmpi eq, %102, %0 : i64
-    cf.assert %134, "mismatching contracting dimension"
-    %135 = tensor.empty(%103) : tensor<4x?x128xf32>
-    %136 = linalg.fill ins(%cst : f32) outs(%135 : tensor<4x?x128xf32>) -> tensor<4x?x128xf32>
-    %137 = linalg.batch_matmul ins(%reshape_41, %collapsed_42 : tensor<4x?x?xf32>, tensor<4x?x128xf32>) outs(%136 : tensor<4x?x128xf32>) -> tensor<4x?x128xf32>
-    %expanded_43 = tensor.expand_shape %137 [[0, 1], [2], [3]] output_shape [1, 4, %103, 128] : tensor<4x?x128xf32> into tensor<1x4x?x128xf32>
-    %138 = tensor.empty(%103) : tensor<1x4x?x128xbf16>
-    %139 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_43 : tensor<1x4x?x128xf32>) outs(%138 : tensor<1x4x?x128xbf16>) {
-    ^bb0(%in: f32, %out: bf16):
-      %180 = arith.truncf %in : f32 to bf16
-      linalg.yield %180 : bf16
-    } -> tensor<1x4x?x128xbf16>
-    %140 = tensor.empty(%103) : tensor<1x?x4x128xbf16>
-    %transposed_44 = linalg.transpose ins(%139 : tensor<1x4x?x128xbf16>) outs(%140 : tensor<1x?x4x128xbf16>) permutation = [0, 2, 1, 3] 
+      linalg.yield %in : i1
+    } -> tensor<1x4x?x?xi1>
+    %collapsed_31 = tensor.collapse_shape %66 [[0, 1], [2], [3]] : tensor<1x4x?x128xbf16> into tensor<4x?x128xbf16>
+    %collapsed_32 = tensor.collapse_shape %collapsed_26 [[0, 1], [2], [3]] : tensor<1x4x?x128xbf16> into tensor<4x?x128xbf16>
+    %collapsed_33 = tensor.collapse_shape %collapsed_28 [[0, 1], [2], [3]] : tensor<1x4x?x128xbf16> into tensor<4x?x128xbf16>
+    %collapsed_34 = tensor.collapse_shape %80 [[0, 1], [2], [3]] : tensor<1x4x?x?xi1> into tensor<4x?x?xi1>
+    %81 = tensor.empty(%dim_29) : tensor<4x?x128xbf16>
+    %82 = linalg.fill ins(%cst : bf16) outs(%81 : tensor<4x?x128xbf16>) -> tensor<4x?x128xbf16>
+    %83 = "snapkv.sdpa"(%collapsed_31, %collapsed_32, %collapsed_33, %collapsed_34, %82) {scale = 0.088388347648318447 : f64} : (tensor<4x?x128xbf16>, tensor<4x?x128xbf16>, tensor<4x?x128xbf16>, tensor<4x?x?xi1>, tensor<4x?x128xbf16>) -> tensor<4x?x128xbf16>
+    %dim_35 = tensor.dim %83, %c1 : tensor<4x?x128xbf16>
+    %expanded_36 = tensor.expand_shape %83 [[0, 1], [2], [3]] output_shape [1, 4, %dim_35, 128] : tensor<4x?x128xbf16> into tensor<1x4x?x128xbf16>
+    %dim_37 = tensor.dim %expanded_36, %c2 : tensor<1x4x?x128xbf16>
+    %84 = tensor.empty(%dim_37) : tensor<1x?x4x128xbf16>
+    %transposed_38 = linalg.transpose ins(%expanded_36 : tensor<1x4x?x128xbf16>) outs(%84 : tensor<1x?x4x128xbf16>) permutation = [0, 2, 1, 3] 
     cf.assert %40, "must have at most one inferred (negative) dimension"
-    %141 = arith.muli %102, %c512_i64 : i64
-    %142 = arith.divsi %141, %36 : i64
-    %143 = arith.select %35, %142, %0 : i64
-    %from_elements_45 = tensor.from_elements %c1_i64, %143, %142 : tensor<3xi64>
-    %reshape_46 = tensor.reshape %transposed_44(%from_elements_45) : (tensor<1x?x4x128xbf16>, tensor<3xi64>) -> tensor<1x?x512xbf16>
-    %collapsed_47 = tensor.collapse_shape %reshape_46 [[0, 1], [2]] : tensor<1x?x512xbf16> into tensor<?x512xbf16>
-    %144 = arith.index_cast %143 : i64 to index
-    %145 = tensor.empty(%144) : tensor<?x32xf32>
-    %146 = linalg.fill ins(%cst : f32) outs(%145 : tensor<?x32xf32>) -> tensor<?x32xf32>
-    %147 = linalg.matmul ins(%collapsed_47, %arg4 : tensor<?x512xbf16>, tensor<512x32xbf16>) outs(%146 : tensor<?x32xf32>) -> tensor<?x32xf32>
-    %148 = tensor.empty(%144) : tensor<?x32xbf16>
-    %149 = linalg.generic {indexing_maps = [#map8, #map8], iterator_types = ["parallel", "parallel"]} ins(%147 : tensor<?x32xf32>) outs(%148 : tensor<?x32xbf16>) {
+    %85 = arith.index_cast %dim_37 : index to i64
+    %86 = arith.muli %85, %c512_i64 : i64
+    %87 = arith.divsi %86, %36 : i64
+    %88 = arith.select %35, %87, %0 : i64
+    %from_elements_39 = tensor.from_elements %c1_i64, %88, %87 : tensor<3xi64>
+    %reshape_40 = tensor.reshape %transposed_38(%from_elements_39) : (tensor<1x?x4x128xbf16>, tensor<3xi64>) -> tensor<1x?x512xbf16>
+    %collapsed_41 = tensor.collapse_shape %reshape_40 [[0, 1], [2]] : tensor<1x?x512xbf16> into tensor<?x512xbf16>
+    %89 = arith.index_cast %88 : i64 to index
+    %90 = tensor.empty(%89) : tensor<?x32xf32>
+    %91 = linalg.fill ins(%cst_0 : f32) outs(%90 : tensor<?x32xf32>) -> tensor<?x32xf32>
+    %92 = linalg.matmul ins(%collapsed_41, %arg4 : tensor<?x512xbf16>, tensor<512x32xbf16>) outs(%91 : tensor<?x32xf32>) -> tensor<?x32xf32>
+    %93 = tensor.empty(%89) : tensor<?x32xbf16>
+    %94 = linalg.generic {indexing_maps = [#map8, #map8], iterator_types = ["parallel", "parallel"]} ins(%92 : tensor<?x32xf32>) outs(%93 : tensor<?x32xbf16>) {
     ^bb0(%in: f32, %out: bf16):
-      %180 = arith.truncf %in : f32 to bf16
-      linalg.yield %180 : bf16
+      %125 = arith.truncf %in : f32 to bf16
+      linalg.yield %125 : bf16
     } -> tensor<?x32xbf16>
-    %expanded_48 = tensor.expand_shape %149 [[0, 1], [2]] output_shape [1, %144, 32] : tensor<?x32xbf16> into tensor<1x?x32xbf16>
-    %150 = arith.cmpi eq, %dim, %144 : index
-    cf.assert %150, "mismatched size for broadcast"
-    %151 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg0, %expanded_48 : tensor<1x?x32xbf16>, tensor<1x?x32xbf16>) outs(%27 : tensor<1x?x32xbf16>) {
-    ^bb0(%in: bf16, %in_54: bf16, %out: bf16):
-      %180 = arith.addf %in, %in_54 : bf16
-      linalg.yield %180 : bf16
+    %expanded_42 = tensor.expand_shape %94 [[0, 1], [2]] output_shape [1, %89, 32] : tensor<?x32xbf16> into tensor<1x?x32xbf16>
+    %95 = arith.cmpi eq, %dim, %89 : index
+    cf.assert %95, "mismatched size for broadcast"
+    %96 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg0, %expanded_42 : tensor<1x?x32xbf16>, tensor<1x?x32xbf16>) outs(%27 : tensor<1x?x32xbf16>) {
+    ^bb0(%in: bf16, %in_48: bf16, %out: bf16):
+      %125 = arith.addf %in, %in_48 : bf16
+      linalg.yield %125 : bf16
     } -> tensor<1x?x32xbf16>
-    %152 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%151 : tensor<1x?x32xbf16>) outs(%18 : tensor<1x?x32xf32>) {
+    %97 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%96 : tensor<1x?x32xbf16>) outs(%18 : tensor<1x?x32xf32>) {
     ^bb0(%in: bf16, %out: f32):
-      %180 = arith.extf %in : bf16 to f32
-      linalg.yield %180 : f32
+      %125 = arith.extf %in : bf16 to f32
+      linalg.yield %125 : f32
     } -> tensor<1x?x32xf32>
-    %153 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%152 : tensor<1x?x32xf32>) outs(%18 : tensor<1x?x32xf32>) {
+    %98 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%97 : tensor<1x?x32xf32>) outs(%18 : tensor<1x?x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %180 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %180 : f32
+      %125 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %125 : f32
     } -> tensor<1x?x32xf32>
-    %154 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%153 : tensor<1x?x32xf32>) outs(%21 : tensor<1x?x1xf32>) {
+    %99 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%98 : tensor<1x?x32xf32>) outs(%21 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %180 = arith.addf %in, %out : f32
-      linalg.yield %180 : f32
+      %125 = arith.addf %in, %out : f32
+      linalg.yield %125 : f32
     } -> tensor<1x?x1xf32>
-    %155 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%154 : tensor<1x?x1xf32>) outs(%8 : tensor<1x?x1xf32>) {
+    %100 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%99 : tensor<1x?x1xf32>) outs(%8 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %180 = arith.divf %in, %cst_9 : f32
-      linalg.yield %180 : f32
+      %125 = arith.divf %in, %cst_4 : f32
+      linalg.yield %125 : f32
     } -> tensor<1x?x1xf32>
-    %156 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%155 : tensor<1x?x1xf32>) outs(%8 : tensor<1x?x1xf32>) {
+    %101 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%100 : tensor<1x?x1xf32>) outs(%8 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %180 = arith.truncf %cst_7 : f64 to f32
-      %181 = arith.addf %in, %180 : f32
-      linalg.yield %181 : f32
+      %125 = arith.truncf %cst_2 : f64 to f32
+      %126 = arith.addf %in, %125 : f32
+      linalg.yield %126 : f32
     } -> tensor<1x?x1xf32>
-    %157 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%156 : tensor<1x?x1xf32>) outs(%8 : tensor<1x?x1xf32>) {
+    %102 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%101 : tensor<1x?x1xf32>) outs(%8 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %180 = math.rsqrt %in : f32
-      linalg.yield %180 : f32
+      %125 = math.rsqrt %in : f32
+      linalg.yield %125 : f32
     } -> tensor<1x?x1xf32>
-    %158 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%152, %157 : tensor<1x?x32xf32>, tensor<1x?x1xf32>) outs(%18 : tensor<1x?x32xf32>) {
-    ^bb0(%in: f32, %in_54: f32, %out: f32):
-      %180 = arith.mulf %in, %in_54 : f32
-      linalg.yield %180 : f32
+    %103 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%97, %102 : tensor<1x?x32xf32>, tensor<1x?x1xf32>) outs(%18 : tensor<1x?x32xf32>) {
+    ^bb0(%in: f32, %in_48: f32, %out: f32):
+      %125 = arith.mulf %in, %in_48 : f32
+      linalg.yield %125 : f32
     } -> tensor<1x?x32xf32>
-    %159 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%158 : tensor<1x?x32xf32>) outs(%27 : tensor<1x?x32xbf16>) {
+    %104 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%103 : tensor<1x?x32xf32>) outs(%27 : tensor<1x?x32xbf16>) {
     ^bb0(%in: f32, %out: bf16):
-      %180 = arith.truncf %in : f32 to bf16
-      linalg.yield %180 : bf16
+      %125 = arith.truncf %in : f32 to bf16
+      linalg.yield %125 : bf16
     } -> tensor<1x?x32xbf16>
-    %160 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg9, %159 : tensor<32xbf16>, tensor<1x?x32xbf16>) outs(%27 : tensor<1x?x32xbf16>) {
-    ^bb0(%in: bf16, %in_54: bf16, %out: bf16):
-      %180 = arith.mulf %in, %in_54 : bf16
-      linalg.yield %180 : bf16
+    %105 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg9, %104 : tensor<32xbf16>, tensor<1x?x32xbf16>) outs(%27 : tensor<1x?x32xbf16>) {
+    ^bb0(%in: bf16, %in_48: bf16, %out: bf16):
+      %125 = arith.mulf %in, %in_48 : bf16
+      linalg.yield %125 : bf16
     } -> tensor<1x?x32xbf16>
-    %collapsed_49 = tensor.collapse_shape %160 [[0, 1], [2]] : tensor<1x?x32xbf16> into tensor<?x32xbf16>
-    %161 = tensor.empty(%dim) : tensor<?x64xf32>
-    %162 = linalg.fill ins(%cst : f32) outs(%161 : tensor<?x64xf32>) -> tensor<?x64xf32>
-    %163 = linalg.matmul ins(%collapsed_49, %arg5 : tensor<?x32xbf16>, tensor<32x64xbf16>) outs(%162 : tensor<?x64xf32>) -> tensor<?x64xf32>
-    %164 = tensor.empty(%dim) : tensor<?x64xbf16>
-    %165 = linalg.generic {indexing_maps = [#map8, #map8], iterator_types = ["parallel", "parallel"]} ins(%163 : tensor<?x64xf32>) outs(%164 : tensor<?x64xbf16>) {
+    %collapsed_43 = tensor.collapse_shape %105 [[0, 1], [2]] : tensor<1x?x32xbf16> into tensor<?x32xbf16>
+    %106 = tensor.empty(%dim) : tensor<?x64xf32>
+    %107 = linalg.fill ins(%cst_0 : f32) outs(%106 : tensor<?x64xf32>) -> tensor<?x64xf32>
+    %108 = linalg.matmul ins(%collapsed_43, %arg5 : tensor<?x32xbf16>, tensor<32x64xbf16>) outs(%107 : tensor<?x64xf32>) -> tensor<?x64xf32>
+    %109 = tensor.empty(%dim) : tensor<?x64xbf16>
+    %110 = linalg.generic {indexing_maps = [#map8, #map8], iterator_types = ["parallel", "parallel"]} ins(%108 : tensor<?x64xf32>) outs(%109 : tensor<?x64xbf16>) {
     ^bb0(%in: f32, %out: bf16):
-      %180 = arith.truncf %in : f32 to bf16
-      linalg.yield %180 : bf16
+      %125 = arith.truncf %in : f32 to bf16
+      linalg.yield %125 : bf16
     } -> tensor<?x64xbf16>
-    %expanded_50 = tensor.expand_shape %165 [[0, 1], [2]] output_shape [1, %dim, 64] : tensor<?x64xbf16> into tensor<1x?x64xbf16>
-    %166 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_50 : tensor<1x?x64xbf16>) outs(%10 : tensor<1x?x64xf32>) {
+    %expanded_44 = tensor.expand_shape %110 [[0, 1], [2]] output_shape [1, %dim, 64] : tensor<?x64xbf16> into tensor<1x?x64xbf16>
+    %111 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_44 : tensor<1x?x64xbf16>) outs(%10 : tensor<1x?x64xf32>) {
     ^bb0(%in: bf16, %out: f32):
-      %180 = arith.extf %in : bf16 to f32
-      linalg.yield %180 : f32
+      %125 = arith.extf %in : bf16 to f32
+      linalg.yield %125 : f32
     } -> tensor<1x?x64xf32>
-    %167 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%166 : tensor<1x?x64xf32>) outs(%10 : tensor<1x?x64xf32>) {
+    %112 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%111 : tensor<1x?x64xf32>) outs(%10 : tensor<1x?x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %180 = arith.negf %in : f32
-      %181 = math.exp %180 : f32
-      %182 = arith.addf %181, %cst_1 : f32
-      %183 = arith.divf %cst_1, %182 : f32
-      linalg.yield %183 : f32
+      %125 = arith.negf %in : f32
+      %126 = math.exp %125 : f32
+      %127 = arith.addf %126, %cst_1 : f32
+      %128 = arith.divf %cst_1, %127 : f32
+      linalg.yield %128 : f32
     } -> tensor<1x?x64xf32>
-    %168 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%166, %167 : tensor<1x?x64xf32>, tensor<1x?x64xf32>) outs(%10 : tensor<1x?x64xf32>) {
-    ^bb0(%in: f32, %in_54: f32, %out: f32):
-      %180 = arith.mulf %in, %in_54 : f32
-      linalg.yield %180 : f32
+    %113 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%111, %112 : tensor<1x?x64xf32>, tensor<1x?x64xf32>) outs(%10 : tensor<1x?x64xf32>) {
+    ^bb0(%in: f32, %in_48: f32, %out: f32):
+      %125 = arith.mulf %in, %in_48 : f32
+      linalg.yield %125 : f32
     } -> tensor<1x?x64xf32>
-    %169 = tensor.empty(%dim) : tensor<1x?x64xbf16>
-    %170 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%168 : tensor<1x?x64xf32>) outs(%169 : tensor<1x?x64xbf16>) {
+    %114 = tensor.empty(%dim) : tensor<1x?x64xbf16>
+    %115 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%113 : tensor<1x?x64xf32>) outs(%114 : tensor<1x?x64xbf16>) {
     ^bb0(%in: f32, %out: bf16):
-      %180 = arith.truncf %in : f32 to bf16
-      linalg.yield %180 : bf16
+      %125 = arith.truncf %in : f32 to bf16
+      linalg.yield %125 : bf16
     } -> tensor<1x?x64xbf16>
-    %171 = linalg.matmul ins(%collapsed_49, %arg6 : tensor<?x32xbf16>, tensor<32x64xbf16>) outs(%162 : tensor<?x64xf32>) -> tensor<?x64xf32>
-    %172 = linalg.generic {indexing_maps = [#map8, #map8], iterator_types = ["parallel", "parallel"]} ins(%171 : tensor<?x64xf32>) outs(%164 : tensor<?x64xbf16>) {
+    %116 = linalg.matmul ins(%collapsed_43, %arg6 : tensor<?x32xbf16>, tensor<32x64xbf16>) outs(%107 : tensor<?x64xf32>) -> tensor<?x64xf32>
+    %117 = linalg.generic {indexing_maps = [#map8, #map8], iterator_types = ["parallel", "parallel"]} ins(%116 : tensor<?x64xf32>) outs(%109 : tensor<?x64xbf16>) {
     ^bb0(%in: f32, %out: bf16):
-      %180 = arith.truncf %in : f32 to bf16
-      linalg.yield %180 : bf16
+      %125 = arith.truncf %in : f32 to bf16
+      linalg.yield %125 : bf16
     } -> tensor<?x64xbf16>
-    %expanded_51 = tensor.expand_shape %172 [[0, 1], [2]] output_shape [1, %dim, 64] : tensor<?x64xbf16> into tensor<1x?x64xbf16>
-    %173 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%170, %expanded_51 : tensor<1x?x64xbf16>, tensor<1x?x64xbf16>) outs(%169 : tensor<1x?x64xbf16>) {
-    ^bb0(%in: bf16, %in_54: bf16, %out: bf16):
-      %180 = arith.mulf %in, %in_54 : bf16
-      linalg.yield %180 : bf16
+    %expanded_45 = tensor.expand_shape %117 [[0, 1], [2]] output_shape [1, %dim, 64] : tensor<?x64xbf16> into tensor<1x?x64xbf16>
+    %118 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%115, %expanded_45 : tensor<1x?x64xbf16>, tensor<1x?x64xbf16>) outs(%114 : tensor<1x?x64xbf16>) {
+    ^bb0(%in: bf16, %in_48: bf16, %out: bf16):
+      %125 = arith.mulf %in, %in_48 : bf16
+      linalg.yield %125 : bf16
     } -> tensor<1x?x64xbf16>
-    %collapsed_52 = tensor.collapse_shape %173 [[0, 1], [2]] : tensor<1x?x64xbf16> into tensor<?x64xbf16>
-    %174 = tensor.empty(%dim) : tensor<?x32xf32>
-    %175 = linalg.fill ins(%cst : f32) outs(%174 : tensor<?x32xf32>) -> tensor<?x32xf32>
-    %176 = linalg.matmul ins(%collapsed_52, %arg7 : tensor<?x64xbf16>, tensor<64x32xbf16>) outs(%175 : tensor<?x32xf32>) -> tensor<?x32xf32>
-    %177 = tensor.empty(%dim) : tensor<?x32xbf16>
-    %178 = linalg.generic {indexing_maps = [#map8, #map8], iterator_types = ["parallel", "parallel"]} ins(%176 : tensor<?x32xf32>) outs(%177 : tensor<?x32xbf16>) {
+    %collapsed_46 = tensor.collapse_shape %118 [[0, 1], [2]] : tensor<1x?x64xbf16> into tensor<?x64xbf16>
+    %119 = tensor.empty(%dim) : tensor<?x32xf32>
+    %120 = linalg.fill ins(%cst_0 : f32) outs(%119 : tensor<?x32xf32>) -> tensor<?x32xf32>
+    %121 = linalg.matmul ins(%collapsed_46, %arg7 : tensor<?x64xbf16>, tensor<64x32xbf16>) outs(%120 : tensor<?x32xf32>) -> tensor<?x32xf32>
+    %122 = tensor.empty(%dim) : tensor<?x32xbf16>
+    %123 = linalg.generic {indexing_maps = [#map8, #map8], iterator_types = ["parallel", "parallel"]} ins(%121 : tensor<?x32xf32>) outs(%122 : tensor<?x32xbf16>) {
     ^bb0(%in: f32, %out: bf16):
-      %180 = arith.truncf %in : f32 to bf16
-      linalg.yield %180 : bf16
+      %125 = arith.truncf %in : f32 to bf16
+      linalg.yield %125 : bf16
     } -> tensor<?x32xbf16>
-    %expanded_53 = tensor.expand_shape %178 [[0, 1], [2]] output_shape [1, %dim, 32] : tensor<?x32xbf16> into tensor<1x?x32xbf16>
-    %179 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%151, %expanded_53 : tensor<1x?x32xbf16>, tensor<1x?x32xbf16>) outs(%27 : tensor<1x?x32xbf16>) {
-    ^bb0(%in: bf16, %in_54: bf16, %out: bf16):
-      %180 = arith.addf %in, %in_54 : bf16
-      linalg.yield %180 : bf16
+    %expanded_47 = tensor.expand_shape %123 [[0, 1], [2]] output_shape [1, %dim, 32] : tensor<?x32xbf16> into tensor<1x?x32xbf16>
+    %124 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%96, %expanded_47 : tensor<1x?x32xbf16>, tensor<1x?x32xbf16>) outs(%27 : tensor<1x?x32xbf16>) {
+    ^bb0(%in: bf16, %in_48: bf16, %out: bf16):
+      %125 = arith.addf %in, %in_48 : bf16
+      linalg.yield %125 : bf16
     } -> tensor<1x?x32xbf16>
-    return %179, %75, %transposed_20 : tensor<1x?x32xbf16>, tensor<1x2x?x128xbf16>, tensor<1x2x?x128xbf16>
+    return %124, %75, %transposed_15 : tensor<1x?x32xbf16>, tensor<1x2x?x128xbf16>, tensor<1x2x?x128xbf16>
   }
   func.func private @decode_layer(%arg0: tensor<1x1x32xbf16>, %arg1: tensor<1xi64>, %arg2: tensor<1x2x?x128xbf16>, %arg3: tensor<1x2x?x128xbf16>, %arg4: tensor<32x512xbf16>, %arg5: tensor<32x256xbf16>, %arg6: tensor<32x256xbf16>, %arg7: tensor<512x32xbf16>, %arg8: tensor<32x64xbf16>, %arg9: tensor<32x64xbf16>, %arg10: tensor<64x32xbf16>, %arg11: tensor<32xbf16>, %arg12: tensor<32xbf16>) -> (tensor<1x1x32xbf16>, tensor<1x2x?x128xbf16>, tensor<1x2x?x128xbf16>) {
+    %cst = arith.constant 0.000000e+00 : bf16
+    %c2 = arith.constant 2 : index
     %c0_i64 = arith.constant 0 : i64
     %c1_i64 = arith.constant 1 : i64
     %c2_i64 = arith.constant 2 : i64
     %c0 = arith.constant 0 : index
     %c1 = arith.constant 1 : index
-    %c2 = arith.constant 2 : index
-    %cst = arith.constant 0.000000e+00 : f32
-    %cst_0 = arith.constant 0xFF800000 : f32
-    %true = arith.constant true
+    %cst_0 = arith.constant 0.000000e+00 : f32
     %cst_1 = arith.constant 1.000000e+00 : f32
-    %cst_2 = arith.constant dense<0.000000e+00> : tensor<f32>
-    %cst_3 = arith.constant dense<0.000000e+00> : tensor<bf16>
-    %cst_4 = arith.constant dense<0xFF80> : tensor<bf16>
-    %cst_5 = arith.constant 0.29730177875068026 : f64
-    %cst_6 = arith.constant 0xFFF0000000000000 : f64
-    %cst_7 = arith.constant 9.9999999999999995E-7 : f64
-    %cst_8 = arith.constant dense_resource<torch_tensor_64_torch.float32> : tensor<64xf32>
-    %cst_9 = arith.constant 3.200000e+01 : f32
+    %cst_2 = arith.constant 9.9999999999999995E-7 : f64
+    %cst_3 = arith.constant dense_resource<torch_tensor_64_torch.float32> : tensor<64xf32>
+    %cst_4 = arith.constant 3.200000e+01 : f32
     %dim = tensor.dim %arg2, %c2 : tensor<1x2x?x128xbf16>
     %0 = arith.index_cast %dim : index to i64
     %1 = arith.addi %0, %c1_i64 : i64
@@ -687,518 +492,374 @@ module {
     } -> tensor<1xi64>
     %4 = linalg.generic {indexing_maps = [#map2, #map2], iterator_types = ["parallel"]} ins(%3 : tensor<1xi64>) outs(%2 : tensor<1xi64>) {
     ^bb0(%in: i64, %out: i64):
-      %139 = arith.addi %in, %0 : i64
-      linalg.yield %139 : i64
+      %100 = arith.addi %in, %0 : i64
+      linalg.yield %100 : i64
     } -> tensor<1xi64>
     %5 = arith.index_cast %1 : i64 to index
     %6 = tensor.empty(%5) : tensor<?xi64>
     %7 = linalg.generic {indexing_maps = [#map2], iterator_types = ["parallel"]} outs(%6 : tensor<?xi64>) {
     ^bb0(%out: i64):
-      %139 = linalg.index 0 : index
-      %140 = arith.index_cast %139 : index to i64
-      linalg.yield %140 : i64
+      %100 = linalg.index 0 : index
+      %101 = arith.index_cast %100 : index to i64
+      linalg.yield %101 : i64
     } -> tensor<?xi64>
     %expanded = tensor.expand_shape %4 [[0, 1, 2, 3]] output_shape [1, 1, 1, 1] : tensor<1xi64> into tensor<1x1x1x1xi64>
-    %expanded_10 = tensor.expand_shape %7 [[0, 1, 2, 3]] output_shape [1, 1, 1, %5] : tensor<?xi64> into tensor<1x1x1x?xi64>
+    %expanded_5 = tensor.expand_shape %7 [[0, 1, 2, 3]] output_shape [1, 1, 1, %5] : tensor<?xi64> into tensor<1x1x1x?xi64>
     %8 = tensor.empty(%5) : tensor<1x1x1x?xi1>
-    %9 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_10, %expanded : tensor<1x1x1x?xi64>, tensor<1x1x1x1xi64>) outs(%8 : tensor<1x1x1x?xi1>) {
-    ^bb0(%in: i64, %in_47: i64, %out: i1):
-      %139 = arith.cmpi sle, %in, %in_47 : i64
-      linalg.yield %139 : i1
+    %9 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_5, %expanded : tensor<1x1x1x?xi64>, tensor<1x1x1x1xi64>) outs(%8 : tensor<1x1x1x?xi1>) {
+    ^bb0(%in: i64, %in_40: i64, %out: i1):
+      %100 = arith.cmpi sle, %in, %in_40 : i64
+      linalg.yield %100 : i1
     } -> tensor<1x1x1x?xi1>
     %10 = arith.cmpi sge, %1, %c0_i64 : i64
     cf.assert %10, "unimplemented: dynamic negative broadcast sizes"
     %11 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%8 : tensor<1x1x1x?xi1>) {
     ^bb0(%out: i1):
-      %139 = linalg.index 3 : index
-      %140 = arith.cmpi eq, %5, %c1 : index
-      %141 = arith.select %140, %c0, %139 : index
-      %extracted = tensor.extract %9[%c0, %c0, %c0, %141] : tensor<1x1x1x?xi1>
+      %100 = linalg.index 3 : index
+      %101 = arith.cmpi eq, %5, %c1 : index
+      %102 = arith.select %101, %c0, %100 : index
+      %extracted = tensor.extract %9[%c0, %c0, %c0, %102] : tensor<1x1x1x?xi1>
       linalg.yield %extracted : i1
     } -> tensor<1x1x1x?xi1>
-    %expanded_11 = tensor.expand_shape %arg1 [[0, 1, 2]] output_shape [1, 1, 1] : tensor<1xi64> into tensor<1x1x1xi64>
+    %expanded_6 = tensor.expand_shape %arg1 [[0, 1, 2]] output_shape [1, 1, 1] : tensor<1xi64> into tensor<1x1x1xi64>
     %12 = tensor.empty() : tensor<1x1x1xf32>
-    %13 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_11 : tensor<1x1x1xi64>) outs(%12 : tensor<1x1x1xf32>) {
+    %13 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_6 : tensor<1x1x1xi64>) outs(%12 : tensor<1x1x1xf32>) {
     ^bb0(%in: i64, %out: f32):
-      %139 = arith.sitofp %in : i64 to f32
-      linalg.yield %139 : f32
+      %100 = arith.sitofp %in : i64 to f32
+      linalg.yield %100 : f32
     } -> tensor<1x1x1xf32>
     %14 = tensor.empty() : tensor<1x1x64xf32>
-    %15 = linalg.generic {indexing_maps = [#map6, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%13, %cst_8 : tensor<1x1x1xf32>, tensor<64xf32>) outs(%14 : tensor<1x1x64xf32>) {
-    ^bb0(%in: f32, %in_47: f32, %out: f32):
-      %139 = arith.mulf %in, %in_47 : f32
-      linalg.yield %139 : f32
+    %15 = linalg.generic {indexing_maps = [#map6, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%13, %cst_3 : tensor<1x1x1xf32>, tensor<64xf32>) outs(%14 : tensor<1x1x64xf32>) {
+    ^bb0(%in: f32, %in_40: f32, %out: f32):
+      %100 = arith.mulf %in, %in_40 : f32
+      linalg.yield %100 : f32
     } -> tensor<1x1x64xf32>
     %concat = tensor.concat dim(2) %15, %15 : (tensor<1x1x64xf32>, tensor<1x1x64xf32>) -> tensor<1x1x128xf32>
     %16 = tensor.empty() : tensor<1x1x128xf32>
     %17 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%concat : tensor<1x1x128xf32>) outs(%16 : tensor<1x1x128xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %139 = math.cos %in : f32
-      linalg.yield %139 : f32
+      %100 = math.cos %in : f32
+      linalg.yield %100 : f32
     } -> tensor<1x1x128xf32>
     %18 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%concat : tensor<1x1x128xf32>) outs(%16 : tensor<1x1x128xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %139 = math.sin %in : f32
-      linalg.yield %139 : f32
+      %100 = math.sin %in : f32
+      linalg.yield %100 : f32
     } -> tensor<1x1x128xf32>
     %19 = tensor.empty() : tensor<1x1x128xbf16>
     %20 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%17 : tensor<1x1x128xf32>) outs(%19 : tensor<1x1x128xbf16>) {
     ^bb0(%in: f32, %out: bf16):
-      %139 = arith.truncf %in : f32 to bf16
-      linalg.yield %139 : bf16
+      %100 = arith.truncf %in : f32 to bf16
+      linalg.yield %100 : bf16
     } -> tensor<1x1x128xbf16>
     %21 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%18 : tensor<1x1x128xf32>) outs(%19 : tensor<1x1x128xbf16>) {
     ^bb0(%in: f32, %out: bf16):
-      %139 = arith.truncf %in : f32 to bf16
-      linalg.yield %139 : bf16
+      %100 = arith.truncf %in : f32 to bf16
+      linalg.yield %100 : bf16
     } -> tensor<1x1x128xbf16>
     %22 = tensor.empty() : tensor<1x1x32xf32>
     %23 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg0 : tensor<1x1x32xbf16>) outs(%22 : tensor<1x1x32xf32>) {
     ^bb0(%in: bf16, %out: f32):
-      %139 = arith.extf %in : bf16 to f32
-      linalg.yield %139 : f32
+      %100 = arith.extf %in : bf16 to f32
+      linalg.yield %100 : f32
     } -> tensor<1x1x32xf32>
     %24 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%23 : tensor<1x1x32xf32>) outs(%22 : tensor<1x1x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %139 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %139 : f32
+      %100 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %100 : f32
     } -> tensor<1x1x32xf32>
-    %25 = linalg.fill ins(%cst : f32) outs(%12 : tensor<1x1x1xf32>) -> tensor<1x1x1xf32>
+    %25 = linalg.fill ins(%cst_0 : f32) outs(%12 : tensor<1x1x1xf32>) -> tensor<1x1x1xf32>
     %26 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%24 : tensor<1x1x32xf32>) outs(%25 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %139 = arith.addf %in, %out : f32
-      linalg.yield %139 : f32
+      %100 = arith.addf %in, %out : f32
+      linalg.yield %100 : f32
     } -> tensor<1x1x1xf32>
     %27 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%26 : tensor<1x1x1xf32>) outs(%12 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %139 = arith.divf %in, %cst_9 : f32
-      linalg.yield %139 : f32
+      %100 = arith.divf %in, %cst_4 : f32
+      linalg.yield %100 : f32
     } -> tensor<1x1x1xf32>
     %28 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%27 : tensor<1x1x1xf32>) outs(%12 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %139 = arith.truncf %cst_7 : f64 to f32
-      %140 = arith.addf %in, %139 : f32
-      linalg.yield %140 : f32
+      %100 = arith.truncf %cst_2 : f64 to f32
+      %101 = arith.addf %in, %100 : f32
+      linalg.yield %101 : f32
     } -> tensor<1x1x1xf32>
     %29 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%28 : tensor<1x1x1xf32>) outs(%12 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %139 = math.rsqrt %in : f32
-      linalg.yield %139 : f32
+      %100 = math.rsqrt %in : f32
+      linalg.yield %100 : f32
     } -> tensor<1x1x1xf32>
     %30 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%23, %29 : tensor<1x1x32xf32>, tensor<1x1x1xf32>) outs(%22 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_47: f32, %out: f32):
-      %139 = arith.mulf %in, %in_47 : f32
-      linalg.yield %139 : f32
+    ^bb0(%in: f32, %in_40: f32, %out: f32):
+      %100 = arith.mulf %in, %in_40 : f32
+      linalg.yield %100 : f32
     } -> tensor<1x1x32xf32>
     %31 = tensor.empty() : tensor<1x1x32xbf16>
     %32 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%30 : tensor<1x1x32xf32>) outs(%31 : tensor<1x1x32xbf16>) {
     ^bb0(%in: f32, %out: bf16):
-      %139 = arith.truncf %in : f32 to bf16
-      linalg.yield %139 : bf16
+      %100 = arith.truncf %in : f32 to bf16
+      linalg.yield %100 : bf16
     } -> tensor<1x1x32xbf16>
     %33 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg11, %32 : tensor<32xbf16>, tensor<1x1x32xbf16>) outs(%31 : tensor<1x1x32xbf16>) {
-    ^bb0(%in: bf16, %in_47: bf16, %out: bf16):
-      %139 = arith.mulf %in, %in_47 : bf16
-      linalg.yield %139 : bf16
+    ^bb0(%in: bf16, %in_40: bf16, %out: bf16):
+      %100 = arith.mulf %in, %in_40 : bf16
+      linalg.yield %100 : bf16
     } -> tensor<1x1x32xbf16>
     %collapsed = tensor.collapse_shape %33 [[0], [1, 2]] : tensor<1x1x32xbf16> into tensor<1x32xbf16>
     %34 = tensor.empty() : tensor<1x512xf32>
-    %35 = linalg.fill ins(%cst : f32) outs(%34 : tensor<1x512xf32>) -> tensor<1x512xf32>
+    %35 = linalg.fill ins(%cst_0 : f32) outs(%34 : tensor<1x512xf32>) -> tensor<1x512xf32>
     %36 = linalg.matmul ins(%collapsed, %arg4 : tensor<1x32xbf16>, tensor<32x512xbf16>) outs(%35 : tensor<1x512xf32>) -> tensor<1x512xf32>
     %37 = tensor.empty() : tensor<1x512xbf16>
     %38 = linalg.generic {indexing_maps = [#map8, #map8], iterator_types = ["parallel", "parallel"]} ins(%36 : tensor<1x512xf32>) outs(%37 : tensor<1x512xbf16>) {
     ^bb0(%in: f32, %out: bf16):
-      %139 = arith.truncf %in : f32 to bf16
-      linalg.yield %139 : bf16
+      %100 = arith.truncf %in : f32 to bf16
+      linalg.yield %100 : bf16
     } -> tensor<1x512xbf16>
-    %expanded_12 = tensor.expand_shape %38 [[0], [1, 2, 3]] output_shape [1, 1, 4, 128] : tensor<1x512xbf16> into tensor<1x1x4x128xbf16>
+    %expanded_7 = tensor.expand_shape %38 [[0], [1, 2, 3]] output_shape [1, 1, 4, 128] : tensor<1x512xbf16> into tensor<1x1x4x128xbf16>
     %39 = tensor.empty() : tensor<1x4x1x128xbf16>
-    %transposed = linalg.transpose ins(%expanded_12 : tensor<1x1x4x128xbf16>) outs(%39 : tensor<1x4x1x128xbf16>) permutation = [0, 2, 1, 3] 
+    %transposed = linalg.transpose ins(%expanded_7 : tensor<1x1x4x128xbf16>) outs(%39 : tensor<1x4x1x128xbf16>) permutation = [0, 2, 1, 3] 
     %40 = tensor.empty() : tensor<1x256xf32>
-    %41 = linalg.fill ins(%cst : f32) outs(%40 : tensor<1x256xf32>) -> tensor<1x256xf32>
+    %41 = linalg.fill ins(%cst_0 : f32) outs(%40 : tensor<1x256xf32>) -> tensor<1x256xf32>
     %42 = linalg.matmul ins(%collapsed, %arg5 : tensor<1x32xbf16>, tensor<32x256xbf16>) outs(%41 : tensor<1x256xf32>) -> tensor<1x256xf32>
     %43 = tensor.empty() : tensor<1x256xbf16>
     %44 = linalg.generic {indexing_maps = [#map8, #map8], iterator_types = ["parallel", "parallel"]} ins(%42 : tensor<1x256xf32>) outs(%43 : tensor<1x256xbf16>) {
     ^bb0(%in: f32, %out: bf16):
-      %139 = arith.truncf %in : f32 to bf16
-      linalg.yield %139 : bf16
+      %100 = arith.truncf %in : f32 to bf16
+      linalg.yield %100 : bf16
     } -> tensor<1x256xbf16>
-    %expanded_13 = tensor.expand_shape %44 [[0], [1, 2, 3]] output_shape [1, 1, 2, 128] : tensor<1x256xbf16> into tensor<1x1x2x128xbf16>
+    %expanded_8 = tensor.expand_shape %44 [[0], [1, 2, 3]] output_shape [1, 1, 2, 128] : tensor<1x256xbf16> into tensor<1x1x2x128xbf16>
     %45 = tensor.empty() : tensor<1x2x1x128xbf16>
-    %transposed_14 = linalg.transpose ins(%expanded_13 : tensor<1x1x2x128xbf16>) outs(%45 : tensor<1x2x1x128xbf16>) permutation = [0, 2, 1, 3] 
+    %transposed_9 = linalg.transpose ins(%expanded_8 : tensor<1x1x2x128xbf16>) outs(%45 : tensor<1x2x1x128xbf16>) permutation = [0, 2, 1, 3] 
     %46 = linalg.matmul ins(%collapsed, %arg6 : tensor<1x32xbf16>, tensor<32x256xbf16>) outs(%41 : tensor<1x256xf32>) -> tensor<1x256xf32>
     %47 = linalg.generic {indexing_maps = [#map8, #map8], iterator_types = ["parallel", "parallel"]} ins(%46 : tensor<1x256xf32>) outs(%43 : tensor<1x256xbf16>) {
     ^bb0(%in: f32, %out: bf16):
-      %139 = arith.truncf %in : f32 to bf16
-      linalg.yield %139 : bf16
+      %100 = arith.truncf %in : f32 to bf16
+      linalg.yield %100 : bf16
     } -> tensor<1x256xbf16>
-    %expanded_15 = tensor.expand_shape %47 [[0], [1, 2, 3]] output_shape [1, 1, 2, 128] : tensor<1x256xbf16> into tensor<1x1x2x128xbf16>
-    %transposed_16 = linalg.transpose ins(%expanded_15 : tensor<1x1x2x128xbf16>) outs(%45 : tensor<1x2x1x128xbf16>) permutation = [0, 2, 1, 3] 
-    %expanded_17 = tensor.expand_shape %20 [[0], [1, 2], [3]] output_shape [1, 1, 1, 128] : tensor<1x1x128xbf16> into tensor<1x1x1x128xbf16>
-    %expanded_18 = tensor.expand_shape %21 [[0], [1, 2], [3]] output_shape [1, 1, 1, 128] : tensor<1x1x128xbf16> into tensor<1x1x1x128xbf16>
-    %48 = linalg.generic {indexing_maps = [#map5, #map9, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed, %expanded_17 : tensor<1x4x1x128xbf16>, tensor<1x1x1x128xbf16>) outs(%39 : tensor<1x4x1x128xbf16>) {
-    ^bb0(%in: bf16, %in_47: bf16, %out: bf16):
-      %139 = arith.mulf %in, %in_47 : bf16
-      linalg.yield %139 : bf16
+    %expanded_10 = tensor.expand_shape %47 [[0], [1, 2, 3]] output_shape [1, 1, 2, 128] : tensor<1x256xbf16> into tensor<1x1x2x128xbf16>
+    %transposed_11 = linalg.transpose ins(%expanded_10 : tensor<1x1x2x128xbf16>) outs(%45 : tensor<1x2x1x128xbf16>) permutation = [0, 2, 1, 3] 
+    %expanded_12 = tensor.expand_shape %20 [[0], [1, 2], [3]] output_shape [1, 1, 1, 128] : tensor<1x1x128xbf16> into tensor<1x1x1x128xbf16>
+    %expanded_13 = tensor.expand_shape %21 [[0], [1, 2], [3]] output_shape [1, 1, 1, 128] : tensor<1x1x128xbf16> into tensor<1x1x1x128xbf16>
+    %48 = linalg.generic {indexing_maps = [#map5, #map9, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed, %expanded_12 : tensor<1x4x1x128xbf16>, tensor<1x1x1x128xbf16>) outs(%39 : tensor<1x4x1x128xbf16>) {
+    ^bb0(%in: bf16, %in_40: bf16, %out: bf16):
+      %100 = arith.mulf %in, %in_40 : bf16
+      linalg.yield %100 : bf16
     } -> tensor<1x4x1x128xbf16>
     %extracted_slice = tensor.extract_slice %transposed[0, 0, 0, 0] [1, 4, 1, 64] [1, 1, 1, 1] : tensor<1x4x1x128xbf16> to tensor<1x4x1x64xbf16>
-    %extracted_slice_19 = tensor.extract_slice %transposed[0, 0, 0, 64] [1, 4, 1, 64] [1, 1, 1, 1] : tensor<1x4x1x128xbf16> to tensor<1x4x1x64xbf16>
+    %extracted_slice_14 = tensor.extract_slice %transposed[0, 0, 0, 64] [1, 4, 1, 64] [1, 1, 1, 1] : tensor<1x4x1x128xbf16> to tensor<1x4x1x64xbf16>
     %49 = tensor.empty() : tensor<1x4x1x64xbf16>
-    %50 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_19 : tensor<1x4x1x64xbf16>) outs(%49 : tensor<1x4x1x64xbf16>) {
+    %50 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_14 : tensor<1x4x1x64xbf16>) outs(%49 : tensor<1x4x1x64xbf16>) {
     ^bb0(%in: bf16, %out: bf16):
-      %139 = arith.negf %in : bf16
-      linalg.yield %139 : bf16
+      %100 = arith.negf %in : bf16
+      linalg.yield %100 : bf16
     } -> tensor<1x4x1x64xbf16>
-    %concat_20 = tensor.concat dim(3) %50, %extracted_slice : (tensor<1x4x1x64xbf16>, tensor<1x4x1x64xbf16>) -> tensor<1x4x1x128xbf16>
-    %51 = linalg.generic {indexing_maps = [#map5, #map9, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_20, %expanded_18 : tensor<1x4x1x128xbf16>, tensor<1x1x1x128xbf16>) outs(%39 : tensor<1x4x1x128xbf16>) {
-    ^bb0(%in: bf16, %in_47: bf16, %out: bf16):
-      %139 = arith.mulf %in, %in_47 : bf16
-      linalg.yield %139 : bf16
+    %concat_15 = tensor.concat dim(3) %50, %extracted_slice : (tensor<1x4x1x64xbf16>, tensor<1x4x1x64xbf16>) -> tensor<1x4x1x128xbf16>
+    %51 = linalg.generic {indexing_maps = [#map5, #map9, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_15, %expanded_13 : tensor<1x4x1x128xbf16>, tensor<1x1x1x128xbf16>) outs(%39 : tensor<1x4x1x128xbf16>) {
+    ^bb0(%in: bf16, %in_40: bf16, %out: bf16):
+      %100 = arith.mulf %in, %in_40 : bf16
+      linalg.yield %100 : bf16
     } -> tensor<1x4x1x128xbf16>
     %52 = linalg.generic {indexing_maps = [#map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%48, %51 : tensor<1x4x1x128xbf16>, tensor<1x4x1x128xbf16>) outs(%39 : tensor<1x4x1x128xbf16>) {
-    ^bb0(%in: bf16, %in_47: bf16, %out: bf16):
-      %139 = arith.addf %in, %in_47 : bf16
-      linalg.yield %139 : bf16
+    ^bb0(%in: bf16, %in_40: bf16, %out: bf16):
+      %100 = arith.addf %in, %in_40 : bf16
+      linalg.yield %100 : bf16
     } -> tensor<1x4x1x128xbf16>
-    %53 = linalg.generic {indexing_maps = [#map5, #map9, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_14, %expanded_17 : tensor<1x2x1x128xbf16>, tensor<1x1x1x128xbf16>) outs(%45 : tensor<1x2x1x128xbf16>) {
-    ^bb0(%in: bf16, %in_47: bf16, %out: bf16):
-      %139 = arith.mulf %in, %in_47 : bf16
-      linalg.yield %139 : bf16
+    %53 = linalg.generic {indexing_maps = [#map5, #map9, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_9, %expanded_12 : tensor<1x2x1x128xbf16>, tensor<1x1x1x128xbf16>) outs(%45 : tensor<1x2x1x128xbf16>) {
+    ^bb0(%in: bf16, %in_40: bf16, %out: bf16):
+      %100 = arith.mulf %in, %in_40 : bf16
+      linalg.yield %100 : bf16
     } -> tensor<1x2x1x128xbf16>
-    %extracted_slice_21 = tensor.extract_slice %transposed_14[0, 0, 0, 0] [1, 2, 1, 64] [1, 1, 1, 1] : tensor<1x2x1x128xbf16> to tensor<1x2x1x64xbf16>
-    %extracted_slice_22 = tensor.extract_slice %transposed_14[0, 0, 0, 64] [1, 2, 1, 64] [1, 1, 1, 1] : tensor<1x2x1x128xbf16> to tensor<1x2x1x64xbf16>
+    %extracted_slice_16 = tensor.extract_slice %transposed_9[0, 0, 0, 0] [1, 2, 1, 64] [1, 1, 1, 1] : tensor<1x2x1x128xbf16> to tensor<1x2x1x64xbf16>
+    %extracted_slice_17 = tensor.extract_slice %transposed_9[0, 0, 0, 64] [1, 2, 1, 64] [1, 1, 1, 1] : tensor<1x2x1x128xbf16> to tensor<1x2x1x64xbf16>
     %54 = tensor.empty() : tensor<1x2x1x64xbf16>
-    %55 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_22 : tensor<1x2x1x64xbf16>) outs(%54 : tensor<1x2x1x64xbf16>) {
+    %55 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_17 : tensor<1x2x1x64xbf16>) outs(%54 : tensor<1x2x1x64xbf16>) {
     ^bb0(%in: bf16, %out: bf16):
-      %139 = arith.negf %in : bf16
-      linalg.yield %139 : bf16
+      %100 = arith.negf %in : bf16
+      linalg.yield %100 : bf16
     } -> tensor<1x2x1x64xbf16>
-    %concat_23 = tensor.concat dim(3) %55, %extracted_slice_21 : (tensor<1x2x1x64xbf16>, tensor<1x2x1x64xbf16>) -> tensor<1x2x1x128xbf16>
-    %56 = linalg.generic {indexing_maps = [#map5, #map9, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_23, %expanded_18 : tensor<1x2x1x128xbf16>, tensor<1x1x1x128xbf16>) outs(%45 : tensor<1x2x1x128xbf16>) {
-    ^bb0(%in: bf16, %in_47: bf16, %out: bf16):
-      %139 = arith.mulf %in, %in_47 : bf16
-      linalg.yield %139 : bf16
+    %concat_18 = tensor.concat dim(3) %55, %extracted_slice_16 : (tensor<1x2x1x64xbf16>, tensor<1x2x1x64xbf16>) -> tensor<1x2x1x128xbf16>
+    %56 = linalg.generic {indexing_maps = [#map5, #map9, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_18, %expanded_13 : tensor<1x2x1x128xbf16>, tensor<1x1x1x128xbf16>) outs(%45 : tensor<1x2x1x128xbf16>) {
+    ^bb0(%in: bf16, %in_40: bf16, %out: bf16):
+      %100 = arith.mulf %in, %in_40 : bf16
+      linalg.yield %100 : bf16
     } -> tensor<1x2x1x128xbf16>
     %57 = linalg.generic {indexing_maps = [#map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%53, %56 : tensor<1x2x1x128xbf16>, tensor<1x2x1x128xbf16>) outs(%45 : tensor<1x2x1x128xbf16>) {
-    ^bb0(%in: bf16, %in_47: bf16, %out: bf16):
-      %139 = arith.addf %in, %in_47 : bf16
-      linalg.yield %139 : bf16
+    ^bb0(%in: bf16, %in_40: bf16, %out: bf16):
+      %100 = arith.addf %in, %in_40 : bf16
+      linalg.yield %100 : bf16
     } -> tensor<1x2x1x128xbf16>
-    %concat_24 = tensor.concat dim(2) %arg2, %57 : (tensor<1x2x?x128xbf16>, tensor<1x2x1x128xbf16>) -> tensor<1x2x?x128xbf16>
-    %concat_25 = tensor.concat dim(2) %arg3, %transposed_16 : (tensor<1x2x?x128xbf16>, tensor<1x2x1x128xbf16>) -> tensor<1x2x?x128xbf16>
-    %58 = affine.apply #map13()[%dim]
-    %expanded_26 = tensor.expand_shape %concat_24 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %58, 128] : tensor<1x2x?x128xbf16> into tensor<1x2x1x?x128xbf16>
+    %concat_19 = tensor.concat dim(2) %arg2, %57 : (tensor<1x2x?x128xbf16>, tensor<1x2x1x128xbf16>) -> tensor<1x2x?x128xbf16>
+    %concat_20 = tensor.concat dim(2) %arg3, %transposed_11 : (tensor<1x2x?x128xbf16>, tensor<1x2x1x128xbf16>) -> tensor<1x2x?x128xbf16>
+    %58 = affine.apply #map11()[%dim]
+    %expanded_21 = tensor.expand_shape %concat_19 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %58, 128] : tensor<1x2x?x128xbf16> into tensor<1x2x1x?x128xbf16>
     cf.assert %10, "unimplemented: dynamic negative broadcast sizes"
     %59 = tensor.empty(%5) : tensor<1x2x2x?x128xbf16>
     %60 = linalg.generic {indexing_maps = [#map10], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} outs(%59 : tensor<1x2x2x?x128xbf16>) {
     ^bb0(%out: bf16):
-      %139 = linalg.index 1 : index
-      %140 = linalg.index 3 : index
-      %141 = linalg.index 4 : index
-      %142 = arith.cmpi eq, %58, %c1 : index
-      %143 = arith.select %142, %c0, %140 : index
-      %extracted = tensor.extract %expanded_26[%c0, %139, %c0, %143, %141] : tensor<1x2x1x?x128xbf16>
+      %100 = linalg.index 1 : index
+      %101 = linalg.index 3 : index
+      %102 = linalg.index 4 : index
+      %103 = arith.cmpi eq, %58, %c1 : index
+      %104 = arith.select %103, %c0, %101 : index
+      %extracted = tensor.extract %expanded_21[%c0, %100, %c0, %104, %102] : tensor<1x2x1x?x128xbf16>
       linalg.yield %extracted : bf16
     } -> tensor<1x2x2x?x128xbf16>
-    %collapsed_27 = tensor.collapse_shape %60 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xbf16> into tensor<1x4x?x128xbf16>
-    %dim_28 = tensor.dim %arg3, %c2 : tensor<1x2x?x128xbf16>
-    %61 = affine.apply #map13()[%dim_28]
-    %expanded_29 = tensor.expand_shape %concat_25 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %61, 128] : tensor<1x2x?x128xbf16> into tensor<1x2x1x?x128xbf16>
+    %collapsed_22 = tensor.collapse_shape %60 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xbf16> into tensor<1x4x?x128xbf16>
+    %dim_23 = tensor.dim %arg3, %c2 : tensor<1x2x?x128xbf16>
+    %61 = affine.apply #map11()[%dim_23]
+    %expanded_24 = tensor.expand_shape %concat_20 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %61, 128] : tensor<1x2x?x128xbf16> into tensor<1x2x1x?x128xbf16>
     cf.assert %10, "unimplemented: dynamic negative broadcast sizes"
     %62 = linalg.generic {indexing_maps = [#map10], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} outs(%59 : tensor<1x2x2x?x128xbf16>) {
     ^bb0(%out: bf16):
-      %139 = linalg.index 1 : index
-      %140 = linalg.index 3 : index
-      %141 = linalg.index 4 : index
-      %142 = arith.cmpi eq, %61, %c1 : index
-      %143 = arith.select %142, %c0, %140 : index
-      %extracted = tensor.extract %expanded_29[%c0, %139, %c0, %143, %141] : tensor<1x2x1x?x128xbf16>
+      %100 = linalg.index 1 : index
+      %101 = linalg.index 3 : index
+      %102 = linalg.index 4 : index
+      %103 = arith.cmpi eq, %61, %c1 : index
+      %104 = arith.select %103, %c0, %101 : index
+      %extracted = tensor.extract %expanded_24[%c0, %100, %c0, %104, %102] : tensor<1x2x1x?x128xbf16>
       linalg.yield %extracted : bf16
     } -> tensor<1x2x2x?x128xbf16>
-    %collapsed_30 = tensor.collapse_shape %62 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xbf16> into tensor<1x4x?x128xbf16>
-    %63 = tensor.empty(%5) : tensor<1x1x1x?xbf16>
-    %64 = linalg.generic {indexing_maps = [#map5, #map11, #map11, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%11, %cst_3, %cst_4 : tensor<1x1x1x?xi1>, tensor<bf16>, tensor<bf16>) outs(%63 : tensor<1x1x1x?xbf16>) {
-    ^bb0(%in: i1, %in_47: bf16, %in_48: bf16, %out: bf16):
-      %139 = arith.select %in, %in_47, %in_48 : bf16
-      linalg.yield %139 : bf16
-    } -> tensor<1x1x1x?xbf16>
-    %65 = tensor.empty() : tensor<1x4x1x128xf32>
-    %66 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%52 : tensor<1x4x1x128xbf16>) outs(%65 : tensor<1x4x1x128xf32>) {
-    ^bb0(%in: bf16, %out: f32):
-      %139 = arith.extf %in : bf16 to f32
-      linalg.yield %139 : f32
-    } -> tensor<1x4x1x128xf32>
-    %67 = tensor.empty(%5) : tensor<1x4x?x128xf32>
-    %68 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%collapsed_27 : tensor<1x4x?x128xbf16>) outs(%67 : tensor<1x4x?x128xf32>) {
-    ^bb0(%in: bf16, %out: f32):
-      %139 = arith.extf %in : bf16 to f32
-      linalg.yield %139 : f32
-    } -> tensor<1x4x?x128xf32>
-    %69 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%collapsed_30 : tensor<1x4x?x128xbf16>) outs(%67 : tensor<1x4x?x128xf32>) {
-    ^bb0(%in: bf16, %out: f32):
-      %139 = arith.extf %in : bf16 to f32
-      linalg.yield %139 : f32
-    } -> tensor<1x4x?x128xf32>
-    %70 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%66 : tensor<1x4x1x128xf32>) outs(%65 : tensor<1x4x1x128xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %139 = arith.truncf %cst_5 : f64 to f32
-      %140 = arith.mulf %in, %139 : f32
-      linalg.yield %140 : f32
-    } -> tensor<1x4x1x128xf32>
-    %71 = tensor.empty(%5) : tensor<1x4x128x?xf32>
-    %transposed_31 = linalg.transpose ins(%68 : tensor<1x4x?x128xf32>) outs(%71 : tensor<1x4x128x?xf32>) permutation = [0, 1, 3, 2] 
-    %72 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_31 : tensor<1x4x128x?xf32>) outs(%71 : tensor<1x4x128x?xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %139 = arith.truncf %cst_5 : f64 to f32
-      %140 = arith.mulf %in, %139 : f32
-      linalg.yield %140 : f32
-    } -> tensor<1x4x128x?xf32>
-    %collapsed_32 = tensor.collapse_shape %70 [[0, 1], [2], [3]] : tensor<1x4x1x128xf32> into tensor<4x1x128xf32>
-    cf.assert %10, "unimplemented: dynamic negative broadcast sizes"
-    %73 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%71 : tensor<1x4x128x?xf32>) {
-    ^bb0(%out: f32):
-      %139 = linalg.index 1 : index
-      %140 = linalg.index 2 : index
-      %141 = linalg.index 3 : index
-      %142 = arith.cmpi eq, %5, %c1 : index
-      %143 = arith.select %142, %c0, %141 : index
-      %extracted = tensor.extract %72[%c0, %139, %140, %143] : tensor<1x4x128x?xf32>
-      linalg.yield %extracted : f32
-    } -> tensor<1x4x128x?xf32>
-    %collapsed_33 = tensor.collapse_shape %73 [[0, 1], [2], [3]] : tensor<1x4x128x?xf32> into tensor<4x128x?xf32>
-    %74 = tensor.empty(%5) : tensor<4x1x?xf32>
-    %75 = linalg.fill ins(%cst : f32) outs(%74 : tensor<4x1x?xf32>) -> tensor<4x1x?xf32>
-    %76 = linalg.batch_matmul ins(%collapsed_32, %collapsed_33 : tensor<4x1x128xf32>, tensor<4x128x?xf32>) outs(%75 : tensor<4x1x?xf32>) -> tensor<4x1x?xf32>
-    %expanded_34 = tensor.expand_shape %76 [[0, 1], [2], [3]] output_shape [1, 4, 1, %5] : tensor<4x1x?xf32> into tensor<1x4x1x?xf32>
-    %77 = tensor.empty(%5) : tensor<1x4x1x?xf32>
-    %78 = linalg.generic {indexing_maps = [#map5, #map9, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_34, %64 : tensor<1x4x1x?xf32>, tensor<1x1x1x?xbf16>) outs(%77 : tensor<1x4x1x?xf32>) {
-    ^bb0(%in: f32, %in_47: bf16, %out: f32):
-      %139 = arith.extf %in_47 : bf16 to f32
-      %140 = arith.addf %in, %139 : f32
-      linalg.yield %140 : f32
-    } -> tensor<1x4x1x?xf32>
-    %79 = tensor.empty() : tensor<1x4x1xi64>
-    %80 = linalg.fill ins(%c0_i64 : i64) outs(%79 : tensor<1x4x1xi64>) -> tensor<1x4x1xi64>
-    %81 = tensor.empty() : tensor<1x4x1xf32>
-    %82 = linalg.fill ins(%cst_0 : f32) outs(%81 : tensor<1x4x1xf32>) -> tensor<1x4x1xf32>
-    %83:2 = linalg.generic {indexing_maps = [#map5, #map12, #map12], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%78 : tensor<1x4x1x?xf32>) outs(%82, %80 : tensor<1x4x1xf32>, tensor<1x4x1xi64>) {
-    ^bb0(%in: f32, %out: f32, %out_47: i64):
-      %139 = linalg.index 3 : index
-      %140 = arith.index_cast %139 : index to i64
-      %141 = arith.maximumf %in, %out : f32
-      %142 = arith.cmpf ogt, %in, %out : f32
-      %143 = arith.select %142, %140, %out_47 : i64
-      linalg.yield %141, %143 : f32, i64
-    } -> (tensor<1x4x1xf32>, tensor<1x4x1xi64>)
-    %expanded_35 = tensor.expand_shape %83#0 [[0], [1], [2, 3]] output_shape [1, 4, 1, 1] : tensor<1x4x1xf32> into tensor<1x4x1x1xf32>
-    %84 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%78, %expanded_35 : tensor<1x4x1x?xf32>, tensor<1x4x1x1xf32>) outs(%77 : tensor<1x4x1x?xf32>) {
-    ^bb0(%in: f32, %in_47: f32, %out: f32):
-      %139 = arith.subf %in, %in_47 : f32
-      linalg.yield %139 : f32
-    } -> tensor<1x4x1x?xf32>
-    %85 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%84 : tensor<1x4x1x?xf32>) outs(%77 : tensor<1x4x1x?xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %139 = math.exp %in : f32
-      linalg.yield %139 : f32
-    } -> tensor<1x4x1x?xf32>
-    %86 = tensor.empty() : tensor<1x4x1x1xf32>
-    %87 = linalg.fill ins(%cst : f32) outs(%86 : tensor<1x4x1x1xf32>) -> tensor<1x4x1x1xf32>
-    %88 = linalg.generic {indexing_maps = [#map5, #map4], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%85 : tensor<1x4x1x?xf32>) outs(%87 : tensor<1x4x1x1xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %139 = arith.addf %in, %out : f32
-      linalg.yield %139 : f32
-    } -> tensor<1x4x1x1xf32>
-    %89 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%85, %88 : tensor<1x4x1x?xf32>, tensor<1x4x1x1xf32>) outs(%77 : tensor<1x4x1x?xf32>) {
-    ^bb0(%in: f32, %in_47: f32, %out: f32):
-      %139 = arith.divf %in, %in_47 : f32
-      linalg.yield %139 : f32
-    } -> tensor<1x4x1x?xf32>
-    %90 = tensor.empty(%5) : tensor<1x4x1x?xi1>
-    %91 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%78 : tensor<1x4x1x?xf32>) outs(%90 : tensor<1x4x1x?xi1>) {
-    ^bb0(%in: f32, %out: i1):
-      %139 = arith.extf %in : f32 to f64
-      %140 = arith.cmpf oeq, %139, %cst_6 : f64
-      linalg.yield %140 : i1
-    } -> tensor<1x4x1x?xi1>
-    %92 = tensor.empty() : tensor<1x4x1x1xi1>
-    %93 = linalg.fill ins(%true : i1) outs(%92 : tensor<1x4x1x1xi1>) -> tensor<1x4x1x1xi1>
-    %94 = linalg.generic {indexing_maps = [#map5, #map4], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%91 : tensor<1x4x1x?xi1>) outs(%93 : tensor<1x4x1x1xi1>) {
+    %collapsed_25 = tensor.collapse_shape %62 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xbf16> into tensor<1x4x?x128xbf16>
+    %dim_26 = tensor.dim %collapsed_22, %c2 : tensor<1x4x?x128xbf16>
+    %63 = tensor.empty(%dim_26) : tensor<1x4x1x?xi1>
+    %64 = linalg.generic {indexing_maps = [#map9, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%11 : tensor<1x1x1x?xi1>) outs(%63 : tensor<1x4x1x?xi1>) {
     ^bb0(%in: i1, %out: i1):
-      %139 = arith.andi %in, %out : i1
-      linalg.yield %139 : i1
-    } -> tensor<1x4x1x1xi1>
-    %95 = arith.cmpi sge, %1, %c0_i64 : i64
-    cf.assert %95, "negative values not allowed in new dimensions"
-    %96 = arith.index_cast %1 : i64 to index
-    %97 = tensor.empty(%96) : tensor<1x4x1x?xf32>
-    %98 = linalg.generic {indexing_maps = [#map11, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%cst_2 : tensor<f32>) outs(%97 : tensor<1x4x1x?xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      linalg.yield %in : f32
-    } -> tensor<1x4x1x?xf32>
-    %99 = arith.cmpi eq, %96, %5 : index
-    cf.assert %99, "mismatched size for broadcast"
-    %100 = linalg.generic {indexing_maps = [#map4, #map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%94, %98, %89 : tensor<1x4x1x1xi1>, tensor<1x4x1x?xf32>, tensor<1x4x1x?xf32>) outs(%97 : tensor<1x4x1x?xf32>) {
-    ^bb0(%in: i1, %in_47: f32, %in_48: f32, %out: f32):
-      %139 = arith.select %in, %in_47, %in_48 : f32
-      linalg.yield %139 : f32
-    } -> tensor<1x4x1x?xf32>
-    cf.assert %10, "unimplemented: dynamic negative broadcast sizes"
-    %101 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%77 : tensor<1x4x1x?xf32>) {
-    ^bb0(%out: f32):
-      %139 = linalg.index 1 : index
-      %140 = linalg.index 3 : index
-      %141 = arith.cmpi eq, %96, %c1 : index
-      %142 = arith.select %141, %c0, %140 : index
-      %extracted = tensor.extract %100[%c0, %139, %c0, %142] : tensor<1x4x1x?xf32>
-      linalg.yield %extracted : f32
-    } -> tensor<1x4x1x?xf32>
-    %collapsed_36 = tensor.collapse_shape %101 [[0, 1], [2], [3]] : tensor<1x4x1x?xf32> into tensor<4x1x?xf32>
-    cf.assert %10, "unimplemented: dynamic negative broadcast sizes"
-    %102 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%67 : tensor<1x4x?x128xf32>) {
-    ^bb0(%out: f32):
-      %139 = linalg.index 1 : index
-      %140 = linalg.index 2 : index
-      %141 = linalg.index 3 : index
-      %142 = arith.cmpi eq, %5, %c1 : index
-      %143 = arith.select %142, %c0, %140 : index
-      %extracted = tensor.extract %69[%c0, %139, %143, %141] : tensor<1x4x?x128xf32>
-      linalg.yield %extracted : f32
-    } -> tensor<1x4x?x128xf32>
-    %collapsed_37 = tensor.collapse_shape %102 [[0, 1], [2], [3]] : tensor<1x4x?x128xf32> into tensor<4x?x128xf32>
-    %103 = tensor.empty() : tensor<4x1x128xf32>
-    %104 = linalg.fill ins(%cst : f32) outs(%103 : tensor<4x1x128xf32>) -> tensor<4x1x128xf32>
-    %105 = linalg.batch_matmul ins(%collapsed_36, %collapsed_37 : tensor<4x1x?xf32>, tensor<4x?x128xf32>) outs(%104 : tensor<4x1x128xf32>) -> tensor<4x1x128xf32>
-    %expanded_38 = tensor.expand_shape %105 [[0, 1], [2], [3]] output_shape [1, 4, 1, 128] : tensor<4x1x128xf32> into tensor<1x4x1x128xf32>
-    %106 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_38 : tensor<1x4x1x128xf32>) outs(%39 : tensor<1x4x1x128xbf16>) {
+      linalg.yield %in : i1
+    } -> tensor<1x4x1x?xi1>
+    %collapsed_27 = tensor.collapse_shape %52 [[0, 1], [2], [3]] : tensor<1x4x1x128xbf16> into tensor<4x1x128xbf16>
+    %collapsed_28 = tensor.collapse_shape %collapsed_22 [[0, 1], [2], [3]] : tensor<1x4x?x128xbf16> into tensor<4x?x128xbf16>
+    %collapsed_29 = tensor.collapse_shape %collapsed_25 [[0, 1], [2], [3]] : tensor<1x4x?x128xbf16> into tensor<4x?x128xbf16>
+    %collapsed_30 = tensor.collapse_shape %64 [[0, 1], [2], [3]] : tensor<1x4x1x?xi1> into tensor<4x1x?xi1>
+    %65 = tensor.empty() : tensor<4x1x128xbf16>
+    %66 = linalg.fill ins(%cst : bf16) outs(%65 : tensor<4x1x128xbf16>) -> tensor<4x1x128xbf16>
+    %67 = "snapkv.sdpa"(%collapsed_27, %collapsed_28, %collapsed_29, %collapsed_30, %66) {scale = 0.088388347648318447 : f64} : (tensor<4x1x128xbf16>, tensor<4x?x128xbf16>, tensor<4x?x128xbf16>, tensor<4x1x?xi1>, tensor<4x1x128xbf16>) -> tensor<4x1x128xbf16>
+    %expanded_31 = tensor.expand_shape %67 [[0, 1], [2], [3]] output_shape [1, 4, 1, 128] : tensor<4x1x128xbf16> into tensor<1x4x1x128xbf16>
+    %68 = tensor.empty() : tensor<1x1x4x128xbf16>
+    %transposed_32 = linalg.transpose ins(%expanded_31 : tensor<1x4x1x128xbf16>) outs(%68 : tensor<1x1x4x128xbf16>) permutation = [0, 2, 1, 3] 
+    %collapsed_33 = tensor.collapse_shape %transposed_32 [[0], [1, 2, 3]] : tensor<1x1x4x128xbf16> into tensor<1x512xbf16>
+    %69 = tensor.empty() : tensor<1x32xf32>
+    %70 = linalg.fill ins(%cst_0 : f32) outs(%69 : tensor<1x32xf32>) -> tensor<1x32xf32>
+    %71 = linalg.matmul ins(%collapsed_33, %arg7 : tensor<1x512xbf16>, tensor<512x32xbf16>) outs(%70 : tensor<1x32xf32>) -> tensor<1x32xf32>
+    %72 = tensor.empty() : tensor<1x32xbf16>
+    %73 = linalg.generic {indexing_maps = [#map8, #map8], iterator_types = ["parallel", "parallel"]} ins(%71 : tensor<1x32xf32>) outs(%72 : tensor<1x32xbf16>) {
     ^bb0(%in: f32, %out: bf16):
-      %139 = arith.truncf %in : f32 to bf16
-      linalg.yield %139 : bf16
-    } -> tensor<1x4x1x128xbf16>
-    %107 = tensor.empty() : tensor<1x1x4x128xbf16>
-    %transposed_39 = linalg.transpose ins(%106 : tensor<1x4x1x128xbf16>) outs(%107 : tensor<1x1x4x128xbf16>) permutation = [0, 2, 1, 3] 
-    %collapsed_40 = tensor.collapse_shape %transposed_39 [[0], [1, 2, 3]] : tensor<1x1x4x128xbf16> into tensor<1x512xbf16>
-    %108 = tensor.empty() : tensor<1x32xf32>
-    %109 = linalg.fill ins(%cst : f32) outs(%108 : tensor<1x32xf32>) -> tensor<1x32xf32>
-    %110 = linalg.matmul ins(%collapsed_40, %arg7 : tensor<1x512xbf16>, tensor<512x32xbf16>) outs(%109 : tensor<1x32xf32>) -> tensor<1x32xf32>
-    %111 = tensor.empty() : tensor<1x32xbf16>
-    %112 = linalg.generic {indexing_maps = [#map8, #map8], iterator_types = ["parallel", "parallel"]} ins(%110 : tensor<1x32xf32>) outs(%111 : tensor<1x32xbf16>) {
-    ^bb0(%in: f32, %out: bf16):
-      %139 = arith.truncf %in : f32 to bf16
-      linalg.yield %139 : bf16
+      %100 = arith.truncf %in : f32 to bf16
+      linalg.yield %100 : bf16
     } -> tensor<1x32xbf16>
-    %expanded_41 = tensor.expand_shape %112 [[0], [1, 2]] output_shape [1, 1, 32] : tensor<1x32xbf16> into tensor<1x1x32xbf16>
-    %113 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg0, %expanded_41 : tensor<1x1x32xbf16>, tensor<1x1x32xbf16>) outs(%31 : tensor<1x1x32xbf16>) {
-    ^bb0(%in: bf16, %in_47: bf16, %out: bf16):
-      %139 = arith.addf %in, %in_47 : bf16
-      linalg.yield %139 : bf16
+    %expanded_34 = tensor.expand_shape %73 [[0], [1, 2]] output_shape [1, 1, 32] : tensor<1x32xbf16> into tensor<1x1x32xbf16>
+    %74 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg0, %expanded_34 : tensor<1x1x32xbf16>, tensor<1x1x32xbf16>) outs(%31 : tensor<1x1x32xbf16>) {
+    ^bb0(%in: bf16, %in_40: bf16, %out: bf16):
+      %100 = arith.addf %in, %in_40 : bf16
+      linalg.yield %100 : bf16
     } -> tensor<1x1x32xbf16>
-    %114 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%113 : tensor<1x1x32xbf16>) outs(%22 : tensor<1x1x32xf32>) {
+    %75 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%74 : tensor<1x1x32xbf16>) outs(%22 : tensor<1x1x32xf32>) {
     ^bb0(%in: bf16, %out: f32):
-      %139 = arith.extf %in : bf16 to f32
-      linalg.yield %139 : f32
+      %100 = arith.extf %in : bf16 to f32
+      linalg.yield %100 : f32
     } -> tensor<1x1x32xf32>
-    %115 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%114 : tensor<1x1x32xf32>) outs(%22 : tensor<1x1x32xf32>) {
+    %76 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%75 : tensor<1x1x32xf32>) outs(%22 : tensor<1x1x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %139 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %139 : f32
+      %100 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %100 : f32
     } -> tensor<1x1x32xf32>
-    %116 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%115 : tensor<1x1x32xf32>) outs(%25 : tensor<1x1x1xf32>) {
+    %77 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%76 : tensor<1x1x32xf32>) outs(%25 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %139 = arith.addf %in, %out : f32
-      linalg.yield %139 : f32
+      %100 = arith.addf %in, %out : f32
+      linalg.yield %100 : f32
     } -> tensor<1x1x1xf32>
-    %117 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%116 : tensor<1x1x1xf32>) outs(%12 : tensor<1x1x1xf32>) {
+    %78 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%77 : tensor<1x1x1xf32>) outs(%12 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %139 = arith.divf %in, %cst_9 : f32
-      linalg.yield %139 : f32
+      %100 = arith.divf %in, %cst_4 : f32
+      linalg.yield %100 : f32
     } -> tensor<1x1x1xf32>
-    %118 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%117 : tensor<1x1x1xf32>) outs(%12 : tensor<1x1x1xf32>) {
+    %79 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%78 : tensor<1x1x1xf32>) outs(%12 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %139 = arith.truncf %cst_7 : f64 to f32
-      %140 = arith.addf %in, %139 : f32
-      linalg.yield %140 : f32
+      %100 = arith.truncf %cst_2 : f64 to f32
+      %101 = arith.addf %in, %100 : f32
+      linalg.yield %101 : f32
     } -> tensor<1x1x1xf32>
-    %119 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%118 : tensor<1x1x1xf32>) outs(%12 : tensor<1x1x1xf32>) {
+    %80 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%79 : tensor<1x1x1xf32>) outs(%12 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %139 = math.rsqrt %in : f32
-      linalg.yield %139 : f32
+      %100 = math.rsqrt %in : f32
+      linalg.yield %100 : f32
     } -> tensor<1x1x1xf32>
-    %120 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%114, %119 : tensor<1x1x32xf32>, tensor<1x1x1xf32>) outs(%22 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_47: f32, %out: f32):
-      %139 = arith.mulf %in, %in_47 : f32
-      linalg.yield %139 : f32
+    %81 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%75, %80 : tensor<1x1x32xf32>, tensor<1x1x1xf32>) outs(%22 : tensor<1x1x32xf32>) {
+    ^bb0(%in: f32, %in_40: f32, %out: f32):
+      %100 = arith.mulf %in, %in_40 : f32
+      linalg.yield %100 : f32
     } -> tensor<1x1x32xf32>
-    %121 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%120 : tensor<1x1x32xf32>) outs(%31 : tensor<1x1x32xbf16>) {
+    %82 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%81 : tensor<1x1x32xf32>) outs(%31 : tensor<1x1x32xbf16>) {
     ^bb0(%in: f32, %out: bf16):
-      %139 = arith.truncf %in : f32 to bf16
-      linalg.yield %139 : bf16
+      %100 = arith.truncf %in : f32 to bf16
+      linalg.yield %100 : bf16
     } -> tensor<1x1x32xbf16>
-    %122 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg12, %121 : tensor<32xbf16>, tensor<1x1x32xbf16>) outs(%31 : tensor<1x1x32xbf16>) {
-    ^bb0(%in: bf16, %in_47: bf16, %out: bf16):
-      %139 = arith.mulf %in, %in_47 : bf16
-      linalg.yield %139 : bf16
+    %83 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg12, %82 : tensor<32xbf16>, tensor<1x1x32xbf16>) outs(%31 : tensor<1x1x32xbf16>) {
+    ^bb0(%in: bf16, %in_40: bf16, %out: bf16):
+      %100 = arith.mulf %in, %in_40 : bf16
+      linalg.yield %100 : bf16
     } -> tensor<1x1x32xbf16>
-    %collapsed_42 = tensor.collapse_shape %122 [[0], [1, 2]] : tensor<1x1x32xbf16> into tensor<1x32xbf16>
-    %123 = tensor.empty() : tensor<1x64xf32>
-    %124 = linalg.fill ins(%cst : f32) outs(%123 : tensor<1x64xf32>) -> tensor<1x64xf32>
-    %125 = linalg.matmul ins(%collapsed_42, %arg8 : tensor<1x32xbf16>, tensor<32x64xbf16>) outs(%124 : tensor<1x64xf32>) -> tensor<1x64xf32>
-    %126 = tensor.empty() : tensor<1x64xbf16>
-    %127 = linalg.generic {indexing_maps = [#map8, #map8], iterator_types = ["parallel", "parallel"]} ins(%125 : tensor<1x64xf32>) outs(%126 : tensor<1x64xbf16>) {
+    %collapsed_35 = tensor.collapse_shape %83 [[0], [1, 2]] : tensor<1x1x32xbf16> into tensor<1x32xbf16>
+    %84 = tensor.empty() : tensor<1x64xf32>
+    %85 = linalg.fill ins(%cst_0 : f32) outs(%84 : tensor<1x64xf32>) -> tensor<1x64xf32>
+    %86 = linalg.matmul ins(%collapsed_35, %arg8 : tensor<1x32xbf16>, tensor<32x64xbf16>) outs(%85 : tensor<1x64xf32>) -> tensor<1x64xf32>
+    %87 = tensor.empty() : tensor<1x64xbf16>
+    %88 = linalg.generic {indexing_maps = [#map8, #map8], iterator_types = ["parallel", "parallel"]} ins(%86 : tensor<1x64xf32>) outs(%87 : tensor<1x64xbf16>) {
     ^bb0(%in: f32, %out: bf16):
-      %139 = arith.truncf %in : f32 to bf16
-      linalg.yield %139 : bf16
+      %100 = arith.truncf %in : f32 to bf16
+      linalg.yield %100 : bf16
     } -> tensor<1x64xbf16>
-    %expanded_43 = tensor.expand_shape %127 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xbf16> into tensor<1x1x64xbf16>
-    %128 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_43 : tensor<1x1x64xbf16>) outs(%14 : tensor<1x1x64xf32>) {
+    %expanded_36 = tensor.expand_shape %88 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xbf16> into tensor<1x1x64xbf16>
+    %89 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_36 : tensor<1x1x64xbf16>) outs(%14 : tensor<1x1x64xf32>) {
     ^bb0(%in: bf16, %out: f32):
-      %139 = arith.extf %in : bf16 to f32
-      linalg.yield %139 : f32
+      %100 = arith.extf %in : bf16 to f32
+      linalg.yield %100 : f32
     } -> tensor<1x1x64xf32>
-    %129 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%128 : tensor<1x1x64xf32>) outs(%14 : tensor<1x1x64xf32>) {
+    %90 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%89 : tensor<1x1x64xf32>) outs(%14 : tensor<1x1x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %139 = arith.negf %in : f32
-      %140 = math.exp %139 : f32
-      %141 = arith.addf %140, %cst_1 : f32
-      %142 = arith.divf %cst_1, %141 : f32
-      linalg.yield %142 : f32
+      %100 = arith.negf %in : f32
+      %101 = math.exp %100 : f32
+      %102 = arith.addf %101, %cst_1 : f32
+      %103 = arith.divf %cst_1, %102 : f32
+      linalg.yield %103 : f32
     } -> tensor<1x1x64xf32>
-    %130 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%128, %129 : tensor<1x1x64xf32>, tensor<1x1x64xf32>) outs(%14 : tensor<1x1x64xf32>) {
-    ^bb0(%in: f32, %in_47: f32, %out: f32):
-      %139 = arith.mulf %in, %in_47 : f32
-      linalg.yield %139 : f32
+    %91 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%89, %90 : tensor<1x1x64xf32>, tensor<1x1x64xf32>) outs(%14 : tensor<1x1x64xf32>) {
+    ^bb0(%in: f32, %in_40: f32, %out: f32):
+      %100 = arith.mulf %in, %in_40 : f32
+      linalg.yield %100 : f32
     } -> tensor<1x1x64xf32>
-    %131 = tensor.empty() : tensor<1x1x64xbf16>
-    %132 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%130 : tensor<1x1x64xf32>) outs(%131 : tensor<1x1x64xbf16>) {
+    %92 = tensor.empty() : tensor<1x1x64xbf16>
+    %93 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%91 : tensor<1x1x64xf32>) outs(%92 : tensor<1x1x64xbf16>) {
     ^bb0(%in: f32, %out: bf16):
-      %139 = arith.truncf %in : f32 to bf16
-      linalg.yield %139 : bf16
+      %100 = arith.truncf %in : f32 to bf16
+      linalg.yield %100 : bf16
     } -> tensor<1x1x64xbf16>
-    %133 = linalg.matmul ins(%collapsed_42, %arg9 : tensor<1x32xbf16>, tensor<32x64xbf16>) outs(%124 : tensor<1x64xf32>) -> tensor<1x64xf32>
-    %134 = linalg.generic {indexing_maps = [#map8, #map8], iterator_types = ["parallel", "parallel"]} ins(%133 : tensor<1x64xf32>) outs(%126 : tensor<1x64xbf16>) {
+    %94 = linalg.matmul ins(%collapsed_35, %arg9 : tensor<1x32xbf16>, tensor<32x64xbf16>) outs(%85 : tensor<1x64xf32>) -> tensor<1x64xf32>
+    %95 = linalg.generic {indexing_maps = [#map8, #map8], iterator_types = ["parallel", "parallel"]} ins(%94 : tensor<1x64xf32>) outs(%87 : tensor<1x64xbf16>) {
     ^bb0(%in: f32, %out: bf16):
-      %139 = arith.truncf %in : f32 to bf16
-      linalg.yield %139 : bf16
+      %100 = arith.truncf %in : f32 to bf16
+      linalg.yield %100 : bf16
     } -> tensor<1x64xbf16>
-    %expanded_44 = tensor.expand_shape %134 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xbf16> into tensor<1x1x64xbf16>
-    %135 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%132, %expanded_44 : tensor<1x1x64xbf16>, tensor<1x1x64xbf16>) outs(%131 : tensor<1x1x64xbf16>) {
-    ^bb0(%in: bf16, %in_47: bf16, %out: bf16):
-      %139 = arith.mulf %in, %in_47 : bf16
-      linalg.yield %139 : bf16
+    %expanded_37 = tensor.expand_shape %95 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xbf16> into tensor<1x1x64xbf16>
+    %96 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%93, %expanded_37 : tensor<1x1x64xbf16>, tensor<1x1x64xbf16>) outs(%92 : tensor<1x1x64xbf16>) {
+    ^bb0(%in: bf16, %in_40: bf16, %out: bf16):
+      %100 = arith.mulf %in, %in_40 : bf16
+      linalg.yield %100 : bf16
     } -> tensor<1x1x64xbf16>
-    %collapsed_45 = tensor.collapse_shape %135 [[0], [1, 2]] : tensor<1x1x64xbf16> into tensor<1x64xbf16>
-    %136 = linalg.matmul ins(%collapsed_45, %arg10 : tensor<1x64xbf16>, tensor<64x32xbf16>) outs(%109 : tensor<1x32xf32>) -> tensor<1x32xf32>
-    %137 = linalg.generic {indexing_maps = [#map8, #map8], iterator_types = ["parallel", "parallel"]} ins(%136 : tensor<1x32xf32>) outs(%111 : tensor<1x32xbf16>) {
+    %collapsed_38 = tensor.collapse_shape %96 [[0], [1, 2]] : tensor<1x1x64xbf16> into tensor<1x64xbf16>
+    %97 = linalg.matmul ins(%collapsed_38, %arg10 : tensor<1x64xbf16>, tensor<64x32xbf16>) outs(%70 : tensor<1x32xf32>) -> tensor<1x32xf32>
+    %98 = linalg.generic {indexing_maps = [#map8, #map8], iterator_types = ["parallel", "parallel"]} ins(%97 : tensor<1x32xf32>) outs(%72 : tensor<1x32xbf16>) {
     ^bb0(%in: f32, %out: bf16):
-      %139 = arith.truncf %in : f32 to bf16
-      linalg.yield %139 : bf16
+      %100 = arith.truncf %in : f32 to bf16
+      linalg.yield %100 : bf16
     } -> tensor<1x32xbf16>
-    %expanded_46 = tensor.expand_shape %137 [[0], [1, 2]] output_shape [1, 1, 32] : tensor<1x32xbf16> into tensor<1x1x32xbf16>
-    %138 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%113, %expanded_46 : tensor<1x1x32xbf16>, tensor<1x1x32xbf16>) outs(%31 : tensor<1x1x32xbf16>) {
-    ^bb0(%in: bf16, %in_47: bf16, %out: bf16):
-      %139 = arith.addf %in, %in_47 : bf16
-      linalg.yield %139 : bf16
+    %expanded_39 = tensor.expand_shape %98 [[0], [1, 2]] output_shape [1, 1, 32] : tensor<1x32xbf16> into tensor<1x1x32xbf16>
+    %99 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%74, %expanded_39 : tensor<1x1x32xbf16>, tensor<1x1x32xbf16>) outs(%31 : tensor<1x1x32xbf16>) {
+    ^bb0(%in: bf16, %in_40: bf16, %out: bf16):
+      %100 = arith.addf %in, %in_40 : bf16
+      linalg.yield %100 : bf16
     } -> tensor<1x1x32xbf16>
-    return %138, %concat_24, %concat_25 : tensor<1x1x32xbf16>, tensor<1x2x?x128xbf16>, tensor<1x2x?x128xbf16>
+    return %99, %concat_19, %concat_20 : tensor<1x1x32xbf16>, tensor<1x2x?x128xbf16>, tensor<1x2x?x128xbf16>
   }
   func.func private @head(%arg0: tensor<1x?x32xbf16>, %arg1: tensor<32xbf16>, %arg2: tensor<32x64xbf16>) -> tensor<1x1x64xf32> {
     %c2_i64 = arith.constant 2 : i64

@@ -10,11 +10,9 @@
 #map7 = affine_map<(d0, d1, d2) -> (d2)>
 #map8 = affine_map<(d0, d1, d2, d3) -> (d0, 0, d2, d3)>
 #map9 = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3, d4)>
-#map10 = affine_map<(d0, d1, d2, d3) -> ()>
-#map11 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>
-#map12 = affine_map<()[s0] -> (s0 + 1)>
-#map13 = affine_map<(d0) -> (0)>
-#map14 = affine_map<()[s0, s1] -> (s0 + s1)>
+#map10 = affine_map<()[s0] -> (s0 + 1)>
+#map11 = affine_map<(d0) -> (0)>
+#map12 = affine_map<()[s0, s1] -> (s0 + s1)>
 module {
   func.func private @embed(%arg0: tensor<1x?xi64>, %arg1: tensor<64x32xf32>) -> tensor<1x?x32xf32> {
     %c1 = arith.constant 1 : index
@@ -36,43 +34,36 @@ module {
     return %1 : tensor<1x?x32xf32>
   }
   func.func private @prefill_layer(%arg0: tensor<1x?x32xf32>, %arg1: tensor<32x512xf32>, %arg2: tensor<32x256xf32>, %arg3: tensor<32x256xf32>, %arg4: tensor<512x32xf32>, %arg5: tensor<32x64xf32>, %arg6: tensor<32x64xf32>, %arg7: tensor<64x32xf32>, %arg8: tensor<32xf32>, %arg9: tensor<32xf32>) -> (tensor<1x?x32xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>) {
+    %cst = arith.constant 0.000000e+00 : f32
+    %c1 = arith.constant 1 : index
+    %c2 = arith.constant 2 : index
     %c2_i64 = arith.constant 2 : i64
     %c0_i64 = arith.constant 0 : i64
     %c1_i64 = arith.constant 1 : i64
-    %c1 = arith.constant 1 : index
     %c0 = arith.constant 0 : index
-    %cst = arith.constant 0.000000e+00 : f32
     %c128_i64 = arith.constant 128 : i64
-    %c4_i64 = arith.constant 4 : i64
-    %cst_0 = arith.constant 0xFF800000 : f32
-    %true = arith.constant true
-    %cst_1 = arith.constant 1.000000e+00 : f32
-    %cst_2 = arith.constant dense<0.000000e+00> : tensor<f32>
-    %cst_3 = arith.constant dense<0xFF800000> : tensor<f32>
-    %cst_4 = arith.constant 0.29730177875068026 : f64
-    %cst_5 = arith.constant 0xFFF0000000000000 : f64
-    %cst_6 = arith.constant 9.9999999999999995E-7 : f64
-    %cst_7 = arith.constant dense_resource<torch_tensor_64_torch.float32> : tensor<64xf32>
-    %cst_8 = arith.constant 3.200000e+01 : f32
+    %cst_0 = arith.constant 1.000000e+00 : f32
+    %cst_1 = arith.constant 9.9999999999999995E-7 : f64
+    %cst_2 = arith.constant dense_resource<torch_tensor_64_torch.float32> : tensor<64xf32>
+    %cst_3 = arith.constant 3.200000e+01 : f32
     %c512_i64 = arith.constant 512 : i64
     %c256_i64 = arith.constant 256 : i64
-    %c2 = arith.constant 2 : index
     %dim = tensor.dim %arg0, %c1 : tensor<1x?x32xf32>
     %0 = arith.index_cast %dim : index to i64
     %1 = tensor.empty(%dim) : tensor<?xi64>
     %2 = linalg.generic {indexing_maps = [#map2], iterator_types = ["parallel"]} outs(%1 : tensor<?xi64>) {
     ^bb0(%out: i64):
-      %151 = linalg.index 0 : index
-      %152 = arith.index_cast %151 : index to i64
-      linalg.yield %152 : i64
+      %102 = linalg.index 0 : index
+      %103 = arith.index_cast %102 : index to i64
+      linalg.yield %103 : i64
     } -> tensor<?xi64>
     %expanded = tensor.expand_shape %2 [[0, 1, 2, 3]] output_shape [1, 1, %dim, 1] : tensor<?xi64> into tensor<1x1x?x1xi64>
-    %expanded_9 = tensor.expand_shape %2 [[0, 1, 2, 3]] output_shape [1, 1, 1, %dim] : tensor<?xi64> into tensor<1x1x1x?xi64>
+    %expanded_4 = tensor.expand_shape %2 [[0, 1, 2, 3]] output_shape [1, 1, 1, %dim] : tensor<?xi64> into tensor<1x1x1x?xi64>
     %3 = tensor.empty(%dim, %dim) : tensor<1x1x?x?xi1>
-    %4 = linalg.generic {indexing_maps = [#map3, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_9, %expanded : tensor<1x1x1x?xi64>, tensor<1x1x?x1xi64>) outs(%3 : tensor<1x1x?x?xi1>) {
-    ^bb0(%in: i64, %in_53: i64, %out: i1):
-      %151 = arith.cmpi sle, %in, %in_53 : i64
-      linalg.yield %151 : i1
+    %4 = linalg.generic {indexing_maps = [#map3, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_4, %expanded : tensor<1x1x1x?xi64>, tensor<1x1x?x1xi64>) outs(%3 : tensor<1x1x?x?xi1>) {
+    ^bb0(%in: i64, %in_47: i64, %out: i1):
+      %102 = arith.cmpi sle, %in, %in_47 : i64
+      linalg.yield %102 : i1
     } -> tensor<1x1x?x?xi1>
     %5 = arith.cmpi sge, %0, %c0_i64 : i64
     cf.assert %5, "unimplemented: dynamic negative broadcast sizes"
@@ -80,83 +71,83 @@ module {
     %6 = tensor.empty(%dim, %dim) : tensor<1x1x?x?xi1>
     %7 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%6 : tensor<1x1x?x?xi1>) {
     ^bb0(%out: i1):
-      %151 = linalg.index 2 : index
-      %152 = linalg.index 3 : index
-      %153 = arith.cmpi eq, %dim, %c1 : index
-      %154 = arith.select %153, %c0, %151 : index
-      %155 = arith.select %153, %c0, %152 : index
-      %extracted = tensor.extract %4[%c0, %c0, %154, %155] : tensor<1x1x?x?xi1>
+      %102 = linalg.index 2 : index
+      %103 = linalg.index 3 : index
+      %104 = arith.cmpi eq, %dim, %c1 : index
+      %105 = arith.select %104, %c0, %102 : index
+      %106 = arith.select %104, %c0, %103 : index
+      %extracted = tensor.extract %4[%c0, %c0, %105, %106] : tensor<1x1x?x?xi1>
       linalg.yield %extracted : i1
     } -> tensor<1x1x?x?xi1>
-    %expanded_10 = tensor.expand_shape %2 [[0, 1, 2]] output_shape [1, %dim, 1] : tensor<?xi64> into tensor<1x?x1xi64>
+    %expanded_5 = tensor.expand_shape %2 [[0, 1, 2]] output_shape [1, %dim, 1] : tensor<?xi64> into tensor<1x?x1xi64>
     %8 = tensor.empty(%dim) : tensor<1x?x1xf32>
-    %9 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_10 : tensor<1x?x1xi64>) outs(%8 : tensor<1x?x1xf32>) {
+    %9 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_5 : tensor<1x?x1xi64>) outs(%8 : tensor<1x?x1xf32>) {
     ^bb0(%in: i64, %out: f32):
-      %151 = arith.sitofp %in : i64 to f32
-      linalg.yield %151 : f32
+      %102 = arith.sitofp %in : i64 to f32
+      linalg.yield %102 : f32
     } -> tensor<1x?x1xf32>
     %10 = tensor.empty(%dim) : tensor<1x?x64xf32>
-    %11 = linalg.generic {indexing_maps = [#map6, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%9, %cst_7 : tensor<1x?x1xf32>, tensor<64xf32>) outs(%10 : tensor<1x?x64xf32>) {
-    ^bb0(%in: f32, %in_53: f32, %out: f32):
-      %151 = arith.mulf %in, %in_53 : f32
-      linalg.yield %151 : f32
+    %11 = linalg.generic {indexing_maps = [#map6, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%9, %cst_2 : tensor<1x?x1xf32>, tensor<64xf32>) outs(%10 : tensor<1x?x64xf32>) {
+    ^bb0(%in: f32, %in_47: f32, %out: f32):
+      %102 = arith.mulf %in, %in_47 : f32
+      linalg.yield %102 : f32
     } -> tensor<1x?x64xf32>
     %concat = tensor.concat dim(2) %11, %11 : (tensor<1x?x64xf32>, tensor<1x?x64xf32>) -> tensor<1x?x128xf32>
-    %dim_11 = tensor.dim %11, %c1 : tensor<1x?x64xf32>
-    %12 = tensor.empty(%dim_11) : tensor<1x?x128xf32>
+    %dim_6 = tensor.dim %11, %c1 : tensor<1x?x64xf32>
+    %12 = tensor.empty(%dim_6) : tensor<1x?x128xf32>
     %13 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%concat : tensor<1x?x128xf32>) outs(%12 : tensor<1x?x128xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %151 = math.cos %in : f32
-      linalg.yield %151 : f32
+      %102 = math.cos %in : f32
+      linalg.yield %102 : f32
     } -> tensor<1x?x128xf32>
     %14 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%concat : tensor<1x?x128xf32>) outs(%12 : tensor<1x?x128xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %151 = math.sin %in : f32
-      linalg.yield %151 : f32
+      %102 = math.sin %in : f32
+      linalg.yield %102 : f32
     } -> tensor<1x?x128xf32>
     %15 = tensor.empty(%dim) : tensor<1x?x32xf32>
     %16 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg0 : tensor<1x?x32xf32>) outs(%15 : tensor<1x?x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %151 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %151 : f32
+      %102 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %102 : f32
     } -> tensor<1x?x32xf32>
     %17 = linalg.fill ins(%cst : f32) outs(%8 : tensor<1x?x1xf32>) -> tensor<1x?x1xf32>
     %18 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%16 : tensor<1x?x32xf32>) outs(%17 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %151 = arith.addf %in, %out : f32
-      linalg.yield %151 : f32
+      %102 = arith.addf %in, %out : f32
+      linalg.yield %102 : f32
     } -> tensor<1x?x1xf32>
     %19 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%18 : tensor<1x?x1xf32>) outs(%8 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %151 = arith.divf %in, %cst_8 : f32
-      linalg.yield %151 : f32
+      %102 = arith.divf %in, %cst_3 : f32
+      linalg.yield %102 : f32
     } -> tensor<1x?x1xf32>
     %20 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%19 : tensor<1x?x1xf32>) outs(%8 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %151 = arith.truncf %cst_6 : f64 to f32
-      %152 = arith.addf %in, %151 : f32
-      linalg.yield %152 : f32
+      %102 = arith.truncf %cst_1 : f64 to f32
+      %103 = arith.addf %in, %102 : f32
+      linalg.yield %103 : f32
     } -> tensor<1x?x1xf32>
     %21 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%20 : tensor<1x?x1xf32>) outs(%8 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %151 = math.rsqrt %in : f32
-      linalg.yield %151 : f32
+      %102 = math.rsqrt %in : f32
+      linalg.yield %102 : f32
     } -> tensor<1x?x1xf32>
     %22 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg0, %21 : tensor<1x?x32xf32>, tensor<1x?x1xf32>) outs(%15 : tensor<1x?x32xf32>) {
-    ^bb0(%in: f32, %in_53: f32, %out: f32):
-      %151 = arith.mulf %in, %in_53 : f32
-      linalg.yield %151 : f32
+    ^bb0(%in: f32, %in_47: f32, %out: f32):
+      %102 = arith.mulf %in, %in_47 : f32
+      linalg.yield %102 : f32
     } -> tensor<1x?x32xf32>
     %23 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg8, %22 : tensor<32xf32>, tensor<1x?x32xf32>) outs(%15 : tensor<1x?x32xf32>) {
-    ^bb0(%in: f32, %in_53: f32, %out: f32):
-      %151 = arith.mulf %in, %in_53 : f32
-      linalg.yield %151 : f32
+    ^bb0(%in: f32, %in_47: f32, %out: f32):
+      %102 = arith.mulf %in, %in_47 : f32
+      linalg.yield %102 : f32
     } -> tensor<1x?x32xf32>
     %collapsed = tensor.collapse_shape %23 [[0, 1], [2]] : tensor<1x?x32xf32> into tensor<?x32xf32>
     %24 = tensor.empty(%dim) : tensor<?x512xf32>
     %25 = linalg.fill ins(%cst : f32) outs(%24 : tensor<?x512xf32>) -> tensor<?x512xf32>
     %26 = linalg.matmul ins(%collapsed, %arg1 : tensor<?x32xf32>, tensor<32x512xf32>) outs(%25 : tensor<?x512xf32>) -> tensor<?x512xf32>
-    %expanded_12 = tensor.expand_shape %26 [[0, 1], [2]] output_shape [1, %dim, 512] : tensor<?x512xf32> into tensor<1x?x512xf32>
+    %expanded_7 = tensor.expand_shape %26 [[0, 1], [2]] output_shape [1, %dim, 512] : tensor<?x512xf32> into tensor<1x?x512xf32>
     %27 = arith.cmpi slt, %0, %c0_i64 : i64
     %28 = arith.select %27, %c1_i64, %0 : i64
     %29 = arith.extui %27 : i1 to i64
@@ -168,408 +159,245 @@ module {
     %34 = arith.divsi %33, %31 : i64
     %35 = arith.select %27, %34, %0 : i64
     %from_elements = tensor.from_elements %c1_i64, %35, %34, %c128_i64 : tensor<4xi64>
-    %reshape = tensor.reshape %expanded_12(%from_elements) : (tensor<1x?x512xf32>, tensor<4xi64>) -> tensor<1x?x4x128xf32>
+    %reshape = tensor.reshape %expanded_7(%from_elements) : (tensor<1x?x512xf32>, tensor<4xi64>) -> tensor<1x?x4x128xf32>
     %36 = arith.index_cast %35 : i64 to index
     %37 = tensor.empty(%36) : tensor<1x4x?x128xf32>
     %transposed = linalg.transpose ins(%reshape : tensor<1x?x4x128xf32>) outs(%37 : tensor<1x4x?x128xf32>) permutation = [0, 2, 1, 3] 
     %38 = tensor.empty(%dim) : tensor<?x256xf32>
     %39 = linalg.fill ins(%cst : f32) outs(%38 : tensor<?x256xf32>) -> tensor<?x256xf32>
     %40 = linalg.matmul ins(%collapsed, %arg2 : tensor<?x32xf32>, tensor<32x256xf32>) outs(%39 : tensor<?x256xf32>) -> tensor<?x256xf32>
-    %expanded_13 = tensor.expand_shape %40 [[0, 1], [2]] output_shape [1, %dim, 256] : tensor<?x256xf32> into tensor<1x?x256xf32>
+    %expanded_8 = tensor.expand_shape %40 [[0, 1], [2]] output_shape [1, %dim, 256] : tensor<?x256xf32> into tensor<1x?x256xf32>
     cf.assert %32, "must have at most one inferred (negative) dimension"
     %41 = arith.muli %0, %c256_i64 : i64
     %42 = arith.divsi %41, %31 : i64
     %43 = arith.select %27, %42, %0 : i64
-    %from_elements_14 = tensor.from_elements %c1_i64, %43, %42, %c128_i64 : tensor<4xi64>
-    %reshape_15 = tensor.reshape %expanded_13(%from_elements_14) : (tensor<1x?x256xf32>, tensor<4xi64>) -> tensor<1x?x2x128xf32>
+    %from_elements_9 = tensor.from_elements %c1_i64, %43, %42, %c128_i64 : tensor<4xi64>
+    %reshape_10 = tensor.reshape %expanded_8(%from_elements_9) : (tensor<1x?x256xf32>, tensor<4xi64>) -> tensor<1x?x2x128xf32>
     %44 = arith.index_cast %43 : i64 to index
     %45 = tensor.empty(%44) : tensor<1x2x?x128xf32>
-    %transposed_16 = linalg.transpose ins(%reshape_15 : tensor<1x?x2x128xf32>) outs(%45 : tensor<1x2x?x128xf32>) permutation = [0, 2, 1, 3] 
+    %transposed_11 = linalg.transpose ins(%reshape_10 : tensor<1x?x2x128xf32>) outs(%45 : tensor<1x2x?x128xf32>) permutation = [0, 2, 1, 3] 
     %46 = linalg.matmul ins(%collapsed, %arg3 : tensor<?x32xf32>, tensor<32x256xf32>) outs(%39 : tensor<?x256xf32>) -> tensor<?x256xf32>
-    %expanded_17 = tensor.expand_shape %46 [[0, 1], [2]] output_shape [1, %dim, 256] : tensor<?x256xf32> into tensor<1x?x256xf32>
+    %expanded_12 = tensor.expand_shape %46 [[0, 1], [2]] output_shape [1, %dim, 256] : tensor<?x256xf32> into tensor<1x?x256xf32>
     cf.assert %32, "must have at most one inferred (negative) dimension"
-    %reshape_18 = tensor.reshape %expanded_17(%from_elements_14) : (tensor<1x?x256xf32>, tensor<4xi64>) -> tensor<1x?x2x128xf32>
-    %transposed_19 = linalg.transpose ins(%reshape_18 : tensor<1x?x2x128xf32>) outs(%45 : tensor<1x2x?x128xf32>) permutation = [0, 2, 1, 3] 
-    %expanded_20 = tensor.expand_shape %13 [[0], [1, 2], [3]] output_shape [1, 1, %dim_11, 128] : tensor<1x?x128xf32> into tensor<1x1x?x128xf32>
-    %expanded_21 = tensor.expand_shape %14 [[0], [1, 2], [3]] output_shape [1, 1, %dim_11, 128] : tensor<1x?x128xf32> into tensor<1x1x?x128xf32>
-    %47 = arith.cmpi eq, %36, %dim_11 : index
+    %reshape_13 = tensor.reshape %expanded_12(%from_elements_9) : (tensor<1x?x256xf32>, tensor<4xi64>) -> tensor<1x?x2x128xf32>
+    %transposed_14 = linalg.transpose ins(%reshape_13 : tensor<1x?x2x128xf32>) outs(%45 : tensor<1x2x?x128xf32>) permutation = [0, 2, 1, 3] 
+    %expanded_15 = tensor.expand_shape %13 [[0], [1, 2], [3]] output_shape [1, 1, %dim_6, 128] : tensor<1x?x128xf32> into tensor<1x1x?x128xf32>
+    %expanded_16 = tensor.expand_shape %14 [[0], [1, 2], [3]] output_shape [1, 1, %dim_6, 128] : tensor<1x?x128xf32> into tensor<1x1x?x128xf32>
+    %47 = arith.cmpi eq, %36, %dim_6 : index
     cf.assert %47, "mismatched size for broadcast"
-    %48 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed, %expanded_20 : tensor<1x4x?x128xf32>, tensor<1x1x?x128xf32>) outs(%37 : tensor<1x4x?x128xf32>) {
-    ^bb0(%in: f32, %in_53: f32, %out: f32):
-      %151 = arith.mulf %in, %in_53 : f32
-      linalg.yield %151 : f32
+    %48 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed, %expanded_15 : tensor<1x4x?x128xf32>, tensor<1x1x?x128xf32>) outs(%37 : tensor<1x4x?x128xf32>) {
+    ^bb0(%in: f32, %in_47: f32, %out: f32):
+      %102 = arith.mulf %in, %in_47 : f32
+      linalg.yield %102 : f32
     } -> tensor<1x4x?x128xf32>
     %extracted_slice = tensor.extract_slice %transposed[0, 0, 0, 0] [1, 4, %36, 64] [1, 1, 1, 1] : tensor<1x4x?x128xf32> to tensor<1x4x?x64xf32>
-    %extracted_slice_22 = tensor.extract_slice %transposed[0, 0, 0, 64] [1, 4, %36, 64] [1, 1, 1, 1] : tensor<1x4x?x128xf32> to tensor<1x4x?x64xf32>
+    %extracted_slice_17 = tensor.extract_slice %transposed[0, 0, 0, 64] [1, 4, %36, 64] [1, 1, 1, 1] : tensor<1x4x?x128xf32> to tensor<1x4x?x64xf32>
     %49 = tensor.empty(%36) : tensor<1x4x?x64xf32>
-    %50 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_22 : tensor<1x4x?x64xf32>) outs(%49 : tensor<1x4x?x64xf32>) {
+    %50 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_17 : tensor<1x4x?x64xf32>) outs(%49 : tensor<1x4x?x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %151 = arith.negf %in : f32
-      linalg.yield %151 : f32
+      %102 = arith.negf %in : f32
+      linalg.yield %102 : f32
     } -> tensor<1x4x?x64xf32>
-    %concat_23 = tensor.concat dim(3) %50, %extracted_slice : (tensor<1x4x?x64xf32>, tensor<1x4x?x64xf32>) -> tensor<1x4x?x128xf32>
-    %dim_24 = tensor.dim %50, %c2 : tensor<1x4x?x64xf32>
-    %51 = arith.cmpi eq, %dim_24, %dim_11 : index
+    %concat_18 = tensor.concat dim(3) %50, %extracted_slice : (tensor<1x4x?x64xf32>, tensor<1x4x?x64xf32>) -> tensor<1x4x?x128xf32>
+    %dim_19 = tensor.dim %50, %c2 : tensor<1x4x?x64xf32>
+    %51 = arith.cmpi eq, %dim_19, %dim_6 : index
     cf.assert %51, "mismatched size for broadcast"
-    %52 = tensor.empty(%dim_24) : tensor<1x4x?x128xf32>
-    %53 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_23, %expanded_21 : tensor<1x4x?x128xf32>, tensor<1x1x?x128xf32>) outs(%52 : tensor<1x4x?x128xf32>) {
-    ^bb0(%in: f32, %in_53: f32, %out: f32):
-      %151 = arith.mulf %in, %in_53 : f32
-      linalg.yield %151 : f32
+    %52 = tensor.empty(%dim_19) : tensor<1x4x?x128xf32>
+    %53 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_18, %expanded_16 : tensor<1x4x?x128xf32>, tensor<1x1x?x128xf32>) outs(%52 : tensor<1x4x?x128xf32>) {
+    ^bb0(%in: f32, %in_47: f32, %out: f32):
+      %102 = arith.mulf %in, %in_47 : f32
+      linalg.yield %102 : f32
     } -> tensor<1x4x?x128xf32>
-    %54 = arith.cmpi eq, %36, %dim_24 : index
+    %54 = arith.cmpi eq, %36, %dim_19 : index
     cf.assert %54, "mismatched size for broadcast"
     %55 = linalg.generic {indexing_maps = [#map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%48, %53 : tensor<1x4x?x128xf32>, tensor<1x4x?x128xf32>) outs(%37 : tensor<1x4x?x128xf32>) {
-    ^bb0(%in: f32, %in_53: f32, %out: f32):
-      %151 = arith.addf %in, %in_53 : f32
-      linalg.yield %151 : f32
+    ^bb0(%in: f32, %in_47: f32, %out: f32):
+      %102 = arith.addf %in, %in_47 : f32
+      linalg.yield %102 : f32
     } -> tensor<1x4x?x128xf32>
-    %56 = arith.cmpi eq, %44, %dim_11 : index
+    %56 = arith.cmpi eq, %44, %dim_6 : index
     cf.assert %56, "mismatched size for broadcast"
-    %57 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_16, %expanded_20 : tensor<1x2x?x128xf32>, tensor<1x1x?x128xf32>) outs(%45 : tensor<1x2x?x128xf32>) {
-    ^bb0(%in: f32, %in_53: f32, %out: f32):
-      %151 = arith.mulf %in, %in_53 : f32
-      linalg.yield %151 : f32
+    %57 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_11, %expanded_15 : tensor<1x2x?x128xf32>, tensor<1x1x?x128xf32>) outs(%45 : tensor<1x2x?x128xf32>) {
+    ^bb0(%in: f32, %in_47: f32, %out: f32):
+      %102 = arith.mulf %in, %in_47 : f32
+      linalg.yield %102 : f32
     } -> tensor<1x2x?x128xf32>
-    %extracted_slice_25 = tensor.extract_slice %transposed_16[0, 0, 0, 0] [1, 2, %44, 64] [1, 1, 1, 1] : tensor<1x2x?x128xf32> to tensor<1x2x?x64xf32>
-    %extracted_slice_26 = tensor.extract_slice %transposed_16[0, 0, 0, 64] [1, 2, %44, 64] [1, 1, 1, 1] : tensor<1x2x?x128xf32> to tensor<1x2x?x64xf32>
+    %extracted_slice_20 = tensor.extract_slice %transposed_11[0, 0, 0, 0] [1, 2, %44, 64] [1, 1, 1, 1] : tensor<1x2x?x128xf32> to tensor<1x2x?x64xf32>
+    %extracted_slice_21 = tensor.extract_slice %transposed_11[0, 0, 0, 64] [1, 2, %44, 64] [1, 1, 1, 1] : tensor<1x2x?x128xf32> to tensor<1x2x?x64xf32>
     %58 = tensor.empty(%44) : tensor<1x2x?x64xf32>
-    %59 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_26 : tensor<1x2x?x64xf32>) outs(%58 : tensor<1x2x?x64xf32>) {
+    %59 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_21 : tensor<1x2x?x64xf32>) outs(%58 : tensor<1x2x?x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %151 = arith.negf %in : f32
-      linalg.yield %151 : f32
+      %102 = arith.negf %in : f32
+      linalg.yield %102 : f32
     } -> tensor<1x2x?x64xf32>
-    %concat_27 = tensor.concat dim(3) %59, %extracted_slice_25 : (tensor<1x2x?x64xf32>, tensor<1x2x?x64xf32>) -> tensor<1x2x?x128xf32>
-    %dim_28 = tensor.dim %59, %c2 : tensor<1x2x?x64xf32>
-    %60 = arith.cmpi eq, %dim_28, %dim_11 : index
+    %concat_22 = tensor.concat dim(3) %59, %extracted_slice_20 : (tensor<1x2x?x64xf32>, tensor<1x2x?x64xf32>) -> tensor<1x2x?x128xf32>
+    %dim_23 = tensor.dim %59, %c2 : tensor<1x2x?x64xf32>
+    %60 = arith.cmpi eq, %dim_23, %dim_6 : index
     cf.assert %60, "mismatched size for broadcast"
-    %61 = tensor.empty(%dim_28) : tensor<1x2x?x128xf32>
-    %62 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_27, %expanded_21 : tensor<1x2x?x128xf32>, tensor<1x1x?x128xf32>) outs(%61 : tensor<1x2x?x128xf32>) {
-    ^bb0(%in: f32, %in_53: f32, %out: f32):
-      %151 = arith.mulf %in, %in_53 : f32
-      linalg.yield %151 : f32
+    %61 = tensor.empty(%dim_23) : tensor<1x2x?x128xf32>
+    %62 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_22, %expanded_16 : tensor<1x2x?x128xf32>, tensor<1x1x?x128xf32>) outs(%61 : tensor<1x2x?x128xf32>) {
+    ^bb0(%in: f32, %in_47: f32, %out: f32):
+      %102 = arith.mulf %in, %in_47 : f32
+      linalg.yield %102 : f32
     } -> tensor<1x2x?x128xf32>
-    %63 = arith.cmpi eq, %44, %dim_28 : index
+    %63 = arith.cmpi eq, %44, %dim_23 : index
     cf.assert %63, "mismatched size for broadcast"
     %64 = linalg.generic {indexing_maps = [#map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%57, %62 : tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>) outs(%45 : tensor<1x2x?x128xf32>) {
-    ^bb0(%in: f32, %in_53: f32, %out: f32):
-      %151 = arith.addf %in, %in_53 : f32
-      linalg.yield %151 : f32
+    ^bb0(%in: f32, %in_47: f32, %out: f32):
+      %102 = arith.addf %in, %in_47 : f32
+      linalg.yield %102 : f32
     } -> tensor<1x2x?x128xf32>
-    %expanded_29 = tensor.expand_shape %64 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %44, 128] : tensor<1x2x?x128xf32> into tensor<1x2x1x?x128xf32>
+    %expanded_24 = tensor.expand_shape %64 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %44, 128] : tensor<1x2x?x128xf32> into tensor<1x2x1x?x128xf32>
     cf.assert %5, "unimplemented: dynamic negative broadcast sizes"
     %65 = tensor.empty(%dim) : tensor<1x2x2x?x128xf32>
     %66 = linalg.generic {indexing_maps = [#map9], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} outs(%65 : tensor<1x2x2x?x128xf32>) {
     ^bb0(%out: f32):
-      %151 = linalg.index 1 : index
-      %152 = linalg.index 3 : index
-      %153 = linalg.index 4 : index
-      %154 = arith.cmpi eq, %44, %c1 : index
-      %155 = arith.select %154, %c0, %152 : index
-      %extracted = tensor.extract %expanded_29[%c0, %151, %c0, %155, %153] : tensor<1x2x1x?x128xf32>
+      %102 = linalg.index 1 : index
+      %103 = linalg.index 3 : index
+      %104 = linalg.index 4 : index
+      %105 = arith.cmpi eq, %44, %c1 : index
+      %106 = arith.select %105, %c0, %103 : index
+      %extracted = tensor.extract %expanded_24[%c0, %102, %c0, %106, %104] : tensor<1x2x1x?x128xf32>
       linalg.yield %extracted : f32
     } -> tensor<1x2x2x?x128xf32>
-    %collapsed_30 = tensor.collapse_shape %66 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xf32> into tensor<1x4x?x128xf32>
-    %expanded_31 = tensor.expand_shape %transposed_19 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %44, 128] : tensor<1x2x?x128xf32> into tensor<1x2x1x?x128xf32>
+    %collapsed_25 = tensor.collapse_shape %66 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xf32> into tensor<1x4x?x128xf32>
+    %expanded_26 = tensor.expand_shape %transposed_14 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %44, 128] : tensor<1x2x?x128xf32> into tensor<1x2x1x?x128xf32>
     cf.assert %5, "unimplemented: dynamic negative broadcast sizes"
     %67 = linalg.generic {indexing_maps = [#map9], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} outs(%65 : tensor<1x2x2x?x128xf32>) {
     ^bb0(%out: f32):
-      %151 = linalg.index 1 : index
-      %152 = linalg.index 3 : index
-      %153 = linalg.index 4 : index
-      %154 = arith.cmpi eq, %44, %c1 : index
-      %155 = arith.select %154, %c0, %152 : index
-      %extracted = tensor.extract %expanded_31[%c0, %151, %c0, %155, %153] : tensor<1x2x1x?x128xf32>
+      %102 = linalg.index 1 : index
+      %103 = linalg.index 3 : index
+      %104 = linalg.index 4 : index
+      %105 = arith.cmpi eq, %44, %c1 : index
+      %106 = arith.select %105, %c0, %103 : index
+      %extracted = tensor.extract %expanded_26[%c0, %102, %c0, %106, %104] : tensor<1x2x1x?x128xf32>
       linalg.yield %extracted : f32
     } -> tensor<1x2x2x?x128xf32>
-    %collapsed_32 = tensor.collapse_shape %67 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xf32> into tensor<1x4x?x128xf32>
-    %68 = tensor.empty(%dim, %dim) : tensor<1x1x?x?xf32>
-    %69 = linalg.generic {indexing_maps = [#map5, #map10, #map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%7, %cst_2, %cst_3 : tensor<1x1x?x?xi1>, tensor<f32>, tensor<f32>) outs(%68 : tensor<1x1x?x?xf32>) {
-    ^bb0(%in: i1, %in_53: f32, %in_54: f32, %out: f32):
-      %151 = arith.select %in, %in_53, %in_54 : f32
-      linalg.yield %151 : f32
-    } -> tensor<1x1x?x?xf32>
-    %70 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%55 : tensor<1x4x?x128xf32>) outs(%37 : tensor<1x4x?x128xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %151 = arith.truncf %cst_4 : f64 to f32
-      %152 = arith.mulf %in, %151 : f32
-      linalg.yield %152 : f32
-    } -> tensor<1x4x?x128xf32>
-    %71 = tensor.empty(%dim) : tensor<1x4x128x?xf32>
-    %transposed_33 = linalg.transpose ins(%collapsed_30 : tensor<1x4x?x128xf32>) outs(%71 : tensor<1x4x128x?xf32>) permutation = [0, 1, 3, 2] 
-    %72 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_33 : tensor<1x4x128x?xf32>) outs(%71 : tensor<1x4x128x?xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %151 = arith.truncf %cst_4 : f64 to f32
-      %152 = arith.mulf %in, %151 : f32
-      linalg.yield %152 : f32
-    } -> tensor<1x4x128x?xf32>
-    cf.assert %5, "unimplemented: dynamic negative broadcast sizes"
-    %73 = tensor.empty(%dim) : tensor<1x4x?x128xf32>
-    %74 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%73 : tensor<1x4x?x128xf32>) {
-    ^bb0(%out: f32):
-      %151 = linalg.index 1 : index
-      %152 = linalg.index 2 : index
-      %153 = linalg.index 3 : index
-      %154 = arith.cmpi eq, %36, %c1 : index
-      %155 = arith.select %154, %c0, %152 : index
-      %extracted = tensor.extract %70[%c0, %151, %155, %153] : tensor<1x4x?x128xf32>
-      linalg.yield %extracted : f32
-    } -> tensor<1x4x?x128xf32>
-    %collapsed_34 = tensor.collapse_shape %74 [[0, 1], [2], [3]] : tensor<1x4x?x128xf32> into tensor<4x?x128xf32>
-    cf.assert %5, "unimplemented: dynamic negative broadcast sizes"
-    %75 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%71 : tensor<1x4x128x?xf32>) {
-    ^bb0(%out: f32):
-      %151 = linalg.index 1 : index
-      %152 = linalg.index 2 : index
-      %153 = linalg.index 3 : index
-      %154 = arith.cmpi eq, %dim, %c1 : index
-      %155 = arith.select %154, %c0, %153 : index
-      %extracted = tensor.extract %72[%c0, %151, %152, %155] : tensor<1x4x128x?xf32>
-      linalg.yield %extracted : f32
-    } -> tensor<1x4x128x?xf32>
-    %collapsed_35 = tensor.collapse_shape %75 [[0, 1], [2], [3]] : tensor<1x4x128x?xf32> into tensor<4x128x?xf32>
-    %76 = tensor.empty(%dim, %dim) : tensor<4x?x?xf32>
-    %77 = linalg.fill ins(%cst : f32) outs(%76 : tensor<4x?x?xf32>) -> tensor<4x?x?xf32>
-    %78 = linalg.batch_matmul ins(%collapsed_34, %collapsed_35 : tensor<4x?x128xf32>, tensor<4x128x?xf32>) outs(%77 : tensor<4x?x?xf32>) -> tensor<4x?x?xf32>
-    %79 = arith.muli %0, %c4_i64 : i64
-    %80 = arith.select %27, %c4_i64, %79 : i64
-    %81 = arith.muli %80, %0 : i64
-    %82 = arith.select %27, %c4_i64, %81 : i64
-    %83 = arith.select %27, %30, %29 : i64
-    %84 = arith.cmpi sle, %83, %c1_i64 : i64
-    cf.assert %84, "must have at most one inferred (negative) dimension"
-    %85 = arith.muli %79, %0 : i64
-    %86 = arith.divsi %85, %82 : i64
-    %87 = arith.select %27, %86, %0 : i64
-    %from_elements_36 = tensor.from_elements %c1_i64, %c4_i64, %87, %87 : tensor<4xi64>
-    %reshape_37 = tensor.reshape %78(%from_elements_36) : (tensor<4x?x?xf32>, tensor<4xi64>) -> tensor<1x4x?x?xf32>
-    %88 = arith.index_cast %87 : i64 to index
-    %89 = arith.cmpi eq, %88, %dim : index
-    cf.assert %89, "mismatched size for broadcast"
-    cf.assert %89, "mismatched size for broadcast"
-    %90 = tensor.empty(%88, %88) : tensor<1x4x?x?xf32>
-    %91 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%reshape_37, %69 : tensor<1x4x?x?xf32>, tensor<1x1x?x?xf32>) outs(%90 : tensor<1x4x?x?xf32>) {
-    ^bb0(%in: f32, %in_53: f32, %out: f32):
-      %151 = arith.addf %in, %in_53 : f32
-      linalg.yield %151 : f32
-    } -> tensor<1x4x?x?xf32>
-    %92 = tensor.empty(%88) : tensor<1x4x?xi64>
-    %93 = linalg.fill ins(%c0_i64 : i64) outs(%92 : tensor<1x4x?xi64>) -> tensor<1x4x?xi64>
-    %94 = tensor.empty(%88) : tensor<1x4x?xf32>
-    %95 = linalg.fill ins(%cst_0 : f32) outs(%94 : tensor<1x4x?xf32>) -> tensor<1x4x?xf32>
-    %96:2 = linalg.generic {indexing_maps = [#map5, #map11, #map11], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%91 : tensor<1x4x?x?xf32>) outs(%95, %93 : tensor<1x4x?xf32>, tensor<1x4x?xi64>) {
-    ^bb0(%in: f32, %out: f32, %out_53: i64):
-      %151 = linalg.index 3 : index
-      %152 = arith.index_cast %151 : index to i64
-      %153 = arith.maximumf %in, %out : f32
-      %154 = arith.cmpf ogt, %in, %out : f32
-      %155 = arith.select %154, %152, %out_53 : i64
-      linalg.yield %153, %155 : f32, i64
-    } -> (tensor<1x4x?xf32>, tensor<1x4x?xi64>)
-    %expanded_38 = tensor.expand_shape %96#0 [[0], [1], [2, 3]] output_shape [1, 4, %88, 1] : tensor<1x4x?xf32> into tensor<1x4x?x1xf32>
-    %97 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%91, %expanded_38 : tensor<1x4x?x?xf32>, tensor<1x4x?x1xf32>) outs(%90 : tensor<1x4x?x?xf32>) {
-    ^bb0(%in: f32, %in_53: f32, %out: f32):
-      %151 = arith.subf %in, %in_53 : f32
-      linalg.yield %151 : f32
-    } -> tensor<1x4x?x?xf32>
-    %98 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%97 : tensor<1x4x?x?xf32>) outs(%90 : tensor<1x4x?x?xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %151 = math.exp %in : f32
-      linalg.yield %151 : f32
-    } -> tensor<1x4x?x?xf32>
-    %99 = tensor.empty(%88) : tensor<1x4x?x1xf32>
-    %100 = linalg.fill ins(%cst : f32) outs(%99 : tensor<1x4x?x1xf32>) -> tensor<1x4x?x1xf32>
-    %101 = linalg.generic {indexing_maps = [#map5, #map4], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%98 : tensor<1x4x?x?xf32>) outs(%100 : tensor<1x4x?x1xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %151 = arith.addf %in, %out : f32
-      linalg.yield %151 : f32
-    } -> tensor<1x4x?x1xf32>
-    %102 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%98, %101 : tensor<1x4x?x?xf32>, tensor<1x4x?x1xf32>) outs(%90 : tensor<1x4x?x?xf32>) {
-    ^bb0(%in: f32, %in_53: f32, %out: f32):
-      %151 = arith.divf %in, %in_53 : f32
-      linalg.yield %151 : f32
-    } -> tensor<1x4x?x?xf32>
-    %103 = tensor.empty(%88, %88) : tensor<1x4x?x?xi1>
-    %104 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%91 : tensor<1x4x?x?xf32>) outs(%103 : tensor<1x4x?x?xi1>) {
-    ^bb0(%in: f32, %out: i1):
-      %151 = arith.extf %in : f32 to f64
-      %152 = arith.cmpf oeq, %151, %cst_5 : f64
-      linalg.yield %152 : i1
-    } -> tensor<1x4x?x?xi1>
-    %105 = tensor.empty(%88) : tensor<1x4x?x1xi1>
-    %106 = linalg.fill ins(%true : i1) outs(%105 : tensor<1x4x?x1xi1>) -> tensor<1x4x?x1xi1>
-    %107 = linalg.generic {indexing_maps = [#map5, #map4], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%104 : tensor<1x4x?x?xi1>) outs(%106 : tensor<1x4x?x1xi1>) {
+    %collapsed_27 = tensor.collapse_shape %67 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xf32> into tensor<1x4x?x128xf32>
+    %dim_28 = tensor.dim %55, %c2 : tensor<1x4x?x128xf32>
+    %dim_29 = tensor.dim %collapsed_25, %c2 : tensor<1x4x?x128xf32>
+    %68 = tensor.empty(%dim_28, %dim_29) : tensor<1x4x?x?xi1>
+    %69 = linalg.generic {indexing_maps = [#map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%7 : tensor<1x1x?x?xi1>) outs(%68 : tensor<1x4x?x?xi1>) {
     ^bb0(%in: i1, %out: i1):
-      %151 = arith.andi %in, %out : i1
-      linalg.yield %151 : i1
-    } -> tensor<1x4x?x1xi1>
-    %108 = arith.cmpi sge, %87, %c0_i64 : i64
-    cf.assert %108, "negative values not allowed in new dimensions"
-    %109 = arith.index_cast %87 : i64 to index
-    cf.assert %108, "negative values not allowed in new dimensions"
-    %110 = tensor.empty(%109, %109) : tensor<1x4x?x?xf32>
-    %111 = linalg.generic {indexing_maps = [#map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%cst_2 : tensor<f32>) outs(%110 : tensor<1x4x?x?xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      linalg.yield %in : f32
-    } -> tensor<1x4x?x?xf32>
-    %112 = arith.cmpi eq, %88, %109 : index
-    cf.assert %112, "mismatched size for broadcast"
-    %113 = arith.cmpi eq, %109, %88 : index
-    cf.assert %113, "mismatched size for broadcast"
-    %114 = tensor.empty(%88, %109) : tensor<1x4x?x?xf32>
-    %115 = linalg.generic {indexing_maps = [#map4, #map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%107, %111, %102 : tensor<1x4x?x1xi1>, tensor<1x4x?x?xf32>, tensor<1x4x?x?xf32>) outs(%114 : tensor<1x4x?x?xf32>) {
-    ^bb0(%in: i1, %in_53: f32, %in_54: f32, %out: f32):
-      %151 = arith.select %in, %in_53, %in_54 : f32
-      linalg.yield %151 : f32
-    } -> tensor<1x4x?x?xf32>
-    cf.assert %5, "unimplemented: dynamic negative broadcast sizes"
-    cf.assert %5, "unimplemented: dynamic negative broadcast sizes"
-    %116 = tensor.empty(%dim, %dim) : tensor<1x4x?x?xf32>
-    %117 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%116 : tensor<1x4x?x?xf32>) {
-    ^bb0(%out: f32):
-      %151 = linalg.index 1 : index
-      %152 = linalg.index 2 : index
-      %153 = linalg.index 3 : index
-      %154 = arith.cmpi eq, %88, %c1 : index
-      %155 = arith.select %154, %c0, %152 : index
-      %156 = arith.cmpi eq, %109, %c1 : index
-      %157 = arith.select %156, %c0, %153 : index
-      %extracted = tensor.extract %115[%c0, %151, %155, %157] : tensor<1x4x?x?xf32>
-      linalg.yield %extracted : f32
-    } -> tensor<1x4x?x?xf32>
-    cf.assert %84, "must have at most one inferred (negative) dimension"
-    %from_elements_39 = tensor.from_elements %c4_i64, %87, %87 : tensor<3xi64>
-    %reshape_40 = tensor.reshape %117(%from_elements_39) : (tensor<1x4x?x?xf32>, tensor<3xi64>) -> tensor<4x?x?xf32>
-    cf.assert %5, "unimplemented: dynamic negative broadcast sizes"
-    %118 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%73 : tensor<1x4x?x128xf32>) {
-    ^bb0(%out: f32):
-      %151 = linalg.index 1 : index
-      %152 = linalg.index 2 : index
-      %153 = linalg.index 3 : index
-      %154 = arith.cmpi eq, %dim, %c1 : index
-      %155 = arith.select %154, %c0, %152 : index
-      %extracted = tensor.extract %collapsed_32[%c0, %151, %155, %153] : tensor<1x4x?x128xf32>
-      linalg.yield %extracted : f32
-    } -> tensor<1x4x?x128xf32>
-    %collapsed_41 = tensor.collapse_shape %118 [[0, 1], [2], [3]] : tensor<1x4x?x128xf32> into tensor<4x?x128xf32>
-    %119 = arith.cmpi eq, %87, %0 : i64
-    cf.assert %119, "mismatching contracting dimension"
-    %120 = tensor.empty(%88) : tensor<4x?x128xf32>
-    %121 = linalg.fill ins(%cst : f32) outs(%120 : tensor<4x?x128xf32>) -> tensor<4x?x128xf32>
-    %122 = linalg.batch_matmul ins(%reshape_40, %collapsed_41 : tensor<4x?x?xf32>, tensor<4x?x128xf32>) outs(%121 : tensor<4x?x128xf32>) -> tensor<4x?x128xf32>
-    %expanded_42 = tensor.expand_shape %122 [[0, 1], [2], [3]] output_shape [1, 4, %88, 128] : tensor<4x?x128xf32> into tensor<1x4x?x128xf32>
-    %123 = tensor.empty(%88) : tensor<1x?x4x128xf32>
-    %transposed_43 = linalg.transpose ins(%expanded_42 : tensor<1x4x?x128xf32>) outs(%123 : tensor<1x?x4x128xf32>) permutation = [0, 2, 1, 3] 
+      linalg.yield %in : i1
+    } -> tensor<1x4x?x?xi1>
+    %collapsed_30 = tensor.collapse_shape %55 [[0, 1], [2], [3]] : tensor<1x4x?x128xf32> into tensor<4x?x128xf32>
+    %collapsed_31 = tensor.collapse_shape %collapsed_25 [[0, 1], [2], [3]] : tensor<1x4x?x128xf32> into tensor<4x?x128xf32>
+    %collapsed_32 = tensor.collapse_shape %collapsed_27 [[0, 1], [2], [3]] : tensor<1x4x?x128xf32> into tensor<4x?x128xf32>
+    %collapsed_33 = tensor.collapse_shape %69 [[0, 1], [2], [3]] : tensor<1x4x?x?xi1> into tensor<4x?x?xi1>
+    %70 = tensor.empty(%dim_28) : tensor<4x?x128xf32>
+    %71 = linalg.fill ins(%cst : f32) outs(%70 : tensor<4x?x128xf32>) -> tensor<4x?x128xf32>
+    %72 = "snapkv.sdpa"(%collapsed_30, %collapsed_31, %collapsed_32, %collapsed_33, %71) {scale = 0.088388347648318447 : f64} : (tensor<4x?x128xf32>, tensor<4x?x128xf32>, tensor<4x?x128xf32>, tensor<4x?x?xi1>, tensor<4x?x128xf32>) -> tensor<4x?x128xf32>
+    %dim_34 = tensor.dim %72, %c1 : tensor<4x?x128xf32>
+    %expanded_35 = tensor.expand_shape %72 [[0, 1], [2], [3]] output_shape [1, 4, %dim_34, 128] : tensor<4x?x128xf32> into tensor<1x4x?x128xf32>
+    %dim_36 = tensor.dim %expanded_35, %c2 : tensor<1x4x?x128xf32>
+    %73 = tensor.empty(%dim_36) : tensor<1x?x4x128xf32>
+    %transposed_37 = linalg.transpose ins(%expanded_35 : tensor<1x4x?x128xf32>) outs(%73 : tensor<1x?x4x128xf32>) permutation = [0, 2, 1, 3] 
     cf.assert %32, "must have at most one inferred (negative) dimension"
-    %124 = arith.muli %87, %c512_i64 : i64
-    %125 = arith.divsi %124, %28 : i64
-    %126 = arith.select %27, %125, %0 : i64
-    %from_elements_44 = tensor.from_elements %c1_i64, %126, %125 : tensor<3xi64>
-    %reshape_45 = tensor.reshape %transposed_43(%from_elements_44) : (tensor<1x?x4x128xf32>, tensor<3xi64>) -> tensor<1x?x512xf32>
-    %collapsed_46 = tensor.collapse_shape %reshape_45 [[0, 1], [2]] : tensor<1x?x512xf32> into tensor<?x512xf32>
-    %127 = arith.index_cast %126 : i64 to index
-    %128 = tensor.empty(%127) : tensor<?x32xf32>
-    %129 = linalg.fill ins(%cst : f32) outs(%128 : tensor<?x32xf32>) -> tensor<?x32xf32>
-    %130 = linalg.matmul ins(%collapsed_46, %arg4 : tensor<?x512xf32>, tensor<512x32xf32>) outs(%129 : tensor<?x32xf32>) -> tensor<?x32xf32>
-    %expanded_47 = tensor.expand_shape %130 [[0, 1], [2]] output_shape [1, %127, 32] : tensor<?x32xf32> into tensor<1x?x32xf32>
-    %131 = arith.cmpi eq, %dim, %127 : index
-    cf.assert %131, "mismatched size for broadcast"
-    %132 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg0, %expanded_47 : tensor<1x?x32xf32>, tensor<1x?x32xf32>) outs(%15 : tensor<1x?x32xf32>) {
-    ^bb0(%in: f32, %in_53: f32, %out: f32):
-      %151 = arith.addf %in, %in_53 : f32
-      linalg.yield %151 : f32
+    %74 = arith.index_cast %dim_36 : index to i64
+    %75 = arith.muli %74, %c512_i64 : i64
+    %76 = arith.divsi %75, %28 : i64
+    %77 = arith.select %27, %76, %0 : i64
+    %from_elements_38 = tensor.from_elements %c1_i64, %77, %76 : tensor<3xi64>
+    %reshape_39 = tensor.reshape %transposed_37(%from_elements_38) : (tensor<1x?x4x128xf32>, tensor<3xi64>) -> tensor<1x?x512xf32>
+    %collapsed_40 = tensor.collapse_shape %reshape_39 [[0, 1], [2]] : tensor<1x?x512xf32> into tensor<?x512xf32>
+    %78 = arith.index_cast %77 : i64 to index
+    %79 = tensor.empty(%78) : tensor<?x32xf32>
+    %80 = linalg.fill ins(%cst : f32) outs(%79 : tensor<?x32xf32>) -> tensor<?x32xf32>
+    %81 = linalg.matmul ins(%collapsed_40, %arg4 : tensor<?x512xf32>, tensor<512x32xf32>) outs(%80 : tensor<?x32xf32>) -> tensor<?x32xf32>
+    %expanded_41 = tensor.expand_shape %81 [[0, 1], [2]] output_shape [1, %78, 32] : tensor<?x32xf32> into tensor<1x?x32xf32>
+    %82 = arith.cmpi eq, %dim, %78 : index
+    cf.assert %82, "mismatched size for broadcast"
+    %83 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg0, %expanded_41 : tensor<1x?x32xf32>, tensor<1x?x32xf32>) outs(%15 : tensor<1x?x32xf32>) {
+    ^bb0(%in: f32, %in_47: f32, %out: f32):
+      %102 = arith.addf %in, %in_47 : f32
+      linalg.yield %102 : f32
     } -> tensor<1x?x32xf32>
-    %133 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%132 : tensor<1x?x32xf32>) outs(%15 : tensor<1x?x32xf32>) {
+    %84 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%83 : tensor<1x?x32xf32>) outs(%15 : tensor<1x?x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %151 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %151 : f32
+      %102 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %102 : f32
     } -> tensor<1x?x32xf32>
-    %134 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%133 : tensor<1x?x32xf32>) outs(%17 : tensor<1x?x1xf32>) {
+    %85 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%84 : tensor<1x?x32xf32>) outs(%17 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %151 = arith.addf %in, %out : f32
-      linalg.yield %151 : f32
+      %102 = arith.addf %in, %out : f32
+      linalg.yield %102 : f32
     } -> tensor<1x?x1xf32>
-    %135 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%134 : tensor<1x?x1xf32>) outs(%8 : tensor<1x?x1xf32>) {
+    %86 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%85 : tensor<1x?x1xf32>) outs(%8 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %151 = arith.divf %in, %cst_8 : f32
-      linalg.yield %151 : f32
+      %102 = arith.divf %in, %cst_3 : f32
+      linalg.yield %102 : f32
     } -> tensor<1x?x1xf32>
-    %136 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%135 : tensor<1x?x1xf32>) outs(%8 : tensor<1x?x1xf32>) {
+    %87 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%86 : tensor<1x?x1xf32>) outs(%8 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %151 = arith.truncf %cst_6 : f64 to f32
-      %152 = arith.addf %in, %151 : f32
-      linalg.yield %152 : f32
+      %102 = arith.truncf %cst_1 : f64 to f32
+      %103 = arith.addf %in, %102 : f32
+      linalg.yield %103 : f32
     } -> tensor<1x?x1xf32>
-    %137 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%136 : tensor<1x?x1xf32>) outs(%8 : tensor<1x?x1xf32>) {
+    %88 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%87 : tensor<1x?x1xf32>) outs(%8 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %151 = math.rsqrt %in : f32
-      linalg.yield %151 : f32
+      %102 = math.rsqrt %in : f32
+      linalg.yield %102 : f32
     } -> tensor<1x?x1xf32>
-    %138 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%132, %137 : tensor<1x?x32xf32>, tensor<1x?x1xf32>) outs(%15 : tensor<1x?x32xf32>) {
-    ^bb0(%in: f32, %in_53: f32, %out: f32):
-      %151 = arith.mulf %in, %in_53 : f32
-      linalg.yield %151 : f32
+    %89 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%83, %88 : tensor<1x?x32xf32>, tensor<1x?x1xf32>) outs(%15 : tensor<1x?x32xf32>) {
+    ^bb0(%in: f32, %in_47: f32, %out: f32):
+      %102 = arith.mulf %in, %in_47 : f32
+      linalg.yield %102 : f32
     } -> tensor<1x?x32xf32>
-    %139 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg9, %138 : tensor<32xf32>, tensor<1x?x32xf32>) outs(%15 : tensor<1x?x32xf32>) {
-    ^bb0(%in: f32, %in_53: f32, %out: f32):
-      %151 = arith.mulf %in, %in_53 : f32
-      linalg.yield %151 : f32
+    %90 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg9, %89 : tensor<32xf32>, tensor<1x?x32xf32>) outs(%15 : tensor<1x?x32xf32>) {
+    ^bb0(%in: f32, %in_47: f32, %out: f32):
+      %102 = arith.mulf %in, %in_47 : f32
+      linalg.yield %102 : f32
     } -> tensor<1x?x32xf32>
-    %collapsed_48 = tensor.collapse_shape %139 [[0, 1], [2]] : tensor<1x?x32xf32> into tensor<?x32xf32>
-    %140 = tensor.empty(%dim) : tensor<?x64xf32>
-    %141 = linalg.fill ins(%cst : f32) outs(%140 : tensor<?x64xf32>) -> tensor<?x64xf32>
-    %142 = linalg.matmul ins(%collapsed_48, %arg5 : tensor<?x32xf32>, tensor<32x64xf32>) outs(%141 : tensor<?x64xf32>) -> tensor<?x64xf32>
-    %expanded_49 = tensor.expand_shape %142 [[0, 1], [2]] output_shape [1, %dim, 64] : tensor<?x64xf32> into tensor<1x?x64xf32>
-    %143 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_49 : tensor<1x?x64xf32>) outs(%10 : tensor<1x?x64xf32>) {
+    %collapsed_42 = tensor.collapse_shape %90 [[0, 1], [2]] : tensor<1x?x32xf32> into tensor<?x32xf32>
+    %91 = tensor.empty(%dim) : tensor<?x64xf32>
+    %92 = linalg.fill ins(%cst : f32) outs(%91 : tensor<?x64xf32>) -> tensor<?x64xf32>
+    %93 = linalg.matmul ins(%collapsed_42, %arg5 : tensor<?x32xf32>, tensor<32x64xf32>) outs(%92 : tensor<?x64xf32>) -> tensor<?x64xf32>
+    %expanded_43 = tensor.expand_shape %93 [[0, 1], [2]] output_shape [1, %dim, 64] : tensor<?x64xf32> into tensor<1x?x64xf32>
+    %94 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_43 : tensor<1x?x64xf32>) outs(%10 : tensor<1x?x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %151 = arith.negf %in : f32
-      %152 = math.exp %151 : f32
-      %153 = arith.addf %152, %cst_1 : f32
-      %154 = arith.divf %cst_1, %153 : f32
-      linalg.yield %154 : f32
+      %102 = arith.negf %in : f32
+      %103 = math.exp %102 : f32
+      %104 = arith.addf %103, %cst_0 : f32
+      %105 = arith.divf %cst_0, %104 : f32
+      linalg.yield %105 : f32
     } -> tensor<1x?x64xf32>
-    %144 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_49, %143 : tensor<1x?x64xf32>, tensor<1x?x64xf32>) outs(%10 : tensor<1x?x64xf32>) {
-    ^bb0(%in: f32, %in_53: f32, %out: f32):
-      %151 = arith.mulf %in, %in_53 : f32
-      linalg.yield %151 : f32
+    %95 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_43, %94 : tensor<1x?x64xf32>, tensor<1x?x64xf32>) outs(%10 : tensor<1x?x64xf32>) {
+    ^bb0(%in: f32, %in_47: f32, %out: f32):
+      %102 = arith.mulf %in, %in_47 : f32
+      linalg.yield %102 : f32
     } -> tensor<1x?x64xf32>
-    %145 = linalg.matmul ins(%collapsed_48, %arg6 : tensor<?x32xf32>, tensor<32x64xf32>) outs(%141 : tensor<?x64xf32>) -> tensor<?x64xf32>
-    %expanded_50 = tensor.expand_shape %145 [[0, 1], [2]] output_shape [1, %dim, 64] : tensor<?x64xf32> into tensor<1x?x64xf32>
-    %146 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%144, %expanded_50 : tensor<1x?x64xf32>, tensor<1x?x64xf32>) outs(%10 : tensor<1x?x64xf32>) {
-    ^bb0(%in: f32, %in_53: f32, %out: f32):
-      %151 = arith.mulf %in, %in_53 : f32
-      linalg.yield %151 : f32
+    %96 = linalg.matmul ins(%collapsed_42, %arg6 : tensor<?x32xf32>, tensor<32x64xf32>) outs(%92 : tensor<?x64xf32>) -> tensor<?x64xf32>
+    %expanded_44 = tensor.expand_shape %96 [[0, 1], [2]] output_shape [1, %dim, 64] : tensor<?x64xf32> into tensor<1x?x64xf32>
+    %97 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%95, %expanded_44 : tensor<1x?x64xf32>, tensor<1x?x64xf32>) outs(%10 : tensor<1x?x64xf32>) {
+    ^bb0(%in: f32, %in_47: f32, %out: f32):
+      %102 = arith.mulf %in, %in_47 : f32
+      linalg.yield %102 : f32
     } -> tensor<1x?x64xf32>
-    %collapsed_51 = tensor.collapse_shape %146 [[0, 1], [2]] : tensor<1x?x64xf32> into tensor<?x64xf32>
-    %147 = tensor.empty(%dim) : tensor<?x32xf32>
-    %148 = linalg.fill ins(%cst : f32) outs(%147 : tensor<?x32xf32>) -> tensor<?x32xf32>
-    %149 = linalg.matmul ins(%collapsed_51, %arg7 : tensor<?x64xf32>, tensor<64x32xf32>) outs(%148 : tensor<?x32xf32>) -> tensor<?x32xf32>
-    %expanded_52 = tensor.expand_shape %149 [[0, 1], [2]] output_shape [1, %dim, 32] : tensor<?x32xf32> into tensor<1x?x32xf32>
-    %150 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%132, %expanded_52 : tensor<1x?x32xf32>, tensor<1x?x32xf32>) outs(%15 : tensor<1x?x32xf32>) {
-    ^bb0(%in: f32, %in_53: f32, %out: f32):
-      %151 = arith.addf %in, %in_53 : f32
-      linalg.yield %151 : f32
+    %collapsed_45 = tensor.collapse_shape %97 [[0, 1], [2]] : tensor<1x?x64xf32> into tensor<?x64xf32>
+    %98 = tensor.empty(%dim) : tensor<?x32xf32>
+    %99 = linalg.fill ins(%cst : f32) outs(%98 : tensor<?x32xf32>) -> tensor<?x32xf32>
+    %100 = linalg.matmul ins(%collapsed_45, %arg7 : tensor<?x64xf32>, tensor<64x32xf32>) outs(%99 : tensor<?x32xf32>) -> tensor<?x32xf32>
+    %expanded_46 = tensor.expand_shape %100 [[0, 1], [2]] output_shape [1, %dim, 32] : tensor<?x32xf32> into tensor<1x?x32xf32>
+    %101 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%83, %expanded_46 : tensor<1x?x32xf32>, tensor<1x?x32xf32>) outs(%15 : tensor<1x?x32xf32>) {
+    ^bb0(%in: f32, %in_47: f32, %out: f32):
+      %102 = arith.addf %in, %in_47 : f32
+      linalg.yield %102 : f32
     } -> tensor<1x?x32xf32>
-    return %150, %64, %transposed_19 : tensor<1x?x32xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>
+    return %101, %64, %transposed_14 : tensor<1x?x32xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>
   }
   func.func private @decode_layer(%arg0: tensor<1x1x32xf32>, %arg1: tensor<1xi64>, %arg2: tensor<1x2x?x128xf32>, %arg3: tensor<1x2x?x128xf32>, %arg4: tensor<32x512xf32>, %arg5: tensor<32x256xf32>, %arg6: tensor<32x256xf32>, %arg7: tensor<512x32xf32>, %arg8: tensor<32x64xf32>, %arg9: tensor<32x64xf32>, %arg10: tensor<64x32xf32>, %arg11: tensor<32xf32>, %arg12: tensor<32xf32>) -> (tensor<1x1x32xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>) {
+    %cst = arith.constant 0.000000e+00 : f32
+    %c2 = arith.constant 2 : index
     %c0_i64 = arith.constant 0 : i64
     %c1_i64 = arith.constant 1 : i64
     %c2_i64 = arith.constant 2 : i64
     %c0 = arith.constant 0 : index
     %c1 = arith.constant 1 : index
-    %c2 = arith.constant 2 : index
-    %cst = arith.constant 0.000000e+00 : f32
-    %cst_0 = arith.constant 0xFF800000 : f32
-    %true = arith.constant true
-    %cst_1 = arith.constant 1.000000e+00 : f32
-    %cst_2 = arith.constant dense<0.000000e+00> : tensor<f32>
-    %cst_3 = arith.constant dense<0xFF800000> : tensor<f32>
-    %cst_4 = arith.constant 0.29730177875068026 : f64
-    %cst_5 = arith.constant 0xFFF0000000000000 : f64
-    %cst_6 = arith.constant 9.9999999999999995E-7 : f64
-    %cst_7 = arith.constant dense_resource<torch_tensor_64_torch.float32> : tensor<64xf32>
-    %cst_8 = arith.constant 3.200000e+01 : f32
+    %cst_0 = arith.constant 1.000000e+00 : f32
+    %cst_1 = arith.constant 9.9999999999999995E-7 : f64
+    %cst_2 = arith.constant dense_resource<torch_tensor_64_torch.float32> : tensor<64xf32>
+    %cst_3 = arith.constant 3.200000e+01 : f32
     %dim = tensor.dim %arg2, %c2 : tensor<1x2x?x128xf32>
     %0 = arith.index_cast %dim : index to i64
     %1 = arith.addi %0, %c1_i64 : i64
@@ -580,474 +408,345 @@ module {
     } -> tensor<1xi64>
     %4 = linalg.generic {indexing_maps = [#map2, #map2], iterator_types = ["parallel"]} ins(%3 : tensor<1xi64>) outs(%2 : tensor<1xi64>) {
     ^bb0(%in: i64, %out: i64):
-      %112 = arith.addi %in, %0 : i64
-      linalg.yield %112 : i64
+      %78 = arith.addi %in, %0 : i64
+      linalg.yield %78 : i64
     } -> tensor<1xi64>
     %5 = arith.index_cast %1 : i64 to index
     %6 = tensor.empty(%5) : tensor<?xi64>
     %7 = linalg.generic {indexing_maps = [#map2], iterator_types = ["parallel"]} outs(%6 : tensor<?xi64>) {
     ^bb0(%out: i64):
-      %112 = linalg.index 0 : index
-      %113 = arith.index_cast %112 : index to i64
-      linalg.yield %113 : i64
+      %78 = linalg.index 0 : index
+      %79 = arith.index_cast %78 : index to i64
+      linalg.yield %79 : i64
     } -> tensor<?xi64>
     %expanded = tensor.expand_shape %4 [[0, 1, 2, 3]] output_shape [1, 1, 1, 1] : tensor<1xi64> into tensor<1x1x1x1xi64>
-    %expanded_9 = tensor.expand_shape %7 [[0, 1, 2, 3]] output_shape [1, 1, 1, %5] : tensor<?xi64> into tensor<1x1x1x?xi64>
+    %expanded_4 = tensor.expand_shape %7 [[0, 1, 2, 3]] output_shape [1, 1, 1, %5] : tensor<?xi64> into tensor<1x1x1x?xi64>
     %8 = tensor.empty(%5) : tensor<1x1x1x?xi1>
-    %9 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_9, %expanded : tensor<1x1x1x?xi64>, tensor<1x1x1x1xi64>) outs(%8 : tensor<1x1x1x?xi1>) {
-    ^bb0(%in: i64, %in_46: i64, %out: i1):
-      %112 = arith.cmpi sle, %in, %in_46 : i64
-      linalg.yield %112 : i1
+    %9 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_4, %expanded : tensor<1x1x1x?xi64>, tensor<1x1x1x1xi64>) outs(%8 : tensor<1x1x1x?xi1>) {
+    ^bb0(%in: i64, %in_39: i64, %out: i1):
+      %78 = arith.cmpi sle, %in, %in_39 : i64
+      linalg.yield %78 : i1
     } -> tensor<1x1x1x?xi1>
     %10 = arith.cmpi sge, %1, %c0_i64 : i64
     cf.assert %10, "unimplemented: dynamic negative broadcast sizes"
     %11 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%8 : tensor<1x1x1x?xi1>) {
     ^bb0(%out: i1):
-      %112 = linalg.index 3 : index
-      %113 = arith.cmpi eq, %5, %c1 : index
-      %114 = arith.select %113, %c0, %112 : index
-      %extracted = tensor.extract %9[%c0, %c0, %c0, %114] : tensor<1x1x1x?xi1>
+      %78 = linalg.index 3 : index
+      %79 = arith.cmpi eq, %5, %c1 : index
+      %80 = arith.select %79, %c0, %78 : index
+      %extracted = tensor.extract %9[%c0, %c0, %c0, %80] : tensor<1x1x1x?xi1>
       linalg.yield %extracted : i1
     } -> tensor<1x1x1x?xi1>
-    %expanded_10 = tensor.expand_shape %arg1 [[0, 1, 2]] output_shape [1, 1, 1] : tensor<1xi64> into tensor<1x1x1xi64>
+    %expanded_5 = tensor.expand_shape %arg1 [[0, 1, 2]] output_shape [1, 1, 1] : tensor<1xi64> into tensor<1x1x1xi64>
     %12 = tensor.empty() : tensor<1x1x1xf32>
-    %13 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_10 : tensor<1x1x1xi64>) outs(%12 : tensor<1x1x1xf32>) {
+    %13 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_5 : tensor<1x1x1xi64>) outs(%12 : tensor<1x1x1xf32>) {
     ^bb0(%in: i64, %out: f32):
-      %112 = arith.sitofp %in : i64 to f32
-      linalg.yield %112 : f32
+      %78 = arith.sitofp %in : i64 to f32
+      linalg.yield %78 : f32
     } -> tensor<1x1x1xf32>
     %14 = tensor.empty() : tensor<1x1x64xf32>
-    %15 = linalg.generic {indexing_maps = [#map6, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%13, %cst_7 : tensor<1x1x1xf32>, tensor<64xf32>) outs(%14 : tensor<1x1x64xf32>) {
-    ^bb0(%in: f32, %in_46: f32, %out: f32):
-      %112 = arith.mulf %in, %in_46 : f32
-      linalg.yield %112 : f32
+    %15 = linalg.generic {indexing_maps = [#map6, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%13, %cst_2 : tensor<1x1x1xf32>, tensor<64xf32>) outs(%14 : tensor<1x1x64xf32>) {
+    ^bb0(%in: f32, %in_39: f32, %out: f32):
+      %78 = arith.mulf %in, %in_39 : f32
+      linalg.yield %78 : f32
     } -> tensor<1x1x64xf32>
     %concat = tensor.concat dim(2) %15, %15 : (tensor<1x1x64xf32>, tensor<1x1x64xf32>) -> tensor<1x1x128xf32>
     %16 = tensor.empty() : tensor<1x1x128xf32>
     %17 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%concat : tensor<1x1x128xf32>) outs(%16 : tensor<1x1x128xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %112 = math.cos %in : f32
-      linalg.yield %112 : f32
+      %78 = math.cos %in : f32
+      linalg.yield %78 : f32
     } -> tensor<1x1x128xf32>
     %18 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%concat : tensor<1x1x128xf32>) outs(%16 : tensor<1x1x128xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %112 = math.sin %in : f32
-      linalg.yield %112 : f32
+      %78 = math.sin %in : f32
+      linalg.yield %78 : f32
     } -> tensor<1x1x128xf32>
     %19 = tensor.empty() : tensor<1x1x32xf32>
     %20 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg0 : tensor<1x1x32xf32>) outs(%19 : tensor<1x1x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %112 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %112 : f32
+      %78 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %78 : f32
     } -> tensor<1x1x32xf32>
     %21 = linalg.fill ins(%cst : f32) outs(%12 : tensor<1x1x1xf32>) -> tensor<1x1x1xf32>
     %22 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%20 : tensor<1x1x32xf32>) outs(%21 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %112 = arith.addf %in, %out : f32
-      linalg.yield %112 : f32
+      %78 = arith.addf %in, %out : f32
+      linalg.yield %78 : f32
     } -> tensor<1x1x1xf32>
     %23 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%22 : tensor<1x1x1xf32>) outs(%12 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %112 = arith.divf %in, %cst_8 : f32
-      linalg.yield %112 : f32
+      %78 = arith.divf %in, %cst_3 : f32
+      linalg.yield %78 : f32
     } -> tensor<1x1x1xf32>
     %24 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%23 : tensor<1x1x1xf32>) outs(%12 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %112 = arith.truncf %cst_6 : f64 to f32
-      %113 = arith.addf %in, %112 : f32
-      linalg.yield %113 : f32
+      %78 = arith.truncf %cst_1 : f64 to f32
+      %79 = arith.addf %in, %78 : f32
+      linalg.yield %79 : f32
     } -> tensor<1x1x1xf32>
     %25 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%24 : tensor<1x1x1xf32>) outs(%12 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %112 = math.rsqrt %in : f32
-      linalg.yield %112 : f32
+      %78 = math.rsqrt %in : f32
+      linalg.yield %78 : f32
     } -> tensor<1x1x1xf32>
     %26 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg0, %25 : tensor<1x1x32xf32>, tensor<1x1x1xf32>) outs(%19 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_46: f32, %out: f32):
-      %112 = arith.mulf %in, %in_46 : f32
-      linalg.yield %112 : f32
+    ^bb0(%in: f32, %in_39: f32, %out: f32):
+      %78 = arith.mulf %in, %in_39 : f32
+      linalg.yield %78 : f32
     } -> tensor<1x1x32xf32>
     %27 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg11, %26 : tensor<32xf32>, tensor<1x1x32xf32>) outs(%19 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_46: f32, %out: f32):
-      %112 = arith.mulf %in, %in_46 : f32
-      linalg.yield %112 : f32
+    ^bb0(%in: f32, %in_39: f32, %out: f32):
+      %78 = arith.mulf %in, %in_39 : f32
+      linalg.yield %78 : f32
     } -> tensor<1x1x32xf32>
     %collapsed = tensor.collapse_shape %27 [[0], [1, 2]] : tensor<1x1x32xf32> into tensor<1x32xf32>
     %28 = tensor.empty() : tensor<1x512xf32>
     %29 = linalg.fill ins(%cst : f32) outs(%28 : tensor<1x512xf32>) -> tensor<1x512xf32>
     %30 = linalg.matmul ins(%collapsed, %arg4 : tensor<1x32xf32>, tensor<32x512xf32>) outs(%29 : tensor<1x512xf32>) -> tensor<1x512xf32>
-    %expanded_11 = tensor.expand_shape %30 [[0], [1, 2, 3]] output_shape [1, 1, 4, 128] : tensor<1x512xf32> into tensor<1x1x4x128xf32>
+    %expanded_6 = tensor.expand_shape %30 [[0], [1, 2, 3]] output_shape [1, 1, 4, 128] : tensor<1x512xf32> into tensor<1x1x4x128xf32>
     %31 = tensor.empty() : tensor<1x4x1x128xf32>
-    %transposed = linalg.transpose ins(%expanded_11 : tensor<1x1x4x128xf32>) outs(%31 : tensor<1x4x1x128xf32>) permutation = [0, 2, 1, 3] 
+    %transposed = linalg.transpose ins(%expanded_6 : tensor<1x1x4x128xf32>) outs(%31 : tensor<1x4x1x128xf32>) permutation = [0, 2, 1, 3] 
     %32 = tensor.empty() : tensor<1x256xf32>
     %33 = linalg.fill ins(%cst : f32) outs(%32 : tensor<1x256xf32>) -> tensor<1x256xf32>
     %34 = linalg.matmul ins(%collapsed, %arg5 : tensor<1x32xf32>, tensor<32x256xf32>) outs(%33 : tensor<1x256xf32>) -> tensor<1x256xf32>
-    %expanded_12 = tensor.expand_shape %34 [[0], [1, 2, 3]] output_shape [1, 1, 2, 128] : tensor<1x256xf32> into tensor<1x1x2x128xf32>
+    %expanded_7 = tensor.expand_shape %34 [[0], [1, 2, 3]] output_shape [1, 1, 2, 128] : tensor<1x256xf32> into tensor<1x1x2x128xf32>
     %35 = tensor.empty() : tensor<1x2x1x128xf32>
-    %transposed_13 = linalg.transpose ins(%expanded_12 : tensor<1x1x2x128xf32>) outs(%35 : tensor<1x2x1x128xf32>) permutation = [0, 2, 1, 3] 
+    %transposed_8 = linalg.transpose ins(%expanded_7 : tensor<1x1x2x128xf32>) outs(%35 : tensor<1x2x1x128xf32>) permutation = [0, 2, 1, 3] 
     %36 = linalg.matmul ins(%collapsed, %arg6 : tensor<1x32xf32>, tensor<32x256xf32>) outs(%33 : tensor<1x256xf32>) -> tensor<1x256xf32>
-    %expanded_14 = tensor.expand_shape %36 [[0], [1, 2, 3]] output_shape [1, 1, 2, 128] : tensor<1x256xf32> into tensor<1x1x2x128xf32>
-    %transposed_15 = linalg.transpose ins(%expanded_14 : tensor<1x1x2x128xf32>) outs(%35 : tensor<1x2x1x128xf32>) permutation = [0, 2, 1, 3] 
-    %expanded_16 = tensor.expand_shape %17 [[0], [1, 2], [3]] output_shape [1, 1, 1, 128] : tensor<1x1x128xf32> into tensor<1x1x1x128xf32>
-    %expanded_17 = tensor.expand_shape %18 [[0], [1, 2], [3]] output_shape [1, 1, 1, 128] : tensor<1x1x128xf32> into tensor<1x1x1x128xf32>
-    %37 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed, %expanded_16 : tensor<1x4x1x128xf32>, tensor<1x1x1x128xf32>) outs(%31 : tensor<1x4x1x128xf32>) {
-    ^bb0(%in: f32, %in_46: f32, %out: f32):
-      %112 = arith.mulf %in, %in_46 : f32
-      linalg.yield %112 : f32
+    %expanded_9 = tensor.expand_shape %36 [[0], [1, 2, 3]] output_shape [1, 1, 2, 128] : tensor<1x256xf32> into tensor<1x1x2x128xf32>
+    %transposed_10 = linalg.transpose ins(%expanded_9 : tensor<1x1x2x128xf32>) outs(%35 : tensor<1x2x1x128xf32>) permutation = [0, 2, 1, 3] 
+    %expanded_11 = tensor.expand_shape %17 [[0], [1, 2], [3]] output_shape [1, 1, 1, 128] : tensor<1x1x128xf32> into tensor<1x1x1x128xf32>
+    %expanded_12 = tensor.expand_shape %18 [[0], [1, 2], [3]] output_shape [1, 1, 1, 128] : tensor<1x1x128xf32> into tensor<1x1x1x128xf32>
+    %37 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed, %expanded_11 : tensor<1x4x1x128xf32>, tensor<1x1x1x128xf32>) outs(%31 : tensor<1x4x1x128xf32>) {
+    ^bb0(%in: f32, %in_39: f32, %out: f32):
+      %78 = arith.mulf %in, %in_39 : f32
+      linalg.yield %78 : f32
     } -> tensor<1x4x1x128xf32>
     %extracted_slice = tensor.extract_slice %transposed[0, 0, 0, 0] [1, 4, 1, 64] [1, 1, 1, 1] : tensor<1x4x1x128xf32> to tensor<1x4x1x64xf32>
-    %extracted_slice_18 = tensor.extract_slice %transposed[0, 0, 0, 64] [1, 4, 1, 64] [1, 1, 1, 1] : tensor<1x4x1x128xf32> to tensor<1x4x1x64xf32>
+    %extracted_slice_13 = tensor.extract_slice %transposed[0, 0, 0, 64] [1, 4, 1, 64] [1, 1, 1, 1] : tensor<1x4x1x128xf32> to tensor<1x4x1x64xf32>
     %38 = tensor.empty() : tensor<1x4x1x64xf32>
-    %39 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_18 : tensor<1x4x1x64xf32>) outs(%38 : tensor<1x4x1x64xf32>) {
+    %39 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_13 : tensor<1x4x1x64xf32>) outs(%38 : tensor<1x4x1x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %112 = arith.negf %in : f32
-      linalg.yield %112 : f32
+      %78 = arith.negf %in : f32
+      linalg.yield %78 : f32
     } -> tensor<1x4x1x64xf32>
-    %concat_19 = tensor.concat dim(3) %39, %extracted_slice : (tensor<1x4x1x64xf32>, tensor<1x4x1x64xf32>) -> tensor<1x4x1x128xf32>
-    %40 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_19, %expanded_17 : tensor<1x4x1x128xf32>, tensor<1x1x1x128xf32>) outs(%31 : tensor<1x4x1x128xf32>) {
-    ^bb0(%in: f32, %in_46: f32, %out: f32):
-      %112 = arith.mulf %in, %in_46 : f32
-      linalg.yield %112 : f32
+    %concat_14 = tensor.concat dim(3) %39, %extracted_slice : (tensor<1x4x1x64xf32>, tensor<1x4x1x64xf32>) -> tensor<1x4x1x128xf32>
+    %40 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_14, %expanded_12 : tensor<1x4x1x128xf32>, tensor<1x1x1x128xf32>) outs(%31 : tensor<1x4x1x128xf32>) {
+    ^bb0(%in: f32, %in_39: f32, %out: f32):
+      %78 = arith.mulf %in, %in_39 : f32
+      linalg.yield %78 : f32
     } -> tensor<1x4x1x128xf32>
     %41 = linalg.generic {indexing_maps = [#map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%37, %40 : tensor<1x4x1x128xf32>, tensor<1x4x1x128xf32>) outs(%31 : tensor<1x4x1x128xf32>) {
-    ^bb0(%in: f32, %in_46: f32, %out: f32):
-      %112 = arith.addf %in, %in_46 : f32
-      linalg.yield %112 : f32
+    ^bb0(%in: f32, %in_39: f32, %out: f32):
+      %78 = arith.addf %in, %in_39 : f32
+      linalg.yield %78 : f32
     } -> tensor<1x4x1x128xf32>
-    %42 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_13, %expanded_16 : tensor<1x2x1x128xf32>, tensor<1x1x1x128xf32>) outs(%35 : tensor<1x2x1x128xf32>) {
-    ^bb0(%in: f32, %in_46: f32, %out: f32):
-      %112 = arith.mulf %in, %in_46 : f32
-      linalg.yield %112 : f32
+    %42 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_8, %expanded_11 : tensor<1x2x1x128xf32>, tensor<1x1x1x128xf32>) outs(%35 : tensor<1x2x1x128xf32>) {
+    ^bb0(%in: f32, %in_39: f32, %out: f32):
+      %78 = arith.mulf %in, %in_39 : f32
+      linalg.yield %78 : f32
     } -> tensor<1x2x1x128xf32>
-    %extracted_slice_20 = tensor.extract_slice %transposed_13[0, 0, 0, 0] [1, 2, 1, 64] [1, 1, 1, 1] : tensor<1x2x1x128xf32> to tensor<1x2x1x64xf32>
-    %extracted_slice_21 = tensor.extract_slice %transposed_13[0, 0, 0, 64] [1, 2, 1, 64] [1, 1, 1, 1] : tensor<1x2x1x128xf32> to tensor<1x2x1x64xf32>
+    %extracted_slice_15 = tensor.extract_slice %transposed_8[0, 0, 0, 0] [1, 2, 1, 64] [1, 1, 1, 1] : tensor<1x2x1x128xf32> to tensor<1x2x1x64xf32>
+    %extracted_slice_16 = tensor.extract_slice %transposed_8[0, 0, 0, 64] [1, 2, 1, 64] [1, 1, 1, 1] : tensor<1x2x1x128xf32> to tensor<1x2x1x64xf32>
     %43 = tensor.empty() : tensor<1x2x1x64xf32>
-    %44 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_21 : tensor<1x2x1x64xf32>) outs(%43 : tensor<1x2x1x64xf32>) {
+    %44 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_16 : tensor<1x2x1x64xf32>) outs(%43 : tensor<1x2x1x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %112 = arith.negf %in : f32
-      linalg.yield %112 : f32
+      %78 = arith.negf %in : f32
+      linalg.yield %78 : f32
     } -> tensor<1x2x1x64xf32>
-    %concat_22 = tensor.concat dim(3) %44, %extracted_slice_20 : (tensor<1x2x1x64xf32>, tensor<1x2x1x64xf32>) -> tensor<1x2x1x128xf32>
-    %45 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_22, %expanded_17 : tensor<1x2x1x128xf32>, tensor<1x1x1x128xf32>) outs(%35 : tensor<1x2x1x128xf32>) {
-    ^bb0(%in: f32, %in_46: f32, %out: f32):
-      %112 = arith.mulf %in, %in_46 : f32
-      linalg.yield %112 : f32
+    %concat_17 = tensor.concat dim(3) %44, %extracted_slice_15 : (tensor<1x2x1x64xf32>, tensor<1x2x1x64xf32>) -> tensor<1x2x1x128xf32>
+    %45 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_17, %expanded_12 : tensor<1x2x1x128xf32>, tensor<1x1x1x128xf32>) outs(%35 : tensor<1x2x1x128xf32>) {
+    ^bb0(%in: f32, %in_39: f32, %out: f32):
+      %78 = arith.mulf %in, %in_39 : f32
+      linalg.yield %78 : f32
     } -> tensor<1x2x1x128xf32>
     %46 = linalg.generic {indexing_maps = [#map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%42, %45 : tensor<1x2x1x128xf32>, tensor<1x2x1x128xf32>) outs(%35 : tensor<1x2x1x128xf32>) {
-    ^bb0(%in: f32, %in_46: f32, %out: f32):
-      %112 = arith.addf %in, %in_46 : f32
-      linalg.yield %112 : f32
+    ^bb0(%in: f32, %in_39: f32, %out: f32):
+      %78 = arith.addf %in, %in_39 : f32
+      linalg.yield %78 : f32
     } -> tensor<1x2x1x128xf32>
-    %concat_23 = tensor.concat dim(2) %arg2, %46 : (tensor<1x2x?x128xf32>, tensor<1x2x1x128xf32>) -> tensor<1x2x?x128xf32>
-    %concat_24 = tensor.concat dim(2) %arg3, %transposed_15 : (tensor<1x2x?x128xf32>, tensor<1x2x1x128xf32>) -> tensor<1x2x?x128xf32>
-    %47 = affine.apply #map12()[%dim]
-    %expanded_25 = tensor.expand_shape %concat_23 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %47, 128] : tensor<1x2x?x128xf32> into tensor<1x2x1x?x128xf32>
+    %concat_18 = tensor.concat dim(2) %arg2, %46 : (tensor<1x2x?x128xf32>, tensor<1x2x1x128xf32>) -> tensor<1x2x?x128xf32>
+    %concat_19 = tensor.concat dim(2) %arg3, %transposed_10 : (tensor<1x2x?x128xf32>, tensor<1x2x1x128xf32>) -> tensor<1x2x?x128xf32>
+    %47 = affine.apply #map10()[%dim]
+    %expanded_20 = tensor.expand_shape %concat_18 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %47, 128] : tensor<1x2x?x128xf32> into tensor<1x2x1x?x128xf32>
     cf.assert %10, "unimplemented: dynamic negative broadcast sizes"
     %48 = tensor.empty(%5) : tensor<1x2x2x?x128xf32>
     %49 = linalg.generic {indexing_maps = [#map9], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} outs(%48 : tensor<1x2x2x?x128xf32>) {
     ^bb0(%out: f32):
-      %112 = linalg.index 1 : index
-      %113 = linalg.index 3 : index
-      %114 = linalg.index 4 : index
-      %115 = arith.cmpi eq, %47, %c1 : index
-      %116 = arith.select %115, %c0, %113 : index
-      %extracted = tensor.extract %expanded_25[%c0, %112, %c0, %116, %114] : tensor<1x2x1x?x128xf32>
+      %78 = linalg.index 1 : index
+      %79 = linalg.index 3 : index
+      %80 = linalg.index 4 : index
+      %81 = arith.cmpi eq, %47, %c1 : index
+      %82 = arith.select %81, %c0, %79 : index
+      %extracted = tensor.extract %expanded_20[%c0, %78, %c0, %82, %80] : tensor<1x2x1x?x128xf32>
       linalg.yield %extracted : f32
     } -> tensor<1x2x2x?x128xf32>
-    %collapsed_26 = tensor.collapse_shape %49 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xf32> into tensor<1x4x?x128xf32>
-    %dim_27 = tensor.dim %arg3, %c2 : tensor<1x2x?x128xf32>
-    %50 = affine.apply #map12()[%dim_27]
-    %expanded_28 = tensor.expand_shape %concat_24 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %50, 128] : tensor<1x2x?x128xf32> into tensor<1x2x1x?x128xf32>
+    %collapsed_21 = tensor.collapse_shape %49 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xf32> into tensor<1x4x?x128xf32>
+    %dim_22 = tensor.dim %arg3, %c2 : tensor<1x2x?x128xf32>
+    %50 = affine.apply #map10()[%dim_22]
+    %expanded_23 = tensor.expand_shape %concat_19 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %50, 128] : tensor<1x2x?x128xf32> into tensor<1x2x1x?x128xf32>
     cf.assert %10, "unimplemented: dynamic negative broadcast sizes"
     %51 = linalg.generic {indexing_maps = [#map9], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} outs(%48 : tensor<1x2x2x?x128xf32>) {
     ^bb0(%out: f32):
-      %112 = linalg.index 1 : index
-      %113 = linalg.index 3 : index
-      %114 = linalg.index 4 : index
-      %115 = arith.cmpi eq, %50, %c1 : index
-      %116 = arith.select %115, %c0, %113 : index
-      %extracted = tensor.extract %expanded_28[%c0, %112, %c0, %116, %114] : tensor<1x2x1x?x128xf32>
+      %78 = linalg.index 1 : index
+      %79 = linalg.index 3 : index
+      %80 = linalg.index 4 : index
+      %81 = arith.cmpi eq, %50, %c1 : index
+      %82 = arith.select %81, %c0, %79 : index
+      %extracted = tensor.extract %expanded_23[%c0, %78, %c0, %82, %80] : tensor<1x2x1x?x128xf32>
       linalg.yield %extracted : f32
     } -> tensor<1x2x2x?x128xf32>
-    %collapsed_29 = tensor.collapse_shape %51 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xf32> into tensor<1x4x?x128xf32>
-    %52 = tensor.empty(%5) : tensor<1x1x1x?xf32>
-    %53 = linalg.generic {indexing_maps = [#map5, #map10, #map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%11, %cst_2, %cst_3 : tensor<1x1x1x?xi1>, tensor<f32>, tensor<f32>) outs(%52 : tensor<1x1x1x?xf32>) {
-    ^bb0(%in: i1, %in_46: f32, %in_47: f32, %out: f32):
-      %112 = arith.select %in, %in_46, %in_47 : f32
-      linalg.yield %112 : f32
-    } -> tensor<1x1x1x?xf32>
-    %54 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%41 : tensor<1x4x1x128xf32>) outs(%31 : tensor<1x4x1x128xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %112 = arith.truncf %cst_4 : f64 to f32
-      %113 = arith.mulf %in, %112 : f32
-      linalg.yield %113 : f32
-    } -> tensor<1x4x1x128xf32>
-    %55 = tensor.empty(%5) : tensor<1x4x128x?xf32>
-    %transposed_30 = linalg.transpose ins(%collapsed_26 : tensor<1x4x?x128xf32>) outs(%55 : tensor<1x4x128x?xf32>) permutation = [0, 1, 3, 2] 
-    %56 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_30 : tensor<1x4x128x?xf32>) outs(%55 : tensor<1x4x128x?xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %112 = arith.truncf %cst_4 : f64 to f32
-      %113 = arith.mulf %in, %112 : f32
-      linalg.yield %113 : f32
-    } -> tensor<1x4x128x?xf32>
-    %collapsed_31 = tensor.collapse_shape %54 [[0, 1], [2], [3]] : tensor<1x4x1x128xf32> into tensor<4x1x128xf32>
-    cf.assert %10, "unimplemented: dynamic negative broadcast sizes"
-    %57 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%55 : tensor<1x4x128x?xf32>) {
-    ^bb0(%out: f32):
-      %112 = linalg.index 1 : index
-      %113 = linalg.index 2 : index
-      %114 = linalg.index 3 : index
-      %115 = arith.cmpi eq, %5, %c1 : index
-      %116 = arith.select %115, %c0, %114 : index
-      %extracted = tensor.extract %56[%c0, %112, %113, %116] : tensor<1x4x128x?xf32>
-      linalg.yield %extracted : f32
-    } -> tensor<1x4x128x?xf32>
-    %collapsed_32 = tensor.collapse_shape %57 [[0, 1], [2], [3]] : tensor<1x4x128x?xf32> into tensor<4x128x?xf32>
-    %58 = tensor.empty(%5) : tensor<4x1x?xf32>
-    %59 = linalg.fill ins(%cst : f32) outs(%58 : tensor<4x1x?xf32>) -> tensor<4x1x?xf32>
-    %60 = linalg.batch_matmul ins(%collapsed_31, %collapsed_32 : tensor<4x1x128xf32>, tensor<4x128x?xf32>) outs(%59 : tensor<4x1x?xf32>) -> tensor<4x1x?xf32>
-    %expanded_33 = tensor.expand_shape %60 [[0, 1], [2], [3]] output_shape [1, 4, 1, %5] : tensor<4x1x?xf32> into tensor<1x4x1x?xf32>
-    %61 = tensor.empty(%5) : tensor<1x4x1x?xf32>
-    %62 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_33, %53 : tensor<1x4x1x?xf32>, tensor<1x1x1x?xf32>) outs(%61 : tensor<1x4x1x?xf32>) {
-    ^bb0(%in: f32, %in_46: f32, %out: f32):
-      %112 = arith.addf %in, %in_46 : f32
-      linalg.yield %112 : f32
-    } -> tensor<1x4x1x?xf32>
-    %63 = tensor.empty() : tensor<1x4x1xi64>
-    %64 = linalg.fill ins(%c0_i64 : i64) outs(%63 : tensor<1x4x1xi64>) -> tensor<1x4x1xi64>
-    %65 = tensor.empty() : tensor<1x4x1xf32>
-    %66 = linalg.fill ins(%cst_0 : f32) outs(%65 : tensor<1x4x1xf32>) -> tensor<1x4x1xf32>
-    %67:2 = linalg.generic {indexing_maps = [#map5, #map11, #map11], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%62 : tensor<1x4x1x?xf32>) outs(%66, %64 : tensor<1x4x1xf32>, tensor<1x4x1xi64>) {
-    ^bb0(%in: f32, %out: f32, %out_46: i64):
-      %112 = linalg.index 3 : index
-      %113 = arith.index_cast %112 : index to i64
-      %114 = arith.maximumf %in, %out : f32
-      %115 = arith.cmpf ogt, %in, %out : f32
-      %116 = arith.select %115, %113, %out_46 : i64
-      linalg.yield %114, %116 : f32, i64
-    } -> (tensor<1x4x1xf32>, tensor<1x4x1xi64>)
-    %expanded_34 = tensor.expand_shape %67#0 [[0], [1], [2, 3]] output_shape [1, 4, 1, 1] : tensor<1x4x1xf32> into tensor<1x4x1x1xf32>
-    %68 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%62, %expanded_34 : tensor<1x4x1x?xf32>, tensor<1x4x1x1xf32>) outs(%61 : tensor<1x4x1x?xf32>) {
-    ^bb0(%in: f32, %in_46: f32, %out: f32):
-      %112 = arith.subf %in, %in_46 : f32
-      linalg.yield %112 : f32
-    } -> tensor<1x4x1x?xf32>
-    %69 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%68 : tensor<1x4x1x?xf32>) outs(%61 : tensor<1x4x1x?xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %112 = math.exp %in : f32
-      linalg.yield %112 : f32
-    } -> tensor<1x4x1x?xf32>
-    %70 = tensor.empty() : tensor<1x4x1x1xf32>
-    %71 = linalg.fill ins(%cst : f32) outs(%70 : tensor<1x4x1x1xf32>) -> tensor<1x4x1x1xf32>
-    %72 = linalg.generic {indexing_maps = [#map5, #map4], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%69 : tensor<1x4x1x?xf32>) outs(%71 : tensor<1x4x1x1xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %112 = arith.addf %in, %out : f32
-      linalg.yield %112 : f32
-    } -> tensor<1x4x1x1xf32>
-    %73 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%69, %72 : tensor<1x4x1x?xf32>, tensor<1x4x1x1xf32>) outs(%61 : tensor<1x4x1x?xf32>) {
-    ^bb0(%in: f32, %in_46: f32, %out: f32):
-      %112 = arith.divf %in, %in_46 : f32
-      linalg.yield %112 : f32
-    } -> tensor<1x4x1x?xf32>
-    %74 = tensor.empty(%5) : tensor<1x4x1x?xi1>
-    %75 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%62 : tensor<1x4x1x?xf32>) outs(%74 : tensor<1x4x1x?xi1>) {
-    ^bb0(%in: f32, %out: i1):
-      %112 = arith.extf %in : f32 to f64
-      %113 = arith.cmpf oeq, %112, %cst_5 : f64
-      linalg.yield %113 : i1
-    } -> tensor<1x4x1x?xi1>
-    %76 = tensor.empty() : tensor<1x4x1x1xi1>
-    %77 = linalg.fill ins(%true : i1) outs(%76 : tensor<1x4x1x1xi1>) -> tensor<1x4x1x1xi1>
-    %78 = linalg.generic {indexing_maps = [#map5, #map4], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%75 : tensor<1x4x1x?xi1>) outs(%77 : tensor<1x4x1x1xi1>) {
+    %collapsed_24 = tensor.collapse_shape %51 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xf32> into tensor<1x4x?x128xf32>
+    %dim_25 = tensor.dim %collapsed_21, %c2 : tensor<1x4x?x128xf32>
+    %52 = tensor.empty(%dim_25) : tensor<1x4x1x?xi1>
+    %53 = linalg.generic {indexing_maps = [#map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%11 : tensor<1x1x1x?xi1>) outs(%52 : tensor<1x4x1x?xi1>) {
     ^bb0(%in: i1, %out: i1):
-      %112 = arith.andi %in, %out : i1
-      linalg.yield %112 : i1
-    } -> tensor<1x4x1x1xi1>
-    %79 = arith.cmpi sge, %1, %c0_i64 : i64
-    cf.assert %79, "negative values not allowed in new dimensions"
-    %80 = arith.index_cast %1 : i64 to index
-    %81 = tensor.empty(%80) : tensor<1x4x1x?xf32>
-    %82 = linalg.generic {indexing_maps = [#map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%cst_2 : tensor<f32>) outs(%81 : tensor<1x4x1x?xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      linalg.yield %in : f32
-    } -> tensor<1x4x1x?xf32>
-    %83 = arith.cmpi eq, %80, %5 : index
-    cf.assert %83, "mismatched size for broadcast"
-    %84 = linalg.generic {indexing_maps = [#map4, #map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%78, %82, %73 : tensor<1x4x1x1xi1>, tensor<1x4x1x?xf32>, tensor<1x4x1x?xf32>) outs(%81 : tensor<1x4x1x?xf32>) {
-    ^bb0(%in: i1, %in_46: f32, %in_47: f32, %out: f32):
-      %112 = arith.select %in, %in_46, %in_47 : f32
-      linalg.yield %112 : f32
-    } -> tensor<1x4x1x?xf32>
-    cf.assert %10, "unimplemented: dynamic negative broadcast sizes"
-    %85 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%61 : tensor<1x4x1x?xf32>) {
-    ^bb0(%out: f32):
-      %112 = linalg.index 1 : index
-      %113 = linalg.index 3 : index
-      %114 = arith.cmpi eq, %80, %c1 : index
-      %115 = arith.select %114, %c0, %113 : index
-      %extracted = tensor.extract %84[%c0, %112, %c0, %115] : tensor<1x4x1x?xf32>
-      linalg.yield %extracted : f32
-    } -> tensor<1x4x1x?xf32>
-    %collapsed_35 = tensor.collapse_shape %85 [[0, 1], [2], [3]] : tensor<1x4x1x?xf32> into tensor<4x1x?xf32>
-    cf.assert %10, "unimplemented: dynamic negative broadcast sizes"
-    %86 = tensor.empty(%5) : tensor<1x4x?x128xf32>
-    %87 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%86 : tensor<1x4x?x128xf32>) {
-    ^bb0(%out: f32):
-      %112 = linalg.index 1 : index
-      %113 = linalg.index 2 : index
-      %114 = linalg.index 3 : index
-      %115 = arith.cmpi eq, %5, %c1 : index
-      %116 = arith.select %115, %c0, %113 : index
-      %extracted = tensor.extract %collapsed_29[%c0, %112, %116, %114] : tensor<1x4x?x128xf32>
-      linalg.yield %extracted : f32
-    } -> tensor<1x4x?x128xf32>
-    %collapsed_36 = tensor.collapse_shape %87 [[0, 1], [2], [3]] : tensor<1x4x?x128xf32> into tensor<4x?x128xf32>
-    %88 = tensor.empty() : tensor<4x1x128xf32>
-    %89 = linalg.fill ins(%cst : f32) outs(%88 : tensor<4x1x128xf32>) -> tensor<4x1x128xf32>
-    %90 = linalg.batch_matmul ins(%collapsed_35, %collapsed_36 : tensor<4x1x?xf32>, tensor<4x?x128xf32>) outs(%89 : tensor<4x1x128xf32>) -> tensor<4x1x128xf32>
-    %expanded_37 = tensor.expand_shape %90 [[0, 1], [2], [3]] output_shape [1, 4, 1, 128] : tensor<4x1x128xf32> into tensor<1x4x1x128xf32>
-    %91 = tensor.empty() : tensor<1x1x4x128xf32>
-    %transposed_38 = linalg.transpose ins(%expanded_37 : tensor<1x4x1x128xf32>) outs(%91 : tensor<1x1x4x128xf32>) permutation = [0, 2, 1, 3] 
-    %collapsed_39 = tensor.collapse_shape %transposed_38 [[0], [1, 2, 3]] : tensor<1x1x4x128xf32> into tensor<1x512xf32>
-    %92 = tensor.empty() : tensor<1x32xf32>
-    %93 = linalg.fill ins(%cst : f32) outs(%92 : tensor<1x32xf32>) -> tensor<1x32xf32>
-    %94 = linalg.matmul ins(%collapsed_39, %arg7 : tensor<1x512xf32>, tensor<512x32xf32>) outs(%93 : tensor<1x32xf32>) -> tensor<1x32xf32>
-    %expanded_40 = tensor.expand_shape %94 [[0], [1, 2]] output_shape [1, 1, 32] : tensor<1x32xf32> into tensor<1x1x32xf32>
-    %95 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg0, %expanded_40 : tensor<1x1x32xf32>, tensor<1x1x32xf32>) outs(%19 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_46: f32, %out: f32):
-      %112 = arith.addf %in, %in_46 : f32
-      linalg.yield %112 : f32
+      linalg.yield %in : i1
+    } -> tensor<1x4x1x?xi1>
+    %collapsed_26 = tensor.collapse_shape %41 [[0, 1], [2], [3]] : tensor<1x4x1x128xf32> into tensor<4x1x128xf32>
+    %collapsed_27 = tensor.collapse_shape %collapsed_21 [[0, 1], [2], [3]] : tensor<1x4x?x128xf32> into tensor<4x?x128xf32>
+    %collapsed_28 = tensor.collapse_shape %collapsed_24 [[0, 1], [2], [3]] : tensor<1x4x?x128xf32> into tensor<4x?x128xf32>
+    %collapsed_29 = tensor.collapse_shape %53 [[0, 1], [2], [3]] : tensor<1x4x1x?xi1> into tensor<4x1x?xi1>
+    %54 = tensor.empty() : tensor<4x1x128xf32>
+    %55 = linalg.fill ins(%cst : f32) outs(%54 : tensor<4x1x128xf32>) -> tensor<4x1x128xf32>
+    %56 = "snapkv.sdpa"(%collapsed_26, %collapsed_27, %collapsed_28, %collapsed_29, %55) {scale = 0.088388347648318447 : f64} : (tensor<4x1x128xf32>, tensor<4x?x128xf32>, tensor<4x?x128xf32>, tensor<4x1x?xi1>, tensor<4x1x128xf32>) -> tensor<4x1x128xf32>
+    %expanded_30 = tensor.expand_shape %56 [[0, 1], [2], [3]] output_shape [1, 4, 1, 128] : tensor<4x1x128xf32> into tensor<1x4x1x128xf32>
+    %57 = tensor.empty() : tensor<1x1x4x128xf32>
+    %transposed_31 = linalg.transpose ins(%expanded_30 : tensor<1x4x1x128xf32>) outs(%57 : tensor<1x1x4x128xf32>) permutation = [0, 2, 1, 3] 
+    %collapsed_32 = tensor.collapse_shape %transposed_31 [[0], [1, 2, 3]] : tensor<1x1x4x128xf32> into tensor<1x512xf32>
+    %58 = tensor.empty() : tensor<1x32xf32>
+    %59 = linalg.fill ins(%cst : f32) outs(%58 : tensor<1x32xf32>) -> tensor<1x32xf32>
+    %60 = linalg.matmul ins(%collapsed_32, %arg7 : tensor<1x512xf32>, tensor<512x32xf32>) outs(%59 : tensor<1x32xf32>) -> tensor<1x32xf32>
+    %expanded_33 = tensor.expand_shape %60 [[0], [1, 2]] output_shape [1, 1, 32] : tensor<1x32xf32> into tensor<1x1x32xf32>
+    %61 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg0, %expanded_33 : tensor<1x1x32xf32>, tensor<1x1x32xf32>) outs(%19 : tensor<1x1x32xf32>) {
+    ^bb0(%in: f32, %in_39: f32, %out: f32):
+      %78 = arith.addf %in, %in_39 : f32
+      linalg.yield %78 : f32
     } -> tensor<1x1x32xf32>
-    %96 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%95 : tensor<1x1x32xf32>) outs(%19 : tensor<1x1x32xf32>) {
+    %62 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%61 : tensor<1x1x32xf32>) outs(%19 : tensor<1x1x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %112 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %112 : f32
+      %78 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %78 : f32
     } -> tensor<1x1x32xf32>
-    %97 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%96 : tensor<1x1x32xf32>) outs(%21 : tensor<1x1x1xf32>) {
+    %63 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%62 : tensor<1x1x32xf32>) outs(%21 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %112 = arith.addf %in, %out : f32
-      linalg.yield %112 : f32
+      %78 = arith.addf %in, %out : f32
+      linalg.yield %78 : f32
     } -> tensor<1x1x1xf32>
-    %98 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%97 : tensor<1x1x1xf32>) outs(%12 : tensor<1x1x1xf32>) {
+    %64 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%63 : tensor<1x1x1xf32>) outs(%12 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %112 = arith.divf %in, %cst_8 : f32
-      linalg.yield %112 : f32
+      %78 = arith.divf %in, %cst_3 : f32
+      linalg.yield %78 : f32
     } -> tensor<1x1x1xf32>
-    %99 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%98 : tensor<1x1x1xf32>) outs(%12 : tensor<1x1x1xf32>) {
+    %65 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%64 : tensor<1x1x1xf32>) outs(%12 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %112 = arith.truncf %cst_6 : f64 to f32
-      %113 = arith.addf %in, %112 : f32
-      linalg.yield %113 : f32
+      %78 = arith.truncf %cst_1 : f64 to f32
+      %79 = arith.addf %in, %78 : f32
+      linalg.yield %79 : f32
     } -> tensor<1x1x1xf32>
-    %100 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%99 : tensor<1x1x1xf32>) outs(%12 : tensor<1x1x1xf32>) {
+    %66 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%65 : tensor<1x1x1xf32>) outs(%12 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %112 = math.rsqrt %in : f32
-      linalg.yield %112 : f32
+      %78 = math.rsqrt %in : f32
+      linalg.yield %78 : f32
     } -> tensor<1x1x1xf32>
-    %101 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%95, %100 : tensor<1x1x32xf32>, tensor<1x1x1xf32>) outs(%19 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_46: f32, %out: f32):
-      %112 = arith.mulf %in, %in_46 : f32
-      linalg.yield %112 : f32
+    %67 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%61, %66 : tensor<1x1x32xf32>, tensor<1x1x1xf32>) outs(%19 : tensor<1x1x32xf32>) {
+    ^bb0(%in: f32, %in_39: f32, %out: f32):
+      %78 = arith.mulf %in, %in_39 : f32
+      linalg.yield %78 : f32
     } -> tensor<1x1x32xf32>
-    %102 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg12, %101 : tensor<32xf32>, tensor<1x1x32xf32>) outs(%19 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_46: f32, %out: f32):
-      %112 = arith.mulf %in, %in_46 : f32
-      linalg.yield %112 : f32
+    %68 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg12, %67 : tensor<32xf32>, tensor<1x1x32xf32>) outs(%19 : tensor<1x1x32xf32>) {
+    ^bb0(%in: f32, %in_39: f32, %out: f32):
+      %78 = arith.mulf %in, %in_39 : f32
+      linalg.yield %78 : f32
     } -> tensor<1x1x32xf32>
-    %collapsed_41 = tensor.collapse_shape %102 [[0], [1, 2]] : tensor<1x1x32xf32> into tensor<1x32xf32>
-    %103 = tensor.empty() : tensor<1x64xf32>
-    %104 = linalg.fill ins(%cst : f32) outs(%103 : tensor<1x64xf32>) -> tensor<1x64xf32>
-    %105 = linalg.matmul ins(%collapsed_41, %arg8 : tensor<1x32xf32>, tensor<32x64xf32>) outs(%104 : tensor<1x64xf32>) -> tensor<1x64xf32>
-    %expanded_42 = tensor.expand_shape %105 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xf32> into tensor<1x1x64xf32>
-    %106 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_42 : tensor<1x1x64xf32>) outs(%14 : tensor<1x1x64xf32>) {
+    %collapsed_34 = tensor.collapse_shape %68 [[0], [1, 2]] : tensor<1x1x32xf32> into tensor<1x32xf32>
+    %69 = tensor.empty() : tensor<1x64xf32>
+    %70 = linalg.fill ins(%cst : f32) outs(%69 : tensor<1x64xf32>) -> tensor<1x64xf32>
+    %71 = linalg.matmul ins(%collapsed_34, %arg8 : tensor<1x32xf32>, tensor<32x64xf32>) outs(%70 : tensor<1x64xf32>) -> tensor<1x64xf32>
+    %expanded_35 = tensor.expand_shape %71 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xf32> into tensor<1x1x64xf32>
+    %72 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_35 : tensor<1x1x64xf32>) outs(%14 : tensor<1x1x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %112 = arith.negf %in : f32
-      %113 = math.exp %112 : f32
-      %114 = arith.addf %113, %cst_1 : f32
-      %115 = arith.divf %cst_1, %114 : f32
-      linalg.yield %115 : f32
+      %78 = arith.negf %in : f32
+      %79 = math.exp %78 : f32
+      %80 = arith.addf %79, %cst_0 : f32
+      %81 = arith.divf %cst_0, %80 : f32
+      linalg.yield %81 : f32
     } -> tensor<1x1x64xf32>
-    %107 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_42, %106 : tensor<1x1x64xf32>, tensor<1x1x64xf32>) outs(%14 : tensor<1x1x64xf32>) {
-    ^bb0(%in: f32, %in_46: f32, %out: f32):
-      %112 = arith.mulf %in, %in_46 : f32
-      linalg.yield %112 : f32
+    %73 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_35, %72 : tensor<1x1x64xf32>, tensor<1x1x64xf32>) outs(%14 : tensor<1x1x64xf32>) {
+    ^bb0(%in: f32, %in_39: f32, %out: f32):
+      %78 = arith.mulf %in, %in_39 : f32
+      linalg.yield %78 : f32
     } -> tensor<1x1x64xf32>
-    %108 = linalg.matmul ins(%collapsed_41, %arg9 : tensor<1x32xf32>, tensor<32x64xf32>) outs(%104 : tensor<1x64xf32>) -> tensor<1x64xf32>
-    %expanded_43 = tensor.expand_shape %108 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xf32> into tensor<1x1x64xf32>
-    %109 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%107, %expanded_43 : tensor<1x1x64xf32>, tensor<1x1x64xf32>) outs(%14 : tensor<1x1x64xf32>) {
-    ^bb0(%in: f32, %in_46: f32, %out: f32):
-      %112 = arith.mulf %in, %in_46 : f32
-      linalg.yield %112 : f32
+    %74 = linalg.matmul ins(%collapsed_34, %arg9 : tensor<1x32xf32>, tensor<32x64xf32>) outs(%70 : tensor<1x64xf32>) -> tensor<1x64xf32>
+    %expanded_36 = tensor.expand_shape %74 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xf32> into tensor<1x1x64xf32>
+    %75 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%73, %expanded_36 : tensor<1x1x64xf32>, tensor<1x1x64xf32>) outs(%14 : tensor<1x1x64xf32>) {
+    ^bb0(%in: f32, %in_39: f32, %out: f32):
+      %78 = arith.mulf %in, %in_39 : f32
+      linalg.yield %78 : f32
     } -> tensor<1x1x64xf32>
-    %collapsed_44 = tensor.collapse_shape %109 [[0], [1, 2]] : tensor<1x1x64xf32> into tensor<1x64xf32>
-    %110 = linalg.matmul ins(%collapsed_44, %arg10 : tensor<1x64xf32>, tensor<64x32xf32>) outs(%93 : tensor<1x32xf32>) -> tensor<1x32xf32>
-    %expanded_45 = tensor.expand_shape %110 [[0], [1, 2]] output_shape [1, 1, 32] : tensor<1x32xf32> into tensor<1x1x32xf32>
-    %111 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%95, %expanded_45 : tensor<1x1x32xf32>, tensor<1x1x32xf32>) outs(%19 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_46: f32, %out: f32):
-      %112 = arith.addf %in, %in_46 : f32
-      linalg.yield %112 : f32
+    %collapsed_37 = tensor.collapse_shape %75 [[0], [1, 2]] : tensor<1x1x64xf32> into tensor<1x64xf32>
+    %76 = linalg.matmul ins(%collapsed_37, %arg10 : tensor<1x64xf32>, tensor<64x32xf32>) outs(%59 : tensor<1x32xf32>) -> tensor<1x32xf32>
+    %expanded_38 = tensor.expand_shape %76 [[0], [1, 2]] output_shape [1, 1, 32] : tensor<1x32xf32> into tensor<1x1x32xf32>
+    %77 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%61, %expanded_38 : tensor<1x1x32xf32>, tensor<1x1x32xf32>) outs(%19 : tensor<1x1x32xf32>) {
+    ^bb0(%in: f32, %in_39: f32, %out: f32):
+      %78 = arith.addf %in, %in_39 : f32
+      linalg.yield %78 : f32
     } -> tensor<1x1x32xf32>
-    return %111, %concat_23, %concat_24 : tensor<1x1x32xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>
+    return %77, %concat_18, %concat_19 : tensor<1x1x32xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>
   }
   func.func private @extend_layer(%arg0: tensor<1x?x32xf32>, %arg1: tensor<1xi64>, %arg2: tensor<1x2x?x128xf32>, %arg3: tensor<1x2x?x128xf32>, %arg4: tensor<32x512xf32>, %arg5: tensor<32x256xf32>, %arg6: tensor<32x256xf32>, %arg7: tensor<512x32xf32>, %arg8: tensor<32x64xf32>, %arg9: tensor<32x64xf32>, %arg10: tensor<64x32xf32>, %arg11: tensor<32xf32>, %arg12: tensor<32xf32>) -> (tensor<1x?x32xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>) {
+    %cst = arith.constant 0.000000e+00 : f32
+    %c1 = arith.constant 1 : index
+    %c2 = arith.constant 2 : index
     %c0_i64 = arith.constant 0 : i64
     %c2_i64 = arith.constant 2 : i64
     %c1_i64 = arith.constant 1 : i64
-    %c4_i64 = arith.constant 4 : i64
-    %c1 = arith.constant 1 : index
     %c0 = arith.constant 0 : index
-    %c2 = arith.constant 2 : index
-    %cst = arith.constant 0.000000e+00 : f32
     %c128_i64 = arith.constant 128 : i64
-    %cst_0 = arith.constant 0xFF800000 : f32
-    %true = arith.constant true
-    %cst_1 = arith.constant 1.000000e+00 : f32
-    %cst_2 = arith.constant dense<0.000000e+00> : tensor<f32>
-    %cst_3 = arith.constant dense<0xFF800000> : tensor<f32>
-    %cst_4 = arith.constant 0.29730177875068026 : f64
-    %cst_5 = arith.constant 0xFFF0000000000000 : f64
-    %cst_6 = arith.constant 9.9999999999999995E-7 : f64
-    %cst_7 = arith.constant dense_resource<torch_tensor_64_torch.float32> : tensor<64xf32>
-    %cst_8 = arith.constant 3.200000e+01 : f32
+    %cst_0 = arith.constant 1.000000e+00 : f32
+    %cst_1 = arith.constant 9.9999999999999995E-7 : f64
+    %cst_2 = arith.constant dense_resource<torch_tensor_64_torch.float32> : tensor<64xf32>
+    %cst_3 = arith.constant 3.200000e+01 : f32
     %c512_i64 = arith.constant 512 : i64
     %c256_i64 = arith.constant 256 : i64
     %dim = tensor.dim %arg0, %c1 : tensor<1x?x32xf32>
     %0 = arith.index_cast %dim : index to i64
-    %dim_9 = tensor.dim %arg2, %c2 : tensor<1x2x?x128xf32>
-    %1 = arith.index_cast %dim_9 : index to i64
+    %dim_4 = tensor.dim %arg2, %c2 : tensor<1x2x?x128xf32>
+    %1 = arith.index_cast %dim_4 : index to i64
     %2 = tensor.empty(%dim) : tensor<?xi64>
     %3 = linalg.generic {indexing_maps = [#map2], iterator_types = ["parallel"]} outs(%2 : tensor<?xi64>) {
     ^bb0(%out: i64):
-      %168 = linalg.index 0 : index
-      %169 = arith.index_cast %168 : index to i64
-      linalg.yield %169 : i64
+      %112 = linalg.index 0 : index
+      %113 = arith.index_cast %112 : index to i64
+      linalg.yield %113 : i64
     } -> tensor<?xi64>
-    %4 = linalg.generic {indexing_maps = [#map13, #map2, #map2], iterator_types = ["parallel"]} ins(%arg1, %3 : tensor<1xi64>, tensor<?xi64>) outs(%2 : tensor<?xi64>) {
-    ^bb0(%in: i64, %in_59: i64, %out: i64):
-      %168 = arith.addi %in, %in_59 : i64
-      linalg.yield %168 : i64
+    %4 = linalg.generic {indexing_maps = [#map11, #map2, #map2], iterator_types = ["parallel"]} ins(%arg1, %3 : tensor<1xi64>, tensor<?xi64>) outs(%2 : tensor<?xi64>) {
+    ^bb0(%in: i64, %in_53: i64, %out: i64):
+      %112 = arith.addi %in, %in_53 : i64
+      linalg.yield %112 : i64
     } -> tensor<?xi64>
     %5 = arith.addi %1, %0 : i64
     %6 = linalg.generic {indexing_maps = [#map2, #map2], iterator_types = ["parallel"]} ins(%3 : tensor<?xi64>) outs(%2 : tensor<?xi64>) {
     ^bb0(%in: i64, %out: i64):
-      %168 = arith.addi %in, %1 : i64
-      linalg.yield %168 : i64
+      %112 = arith.addi %in, %1 : i64
+      linalg.yield %112 : i64
     } -> tensor<?xi64>
     %7 = arith.index_cast %5 : i64 to index
     %8 = tensor.empty(%7) : tensor<?xi64>
     %9 = linalg.generic {indexing_maps = [#map2], iterator_types = ["parallel"]} outs(%8 : tensor<?xi64>) {
     ^bb0(%out: i64):
-      %168 = linalg.index 0 : index
-      %169 = arith.index_cast %168 : index to i64
-      linalg.yield %169 : i64
+      %112 = linalg.index 0 : index
+      %113 = arith.index_cast %112 : index to i64
+      linalg.yield %113 : i64
     } -> tensor<?xi64>
     %expanded = tensor.expand_shape %6 [[0, 1, 2, 3]] output_shape [1, 1, %dim, 1] : tensor<?xi64> into tensor<1x1x?x1xi64>
-    %expanded_10 = tensor.expand_shape %9 [[0, 1, 2, 3]] output_shape [1, 1, 1, %7] : tensor<?xi64> into tensor<1x1x1x?xi64>
+    %expanded_5 = tensor.expand_shape %9 [[0, 1, 2, 3]] output_shape [1, 1, 1, %7] : tensor<?xi64> into tensor<1x1x1x?xi64>
     %10 = tensor.empty(%dim, %7) : tensor<1x1x?x?xi1>
-    %11 = linalg.generic {indexing_maps = [#map3, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_10, %expanded : tensor<1x1x1x?xi64>, tensor<1x1x?x1xi64>) outs(%10 : tensor<1x1x?x?xi1>) {
-    ^bb0(%in: i64, %in_59: i64, %out: i1):
-      %168 = arith.cmpi sle, %in, %in_59 : i64
-      linalg.yield %168 : i1
+    %11 = linalg.generic {indexing_maps = [#map3, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_5, %expanded : tensor<1x1x1x?xi64>, tensor<1x1x?x1xi64>) outs(%10 : tensor<1x1x?x?xi1>) {
+    ^bb0(%in: i64, %in_53: i64, %out: i1):
+      %112 = arith.cmpi sle, %in, %in_53 : i64
+      linalg.yield %112 : i1
     } -> tensor<1x1x?x?xi1>
     %12 = arith.cmpi sge, %0, %c0_i64 : i64
     cf.assert %12, "unimplemented: dynamic negative broadcast sizes"
@@ -1056,84 +755,84 @@ module {
     %14 = tensor.empty(%dim, %7) : tensor<1x1x?x?xi1>
     %15 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%14 : tensor<1x1x?x?xi1>) {
     ^bb0(%out: i1):
-      %168 = linalg.index 2 : index
-      %169 = linalg.index 3 : index
-      %170 = arith.cmpi eq, %dim, %c1 : index
-      %171 = arith.select %170, %c0, %168 : index
-      %172 = arith.cmpi eq, %7, %c1 : index
-      %173 = arith.select %172, %c0, %169 : index
-      %extracted = tensor.extract %11[%c0, %c0, %171, %173] : tensor<1x1x?x?xi1>
+      %112 = linalg.index 2 : index
+      %113 = linalg.index 3 : index
+      %114 = arith.cmpi eq, %dim, %c1 : index
+      %115 = arith.select %114, %c0, %112 : index
+      %116 = arith.cmpi eq, %7, %c1 : index
+      %117 = arith.select %116, %c0, %113 : index
+      %extracted = tensor.extract %11[%c0, %c0, %115, %117] : tensor<1x1x?x?xi1>
       linalg.yield %extracted : i1
     } -> tensor<1x1x?x?xi1>
-    %expanded_11 = tensor.expand_shape %4 [[0, 1, 2]] output_shape [1, %dim, 1] : tensor<?xi64> into tensor<1x?x1xi64>
+    %expanded_6 = tensor.expand_shape %4 [[0, 1, 2]] output_shape [1, %dim, 1] : tensor<?xi64> into tensor<1x?x1xi64>
     %16 = tensor.empty(%dim) : tensor<1x?x1xf32>
-    %17 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_11 : tensor<1x?x1xi64>) outs(%16 : tensor<1x?x1xf32>) {
+    %17 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_6 : tensor<1x?x1xi64>) outs(%16 : tensor<1x?x1xf32>) {
     ^bb0(%in: i64, %out: f32):
-      %168 = arith.sitofp %in : i64 to f32
-      linalg.yield %168 : f32
+      %112 = arith.sitofp %in : i64 to f32
+      linalg.yield %112 : f32
     } -> tensor<1x?x1xf32>
     %18 = tensor.empty(%dim) : tensor<1x?x64xf32>
-    %19 = linalg.generic {indexing_maps = [#map6, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%17, %cst_7 : tensor<1x?x1xf32>, tensor<64xf32>) outs(%18 : tensor<1x?x64xf32>) {
-    ^bb0(%in: f32, %in_59: f32, %out: f32):
-      %168 = arith.mulf %in, %in_59 : f32
-      linalg.yield %168 : f32
+    %19 = linalg.generic {indexing_maps = [#map6, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%17, %cst_2 : tensor<1x?x1xf32>, tensor<64xf32>) outs(%18 : tensor<1x?x64xf32>) {
+    ^bb0(%in: f32, %in_53: f32, %out: f32):
+      %112 = arith.mulf %in, %in_53 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x?x64xf32>
     %concat = tensor.concat dim(2) %19, %19 : (tensor<1x?x64xf32>, tensor<1x?x64xf32>) -> tensor<1x?x128xf32>
-    %dim_12 = tensor.dim %19, %c1 : tensor<1x?x64xf32>
-    %20 = tensor.empty(%dim_12) : tensor<1x?x128xf32>
+    %dim_7 = tensor.dim %19, %c1 : tensor<1x?x64xf32>
+    %20 = tensor.empty(%dim_7) : tensor<1x?x128xf32>
     %21 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%concat : tensor<1x?x128xf32>) outs(%20 : tensor<1x?x128xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %168 = math.cos %in : f32
-      linalg.yield %168 : f32
+      %112 = math.cos %in : f32
+      linalg.yield %112 : f32
     } -> tensor<1x?x128xf32>
     %22 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%concat : tensor<1x?x128xf32>) outs(%20 : tensor<1x?x128xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %168 = math.sin %in : f32
-      linalg.yield %168 : f32
+      %112 = math.sin %in : f32
+      linalg.yield %112 : f32
     } -> tensor<1x?x128xf32>
     %23 = tensor.empty(%dim) : tensor<1x?x32xf32>
     %24 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg0 : tensor<1x?x32xf32>) outs(%23 : tensor<1x?x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %168 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %168 : f32
+      %112 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %112 : f32
     } -> tensor<1x?x32xf32>
     %25 = linalg.fill ins(%cst : f32) outs(%16 : tensor<1x?x1xf32>) -> tensor<1x?x1xf32>
     %26 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%24 : tensor<1x?x32xf32>) outs(%25 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %168 = arith.addf %in, %out : f32
-      linalg.yield %168 : f32
+      %112 = arith.addf %in, %out : f32
+      linalg.yield %112 : f32
     } -> tensor<1x?x1xf32>
     %27 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%26 : tensor<1x?x1xf32>) outs(%16 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %168 = arith.divf %in, %cst_8 : f32
-      linalg.yield %168 : f32
+      %112 = arith.divf %in, %cst_3 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x?x1xf32>
     %28 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%27 : tensor<1x?x1xf32>) outs(%16 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %168 = arith.truncf %cst_6 : f64 to f32
-      %169 = arith.addf %in, %168 : f32
-      linalg.yield %169 : f32
+      %112 = arith.truncf %cst_1 : f64 to f32
+      %113 = arith.addf %in, %112 : f32
+      linalg.yield %113 : f32
     } -> tensor<1x?x1xf32>
     %29 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%28 : tensor<1x?x1xf32>) outs(%16 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %168 = math.rsqrt %in : f32
-      linalg.yield %168 : f32
+      %112 = math.rsqrt %in : f32
+      linalg.yield %112 : f32
     } -> tensor<1x?x1xf32>
     %30 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg0, %29 : tensor<1x?x32xf32>, tensor<1x?x1xf32>) outs(%23 : tensor<1x?x32xf32>) {
-    ^bb0(%in: f32, %in_59: f32, %out: f32):
-      %168 = arith.mulf %in, %in_59 : f32
-      linalg.yield %168 : f32
+    ^bb0(%in: f32, %in_53: f32, %out: f32):
+      %112 = arith.mulf %in, %in_53 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x?x32xf32>
     %31 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg11, %30 : tensor<32xf32>, tensor<1x?x32xf32>) outs(%23 : tensor<1x?x32xf32>) {
-    ^bb0(%in: f32, %in_59: f32, %out: f32):
-      %168 = arith.mulf %in, %in_59 : f32
-      linalg.yield %168 : f32
+    ^bb0(%in: f32, %in_53: f32, %out: f32):
+      %112 = arith.mulf %in, %in_53 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x?x32xf32>
     %collapsed = tensor.collapse_shape %31 [[0, 1], [2]] : tensor<1x?x32xf32> into tensor<?x32xf32>
     %32 = tensor.empty(%dim) : tensor<?x512xf32>
     %33 = linalg.fill ins(%cst : f32) outs(%32 : tensor<?x512xf32>) -> tensor<?x512xf32>
     %34 = linalg.matmul ins(%collapsed, %arg4 : tensor<?x32xf32>, tensor<32x512xf32>) outs(%33 : tensor<?x512xf32>) -> tensor<?x512xf32>
-    %expanded_13 = tensor.expand_shape %34 [[0, 1], [2]] output_shape [1, %dim, 512] : tensor<?x512xf32> into tensor<1x?x512xf32>
+    %expanded_8 = tensor.expand_shape %34 [[0, 1], [2]] output_shape [1, %dim, 512] : tensor<?x512xf32> into tensor<1x?x512xf32>
     %35 = arith.cmpi slt, %0, %c0_i64 : i64
     %36 = arith.select %35, %c1_i64, %0 : i64
     %37 = arith.extui %35 : i1 to i64
@@ -1145,403 +844,239 @@ module {
     %42 = arith.divsi %41, %39 : i64
     %43 = arith.select %35, %42, %0 : i64
     %from_elements = tensor.from_elements %c1_i64, %43, %42, %c128_i64 : tensor<4xi64>
-    %reshape = tensor.reshape %expanded_13(%from_elements) : (tensor<1x?x512xf32>, tensor<4xi64>) -> tensor<1x?x4x128xf32>
+    %reshape = tensor.reshape %expanded_8(%from_elements) : (tensor<1x?x512xf32>, tensor<4xi64>) -> tensor<1x?x4x128xf32>
     %44 = arith.index_cast %43 : i64 to index
     %45 = tensor.empty(%44) : tensor<1x4x?x128xf32>
     %transposed = linalg.transpose ins(%reshape : tensor<1x?x4x128xf32>) outs(%45 : tensor<1x4x?x128xf32>) permutation = [0, 2, 1, 3] 
     %46 = tensor.empty(%dim) : tensor<?x256xf32>
     %47 = linalg.fill ins(%cst : f32) outs(%46 : tensor<?x256xf32>) -> tensor<?x256xf32>
     %48 = linalg.matmul ins(%collapsed, %arg5 : tensor<?x32xf32>, tensor<32x256xf32>) outs(%47 : tensor<?x256xf32>) -> tensor<?x256xf32>
-    %expanded_14 = tensor.expand_shape %48 [[0, 1], [2]] output_shape [1, %dim, 256] : tensor<?x256xf32> into tensor<1x?x256xf32>
+    %expanded_9 = tensor.expand_shape %48 [[0, 1], [2]] output_shape [1, %dim, 256] : tensor<?x256xf32> into tensor<1x?x256xf32>
     cf.assert %40, "must have at most one inferred (negative) dimension"
     %49 = arith.muli %0, %c256_i64 : i64
     %50 = arith.divsi %49, %39 : i64
     %51 = arith.select %35, %50, %0 : i64
-    %from_elements_15 = tensor.from_elements %c1_i64, %51, %50, %c128_i64 : tensor<4xi64>
-    %reshape_16 = tensor.reshape %expanded_14(%from_elements_15) : (tensor<1x?x256xf32>, tensor<4xi64>) -> tensor<1x?x2x128xf32>
+    %from_elements_10 = tensor.from_elements %c1_i64, %51, %50, %c128_i64 : tensor<4xi64>
+    %reshape_11 = tensor.reshape %expanded_9(%from_elements_10) : (tensor<1x?x256xf32>, tensor<4xi64>) -> tensor<1x?x2x128xf32>
     %52 = arith.index_cast %51 : i64 to index
     %53 = tensor.empty(%52) : tensor<1x2x?x128xf32>
-    %transposed_17 = linalg.transpose ins(%reshape_16 : tensor<1x?x2x128xf32>) outs(%53 : tensor<1x2x?x128xf32>) permutation = [0, 2, 1, 3] 
+    %transposed_12 = linalg.transpose ins(%reshape_11 : tensor<1x?x2x128xf32>) outs(%53 : tensor<1x2x?x128xf32>) permutation = [0, 2, 1, 3] 
     %54 = linalg.matmul ins(%collapsed, %arg6 : tensor<?x32xf32>, tensor<32x256xf32>) outs(%47 : tensor<?x256xf32>) -> tensor<?x256xf32>
-    %expanded_18 = tensor.expand_shape %54 [[0, 1], [2]] output_shape [1, %dim, 256] : tensor<?x256xf32> into tensor<1x?x256xf32>
+    %expanded_13 = tensor.expand_shape %54 [[0, 1], [2]] output_shape [1, %dim, 256] : tensor<?x256xf32> into tensor<1x?x256xf32>
     cf.assert %40, "must have at most one inferred (negative) dimension"
-    %reshape_19 = tensor.reshape %expanded_18(%from_elements_15) : (tensor<1x?x256xf32>, tensor<4xi64>) -> tensor<1x?x2x128xf32>
-    %transposed_20 = linalg.transpose ins(%reshape_19 : tensor<1x?x2x128xf32>) outs(%53 : tensor<1x2x?x128xf32>) permutation = [0, 2, 1, 3] 
-    %expanded_21 = tensor.expand_shape %21 [[0], [1, 2], [3]] output_shape [1, 1, %dim_12, 128] : tensor<1x?x128xf32> into tensor<1x1x?x128xf32>
-    %expanded_22 = tensor.expand_shape %22 [[0], [1, 2], [3]] output_shape [1, 1, %dim_12, 128] : tensor<1x?x128xf32> into tensor<1x1x?x128xf32>
-    %55 = arith.cmpi eq, %44, %dim_12 : index
+    %reshape_14 = tensor.reshape %expanded_13(%from_elements_10) : (tensor<1x?x256xf32>, tensor<4xi64>) -> tensor<1x?x2x128xf32>
+    %transposed_15 = linalg.transpose ins(%reshape_14 : tensor<1x?x2x128xf32>) outs(%53 : tensor<1x2x?x128xf32>) permutation = [0, 2, 1, 3] 
+    %expanded_16 = tensor.expand_shape %21 [[0], [1, 2], [3]] output_shape [1, 1, %dim_7, 128] : tensor<1x?x128xf32> into tensor<1x1x?x128xf32>
+    %expanded_17 = tensor.expand_shape %22 [[0], [1, 2], [3]] output_shape [1, 1, %dim_7, 128] : tensor<1x?x128xf32> into tensor<1x1x?x128xf32>
+    %55 = arith.cmpi eq, %44, %dim_7 : index
     cf.assert %55, "mismatched size for broadcast"
-    %56 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed, %expanded_21 : tensor<1x4x?x128xf32>, tensor<1x1x?x128xf32>) outs(%45 : tensor<1x4x?x128xf32>) {
-    ^bb0(%in: f32, %in_59: f32, %out: f32):
-      %168 = arith.mulf %in, %in_59 : f32
-      linalg.yield %168 : f32
+    %56 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed, %expanded_16 : tensor<1x4x?x128xf32>, tensor<1x1x?x128xf32>) outs(%45 : tensor<1x4x?x128xf32>) {
+    ^bb0(%in: f32, %in_53: f32, %out: f32):
+      %112 = arith.mulf %in, %in_53 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x4x?x128xf32>
     %extracted_slice = tensor.extract_slice %transposed[0, 0, 0, 0] [1, 4, %44, 64] [1, 1, 1, 1] : tensor<1x4x?x128xf32> to tensor<1x4x?x64xf32>
-    %extracted_slice_23 = tensor.extract_slice %transposed[0, 0, 0, 64] [1, 4, %44, 64] [1, 1, 1, 1] : tensor<1x4x?x128xf32> to tensor<1x4x?x64xf32>
+    %extracted_slice_18 = tensor.extract_slice %transposed[0, 0, 0, 64] [1, 4, %44, 64] [1, 1, 1, 1] : tensor<1x4x?x128xf32> to tensor<1x4x?x64xf32>
     %57 = tensor.empty(%44) : tensor<1x4x?x64xf32>
-    %58 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_23 : tensor<1x4x?x64xf32>) outs(%57 : tensor<1x4x?x64xf32>) {
+    %58 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_18 : tensor<1x4x?x64xf32>) outs(%57 : tensor<1x4x?x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %168 = arith.negf %in : f32
-      linalg.yield %168 : f32
+      %112 = arith.negf %in : f32
+      linalg.yield %112 : f32
     } -> tensor<1x4x?x64xf32>
-    %concat_24 = tensor.concat dim(3) %58, %extracted_slice : (tensor<1x4x?x64xf32>, tensor<1x4x?x64xf32>) -> tensor<1x4x?x128xf32>
-    %dim_25 = tensor.dim %58, %c2 : tensor<1x4x?x64xf32>
-    %59 = arith.cmpi eq, %dim_25, %dim_12 : index
+    %concat_19 = tensor.concat dim(3) %58, %extracted_slice : (tensor<1x4x?x64xf32>, tensor<1x4x?x64xf32>) -> tensor<1x4x?x128xf32>
+    %dim_20 = tensor.dim %58, %c2 : tensor<1x4x?x64xf32>
+    %59 = arith.cmpi eq, %dim_20, %dim_7 : index
     cf.assert %59, "mismatched size for broadcast"
-    %60 = tensor.empty(%dim_25) : tensor<1x4x?x128xf32>
-    %61 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_24, %expanded_22 : tensor<1x4x?x128xf32>, tensor<1x1x?x128xf32>) outs(%60 : tensor<1x4x?x128xf32>) {
-    ^bb0(%in: f32, %in_59: f32, %out: f32):
-      %168 = arith.mulf %in, %in_59 : f32
-      linalg.yield %168 : f32
+    %60 = tensor.empty(%dim_20) : tensor<1x4x?x128xf32>
+    %61 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_19, %expanded_17 : tensor<1x4x?x128xf32>, tensor<1x1x?x128xf32>) outs(%60 : tensor<1x4x?x128xf32>) {
+    ^bb0(%in: f32, %in_53: f32, %out: f32):
+      %112 = arith.mulf %in, %in_53 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x4x?x128xf32>
-    %62 = arith.cmpi eq, %44, %dim_25 : index
+    %62 = arith.cmpi eq, %44, %dim_20 : index
     cf.assert %62, "mismatched size for broadcast"
     %63 = linalg.generic {indexing_maps = [#map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%56, %61 : tensor<1x4x?x128xf32>, tensor<1x4x?x128xf32>) outs(%45 : tensor<1x4x?x128xf32>) {
-    ^bb0(%in: f32, %in_59: f32, %out: f32):
-      %168 = arith.addf %in, %in_59 : f32
-      linalg.yield %168 : f32
+    ^bb0(%in: f32, %in_53: f32, %out: f32):
+      %112 = arith.addf %in, %in_53 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x4x?x128xf32>
-    %64 = arith.cmpi eq, %52, %dim_12 : index
+    %64 = arith.cmpi eq, %52, %dim_7 : index
     cf.assert %64, "mismatched size for broadcast"
-    %65 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_17, %expanded_21 : tensor<1x2x?x128xf32>, tensor<1x1x?x128xf32>) outs(%53 : tensor<1x2x?x128xf32>) {
-    ^bb0(%in: f32, %in_59: f32, %out: f32):
-      %168 = arith.mulf %in, %in_59 : f32
-      linalg.yield %168 : f32
+    %65 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_12, %expanded_16 : tensor<1x2x?x128xf32>, tensor<1x1x?x128xf32>) outs(%53 : tensor<1x2x?x128xf32>) {
+    ^bb0(%in: f32, %in_53: f32, %out: f32):
+      %112 = arith.mulf %in, %in_53 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x2x?x128xf32>
-    %extracted_slice_26 = tensor.extract_slice %transposed_17[0, 0, 0, 0] [1, 2, %52, 64] [1, 1, 1, 1] : tensor<1x2x?x128xf32> to tensor<1x2x?x64xf32>
-    %extracted_slice_27 = tensor.extract_slice %transposed_17[0, 0, 0, 64] [1, 2, %52, 64] [1, 1, 1, 1] : tensor<1x2x?x128xf32> to tensor<1x2x?x64xf32>
+    %extracted_slice_21 = tensor.extract_slice %transposed_12[0, 0, 0, 0] [1, 2, %52, 64] [1, 1, 1, 1] : tensor<1x2x?x128xf32> to tensor<1x2x?x64xf32>
+    %extracted_slice_22 = tensor.extract_slice %transposed_12[0, 0, 0, 64] [1, 2, %52, 64] [1, 1, 1, 1] : tensor<1x2x?x128xf32> to tensor<1x2x?x64xf32>
     %66 = tensor.empty(%52) : tensor<1x2x?x64xf32>
-    %67 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_27 : tensor<1x2x?x64xf32>) outs(%66 : tensor<1x2x?x64xf32>) {
+    %67 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_22 : tensor<1x2x?x64xf32>) outs(%66 : tensor<1x2x?x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %168 = arith.negf %in : f32
-      linalg.yield %168 : f32
+      %112 = arith.negf %in : f32
+      linalg.yield %112 : f32
     } -> tensor<1x2x?x64xf32>
-    %concat_28 = tensor.concat dim(3) %67, %extracted_slice_26 : (tensor<1x2x?x64xf32>, tensor<1x2x?x64xf32>) -> tensor<1x2x?x128xf32>
-    %dim_29 = tensor.dim %67, %c2 : tensor<1x2x?x64xf32>
-    %68 = arith.cmpi eq, %dim_29, %dim_12 : index
+    %concat_23 = tensor.concat dim(3) %67, %extracted_slice_21 : (tensor<1x2x?x64xf32>, tensor<1x2x?x64xf32>) -> tensor<1x2x?x128xf32>
+    %dim_24 = tensor.dim %67, %c2 : tensor<1x2x?x64xf32>
+    %68 = arith.cmpi eq, %dim_24, %dim_7 : index
     cf.assert %68, "mismatched size for broadcast"
-    %69 = tensor.empty(%dim_29) : tensor<1x2x?x128xf32>
-    %70 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_28, %expanded_22 : tensor<1x2x?x128xf32>, tensor<1x1x?x128xf32>) outs(%69 : tensor<1x2x?x128xf32>) {
-    ^bb0(%in: f32, %in_59: f32, %out: f32):
-      %168 = arith.mulf %in, %in_59 : f32
-      linalg.yield %168 : f32
+    %69 = tensor.empty(%dim_24) : tensor<1x2x?x128xf32>
+    %70 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_23, %expanded_17 : tensor<1x2x?x128xf32>, tensor<1x1x?x128xf32>) outs(%69 : tensor<1x2x?x128xf32>) {
+    ^bb0(%in: f32, %in_53: f32, %out: f32):
+      %112 = arith.mulf %in, %in_53 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x2x?x128xf32>
-    %71 = arith.cmpi eq, %52, %dim_29 : index
+    %71 = arith.cmpi eq, %52, %dim_24 : index
     cf.assert %71, "mismatched size for broadcast"
     %72 = linalg.generic {indexing_maps = [#map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%65, %70 : tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>) outs(%53 : tensor<1x2x?x128xf32>) {
-    ^bb0(%in: f32, %in_59: f32, %out: f32):
-      %168 = arith.addf %in, %in_59 : f32
-      linalg.yield %168 : f32
+    ^bb0(%in: f32, %in_53: f32, %out: f32):
+      %112 = arith.addf %in, %in_53 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x2x?x128xf32>
-    %concat_30 = tensor.concat dim(2) %arg2, %72 : (tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>) -> tensor<1x2x?x128xf32>
-    %concat_31 = tensor.concat dim(2) %arg3, %transposed_20 : (tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>) -> tensor<1x2x?x128xf32>
-    %dim_32 = tensor.dim %72, %c2 : tensor<1x2x?x128xf32>
-    %73 = affine.apply #map14()[%dim_9, %dim_32]
-    %expanded_33 = tensor.expand_shape %concat_30 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %73, 128] : tensor<1x2x?x128xf32> into tensor<1x2x1x?x128xf32>
+    %concat_25 = tensor.concat dim(2) %arg2, %72 : (tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>) -> tensor<1x2x?x128xf32>
+    %concat_26 = tensor.concat dim(2) %arg3, %transposed_15 : (tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>) -> tensor<1x2x?x128xf32>
+    %dim_27 = tensor.dim %72, %c2 : tensor<1x2x?x128xf32>
+    %73 = affine.apply #map12()[%dim_4, %dim_27]
+    %expanded_28 = tensor.expand_shape %concat_25 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %73, 128] : tensor<1x2x?x128xf32> into tensor<1x2x1x?x128xf32>
     cf.assert %13, "unimplemented: dynamic negative broadcast sizes"
     %74 = tensor.empty(%7) : tensor<1x2x2x?x128xf32>
     %75 = linalg.generic {indexing_maps = [#map9], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} outs(%74 : tensor<1x2x2x?x128xf32>) {
     ^bb0(%out: f32):
-      %168 = linalg.index 1 : index
-      %169 = linalg.index 3 : index
-      %170 = linalg.index 4 : index
-      %171 = arith.cmpi eq, %73, %c1 : index
-      %172 = arith.select %171, %c0, %169 : index
-      %extracted = tensor.extract %expanded_33[%c0, %168, %c0, %172, %170] : tensor<1x2x1x?x128xf32>
+      %112 = linalg.index 1 : index
+      %113 = linalg.index 3 : index
+      %114 = linalg.index 4 : index
+      %115 = arith.cmpi eq, %73, %c1 : index
+      %116 = arith.select %115, %c0, %113 : index
+      %extracted = tensor.extract %expanded_28[%c0, %112, %c0, %116, %114] : tensor<1x2x1x?x128xf32>
       linalg.yield %extracted : f32
     } -> tensor<1x2x2x?x128xf32>
-    %collapsed_34 = tensor.collapse_shape %75 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xf32> into tensor<1x4x?x128xf32>
-    %dim_35 = tensor.dim %arg3, %c2 : tensor<1x2x?x128xf32>
-    %dim_36 = tensor.dim %transposed_20, %c2 : tensor<1x2x?x128xf32>
-    %76 = affine.apply #map14()[%dim_35, %dim_36]
-    %expanded_37 = tensor.expand_shape %concat_31 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %76, 128] : tensor<1x2x?x128xf32> into tensor<1x2x1x?x128xf32>
+    %collapsed_29 = tensor.collapse_shape %75 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xf32> into tensor<1x4x?x128xf32>
+    %dim_30 = tensor.dim %arg3, %c2 : tensor<1x2x?x128xf32>
+    %dim_31 = tensor.dim %transposed_15, %c2 : tensor<1x2x?x128xf32>
+    %76 = affine.apply #map12()[%dim_30, %dim_31]
+    %expanded_32 = tensor.expand_shape %concat_26 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %76, 128] : tensor<1x2x?x128xf32> into tensor<1x2x1x?x128xf32>
     cf.assert %13, "unimplemented: dynamic negative broadcast sizes"
     %77 = linalg.generic {indexing_maps = [#map9], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} outs(%74 : tensor<1x2x2x?x128xf32>) {
     ^bb0(%out: f32):
-      %168 = linalg.index 1 : index
-      %169 = linalg.index 3 : index
-      %170 = linalg.index 4 : index
-      %171 = arith.cmpi eq, %76, %c1 : index
-      %172 = arith.select %171, %c0, %169 : index
-      %extracted = tensor.extract %expanded_37[%c0, %168, %c0, %172, %170] : tensor<1x2x1x?x128xf32>
+      %112 = linalg.index 1 : index
+      %113 = linalg.index 3 : index
+      %114 = linalg.index 4 : index
+      %115 = arith.cmpi eq, %76, %c1 : index
+      %116 = arith.select %115, %c0, %113 : index
+      %extracted = tensor.extract %expanded_32[%c0, %112, %c0, %116, %114] : tensor<1x2x1x?x128xf32>
       linalg.yield %extracted : f32
     } -> tensor<1x2x2x?x128xf32>
-    %collapsed_38 = tensor.collapse_shape %77 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xf32> into tensor<1x4x?x128xf32>
-    %78 = tensor.empty(%dim, %7) : tensor<1x1x?x?xf32>
-    %79 = linalg.generic {indexing_maps = [#map5, #map10, #map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%15, %cst_2, %cst_3 : tensor<1x1x?x?xi1>, tensor<f32>, tensor<f32>) outs(%78 : tensor<1x1x?x?xf32>) {
-    ^bb0(%in: i1, %in_59: f32, %in_60: f32, %out: f32):
-      %168 = arith.select %in, %in_59, %in_60 : f32
-      linalg.yield %168 : f32
-    } -> tensor<1x1x?x?xf32>
-    %80 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%63 : tensor<1x4x?x128xf32>) outs(%45 : tensor<1x4x?x128xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %168 = arith.truncf %cst_4 : f64 to f32
-      %169 = arith.mulf %in, %168 : f32
-      linalg.yield %169 : f32
-    } -> tensor<1x4x?x128xf32>
-    %81 = tensor.empty(%7) : tensor<1x4x128x?xf32>
-    %transposed_39 = linalg.transpose ins(%collapsed_34 : tensor<1x4x?x128xf32>) outs(%81 : tensor<1x4x128x?xf32>) permutation = [0, 1, 3, 2] 
-    %82 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_39 : tensor<1x4x128x?xf32>) outs(%81 : tensor<1x4x128x?xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %168 = arith.truncf %cst_4 : f64 to f32
-      %169 = arith.mulf %in, %168 : f32
-      linalg.yield %169 : f32
-    } -> tensor<1x4x128x?xf32>
-    cf.assert %12, "unimplemented: dynamic negative broadcast sizes"
-    %83 = tensor.empty(%dim) : tensor<1x4x?x128xf32>
-    %84 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%83 : tensor<1x4x?x128xf32>) {
-    ^bb0(%out: f32):
-      %168 = linalg.index 1 : index
-      %169 = linalg.index 2 : index
-      %170 = linalg.index 3 : index
-      %171 = arith.cmpi eq, %44, %c1 : index
-      %172 = arith.select %171, %c0, %169 : index
-      %extracted = tensor.extract %80[%c0, %168, %172, %170] : tensor<1x4x?x128xf32>
-      linalg.yield %extracted : f32
-    } -> tensor<1x4x?x128xf32>
-    %collapsed_40 = tensor.collapse_shape %84 [[0, 1], [2], [3]] : tensor<1x4x?x128xf32> into tensor<4x?x128xf32>
-    cf.assert %13, "unimplemented: dynamic negative broadcast sizes"
-    %85 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%81 : tensor<1x4x128x?xf32>) {
-    ^bb0(%out: f32):
-      %168 = linalg.index 1 : index
-      %169 = linalg.index 2 : index
-      %170 = linalg.index 3 : index
-      %171 = arith.cmpi eq, %7, %c1 : index
-      %172 = arith.select %171, %c0, %170 : index
-      %extracted = tensor.extract %82[%c0, %168, %169, %172] : tensor<1x4x128x?xf32>
-      linalg.yield %extracted : f32
-    } -> tensor<1x4x128x?xf32>
-    %collapsed_41 = tensor.collapse_shape %85 [[0, 1], [2], [3]] : tensor<1x4x128x?xf32> into tensor<4x128x?xf32>
-    %86 = tensor.empty(%dim, %7) : tensor<4x?x?xf32>
-    %87 = linalg.fill ins(%cst : f32) outs(%86 : tensor<4x?x?xf32>) -> tensor<4x?x?xf32>
-    %88 = linalg.batch_matmul ins(%collapsed_40, %collapsed_41 : tensor<4x?x128xf32>, tensor<4x128x?xf32>) outs(%87 : tensor<4x?x?xf32>) -> tensor<4x?x?xf32>
-    %89 = arith.muli %0, %c4_i64 : i64
-    %90 = arith.select %35, %c4_i64, %89 : i64
-    %91 = arith.muli %90, %5 : i64
-    %92 = arith.cmpi slt, %5, %c0_i64 : i64
-    %93 = arith.select %92, %90, %91 : i64
-    %94 = arith.select %92, %38, %37 : i64
-    %95 = arith.cmpi sle, %94, %c1_i64 : i64
-    cf.assert %95, "must have at most one inferred (negative) dimension"
-    %96 = arith.muli %89, %5 : i64
-    %97 = arith.divsi %96, %93 : i64
-    %98 = arith.select %35, %97, %0 : i64
-    %99 = arith.select %92, %97, %5 : i64
-    %from_elements_42 = tensor.from_elements %c1_i64, %c4_i64, %98, %99 : tensor<4xi64>
-    %reshape_43 = tensor.reshape %88(%from_elements_42) : (tensor<4x?x?xf32>, tensor<4xi64>) -> tensor<1x4x?x?xf32>
-    %100 = arith.index_cast %98 : i64 to index
-    %101 = arith.index_cast %99 : i64 to index
-    %102 = arith.cmpi eq, %100, %dim : index
-    cf.assert %102, "mismatched size for broadcast"
-    %103 = arith.cmpi eq, %101, %7 : index
-    cf.assert %103, "mismatched size for broadcast"
-    %104 = tensor.empty(%100, %101) : tensor<1x4x?x?xf32>
-    %105 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%reshape_43, %79 : tensor<1x4x?x?xf32>, tensor<1x1x?x?xf32>) outs(%104 : tensor<1x4x?x?xf32>) {
-    ^bb0(%in: f32, %in_59: f32, %out: f32):
-      %168 = arith.addf %in, %in_59 : f32
-      linalg.yield %168 : f32
-    } -> tensor<1x4x?x?xf32>
-    %106 = tensor.empty(%100) : tensor<1x4x?xi64>
-    %107 = linalg.fill ins(%c0_i64 : i64) outs(%106 : tensor<1x4x?xi64>) -> tensor<1x4x?xi64>
-    %108 = tensor.empty(%100) : tensor<1x4x?xf32>
-    %109 = linalg.fill ins(%cst_0 : f32) outs(%108 : tensor<1x4x?xf32>) -> tensor<1x4x?xf32>
-    %110:2 = linalg.generic {indexing_maps = [#map5, #map11, #map11], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%105 : tensor<1x4x?x?xf32>) outs(%109, %107 : tensor<1x4x?xf32>, tensor<1x4x?xi64>) {
-    ^bb0(%in: f32, %out: f32, %out_59: i64):
-      %168 = linalg.index 3 : index
-      %169 = arith.index_cast %168 : index to i64
-      %170 = arith.maximumf %in, %out : f32
-      %171 = arith.cmpf ogt, %in, %out : f32
-      %172 = arith.select %171, %169, %out_59 : i64
-      linalg.yield %170, %172 : f32, i64
-    } -> (tensor<1x4x?xf32>, tensor<1x4x?xi64>)
-    %expanded_44 = tensor.expand_shape %110#0 [[0], [1], [2, 3]] output_shape [1, 4, %100, 1] : tensor<1x4x?xf32> into tensor<1x4x?x1xf32>
-    %111 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%105, %expanded_44 : tensor<1x4x?x?xf32>, tensor<1x4x?x1xf32>) outs(%104 : tensor<1x4x?x?xf32>) {
-    ^bb0(%in: f32, %in_59: f32, %out: f32):
-      %168 = arith.subf %in, %in_59 : f32
-      linalg.yield %168 : f32
-    } -> tensor<1x4x?x?xf32>
-    %112 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%111 : tensor<1x4x?x?xf32>) outs(%104 : tensor<1x4x?x?xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %168 = math.exp %in : f32
-      linalg.yield %168 : f32
-    } -> tensor<1x4x?x?xf32>
-    %113 = tensor.empty(%100) : tensor<1x4x?x1xf32>
-    %114 = linalg.fill ins(%cst : f32) outs(%113 : tensor<1x4x?x1xf32>) -> tensor<1x4x?x1xf32>
-    %115 = linalg.generic {indexing_maps = [#map5, #map4], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%112 : tensor<1x4x?x?xf32>) outs(%114 : tensor<1x4x?x1xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %168 = arith.addf %in, %out : f32
-      linalg.yield %168 : f32
-    } -> tensor<1x4x?x1xf32>
-    %116 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%112, %115 : tensor<1x4x?x?xf32>, tensor<1x4x?x1xf32>) outs(%104 : tensor<1x4x?x?xf32>) {
-    ^bb0(%in: f32, %in_59: f32, %out: f32):
-      %168 = arith.divf %in, %in_59 : f32
-      linalg.yield %168 : f32
-    } -> tensor<1x4x?x?xf32>
-    %117 = tensor.empty(%100, %101) : tensor<1x4x?x?xi1>
-    %118 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%105 : tensor<1x4x?x?xf32>) outs(%117 : tensor<1x4x?x?xi1>) {
-    ^bb0(%in: f32, %out: i1):
-      %168 = arith.extf %in : f32 to f64
-      %169 = arith.cmpf oeq, %168, %cst_5 : f64
-      linalg.yield %169 : i1
-    } -> tensor<1x4x?x?xi1>
-    %119 = tensor.empty(%100) : tensor<1x4x?x1xi1>
-    %120 = linalg.fill ins(%true : i1) outs(%119 : tensor<1x4x?x1xi1>) -> tensor<1x4x?x1xi1>
-    %121 = linalg.generic {indexing_maps = [#map5, #map4], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%118 : tensor<1x4x?x?xi1>) outs(%120 : tensor<1x4x?x1xi1>) {
+    %collapsed_33 = tensor.collapse_shape %77 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xf32> into tensor<1x4x?x128xf32>
+    %dim_34 = tensor.dim %63, %c2 : tensor<1x4x?x128xf32>
+    %dim_35 = tensor.dim %collapsed_29, %c2 : tensor<1x4x?x128xf32>
+    %78 = tensor.empty(%dim_34, %dim_35) : tensor<1x4x?x?xi1>
+    %79 = linalg.generic {indexing_maps = [#map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%15 : tensor<1x1x?x?xi1>) outs(%78 : tensor<1x4x?x?xi1>) {
     ^bb0(%in: i1, %out: i1):
-      %168 = arith.andi %in, %out : i1
-      linalg.yield %168 : i1
-    } -> tensor<1x4x?x1xi1>
-    %122 = arith.cmpi sge, %98, %c0_i64 : i64
-    cf.assert %122, "negative values not allowed in new dimensions"
-    %123 = arith.index_cast %98 : i64 to index
-    %124 = arith.cmpi sge, %99, %c0_i64 : i64
-    cf.assert %124, "negative values not allowed in new dimensions"
-    %125 = arith.index_cast %99 : i64 to index
-    %126 = tensor.empty(%123, %125) : tensor<1x4x?x?xf32>
-    %127 = linalg.generic {indexing_maps = [#map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%cst_2 : tensor<f32>) outs(%126 : tensor<1x4x?x?xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      linalg.yield %in : f32
-    } -> tensor<1x4x?x?xf32>
-    %128 = arith.cmpi eq, %100, %123 : index
-    cf.assert %128, "mismatched size for broadcast"
-    %129 = arith.cmpi eq, %125, %101 : index
-    cf.assert %129, "mismatched size for broadcast"
-    %130 = tensor.empty(%100, %125) : tensor<1x4x?x?xf32>
-    %131 = linalg.generic {indexing_maps = [#map4, #map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%121, %127, %116 : tensor<1x4x?x1xi1>, tensor<1x4x?x?xf32>, tensor<1x4x?x?xf32>) outs(%130 : tensor<1x4x?x?xf32>) {
-    ^bb0(%in: i1, %in_59: f32, %in_60: f32, %out: f32):
-      %168 = arith.select %in, %in_59, %in_60 : f32
-      linalg.yield %168 : f32
-    } -> tensor<1x4x?x?xf32>
-    cf.assert %12, "unimplemented: dynamic negative broadcast sizes"
-    cf.assert %13, "unimplemented: dynamic negative broadcast sizes"
-    %132 = tensor.empty(%dim, %7) : tensor<1x4x?x?xf32>
-    %133 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%132 : tensor<1x4x?x?xf32>) {
-    ^bb0(%out: f32):
-      %168 = linalg.index 1 : index
-      %169 = linalg.index 2 : index
-      %170 = linalg.index 3 : index
-      %171 = arith.cmpi eq, %100, %c1 : index
-      %172 = arith.select %171, %c0, %169 : index
-      %173 = arith.cmpi eq, %125, %c1 : index
-      %174 = arith.select %173, %c0, %170 : index
-      %extracted = tensor.extract %131[%c0, %168, %172, %174] : tensor<1x4x?x?xf32>
-      linalg.yield %extracted : f32
-    } -> tensor<1x4x?x?xf32>
-    cf.assert %95, "must have at most one inferred (negative) dimension"
-    %from_elements_45 = tensor.from_elements %c4_i64, %98, %99 : tensor<3xi64>
-    %reshape_46 = tensor.reshape %133(%from_elements_45) : (tensor<1x4x?x?xf32>, tensor<3xi64>) -> tensor<4x?x?xf32>
-    cf.assert %13, "unimplemented: dynamic negative broadcast sizes"
-    %134 = tensor.empty(%7) : tensor<1x4x?x128xf32>
-    %135 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%134 : tensor<1x4x?x128xf32>) {
-    ^bb0(%out: f32):
-      %168 = linalg.index 1 : index
-      %169 = linalg.index 2 : index
-      %170 = linalg.index 3 : index
-      %171 = arith.cmpi eq, %7, %c1 : index
-      %172 = arith.select %171, %c0, %169 : index
-      %extracted = tensor.extract %collapsed_38[%c0, %168, %172, %170] : tensor<1x4x?x128xf32>
-      linalg.yield %extracted : f32
-    } -> tensor<1x4x?x128xf32>
-    %collapsed_47 = tensor.collapse_shape %135 [[0, 1], [2], [3]] : tensor<1x4x?x128xf32> into tensor<4x?x128xf32>
-    %136 = arith.cmpi eq, %99, %5 : i64
-    cf.assert %136, "mismatching contracting dimension"
-    %137 = tensor.empty(%100) : tensor<4x?x128xf32>
-    %138 = linalg.fill ins(%cst : f32) outs(%137 : tensor<4x?x128xf32>) -> tensor<4x?x128xf32>
-    %139 = linalg.batch_matmul ins(%reshape_46, %collapsed_47 : tensor<4x?x?xf32>, tensor<4x?x128xf32>) outs(%138 : tensor<4x?x128xf32>) -> tensor<4x?x128xf32>
-    %expanded_48 = tensor.expand_shape %139 [[0, 1], [2], [3]] output_shape [1, 4, %100, 128] : tensor<4x?x128xf32> into tensor<1x4x?x128xf32>
-    %140 = tensor.empty(%100) : tensor<1x?x4x128xf32>
-    %transposed_49 = linalg.transpose ins(%expanded_48 : tensor<1x4x?x128xf32>) outs(%140 : tensor<1x?x4x128xf32>) permutation = [0, 2, 1, 3] 
+      linalg.yield %in : i1
+    } -> tensor<1x4x?x?xi1>
+    %collapsed_36 = tensor.collapse_shape %63 [[0, 1], [2], [3]] : tensor<1x4x?x128xf32> into tensor<4x?x128xf32>
+    %collapsed_37 = tensor.collapse_shape %collapsed_29 [[0, 1], [2], [3]] : tensor<1x4x?x128xf32> into tensor<4x?x128xf32>
+    %collapsed_38 = tensor.collapse_shape %collapsed_33 [[0, 1], [2], [3]] : tensor<1x4x?x128xf32> into tensor<4x?x128xf32>
+    %collapsed_39 = tensor.collapse_shape %79 [[0, 1], [2], [3]] : tensor<1x4x?x?xi1> into tensor<4x?x?xi1>
+    %80 = tensor.empty(%dim_34) : tensor<4x?x128xf32>
+    %81 = linalg.fill ins(%cst : f32) outs(%80 : tensor<4x?x128xf32>) -> tensor<4x?x128xf32>
+    %82 = "snapkv.sdpa"(%collapsed_36, %collapsed_37, %collapsed_38, %collapsed_39, %81) {scale = 0.088388347648318447 : f64} : (tensor<4x?x128xf32>, tensor<4x?x128xf32>, tensor<4x?x128xf32>, tensor<4x?x?xi1>, tensor<4x?x128xf32>) -> tensor<4x?x128xf32>
+    %dim_40 = tensor.dim %82, %c1 : tensor<4x?x128xf32>
+    %expanded_41 = tensor.expand_shape %82 [[0, 1], [2], [3]] output_shape [1, 4, %dim_40, 128] : tensor<4x?x128xf32> into tensor<1x4x?x128xf32>
+    %dim_42 = tensor.dim %expanded_41, %c2 : tensor<1x4x?x128xf32>
+    %83 = tensor.empty(%dim_42) : tensor<1x?x4x128xf32>
+    %transposed_43 = linalg.transpose ins(%expanded_41 : tensor<1x4x?x128xf32>) outs(%83 : tensor<1x?x4x128xf32>) permutation = [0, 2, 1, 3] 
     cf.assert %40, "must have at most one inferred (negative) dimension"
-    %141 = arith.muli %98, %c512_i64 : i64
-    %142 = arith.divsi %141, %36 : i64
-    %143 = arith.select %35, %142, %0 : i64
-    %from_elements_50 = tensor.from_elements %c1_i64, %143, %142 : tensor<3xi64>
-    %reshape_51 = tensor.reshape %transposed_49(%from_elements_50) : (tensor<1x?x4x128xf32>, tensor<3xi64>) -> tensor<1x?x512xf32>
-    %collapsed_52 = tensor.collapse_shape %reshape_51 [[0, 1], [2]] : tensor<1x?x512xf32> into tensor<?x512xf32>
-    %144 = arith.index_cast %143 : i64 to index
-    %145 = tensor.empty(%144) : tensor<?x32xf32>
-    %146 = linalg.fill ins(%cst : f32) outs(%145 : tensor<?x32xf32>) -> tensor<?x32xf32>
-    %147 = linalg.matmul ins(%collapsed_52, %arg7 : tensor<?x512xf32>, tensor<512x32xf32>) outs(%146 : tensor<?x32xf32>) -> tensor<?x32xf32>
-    %expanded_53 = tensor.expand_shape %147 [[0, 1], [2]] output_shape [1, %144, 32] : tensor<?x32xf32> into tensor<1x?x32xf32>
-    %148 = arith.cmpi eq, %dim, %144 : index
-    cf.assert %148, "mismatched size for broadcast"
-    %149 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg0, %expanded_53 : tensor<1x?x32xf32>, tensor<1x?x32xf32>) outs(%23 : tensor<1x?x32xf32>) {
-    ^bb0(%in: f32, %in_59: f32, %out: f32):
-      %168 = arith.addf %in, %in_59 : f32
-      linalg.yield %168 : f32
+    %84 = arith.index_cast %dim_42 : index to i64
+    %85 = arith.muli %84, %c512_i64 : i64
+    %86 = arith.divsi %85, %36 : i64
+    %87 = arith.select %35, %86, %0 : i64
+    %from_elements_44 = tensor.from_elements %c1_i64, %87, %86 : tensor<3xi64>
+    %reshape_45 = tensor.reshape %transposed_43(%from_elements_44) : (tensor<1x?x4x128xf32>, tensor<3xi64>) -> tensor<1x?x512xf32>
+    %collapsed_46 = tensor.collapse_shape %reshape_45 [[0, 1], [2]] : tensor<1x?x512xf32> into tensor<?x512xf32>
+    %88 = arith.index_cast %87 : i64 to index
+    %89 = tensor.empty(%88) : tensor<?x32xf32>
+    %90 = linalg.fill ins(%cst : f32) outs(%89 : tensor<?x32xf32>) -> tensor<?x32xf32>
+    %91 = linalg.matmul ins(%collapsed_46, %arg7 : tensor<?x512xf32>, tensor<512x32xf32>) outs(%90 : tensor<?x32xf32>) -> tensor<?x32xf32>
+    %expanded_47 = tensor.expand_shape %91 [[0, 1], [2]] output_shape [1, %88, 32] : tensor<?x32xf32> into tensor<1x?x32xf32>
+    %92 = arith.cmpi eq, %dim, %88 : index
+    cf.assert %92, "mismatched size for broadcast"
+    %93 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg0, %expanded_47 : tensor<1x?x32xf32>, tensor<1x?x32xf32>) outs(%23 : tensor<1x?x32xf32>) {
+    ^bb0(%in: f32, %in_53: f32, %out: f32):
+      %112 = arith.addf %in, %in_53 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x?x32xf32>
-    %150 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%149 : tensor<1x?x32xf32>) outs(%23 : tensor<1x?x32xf32>) {
+    %94 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%93 : tensor<1x?x32xf32>) outs(%23 : tensor<1x?x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %168 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %168 : f32
+      %112 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %112 : f32
     } -> tensor<1x?x32xf32>
-    %151 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%150 : tensor<1x?x32xf32>) outs(%25 : tensor<1x?x1xf32>) {
+    %95 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%94 : tensor<1x?x32xf32>) outs(%25 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %168 = arith.addf %in, %out : f32
-      linalg.yield %168 : f32
+      %112 = arith.addf %in, %out : f32
+      linalg.yield %112 : f32
     } -> tensor<1x?x1xf32>
-    %152 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%151 : tensor<1x?x1xf32>) outs(%16 : tensor<1x?x1xf32>) {
+    %96 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%95 : tensor<1x?x1xf32>) outs(%16 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %168 = arith.divf %in, %cst_8 : f32
-      linalg.yield %168 : f32
+      %112 = arith.divf %in, %cst_3 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x?x1xf32>
-    %153 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%152 : tensor<1x?x1xf32>) outs(%16 : tensor<1x?x1xf32>) {
+    %97 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%96 : tensor<1x?x1xf32>) outs(%16 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %168 = arith.truncf %cst_6 : f64 to f32
-      %169 = arith.addf %in, %168 : f32
-      linalg.yield %169 : f32
+      %112 = arith.truncf %cst_1 : f64 to f32
+      %113 = arith.addf %in, %112 : f32
+      linalg.yield %113 : f32
     } -> tensor<1x?x1xf32>
-    %154 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%153 : tensor<1x?x1xf32>) outs(%16 : tensor<1x?x1xf32>) {
+    %98 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%97 : tensor<1x?x1xf32>) outs(%16 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %168 = math.rsqrt %in : f32
-      linalg.yield %168 : f32
+      %112 = math.rsqrt %in : f32
+      linalg.yield %112 : f32
     } -> tensor<1x?x1xf32>
-    %155 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%149, %154 : tensor<1x?x32xf32>, tensor<1x?x1xf32>) outs(%23 : tensor<1x?x32xf32>) {
-    ^bb0(%in: f32, %in_59: f32, %out: f32):
-      %168 = arith.mulf %in, %in_59 : f32
-      linalg.yield %168 : f32
+    %99 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%93, %98 : tensor<1x?x32xf32>, tensor<1x?x1xf32>) outs(%23 : tensor<1x?x32xf32>) {
+    ^bb0(%in: f32, %in_53: f32, %out: f32):
+      %112 = arith.mulf %in, %in_53 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x?x32xf32>
-    %156 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg12, %155 : tensor<32xf32>, tensor<1x?x32xf32>) outs(%23 : tensor<1x?x32xf32>) {
-    ^bb0(%in: f32, %in_59: f32, %out: f32):
-      %168 = arith.mulf %in, %in_59 : f32
-      linalg.yield %168 : f32
+    %100 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg12, %99 : tensor<32xf32>, tensor<1x?x32xf32>) outs(%23 : tensor<1x?x32xf32>) {
+    ^bb0(%in: f32, %in_53: f32, %out: f32):
+      %112 = arith.mulf %in, %in_53 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x?x32xf32>
-    %collapsed_54 = tensor.collapse_shape %156 [[0, 1], [2]] : tensor<1x?x32xf32> into tensor<?x32xf32>
-    %157 = tensor.empty(%dim) : tensor<?x64xf32>
-    %158 = linalg.fill ins(%cst : f32) outs(%157 : tensor<?x64xf32>) -> tensor<?x64xf32>
-    %159 = linalg.matmul ins(%collapsed_54, %arg8 : tensor<?x32xf32>, tensor<32x64xf32>) outs(%158 : tensor<?x64xf32>) -> tensor<?x64xf32>
-    %expanded_55 = tensor.expand_shape %159 [[0, 1], [2]] output_shape [1, %dim, 64] : tensor<?x64xf32> into tensor<1x?x64xf32>
-    %160 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_55 : tensor<1x?x64xf32>) outs(%18 : tensor<1x?x64xf32>) {
+    %collapsed_48 = tensor.collapse_shape %100 [[0, 1], [2]] : tensor<1x?x32xf32> into tensor<?x32xf32>
+    %101 = tensor.empty(%dim) : tensor<?x64xf32>
+    %102 = linalg.fill ins(%cst : f32) outs(%101 : tensor<?x64xf32>) -> tensor<?x64xf32>
+    %103 = linalg.matmul ins(%collapsed_48, %arg8 : tensor<?x32xf32>, tensor<32x64xf32>) outs(%102 : tensor<?x64xf32>) -> tensor<?x64xf32>
+    %expanded_49 = tensor.expand_shape %103 [[0, 1], [2]] output_shape [1, %dim, 64] : tensor<?x64xf32> into tensor<1x?x64xf32>
+    %104 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_49 : tensor<1x?x64xf32>) outs(%18 : tensor<1x?x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %168 = arith.negf %in : f32
-      %169 = math.exp %168 : f32
-      %170 = arith.addf %169, %cst_1 : f32
-      %171 = arith.divf %cst_1, %170 : f32
-      linalg.yield %171 : f32
+      %112 = arith.negf %in : f32
+      %113 = math.exp %112 : f32
+      %114 = arith.addf %113, %cst_0 : f32
+      %115 = arith.divf %cst_0, %114 : f32
+      linalg.yield %115 : f32
     } -> tensor<1x?x64xf32>
-    %161 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_55, %160 : tensor<1x?x64xf32>, tensor<1x?x64xf32>) outs(%18 : tensor<1x?x64xf32>) {
-    ^bb0(%in: f32, %in_59: f32, %out: f32):
-      %168 = arith.mulf %in, %in_59 : f32
-      linalg.yield %168 : f32
+    %105 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_49, %104 : tensor<1x?x64xf32>, tensor<1x?x64xf32>) outs(%18 : tensor<1x?x64xf32>) {
+    ^bb0(%in: f32, %in_53: f32, %out: f32):
+      %112 = arith.mulf %in, %in_53 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x?x64xf32>
-    %162 = linalg.matmul ins(%collapsed_54, %arg9 : tensor<?x32xf32>, tensor<32x64xf32>) outs(%158 : tensor<?x64xf32>) -> tensor<?x64xf32>
-    %expanded_56 = tensor.expand_shape %162 [[0, 1], [2]] output_shape [1, %dim, 64] : tensor<?x64xf32> into tensor<1x?x64xf32>
-    %163 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%161, %expanded_56 : tensor<1x?x64xf32>, tensor<1x?x64xf32>) outs(%18 : tensor<1x?x64xf32>) {
-    ^bb0(%in: f32, %in_59: f32, %out: f32):
-      %168 = arith.mulf %in, %in_59 : f32
-      linalg.yield %168 : f32
+    %106 = linalg.matmul ins(%collapsed_48, %arg9 : tensor<?x32xf32>, tensor<32x64xf32>) outs(%102 : tensor<?x64xf32>) -> tensor<?x64xf32>
+    %expanded_50 = tensor.expand_shape %106 [[0, 1], [2]] output_shape [1, %dim, 64] : tensor<?x64xf32> into tensor<1x?x64xf32>
+    %107 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%105, %expanded_50 : tensor<1x?x64xf32>, tensor<1x?x64xf32>) outs(%18 : tensor<1x?x64xf32>) {
+    ^bb0(%in: f32, %in_53: f32, %out: f32):
+      %112 = arith.mulf %in, %in_53 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x?x64xf32>
-    %collapsed_57 = tensor.collapse_shape %163 [[0, 1], [2]] : tensor<1x?x64xf32> into tensor<?x64xf32>
-    %164 = tensor.empty(%dim) : tensor<?x32xf32>
-    %165 = linalg.fill ins(%cst : f32) outs(%164 : tensor<?x32xf32>) -> tensor<?x32xf32>
-    %166 = linalg.matmul ins(%collapsed_57, %arg10 : tensor<?x64xf32>, tensor<64x32xf32>) outs(%165 : tensor<?x32xf32>) -> tensor<?x32xf32>
-    %expanded_58 = tensor.expand_shape %166 [[0, 1], [2]] output_shape [1, %dim, 32] : tensor<?x32xf32> into tensor<1x?x32xf32>
-    %167 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%149, %expanded_58 : tensor<1x?x32xf32>, tensor<1x?x32xf32>) outs(%23 : tensor<1x?x32xf32>) {
-    ^bb0(%in: f32, %in_59: f32, %out: f32):
-      %168 = arith.addf %in, %in_59 : f32
-      linalg.yield %168 : f32
+    %collapsed_51 = tensor.collapse_shape %107 [[0, 1], [2]] : tensor<1x?x64xf32> into tensor<?x64xf32>
+    %108 = tensor.empty(%dim) : tensor<?x32xf32>
+    %109 = linalg.fill ins(%cst : f32) outs(%108 : tensor<?x32xf32>) -> tensor<?x32xf32>
+    %110 = linalg.matmul ins(%collapsed_51, %arg10 : tensor<?x64xf32>, tensor<64x32xf32>) outs(%109 : tensor<?x32xf32>) -> tensor<?x32xf32>
+    %expanded_52 = tensor.expand_shape %110 [[0, 1], [2]] output_shape [1, %dim, 32] : tensor<?x32xf32> into tensor<1x?x32xf32>
+    %111 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%93, %expanded_52 : tensor<1x?x32xf32>, tensor<1x?x32xf32>) outs(%23 : tensor<1x?x32xf32>) {
+    ^bb0(%in: f32, %in_53: f32, %out: f32):
+      %112 = arith.addf %in, %in_53 : f32
+      linalg.yield %112 : f32
     } -> tensor<1x?x32xf32>
-    return %167, %concat_30, %concat_31 : tensor<1x?x32xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>
+    return %111, %concat_25, %concat_26 : tensor<1x?x32xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>
   }
   func.func private @head(%arg0: tensor<1x?x32xf32>, %arg1: tensor<32xf32>, %arg2: tensor<32x64xf32>) -> tensor<1x1x64xf32> {
     %c2_i64 = arith.constant 2 : i64

@@ -12,73 +12,64 @@
 #map7 = affine_map<(d0, d1, d2) -> (d2)>
 #map8 = affine_map<(d0, d1, d2, d3) -> (d0, 0, d2, d3)>
 #map9 = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3, d4)>
-#map10 = affine_map<(d0, d1, d2, d3) -> ()>
-#map11 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>
-#map12 = affine_map<()[s0] -> (s0 + 1)>
+#map10 = affine_map<()[s0] -> (s0 + 1)>
 module {
   func.func @prefill(%arg0: tensor<1x?xi64>) -> (tensor<1x?x64xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>) {
+    %cst = arith.constant 0.000000e+00 : f32
+    %c1 = arith.constant 1 : index
+    %c2 = arith.constant 2 : index
     %c2_i64 = arith.constant 2 : i64
     %c0_i64 = arith.constant 0 : i64
     %c1_i64 = arith.constant 1 : i64
-    %c1 = arith.constant 1 : index
     %c0 = arith.constant 0 : index
     %c64 = arith.constant 64 : index
-    %cst = arith.constant 0.000000e+00 : f32
     %c128_i64 = arith.constant 128 : i64
-    %c4_i64 = arith.constant 4 : i64
-    %cst_0 = arith.constant 0xFF800000 : f32
-    %true = arith.constant true
-    %cst_1 = arith.constant 1.000000e+00 : f32
-    %cst_2 = arith.constant dense<0.000000e+00> : tensor<f32>
-    %cst_3 = arith.constant dense<0xFF800000> : tensor<f32>
-    %cst_4 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_3> : tensor<64x32xf32>
-    %cst_5 = arith.constant dense_resource<torch_tensor_32_torch.float32_2> : tensor<32xf32>
-    %cst_6 = arith.constant dense_resource<torch_tensor_32_64_torch.float32> : tensor<32x64xf32>
-    %cst_7 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_2> : tensor<64x32xf32>
-    %cst_8 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_1> : tensor<64x32xf32>
-    %cst_9 = arith.constant dense_resource<torch_tensor_32_torch.float32_1> : tensor<32xf32>
-    %cst_10 = arith.constant dense_resource<torch_tensor_32_512_torch.float32> : tensor<32x512xf32>
-    %cst_11 = arith.constant 0.29730177875068026 : f64
-    %cst_12 = arith.constant 0xFFF0000000000000 : f64
-    %cst_13 = arith.constant dense_resource<torch_tensor_256_32_torch.float32_1> : tensor<256x32xf32>
-    %cst_14 = arith.constant dense_resource<torch_tensor_256_32_torch.float32> : tensor<256x32xf32>
-    %cst_15 = arith.constant dense_resource<torch_tensor_512_32_torch.float32> : tensor<512x32xf32>
-    %cst_16 = arith.constant dense_resource<torch_tensor_32_torch.float32> : tensor<32xf32>
-    %cst_17 = arith.constant 9.9999999999999995E-7 : f64
-    %cst_18 = arith.constant dense_resource<torch_tensor_64_torch.float32> : tensor<64xf32>
-    %cst_19 = arith.constant dense_resource<torch_tensor_64_32_torch.float32> : tensor<64x32xf32>
-    %cst_20 = arith.constant 3.200000e+01 : f32
+    %cst_0 = arith.constant 1.000000e+00 : f32
+    %cst_1 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_3> : tensor<64x32xf32>
+    %cst_2 = arith.constant dense_resource<torch_tensor_32_torch.float32_2> : tensor<32xf32>
+    %cst_3 = arith.constant dense_resource<torch_tensor_32_64_torch.float32> : tensor<32x64xf32>
+    %cst_4 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_2> : tensor<64x32xf32>
+    %cst_5 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_1> : tensor<64x32xf32>
+    %cst_6 = arith.constant dense_resource<torch_tensor_32_torch.float32_1> : tensor<32xf32>
+    %cst_7 = arith.constant dense_resource<torch_tensor_32_512_torch.float32> : tensor<32x512xf32>
+    %cst_8 = arith.constant dense_resource<torch_tensor_256_32_torch.float32_1> : tensor<256x32xf32>
+    %cst_9 = arith.constant dense_resource<torch_tensor_256_32_torch.float32> : tensor<256x32xf32>
+    %cst_10 = arith.constant dense_resource<torch_tensor_512_32_torch.float32> : tensor<512x32xf32>
+    %cst_11 = arith.constant dense_resource<torch_tensor_32_torch.float32> : tensor<32xf32>
+    %cst_12 = arith.constant 9.9999999999999995E-7 : f64
+    %cst_13 = arith.constant dense_resource<torch_tensor_64_torch.float32> : tensor<64xf32>
+    %cst_14 = arith.constant dense_resource<torch_tensor_64_32_torch.float32> : tensor<64x32xf32>
+    %cst_15 = arith.constant 3.200000e+01 : f32
     %c512_i64 = arith.constant 512 : i64
     %c256_i64 = arith.constant 256 : i64
-    %c2 = arith.constant 2 : index
     %dim = tensor.dim %arg0, %c1 : tensor<1x?xi64>
     %0 = arith.index_cast %dim : index to i64
     %1 = tensor.empty(%dim) : tensor<1x?x32xf32>
     %2 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg0 : tensor<1x?xi64>) outs(%1 : tensor<1x?x32xf32>) {
     ^bb0(%in: i64, %out: f32):
-      %165 = arith.index_cast %in : i64 to index
-      %166 = linalg.index 2 : index
-      %167 = arith.cmpi slt, %165, %c64 : index
-      cf.assert %167, "index must be smaller than dim size"
-      %168 = arith.cmpi sge, %in, %c0_i64 : i64
-      cf.assert %168, "index must be larger or equal to 0"
-      %extracted = tensor.extract %cst_19[%165, %166] : tensor<64x32xf32>
+      %116 = arith.index_cast %in : i64 to index
+      %117 = linalg.index 2 : index
+      %118 = arith.cmpi slt, %116, %c64 : index
+      cf.assert %118, "index must be smaller than dim size"
+      %119 = arith.cmpi sge, %in, %c0_i64 : i64
+      cf.assert %119, "index must be larger or equal to 0"
+      %extracted = tensor.extract %cst_14[%116, %117] : tensor<64x32xf32>
       linalg.yield %extracted : f32
     } -> tensor<1x?x32xf32>
     %3 = tensor.empty(%dim) : tensor<?xi64>
     %4 = linalg.generic {indexing_maps = [#map2], iterator_types = ["parallel"]} outs(%3 : tensor<?xi64>) {
     ^bb0(%out: i64):
-      %165 = linalg.index 0 : index
-      %166 = arith.index_cast %165 : index to i64
-      linalg.yield %166 : i64
+      %116 = linalg.index 0 : index
+      %117 = arith.index_cast %116 : index to i64
+      linalg.yield %117 : i64
     } -> tensor<?xi64>
     %expanded = tensor.expand_shape %4 [[0, 1, 2, 3]] output_shape [1, 1, %dim, 1] : tensor<?xi64> into tensor<1x1x?x1xi64>
-    %expanded_21 = tensor.expand_shape %4 [[0, 1, 2, 3]] output_shape [1, 1, 1, %dim] : tensor<?xi64> into tensor<1x1x1x?xi64>
+    %expanded_16 = tensor.expand_shape %4 [[0, 1, 2, 3]] output_shape [1, 1, 1, %dim] : tensor<?xi64> into tensor<1x1x1x?xi64>
     %5 = tensor.empty(%dim, %dim) : tensor<1x1x?x?xi1>
-    %6 = linalg.generic {indexing_maps = [#map3, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_21, %expanded : tensor<1x1x1x?xi64>, tensor<1x1x?x1xi64>) outs(%5 : tensor<1x1x?x?xi1>) {
-    ^bb0(%in: i64, %in_75: i64, %out: i1):
-      %165 = arith.cmpi sle, %in, %in_75 : i64
-      linalg.yield %165 : i1
+    %6 = linalg.generic {indexing_maps = [#map3, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_16, %expanded : tensor<1x1x1x?xi64>, tensor<1x1x?x1xi64>) outs(%5 : tensor<1x1x?x?xi1>) {
+    ^bb0(%in: i64, %in_69: i64, %out: i1):
+      %116 = arith.cmpi sle, %in, %in_69 : i64
+      linalg.yield %116 : i1
     } -> tensor<1x1x?x?xi1>
     %7 = arith.cmpi sge, %0, %c0_i64 : i64
     cf.assert %7, "unimplemented: dynamic negative broadcast sizes"
@@ -86,84 +77,84 @@ module {
     %8 = tensor.empty(%dim, %dim) : tensor<1x1x?x?xi1>
     %9 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%8 : tensor<1x1x?x?xi1>) {
     ^bb0(%out: i1):
-      %165 = linalg.index 2 : index
-      %166 = linalg.index 3 : index
-      %167 = arith.cmpi eq, %dim, %c1 : index
-      %168 = arith.select %167, %c0, %165 : index
-      %169 = arith.select %167, %c0, %166 : index
-      %extracted = tensor.extract %6[%c0, %c0, %168, %169] : tensor<1x1x?x?xi1>
+      %116 = linalg.index 2 : index
+      %117 = linalg.index 3 : index
+      %118 = arith.cmpi eq, %dim, %c1 : index
+      %119 = arith.select %118, %c0, %116 : index
+      %120 = arith.select %118, %c0, %117 : index
+      %extracted = tensor.extract %6[%c0, %c0, %119, %120] : tensor<1x1x?x?xi1>
       linalg.yield %extracted : i1
     } -> tensor<1x1x?x?xi1>
-    %expanded_22 = tensor.expand_shape %4 [[0, 1, 2]] output_shape [1, %dim, 1] : tensor<?xi64> into tensor<1x?x1xi64>
+    %expanded_17 = tensor.expand_shape %4 [[0, 1, 2]] output_shape [1, %dim, 1] : tensor<?xi64> into tensor<1x?x1xi64>
     %10 = tensor.empty(%dim) : tensor<1x?x1xf32>
-    %11 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_22 : tensor<1x?x1xi64>) outs(%10 : tensor<1x?x1xf32>) {
+    %11 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_17 : tensor<1x?x1xi64>) outs(%10 : tensor<1x?x1xf32>) {
     ^bb0(%in: i64, %out: f32):
-      %165 = arith.sitofp %in : i64 to f32
-      linalg.yield %165 : f32
+      %116 = arith.sitofp %in : i64 to f32
+      linalg.yield %116 : f32
     } -> tensor<1x?x1xf32>
     %12 = tensor.empty(%dim) : tensor<1x?x64xf32>
-    %13 = linalg.generic {indexing_maps = [#map6, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%11, %cst_18 : tensor<1x?x1xf32>, tensor<64xf32>) outs(%12 : tensor<1x?x64xf32>) {
-    ^bb0(%in: f32, %in_75: f32, %out: f32):
-      %165 = arith.mulf %in, %in_75 : f32
-      linalg.yield %165 : f32
+    %13 = linalg.generic {indexing_maps = [#map6, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%11, %cst_13 : tensor<1x?x1xf32>, tensor<64xf32>) outs(%12 : tensor<1x?x64xf32>) {
+    ^bb0(%in: f32, %in_69: f32, %out: f32):
+      %116 = arith.mulf %in, %in_69 : f32
+      linalg.yield %116 : f32
     } -> tensor<1x?x64xf32>
     %concat = tensor.concat dim(2) %13, %13 : (tensor<1x?x64xf32>, tensor<1x?x64xf32>) -> tensor<1x?x128xf32>
-    %dim_23 = tensor.dim %13, %c1 : tensor<1x?x64xf32>
-    %14 = tensor.empty(%dim_23) : tensor<1x?x128xf32>
+    %dim_18 = tensor.dim %13, %c1 : tensor<1x?x64xf32>
+    %14 = tensor.empty(%dim_18) : tensor<1x?x128xf32>
     %15 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%concat : tensor<1x?x128xf32>) outs(%14 : tensor<1x?x128xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %165 = math.cos %in : f32
-      linalg.yield %165 : f32
+      %116 = math.cos %in : f32
+      linalg.yield %116 : f32
     } -> tensor<1x?x128xf32>
     %16 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%concat : tensor<1x?x128xf32>) outs(%14 : tensor<1x?x128xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %165 = math.sin %in : f32
-      linalg.yield %165 : f32
+      %116 = math.sin %in : f32
+      linalg.yield %116 : f32
     } -> tensor<1x?x128xf32>
     %17 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%2 : tensor<1x?x32xf32>) outs(%1 : tensor<1x?x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %165 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %165 : f32
+      %116 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %116 : f32
     } -> tensor<1x?x32xf32>
     %18 = linalg.fill ins(%cst : f32) outs(%10 : tensor<1x?x1xf32>) -> tensor<1x?x1xf32>
     %19 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%17 : tensor<1x?x32xf32>) outs(%18 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %165 = arith.addf %in, %out : f32
-      linalg.yield %165 : f32
+      %116 = arith.addf %in, %out : f32
+      linalg.yield %116 : f32
     } -> tensor<1x?x1xf32>
     %20 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%19 : tensor<1x?x1xf32>) outs(%10 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %165 = arith.divf %in, %cst_20 : f32
-      linalg.yield %165 : f32
+      %116 = arith.divf %in, %cst_15 : f32
+      linalg.yield %116 : f32
     } -> tensor<1x?x1xf32>
     %21 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%20 : tensor<1x?x1xf32>) outs(%10 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %165 = arith.truncf %cst_17 : f64 to f32
-      %166 = arith.addf %in, %165 : f32
-      linalg.yield %166 : f32
+      %116 = arith.truncf %cst_12 : f64 to f32
+      %117 = arith.addf %in, %116 : f32
+      linalg.yield %117 : f32
     } -> tensor<1x?x1xf32>
     %22 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%21 : tensor<1x?x1xf32>) outs(%10 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %165 = math.rsqrt %in : f32
-      linalg.yield %165 : f32
+      %116 = math.rsqrt %in : f32
+      linalg.yield %116 : f32
     } -> tensor<1x?x1xf32>
     %23 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%2, %22 : tensor<1x?x32xf32>, tensor<1x?x1xf32>) outs(%1 : tensor<1x?x32xf32>) {
-    ^bb0(%in: f32, %in_75: f32, %out: f32):
-      %165 = arith.mulf %in, %in_75 : f32
-      linalg.yield %165 : f32
+    ^bb0(%in: f32, %in_69: f32, %out: f32):
+      %116 = arith.mulf %in, %in_69 : f32
+      linalg.yield %116 : f32
     } -> tensor<1x?x32xf32>
-    %24 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_16, %23 : tensor<32xf32>, tensor<1x?x32xf32>) outs(%1 : tensor<1x?x32xf32>) {
-    ^bb0(%in: f32, %in_75: f32, %out: f32):
-      %165 = arith.mulf %in, %in_75 : f32
-      linalg.yield %165 : f32
+    %24 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_11, %23 : tensor<32xf32>, tensor<1x?x32xf32>) outs(%1 : tensor<1x?x32xf32>) {
+    ^bb0(%in: f32, %in_69: f32, %out: f32):
+      %116 = arith.mulf %in, %in_69 : f32
+      linalg.yield %116 : f32
     } -> tensor<1x?x32xf32>
     %25 = tensor.empty() : tensor<32x512xf32>
-    %transposed = linalg.transpose ins(%cst_15 : tensor<512x32xf32>) outs(%25 : tensor<32x512xf32>) permutation = [1, 0] 
+    %transposed = linalg.transpose ins(%cst_10 : tensor<512x32xf32>) outs(%25 : tensor<32x512xf32>) permutation = [1, 0] 
     %collapsed = tensor.collapse_shape %24 [[0, 1], [2]] : tensor<1x?x32xf32> into tensor<?x32xf32>
     %26 = tensor.empty(%dim) : tensor<?x512xf32>
     %27 = linalg.fill ins(%cst : f32) outs(%26 : tensor<?x512xf32>) -> tensor<?x512xf32>
     %28 = linalg.matmul ins(%collapsed, %transposed : tensor<?x32xf32>, tensor<32x512xf32>) outs(%27 : tensor<?x512xf32>) -> tensor<?x512xf32>
-    %expanded_24 = tensor.expand_shape %28 [[0, 1], [2]] output_shape [1, %dim, 512] : tensor<?x512xf32> into tensor<1x?x512xf32>
+    %expanded_19 = tensor.expand_shape %28 [[0, 1], [2]] output_shape [1, %dim, 512] : tensor<?x512xf32> into tensor<1x?x512xf32>
     %29 = arith.cmpi slt, %0, %c0_i64 : i64
     %30 = arith.select %29, %c1_i64, %0 : i64
     %31 = arith.extui %29 : i1 to i64
@@ -175,483 +166,320 @@ module {
     %36 = arith.divsi %35, %33 : i64
     %37 = arith.select %29, %36, %0 : i64
     %from_elements = tensor.from_elements %c1_i64, %37, %36, %c128_i64 : tensor<4xi64>
-    %reshape = tensor.reshape %expanded_24(%from_elements) : (tensor<1x?x512xf32>, tensor<4xi64>) -> tensor<1x?x4x128xf32>
+    %reshape = tensor.reshape %expanded_19(%from_elements) : (tensor<1x?x512xf32>, tensor<4xi64>) -> tensor<1x?x4x128xf32>
     %38 = arith.index_cast %37 : i64 to index
     %39 = tensor.empty(%38) : tensor<1x4x?x128xf32>
-    %transposed_25 = linalg.transpose ins(%reshape : tensor<1x?x4x128xf32>) outs(%39 : tensor<1x4x?x128xf32>) permutation = [0, 2, 1, 3] 
+    %transposed_20 = linalg.transpose ins(%reshape : tensor<1x?x4x128xf32>) outs(%39 : tensor<1x4x?x128xf32>) permutation = [0, 2, 1, 3] 
     %40 = tensor.empty() : tensor<32x256xf32>
-    %transposed_26 = linalg.transpose ins(%cst_14 : tensor<256x32xf32>) outs(%40 : tensor<32x256xf32>) permutation = [1, 0] 
+    %transposed_21 = linalg.transpose ins(%cst_9 : tensor<256x32xf32>) outs(%40 : tensor<32x256xf32>) permutation = [1, 0] 
     %41 = tensor.empty(%dim) : tensor<?x256xf32>
     %42 = linalg.fill ins(%cst : f32) outs(%41 : tensor<?x256xf32>) -> tensor<?x256xf32>
-    %43 = linalg.matmul ins(%collapsed, %transposed_26 : tensor<?x32xf32>, tensor<32x256xf32>) outs(%42 : tensor<?x256xf32>) -> tensor<?x256xf32>
-    %expanded_27 = tensor.expand_shape %43 [[0, 1], [2]] output_shape [1, %dim, 256] : tensor<?x256xf32> into tensor<1x?x256xf32>
+    %43 = linalg.matmul ins(%collapsed, %transposed_21 : tensor<?x32xf32>, tensor<32x256xf32>) outs(%42 : tensor<?x256xf32>) -> tensor<?x256xf32>
+    %expanded_22 = tensor.expand_shape %43 [[0, 1], [2]] output_shape [1, %dim, 256] : tensor<?x256xf32> into tensor<1x?x256xf32>
     cf.assert %34, "must have at most one inferred (negative) dimension"
     %44 = arith.muli %0, %c256_i64 : i64
     %45 = arith.divsi %44, %33 : i64
     %46 = arith.select %29, %45, %0 : i64
-    %from_elements_28 = tensor.from_elements %c1_i64, %46, %45, %c128_i64 : tensor<4xi64>
-    %reshape_29 = tensor.reshape %expanded_27(%from_elements_28) : (tensor<1x?x256xf32>, tensor<4xi64>) -> tensor<1x?x2x128xf32>
+    %from_elements_23 = tensor.from_elements %c1_i64, %46, %45, %c128_i64 : tensor<4xi64>
+    %reshape_24 = tensor.reshape %expanded_22(%from_elements_23) : (tensor<1x?x256xf32>, tensor<4xi64>) -> tensor<1x?x2x128xf32>
     %47 = arith.index_cast %46 : i64 to index
     %48 = tensor.empty(%47) : tensor<1x2x?x128xf32>
-    %transposed_30 = linalg.transpose ins(%reshape_29 : tensor<1x?x2x128xf32>) outs(%48 : tensor<1x2x?x128xf32>) permutation = [0, 2, 1, 3] 
-    %transposed_31 = linalg.transpose ins(%cst_13 : tensor<256x32xf32>) outs(%40 : tensor<32x256xf32>) permutation = [1, 0] 
-    %49 = linalg.matmul ins(%collapsed, %transposed_31 : tensor<?x32xf32>, tensor<32x256xf32>) outs(%42 : tensor<?x256xf32>) -> tensor<?x256xf32>
-    %expanded_32 = tensor.expand_shape %49 [[0, 1], [2]] output_shape [1, %dim, 256] : tensor<?x256xf32> into tensor<1x?x256xf32>
+    %transposed_25 = linalg.transpose ins(%reshape_24 : tensor<1x?x2x128xf32>) outs(%48 : tensor<1x2x?x128xf32>) permutation = [0, 2, 1, 3] 
+    %transposed_26 = linalg.transpose ins(%cst_8 : tensor<256x32xf32>) outs(%40 : tensor<32x256xf32>) permutation = [1, 0] 
+    %49 = linalg.matmul ins(%collapsed, %transposed_26 : tensor<?x32xf32>, tensor<32x256xf32>) outs(%42 : tensor<?x256xf32>) -> tensor<?x256xf32>
+    %expanded_27 = tensor.expand_shape %49 [[0, 1], [2]] output_shape [1, %dim, 256] : tensor<?x256xf32> into tensor<1x?x256xf32>
     cf.assert %34, "must have at most one inferred (negative) dimension"
-    %reshape_33 = tensor.reshape %expanded_32(%from_elements_28) : (tensor<1x?x256xf32>, tensor<4xi64>) -> tensor<1x?x2x128xf32>
-    %transposed_34 = linalg.transpose ins(%reshape_33 : tensor<1x?x2x128xf32>) outs(%48 : tensor<1x2x?x128xf32>) permutation = [0, 2, 1, 3] 
-    %expanded_35 = tensor.expand_shape %15 [[0], [1, 2], [3]] output_shape [1, 1, %dim_23, 128] : tensor<1x?x128xf32> into tensor<1x1x?x128xf32>
-    %expanded_36 = tensor.expand_shape %16 [[0], [1, 2], [3]] output_shape [1, 1, %dim_23, 128] : tensor<1x?x128xf32> into tensor<1x1x?x128xf32>
-    %50 = arith.cmpi eq, %38, %dim_23 : index
+    %reshape_28 = tensor.reshape %expanded_27(%from_elements_23) : (tensor<1x?x256xf32>, tensor<4xi64>) -> tensor<1x?x2x128xf32>
+    %transposed_29 = linalg.transpose ins(%reshape_28 : tensor<1x?x2x128xf32>) outs(%48 : tensor<1x2x?x128xf32>) permutation = [0, 2, 1, 3] 
+    %expanded_30 = tensor.expand_shape %15 [[0], [1, 2], [3]] output_shape [1, 1, %dim_18, 128] : tensor<1x?x128xf32> into tensor<1x1x?x128xf32>
+    %expanded_31 = tensor.expand_shape %16 [[0], [1, 2], [3]] output_shape [1, 1, %dim_18, 128] : tensor<1x?x128xf32> into tensor<1x1x?x128xf32>
+    %50 = arith.cmpi eq, %38, %dim_18 : index
     cf.assert %50, "mismatched size for broadcast"
-    %51 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_25, %expanded_35 : tensor<1x4x?x128xf32>, tensor<1x1x?x128xf32>) outs(%39 : tensor<1x4x?x128xf32>) {
-    ^bb0(%in: f32, %in_75: f32, %out: f32):
-      %165 = arith.mulf %in, %in_75 : f32
-      linalg.yield %165 : f32
+    %51 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_20, %expanded_30 : tensor<1x4x?x128xf32>, tensor<1x1x?x128xf32>) outs(%39 : tensor<1x4x?x128xf32>) {
+    ^bb0(%in: f32, %in_69: f32, %out: f32):
+      %116 = arith.mulf %in, %in_69 : f32
+      linalg.yield %116 : f32
     } -> tensor<1x4x?x128xf32>
-    %extracted_slice = tensor.extract_slice %transposed_25[0, 0, 0, 0] [1, 4, %38, 64] [1, 1, 1, 1] : tensor<1x4x?x128xf32> to tensor<1x4x?x64xf32>
-    %extracted_slice_37 = tensor.extract_slice %transposed_25[0, 0, 0, 64] [1, 4, %38, 64] [1, 1, 1, 1] : tensor<1x4x?x128xf32> to tensor<1x4x?x64xf32>
+    %extracted_slice = tensor.extract_slice %transposed_20[0, 0, 0, 0] [1, 4, %38, 64] [1, 1, 1, 1] : tensor<1x4x?x128xf32> to tensor<1x4x?x64xf32>
+    %extracted_slice_32 = tensor.extract_slice %transposed_20[0, 0, 0, 64] [1, 4, %38, 64] [1, 1, 1, 1] : tensor<1x4x?x128xf32> to tensor<1x4x?x64xf32>
     %52 = tensor.empty(%38) : tensor<1x4x?x64xf32>
-    %53 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_37 : tensor<1x4x?x64xf32>) outs(%52 : tensor<1x4x?x64xf32>) {
+    %53 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_32 : tensor<1x4x?x64xf32>) outs(%52 : tensor<1x4x?x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %165 = arith.negf %in : f32
-      linalg.yield %165 : f32
+      %116 = arith.negf %in : f32
+      linalg.yield %116 : f32
     } -> tensor<1x4x?x64xf32>
-    %concat_38 = tensor.concat dim(3) %53, %extracted_slice : (tensor<1x4x?x64xf32>, tensor<1x4x?x64xf32>) -> tensor<1x4x?x128xf32>
-    %dim_39 = tensor.dim %53, %c2 : tensor<1x4x?x64xf32>
-    %54 = arith.cmpi eq, %dim_39, %dim_23 : index
+    %concat_33 = tensor.concat dim(3) %53, %extracted_slice : (tensor<1x4x?x64xf32>, tensor<1x4x?x64xf32>) -> tensor<1x4x?x128xf32>
+    %dim_34 = tensor.dim %53, %c2 : tensor<1x4x?x64xf32>
+    %54 = arith.cmpi eq, %dim_34, %dim_18 : index
     cf.assert %54, "mismatched size for broadcast"
-    %55 = tensor.empty(%dim_39) : tensor<1x4x?x128xf32>
-    %56 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_38, %expanded_36 : tensor<1x4x?x128xf32>, tensor<1x1x?x128xf32>) outs(%55 : tensor<1x4x?x128xf32>) {
-    ^bb0(%in: f32, %in_75: f32, %out: f32):
-      %165 = arith.mulf %in, %in_75 : f32
-      linalg.yield %165 : f32
+    %55 = tensor.empty(%dim_34) : tensor<1x4x?x128xf32>
+    %56 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_33, %expanded_31 : tensor<1x4x?x128xf32>, tensor<1x1x?x128xf32>) outs(%55 : tensor<1x4x?x128xf32>) {
+    ^bb0(%in: f32, %in_69: f32, %out: f32):
+      %116 = arith.mulf %in, %in_69 : f32
+      linalg.yield %116 : f32
     } -> tensor<1x4x?x128xf32>
-    %57 = arith.cmpi eq, %38, %dim_39 : index
+    %57 = arith.cmpi eq, %38, %dim_34 : index
     cf.assert %57, "mismatched size for broadcast"
     %58 = linalg.generic {indexing_maps = [#map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%51, %56 : tensor<1x4x?x128xf32>, tensor<1x4x?x128xf32>) outs(%39 : tensor<1x4x?x128xf32>) {
-    ^bb0(%in: f32, %in_75: f32, %out: f32):
-      %165 = arith.addf %in, %in_75 : f32
-      linalg.yield %165 : f32
+    ^bb0(%in: f32, %in_69: f32, %out: f32):
+      %116 = arith.addf %in, %in_69 : f32
+      linalg.yield %116 : f32
     } -> tensor<1x4x?x128xf32>
-    %59 = arith.cmpi eq, %47, %dim_23 : index
+    %59 = arith.cmpi eq, %47, %dim_18 : index
     cf.assert %59, "mismatched size for broadcast"
-    %60 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_30, %expanded_35 : tensor<1x2x?x128xf32>, tensor<1x1x?x128xf32>) outs(%48 : tensor<1x2x?x128xf32>) {
-    ^bb0(%in: f32, %in_75: f32, %out: f32):
-      %165 = arith.mulf %in, %in_75 : f32
-      linalg.yield %165 : f32
+    %60 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_25, %expanded_30 : tensor<1x2x?x128xf32>, tensor<1x1x?x128xf32>) outs(%48 : tensor<1x2x?x128xf32>) {
+    ^bb0(%in: f32, %in_69: f32, %out: f32):
+      %116 = arith.mulf %in, %in_69 : f32
+      linalg.yield %116 : f32
     } -> tensor<1x2x?x128xf32>
-    %extracted_slice_40 = tensor.extract_slice %transposed_30[0, 0, 0, 0] [1, 2, %47, 64] [1, 1, 1, 1] : tensor<1x2x?x128xf32> to tensor<1x2x?x64xf32>
-    %extracted_slice_41 = tensor.extract_slice %transposed_30[0, 0, 0, 64] [1, 2, %47, 64] [1, 1, 1, 1] : tensor<1x2x?x128xf32> to tensor<1x2x?x64xf32>
+    %extracted_slice_35 = tensor.extract_slice %transposed_25[0, 0, 0, 0] [1, 2, %47, 64] [1, 1, 1, 1] : tensor<1x2x?x128xf32> to tensor<1x2x?x64xf32>
+    %extracted_slice_36 = tensor.extract_slice %transposed_25[0, 0, 0, 64] [1, 2, %47, 64] [1, 1, 1, 1] : tensor<1x2x?x128xf32> to tensor<1x2x?x64xf32>
     %61 = tensor.empty(%47) : tensor<1x2x?x64xf32>
-    %62 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_41 : tensor<1x2x?x64xf32>) outs(%61 : tensor<1x2x?x64xf32>) {
+    %62 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_36 : tensor<1x2x?x64xf32>) outs(%61 : tensor<1x2x?x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %165 = arith.negf %in : f32
-      linalg.yield %165 : f32
+      %116 = arith.negf %in : f32
+      linalg.yield %116 : f32
     } -> tensor<1x2x?x64xf32>
-    %concat_42 = tensor.concat dim(3) %62, %extracted_slice_40 : (tensor<1x2x?x64xf32>, tensor<1x2x?x64xf32>) -> tensor<1x2x?x128xf32>
-    %dim_43 = tensor.dim %62, %c2 : tensor<1x2x?x64xf32>
-    %63 = arith.cmpi eq, %dim_43, %dim_23 : index
+    %concat_37 = tensor.concat dim(3) %62, %extracted_slice_35 : (tensor<1x2x?x64xf32>, tensor<1x2x?x64xf32>) -> tensor<1x2x?x128xf32>
+    %dim_38 = tensor.dim %62, %c2 : tensor<1x2x?x64xf32>
+    %63 = arith.cmpi eq, %dim_38, %dim_18 : index
     cf.assert %63, "mismatched size for broadcast"
-    %64 = tensor.empty(%dim_43) : tensor<1x2x?x128xf32>
-    %65 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_42, %expanded_36 : tensor<1x2x?x128xf32>, tensor<1x1x?x128xf32>) outs(%64 : tensor<1x2x?x128xf32>) {
-    ^bb0(%in: f32, %in_75: f32, %out: f32):
-      %165 = arith.mulf %in, %in_75 : f32
-      linalg.yield %165 : f32
+    %64 = tensor.empty(%dim_38) : tensor<1x2x?x128xf32>
+    %65 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_37, %expanded_31 : tensor<1x2x?x128xf32>, tensor<1x1x?x128xf32>) outs(%64 : tensor<1x2x?x128xf32>) {
+    ^bb0(%in: f32, %in_69: f32, %out: f32):
+      %116 = arith.mulf %in, %in_69 : f32
+      linalg.yield %116 : f32
     } -> tensor<1x2x?x128xf32>
-    %66 = arith.cmpi eq, %47, %dim_43 : index
+    %66 = arith.cmpi eq, %47, %dim_38 : index
     cf.assert %66, "mismatched size for broadcast"
     %67 = linalg.generic {indexing_maps = [#map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%60, %65 : tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>) outs(%48 : tensor<1x2x?x128xf32>) {
-    ^bb0(%in: f32, %in_75: f32, %out: f32):
-      %165 = arith.addf %in, %in_75 : f32
-      linalg.yield %165 : f32
+    ^bb0(%in: f32, %in_69: f32, %out: f32):
+      %116 = arith.addf %in, %in_69 : f32
+      linalg.yield %116 : f32
     } -> tensor<1x2x?x128xf32>
-    %expanded_44 = tensor.expand_shape %67 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %47, 128] : tensor<1x2x?x128xf32> into tensor<1x2x1x?x128xf32>
+    %expanded_39 = tensor.expand_shape %67 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %47, 128] : tensor<1x2x?x128xf32> into tensor<1x2x1x?x128xf32>
     cf.assert %7, "unimplemented: dynamic negative broadcast sizes"
     %68 = tensor.empty(%dim) : tensor<1x2x2x?x128xf32>
     %69 = linalg.generic {indexing_maps = [#map9], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} outs(%68 : tensor<1x2x2x?x128xf32>) {
     ^bb0(%out: f32):
-      %165 = linalg.index 1 : index
-      %166 = linalg.index 3 : index
-      %167 = linalg.index 4 : index
-      %168 = arith.cmpi eq, %47, %c1 : index
-      %169 = arith.select %168, %c0, %166 : index
-      %extracted = tensor.extract %expanded_44[%c0, %165, %c0, %169, %167] : tensor<1x2x1x?x128xf32>
+      %116 = linalg.index 1 : index
+      %117 = linalg.index 3 : index
+      %118 = linalg.index 4 : index
+      %119 = arith.cmpi eq, %47, %c1 : index
+      %120 = arith.select %119, %c0, %117 : index
+      %extracted = tensor.extract %expanded_39[%c0, %116, %c0, %120, %118] : tensor<1x2x1x?x128xf32>
       linalg.yield %extracted : f32
     } -> tensor<1x2x2x?x128xf32>
-    %collapsed_45 = tensor.collapse_shape %69 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xf32> into tensor<1x4x?x128xf32>
-    %expanded_46 = tensor.expand_shape %transposed_34 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %47, 128] : tensor<1x2x?x128xf32> into tensor<1x2x1x?x128xf32>
+    %collapsed_40 = tensor.collapse_shape %69 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xf32> into tensor<1x4x?x128xf32>
+    %expanded_41 = tensor.expand_shape %transposed_29 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %47, 128] : tensor<1x2x?x128xf32> into tensor<1x2x1x?x128xf32>
     cf.assert %7, "unimplemented: dynamic negative broadcast sizes"
     %70 = linalg.generic {indexing_maps = [#map9], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} outs(%68 : tensor<1x2x2x?x128xf32>) {
     ^bb0(%out: f32):
-      %165 = linalg.index 1 : index
-      %166 = linalg.index 3 : index
-      %167 = linalg.index 4 : index
-      %168 = arith.cmpi eq, %47, %c1 : index
-      %169 = arith.select %168, %c0, %166 : index
-      %extracted = tensor.extract %expanded_46[%c0, %165, %c0, %169, %167] : tensor<1x2x1x?x128xf32>
+      %116 = linalg.index 1 : index
+      %117 = linalg.index 3 : index
+      %118 = linalg.index 4 : index
+      %119 = arith.cmpi eq, %47, %c1 : index
+      %120 = arith.select %119, %c0, %117 : index
+      %extracted = tensor.extract %expanded_41[%c0, %116, %c0, %120, %118] : tensor<1x2x1x?x128xf32>
       linalg.yield %extracted : f32
     } -> tensor<1x2x2x?x128xf32>
-    %collapsed_47 = tensor.collapse_shape %70 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xf32> into tensor<1x4x?x128xf32>
-    %71 = tensor.empty(%dim, %dim) : tensor<1x1x?x?xf32>
-    %72 = linalg.generic {indexing_maps = [#map5, #map10, #map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%9, %cst_2, %cst_3 : tensor<1x1x?x?xi1>, tensor<f32>, tensor<f32>) outs(%71 : tensor<1x1x?x?xf32>) {
-    ^bb0(%in: i1, %in_75: f32, %in_76: f32, %out: f32):
-      %165 = arith.select %in, %in_75, %in_76 : f32
-      linalg.yield %165 : f32
-    } -> tensor<1x1x?x?xf32>
-    %73 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%58 : tensor<1x4x?x128xf32>) outs(%39 : tensor<1x4x?x128xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %165 = arith.truncf %cst_11 : f64 to f32
-      %166 = arith.mulf %in, %165 : f32
-      linalg.yield %166 : f32
-    } -> tensor<1x4x?x128xf32>
-    %74 = tensor.empty(%dim) : tensor<1x4x128x?xf32>
-    %transposed_48 = linalg.transpose ins(%collapsed_45 : tensor<1x4x?x128xf32>) outs(%74 : tensor<1x4x128x?xf32>) permutation = [0, 1, 3, 2] 
-    %75 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_48 : tensor<1x4x128x?xf32>) outs(%74 : tensor<1x4x128x?xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %165 = arith.truncf %cst_11 : f64 to f32
-      %166 = arith.mulf %in, %165 : f32
-      linalg.yield %166 : f32
-    } -> tensor<1x4x128x?xf32>
-    cf.assert %7, "unimplemented: dynamic negative broadcast sizes"
-    %76 = tensor.empty(%dim) : tensor<1x4x?x128xf32>
-    %77 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%76 : tensor<1x4x?x128xf32>) {
-    ^bb0(%out: f32):
-      %165 = linalg.index 1 : index
-      %166 = linalg.index 2 : index
-      %167 = linalg.index 3 : index
-      %168 = arith.cmpi eq, %38, %c1 : index
-      %169 = arith.select %168, %c0, %166 : index
-      %extracted = tensor.extract %73[%c0, %165, %169, %167] : tensor<1x4x?x128xf32>
-      linalg.yield %extracted : f32
-    } -> tensor<1x4x?x128xf32>
-    %collapsed_49 = tensor.collapse_shape %77 [[0, 1], [2], [3]] : tensor<1x4x?x128xf32> into tensor<4x?x128xf32>
-    cf.assert %7, "unimplemented: dynamic negative broadcast sizes"
-    %78 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%74 : tensor<1x4x128x?xf32>) {
-    ^bb0(%out: f32):
-      %165 = linalg.index 1 : index
-      %166 = linalg.index 2 : index
-      %167 = linalg.index 3 : index
-      %168 = arith.cmpi eq, %dim, %c1 : index
-      %169 = arith.select %168, %c0, %167 : index
-      %extracted = tensor.extract %75[%c0, %165, %166, %169] : tensor<1x4x128x?xf32>
-      linalg.yield %extracted : f32
-    } -> tensor<1x4x128x?xf32>
-    %collapsed_50 = tensor.collapse_shape %78 [[0, 1], [2], [3]] : tensor<1x4x128x?xf32> into tensor<4x128x?xf32>
-    %79 = tensor.empty(%dim, %dim) : tensor<4x?x?xf32>
-    %80 = linalg.fill ins(%cst : f32) outs(%79 : tensor<4x?x?xf32>) -> tensor<4x?x?xf32>
-    %81 = linalg.batch_matmul ins(%collapsed_49, %collapsed_50 : tensor<4x?x128xf32>, tensor<4x128x?xf32>) outs(%80 : tensor<4x?x?xf32>) -> tensor<4x?x?xf32>
-    %82 = arith.muli %0, %c4_i64 : i64
-    %83 = arith.select %29, %c4_i64, %82 : i64
-    %84 = arith.muli %83, %0 : i64
-    %85 = arith.select %29, %c4_i64, %84 : i64
-    %86 = arith.select %29, %32, %31 : i64
-    %87 = arith.cmpi sle, %86, %c1_i64 : i64
-    cf.assert %87, "must have at most one inferred (negative) dimension"
-    %88 = arith.muli %82, %0 : i64
-    %89 = arith.divsi %88, %85 : i64
-    %90 = arith.select %29, %89, %0 : i64
-    %from_elements_51 = tensor.from_elements %c1_i64, %c4_i64, %90, %90 : tensor<4xi64>
-    %reshape_52 = tensor.reshape %81(%from_elements_51) : (tensor<4x?x?xf32>, tensor<4xi64>) -> tensor<1x4x?x?xf32>
-    %91 = arith.index_cast %90 : i64 to index
-    %92 = arith.cmpi eq, %91, %dim : index
-    cf.assert %92, "mismatched size for broadcast"
-    cf.assert %92, "mismatched size for broadcast"
-    %93 = tensor.empty(%91, %91) : tensor<1x4x?x?xf32>
-    %94 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%reshape_52, %72 : tensor<1x4x?x?xf32>, tensor<1x1x?x?xf32>) outs(%93 : tensor<1x4x?x?xf32>) {
-    ^bb0(%in: f32, %in_75: f32, %out: f32):
-      %165 = arith.addf %in, %in_75 : f32
-      linalg.yield %165 : f32
-    } -> tensor<1x4x?x?xf32>
-    %95 = tensor.empty(%91) : tensor<1x4x?xi64>
-    %96 = linalg.fill ins(%c0_i64 : i64) outs(%95 : tensor<1x4x?xi64>) -> tensor<1x4x?xi64>
-    %97 = tensor.empty(%91) : tensor<1x4x?xf32>
-    %98 = linalg.fill ins(%cst_0 : f32) outs(%97 : tensor<1x4x?xf32>) -> tensor<1x4x?xf32>
-    %99:2 = linalg.generic {indexing_maps = [#map5, #map11, #map11], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%94 : tensor<1x4x?x?xf32>) outs(%98, %96 : tensor<1x4x?xf32>, tensor<1x4x?xi64>) {
-    ^bb0(%in: f32, %out: f32, %out_75: i64):
-      %165 = linalg.index 3 : index
-      %166 = arith.index_cast %165 : index to i64
-      %167 = arith.maximumf %in, %out : f32
-      %168 = arith.cmpf ogt, %in, %out : f32
-      %169 = arith.select %168, %166, %out_75 : i64
-      linalg.yield %167, %169 : f32, i64
-    } -> (tensor<1x4x?xf32>, tensor<1x4x?xi64>)
-    %expanded_53 = tensor.expand_shape %99#0 [[0], [1], [2, 3]] output_shape [1, 4, %91, 1] : tensor<1x4x?xf32> into tensor<1x4x?x1xf32>
-    %100 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%94, %expanded_53 : tensor<1x4x?x?xf32>, tensor<1x4x?x1xf32>) outs(%93 : tensor<1x4x?x?xf32>) {
-    ^bb0(%in: f32, %in_75: f32, %out: f32):
-      %165 = arith.subf %in, %in_75 : f32
-      linalg.yield %165 : f32
-    } -> tensor<1x4x?x?xf32>
-    %101 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%100 : tensor<1x4x?x?xf32>) outs(%93 : tensor<1x4x?x?xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %165 = math.exp %in : f32
-      linalg.yield %165 : f32
-    } -> tensor<1x4x?x?xf32>
-    %102 = tensor.empty(%91) : tensor<1x4x?x1xf32>
-    %103 = linalg.fill ins(%cst : f32) outs(%102 : tensor<1x4x?x1xf32>) -> tensor<1x4x?x1xf32>
-    %104 = linalg.generic {indexing_maps = [#map5, #map4], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%101 : tensor<1x4x?x?xf32>) outs(%103 : tensor<1x4x?x1xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %165 = arith.addf %in, %out : f32
-      linalg.yield %165 : f32
-    } -> tensor<1x4x?x1xf32>
-    %105 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%101, %104 : tensor<1x4x?x?xf32>, tensor<1x4x?x1xf32>) outs(%93 : tensor<1x4x?x?xf32>) {
-    ^bb0(%in: f32, %in_75: f32, %out: f32):
-      %165 = arith.divf %in, %in_75 : f32
-      linalg.yield %165 : f32
-    } -> tensor<1x4x?x?xf32>
-    %106 = tensor.empty(%91, %91) : tensor<1x4x?x?xi1>
-    %107 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%94 : tensor<1x4x?x?xf32>) outs(%106 : tensor<1x4x?x?xi1>) {
-    ^bb0(%in: f32, %out: i1):
-      %165 = arith.extf %in : f32 to f64
-      %166 = arith.cmpf oeq, %165, %cst_12 : f64
-      linalg.yield %166 : i1
-    } -> tensor<1x4x?x?xi1>
-    %108 = tensor.empty(%91) : tensor<1x4x?x1xi1>
-    %109 = linalg.fill ins(%true : i1) outs(%108 : tensor<1x4x?x1xi1>) -> tensor<1x4x?x1xi1>
-    %110 = linalg.generic {indexing_maps = [#map5, #map4], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%107 : tensor<1x4x?x?xi1>) outs(%109 : tensor<1x4x?x1xi1>) {
+    %collapsed_42 = tensor.collapse_shape %70 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xf32> into tensor<1x4x?x128xf32>
+    %dim_43 = tensor.dim %58, %c2 : tensor<1x4x?x128xf32>
+    %dim_44 = tensor.dim %collapsed_40, %c2 : tensor<1x4x?x128xf32>
+    %71 = tensor.empty(%dim_43, %dim_44) : tensor<1x4x?x?xi1>
+    %72 = linalg.generic {indexing_maps = [#map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%9 : tensor<1x1x?x?xi1>) outs(%71 : tensor<1x4x?x?xi1>) {
     ^bb0(%in: i1, %out: i1):
-      %165 = arith.andi %in, %out : i1
-      linalg.yield %165 : i1
-    } -> tensor<1x4x?x1xi1>
-    %111 = arith.cmpi sge, %90, %c0_i64 : i64
-    cf.assert %111, "negative values not allowed in new dimensions"
-    %112 = arith.index_cast %90 : i64 to index
-    cf.assert %111, "negative values not allowed in new dimensions"
-    %113 = tensor.empty(%112, %112) : tensor<1x4x?x?xf32>
-    %114 = linalg.generic {indexing_maps = [#map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%cst_2 : tensor<f32>) outs(%113 : tensor<1x4x?x?xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      linalg.yield %in : f32
-    } -> tensor<1x4x?x?xf32>
-    %115 = arith.cmpi eq, %91, %112 : index
-    cf.assert %115, "mismatched size for broadcast"
-    %116 = arith.cmpi eq, %112, %91 : index
-    cf.assert %116, "mismatched size for broadcast"
-    %117 = tensor.empty(%91, %112) : tensor<1x4x?x?xf32>
-    %118 = linalg.generic {indexing_maps = [#map4, #map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%110, %114, %105 : tensor<1x4x?x1xi1>, tensor<1x4x?x?xf32>, tensor<1x4x?x?xf32>) outs(%117 : tensor<1x4x?x?xf32>) {
-    ^bb0(%in: i1, %in_75: f32, %in_76: f32, %out: f32):
-      %165 = arith.select %in, %in_75, %in_76 : f32
-      linalg.yield %165 : f32
-    } -> tensor<1x4x?x?xf32>
-    cf.assert %7, "unimplemented: dynamic negative broadcast sizes"
-    cf.assert %7, "unimplemented: dynamic negative broadcast sizes"
-    %119 = tensor.empty(%dim, %dim) : tensor<1x4x?x?xf32>
-    %120 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%119 : tensor<1x4x?x?xf32>) {
-    ^bb0(%out: f32):
-      %165 = linalg.index 1 : index
-      %166 = linalg.index 2 : index
-      %167 = linalg.index 3 : index
-      %168 = arith.cmpi eq, %91, %c1 : index
-      %169 = arith.select %168, %c0, %166 : index
-      %170 = arith.cmpi eq, %112, %c1 : index
-      %171 = arith.select %170, %c0, %167 : index
-      %extracted = tensor.extract %118[%c0, %165, %169, %171] : tensor<1x4x?x?xf32>
-      linalg.yield %extracted : f32
-    } -> tensor<1x4x?x?xf32>
-    cf.assert %87, "must have at most one inferred (negative) dimension"
-    %from_elements_54 = tensor.from_elements %c4_i64, %90, %90 : tensor<3xi64>
-    %reshape_55 = tensor.reshape %120(%from_elements_54) : (tensor<1x4x?x?xf32>, tensor<3xi64>) -> tensor<4x?x?xf32>
-    cf.assert %7, "unimplemented: dynamic negative broadcast sizes"
-    %121 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%76 : tensor<1x4x?x128xf32>) {
-    ^bb0(%out: f32):
-      %165 = linalg.index 1 : index
-      %166 = linalg.index 2 : index
-      %167 = linalg.index 3 : index
-      %168 = arith.cmpi eq, %dim, %c1 : index
-      %169 = arith.select %168, %c0, %166 : index
-      %extracted = tensor.extract %collapsed_47[%c0, %165, %169, %167] : tensor<1x4x?x128xf32>
-      linalg.yield %extracted : f32
-    } -> tensor<1x4x?x128xf32>
-    %collapsed_56 = tensor.collapse_shape %121 [[0, 1], [2], [3]] : tensor<1x4x?x128xf32> into tensor<4x?x128xf32>
-    %122 = arith.cmpi eq, %90, %0 : i64
-    cf.assert %122, "mismatching contracting dimension"
-    %123 = tensor.empty(%91) : tensor<4x?x128xf32>
-    %124 = linalg.fill ins(%cst : f32) outs(%123 : tensor<4x?x128xf32>) -> tensor<4x?x128xf32>
-    %125 = linalg.batch_matmul ins(%reshape_55, %collapsed_56 : tensor<4x?x?xf32>, tensor<4x?x128xf32>) outs(%124 : tensor<4x?x128xf32>) -> tensor<4x?x128xf32>
-    %expanded_57 = tensor.expand_shape %125 [[0, 1], [2], [3]] output_shape [1, 4, %91, 128] : tensor<4x?x128xf32> into tensor<1x4x?x128xf32>
-    %126 = tensor.empty(%91) : tensor<1x?x4x128xf32>
-    %transposed_58 = linalg.transpose ins(%expanded_57 : tensor<1x4x?x128xf32>) outs(%126 : tensor<1x?x4x128xf32>) permutation = [0, 2, 1, 3] 
+      linalg.yield %in : i1
+    } -> tensor<1x4x?x?xi1>
+    %collapsed_45 = tensor.collapse_shape %58 [[0, 1], [2], [3]] : tensor<1x4x?x128xf32> into tensor<4x?x128xf32>
+    %collapsed_46 = tensor.collapse_shape %collapsed_40 [[0, 1], [2], [3]] : tensor<1x4x?x128xf32> into tensor<4x?x128xf32>
+    %collapsed_47 = tensor.collapse_shape %collapsed_42 [[0, 1], [2], [3]] : tensor<1x4x?x128xf32> into tensor<4x?x128xf32>
+    %collapsed_48 = tensor.collapse_shape %72 [[0, 1], [2], [3]] : tensor<1x4x?x?xi1> into tensor<4x?x?xi1>
+    %73 = tensor.empty(%dim_43) : tensor<4x?x128xf32>
+    %74 = linalg.fill ins(%cst : f32) outs(%73 : tensor<4x?x128xf32>) -> tensor<4x?x128xf32>
+    %75 = "snapkv.sdpa"(%collapsed_45, %collapsed_46, %collapsed_47, %collapsed_48, %74) {scale = 0.088388347648318447 : f64} : (tensor<4x?x128xf32>, tensor<4x?x128xf32>, tensor<4x?x128xf32>, tensor<4x?x?xi1>, tensor<4x?x128xf32>) -> tensor<4x?x128xf32>
+    %dim_49 = tensor.dim %75, %c1 : tensor<4x?x128xf32>
+    %expanded_50 = tensor.expand_shape %75 [[0, 1], [2], [3]] output_shape [1, 4, %dim_49, 128] : tensor<4x?x128xf32> into tensor<1x4x?x128xf32>
+    %dim_51 = tensor.dim %expanded_50, %c2 : tensor<1x4x?x128xf32>
+    %76 = tensor.empty(%dim_51) : tensor<1x?x4x128xf32>
+    %transposed_52 = linalg.transpose ins(%expanded_50 : tensor<1x4x?x128xf32>) outs(%76 : tensor<1x?x4x128xf32>) permutation = [0, 2, 1, 3] 
     cf.assert %34, "must have at most one inferred (negative) dimension"
-    %127 = arith.muli %90, %c512_i64 : i64
-    %128 = arith.divsi %127, %30 : i64
-    %129 = arith.select %29, %128, %0 : i64
-    %from_elements_59 = tensor.from_elements %c1_i64, %129, %128 : tensor<3xi64>
-    %reshape_60 = tensor.reshape %transposed_58(%from_elements_59) : (tensor<1x?x4x128xf32>, tensor<3xi64>) -> tensor<1x?x512xf32>
-    %130 = tensor.empty() : tensor<512x32xf32>
-    %transposed_61 = linalg.transpose ins(%cst_10 : tensor<32x512xf32>) outs(%130 : tensor<512x32xf32>) permutation = [1, 0] 
-    %collapsed_62 = tensor.collapse_shape %reshape_60 [[0, 1], [2]] : tensor<1x?x512xf32> into tensor<?x512xf32>
-    %131 = arith.index_cast %129 : i64 to index
-    %132 = tensor.empty(%131) : tensor<?x32xf32>
-    %133 = linalg.fill ins(%cst : f32) outs(%132 : tensor<?x32xf32>) -> tensor<?x32xf32>
-    %134 = linalg.matmul ins(%collapsed_62, %transposed_61 : tensor<?x512xf32>, tensor<512x32xf32>) outs(%133 : tensor<?x32xf32>) -> tensor<?x32xf32>
-    %expanded_63 = tensor.expand_shape %134 [[0, 1], [2]] output_shape [1, %131, 32] : tensor<?x32xf32> into tensor<1x?x32xf32>
-    %135 = arith.cmpi eq, %dim, %131 : index
-    cf.assert %135, "mismatched size for broadcast"
-    %136 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%2, %expanded_63 : tensor<1x?x32xf32>, tensor<1x?x32xf32>) outs(%1 : tensor<1x?x32xf32>) {
-    ^bb0(%in: f32, %in_75: f32, %out: f32):
-      %165 = arith.addf %in, %in_75 : f32
-      linalg.yield %165 : f32
+    %77 = arith.index_cast %dim_51 : index to i64
+    %78 = arith.muli %77, %c512_i64 : i64
+    %79 = arith.divsi %78, %30 : i64
+    %80 = arith.select %29, %79, %0 : i64
+    %from_elements_53 = tensor.from_elements %c1_i64, %80, %79 : tensor<3xi64>
+    %reshape_54 = tensor.reshape %transposed_52(%from_elements_53) : (tensor<1x?x4x128xf32>, tensor<3xi64>) -> tensor<1x?x512xf32>
+    %81 = tensor.empty() : tensor<512x32xf32>
+    %transposed_55 = linalg.transpose ins(%cst_7 : tensor<32x512xf32>) outs(%81 : tensor<512x32xf32>) permutation = [1, 0] 
+    %collapsed_56 = tensor.collapse_shape %reshape_54 [[0, 1], [2]] : tensor<1x?x512xf32> into tensor<?x512xf32>
+    %82 = arith.index_cast %80 : i64 to index
+    %83 = tensor.empty(%82) : tensor<?x32xf32>
+    %84 = linalg.fill ins(%cst : f32) outs(%83 : tensor<?x32xf32>) -> tensor<?x32xf32>
+    %85 = linalg.matmul ins(%collapsed_56, %transposed_55 : tensor<?x512xf32>, tensor<512x32xf32>) outs(%84 : tensor<?x32xf32>) -> tensor<?x32xf32>
+    %expanded_57 = tensor.expand_shape %85 [[0, 1], [2]] output_shape [1, %82, 32] : tensor<?x32xf32> into tensor<1x?x32xf32>
+    %86 = arith.cmpi eq, %dim, %82 : index
+    cf.assert %86, "mismatched size for broadcast"
+    %87 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%2, %expanded_57 : tensor<1x?x32xf32>, tensor<1x?x32xf32>) outs(%1 : tensor<1x?x32xf32>) {
+    ^bb0(%in: f32, %in_69: f32, %out: f32):
+      %116 = arith.addf %in, %in_69 : f32
+      linalg.yield %116 : f32
     } -> tensor<1x?x32xf32>
-    %137 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%136 : tensor<1x?x32xf32>) outs(%1 : tensor<1x?x32xf32>) {
+    %88 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%87 : tensor<1x?x32xf32>) outs(%1 : tensor<1x?x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %165 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %165 : f32
+      %116 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %116 : f32
     } -> tensor<1x?x32xf32>
-    %138 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%137 : tensor<1x?x32xf32>) outs(%18 : tensor<1x?x1xf32>) {
+    %89 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%88 : tensor<1x?x32xf32>) outs(%18 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %165 = arith.addf %in, %out : f32
-      linalg.yield %165 : f32
+      %116 = arith.addf %in, %out : f32
+      linalg.yield %116 : f32
     } -> tensor<1x?x1xf32>
-    %139 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%138 : tensor<1x?x1xf32>) outs(%10 : tensor<1x?x1xf32>) {
+    %90 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%89 : tensor<1x?x1xf32>) outs(%10 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %165 = arith.divf %in, %cst_20 : f32
-      linalg.yield %165 : f32
+      %116 = arith.divf %in, %cst_15 : f32
+      linalg.yield %116 : f32
     } -> tensor<1x?x1xf32>
-    %140 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%139 : tensor<1x?x1xf32>) outs(%10 : tensor<1x?x1xf32>) {
+    %91 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%90 : tensor<1x?x1xf32>) outs(%10 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %165 = arith.truncf %cst_17 : f64 to f32
-      %166 = arith.addf %in, %165 : f32
-      linalg.yield %166 : f32
+      %116 = arith.truncf %cst_12 : f64 to f32
+      %117 = arith.addf %in, %116 : f32
+      linalg.yield %117 : f32
     } -> tensor<1x?x1xf32>
-    %141 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%140 : tensor<1x?x1xf32>) outs(%10 : tensor<1x?x1xf32>) {
+    %92 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%91 : tensor<1x?x1xf32>) outs(%10 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %165 = math.rsqrt %in : f32
-      linalg.yield %165 : f32
+      %116 = math.rsqrt %in : f32
+      linalg.yield %116 : f32
     } -> tensor<1x?x1xf32>
-    %142 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%136, %141 : tensor<1x?x32xf32>, tensor<1x?x1xf32>) outs(%1 : tensor<1x?x32xf32>) {
-    ^bb0(%in: f32, %in_75: f32, %out: f32):
-      %165 = arith.mulf %in, %in_75 : f32
-      linalg.yield %165 : f32
+    %93 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%87, %92 : tensor<1x?x32xf32>, tensor<1x?x1xf32>) outs(%1 : tensor<1x?x32xf32>) {
+    ^bb0(%in: f32, %in_69: f32, %out: f32):
+      %116 = arith.mulf %in, %in_69 : f32
+      linalg.yield %116 : f32
     } -> tensor<1x?x32xf32>
-    %143 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_9, %142 : tensor<32xf32>, tensor<1x?x32xf32>) outs(%1 : tensor<1x?x32xf32>) {
-    ^bb0(%in: f32, %in_75: f32, %out: f32):
-      %165 = arith.mulf %in, %in_75 : f32
-      linalg.yield %165 : f32
+    %94 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_6, %93 : tensor<32xf32>, tensor<1x?x32xf32>) outs(%1 : tensor<1x?x32xf32>) {
+    ^bb0(%in: f32, %in_69: f32, %out: f32):
+      %116 = arith.mulf %in, %in_69 : f32
+      linalg.yield %116 : f32
     } -> tensor<1x?x32xf32>
-    %144 = tensor.empty() : tensor<32x64xf32>
-    %transposed_64 = linalg.transpose ins(%cst_8 : tensor<64x32xf32>) outs(%144 : tensor<32x64xf32>) permutation = [1, 0] 
-    %collapsed_65 = tensor.collapse_shape %143 [[0, 1], [2]] : tensor<1x?x32xf32> into tensor<?x32xf32>
-    %145 = tensor.empty(%dim) : tensor<?x64xf32>
-    %146 = linalg.fill ins(%cst : f32) outs(%145 : tensor<?x64xf32>) -> tensor<?x64xf32>
-    %147 = linalg.matmul ins(%collapsed_65, %transposed_64 : tensor<?x32xf32>, tensor<32x64xf32>) outs(%146 : tensor<?x64xf32>) -> tensor<?x64xf32>
-    %expanded_66 = tensor.expand_shape %147 [[0, 1], [2]] output_shape [1, %dim, 64] : tensor<?x64xf32> into tensor<1x?x64xf32>
-    %148 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_66 : tensor<1x?x64xf32>) outs(%12 : tensor<1x?x64xf32>) {
+    %95 = tensor.empty() : tensor<32x64xf32>
+    %transposed_58 = linalg.transpose ins(%cst_5 : tensor<64x32xf32>) outs(%95 : tensor<32x64xf32>) permutation = [1, 0] 
+    %collapsed_59 = tensor.collapse_shape %94 [[0, 1], [2]] : tensor<1x?x32xf32> into tensor<?x32xf32>
+    %96 = tensor.empty(%dim) : tensor<?x64xf32>
+    %97 = linalg.fill ins(%cst : f32) outs(%96 : tensor<?x64xf32>) -> tensor<?x64xf32>
+    %98 = linalg.matmul ins(%collapsed_59, %transposed_58 : tensor<?x32xf32>, tensor<32x64xf32>) outs(%97 : tensor<?x64xf32>) -> tensor<?x64xf32>
+    %expanded_60 = tensor.expand_shape %98 [[0, 1], [2]] output_shape [1, %dim, 64] : tensor<?x64xf32> into tensor<1x?x64xf32>
+    %99 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_60 : tensor<1x?x64xf32>) outs(%12 : tensor<1x?x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %165 = arith.negf %in : f32
-      %166 = math.exp %165 : f32
-      %167 = arith.addf %166, %cst_1 : f32
-      %168 = arith.divf %cst_1, %167 : f32
-      linalg.yield %168 : f32
+      %116 = arith.negf %in : f32
+      %117 = math.exp %116 : f32
+      %118 = arith.addf %117, %cst_0 : f32
+      %119 = arith.divf %cst_0, %118 : f32
+      linalg.yield %119 : f32
     } -> tensor<1x?x64xf32>
-    %149 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_66, %148 : tensor<1x?x64xf32>, tensor<1x?x64xf32>) outs(%12 : tensor<1x?x64xf32>) {
-    ^bb0(%in: f32, %in_75: f32, %out: f32):
-      %165 = arith.mulf %in, %in_75 : f32
-      linalg.yield %165 : f32
+    %100 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_60, %99 : tensor<1x?x64xf32>, tensor<1x?x64xf32>) outs(%12 : tensor<1x?x64xf32>) {
+    ^bb0(%in: f32, %in_69: f32, %out: f32):
+      %116 = arith.mulf %in, %in_69 : f32
+      linalg.yield %116 : f32
     } -> tensor<1x?x64xf32>
-    %transposed_67 = linalg.transpose ins(%cst_7 : tensor<64x32xf32>) outs(%144 : tensor<32x64xf32>) permutation = [1, 0] 
-    %150 = linalg.matmul ins(%collapsed_65, %transposed_67 : tensor<?x32xf32>, tensor<32x64xf32>) outs(%146 : tensor<?x64xf32>) -> tensor<?x64xf32>
-    %expanded_68 = tensor.expand_shape %150 [[0, 1], [2]] output_shape [1, %dim, 64] : tensor<?x64xf32> into tensor<1x?x64xf32>
-    %151 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%149, %expanded_68 : tensor<1x?x64xf32>, tensor<1x?x64xf32>) outs(%12 : tensor<1x?x64xf32>) {
-    ^bb0(%in: f32, %in_75: f32, %out: f32):
-      %165 = arith.mulf %in, %in_75 : f32
-      linalg.yield %165 : f32
+    %transposed_61 = linalg.transpose ins(%cst_4 : tensor<64x32xf32>) outs(%95 : tensor<32x64xf32>) permutation = [1, 0] 
+    %101 = linalg.matmul ins(%collapsed_59, %transposed_61 : tensor<?x32xf32>, tensor<32x64xf32>) outs(%97 : tensor<?x64xf32>) -> tensor<?x64xf32>
+    %expanded_62 = tensor.expand_shape %101 [[0, 1], [2]] output_shape [1, %dim, 64] : tensor<?x64xf32> into tensor<1x?x64xf32>
+    %102 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%100, %expanded_62 : tensor<1x?x64xf32>, tensor<1x?x64xf32>) outs(%12 : tensor<1x?x64xf32>) {
+    ^bb0(%in: f32, %in_69: f32, %out: f32):
+      %116 = arith.mulf %in, %in_69 : f32
+      linalg.yield %116 : f32
     } -> tensor<1x?x64xf32>
-    %152 = tensor.empty() : tensor<64x32xf32>
-    %transposed_69 = linalg.transpose ins(%cst_6 : tensor<32x64xf32>) outs(%152 : tensor<64x32xf32>) permutation = [1, 0] 
-    %collapsed_70 = tensor.collapse_shape %151 [[0, 1], [2]] : tensor<1x?x64xf32> into tensor<?x64xf32>
-    %153 = tensor.empty(%dim) : tensor<?x32xf32>
-    %154 = linalg.fill ins(%cst : f32) outs(%153 : tensor<?x32xf32>) -> tensor<?x32xf32>
-    %155 = linalg.matmul ins(%collapsed_70, %transposed_69 : tensor<?x64xf32>, tensor<64x32xf32>) outs(%154 : tensor<?x32xf32>) -> tensor<?x32xf32>
-    %expanded_71 = tensor.expand_shape %155 [[0, 1], [2]] output_shape [1, %dim, 32] : tensor<?x32xf32> into tensor<1x?x32xf32>
-    %156 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%136, %expanded_71 : tensor<1x?x32xf32>, tensor<1x?x32xf32>) outs(%1 : tensor<1x?x32xf32>) {
-    ^bb0(%in: f32, %in_75: f32, %out: f32):
-      %165 = arith.addf %in, %in_75 : f32
-      linalg.yield %165 : f32
+    %103 = tensor.empty() : tensor<64x32xf32>
+    %transposed_63 = linalg.transpose ins(%cst_3 : tensor<32x64xf32>) outs(%103 : tensor<64x32xf32>) permutation = [1, 0] 
+    %collapsed_64 = tensor.collapse_shape %102 [[0, 1], [2]] : tensor<1x?x64xf32> into tensor<?x64xf32>
+    %104 = tensor.empty(%dim) : tensor<?x32xf32>
+    %105 = linalg.fill ins(%cst : f32) outs(%104 : tensor<?x32xf32>) -> tensor<?x32xf32>
+    %106 = linalg.matmul ins(%collapsed_64, %transposed_63 : tensor<?x64xf32>, tensor<64x32xf32>) outs(%105 : tensor<?x32xf32>) -> tensor<?x32xf32>
+    %expanded_65 = tensor.expand_shape %106 [[0, 1], [2]] output_shape [1, %dim, 32] : tensor<?x32xf32> into tensor<1x?x32xf32>
+    %107 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%87, %expanded_65 : tensor<1x?x32xf32>, tensor<1x?x32xf32>) outs(%1 : tensor<1x?x32xf32>) {
+    ^bb0(%in: f32, %in_69: f32, %out: f32):
+      %116 = arith.addf %in, %in_69 : f32
+      linalg.yield %116 : f32
     } -> tensor<1x?x32xf32>
-    %157 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%156 : tensor<1x?x32xf32>) outs(%1 : tensor<1x?x32xf32>) {
+    %108 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%107 : tensor<1x?x32xf32>) outs(%1 : tensor<1x?x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %165 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %165 : f32
+      %116 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %116 : f32
     } -> tensor<1x?x32xf32>
-    %158 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%157 : tensor<1x?x32xf32>) outs(%18 : tensor<1x?x1xf32>) {
+    %109 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%108 : tensor<1x?x32xf32>) outs(%18 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %165 = arith.addf %in, %out : f32
-      linalg.yield %165 : f32
+      %116 = arith.addf %in, %out : f32
+      linalg.yield %116 : f32
     } -> tensor<1x?x1xf32>
-    %159 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%158 : tensor<1x?x1xf32>) outs(%10 : tensor<1x?x1xf32>) {
+    %110 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%109 : tensor<1x?x1xf32>) outs(%10 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %165 = arith.divf %in, %cst_20 : f32
-      linalg.yield %165 : f32
+      %116 = arith.divf %in, %cst_15 : f32
+      linalg.yield %116 : f32
     } -> tensor<1x?x1xf32>
-    %160 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%159 : tensor<1x?x1xf32>) outs(%10 : tensor<1x?x1xf32>) {
+    %111 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%110 : tensor<1x?x1xf32>) outs(%10 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %165 = arith.truncf %cst_17 : f64 to f32
-      %166 = arith.addf %in, %165 : f32
-      linalg.yield %166 : f32
+      %116 = arith.truncf %cst_12 : f64 to f32
+      %117 = arith.addf %in, %116 : f32
+      linalg.yield %117 : f32
     } -> tensor<1x?x1xf32>
-    %161 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%160 : tensor<1x?x1xf32>) outs(%10 : tensor<1x?x1xf32>) {
+    %112 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%111 : tensor<1x?x1xf32>) outs(%10 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %165 = math.rsqrt %in : f32
-      linalg.yield %165 : f32
+      %116 = math.rsqrt %in : f32
+      linalg.yield %116 : f32
     } -> tensor<1x?x1xf32>
-    %162 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%156, %161 : tensor<1x?x32xf32>, tensor<1x?x1xf32>) outs(%1 : tensor<1x?x32xf32>) {
-    ^bb0(%in: f32, %in_75: f32, %out: f32):
-      %165 = arith.mulf %in, %in_75 : f32
-      linalg.yield %165 : f32
+    %113 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%107, %112 : tensor<1x?x32xf32>, tensor<1x?x1xf32>) outs(%1 : tensor<1x?x32xf32>) {
+    ^bb0(%in: f32, %in_69: f32, %out: f32):
+      %116 = arith.mulf %in, %in_69 : f32
+      linalg.yield %116 : f32
     } -> tensor<1x?x32xf32>
-    %163 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_5, %162 : tensor<32xf32>, tensor<1x?x32xf32>) outs(%1 : tensor<1x?x32xf32>) {
-    ^bb0(%in: f32, %in_75: f32, %out: f32):
-      %165 = arith.mulf %in, %in_75 : f32
-      linalg.yield %165 : f32
+    %114 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_2, %113 : tensor<32xf32>, tensor<1x?x32xf32>) outs(%1 : tensor<1x?x32xf32>) {
+    ^bb0(%in: f32, %in_69: f32, %out: f32):
+      %116 = arith.mulf %in, %in_69 : f32
+      linalg.yield %116 : f32
     } -> tensor<1x?x32xf32>
-    %transposed_72 = linalg.transpose ins(%cst_4 : tensor<64x32xf32>) outs(%144 : tensor<32x64xf32>) permutation = [1, 0] 
-    %collapsed_73 = tensor.collapse_shape %163 [[0, 1], [2]] : tensor<1x?x32xf32> into tensor<?x32xf32>
-    %164 = linalg.matmul ins(%collapsed_73, %transposed_72 : tensor<?x32xf32>, tensor<32x64xf32>) outs(%146 : tensor<?x64xf32>) -> tensor<?x64xf32>
-    %expanded_74 = tensor.expand_shape %164 [[0, 1], [2]] output_shape [1, %dim, 64] : tensor<?x64xf32> into tensor<1x?x64xf32>
-    return %expanded_74, %67, %transposed_34 : tensor<1x?x64xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>
+    %transposed_66 = linalg.transpose ins(%cst_1 : tensor<64x32xf32>) outs(%95 : tensor<32x64xf32>) permutation = [1, 0] 
+    %collapsed_67 = tensor.collapse_shape %114 [[0, 1], [2]] : tensor<1x?x32xf32> into tensor<?x32xf32>
+    %115 = linalg.matmul ins(%collapsed_67, %transposed_66 : tensor<?x32xf32>, tensor<32x64xf32>) outs(%97 : tensor<?x64xf32>) -> tensor<?x64xf32>
+    %expanded_68 = tensor.expand_shape %115 [[0, 1], [2]] output_shape [1, %dim, 64] : tensor<?x64xf32> into tensor<1x?x64xf32>
+    return %expanded_68, %67, %transposed_29 : tensor<1x?x64xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>
   }
   func.func @decode(%arg0: tensor<1x1xi64>, %arg1: tensor<1xi64>, %arg2: tensor<1x2x?x128xf32>, %arg3: tensor<1x2x?x128xf32>) -> (tensor<1x1x64xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>) {
+    %cst = arith.constant 0.000000e+00 : f32
+    %c2 = arith.constant 2 : index
     %c0_i64 = arith.constant 0 : i64
     %c1_i64 = arith.constant 1 : i64
     %c2_i64 = arith.constant 2 : i64
     %c0 = arith.constant 0 : index
     %c1 = arith.constant 1 : index
     %c64 = arith.constant 64 : index
-    %c2 = arith.constant 2 : index
-    %cst = arith.constant 0.000000e+00 : f32
-    %cst_0 = arith.constant 0xFF800000 : f32
-    %true = arith.constant true
-    %cst_1 = arith.constant 1.000000e+00 : f32
-    %cst_2 = arith.constant dense<0.000000e+00> : tensor<f32>
-    %cst_3 = arith.constant dense<0xFF800000> : tensor<f32>
-    %cst_4 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_3> : tensor<64x32xf32>
-    %cst_5 = arith.constant dense_resource<torch_tensor_32_torch.float32_2> : tensor<32xf32>
-    %cst_6 = arith.constant dense_resource<torch_tensor_32_64_torch.float32> : tensor<32x64xf32>
-    %cst_7 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_2> : tensor<64x32xf32>
-    %cst_8 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_1> : tensor<64x32xf32>
-    %cst_9 = arith.constant dense_resource<torch_tensor_32_torch.float32_1> : tensor<32xf32>
-    %cst_10 = arith.constant dense_resource<torch_tensor_32_512_torch.float32> : tensor<32x512xf32>
-    %cst_11 = arith.constant 0.29730177875068026 : f64
-    %cst_12 = arith.constant 0xFFF0000000000000 : f64
-    %cst_13 = arith.constant dense_resource<torch_tensor_256_32_torch.float32_1> : tensor<256x32xf32>
-    %cst_14 = arith.constant dense_resource<torch_tensor_256_32_torch.float32> : tensor<256x32xf32>
-    %cst_15 = arith.constant dense_resource<torch_tensor_512_32_torch.float32> : tensor<512x32xf32>
-    %cst_16 = arith.constant dense_resource<torch_tensor_32_torch.float32> : tensor<32xf32>
-    %cst_17 = arith.constant 9.9999999999999995E-7 : f64
-    %cst_18 = arith.constant dense_resource<torch_tensor_64_torch.float32> : tensor<64xf32>
-    %cst_19 = arith.constant dense_resource<torch_tensor_64_32_torch.float32> : tensor<64x32xf32>
-    %cst_20 = arith.constant 3.200000e+01 : f32
+    %cst_0 = arith.constant 1.000000e+00 : f32
+    %cst_1 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_3> : tensor<64x32xf32>
+    %cst_2 = arith.constant dense_resource<torch_tensor_32_torch.float32_2> : tensor<32xf32>
+    %cst_3 = arith.constant dense_resource<torch_tensor_32_64_torch.float32> : tensor<32x64xf32>
+    %cst_4 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_2> : tensor<64x32xf32>
+    %cst_5 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_1> : tensor<64x32xf32>
+    %cst_6 = arith.constant dense_resource<torch_tensor_32_torch.float32_1> : tensor<32xf32>
+    %cst_7 = arith.constant dense_resource<torch_tensor_32_512_torch.float32> : tensor<32x512xf32>
+    %cst_8 = arith.constant dense_resource<torch_tensor_256_32_torch.float32_1> : tensor<256x32xf32>
+    %cst_9 = arith.constant dense_resource<torch_tensor_256_32_torch.float32> : tensor<256x32xf32>
+    %cst_10 = arith.constant dense_resource<torch_tensor_512_32_torch.float32> : tensor<512x32xf32>
+    %cst_11 = arith.constant dense_resource<torch_tensor_32_torch.float32> : tensor<32xf32>
+    %cst_12 = arith.constant 9.9999999999999995E-7 : f64
+    %cst_13 = arith.constant dense_resource<torch_tensor_64_torch.float32> : tensor<64xf32>
+    %cst_14 = arith.constant dense_resource<torch_tensor_64_32_torch.float32> : tensor<64x32xf32>
+    %cst_15 = arith.constant 3.200000e+01 : f32
     %dim = tensor.dim %arg2, %c2 : tensor<1x2x?x128xf32>
     %0 = arith.index_cast %dim : index to i64
     %1 = tensor.empty() : tensor<1x1x32xf32>
     %2 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg0 : tensor<1x1xi64>) outs(%1 : tensor<1x1x32xf32>) {
     ^bb0(%in: i64, %out: f32):
-      %126 = arith.index_cast %in : i64 to index
-      %127 = linalg.index 2 : index
-      %128 = arith.cmpi slt, %126, %c64 : index
-      cf.assert %128, "index must be smaller than dim size"
-      %129 = arith.cmpi sge, %in, %c0_i64 : i64
-      cf.assert %129, "index must be larger or equal to 0"
-      %extracted = tensor.extract %cst_19[%126, %127] : tensor<64x32xf32>
+      %92 = arith.index_cast %in : i64 to index
+      %93 = linalg.index 2 : index
+      %94 = arith.cmpi slt, %92, %c64 : index
+      cf.assert %94, "index must be smaller than dim size"
+      %95 = arith.cmpi sge, %in, %c0_i64 : i64
+      cf.assert %95, "index must be larger or equal to 0"
+      %extracted = tensor.extract %cst_14[%92, %93] : tensor<64x32xf32>
       linalg.yield %extracted : f32
     } -> tensor<1x1x32xf32>
     %3 = arith.addi %0, %c1_i64 : i64
@@ -662,464 +490,342 @@ module {
     } -> tensor<1xi64>
     %6 = linalg.generic {indexing_maps = [#map2, #map2], iterator_types = ["parallel"]} ins(%5 : tensor<1xi64>) outs(%4 : tensor<1xi64>) {
     ^bb0(%in: i64, %out: i64):
-      %126 = arith.addi %in, %0 : i64
-      linalg.yield %126 : i64
+      %92 = arith.addi %in, %0 : i64
+      linalg.yield %92 : i64
     } -> tensor<1xi64>
     %7 = arith.index_cast %3 : i64 to index
     %8 = tensor.empty(%7) : tensor<?xi64>
     %9 = linalg.generic {indexing_maps = [#map2], iterator_types = ["parallel"]} outs(%8 : tensor<?xi64>) {
     ^bb0(%out: i64):
-      %126 = linalg.index 0 : index
-      %127 = arith.index_cast %126 : index to i64
-      linalg.yield %127 : i64
+      %92 = linalg.index 0 : index
+      %93 = arith.index_cast %92 : index to i64
+      linalg.yield %93 : i64
     } -> tensor<?xi64>
     %expanded = tensor.expand_shape %6 [[0, 1, 2, 3]] output_shape [1, 1, 1, 1] : tensor<1xi64> into tensor<1x1x1x1xi64>
-    %expanded_21 = tensor.expand_shape %9 [[0, 1, 2, 3]] output_shape [1, 1, 1, %7] : tensor<?xi64> into tensor<1x1x1x?xi64>
+    %expanded_16 = tensor.expand_shape %9 [[0, 1, 2, 3]] output_shape [1, 1, 1, %7] : tensor<?xi64> into tensor<1x1x1x?xi64>
     %10 = tensor.empty(%7) : tensor<1x1x1x?xi1>
-    %11 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_21, %expanded : tensor<1x1x1x?xi64>, tensor<1x1x1x1xi64>) outs(%10 : tensor<1x1x1x?xi1>) {
-    ^bb0(%in: i64, %in_68: i64, %out: i1):
-      %126 = arith.cmpi sle, %in, %in_68 : i64
-      linalg.yield %126 : i1
+    %11 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_16, %expanded : tensor<1x1x1x?xi64>, tensor<1x1x1x1xi64>) outs(%10 : tensor<1x1x1x?xi1>) {
+    ^bb0(%in: i64, %in_61: i64, %out: i1):
+      %92 = arith.cmpi sle, %in, %in_61 : i64
+      linalg.yield %92 : i1
     } -> tensor<1x1x1x?xi1>
     %12 = arith.cmpi sge, %3, %c0_i64 : i64
     cf.assert %12, "unimplemented: dynamic negative broadcast sizes"
     %13 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%10 : tensor<1x1x1x?xi1>) {
     ^bb0(%out: i1):
-      %126 = linalg.index 3 : index
-      %127 = arith.cmpi eq, %7, %c1 : index
-      %128 = arith.select %127, %c0, %126 : index
-      %extracted = tensor.extract %11[%c0, %c0, %c0, %128] : tensor<1x1x1x?xi1>
+      %92 = linalg.index 3 : index
+      %93 = arith.cmpi eq, %7, %c1 : index
+      %94 = arith.select %93, %c0, %92 : index
+      %extracted = tensor.extract %11[%c0, %c0, %c0, %94] : tensor<1x1x1x?xi1>
       linalg.yield %extracted : i1
     } -> tensor<1x1x1x?xi1>
-    %expanded_22 = tensor.expand_shape %arg1 [[0, 1, 2]] output_shape [1, 1, 1] : tensor<1xi64> into tensor<1x1x1xi64>
+    %expanded_17 = tensor.expand_shape %arg1 [[0, 1, 2]] output_shape [1, 1, 1] : tensor<1xi64> into tensor<1x1x1xi64>
     %14 = tensor.empty() : tensor<1x1x1xf32>
-    %15 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_22 : tensor<1x1x1xi64>) outs(%14 : tensor<1x1x1xf32>) {
+    %15 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_17 : tensor<1x1x1xi64>) outs(%14 : tensor<1x1x1xf32>) {
     ^bb0(%in: i64, %out: f32):
-      %126 = arith.sitofp %in : i64 to f32
-      linalg.yield %126 : f32
+      %92 = arith.sitofp %in : i64 to f32
+      linalg.yield %92 : f32
     } -> tensor<1x1x1xf32>
     %16 = tensor.empty() : tensor<1x1x64xf32>
-    %17 = linalg.generic {indexing_maps = [#map6, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%15, %cst_18 : tensor<1x1x1xf32>, tensor<64xf32>) outs(%16 : tensor<1x1x64xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %126 = arith.mulf %in, %in_68 : f32
-      linalg.yield %126 : f32
+    %17 = linalg.generic {indexing_maps = [#map6, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%15, %cst_13 : tensor<1x1x1xf32>, tensor<64xf32>) outs(%16 : tensor<1x1x64xf32>) {
+    ^bb0(%in: f32, %in_61: f32, %out: f32):
+      %92 = arith.mulf %in, %in_61 : f32
+      linalg.yield %92 : f32
     } -> tensor<1x1x64xf32>
     %concat = tensor.concat dim(2) %17, %17 : (tensor<1x1x64xf32>, tensor<1x1x64xf32>) -> tensor<1x1x128xf32>
     %18 = tensor.empty() : tensor<1x1x128xf32>
     %19 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%concat : tensor<1x1x128xf32>) outs(%18 : tensor<1x1x128xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %126 = math.cos %in : f32
-      linalg.yield %126 : f32
+      %92 = math.cos %in : f32
+      linalg.yield %92 : f32
     } -> tensor<1x1x128xf32>
     %20 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%concat : tensor<1x1x128xf32>) outs(%18 : tensor<1x1x128xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %126 = math.sin %in : f32
-      linalg.yield %126 : f32
+      %92 = math.sin %in : f32
+      linalg.yield %92 : f32
     } -> tensor<1x1x128xf32>
     %21 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%2 : tensor<1x1x32xf32>) outs(%1 : tensor<1x1x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %126 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %126 : f32
+      %92 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %92 : f32
     } -> tensor<1x1x32xf32>
     %22 = linalg.fill ins(%cst : f32) outs(%14 : tensor<1x1x1xf32>) -> tensor<1x1x1xf32>
     %23 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%21 : tensor<1x1x32xf32>) outs(%22 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %126 = arith.addf %in, %out : f32
-      linalg.yield %126 : f32
+      %92 = arith.addf %in, %out : f32
+      linalg.yield %92 : f32
     } -> tensor<1x1x1xf32>
     %24 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%23 : tensor<1x1x1xf32>) outs(%14 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %126 = arith.divf %in, %cst_20 : f32
-      linalg.yield %126 : f32
+      %92 = arith.divf %in, %cst_15 : f32
+      linalg.yield %92 : f32
     } -> tensor<1x1x1xf32>
     %25 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%24 : tensor<1x1x1xf32>) outs(%14 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %126 = arith.truncf %cst_17 : f64 to f32
-      %127 = arith.addf %in, %126 : f32
-      linalg.yield %127 : f32
+      %92 = arith.truncf %cst_12 : f64 to f32
+      %93 = arith.addf %in, %92 : f32
+      linalg.yield %93 : f32
     } -> tensor<1x1x1xf32>
     %26 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%25 : tensor<1x1x1xf32>) outs(%14 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %126 = math.rsqrt %in : f32
-      linalg.yield %126 : f32
+      %92 = math.rsqrt %in : f32
+      linalg.yield %92 : f32
     } -> tensor<1x1x1xf32>
     %27 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%2, %26 : tensor<1x1x32xf32>, tensor<1x1x1xf32>) outs(%1 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %126 = arith.mulf %in, %in_68 : f32
-      linalg.yield %126 : f32
+    ^bb0(%in: f32, %in_61: f32, %out: f32):
+      %92 = arith.mulf %in, %in_61 : f32
+      linalg.yield %92 : f32
     } -> tensor<1x1x32xf32>
-    %28 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_16, %27 : tensor<32xf32>, tensor<1x1x32xf32>) outs(%1 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %126 = arith.mulf %in, %in_68 : f32
-      linalg.yield %126 : f32
+    %28 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_11, %27 : tensor<32xf32>, tensor<1x1x32xf32>) outs(%1 : tensor<1x1x32xf32>) {
+    ^bb0(%in: f32, %in_61: f32, %out: f32):
+      %92 = arith.mulf %in, %in_61 : f32
+      linalg.yield %92 : f32
     } -> tensor<1x1x32xf32>
     %29 = tensor.empty() : tensor<32x512xf32>
-    %transposed = linalg.transpose ins(%cst_15 : tensor<512x32xf32>) outs(%29 : tensor<32x512xf32>) permutation = [1, 0] 
+    %transposed = linalg.transpose ins(%cst_10 : tensor<512x32xf32>) outs(%29 : tensor<32x512xf32>) permutation = [1, 0] 
     %collapsed = tensor.collapse_shape %28 [[0], [1, 2]] : tensor<1x1x32xf32> into tensor<1x32xf32>
     %30 = tensor.empty() : tensor<1x512xf32>
     %31 = linalg.fill ins(%cst : f32) outs(%30 : tensor<1x512xf32>) -> tensor<1x512xf32>
     %32 = linalg.matmul ins(%collapsed, %transposed : tensor<1x32xf32>, tensor<32x512xf32>) outs(%31 : tensor<1x512xf32>) -> tensor<1x512xf32>
-    %expanded_23 = tensor.expand_shape %32 [[0], [1, 2, 3]] output_shape [1, 1, 4, 128] : tensor<1x512xf32> into tensor<1x1x4x128xf32>
+    %expanded_18 = tensor.expand_shape %32 [[0], [1, 2, 3]] output_shape [1, 1, 4, 128] : tensor<1x512xf32> into tensor<1x1x4x128xf32>
     %33 = tensor.empty() : tensor<1x4x1x128xf32>
-    %transposed_24 = linalg.transpose ins(%expanded_23 : tensor<1x1x4x128xf32>) outs(%33 : tensor<1x4x1x128xf32>) permutation = [0, 2, 1, 3] 
+    %transposed_19 = linalg.transpose ins(%expanded_18 : tensor<1x1x4x128xf32>) outs(%33 : tensor<1x4x1x128xf32>) permutation = [0, 2, 1, 3] 
     %34 = tensor.empty() : tensor<32x256xf32>
-    %transposed_25 = linalg.transpose ins(%cst_14 : tensor<256x32xf32>) outs(%34 : tensor<32x256xf32>) permutation = [1, 0] 
+    %transposed_20 = linalg.transpose ins(%cst_9 : tensor<256x32xf32>) outs(%34 : tensor<32x256xf32>) permutation = [1, 0] 
     %35 = tensor.empty() : tensor<1x256xf32>
     %36 = linalg.fill ins(%cst : f32) outs(%35 : tensor<1x256xf32>) -> tensor<1x256xf32>
-    %37 = linalg.matmul ins(%collapsed, %transposed_25 : tensor<1x32xf32>, tensor<32x256xf32>) outs(%36 : tensor<1x256xf32>) -> tensor<1x256xf32>
-    %expanded_26 = tensor.expand_shape %37 [[0], [1, 2, 3]] output_shape [1, 1, 2, 128] : tensor<1x256xf32> into tensor<1x1x2x128xf32>
+    %37 = linalg.matmul ins(%collapsed, %transposed_20 : tensor<1x32xf32>, tensor<32x256xf32>) outs(%36 : tensor<1x256xf32>) -> tensor<1x256xf32>
+    %expanded_21 = tensor.expand_shape %37 [[0], [1, 2, 3]] output_shape [1, 1, 2, 128] : tensor<1x256xf32> into tensor<1x1x2x128xf32>
     %38 = tensor.empty() : tensor<1x2x1x128xf32>
-    %transposed_27 = linalg.transpose ins(%expanded_26 : tensor<1x1x2x128xf32>) outs(%38 : tensor<1x2x1x128xf32>) permutation = [0, 2, 1, 3] 
-    %transposed_28 = linalg.transpose ins(%cst_13 : tensor<256x32xf32>) outs(%34 : tensor<32x256xf32>) permutation = [1, 0] 
-    %39 = linalg.matmul ins(%collapsed, %transposed_28 : tensor<1x32xf32>, tensor<32x256xf32>) outs(%36 : tensor<1x256xf32>) -> tensor<1x256xf32>
-    %expanded_29 = tensor.expand_shape %39 [[0], [1, 2, 3]] output_shape [1, 1, 2, 128] : tensor<1x256xf32> into tensor<1x1x2x128xf32>
-    %transposed_30 = linalg.transpose ins(%expanded_29 : tensor<1x1x2x128xf32>) outs(%38 : tensor<1x2x1x128xf32>) permutation = [0, 2, 1, 3] 
-    %expanded_31 = tensor.expand_shape %19 [[0], [1, 2], [3]] output_shape [1, 1, 1, 128] : tensor<1x1x128xf32> into tensor<1x1x1x128xf32>
-    %expanded_32 = tensor.expand_shape %20 [[0], [1, 2], [3]] output_shape [1, 1, 1, 128] : tensor<1x1x128xf32> into tensor<1x1x1x128xf32>
-    %40 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_24, %expanded_31 : tensor<1x4x1x128xf32>, tensor<1x1x1x128xf32>) outs(%33 : tensor<1x4x1x128xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %126 = arith.mulf %in, %in_68 : f32
-      linalg.yield %126 : f32
+    %transposed_22 = linalg.transpose ins(%expanded_21 : tensor<1x1x2x128xf32>) outs(%38 : tensor<1x2x1x128xf32>) permutation = [0, 2, 1, 3] 
+    %transposed_23 = linalg.transpose ins(%cst_8 : tensor<256x32xf32>) outs(%34 : tensor<32x256xf32>) permutation = [1, 0] 
+    %39 = linalg.matmul ins(%collapsed, %transposed_23 : tensor<1x32xf32>, tensor<32x256xf32>) outs(%36 : tensor<1x256xf32>) -> tensor<1x256xf32>
+    %expanded_24 = tensor.expand_shape %39 [[0], [1, 2, 3]] output_shape [1, 1, 2, 128] : tensor<1x256xf32> into tensor<1x1x2x128xf32>
+    %transposed_25 = linalg.transpose ins(%expanded_24 : tensor<1x1x2x128xf32>) outs(%38 : tensor<1x2x1x128xf32>) permutation = [0, 2, 1, 3] 
+    %expanded_26 = tensor.expand_shape %19 [[0], [1, 2], [3]] output_shape [1, 1, 1, 128] : tensor<1x1x128xf32> into tensor<1x1x1x128xf32>
+    %expanded_27 = tensor.expand_shape %20 [[0], [1, 2], [3]] output_shape [1, 1, 1, 128] : tensor<1x1x128xf32> into tensor<1x1x1x128xf32>
+    %40 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_19, %expanded_26 : tensor<1x4x1x128xf32>, tensor<1x1x1x128xf32>) outs(%33 : tensor<1x4x1x128xf32>) {
+    ^bb0(%in: f32, %in_61: f32, %out: f32):
+      %92 = arith.mulf %in, %in_61 : f32
+      linalg.yield %92 : f32
     } -> tensor<1x4x1x128xf32>
-    %extracted_slice = tensor.extract_slice %transposed_24[0, 0, 0, 0] [1, 4, 1, 64] [1, 1, 1, 1] : tensor<1x4x1x128xf32> to tensor<1x4x1x64xf32>
-    %extracted_slice_33 = tensor.extract_slice %transposed_24[0, 0, 0, 64] [1, 4, 1, 64] [1, 1, 1, 1] : tensor<1x4x1x128xf32> to tensor<1x4x1x64xf32>
+    %extracted_slice = tensor.extract_slice %transposed_19[0, 0, 0, 0] [1, 4, 1, 64] [1, 1, 1, 1] : tensor<1x4x1x128xf32> to tensor<1x4x1x64xf32>
+    %extracted_slice_28 = tensor.extract_slice %transposed_19[0, 0, 0, 64] [1, 4, 1, 64] [1, 1, 1, 1] : tensor<1x4x1x128xf32> to tensor<1x4x1x64xf32>
     %41 = tensor.empty() : tensor<1x4x1x64xf32>
-    %42 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_33 : tensor<1x4x1x64xf32>) outs(%41 : tensor<1x4x1x64xf32>) {
+    %42 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_28 : tensor<1x4x1x64xf32>) outs(%41 : tensor<1x4x1x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %126 = arith.negf %in : f32
-      linalg.yield %126 : f32
+      %92 = arith.negf %in : f32
+      linalg.yield %92 : f32
     } -> tensor<1x4x1x64xf32>
-    %concat_34 = tensor.concat dim(3) %42, %extracted_slice : (tensor<1x4x1x64xf32>, tensor<1x4x1x64xf32>) -> tensor<1x4x1x128xf32>
-    %43 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_34, %expanded_32 : tensor<1x4x1x128xf32>, tensor<1x1x1x128xf32>) outs(%33 : tensor<1x4x1x128xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %126 = arith.mulf %in, %in_68 : f32
-      linalg.yield %126 : f32
+    %concat_29 = tensor.concat dim(3) %42, %extracted_slice : (tensor<1x4x1x64xf32>, tensor<1x4x1x64xf32>) -> tensor<1x4x1x128xf32>
+    %43 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_29, %expanded_27 : tensor<1x4x1x128xf32>, tensor<1x1x1x128xf32>) outs(%33 : tensor<1x4x1x128xf32>) {
+    ^bb0(%in: f32, %in_61: f32, %out: f32):
+      %92 = arith.mulf %in, %in_61 : f32
+      linalg.yield %92 : f32
     } -> tensor<1x4x1x128xf32>
     %44 = linalg.generic {indexing_maps = [#map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%40, %43 : tensor<1x4x1x128xf32>, tensor<1x4x1x128xf32>) outs(%33 : tensor<1x4x1x128xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %126 = arith.addf %in, %in_68 : f32
-      linalg.yield %126 : f32
+    ^bb0(%in: f32, %in_61: f32, %out: f32):
+      %92 = arith.addf %in, %in_61 : f32
+      linalg.yield %92 : f32
     } -> tensor<1x4x1x128xf32>
-    %45 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_27, %expanded_31 : tensor<1x2x1x128xf32>, tensor<1x1x1x128xf32>) outs(%38 : tensor<1x2x1x128xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %126 = arith.mulf %in, %in_68 : f32
-      linalg.yield %126 : f32
+    %45 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_22, %expanded_26 : tensor<1x2x1x128xf32>, tensor<1x1x1x128xf32>) outs(%38 : tensor<1x2x1x128xf32>) {
+    ^bb0(%in: f32, %in_61: f32, %out: f32):
+      %92 = arith.mulf %in, %in_61 : f32
+      linalg.yield %92 : f32
     } -> tensor<1x2x1x128xf32>
-    %extracted_slice_35 = tensor.extract_slice %transposed_27[0, 0, 0, 0] [1, 2, 1, 64] [1, 1, 1, 1] : tensor<1x2x1x128xf32> to tensor<1x2x1x64xf32>
-    %extracted_slice_36 = tensor.extract_slice %transposed_27[0, 0, 0, 64] [1, 2, 1, 64] [1, 1, 1, 1] : tensor<1x2x1x128xf32> to tensor<1x2x1x64xf32>
+    %extracted_slice_30 = tensor.extract_slice %transposed_22[0, 0, 0, 0] [1, 2, 1, 64] [1, 1, 1, 1] : tensor<1x2x1x128xf32> to tensor<1x2x1x64xf32>
+    %extracted_slice_31 = tensor.extract_slice %transposed_22[0, 0, 0, 64] [1, 2, 1, 64] [1, 1, 1, 1] : tensor<1x2x1x128xf32> to tensor<1x2x1x64xf32>
     %46 = tensor.empty() : tensor<1x2x1x64xf32>
-    %47 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_36 : tensor<1x2x1x64xf32>) outs(%46 : tensor<1x2x1x64xf32>) {
+    %47 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_31 : tensor<1x2x1x64xf32>) outs(%46 : tensor<1x2x1x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %126 = arith.negf %in : f32
-      linalg.yield %126 : f32
+      %92 = arith.negf %in : f32
+      linalg.yield %92 : f32
     } -> tensor<1x2x1x64xf32>
-    %concat_37 = tensor.concat dim(3) %47, %extracted_slice_35 : (tensor<1x2x1x64xf32>, tensor<1x2x1x64xf32>) -> tensor<1x2x1x128xf32>
-    %48 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_37, %expanded_32 : tensor<1x2x1x128xf32>, tensor<1x1x1x128xf32>) outs(%38 : tensor<1x2x1x128xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %126 = arith.mulf %in, %in_68 : f32
-      linalg.yield %126 : f32
+    %concat_32 = tensor.concat dim(3) %47, %extracted_slice_30 : (tensor<1x2x1x64xf32>, tensor<1x2x1x64xf32>) -> tensor<1x2x1x128xf32>
+    %48 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_32, %expanded_27 : tensor<1x2x1x128xf32>, tensor<1x1x1x128xf32>) outs(%38 : tensor<1x2x1x128xf32>) {
+    ^bb0(%in: f32, %in_61: f32, %out: f32):
+      %92 = arith.mulf %in, %in_61 : f32
+      linalg.yield %92 : f32
     } -> tensor<1x2x1x128xf32>
     %49 = linalg.generic {indexing_maps = [#map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%45, %48 : tensor<1x2x1x128xf32>, tensor<1x2x1x128xf32>) outs(%38 : tensor<1x2x1x128xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %126 = arith.addf %in, %in_68 : f32
-      linalg.yield %126 : f32
+    ^bb0(%in: f32, %in_61: f32, %out: f32):
+      %92 = arith.addf %in, %in_61 : f32
+      linalg.yield %92 : f32
     } -> tensor<1x2x1x128xf32>
-    %concat_38 = tensor.concat dim(2) %arg2, %49 : (tensor<1x2x?x128xf32>, tensor<1x2x1x128xf32>) -> tensor<1x2x?x128xf32>
-    %concat_39 = tensor.concat dim(2) %arg3, %transposed_30 : (tensor<1x2x?x128xf32>, tensor<1x2x1x128xf32>) -> tensor<1x2x?x128xf32>
-    %50 = affine.apply #map12()[%dim]
-    %expanded_40 = tensor.expand_shape %concat_38 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %50, 128] : tensor<1x2x?x128xf32> into tensor<1x2x1x?x128xf32>
+    %concat_33 = tensor.concat dim(2) %arg2, %49 : (tensor<1x2x?x128xf32>, tensor<1x2x1x128xf32>) -> tensor<1x2x?x128xf32>
+    %concat_34 = tensor.concat dim(2) %arg3, %transposed_25 : (tensor<1x2x?x128xf32>, tensor<1x2x1x128xf32>) -> tensor<1x2x?x128xf32>
+    %50 = affine.apply #map10()[%dim]
+    %expanded_35 = tensor.expand_shape %concat_33 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %50, 128] : tensor<1x2x?x128xf32> into tensor<1x2x1x?x128xf32>
     cf.assert %12, "unimplemented: dynamic negative broadcast sizes"
     %51 = tensor.empty(%7) : tensor<1x2x2x?x128xf32>
     %52 = linalg.generic {indexing_maps = [#map9], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} outs(%51 : tensor<1x2x2x?x128xf32>) {
     ^bb0(%out: f32):
-      %126 = linalg.index 1 : index
-      %127 = linalg.index 3 : index
-      %128 = linalg.index 4 : index
-      %129 = arith.cmpi eq, %50, %c1 : index
-      %130 = arith.select %129, %c0, %127 : index
-      %extracted = tensor.extract %expanded_40[%c0, %126, %c0, %130, %128] : tensor<1x2x1x?x128xf32>
+      %92 = linalg.index 1 : index
+      %93 = linalg.index 3 : index
+      %94 = linalg.index 4 : index
+      %95 = arith.cmpi eq, %50, %c1 : index
+      %96 = arith.select %95, %c0, %93 : index
+      %extracted = tensor.extract %expanded_35[%c0, %92, %c0, %96, %94] : tensor<1x2x1x?x128xf32>
       linalg.yield %extracted : f32
     } -> tensor<1x2x2x?x128xf32>
-    %collapsed_41 = tensor.collapse_shape %52 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xf32> into tensor<1x4x?x128xf32>
-    %dim_42 = tensor.dim %arg3, %c2 : tensor<1x2x?x128xf32>
-    %53 = affine.apply #map12()[%dim_42]
-    %expanded_43 = tensor.expand_shape %concat_39 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %53, 128] : tensor<1x2x?x128xf32> into tensor<1x2x1x?x128xf32>
+    %collapsed_36 = tensor.collapse_shape %52 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xf32> into tensor<1x4x?x128xf32>
+    %dim_37 = tensor.dim %arg3, %c2 : tensor<1x2x?x128xf32>
+    %53 = affine.apply #map10()[%dim_37]
+    %expanded_38 = tensor.expand_shape %concat_34 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %53, 128] : tensor<1x2x?x128xf32> into tensor<1x2x1x?x128xf32>
     cf.assert %12, "unimplemented: dynamic negative broadcast sizes"
     %54 = linalg.generic {indexing_maps = [#map9], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} outs(%51 : tensor<1x2x2x?x128xf32>) {
     ^bb0(%out: f32):
-      %126 = linalg.index 1 : index
-      %127 = linalg.index 3 : index
-      %128 = linalg.index 4 : index
-      %129 = arith.cmpi eq, %53, %c1 : index
-      %130 = arith.select %129, %c0, %127 : index
-      %extracted = tensor.extract %expanded_43[%c0, %126, %c0, %130, %128] : tensor<1x2x1x?x128xf32>
+      %92 = linalg.index 1 : index
+      %93 = linalg.index 3 : index
+      %94 = linalg.index 4 : index
+      %95 = arith.cmpi eq, %53, %c1 : index
+      %96 = arith.select %95, %c0, %93 : index
+      %extracted = tensor.extract %expanded_38[%c0, %92, %c0, %96, %94] : tensor<1x2x1x?x128xf32>
       linalg.yield %extracted : f32
     } -> tensor<1x2x2x?x128xf32>
-    %collapsed_44 = tensor.collapse_shape %54 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xf32> into tensor<1x4x?x128xf32>
-    %55 = tensor.empty(%7) : tensor<1x1x1x?xf32>
-    %56 = linalg.generic {indexing_maps = [#map5, #map10, #map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%13, %cst_2, %cst_3 : tensor<1x1x1x?xi1>, tensor<f32>, tensor<f32>) outs(%55 : tensor<1x1x1x?xf32>) {
-    ^bb0(%in: i1, %in_68: f32, %in_69: f32, %out: f32):
-      %126 = arith.select %in, %in_68, %in_69 : f32
-      linalg.yield %126 : f32
-    } -> tensor<1x1x1x?xf32>
-    %57 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%44 : tensor<1x4x1x128xf32>) outs(%33 : tensor<1x4x1x128xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %126 = arith.truncf %cst_11 : f64 to f32
-      %127 = arith.mulf %in, %126 : f32
-      linalg.yield %127 : f32
-    } -> tensor<1x4x1x128xf32>
-    %58 = tensor.empty(%7) : tensor<1x4x128x?xf32>
-    %transposed_45 = linalg.transpose ins(%collapsed_41 : tensor<1x4x?x128xf32>) outs(%58 : tensor<1x4x128x?xf32>) permutation = [0, 1, 3, 2] 
-    %59 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_45 : tensor<1x4x128x?xf32>) outs(%58 : tensor<1x4x128x?xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %126 = arith.truncf %cst_11 : f64 to f32
-      %127 = arith.mulf %in, %126 : f32
-      linalg.yield %127 : f32
-    } -> tensor<1x4x128x?xf32>
-    %collapsed_46 = tensor.collapse_shape %57 [[0, 1], [2], [3]] : tensor<1x4x1x128xf32> into tensor<4x1x128xf32>
-    cf.assert %12, "unimplemented: dynamic negative broadcast sizes"
-    %60 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%58 : tensor<1x4x128x?xf32>) {
-    ^bb0(%out: f32):
-      %126 = linalg.index 1 : index
-      %127 = linalg.index 2 : index
-      %128 = linalg.index 3 : index
-      %129 = arith.cmpi eq, %7, %c1 : index
-      %130 = arith.select %129, %c0, %128 : index
-      %extracted = tensor.extract %59[%c0, %126, %127, %130] : tensor<1x4x128x?xf32>
-      linalg.yield %extracted : f32
-    } -> tensor<1x4x128x?xf32>
-    %collapsed_47 = tensor.collapse_shape %60 [[0, 1], [2], [3]] : tensor<1x4x128x?xf32> into tensor<4x128x?xf32>
-    %61 = tensor.empty(%7) : tensor<4x1x?xf32>
-    %62 = linalg.fill ins(%cst : f32) outs(%61 : tensor<4x1x?xf32>) -> tensor<4x1x?xf32>
-    %63 = linalg.batch_matmul ins(%collapsed_46, %collapsed_47 : tensor<4x1x128xf32>, tensor<4x128x?xf32>) outs(%62 : tensor<4x1x?xf32>) -> tensor<4x1x?xf32>
-    %expanded_48 = tensor.expand_shape %63 [[0, 1], [2], [3]] output_shape [1, 4, 1, %7] : tensor<4x1x?xf32> into tensor<1x4x1x?xf32>
-    %64 = tensor.empty(%7) : tensor<1x4x1x?xf32>
-    %65 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_48, %56 : tensor<1x4x1x?xf32>, tensor<1x1x1x?xf32>) outs(%64 : tensor<1x4x1x?xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %126 = arith.addf %in, %in_68 : f32
-      linalg.yield %126 : f32
-    } -> tensor<1x4x1x?xf32>
-    %66 = tensor.empty() : tensor<1x4x1xi64>
-    %67 = linalg.fill ins(%c0_i64 : i64) outs(%66 : tensor<1x4x1xi64>) -> tensor<1x4x1xi64>
-    %68 = tensor.empty() : tensor<1x4x1xf32>
-    %69 = linalg.fill ins(%cst_0 : f32) outs(%68 : tensor<1x4x1xf32>) -> tensor<1x4x1xf32>
-    %70:2 = linalg.generic {indexing_maps = [#map5, #map11, #map11], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%65 : tensor<1x4x1x?xf32>) outs(%69, %67 : tensor<1x4x1xf32>, tensor<1x4x1xi64>) {
-    ^bb0(%in: f32, %out: f32, %out_68: i64):
-      %126 = linalg.index 3 : index
-      %127 = arith.index_cast %126 : index to i64
-      %128 = arith.maximumf %in, %out : f32
-      %129 = arith.cmpf ogt, %in, %out : f32
-      %130 = arith.select %129, %127, %out_68 : i64
-      linalg.yield %128, %130 : f32, i64
-    } -> (tensor<1x4x1xf32>, tensor<1x4x1xi64>)
-    %expanded_49 = tensor.expand_shape %70#0 [[0], [1], [2, 3]] output_shape [1, 4, 1, 1] : tensor<1x4x1xf32> into tensor<1x4x1x1xf32>
-    %71 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%65, %expanded_49 : tensor<1x4x1x?xf32>, tensor<1x4x1x1xf32>) outs(%64 : tensor<1x4x1x?xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %126 = arith.subf %in, %in_68 : f32
-      linalg.yield %126 : f32
-    } -> tensor<1x4x1x?xf32>
-    %72 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%71 : tensor<1x4x1x?xf32>) outs(%64 : tensor<1x4x1x?xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %126 = math.exp %in : f32
-      linalg.yield %126 : f32
-    } -> tensor<1x4x1x?xf32>
-    %73 = tensor.empty() : tensor<1x4x1x1xf32>
-    %74 = linalg.fill ins(%cst : f32) outs(%73 : tensor<1x4x1x1xf32>) -> tensor<1x4x1x1xf32>
-    %75 = linalg.generic {indexing_maps = [#map5, #map4], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%72 : tensor<1x4x1x?xf32>) outs(%74 : tensor<1x4x1x1xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %126 = arith.addf %in, %out : f32
-      linalg.yield %126 : f32
-    } -> tensor<1x4x1x1xf32>
-    %76 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%72, %75 : tensor<1x4x1x?xf32>, tensor<1x4x1x1xf32>) outs(%64 : tensor<1x4x1x?xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %126 = arith.divf %in, %in_68 : f32
-      linalg.yield %126 : f32
-    } -> tensor<1x4x1x?xf32>
-    %77 = tensor.empty(%7) : tensor<1x4x1x?xi1>
-    %78 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%65 : tensor<1x4x1x?xf32>) outs(%77 : tensor<1x4x1x?xi1>) {
-    ^bb0(%in: f32, %out: i1):
-      %126 = arith.extf %in : f32 to f64
-      %127 = arith.cmpf oeq, %126, %cst_12 : f64
-      linalg.yield %127 : i1
-    } -> tensor<1x4x1x?xi1>
-    %79 = tensor.empty() : tensor<1x4x1x1xi1>
-    %80 = linalg.fill ins(%true : i1) outs(%79 : tensor<1x4x1x1xi1>) -> tensor<1x4x1x1xi1>
-    %81 = linalg.generic {indexing_maps = [#map5, #map4], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%78 : tensor<1x4x1x?xi1>) outs(%80 : tensor<1x4x1x1xi1>) {
+    %collapsed_39 = tensor.collapse_shape %54 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xf32> into tensor<1x4x?x128xf32>
+    %dim_40 = tensor.dim %collapsed_36, %c2 : tensor<1x4x?x128xf32>
+    %55 = tensor.empty(%dim_40) : tensor<1x4x1x?xi1>
+    %56 = linalg.generic {indexing_maps = [#map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%13 : tensor<1x1x1x?xi1>) outs(%55 : tensor<1x4x1x?xi1>) {
     ^bb0(%in: i1, %out: i1):
-      %126 = arith.andi %in, %out : i1
-      linalg.yield %126 : i1
-    } -> tensor<1x4x1x1xi1>
-    %82 = arith.cmpi sge, %3, %c0_i64 : i64
-    cf.assert %82, "negative values not allowed in new dimensions"
-    %83 = arith.index_cast %3 : i64 to index
-    %84 = tensor.empty(%83) : tensor<1x4x1x?xf32>
-    %85 = linalg.generic {indexing_maps = [#map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%cst_2 : tensor<f32>) outs(%84 : tensor<1x4x1x?xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      linalg.yield %in : f32
-    } -> tensor<1x4x1x?xf32>
-    %86 = arith.cmpi eq, %83, %7 : index
-    cf.assert %86, "mismatched size for broadcast"
-    %87 = linalg.generic {indexing_maps = [#map4, #map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%81, %85, %76 : tensor<1x4x1x1xi1>, tensor<1x4x1x?xf32>, tensor<1x4x1x?xf32>) outs(%84 : tensor<1x4x1x?xf32>) {
-    ^bb0(%in: i1, %in_68: f32, %in_69: f32, %out: f32):
-      %126 = arith.select %in, %in_68, %in_69 : f32
-      linalg.yield %126 : f32
-    } -> tensor<1x4x1x?xf32>
-    cf.assert %12, "unimplemented: dynamic negative broadcast sizes"
-    %88 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%64 : tensor<1x4x1x?xf32>) {
-    ^bb0(%out: f32):
-      %126 = linalg.index 1 : index
-      %127 = linalg.index 3 : index
-      %128 = arith.cmpi eq, %83, %c1 : index
-      %129 = arith.select %128, %c0, %127 : index
-      %extracted = tensor.extract %87[%c0, %126, %c0, %129] : tensor<1x4x1x?xf32>
-      linalg.yield %extracted : f32
-    } -> tensor<1x4x1x?xf32>
-    %collapsed_50 = tensor.collapse_shape %88 [[0, 1], [2], [3]] : tensor<1x4x1x?xf32> into tensor<4x1x?xf32>
-    cf.assert %12, "unimplemented: dynamic negative broadcast sizes"
-    %89 = tensor.empty(%7) : tensor<1x4x?x128xf32>
-    %90 = linalg.generic {indexing_maps = [#map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%89 : tensor<1x4x?x128xf32>) {
-    ^bb0(%out: f32):
-      %126 = linalg.index 1 : index
-      %127 = linalg.index 2 : index
-      %128 = linalg.index 3 : index
-      %129 = arith.cmpi eq, %7, %c1 : index
-      %130 = arith.select %129, %c0, %127 : index
-      %extracted = tensor.extract %collapsed_44[%c0, %126, %130, %128] : tensor<1x4x?x128xf32>
-      linalg.yield %extracted : f32
-    } -> tensor<1x4x?x128xf32>
-    %collapsed_51 = tensor.collapse_shape %90 [[0, 1], [2], [3]] : tensor<1x4x?x128xf32> into tensor<4x?x128xf32>
-    %91 = tensor.empty() : tensor<4x1x128xf32>
-    %92 = linalg.fill ins(%cst : f32) outs(%91 : tensor<4x1x128xf32>) -> tensor<4x1x128xf32>
-    %93 = linalg.batch_matmul ins(%collapsed_50, %collapsed_51 : tensor<4x1x?xf32>, tensor<4x?x128xf32>) outs(%92 : tensor<4x1x128xf32>) -> tensor<4x1x128xf32>
-    %expanded_52 = tensor.expand_shape %93 [[0, 1], [2], [3]] output_shape [1, 4, 1, 128] : tensor<4x1x128xf32> into tensor<1x4x1x128xf32>
-    %94 = tensor.empty() : tensor<1x1x4x128xf32>
-    %transposed_53 = linalg.transpose ins(%expanded_52 : tensor<1x4x1x128xf32>) outs(%94 : tensor<1x1x4x128xf32>) permutation = [0, 2, 1, 3] 
-    %95 = tensor.empty() : tensor<512x32xf32>
-    %transposed_54 = linalg.transpose ins(%cst_10 : tensor<32x512xf32>) outs(%95 : tensor<512x32xf32>) permutation = [1, 0] 
-    %collapsed_55 = tensor.collapse_shape %transposed_53 [[0], [1, 2, 3]] : tensor<1x1x4x128xf32> into tensor<1x512xf32>
-    %96 = tensor.empty() : tensor<1x32xf32>
-    %97 = linalg.fill ins(%cst : f32) outs(%96 : tensor<1x32xf32>) -> tensor<1x32xf32>
-    %98 = linalg.matmul ins(%collapsed_55, %transposed_54 : tensor<1x512xf32>, tensor<512x32xf32>) outs(%97 : tensor<1x32xf32>) -> tensor<1x32xf32>
-    %expanded_56 = tensor.expand_shape %98 [[0], [1, 2]] output_shape [1, 1, 32] : tensor<1x32xf32> into tensor<1x1x32xf32>
-    %99 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%2, %expanded_56 : tensor<1x1x32xf32>, tensor<1x1x32xf32>) outs(%1 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %126 = arith.addf %in, %in_68 : f32
-      linalg.yield %126 : f32
+      linalg.yield %in : i1
+    } -> tensor<1x4x1x?xi1>
+    %collapsed_41 = tensor.collapse_shape %44 [[0, 1], [2], [3]] : tensor<1x4x1x128xf32> into tensor<4x1x128xf32>
+    %collapsed_42 = tensor.collapse_shape %collapsed_36 [[0, 1], [2], [3]] : tensor<1x4x?x128xf32> into tensor<4x?x128xf32>
+    %collapsed_43 = tensor.collapse_shape %collapsed_39 [[0, 1], [2], [3]] : tensor<1x4x?x128xf32> into tensor<4x?x128xf32>
+    %collapsed_44 = tensor.collapse_shape %56 [[0, 1], [2], [3]] : tensor<1x4x1x?xi1> into tensor<4x1x?xi1>
+    %57 = tensor.empty() : tensor<4x1x128xf32>
+    %58 = linalg.fill ins(%cst : f32) outs(%57 : tensor<4x1x128xf32>) -> tensor<4x1x128xf32>
+    %59 = "snapkv.sdpa"(%collapsed_41, %collapsed_42, %collapsed_43, %collapsed_44, %58) {scale = 0.088388347648318447 : f64} : (tensor<4x1x128xf32>, tensor<4x?x128xf32>, tensor<4x?x128xf32>, tensor<4x1x?xi1>, tensor<4x1x128xf32>) -> tensor<4x1x128xf32>
+    %expanded_45 = tensor.expand_shape %59 [[0, 1], [2], [3]] output_shape [1, 4, 1, 128] : tensor<4x1x128xf32> into tensor<1x4x1x128xf32>
+    %60 = tensor.empty() : tensor<1x1x4x128xf32>
+    %transposed_46 = linalg.transpose ins(%expanded_45 : tensor<1x4x1x128xf32>) outs(%60 : tensor<1x1x4x128xf32>) permutation = [0, 2, 1, 3] 
+    %61 = tensor.empty() : tensor<512x32xf32>
+    %transposed_47 = linalg.transpose ins(%cst_7 : tensor<32x512xf32>) outs(%61 : tensor<512x32xf32>) permutation = [1, 0] 
+    %collapsed_48 = tensor.collapse_shape %transposed_46 [[0], [1, 2, 3]] : tensor<1x1x4x128xf32> into tensor<1x512xf32>
+    %62 = tensor.empty() : tensor<1x32xf32>
+    %63 = linalg.fill ins(%cst : f32) outs(%62 : tensor<1x32xf32>) -> tensor<1x32xf32>
+    %64 = linalg.matmul ins(%collapsed_48, %transposed_47 : tensor<1x512xf32>, tensor<512x32xf32>) outs(%63 : tensor<1x32xf32>) -> tensor<1x32xf32>
+    %expanded_49 = tensor.expand_shape %64 [[0], [1, 2]] output_shape [1, 1, 32] : tensor<1x32xf32> into tensor<1x1x32xf32>
+    %65 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%2, %expanded_49 : tensor<1x1x32xf32>, tensor<1x1x32xf32>) outs(%1 : tensor<1x1x32xf32>) {
+    ^bb0(%in: f32, %in_61: f32, %out: f32):
+      %92 = arith.addf %in, %in_61 : f32
+      linalg.yield %92 : f32
     } -> tensor<1x1x32xf32>
-    %100 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%99 : tensor<1x1x32xf32>) outs(%1 : tensor<1x1x32xf32>) {
+    %66 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%65 : tensor<1x1x32xf32>) outs(%1 : tensor<1x1x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %126 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %126 : f32
+      %92 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %92 : f32
     } -> tensor<1x1x32xf32>
-    %101 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%100 : tensor<1x1x32xf32>) outs(%22 : tensor<1x1x1xf32>) {
+    %67 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%66 : tensor<1x1x32xf32>) outs(%22 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %126 = arith.addf %in, %out : f32
-      linalg.yield %126 : f32
+      %92 = arith.addf %in, %out : f32
+      linalg.yield %92 : f32
     } -> tensor<1x1x1xf32>
-    %102 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%101 : tensor<1x1x1xf32>) outs(%14 : tensor<1x1x1xf32>) {
+    %68 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%67 : tensor<1x1x1xf32>) outs(%14 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %126 = arith.divf %in, %cst_20 : f32
-      linalg.yield %126 : f32
+      %92 = arith.divf %in, %cst_15 : f32
+      linalg.yield %92 : f32
     } -> tensor<1x1x1xf32>
-    %103 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%102 : tensor<1x1x1xf32>) outs(%14 : tensor<1x1x1xf32>) {
+    %69 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%68 : tensor<1x1x1xf32>) outs(%14 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %126 = arith.truncf %cst_17 : f64 to f32
-      %127 = arith.addf %in, %126 : f32
-      linalg.yield %127 : f32
+      %92 = arith.truncf %cst_12 : f64 to f32
+      %93 = arith.addf %in, %92 : f32
+      linalg.yield %93 : f32
     } -> tensor<1x1x1xf32>
-    %104 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%103 : tensor<1x1x1xf32>) outs(%14 : tensor<1x1x1xf32>) {
+    %70 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%69 : tensor<1x1x1xf32>) outs(%14 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %126 = math.rsqrt %in : f32
-      linalg.yield %126 : f32
+      %92 = math.rsqrt %in : f32
+      linalg.yield %92 : f32
     } -> tensor<1x1x1xf32>
-    %105 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%99, %104 : tensor<1x1x32xf32>, tensor<1x1x1xf32>) outs(%1 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %126 = arith.mulf %in, %in_68 : f32
-      linalg.yield %126 : f32
+    %71 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%65, %70 : tensor<1x1x32xf32>, tensor<1x1x1xf32>) outs(%1 : tensor<1x1x32xf32>) {
+    ^bb0(%in: f32, %in_61: f32, %out: f32):
+      %92 = arith.mulf %in, %in_61 : f32
+      linalg.yield %92 : f32
     } -> tensor<1x1x32xf32>
-    %106 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_9, %105 : tensor<32xf32>, tensor<1x1x32xf32>) outs(%1 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %126 = arith.mulf %in, %in_68 : f32
-      linalg.yield %126 : f32
+    %72 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_6, %71 : tensor<32xf32>, tensor<1x1x32xf32>) outs(%1 : tensor<1x1x32xf32>) {
+    ^bb0(%in: f32, %in_61: f32, %out: f32):
+      %92 = arith.mulf %in, %in_61 : f32
+      linalg.yield %92 : f32
     } -> tensor<1x1x32xf32>
-    %107 = tensor.empty() : tensor<32x64xf32>
-    %transposed_57 = linalg.transpose ins(%cst_8 : tensor<64x32xf32>) outs(%107 : tensor<32x64xf32>) permutation = [1, 0] 
-    %collapsed_58 = tensor.collapse_shape %106 [[0], [1, 2]] : tensor<1x1x32xf32> into tensor<1x32xf32>
-    %108 = tensor.empty() : tensor<1x64xf32>
-    %109 = linalg.fill ins(%cst : f32) outs(%108 : tensor<1x64xf32>) -> tensor<1x64xf32>
-    %110 = linalg.matmul ins(%collapsed_58, %transposed_57 : tensor<1x32xf32>, tensor<32x64xf32>) outs(%109 : tensor<1x64xf32>) -> tensor<1x64xf32>
-    %expanded_59 = tensor.expand_shape %110 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xf32> into tensor<1x1x64xf32>
-    %111 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_59 : tensor<1x1x64xf32>) outs(%16 : tensor<1x1x64xf32>) {
+    %73 = tensor.empty() : tensor<32x64xf32>
+    %transposed_50 = linalg.transpose ins(%cst_5 : tensor<64x32xf32>) outs(%73 : tensor<32x64xf32>) permutation = [1, 0] 
+    %collapsed_51 = tensor.collapse_shape %72 [[0], [1, 2]] : tensor<1x1x32xf32> into tensor<1x32xf32>
+    %74 = tensor.empty() : tensor<1x64xf32>
+    %75 = linalg.fill ins(%cst : f32) outs(%74 : tensor<1x64xf32>) -> tensor<1x64xf32>
+    %76 = linalg.matmul ins(%collapsed_51, %transposed_50 : tensor<1x32xf32>, tensor<32x64xf32>) outs(%75 : tensor<1x64xf32>) -> tensor<1x64xf32>
+    %expanded_52 = tensor.expand_shape %76 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xf32> into tensor<1x1x64xf32>
+    %77 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_52 : tensor<1x1x64xf32>) outs(%16 : tensor<1x1x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %126 = arith.negf %in : f32
-      %127 = math.exp %126 : f32
-      %128 = arith.addf %127, %cst_1 : f32
-      %129 = arith.divf %cst_1, %128 : f32
-      linalg.yield %129 : f32
+      %92 = arith.negf %in : f32
+      %93 = math.exp %92 : f32
+      %94 = arith.addf %93, %cst_0 : f32
+      %95 = arith.divf %cst_0, %94 : f32
+      linalg.yield %95 : f32
     } -> tensor<1x1x64xf32>
-    %112 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_59, %111 : tensor<1x1x64xf32>, tensor<1x1x64xf32>) outs(%16 : tensor<1x1x64xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %126 = arith.mulf %in, %in_68 : f32
-      linalg.yield %126 : f32
+    %78 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_52, %77 : tensor<1x1x64xf32>, tensor<1x1x64xf32>) outs(%16 : tensor<1x1x64xf32>) {
+    ^bb0(%in: f32, %in_61: f32, %out: f32):
+      %92 = arith.mulf %in, %in_61 : f32
+      linalg.yield %92 : f32
     } -> tensor<1x1x64xf32>
-    %transposed_60 = linalg.transpose ins(%cst_7 : tensor<64x32xf32>) outs(%107 : tensor<32x64xf32>) permutation = [1, 0] 
-    %113 = linalg.matmul ins(%collapsed_58, %transposed_60 : tensor<1x32xf32>, tensor<32x64xf32>) outs(%109 : tensor<1x64xf32>) -> tensor<1x64xf32>
-    %expanded_61 = tensor.expand_shape %113 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xf32> into tensor<1x1x64xf32>
-    %114 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%112, %expanded_61 : tensor<1x1x64xf32>, tensor<1x1x64xf32>) outs(%16 : tensor<1x1x64xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %126 = arith.mulf %in, %in_68 : f32
-      linalg.yield %126 : f32
+    %transposed_53 = linalg.transpose ins(%cst_4 : tensor<64x32xf32>) outs(%73 : tensor<32x64xf32>) permutation = [1, 0] 
+    %79 = linalg.matmul ins(%collapsed_51, %transposed_53 : tensor<1x32xf32>, tensor<32x64xf32>) outs(%75 : tensor<1x64xf32>) -> tensor<1x64xf32>
+    %expanded_54 = tensor.expand_shape %79 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xf32> into tensor<1x1x64xf32>
+    %80 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%78, %expanded_54 : tensor<1x1x64xf32>, tensor<1x1x64xf32>) outs(%16 : tensor<1x1x64xf32>) {
+    ^bb0(%in: f32, %in_61: f32, %out: f32):
+      %92 = arith.mulf %in, %in_61 : f32
+      linalg.yield %92 : f32
     } -> tensor<1x1x64xf32>
-    %115 = tensor.empty() : tensor<64x32xf32>
-    %transposed_62 = linalg.transpose ins(%cst_6 : tensor<32x64xf32>) outs(%115 : tensor<64x32xf32>) permutation = [1, 0] 
-    %collapsed_63 = tensor.collapse_shape %114 [[0], [1, 2]] : tensor<1x1x64xf32> into tensor<1x64xf32>
-    %116 = linalg.matmul ins(%collapsed_63, %transposed_62 : tensor<1x64xf32>, tensor<64x32xf32>) outs(%97 : tensor<1x32xf32>) -> tensor<1x32xf32>
-    %expanded_64 = tensor.expand_shape %116 [[0], [1, 2]] output_shape [1, 1, 32] : tensor<1x32xf32> into tensor<1x1x32xf32>
-    %117 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%99, %expanded_64 : tensor<1x1x32xf32>, tensor<1x1x32xf32>) outs(%1 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %126 = arith.addf %in, %in_68 : f32
-      linalg.yield %126 : f32
+    %81 = tensor.empty() : tensor<64x32xf32>
+    %transposed_55 = linalg.transpose ins(%cst_3 : tensor<32x64xf32>) outs(%81 : tensor<64x32xf32>) permutation = [1, 0] 
+    %collapsed_56 = tensor.collapse_shape %80 [[0], [1, 2]] : tensor<1x1x64xf32> into tensor<1x64xf32>
+    %82 = linalg.matmul ins(%collapsed_56, %transposed_55 : tensor<1x64xf32>, tensor<64x32xf32>) outs(%63 : tensor<1x32xf32>) -> tensor<1x32xf32>
+    %expanded_57 = tensor.expand_shape %82 [[0], [1, 2]] output_shape [1, 1, 32] : tensor<1x32xf32> into tensor<1x1x32xf32>
+    %83 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%65, %expanded_57 : tensor<1x1x32xf32>, tensor<1x1x32xf32>) outs(%1 : tensor<1x1x32xf32>) {
+    ^bb0(%in: f32, %in_61: f32, %out: f32):
+      %92 = arith.addf %in, %in_61 : f32
+      linalg.yield %92 : f32
     } -> tensor<1x1x32xf32>
-    %118 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%117 : tensor<1x1x32xf32>) outs(%1 : tensor<1x1x32xf32>) {
+    %84 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%83 : tensor<1x1x32xf32>) outs(%1 : tensor<1x1x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %126 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %126 : f32
+      %92 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %92 : f32
     } -> tensor<1x1x32xf32>
-    %119 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%118 : tensor<1x1x32xf32>) outs(%22 : tensor<1x1x1xf32>) {
+    %85 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%84 : tensor<1x1x32xf32>) outs(%22 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %126 = arith.addf %in, %out : f32
-      linalg.yield %126 : f32
+      %92 = arith.addf %in, %out : f32
+      linalg.yield %92 : f32
     } -> tensor<1x1x1xf32>
-    %120 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%119 : tensor<1x1x1xf32>) outs(%14 : tensor<1x1x1xf32>) {
+    %86 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%85 : tensor<1x1x1xf32>) outs(%14 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %126 = arith.divf %in, %cst_20 : f32
-      linalg.yield %126 : f32
+      %92 = arith.divf %in, %cst_15 : f32
+      linalg.yield %92 : f32
     } -> tensor<1x1x1xf32>
-    %121 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%120 : tensor<1x1x1xf32>) outs(%14 : tensor<1x1x1xf32>) {
+    %87 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%86 : tensor<1x1x1xf32>) outs(%14 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %126 = arith.truncf %cst_17 : f64 to f32
-      %127 = arith.addf %in, %126 : f32
-      linalg.yield %127 : f32
+      %92 = arith.truncf %cst_12 : f64 to f32
+      %93 = arith.addf %in, %92 : f32
+      linalg.yield %93 : f32
     } -> tensor<1x1x1xf32>
-    %122 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%121 : tensor<1x1x1xf32>) outs(%14 : tensor<1x1x1xf32>) {
+    %88 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%87 : tensor<1x1x1xf32>) outs(%14 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %126 = math.rsqrt %in : f32
-      linalg.yield %126 : f32
+      %92 = math.rsqrt %in : f32
+      linalg.yield %92 : f32
     } -> tensor<1x1x1xf32>
-    %123 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%117, %122 : tensor<1x1x32xf32>, tensor<1x1x1xf32>) outs(%1 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %126 = arith.mulf %in, %in_68 : f32
-      linalg.yield %126 : f32
+    %89 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%83, %88 : tensor<1x1x32xf32>, tensor<1x1x1xf32>) outs(%1 : tensor<1x1x32xf32>) {
+    ^bb0(%in: f32, %in_61: f32, %out: f32):
+      %92 = arith.mulf %in, %in_61 : f32
+      linalg.yield %92 : f32
     } -> tensor<1x1x32xf32>
-    %124 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_5, %123 : tensor<32xf32>, tensor<1x1x32xf32>) outs(%1 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %126 = arith.mulf %in, %in_68 : f32
-      linalg.yield %126 : f32
+    %90 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_2, %89 : tensor<32xf32>, tensor<1x1x32xf32>) outs(%1 : tensor<1x1x32xf32>) {
+    ^bb0(%in: f32, %in_61: f32, %out: f32):
+      %92 = arith.mulf %in, %in_61 : f32
+      linalg.yield %92 : f32
     } -> tensor<1x1x32xf32>
-    %transposed_65 = linalg.transpose ins(%cst_4 : tensor<64x32xf32>) outs(%107 : tensor<32x64xf32>) permutation = [1, 0] 
-    %collapsed_66 = tensor.collapse_shape %124 [[0], [1, 2]] : tensor<1x1x32xf32> into tensor<1x32xf32>
-    %125 = linalg.matmul ins(%collapsed_66, %transposed_65 : tensor<1x32xf32>, tensor<32x64xf32>) outs(%109 : tensor<1x64xf32>) -> tensor<1x64xf32>
-    %expanded_67 = tensor.expand_shape %125 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xf32> into tensor<1x1x64xf32>
-    return %expanded_67, %concat_38, %concat_39 : tensor<1x1x64xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>
+    %transposed_58 = linalg.transpose ins(%cst_1 : tensor<64x32xf32>) outs(%73 : tensor<32x64xf32>) permutation = [1, 0] 
+    %collapsed_59 = tensor.collapse_shape %90 [[0], [1, 2]] : tensor<1x1x32xf32> into tensor<1x32xf32>
+    %91 = linalg.matmul ins(%collapsed_59, %transposed_58 : tensor<1x32xf32>, tensor<32x64xf32>) outs(%75 : tensor<1x64xf32>) -> tensor<1x64xf32>
+    %expanded_60 = tensor.expand_shape %91 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xf32> into tensor<1x1x64xf32>
+    return %expanded_60, %concat_33, %concat_34 : tensor<1x1x64xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>
   }
 }

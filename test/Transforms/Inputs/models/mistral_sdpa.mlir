@@ -13,469 +13,374 @@
 #map8 = affine_map<(d0, d1, d2, d3) -> (d0, 0, d2, d3)>
 #map9 = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d3, d4)>
 #map10 = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3, d4)>
-#map11 = affine_map<(d0, d1, d2, d3) -> ()>
-#map12 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>
 module {
   func.func @prefill(%arg0: tensor<1x16xi64>) -> (tensor<1x16x64xf32>, tensor<1x2x16x128xf32>, tensor<1x2x16x128xf32>) {
+    %cst = arith.constant 0.000000e+00 : f32
     %c2_i64 = arith.constant 2 : i64
     %c0_i64 = arith.constant 0 : i64
     %c64 = arith.constant 64 : index
-    %cst = arith.constant 0.000000e+00 : f32
-    %cst_0 = arith.constant 0xFF800000 : f32
-    %true = arith.constant true
-    %cst_1 = arith.constant 1.000000e+00 : f32
-    %cst_2 = arith.constant dense<0.000000e+00> : tensor<1x4x16x16xf32>
-    %cst_3 = arith.constant dense<0.000000e+00> : tensor<f32>
-    %cst_4 = arith.constant dense<0xFF800000> : tensor<f32>
-    %cst_5 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_3> : tensor<64x32xf32>
-    %cst_6 = arith.constant dense_resource<torch_tensor_32_torch.float32_2> : tensor<32xf32>
-    %cst_7 = arith.constant dense_resource<torch_tensor_32_64_torch.float32> : tensor<32x64xf32>
-    %cst_8 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_2> : tensor<64x32xf32>
-    %cst_9 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_1> : tensor<64x32xf32>
-    %cst_10 = arith.constant dense_resource<torch_tensor_32_torch.float32_1> : tensor<32xf32>
-    %cst_11 = arith.constant dense_resource<torch_tensor_32_512_torch.float32> : tensor<32x512xf32>
-    %cst_12 = arith.constant 0.29730177875068026 : f64
-    %cst_13 = arith.constant 0xFFF0000000000000 : f64
-    %cst_14 = arith.constant dense_resource<torch_tensor_256_32_torch.float32_1> : tensor<256x32xf32>
-    %cst_15 = arith.constant dense_resource<torch_tensor_256_32_torch.float32> : tensor<256x32xf32>
-    %cst_16 = arith.constant dense_resource<torch_tensor_512_32_torch.float32> : tensor<512x32xf32>
-    %cst_17 = arith.constant dense_resource<torch_tensor_32_torch.float32> : tensor<32xf32>
-    %cst_18 = arith.constant 9.9999999999999995E-7 : f64
-    %cst_19 = arith.constant dense_resource<torch_tensor_64_torch.float32> : tensor<64xf32>
-    %cst_20 = arith.constant dense_resource<torch_tensor_64_32_torch.float32> : tensor<64x32xf32>
-    %cst_21 = arith.constant 3.200000e+01 : f32
+    %cst_0 = arith.constant 1.000000e+00 : f32
+    %cst_1 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_3> : tensor<64x32xf32>
+    %cst_2 = arith.constant dense_resource<torch_tensor_32_torch.float32_2> : tensor<32xf32>
+    %cst_3 = arith.constant dense_resource<torch_tensor_32_64_torch.float32> : tensor<32x64xf32>
+    %cst_4 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_2> : tensor<64x32xf32>
+    %cst_5 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_1> : tensor<64x32xf32>
+    %cst_6 = arith.constant dense_resource<torch_tensor_32_torch.float32_1> : tensor<32xf32>
+    %cst_7 = arith.constant dense_resource<torch_tensor_32_512_torch.float32> : tensor<32x512xf32>
+    %cst_8 = arith.constant dense_resource<torch_tensor_256_32_torch.float32_1> : tensor<256x32xf32>
+    %cst_9 = arith.constant dense_resource<torch_tensor_256_32_torch.float32> : tensor<256x32xf32>
+    %cst_10 = arith.constant dense_resource<torch_tensor_512_32_torch.float32> : tensor<512x32xf32>
+    %cst_11 = arith.constant dense_resource<torch_tensor_32_torch.float32> : tensor<32xf32>
+    %cst_12 = arith.constant 9.9999999999999995E-7 : f64
+    %cst_13 = arith.constant dense_resource<torch_tensor_64_torch.float32> : tensor<64xf32>
+    %cst_14 = arith.constant dense_resource<torch_tensor_64_32_torch.float32> : tensor<64x32xf32>
+    %cst_15 = arith.constant 3.200000e+01 : f32
     %0 = tensor.empty() : tensor<1x16x32xf32>
     %1 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg0 : tensor<1x16xi64>) outs(%0 : tensor<1x16x32xf32>) {
     ^bb0(%in: i64, %out: f32):
-      %107 = arith.index_cast %in : i64 to index
-      %108 = linalg.index 2 : index
-      %109 = arith.cmpi slt, %107, %c64 : index
-      cf.assert %109, "index must be smaller than dim size"
-      %110 = arith.cmpi sge, %in, %c0_i64 : i64
-      cf.assert %110, "index must be larger or equal to 0"
-      %extracted = tensor.extract %cst_20[%107, %108] : tensor<64x32xf32>
+      %82 = arith.index_cast %in : i64 to index
+      %83 = linalg.index 2 : index
+      %84 = arith.cmpi slt, %82, %c64 : index
+      cf.assert %84, "index must be smaller than dim size"
+      %85 = arith.cmpi sge, %in, %c0_i64 : i64
+      cf.assert %85, "index must be larger or equal to 0"
+      %extracted = tensor.extract %cst_14[%82, %83] : tensor<64x32xf32>
       linalg.yield %extracted : f32
     } -> tensor<1x16x32xf32>
     %2 = tensor.empty() : tensor<16xi64>
     %3 = linalg.generic {indexing_maps = [#map2], iterator_types = ["parallel"]} outs(%2 : tensor<16xi64>) {
     ^bb0(%out: i64):
-      %107 = linalg.index 0 : index
-      %108 = arith.index_cast %107 : index to i64
-      linalg.yield %108 : i64
+      %82 = linalg.index 0 : index
+      %83 = arith.index_cast %82 : index to i64
+      linalg.yield %83 : i64
     } -> tensor<16xi64>
     %expanded = tensor.expand_shape %3 [[0, 1, 2, 3]] output_shape [1, 1, 16, 1] : tensor<16xi64> into tensor<1x1x16x1xi64>
-    %expanded_22 = tensor.expand_shape %3 [[0, 1, 2, 3]] output_shape [1, 1, 1, 16] : tensor<16xi64> into tensor<1x1x1x16xi64>
+    %expanded_16 = tensor.expand_shape %3 [[0, 1, 2, 3]] output_shape [1, 1, 1, 16] : tensor<16xi64> into tensor<1x1x1x16xi64>
     %4 = tensor.empty() : tensor<1x1x16x16xi1>
-    %5 = linalg.generic {indexing_maps = [#map3, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_22, %expanded : tensor<1x1x1x16xi64>, tensor<1x1x16x1xi64>) outs(%4 : tensor<1x1x16x16xi1>) {
-    ^bb0(%in: i64, %in_63: i64, %out: i1):
-      %107 = arith.cmpi sle, %in, %in_63 : i64
-      linalg.yield %107 : i1
+    %5 = linalg.generic {indexing_maps = [#map3, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_16, %expanded : tensor<1x1x1x16xi64>, tensor<1x1x16x1xi64>) outs(%4 : tensor<1x1x16x16xi1>) {
+    ^bb0(%in: i64, %in_55: i64, %out: i1):
+      %82 = arith.cmpi sle, %in, %in_55 : i64
+      linalg.yield %82 : i1
     } -> tensor<1x1x16x16xi1>
-    %expanded_23 = tensor.expand_shape %3 [[0, 1, 2]] output_shape [1, 16, 1] : tensor<16xi64> into tensor<1x16x1xi64>
+    %expanded_17 = tensor.expand_shape %3 [[0, 1, 2]] output_shape [1, 16, 1] : tensor<16xi64> into tensor<1x16x1xi64>
     %6 = tensor.empty() : tensor<1x16x1xf32>
-    %7 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_23 : tensor<1x16x1xi64>) outs(%6 : tensor<1x16x1xf32>) {
+    %7 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_17 : tensor<1x16x1xi64>) outs(%6 : tensor<1x16x1xf32>) {
     ^bb0(%in: i64, %out: f32):
-      %107 = arith.sitofp %in : i64 to f32
-      linalg.yield %107 : f32
+      %82 = arith.sitofp %in : i64 to f32
+      linalg.yield %82 : f32
     } -> tensor<1x16x1xf32>
     %8 = tensor.empty() : tensor<1x16x64xf32>
-    %9 = linalg.generic {indexing_maps = [#map6, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%7, %cst_19 : tensor<1x16x1xf32>, tensor<64xf32>) outs(%8 : tensor<1x16x64xf32>) {
-    ^bb0(%in: f32, %in_63: f32, %out: f32):
-      %107 = arith.mulf %in, %in_63 : f32
-      linalg.yield %107 : f32
+    %9 = linalg.generic {indexing_maps = [#map6, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%7, %cst_13 : tensor<1x16x1xf32>, tensor<64xf32>) outs(%8 : tensor<1x16x64xf32>) {
+    ^bb0(%in: f32, %in_55: f32, %out: f32):
+      %82 = arith.mulf %in, %in_55 : f32
+      linalg.yield %82 : f32
     } -> tensor<1x16x64xf32>
     %concat = tensor.concat dim(2) %9, %9 : (tensor<1x16x64xf32>, tensor<1x16x64xf32>) -> tensor<1x16x128xf32>
     %10 = tensor.empty() : tensor<1x16x128xf32>
     %11 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%concat : tensor<1x16x128xf32>) outs(%10 : tensor<1x16x128xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %107 = math.cos %in : f32
-      linalg.yield %107 : f32
+      %82 = math.cos %in : f32
+      linalg.yield %82 : f32
     } -> tensor<1x16x128xf32>
     %12 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%concat : tensor<1x16x128xf32>) outs(%10 : tensor<1x16x128xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %107 = math.sin %in : f32
-      linalg.yield %107 : f32
+      %82 = math.sin %in : f32
+      linalg.yield %82 : f32
     } -> tensor<1x16x128xf32>
     %13 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%1 : tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %107 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %107 : f32
+      %82 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %82 : f32
     } -> tensor<1x16x32xf32>
     %14 = linalg.fill ins(%cst : f32) outs(%6 : tensor<1x16x1xf32>) -> tensor<1x16x1xf32>
     %15 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%13 : tensor<1x16x32xf32>) outs(%14 : tensor<1x16x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %107 = arith.addf %in, %out : f32
-      linalg.yield %107 : f32
+      %82 = arith.addf %in, %out : f32
+      linalg.yield %82 : f32
     } -> tensor<1x16x1xf32>
     %16 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%15 : tensor<1x16x1xf32>) outs(%6 : tensor<1x16x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %107 = arith.divf %in, %cst_21 : f32
-      linalg.yield %107 : f32
+      %82 = arith.divf %in, %cst_15 : f32
+      linalg.yield %82 : f32
     } -> tensor<1x16x1xf32>
     %17 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%16 : tensor<1x16x1xf32>) outs(%6 : tensor<1x16x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %107 = arith.truncf %cst_18 : f64 to f32
-      %108 = arith.addf %in, %107 : f32
-      linalg.yield %108 : f32
+      %82 = arith.truncf %cst_12 : f64 to f32
+      %83 = arith.addf %in, %82 : f32
+      linalg.yield %83 : f32
     } -> tensor<1x16x1xf32>
     %18 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%17 : tensor<1x16x1xf32>) outs(%6 : tensor<1x16x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %107 = math.rsqrt %in : f32
-      linalg.yield %107 : f32
+      %82 = math.rsqrt %in : f32
+      linalg.yield %82 : f32
     } -> tensor<1x16x1xf32>
     %19 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%1, %18 : tensor<1x16x32xf32>, tensor<1x16x1xf32>) outs(%0 : tensor<1x16x32xf32>) {
-    ^bb0(%in: f32, %in_63: f32, %out: f32):
-      %107 = arith.mulf %in, %in_63 : f32
-      linalg.yield %107 : f32
+    ^bb0(%in: f32, %in_55: f32, %out: f32):
+      %82 = arith.mulf %in, %in_55 : f32
+      linalg.yield %82 : f32
     } -> tensor<1x16x32xf32>
-    %20 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_17, %19 : tensor<32xf32>, tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
-    ^bb0(%in: f32, %in_63: f32, %out: f32):
-      %107 = arith.mulf %in, %in_63 : f32
-      linalg.yield %107 : f32
+    %20 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_11, %19 : tensor<32xf32>, tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
+    ^bb0(%in: f32, %in_55: f32, %out: f32):
+      %82 = arith.mulf %in, %in_55 : f32
+      linalg.yield %82 : f32
     } -> tensor<1x16x32xf32>
     %21 = tensor.empty() : tensor<32x512xf32>
-    %transposed = linalg.transpose ins(%cst_16 : tensor<512x32xf32>) outs(%21 : tensor<32x512xf32>) permutation = [1, 0] 
+    %transposed = linalg.transpose ins(%cst_10 : tensor<512x32xf32>) outs(%21 : tensor<32x512xf32>) permutation = [1, 0] 
     %collapsed = tensor.collapse_shape %20 [[0, 1], [2]] : tensor<1x16x32xf32> into tensor<16x32xf32>
     %22 = tensor.empty() : tensor<16x512xf32>
     %23 = linalg.fill ins(%cst : f32) outs(%22 : tensor<16x512xf32>) -> tensor<16x512xf32>
     %24 = linalg.matmul ins(%collapsed, %transposed : tensor<16x32xf32>, tensor<32x512xf32>) outs(%23 : tensor<16x512xf32>) -> tensor<16x512xf32>
-    %expanded_24 = tensor.expand_shape %24 [[0, 1], [2, 3]] output_shape [1, 16, 4, 128] : tensor<16x512xf32> into tensor<1x16x4x128xf32>
+    %expanded_18 = tensor.expand_shape %24 [[0, 1], [2, 3]] output_shape [1, 16, 4, 128] : tensor<16x512xf32> into tensor<1x16x4x128xf32>
     %25 = tensor.empty() : tensor<1x4x16x128xf32>
-    %transposed_25 = linalg.transpose ins(%expanded_24 : tensor<1x16x4x128xf32>) outs(%25 : tensor<1x4x16x128xf32>) permutation = [0, 2, 1, 3] 
+    %transposed_19 = linalg.transpose ins(%expanded_18 : tensor<1x16x4x128xf32>) outs(%25 : tensor<1x4x16x128xf32>) permutation = [0, 2, 1, 3] 
     %26 = tensor.empty() : tensor<32x256xf32>
-    %transposed_26 = linalg.transpose ins(%cst_15 : tensor<256x32xf32>) outs(%26 : tensor<32x256xf32>) permutation = [1, 0] 
+    %transposed_20 = linalg.transpose ins(%cst_9 : tensor<256x32xf32>) outs(%26 : tensor<32x256xf32>) permutation = [1, 0] 
     %27 = tensor.empty() : tensor<16x256xf32>
     %28 = linalg.fill ins(%cst : f32) outs(%27 : tensor<16x256xf32>) -> tensor<16x256xf32>
-    %29 = linalg.matmul ins(%collapsed, %transposed_26 : tensor<16x32xf32>, tensor<32x256xf32>) outs(%28 : tensor<16x256xf32>) -> tensor<16x256xf32>
-    %expanded_27 = tensor.expand_shape %29 [[0, 1], [2, 3]] output_shape [1, 16, 2, 128] : tensor<16x256xf32> into tensor<1x16x2x128xf32>
+    %29 = linalg.matmul ins(%collapsed, %transposed_20 : tensor<16x32xf32>, tensor<32x256xf32>) outs(%28 : tensor<16x256xf32>) -> tensor<16x256xf32>
+    %expanded_21 = tensor.expand_shape %29 [[0, 1], [2, 3]] output_shape [1, 16, 2, 128] : tensor<16x256xf32> into tensor<1x16x2x128xf32>
     %30 = tensor.empty() : tensor<1x2x16x128xf32>
-    %transposed_28 = linalg.transpose ins(%expanded_27 : tensor<1x16x2x128xf32>) outs(%30 : tensor<1x2x16x128xf32>) permutation = [0, 2, 1, 3] 
-    %transposed_29 = linalg.transpose ins(%cst_14 : tensor<256x32xf32>) outs(%26 : tensor<32x256xf32>) permutation = [1, 0] 
-    %31 = linalg.matmul ins(%collapsed, %transposed_29 : tensor<16x32xf32>, tensor<32x256xf32>) outs(%28 : tensor<16x256xf32>) -> tensor<16x256xf32>
-    %expanded_30 = tensor.expand_shape %31 [[0, 1], [2, 3]] output_shape [1, 16, 2, 128] : tensor<16x256xf32> into tensor<1x16x2x128xf32>
-    %transposed_31 = linalg.transpose ins(%expanded_30 : tensor<1x16x2x128xf32>) outs(%30 : tensor<1x2x16x128xf32>) permutation = [0, 2, 1, 3] 
-    %expanded_32 = tensor.expand_shape %11 [[0], [1, 2], [3]] output_shape [1, 1, 16, 128] : tensor<1x16x128xf32> into tensor<1x1x16x128xf32>
-    %expanded_33 = tensor.expand_shape %12 [[0], [1, 2], [3]] output_shape [1, 1, 16, 128] : tensor<1x16x128xf32> into tensor<1x1x16x128xf32>
-    %32 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_25, %expanded_32 : tensor<1x4x16x128xf32>, tensor<1x1x16x128xf32>) outs(%25 : tensor<1x4x16x128xf32>) {
-    ^bb0(%in: f32, %in_63: f32, %out: f32):
-      %107 = arith.mulf %in, %in_63 : f32
-      linalg.yield %107 : f32
+    %transposed_22 = linalg.transpose ins(%expanded_21 : tensor<1x16x2x128xf32>) outs(%30 : tensor<1x2x16x128xf32>) permutation = [0, 2, 1, 3] 
+    %transposed_23 = linalg.transpose ins(%cst_8 : tensor<256x32xf32>) outs(%26 : tensor<32x256xf32>) permutation = [1, 0] 
+    %31 = linalg.matmul ins(%collapsed, %transposed_23 : tensor<16x32xf32>, tensor<32x256xf32>) outs(%28 : tensor<16x256xf32>) -> tensor<16x256xf32>
+    %expanded_24 = tensor.expand_shape %31 [[0, 1], [2, 3]] output_shape [1, 16, 2, 128] : tensor<16x256xf32> into tensor<1x16x2x128xf32>
+    %transposed_25 = linalg.transpose ins(%expanded_24 : tensor<1x16x2x128xf32>) outs(%30 : tensor<1x2x16x128xf32>) permutation = [0, 2, 1, 3] 
+    %expanded_26 = tensor.expand_shape %11 [[0], [1, 2], [3]] output_shape [1, 1, 16, 128] : tensor<1x16x128xf32> into tensor<1x1x16x128xf32>
+    %expanded_27 = tensor.expand_shape %12 [[0], [1, 2], [3]] output_shape [1, 1, 16, 128] : tensor<1x16x128xf32> into tensor<1x1x16x128xf32>
+    %32 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_19, %expanded_26 : tensor<1x4x16x128xf32>, tensor<1x1x16x128xf32>) outs(%25 : tensor<1x4x16x128xf32>) {
+    ^bb0(%in: f32, %in_55: f32, %out: f32):
+      %82 = arith.mulf %in, %in_55 : f32
+      linalg.yield %82 : f32
     } -> tensor<1x4x16x128xf32>
-    %extracted_slice = tensor.extract_slice %transposed_25[0, 0, 0, 0] [1, 4, 16, 64] [1, 1, 1, 1] : tensor<1x4x16x128xf32> to tensor<1x4x16x64xf32>
-    %extracted_slice_34 = tensor.extract_slice %transposed_25[0, 0, 0, 64] [1, 4, 16, 64] [1, 1, 1, 1] : tensor<1x4x16x128xf32> to tensor<1x4x16x64xf32>
+    %extracted_slice = tensor.extract_slice %transposed_19[0, 0, 0, 0] [1, 4, 16, 64] [1, 1, 1, 1] : tensor<1x4x16x128xf32> to tensor<1x4x16x64xf32>
+    %extracted_slice_28 = tensor.extract_slice %transposed_19[0, 0, 0, 64] [1, 4, 16, 64] [1, 1, 1, 1] : tensor<1x4x16x128xf32> to tensor<1x4x16x64xf32>
     %33 = tensor.empty() : tensor<1x4x16x64xf32>
-    %34 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_34 : tensor<1x4x16x64xf32>) outs(%33 : tensor<1x4x16x64xf32>) {
+    %34 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_28 : tensor<1x4x16x64xf32>) outs(%33 : tensor<1x4x16x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %107 = arith.negf %in : f32
-      linalg.yield %107 : f32
+      %82 = arith.negf %in : f32
+      linalg.yield %82 : f32
     } -> tensor<1x4x16x64xf32>
-    %concat_35 = tensor.concat dim(3) %34, %extracted_slice : (tensor<1x4x16x64xf32>, tensor<1x4x16x64xf32>) -> tensor<1x4x16x128xf32>
-    %35 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_35, %expanded_33 : tensor<1x4x16x128xf32>, tensor<1x1x16x128xf32>) outs(%25 : tensor<1x4x16x128xf32>) {
-    ^bb0(%in: f32, %in_63: f32, %out: f32):
-      %107 = arith.mulf %in, %in_63 : f32
-      linalg.yield %107 : f32
+    %concat_29 = tensor.concat dim(3) %34, %extracted_slice : (tensor<1x4x16x64xf32>, tensor<1x4x16x64xf32>) -> tensor<1x4x16x128xf32>
+    %35 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_29, %expanded_27 : tensor<1x4x16x128xf32>, tensor<1x1x16x128xf32>) outs(%25 : tensor<1x4x16x128xf32>) {
+    ^bb0(%in: f32, %in_55: f32, %out: f32):
+      %82 = arith.mulf %in, %in_55 : f32
+      linalg.yield %82 : f32
     } -> tensor<1x4x16x128xf32>
     %36 = linalg.generic {indexing_maps = [#map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%32, %35 : tensor<1x4x16x128xf32>, tensor<1x4x16x128xf32>) outs(%25 : tensor<1x4x16x128xf32>) {
-    ^bb0(%in: f32, %in_63: f32, %out: f32):
-      %107 = arith.addf %in, %in_63 : f32
-      linalg.yield %107 : f32
+    ^bb0(%in: f32, %in_55: f32, %out: f32):
+      %82 = arith.addf %in, %in_55 : f32
+      linalg.yield %82 : f32
     } -> tensor<1x4x16x128xf32>
-    %37 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_28, %expanded_32 : tensor<1x2x16x128xf32>, tensor<1x1x16x128xf32>) outs(%30 : tensor<1x2x16x128xf32>) {
-    ^bb0(%in: f32, %in_63: f32, %out: f32):
-      %107 = arith.mulf %in, %in_63 : f32
-      linalg.yield %107 : f32
+    %37 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_22, %expanded_26 : tensor<1x2x16x128xf32>, tensor<1x1x16x128xf32>) outs(%30 : tensor<1x2x16x128xf32>) {
+    ^bb0(%in: f32, %in_55: f32, %out: f32):
+      %82 = arith.mulf %in, %in_55 : f32
+      linalg.yield %82 : f32
     } -> tensor<1x2x16x128xf32>
-    %extracted_slice_36 = tensor.extract_slice %transposed_28[0, 0, 0, 0] [1, 2, 16, 64] [1, 1, 1, 1] : tensor<1x2x16x128xf32> to tensor<1x2x16x64xf32>
-    %extracted_slice_37 = tensor.extract_slice %transposed_28[0, 0, 0, 64] [1, 2, 16, 64] [1, 1, 1, 1] : tensor<1x2x16x128xf32> to tensor<1x2x16x64xf32>
+    %extracted_slice_30 = tensor.extract_slice %transposed_22[0, 0, 0, 0] [1, 2, 16, 64] [1, 1, 1, 1] : tensor<1x2x16x128xf32> to tensor<1x2x16x64xf32>
+    %extracted_slice_31 = tensor.extract_slice %transposed_22[0, 0, 0, 64] [1, 2, 16, 64] [1, 1, 1, 1] : tensor<1x2x16x128xf32> to tensor<1x2x16x64xf32>
     %38 = tensor.empty() : tensor<1x2x16x64xf32>
-    %39 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_37 : tensor<1x2x16x64xf32>) outs(%38 : tensor<1x2x16x64xf32>) {
+    %39 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_31 : tensor<1x2x16x64xf32>) outs(%38 : tensor<1x2x16x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %107 = arith.negf %in : f32
-      linalg.yield %107 : f32
+      %82 = arith.negf %in : f32
+      linalg.yield %82 : f32
     } -> tensor<1x2x16x64xf32>
-    %concat_38 = tensor.concat dim(3) %39, %extracted_slice_36 : (tensor<1x2x16x64xf32>, tensor<1x2x16x64xf32>) -> tensor<1x2x16x128xf32>
-    %40 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_38, %expanded_33 : tensor<1x2x16x128xf32>, tensor<1x1x16x128xf32>) outs(%30 : tensor<1x2x16x128xf32>) {
-    ^bb0(%in: f32, %in_63: f32, %out: f32):
-      %107 = arith.mulf %in, %in_63 : f32
-      linalg.yield %107 : f32
+    %concat_32 = tensor.concat dim(3) %39, %extracted_slice_30 : (tensor<1x2x16x64xf32>, tensor<1x2x16x64xf32>) -> tensor<1x2x16x128xf32>
+    %40 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_32, %expanded_27 : tensor<1x2x16x128xf32>, tensor<1x1x16x128xf32>) outs(%30 : tensor<1x2x16x128xf32>) {
+    ^bb0(%in: f32, %in_55: f32, %out: f32):
+      %82 = arith.mulf %in, %in_55 : f32
+      linalg.yield %82 : f32
     } -> tensor<1x2x16x128xf32>
     %41 = linalg.generic {indexing_maps = [#map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%37, %40 : tensor<1x2x16x128xf32>, tensor<1x2x16x128xf32>) outs(%30 : tensor<1x2x16x128xf32>) {
-    ^bb0(%in: f32, %in_63: f32, %out: f32):
-      %107 = arith.addf %in, %in_63 : f32
-      linalg.yield %107 : f32
+    ^bb0(%in: f32, %in_55: f32, %out: f32):
+      %82 = arith.addf %in, %in_55 : f32
+      linalg.yield %82 : f32
     } -> tensor<1x2x16x128xf32>
     %42 = tensor.empty() : tensor<1x2x2x16x128xf32>
     %43 = linalg.generic {indexing_maps = [#map9, #map10], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%41 : tensor<1x2x16x128xf32>) outs(%42 : tensor<1x2x2x16x128xf32>) {
     ^bb0(%in: f32, %out: f32):
       linalg.yield %in : f32
     } -> tensor<1x2x2x16x128xf32>
-    %collapsed_39 = tensor.collapse_shape %43 [[0], [1, 2], [3], [4]] : tensor<1x2x2x16x128xf32> into tensor<1x4x16x128xf32>
-    %44 = linalg.generic {indexing_maps = [#map9, #map10], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%transposed_31 : tensor<1x2x16x128xf32>) outs(%42 : tensor<1x2x2x16x128xf32>) {
+    %collapsed_33 = tensor.collapse_shape %43 [[0], [1, 2], [3], [4]] : tensor<1x2x2x16x128xf32> into tensor<1x4x16x128xf32>
+    %44 = linalg.generic {indexing_maps = [#map9, #map10], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%transposed_25 : tensor<1x2x16x128xf32>) outs(%42 : tensor<1x2x2x16x128xf32>) {
     ^bb0(%in: f32, %out: f32):
       linalg.yield %in : f32
     } -> tensor<1x2x2x16x128xf32>
-    %45 = tensor.empty() : tensor<1x1x16x16xf32>
-    %46 = linalg.generic {indexing_maps = [#map5, #map11, #map11, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%5, %cst_3, %cst_4 : tensor<1x1x16x16xi1>, tensor<f32>, tensor<f32>) outs(%45 : tensor<1x1x16x16xf32>) {
-    ^bb0(%in: i1, %in_63: f32, %in_64: f32, %out: f32):
-      %107 = arith.select %in, %in_63, %in_64 : f32
-      linalg.yield %107 : f32
-    } -> tensor<1x1x16x16xf32>
-    %47 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%36 : tensor<1x4x16x128xf32>) outs(%25 : tensor<1x4x16x128xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %107 = arith.truncf %cst_12 : f64 to f32
-      %108 = arith.mulf %in, %107 : f32
-      linalg.yield %108 : f32
-    } -> tensor<1x4x16x128xf32>
-    %48 = tensor.empty() : tensor<1x4x128x16xf32>
-    %transposed_40 = linalg.transpose ins(%collapsed_39 : tensor<1x4x16x128xf32>) outs(%48 : tensor<1x4x128x16xf32>) permutation = [0, 1, 3, 2] 
-    %49 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_40 : tensor<1x4x128x16xf32>) outs(%48 : tensor<1x4x128x16xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %107 = arith.truncf %cst_12 : f64 to f32
-      %108 = arith.mulf %in, %107 : f32
-      linalg.yield %108 : f32
-    } -> tensor<1x4x128x16xf32>
-    %collapsed_41 = tensor.collapse_shape %47 [[0, 1], [2], [3]] : tensor<1x4x16x128xf32> into tensor<4x16x128xf32>
-    %collapsed_42 = tensor.collapse_shape %49 [[0, 1], [2], [3]] : tensor<1x4x128x16xf32> into tensor<4x128x16xf32>
-    %50 = tensor.empty() : tensor<4x16x16xf32>
-    %51 = linalg.fill ins(%cst : f32) outs(%50 : tensor<4x16x16xf32>) -> tensor<4x16x16xf32>
-    %52 = linalg.batch_matmul ins(%collapsed_41, %collapsed_42 : tensor<4x16x128xf32>, tensor<4x128x16xf32>) outs(%51 : tensor<4x16x16xf32>) -> tensor<4x16x16xf32>
-    %expanded_43 = tensor.expand_shape %52 [[0, 1], [2], [3]] output_shape [1, 4, 16, 16] : tensor<4x16x16xf32> into tensor<1x4x16x16xf32>
-    %53 = tensor.empty() : tensor<1x4x16x16xf32>
-    %54 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_43, %46 : tensor<1x4x16x16xf32>, tensor<1x1x16x16xf32>) outs(%53 : tensor<1x4x16x16xf32>) {
-    ^bb0(%in: f32, %in_63: f32, %out: f32):
-      %107 = arith.addf %in, %in_63 : f32
-      linalg.yield %107 : f32
-    } -> tensor<1x4x16x16xf32>
-    %55 = tensor.empty() : tensor<1x4x16xi64>
-    %56 = linalg.fill ins(%c0_i64 : i64) outs(%55 : tensor<1x4x16xi64>) -> tensor<1x4x16xi64>
-    %57 = tensor.empty() : tensor<1x4x16xf32>
-    %58 = linalg.fill ins(%cst_0 : f32) outs(%57 : tensor<1x4x16xf32>) -> tensor<1x4x16xf32>
-    %59:2 = linalg.generic {indexing_maps = [#map5, #map12, #map12], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%54 : tensor<1x4x16x16xf32>) outs(%58, %56 : tensor<1x4x16xf32>, tensor<1x4x16xi64>) {
-    ^bb0(%in: f32, %out: f32, %out_63: i64):
-      %107 = linalg.index 3 : index
-      %108 = arith.index_cast %107 : index to i64
-      %109 = arith.maximumf %in, %out : f32
-      %110 = arith.cmpf ogt, %in, %out : f32
-      %111 = arith.select %110, %108, %out_63 : i64
-      linalg.yield %109, %111 : f32, i64
-    } -> (tensor<1x4x16xf32>, tensor<1x4x16xi64>)
-    %expanded_44 = tensor.expand_shape %59#0 [[0], [1], [2, 3]] output_shape [1, 4, 16, 1] : tensor<1x4x16xf32> into tensor<1x4x16x1xf32>
-    %60 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%54, %expanded_44 : tensor<1x4x16x16xf32>, tensor<1x4x16x1xf32>) outs(%53 : tensor<1x4x16x16xf32>) {
-    ^bb0(%in: f32, %in_63: f32, %out: f32):
-      %107 = arith.subf %in, %in_63 : f32
-      linalg.yield %107 : f32
-    } -> tensor<1x4x16x16xf32>
-    %61 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%60 : tensor<1x4x16x16xf32>) outs(%53 : tensor<1x4x16x16xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %107 = math.exp %in : f32
-      linalg.yield %107 : f32
-    } -> tensor<1x4x16x16xf32>
-    %62 = tensor.empty() : tensor<1x4x16x1xf32>
-    %63 = linalg.fill ins(%cst : f32) outs(%62 : tensor<1x4x16x1xf32>) -> tensor<1x4x16x1xf32>
-    %64 = linalg.generic {indexing_maps = [#map5, #map4], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%61 : tensor<1x4x16x16xf32>) outs(%63 : tensor<1x4x16x1xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %107 = arith.addf %in, %out : f32
-      linalg.yield %107 : f32
-    } -> tensor<1x4x16x1xf32>
-    %65 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%61, %64 : tensor<1x4x16x16xf32>, tensor<1x4x16x1xf32>) outs(%53 : tensor<1x4x16x16xf32>) {
-    ^bb0(%in: f32, %in_63: f32, %out: f32):
-      %107 = arith.divf %in, %in_63 : f32
-      linalg.yield %107 : f32
-    } -> tensor<1x4x16x16xf32>
-    %66 = tensor.empty() : tensor<1x4x16x16xi1>
-    %67 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%54 : tensor<1x4x16x16xf32>) outs(%66 : tensor<1x4x16x16xi1>) {
-    ^bb0(%in: f32, %out: i1):
-      %107 = arith.extf %in : f32 to f64
-      %108 = arith.cmpf oeq, %107, %cst_13 : f64
-      linalg.yield %108 : i1
-    } -> tensor<1x4x16x16xi1>
-    %68 = tensor.empty() : tensor<1x4x16x1xi1>
-    %69 = linalg.fill ins(%true : i1) outs(%68 : tensor<1x4x16x1xi1>) -> tensor<1x4x16x1xi1>
-    %70 = linalg.generic {indexing_maps = [#map5, #map4], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%67 : tensor<1x4x16x16xi1>) outs(%69 : tensor<1x4x16x1xi1>) {
+    %collapsed_34 = tensor.collapse_shape %44 [[0], [1, 2], [3], [4]] : tensor<1x2x2x16x128xf32> into tensor<1x4x16x128xf32>
+    %45 = tensor.empty() : tensor<1x4x16x16xi1>
+    %46 = linalg.generic {indexing_maps = [#map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%5 : tensor<1x1x16x16xi1>) outs(%45 : tensor<1x4x16x16xi1>) {
     ^bb0(%in: i1, %out: i1):
-      %107 = arith.andi %in, %out : i1
-      linalg.yield %107 : i1
-    } -> tensor<1x4x16x1xi1>
-    %71 = linalg.generic {indexing_maps = [#map4, #map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%70, %cst_2, %65 : tensor<1x4x16x1xi1>, tensor<1x4x16x16xf32>, tensor<1x4x16x16xf32>) outs(%53 : tensor<1x4x16x16xf32>) {
-    ^bb0(%in: i1, %in_63: f32, %in_64: f32, %out: f32):
-      %107 = arith.select %in, %in_63, %in_64 : f32
-      linalg.yield %107 : f32
-    } -> tensor<1x4x16x16xf32>
-    %collapsed_45 = tensor.collapse_shape %71 [[0, 1], [2], [3]] : tensor<1x4x16x16xf32> into tensor<4x16x16xf32>
-    %collapsed_46 = tensor.collapse_shape %44 [[0, 1, 2], [3], [4]] : tensor<1x2x2x16x128xf32> into tensor<4x16x128xf32>
-    %72 = tensor.empty() : tensor<4x16x128xf32>
-    %73 = linalg.fill ins(%cst : f32) outs(%72 : tensor<4x16x128xf32>) -> tensor<4x16x128xf32>
-    %74 = linalg.batch_matmul ins(%collapsed_45, %collapsed_46 : tensor<4x16x16xf32>, tensor<4x16x128xf32>) outs(%73 : tensor<4x16x128xf32>) -> tensor<4x16x128xf32>
-    %expanded_47 = tensor.expand_shape %74 [[0, 1], [2], [3]] output_shape [1, 4, 16, 128] : tensor<4x16x128xf32> into tensor<1x4x16x128xf32>
-    %75 = tensor.empty() : tensor<1x16x4x128xf32>
-    %transposed_48 = linalg.transpose ins(%expanded_47 : tensor<1x4x16x128xf32>) outs(%75 : tensor<1x16x4x128xf32>) permutation = [0, 2, 1, 3] 
-    %76 = tensor.empty() : tensor<512x32xf32>
-    %transposed_49 = linalg.transpose ins(%cst_11 : tensor<32x512xf32>) outs(%76 : tensor<512x32xf32>) permutation = [1, 0] 
-    %collapsed_50 = tensor.collapse_shape %transposed_48 [[0, 1], [2, 3]] : tensor<1x16x4x128xf32> into tensor<16x512xf32>
-    %77 = tensor.empty() : tensor<16x32xf32>
-    %78 = linalg.fill ins(%cst : f32) outs(%77 : tensor<16x32xf32>) -> tensor<16x32xf32>
-    %79 = linalg.matmul ins(%collapsed_50, %transposed_49 : tensor<16x512xf32>, tensor<512x32xf32>) outs(%78 : tensor<16x32xf32>) -> tensor<16x32xf32>
-    %expanded_51 = tensor.expand_shape %79 [[0, 1], [2]] output_shape [1, 16, 32] : tensor<16x32xf32> into tensor<1x16x32xf32>
-    %80 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%1, %expanded_51 : tensor<1x16x32xf32>, tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
-    ^bb0(%in: f32, %in_63: f32, %out: f32):
-      %107 = arith.addf %in, %in_63 : f32
-      linalg.yield %107 : f32
+      linalg.yield %in : i1
+    } -> tensor<1x4x16x16xi1>
+    %collapsed_35 = tensor.collapse_shape %36 [[0, 1], [2], [3]] : tensor<1x4x16x128xf32> into tensor<4x16x128xf32>
+    %collapsed_36 = tensor.collapse_shape %collapsed_33 [[0, 1], [2], [3]] : tensor<1x4x16x128xf32> into tensor<4x16x128xf32>
+    %collapsed_37 = tensor.collapse_shape %collapsed_34 [[0, 1], [2], [3]] : tensor<1x4x16x128xf32> into tensor<4x16x128xf32>
+    %collapsed_38 = tensor.collapse_shape %46 [[0, 1], [2], [3]] : tensor<1x4x16x16xi1> into tensor<4x16x16xi1>
+    %47 = tensor.empty() : tensor<4x16x128xf32>
+    %48 = linalg.fill ins(%cst : f32) outs(%47 : tensor<4x16x128xf32>) -> tensor<4x16x128xf32>
+    %49 = "snapkv.sdpa"(%collapsed_35, %collapsed_36, %collapsed_37, %collapsed_38, %48) {scale = 0.088388347648318447 : f64} : (tensor<4x16x128xf32>, tensor<4x16x128xf32>, tensor<4x16x128xf32>, tensor<4x16x16xi1>, tensor<4x16x128xf32>) -> tensor<4x16x128xf32>
+    %expanded_39 = tensor.expand_shape %49 [[0, 1], [2], [3]] output_shape [1, 4, 16, 128] : tensor<4x16x128xf32> into tensor<1x4x16x128xf32>
+    %50 = tensor.empty() : tensor<1x16x4x128xf32>
+    %transposed_40 = linalg.transpose ins(%expanded_39 : tensor<1x4x16x128xf32>) outs(%50 : tensor<1x16x4x128xf32>) permutation = [0, 2, 1, 3] 
+    %51 = tensor.empty() : tensor<512x32xf32>
+    %transposed_41 = linalg.transpose ins(%cst_7 : tensor<32x512xf32>) outs(%51 : tensor<512x32xf32>) permutation = [1, 0] 
+    %collapsed_42 = tensor.collapse_shape %transposed_40 [[0, 1], [2, 3]] : tensor<1x16x4x128xf32> into tensor<16x512xf32>
+    %52 = tensor.empty() : tensor<16x32xf32>
+    %53 = linalg.fill ins(%cst : f32) outs(%52 : tensor<16x32xf32>) -> tensor<16x32xf32>
+    %54 = linalg.matmul ins(%collapsed_42, %transposed_41 : tensor<16x512xf32>, tensor<512x32xf32>) outs(%53 : tensor<16x32xf32>) -> tensor<16x32xf32>
+    %expanded_43 = tensor.expand_shape %54 [[0, 1], [2]] output_shape [1, 16, 32] : tensor<16x32xf32> into tensor<1x16x32xf32>
+    %55 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%1, %expanded_43 : tensor<1x16x32xf32>, tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
+    ^bb0(%in: f32, %in_55: f32, %out: f32):
+      %82 = arith.addf %in, %in_55 : f32
+      linalg.yield %82 : f32
     } -> tensor<1x16x32xf32>
-    %81 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%80 : tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
+    %56 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%55 : tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %107 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %107 : f32
+      %82 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %82 : f32
     } -> tensor<1x16x32xf32>
-    %82 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%81 : tensor<1x16x32xf32>) outs(%14 : tensor<1x16x1xf32>) {
+    %57 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%56 : tensor<1x16x32xf32>) outs(%14 : tensor<1x16x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %107 = arith.addf %in, %out : f32
-      linalg.yield %107 : f32
+      %82 = arith.addf %in, %out : f32
+      linalg.yield %82 : f32
     } -> tensor<1x16x1xf32>
-    %83 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%82 : tensor<1x16x1xf32>) outs(%6 : tensor<1x16x1xf32>) {
+    %58 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%57 : tensor<1x16x1xf32>) outs(%6 : tensor<1x16x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %107 = arith.divf %in, %cst_21 : f32
-      linalg.yield %107 : f32
+      %82 = arith.divf %in, %cst_15 : f32
+      linalg.yield %82 : f32
     } -> tensor<1x16x1xf32>
-    %84 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%83 : tensor<1x16x1xf32>) outs(%6 : tensor<1x16x1xf32>) {
+    %59 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%58 : tensor<1x16x1xf32>) outs(%6 : tensor<1x16x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %107 = arith.truncf %cst_18 : f64 to f32
-      %108 = arith.addf %in, %107 : f32
-      linalg.yield %108 : f32
+      %82 = arith.truncf %cst_12 : f64 to f32
+      %83 = arith.addf %in, %82 : f32
+      linalg.yield %83 : f32
     } -> tensor<1x16x1xf32>
-    %85 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%84 : tensor<1x16x1xf32>) outs(%6 : tensor<1x16x1xf32>) {
+    %60 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%59 : tensor<1x16x1xf32>) outs(%6 : tensor<1x16x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %107 = math.rsqrt %in : f32
-      linalg.yield %107 : f32
+      %82 = math.rsqrt %in : f32
+      linalg.yield %82 : f32
     } -> tensor<1x16x1xf32>
-    %86 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%80, %85 : tensor<1x16x32xf32>, tensor<1x16x1xf32>) outs(%0 : tensor<1x16x32xf32>) {
-    ^bb0(%in: f32, %in_63: f32, %out: f32):
-      %107 = arith.mulf %in, %in_63 : f32
-      linalg.yield %107 : f32
+    %61 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%55, %60 : tensor<1x16x32xf32>, tensor<1x16x1xf32>) outs(%0 : tensor<1x16x32xf32>) {
+    ^bb0(%in: f32, %in_55: f32, %out: f32):
+      %82 = arith.mulf %in, %in_55 : f32
+      linalg.yield %82 : f32
     } -> tensor<1x16x32xf32>
-    %87 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_10, %86 : tensor<32xf32>, tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
-    ^bb0(%in: f32, %in_63: f32, %out: f32):
-      %107 = arith.mulf %in, %in_63 : f32
-      linalg.yield %107 : f32
+    %62 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_6, %61 : tensor<32xf32>, tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
+    ^bb0(%in: f32, %in_55: f32, %out: f32):
+      %82 = arith.mulf %in, %in_55 : f32
+      linalg.yield %82 : f32
     } -> tensor<1x16x32xf32>
-    %88 = tensor.empty() : tensor<32x64xf32>
-    %transposed_52 = linalg.transpose ins(%cst_9 : tensor<64x32xf32>) outs(%88 : tensor<32x64xf32>) permutation = [1, 0] 
-    %collapsed_53 = tensor.collapse_shape %87 [[0, 1], [2]] : tensor<1x16x32xf32> into tensor<16x32xf32>
-    %89 = tensor.empty() : tensor<16x64xf32>
-    %90 = linalg.fill ins(%cst : f32) outs(%89 : tensor<16x64xf32>) -> tensor<16x64xf32>
-    %91 = linalg.matmul ins(%collapsed_53, %transposed_52 : tensor<16x32xf32>, tensor<32x64xf32>) outs(%90 : tensor<16x64xf32>) -> tensor<16x64xf32>
-    %expanded_54 = tensor.expand_shape %91 [[0, 1], [2]] output_shape [1, 16, 64] : tensor<16x64xf32> into tensor<1x16x64xf32>
-    %92 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_54 : tensor<1x16x64xf32>) outs(%8 : tensor<1x16x64xf32>) {
+    %63 = tensor.empty() : tensor<32x64xf32>
+    %transposed_44 = linalg.transpose ins(%cst_5 : tensor<64x32xf32>) outs(%63 : tensor<32x64xf32>) permutation = [1, 0] 
+    %collapsed_45 = tensor.collapse_shape %62 [[0, 1], [2]] : tensor<1x16x32xf32> into tensor<16x32xf32>
+    %64 = tensor.empty() : tensor<16x64xf32>
+    %65 = linalg.fill ins(%cst : f32) outs(%64 : tensor<16x64xf32>) -> tensor<16x64xf32>
+    %66 = linalg.matmul ins(%collapsed_45, %transposed_44 : tensor<16x32xf32>, tensor<32x64xf32>) outs(%65 : tensor<16x64xf32>) -> tensor<16x64xf32>
+    %expanded_46 = tensor.expand_shape %66 [[0, 1], [2]] output_shape [1, 16, 64] : tensor<16x64xf32> into tensor<1x16x64xf32>
+    %67 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_46 : tensor<1x16x64xf32>) outs(%8 : tensor<1x16x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %107 = arith.negf %in : f32
-      %108 = math.exp %107 : f32
-      %109 = arith.addf %108, %cst_1 : f32
-      %110 = arith.divf %cst_1, %109 : f32
-      linalg.yield %110 : f32
+      %82 = arith.negf %in : f32
+      %83 = math.exp %82 : f32
+      %84 = arith.addf %83, %cst_0 : f32
+      %85 = arith.divf %cst_0, %84 : f32
+      linalg.yield %85 : f32
     } -> tensor<1x16x64xf32>
-    %93 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_54, %92 : tensor<1x16x64xf32>, tensor<1x16x64xf32>) outs(%8 : tensor<1x16x64xf32>) {
-    ^bb0(%in: f32, %in_63: f32, %out: f32):
-      %107 = arith.mulf %in, %in_63 : f32
-      linalg.yield %107 : f32
+    %68 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_46, %67 : tensor<1x16x64xf32>, tensor<1x16x64xf32>) outs(%8 : tensor<1x16x64xf32>) {
+    ^bb0(%in: f32, %in_55: f32, %out: f32):
+      %82 = arith.mulf %in, %in_55 : f32
+      linalg.yield %82 : f32
     } -> tensor<1x16x64xf32>
-    %transposed_55 = linalg.transpose ins(%cst_8 : tensor<64x32xf32>) outs(%88 : tensor<32x64xf32>) permutation = [1, 0] 
-    %94 = linalg.matmul ins(%collapsed_53, %transposed_55 : tensor<16x32xf32>, tensor<32x64xf32>) outs(%90 : tensor<16x64xf32>) -> tensor<16x64xf32>
-    %expanded_56 = tensor.expand_shape %94 [[0, 1], [2]] output_shape [1, 16, 64] : tensor<16x64xf32> into tensor<1x16x64xf32>
-    %95 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%93, %expanded_56 : tensor<1x16x64xf32>, tensor<1x16x64xf32>) outs(%8 : tensor<1x16x64xf32>) {
-    ^bb0(%in: f32, %in_63: f32, %out: f32):
-      %107 = arith.mulf %in, %in_63 : f32
-      linalg.yield %107 : f32
+    %transposed_47 = linalg.transpose ins(%cst_4 : tensor<64x32xf32>) outs(%63 : tensor<32x64xf32>) permutation = [1, 0] 
+    %69 = linalg.matmul ins(%collapsed_45, %transposed_47 : tensor<16x32xf32>, tensor<32x64xf32>) outs(%65 : tensor<16x64xf32>) -> tensor<16x64xf32>
+    %expanded_48 = tensor.expand_shape %69 [[0, 1], [2]] output_shape [1, 16, 64] : tensor<16x64xf32> into tensor<1x16x64xf32>
+    %70 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%68, %expanded_48 : tensor<1x16x64xf32>, tensor<1x16x64xf32>) outs(%8 : tensor<1x16x64xf32>) {
+    ^bb0(%in: f32, %in_55: f32, %out: f32):
+      %82 = arith.mulf %in, %in_55 : f32
+      linalg.yield %82 : f32
     } -> tensor<1x16x64xf32>
-    %96 = tensor.empty() : tensor<64x32xf32>
-    %transposed_57 = linalg.transpose ins(%cst_7 : tensor<32x64xf32>) outs(%96 : tensor<64x32xf32>) permutation = [1, 0] 
-    %collapsed_58 = tensor.collapse_shape %95 [[0, 1], [2]] : tensor<1x16x64xf32> into tensor<16x64xf32>
-    %97 = linalg.matmul ins(%collapsed_58, %transposed_57 : tensor<16x64xf32>, tensor<64x32xf32>) outs(%78 : tensor<16x32xf32>) -> tensor<16x32xf32>
-    %expanded_59 = tensor.expand_shape %97 [[0, 1], [2]] output_shape [1, 16, 32] : tensor<16x32xf32> into tensor<1x16x32xf32>
-    %98 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%80, %expanded_59 : tensor<1x16x32xf32>, tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
-    ^bb0(%in: f32, %in_63: f32, %out: f32):
-      %107 = arith.addf %in, %in_63 : f32
-      linalg.yield %107 : f32
+    %71 = tensor.empty() : tensor<64x32xf32>
+    %transposed_49 = linalg.transpose ins(%cst_3 : tensor<32x64xf32>) outs(%71 : tensor<64x32xf32>) permutation = [1, 0] 
+    %collapsed_50 = tensor.collapse_shape %70 [[0, 1], [2]] : tensor<1x16x64xf32> into tensor<16x64xf32>
+    %72 = linalg.matmul ins(%collapsed_50, %transposed_49 : tensor<16x64xf32>, tensor<64x32xf32>) outs(%53 : tensor<16x32xf32>) -> tensor<16x32xf32>
+    %expanded_51 = tensor.expand_shape %72 [[0, 1], [2]] output_shape [1, 16, 32] : tensor<16x32xf32> into tensor<1x16x32xf32>
+    %73 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%55, %expanded_51 : tensor<1x16x32xf32>, tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
+    ^bb0(%in: f32, %in_55: f32, %out: f32):
+      %82 = arith.addf %in, %in_55 : f32
+      linalg.yield %82 : f32
     } -> tensor<1x16x32xf32>
-    %99 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%98 : tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
+    %74 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%73 : tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %107 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %107 : f32
+      %82 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %82 : f32
     } -> tensor<1x16x32xf32>
-    %100 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%99 : tensor<1x16x32xf32>) outs(%14 : tensor<1x16x1xf32>) {
+    %75 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%74 : tensor<1x16x32xf32>) outs(%14 : tensor<1x16x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %107 = arith.addf %in, %out : f32
-      linalg.yield %107 : f32
+      %82 = arith.addf %in, %out : f32
+      linalg.yield %82 : f32
     } -> tensor<1x16x1xf32>
-    %101 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%100 : tensor<1x16x1xf32>) outs(%6 : tensor<1x16x1xf32>) {
+    %76 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%75 : tensor<1x16x1xf32>) outs(%6 : tensor<1x16x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %107 = arith.divf %in, %cst_21 : f32
-      linalg.yield %107 : f32
+      %82 = arith.divf %in, %cst_15 : f32
+      linalg.yield %82 : f32
     } -> tensor<1x16x1xf32>
-    %102 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%101 : tensor<1x16x1xf32>) outs(%6 : tensor<1x16x1xf32>) {
+    %77 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%76 : tensor<1x16x1xf32>) outs(%6 : tensor<1x16x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %107 = arith.truncf %cst_18 : f64 to f32
-      %108 = arith.addf %in, %107 : f32
-      linalg.yield %108 : f32
+      %82 = arith.truncf %cst_12 : f64 to f32
+      %83 = arith.addf %in, %82 : f32
+      linalg.yield %83 : f32
     } -> tensor<1x16x1xf32>
-    %103 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%102 : tensor<1x16x1xf32>) outs(%6 : tensor<1x16x1xf32>) {
+    %78 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%77 : tensor<1x16x1xf32>) outs(%6 : tensor<1x16x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %107 = math.rsqrt %in : f32
-      linalg.yield %107 : f32
+      %82 = math.rsqrt %in : f32
+      linalg.yield %82 : f32
     } -> tensor<1x16x1xf32>
-    %104 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%98, %103 : tensor<1x16x32xf32>, tensor<1x16x1xf32>) outs(%0 : tensor<1x16x32xf32>) {
-    ^bb0(%in: f32, %in_63: f32, %out: f32):
-      %107 = arith.mulf %in, %in_63 : f32
-      linalg.yield %107 : f32
+    %79 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%73, %78 : tensor<1x16x32xf32>, tensor<1x16x1xf32>) outs(%0 : tensor<1x16x32xf32>) {
+    ^bb0(%in: f32, %in_55: f32, %out: f32):
+      %82 = arith.mulf %in, %in_55 : f32
+      linalg.yield %82 : f32
     } -> tensor<1x16x32xf32>
-    %105 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_6, %104 : tensor<32xf32>, tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
-    ^bb0(%in: f32, %in_63: f32, %out: f32):
-      %107 = arith.mulf %in, %in_63 : f32
-      linalg.yield %107 : f32
+    %80 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_2, %79 : tensor<32xf32>, tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
+    ^bb0(%in: f32, %in_55: f32, %out: f32):
+      %82 = arith.mulf %in, %in_55 : f32
+      linalg.yield %82 : f32
     } -> tensor<1x16x32xf32>
-    %transposed_60 = linalg.transpose ins(%cst_5 : tensor<64x32xf32>) outs(%88 : tensor<32x64xf32>) permutation = [1, 0] 
-    %collapsed_61 = tensor.collapse_shape %105 [[0, 1], [2]] : tensor<1x16x32xf32> into tensor<16x32xf32>
-    %106 = linalg.matmul ins(%collapsed_61, %transposed_60 : tensor<16x32xf32>, tensor<32x64xf32>) outs(%90 : tensor<16x64xf32>) -> tensor<16x64xf32>
-    %expanded_62 = tensor.expand_shape %106 [[0, 1], [2]] output_shape [1, 16, 64] : tensor<16x64xf32> into tensor<1x16x64xf32>
-    return %expanded_62, %41, %transposed_31 : tensor<1x16x64xf32>, tensor<1x2x16x128xf32>, tensor<1x2x16x128xf32>
+    %transposed_52 = linalg.transpose ins(%cst_1 : tensor<64x32xf32>) outs(%63 : tensor<32x64xf32>) permutation = [1, 0] 
+    %collapsed_53 = tensor.collapse_shape %80 [[0, 1], [2]] : tensor<1x16x32xf32> into tensor<16x32xf32>
+    %81 = linalg.matmul ins(%collapsed_53, %transposed_52 : tensor<16x32xf32>, tensor<32x64xf32>) outs(%65 : tensor<16x64xf32>) -> tensor<16x64xf32>
+    %expanded_54 = tensor.expand_shape %81 [[0, 1], [2]] output_shape [1, 16, 64] : tensor<16x64xf32> into tensor<1x16x64xf32>
+    return %expanded_54, %41, %transposed_25 : tensor<1x16x64xf32>, tensor<1x2x16x128xf32>, tensor<1x2x16x128xf32>
   }
   func.func @decode(%arg0: tensor<1x1xi64>, %arg1: tensor<1xi64>, %arg2: tensor<1x2x16x128xf32>, %arg3: tensor<1x2x16x128xf32>) -> (tensor<1x1x64xf32>, tensor<1x2x17x128xf32>, tensor<1x2x17x128xf32>) {
+    %cst = arith.constant 0.000000e+00 : f32
     %c2_i64 = arith.constant 2 : i64
     %c16_i64 = arith.constant 16 : i64
     %c0_i64 = arith.constant 0 : i64
     %c64 = arith.constant 64 : index
-    %cst = arith.constant 0.000000e+00 : f32
-    %cst_0 = arith.constant 0xFF800000 : f32
-    %true = arith.constant true
-    %cst_1 = arith.constant 1.000000e+00 : f32
-    %cst_2 = arith.constant dense<0.000000e+00> : tensor<1x4x1x17xf32>
-    %cst_3 = arith.constant dense<0.000000e+00> : tensor<f32>
-    %cst_4 = arith.constant dense<0xFF800000> : tensor<f32>
-    %cst_5 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_3> : tensor<64x32xf32>
-    %cst_6 = arith.constant dense_resource<torch_tensor_32_torch.float32_2> : tensor<32xf32>
-    %cst_7 = arith.constant dense_resource<torch_tensor_32_64_torch.float32> : tensor<32x64xf32>
-    %cst_8 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_2> : tensor<64x32xf32>
-    %cst_9 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_1> : tensor<64x32xf32>
-    %cst_10 = arith.constant dense_resource<torch_tensor_32_torch.float32_1> : tensor<32xf32>
-    %cst_11 = arith.constant dense_resource<torch_tensor_32_512_torch.float32> : tensor<32x512xf32>
-    %cst_12 = arith.constant 0.29730177875068026 : f64
-    %cst_13 = arith.constant 0xFFF0000000000000 : f64
-    %cst_14 = arith.constant dense_resource<torch_tensor_256_32_torch.float32_1> : tensor<256x32xf32>
-    %cst_15 = arith.constant dense_resource<torch_tensor_256_32_torch.float32> : tensor<256x32xf32>
-    %cst_16 = arith.constant dense_resource<torch_tensor_512_32_torch.float32> : tensor<512x32xf32>
-    %cst_17 = arith.constant dense_resource<torch_tensor_32_torch.float32> : tensor<32xf32>
-    %cst_18 = arith.constant 9.9999999999999995E-7 : f64
-    %cst_19 = arith.constant dense_resource<torch_tensor_64_torch.float32> : tensor<64xf32>
-    %cst_20 = arith.constant dense_resource<torch_tensor_64_32_torch.float32> : tensor<64x32xf32>
-    %cst_21 = arith.constant 3.200000e+01 : f32
+    %cst_0 = arith.constant 1.000000e+00 : f32
+    %cst_1 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_3> : tensor<64x32xf32>
+    %cst_2 = arith.constant dense_resource<torch_tensor_32_torch.float32_2> : tensor<32xf32>
+    %cst_3 = arith.constant dense_resource<torch_tensor_32_64_torch.float32> : tensor<32x64xf32>
+    %cst_4 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_2> : tensor<64x32xf32>
+    %cst_5 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_1> : tensor<64x32xf32>
+    %cst_6 = arith.constant dense_resource<torch_tensor_32_torch.float32_1> : tensor<32xf32>
+    %cst_7 = arith.constant dense_resource<torch_tensor_32_512_torch.float32> : tensor<32x512xf32>
+    %cst_8 = arith.constant dense_resource<torch_tensor_256_32_torch.float32_1> : tensor<256x32xf32>
+    %cst_9 = arith.constant dense_resource<torch_tensor_256_32_torch.float32> : tensor<256x32xf32>
+    %cst_10 = arith.constant dense_resource<torch_tensor_512_32_torch.float32> : tensor<512x32xf32>
+    %cst_11 = arith.constant dense_resource<torch_tensor_32_torch.float32> : tensor<32xf32>
+    %cst_12 = arith.constant 9.9999999999999995E-7 : f64
+    %cst_13 = arith.constant dense_resource<torch_tensor_64_torch.float32> : tensor<64xf32>
+    %cst_14 = arith.constant dense_resource<torch_tensor_64_32_torch.float32> : tensor<64x32xf32>
+    %cst_15 = arith.constant 3.200000e+01 : f32
     %0 = tensor.empty() : tensor<1x1x32xf32>
     %1 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg0 : tensor<1x1xi64>) outs(%0 : tensor<1x1x32xf32>) {
     ^bb0(%in: i64, %out: f32):
-      %110 = arith.index_cast %in : i64 to index
-      %111 = linalg.index 2 : index
-      %112 = arith.cmpi slt, %110, %c64 : index
-      cf.assert %112, "index must be smaller than dim size"
-      %113 = arith.cmpi sge, %in, %c0_i64 : i64
-      cf.assert %113, "index must be larger or equal to 0"
-      %extracted = tensor.extract %cst_20[%110, %111] : tensor<64x32xf32>
+      %85 = arith.index_cast %in : i64 to index
+      %86 = linalg.index 2 : index
+      %87 = arith.cmpi slt, %85, %c64 : index
+      cf.assert %87, "index must be smaller than dim size"
+      %88 = arith.cmpi sge, %in, %c0_i64 : i64
+      cf.assert %88, "index must be larger or equal to 0"
+      %extracted = tensor.extract %cst_14[%85, %86] : tensor<64x32xf32>
       linalg.yield %extracted : f32
     } -> tensor<1x1x32xf32>
     %2 = tensor.empty() : tensor<1xi64>
@@ -485,390 +390,311 @@ module {
     } -> tensor<1xi64>
     %4 = linalg.generic {indexing_maps = [#map2, #map2], iterator_types = ["parallel"]} ins(%3 : tensor<1xi64>) outs(%2 : tensor<1xi64>) {
     ^bb0(%in: i64, %out: i64):
-      %110 = arith.addi %in, %c16_i64 : i64
-      linalg.yield %110 : i64
+      %85 = arith.addi %in, %c16_i64 : i64
+      linalg.yield %85 : i64
     } -> tensor<1xi64>
     %5 = tensor.empty() : tensor<17xi64>
     %6 = linalg.generic {indexing_maps = [#map2], iterator_types = ["parallel"]} outs(%5 : tensor<17xi64>) {
     ^bb0(%out: i64):
-      %110 = linalg.index 0 : index
-      %111 = arith.index_cast %110 : index to i64
-      linalg.yield %111 : i64
+      %85 = linalg.index 0 : index
+      %86 = arith.index_cast %85 : index to i64
+      linalg.yield %86 : i64
     } -> tensor<17xi64>
     %expanded = tensor.expand_shape %4 [[0, 1, 2, 3]] output_shape [1, 1, 1, 1] : tensor<1xi64> into tensor<1x1x1x1xi64>
-    %expanded_22 = tensor.expand_shape %6 [[0, 1, 2, 3]] output_shape [1, 1, 1, 17] : tensor<17xi64> into tensor<1x1x1x17xi64>
+    %expanded_16 = tensor.expand_shape %6 [[0, 1, 2, 3]] output_shape [1, 1, 1, 17] : tensor<17xi64> into tensor<1x1x1x17xi64>
     %7 = tensor.empty() : tensor<1x1x1x17xi1>
-    %8 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_22, %expanded : tensor<1x1x1x17xi64>, tensor<1x1x1x1xi64>) outs(%7 : tensor<1x1x1x17xi1>) {
-    ^bb0(%in: i64, %in_65: i64, %out: i1):
-      %110 = arith.cmpi sle, %in, %in_65 : i64
-      linalg.yield %110 : i1
+    %8 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_16, %expanded : tensor<1x1x1x17xi64>, tensor<1x1x1x1xi64>) outs(%7 : tensor<1x1x1x17xi1>) {
+    ^bb0(%in: i64, %in_57: i64, %out: i1):
+      %85 = arith.cmpi sle, %in, %in_57 : i64
+      linalg.yield %85 : i1
     } -> tensor<1x1x1x17xi1>
-    %expanded_23 = tensor.expand_shape %arg1 [[0, 1, 2]] output_shape [1, 1, 1] : tensor<1xi64> into tensor<1x1x1xi64>
+    %expanded_17 = tensor.expand_shape %arg1 [[0, 1, 2]] output_shape [1, 1, 1] : tensor<1xi64> into tensor<1x1x1xi64>
     %9 = tensor.empty() : tensor<1x1x1xf32>
-    %10 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_23 : tensor<1x1x1xi64>) outs(%9 : tensor<1x1x1xf32>) {
+    %10 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_17 : tensor<1x1x1xi64>) outs(%9 : tensor<1x1x1xf32>) {
     ^bb0(%in: i64, %out: f32):
-      %110 = arith.sitofp %in : i64 to f32
-      linalg.yield %110 : f32
+      %85 = arith.sitofp %in : i64 to f32
+      linalg.yield %85 : f32
     } -> tensor<1x1x1xf32>
     %11 = tensor.empty() : tensor<1x1x64xf32>
-    %12 = linalg.generic {indexing_maps = [#map6, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%10, %cst_19 : tensor<1x1x1xf32>, tensor<64xf32>) outs(%11 : tensor<1x1x64xf32>) {
-    ^bb0(%in: f32, %in_65: f32, %out: f32):
-      %110 = arith.mulf %in, %in_65 : f32
-      linalg.yield %110 : f32
+    %12 = linalg.generic {indexing_maps = [#map6, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%10, %cst_13 : tensor<1x1x1xf32>, tensor<64xf32>) outs(%11 : tensor<1x1x64xf32>) {
+    ^bb0(%in: f32, %in_57: f32, %out: f32):
+      %85 = arith.mulf %in, %in_57 : f32
+      linalg.yield %85 : f32
     } -> tensor<1x1x64xf32>
     %concat = tensor.concat dim(2) %12, %12 : (tensor<1x1x64xf32>, tensor<1x1x64xf32>) -> tensor<1x1x128xf32>
     %13 = tensor.empty() : tensor<1x1x128xf32>
     %14 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%concat : tensor<1x1x128xf32>) outs(%13 : tensor<1x1x128xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %110 = math.cos %in : f32
-      linalg.yield %110 : f32
+      %85 = math.cos %in : f32
+      linalg.yield %85 : f32
     } -> tensor<1x1x128xf32>
     %15 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%concat : tensor<1x1x128xf32>) outs(%13 : tensor<1x1x128xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %110 = math.sin %in : f32
-      linalg.yield %110 : f32
+      %85 = math.sin %in : f32
+      linalg.yield %85 : f32
     } -> tensor<1x1x128xf32>
     %16 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%1 : tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %110 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %110 : f32
+      %85 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %85 : f32
     } -> tensor<1x1x32xf32>
     %17 = linalg.fill ins(%cst : f32) outs(%9 : tensor<1x1x1xf32>) -> tensor<1x1x1xf32>
     %18 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%16 : tensor<1x1x32xf32>) outs(%17 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %110 = arith.addf %in, %out : f32
-      linalg.yield %110 : f32
+      %85 = arith.addf %in, %out : f32
+      linalg.yield %85 : f32
     } -> tensor<1x1x1xf32>
     %19 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%18 : tensor<1x1x1xf32>) outs(%9 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %110 = arith.divf %in, %cst_21 : f32
-      linalg.yield %110 : f32
+      %85 = arith.divf %in, %cst_15 : f32
+      linalg.yield %85 : f32
     } -> tensor<1x1x1xf32>
     %20 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%19 : tensor<1x1x1xf32>) outs(%9 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %110 = arith.truncf %cst_18 : f64 to f32
-      %111 = arith.addf %in, %110 : f32
-      linalg.yield %111 : f32
+      %85 = arith.truncf %cst_12 : f64 to f32
+      %86 = arith.addf %in, %85 : f32
+      linalg.yield %86 : f32
     } -> tensor<1x1x1xf32>
     %21 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%20 : tensor<1x1x1xf32>) outs(%9 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %110 = math.rsqrt %in : f32
-      linalg.yield %110 : f32
+      %85 = math.rsqrt %in : f32
+      linalg.yield %85 : f32
     } -> tensor<1x1x1xf32>
     %22 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%1, %21 : tensor<1x1x32xf32>, tensor<1x1x1xf32>) outs(%0 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_65: f32, %out: f32):
-      %110 = arith.mulf %in, %in_65 : f32
-      linalg.yield %110 : f32
+    ^bb0(%in: f32, %in_57: f32, %out: f32):
+      %85 = arith.mulf %in, %in_57 : f32
+      linalg.yield %85 : f32
     } -> tensor<1x1x32xf32>
-    %23 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_17, %22 : tensor<32xf32>, tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_65: f32, %out: f32):
-      %110 = arith.mulf %in, %in_65 : f32
-      linalg.yield %110 : f32
+    %23 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_11, %22 : tensor<32xf32>, tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
+    ^bb0(%in: f32, %in_57: f32, %out: f32):
+      %85 = arith.mulf %in, %in_57 : f32
+      linalg.yield %85 : f32
     } -> tensor<1x1x32xf32>
     %24 = tensor.empty() : tensor<32x512xf32>
-    %transposed = linalg.transpose ins(%cst_16 : tensor<512x32xf32>) outs(%24 : tensor<32x512xf32>) permutation = [1, 0] 
+    %transposed = linalg.transpose ins(%cst_10 : tensor<512x32xf32>) outs(%24 : tensor<32x512xf32>) permutation = [1, 0] 
     %collapsed = tensor.collapse_shape %23 [[0], [1, 2]] : tensor<1x1x32xf32> into tensor<1x32xf32>
     %25 = tensor.empty() : tensor<1x512xf32>
     %26 = linalg.fill ins(%cst : f32) outs(%25 : tensor<1x512xf32>) -> tensor<1x512xf32>
     %27 = linalg.matmul ins(%collapsed, %transposed : tensor<1x32xf32>, tensor<32x512xf32>) outs(%26 : tensor<1x512xf32>) -> tensor<1x512xf32>
-    %expanded_24 = tensor.expand_shape %27 [[0], [1, 2, 3]] output_shape [1, 1, 4, 128] : tensor<1x512xf32> into tensor<1x1x4x128xf32>
+    %expanded_18 = tensor.expand_shape %27 [[0], [1, 2, 3]] output_shape [1, 1, 4, 128] : tensor<1x512xf32> into tensor<1x1x4x128xf32>
     %28 = tensor.empty() : tensor<1x4x1x128xf32>
-    %transposed_25 = linalg.transpose ins(%expanded_24 : tensor<1x1x4x128xf32>) outs(%28 : tensor<1x4x1x128xf32>) permutation = [0, 2, 1, 3] 
+    %transposed_19 = linalg.transpose ins(%expanded_18 : tensor<1x1x4x128xf32>) outs(%28 : tensor<1x4x1x128xf32>) permutation = [0, 2, 1, 3] 
     %29 = tensor.empty() : tensor<32x256xf32>
-    %transposed_26 = linalg.transpose ins(%cst_15 : tensor<256x32xf32>) outs(%29 : tensor<32x256xf32>) permutation = [1, 0] 
+    %transposed_20 = linalg.transpose ins(%cst_9 : tensor<256x32xf32>) outs(%29 : tensor<32x256xf32>) permutation = [1, 0] 
     %30 = tensor.empty() : tensor<1x256xf32>
     %31 = linalg.fill ins(%cst : f32) outs(%30 : tensor<1x256xf32>) -> tensor<1x256xf32>
-    %32 = linalg.matmul ins(%collapsed, %transposed_26 : tensor<1x32xf32>, tensor<32x256xf32>) outs(%31 : tensor<1x256xf32>) -> tensor<1x256xf32>
-    %expanded_27 = tensor.expand_shape %32 [[0], [1, 2, 3]] output_shape [1, 1, 2, 128] : tensor<1x256xf32> into tensor<1x1x2x128xf32>
+    %32 = linalg.matmul ins(%collapsed, %transposed_20 : tensor<1x32xf32>, tensor<32x256xf32>) outs(%31 : tensor<1x256xf32>) -> tensor<1x256xf32>
+    %expanded_21 = tensor.expand_shape %32 [[0], [1, 2, 3]] output_shape [1, 1, 2, 128] : tensor<1x256xf32> into tensor<1x1x2x128xf32>
     %33 = tensor.empty() : tensor<1x2x1x128xf32>
-    %transposed_28 = linalg.transpose ins(%expanded_27 : tensor<1x1x2x128xf32>) outs(%33 : tensor<1x2x1x128xf32>) permutation = [0, 2, 1, 3] 
-    %transposed_29 = linalg.transpose ins(%cst_14 : tensor<256x32xf32>) outs(%29 : tensor<32x256xf32>) permutation = [1, 0] 
-    %34 = linalg.matmul ins(%collapsed, %transposed_29 : tensor<1x32xf32>, tensor<32x256xf32>) outs(%31 : tensor<1x256xf32>) -> tensor<1x256xf32>
-    %expanded_30 = tensor.expand_shape %34 [[0], [1, 2, 3]] output_shape [1, 1, 2, 128] : tensor<1x256xf32> into tensor<1x1x2x128xf32>
-    %transposed_31 = linalg.transpose ins(%expanded_30 : tensor<1x1x2x128xf32>) outs(%33 : tensor<1x2x1x128xf32>) permutation = [0, 2, 1, 3] 
-    %expanded_32 = tensor.expand_shape %14 [[0], [1, 2], [3]] output_shape [1, 1, 1, 128] : tensor<1x1x128xf32> into tensor<1x1x1x128xf32>
-    %expanded_33 = tensor.expand_shape %15 [[0], [1, 2], [3]] output_shape [1, 1, 1, 128] : tensor<1x1x128xf32> into tensor<1x1x1x128xf32>
-    %35 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_25, %expanded_32 : tensor<1x4x1x128xf32>, tensor<1x1x1x128xf32>) outs(%28 : tensor<1x4x1x128xf32>) {
-    ^bb0(%in: f32, %in_65: f32, %out: f32):
-      %110 = arith.mulf %in, %in_65 : f32
-      linalg.yield %110 : f32
+    %transposed_22 = linalg.transpose ins(%expanded_21 : tensor<1x1x2x128xf32>) outs(%33 : tensor<1x2x1x128xf32>) permutation = [0, 2, 1, 3] 
+    %transposed_23 = linalg.transpose ins(%cst_8 : tensor<256x32xf32>) outs(%29 : tensor<32x256xf32>) permutation = [1, 0] 
+    %34 = linalg.matmul ins(%collapsed, %transposed_23 : tensor<1x32xf32>, tensor<32x256xf32>) outs(%31 : tensor<1x256xf32>) -> tensor<1x256xf32>
+    %expanded_24 = tensor.expand_shape %34 [[0], [1, 2, 3]] output_shape [1, 1, 2, 128] : tensor<1x256xf32> into tensor<1x1x2x128xf32>
+    %transposed_25 = linalg.transpose ins(%expanded_24 : tensor<1x1x2x128xf32>) outs(%33 : tensor<1x2x1x128xf32>) permutation = [0, 2, 1, 3] 
+    %expanded_26 = tensor.expand_shape %14 [[0], [1, 2], [3]] output_shape [1, 1, 1, 128] : tensor<1x1x128xf32> into tensor<1x1x1x128xf32>
+    %expanded_27 = tensor.expand_shape %15 [[0], [1, 2], [3]] output_shape [1, 1, 1, 128] : tensor<1x1x128xf32> into tensor<1x1x1x128xf32>
+    %35 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_19, %expanded_26 : tensor<1x4x1x128xf32>, tensor<1x1x1x128xf32>) outs(%28 : tensor<1x4x1x128xf32>) {
+    ^bb0(%in: f32, %in_57: f32, %out: f32):
+      %85 = arith.mulf %in, %in_57 : f32
+      linalg.yield %85 : f32
     } -> tensor<1x4x1x128xf32>
-    %extracted_slice = tensor.extract_slice %transposed_25[0, 0, 0, 0] [1, 4, 1, 64] [1, 1, 1, 1] : tensor<1x4x1x128xf32> to tensor<1x4x1x64xf32>
-    %extracted_slice_34 = tensor.extract_slice %transposed_25[0, 0, 0, 64] [1, 4, 1, 64] [1, 1, 1, 1] : tensor<1x4x1x128xf32> to tensor<1x4x1x64xf32>
+    %extracted_slice = tensor.extract_slice %transposed_19[0, 0, 0, 0] [1, 4, 1, 64] [1, 1, 1, 1] : tensor<1x4x1x128xf32> to tensor<1x4x1x64xf32>
+    %extracted_slice_28 = tensor.extract_slice %transposed_19[0, 0, 0, 64] [1, 4, 1, 64] [1, 1, 1, 1] : tensor<1x4x1x128xf32> to tensor<1x4x1x64xf32>
     %36 = tensor.empty() : tensor<1x4x1x64xf32>
-    %37 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_34 : tensor<1x4x1x64xf32>) outs(%36 : tensor<1x4x1x64xf32>) {
+    %37 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_28 : tensor<1x4x1x64xf32>) outs(%36 : tensor<1x4x1x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %110 = arith.negf %in : f32
-      linalg.yield %110 : f32
+      %85 = arith.negf %in : f32
+      linalg.yield %85 : f32
     } -> tensor<1x4x1x64xf32>
-    %concat_35 = tensor.concat dim(3) %37, %extracted_slice : (tensor<1x4x1x64xf32>, tensor<1x4x1x64xf32>) -> tensor<1x4x1x128xf32>
-    %38 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_35, %expanded_33 : tensor<1x4x1x128xf32>, tensor<1x1x1x128xf32>) outs(%28 : tensor<1x4x1x128xf32>) {
-    ^bb0(%in: f32, %in_65: f32, %out: f32):
-      %110 = arith.mulf %in, %in_65 : f32
-      linalg.yield %110 : f32
+    %concat_29 = tensor.concat dim(3) %37, %extracted_slice : (tensor<1x4x1x64xf32>, tensor<1x4x1x64xf32>) -> tensor<1x4x1x128xf32>
+    %38 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_29, %expanded_27 : tensor<1x4x1x128xf32>, tensor<1x1x1x128xf32>) outs(%28 : tensor<1x4x1x128xf32>) {
+    ^bb0(%in: f32, %in_57: f32, %out: f32):
+      %85 = arith.mulf %in, %in_57 : f32
+      linalg.yield %85 : f32
     } -> tensor<1x4x1x128xf32>
     %39 = linalg.generic {indexing_maps = [#map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%35, %38 : tensor<1x4x1x128xf32>, tensor<1x4x1x128xf32>) outs(%28 : tensor<1x4x1x128xf32>) {
-    ^bb0(%in: f32, %in_65: f32, %out: f32):
-      %110 = arith.addf %in, %in_65 : f32
-      linalg.yield %110 : f32
+    ^bb0(%in: f32, %in_57: f32, %out: f32):
+      %85 = arith.addf %in, %in_57 : f32
+      linalg.yield %85 : f32
     } -> tensor<1x4x1x128xf32>
-    %40 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_28, %expanded_32 : tensor<1x2x1x128xf32>, tensor<1x1x1x128xf32>) outs(%33 : tensor<1x2x1x128xf32>) {
-    ^bb0(%in: f32, %in_65: f32, %out: f32):
-      %110 = arith.mulf %in, %in_65 : f32
-      linalg.yield %110 : f32
+    %40 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_22, %expanded_26 : tensor<1x2x1x128xf32>, tensor<1x1x1x128xf32>) outs(%33 : tensor<1x2x1x128xf32>) {
+    ^bb0(%in: f32, %in_57: f32, %out: f32):
+      %85 = arith.mulf %in, %in_57 : f32
+      linalg.yield %85 : f32
     } -> tensor<1x2x1x128xf32>
-    %extracted_slice_36 = tensor.extract_slice %transposed_28[0, 0, 0, 0] [1, 2, 1, 64] [1, 1, 1, 1] : tensor<1x2x1x128xf32> to tensor<1x2x1x64xf32>
-    %extracted_slice_37 = tensor.extract_slice %transposed_28[0, 0, 0, 64] [1, 2, 1, 64] [1, 1, 1, 1] : tensor<1x2x1x128xf32> to tensor<1x2x1x64xf32>
+    %extracted_slice_30 = tensor.extract_slice %transposed_22[0, 0, 0, 0] [1, 2, 1, 64] [1, 1, 1, 1] : tensor<1x2x1x128xf32> to tensor<1x2x1x64xf32>
+    %extracted_slice_31 = tensor.extract_slice %transposed_22[0, 0, 0, 64] [1, 2, 1, 64] [1, 1, 1, 1] : tensor<1x2x1x128xf32> to tensor<1x2x1x64xf32>
     %41 = tensor.empty() : tensor<1x2x1x64xf32>
-    %42 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_37 : tensor<1x2x1x64xf32>) outs(%41 : tensor<1x2x1x64xf32>) {
+    %42 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_31 : tensor<1x2x1x64xf32>) outs(%41 : tensor<1x2x1x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %110 = arith.negf %in : f32
-      linalg.yield %110 : f32
+      %85 = arith.negf %in : f32
+      linalg.yield %85 : f32
     } -> tensor<1x2x1x64xf32>
-    %concat_38 = tensor.concat dim(3) %42, %extracted_slice_36 : (tensor<1x2x1x64xf32>, tensor<1x2x1x64xf32>) -> tensor<1x2x1x128xf32>
-    %43 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_38, %expanded_33 : tensor<1x2x1x128xf32>, tensor<1x1x1x128xf32>) outs(%33 : tensor<1x2x1x128xf32>) {
-    ^bb0(%in: f32, %in_65: f32, %out: f32):
-      %110 = arith.mulf %in, %in_65 : f32
-      linalg.yield %110 : f32
+    %concat_32 = tensor.concat dim(3) %42, %extracted_slice_30 : (tensor<1x2x1x64xf32>, tensor<1x2x1x64xf32>) -> tensor<1x2x1x128xf32>
+    %43 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_32, %expanded_27 : tensor<1x2x1x128xf32>, tensor<1x1x1x128xf32>) outs(%33 : tensor<1x2x1x128xf32>) {
+    ^bb0(%in: f32, %in_57: f32, %out: f32):
+      %85 = arith.mulf %in, %in_57 : f32
+      linalg.yield %85 : f32
     } -> tensor<1x2x1x128xf32>
     %44 = linalg.generic {indexing_maps = [#map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%40, %43 : tensor<1x2x1x128xf32>, tensor<1x2x1x128xf32>) outs(%33 : tensor<1x2x1x128xf32>) {
-    ^bb0(%in: f32, %in_65: f32, %out: f32):
-      %110 = arith.addf %in, %in_65 : f32
-      linalg.yield %110 : f32
+    ^bb0(%in: f32, %in_57: f32, %out: f32):
+      %85 = arith.addf %in, %in_57 : f32
+      linalg.yield %85 : f32
     } -> tensor<1x2x1x128xf32>
-    %concat_39 = tensor.concat dim(2) %arg2, %44 : (tensor<1x2x16x128xf32>, tensor<1x2x1x128xf32>) -> tensor<1x2x17x128xf32>
-    %concat_40 = tensor.concat dim(2) %arg3, %transposed_31 : (tensor<1x2x16x128xf32>, tensor<1x2x1x128xf32>) -> tensor<1x2x17x128xf32>
+    %concat_33 = tensor.concat dim(2) %arg2, %44 : (tensor<1x2x16x128xf32>, tensor<1x2x1x128xf32>) -> tensor<1x2x17x128xf32>
+    %concat_34 = tensor.concat dim(2) %arg3, %transposed_25 : (tensor<1x2x16x128xf32>, tensor<1x2x1x128xf32>) -> tensor<1x2x17x128xf32>
     %45 = tensor.empty() : tensor<1x2x2x17x128xf32>
-    %46 = linalg.generic {indexing_maps = [#map9, #map10], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%concat_39 : tensor<1x2x17x128xf32>) outs(%45 : tensor<1x2x2x17x128xf32>) {
+    %46 = linalg.generic {indexing_maps = [#map9, #map10], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%concat_33 : tensor<1x2x17x128xf32>) outs(%45 : tensor<1x2x2x17x128xf32>) {
     ^bb0(%in: f32, %out: f32):
       linalg.yield %in : f32
     } -> tensor<1x2x2x17x128xf32>
-    %collapsed_41 = tensor.collapse_shape %46 [[0], [1, 2], [3], [4]] : tensor<1x2x2x17x128xf32> into tensor<1x4x17x128xf32>
-    %47 = linalg.generic {indexing_maps = [#map9, #map10], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%concat_40 : tensor<1x2x17x128xf32>) outs(%45 : tensor<1x2x2x17x128xf32>) {
+    %collapsed_35 = tensor.collapse_shape %46 [[0], [1, 2], [3], [4]] : tensor<1x2x2x17x128xf32> into tensor<1x4x17x128xf32>
+    %47 = linalg.generic {indexing_maps = [#map9, #map10], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%concat_34 : tensor<1x2x17x128xf32>) outs(%45 : tensor<1x2x2x17x128xf32>) {
     ^bb0(%in: f32, %out: f32):
       linalg.yield %in : f32
     } -> tensor<1x2x2x17x128xf32>
-    %48 = tensor.empty() : tensor<1x1x1x17xf32>
-    %49 = linalg.generic {indexing_maps = [#map5, #map11, #map11, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%8, %cst_3, %cst_4 : tensor<1x1x1x17xi1>, tensor<f32>, tensor<f32>) outs(%48 : tensor<1x1x1x17xf32>) {
-    ^bb0(%in: i1, %in_65: f32, %in_66: f32, %out: f32):
-      %110 = arith.select %in, %in_65, %in_66 : f32
-      linalg.yield %110 : f32
-    } -> tensor<1x1x1x17xf32>
-    %50 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%39 : tensor<1x4x1x128xf32>) outs(%28 : tensor<1x4x1x128xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %110 = arith.truncf %cst_12 : f64 to f32
-      %111 = arith.mulf %in, %110 : f32
-      linalg.yield %111 : f32
-    } -> tensor<1x4x1x128xf32>
-    %51 = tensor.empty() : tensor<1x4x128x17xf32>
-    %transposed_42 = linalg.transpose ins(%collapsed_41 : tensor<1x4x17x128xf32>) outs(%51 : tensor<1x4x128x17xf32>) permutation = [0, 1, 3, 2] 
-    %52 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_42 : tensor<1x4x128x17xf32>) outs(%51 : tensor<1x4x128x17xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %110 = arith.truncf %cst_12 : f64 to f32
-      %111 = arith.mulf %in, %110 : f32
-      linalg.yield %111 : f32
-    } -> tensor<1x4x128x17xf32>
-    %collapsed_43 = tensor.collapse_shape %50 [[0, 1], [2], [3]] : tensor<1x4x1x128xf32> into tensor<4x1x128xf32>
-    %collapsed_44 = tensor.collapse_shape %52 [[0, 1], [2], [3]] : tensor<1x4x128x17xf32> into tensor<4x128x17xf32>
-    %53 = tensor.empty() : tensor<4x1x17xf32>
-    %54 = linalg.fill ins(%cst : f32) outs(%53 : tensor<4x1x17xf32>) -> tensor<4x1x17xf32>
-    %55 = linalg.batch_matmul ins(%collapsed_43, %collapsed_44 : tensor<4x1x128xf32>, tensor<4x128x17xf32>) outs(%54 : tensor<4x1x17xf32>) -> tensor<4x1x17xf32>
-    %expanded_45 = tensor.expand_shape %55 [[0, 1], [2], [3]] output_shape [1, 4, 1, 17] : tensor<4x1x17xf32> into tensor<1x4x1x17xf32>
-    %56 = tensor.empty() : tensor<1x4x1x17xf32>
-    %57 = linalg.generic {indexing_maps = [#map5, #map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_45, %49 : tensor<1x4x1x17xf32>, tensor<1x1x1x17xf32>) outs(%56 : tensor<1x4x1x17xf32>) {
-    ^bb0(%in: f32, %in_65: f32, %out: f32):
-      %110 = arith.addf %in, %in_65 : f32
-      linalg.yield %110 : f32
-    } -> tensor<1x4x1x17xf32>
-    %58 = tensor.empty() : tensor<1x4x1xi64>
-    %59 = linalg.fill ins(%c0_i64 : i64) outs(%58 : tensor<1x4x1xi64>) -> tensor<1x4x1xi64>
-    %60 = tensor.empty() : tensor<1x4x1xf32>
-    %61 = linalg.fill ins(%cst_0 : f32) outs(%60 : tensor<1x4x1xf32>) -> tensor<1x4x1xf32>
-    %62:2 = linalg.generic {indexing_maps = [#map5, #map12, #map12], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%57 : tensor<1x4x1x17xf32>) outs(%61, %59 : tensor<1x4x1xf32>, tensor<1x4x1xi64>) {
-    ^bb0(%in: f32, %out: f32, %out_65: i64):
-      %110 = linalg.index 3 : index
-      %111 = arith.index_cast %110 : index to i64
-      %112 = arith.maximumf %in, %out : f32
-      %113 = arith.cmpf ogt, %in, %out : f32
-      %114 = arith.select %113, %111, %out_65 : i64
-      linalg.yield %112, %114 : f32, i64
-    } -> (tensor<1x4x1xf32>, tensor<1x4x1xi64>)
-    %expanded_46 = tensor.expand_shape %62#0 [[0], [1], [2, 3]] output_shape [1, 4, 1, 1] : tensor<1x4x1xf32> into tensor<1x4x1x1xf32>
-    %63 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%57, %expanded_46 : tensor<1x4x1x17xf32>, tensor<1x4x1x1xf32>) outs(%56 : tensor<1x4x1x17xf32>) {
-    ^bb0(%in: f32, %in_65: f32, %out: f32):
-      %110 = arith.subf %in, %in_65 : f32
-      linalg.yield %110 : f32
-    } -> tensor<1x4x1x17xf32>
-    %64 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%63 : tensor<1x4x1x17xf32>) outs(%56 : tensor<1x4x1x17xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %110 = math.exp %in : f32
-      linalg.yield %110 : f32
-    } -> tensor<1x4x1x17xf32>
-    %65 = tensor.empty() : tensor<1x4x1x1xf32>
-    %66 = linalg.fill ins(%cst : f32) outs(%65 : tensor<1x4x1x1xf32>) -> tensor<1x4x1x1xf32>
-    %67 = linalg.generic {indexing_maps = [#map5, #map4], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%64 : tensor<1x4x1x17xf32>) outs(%66 : tensor<1x4x1x1xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %110 = arith.addf %in, %out : f32
-      linalg.yield %110 : f32
-    } -> tensor<1x4x1x1xf32>
-    %68 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%64, %67 : tensor<1x4x1x17xf32>, tensor<1x4x1x1xf32>) outs(%56 : tensor<1x4x1x17xf32>) {
-    ^bb0(%in: f32, %in_65: f32, %out: f32):
-      %110 = arith.divf %in, %in_65 : f32
-      linalg.yield %110 : f32
-    } -> tensor<1x4x1x17xf32>
-    %69 = tensor.empty() : tensor<1x4x1x17xi1>
-    %70 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%57 : tensor<1x4x1x17xf32>) outs(%69 : tensor<1x4x1x17xi1>) {
-    ^bb0(%in: f32, %out: i1):
-      %110 = arith.extf %in : f32 to f64
-      %111 = arith.cmpf oeq, %110, %cst_13 : f64
-      linalg.yield %111 : i1
-    } -> tensor<1x4x1x17xi1>
-    %71 = tensor.empty() : tensor<1x4x1x1xi1>
-    %72 = linalg.fill ins(%true : i1) outs(%71 : tensor<1x4x1x1xi1>) -> tensor<1x4x1x1xi1>
-    %73 = linalg.generic {indexing_maps = [#map5, #map4], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%70 : tensor<1x4x1x17xi1>) outs(%72 : tensor<1x4x1x1xi1>) {
+    %collapsed_36 = tensor.collapse_shape %47 [[0], [1, 2], [3], [4]] : tensor<1x2x2x17x128xf32> into tensor<1x4x17x128xf32>
+    %48 = tensor.empty() : tensor<1x4x1x17xi1>
+    %49 = linalg.generic {indexing_maps = [#map8, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%8 : tensor<1x1x1x17xi1>) outs(%48 : tensor<1x4x1x17xi1>) {
     ^bb0(%in: i1, %out: i1):
-      %110 = arith.andi %in, %out : i1
-      linalg.yield %110 : i1
-    } -> tensor<1x4x1x1xi1>
-    %74 = linalg.generic {indexing_maps = [#map4, #map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%73, %cst_2, %68 : tensor<1x4x1x1xi1>, tensor<1x4x1x17xf32>, tensor<1x4x1x17xf32>) outs(%56 : tensor<1x4x1x17xf32>) {
-    ^bb0(%in: i1, %in_65: f32, %in_66: f32, %out: f32):
-      %110 = arith.select %in, %in_65, %in_66 : f32
-      linalg.yield %110 : f32
-    } -> tensor<1x4x1x17xf32>
-    %collapsed_47 = tensor.collapse_shape %74 [[0, 1], [2], [3]] : tensor<1x4x1x17xf32> into tensor<4x1x17xf32>
-    %collapsed_48 = tensor.collapse_shape %47 [[0, 1, 2], [3], [4]] : tensor<1x2x2x17x128xf32> into tensor<4x17x128xf32>
-    %75 = tensor.empty() : tensor<4x1x128xf32>
-    %76 = linalg.fill ins(%cst : f32) outs(%75 : tensor<4x1x128xf32>) -> tensor<4x1x128xf32>
-    %77 = linalg.batch_matmul ins(%collapsed_47, %collapsed_48 : tensor<4x1x17xf32>, tensor<4x17x128xf32>) outs(%76 : tensor<4x1x128xf32>) -> tensor<4x1x128xf32>
-    %expanded_49 = tensor.expand_shape %77 [[0, 1], [2], [3]] output_shape [1, 4, 1, 128] : tensor<4x1x128xf32> into tensor<1x4x1x128xf32>
-    %78 = tensor.empty() : tensor<1x1x4x128xf32>
-    %transposed_50 = linalg.transpose ins(%expanded_49 : tensor<1x4x1x128xf32>) outs(%78 : tensor<1x1x4x128xf32>) permutation = [0, 2, 1, 3] 
-    %79 = tensor.empty() : tensor<512x32xf32>
-    %transposed_51 = linalg.transpose ins(%cst_11 : tensor<32x512xf32>) outs(%79 : tensor<512x32xf32>) permutation = [1, 0] 
-    %collapsed_52 = tensor.collapse_shape %transposed_50 [[0], [1, 2, 3]] : tensor<1x1x4x128xf32> into tensor<1x512xf32>
-    %80 = tensor.empty() : tensor<1x32xf32>
-    %81 = linalg.fill ins(%cst : f32) outs(%80 : tensor<1x32xf32>) -> tensor<1x32xf32>
-    %82 = linalg.matmul ins(%collapsed_52, %transposed_51 : tensor<1x512xf32>, tensor<512x32xf32>) outs(%81 : tensor<1x32xf32>) -> tensor<1x32xf32>
-    %expanded_53 = tensor.expand_shape %82 [[0], [1, 2]] output_shape [1, 1, 32] : tensor<1x32xf32> into tensor<1x1x32xf32>
-    %83 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%1, %expanded_53 : tensor<1x1x32xf32>, tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_65: f32, %out: f32):
-      %110 = arith.addf %in, %in_65 : f32
-      linalg.yield %110 : f32
+      linalg.yield %in : i1
+    } -> tensor<1x4x1x17xi1>
+    %collapsed_37 = tensor.collapse_shape %39 [[0, 1], [2], [3]] : tensor<1x4x1x128xf32> into tensor<4x1x128xf32>
+    %collapsed_38 = tensor.collapse_shape %collapsed_35 [[0, 1], [2], [3]] : tensor<1x4x17x128xf32> into tensor<4x17x128xf32>
+    %collapsed_39 = tensor.collapse_shape %collapsed_36 [[0, 1], [2], [3]] : tensor<1x4x17x128xf32> into tensor<4x17x128xf32>
+    %collapsed_40 = tensor.collapse_shape %49 [[0, 1], [2], [3]] : tensor<1x4x1x17xi1> into tensor<4x1x17xi1>
+    %50 = tensor.empty() : tensor<4x1x128xf32>
+    %51 = linalg.fill ins(%cst : f32) outs(%50 : tensor<4x1x128xf32>) -> tensor<4x1x128xf32>
+    %52 = "snapkv.sdpa"(%collapsed_37, %collapsed_38, %collapsed_39, %collapsed_40, %51) {scale = 0.088388347648318447 : f64} : (tensor<4x1x128xf32>, tensor<4x17x128xf32>, tensor<4x17x128xf32>, tensor<4x1x17xi1>, tensor<4x1x128xf32>) -> tensor<4x1x128xf32>
+    %expanded_41 = tensor.expand_shape %52 [[0, 1], [2], [3]] output_shape [1, 4, 1, 128] : tensor<4x1x128xf32> into tensor<1x4x1x128xf32>
+    %53 = tensor.empty() : tensor<1x1x4x128xf32>
+    %transposed_42 = linalg.transpose ins(%expanded_41 : tensor<1x4x1x128xf32>) outs(%53 : tensor<1x1x4x128xf32>) permutation = [0, 2, 1, 3] 
+    %54 = tensor.empty() : tensor<512x32xf32>
+    %transposed_43 = linalg.transpose ins(%cst_7 : tensor<32x512xf32>) outs(%54 : tensor<512x32xf32>) permutation = [1, 0] 
+    %collapsed_44 = tensor.collapse_shape %transposed_42 [[0], [1, 2, 3]] : tensor<1x1x4x128xf32> into tensor<1x512xf32>
+    %55 = tensor.empty() : tensor<1x32xf32>
+    %56 = linalg.fill ins(%cst : f32) outs(%55 : tensor<1x32xf32>) -> tensor<1x32xf32>
+    %57 = linalg.matmul ins(%collapsed_44, %transposed_43 : tensor<1x512xf32>, tensor<512x32xf32>) outs(%56 : tensor<1x32xf32>) -> tensor<1x32xf32>
+    %expanded_45 = tensor.expand_shape %57 [[0], [1, 2]] output_shape [1, 1, 32] : tensor<1x32xf32> into tensor<1x1x32xf32>
+    %58 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%1, %expanded_45 : tensor<1x1x32xf32>, tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
+    ^bb0(%in: f32, %in_57: f32, %out: f32):
+      %85 = arith.addf %in, %in_57 : f32
+      linalg.yield %85 : f32
     } -> tensor<1x1x32xf32>
-    %84 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%83 : tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
+    %59 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%58 : tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %110 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %110 : f32
+      %85 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %85 : f32
     } -> tensor<1x1x32xf32>
-    %85 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%84 : tensor<1x1x32xf32>) outs(%17 : tensor<1x1x1xf32>) {
+    %60 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%59 : tensor<1x1x32xf32>) outs(%17 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %110 = arith.addf %in, %out : f32
-      linalg.yield %110 : f32
+      %85 = arith.addf %in, %out : f32
+      linalg.yield %85 : f32
     } -> tensor<1x1x1xf32>
-    %86 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%85 : tensor<1x1x1xf32>) outs(%9 : tensor<1x1x1xf32>) {
+    %61 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%60 : tensor<1x1x1xf32>) outs(%9 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %110 = arith.divf %in, %cst_21 : f32
-      linalg.yield %110 : f32
+      %85 = arith.divf %in, %cst_15 : f32
+      linalg.yield %85 : f32
     } -> tensor<1x1x1xf32>
-    %87 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%86 : tensor<1x1x1xf32>) outs(%9 : tensor<1x1x1xf32>) {
+    %62 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%61 : tensor<1x1x1xf32>) outs(%9 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %110 = arith.truncf %cst_18 : f64 to f32
-      %111 = arith.addf %in, %110 : f32
-      linalg.yield %111 : f32
+      %85 = arith.truncf %cst_12 : f64 to f32
+      %86 = arith.addf %in, %85 : f32
+      linalg.yield %86 : f32
     } -> tensor<1x1x1xf32>
-    %88 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%87 : tensor<1x1x1xf32>) outs(%9 : tensor<1x1x1xf32>) {
+    %63 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%62 : tensor<1x1x1xf32>) outs(%9 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %110 = math.rsqrt %in : f32
-      linalg.yield %110 : f32
+      %85 = math.rsqrt %in : f32
+      linalg.yield %85 : f32
     } -> tensor<1x1x1xf32>
-    %89 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%83, %88 : tensor<1x1x32xf32>, tensor<1x1x1xf32>) outs(%0 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_65: f32, %out: f32):
-      %110 = arith.mulf %in, %in_65 : f32
-      linalg.yield %110 : f32
+    %64 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%58, %63 : tensor<1x1x32xf32>, tensor<1x1x1xf32>) outs(%0 : tensor<1x1x32xf32>) {
+    ^bb0(%in: f32, %in_57: f32, %out: f32):
+      %85 = arith.mulf %in, %in_57 : f32
+      linalg.yield %85 : f32
     } -> tensor<1x1x32xf32>
-    %90 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_10, %89 : tensor<32xf32>, tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_65: f32, %out: f32):
-      %110 = arith.mulf %in, %in_65 : f32
-      linalg.yield %110 : f32
+    %65 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_6, %64 : tensor<32xf32>, tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
+    ^bb0(%in: f32, %in_57: f32, %out: f32):
+      %85 = arith.mulf %in, %in_57 : f32
+      linalg.yield %85 : f32
     } -> tensor<1x1x32xf32>
-    %91 = tensor.empty() : tensor<32x64xf32>
-    %transposed_54 = linalg.transpose ins(%cst_9 : tensor<64x32xf32>) outs(%91 : tensor<32x64xf32>) permutation = [1, 0] 
-    %collapsed_55 = tensor.collapse_shape %90 [[0], [1, 2]] : tensor<1x1x32xf32> into tensor<1x32xf32>
-    %92 = tensor.empty() : tensor<1x64xf32>
-    %93 = linalg.fill ins(%cst : f32) outs(%92 : tensor<1x64xf32>) -> tensor<1x64xf32>
-    %94 = linalg.matmul ins(%collapsed_55, %transposed_54 : tensor<1x32xf32>, tensor<32x64xf32>) outs(%93 : tensor<1x64xf32>) -> tensor<1x64xf32>
-    %expanded_56 = tensor.expand_shape %94 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xf32> into tensor<1x1x64xf32>
-    %95 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_56 : tensor<1x1x64xf32>) outs(%11 : tensor<1x1x64xf32>) {
+    %66 = tensor.empty() : tensor<32x64xf32>
+    %transposed_46 = linalg.transpose ins(%cst_5 : tensor<64x32xf32>) outs(%66 : tensor<32x64xf32>) permutation = [1, 0] 
+    %collapsed_47 = tensor.collapse_shape %65 [[0], [1, 2]] : tensor<1x1x32xf32> into tensor<1x32xf32>
+    %67 = tensor.empty() : tensor<1x64xf32>
+    %68 = linalg.fill ins(%cst : f32) outs(%67 : tensor<1x64xf32>) -> tensor<1x64xf32>
+    %69 = linalg.matmul ins(%collapsed_47, %transposed_46 : tensor<1x32xf32>, tensor<32x64xf32>) outs(%68 : tensor<1x64xf32>) -> tensor<1x64xf32>
+    %expanded_48 = tensor.expand_shape %69 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xf32> into tensor<1x1x64xf32>
+    %70 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_48 : tensor<1x1x64xf32>) outs(%11 : tensor<1x1x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %110 = arith.negf %in : f32
-      %111 = math.exp %110 : f32
-      %112 = arith.addf %111, %cst_1 : f32
-      %113 = arith.divf %cst_1, %112 : f32
-      linalg.yield %113 : f32
+      %85 = arith.negf %in : f32
+      %86 = math.exp %85 : f32
+      %87 = arith.addf %86, %cst_0 : f32
+      %88 = arith.divf %cst_0, %87 : f32
+      linalg.yield %88 : f32
     } -> tensor<1x1x64xf32>
-    %96 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_56, %95 : tensor<1x1x64xf32>, tensor<1x1x64xf32>) outs(%11 : tensor<1x1x64xf32>) {
-    ^bb0(%in: f32, %in_65: f32, %out: f32):
-      %110 = arith.mulf %in, %in_65 : f32
-      linalg.yield %110 : f32
+    %71 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_48, %70 : tensor<1x1x64xf32>, tensor<1x1x64xf32>) outs(%11 : tensor<1x1x64xf32>) {
+    ^bb0(%in: f32, %in_57: f32, %out: f32):
+      %85 = arith.mulf %in, %in_57 : f32
+      linalg.yield %85 : f32
     } -> tensor<1x1x64xf32>
-    %transposed_57 = linalg.transpose ins(%cst_8 : tensor<64x32xf32>) outs(%91 : tensor<32x64xf32>) permutation = [1, 0] 
-    %97 = linalg.matmul ins(%collapsed_55, %transposed_57 : tensor<1x32xf32>, tensor<32x64xf32>) outs(%93 : tensor<1x64xf32>) -> tensor<1x64xf32>
-    %expanded_58 = tensor.expand_shape %97 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xf32> into tensor<1x1x64xf32>
-    %98 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%96, %expanded_58 : tensor<1x1x64xf32>, tensor<1x1x64xf32>) outs(%11 : tensor<1x1x64xf32>) {
-    ^bb0(%in: f32, %in_65: f32, %out: f32):
-      %110 = arith.mulf %in, %in_65 : f32
-      linalg.yield %110 : f32
+    %transposed_49 = linalg.transpose ins(%cst_4 : tensor<64x32xf32>) outs(%66 : tensor<32x64xf32>) permutation = [1, 0] 
+    %72 = linalg.matmul ins(%collapsed_47, %transposed_49 : tensor<1x32xf32>, tensor<32x64xf32>) outs(%68 : tensor<1x64xf32>) -> tensor<1x64xf32>
+    %expanded_50 = tensor.expand_shape %72 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xf32> into tensor<1x1x64xf32>
+    %73 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%71, %expanded_50 : tensor<1x1x64xf32>, tensor<1x1x64xf32>) outs(%11 : tensor<1x1x64xf32>) {
+    ^bb0(%in: f32, %in_57: f32, %out: f32):
+      %85 = arith.mulf %in, %in_57 : f32
+      linalg.yield %85 : f32
     } -> tensor<1x1x64xf32>
-    %99 = tensor.empty() : tensor<64x32xf32>
-    %transposed_59 = linalg.transpose ins(%cst_7 : tensor<32x64xf32>) outs(%99 : tensor<64x32xf32>) permutation = [1, 0] 
-    %collapsed_60 = tensor.collapse_shape %98 [[0], [1, 2]] : tensor<1x1x64xf32> into tensor<1x64xf32>
-    %100 = linalg.matmul ins(%collapsed_60, %transposed_59 : tensor<1x64xf32>, tensor<64x32xf32>) outs(%81 : tensor<1x32xf32>) -> tensor<1x32xf32>
-    %expanded_61 = tensor.expand_shape %100 [[0], [1, 2]] output_shape [1, 1, 32] : tensor<1x32xf32> into tensor<1x1x32xf32>
-    %101 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%83, %expanded_61 : tensor<1x1x32xf32>, tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_65: f32, %out: f32):
-      %110 = arith.addf %in, %in_65 : f32
-      linalg.yield %110 : f32
+    %74 = tensor.empty() : tensor<64x32xf32>
+    %transposed_51 = linalg.transpose ins(%cst_3 : tensor<32x64xf32>) outs(%74 : tensor<64x32xf32>) permutation = [1, 0] 
+    %collapsed_52 = tensor.collapse_shape %73 [[0], [1, 2]] : tensor<1x1x64xf32> into tensor<1x64xf32>
+    %75 = linalg.matmul ins(%collapsed_52, %transposed_51 : tensor<1x64xf32>, tensor<64x32xf32>) outs(%56 : tensor<1x32xf32>) -> tensor<1x32xf32>
+    %expanded_53 = tensor.expand_shape %75 [[0], [1, 2]] output_shape [1, 1, 32] : tensor<1x32xf32> into tensor<1x1x32xf32>
+    %76 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%58, %expanded_53 : tensor<1x1x32xf32>, tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
+    ^bb0(%in: f32, %in_57: f32, %out: f32):
+      %85 = arith.addf %in, %in_57 : f32
+      linalg.yield %85 : f32
     } -> tensor<1x1x32xf32>
-    %102 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%101 : tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
+    %77 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%76 : tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %110 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %110 : f32
+      %85 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %85 : f32
     } -> tensor<1x1x32xf32>
-    %103 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%102 : tensor<1x1x32xf32>) outs(%17 : tensor<1x1x1xf32>) {
+    %78 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%77 : tensor<1x1x32xf32>) outs(%17 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %110 = arith.addf %in, %out : f32
-      linalg.yield %110 : f32
+      %85 = arith.addf %in, %out : f32
+      linalg.yield %85 : f32
     } -> tensor<1x1x1xf32>
-    %104 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%103 : tensor<1x1x1xf32>) outs(%9 : tensor<1x1x1xf32>) {
+    %79 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%78 : tensor<1x1x1xf32>) outs(%9 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %110 = arith.divf %in, %cst_21 : f32
-      linalg.yield %110 : f32
+      %85 = arith.divf %in, %cst_15 : f32
+      linalg.yield %85 : f32
     } -> tensor<1x1x1xf32>
-    %105 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%104 : tensor<1x1x1xf32>) outs(%9 : tensor<1x1x1xf32>) {
+    %80 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%79 : tensor<1x1x1xf32>) outs(%9 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %110 = arith.truncf %cst_18 : f64 to f32
-      %111 = arith.addf %in, %110 : f32
-      linalg.yield %111 : f32
+      %85 = arith.truncf %cst_12 : f64 to f32
+      %86 = arith.addf %in, %85 : f32
+      linalg.yield %86 : f32
     } -> tensor<1x1x1xf32>
-    %106 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%105 : tensor<1x1x1xf32>) outs(%9 : tensor<1x1x1xf32>) {
+    %81 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%80 : tensor<1x1x1xf32>) outs(%9 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %110 = math.rsqrt %in : f32
-      linalg.yield %110 : f32
+      %85 = math.rsqrt %in : f32
+      linalg.yield %85 : f32
     } -> tensor<1x1x1xf32>
-    %107 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%101, %106 : tensor<1x1x32xf32>, tensor<1x1x1xf32>) outs(%0 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_65: f32, %out: f32):
-      %110 = arith.mulf %in, %in_65 : f32
-      linalg.yield %110 : f32
+    %82 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%76, %81 : tensor<1x1x32xf32>, tensor<1x1x1xf32>) outs(%0 : tensor<1x1x32xf32>) {
+    ^bb0(%in: f32, %in_57: f32, %out: f32):
+      %85 = arith.mulf %in, %in_57 : f32
+      linalg.yield %85 : f32
     } -> tensor<1x1x32xf32>
-    %108 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_6, %107 : tensor<32xf32>, tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_65: f32, %out: f32):
-      %110 = arith.mulf %in, %in_65 : f32
-      linalg.yield %110 : f32
+    %83 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_2, %82 : tensor<32xf32>, tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
+    ^bb0(%in: f32, %in_57: f32, %out: f32):
+      %85 = arith.mulf %in, %in_57 : f32
+      linalg.yield %85 : f32
     } -> tensor<1x1x32xf32>
-    %transposed_62 = linalg.transpose ins(%cst_5 : tensor<64x32xf32>) outs(%91 : tensor<32x64xf32>) permutation = [1, 0] 
-    %collapsed_63 = tensor.collapse_shape %108 [[0], [1, 2]] : tensor<1x1x32xf32> into tensor<1x32xf32>
-    %109 = linalg.matmul ins(%collapsed_63, %transposed_62 : tensor<1x32xf32>, tensor<32x64xf32>) outs(%93 : tensor<1x64xf32>) -> tensor<1x64xf32>
-    %expanded_64 = tensor.expand_shape %109 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xf32> into tensor<1x1x64xf32>
-    return %expanded_64, %concat_39, %concat_40 : tensor<1x1x64xf32>, tensor<1x2x17x128xf32>, tensor<1x2x17x128xf32>
+    %transposed_54 = linalg.transpose ins(%cst_1 : tensor<64x32xf32>) outs(%66 : tensor<32x64xf32>) permutation = [1, 0] 
+    %collapsed_55 = tensor.collapse_shape %83 [[0], [1, 2]] : tensor<1x1x32xf32> into tensor<1x32xf32>
+    %84 = linalg.matmul ins(%collapsed_55, %transposed_54 : tensor<1x32xf32>, tensor<32x64xf32>) outs(%68 : tensor<1x64xf32>) -> tensor<1x64xf32>
+    %expanded_56 = tensor.expand_shape %84 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xf32> into tensor<1x1x64xf32>
+    return %expanded_56, %concat_33, %concat_34 : tensor<1x1x64xf32>, tensor<1x2x17x128xf32>, tensor<1x2x17x128xf32>
   }
 }

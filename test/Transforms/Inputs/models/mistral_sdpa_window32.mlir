@@ -14,493 +14,399 @@
 #map9 = affine_map<(d0, d1, d2, d3) -> (d0, 0, d2, d3)>
 #map10 = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d3, d4)>
 #map11 = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3, d4)>
-#map12 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>
 module {
   func.func @prefill(%arg0: tensor<1x16xi64>) -> (tensor<1x16x64xf32>, tensor<1x2x16x128xf32>, tensor<1x2x16x128xf32>) {
+    %cst = arith.constant 0.000000e+00 : f32
     %c32_i64 = arith.constant 32 : i64
     %c2_i64 = arith.constant 2 : i64
     %c0_i64 = arith.constant 0 : i64
     %c64 = arith.constant 64 : index
-    %cst = arith.constant 0.000000e+00 : f32
-    %cst_0 = arith.constant 0xFF800000 : f32
-    %true = arith.constant true
-    %cst_1 = arith.constant 1.000000e+00 : f32
-    %cst_2 = arith.constant dense<0.000000e+00> : tensor<1x4x16x16xf32>
-    %cst_3 = arith.constant dense<0.000000e+00> : tensor<f32>
-    %cst_4 = arith.constant dense<0xFF800000> : tensor<f32>
-    %cst_5 = arith.constant dense<true> : tensor<i1>
-    %cst_6 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_3> : tensor<64x32xf32>
-    %cst_7 = arith.constant dense_resource<torch_tensor_32_torch.float32_2> : tensor<32xf32>
-    %cst_8 = arith.constant dense_resource<torch_tensor_32_64_torch.float32> : tensor<32x64xf32>
-    %cst_9 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_2> : tensor<64x32xf32>
-    %cst_10 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_1> : tensor<64x32xf32>
-    %cst_11 = arith.constant dense_resource<torch_tensor_32_torch.float32_1> : tensor<32xf32>
-    %cst_12 = arith.constant dense_resource<torch_tensor_32_512_torch.float32> : tensor<32x512xf32>
-    %cst_13 = arith.constant 0.29730177875068026 : f64
-    %cst_14 = arith.constant 0xFFF0000000000000 : f64
-    %cst_15 = arith.constant dense_resource<torch_tensor_256_32_torch.float32_1> : tensor<256x32xf32>
-    %cst_16 = arith.constant dense_resource<torch_tensor_256_32_torch.float32> : tensor<256x32xf32>
-    %cst_17 = arith.constant dense_resource<torch_tensor_512_32_torch.float32> : tensor<512x32xf32>
-    %cst_18 = arith.constant dense_resource<torch_tensor_32_torch.float32> : tensor<32xf32>
-    %cst_19 = arith.constant 9.9999999999999995E-7 : f64
-    %cst_20 = arith.constant dense_resource<torch_tensor_64_torch.float32> : tensor<64xf32>
-    %cst_21 = arith.constant dense_resource<torch_tensor_64_32_torch.float32> : tensor<64x32xf32>
-    %cst_22 = arith.constant 3.200000e+01 : f32
+    %cst_0 = arith.constant 1.000000e+00 : f32
+    %cst_1 = arith.constant dense<true> : tensor<i1>
+    %cst_2 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_3> : tensor<64x32xf32>
+    %cst_3 = arith.constant dense_resource<torch_tensor_32_torch.float32_2> : tensor<32xf32>
+    %cst_4 = arith.constant dense_resource<torch_tensor_32_64_torch.float32> : tensor<32x64xf32>
+    %cst_5 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_2> : tensor<64x32xf32>
+    %cst_6 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_1> : tensor<64x32xf32>
+    %cst_7 = arith.constant dense_resource<torch_tensor_32_torch.float32_1> : tensor<32xf32>
+    %cst_8 = arith.constant dense_resource<torch_tensor_32_512_torch.float32> : tensor<32x512xf32>
+    %cst_9 = arith.constant dense_resource<torch_tensor_256_32_torch.float32_1> : tensor<256x32xf32>
+    %cst_10 = arith.constant dense_resource<torch_tensor_256_32_torch.float32> : tensor<256x32xf32>
+    %cst_11 = arith.constant dense_resource<torch_tensor_512_32_torch.float32> : tensor<512x32xf32>
+    %cst_12 = arith.constant dense_resource<torch_tensor_32_torch.float32> : tensor<32xf32>
+    %cst_13 = arith.constant 9.9999999999999995E-7 : f64
+    %cst_14 = arith.constant dense_resource<torch_tensor_64_torch.float32> : tensor<64xf32>
+    %cst_15 = arith.constant dense_resource<torch_tensor_64_32_torch.float32> : tensor<64x32xf32>
+    %cst_16 = arith.constant 3.200000e+01 : f32
     %0 = tensor.empty() : tensor<1x16x32xf32>
     %1 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg0 : tensor<1x16xi64>) outs(%0 : tensor<1x16x32xf32>) {
     ^bb0(%in: i64, %out: f32):
-      %112 = arith.index_cast %in : i64 to index
-      %113 = linalg.index 2 : index
-      %114 = arith.cmpi slt, %112, %c64 : index
-      cf.assert %114, "index must be smaller than dim size"
-      %115 = arith.cmpi sge, %in, %c0_i64 : i64
-      cf.assert %115, "index must be larger or equal to 0"
-      %extracted = tensor.extract %cst_21[%112, %113] : tensor<64x32xf32>
+      %87 = arith.index_cast %in : i64 to index
+      %88 = linalg.index 2 : index
+      %89 = arith.cmpi slt, %87, %c64 : index
+      cf.assert %89, "index must be smaller than dim size"
+      %90 = arith.cmpi sge, %in, %c0_i64 : i64
+      cf.assert %90, "index must be larger or equal to 0"
+      %extracted = tensor.extract %cst_15[%87, %88] : tensor<64x32xf32>
       linalg.yield %extracted : f32
     } -> tensor<1x16x32xf32>
     %2 = tensor.empty() : tensor<16xi64>
     %3 = linalg.generic {indexing_maps = [#map2], iterator_types = ["parallel"]} outs(%2 : tensor<16xi64>) {
     ^bb0(%out: i64):
-      %112 = linalg.index 0 : index
-      %113 = arith.index_cast %112 : index to i64
-      linalg.yield %113 : i64
+      %87 = linalg.index 0 : index
+      %88 = arith.index_cast %87 : index to i64
+      linalg.yield %88 : i64
     } -> tensor<16xi64>
     %expanded = tensor.expand_shape %3 [[0, 1, 2, 3]] output_shape [1, 1, 16, 1] : tensor<16xi64> into tensor<1x1x16x1xi64>
-    %expanded_23 = tensor.expand_shape %3 [[0, 1, 2, 3]] output_shape [1, 1, 1, 16] : tensor<16xi64> into tensor<1x1x1x16xi64>
+    %expanded_17 = tensor.expand_shape %3 [[0, 1, 2, 3]] output_shape [1, 1, 1, 16] : tensor<16xi64> into tensor<1x1x1x16xi64>
     %4 = tensor.empty() : tensor<1x1x16x1xi64>
     %5 = linalg.generic {indexing_maps = [#map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded : tensor<1x1x16x1xi64>) outs(%4 : tensor<1x1x16x1xi64>) {
     ^bb0(%in: i64, %out: i64):
-      %112 = arith.subi %in, %c32_i64 : i64
-      linalg.yield %112 : i64
+      %87 = arith.subi %in, %c32_i64 : i64
+      linalg.yield %87 : i64
     } -> tensor<1x1x16x1xi64>
     %6 = tensor.empty() : tensor<1x1x16x16xi1>
-    %7 = linalg.generic {indexing_maps = [#map4, #map5, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_23, %5 : tensor<1x1x1x16xi64>, tensor<1x1x16x1xi64>) outs(%6 : tensor<1x1x16x16xi1>) {
-    ^bb0(%in: i64, %in_64: i64, %out: i1):
-      %112 = arith.cmpi sgt, %in, %in_64 : i64
-      linalg.yield %112 : i1
+    %7 = linalg.generic {indexing_maps = [#map4, #map5, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_17, %5 : tensor<1x1x1x16xi64>, tensor<1x1x16x1xi64>) outs(%6 : tensor<1x1x16x16xi1>) {
+    ^bb0(%in: i64, %in_56: i64, %out: i1):
+      %87 = arith.cmpi sgt, %in, %in_56 : i64
+      linalg.yield %87 : i1
     } -> tensor<1x1x16x16xi1>
-    %8 = linalg.generic {indexing_maps = [#map6, #map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%cst_5, %7 : tensor<i1>, tensor<1x1x16x16xi1>) outs(%6 : tensor<1x1x16x16xi1>) {
-    ^bb0(%in: i1, %in_64: i1, %out: i1):
-      %112 = arith.andi %in, %in_64 : i1
-      linalg.yield %112 : i1
+    %8 = linalg.generic {indexing_maps = [#map6, #map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%cst_1, %7 : tensor<i1>, tensor<1x1x16x16xi1>) outs(%6 : tensor<1x1x16x16xi1>) {
+    ^bb0(%in: i1, %in_56: i1, %out: i1):
+      %87 = arith.andi %in, %in_56 : i1
+      linalg.yield %87 : i1
     } -> tensor<1x1x16x16xi1>
-    %9 = linalg.generic {indexing_maps = [#map4, #map5, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_23, %expanded : tensor<1x1x1x16xi64>, tensor<1x1x16x1xi64>) outs(%6 : tensor<1x1x16x16xi1>) {
-    ^bb0(%in: i64, %in_64: i64, %out: i1):
-      %112 = arith.cmpi sle, %in, %in_64 : i64
-      linalg.yield %112 : i1
+    %9 = linalg.generic {indexing_maps = [#map4, #map5, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_17, %expanded : tensor<1x1x1x16xi64>, tensor<1x1x16x1xi64>) outs(%6 : tensor<1x1x16x16xi1>) {
+    ^bb0(%in: i64, %in_56: i64, %out: i1):
+      %87 = arith.cmpi sle, %in, %in_56 : i64
+      linalg.yield %87 : i1
     } -> tensor<1x1x16x16xi1>
     %10 = linalg.generic {indexing_maps = [#map3, #map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%8, %9 : tensor<1x1x16x16xi1>, tensor<1x1x16x16xi1>) outs(%6 : tensor<1x1x16x16xi1>) {
-    ^bb0(%in: i1, %in_64: i1, %out: i1):
-      %112 = arith.andi %in, %in_64 : i1
-      linalg.yield %112 : i1
+    ^bb0(%in: i1, %in_56: i1, %out: i1):
+      %87 = arith.andi %in, %in_56 : i1
+      linalg.yield %87 : i1
     } -> tensor<1x1x16x16xi1>
-    %expanded_24 = tensor.expand_shape %3 [[0, 1, 2]] output_shape [1, 16, 1] : tensor<16xi64> into tensor<1x16x1xi64>
+    %expanded_18 = tensor.expand_shape %3 [[0, 1, 2]] output_shape [1, 16, 1] : tensor<16xi64> into tensor<1x16x1xi64>
     %11 = tensor.empty() : tensor<1x16x1xf32>
-    %12 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_24 : tensor<1x16x1xi64>) outs(%11 : tensor<1x16x1xf32>) {
+    %12 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_18 : tensor<1x16x1xi64>) outs(%11 : tensor<1x16x1xf32>) {
     ^bb0(%in: i64, %out: f32):
-      %112 = arith.sitofp %in : i64 to f32
-      linalg.yield %112 : f32
+      %87 = arith.sitofp %in : i64 to f32
+      linalg.yield %87 : f32
     } -> tensor<1x16x1xf32>
     %13 = tensor.empty() : tensor<1x16x64xf32>
-    %14 = linalg.generic {indexing_maps = [#map7, #map8, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%12, %cst_20 : tensor<1x16x1xf32>, tensor<64xf32>) outs(%13 : tensor<1x16x64xf32>) {
-    ^bb0(%in: f32, %in_64: f32, %out: f32):
-      %112 = arith.mulf %in, %in_64 : f32
-      linalg.yield %112 : f32
+    %14 = linalg.generic {indexing_maps = [#map7, #map8, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%12, %cst_14 : tensor<1x16x1xf32>, tensor<64xf32>) outs(%13 : tensor<1x16x64xf32>) {
+    ^bb0(%in: f32, %in_56: f32, %out: f32):
+      %87 = arith.mulf %in, %in_56 : f32
+      linalg.yield %87 : f32
     } -> tensor<1x16x64xf32>
     %concat = tensor.concat dim(2) %14, %14 : (tensor<1x16x64xf32>, tensor<1x16x64xf32>) -> tensor<1x16x128xf32>
     %15 = tensor.empty() : tensor<1x16x128xf32>
     %16 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%concat : tensor<1x16x128xf32>) outs(%15 : tensor<1x16x128xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %112 = math.cos %in : f32
-      linalg.yield %112 : f32
+      %87 = math.cos %in : f32
+      linalg.yield %87 : f32
     } -> tensor<1x16x128xf32>
     %17 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%concat : tensor<1x16x128xf32>) outs(%15 : tensor<1x16x128xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %112 = math.sin %in : f32
-      linalg.yield %112 : f32
+      %87 = math.sin %in : f32
+      linalg.yield %87 : f32
     } -> tensor<1x16x128xf32>
     %18 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%1 : tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %112 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %112 : f32
+      %87 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %87 : f32
     } -> tensor<1x16x32xf32>
     %19 = linalg.fill ins(%cst : f32) outs(%11 : tensor<1x16x1xf32>) -> tensor<1x16x1xf32>
     %20 = linalg.generic {indexing_maps = [#map1, #map7], iterator_types = ["parallel", "parallel", "reduction"]} ins(%18 : tensor<1x16x32xf32>) outs(%19 : tensor<1x16x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %112 = arith.addf %in, %out : f32
-      linalg.yield %112 : f32
+      %87 = arith.addf %in, %out : f32
+      linalg.yield %87 : f32
     } -> tensor<1x16x1xf32>
     %21 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%20 : tensor<1x16x1xf32>) outs(%11 : tensor<1x16x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %112 = arith.divf %in, %cst_22 : f32
-      linalg.yield %112 : f32
+      %87 = arith.divf %in, %cst_16 : f32
+      linalg.yield %87 : f32
     } -> tensor<1x16x1xf32>
     %22 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%21 : tensor<1x16x1xf32>) outs(%11 : tensor<1x16x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %112 = arith.truncf %cst_19 : f64 to f32
-      %113 = arith.addf %in, %112 : f32
-      linalg.yield %113 : f32
+      %87 = arith.truncf %cst_13 : f64 to f32
+      %88 = arith.addf %in, %87 : f32
+      linalg.yield %88 : f32
     } -> tensor<1x16x1xf32>
     %23 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%22 : tensor<1x16x1xf32>) outs(%11 : tensor<1x16x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %112 = math.rsqrt %in : f32
-      linalg.yield %112 : f32
+      %87 = math.rsqrt %in : f32
+      linalg.yield %87 : f32
     } -> tensor<1x16x1xf32>
     %24 = linalg.generic {indexing_maps = [#map1, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%1, %23 : tensor<1x16x32xf32>, tensor<1x16x1xf32>) outs(%0 : tensor<1x16x32xf32>) {
-    ^bb0(%in: f32, %in_64: f32, %out: f32):
-      %112 = arith.mulf %in, %in_64 : f32
-      linalg.yield %112 : f32
+    ^bb0(%in: f32, %in_56: f32, %out: f32):
+      %87 = arith.mulf %in, %in_56 : f32
+      linalg.yield %87 : f32
     } -> tensor<1x16x32xf32>
-    %25 = linalg.generic {indexing_maps = [#map8, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_18, %24 : tensor<32xf32>, tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
-    ^bb0(%in: f32, %in_64: f32, %out: f32):
-      %112 = arith.mulf %in, %in_64 : f32
-      linalg.yield %112 : f32
+    %25 = linalg.generic {indexing_maps = [#map8, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_12, %24 : tensor<32xf32>, tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
+    ^bb0(%in: f32, %in_56: f32, %out: f32):
+      %87 = arith.mulf %in, %in_56 : f32
+      linalg.yield %87 : f32
     } -> tensor<1x16x32xf32>
     %26 = tensor.empty() : tensor<32x512xf32>
-    %transposed = linalg.transpose ins(%cst_17 : tensor<512x32xf32>) outs(%26 : tensor<32x512xf32>) permutation = [1, 0] 
+    %transposed = linalg.transpose ins(%cst_11 : tensor<512x32xf32>) outs(%26 : tensor<32x512xf32>) permutation = [1, 0] 
     %collapsed = tensor.collapse_shape %25 [[0, 1], [2]] : tensor<1x16x32xf32> into tensor<16x32xf32>
     %27 = tensor.empty() : tensor<16x512xf32>
     %28 = linalg.fill ins(%cst : f32) outs(%27 : tensor<16x512xf32>) -> tensor<16x512xf32>
     %29 = linalg.matmul ins(%collapsed, %transposed : tensor<16x32xf32>, tensor<32x512xf32>) outs(%28 : tensor<16x512xf32>) -> tensor<16x512xf32>
-    %expanded_25 = tensor.expand_shape %29 [[0, 1], [2, 3]] output_shape [1, 16, 4, 128] : tensor<16x512xf32> into tensor<1x16x4x128xf32>
+    %expanded_19 = tensor.expand_shape %29 [[0, 1], [2, 3]] output_shape [1, 16, 4, 128] : tensor<16x512xf32> into tensor<1x16x4x128xf32>
     %30 = tensor.empty() : tensor<1x4x16x128xf32>
-    %transposed_26 = linalg.transpose ins(%expanded_25 : tensor<1x16x4x128xf32>) outs(%30 : tensor<1x4x16x128xf32>) permutation = [0, 2, 1, 3] 
+    %transposed_20 = linalg.transpose ins(%expanded_19 : tensor<1x16x4x128xf32>) outs(%30 : tensor<1x4x16x128xf32>) permutation = [0, 2, 1, 3] 
     %31 = tensor.empty() : tensor<32x256xf32>
-    %transposed_27 = linalg.transpose ins(%cst_16 : tensor<256x32xf32>) outs(%31 : tensor<32x256xf32>) permutation = [1, 0] 
+    %transposed_21 = linalg.transpose ins(%cst_10 : tensor<256x32xf32>) outs(%31 : tensor<32x256xf32>) permutation = [1, 0] 
     %32 = tensor.empty() : tensor<16x256xf32>
     %33 = linalg.fill ins(%cst : f32) outs(%32 : tensor<16x256xf32>) -> tensor<16x256xf32>
-    %34 = linalg.matmul ins(%collapsed, %transposed_27 : tensor<16x32xf32>, tensor<32x256xf32>) outs(%33 : tensor<16x256xf32>) -> tensor<16x256xf32>
-    %expanded_28 = tensor.expand_shape %34 [[0, 1], [2, 3]] output_shape [1, 16, 2, 128] : tensor<16x256xf32> into tensor<1x16x2x128xf32>
+    %34 = linalg.matmul ins(%collapsed, %transposed_21 : tensor<16x32xf32>, tensor<32x256xf32>) outs(%33 : tensor<16x256xf32>) -> tensor<16x256xf32>
+    %expanded_22 = tensor.expand_shape %34 [[0, 1], [2, 3]] output_shape [1, 16, 2, 128] : tensor<16x256xf32> into tensor<1x16x2x128xf32>
     %35 = tensor.empty() : tensor<1x2x16x128xf32>
-    %transposed_29 = linalg.transpose ins(%expanded_28 : tensor<1x16x2x128xf32>) outs(%35 : tensor<1x2x16x128xf32>) permutation = [0, 2, 1, 3] 
-    %transposed_30 = linalg.transpose ins(%cst_15 : tensor<256x32xf32>) outs(%31 : tensor<32x256xf32>) permutation = [1, 0] 
-    %36 = linalg.matmul ins(%collapsed, %transposed_30 : tensor<16x32xf32>, tensor<32x256xf32>) outs(%33 : tensor<16x256xf32>) -> tensor<16x256xf32>
-    %expanded_31 = tensor.expand_shape %36 [[0, 1], [2, 3]] output_shape [1, 16, 2, 128] : tensor<16x256xf32> into tensor<1x16x2x128xf32>
-    %transposed_32 = linalg.transpose ins(%expanded_31 : tensor<1x16x2x128xf32>) outs(%35 : tensor<1x2x16x128xf32>) permutation = [0, 2, 1, 3] 
-    %expanded_33 = tensor.expand_shape %16 [[0], [1, 2], [3]] output_shape [1, 1, 16, 128] : tensor<1x16x128xf32> into tensor<1x1x16x128xf32>
-    %expanded_34 = tensor.expand_shape %17 [[0], [1, 2], [3]] output_shape [1, 1, 16, 128] : tensor<1x16x128xf32> into tensor<1x1x16x128xf32>
-    %37 = linalg.generic {indexing_maps = [#map3, #map9, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_26, %expanded_33 : tensor<1x4x16x128xf32>, tensor<1x1x16x128xf32>) outs(%30 : tensor<1x4x16x128xf32>) {
-    ^bb0(%in: f32, %in_64: f32, %out: f32):
-      %112 = arith.mulf %in, %in_64 : f32
-      linalg.yield %112 : f32
+    %transposed_23 = linalg.transpose ins(%expanded_22 : tensor<1x16x2x128xf32>) outs(%35 : tensor<1x2x16x128xf32>) permutation = [0, 2, 1, 3] 
+    %transposed_24 = linalg.transpose ins(%cst_9 : tensor<256x32xf32>) outs(%31 : tensor<32x256xf32>) permutation = [1, 0] 
+    %36 = linalg.matmul ins(%collapsed, %transposed_24 : tensor<16x32xf32>, tensor<32x256xf32>) outs(%33 : tensor<16x256xf32>) -> tensor<16x256xf32>
+    %expanded_25 = tensor.expand_shape %36 [[0, 1], [2, 3]] output_shape [1, 16, 2, 128] : tensor<16x256xf32> into tensor<1x16x2x128xf32>
+    %transposed_26 = linalg.transpose ins(%expanded_25 : tensor<1x16x2x128xf32>) outs(%35 : tensor<1x2x16x128xf32>) permutation = [0, 2, 1, 3] 
+    %expanded_27 = tensor.expand_shape %16 [[0], [1, 2], [3]] output_shape [1, 1, 16, 128] : tensor<1x16x128xf32> into tensor<1x1x16x128xf32>
+    %expanded_28 = tensor.expand_shape %17 [[0], [1, 2], [3]] output_shape [1, 1, 16, 128] : tensor<1x16x128xf32> into tensor<1x1x16x128xf32>
+    %37 = linalg.generic {indexing_maps = [#map3, #map9, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_20, %expanded_27 : tensor<1x4x16x128xf32>, tensor<1x1x16x128xf32>) outs(%30 : tensor<1x4x16x128xf32>) {
+    ^bb0(%in: f32, %in_56: f32, %out: f32):
+      %87 = arith.mulf %in, %in_56 : f32
+      linalg.yield %87 : f32
     } -> tensor<1x4x16x128xf32>
-    %extracted_slice = tensor.extract_slice %transposed_26[0, 0, 0, 0] [1, 4, 16, 64] [1, 1, 1, 1] : tensor<1x4x16x128xf32> to tensor<1x4x16x64xf32>
-    %extracted_slice_35 = tensor.extract_slice %transposed_26[0, 0, 0, 64] [1, 4, 16, 64] [1, 1, 1, 1] : tensor<1x4x16x128xf32> to tensor<1x4x16x64xf32>
+    %extracted_slice = tensor.extract_slice %transposed_20[0, 0, 0, 0] [1, 4, 16, 64] [1, 1, 1, 1] : tensor<1x4x16x128xf32> to tensor<1x4x16x64xf32>
+    %extracted_slice_29 = tensor.extract_slice %transposed_20[0, 0, 0, 64] [1, 4, 16, 64] [1, 1, 1, 1] : tensor<1x4x16x128xf32> to tensor<1x4x16x64xf32>
     %38 = tensor.empty() : tensor<1x4x16x64xf32>
-    %39 = linalg.generic {indexing_maps = [#map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_35 : tensor<1x4x16x64xf32>) outs(%38 : tensor<1x4x16x64xf32>) {
+    %39 = linalg.generic {indexing_maps = [#map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_29 : tensor<1x4x16x64xf32>) outs(%38 : tensor<1x4x16x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %112 = arith.negf %in : f32
-      linalg.yield %112 : f32
+      %87 = arith.negf %in : f32
+      linalg.yield %87 : f32
     } -> tensor<1x4x16x64xf32>
-    %concat_36 = tensor.concat dim(3) %39, %extracted_slice : (tensor<1x4x16x64xf32>, tensor<1x4x16x64xf32>) -> tensor<1x4x16x128xf32>
-    %40 = linalg.generic {indexing_maps = [#map3, #map9, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_36, %expanded_34 : tensor<1x4x16x128xf32>, tensor<1x1x16x128xf32>) outs(%30 : tensor<1x4x16x128xf32>) {
-    ^bb0(%in: f32, %in_64: f32, %out: f32):
-      %112 = arith.mulf %in, %in_64 : f32
-      linalg.yield %112 : f32
+    %concat_30 = tensor.concat dim(3) %39, %extracted_slice : (tensor<1x4x16x64xf32>, tensor<1x4x16x64xf32>) -> tensor<1x4x16x128xf32>
+    %40 = linalg.generic {indexing_maps = [#map3, #map9, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_30, %expanded_28 : tensor<1x4x16x128xf32>, tensor<1x1x16x128xf32>) outs(%30 : tensor<1x4x16x128xf32>) {
+    ^bb0(%in: f32, %in_56: f32, %out: f32):
+      %87 = arith.mulf %in, %in_56 : f32
+      linalg.yield %87 : f32
     } -> tensor<1x4x16x128xf32>
     %41 = linalg.generic {indexing_maps = [#map3, #map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%37, %40 : tensor<1x4x16x128xf32>, tensor<1x4x16x128xf32>) outs(%30 : tensor<1x4x16x128xf32>) {
-    ^bb0(%in: f32, %in_64: f32, %out: f32):
-      %112 = arith.addf %in, %in_64 : f32
-      linalg.yield %112 : f32
+    ^bb0(%in: f32, %in_56: f32, %out: f32):
+      %87 = arith.addf %in, %in_56 : f32
+      linalg.yield %87 : f32
     } -> tensor<1x4x16x128xf32>
-    %42 = linalg.generic {indexing_maps = [#map3, #map9, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_29, %expanded_33 : tensor<1x2x16x128xf32>, tensor<1x1x16x128xf32>) outs(%35 : tensor<1x2x16x128xf32>) {
-    ^bb0(%in: f32, %in_64: f32, %out: f32):
-      %112 = arith.mulf %in, %in_64 : f32
-      linalg.yield %112 : f32
+    %42 = linalg.generic {indexing_maps = [#map3, #map9, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_23, %expanded_27 : tensor<1x2x16x128xf32>, tensor<1x1x16x128xf32>) outs(%35 : tensor<1x2x16x128xf32>) {
+    ^bb0(%in: f32, %in_56: f32, %out: f32):
+      %87 = arith.mulf %in, %in_56 : f32
+      linalg.yield %87 : f32
     } -> tensor<1x2x16x128xf32>
-    %extracted_slice_37 = tensor.extract_slice %transposed_29[0, 0, 0, 0] [1, 2, 16, 64] [1, 1, 1, 1] : tensor<1x2x16x128xf32> to tensor<1x2x16x64xf32>
-    %extracted_slice_38 = tensor.extract_slice %transposed_29[0, 0, 0, 64] [1, 2, 16, 64] [1, 1, 1, 1] : tensor<1x2x16x128xf32> to tensor<1x2x16x64xf32>
+    %extracted_slice_31 = tensor.extract_slice %transposed_23[0, 0, 0, 0] [1, 2, 16, 64] [1, 1, 1, 1] : tensor<1x2x16x128xf32> to tensor<1x2x16x64xf32>
+    %extracted_slice_32 = tensor.extract_slice %transposed_23[0, 0, 0, 64] [1, 2, 16, 64] [1, 1, 1, 1] : tensor<1x2x16x128xf32> to tensor<1x2x16x64xf32>
     %43 = tensor.empty() : tensor<1x2x16x64xf32>
-    %44 = linalg.generic {indexing_maps = [#map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_38 : tensor<1x2x16x64xf32>) outs(%43 : tensor<1x2x16x64xf32>) {
+    %44 = linalg.generic {indexing_maps = [#map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_32 : tensor<1x2x16x64xf32>) outs(%43 : tensor<1x2x16x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %112 = arith.negf %in : f32
-      linalg.yield %112 : f32
+      %87 = arith.negf %in : f32
+      linalg.yield %87 : f32
     } -> tensor<1x2x16x64xf32>
-    %concat_39 = tensor.concat dim(3) %44, %extracted_slice_37 : (tensor<1x2x16x64xf32>, tensor<1x2x16x64xf32>) -> tensor<1x2x16x128xf32>
-    %45 = linalg.generic {indexing_maps = [#map3, #map9, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_39, %expanded_34 : tensor<1x2x16x128xf32>, tensor<1x1x16x128xf32>) outs(%35 : tensor<1x2x16x128xf32>) {
-    ^bb0(%in: f32, %in_64: f32, %out: f32):
-      %112 = arith.mulf %in, %in_64 : f32
-      linalg.yield %112 : f32
+    %concat_33 = tensor.concat dim(3) %44, %extracted_slice_31 : (tensor<1x2x16x64xf32>, tensor<1x2x16x64xf32>) -> tensor<1x2x16x128xf32>
+    %45 = linalg.generic {indexing_maps = [#map3, #map9, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_33, %expanded_28 : tensor<1x2x16x128xf32>, tensor<1x1x16x128xf32>) outs(%35 : tensor<1x2x16x128xf32>) {
+    ^bb0(%in: f32, %in_56: f32, %out: f32):
+      %87 = arith.mulf %in, %in_56 : f32
+      linalg.yield %87 : f32
     } -> tensor<1x2x16x128xf32>
     %46 = linalg.generic {indexing_maps = [#map3, #map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%42, %45 : tensor<1x2x16x128xf32>, tensor<1x2x16x128xf32>) outs(%35 : tensor<1x2x16x128xf32>) {
-    ^bb0(%in: f32, %in_64: f32, %out: f32):
-      %112 = arith.addf %in, %in_64 : f32
-      linalg.yield %112 : f32
+    ^bb0(%in: f32, %in_56: f32, %out: f32):
+      %87 = arith.addf %in, %in_56 : f32
+      linalg.yield %87 : f32
     } -> tensor<1x2x16x128xf32>
     %47 = tensor.empty() : tensor<1x2x2x16x128xf32>
     %48 = linalg.generic {indexing_maps = [#map10, #map11], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%46 : tensor<1x2x16x128xf32>) outs(%47 : tensor<1x2x2x16x128xf32>) {
     ^bb0(%in: f32, %out: f32):
       linalg.yield %in : f32
     } -> tensor<1x2x2x16x128xf32>
-    %collapsed_40 = tensor.collapse_shape %48 [[0], [1, 2], [3], [4]] : tensor<1x2x2x16x128xf32> into tensor<1x4x16x128xf32>
-    %49 = linalg.generic {indexing_maps = [#map10, #map11], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%transposed_32 : tensor<1x2x16x128xf32>) outs(%47 : tensor<1x2x2x16x128xf32>) {
+    %collapsed_34 = tensor.collapse_shape %48 [[0], [1, 2], [3], [4]] : tensor<1x2x2x16x128xf32> into tensor<1x4x16x128xf32>
+    %49 = linalg.generic {indexing_maps = [#map10, #map11], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%transposed_26 : tensor<1x2x16x128xf32>) outs(%47 : tensor<1x2x2x16x128xf32>) {
     ^bb0(%in: f32, %out: f32):
       linalg.yield %in : f32
     } -> tensor<1x2x2x16x128xf32>
-    %50 = tensor.empty() : tensor<1x1x16x16xf32>
-    %51 = linalg.generic {indexing_maps = [#map3, #map6, #map6, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%10, %cst_3, %cst_4 : tensor<1x1x16x16xi1>, tensor<f32>, tensor<f32>) outs(%50 : tensor<1x1x16x16xf32>) {
-    ^bb0(%in: i1, %in_64: f32, %in_65: f32, %out: f32):
-      %112 = arith.select %in, %in_64, %in_65 : f32
-      linalg.yield %112 : f32
-    } -> tensor<1x1x16x16xf32>
-    %52 = linalg.generic {indexing_maps = [#map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%41 : tensor<1x4x16x128xf32>) outs(%30 : tensor<1x4x16x128xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %112 = arith.truncf %cst_13 : f64 to f32
-      %113 = arith.mulf %in, %112 : f32
-      linalg.yield %113 : f32
-    } -> tensor<1x4x16x128xf32>
-    %53 = tensor.empty() : tensor<1x4x128x16xf32>
-    %transposed_41 = linalg.transpose ins(%collapsed_40 : tensor<1x4x16x128xf32>) outs(%53 : tensor<1x4x128x16xf32>) permutation = [0, 1, 3, 2] 
-    %54 = linalg.generic {indexing_maps = [#map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_41 : tensor<1x4x128x16xf32>) outs(%53 : tensor<1x4x128x16xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %112 = arith.truncf %cst_13 : f64 to f32
-      %113 = arith.mulf %in, %112 : f32
-      linalg.yield %113 : f32
-    } -> tensor<1x4x128x16xf32>
-    %collapsed_42 = tensor.collapse_shape %52 [[0, 1], [2], [3]] : tensor<1x4x16x128xf32> into tensor<4x16x128xf32>
-    %collapsed_43 = tensor.collapse_shape %54 [[0, 1], [2], [3]] : tensor<1x4x128x16xf32> into tensor<4x128x16xf32>
-    %55 = tensor.empty() : tensor<4x16x16xf32>
-    %56 = linalg.fill ins(%cst : f32) outs(%55 : tensor<4x16x16xf32>) -> tensor<4x16x16xf32>
-    %57 = linalg.batch_matmul ins(%collapsed_42, %collapsed_43 : tensor<4x16x128xf32>, tensor<4x128x16xf32>) outs(%56 : tensor<4x16x16xf32>) -> tensor<4x16x16xf32>
-    %expanded_44 = tensor.expand_shape %57 [[0, 1], [2], [3]] output_shape [1, 4, 16, 16] : tensor<4x16x16xf32> into tensor<1x4x16x16xf32>
-    %58 = tensor.empty() : tensor<1x4x16x16xf32>
-    %59 = linalg.generic {indexing_maps = [#map3, #map9, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_44, %51 : tensor<1x4x16x16xf32>, tensor<1x1x16x16xf32>) outs(%58 : tensor<1x4x16x16xf32>) {
-    ^bb0(%in: f32, %in_64: f32, %out: f32):
-      %112 = arith.addf %in, %in_64 : f32
-      linalg.yield %112 : f32
-    } -> tensor<1x4x16x16xf32>
-    %60 = tensor.empty() : tensor<1x4x16xi64>
-    %61 = linalg.fill ins(%c0_i64 : i64) outs(%60 : tensor<1x4x16xi64>) -> tensor<1x4x16xi64>
-    %62 = tensor.empty() : tensor<1x4x16xf32>
-    %63 = linalg.fill ins(%cst_0 : f32) outs(%62 : tensor<1x4x16xf32>) -> tensor<1x4x16xf32>
-    %64:2 = linalg.generic {indexing_maps = [#map3, #map12, #map12], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%59 : tensor<1x4x16x16xf32>) outs(%63, %61 : tensor<1x4x16xf32>, tensor<1x4x16xi64>) {
-    ^bb0(%in: f32, %out: f32, %out_64: i64):
-      %112 = linalg.index 3 : index
-      %113 = arith.index_cast %112 : index to i64
-      %114 = arith.maximumf %in, %out : f32
-      %115 = arith.cmpf ogt, %in, %out : f32
-      %116 = arith.select %115, %113, %out_64 : i64
-      linalg.yield %114, %116 : f32, i64
-    } -> (tensor<1x4x16xf32>, tensor<1x4x16xi64>)
-    %expanded_45 = tensor.expand_shape %64#0 [[0], [1], [2, 3]] output_shape [1, 4, 16, 1] : tensor<1x4x16xf32> into tensor<1x4x16x1xf32>
-    %65 = linalg.generic {indexing_maps = [#map3, #map5, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%59, %expanded_45 : tensor<1x4x16x16xf32>, tensor<1x4x16x1xf32>) outs(%58 : tensor<1x4x16x16xf32>) {
-    ^bb0(%in: f32, %in_64: f32, %out: f32):
-      %112 = arith.subf %in, %in_64 : f32
-      linalg.yield %112 : f32
-    } -> tensor<1x4x16x16xf32>
-    %66 = linalg.generic {indexing_maps = [#map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%65 : tensor<1x4x16x16xf32>) outs(%58 : tensor<1x4x16x16xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %112 = math.exp %in : f32
-      linalg.yield %112 : f32
-    } -> tensor<1x4x16x16xf32>
-    %67 = tensor.empty() : tensor<1x4x16x1xf32>
-    %68 = linalg.fill ins(%cst : f32) outs(%67 : tensor<1x4x16x1xf32>) -> tensor<1x4x16x1xf32>
-    %69 = linalg.generic {indexing_maps = [#map3, #map5], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%66 : tensor<1x4x16x16xf32>) outs(%68 : tensor<1x4x16x1xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %112 = arith.addf %in, %out : f32
-      linalg.yield %112 : f32
-    } -> tensor<1x4x16x1xf32>
-    %70 = linalg.generic {indexing_maps = [#map3, #map5, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%66, %69 : tensor<1x4x16x16xf32>, tensor<1x4x16x1xf32>) outs(%58 : tensor<1x4x16x16xf32>) {
-    ^bb0(%in: f32, %in_64: f32, %out: f32):
-      %112 = arith.divf %in, %in_64 : f32
-      linalg.yield %112 : f32
-    } -> tensor<1x4x16x16xf32>
-    %71 = tensor.empty() : tensor<1x4x16x16xi1>
-    %72 = linalg.generic {indexing_maps = [#map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%59 : tensor<1x4x16x16xf32>) outs(%71 : tensor<1x4x16x16xi1>) {
-    ^bb0(%in: f32, %out: i1):
-      %112 = arith.extf %in : f32 to f64
-      %113 = arith.cmpf oeq, %112, %cst_14 : f64
-      linalg.yield %113 : i1
-    } -> tensor<1x4x16x16xi1>
-    %73 = tensor.empty() : tensor<1x4x16x1xi1>
-    %74 = linalg.fill ins(%true : i1) outs(%73 : tensor<1x4x16x1xi1>) -> tensor<1x4x16x1xi1>
-    %75 = linalg.generic {indexing_maps = [#map3, #map5], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%72 : tensor<1x4x16x16xi1>) outs(%74 : tensor<1x4x16x1xi1>) {
+    %collapsed_35 = tensor.collapse_shape %49 [[0], [1, 2], [3], [4]] : tensor<1x2x2x16x128xf32> into tensor<1x4x16x128xf32>
+    %50 = tensor.empty() : tensor<1x4x16x16xi1>
+    %51 = linalg.generic {indexing_maps = [#map9, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%10 : tensor<1x1x16x16xi1>) outs(%50 : tensor<1x4x16x16xi1>) {
     ^bb0(%in: i1, %out: i1):
-      %112 = arith.andi %in, %out : i1
-      linalg.yield %112 : i1
-    } -> tensor<1x4x16x1xi1>
-    %76 = linalg.generic {indexing_maps = [#map5, #map3, #map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%75, %cst_2, %70 : tensor<1x4x16x1xi1>, tensor<1x4x16x16xf32>, tensor<1x4x16x16xf32>) outs(%58 : tensor<1x4x16x16xf32>) {
-    ^bb0(%in: i1, %in_64: f32, %in_65: f32, %out: f32):
-      %112 = arith.select %in, %in_64, %in_65 : f32
-      linalg.yield %112 : f32
-    } -> tensor<1x4x16x16xf32>
-    %collapsed_46 = tensor.collapse_shape %76 [[0, 1], [2], [3]] : tensor<1x4x16x16xf32> into tensor<4x16x16xf32>
-    %collapsed_47 = tensor.collapse_shape %49 [[0, 1, 2], [3], [4]] : tensor<1x2x2x16x128xf32> into tensor<4x16x128xf32>
-    %77 = tensor.empty() : tensor<4x16x128xf32>
-    %78 = linalg.fill ins(%cst : f32) outs(%77 : tensor<4x16x128xf32>) -> tensor<4x16x128xf32>
-    %79 = linalg.batch_matmul ins(%collapsed_46, %collapsed_47 : tensor<4x16x16xf32>, tensor<4x16x128xf32>) outs(%78 : tensor<4x16x128xf32>) -> tensor<4x16x128xf32>
-    %expanded_48 = tensor.expand_shape %79 [[0, 1], [2], [3]] output_shape [1, 4, 16, 128] : tensor<4x16x128xf32> into tensor<1x4x16x128xf32>
-    %80 = tensor.empty() : tensor<1x16x4x128xf32>
-    %transposed_49 = linalg.transpose ins(%expanded_48 : tensor<1x4x16x128xf32>) outs(%80 : tensor<1x16x4x128xf32>) permutation = [0, 2, 1, 3] 
-    %81 = tensor.empty() : tensor<512x32xf32>
-    %transposed_50 = linalg.transpose ins(%cst_12 : tensor<32x512xf32>) outs(%81 : tensor<512x32xf32>) permutation = [1, 0] 
-    %collapsed_51 = tensor.collapse_shape %transposed_49 [[0, 1], [2, 3]] : tensor<1x16x4x128xf32> into tensor<16x512xf32>
-    %82 = tensor.empty() : tensor<16x32xf32>
-    %83 = linalg.fill ins(%cst : f32) outs(%82 : tensor<16x32xf32>) -> tensor<16x32xf32>
-    %84 = linalg.matmul ins(%collapsed_51, %transposed_50 : tensor<16x512xf32>, tensor<512x32xf32>) outs(%83 : tensor<16x32xf32>) -> tensor<16x32xf32>
-    %expanded_52 = tensor.expand_shape %84 [[0, 1], [2]] output_shape [1, 16, 32] : tensor<16x32xf32> into tensor<1x16x32xf32>
-    %85 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%1, %expanded_52 : tensor<1x16x32xf32>, tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
-    ^bb0(%in: f32, %in_64: f32, %out: f32):
-      %112 = arith.addf %in, %in_64 : f32
-      linalg.yield %112 : f32
+      linalg.yield %in : i1
+    } -> tensor<1x4x16x16xi1>
+    %collapsed_36 = tensor.collapse_shape %41 [[0, 1], [2], [3]] : tensor<1x4x16x128xf32> into tensor<4x16x128xf32>
+    %collapsed_37 = tensor.collapse_shape %collapsed_34 [[0, 1], [2], [3]] : tensor<1x4x16x128xf32> into tensor<4x16x128xf32>
+    %collapsed_38 = tensor.collapse_shape %collapsed_35 [[0, 1], [2], [3]] : tensor<1x4x16x128xf32> into tensor<4x16x128xf32>
+    %collapsed_39 = tensor.collapse_shape %51 [[0, 1], [2], [3]] : tensor<1x4x16x16xi1> into tensor<4x16x16xi1>
+    %52 = tensor.empty() : tensor<4x16x128xf32>
+    %53 = linalg.fill ins(%cst : f32) outs(%52 : tensor<4x16x128xf32>) -> tensor<4x16x128xf32>
+    %54 = "snapkv.sdpa"(%collapsed_36, %collapsed_37, %collapsed_38, %collapsed_39, %53) {scale = 0.088388347648318447 : f64} : (tensor<4x16x128xf32>, tensor<4x16x128xf32>, tensor<4x16x128xf32>, tensor<4x16x16xi1>, tensor<4x16x128xf32>) -> tensor<4x16x128xf32>
+    %expanded_40 = tensor.expand_shape %54 [[0, 1], [2], [3]] output_shape [1, 4, 16, 128] : tensor<4x16x128xf32> into tensor<1x4x16x128xf32>
+    %55 = tensor.empty() : tensor<1x16x4x128xf32>
+    %transposed_41 = linalg.transpose ins(%expanded_40 : tensor<1x4x16x128xf32>) outs(%55 : tensor<1x16x4x128xf32>) permutation = [0, 2, 1, 3] 
+    %56 = tensor.empty() : tensor<512x32xf32>
+    %transposed_42 = linalg.transpose ins(%cst_8 : tensor<32x512xf32>) outs(%56 : tensor<512x32xf32>) permutation = [1, 0] 
+    %collapsed_43 = tensor.collapse_shape %transposed_41 [[0, 1], [2, 3]] : tensor<1x16x4x128xf32> into tensor<16x512xf32>
+    %57 = tensor.empty() : tensor<16x32xf32>
+    %58 = linalg.fill ins(%cst : f32) outs(%57 : tensor<16x32xf32>) -> tensor<16x32xf32>
+    %59 = linalg.matmul ins(%collapsed_43, %transposed_42 : tensor<16x512xf32>, tensor<512x32xf32>) outs(%58 : tensor<16x32xf32>) -> tensor<16x32xf32>
+    %expanded_44 = tensor.expand_shape %59 [[0, 1], [2]] output_shape [1, 16, 32] : tensor<16x32xf32> into tensor<1x16x32xf32>
+    %60 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%1, %expanded_44 : tensor<1x16x32xf32>, tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
+    ^bb0(%in: f32, %in_56: f32, %out: f32):
+      %87 = arith.addf %in, %in_56 : f32
+      linalg.yield %87 : f32
     } -> tensor<1x16x32xf32>
-    %86 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%85 : tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
+    %61 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%60 : tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %112 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %112 : f32
+      %87 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %87 : f32
     } -> tensor<1x16x32xf32>
-    %87 = linalg.generic {indexing_maps = [#map1, #map7], iterator_types = ["parallel", "parallel", "reduction"]} ins(%86 : tensor<1x16x32xf32>) outs(%19 : tensor<1x16x1xf32>) {
+    %62 = linalg.generic {indexing_maps = [#map1, #map7], iterator_types = ["parallel", "parallel", "reduction"]} ins(%61 : tensor<1x16x32xf32>) outs(%19 : tensor<1x16x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %112 = arith.addf %in, %out : f32
-      linalg.yield %112 : f32
+      %87 = arith.addf %in, %out : f32
+      linalg.yield %87 : f32
     } -> tensor<1x16x1xf32>
-    %88 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%87 : tensor<1x16x1xf32>) outs(%11 : tensor<1x16x1xf32>) {
+    %63 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%62 : tensor<1x16x1xf32>) outs(%11 : tensor<1x16x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %112 = arith.divf %in, %cst_22 : f32
-      linalg.yield %112 : f32
+      %87 = arith.divf %in, %cst_16 : f32
+      linalg.yield %87 : f32
     } -> tensor<1x16x1xf32>
-    %89 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%88 : tensor<1x16x1xf32>) outs(%11 : tensor<1x16x1xf32>) {
+    %64 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%63 : tensor<1x16x1xf32>) outs(%11 : tensor<1x16x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %112 = arith.truncf %cst_19 : f64 to f32
-      %113 = arith.addf %in, %112 : f32
-      linalg.yield %113 : f32
+      %87 = arith.truncf %cst_13 : f64 to f32
+      %88 = arith.addf %in, %87 : f32
+      linalg.yield %88 : f32
     } -> tensor<1x16x1xf32>
-    %90 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%89 : tensor<1x16x1xf32>) outs(%11 : tensor<1x16x1xf32>) {
+    %65 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%64 : tensor<1x16x1xf32>) outs(%11 : tensor<1x16x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %112 = math.rsqrt %in : f32
-      linalg.yield %112 : f32
+      %87 = math.rsqrt %in : f32
+      linalg.yield %87 : f32
     } -> tensor<1x16x1xf32>
-    %91 = linalg.generic {indexing_maps = [#map1, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%85, %90 : tensor<1x16x32xf32>, tensor<1x16x1xf32>) outs(%0 : tensor<1x16x32xf32>) {
-    ^bb0(%in: f32, %in_64: f32, %out: f32):
-      %112 = arith.mulf %in, %in_64 : f32
-      linalg.yield %112 : f32
+    %66 = linalg.generic {indexing_maps = [#map1, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%60, %65 : tensor<1x16x32xf32>, tensor<1x16x1xf32>) outs(%0 : tensor<1x16x32xf32>) {
+    ^bb0(%in: f32, %in_56: f32, %out: f32):
+      %87 = arith.mulf %in, %in_56 : f32
+      linalg.yield %87 : f32
     } -> tensor<1x16x32xf32>
-    %92 = linalg.generic {indexing_maps = [#map8, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_11, %91 : tensor<32xf32>, tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
-    ^bb0(%in: f32, %in_64: f32, %out: f32):
-      %112 = arith.mulf %in, %in_64 : f32
-      linalg.yield %112 : f32
+    %67 = linalg.generic {indexing_maps = [#map8, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_7, %66 : tensor<32xf32>, tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
+    ^bb0(%in: f32, %in_56: f32, %out: f32):
+      %87 = arith.mulf %in, %in_56 : f32
+      linalg.yield %87 : f32
     } -> tensor<1x16x32xf32>
-    %93 = tensor.empty() : tensor<32x64xf32>
-    %transposed_53 = linalg.transpose ins(%cst_10 : tensor<64x32xf32>) outs(%93 : tensor<32x64xf32>) permutation = [1, 0] 
-    %collapsed_54 = tensor.collapse_shape %92 [[0, 1], [2]] : tensor<1x16x32xf32> into tensor<16x32xf32>
-    %94 = tensor.empty() : tensor<16x64xf32>
-    %95 = linalg.fill ins(%cst : f32) outs(%94 : tensor<16x64xf32>) -> tensor<16x64xf32>
-    %96 = linalg.matmul ins(%collapsed_54, %transposed_53 : tensor<16x32xf32>, tensor<32x64xf32>) outs(%95 : tensor<16x64xf32>) -> tensor<16x64xf32>
-    %expanded_55 = tensor.expand_shape %96 [[0, 1], [2]] output_shape [1, 16, 64] : tensor<16x64xf32> into tensor<1x16x64xf32>
-    %97 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_55 : tensor<1x16x64xf32>) outs(%13 : tensor<1x16x64xf32>) {
+    %68 = tensor.empty() : tensor<32x64xf32>
+    %transposed_45 = linalg.transpose ins(%cst_6 : tensor<64x32xf32>) outs(%68 : tensor<32x64xf32>) permutation = [1, 0] 
+    %collapsed_46 = tensor.collapse_shape %67 [[0, 1], [2]] : tensor<1x16x32xf32> into tensor<16x32xf32>
+    %69 = tensor.empty() : tensor<16x64xf32>
+    %70 = linalg.fill ins(%cst : f32) outs(%69 : tensor<16x64xf32>) -> tensor<16x64xf32>
+    %71 = linalg.matmul ins(%collapsed_46, %transposed_45 : tensor<16x32xf32>, tensor<32x64xf32>) outs(%70 : tensor<16x64xf32>) -> tensor<16x64xf32>
+    %expanded_47 = tensor.expand_shape %71 [[0, 1], [2]] output_shape [1, 16, 64] : tensor<16x64xf32> into tensor<1x16x64xf32>
+    %72 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_47 : tensor<1x16x64xf32>) outs(%13 : tensor<1x16x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %112 = arith.negf %in : f32
-      %113 = math.exp %112 : f32
-      %114 = arith.addf %113, %cst_1 : f32
-      %115 = arith.divf %cst_1, %114 : f32
-      linalg.yield %115 : f32
+      %87 = arith.negf %in : f32
+      %88 = math.exp %87 : f32
+      %89 = arith.addf %88, %cst_0 : f32
+      %90 = arith.divf %cst_0, %89 : f32
+      linalg.yield %90 : f32
     } -> tensor<1x16x64xf32>
-    %98 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_55, %97 : tensor<1x16x64xf32>, tensor<1x16x64xf32>) outs(%13 : tensor<1x16x64xf32>) {
-    ^bb0(%in: f32, %in_64: f32, %out: f32):
-      %112 = arith.mulf %in, %in_64 : f32
-      linalg.yield %112 : f32
+    %73 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_47, %72 : tensor<1x16x64xf32>, tensor<1x16x64xf32>) outs(%13 : tensor<1x16x64xf32>) {
+    ^bb0(%in: f32, %in_56: f32, %out: f32):
+      %87 = arith.mulf %in, %in_56 : f32
+      linalg.yield %87 : f32
     } -> tensor<1x16x64xf32>
-    %transposed_56 = linalg.transpose ins(%cst_9 : tensor<64x32xf32>) outs(%93 : tensor<32x64xf32>) permutation = [1, 0] 
-    %99 = linalg.matmul ins(%collapsed_54, %transposed_56 : tensor<16x32xf32>, tensor<32x64xf32>) outs(%95 : tensor<16x64xf32>) -> tensor<16x64xf32>
-    %expanded_57 = tensor.expand_shape %99 [[0, 1], [2]] output_shape [1, 16, 64] : tensor<16x64xf32> into tensor<1x16x64xf32>
-    %100 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%98, %expanded_57 : tensor<1x16x64xf32>, tensor<1x16x64xf32>) outs(%13 : tensor<1x16x64xf32>) {
-    ^bb0(%in: f32, %in_64: f32, %out: f32):
-      %112 = arith.mulf %in, %in_64 : f32
-      linalg.yield %112 : f32
+    %transposed_48 = linalg.transpose ins(%cst_5 : tensor<64x32xf32>) outs(%68 : tensor<32x64xf32>) permutation = [1, 0] 
+    %74 = linalg.matmul ins(%collapsed_46, %transposed_48 : tensor<16x32xf32>, tensor<32x64xf32>) outs(%70 : tensor<16x64xf32>) -> tensor<16x64xf32>
+    %expanded_49 = tensor.expand_shape %74 [[0, 1], [2]] output_shape [1, 16, 64] : tensor<16x64xf32> into tensor<1x16x64xf32>
+    %75 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%73, %expanded_49 : tensor<1x16x64xf32>, tensor<1x16x64xf32>) outs(%13 : tensor<1x16x64xf32>) {
+    ^bb0(%in: f32, %in_56: f32, %out: f32):
+      %87 = arith.mulf %in, %in_56 : f32
+      linalg.yield %87 : f32
     } -> tensor<1x16x64xf32>
-    %101 = tensor.empty() : tensor<64x32xf32>
-    %transposed_58 = linalg.transpose ins(%cst_8 : tensor<32x64xf32>) outs(%101 : tensor<64x32xf32>) permutation = [1, 0] 
-    %collapsed_59 = tensor.collapse_shape %100 [[0, 1], [2]] : tensor<1x16x64xf32> into tensor<16x64xf32>
-    %102 = linalg.matmul ins(%collapsed_59, %transposed_58 : tensor<16x64xf32>, tensor<64x32xf32>) outs(%83 : tensor<16x32xf32>) -> tensor<16x32xf32>
-    %expanded_60 = tensor.expand_shape %102 [[0, 1], [2]] output_shape [1, 16, 32] : tensor<16x32xf32> into tensor<1x16x32xf32>
-    %103 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%85, %expanded_60 : tensor<1x16x32xf32>, tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
-    ^bb0(%in: f32, %in_64: f32, %out: f32):
-      %112 = arith.addf %in, %in_64 : f32
-      linalg.yield %112 : f32
+    %76 = tensor.empty() : tensor<64x32xf32>
+    %transposed_50 = linalg.transpose ins(%cst_4 : tensor<32x64xf32>) outs(%76 : tensor<64x32xf32>) permutation = [1, 0] 
+    %collapsed_51 = tensor.collapse_shape %75 [[0, 1], [2]] : tensor<1x16x64xf32> into tensor<16x64xf32>
+    %77 = linalg.matmul ins(%collapsed_51, %transposed_50 : tensor<16x64xf32>, tensor<64x32xf32>) outs(%58 : tensor<16x32xf32>) -> tensor<16x32xf32>
+    %expanded_52 = tensor.expand_shape %77 [[0, 1], [2]] output_shape [1, 16, 32] : tensor<16x32xf32> into tensor<1x16x32xf32>
+    %78 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%60, %expanded_52 : tensor<1x16x32xf32>, tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
+    ^bb0(%in: f32, %in_56: f32, %out: f32):
+      %87 = arith.addf %in, %in_56 : f32
+      linalg.yield %87 : f32
     } -> tensor<1x16x32xf32>
-    %104 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%103 : tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
+    %79 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%78 : tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %112 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %112 : f32
+      %87 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %87 : f32
     } -> tensor<1x16x32xf32>
-    %105 = linalg.generic {indexing_maps = [#map1, #map7], iterator_types = ["parallel", "parallel", "reduction"]} ins(%104 : tensor<1x16x32xf32>) outs(%19 : tensor<1x16x1xf32>) {
+    %80 = linalg.generic {indexing_maps = [#map1, #map7], iterator_types = ["parallel", "parallel", "reduction"]} ins(%79 : tensor<1x16x32xf32>) outs(%19 : tensor<1x16x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %112 = arith.addf %in, %out : f32
-      linalg.yield %112 : f32
+      %87 = arith.addf %in, %out : f32
+      linalg.yield %87 : f32
     } -> tensor<1x16x1xf32>
-    %106 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%105 : tensor<1x16x1xf32>) outs(%11 : tensor<1x16x1xf32>) {
+    %81 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%80 : tensor<1x16x1xf32>) outs(%11 : tensor<1x16x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %112 = arith.divf %in, %cst_22 : f32
-      linalg.yield %112 : f32
+      %87 = arith.divf %in, %cst_16 : f32
+      linalg.yield %87 : f32
     } -> tensor<1x16x1xf32>
-    %107 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%106 : tensor<1x16x1xf32>) outs(%11 : tensor<1x16x1xf32>) {
+    %82 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%81 : tensor<1x16x1xf32>) outs(%11 : tensor<1x16x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %112 = arith.truncf %cst_19 : f64 to f32
-      %113 = arith.addf %in, %112 : f32
-      linalg.yield %113 : f32
+      %87 = arith.truncf %cst_13 : f64 to f32
+      %88 = arith.addf %in, %87 : f32
+      linalg.yield %88 : f32
     } -> tensor<1x16x1xf32>
-    %108 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%107 : tensor<1x16x1xf32>) outs(%11 : tensor<1x16x1xf32>) {
+    %83 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%82 : tensor<1x16x1xf32>) outs(%11 : tensor<1x16x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %112 = math.rsqrt %in : f32
-      linalg.yield %112 : f32
+      %87 = math.rsqrt %in : f32
+      linalg.yield %87 : f32
     } -> tensor<1x16x1xf32>
-    %109 = linalg.generic {indexing_maps = [#map1, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%103, %108 : tensor<1x16x32xf32>, tensor<1x16x1xf32>) outs(%0 : tensor<1x16x32xf32>) {
-    ^bb0(%in: f32, %in_64: f32, %out: f32):
-      %112 = arith.mulf %in, %in_64 : f32
-      linalg.yield %112 : f32
+    %84 = linalg.generic {indexing_maps = [#map1, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%78, %83 : tensor<1x16x32xf32>, tensor<1x16x1xf32>) outs(%0 : tensor<1x16x32xf32>) {
+    ^bb0(%in: f32, %in_56: f32, %out: f32):
+      %87 = arith.mulf %in, %in_56 : f32
+      linalg.yield %87 : f32
     } -> tensor<1x16x32xf32>
-    %110 = linalg.generic {indexing_maps = [#map8, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_7, %109 : tensor<32xf32>, tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
-    ^bb0(%in: f32, %in_64: f32, %out: f32):
-      %112 = arith.mulf %in, %in_64 : f32
-      linalg.yield %112 : f32
+    %85 = linalg.generic {indexing_maps = [#map8, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_3, %84 : tensor<32xf32>, tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
+    ^bb0(%in: f32, %in_56: f32, %out: f32):
+      %87 = arith.mulf %in, %in_56 : f32
+      linalg.yield %87 : f32
     } -> tensor<1x16x32xf32>
-    %transposed_61 = linalg.transpose ins(%cst_6 : tensor<64x32xf32>) outs(%93 : tensor<32x64xf32>) permutation = [1, 0] 
-    %collapsed_62 = tensor.collapse_shape %110 [[0, 1], [2]] : tensor<1x16x32xf32> into tensor<16x32xf32>
-    %111 = linalg.matmul ins(%collapsed_62, %transposed_61 : tensor<16x32xf32>, tensor<32x64xf32>) outs(%95 : tensor<16x64xf32>) -> tensor<16x64xf32>
-    %expanded_63 = tensor.expand_shape %111 [[0, 1], [2]] output_shape [1, 16, 64] : tensor<16x64xf32> into tensor<1x16x64xf32>
-    return %expanded_63, %46, %transposed_32 : tensor<1x16x64xf32>, tensor<1x2x16x128xf32>, tensor<1x2x16x128xf32>
+    %transposed_53 = linalg.transpose ins(%cst_2 : tensor<64x32xf32>) outs(%68 : tensor<32x64xf32>) permutation = [1, 0] 
+    %collapsed_54 = tensor.collapse_shape %85 [[0, 1], [2]] : tensor<1x16x32xf32> into tensor<16x32xf32>
+    %86 = linalg.matmul ins(%collapsed_54, %transposed_53 : tensor<16x32xf32>, tensor<32x64xf32>) outs(%70 : tensor<16x64xf32>) -> tensor<16x64xf32>
+    %expanded_55 = tensor.expand_shape %86 [[0, 1], [2]] output_shape [1, 16, 64] : tensor<16x64xf32> into tensor<1x16x64xf32>
+    return %expanded_55, %46, %transposed_26 : tensor<1x16x64xf32>, tensor<1x2x16x128xf32>, tensor<1x2x16x128xf32>
   }
   func.func @decode(%arg0: tensor<1x1xi64>, %arg1: tensor<1xi64>, %arg2: tensor<1x2x16x128xf32>, %arg3: tensor<1x2x16x128xf32>) -> (tensor<1x1x64xf32>, tensor<1x2x17x128xf32>, tensor<1x2x17x128xf32>) {
+    %cst = arith.constant 0.000000e+00 : f32
     %c32_i64 = arith.constant 32 : i64
     %c16_i64 = arith.constant 16 : i64
     %c2_i64 = arith.constant 2 : i64
     %c0_i64 = arith.constant 0 : i64
     %c64 = arith.constant 64 : index
-    %cst = arith.constant 0.000000e+00 : f32
-    %cst_0 = arith.constant 0xFF800000 : f32
-    %true = arith.constant true
-    %cst_1 = arith.constant 1.000000e+00 : f32
-    %cst_2 = arith.constant dense<0.000000e+00> : tensor<1x4x1x17xf32>
-    %cst_3 = arith.constant dense<0.000000e+00> : tensor<f32>
-    %cst_4 = arith.constant dense<0xFF800000> : tensor<f32>
-    %cst_5 = arith.constant dense<true> : tensor<i1>
-    %cst_6 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_3> : tensor<64x32xf32>
-    %cst_7 = arith.constant dense_resource<torch_tensor_32_torch.float32_2> : tensor<32xf32>
-    %cst_8 = arith.constant dense_resource<torch_tensor_32_64_torch.float32> : tensor<32x64xf32>
-    %cst_9 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_2> : tensor<64x32xf32>
-    %cst_10 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_1> : tensor<64x32xf32>
-    %cst_11 = arith.constant dense_resource<torch_tensor_32_torch.float32_1> : tensor<32xf32>
-    %cst_12 = arith.constant dense_resource<torch_tensor_32_512_torch.float32> : tensor<32x512xf32>
-    %cst_13 = arith.constant 0.29730177875068026 : f64
-    %cst_14 = arith.constant 0xFFF0000000000000 : f64
-    %cst_15 = arith.constant dense_resource<torch_tensor_256_32_torch.float32_1> : tensor<256x32xf32>
-    %cst_16 = arith.constant dense_resource<torch_tensor_256_32_torch.float32> : tensor<256x32xf32>
-    %cst_17 = arith.constant dense_resource<torch_tensor_512_32_torch.float32> : tensor<512x32xf32>
-    %cst_18 = arith.constant dense_resource<torch_tensor_32_torch.float32> : tensor<32xf32>
-    %cst_19 = arith.constant 9.9999999999999995E-7 : f64
-    %cst_20 = arith.constant dense_resource<torch_tensor_64_torch.float32> : tensor<64xf32>
-    %cst_21 = arith.constant dense_resource<torch_tensor_64_32_torch.float32> : tensor<64x32xf32>
-    %cst_22 = arith.constant 3.200000e+01 : f32
+    %cst_0 = arith.constant 1.000000e+00 : f32
+    %cst_1 = arith.constant dense<true> : tensor<i1>
+    %cst_2 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_3> : tensor<64x32xf32>
+    %cst_3 = arith.constant dense_resource<torch_tensor_32_torch.float32_2> : tensor<32xf32>
+    %cst_4 = arith.constant dense_resource<torch_tensor_32_64_torch.float32> : tensor<32x64xf32>
+    %cst_5 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_2> : tensor<64x32xf32>
+    %cst_6 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_1> : tensor<64x32xf32>
+    %cst_7 = arith.constant dense_resource<torch_tensor_32_torch.float32_1> : tensor<32xf32>
+    %cst_8 = arith.constant dense_resource<torch_tensor_32_512_torch.float32> : tensor<32x512xf32>
+    %cst_9 = arith.constant dense_resource<torch_tensor_256_32_torch.float32_1> : tensor<256x32xf32>
+    %cst_10 = arith.constant dense_resource<torch_tensor_256_32_torch.float32> : tensor<256x32xf32>
+    %cst_11 = arith.constant dense_resource<torch_tensor_512_32_torch.float32> : tensor<512x32xf32>
+    %cst_12 = arith.constant dense_resource<torch_tensor_32_torch.float32> : tensor<32xf32>
+    %cst_13 = arith.constant 9.9999999999999995E-7 : f64
+    %cst_14 = arith.constant dense_resource<torch_tensor_64_torch.float32> : tensor<64xf32>
+    %cst_15 = arith.constant dense_resource<torch_tensor_64_32_torch.float32> : tensor<64x32xf32>
+    %cst_16 = arith.constant 3.200000e+01 : f32
     %0 = tensor.empty() : tensor<1x1x32xf32>
     %1 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg0 : tensor<1x1xi64>) outs(%0 : tensor<1x1x32xf32>) {
     ^bb0(%in: i64, %out: f32):
-      %115 = arith.index_cast %in : i64 to index
-      %116 = linalg.index 2 : index
-      %117 = arith.cmpi slt, %115, %c64 : index
-      cf.assert %117, "index must be smaller than dim size"
-      %118 = arith.cmpi sge, %in, %c0_i64 : i64
-      cf.assert %118, "index must be larger or equal to 0"
-      %extracted = tensor.extract %cst_21[%115, %116] : tensor<64x32xf32>
+      %90 = arith.index_cast %in : i64 to index
+      %91 = linalg.index 2 : index
+      %92 = arith.cmpi slt, %90, %c64 : index
+      cf.assert %92, "index must be smaller than dim size"
+      %93 = arith.cmpi sge, %in, %c0_i64 : i64
+      cf.assert %93, "index must be larger or equal to 0"
+      %extracted = tensor.extract %cst_15[%90, %91] : tensor<64x32xf32>
       linalg.yield %extracted : f32
     } -> tensor<1x1x32xf32>
     %2 = tensor.empty() : tensor<1xi64>
@@ -510,411 +416,332 @@ module {
     } -> tensor<1xi64>
     %4 = linalg.generic {indexing_maps = [#map2, #map2], iterator_types = ["parallel"]} ins(%3 : tensor<1xi64>) outs(%2 : tensor<1xi64>) {
     ^bb0(%in: i64, %out: i64):
-      %115 = arith.addi %in, %c16_i64 : i64
-      linalg.yield %115 : i64
+      %90 = arith.addi %in, %c16_i64 : i64
+      linalg.yield %90 : i64
     } -> tensor<1xi64>
     %5 = tensor.empty() : tensor<17xi64>
     %6 = linalg.generic {indexing_maps = [#map2], iterator_types = ["parallel"]} outs(%5 : tensor<17xi64>) {
     ^bb0(%out: i64):
-      %115 = linalg.index 0 : index
-      %116 = arith.index_cast %115 : index to i64
-      linalg.yield %116 : i64
+      %90 = linalg.index 0 : index
+      %91 = arith.index_cast %90 : index to i64
+      linalg.yield %91 : i64
     } -> tensor<17xi64>
     %expanded = tensor.expand_shape %4 [[0, 1, 2, 3]] output_shape [1, 1, 1, 1] : tensor<1xi64> into tensor<1x1x1x1xi64>
-    %expanded_23 = tensor.expand_shape %6 [[0, 1, 2, 3]] output_shape [1, 1, 1, 17] : tensor<17xi64> into tensor<1x1x1x17xi64>
+    %expanded_17 = tensor.expand_shape %6 [[0, 1, 2, 3]] output_shape [1, 1, 1, 17] : tensor<17xi64> into tensor<1x1x1x17xi64>
     %7 = tensor.empty() : tensor<1x1x1x1xi64>
     %8 = linalg.generic {indexing_maps = [#map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded : tensor<1x1x1x1xi64>) outs(%7 : tensor<1x1x1x1xi64>) {
     ^bb0(%in: i64, %out: i64):
-      %115 = arith.subi %in, %c32_i64 : i64
-      linalg.yield %115 : i64
+      %90 = arith.subi %in, %c32_i64 : i64
+      linalg.yield %90 : i64
     } -> tensor<1x1x1x1xi64>
     %9 = tensor.empty() : tensor<1x1x1x17xi1>
-    %10 = linalg.generic {indexing_maps = [#map3, #map5, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_23, %8 : tensor<1x1x1x17xi64>, tensor<1x1x1x1xi64>) outs(%9 : tensor<1x1x1x17xi1>) {
-    ^bb0(%in: i64, %in_66: i64, %out: i1):
-      %115 = arith.cmpi sgt, %in, %in_66 : i64
-      linalg.yield %115 : i1
+    %10 = linalg.generic {indexing_maps = [#map3, #map5, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_17, %8 : tensor<1x1x1x17xi64>, tensor<1x1x1x1xi64>) outs(%9 : tensor<1x1x1x17xi1>) {
+    ^bb0(%in: i64, %in_58: i64, %out: i1):
+      %90 = arith.cmpi sgt, %in, %in_58 : i64
+      linalg.yield %90 : i1
     } -> tensor<1x1x1x17xi1>
-    %11 = linalg.generic {indexing_maps = [#map6, #map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%cst_5, %10 : tensor<i1>, tensor<1x1x1x17xi1>) outs(%9 : tensor<1x1x1x17xi1>) {
-    ^bb0(%in: i1, %in_66: i1, %out: i1):
-      %115 = arith.andi %in, %in_66 : i1
-      linalg.yield %115 : i1
+    %11 = linalg.generic {indexing_maps = [#map6, #map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%cst_1, %10 : tensor<i1>, tensor<1x1x1x17xi1>) outs(%9 : tensor<1x1x1x17xi1>) {
+    ^bb0(%in: i1, %in_58: i1, %out: i1):
+      %90 = arith.andi %in, %in_58 : i1
+      linalg.yield %90 : i1
     } -> tensor<1x1x1x17xi1>
-    %12 = linalg.generic {indexing_maps = [#map3, #map5, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_23, %expanded : tensor<1x1x1x17xi64>, tensor<1x1x1x1xi64>) outs(%9 : tensor<1x1x1x17xi1>) {
-    ^bb0(%in: i64, %in_66: i64, %out: i1):
-      %115 = arith.cmpi sle, %in, %in_66 : i64
-      linalg.yield %115 : i1
+    %12 = linalg.generic {indexing_maps = [#map3, #map5, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_17, %expanded : tensor<1x1x1x17xi64>, tensor<1x1x1x1xi64>) outs(%9 : tensor<1x1x1x17xi1>) {
+    ^bb0(%in: i64, %in_58: i64, %out: i1):
+      %90 = arith.cmpi sle, %in, %in_58 : i64
+      linalg.yield %90 : i1
     } -> tensor<1x1x1x17xi1>
     %13 = linalg.generic {indexing_maps = [#map3, #map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%11, %12 : tensor<1x1x1x17xi1>, tensor<1x1x1x17xi1>) outs(%9 : tensor<1x1x1x17xi1>) {
-    ^bb0(%in: i1, %in_66: i1, %out: i1):
-      %115 = arith.andi %in, %in_66 : i1
-      linalg.yield %115 : i1
+    ^bb0(%in: i1, %in_58: i1, %out: i1):
+      %90 = arith.andi %in, %in_58 : i1
+      linalg.yield %90 : i1
     } -> tensor<1x1x1x17xi1>
-    %expanded_24 = tensor.expand_shape %arg1 [[0, 1, 2]] output_shape [1, 1, 1] : tensor<1xi64> into tensor<1x1x1xi64>
+    %expanded_18 = tensor.expand_shape %arg1 [[0, 1, 2]] output_shape [1, 1, 1] : tensor<1xi64> into tensor<1x1x1xi64>
     %14 = tensor.empty() : tensor<1x1x1xf32>
-    %15 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_24 : tensor<1x1x1xi64>) outs(%14 : tensor<1x1x1xf32>) {
+    %15 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_18 : tensor<1x1x1xi64>) outs(%14 : tensor<1x1x1xf32>) {
     ^bb0(%in: i64, %out: f32):
-      %115 = arith.sitofp %in : i64 to f32
-      linalg.yield %115 : f32
+      %90 = arith.sitofp %in : i64 to f32
+      linalg.yield %90 : f32
     } -> tensor<1x1x1xf32>
     %16 = tensor.empty() : tensor<1x1x64xf32>
-    %17 = linalg.generic {indexing_maps = [#map7, #map8, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%15, %cst_20 : tensor<1x1x1xf32>, tensor<64xf32>) outs(%16 : tensor<1x1x64xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %115 = arith.mulf %in, %in_66 : f32
-      linalg.yield %115 : f32
+    %17 = linalg.generic {indexing_maps = [#map7, #map8, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%15, %cst_14 : tensor<1x1x1xf32>, tensor<64xf32>) outs(%16 : tensor<1x1x64xf32>) {
+    ^bb0(%in: f32, %in_58: f32, %out: f32):
+      %90 = arith.mulf %in, %in_58 : f32
+      linalg.yield %90 : f32
     } -> tensor<1x1x64xf32>
     %concat = tensor.concat dim(2) %17, %17 : (tensor<1x1x64xf32>, tensor<1x1x64xf32>) -> tensor<1x1x128xf32>
     %18 = tensor.empty() : tensor<1x1x128xf32>
     %19 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%concat : tensor<1x1x128xf32>) outs(%18 : tensor<1x1x128xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %115 = math.cos %in : f32
-      linalg.yield %115 : f32
+      %90 = math.cos %in : f32
+      linalg.yield %90 : f32
     } -> tensor<1x1x128xf32>
     %20 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%concat : tensor<1x1x128xf32>) outs(%18 : tensor<1x1x128xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %115 = math.sin %in : f32
-      linalg.yield %115 : f32
+      %90 = math.sin %in : f32
+      linalg.yield %90 : f32
     } -> tensor<1x1x128xf32>
     %21 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%1 : tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %115 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %115 : f32
+      %90 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %90 : f32
     } -> tensor<1x1x32xf32>
     %22 = linalg.fill ins(%cst : f32) outs(%14 : tensor<1x1x1xf32>) -> tensor<1x1x1xf32>
     %23 = linalg.generic {indexing_maps = [#map1, #map7], iterator_types = ["parallel", "parallel", "reduction"]} ins(%21 : tensor<1x1x32xf32>) outs(%22 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %115 = arith.addf %in, %out : f32
-      linalg.yield %115 : f32
+      %90 = arith.addf %in, %out : f32
+      linalg.yield %90 : f32
     } -> tensor<1x1x1xf32>
     %24 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%23 : tensor<1x1x1xf32>) outs(%14 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %115 = arith.divf %in, %cst_22 : f32
-      linalg.yield %115 : f32
+      %90 = arith.divf %in, %cst_16 : f32
+      linalg.yield %90 : f32
     } -> tensor<1x1x1xf32>
     %25 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%24 : tensor<1x1x1xf32>) outs(%14 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %115 = arith.truncf %cst_19 : f64 to f32
-      %116 = arith.addf %in, %115 : f32
-      linalg.yield %116 : f32
+      %90 = arith.truncf %cst_13 : f64 to f32
+      %91 = arith.addf %in, %90 : f32
+      linalg.yield %91 : f32
     } -> tensor<1x1x1xf32>
     %26 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%25 : tensor<1x1x1xf32>) outs(%14 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %115 = math.rsqrt %in : f32
-      linalg.yield %115 : f32
+      %90 = math.rsqrt %in : f32
+      linalg.yield %90 : f32
     } -> tensor<1x1x1xf32>
     %27 = linalg.generic {indexing_maps = [#map1, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%1, %26 : tensor<1x1x32xf32>, tensor<1x1x1xf32>) outs(%0 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %115 = arith.mulf %in, %in_66 : f32
-      linalg.yield %115 : f32
+    ^bb0(%in: f32, %in_58: f32, %out: f32):
+      %90 = arith.mulf %in, %in_58 : f32
+      linalg.yield %90 : f32
     } -> tensor<1x1x32xf32>
-    %28 = linalg.generic {indexing_maps = [#map8, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_18, %27 : tensor<32xf32>, tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %115 = arith.mulf %in, %in_66 : f32
-      linalg.yield %115 : f32
+    %28 = linalg.generic {indexing_maps = [#map8, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_12, %27 : tensor<32xf32>, tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
+    ^bb0(%in: f32, %in_58: f32, %out: f32):
+      %90 = arith.mulf %in, %in_58 : f32
+      linalg.yield %90 : f32
     } -> tensor<1x1x32xf32>
     %29 = tensor.empty() : tensor<32x512xf32>
-    %transposed = linalg.transpose ins(%cst_17 : tensor<512x32xf32>) outs(%29 : tensor<32x512xf32>) permutation = [1, 0] 
+    %transposed = linalg.transpose ins(%cst_11 : tensor<512x32xf32>) outs(%29 : tensor<32x512xf32>) permutation = [1, 0] 
     %collapsed = tensor.collapse_shape %28 [[0], [1, 2]] : tensor<1x1x32xf32> into tensor<1x32xf32>
     %30 = tensor.empty() : tensor<1x512xf32>
     %31 = linalg.fill ins(%cst : f32) outs(%30 : tensor<1x512xf32>) -> tensor<1x512xf32>
     %32 = linalg.matmul ins(%collapsed, %transposed : tensor<1x32xf32>, tensor<32x512xf32>) outs(%31 : tensor<1x512xf32>) -> tensor<1x512xf32>
-    %expanded_25 = tensor.expand_shape %32 [[0], [1, 2, 3]] output_shape [1, 1, 4, 128] : tensor<1x512xf32> into tensor<1x1x4x128xf32>
+    %expanded_19 = tensor.expand_shape %32 [[0], [1, 2, 3]] output_shape [1, 1, 4, 128] : tensor<1x512xf32> into tensor<1x1x4x128xf32>
     %33 = tensor.empty() : tensor<1x4x1x128xf32>
-    %transposed_26 = linalg.transpose ins(%expanded_25 : tensor<1x1x4x128xf32>) outs(%33 : tensor<1x4x1x128xf32>) permutation = [0, 2, 1, 3] 
+    %transposed_20 = linalg.transpose ins(%expanded_19 : tensor<1x1x4x128xf32>) outs(%33 : tensor<1x4x1x128xf32>) permutation = [0, 2, 1, 3] 
     %34 = tensor.empty() : tensor<32x256xf32>
-    %transposed_27 = linalg.transpose ins(%cst_16 : tensor<256x32xf32>) outs(%34 : tensor<32x256xf32>) permutation = [1, 0] 
+    %transposed_21 = linalg.transpose ins(%cst_10 : tensor<256x32xf32>) outs(%34 : tensor<32x256xf32>) permutation = [1, 0] 
     %35 = tensor.empty() : tensor<1x256xf32>
     %36 = linalg.fill ins(%cst : f32) outs(%35 : tensor<1x256xf32>) -> tensor<1x256xf32>
-    %37 = linalg.matmul ins(%collapsed, %transposed_27 : tensor<1x32xf32>, tensor<32x256xf32>) outs(%36 : tensor<1x256xf32>) -> tensor<1x256xf32>
-    %expanded_28 = tensor.expand_shape %37 [[0], [1, 2, 3]] output_shape [1, 1, 2, 128] : tensor<1x256xf32> into tensor<1x1x2x128xf32>
+    %37 = linalg.matmul ins(%collapsed, %transposed_21 : tensor<1x32xf32>, tensor<32x256xf32>) outs(%36 : tensor<1x256xf32>) -> tensor<1x256xf32>
+    %expanded_22 = tensor.expand_shape %37 [[0], [1, 2, 3]] output_shape [1, 1, 2, 128] : tensor<1x256xf32> into tensor<1x1x2x128xf32>
     %38 = tensor.empty() : tensor<1x2x1x128xf32>
-    %transposed_29 = linalg.transpose ins(%expanded_28 : tensor<1x1x2x128xf32>) outs(%38 : tensor<1x2x1x128xf32>) permutation = [0, 2, 1, 3] 
-    %transposed_30 = linalg.transpose ins(%cst_15 : tensor<256x32xf32>) outs(%34 : tensor<32x256xf32>) permutation = [1, 0] 
-    %39 = linalg.matmul ins(%collapsed, %transposed_30 : tensor<1x32xf32>, tensor<32x256xf32>) outs(%36 : tensor<1x256xf32>) -> tensor<1x256xf32>
-    %expanded_31 = tensor.expand_shape %39 [[0], [1, 2, 3]] output_shape [1, 1, 2, 128] : tensor<1x256xf32> into tensor<1x1x2x128xf32>
-    %transposed_32 = linalg.transpose ins(%expanded_31 : tensor<1x1x2x128xf32>) outs(%38 : tensor<1x2x1x128xf32>) permutation = [0, 2, 1, 3] 
-    %expanded_33 = tensor.expand_shape %19 [[0], [1, 2], [3]] output_shape [1, 1, 1, 128] : tensor<1x1x128xf32> into tensor<1x1x1x128xf32>
-    %expanded_34 = tensor.expand_shape %20 [[0], [1, 2], [3]] output_shape [1, 1, 1, 128] : tensor<1x1x128xf32> into tensor<1x1x1x128xf32>
-    %40 = linalg.generic {indexing_maps = [#map3, #map9, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_26, %expanded_33 : tensor<1x4x1x128xf32>, tensor<1x1x1x128xf32>) outs(%33 : tensor<1x4x1x128xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %115 = arith.mulf %in, %in_66 : f32
-      linalg.yield %115 : f32
+    %transposed_23 = linalg.transpose ins(%expanded_22 : tensor<1x1x2x128xf32>) outs(%38 : tensor<1x2x1x128xf32>) permutation = [0, 2, 1, 3] 
+    %transposed_24 = linalg.transpose ins(%cst_9 : tensor<256x32xf32>) outs(%34 : tensor<32x256xf32>) permutation = [1, 0] 
+    %39 = linalg.matmul ins(%collapsed, %transposed_24 : tensor<1x32xf32>, tensor<32x256xf32>) outs(%36 : tensor<1x256xf32>) -> tensor<1x256xf32>
+    %expanded_25 = tensor.expand_shape %39 [[0], [1, 2, 3]] output_shape [1, 1, 2, 128] : tensor<1x256xf32> into tensor<1x1x2x128xf32>
+    %transposed_26 = linalg.transpose ins(%expanded_25 : tensor<1x1x2x128xf32>) outs(%38 : tensor<1x2x1x128xf32>) permutation = [0, 2, 1, 3] 
+    %expanded_27 = tensor.expand_shape %19 [[0], [1, 2], [3]] output_shape [1, 1, 1, 128] : tensor<1x1x128xf32> into tensor<1x1x1x128xf32>
+    %expanded_28 = tensor.expand_shape %20 [[0], [1, 2], [3]] output_shape [1, 1, 1, 128] : tensor<1x1x128xf32> into tensor<1x1x1x128xf32>
+    %40 = linalg.generic {indexing_maps = [#map3, #map9, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_20, %expanded_27 : tensor<1x4x1x128xf32>, tensor<1x1x1x128xf32>) outs(%33 : tensor<1x4x1x128xf32>) {
+    ^bb0(%in: f32, %in_58: f32, %out: f32):
+      %90 = arith.mulf %in, %in_58 : f32
+      linalg.yield %90 : f32
     } -> tensor<1x4x1x128xf32>
-    %extracted_slice = tensor.extract_slice %transposed_26[0, 0, 0, 0] [1, 4, 1, 64] [1, 1, 1, 1] : tensor<1x4x1x128xf32> to tensor<1x4x1x64xf32>
-    %extracted_slice_35 = tensor.extract_slice %transposed_26[0, 0, 0, 64] [1, 4, 1, 64] [1, 1, 1, 1] : tensor<1x4x1x128xf32> to tensor<1x4x1x64xf32>
+    %extracted_slice = tensor.extract_slice %transposed_20[0, 0, 0, 0] [1, 4, 1, 64] [1, 1, 1, 1] : tensor<1x4x1x128xf32> to tensor<1x4x1x64xf32>
+    %extracted_slice_29 = tensor.extract_slice %transposed_20[0, 0, 0, 64] [1, 4, 1, 64] [1, 1, 1, 1] : tensor<1x4x1x128xf32> to tensor<1x4x1x64xf32>
     %41 = tensor.empty() : tensor<1x4x1x64xf32>
-    %42 = linalg.generic {indexing_maps = [#map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_35 : tensor<1x4x1x64xf32>) outs(%41 : tensor<1x4x1x64xf32>) {
+    %42 = linalg.generic {indexing_maps = [#map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_29 : tensor<1x4x1x64xf32>) outs(%41 : tensor<1x4x1x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %115 = arith.negf %in : f32
-      linalg.yield %115 : f32
+      %90 = arith.negf %in : f32
+      linalg.yield %90 : f32
     } -> tensor<1x4x1x64xf32>
-    %concat_36 = tensor.concat dim(3) %42, %extracted_slice : (tensor<1x4x1x64xf32>, tensor<1x4x1x64xf32>) -> tensor<1x4x1x128xf32>
-    %43 = linalg.generic {indexing_maps = [#map3, #map9, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_36, %expanded_34 : tensor<1x4x1x128xf32>, tensor<1x1x1x128xf32>) outs(%33 : tensor<1x4x1x128xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %115 = arith.mulf %in, %in_66 : f32
-      linalg.yield %115 : f32
+    %concat_30 = tensor.concat dim(3) %42, %extracted_slice : (tensor<1x4x1x64xf32>, tensor<1x4x1x64xf32>) -> tensor<1x4x1x128xf32>
+    %43 = linalg.generic {indexing_maps = [#map3, #map9, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_30, %expanded_28 : tensor<1x4x1x128xf32>, tensor<1x1x1x128xf32>) outs(%33 : tensor<1x4x1x128xf32>) {
+    ^bb0(%in: f32, %in_58: f32, %out: f32):
+      %90 = arith.mulf %in, %in_58 : f32
+      linalg.yield %90 : f32
     } -> tensor<1x4x1x128xf32>
     %44 = linalg.generic {indexing_maps = [#map3, #map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%40, %43 : tensor<1x4x1x128xf32>, tensor<1x4x1x128xf32>) outs(%33 : tensor<1x4x1x128xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %115 = arith.addf %in, %in_66 : f32
-      linalg.yield %115 : f32
+    ^bb0(%in: f32, %in_58: f32, %out: f32):
+      %90 = arith.addf %in, %in_58 : f32
+      linalg.yield %90 : f32
     } -> tensor<1x4x1x128xf32>
-    %45 = linalg.generic {indexing_maps = [#map3, #map9, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_29, %expanded_33 : tensor<1x2x1x128xf32>, tensor<1x1x1x128xf32>) outs(%38 : tensor<1x2x1x128xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %115 = arith.mulf %in, %in_66 : f32
-      linalg.yield %115 : f32
+    %45 = linalg.generic {indexing_maps = [#map3, #map9, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_23, %expanded_27 : tensor<1x2x1x128xf32>, tensor<1x1x1x128xf32>) outs(%38 : tensor<1x2x1x128xf32>) {
+    ^bb0(%in: f32, %in_58: f32, %out: f32):
+      %90 = arith.mulf %in, %in_58 : f32
+      linalg.yield %90 : f32
     } -> tensor<1x2x1x128xf32>
-    %extracted_slice_37 = tensor.extract_slice %transposed_29[0, 0, 0, 0] [1, 2, 1, 64] [1, 1, 1, 1] : tensor<1x2x1x128xf32> to tensor<1x2x1x64xf32>
-    %extracted_slice_38 = tensor.extract_slice %transposed_29[0, 0, 0, 64] [1, 2, 1, 64] [1, 1, 1, 1] : tensor<1x2x1x128xf32> to tensor<1x2x1x64xf32>
+    %extracted_slice_31 = tensor.extract_slice %transposed_23[0, 0, 0, 0] [1, 2, 1, 64] [1, 1, 1, 1] : tensor<1x2x1x128xf32> to tensor<1x2x1x64xf32>
+    %extracted_slice_32 = tensor.extract_slice %transposed_23[0, 0, 0, 64] [1, 2, 1, 64] [1, 1, 1, 1] : tensor<1x2x1x128xf32> to tensor<1x2x1x64xf32>
     %46 = tensor.empty() : tensor<1x2x1x64xf32>
-    %47 = linalg.generic {indexing_maps = [#map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_38 : tensor<1x2x1x64xf32>) outs(%46 : tensor<1x2x1x64xf32>) {
+    %47 = linalg.generic {indexing_maps = [#map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_32 : tensor<1x2x1x64xf32>) outs(%46 : tensor<1x2x1x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %115 = arith.negf %in : f32
-      linalg.yield %115 : f32
+      %90 = arith.negf %in : f32
+      linalg.yield %90 : f32
     } -> tensor<1x2x1x64xf32>
-    %concat_39 = tensor.concat dim(3) %47, %extracted_slice_37 : (tensor<1x2x1x64xf32>, tensor<1x2x1x64xf32>) -> tensor<1x2x1x128xf32>
-    %48 = linalg.generic {indexing_maps = [#map3, #map9, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_39, %expanded_34 : tensor<1x2x1x128xf32>, tensor<1x1x1x128xf32>) outs(%38 : tensor<1x2x1x128xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %115 = arith.mulf %in, %in_66 : f32
-      linalg.yield %115 : f32
+    %concat_33 = tensor.concat dim(3) %47, %extracted_slice_31 : (tensor<1x2x1x64xf32>, tensor<1x2x1x64xf32>) -> tensor<1x2x1x128xf32>
+    %48 = linalg.generic {indexing_maps = [#map3, #map9, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_33, %expanded_28 : tensor<1x2x1x128xf32>, tensor<1x1x1x128xf32>) outs(%38 : tensor<1x2x1x128xf32>) {
+    ^bb0(%in: f32, %in_58: f32, %out: f32):
+      %90 = arith.mulf %in, %in_58 : f32
+      linalg.yield %90 : f32
     } -> tensor<1x2x1x128xf32>
     %49 = linalg.generic {indexing_maps = [#map3, #map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%45, %48 : tensor<1x2x1x128xf32>, tensor<1x2x1x128xf32>) outs(%38 : tensor<1x2x1x128xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %115 = arith.addf %in, %in_66 : f32
-      linalg.yield %115 : f32
+    ^bb0(%in: f32, %in_58: f32, %out: f32):
+      %90 = arith.addf %in, %in_58 : f32
+      linalg.yield %90 : f32
     } -> tensor<1x2x1x128xf32>
-    %concat_40 = tensor.concat dim(2) %arg2, %49 : (tensor<1x2x16x128xf32>, tensor<1x2x1x128xf32>) -> tensor<1x2x17x128xf32>
-    %concat_41 = tensor.concat dim(2) %arg3, %transposed_32 : (tensor<1x2x16x128xf32>, tensor<1x2x1x128xf32>) -> tensor<1x2x17x128xf32>
+    %concat_34 = tensor.concat dim(2) %arg2, %49 : (tensor<1x2x16x128xf32>, tensor<1x2x1x128xf32>) -> tensor<1x2x17x128xf32>
+    %concat_35 = tensor.concat dim(2) %arg3, %transposed_26 : (tensor<1x2x16x128xf32>, tensor<1x2x1x128xf32>) -> tensor<1x2x17x128xf32>
     %50 = tensor.empty() : tensor<1x2x2x17x128xf32>
-    %51 = linalg.generic {indexing_maps = [#map10, #map11], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%concat_40 : tensor<1x2x17x128xf32>) outs(%50 : tensor<1x2x2x17x128xf32>) {
+    %51 = linalg.generic {indexing_maps = [#map10, #map11], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%concat_34 : tensor<1x2x17x128xf32>) outs(%50 : tensor<1x2x2x17x128xf32>) {
     ^bb0(%in: f32, %out: f32):
       linalg.yield %in : f32
     } -> tensor<1x2x2x17x128xf32>
-    %collapsed_42 = tensor.collapse_shape %51 [[0], [1, 2], [3], [4]] : tensor<1x2x2x17x128xf32> into tensor<1x4x17x128xf32>
-    %52 = linalg.generic {indexing_maps = [#map10, #map11], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%concat_41 : tensor<1x2x17x128xf32>) outs(%50 : tensor<1x2x2x17x128xf32>) {
+    %collapsed_36 = tensor.collapse_shape %51 [[0], [1, 2], [3], [4]] : tensor<1x2x2x17x128xf32> into tensor<1x4x17x128xf32>
+    %52 = linalg.generic {indexing_maps = [#map10, #map11], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%concat_35 : tensor<1x2x17x128xf32>) outs(%50 : tensor<1x2x2x17x128xf32>) {
     ^bb0(%in: f32, %out: f32):
       linalg.yield %in : f32
     } -> tensor<1x2x2x17x128xf32>
-    %53 = tensor.empty() : tensor<1x1x1x17xf32>
-    %54 = linalg.generic {indexing_maps = [#map3, #map6, #map6, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%13, %cst_3, %cst_4 : tensor<1x1x1x17xi1>, tensor<f32>, tensor<f32>) outs(%53 : tensor<1x1x1x17xf32>) {
-    ^bb0(%in: i1, %in_66: f32, %in_67: f32, %out: f32):
-      %115 = arith.select %in, %in_66, %in_67 : f32
-      linalg.yield %115 : f32
-    } -> tensor<1x1x1x17xf32>
-    %55 = linalg.generic {indexing_maps = [#map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%44 : tensor<1x4x1x128xf32>) outs(%33 : tensor<1x4x1x128xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %115 = arith.truncf %cst_13 : f64 to f32
-      %116 = arith.mulf %in, %115 : f32
-      linalg.yield %116 : f32
-    } -> tensor<1x4x1x128xf32>
-    %56 = tensor.empty() : tensor<1x4x128x17xf32>
-    %transposed_43 = linalg.transpose ins(%collapsed_42 : tensor<1x4x17x128xf32>) outs(%56 : tensor<1x4x128x17xf32>) permutation = [0, 1, 3, 2] 
-    %57 = linalg.generic {indexing_maps = [#map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_43 : tensor<1x4x128x17xf32>) outs(%56 : tensor<1x4x128x17xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %115 = arith.truncf %cst_13 : f64 to f32
-      %116 = arith.mulf %in, %115 : f32
-      linalg.yield %116 : f32
-    } -> tensor<1x4x128x17xf32>
-    %collapsed_44 = tensor.collapse_shape %55 [[0, 1], [2], [3]] : tensor<1x4x1x128xf32> into tensor<4x1x128xf32>
-    %collapsed_45 = tensor.collapse_shape %57 [[0, 1], [2], [3]] : tensor<1x4x128x17xf32> into tensor<4x128x17xf32>
-    %58 = tensor.empty() : tensor<4x1x17xf32>
-    %59 = linalg.fill ins(%cst : f32) outs(%58 : tensor<4x1x17xf32>) -> tensor<4x1x17xf32>
-    %60 = linalg.batch_matmul ins(%collapsed_44, %collapsed_45 : tensor<4x1x128xf32>, tensor<4x128x17xf32>) outs(%59 : tensor<4x1x17xf32>) -> tensor<4x1x17xf32>
-    %expanded_46 = tensor.expand_shape %60 [[0, 1], [2], [3]] output_shape [1, 4, 1, 17] : tensor<4x1x17xf32> into tensor<1x4x1x17xf32>
-    %61 = tensor.empty() : tensor<1x4x1x17xf32>
-    %62 = linalg.generic {indexing_maps = [#map3, #map9, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_46, %54 : tensor<1x4x1x17xf32>, tensor<1x1x1x17xf32>) outs(%61 : tensor<1x4x1x17xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %115 = arith.addf %in, %in_66 : f32
-      linalg.yield %115 : f32
-    } -> tensor<1x4x1x17xf32>
-    %63 = tensor.empty() : tensor<1x4x1xi64>
-    %64 = linalg.fill ins(%c0_i64 : i64) outs(%63 : tensor<1x4x1xi64>) -> tensor<1x4x1xi64>
-    %65 = tensor.empty() : tensor<1x4x1xf32>
-    %66 = linalg.fill ins(%cst_0 : f32) outs(%65 : tensor<1x4x1xf32>) -> tensor<1x4x1xf32>
-    %67:2 = linalg.generic {indexing_maps = [#map3, #map12, #map12], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%62 : tensor<1x4x1x17xf32>) outs(%66, %64 : tensor<1x4x1xf32>, tensor<1x4x1xi64>) {
-    ^bb0(%in: f32, %out: f32, %out_66: i64):
-      %115 = linalg.index 3 : index
-      %116 = arith.index_cast %115 : index to i64
-      %117 = arith.maximumf %in, %out : f32
-      %118 = arith.cmpf ogt, %in, %out : f32
-      %119 = arith.select %118, %116, %out_66 : i64
-      linalg.yield %117, %119 : f32, i64
-    } -> (tensor<1x4x1xf32>, tensor<1x4x1xi64>)
-    %expanded_47 = tensor.expand_shape %67#0 [[0], [1], [2, 3]] output_shape [1, 4, 1, 1] : tensor<1x4x1xf32> into tensor<1x4x1x1xf32>
-    %68 = linalg.generic {indexing_maps = [#map3, #map5, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%62, %expanded_47 : tensor<1x4x1x17xf32>, tensor<1x4x1x1xf32>) outs(%61 : tensor<1x4x1x17xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %115 = arith.subf %in, %in_66 : f32
-      linalg.yield %115 : f32
-    } -> tensor<1x4x1x17xf32>
-    %69 = linalg.generic {indexing_maps = [#map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%68 : tensor<1x4x1x17xf32>) outs(%61 : tensor<1x4x1x17xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %115 = math.exp %in : f32
-      linalg.yield %115 : f32
-    } -> tensor<1x4x1x17xf32>
-    %70 = tensor.empty() : tensor<1x4x1x1xf32>
-    %71 = linalg.fill ins(%cst : f32) outs(%70 : tensor<1x4x1x1xf32>) -> tensor<1x4x1x1xf32>
-    %72 = linalg.generic {indexing_maps = [#map3, #map5], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%69 : tensor<1x4x1x17xf32>) outs(%71 : tensor<1x4x1x1xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %115 = arith.addf %in, %out : f32
-      linalg.yield %115 : f32
-    } -> tensor<1x4x1x1xf32>
-    %73 = linalg.generic {indexing_maps = [#map3, #map5, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%69, %72 : tensor<1x4x1x17xf32>, tensor<1x4x1x1xf32>) outs(%61 : tensor<1x4x1x17xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %115 = arith.divf %in, %in_66 : f32
-      linalg.yield %115 : f32
-    } -> tensor<1x4x1x17xf32>
-    %74 = tensor.empty() : tensor<1x4x1x17xi1>
-    %75 = linalg.generic {indexing_maps = [#map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%62 : tensor<1x4x1x17xf32>) outs(%74 : tensor<1x4x1x17xi1>) {
-    ^bb0(%in: f32, %out: i1):
-      %115 = arith.extf %in : f32 to f64
-      %116 = arith.cmpf oeq, %115, %cst_14 : f64
-      linalg.yield %116 : i1
-    } -> tensor<1x4x1x17xi1>
-    %76 = tensor.empty() : tensor<1x4x1x1xi1>
-    %77 = linalg.fill ins(%true : i1) outs(%76 : tensor<1x4x1x1xi1>) -> tensor<1x4x1x1xi1>
-    %78 = linalg.generic {indexing_maps = [#map3, #map5], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%75 : tensor<1x4x1x17xi1>) outs(%77 : tensor<1x4x1x1xi1>) {
+    %collapsed_37 = tensor.collapse_shape %52 [[0], [1, 2], [3], [4]] : tensor<1x2x2x17x128xf32> into tensor<1x4x17x128xf32>
+    %53 = tensor.empty() : tensor<1x4x1x17xi1>
+    %54 = linalg.generic {indexing_maps = [#map9, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%13 : tensor<1x1x1x17xi1>) outs(%53 : tensor<1x4x1x17xi1>) {
     ^bb0(%in: i1, %out: i1):
-      %115 = arith.andi %in, %out : i1
-      linalg.yield %115 : i1
-    } -> tensor<1x4x1x1xi1>
-    %79 = linalg.generic {indexing_maps = [#map5, #map3, #map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%78, %cst_2, %73 : tensor<1x4x1x1xi1>, tensor<1x4x1x17xf32>, tensor<1x4x1x17xf32>) outs(%61 : tensor<1x4x1x17xf32>) {
-    ^bb0(%in: i1, %in_66: f32, %in_67: f32, %out: f32):
-      %115 = arith.select %in, %in_66, %in_67 : f32
-      linalg.yield %115 : f32
-    } -> tensor<1x4x1x17xf32>
-    %collapsed_48 = tensor.collapse_shape %79 [[0, 1], [2], [3]] : tensor<1x4x1x17xf32> into tensor<4x1x17xf32>
-    %collapsed_49 = tensor.collapse_shape %52 [[0, 1, 2], [3], [4]] : tensor<1x2x2x17x128xf32> into tensor<4x17x128xf32>
-    %80 = tensor.empty() : tensor<4x1x128xf32>
-    %81 = linalg.fill ins(%cst : f32) outs(%80 : tensor<4x1x128xf32>) -> tensor<4x1x128xf32>
-    %82 = linalg.batch_matmul ins(%collapsed_48, %collapsed_49 : tensor<4x1x17xf32>, tensor<4x17x128xf32>) outs(%81 : tensor<4x1x128xf32>) -> tensor<4x1x128xf32>
-    %expanded_50 = tensor.expand_shape %82 [[0, 1], [2], [3]] output_shape [1, 4, 1, 128] : tensor<4x1x128xf32> into tensor<1x4x1x128xf32>
-    %83 = tensor.empty() : tensor<1x1x4x128xf32>
-    %transposed_51 = linalg.transpose ins(%expanded_50 : tensor<1x4x1x128xf32>) outs(%83 : tensor<1x1x4x128xf32>) permutation = [0, 2, 1, 3] 
-    %84 = tensor.empty() : tensor<512x32xf32>
-    %transposed_52 = linalg.transpose ins(%cst_12 : tensor<32x512xf32>) outs(%84 : tensor<512x32xf32>) permutation = [1, 0] 
-    %collapsed_53 = tensor.collapse_shape %transposed_51 [[0], [1, 2, 3]] : tensor<1x1x4x128xf32> into tensor<1x512xf32>
-    %85 = tensor.empty() : tensor<1x32xf32>
-    %86 = linalg.fill ins(%cst : f32) outs(%85 : tensor<1x32xf32>) -> tensor<1x32xf32>
-    %87 = linalg.matmul ins(%collapsed_53, %transposed_52 : tensor<1x512xf32>, tensor<512x32xf32>) outs(%86 : tensor<1x32xf32>) -> tensor<1x32xf32>
-    %expanded_54 = tensor.expand_shape %87 [[0], [1, 2]] output_shape [1, 1, 32] : tensor<1x32xf32> into tensor<1x1x32xf32>
-    %88 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%1, %expanded_54 : tensor<1x1x32xf32>, tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %115 = arith.addf %in, %in_66 : f32
-      linalg.yield %115 : f32
+      linalg.yield %in : i1
+    } -> tensor<1x4x1x17xi1>
+    %collapsed_38 = tensor.collapse_shape %44 [[0, 1], [2], [3]] : tensor<1x4x1x128xf32> into tensor<4x1x128xf32>
+    %collapsed_39 = tensor.collapse_shape %collapsed_36 [[0, 1], [2], [3]] : tensor<1x4x17x128xf32> into tensor<4x17x128xf32>
+    %collapsed_40 = tensor.collapse_shape %collapsed_37 [[0, 1], [2], [3]] : tensor<1x4x17x128xf32> into tensor<4x17x128xf32>
+    %collapsed_41 = tensor.collapse_shape %54 [[0, 1], [2], [3]] : tensor<1x4x1x17xi1> into tensor<4x1x17xi1>
+    %55 = tensor.empty() : tensor<4x1x128xf32>
+    %56 = linalg.fill ins(%cst : f32) outs(%55 : tensor<4x1x128xf32>) -> tensor<4x1x128xf32>
+    %57 = "snapkv.sdpa"(%collapsed_38, %collapsed_39, %collapsed_40, %collapsed_41, %56) {scale = 0.088388347648318447 : f64} : (tensor<4x1x128xf32>, tensor<4x17x128xf32>, tensor<4x17x128xf32>, tensor<4x1x17xi1>, tensor<4x1x128xf32>) -> tensor<4x1x128xf32>
+    %expanded_42 = tensor.expand_shape %57 [[0, 1], [2], [3]] output_shape [1, 4, 1, 128] : tensor<4x1x128xf32> into tensor<1x4x1x128xf32>
+    %58 = tensor.empty() : tensor<1x1x4x128xf32>
+    %transposed_43 = linalg.transpose ins(%expanded_42 : tensor<1x4x1x128xf32>) outs(%58 : tensor<1x1x4x128xf32>) permutation = [0, 2, 1, 3] 
+    %59 = tensor.empty() : tensor<512x32xf32>
+    %transposed_44 = linalg.transpose ins(%cst_8 : tensor<32x512xf32>) outs(%59 : tensor<512x32xf32>) permutation = [1, 0] 
+    %collapsed_45 = tensor.collapse_shape %transposed_43 [[0], [1, 2, 3]] : tensor<1x1x4x128xf32> into tensor<1x512xf32>
+    %60 = tensor.empty() : tensor<1x32xf32>
+    %61 = linalg.fill ins(%cst : f32) outs(%60 : tensor<1x32xf32>) -> tensor<1x32xf32>
+    %62 = linalg.matmul ins(%collapsed_45, %transposed_44 : tensor<1x512xf32>, tensor<512x32xf32>) outs(%61 : tensor<1x32xf32>) -> tensor<1x32xf32>
+    %expanded_46 = tensor.expand_shape %62 [[0], [1, 2]] output_shape [1, 1, 32] : tensor<1x32xf32> into tensor<1x1x32xf32>
+    %63 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%1, %expanded_46 : tensor<1x1x32xf32>, tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
+    ^bb0(%in: f32, %in_58: f32, %out: f32):
+      %90 = arith.addf %in, %in_58 : f32
+      linalg.yield %90 : f32
     } -> tensor<1x1x32xf32>
-    %89 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%88 : tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
+    %64 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%63 : tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %115 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %115 : f32
+      %90 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %90 : f32
     } -> tensor<1x1x32xf32>
-    %90 = linalg.generic {indexing_maps = [#map1, #map7], iterator_types = ["parallel", "parallel", "reduction"]} ins(%89 : tensor<1x1x32xf32>) outs(%22 : tensor<1x1x1xf32>) {
+    %65 = linalg.generic {indexing_maps = [#map1, #map7], iterator_types = ["parallel", "parallel", "reduction"]} ins(%64 : tensor<1x1x32xf32>) outs(%22 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %115 = arith.addf %in, %out : f32
-      linalg.yield %115 : f32
+      %90 = arith.addf %in, %out : f32
+      linalg.yield %90 : f32
     } -> tensor<1x1x1xf32>
-    %91 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%90 : tensor<1x1x1xf32>) outs(%14 : tensor<1x1x1xf32>) {
+    %66 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%65 : tensor<1x1x1xf32>) outs(%14 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %115 = arith.divf %in, %cst_22 : f32
-      linalg.yield %115 : f32
+      %90 = arith.divf %in, %cst_16 : f32
+      linalg.yield %90 : f32
     } -> tensor<1x1x1xf32>
-    %92 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%91 : tensor<1x1x1xf32>) outs(%14 : tensor<1x1x1xf32>) {
+    %67 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%66 : tensor<1x1x1xf32>) outs(%14 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %115 = arith.truncf %cst_19 : f64 to f32
-      %116 = arith.addf %in, %115 : f32
-      linalg.yield %116 : f32
+      %90 = arith.truncf %cst_13 : f64 to f32
+      %91 = arith.addf %in, %90 : f32
+      linalg.yield %91 : f32
     } -> tensor<1x1x1xf32>
-    %93 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%92 : tensor<1x1x1xf32>) outs(%14 : tensor<1x1x1xf32>) {
+    %68 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%67 : tensor<1x1x1xf32>) outs(%14 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %115 = math.rsqrt %in : f32
-      linalg.yield %115 : f32
+      %90 = math.rsqrt %in : f32
+      linalg.yield %90 : f32
     } -> tensor<1x1x1xf32>
-    %94 = linalg.generic {indexing_maps = [#map1, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%88, %93 : tensor<1x1x32xf32>, tensor<1x1x1xf32>) outs(%0 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %115 = arith.mulf %in, %in_66 : f32
-      linalg.yield %115 : f32
+    %69 = linalg.generic {indexing_maps = [#map1, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%63, %68 : tensor<1x1x32xf32>, tensor<1x1x1xf32>) outs(%0 : tensor<1x1x32xf32>) {
+    ^bb0(%in: f32, %in_58: f32, %out: f32):
+      %90 = arith.mulf %in, %in_58 : f32
+      linalg.yield %90 : f32
     } -> tensor<1x1x32xf32>
-    %95 = linalg.generic {indexing_maps = [#map8, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_11, %94 : tensor<32xf32>, tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %115 = arith.mulf %in, %in_66 : f32
-      linalg.yield %115 : f32
+    %70 = linalg.generic {indexing_maps = [#map8, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_7, %69 : tensor<32xf32>, tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
+    ^bb0(%in: f32, %in_58: f32, %out: f32):
+      %90 = arith.mulf %in, %in_58 : f32
+      linalg.yield %90 : f32
     } -> tensor<1x1x32xf32>
-    %96 = tensor.empty() : tensor<32x64xf32>
-    %transposed_55 = linalg.transpose ins(%cst_10 : tensor<64x32xf32>) outs(%96 : tensor<32x64xf32>) permutation = [1, 0] 
-    %collapsed_56 = tensor.collapse_shape %95 [[0], [1, 2]] : tensor<1x1x32xf32> into tensor<1x32xf32>
-    %97 = tensor.empty() : tensor<1x64xf32>
-    %98 = linalg.fill ins(%cst : f32) outs(%97 : tensor<1x64xf32>) -> tensor<1x64xf32>
-    %99 = linalg.matmul ins(%collapsed_56, %transposed_55 : tensor<1x32xf32>, tensor<32x64xf32>) outs(%98 : tensor<1x64xf32>) -> tensor<1x64xf32>
-    %expanded_57 = tensor.expand_shape %99 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xf32> into tensor<1x1x64xf32>
-    %100 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_57 : tensor<1x1x64xf32>) outs(%16 : tensor<1x1x64xf32>) {
+    %71 = tensor.empty() : tensor<32x64xf32>
+    %transposed_47 = linalg.transpose ins(%cst_6 : tensor<64x32xf32>) outs(%71 : tensor<32x64xf32>) permutation = [1, 0] 
+    %collapsed_48 = tensor.collapse_shape %70 [[0], [1, 2]] : tensor<1x1x32xf32> into tensor<1x32xf32>
+    %72 = tensor.empty() : tensor<1x64xf32>
+    %73 = linalg.fill ins(%cst : f32) outs(%72 : tensor<1x64xf32>) -> tensor<1x64xf32>
+    %74 = linalg.matmul ins(%collapsed_48, %transposed_47 : tensor<1x32xf32>, tensor<32x64xf32>) outs(%73 : tensor<1x64xf32>) -> tensor<1x64xf32>
+    %expanded_49 = tensor.expand_shape %74 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xf32> into tensor<1x1x64xf32>
+    %75 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_49 : tensor<1x1x64xf32>) outs(%16 : tensor<1x1x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %115 = arith.negf %in : f32
-      %116 = math.exp %115 : f32
-      %117 = arith.addf %116, %cst_1 : f32
-      %118 = arith.divf %cst_1, %117 : f32
-      linalg.yield %118 : f32
+      %90 = arith.negf %in : f32
+      %91 = math.exp %90 : f32
+      %92 = arith.addf %91, %cst_0 : f32
+      %93 = arith.divf %cst_0, %92 : f32
+      linalg.yield %93 : f32
     } -> tensor<1x1x64xf32>
-    %101 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_57, %100 : tensor<1x1x64xf32>, tensor<1x1x64xf32>) outs(%16 : tensor<1x1x64xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %115 = arith.mulf %in, %in_66 : f32
-      linalg.yield %115 : f32
+    %76 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_49, %75 : tensor<1x1x64xf32>, tensor<1x1x64xf32>) outs(%16 : tensor<1x1x64xf32>) {
+    ^bb0(%in: f32, %in_58: f32, %out: f32):
+      %90 = arith.mulf %in, %in_58 : f32
+      linalg.yield %90 : f32
     } -> tensor<1x1x64xf32>
-    %transposed_58 = linalg.transpose ins(%cst_9 : tensor<64x32xf32>) outs(%96 : tensor<32x64xf32>) permutation = [1, 0] 
-    %102 = linalg.matmul ins(%collapsed_56, %transposed_58 : tensor<1x32xf32>, tensor<32x64xf32>) outs(%98 : tensor<1x64xf32>) -> tensor<1x64xf32>
-    %expanded_59 = tensor.expand_shape %102 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xf32> into tensor<1x1x64xf32>
-    %103 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%101, %expanded_59 : tensor<1x1x64xf32>, tensor<1x1x64xf32>) outs(%16 : tensor<1x1x64xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %115 = arith.mulf %in, %in_66 : f32
-      linalg.yield %115 : f32
+    %transposed_50 = linalg.transpose ins(%cst_5 : tensor<64x32xf32>) outs(%71 : tensor<32x64xf32>) permutation = [1, 0] 
+    %77 = linalg.matmul ins(%collapsed_48, %transposed_50 : tensor<1x32xf32>, tensor<32x64xf32>) outs(%73 : tensor<1x64xf32>) -> tensor<1x64xf32>
+    %expanded_51 = tensor.expand_shape %77 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xf32> into tensor<1x1x64xf32>
+    %78 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%76, %expanded_51 : tensor<1x1x64xf32>, tensor<1x1x64xf32>) outs(%16 : tensor<1x1x64xf32>) {
+    ^bb0(%in: f32, %in_58: f32, %out: f32):
+      %90 = arith.mulf %in, %in_58 : f32
+      linalg.yield %90 : f32
     } -> tensor<1x1x64xf32>
-    %104 = tensor.empty() : tensor<64x32xf32>
-    %transposed_60 = linalg.transpose ins(%cst_8 : tensor<32x64xf32>) outs(%104 : tensor<64x32xf32>) permutation = [1, 0] 
-    %collapsed_61 = tensor.collapse_shape %103 [[0], [1, 2]] : tensor<1x1x64xf32> into tensor<1x64xf32>
-    %105 = linalg.matmul ins(%collapsed_61, %transposed_60 : tensor<1x64xf32>, tensor<64x32xf32>) outs(%86 : tensor<1x32xf32>) -> tensor<1x32xf32>
-    %expanded_62 = tensor.expand_shape %105 [[0], [1, 2]] output_shape [1, 1, 32] : tensor<1x32xf32> into tensor<1x1x32xf32>
-    %106 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%88, %expanded_62 : tensor<1x1x32xf32>, tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %115 = arith.addf %in, %in_66 : f32
-      linalg.yield %115 : f32
+    %79 = tensor.empty() : tensor<64x32xf32>
+    %transposed_52 = linalg.transpose ins(%cst_4 : tensor<32x64xf32>) outs(%79 : tensor<64x32xf32>) permutation = [1, 0] 
+    %collapsed_53 = tensor.collapse_shape %78 [[0], [1, 2]] : tensor<1x1x64xf32> into tensor<1x64xf32>
+    %80 = linalg.matmul ins(%collapsed_53, %transposed_52 : tensor<1x64xf32>, tensor<64x32xf32>) outs(%61 : tensor<1x32xf32>) -> tensor<1x32xf32>
+    %expanded_54 = tensor.expand_shape %80 [[0], [1, 2]] output_shape [1, 1, 32] : tensor<1x32xf32> into tensor<1x1x32xf32>
+    %81 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%63, %expanded_54 : tensor<1x1x32xf32>, tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
+    ^bb0(%in: f32, %in_58: f32, %out: f32):
+      %90 = arith.addf %in, %in_58 : f32
+      linalg.yield %90 : f32
     } -> tensor<1x1x32xf32>
-    %107 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%106 : tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
+    %82 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%81 : tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %115 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %115 : f32
+      %90 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %90 : f32
     } -> tensor<1x1x32xf32>
-    %108 = linalg.generic {indexing_maps = [#map1, #map7], iterator_types = ["parallel", "parallel", "reduction"]} ins(%107 : tensor<1x1x32xf32>) outs(%22 : tensor<1x1x1xf32>) {
+    %83 = linalg.generic {indexing_maps = [#map1, #map7], iterator_types = ["parallel", "parallel", "reduction"]} ins(%82 : tensor<1x1x32xf32>) outs(%22 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %115 = arith.addf %in, %out : f32
-      linalg.yield %115 : f32
+      %90 = arith.addf %in, %out : f32
+      linalg.yield %90 : f32
     } -> tensor<1x1x1xf32>
-    %109 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%108 : tensor<1x1x1xf32>) outs(%14 : tensor<1x1x1xf32>) {
+    %84 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%83 : tensor<1x1x1xf32>) outs(%14 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %115 = arith.divf %in, %cst_22 : f32
-      linalg.yield %115 : f32
+      %90 = arith.divf %in, %cst_16 : f32
+      linalg.yield %90 : f32
     } -> tensor<1x1x1xf32>
-    %110 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%109 : tensor<1x1x1xf32>) outs(%14 : tensor<1x1x1xf32>) {
+    %85 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%84 : tensor<1x1x1xf32>) outs(%14 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %115 = arith.truncf %cst_19 : f64 to f32
-      %116 = arith.addf %in, %115 : f32
-      linalg.yield %116 : f32
+      %90 = arith.truncf %cst_13 : f64 to f32
+      %91 = arith.addf %in, %90 : f32
+      linalg.yield %91 : f32
     } -> tensor<1x1x1xf32>
-    %111 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%110 : tensor<1x1x1xf32>) outs(%14 : tensor<1x1x1xf32>) {
+    %86 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%85 : tensor<1x1x1xf32>) outs(%14 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %115 = math.rsqrt %in : f32
-      linalg.yield %115 : f32
+      %90 = math.rsqrt %in : f32
+      linalg.yield %90 : f32
     } -> tensor<1x1x1xf32>
-    %112 = linalg.generic {indexing_maps = [#map1, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%106, %111 : tensor<1x1x32xf32>, tensor<1x1x1xf32>) outs(%0 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %115 = arith.mulf %in, %in_66 : f32
-      linalg.yield %115 : f32
+    %87 = linalg.generic {indexing_maps = [#map1, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%81, %86 : tensor<1x1x32xf32>, tensor<1x1x1xf32>) outs(%0 : tensor<1x1x32xf32>) {
+    ^bb0(%in: f32, %in_58: f32, %out: f32):
+      %90 = arith.mulf %in, %in_58 : f32
+      linalg.yield %90 : f32
     } -> tensor<1x1x32xf32>
-    %113 = linalg.generic {indexing_maps = [#map8, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_7, %112 : tensor<32xf32>, tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %115 = arith.mulf %in, %in_66 : f32
-      linalg.yield %115 : f32
+    %88 = linalg.generic {indexing_maps = [#map8, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_3, %87 : tensor<32xf32>, tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
+    ^bb0(%in: f32, %in_58: f32, %out: f32):
+      %90 = arith.mulf %in, %in_58 : f32
+      linalg.yield %90 : f32
     } -> tensor<1x1x32xf32>
-    %transposed_63 = linalg.transpose ins(%cst_6 : tensor<64x32xf32>) outs(%96 : tensor<32x64xf32>) permutation = [1, 0] 
-    %collapsed_64 = tensor.collapse_shape %113 [[0], [1, 2]] : tensor<1x1x32xf32> into tensor<1x32xf32>
-    %114 = linalg.matmul ins(%collapsed_64, %transposed_63 : tensor<1x32xf32>, tensor<32x64xf32>) outs(%98 : tensor<1x64xf32>) -> tensor<1x64xf32>
-    %expanded_65 = tensor.expand_shape %114 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xf32> into tensor<1x1x64xf32>
-    return %expanded_65, %concat_40, %concat_41 : tensor<1x1x64xf32>, tensor<1x2x17x128xf32>, tensor<1x2x17x128xf32>
+    %transposed_55 = linalg.transpose ins(%cst_2 : tensor<64x32xf32>) outs(%71 : tensor<32x64xf32>) permutation = [1, 0] 
+    %collapsed_56 = tensor.collapse_shape %88 [[0], [1, 2]] : tensor<1x1x32xf32> into tensor<1x32xf32>
+    %89 = linalg.matmul ins(%collapsed_56, %transposed_55 : tensor<1x32xf32>, tensor<32x64xf32>) outs(%73 : tensor<1x64xf32>) -> tensor<1x64xf32>
+    %expanded_57 = tensor.expand_shape %89 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xf32> into tensor<1x1x64xf32>
+    return %expanded_57, %concat_34, %concat_35 : tensor<1x1x64xf32>, tensor<1x2x17x128xf32>, tensor<1x2x17x128xf32>
   }
 }

@@ -13,95 +13,87 @@
 #map8 = affine_map<(d0, d1, d2) -> (d2)>
 #map9 = affine_map<(d0, d1, d2, d3) -> (d0, 0, d2, d3)>
 #map10 = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3, d4)>
-#map11 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>
 module {
   func.func @prefill(%arg0: tensor<1x?xi64>) -> (tensor<1x?x64xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>) {
+    %cst = arith.constant 0.000000e+00 : f32
+    %c1 = arith.constant 1 : index
+    %c2 = arith.constant 2 : index
     %c-31_i64 = arith.constant -31 : i64
     %c32_i64 = arith.constant 32 : i64
     %c2_i64 = arith.constant 2 : i64
     %c0_i64 = arith.constant 0 : i64
     %c1_i64 = arith.constant 1 : i64
-    %c1 = arith.constant 1 : index
     %c0 = arith.constant 0 : index
     %c64 = arith.constant 64 : index
-    %cst = arith.constant 0.000000e+00 : f32
     %c128_i64 = arith.constant 128 : i64
-    %c4_i64 = arith.constant 4 : i64
-    %cst_0 = arith.constant 0xFF800000 : f32
-    %true = arith.constant true
-    %cst_1 = arith.constant 1.000000e+00 : f32
-    %cst_2 = arith.constant dense<0.000000e+00> : tensor<f32>
-    %cst_3 = arith.constant dense<0xFF800000> : tensor<f32>
-    %cst_4 = arith.constant dense<true> : tensor<i1>
-    %cst_5 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_3> : tensor<64x32xf32>
-    %cst_6 = arith.constant dense_resource<torch_tensor_32_torch.float32_2> : tensor<32xf32>
-    %cst_7 = arith.constant dense_resource<torch_tensor_32_64_torch.float32> : tensor<32x64xf32>
-    %cst_8 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_2> : tensor<64x32xf32>
-    %cst_9 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_1> : tensor<64x32xf32>
-    %cst_10 = arith.constant dense_resource<torch_tensor_32_torch.float32_1> : tensor<32xf32>
-    %cst_11 = arith.constant dense_resource<torch_tensor_32_512_torch.float32> : tensor<32x512xf32>
-    %cst_12 = arith.constant 0.29730177875068026 : f64
-    %cst_13 = arith.constant 0xFFF0000000000000 : f64
-    %cst_14 = arith.constant dense_resource<torch_tensor_256_32_torch.float32_1> : tensor<256x32xf32>
-    %cst_15 = arith.constant dense_resource<torch_tensor_256_32_torch.float32> : tensor<256x32xf32>
-    %cst_16 = arith.constant dense_resource<torch_tensor_512_32_torch.float32> : tensor<512x32xf32>
-    %cst_17 = arith.constant dense_resource<torch_tensor_32_torch.float32> : tensor<32xf32>
-    %cst_18 = arith.constant 9.9999999999999995E-7 : f64
-    %cst_19 = arith.constant dense_resource<torch_tensor_64_torch.float32> : tensor<64xf32>
-    %cst_20 = arith.constant dense_resource<torch_tensor_64_32_torch.float32> : tensor<64x32xf32>
-    %cst_21 = arith.constant 3.200000e+01 : f32
+    %cst_0 = arith.constant 1.000000e+00 : f32
+    %cst_1 = arith.constant dense<true> : tensor<i1>
+    %cst_2 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_3> : tensor<64x32xf32>
+    %cst_3 = arith.constant dense_resource<torch_tensor_32_torch.float32_2> : tensor<32xf32>
+    %cst_4 = arith.constant dense_resource<torch_tensor_32_64_torch.float32> : tensor<32x64xf32>
+    %cst_5 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_2> : tensor<64x32xf32>
+    %cst_6 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_1> : tensor<64x32xf32>
+    %cst_7 = arith.constant dense_resource<torch_tensor_32_torch.float32_1> : tensor<32xf32>
+    %cst_8 = arith.constant dense_resource<torch_tensor_32_512_torch.float32> : tensor<32x512xf32>
+    %cst_9 = arith.constant dense_resource<torch_tensor_256_32_torch.float32_1> : tensor<256x32xf32>
+    %cst_10 = arith.constant dense_resource<torch_tensor_256_32_torch.float32> : tensor<256x32xf32>
+    %cst_11 = arith.constant dense_resource<torch_tensor_512_32_torch.float32> : tensor<512x32xf32>
+    %cst_12 = arith.constant dense_resource<torch_tensor_32_torch.float32> : tensor<32xf32>
+    %cst_13 = arith.constant 9.9999999999999995E-7 : f64
+    %cst_14 = arith.constant dense_resource<torch_tensor_64_torch.float32> : tensor<64xf32>
+    %cst_15 = arith.constant dense_resource<torch_tensor_64_32_torch.float32> : tensor<64x32xf32>
+    %cst_16 = arith.constant 3.200000e+01 : f32
     %c512_i64 = arith.constant 512 : i64
     %c256_i64 = arith.constant 256 : i64
-    %c2 = arith.constant 2 : index
     %dim = tensor.dim %arg0, %c1 : tensor<1x?xi64>
     %0 = arith.index_cast %dim : index to i64
     %1 = tensor.empty(%dim) : tensor<1x?x32xf32>
     %2 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg0 : tensor<1x?xi64>) outs(%1 : tensor<1x?x32xf32>) {
     ^bb0(%in: i64, %out: f32):
-      %176 = arith.index_cast %in : i64 to index
-      %177 = linalg.index 2 : index
-      %178 = arith.cmpi slt, %176, %c64 : index
-      cf.assert %178, "index must be smaller than dim size"
-      %179 = arith.cmpi sge, %in, %c0_i64 : i64
-      cf.assert %179, "index must be larger or equal to 0"
-      %extracted = tensor.extract %cst_20[%176, %177] : tensor<64x32xf32>
+      %127 = arith.index_cast %in : i64 to index
+      %128 = linalg.index 2 : index
+      %129 = arith.cmpi slt, %127, %c64 : index
+      cf.assert %129, "index must be smaller than dim size"
+      %130 = arith.cmpi sge, %in, %c0_i64 : i64
+      cf.assert %130, "index must be larger or equal to 0"
+      %extracted = tensor.extract %cst_15[%127, %128] : tensor<64x32xf32>
       linalg.yield %extracted : f32
     } -> tensor<1x?x32xf32>
     %3 = tensor.empty(%dim) : tensor<?xi64>
     %4 = linalg.generic {indexing_maps = [#map2], iterator_types = ["parallel"]} outs(%3 : tensor<?xi64>) {
     ^bb0(%out: i64):
-      %176 = linalg.index 0 : index
-      %177 = arith.index_cast %176 : index to i64
-      linalg.yield %177 : i64
+      %127 = linalg.index 0 : index
+      %128 = arith.index_cast %127 : index to i64
+      linalg.yield %128 : i64
     } -> tensor<?xi64>
     %expanded = tensor.expand_shape %4 [[0, 1, 2, 3]] output_shape [1, 1, %dim, 1] : tensor<?xi64> into tensor<1x1x?x1xi64>
-    %expanded_22 = tensor.expand_shape %4 [[0, 1, 2, 3]] output_shape [1, 1, 1, %dim] : tensor<?xi64> into tensor<1x1x1x?xi64>
+    %expanded_17 = tensor.expand_shape %4 [[0, 1, 2, 3]] output_shape [1, 1, 1, %dim] : tensor<?xi64> into tensor<1x1x1x?xi64>
     %5 = tensor.empty(%dim) : tensor<1x1x?x1xi64>
     %6 = linalg.generic {indexing_maps = [#map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded : tensor<1x1x?x1xi64>) outs(%5 : tensor<1x1x?x1xi64>) {
     ^bb0(%in: i64, %out: i64):
-      %176 = arith.subi %in, %c32_i64 : i64
-      linalg.yield %176 : i64
+      %127 = arith.subi %in, %c32_i64 : i64
+      linalg.yield %127 : i64
     } -> tensor<1x1x?x1xi64>
     %7 = tensor.empty(%dim, %dim) : tensor<1x1x?x?xi1>
-    %8 = linalg.generic {indexing_maps = [#map4, #map5, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_22, %6 : tensor<1x1x1x?xi64>, tensor<1x1x?x1xi64>) outs(%7 : tensor<1x1x?x?xi1>) {
-    ^bb0(%in: i64, %in_78: i64, %out: i1):
-      %176 = arith.cmpi sgt, %in, %in_78 : i64
-      linalg.yield %176 : i1
+    %8 = linalg.generic {indexing_maps = [#map4, #map5, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_17, %6 : tensor<1x1x1x?xi64>, tensor<1x1x?x1xi64>) outs(%7 : tensor<1x1x?x?xi1>) {
+    ^bb0(%in: i64, %in_72: i64, %out: i1):
+      %127 = arith.cmpi sgt, %in, %in_72 : i64
+      linalg.yield %127 : i1
     } -> tensor<1x1x?x?xi1>
-    %9 = linalg.generic {indexing_maps = [#map6, #map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%cst_4, %8 : tensor<i1>, tensor<1x1x?x?xi1>) outs(%7 : tensor<1x1x?x?xi1>) {
-    ^bb0(%in: i1, %in_78: i1, %out: i1):
-      %176 = arith.andi %in, %in_78 : i1
-      linalg.yield %176 : i1
+    %9 = linalg.generic {indexing_maps = [#map6, #map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%cst_1, %8 : tensor<i1>, tensor<1x1x?x?xi1>) outs(%7 : tensor<1x1x?x?xi1>) {
+    ^bb0(%in: i1, %in_72: i1, %out: i1):
+      %127 = arith.andi %in, %in_72 : i1
+      linalg.yield %127 : i1
     } -> tensor<1x1x?x?xi1>
-    %10 = linalg.generic {indexing_maps = [#map4, #map5, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_22, %expanded : tensor<1x1x1x?xi64>, tensor<1x1x?x1xi64>) outs(%7 : tensor<1x1x?x?xi1>) {
-    ^bb0(%in: i64, %in_78: i64, %out: i1):
-      %176 = arith.cmpi sle, %in, %in_78 : i64
-      linalg.yield %176 : i1
+    %10 = linalg.generic {indexing_maps = [#map4, #map5, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_17, %expanded : tensor<1x1x1x?xi64>, tensor<1x1x?x1xi64>) outs(%7 : tensor<1x1x?x?xi1>) {
+    ^bb0(%in: i64, %in_72: i64, %out: i1):
+      %127 = arith.cmpi sle, %in, %in_72 : i64
+      linalg.yield %127 : i1
     } -> tensor<1x1x?x?xi1>
     %11 = linalg.generic {indexing_maps = [#map3, #map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%9, %10 : tensor<1x1x?x?xi1>, tensor<1x1x?x?xi1>) outs(%7 : tensor<1x1x?x?xi1>) {
-    ^bb0(%in: i1, %in_78: i1, %out: i1):
-      %176 = arith.andi %in, %in_78 : i1
-      linalg.yield %176 : i1
+    ^bb0(%in: i1, %in_72: i1, %out: i1):
+      %127 = arith.andi %in, %in_72 : i1
+      linalg.yield %127 : i1
     } -> tensor<1x1x?x?xi1>
     %12 = arith.cmpi sge, %0, %c0_i64 : i64
     cf.assert %12, "unimplemented: dynamic negative broadcast sizes"
@@ -109,84 +101,84 @@ module {
     %13 = tensor.empty(%dim, %dim) : tensor<1x1x?x?xi1>
     %14 = linalg.generic {indexing_maps = [#map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%13 : tensor<1x1x?x?xi1>) {
     ^bb0(%out: i1):
-      %176 = linalg.index 2 : index
-      %177 = linalg.index 3 : index
-      %178 = arith.cmpi eq, %dim, %c1 : index
-      %179 = arith.select %178, %c0, %176 : index
-      %180 = arith.select %178, %c0, %177 : index
-      %extracted = tensor.extract %11[%c0, %c0, %179, %180] : tensor<1x1x?x?xi1>
+      %127 = linalg.index 2 : index
+      %128 = linalg.index 3 : index
+      %129 = arith.cmpi eq, %dim, %c1 : index
+      %130 = arith.select %129, %c0, %127 : index
+      %131 = arith.select %129, %c0, %128 : index
+      %extracted = tensor.extract %11[%c0, %c0, %130, %131] : tensor<1x1x?x?xi1>
       linalg.yield %extracted : i1
     } -> tensor<1x1x?x?xi1>
-    %expanded_23 = tensor.expand_shape %4 [[0, 1, 2]] output_shape [1, %dim, 1] : tensor<?xi64> into tensor<1x?x1xi64>
+    %expanded_18 = tensor.expand_shape %4 [[0, 1, 2]] output_shape [1, %dim, 1] : tensor<?xi64> into tensor<1x?x1xi64>
     %15 = tensor.empty(%dim) : tensor<1x?x1xf32>
-    %16 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_23 : tensor<1x?x1xi64>) outs(%15 : tensor<1x?x1xf32>) {
+    %16 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_18 : tensor<1x?x1xi64>) outs(%15 : tensor<1x?x1xf32>) {
     ^bb0(%in: i64, %out: f32):
-      %176 = arith.sitofp %in : i64 to f32
-      linalg.yield %176 : f32
+      %127 = arith.sitofp %in : i64 to f32
+      linalg.yield %127 : f32
     } -> tensor<1x?x1xf32>
     %17 = tensor.empty(%dim) : tensor<1x?x64xf32>
-    %18 = linalg.generic {indexing_maps = [#map7, #map8, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%16, %cst_19 : tensor<1x?x1xf32>, tensor<64xf32>) outs(%17 : tensor<1x?x64xf32>) {
-    ^bb0(%in: f32, %in_78: f32, %out: f32):
-      %176 = arith.mulf %in, %in_78 : f32
-      linalg.yield %176 : f32
+    %18 = linalg.generic {indexing_maps = [#map7, #map8, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%16, %cst_14 : tensor<1x?x1xf32>, tensor<64xf32>) outs(%17 : tensor<1x?x64xf32>) {
+    ^bb0(%in: f32, %in_72: f32, %out: f32):
+      %127 = arith.mulf %in, %in_72 : f32
+      linalg.yield %127 : f32
     } -> tensor<1x?x64xf32>
     %concat = tensor.concat dim(2) %18, %18 : (tensor<1x?x64xf32>, tensor<1x?x64xf32>) -> tensor<1x?x128xf32>
-    %dim_24 = tensor.dim %18, %c1 : tensor<1x?x64xf32>
-    %19 = tensor.empty(%dim_24) : tensor<1x?x128xf32>
+    %dim_19 = tensor.dim %18, %c1 : tensor<1x?x64xf32>
+    %19 = tensor.empty(%dim_19) : tensor<1x?x128xf32>
     %20 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%concat : tensor<1x?x128xf32>) outs(%19 : tensor<1x?x128xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %176 = math.cos %in : f32
-      linalg.yield %176 : f32
+      %127 = math.cos %in : f32
+      linalg.yield %127 : f32
     } -> tensor<1x?x128xf32>
     %21 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%concat : tensor<1x?x128xf32>) outs(%19 : tensor<1x?x128xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %176 = math.sin %in : f32
-      linalg.yield %176 : f32
+      %127 = math.sin %in : f32
+      linalg.yield %127 : f32
     } -> tensor<1x?x128xf32>
     %22 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%2 : tensor<1x?x32xf32>) outs(%1 : tensor<1x?x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %176 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %176 : f32
+      %127 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %127 : f32
     } -> tensor<1x?x32xf32>
     %23 = linalg.fill ins(%cst : f32) outs(%15 : tensor<1x?x1xf32>) -> tensor<1x?x1xf32>
     %24 = linalg.generic {indexing_maps = [#map1, #map7], iterator_types = ["parallel", "parallel", "reduction"]} ins(%22 : tensor<1x?x32xf32>) outs(%23 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %176 = arith.addf %in, %out : f32
-      linalg.yield %176 : f32
+      %127 = arith.addf %in, %out : f32
+      linalg.yield %127 : f32
     } -> tensor<1x?x1xf32>
     %25 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%24 : tensor<1x?x1xf32>) outs(%15 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %176 = arith.divf %in, %cst_21 : f32
-      linalg.yield %176 : f32
+      %127 = arith.divf %in, %cst_16 : f32
+      linalg.yield %127 : f32
     } -> tensor<1x?x1xf32>
     %26 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%25 : tensor<1x?x1xf32>) outs(%15 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %176 = arith.truncf %cst_18 : f64 to f32
-      %177 = arith.addf %in, %176 : f32
-      linalg.yield %177 : f32
+      %127 = arith.truncf %cst_13 : f64 to f32
+      %128 = arith.addf %in, %127 : f32
+      linalg.yield %128 : f32
     } -> tensor<1x?x1xf32>
     %27 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%26 : tensor<1x?x1xf32>) outs(%15 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %176 = math.rsqrt %in : f32
-      linalg.yield %176 : f32
+      %127 = math.rsqrt %in : f32
+      linalg.yield %127 : f32
     } -> tensor<1x?x1xf32>
     %28 = linalg.generic {indexing_maps = [#map1, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%2, %27 : tensor<1x?x32xf32>, tensor<1x?x1xf32>) outs(%1 : tensor<1x?x32xf32>) {
-    ^bb0(%in: f32, %in_78: f32, %out: f32):
-      %176 = arith.mulf %in, %in_78 : f32
-      linalg.yield %176 : f32
+    ^bb0(%in: f32, %in_72: f32, %out: f32):
+      %127 = arith.mulf %in, %in_72 : f32
+      linalg.yield %127 : f32
     } -> tensor<1x?x32xf32>
-    %29 = linalg.generic {indexing_maps = [#map8, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_17, %28 : tensor<32xf32>, tensor<1x?x32xf32>) outs(%1 : tensor<1x?x32xf32>) {
-    ^bb0(%in: f32, %in_78: f32, %out: f32):
-      %176 = arith.mulf %in, %in_78 : f32
-      linalg.yield %176 : f32
+    %29 = linalg.generic {indexing_maps = [#map8, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_12, %28 : tensor<32xf32>, tensor<1x?x32xf32>) outs(%1 : tensor<1x?x32xf32>) {
+    ^bb0(%in: f32, %in_72: f32, %out: f32):
+      %127 = arith.mulf %in, %in_72 : f32
+      linalg.yield %127 : f32
     } -> tensor<1x?x32xf32>
     %30 = tensor.empty() : tensor<32x512xf32>
-    %transposed = linalg.transpose ins(%cst_16 : tensor<512x32xf32>) outs(%30 : tensor<32x512xf32>) permutation = [1, 0] 
+    %transposed = linalg.transpose ins(%cst_11 : tensor<512x32xf32>) outs(%30 : tensor<32x512xf32>) permutation = [1, 0] 
     %collapsed = tensor.collapse_shape %29 [[0, 1], [2]] : tensor<1x?x32xf32> into tensor<?x32xf32>
     %31 = tensor.empty(%dim) : tensor<?x512xf32>
     %32 = linalg.fill ins(%cst : f32) outs(%31 : tensor<?x512xf32>) -> tensor<?x512xf32>
     %33 = linalg.matmul ins(%collapsed, %transposed : tensor<?x32xf32>, tensor<32x512xf32>) outs(%32 : tensor<?x512xf32>) -> tensor<?x512xf32>
-    %expanded_25 = tensor.expand_shape %33 [[0, 1], [2]] output_shape [1, %dim, 512] : tensor<?x512xf32> into tensor<1x?x512xf32>
+    %expanded_20 = tensor.expand_shape %33 [[0, 1], [2]] output_shape [1, %dim, 512] : tensor<?x512xf32> into tensor<1x?x512xf32>
     %34 = arith.cmpi slt, %0, %c0_i64 : i64
     %35 = arith.select %34, %c1_i64, %0 : i64
     %36 = arith.extui %34 : i1 to i64
@@ -198,96 +190,96 @@ module {
     %41 = arith.divsi %40, %38 : i64
     %42 = arith.select %34, %41, %0 : i64
     %from_elements = tensor.from_elements %c1_i64, %42, %41, %c128_i64 : tensor<4xi64>
-    %reshape = tensor.reshape %expanded_25(%from_elements) : (tensor<1x?x512xf32>, tensor<4xi64>) -> tensor<1x?x4x128xf32>
+    %reshape = tensor.reshape %expanded_20(%from_elements) : (tensor<1x?x512xf32>, tensor<4xi64>) -> tensor<1x?x4x128xf32>
     %43 = arith.index_cast %42 : i64 to index
     %44 = tensor.empty(%43) : tensor<1x4x?x128xf32>
-    %transposed_26 = linalg.transpose ins(%reshape : tensor<1x?x4x128xf32>) outs(%44 : tensor<1x4x?x128xf32>) permutation = [0, 2, 1, 3] 
+    %transposed_21 = linalg.transpose ins(%reshape : tensor<1x?x4x128xf32>) outs(%44 : tensor<1x4x?x128xf32>) permutation = [0, 2, 1, 3] 
     %45 = tensor.empty() : tensor<32x256xf32>
-    %transposed_27 = linalg.transpose ins(%cst_15 : tensor<256x32xf32>) outs(%45 : tensor<32x256xf32>) permutation = [1, 0] 
+    %transposed_22 = linalg.transpose ins(%cst_10 : tensor<256x32xf32>) outs(%45 : tensor<32x256xf32>) permutation = [1, 0] 
     %46 = tensor.empty(%dim) : tensor<?x256xf32>
     %47 = linalg.fill ins(%cst : f32) outs(%46 : tensor<?x256xf32>) -> tensor<?x256xf32>
-    %48 = linalg.matmul ins(%collapsed, %transposed_27 : tensor<?x32xf32>, tensor<32x256xf32>) outs(%47 : tensor<?x256xf32>) -> tensor<?x256xf32>
-    %expanded_28 = tensor.expand_shape %48 [[0, 1], [2]] output_shape [1, %dim, 256] : tensor<?x256xf32> into tensor<1x?x256xf32>
+    %48 = linalg.matmul ins(%collapsed, %transposed_22 : tensor<?x32xf32>, tensor<32x256xf32>) outs(%47 : tensor<?x256xf32>) -> tensor<?x256xf32>
+    %expanded_23 = tensor.expand_shape %48 [[0, 1], [2]] output_shape [1, %dim, 256] : tensor<?x256xf32> into tensor<1x?x256xf32>
     cf.assert %39, "must have at most one inferred (negative) dimension"
     %49 = arith.muli %0, %c256_i64 : i64
     %50 = arith.divsi %49, %38 : i64
     %51 = arith.select %34, %50, %0 : i64
-    %from_elements_29 = tensor.from_elements %c1_i64, %51, %50, %c128_i64 : tensor<4xi64>
-    %reshape_30 = tensor.reshape %expanded_28(%from_elements_29) : (tensor<1x?x256xf32>, tensor<4xi64>) -> tensor<1x?x2x128xf32>
+    %from_elements_24 = tensor.from_elements %c1_i64, %51, %50, %c128_i64 : tensor<4xi64>
+    %reshape_25 = tensor.reshape %expanded_23(%from_elements_24) : (tensor<1x?x256xf32>, tensor<4xi64>) -> tensor<1x?x2x128xf32>
     %52 = arith.index_cast %51 : i64 to index
     %53 = tensor.empty(%52) : tensor<1x2x?x128xf32>
-    %transposed_31 = linalg.transpose ins(%reshape_30 : tensor<1x?x2x128xf32>) outs(%53 : tensor<1x2x?x128xf32>) permutation = [0, 2, 1, 3] 
-    %transposed_32 = linalg.transpose ins(%cst_14 : tensor<256x32xf32>) outs(%45 : tensor<32x256xf32>) permutation = [1, 0] 
-    %54 = linalg.matmul ins(%collapsed, %transposed_32 : tensor<?x32xf32>, tensor<32x256xf32>) outs(%47 : tensor<?x256xf32>) -> tensor<?x256xf32>
-    %expanded_33 = tensor.expand_shape %54 [[0, 1], [2]] output_shape [1, %dim, 256] : tensor<?x256xf32> into tensor<1x?x256xf32>
+    %transposed_26 = linalg.transpose ins(%reshape_25 : tensor<1x?x2x128xf32>) outs(%53 : tensor<1x2x?x128xf32>) permutation = [0, 2, 1, 3] 
+    %transposed_27 = linalg.transpose ins(%cst_9 : tensor<256x32xf32>) outs(%45 : tensor<32x256xf32>) permutation = [1, 0] 
+    %54 = linalg.matmul ins(%collapsed, %transposed_27 : tensor<?x32xf32>, tensor<32x256xf32>) outs(%47 : tensor<?x256xf32>) -> tensor<?x256xf32>
+    %expanded_28 = tensor.expand_shape %54 [[0, 1], [2]] output_shape [1, %dim, 256] : tensor<?x256xf32> into tensor<1x?x256xf32>
     cf.assert %39, "must have at most one inferred (negative) dimension"
-    %reshape_34 = tensor.reshape %expanded_33(%from_elements_29) : (tensor<1x?x256xf32>, tensor<4xi64>) -> tensor<1x?x2x128xf32>
-    %transposed_35 = linalg.transpose ins(%reshape_34 : tensor<1x?x2x128xf32>) outs(%53 : tensor<1x2x?x128xf32>) permutation = [0, 2, 1, 3] 
-    %expanded_36 = tensor.expand_shape %20 [[0], [1, 2], [3]] output_shape [1, 1, %dim_24, 128] : tensor<1x?x128xf32> into tensor<1x1x?x128xf32>
-    %expanded_37 = tensor.expand_shape %21 [[0], [1, 2], [3]] output_shape [1, 1, %dim_24, 128] : tensor<1x?x128xf32> into tensor<1x1x?x128xf32>
-    %55 = arith.cmpi eq, %43, %dim_24 : index
+    %reshape_29 = tensor.reshape %expanded_28(%from_elements_24) : (tensor<1x?x256xf32>, tensor<4xi64>) -> tensor<1x?x2x128xf32>
+    %transposed_30 = linalg.transpose ins(%reshape_29 : tensor<1x?x2x128xf32>) outs(%53 : tensor<1x2x?x128xf32>) permutation = [0, 2, 1, 3] 
+    %expanded_31 = tensor.expand_shape %20 [[0], [1, 2], [3]] output_shape [1, 1, %dim_19, 128] : tensor<1x?x128xf32> into tensor<1x1x?x128xf32>
+    %expanded_32 = tensor.expand_shape %21 [[0], [1, 2], [3]] output_shape [1, 1, %dim_19, 128] : tensor<1x?x128xf32> into tensor<1x1x?x128xf32>
+    %55 = arith.cmpi eq, %43, %dim_19 : index
     cf.assert %55, "mismatched size for broadcast"
-    %56 = linalg.generic {indexing_maps = [#map3, #map9, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_26, %expanded_36 : tensor<1x4x?x128xf32>, tensor<1x1x?x128xf32>) outs(%44 : tensor<1x4x?x128xf32>) {
-    ^bb0(%in: f32, %in_78: f32, %out: f32):
-      %176 = arith.mulf %in, %in_78 : f32
-      linalg.yield %176 : f32
+    %56 = linalg.generic {indexing_maps = [#map3, #map9, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_21, %expanded_31 : tensor<1x4x?x128xf32>, tensor<1x1x?x128xf32>) outs(%44 : tensor<1x4x?x128xf32>) {
+    ^bb0(%in: f32, %in_72: f32, %out: f32):
+      %127 = arith.mulf %in, %in_72 : f32
+      linalg.yield %127 : f32
     } -> tensor<1x4x?x128xf32>
-    %extracted_slice = tensor.extract_slice %transposed_26[0, 0, 0, 0] [1, 4, %43, 64] [1, 1, 1, 1] : tensor<1x4x?x128xf32> to tensor<1x4x?x64xf32>
-    %extracted_slice_38 = tensor.extract_slice %transposed_26[0, 0, 0, 64] [1, 4, %43, 64] [1, 1, 1, 1] : tensor<1x4x?x128xf32> to tensor<1x4x?x64xf32>
+    %extracted_slice = tensor.extract_slice %transposed_21[0, 0, 0, 0] [1, 4, %43, 64] [1, 1, 1, 1] : tensor<1x4x?x128xf32> to tensor<1x4x?x64xf32>
+    %extracted_slice_33 = tensor.extract_slice %transposed_21[0, 0, 0, 64] [1, 4, %43, 64] [1, 1, 1, 1] : tensor<1x4x?x128xf32> to tensor<1x4x?x64xf32>
     %57 = tensor.empty(%43) : tensor<1x4x?x64xf32>
-    %58 = linalg.generic {indexing_maps = [#map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_38 : tensor<1x4x?x64xf32>) outs(%57 : tensor<1x4x?x64xf32>) {
+    %58 = linalg.generic {indexing_maps = [#map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_33 : tensor<1x4x?x64xf32>) outs(%57 : tensor<1x4x?x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %176 = arith.negf %in : f32
-      linalg.yield %176 : f32
+      %127 = arith.negf %in : f32
+      linalg.yield %127 : f32
     } -> tensor<1x4x?x64xf32>
-    %concat_39 = tensor.concat dim(3) %58, %extracted_slice : (tensor<1x4x?x64xf32>, tensor<1x4x?x64xf32>) -> tensor<1x4x?x128xf32>
-    %dim_40 = tensor.dim %58, %c2 : tensor<1x4x?x64xf32>
-    %59 = arith.cmpi eq, %dim_40, %dim_24 : index
+    %concat_34 = tensor.concat dim(3) %58, %extracted_slice : (tensor<1x4x?x64xf32>, tensor<1x4x?x64xf32>) -> tensor<1x4x?x128xf32>
+    %dim_35 = tensor.dim %58, %c2 : tensor<1x4x?x64xf32>
+    %59 = arith.cmpi eq, %dim_35, %dim_19 : index
     cf.assert %59, "mismatched size for broadcast"
-    %60 = tensor.empty(%dim_40) : tensor<1x4x?x128xf32>
-    %61 = linalg.generic {indexing_maps = [#map3, #map9, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_39, %expanded_37 : tensor<1x4x?x128xf32>, tensor<1x1x?x128xf32>) outs(%60 : tensor<1x4x?x128xf32>) {
-    ^bb0(%in: f32, %in_78: f32, %out: f32):
-      %176 = arith.mulf %in, %in_78 : f32
-      linalg.yield %176 : f32
+    %60 = tensor.empty(%dim_35) : tensor<1x4x?x128xf32>
+    %61 = linalg.generic {indexing_maps = [#map3, #map9, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_34, %expanded_32 : tensor<1x4x?x128xf32>, tensor<1x1x?x128xf32>) outs(%60 : tensor<1x4x?x128xf32>) {
+    ^bb0(%in: f32, %in_72: f32, %out: f32):
+      %127 = arith.mulf %in, %in_72 : f32
+      linalg.yield %127 : f32
     } -> tensor<1x4x?x128xf32>
-    %62 = arith.cmpi eq, %43, %dim_40 : index
+    %62 = arith.cmpi eq, %43, %dim_35 : index
     cf.assert %62, "mismatched size for broadcast"
     %63 = linalg.generic {indexing_maps = [#map3, #map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%56, %61 : tensor<1x4x?x128xf32>, tensor<1x4x?x128xf32>) outs(%44 : tensor<1x4x?x128xf32>) {
-    ^bb0(%in: f32, %in_78: f32, %out: f32):
-      %176 = arith.addf %in, %in_78 : f32
-      linalg.yield %176 : f32
+    ^bb0(%in: f32, %in_72: f32, %out: f32):
+      %127 = arith.addf %in, %in_72 : f32
+      linalg.yield %127 : f32
     } -> tensor<1x4x?x128xf32>
-    %64 = arith.cmpi eq, %52, %dim_24 : index
+    %64 = arith.cmpi eq, %52, %dim_19 : index
     cf.assert %64, "mismatched size for broadcast"
-    %65 = linalg.generic {indexing_maps = [#map3, #map9, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_31, %expanded_36 : tensor<1x2x?x128xf32>, tensor<1x1x?x128xf32>) outs(%53 : tensor<1x2x?x128xf32>) {
-    ^bb0(%in: f32, %in_78: f32, %out: f32):
-      %176 = arith.mulf %in, %in_78 : f32
-      linalg.yield %176 : f32
+    %65 = linalg.generic {indexing_maps = [#map3, #map9, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_26, %expanded_31 : tensor<1x2x?x128xf32>, tensor<1x1x?x128xf32>) outs(%53 : tensor<1x2x?x128xf32>) {
+    ^bb0(%in: f32, %in_72: f32, %out: f32):
+      %127 = arith.mulf %in, %in_72 : f32
+      linalg.yield %127 : f32
     } -> tensor<1x2x?x128xf32>
-    %extracted_slice_41 = tensor.extract_slice %transposed_31[0, 0, 0, 0] [1, 2, %52, 64] [1, 1, 1, 1] : tensor<1x2x?x128xf32> to tensor<1x2x?x64xf32>
-    %extracted_slice_42 = tensor.extract_slice %transposed_31[0, 0, 0, 64] [1, 2, %52, 64] [1, 1, 1, 1] : tensor<1x2x?x128xf32> to tensor<1x2x?x64xf32>
+    %extracted_slice_36 = tensor.extract_slice %transposed_26[0, 0, 0, 0] [1, 2, %52, 64] [1, 1, 1, 1] : tensor<1x2x?x128xf32> to tensor<1x2x?x64xf32>
+    %extracted_slice_37 = tensor.extract_slice %transposed_26[0, 0, 0, 64] [1, 2, %52, 64] [1, 1, 1, 1] : tensor<1x2x?x128xf32> to tensor<1x2x?x64xf32>
     %66 = tensor.empty(%52) : tensor<1x2x?x64xf32>
-    %67 = linalg.generic {indexing_maps = [#map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_42 : tensor<1x2x?x64xf32>) outs(%66 : tensor<1x2x?x64xf32>) {
+    %67 = linalg.generic {indexing_maps = [#map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_37 : tensor<1x2x?x64xf32>) outs(%66 : tensor<1x2x?x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %176 = arith.negf %in : f32
-      linalg.yield %176 : f32
+      %127 = arith.negf %in : f32
+      linalg.yield %127 : f32
     } -> tensor<1x2x?x64xf32>
-    %concat_43 = tensor.concat dim(3) %67, %extracted_slice_41 : (tensor<1x2x?x64xf32>, tensor<1x2x?x64xf32>) -> tensor<1x2x?x128xf32>
-    %dim_44 = tensor.dim %67, %c2 : tensor<1x2x?x64xf32>
-    %68 = arith.cmpi eq, %dim_44, %dim_24 : index
+    %concat_38 = tensor.concat dim(3) %67, %extracted_slice_36 : (tensor<1x2x?x64xf32>, tensor<1x2x?x64xf32>) -> tensor<1x2x?x128xf32>
+    %dim_39 = tensor.dim %67, %c2 : tensor<1x2x?x64xf32>
+    %68 = arith.cmpi eq, %dim_39, %dim_19 : index
     cf.assert %68, "mismatched size for broadcast"
-    %69 = tensor.empty(%dim_44) : tensor<1x2x?x128xf32>
-    %70 = linalg.generic {indexing_maps = [#map3, #map9, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_43, %expanded_37 : tensor<1x2x?x128xf32>, tensor<1x1x?x128xf32>) outs(%69 : tensor<1x2x?x128xf32>) {
-    ^bb0(%in: f32, %in_78: f32, %out: f32):
-      %176 = arith.mulf %in, %in_78 : f32
-      linalg.yield %176 : f32
+    %69 = tensor.empty(%dim_39) : tensor<1x2x?x128xf32>
+    %70 = linalg.generic {indexing_maps = [#map3, #map9, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_38, %expanded_32 : tensor<1x2x?x128xf32>, tensor<1x1x?x128xf32>) outs(%69 : tensor<1x2x?x128xf32>) {
+    ^bb0(%in: f32, %in_72: f32, %out: f32):
+      %127 = arith.mulf %in, %in_72 : f32
+      linalg.yield %127 : f32
     } -> tensor<1x2x?x128xf32>
-    %71 = arith.cmpi eq, %52, %dim_44 : index
+    %71 = arith.cmpi eq, %52, %dim_39 : index
     cf.assert %71, "mismatched size for broadcast"
     %72 = linalg.generic {indexing_maps = [#map3, #map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%65, %70 : tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>) outs(%53 : tensor<1x2x?x128xf32>) {
-    ^bb0(%in: f32, %in_78: f32, %out: f32):
-      %176 = arith.addf %in, %in_78 : f32
-      linalg.yield %176 : f32
+    ^bb0(%in: f32, %in_72: f32, %out: f32):
+      %127 = arith.addf %in, %in_72 : f32
+      linalg.yield %127 : f32
     } -> tensor<1x2x?x128xf32>
     %73 = arith.addi %51, %c-31_i64 : i64
     %74 = arith.maxsi %73, %c0_i64 : i64
@@ -295,349 +287,192 @@ module {
     %76 = arith.index_cast %75 : i64 to index
     %77 = arith.subi %52, %76 : index
     %78 = arith.maxsi %77, %c0 : index
-    %extracted_slice_45 = tensor.extract_slice %72[0, 0, %76, 0] [1, 2, %78, 128] [1, 1, 1, 1] : tensor<1x2x?x128xf32> to tensor<1x2x?x128xf32>
-    %extracted_slice_46 = tensor.extract_slice %transposed_35[0, 0, %76, 0] [1, 2, %78, 128] [1, 1, 1, 1] : tensor<1x2x?x128xf32> to tensor<1x2x?x128xf32>
-    %expanded_47 = tensor.expand_shape %72 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %52, 128] : tensor<1x2x?x128xf32> into tensor<1x2x1x?x128xf32>
+    %extracted_slice_40 = tensor.extract_slice %72[0, 0, %76, 0] [1, 2, %78, 128] [1, 1, 1, 1] : tensor<1x2x?x128xf32> to tensor<1x2x?x128xf32>
+    %extracted_slice_41 = tensor.extract_slice %transposed_30[0, 0, %76, 0] [1, 2, %78, 128] [1, 1, 1, 1] : tensor<1x2x?x128xf32> to tensor<1x2x?x128xf32>
+    %expanded_42 = tensor.expand_shape %72 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %52, 128] : tensor<1x2x?x128xf32> into tensor<1x2x1x?x128xf32>
     cf.assert %12, "unimplemented: dynamic negative broadcast sizes"
     %79 = tensor.empty(%dim) : tensor<1x2x2x?x128xf32>
     %80 = linalg.generic {indexing_maps = [#map10], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} outs(%79 : tensor<1x2x2x?x128xf32>) {
     ^bb0(%out: f32):
-      %176 = linalg.index 1 : index
-      %177 = linalg.index 3 : index
-      %178 = linalg.index 4 : index
-      %179 = arith.cmpi eq, %52, %c1 : index
-      %180 = arith.select %179, %c0, %177 : index
-      %extracted = tensor.extract %expanded_47[%c0, %176, %c0, %180, %178] : tensor<1x2x1x?x128xf32>
+      %127 = linalg.index 1 : index
+      %128 = linalg.index 3 : index
+      %129 = linalg.index 4 : index
+      %130 = arith.cmpi eq, %52, %c1 : index
+      %131 = arith.select %130, %c0, %128 : index
+      %extracted = tensor.extract %expanded_42[%c0, %127, %c0, %131, %129] : tensor<1x2x1x?x128xf32>
       linalg.yield %extracted : f32
     } -> tensor<1x2x2x?x128xf32>
-    %collapsed_48 = tensor.collapse_shape %80 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xf32> into tensor<1x4x?x128xf32>
-    %expanded_49 = tensor.expand_shape %transposed_35 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %52, 128] : tensor<1x2x?x128xf32> into tensor<1x2x1x?x128xf32>
+    %collapsed_43 = tensor.collapse_shape %80 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xf32> into tensor<1x4x?x128xf32>
+    %expanded_44 = tensor.expand_shape %transposed_30 [[0], [1], [2, 3], [4]] output_shape [1, 2, 1, %52, 128] : tensor<1x2x?x128xf32> into tensor<1x2x1x?x128xf32>
     cf.assert %12, "unimplemented: dynamic negative broadcast sizes"
     %81 = linalg.generic {indexing_maps = [#map10], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} outs(%79 : tensor<1x2x2x?x128xf32>) {
     ^bb0(%out: f32):
-      %176 = linalg.index 1 : index
-      %177 = linalg.index 3 : index
-      %178 = linalg.index 4 : index
-      %179 = arith.cmpi eq, %52, %c1 : index
-      %180 = arith.select %179, %c0, %177 : index
-      %extracted = tensor.extract %expanded_49[%c0, %176, %c0, %180, %178] : tensor<1x2x1x?x128xf32>
+      %127 = linalg.index 1 : index
+      %128 = linalg.index 3 : index
+      %129 = linalg.index 4 : index
+      %130 = arith.cmpi eq, %52, %c1 : index
+      %131 = arith.select %130, %c0, %128 : index
+      %extracted = tensor.extract %expanded_44[%c0, %127, %c0, %131, %129] : tensor<1x2x1x?x128xf32>
       linalg.yield %extracted : f32
     } -> tensor<1x2x2x?x128xf32>
-    %collapsed_50 = tensor.collapse_shape %81 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xf32> into tensor<1x4x?x128xf32>
-    %82 = tensor.empty(%dim, %dim) : tensor<1x1x?x?xf32>
-    %83 = linalg.generic {indexing_maps = [#map3, #map6, #map6, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%14, %cst_2, %cst_3 : tensor<1x1x?x?xi1>, tensor<f32>, tensor<f32>) outs(%82 : tensor<1x1x?x?xf32>) {
-    ^bb0(%in: i1, %in_78: f32, %in_79: f32, %out: f32):
-      %176 = arith.select %in, %in_78, %in_79 : f32
-      linalg.yield %176 : f32
-    } -> tensor<1x1x?x?xf32>
-    %84 = linalg.generic {indexing_maps = [#map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%63 : tensor<1x4x?x128xf32>) outs(%44 : tensor<1x4x?x128xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %176 = arith.truncf %cst_12 : f64 to f32
-      %177 = arith.mulf %in, %176 : f32
-      linalg.yield %177 : f32
-    } -> tensor<1x4x?x128xf32>
-    %85 = tensor.empty(%dim) : tensor<1x4x128x?xf32>
-    %transposed_51 = linalg.transpose ins(%collapsed_48 : tensor<1x4x?x128xf32>) outs(%85 : tensor<1x4x128x?xf32>) permutation = [0, 1, 3, 2] 
-    %86 = linalg.generic {indexing_maps = [#map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_51 : tensor<1x4x128x?xf32>) outs(%85 : tensor<1x4x128x?xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %176 = arith.truncf %cst_12 : f64 to f32
-      %177 = arith.mulf %in, %176 : f32
-      linalg.yield %177 : f32
-    } -> tensor<1x4x128x?xf32>
-    cf.assert %12, "unimplemented: dynamic negative broadcast sizes"
-    %87 = tensor.empty(%dim) : tensor<1x4x?x128xf32>
-    %88 = linalg.generic {indexing_maps = [#map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%87 : tensor<1x4x?x128xf32>) {
-    ^bb0(%out: f32):
-      %176 = linalg.index 1 : index
-      %177 = linalg.index 2 : index
-      %178 = linalg.index 3 : index
-      %179 = arith.cmpi eq, %43, %c1 : index
-      %180 = arith.select %179, %c0, %177 : index
-      %extracted = tensor.extract %84[%c0, %176, %180, %178] : tensor<1x4x?x128xf32>
-      linalg.yield %extracted : f32
-    } -> tensor<1x4x?x128xf32>
-    %collapsed_52 = tensor.collapse_shape %88 [[0, 1], [2], [3]] : tensor<1x4x?x128xf32> into tensor<4x?x128xf32>
-    cf.assert %12, "unimplemented: dynamic negative broadcast sizes"
-    %89 = linalg.generic {indexing_maps = [#map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%85 : tensor<1x4x128x?xf32>) {
-    ^bb0(%out: f32):
-      %176 = linalg.index 1 : index
-      %177 = linalg.index 2 : index
-      %178 = linalg.index 3 : index
-      %179 = arith.cmpi eq, %dim, %c1 : index
-      %180 = arith.select %179, %c0, %178 : index
-      %extracted = tensor.extract %86[%c0, %176, %177, %180] : tensor<1x4x128x?xf32>
-      linalg.yield %extracted : f32
-    } -> tensor<1x4x128x?xf32>
-    %collapsed_53 = tensor.collapse_shape %89 [[0, 1], [2], [3]] : tensor<1x4x128x?xf32> into tensor<4x128x?xf32>
-    %90 = tensor.empty(%dim, %dim) : tensor<4x?x?xf32>
-    %91 = linalg.fill ins(%cst : f32) outs(%90 : tensor<4x?x?xf32>) -> tensor<4x?x?xf32>
-    %92 = linalg.batch_matmul ins(%collapsed_52, %collapsed_53 : tensor<4x?x128xf32>, tensor<4x128x?xf32>) outs(%91 : tensor<4x?x?xf32>) -> tensor<4x?x?xf32>
-    %93 = arith.muli %0, %c4_i64 : i64
-    %94 = arith.select %34, %c4_i64, %93 : i64
-    %95 = arith.muli %94, %0 : i64
-    %96 = arith.select %34, %c4_i64, %95 : i64
-    %97 = arith.select %34, %37, %36 : i64
-    %98 = arith.cmpi sle, %97, %c1_i64 : i64
-    cf.assert %98, "must have at most one inferred (negative) dimension"
-    %99 = arith.muli %93, %0 : i64
-    %100 = arith.divsi %99, %96 : i64
-    %101 = arith.select %34, %100, %0 : i64
-    %from_elements_54 = tensor.from_elements %c1_i64, %c4_i64, %101, %101 : tensor<4xi64>
-    %reshape_55 = tensor.reshape %92(%from_elements_54) : (tensor<4x?x?xf32>, tensor<4xi64>) -> tensor<1x4x?x?xf32>
-    %102 = arith.index_cast %101 : i64 to index
-    %103 = arith.cmpi eq, %102, %dim : index
-    cf.assert %103, "mismatched size for broadcast"
-    cf.assert %103, "mismatched size for broadcast"
-    %104 = tensor.empty(%102, %102) : tensor<1x4x?x?xf32>
-    %105 = linalg.generic {indexing_maps = [#map3, #map9, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%reshape_55, %83 : tensor<1x4x?x?xf32>, tensor<1x1x?x?xf32>) outs(%104 : tensor<1x4x?x?xf32>) {
-    ^bb0(%in: f32, %in_78: f32, %out: f32):
-      %176 = arith.addf %in, %in_78 : f32
-      linalg.yield %176 : f32
-    } -> tensor<1x4x?x?xf32>
-    %106 = tensor.empty(%102) : tensor<1x4x?xi64>
-    %107 = linalg.fill ins(%c0_i64 : i64) outs(%106 : tensor<1x4x?xi64>) -> tensor<1x4x?xi64>
-    %108 = tensor.empty(%102) : tensor<1x4x?xf32>
-    %109 = linalg.fill ins(%cst_0 : f32) outs(%108 : tensor<1x4x?xf32>) -> tensor<1x4x?xf32>
-    %110:2 = linalg.generic {indexing_maps = [#map3, #map11, #map11], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%105 : tensor<1x4x?x?xf32>) outs(%109, %107 : tensor<1x4x?xf32>, tensor<1x4x?xi64>) {
-    ^bb0(%in: f32, %out: f32, %out_78: i64):
-      %176 = linalg.index 3 : index
-      %177 = arith.index_cast %176 : index to i64
-      %178 = arith.maximumf %in, %out : f32
-      %179 = arith.cmpf ogt, %in, %out : f32
-      %180 = arith.select %179, %177, %out_78 : i64
-      linalg.yield %178, %180 : f32, i64
-    } -> (tensor<1x4x?xf32>, tensor<1x4x?xi64>)
-    %expanded_56 = tensor.expand_shape %110#0 [[0], [1], [2, 3]] output_shape [1, 4, %102, 1] : tensor<1x4x?xf32> into tensor<1x4x?x1xf32>
-    %111 = linalg.generic {indexing_maps = [#map3, #map5, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%105, %expanded_56 : tensor<1x4x?x?xf32>, tensor<1x4x?x1xf32>) outs(%104 : tensor<1x4x?x?xf32>) {
-    ^bb0(%in: f32, %in_78: f32, %out: f32):
-      %176 = arith.subf %in, %in_78 : f32
-      linalg.yield %176 : f32
-    } -> tensor<1x4x?x?xf32>
-    %112 = linalg.generic {indexing_maps = [#map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%111 : tensor<1x4x?x?xf32>) outs(%104 : tensor<1x4x?x?xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %176 = math.exp %in : f32
-      linalg.yield %176 : f32
-    } -> tensor<1x4x?x?xf32>
-    %113 = tensor.empty(%102) : tensor<1x4x?x1xf32>
-    %114 = linalg.fill ins(%cst : f32) outs(%113 : tensor<1x4x?x1xf32>) -> tensor<1x4x?x1xf32>
-    %115 = linalg.generic {indexing_maps = [#map3, #map5], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%112 : tensor<1x4x?x?xf32>) outs(%114 : tensor<1x4x?x1xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %176 = arith.addf %in, %out : f32
-      linalg.yield %176 : f32
-    } -> tensor<1x4x?x1xf32>
-    %116 = linalg.generic {indexing_maps = [#map3, #map5, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%112, %115 : tensor<1x4x?x?xf32>, tensor<1x4x?x1xf32>) outs(%104 : tensor<1x4x?x?xf32>) {
-    ^bb0(%in: f32, %in_78: f32, %out: f32):
-      %176 = arith.divf %in, %in_78 : f32
-      linalg.yield %176 : f32
-    } -> tensor<1x4x?x?xf32>
-    %117 = tensor.empty(%102, %102) : tensor<1x4x?x?xi1>
-    %118 = linalg.generic {indexing_maps = [#map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%105 : tensor<1x4x?x?xf32>) outs(%117 : tensor<1x4x?x?xi1>) {
-    ^bb0(%in: f32, %out: i1):
-      %176 = arith.extf %in : f32 to f64
-      %177 = arith.cmpf oeq, %176, %cst_13 : f64
-      linalg.yield %177 : i1
-    } -> tensor<1x4x?x?xi1>
-    %119 = tensor.empty(%102) : tensor<1x4x?x1xi1>
-    %120 = linalg.fill ins(%true : i1) outs(%119 : tensor<1x4x?x1xi1>) -> tensor<1x4x?x1xi1>
-    %121 = linalg.generic {indexing_maps = [#map3, #map5], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%118 : tensor<1x4x?x?xi1>) outs(%120 : tensor<1x4x?x1xi1>) {
+    %collapsed_45 = tensor.collapse_shape %81 [[0], [1, 2], [3], [4]] : tensor<1x2x2x?x128xf32> into tensor<1x4x?x128xf32>
+    %dim_46 = tensor.dim %63, %c2 : tensor<1x4x?x128xf32>
+    %dim_47 = tensor.dim %collapsed_43, %c2 : tensor<1x4x?x128xf32>
+    %82 = tensor.empty(%dim_46, %dim_47) : tensor<1x4x?x?xi1>
+    %83 = linalg.generic {indexing_maps = [#map9, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%14 : tensor<1x1x?x?xi1>) outs(%82 : tensor<1x4x?x?xi1>) {
     ^bb0(%in: i1, %out: i1):
-      %176 = arith.andi %in, %out : i1
-      linalg.yield %176 : i1
-    } -> tensor<1x4x?x1xi1>
-    %122 = arith.cmpi sge, %101, %c0_i64 : i64
-    cf.assert %122, "negative values not allowed in new dimensions"
-    %123 = arith.index_cast %101 : i64 to index
-    cf.assert %122, "negative values not allowed in new dimensions"
-    %124 = tensor.empty(%123, %123) : tensor<1x4x?x?xf32>
-    %125 = linalg.generic {indexing_maps = [#map6, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%cst_2 : tensor<f32>) outs(%124 : tensor<1x4x?x?xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      linalg.yield %in : f32
-    } -> tensor<1x4x?x?xf32>
-    %126 = arith.cmpi eq, %102, %123 : index
-    cf.assert %126, "mismatched size for broadcast"
-    %127 = arith.cmpi eq, %123, %102 : index
-    cf.assert %127, "mismatched size for broadcast"
-    %128 = tensor.empty(%102, %123) : tensor<1x4x?x?xf32>
-    %129 = linalg.generic {indexing_maps = [#map5, #map3, #map3, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%121, %125, %116 : tensor<1x4x?x1xi1>, tensor<1x4x?x?xf32>, tensor<1x4x?x?xf32>) outs(%128 : tensor<1x4x?x?xf32>) {
-    ^bb0(%in: i1, %in_78: f32, %in_79: f32, %out: f32):
-      %176 = arith.select %in, %in_78, %in_79 : f32
-      linalg.yield %176 : f32
-    } -> tensor<1x4x?x?xf32>
-    cf.assert %12, "unimplemented: dynamic negative broadcast sizes"
-    cf.assert %12, "unimplemented: dynamic negative broadcast sizes"
-    %130 = tensor.empty(%dim, %dim) : tensor<1x4x?x?xf32>
-    %131 = linalg.generic {indexing_maps = [#map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%130 : tensor<1x4x?x?xf32>) {
-    ^bb0(%out: f32):
-      %176 = linalg.index 1 : index
-      %177 = linalg.index 2 : index
-      %178 = linalg.index 3 : index
-      %179 = arith.cmpi eq, %102, %c1 : index
-      %180 = arith.select %179, %c0, %177 : index
-      %181 = arith.cmpi eq, %123, %c1 : index
-      %182 = arith.select %181, %c0, %178 : index
-      %extracted = tensor.extract %129[%c0, %176, %180, %182] : tensor<1x4x?x?xf32>
-      linalg.yield %extracted : f32
-    } -> tensor<1x4x?x?xf32>
-    cf.assert %98, "must have at most one inferred (negative) dimension"
-    %from_elements_57 = tensor.from_elements %c4_i64, %101, %101 : tensor<3xi64>
-    %reshape_58 = tensor.reshape %131(%from_elements_57) : (tensor<1x4x?x?xf32>, tensor<3xi64>) -> tensor<4x?x?xf32>
-    cf.assert %12, "unimplemented: dynamic negative broadcast sizes"
-    %132 = linalg.generic {indexing_maps = [#map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} outs(%87 : tensor<1x4x?x128xf32>) {
-    ^bb0(%out: f32):
-      %176 = linalg.index 1 : index
-      %177 = linalg.index 2 : index
-      %178 = linalg.index 3 : index
-      %179 = arith.cmpi eq, %dim, %c1 : index
-      %180 = arith.select %179, %c0, %177 : index
-      %extracted = tensor.extract %collapsed_50[%c0, %176, %180, %178] : tensor<1x4x?x128xf32>
-      linalg.yield %extracted : f32
-    } -> tensor<1x4x?x128xf32>
-    %collapsed_59 = tensor.collapse_shape %132 [[0, 1], [2], [3]] : tensor<1x4x?x128xf32> into tensor<4x?x128xf32>
-    %133 = arith.cmpi eq, %101, %0 : i64
-    cf.assert %133, "mismatching contracting dimension"
-    %134 = tensor.empty(%102) : tensor<4x?x128xf32>
-    %135 = linalg.fill ins(%cst : f32) outs(%134 : tensor<4x?x128xf32>) -> tensor<4x?x128xf32>
-    %136 = linalg.batch_matmul ins(%reshape_58, %collapsed_59 : tensor<4x?x?xf32>, tensor<4x?x128xf32>) outs(%135 : tensor<4x?x128xf32>) -> tensor<4x?x128xf32>
-    %expanded_60 = tensor.expand_shape %136 [[0, 1], [2], [3]] output_shape [1, 4, %102, 128] : tensor<4x?x128xf32> into tensor<1x4x?x128xf32>
-    %137 = tensor.empty(%102) : tensor<1x?x4x128xf32>
-    %transposed_61 = linalg.transpose ins(%expanded_60 : tensor<1x4x?x128xf32>) outs(%137 : tensor<1x?x4x128xf32>) permutation = [0, 2, 1, 3] 
+      linalg.yield %in : i1
+    } -> tensor<1x4x?x?xi1>
+    %collapsed_48 = tensor.collapse_shape %63 [[0, 1], [2], [3]] : tensor<1x4x?x128xf32> into tensor<4x?x128xf32>
+    %collapsed_49 = tensor.collapse_shape %collapsed_43 [[0, 1], [2], [3]] : tensor<1x4x?x128xf32> into tensor<4x?x128xf32>
+    %collapsed_50 = tensor.collapse_shape %collapsed_45 [[0, 1], [2], [3]] : tensor<1x4x?x128xf32> into tensor<4x?x128xf32>
+    %collapsed_51 = tensor.collapse_shape %83 [[0, 1], [2], [3]] : tensor<1x4x?x?xi1> into tensor<4x?x?xi1>
+    %84 = tensor.empty(%dim_46) : tensor<4x?x128xf32>
+    %85 = linalg.fill ins(%cst : f32) outs(%84 : tensor<4x?x128xf32>) -> tensor<4x?x128xf32>
+    %86 = "snapkv.sdpa"(%collapsed_48, %collapsed_49, %collapsed_50, %collapsed_51, %85) {scale = 0.088388347648318447 : f64} : (tensor<4x?x128xf32>, tensor<4x?x128xf32>, tensor<4x?x128xf32>, tensor<4x?x?xi1>, tensor<4x?x128xf32>) -> tensor<4x?x128xf32>
+    %dim_52 = tensor.dim %86, %c1 : tensor<4x?x128xf32>
+    %expanded_53 = tensor.expand_shape %86 [[0, 1], [2], [3]] output_shape [1, 4, %dim_52, 128] : tensor<4x?x128xf32> into tensor<1x4x?x128xf32>
+    %dim_54 = tensor.dim %expanded_53, %c2 : tensor<1x4x?x128xf32>
+    %87 = tensor.empty(%dim_54) : tensor<1x?x4x128xf32>
+    %transposed_55 = linalg.transpose ins(%expanded_53 : tensor<1x4x?x128xf32>) outs(%87 : tensor<1x?x4x128xf32>) permutation = [0, 2, 1, 3] 
     cf.assert %39, "must have at most one inferred (negative) dimension"
-    %138 = arith.muli %101, %c512_i64 : i64
-    %139 = arith.divsi %138, %35 : i64
-    %140 = arith.select %34, %139, %0 : i64
-    %from_elements_62 = tensor.from_elements %c1_i64, %140, %139 : tensor<3xi64>
-    %reshape_63 = tensor.reshape %transposed_61(%from_elements_62) : (tensor<1x?x4x128xf32>, tensor<3xi64>) -> tensor<1x?x512xf32>
-    %141 = tensor.empty() : tensor<512x32xf32>
-    %transposed_64 = linalg.transpose ins(%cst_11 : tensor<32x512xf32>) outs(%141 : tensor<512x32xf32>) permutation = [1, 0] 
-    %collapsed_65 = tensor.collapse_shape %reshape_63 [[0, 1], [2]] : tensor<1x?x512xf32> into tensor<?x512xf32>
-    %142 = arith.index_cast %140 : i64 to index
-    %143 = tensor.empty(%142) : tensor<?x32xf32>
-    %144 = linalg.fill ins(%cst : f32) outs(%143 : tensor<?x32xf32>) -> tensor<?x32xf32>
-    %145 = linalg.matmul ins(%collapsed_65, %transposed_64 : tensor<?x512xf32>, tensor<512x32xf32>) outs(%144 : tensor<?x32xf32>) -> tensor<?x32xf32>
-    %expanded_66 = tensor.expand_shape %145 [[0, 1], [2]] output_shape [1, %142, 32] : tensor<?x32xf32> into tensor<1x?x32xf32>
-    %146 = arith.cmpi eq, %dim, %142 : index
-    cf.assert %146, "mismatched size for broadcast"
-    %147 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%2, %expanded_66 : tensor<1x?x32xf32>, tensor<1x?x32xf32>) outs(%1 : tensor<1x?x32xf32>) {
-    ^bb0(%in: f32, %in_78: f32, %out: f32):
-      %176 = arith.addf %in, %in_78 : f32
-      linalg.yield %176 : f32
+    %88 = arith.index_cast %dim_54 : index to i64
+    %89 = arith.muli %88, %c512_i64 : i64
+    %90 = arith.divsi %89, %35 : i64
+    %91 = arith.select %34, %90, %0 : i64
+    %from_elements_56 = tensor.from_elements %c1_i64, %91, %90 : tensor<3xi64>
+    %reshape_57 = tensor.reshape %transposed_55(%from_elements_56) : (tensor<1x?x4x128xf32>, tensor<3xi64>) -> tensor<1x?x512xf32>
+    %92 = tensor.empty() : tensor<512x32xf32>
+    %transposed_58 = linalg.transpose ins(%cst_8 : tensor<32x512xf32>) outs(%92 : tensor<512x32xf32>) permutation = [1, 0] 
+    %collapsed_59 = tensor.collapse_shape %reshape_57 [[0, 1], [2]] : tensor<1x?x512xf32> into tensor<?x512xf32>
+    %93 = arith.index_cast %91 : i64 to index
+    %94 = tensor.empty(%93) : tensor<?x32xf32>
+    %95 = linalg.fill ins(%cst : f32) outs(%94 : tensor<?x32xf32>) -> tensor<?x32xf32>
+    %96 = linalg.matmul ins(%collapsed_59, %transposed_58 : tensor<?x512xf32>, tensor<512x32xf32>) outs(%95 : tensor<?x32xf32>) -> tensor<?x32xf32>
+    %expanded_60 = tensor.expand_shape %96 [[0, 1], [2]] output_shape [1, %93, 32] : tensor<?x32xf32> into tensor<1x?x32xf32>
+    %97 = arith.cmpi eq, %dim, %93 : index
+    cf.assert %97, "mismatched size for broadcast"
+    %98 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%2, %expanded_60 : tensor<1x?x32xf32>, tensor<1x?x32xf32>) outs(%1 : tensor<1x?x32xf32>) {
+    ^bb0(%in: f32, %in_72: f32, %out: f32):
+      %127 = arith.addf %in, %in_72 : f32
+      linalg.yield %127 : f32
     } -> tensor<1x?x32xf32>
-    %148 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%147 : tensor<1x?x32xf32>) outs(%1 : tensor<1x?x32xf32>) {
+    %99 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%98 : tensor<1x?x32xf32>) outs(%1 : tensor<1x?x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %176 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %176 : f32
+      %127 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %127 : f32
     } -> tensor<1x?x32xf32>
-    %149 = linalg.generic {indexing_maps = [#map1, #map7], iterator_types = ["parallel", "parallel", "reduction"]} ins(%148 : tensor<1x?x32xf32>) outs(%23 : tensor<1x?x1xf32>) {
+    %100 = linalg.generic {indexing_maps = [#map1, #map7], iterator_types = ["parallel", "parallel", "reduction"]} ins(%99 : tensor<1x?x32xf32>) outs(%23 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %176 = arith.addf %in, %out : f32
-      linalg.yield %176 : f32
+      %127 = arith.addf %in, %out : f32
+      linalg.yield %127 : f32
     } -> tensor<1x?x1xf32>
-    %150 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%149 : tensor<1x?x1xf32>) outs(%15 : tensor<1x?x1xf32>) {
+    %101 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%100 : tensor<1x?x1xf32>) outs(%15 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %176 = arith.divf %in, %cst_21 : f32
-      linalg.yield %176 : f32
+      %127 = arith.divf %in, %cst_16 : f32
+      linalg.yield %127 : f32
     } -> tensor<1x?x1xf32>
-    %151 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%150 : tensor<1x?x1xf32>) outs(%15 : tensor<1x?x1xf32>) {
+    %102 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%101 : tensor<1x?x1xf32>) outs(%15 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %176 = arith.truncf %cst_18 : f64 to f32
-      %177 = arith.addf %in, %176 : f32
-      linalg.yield %177 : f32
+      %127 = arith.truncf %cst_13 : f64 to f32
+      %128 = arith.addf %in, %127 : f32
+      linalg.yield %128 : f32
     } -> tensor<1x?x1xf32>
-    %152 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%151 : tensor<1x?x1xf32>) outs(%15 : tensor<1x?x1xf32>) {
+    %103 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%102 : tensor<1x?x1xf32>) outs(%15 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %176 = math.rsqrt %in : f32
-      linalg.yield %176 : f32
+      %127 = math.rsqrt %in : f32
+      linalg.yield %127 : f32
     } -> tensor<1x?x1xf32>
-    %153 = linalg.generic {indexing_maps = [#map1, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%147, %152 : tensor<1x?x32xf32>, tensor<1x?x1xf32>) outs(%1 : tensor<1x?x32xf32>) {
-    ^bb0(%in: f32, %in_78: f32, %out: f32):
-      %176 = arith.mulf %in, %in_78 : f32
-      linalg.yield %176 : f32
+    %104 = linalg.generic {indexing_maps = [#map1, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%98, %103 : tensor<1x?x32xf32>, tensor<1x?x1xf32>) outs(%1 : tensor<1x?x32xf32>) {
+    ^bb0(%in: f32, %in_72: f32, %out: f32):
+      %127 = arith.mulf %in, %in_72 : f32
+      linalg.yield %127 : f32
     } -> tensor<1x?x32xf32>
-    %154 = linalg.generic {indexing_maps = [#map8, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_10, %153 : tensor<32xf32>, tensor<1x?x32xf32>) outs(%1 : tensor<1x?x32xf32>) {
-    ^bb0(%in: f32, %in_78: f32, %out: f32):
-      %176 = arith.mulf %in, %in_78 : f32
-      linalg.yield %176 : f32
+    %105 = linalg.generic {indexing_maps = [#map8, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_7, %104 : tensor<32xf32>, tensor<1x?x32xf32>) outs(%1 : tensor<1x?x32xf32>) {
+    ^bb0(%in: f32, %in_72: f32, %out: f32):
+      %127 = arith.mulf %in, %in_72 : f32
+      linalg.yield %127 : f32
     } -> tensor<1x?x32xf32>
-    %155 = tensor.empty() : tensor<32x64xf32>
-    %transposed_67 = linalg.transpose ins(%cst_9 : tensor<64x32xf32>) outs(%155 : tensor<32x64xf32>) permutation = [1, 0] 
-    %collapsed_68 = tensor.collapse_shape %154 [[0, 1], [2]] : tensor<1x?x32xf32> into tensor<?x32xf32>
-    %156 = tensor.empty(%dim) : tensor<?x64xf32>
-    %157 = linalg.fill ins(%cst : f32) outs(%156 : tensor<?x64xf32>) -> tensor<?x64xf32>
-    %158 = linalg.matmul ins(%collapsed_68, %transposed_67 : tensor<?x32xf32>, tensor<32x64xf32>) outs(%157 : tensor<?x64xf32>) -> tensor<?x64xf32>
-    %expanded_69 = tensor.expand_shape %158 [[0, 1], [2]] output_shape [1, %dim, 64] : tensor<?x64xf32> into tensor<1x?x64xf32>
-    %159 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_69 : tensor<1x?x64xf32>) outs(%17 : tensor<1x?x64xf32>) {
+    %106 = tensor.empty() : tensor<32x64xf32>
+    %transposed_61 = linalg.transpose ins(%cst_6 : tensor<64x32xf32>) outs(%106 : tensor<32x64xf32>) permutation = [1, 0] 
+    %collapsed_62 = tensor.collapse_shape %105 [[0, 1], [2]] : tensor<1x?x32xf32> into tensor<?x32xf32>
+    %107 = tensor.empty(%dim) : tensor<?x64xf32>
+    %108 = linalg.fill ins(%cst : f32) outs(%107 : tensor<?x64xf32>) -> tensor<?x64xf32>
+    %109 = linalg.matmul ins(%collapsed_62, %transposed_61 : tensor<?x32xf32>, tensor<32x64xf32>) outs(%108 : tensor<?x64xf32>) -> tensor<?x64xf32>
+    %expanded_63 = tensor.expand_shape %109 [[0, 1], [2]] output_shape [1, %dim, 64] : tensor<?x64xf32> into tensor<1x?x64xf32>
+    %110 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_63 : tensor<1x?x64xf32>) outs(%17 : tensor<1x?x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %176 = arith.negf %in : f32
-      %177 = math.exp %176 : f32
-      %178 = arith.addf %177, %cst_1 : f32
-      %179 = arith.divf %cst_1, %178 : f32
-      linalg.yield %179 : f32
+      %127 = arith.negf %in : f32
+      %128 = math.exp %127 : f32
+      %129 = arith.addf %128, %cst_0 : f32
+      %130 = arith.divf %cst_0, %129 : f32
+      linalg.yield %130 : f32
     } -> tensor<1x?x64xf32>
-    %160 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_69, %159 : tensor<1x?x64xf32>, tensor<1x?x64xf32>) outs(%17 : tensor<1x?x64xf32>) {
-    ^bb0(%in: f32, %in_78: f32, %out: f32):
-      %176 = arith.mulf %in, %in_78 : f32
-      linalg.yield %176 : f32
+    %111 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_63, %110 : tensor<1x?x64xf32>, tensor<1x?x64xf32>) outs(%17 : tensor<1x?x64xf32>) {
+    ^bb0(%in: f32, %in_72: f32, %out: f32):
+      %127 = arith.mulf %in, %in_72 : f32
+      linalg.yield %127 : f32
     } -> tensor<1x?x64xf32>
-    %transposed_70 = linalg.transpose ins(%cst_8 : tensor<64x32xf32>) outs(%155 : tensor<32x64xf32>) permutation = [1, 0] 
-    %161 = linalg.matmul ins(%collapsed_68, %transposed_70 : tensor<?x32xf32>, tensor<32x64xf32>) outs(%157 : tensor<?x64xf32>) -> tensor<?x64xf32>
-    %expanded_71 = tensor.expand_shape %161 [[0, 1], [2]] output_shape [1, %dim, 64] : tensor<?x64xf32> into tensor<1x?x64xf32>
-    %162 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%160, %expanded_71 : tensor<1x?x64xf32>, tensor<1x?x64xf32>) outs(%17 : tensor<1x?x64xf32>) {
-    ^bb0(%in: f32, %in_78: f32, %out: f32):
-      %176 = arith.mulf %in, %in_78 : f32
-      linalg.yield %176 : f32
+    %transposed_64 = linalg.transpose ins(%cst_5 : tensor<64x32xf32>) outs(%106 : tensor<32x64xf32>) permutation = [1, 0] 
+    %112 = linalg.matmul ins(%collapsed_62, %transposed_64 : tensor<?x32xf32>, tensor<32x64xf32>) outs(%108 : tensor<?x64xf32>) -> tensor<?x64xf32>
+    %expanded_65 = tensor.expand_shape %112 [[0, 1], [2]] output_shape [1, %dim, 64] : tensor<?x64xf32> into tensor<1x?x64xf32>
+    %113 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%111, %expanded_65 : tensor<1x?x64xf32>, tensor<1x?x64xf32>) outs(%17 : tensor<1x?x64xf32>) {
+    ^bb0(%in: f32, %in_72: f32, %out: f32):
+      %127 = arith.mulf %in, %in_72 : f32
+      linalg.yield %127 : f32
     } -> tensor<1x?x64xf32>
-    %163 = tensor.empty() : tensor<64x32xf32>
-    %transposed_72 = linalg.transpose ins(%cst_7 : tensor<32x64xf32>) outs(%163 : tensor<64x32xf32>) permutation = [1, 0] 
-    %collapsed_73 = tensor.collapse_shape %162 [[0, 1], [2]] : tensor<1x?x64xf32> into tensor<?x64xf32>
-    %164 = tensor.empty(%dim) : tensor<?x32xf32>
-    %165 = linalg.fill ins(%cst : f32) outs(%164 : tensor<?x32xf32>) -> tensor<?x32xf32>
-    %166 = linalg.matmul ins(%collapsed_73, %transposed_72 : tensor<?x64xf32>, tensor<64x32xf32>) outs(%165 : tensor<?x32xf32>) -> tensor<?x32xf32>
-    %expanded_74 = tensor.expand_shape %166 [[0, 1], [2]] output_shape [1, %dim, 32] : tensor<?x32xf32> into tensor<1x?x32xf32>
-    %167 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%147, %expanded_74 : tensor<1x?x32xf32>, tensor<1x?x32xf32>) outs(%1 : tensor<1x?x32xf32>) {
-    ^bb0(%in: f32, %in_78: f32, %out: f32):
-      %176 = arith.addf %in, %in_78 : f32
-      linalg.yield %176 : f32
+    %114 = tensor.empty() : tensor<64x32xf32>
+    %transposed_66 = linalg.transpose ins(%cst_4 : tensor<32x64xf32>) outs(%114 : tensor<64x32xf32>) permutation = [1, 0] 
+    %collapsed_67 = tensor.collapse_shape %113 [[0, 1], [2]] : tensor<1x?x64xf32> into tensor<?x64xf32>
+    %115 = tensor.empty(%dim) : tensor<?x32xf32>
+    %116 = linalg.fill ins(%cst : f32) outs(%115 : tensor<?x32xf32>) -> tensor<?x32xf32>
+    %117 = linalg.matmul ins(%collapsed_67, %transposed_66 : tensor<?x64xf32>, tensor<64x32xf32>) outs(%116 : tensor<?x32xf32>) -> tensor<?x32xf32>
+    %expanded_68 = tensor.expand_shape %117 [[0, 1], [2]] output_shape [1, %dim, 32] : tensor<?x32xf32> into tensor<1x?x32xf32>
+    %118 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%98, %expanded_68 : tensor<1x?x32xf32>, tensor<1x?x32xf32>) outs(%1 : tensor<1x?x32xf32>) {
+    ^bb0(%in: f32, %in_72: f32, %out: f32):
+      %127 = arith.addf %in, %in_72 : f32
+      linalg.yield %127 : f32
     } -> tensor<1x?x32xf32>
-    %168 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%167 : tensor<1x?x32xf32>) outs(%1 : tensor<1x?x32xf32>) {
+    %119 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%118 : tensor<1x?x32xf32>) outs(%1 : tensor<1x?x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %176 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %176 : f32
+      %127 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %127 : f32
     } -> tensor<1x?x32xf32>
-    %169 = linalg.generic {indexing_maps = [#map1, #map7], iterator_types = ["parallel", "parallel", "reduction"]} ins(%168 : tensor<1x?x32xf32>) outs(%23 : tensor<1x?x1xf32>) {
+    %120 = linalg.generic {indexing_maps = [#map1, #map7], iterator_types = ["parallel", "parallel", "reduction"]} ins(%119 : tensor<1x?x32xf32>) outs(%23 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %176 = arith.addf %in, %out : f32
-      linalg.yield %176 : f32
+      %127 = arith.addf %in, %out : f32
+      linalg.yield %127 : f32
     } -> tensor<1x?x1xf32>
-    %170 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%169 : tensor<1x?x1xf32>) outs(%15 : tensor<1x?x1xf32>) {
+    %121 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%120 : tensor<1x?x1xf32>) outs(%15 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %176 = arith.divf %in, %cst_21 : f32
-      linalg.yield %176 : f32
+      %127 = arith.divf %in, %cst_16 : f32
+      linalg.yield %127 : f32
     } -> tensor<1x?x1xf32>
-    %171 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%170 : tensor<1x?x1xf32>) outs(%15 : tensor<1x?x1xf32>) {
+    %122 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%121 : tensor<1x?x1xf32>) outs(%15 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %176 = arith.truncf %cst_18 : f64 to f32
-      %177 = arith.addf %in, %176 : f32
-      linalg.yield %177 : f32
+      %127 = arith.truncf %cst_13 : f64 to f32
+      %128 = arith.addf %in, %127 : f32
+      linalg.yield %128 : f32
     } -> tensor<1x?x1xf32>
-    %172 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%171 : tensor<1x?x1xf32>) outs(%15 : tensor<1x?x1xf32>) {
+    %123 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%122 : tensor<1x?x1xf32>) outs(%15 : tensor<1x?x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %176 = math.rsqrt %in : f32
-      linalg.yield %176 : f32
+      %127 = math.rsqrt %in : f32
+      linalg.yield %127 : f32
     } -> tensor<1x?x1xf32>
-    %173 = linalg.generic {indexing_maps = [#map1, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%167, %172 : tensor<1x?x32xf32>, tensor<1x?x1xf32>) outs(%1 : tensor<1x?x32xf32>) {
-    ^bb0(%in: f32, %in_78: f32, %out: f32):
-      %176 = arith.mulf %in, %in_78 : f32
-      linalg.yield %176 : f32
+    %124 = linalg.generic {indexing_maps = [#map1, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%118, %123 : tensor<1x?x32xf32>, tensor<1x?x1xf32>) outs(%1 : tensor<1x?x32xf32>) {
+    ^bb0(%in: f32, %in_72: f32, %out: f32):
+      %127 = arith.mulf %in, %in_72 : f32
+      linalg.yield %127 : f32
     } -> tensor<1x?x32xf32>
-    %174 = linalg.generic {indexing_maps = [#map8, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_6, %173 : tensor<32xf32>, tensor<1x?x32xf32>) outs(%1 : tensor<1x?x32xf32>) {
-    ^bb0(%in: f32, %in_78: f32, %out: f32):
-      %176 = arith.mulf %in, %in_78 : f32
-      linalg.yield %176 : f32
+    %125 = linalg.generic {indexing_maps = [#map8, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_3, %124 : tensor<32xf32>, tensor<1x?x32xf32>) outs(%1 : tensor<1x?x32xf32>) {
+    ^bb0(%in: f32, %in_72: f32, %out: f32):
+      %127 = arith.mulf %in, %in_72 : f32
+      linalg.yield %127 : f32
     } -> tensor<1x?x32xf32>
-    %transposed_75 = linalg.transpose ins(%cst_5 : tensor<64x32xf32>) outs(%155 : tensor<32x64xf32>) permutation = [1, 0] 
-    %collapsed_76 = tensor.collapse_shape %174 [[0, 1], [2]] : tensor<1x?x32xf32> into tensor<?x32xf32>
-    %175 = linalg.matmul ins(%collapsed_76, %transposed_75 : tensor<?x32xf32>, tensor<32x64xf32>) outs(%157 : tensor<?x64xf32>) -> tensor<?x64xf32>
-    %expanded_77 = tensor.expand_shape %175 [[0, 1], [2]] output_shape [1, %dim, 64] : tensor<?x64xf32> into tensor<1x?x64xf32>
-    return %expanded_77, %extracted_slice_45, %extracted_slice_46 : tensor<1x?x64xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>
+    %transposed_69 = linalg.transpose ins(%cst_2 : tensor<64x32xf32>) outs(%106 : tensor<32x64xf32>) permutation = [1, 0] 
+    %collapsed_70 = tensor.collapse_shape %125 [[0, 1], [2]] : tensor<1x?x32xf32> into tensor<?x32xf32>
+    %126 = linalg.matmul ins(%collapsed_70, %transposed_69 : tensor<?x32xf32>, tensor<32x64xf32>) outs(%108 : tensor<?x64xf32>) -> tensor<?x64xf32>
+    %expanded_71 = tensor.expand_shape %126 [[0, 1], [2]] output_shape [1, %dim, 64] : tensor<?x64xf32> into tensor<1x?x64xf32>
+    return %expanded_71, %extracted_slice_40, %extracted_slice_41 : tensor<1x?x64xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>
   }
 }

@@ -15,502 +15,407 @@
 #map10 = affine_map<(d0, d1, d2, d3) -> (d0, 0, d2, d3)>
 #map11 = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d3, d4)>
 #map12 = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3, d4)>
-#map13 = affine_map<(d0, d1, d2, d3) -> ()>
-#map14 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>
 module {
   func.func @prefill(%arg0: tensor<1x16xi64>) -> (tensor<1x16x64xf32>, tensor<1x2x16x128xf32>, tensor<1x2x16x128xf32>) {
+    %cst = arith.constant 0.000000e+00 : f32
     %c2_i64 = arith.constant 2 : i64
     %c0_i64 = arith.constant 0 : i64
     %c64 = arith.constant 64 : index
-    %cst = arith.constant 0.000000e+00 : f32
-    %cst_0 = arith.constant 0xFF800000 : f32
-    %true = arith.constant true
-    %cst_1 = arith.constant 1.000000e+00 : f32
-    %cst_2 = arith.constant dense<0.000000e+00> : tensor<1x4x16x16xf32>
-    %cst_3 = arith.constant dense<0.000000e+00> : tensor<f32>
-    %cst_4 = arith.constant dense<0xFF800000> : tensor<f32>
-    %cst_5 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_3> : tensor<64x32xf32>
-    %cst_6 = arith.constant dense_resource<torch_tensor_32_torch.float32_2> : tensor<32xf32>
-    %cst_7 = arith.constant dense_resource<torch_tensor_32_64_torch.float32> : tensor<32x64xf32>
-    %cst_8 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_2> : tensor<64x32xf32>
-    %cst_9 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_1> : tensor<64x32xf32>
-    %cst_10 = arith.constant dense_resource<torch_tensor_32_torch.float32_1> : tensor<32xf32>
-    %cst_11 = arith.constant dense_resource<torch_tensor_32_512_torch.float32> : tensor<32x512xf32>
-    %cst_12 = arith.constant 0.29730177875068026 : f64
-    %cst_13 = arith.constant 0xFFF0000000000000 : f64
-    %cst_14 = arith.constant dense_resource<torch_tensor_256_torch.float32_1> : tensor<256xf32>
-    %cst_15 = arith.constant dense_resource<torch_tensor_256_32_torch.float32_1> : tensor<256x32xf32>
-    %cst_16 = arith.constant dense_resource<torch_tensor_256_torch.float32> : tensor<256xf32>
-    %cst_17 = arith.constant dense_resource<torch_tensor_256_32_torch.float32> : tensor<256x32xf32>
-    %cst_18 = arith.constant dense_resource<torch_tensor_512_torch.float32> : tensor<512xf32>
-    %cst_19 = arith.constant dense_resource<torch_tensor_512_32_torch.float32> : tensor<512x32xf32>
-    %cst_20 = arith.constant dense_resource<torch_tensor_32_torch.float32> : tensor<32xf32>
-    %cst_21 = arith.constant 9.9999999999999995E-7 : f64
-    %cst_22 = arith.constant dense_resource<torch_tensor_64_torch.float32> : tensor<64xf32>
-    %cst_23 = arith.constant dense_resource<torch_tensor_64_32_torch.float32> : tensor<64x32xf32>
-    %cst_24 = arith.constant 3.200000e+01 : f32
+    %cst_0 = arith.constant 1.000000e+00 : f32
+    %cst_1 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_3> : tensor<64x32xf32>
+    %cst_2 = arith.constant dense_resource<torch_tensor_32_torch.float32_2> : tensor<32xf32>
+    %cst_3 = arith.constant dense_resource<torch_tensor_32_64_torch.float32> : tensor<32x64xf32>
+    %cst_4 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_2> : tensor<64x32xf32>
+    %cst_5 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_1> : tensor<64x32xf32>
+    %cst_6 = arith.constant dense_resource<torch_tensor_32_torch.float32_1> : tensor<32xf32>
+    %cst_7 = arith.constant dense_resource<torch_tensor_32_512_torch.float32> : tensor<32x512xf32>
+    %cst_8 = arith.constant dense_resource<torch_tensor_256_torch.float32_1> : tensor<256xf32>
+    %cst_9 = arith.constant dense_resource<torch_tensor_256_32_torch.float32_1> : tensor<256x32xf32>
+    %cst_10 = arith.constant dense_resource<torch_tensor_256_torch.float32> : tensor<256xf32>
+    %cst_11 = arith.constant dense_resource<torch_tensor_256_32_torch.float32> : tensor<256x32xf32>
+    %cst_12 = arith.constant dense_resource<torch_tensor_512_torch.float32> : tensor<512xf32>
+    %cst_13 = arith.constant dense_resource<torch_tensor_512_32_torch.float32> : tensor<512x32xf32>
+    %cst_14 = arith.constant dense_resource<torch_tensor_32_torch.float32> : tensor<32xf32>
+    %cst_15 = arith.constant 9.9999999999999995E-7 : f64
+    %cst_16 = arith.constant dense_resource<torch_tensor_64_torch.float32> : tensor<64xf32>
+    %cst_17 = arith.constant dense_resource<torch_tensor_64_32_torch.float32> : tensor<64x32xf32>
+    %cst_18 = arith.constant 3.200000e+01 : f32
     %0 = tensor.empty() : tensor<1x16x32xf32>
     %1 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg0 : tensor<1x16xi64>) outs(%0 : tensor<1x16x32xf32>) {
     ^bb0(%in: i64, %out: f32):
-      %113 = arith.index_cast %in : i64 to index
-      %114 = linalg.index 2 : index
-      %115 = arith.cmpi slt, %113, %c64 : index
-      cf.assert %115, "index must be smaller than dim size"
-      %116 = arith.cmpi sge, %in, %c0_i64 : i64
-      cf.assert %116, "index must be larger or equal to 0"
-      %extracted = tensor.extract %cst_23[%113, %114] : tensor<64x32xf32>
+      %88 = arith.index_cast %in : i64 to index
+      %89 = linalg.index 2 : index
+      %90 = arith.cmpi slt, %88, %c64 : index
+      cf.assert %90, "index must be smaller than dim size"
+      %91 = arith.cmpi sge, %in, %c0_i64 : i64
+      cf.assert %91, "index must be larger or equal to 0"
+      %extracted = tensor.extract %cst_17[%88, %89] : tensor<64x32xf32>
       linalg.yield %extracted : f32
     } -> tensor<1x16x32xf32>
     %2 = tensor.empty() : tensor<16xi64>
     %3 = linalg.generic {indexing_maps = [#map2], iterator_types = ["parallel"]} outs(%2 : tensor<16xi64>) {
     ^bb0(%out: i64):
-      %113 = linalg.index 0 : index
-      %114 = arith.index_cast %113 : index to i64
-      linalg.yield %114 : i64
+      %88 = linalg.index 0 : index
+      %89 = arith.index_cast %88 : index to i64
+      linalg.yield %89 : i64
     } -> tensor<16xi64>
     %expanded = tensor.expand_shape %3 [[0, 1, 2, 3]] output_shape [1, 1, 16, 1] : tensor<16xi64> into tensor<1x1x16x1xi64>
-    %expanded_25 = tensor.expand_shape %3 [[0, 1, 2, 3]] output_shape [1, 1, 1, 16] : tensor<16xi64> into tensor<1x1x1x16xi64>
+    %expanded_19 = tensor.expand_shape %3 [[0, 1, 2, 3]] output_shape [1, 1, 1, 16] : tensor<16xi64> into tensor<1x1x1x16xi64>
     %4 = tensor.empty() : tensor<1x1x16x16xi1>
-    %5 = linalg.generic {indexing_maps = [#map3, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_25, %expanded : tensor<1x1x1x16xi64>, tensor<1x1x16x1xi64>) outs(%4 : tensor<1x1x16x16xi1>) {
-    ^bb0(%in: i64, %in_66: i64, %out: i1):
-      %113 = arith.cmpi sle, %in, %in_66 : i64
-      linalg.yield %113 : i1
+    %5 = linalg.generic {indexing_maps = [#map3, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_19, %expanded : tensor<1x1x1x16xi64>, tensor<1x1x16x1xi64>) outs(%4 : tensor<1x1x16x16xi1>) {
+    ^bb0(%in: i64, %in_58: i64, %out: i1):
+      %88 = arith.cmpi sle, %in, %in_58 : i64
+      linalg.yield %88 : i1
     } -> tensor<1x1x16x16xi1>
-    %expanded_26 = tensor.expand_shape %3 [[0, 1, 2]] output_shape [1, 16, 1] : tensor<16xi64> into tensor<1x16x1xi64>
+    %expanded_20 = tensor.expand_shape %3 [[0, 1, 2]] output_shape [1, 16, 1] : tensor<16xi64> into tensor<1x16x1xi64>
     %6 = tensor.empty() : tensor<1x16x1xf32>
-    %7 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_26 : tensor<1x16x1xi64>) outs(%6 : tensor<1x16x1xf32>) {
+    %7 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_20 : tensor<1x16x1xi64>) outs(%6 : tensor<1x16x1xf32>) {
     ^bb0(%in: i64, %out: f32):
-      %113 = arith.sitofp %in : i64 to f32
-      linalg.yield %113 : f32
+      %88 = arith.sitofp %in : i64 to f32
+      linalg.yield %88 : f32
     } -> tensor<1x16x1xf32>
     %8 = tensor.empty() : tensor<1x16x64xf32>
-    %9 = linalg.generic {indexing_maps = [#map6, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%7, %cst_22 : tensor<1x16x1xf32>, tensor<64xf32>) outs(%8 : tensor<1x16x64xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %113 = arith.mulf %in, %in_66 : f32
-      linalg.yield %113 : f32
+    %9 = linalg.generic {indexing_maps = [#map6, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%7, %cst_16 : tensor<1x16x1xf32>, tensor<64xf32>) outs(%8 : tensor<1x16x64xf32>) {
+    ^bb0(%in: f32, %in_58: f32, %out: f32):
+      %88 = arith.mulf %in, %in_58 : f32
+      linalg.yield %88 : f32
     } -> tensor<1x16x64xf32>
     %concat = tensor.concat dim(2) %9, %9 : (tensor<1x16x64xf32>, tensor<1x16x64xf32>) -> tensor<1x16x128xf32>
     %10 = tensor.empty() : tensor<1x16x128xf32>
     %11 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%concat : tensor<1x16x128xf32>) outs(%10 : tensor<1x16x128xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %113 = math.cos %in : f32
-      linalg.yield %113 : f32
+      %88 = math.cos %in : f32
+      linalg.yield %88 : f32
     } -> tensor<1x16x128xf32>
     %12 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%concat : tensor<1x16x128xf32>) outs(%10 : tensor<1x16x128xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %113 = math.sin %in : f32
-      linalg.yield %113 : f32
+      %88 = math.sin %in : f32
+      linalg.yield %88 : f32
     } -> tensor<1x16x128xf32>
     %13 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%1 : tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %113 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %113 : f32
+      %88 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %88 : f32
     } -> tensor<1x16x32xf32>
     %14 = linalg.fill ins(%cst : f32) outs(%6 : tensor<1x16x1xf32>) -> tensor<1x16x1xf32>
     %15 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%13 : tensor<1x16x32xf32>) outs(%14 : tensor<1x16x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %113 = arith.addf %in, %out : f32
-      linalg.yield %113 : f32
+      %88 = arith.addf %in, %out : f32
+      linalg.yield %88 : f32
     } -> tensor<1x16x1xf32>
     %16 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%15 : tensor<1x16x1xf32>) outs(%6 : tensor<1x16x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %113 = arith.divf %in, %cst_24 : f32
-      linalg.yield %113 : f32
+      %88 = arith.divf %in, %cst_18 : f32
+      linalg.yield %88 : f32
     } -> tensor<1x16x1xf32>
     %17 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%16 : tensor<1x16x1xf32>) outs(%6 : tensor<1x16x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %113 = arith.truncf %cst_21 : f64 to f32
-      %114 = arith.addf %in, %113 : f32
-      linalg.yield %114 : f32
+      %88 = arith.truncf %cst_15 : f64 to f32
+      %89 = arith.addf %in, %88 : f32
+      linalg.yield %89 : f32
     } -> tensor<1x16x1xf32>
     %18 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%17 : tensor<1x16x1xf32>) outs(%6 : tensor<1x16x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %113 = math.rsqrt %in : f32
-      linalg.yield %113 : f32
+      %88 = math.rsqrt %in : f32
+      linalg.yield %88 : f32
     } -> tensor<1x16x1xf32>
     %19 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%1, %18 : tensor<1x16x32xf32>, tensor<1x16x1xf32>) outs(%0 : tensor<1x16x32xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %113 = arith.mulf %in, %in_66 : f32
-      linalg.yield %113 : f32
+    ^bb0(%in: f32, %in_58: f32, %out: f32):
+      %88 = arith.mulf %in, %in_58 : f32
+      linalg.yield %88 : f32
     } -> tensor<1x16x32xf32>
-    %20 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_20, %19 : tensor<32xf32>, tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %113 = arith.mulf %in, %in_66 : f32
-      linalg.yield %113 : f32
+    %20 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_14, %19 : tensor<32xf32>, tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
+    ^bb0(%in: f32, %in_58: f32, %out: f32):
+      %88 = arith.mulf %in, %in_58 : f32
+      linalg.yield %88 : f32
     } -> tensor<1x16x32xf32>
     %collapsed = tensor.collapse_shape %20 [[0, 1], [2]] : tensor<1x16x32xf32> into tensor<16x32xf32>
     %21 = tensor.empty() : tensor<32x512xf32>
-    %transposed = linalg.transpose ins(%cst_19 : tensor<512x32xf32>) outs(%21 : tensor<32x512xf32>) permutation = [1, 0] 
+    %transposed = linalg.transpose ins(%cst_13 : tensor<512x32xf32>) outs(%21 : tensor<32x512xf32>) permutation = [1, 0] 
     %22 = tensor.empty() : tensor<16x512xf32>
     %23 = linalg.fill ins(%cst : f32) outs(%22 : tensor<16x512xf32>) -> tensor<16x512xf32>
     %24 = linalg.matmul ins(%collapsed, %transposed : tensor<16x32xf32>, tensor<32x512xf32>) outs(%23 : tensor<16x512xf32>) -> tensor<16x512xf32>
-    %25 = linalg.generic {indexing_maps = [#map8, #map9], iterator_types = ["parallel", "parallel"]} ins(%cst_18 : tensor<512xf32>) outs(%22 : tensor<16x512xf32>) {
+    %25 = linalg.generic {indexing_maps = [#map8, #map9], iterator_types = ["parallel", "parallel"]} ins(%cst_12 : tensor<512xf32>) outs(%22 : tensor<16x512xf32>) {
     ^bb0(%in: f32, %out: f32):
       linalg.yield %in : f32
     } -> tensor<16x512xf32>
     %26 = linalg.generic {indexing_maps = [#map9, #map9, #map9], iterator_types = ["parallel", "parallel"]} ins(%24, %25 : tensor<16x512xf32>, tensor<16x512xf32>) outs(%22 : tensor<16x512xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %113 = arith.addf %in, %in_66 : f32
-      linalg.yield %113 : f32
+    ^bb0(%in: f32, %in_58: f32, %out: f32):
+      %88 = arith.addf %in, %in_58 : f32
+      linalg.yield %88 : f32
     } -> tensor<16x512xf32>
-    %expanded_27 = tensor.expand_shape %26 [[0, 1], [2, 3]] output_shape [1, 16, 4, 128] : tensor<16x512xf32> into tensor<1x16x4x128xf32>
+    %expanded_21 = tensor.expand_shape %26 [[0, 1], [2, 3]] output_shape [1, 16, 4, 128] : tensor<16x512xf32> into tensor<1x16x4x128xf32>
     %27 = tensor.empty() : tensor<1x4x16x128xf32>
-    %transposed_28 = linalg.transpose ins(%expanded_27 : tensor<1x16x4x128xf32>) outs(%27 : tensor<1x4x16x128xf32>) permutation = [0, 2, 1, 3] 
+    %transposed_22 = linalg.transpose ins(%expanded_21 : tensor<1x16x4x128xf32>) outs(%27 : tensor<1x4x16x128xf32>) permutation = [0, 2, 1, 3] 
     %28 = tensor.empty() : tensor<32x256xf32>
-    %transposed_29 = linalg.transpose ins(%cst_17 : tensor<256x32xf32>) outs(%28 : tensor<32x256xf32>) permutation = [1, 0] 
+    %transposed_23 = linalg.transpose ins(%cst_11 : tensor<256x32xf32>) outs(%28 : tensor<32x256xf32>) permutation = [1, 0] 
     %29 = tensor.empty() : tensor<16x256xf32>
     %30 = linalg.fill ins(%cst : f32) outs(%29 : tensor<16x256xf32>) -> tensor<16x256xf32>
-    %31 = linalg.matmul ins(%collapsed, %transposed_29 : tensor<16x32xf32>, tensor<32x256xf32>) outs(%30 : tensor<16x256xf32>) -> tensor<16x256xf32>
-    %32 = linalg.generic {indexing_maps = [#map8, #map9], iterator_types = ["parallel", "parallel"]} ins(%cst_16 : tensor<256xf32>) outs(%29 : tensor<16x256xf32>) {
+    %31 = linalg.matmul ins(%collapsed, %transposed_23 : tensor<16x32xf32>, tensor<32x256xf32>) outs(%30 : tensor<16x256xf32>) -> tensor<16x256xf32>
+    %32 = linalg.generic {indexing_maps = [#map8, #map9], iterator_types = ["parallel", "parallel"]} ins(%cst_10 : tensor<256xf32>) outs(%29 : tensor<16x256xf32>) {
     ^bb0(%in: f32, %out: f32):
       linalg.yield %in : f32
     } -> tensor<16x256xf32>
     %33 = linalg.generic {indexing_maps = [#map9, #map9, #map9], iterator_types = ["parallel", "parallel"]} ins(%31, %32 : tensor<16x256xf32>, tensor<16x256xf32>) outs(%29 : tensor<16x256xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %113 = arith.addf %in, %in_66 : f32
-      linalg.yield %113 : f32
+    ^bb0(%in: f32, %in_58: f32, %out: f32):
+      %88 = arith.addf %in, %in_58 : f32
+      linalg.yield %88 : f32
     } -> tensor<16x256xf32>
-    %expanded_30 = tensor.expand_shape %33 [[0, 1], [2, 3]] output_shape [1, 16, 2, 128] : tensor<16x256xf32> into tensor<1x16x2x128xf32>
+    %expanded_24 = tensor.expand_shape %33 [[0, 1], [2, 3]] output_shape [1, 16, 2, 128] : tensor<16x256xf32> into tensor<1x16x2x128xf32>
     %34 = tensor.empty() : tensor<1x2x16x128xf32>
-    %transposed_31 = linalg.transpose ins(%expanded_30 : tensor<1x16x2x128xf32>) outs(%34 : tensor<1x2x16x128xf32>) permutation = [0, 2, 1, 3] 
-    %transposed_32 = linalg.transpose ins(%cst_15 : tensor<256x32xf32>) outs(%28 : tensor<32x256xf32>) permutation = [1, 0] 
-    %35 = linalg.matmul ins(%collapsed, %transposed_32 : tensor<16x32xf32>, tensor<32x256xf32>) outs(%30 : tensor<16x256xf32>) -> tensor<16x256xf32>
-    %36 = linalg.generic {indexing_maps = [#map8, #map9], iterator_types = ["parallel", "parallel"]} ins(%cst_14 : tensor<256xf32>) outs(%29 : tensor<16x256xf32>) {
+    %transposed_25 = linalg.transpose ins(%expanded_24 : tensor<1x16x2x128xf32>) outs(%34 : tensor<1x2x16x128xf32>) permutation = [0, 2, 1, 3] 
+    %transposed_26 = linalg.transpose ins(%cst_9 : tensor<256x32xf32>) outs(%28 : tensor<32x256xf32>) permutation = [1, 0] 
+    %35 = linalg.matmul ins(%collapsed, %transposed_26 : tensor<16x32xf32>, tensor<32x256xf32>) outs(%30 : tensor<16x256xf32>) -> tensor<16x256xf32>
+    %36 = linalg.generic {indexing_maps = [#map8, #map9], iterator_types = ["parallel", "parallel"]} ins(%cst_8 : tensor<256xf32>) outs(%29 : tensor<16x256xf32>) {
     ^bb0(%in: f32, %out: f32):
       linalg.yield %in : f32
     } -> tensor<16x256xf32>
     %37 = linalg.generic {indexing_maps = [#map9, #map9, #map9], iterator_types = ["parallel", "parallel"]} ins(%35, %36 : tensor<16x256xf32>, tensor<16x256xf32>) outs(%29 : tensor<16x256xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %113 = arith.addf %in, %in_66 : f32
-      linalg.yield %113 : f32
+    ^bb0(%in: f32, %in_58: f32, %out: f32):
+      %88 = arith.addf %in, %in_58 : f32
+      linalg.yield %88 : f32
     } -> tensor<16x256xf32>
-    %expanded_33 = tensor.expand_shape %37 [[0, 1], [2, 3]] output_shape [1, 16, 2, 128] : tensor<16x256xf32> into tensor<1x16x2x128xf32>
-    %transposed_34 = linalg.transpose ins(%expanded_33 : tensor<1x16x2x128xf32>) outs(%34 : tensor<1x2x16x128xf32>) permutation = [0, 2, 1, 3] 
-    %expanded_35 = tensor.expand_shape %11 [[0], [1, 2], [3]] output_shape [1, 1, 16, 128] : tensor<1x16x128xf32> into tensor<1x1x16x128xf32>
-    %expanded_36 = tensor.expand_shape %12 [[0], [1, 2], [3]] output_shape [1, 1, 16, 128] : tensor<1x16x128xf32> into tensor<1x1x16x128xf32>
-    %38 = linalg.generic {indexing_maps = [#map5, #map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_28, %expanded_35 : tensor<1x4x16x128xf32>, tensor<1x1x16x128xf32>) outs(%27 : tensor<1x4x16x128xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %113 = arith.mulf %in, %in_66 : f32
-      linalg.yield %113 : f32
+    %expanded_27 = tensor.expand_shape %37 [[0, 1], [2, 3]] output_shape [1, 16, 2, 128] : tensor<16x256xf32> into tensor<1x16x2x128xf32>
+    %transposed_28 = linalg.transpose ins(%expanded_27 : tensor<1x16x2x128xf32>) outs(%34 : tensor<1x2x16x128xf32>) permutation = [0, 2, 1, 3] 
+    %expanded_29 = tensor.expand_shape %11 [[0], [1, 2], [3]] output_shape [1, 1, 16, 128] : tensor<1x16x128xf32> into tensor<1x1x16x128xf32>
+    %expanded_30 = tensor.expand_shape %12 [[0], [1, 2], [3]] output_shape [1, 1, 16, 128] : tensor<1x16x128xf32> into tensor<1x1x16x128xf32>
+    %38 = linalg.generic {indexing_maps = [#map5, #map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_22, %expanded_29 : tensor<1x4x16x128xf32>, tensor<1x1x16x128xf32>) outs(%27 : tensor<1x4x16x128xf32>) {
+    ^bb0(%in: f32, %in_58: f32, %out: f32):
+      %88 = arith.mulf %in, %in_58 : f32
+      linalg.yield %88 : f32
     } -> tensor<1x4x16x128xf32>
-    %extracted_slice = tensor.extract_slice %transposed_28[0, 0, 0, 0] [1, 4, 16, 64] [1, 1, 1, 1] : tensor<1x4x16x128xf32> to tensor<1x4x16x64xf32>
-    %extracted_slice_37 = tensor.extract_slice %transposed_28[0, 0, 0, 64] [1, 4, 16, 64] [1, 1, 1, 1] : tensor<1x4x16x128xf32> to tensor<1x4x16x64xf32>
+    %extracted_slice = tensor.extract_slice %transposed_22[0, 0, 0, 0] [1, 4, 16, 64] [1, 1, 1, 1] : tensor<1x4x16x128xf32> to tensor<1x4x16x64xf32>
+    %extracted_slice_31 = tensor.extract_slice %transposed_22[0, 0, 0, 64] [1, 4, 16, 64] [1, 1, 1, 1] : tensor<1x4x16x128xf32> to tensor<1x4x16x64xf32>
     %39 = tensor.empty() : tensor<1x4x16x64xf32>
-    %40 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_37 : tensor<1x4x16x64xf32>) outs(%39 : tensor<1x4x16x64xf32>) {
+    %40 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_31 : tensor<1x4x16x64xf32>) outs(%39 : tensor<1x4x16x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %113 = arith.negf %in : f32
-      linalg.yield %113 : f32
+      %88 = arith.negf %in : f32
+      linalg.yield %88 : f32
     } -> tensor<1x4x16x64xf32>
-    %concat_38 = tensor.concat dim(3) %40, %extracted_slice : (tensor<1x4x16x64xf32>, tensor<1x4x16x64xf32>) -> tensor<1x4x16x128xf32>
-    %41 = linalg.generic {indexing_maps = [#map5, #map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_38, %expanded_36 : tensor<1x4x16x128xf32>, tensor<1x1x16x128xf32>) outs(%27 : tensor<1x4x16x128xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %113 = arith.mulf %in, %in_66 : f32
-      linalg.yield %113 : f32
+    %concat_32 = tensor.concat dim(3) %40, %extracted_slice : (tensor<1x4x16x64xf32>, tensor<1x4x16x64xf32>) -> tensor<1x4x16x128xf32>
+    %41 = linalg.generic {indexing_maps = [#map5, #map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_32, %expanded_30 : tensor<1x4x16x128xf32>, tensor<1x1x16x128xf32>) outs(%27 : tensor<1x4x16x128xf32>) {
+    ^bb0(%in: f32, %in_58: f32, %out: f32):
+      %88 = arith.mulf %in, %in_58 : f32
+      linalg.yield %88 : f32
     } -> tensor<1x4x16x128xf32>
     %42 = linalg.generic {indexing_maps = [#map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%38, %41 : tensor<1x4x16x128xf32>, tensor<1x4x16x128xf32>) outs(%27 : tensor<1x4x16x128xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %113 = arith.addf %in, %in_66 : f32
-      linalg.yield %113 : f32
+    ^bb0(%in: f32, %in_58: f32, %out: f32):
+      %88 = arith.addf %in, %in_58 : f32
+      linalg.yield %88 : f32
     } -> tensor<1x4x16x128xf32>
-    %43 = linalg.generic {indexing_maps = [#map5, #map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_31, %expanded_35 : tensor<1x2x16x128xf32>, tensor<1x1x16x128xf32>) outs(%34 : tensor<1x2x16x128xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %113 = arith.mulf %in, %in_66 : f32
-      linalg.yield %113 : f32
+    %43 = linalg.generic {indexing_maps = [#map5, #map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_25, %expanded_29 : tensor<1x2x16x128xf32>, tensor<1x1x16x128xf32>) outs(%34 : tensor<1x2x16x128xf32>) {
+    ^bb0(%in: f32, %in_58: f32, %out: f32):
+      %88 = arith.mulf %in, %in_58 : f32
+      linalg.yield %88 : f32
     } -> tensor<1x2x16x128xf32>
-    %extracted_slice_39 = tensor.extract_slice %transposed_31[0, 0, 0, 0] [1, 2, 16, 64] [1, 1, 1, 1] : tensor<1x2x16x128xf32> to tensor<1x2x16x64xf32>
-    %extracted_slice_40 = tensor.extract_slice %transposed_31[0, 0, 0, 64] [1, 2, 16, 64] [1, 1, 1, 1] : tensor<1x2x16x128xf32> to tensor<1x2x16x64xf32>
+    %extracted_slice_33 = tensor.extract_slice %transposed_25[0, 0, 0, 0] [1, 2, 16, 64] [1, 1, 1, 1] : tensor<1x2x16x128xf32> to tensor<1x2x16x64xf32>
+    %extracted_slice_34 = tensor.extract_slice %transposed_25[0, 0, 0, 64] [1, 2, 16, 64] [1, 1, 1, 1] : tensor<1x2x16x128xf32> to tensor<1x2x16x64xf32>
     %44 = tensor.empty() : tensor<1x2x16x64xf32>
-    %45 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_40 : tensor<1x2x16x64xf32>) outs(%44 : tensor<1x2x16x64xf32>) {
+    %45 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_34 : tensor<1x2x16x64xf32>) outs(%44 : tensor<1x2x16x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %113 = arith.negf %in : f32
-      linalg.yield %113 : f32
+      %88 = arith.negf %in : f32
+      linalg.yield %88 : f32
     } -> tensor<1x2x16x64xf32>
-    %concat_41 = tensor.concat dim(3) %45, %extracted_slice_39 : (tensor<1x2x16x64xf32>, tensor<1x2x16x64xf32>) -> tensor<1x2x16x128xf32>
-    %46 = linalg.generic {indexing_maps = [#map5, #map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_41, %expanded_36 : tensor<1x2x16x128xf32>, tensor<1x1x16x128xf32>) outs(%34 : tensor<1x2x16x128xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %113 = arith.mulf %in, %in_66 : f32
-      linalg.yield %113 : f32
+    %concat_35 = tensor.concat dim(3) %45, %extracted_slice_33 : (tensor<1x2x16x64xf32>, tensor<1x2x16x64xf32>) -> tensor<1x2x16x128xf32>
+    %46 = linalg.generic {indexing_maps = [#map5, #map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_35, %expanded_30 : tensor<1x2x16x128xf32>, tensor<1x1x16x128xf32>) outs(%34 : tensor<1x2x16x128xf32>) {
+    ^bb0(%in: f32, %in_58: f32, %out: f32):
+      %88 = arith.mulf %in, %in_58 : f32
+      linalg.yield %88 : f32
     } -> tensor<1x2x16x128xf32>
     %47 = linalg.generic {indexing_maps = [#map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%43, %46 : tensor<1x2x16x128xf32>, tensor<1x2x16x128xf32>) outs(%34 : tensor<1x2x16x128xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %113 = arith.addf %in, %in_66 : f32
-      linalg.yield %113 : f32
+    ^bb0(%in: f32, %in_58: f32, %out: f32):
+      %88 = arith.addf %in, %in_58 : f32
+      linalg.yield %88 : f32
     } -> tensor<1x2x16x128xf32>
     %48 = tensor.empty() : tensor<1x2x2x16x128xf32>
     %49 = linalg.generic {indexing_maps = [#map11, #map12], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%47 : tensor<1x2x16x128xf32>) outs(%48 : tensor<1x2x2x16x128xf32>) {
     ^bb0(%in: f32, %out: f32):
       linalg.yield %in : f32
     } -> tensor<1x2x2x16x128xf32>
-    %collapsed_42 = tensor.collapse_shape %49 [[0], [1, 2], [3], [4]] : tensor<1x2x2x16x128xf32> into tensor<1x4x16x128xf32>
-    %50 = linalg.generic {indexing_maps = [#map11, #map12], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%transposed_34 : tensor<1x2x16x128xf32>) outs(%48 : tensor<1x2x2x16x128xf32>) {
+    %collapsed_36 = tensor.collapse_shape %49 [[0], [1, 2], [3], [4]] : tensor<1x2x2x16x128xf32> into tensor<1x4x16x128xf32>
+    %50 = linalg.generic {indexing_maps = [#map11, #map12], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%transposed_28 : tensor<1x2x16x128xf32>) outs(%48 : tensor<1x2x2x16x128xf32>) {
     ^bb0(%in: f32, %out: f32):
       linalg.yield %in : f32
     } -> tensor<1x2x2x16x128xf32>
-    %51 = tensor.empty() : tensor<1x1x16x16xf32>
-    %52 = linalg.generic {indexing_maps = [#map5, #map13, #map13, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%5, %cst_3, %cst_4 : tensor<1x1x16x16xi1>, tensor<f32>, tensor<f32>) outs(%51 : tensor<1x1x16x16xf32>) {
-    ^bb0(%in: i1, %in_66: f32, %in_67: f32, %out: f32):
-      %113 = arith.select %in, %in_66, %in_67 : f32
-      linalg.yield %113 : f32
-    } -> tensor<1x1x16x16xf32>
-    %53 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%42 : tensor<1x4x16x128xf32>) outs(%27 : tensor<1x4x16x128xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %113 = arith.truncf %cst_12 : f64 to f32
-      %114 = arith.mulf %in, %113 : f32
-      linalg.yield %114 : f32
-    } -> tensor<1x4x16x128xf32>
-    %54 = tensor.empty() : tensor<1x4x128x16xf32>
-    %transposed_43 = linalg.transpose ins(%collapsed_42 : tensor<1x4x16x128xf32>) outs(%54 : tensor<1x4x128x16xf32>) permutation = [0, 1, 3, 2] 
-    %55 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_43 : tensor<1x4x128x16xf32>) outs(%54 : tensor<1x4x128x16xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %113 = arith.truncf %cst_12 : f64 to f32
-      %114 = arith.mulf %in, %113 : f32
-      linalg.yield %114 : f32
-    } -> tensor<1x4x128x16xf32>
-    %collapsed_44 = tensor.collapse_shape %53 [[0, 1], [2], [3]] : tensor<1x4x16x128xf32> into tensor<4x16x128xf32>
-    %collapsed_45 = tensor.collapse_shape %55 [[0, 1], [2], [3]] : tensor<1x4x128x16xf32> into tensor<4x128x16xf32>
-    %56 = tensor.empty() : tensor<4x16x16xf32>
-    %57 = linalg.fill ins(%cst : f32) outs(%56 : tensor<4x16x16xf32>) -> tensor<4x16x16xf32>
-    %58 = linalg.batch_matmul ins(%collapsed_44, %collapsed_45 : tensor<4x16x128xf32>, tensor<4x128x16xf32>) outs(%57 : tensor<4x16x16xf32>) -> tensor<4x16x16xf32>
-    %expanded_46 = tensor.expand_shape %58 [[0, 1], [2], [3]] output_shape [1, 4, 16, 16] : tensor<4x16x16xf32> into tensor<1x4x16x16xf32>
-    %59 = tensor.empty() : tensor<1x4x16x16xf32>
-    %60 = linalg.generic {indexing_maps = [#map5, #map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_46, %52 : tensor<1x4x16x16xf32>, tensor<1x1x16x16xf32>) outs(%59 : tensor<1x4x16x16xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %113 = arith.addf %in, %in_66 : f32
-      linalg.yield %113 : f32
-    } -> tensor<1x4x16x16xf32>
-    %61 = tensor.empty() : tensor<1x4x16xi64>
-    %62 = linalg.fill ins(%c0_i64 : i64) outs(%61 : tensor<1x4x16xi64>) -> tensor<1x4x16xi64>
-    %63 = tensor.empty() : tensor<1x4x16xf32>
-    %64 = linalg.fill ins(%cst_0 : f32) outs(%63 : tensor<1x4x16xf32>) -> tensor<1x4x16xf32>
-    %65:2 = linalg.generic {indexing_maps = [#map5, #map14, #map14], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%60 : tensor<1x4x16x16xf32>) outs(%64, %62 : tensor<1x4x16xf32>, tensor<1x4x16xi64>) {
-    ^bb0(%in: f32, %out: f32, %out_66: i64):
-      %113 = linalg.index 3 : index
-      %114 = arith.index_cast %113 : index to i64
-      %115 = arith.maximumf %in, %out : f32
-      %116 = arith.cmpf ogt, %in, %out : f32
-      %117 = arith.select %116, %114, %out_66 : i64
-      linalg.yield %115, %117 : f32, i64
-    } -> (tensor<1x4x16xf32>, tensor<1x4x16xi64>)
-    %expanded_47 = tensor.expand_shape %65#0 [[0], [1], [2, 3]] output_shape [1, 4, 16, 1] : tensor<1x4x16xf32> into tensor<1x4x16x1xf32>
-    %66 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%60, %expanded_47 : tensor<1x4x16x16xf32>, tensor<1x4x16x1xf32>) outs(%59 : tensor<1x4x16x16xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %113 = arith.subf %in, %in_66 : f32
-      linalg.yield %113 : f32
-    } -> tensor<1x4x16x16xf32>
-    %67 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%66 : tensor<1x4x16x16xf32>) outs(%59 : tensor<1x4x16x16xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %113 = math.exp %in : f32
-      linalg.yield %113 : f32
-    } -> tensor<1x4x16x16xf32>
-    %68 = tensor.empty() : tensor<1x4x16x1xf32>
-    %69 = linalg.fill ins(%cst : f32) outs(%68 : tensor<1x4x16x1xf32>) -> tensor<1x4x16x1xf32>
-    %70 = linalg.generic {indexing_maps = [#map5, #map4], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%67 : tensor<1x4x16x16xf32>) outs(%69 : tensor<1x4x16x1xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %113 = arith.addf %in, %out : f32
-      linalg.yield %113 : f32
-    } -> tensor<1x4x16x1xf32>
-    %71 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%67, %70 : tensor<1x4x16x16xf32>, tensor<1x4x16x1xf32>) outs(%59 : tensor<1x4x16x16xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %113 = arith.divf %in, %in_66 : f32
-      linalg.yield %113 : f32
-    } -> tensor<1x4x16x16xf32>
-    %72 = tensor.empty() : tensor<1x4x16x16xi1>
-    %73 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%60 : tensor<1x4x16x16xf32>) outs(%72 : tensor<1x4x16x16xi1>) {
-    ^bb0(%in: f32, %out: i1):
-      %113 = arith.extf %in : f32 to f64
-      %114 = arith.cmpf oeq, %113, %cst_13 : f64
-      linalg.yield %114 : i1
-    } -> tensor<1x4x16x16xi1>
-    %74 = tensor.empty() : tensor<1x4x16x1xi1>
-    %75 = linalg.fill ins(%true : i1) outs(%74 : tensor<1x4x16x1xi1>) -> tensor<1x4x16x1xi1>
-    %76 = linalg.generic {indexing_maps = [#map5, #map4], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%73 : tensor<1x4x16x16xi1>) outs(%75 : tensor<1x4x16x1xi1>) {
+    %collapsed_37 = tensor.collapse_shape %50 [[0], [1, 2], [3], [4]] : tensor<1x2x2x16x128xf32> into tensor<1x4x16x128xf32>
+    %51 = tensor.empty() : tensor<1x4x16x16xi1>
+    %52 = linalg.generic {indexing_maps = [#map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%5 : tensor<1x1x16x16xi1>) outs(%51 : tensor<1x4x16x16xi1>) {
     ^bb0(%in: i1, %out: i1):
-      %113 = arith.andi %in, %out : i1
-      linalg.yield %113 : i1
-    } -> tensor<1x4x16x1xi1>
-    %77 = linalg.generic {indexing_maps = [#map4, #map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%76, %cst_2, %71 : tensor<1x4x16x1xi1>, tensor<1x4x16x16xf32>, tensor<1x4x16x16xf32>) outs(%59 : tensor<1x4x16x16xf32>) {
-    ^bb0(%in: i1, %in_66: f32, %in_67: f32, %out: f32):
-      %113 = arith.select %in, %in_66, %in_67 : f32
-      linalg.yield %113 : f32
-    } -> tensor<1x4x16x16xf32>
-    %collapsed_48 = tensor.collapse_shape %77 [[0, 1], [2], [3]] : tensor<1x4x16x16xf32> into tensor<4x16x16xf32>
-    %collapsed_49 = tensor.collapse_shape %50 [[0, 1, 2], [3], [4]] : tensor<1x2x2x16x128xf32> into tensor<4x16x128xf32>
-    %78 = tensor.empty() : tensor<4x16x128xf32>
-    %79 = linalg.fill ins(%cst : f32) outs(%78 : tensor<4x16x128xf32>) -> tensor<4x16x128xf32>
-    %80 = linalg.batch_matmul ins(%collapsed_48, %collapsed_49 : tensor<4x16x16xf32>, tensor<4x16x128xf32>) outs(%79 : tensor<4x16x128xf32>) -> tensor<4x16x128xf32>
-    %expanded_50 = tensor.expand_shape %80 [[0, 1], [2], [3]] output_shape [1, 4, 16, 128] : tensor<4x16x128xf32> into tensor<1x4x16x128xf32>
-    %81 = tensor.empty() : tensor<1x16x4x128xf32>
-    %transposed_51 = linalg.transpose ins(%expanded_50 : tensor<1x4x16x128xf32>) outs(%81 : tensor<1x16x4x128xf32>) permutation = [0, 2, 1, 3] 
-    %82 = tensor.empty() : tensor<512x32xf32>
-    %transposed_52 = linalg.transpose ins(%cst_11 : tensor<32x512xf32>) outs(%82 : tensor<512x32xf32>) permutation = [1, 0] 
-    %collapsed_53 = tensor.collapse_shape %transposed_51 [[0, 1], [2, 3]] : tensor<1x16x4x128xf32> into tensor<16x512xf32>
-    %83 = tensor.empty() : tensor<16x32xf32>
-    %84 = linalg.fill ins(%cst : f32) outs(%83 : tensor<16x32xf32>) -> tensor<16x32xf32>
-    %85 = linalg.matmul ins(%collapsed_53, %transposed_52 : tensor<16x512xf32>, tensor<512x32xf32>) outs(%84 : tensor<16x32xf32>) -> tensor<16x32xf32>
-    %expanded_54 = tensor.expand_shape %85 [[0, 1], [2]] output_shape [1, 16, 32] : tensor<16x32xf32> into tensor<1x16x32xf32>
-    %86 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%1, %expanded_54 : tensor<1x16x32xf32>, tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %113 = arith.addf %in, %in_66 : f32
-      linalg.yield %113 : f32
+      linalg.yield %in : i1
+    } -> tensor<1x4x16x16xi1>
+    %collapsed_38 = tensor.collapse_shape %42 [[0, 1], [2], [3]] : tensor<1x4x16x128xf32> into tensor<4x16x128xf32>
+    %collapsed_39 = tensor.collapse_shape %collapsed_36 [[0, 1], [2], [3]] : tensor<1x4x16x128xf32> into tensor<4x16x128xf32>
+    %collapsed_40 = tensor.collapse_shape %collapsed_37 [[0, 1], [2], [3]] : tensor<1x4x16x128xf32> into tensor<4x16x128xf32>
+    %collapsed_41 = tensor.collapse_shape %52 [[0, 1], [2], [3]] : tensor<1x4x16x16xi1> into tensor<4x16x16xi1>
+    %53 = tensor.empty() : tensor<4x16x128xf32>
+    %54 = linalg.fill ins(%cst : f32) outs(%53 : tensor<4x16x128xf32>) -> tensor<4x16x128xf32>
+    %55 = "snapkv.sdpa"(%collapsed_38, %collapsed_39, %collapsed_40, %collapsed_41, %54) {scale = 0.088388347648318447 : f64} : (tensor<4x16x128xf32>, tensor<4x16x128xf32>, tensor<4x16x128xf32>, tensor<4x16x16xi1>, tensor<4x16x128xf32>) -> tensor<4x16x128xf32>
+    %expanded_42 = tensor.expand_shape %55 [[0, 1], [2], [3]] output_shape [1, 4, 16, 128] : tensor<4x16x128xf32> into tensor<1x4x16x128xf32>
+    %56 = tensor.empty() : tensor<1x16x4x128xf32>
+    %transposed_43 = linalg.transpose ins(%expanded_42 : tensor<1x4x16x128xf32>) outs(%56 : tensor<1x16x4x128xf32>) permutation = [0, 2, 1, 3] 
+    %57 = tensor.empty() : tensor<512x32xf32>
+    %transposed_44 = linalg.transpose ins(%cst_7 : tensor<32x512xf32>) outs(%57 : tensor<512x32xf32>) permutation = [1, 0] 
+    %collapsed_45 = tensor.collapse_shape %transposed_43 [[0, 1], [2, 3]] : tensor<1x16x4x128xf32> into tensor<16x512xf32>
+    %58 = tensor.empty() : tensor<16x32xf32>
+    %59 = linalg.fill ins(%cst : f32) outs(%58 : tensor<16x32xf32>) -> tensor<16x32xf32>
+    %60 = linalg.matmul ins(%collapsed_45, %transposed_44 : tensor<16x512xf32>, tensor<512x32xf32>) outs(%59 : tensor<16x32xf32>) -> tensor<16x32xf32>
+    %expanded_46 = tensor.expand_shape %60 [[0, 1], [2]] output_shape [1, 16, 32] : tensor<16x32xf32> into tensor<1x16x32xf32>
+    %61 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%1, %expanded_46 : tensor<1x16x32xf32>, tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
+    ^bb0(%in: f32, %in_58: f32, %out: f32):
+      %88 = arith.addf %in, %in_58 : f32
+      linalg.yield %88 : f32
     } -> tensor<1x16x32xf32>
-    %87 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%86 : tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
+    %62 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%61 : tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %113 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %113 : f32
+      %88 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %88 : f32
     } -> tensor<1x16x32xf32>
-    %88 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%87 : tensor<1x16x32xf32>) outs(%14 : tensor<1x16x1xf32>) {
+    %63 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%62 : tensor<1x16x32xf32>) outs(%14 : tensor<1x16x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %113 = arith.addf %in, %out : f32
-      linalg.yield %113 : f32
+      %88 = arith.addf %in, %out : f32
+      linalg.yield %88 : f32
     } -> tensor<1x16x1xf32>
-    %89 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%88 : tensor<1x16x1xf32>) outs(%6 : tensor<1x16x1xf32>) {
+    %64 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%63 : tensor<1x16x1xf32>) outs(%6 : tensor<1x16x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %113 = arith.divf %in, %cst_24 : f32
-      linalg.yield %113 : f32
+      %88 = arith.divf %in, %cst_18 : f32
+      linalg.yield %88 : f32
     } -> tensor<1x16x1xf32>
-    %90 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%89 : tensor<1x16x1xf32>) outs(%6 : tensor<1x16x1xf32>) {
+    %65 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%64 : tensor<1x16x1xf32>) outs(%6 : tensor<1x16x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %113 = arith.truncf %cst_21 : f64 to f32
-      %114 = arith.addf %in, %113 : f32
-      linalg.yield %114 : f32
+      %88 = arith.truncf %cst_15 : f64 to f32
+      %89 = arith.addf %in, %88 : f32
+      linalg.yield %89 : f32
     } -> tensor<1x16x1xf32>
-    %91 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%90 : tensor<1x16x1xf32>) outs(%6 : tensor<1x16x1xf32>) {
+    %66 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%65 : tensor<1x16x1xf32>) outs(%6 : tensor<1x16x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %113 = math.rsqrt %in : f32
-      linalg.yield %113 : f32
+      %88 = math.rsqrt %in : f32
+      linalg.yield %88 : f32
     } -> tensor<1x16x1xf32>
-    %92 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%86, %91 : tensor<1x16x32xf32>, tensor<1x16x1xf32>) outs(%0 : tensor<1x16x32xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %113 = arith.mulf %in, %in_66 : f32
-      linalg.yield %113 : f32
+    %67 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%61, %66 : tensor<1x16x32xf32>, tensor<1x16x1xf32>) outs(%0 : tensor<1x16x32xf32>) {
+    ^bb0(%in: f32, %in_58: f32, %out: f32):
+      %88 = arith.mulf %in, %in_58 : f32
+      linalg.yield %88 : f32
     } -> tensor<1x16x32xf32>
-    %93 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_10, %92 : tensor<32xf32>, tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %113 = arith.mulf %in, %in_66 : f32
-      linalg.yield %113 : f32
+    %68 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_6, %67 : tensor<32xf32>, tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
+    ^bb0(%in: f32, %in_58: f32, %out: f32):
+      %88 = arith.mulf %in, %in_58 : f32
+      linalg.yield %88 : f32
     } -> tensor<1x16x32xf32>
-    %94 = tensor.empty() : tensor<32x64xf32>
-    %transposed_55 = linalg.transpose ins(%cst_9 : tensor<64x32xf32>) outs(%94 : tensor<32x64xf32>) permutation = [1, 0] 
-    %collapsed_56 = tensor.collapse_shape %93 [[0, 1], [2]] : tensor<1x16x32xf32> into tensor<16x32xf32>
-    %95 = tensor.empty() : tensor<16x64xf32>
-    %96 = linalg.fill ins(%cst : f32) outs(%95 : tensor<16x64xf32>) -> tensor<16x64xf32>
-    %97 = linalg.matmul ins(%collapsed_56, %transposed_55 : tensor<16x32xf32>, tensor<32x64xf32>) outs(%96 : tensor<16x64xf32>) -> tensor<16x64xf32>
-    %expanded_57 = tensor.expand_shape %97 [[0, 1], [2]] output_shape [1, 16, 64] : tensor<16x64xf32> into tensor<1x16x64xf32>
-    %98 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_57 : tensor<1x16x64xf32>) outs(%8 : tensor<1x16x64xf32>) {
+    %69 = tensor.empty() : tensor<32x64xf32>
+    %transposed_47 = linalg.transpose ins(%cst_5 : tensor<64x32xf32>) outs(%69 : tensor<32x64xf32>) permutation = [1, 0] 
+    %collapsed_48 = tensor.collapse_shape %68 [[0, 1], [2]] : tensor<1x16x32xf32> into tensor<16x32xf32>
+    %70 = tensor.empty() : tensor<16x64xf32>
+    %71 = linalg.fill ins(%cst : f32) outs(%70 : tensor<16x64xf32>) -> tensor<16x64xf32>
+    %72 = linalg.matmul ins(%collapsed_48, %transposed_47 : tensor<16x32xf32>, tensor<32x64xf32>) outs(%71 : tensor<16x64xf32>) -> tensor<16x64xf32>
+    %expanded_49 = tensor.expand_shape %72 [[0, 1], [2]] output_shape [1, 16, 64] : tensor<16x64xf32> into tensor<1x16x64xf32>
+    %73 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_49 : tensor<1x16x64xf32>) outs(%8 : tensor<1x16x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %113 = arith.negf %in : f32
-      %114 = math.exp %113 : f32
-      %115 = arith.addf %114, %cst_1 : f32
-      %116 = arith.divf %cst_1, %115 : f32
-      linalg.yield %116 : f32
+      %88 = arith.negf %in : f32
+      %89 = math.exp %88 : f32
+      %90 = arith.addf %89, %cst_0 : f32
+      %91 = arith.divf %cst_0, %90 : f32
+      linalg.yield %91 : f32
     } -> tensor<1x16x64xf32>
-    %99 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_57, %98 : tensor<1x16x64xf32>, tensor<1x16x64xf32>) outs(%8 : tensor<1x16x64xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %113 = arith.mulf %in, %in_66 : f32
-      linalg.yield %113 : f32
+    %74 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_49, %73 : tensor<1x16x64xf32>, tensor<1x16x64xf32>) outs(%8 : tensor<1x16x64xf32>) {
+    ^bb0(%in: f32, %in_58: f32, %out: f32):
+      %88 = arith.mulf %in, %in_58 : f32
+      linalg.yield %88 : f32
     } -> tensor<1x16x64xf32>
-    %transposed_58 = linalg.transpose ins(%cst_8 : tensor<64x32xf32>) outs(%94 : tensor<32x64xf32>) permutation = [1, 0] 
-    %100 = linalg.matmul ins(%collapsed_56, %transposed_58 : tensor<16x32xf32>, tensor<32x64xf32>) outs(%96 : tensor<16x64xf32>) -> tensor<16x64xf32>
-    %expanded_59 = tensor.expand_shape %100 [[0, 1], [2]] output_shape [1, 16, 64] : tensor<16x64xf32> into tensor<1x16x64xf32>
-    %101 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%99, %expanded_59 : tensor<1x16x64xf32>, tensor<1x16x64xf32>) outs(%8 : tensor<1x16x64xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %113 = arith.mulf %in, %in_66 : f32
-      linalg.yield %113 : f32
+    %transposed_50 = linalg.transpose ins(%cst_4 : tensor<64x32xf32>) outs(%69 : tensor<32x64xf32>) permutation = [1, 0] 
+    %75 = linalg.matmul ins(%collapsed_48, %transposed_50 : tensor<16x32xf32>, tensor<32x64xf32>) outs(%71 : tensor<16x64xf32>) -> tensor<16x64xf32>
+    %expanded_51 = tensor.expand_shape %75 [[0, 1], [2]] output_shape [1, 16, 64] : tensor<16x64xf32> into tensor<1x16x64xf32>
+    %76 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%74, %expanded_51 : tensor<1x16x64xf32>, tensor<1x16x64xf32>) outs(%8 : tensor<1x16x64xf32>) {
+    ^bb0(%in: f32, %in_58: f32, %out: f32):
+      %88 = arith.mulf %in, %in_58 : f32
+      linalg.yield %88 : f32
     } -> tensor<1x16x64xf32>
-    %102 = tensor.empty() : tensor<64x32xf32>
-    %transposed_60 = linalg.transpose ins(%cst_7 : tensor<32x64xf32>) outs(%102 : tensor<64x32xf32>) permutation = [1, 0] 
-    %collapsed_61 = tensor.collapse_shape %101 [[0, 1], [2]] : tensor<1x16x64xf32> into tensor<16x64xf32>
-    %103 = linalg.matmul ins(%collapsed_61, %transposed_60 : tensor<16x64xf32>, tensor<64x32xf32>) outs(%84 : tensor<16x32xf32>) -> tensor<16x32xf32>
-    %expanded_62 = tensor.expand_shape %103 [[0, 1], [2]] output_shape [1, 16, 32] : tensor<16x32xf32> into tensor<1x16x32xf32>
-    %104 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%86, %expanded_62 : tensor<1x16x32xf32>, tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %113 = arith.addf %in, %in_66 : f32
-      linalg.yield %113 : f32
+    %77 = tensor.empty() : tensor<64x32xf32>
+    %transposed_52 = linalg.transpose ins(%cst_3 : tensor<32x64xf32>) outs(%77 : tensor<64x32xf32>) permutation = [1, 0] 
+    %collapsed_53 = tensor.collapse_shape %76 [[0, 1], [2]] : tensor<1x16x64xf32> into tensor<16x64xf32>
+    %78 = linalg.matmul ins(%collapsed_53, %transposed_52 : tensor<16x64xf32>, tensor<64x32xf32>) outs(%59 : tensor<16x32xf32>) -> tensor<16x32xf32>
+    %expanded_54 = tensor.expand_shape %78 [[0, 1], [2]] output_shape [1, 16, 32] : tensor<16x32xf32> into tensor<1x16x32xf32>
+    %79 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%61, %expanded_54 : tensor<1x16x32xf32>, tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
+    ^bb0(%in: f32, %in_58: f32, %out: f32):
+      %88 = arith.addf %in, %in_58 : f32
+      linalg.yield %88 : f32
     } -> tensor<1x16x32xf32>
-    %105 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%104 : tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
+    %80 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%79 : tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %113 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %113 : f32
+      %88 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %88 : f32
     } -> tensor<1x16x32xf32>
-    %106 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%105 : tensor<1x16x32xf32>) outs(%14 : tensor<1x16x1xf32>) {
+    %81 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%80 : tensor<1x16x32xf32>) outs(%14 : tensor<1x16x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %113 = arith.addf %in, %out : f32
-      linalg.yield %113 : f32
+      %88 = arith.addf %in, %out : f32
+      linalg.yield %88 : f32
     } -> tensor<1x16x1xf32>
-    %107 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%106 : tensor<1x16x1xf32>) outs(%6 : tensor<1x16x1xf32>) {
+    %82 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%81 : tensor<1x16x1xf32>) outs(%6 : tensor<1x16x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %113 = arith.divf %in, %cst_24 : f32
-      linalg.yield %113 : f32
+      %88 = arith.divf %in, %cst_18 : f32
+      linalg.yield %88 : f32
     } -> tensor<1x16x1xf32>
-    %108 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%107 : tensor<1x16x1xf32>) outs(%6 : tensor<1x16x1xf32>) {
+    %83 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%82 : tensor<1x16x1xf32>) outs(%6 : tensor<1x16x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %113 = arith.truncf %cst_21 : f64 to f32
-      %114 = arith.addf %in, %113 : f32
-      linalg.yield %114 : f32
+      %88 = arith.truncf %cst_15 : f64 to f32
+      %89 = arith.addf %in, %88 : f32
+      linalg.yield %89 : f32
     } -> tensor<1x16x1xf32>
-    %109 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%108 : tensor<1x16x1xf32>) outs(%6 : tensor<1x16x1xf32>) {
+    %84 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%83 : tensor<1x16x1xf32>) outs(%6 : tensor<1x16x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %113 = math.rsqrt %in : f32
-      linalg.yield %113 : f32
+      %88 = math.rsqrt %in : f32
+      linalg.yield %88 : f32
     } -> tensor<1x16x1xf32>
-    %110 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%104, %109 : tensor<1x16x32xf32>, tensor<1x16x1xf32>) outs(%0 : tensor<1x16x32xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %113 = arith.mulf %in, %in_66 : f32
-      linalg.yield %113 : f32
+    %85 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%79, %84 : tensor<1x16x32xf32>, tensor<1x16x1xf32>) outs(%0 : tensor<1x16x32xf32>) {
+    ^bb0(%in: f32, %in_58: f32, %out: f32):
+      %88 = arith.mulf %in, %in_58 : f32
+      linalg.yield %88 : f32
     } -> tensor<1x16x32xf32>
-    %111 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_6, %110 : tensor<32xf32>, tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
-    ^bb0(%in: f32, %in_66: f32, %out: f32):
-      %113 = arith.mulf %in, %in_66 : f32
-      linalg.yield %113 : f32
+    %86 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_2, %85 : tensor<32xf32>, tensor<1x16x32xf32>) outs(%0 : tensor<1x16x32xf32>) {
+    ^bb0(%in: f32, %in_58: f32, %out: f32):
+      %88 = arith.mulf %in, %in_58 : f32
+      linalg.yield %88 : f32
     } -> tensor<1x16x32xf32>
-    %transposed_63 = linalg.transpose ins(%cst_5 : tensor<64x32xf32>) outs(%94 : tensor<32x64xf32>) permutation = [1, 0] 
-    %collapsed_64 = tensor.collapse_shape %111 [[0, 1], [2]] : tensor<1x16x32xf32> into tensor<16x32xf32>
-    %112 = linalg.matmul ins(%collapsed_64, %transposed_63 : tensor<16x32xf32>, tensor<32x64xf32>) outs(%96 : tensor<16x64xf32>) -> tensor<16x64xf32>
-    %expanded_65 = tensor.expand_shape %112 [[0, 1], [2]] output_shape [1, 16, 64] : tensor<16x64xf32> into tensor<1x16x64xf32>
-    return %expanded_65, %47, %transposed_34 : tensor<1x16x64xf32>, tensor<1x2x16x128xf32>, tensor<1x2x16x128xf32>
+    %transposed_55 = linalg.transpose ins(%cst_1 : tensor<64x32xf32>) outs(%69 : tensor<32x64xf32>) permutation = [1, 0] 
+    %collapsed_56 = tensor.collapse_shape %86 [[0, 1], [2]] : tensor<1x16x32xf32> into tensor<16x32xf32>
+    %87 = linalg.matmul ins(%collapsed_56, %transposed_55 : tensor<16x32xf32>, tensor<32x64xf32>) outs(%71 : tensor<16x64xf32>) -> tensor<16x64xf32>
+    %expanded_57 = tensor.expand_shape %87 [[0, 1], [2]] output_shape [1, 16, 64] : tensor<16x64xf32> into tensor<1x16x64xf32>
+    return %expanded_57, %47, %transposed_28 : tensor<1x16x64xf32>, tensor<1x2x16x128xf32>, tensor<1x2x16x128xf32>
   }
   func.func @decode(%arg0: tensor<1x1xi64>, %arg1: tensor<1xi64>, %arg2: tensor<1x2x16x128xf32>, %arg3: tensor<1x2x16x128xf32>) -> (tensor<1x1x64xf32>, tensor<1x2x17x128xf32>, tensor<1x2x17x128xf32>) {
+    %cst = arith.constant 0.000000e+00 : f32
     %c2_i64 = arith.constant 2 : i64
     %c16_i64 = arith.constant 16 : i64
     %c0_i64 = arith.constant 0 : i64
     %c64 = arith.constant 64 : index
-    %cst = arith.constant 0.000000e+00 : f32
-    %cst_0 = arith.constant 0xFF800000 : f32
-    %true = arith.constant true
-    %cst_1 = arith.constant 1.000000e+00 : f32
-    %cst_2 = arith.constant dense<0.000000e+00> : tensor<1x4x1x17xf32>
-    %cst_3 = arith.constant dense<0.000000e+00> : tensor<f32>
-    %cst_4 = arith.constant dense<0xFF800000> : tensor<f32>
-    %cst_5 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_3> : tensor<64x32xf32>
-    %cst_6 = arith.constant dense_resource<torch_tensor_32_torch.float32_2> : tensor<32xf32>
-    %cst_7 = arith.constant dense_resource<torch_tensor_32_64_torch.float32> : tensor<32x64xf32>
-    %cst_8 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_2> : tensor<64x32xf32>
-    %cst_9 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_1> : tensor<64x32xf32>
-    %cst_10 = arith.constant dense_resource<torch_tensor_32_torch.float32_1> : tensor<32xf32>
-    %cst_11 = arith.constant dense_resource<torch_tensor_32_512_torch.float32> : tensor<32x512xf32>
-    %cst_12 = arith.constant 0.29730177875068026 : f64
-    %cst_13 = arith.constant 0xFFF0000000000000 : f64
-    %cst_14 = arith.constant dense_resource<torch_tensor_256_torch.float32_1> : tensor<256xf32>
-    %cst_15 = arith.constant dense_resource<torch_tensor_256_32_torch.float32_1> : tensor<256x32xf32>
-    %cst_16 = arith.constant dense_resource<torch_tensor_256_torch.float32> : tensor<256xf32>
-    %cst_17 = arith.constant dense_resource<torch_tensor_256_32_torch.float32> : tensor<256x32xf32>
-    %cst_18 = arith.constant dense_resource<torch_tensor_512_torch.float32> : tensor<512xf32>
-    %cst_19 = arith.constant dense_resource<torch_tensor_512_32_torch.float32> : tensor<512x32xf32>
-    %cst_20 = arith.constant dense_resource<torch_tensor_32_torch.float32> : tensor<32xf32>
-    %cst_21 = arith.constant 9.9999999999999995E-7 : f64
-    %cst_22 = arith.constant dense_resource<torch_tensor_64_torch.float32> : tensor<64xf32>
-    %cst_23 = arith.constant dense_resource<torch_tensor_64_32_torch.float32> : tensor<64x32xf32>
-    %cst_24 = arith.constant 3.200000e+01 : f32
+    %cst_0 = arith.constant 1.000000e+00 : f32
+    %cst_1 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_3> : tensor<64x32xf32>
+    %cst_2 = arith.constant dense_resource<torch_tensor_32_torch.float32_2> : tensor<32xf32>
+    %cst_3 = arith.constant dense_resource<torch_tensor_32_64_torch.float32> : tensor<32x64xf32>
+    %cst_4 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_2> : tensor<64x32xf32>
+    %cst_5 = arith.constant dense_resource<torch_tensor_64_32_torch.float32_1> : tensor<64x32xf32>
+    %cst_6 = arith.constant dense_resource<torch_tensor_32_torch.float32_1> : tensor<32xf32>
+    %cst_7 = arith.constant dense_resource<torch_tensor_32_512_torch.float32> : tensor<32x512xf32>
+    %cst_8 = arith.constant dense_resource<torch_tensor_256_torch.float32_1> : tensor<256xf32>
+    %cst_9 = arith.constant dense_resource<torch_tensor_256_32_torch.float32_1> : tensor<256x32xf32>
+    %cst_10 = arith.constant dense_resource<torch_tensor_256_torch.float32> : tensor<256xf32>
+    %cst_11 = arith.constant dense_resource<torch_tensor_256_32_torch.float32> : tensor<256x32xf32>
+    %cst_12 = arith.constant dense_resource<torch_tensor_512_torch.float32> : tensor<512xf32>
+    %cst_13 = arith.constant dense_resource<torch_tensor_512_32_torch.float32> : tensor<512x32xf32>
+    %cst_14 = arith.constant dense_resource<torch_tensor_32_torch.float32> : tensor<32xf32>
+    %cst_15 = arith.constant 9.9999999999999995E-7 : f64
+    %cst_16 = arith.constant dense_resource<torch_tensor_64_torch.float32> : tensor<64xf32>
+    %cst_17 = arith.constant dense_resource<torch_tensor_64_32_torch.float32> : tensor<64x32xf32>
+    %cst_18 = arith.constant 3.200000e+01 : f32
     %0 = tensor.empty() : tensor<1x1x32xf32>
     %1 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg0 : tensor<1x1xi64>) outs(%0 : tensor<1x1x32xf32>) {
     ^bb0(%in: i64, %out: f32):
-      %116 = arith.index_cast %in : i64 to index
-      %117 = linalg.index 2 : index
-      %118 = arith.cmpi slt, %116, %c64 : index
-      cf.assert %118, "index must be smaller than dim size"
-      %119 = arith.cmpi sge, %in, %c0_i64 : i64
-      cf.assert %119, "index must be larger or equal to 0"
-      %extracted = tensor.extract %cst_23[%116, %117] : tensor<64x32xf32>
+      %91 = arith.index_cast %in : i64 to index
+      %92 = linalg.index 2 : index
+      %93 = arith.cmpi slt, %91, %c64 : index
+      cf.assert %93, "index must be smaller than dim size"
+      %94 = arith.cmpi sge, %in, %c0_i64 : i64
+      cf.assert %94, "index must be larger or equal to 0"
+      %extracted = tensor.extract %cst_17[%91, %92] : tensor<64x32xf32>
       linalg.yield %extracted : f32
     } -> tensor<1x1x32xf32>
     %2 = tensor.empty() : tensor<1xi64>
@@ -520,417 +425,338 @@ module {
     } -> tensor<1xi64>
     %4 = linalg.generic {indexing_maps = [#map2, #map2], iterator_types = ["parallel"]} ins(%3 : tensor<1xi64>) outs(%2 : tensor<1xi64>) {
     ^bb0(%in: i64, %out: i64):
-      %116 = arith.addi %in, %c16_i64 : i64
-      linalg.yield %116 : i64
+      %91 = arith.addi %in, %c16_i64 : i64
+      linalg.yield %91 : i64
     } -> tensor<1xi64>
     %5 = tensor.empty() : tensor<17xi64>
     %6 = linalg.generic {indexing_maps = [#map2], iterator_types = ["parallel"]} outs(%5 : tensor<17xi64>) {
     ^bb0(%out: i64):
-      %116 = linalg.index 0 : index
-      %117 = arith.index_cast %116 : index to i64
-      linalg.yield %117 : i64
+      %91 = linalg.index 0 : index
+      %92 = arith.index_cast %91 : index to i64
+      linalg.yield %92 : i64
     } -> tensor<17xi64>
     %expanded = tensor.expand_shape %4 [[0, 1, 2, 3]] output_shape [1, 1, 1, 1] : tensor<1xi64> into tensor<1x1x1x1xi64>
-    %expanded_25 = tensor.expand_shape %6 [[0, 1, 2, 3]] output_shape [1, 1, 1, 17] : tensor<17xi64> into tensor<1x1x1x17xi64>
+    %expanded_19 = tensor.expand_shape %6 [[0, 1, 2, 3]] output_shape [1, 1, 1, 17] : tensor<17xi64> into tensor<1x1x1x17xi64>
     %7 = tensor.empty() : tensor<1x1x1x17xi1>
-    %8 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_25, %expanded : tensor<1x1x1x17xi64>, tensor<1x1x1x1xi64>) outs(%7 : tensor<1x1x1x17xi1>) {
-    ^bb0(%in: i64, %in_68: i64, %out: i1):
-      %116 = arith.cmpi sle, %in, %in_68 : i64
-      linalg.yield %116 : i1
+    %8 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_19, %expanded : tensor<1x1x1x17xi64>, tensor<1x1x1x1xi64>) outs(%7 : tensor<1x1x1x17xi1>) {
+    ^bb0(%in: i64, %in_60: i64, %out: i1):
+      %91 = arith.cmpi sle, %in, %in_60 : i64
+      linalg.yield %91 : i1
     } -> tensor<1x1x1x17xi1>
-    %expanded_26 = tensor.expand_shape %arg1 [[0, 1, 2]] output_shape [1, 1, 1] : tensor<1xi64> into tensor<1x1x1xi64>
+    %expanded_20 = tensor.expand_shape %arg1 [[0, 1, 2]] output_shape [1, 1, 1] : tensor<1xi64> into tensor<1x1x1xi64>
     %9 = tensor.empty() : tensor<1x1x1xf32>
-    %10 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_26 : tensor<1x1x1xi64>) outs(%9 : tensor<1x1x1xf32>) {
+    %10 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_20 : tensor<1x1x1xi64>) outs(%9 : tensor<1x1x1xf32>) {
     ^bb0(%in: i64, %out: f32):
-      %116 = arith.sitofp %in : i64 to f32
-      linalg.yield %116 : f32
+      %91 = arith.sitofp %in : i64 to f32
+      linalg.yield %91 : f32
     } -> tensor<1x1x1xf32>
     %11 = tensor.empty() : tensor<1x1x64xf32>
-    %12 = linalg.generic {indexing_maps = [#map6, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%10, %cst_22 : tensor<1x1x1xf32>, tensor<64xf32>) outs(%11 : tensor<1x1x64xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %116 = arith.mulf %in, %in_68 : f32
-      linalg.yield %116 : f32
+    %12 = linalg.generic {indexing_maps = [#map6, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%10, %cst_16 : tensor<1x1x1xf32>, tensor<64xf32>) outs(%11 : tensor<1x1x64xf32>) {
+    ^bb0(%in: f32, %in_60: f32, %out: f32):
+      %91 = arith.mulf %in, %in_60 : f32
+      linalg.yield %91 : f32
     } -> tensor<1x1x64xf32>
     %concat = tensor.concat dim(2) %12, %12 : (tensor<1x1x64xf32>, tensor<1x1x64xf32>) -> tensor<1x1x128xf32>
     %13 = tensor.empty() : tensor<1x1x128xf32>
     %14 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%concat : tensor<1x1x128xf32>) outs(%13 : tensor<1x1x128xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %116 = math.cos %in : f32
-      linalg.yield %116 : f32
+      %91 = math.cos %in : f32
+      linalg.yield %91 : f32
     } -> tensor<1x1x128xf32>
     %15 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%concat : tensor<1x1x128xf32>) outs(%13 : tensor<1x1x128xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %116 = math.sin %in : f32
-      linalg.yield %116 : f32
+      %91 = math.sin %in : f32
+      linalg.yield %91 : f32
     } -> tensor<1x1x128xf32>
     %16 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%1 : tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %116 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %116 : f32
+      %91 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %91 : f32
     } -> tensor<1x1x32xf32>
     %17 = linalg.fill ins(%cst : f32) outs(%9 : tensor<1x1x1xf32>) -> tensor<1x1x1xf32>
     %18 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%16 : tensor<1x1x32xf32>) outs(%17 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %116 = arith.addf %in, %out : f32
-      linalg.yield %116 : f32
+      %91 = arith.addf %in, %out : f32
+      linalg.yield %91 : f32
     } -> tensor<1x1x1xf32>
     %19 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%18 : tensor<1x1x1xf32>) outs(%9 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %116 = arith.divf %in, %cst_24 : f32
-      linalg.yield %116 : f32
+      %91 = arith.divf %in, %cst_18 : f32
+      linalg.yield %91 : f32
     } -> tensor<1x1x1xf32>
     %20 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%19 : tensor<1x1x1xf32>) outs(%9 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %116 = arith.truncf %cst_21 : f64 to f32
-      %117 = arith.addf %in, %116 : f32
-      linalg.yield %117 : f32
+      %91 = arith.truncf %cst_15 : f64 to f32
+      %92 = arith.addf %in, %91 : f32
+      linalg.yield %92 : f32
     } -> tensor<1x1x1xf32>
     %21 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%20 : tensor<1x1x1xf32>) outs(%9 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %116 = math.rsqrt %in : f32
-      linalg.yield %116 : f32
+      %91 = math.rsqrt %in : f32
+      linalg.yield %91 : f32
     } -> tensor<1x1x1xf32>
     %22 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%1, %21 : tensor<1x1x32xf32>, tensor<1x1x1xf32>) outs(%0 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %116 = arith.mulf %in, %in_68 : f32
-      linalg.yield %116 : f32
+    ^bb0(%in: f32, %in_60: f32, %out: f32):
+      %91 = arith.mulf %in, %in_60 : f32
+      linalg.yield %91 : f32
     } -> tensor<1x1x32xf32>
-    %23 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_20, %22 : tensor<32xf32>, tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %116 = arith.mulf %in, %in_68 : f32
-      linalg.yield %116 : f32
+    %23 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_14, %22 : tensor<32xf32>, tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
+    ^bb0(%in: f32, %in_60: f32, %out: f32):
+      %91 = arith.mulf %in, %in_60 : f32
+      linalg.yield %91 : f32
     } -> tensor<1x1x32xf32>
     %collapsed = tensor.collapse_shape %23 [[0], [1, 2]] : tensor<1x1x32xf32> into tensor<1x32xf32>
     %24 = tensor.empty() : tensor<32x512xf32>
-    %transposed = linalg.transpose ins(%cst_19 : tensor<512x32xf32>) outs(%24 : tensor<32x512xf32>) permutation = [1, 0] 
+    %transposed = linalg.transpose ins(%cst_13 : tensor<512x32xf32>) outs(%24 : tensor<32x512xf32>) permutation = [1, 0] 
     %25 = tensor.empty() : tensor<1x512xf32>
     %26 = linalg.fill ins(%cst : f32) outs(%25 : tensor<1x512xf32>) -> tensor<1x512xf32>
     %27 = linalg.matmul ins(%collapsed, %transposed : tensor<1x32xf32>, tensor<32x512xf32>) outs(%26 : tensor<1x512xf32>) -> tensor<1x512xf32>
-    %28 = linalg.generic {indexing_maps = [#map8, #map9], iterator_types = ["parallel", "parallel"]} ins(%cst_18 : tensor<512xf32>) outs(%25 : tensor<1x512xf32>) {
+    %28 = linalg.generic {indexing_maps = [#map8, #map9], iterator_types = ["parallel", "parallel"]} ins(%cst_12 : tensor<512xf32>) outs(%25 : tensor<1x512xf32>) {
     ^bb0(%in: f32, %out: f32):
       linalg.yield %in : f32
     } -> tensor<1x512xf32>
     %29 = linalg.generic {indexing_maps = [#map9, #map9, #map9], iterator_types = ["parallel", "parallel"]} ins(%27, %28 : tensor<1x512xf32>, tensor<1x512xf32>) outs(%25 : tensor<1x512xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %116 = arith.addf %in, %in_68 : f32
-      linalg.yield %116 : f32
+    ^bb0(%in: f32, %in_60: f32, %out: f32):
+      %91 = arith.addf %in, %in_60 : f32
+      linalg.yield %91 : f32
     } -> tensor<1x512xf32>
-    %expanded_27 = tensor.expand_shape %29 [[0], [1, 2, 3]] output_shape [1, 1, 4, 128] : tensor<1x512xf32> into tensor<1x1x4x128xf32>
+    %expanded_21 = tensor.expand_shape %29 [[0], [1, 2, 3]] output_shape [1, 1, 4, 128] : tensor<1x512xf32> into tensor<1x1x4x128xf32>
     %30 = tensor.empty() : tensor<1x4x1x128xf32>
-    %transposed_28 = linalg.transpose ins(%expanded_27 : tensor<1x1x4x128xf32>) outs(%30 : tensor<1x4x1x128xf32>) permutation = [0, 2, 1, 3] 
+    %transposed_22 = linalg.transpose ins(%expanded_21 : tensor<1x1x4x128xf32>) outs(%30 : tensor<1x4x1x128xf32>) permutation = [0, 2, 1, 3] 
     %31 = tensor.empty() : tensor<32x256xf32>
-    %transposed_29 = linalg.transpose ins(%cst_17 : tensor<256x32xf32>) outs(%31 : tensor<32x256xf32>) permutation = [1, 0] 
+    %transposed_23 = linalg.transpose ins(%cst_11 : tensor<256x32xf32>) outs(%31 : tensor<32x256xf32>) permutation = [1, 0] 
     %32 = tensor.empty() : tensor<1x256xf32>
     %33 = linalg.fill ins(%cst : f32) outs(%32 : tensor<1x256xf32>) -> tensor<1x256xf32>
-    %34 = linalg.matmul ins(%collapsed, %transposed_29 : tensor<1x32xf32>, tensor<32x256xf32>) outs(%33 : tensor<1x256xf32>) -> tensor<1x256xf32>
-    %35 = linalg.generic {indexing_maps = [#map8, #map9], iterator_types = ["parallel", "parallel"]} ins(%cst_16 : tensor<256xf32>) outs(%32 : tensor<1x256xf32>) {
+    %34 = linalg.matmul ins(%collapsed, %transposed_23 : tensor<1x32xf32>, tensor<32x256xf32>) outs(%33 : tensor<1x256xf32>) -> tensor<1x256xf32>
+    %35 = linalg.generic {indexing_maps = [#map8, #map9], iterator_types = ["parallel", "parallel"]} ins(%cst_10 : tensor<256xf32>) outs(%32 : tensor<1x256xf32>) {
     ^bb0(%in: f32, %out: f32):
       linalg.yield %in : f32
     } -> tensor<1x256xf32>
     %36 = linalg.generic {indexing_maps = [#map9, #map9, #map9], iterator_types = ["parallel", "parallel"]} ins(%34, %35 : tensor<1x256xf32>, tensor<1x256xf32>) outs(%32 : tensor<1x256xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %116 = arith.addf %in, %in_68 : f32
-      linalg.yield %116 : f32
+    ^bb0(%in: f32, %in_60: f32, %out: f32):
+      %91 = arith.addf %in, %in_60 : f32
+      linalg.yield %91 : f32
     } -> tensor<1x256xf32>
-    %expanded_30 = tensor.expand_shape %36 [[0], [1, 2, 3]] output_shape [1, 1, 2, 128] : tensor<1x256xf32> into tensor<1x1x2x128xf32>
+    %expanded_24 = tensor.expand_shape %36 [[0], [1, 2, 3]] output_shape [1, 1, 2, 128] : tensor<1x256xf32> into tensor<1x1x2x128xf32>
     %37 = tensor.empty() : tensor<1x2x1x128xf32>
-    %transposed_31 = linalg.transpose ins(%expanded_30 : tensor<1x1x2x128xf32>) outs(%37 : tensor<1x2x1x128xf32>) permutation = [0, 2, 1, 3] 
-    %transposed_32 = linalg.transpose ins(%cst_15 : tensor<256x32xf32>) outs(%31 : tensor<32x256xf32>) permutation = [1, 0] 
-    %38 = linalg.matmul ins(%collapsed, %transposed_32 : tensor<1x32xf32>, tensor<32x256xf32>) outs(%33 : tensor<1x256xf32>) -> tensor<1x256xf32>
-    %39 = linalg.generic {indexing_maps = [#map8, #map9], iterator_types = ["parallel", "parallel"]} ins(%cst_14 : tensor<256xf32>) outs(%32 : tensor<1x256xf32>) {
+    %transposed_25 = linalg.transpose ins(%expanded_24 : tensor<1x1x2x128xf32>) outs(%37 : tensor<1x2x1x128xf32>) permutation = [0, 2, 1, 3] 
+    %transposed_26 = linalg.transpose ins(%cst_9 : tensor<256x32xf32>) outs(%31 : tensor<32x256xf32>) permutation = [1, 0] 
+    %38 = linalg.matmul ins(%collapsed, %transposed_26 : tensor<1x32xf32>, tensor<32x256xf32>) outs(%33 : tensor<1x256xf32>) -> tensor<1x256xf32>
+    %39 = linalg.generic {indexing_maps = [#map8, #map9], iterator_types = ["parallel", "parallel"]} ins(%cst_8 : tensor<256xf32>) outs(%32 : tensor<1x256xf32>) {
     ^bb0(%in: f32, %out: f32):
       linalg.yield %in : f32
     } -> tensor<1x256xf32>
     %40 = linalg.generic {indexing_maps = [#map9, #map9, #map9], iterator_types = ["parallel", "parallel"]} ins(%38, %39 : tensor<1x256xf32>, tensor<1x256xf32>) outs(%32 : tensor<1x256xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %116 = arith.addf %in, %in_68 : f32
-      linalg.yield %116 : f32
+    ^bb0(%in: f32, %in_60: f32, %out: f32):
+      %91 = arith.addf %in, %in_60 : f32
+      linalg.yield %91 : f32
     } -> tensor<1x256xf32>
-    %expanded_33 = tensor.expand_shape %40 [[0], [1, 2, 3]] output_shape [1, 1, 2, 128] : tensor<1x256xf32> into tensor<1x1x2x128xf32>
-    %transposed_34 = linalg.transpose ins(%expanded_33 : tensor<1x1x2x128xf32>) outs(%37 : tensor<1x2x1x128xf32>) permutation = [0, 2, 1, 3] 
-    %expanded_35 = tensor.expand_shape %14 [[0], [1, 2], [3]] output_shape [1, 1, 1, 128] : tensor<1x1x128xf32> into tensor<1x1x1x128xf32>
-    %expanded_36 = tensor.expand_shape %15 [[0], [1, 2], [3]] output_shape [1, 1, 1, 128] : tensor<1x1x128xf32> into tensor<1x1x1x128xf32>
-    %41 = linalg.generic {indexing_maps = [#map5, #map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_28, %expanded_35 : tensor<1x4x1x128xf32>, tensor<1x1x1x128xf32>) outs(%30 : tensor<1x4x1x128xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %116 = arith.mulf %in, %in_68 : f32
-      linalg.yield %116 : f32
+    %expanded_27 = tensor.expand_shape %40 [[0], [1, 2, 3]] output_shape [1, 1, 2, 128] : tensor<1x256xf32> into tensor<1x1x2x128xf32>
+    %transposed_28 = linalg.transpose ins(%expanded_27 : tensor<1x1x2x128xf32>) outs(%37 : tensor<1x2x1x128xf32>) permutation = [0, 2, 1, 3] 
+    %expanded_29 = tensor.expand_shape %14 [[0], [1, 2], [3]] output_shape [1, 1, 1, 128] : tensor<1x1x128xf32> into tensor<1x1x1x128xf32>
+    %expanded_30 = tensor.expand_shape %15 [[0], [1, 2], [3]] output_shape [1, 1, 1, 128] : tensor<1x1x128xf32> into tensor<1x1x1x128xf32>
+    %41 = linalg.generic {indexing_maps = [#map5, #map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_22, %expanded_29 : tensor<1x4x1x128xf32>, tensor<1x1x1x128xf32>) outs(%30 : tensor<1x4x1x128xf32>) {
+    ^bb0(%in: f32, %in_60: f32, %out: f32):
+      %91 = arith.mulf %in, %in_60 : f32
+      linalg.yield %91 : f32
     } -> tensor<1x4x1x128xf32>
-    %extracted_slice = tensor.extract_slice %transposed_28[0, 0, 0, 0] [1, 4, 1, 64] [1, 1, 1, 1] : tensor<1x4x1x128xf32> to tensor<1x4x1x64xf32>
-    %extracted_slice_37 = tensor.extract_slice %transposed_28[0, 0, 0, 64] [1, 4, 1, 64] [1, 1, 1, 1] : tensor<1x4x1x128xf32> to tensor<1x4x1x64xf32>
+    %extracted_slice = tensor.extract_slice %transposed_22[0, 0, 0, 0] [1, 4, 1, 64] [1, 1, 1, 1] : tensor<1x4x1x128xf32> to tensor<1x4x1x64xf32>
+    %extracted_slice_31 = tensor.extract_slice %transposed_22[0, 0, 0, 64] [1, 4, 1, 64] [1, 1, 1, 1] : tensor<1x4x1x128xf32> to tensor<1x4x1x64xf32>
     %42 = tensor.empty() : tensor<1x4x1x64xf32>
-    %43 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_37 : tensor<1x4x1x64xf32>) outs(%42 : tensor<1x4x1x64xf32>) {
+    %43 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_31 : tensor<1x4x1x64xf32>) outs(%42 : tensor<1x4x1x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %116 = arith.negf %in : f32
-      linalg.yield %116 : f32
+      %91 = arith.negf %in : f32
+      linalg.yield %91 : f32
     } -> tensor<1x4x1x64xf32>
-    %concat_38 = tensor.concat dim(3) %43, %extracted_slice : (tensor<1x4x1x64xf32>, tensor<1x4x1x64xf32>) -> tensor<1x4x1x128xf32>
-    %44 = linalg.generic {indexing_maps = [#map5, #map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_38, %expanded_36 : tensor<1x4x1x128xf32>, tensor<1x1x1x128xf32>) outs(%30 : tensor<1x4x1x128xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %116 = arith.mulf %in, %in_68 : f32
-      linalg.yield %116 : f32
+    %concat_32 = tensor.concat dim(3) %43, %extracted_slice : (tensor<1x4x1x64xf32>, tensor<1x4x1x64xf32>) -> tensor<1x4x1x128xf32>
+    %44 = linalg.generic {indexing_maps = [#map5, #map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_32, %expanded_30 : tensor<1x4x1x128xf32>, tensor<1x1x1x128xf32>) outs(%30 : tensor<1x4x1x128xf32>) {
+    ^bb0(%in: f32, %in_60: f32, %out: f32):
+      %91 = arith.mulf %in, %in_60 : f32
+      linalg.yield %91 : f32
     } -> tensor<1x4x1x128xf32>
     %45 = linalg.generic {indexing_maps = [#map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%41, %44 : tensor<1x4x1x128xf32>, tensor<1x4x1x128xf32>) outs(%30 : tensor<1x4x1x128xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %116 = arith.addf %in, %in_68 : f32
-      linalg.yield %116 : f32
+    ^bb0(%in: f32, %in_60: f32, %out: f32):
+      %91 = arith.addf %in, %in_60 : f32
+      linalg.yield %91 : f32
     } -> tensor<1x4x1x128xf32>
-    %46 = linalg.generic {indexing_maps = [#map5, #map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_31, %expanded_35 : tensor<1x2x1x128xf32>, tensor<1x1x1x128xf32>) outs(%37 : tensor<1x2x1x128xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %116 = arith.mulf %in, %in_68 : f32
-      linalg.yield %116 : f32
+    %46 = linalg.generic {indexing_maps = [#map5, #map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_25, %expanded_29 : tensor<1x2x1x128xf32>, tensor<1x1x1x128xf32>) outs(%37 : tensor<1x2x1x128xf32>) {
+    ^bb0(%in: f32, %in_60: f32, %out: f32):
+      %91 = arith.mulf %in, %in_60 : f32
+      linalg.yield %91 : f32
     } -> tensor<1x2x1x128xf32>
-    %extracted_slice_39 = tensor.extract_slice %transposed_31[0, 0, 0, 0] [1, 2, 1, 64] [1, 1, 1, 1] : tensor<1x2x1x128xf32> to tensor<1x2x1x64xf32>
-    %extracted_slice_40 = tensor.extract_slice %transposed_31[0, 0, 0, 64] [1, 2, 1, 64] [1, 1, 1, 1] : tensor<1x2x1x128xf32> to tensor<1x2x1x64xf32>
+    %extracted_slice_33 = tensor.extract_slice %transposed_25[0, 0, 0, 0] [1, 2, 1, 64] [1, 1, 1, 1] : tensor<1x2x1x128xf32> to tensor<1x2x1x64xf32>
+    %extracted_slice_34 = tensor.extract_slice %transposed_25[0, 0, 0, 64] [1, 2, 1, 64] [1, 1, 1, 1] : tensor<1x2x1x128xf32> to tensor<1x2x1x64xf32>
     %47 = tensor.empty() : tensor<1x2x1x64xf32>
-    %48 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_40 : tensor<1x2x1x64xf32>) outs(%47 : tensor<1x2x1x64xf32>) {
+    %48 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice_34 : tensor<1x2x1x64xf32>) outs(%47 : tensor<1x2x1x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %116 = arith.negf %in : f32
-      linalg.yield %116 : f32
+      %91 = arith.negf %in : f32
+      linalg.yield %91 : f32
     } -> tensor<1x2x1x64xf32>
-    %concat_41 = tensor.concat dim(3) %48, %extracted_slice_39 : (tensor<1x2x1x64xf32>, tensor<1x2x1x64xf32>) -> tensor<1x2x1x128xf32>
-    %49 = linalg.generic {indexing_maps = [#map5, #map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_41, %expanded_36 : tensor<1x2x1x128xf32>, tensor<1x1x1x128xf32>) outs(%37 : tensor<1x2x1x128xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %116 = arith.mulf %in, %in_68 : f32
-      linalg.yield %116 : f32
+    %concat_35 = tensor.concat dim(3) %48, %extracted_slice_33 : (tensor<1x2x1x64xf32>, tensor<1x2x1x64xf32>) -> tensor<1x2x1x128xf32>
+    %49 = linalg.generic {indexing_maps = [#map5, #map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%concat_35, %expanded_30 : tensor<1x2x1x128xf32>, tensor<1x1x1x128xf32>) outs(%37 : tensor<1x2x1x128xf32>) {
+    ^bb0(%in: f32, %in_60: f32, %out: f32):
+      %91 = arith.mulf %in, %in_60 : f32
+      linalg.yield %91 : f32
     } -> tensor<1x2x1x128xf32>
     %50 = linalg.generic {indexing_maps = [#map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%46, %49 : tensor<1x2x1x128xf32>, tensor<1x2x1x128xf32>) outs(%37 : tensor<1x2x1x128xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %116 = arith.addf %in, %in_68 : f32
-      linalg.yield %116 : f32
+    ^bb0(%in: f32, %in_60: f32, %out: f32):
+      %91 = arith.addf %in, %in_60 : f32
+      linalg.yield %91 : f32
     } -> tensor<1x2x1x128xf32>
-    %concat_42 = tensor.concat dim(2) %arg2, %50 : (tensor<1x2x16x128xf32>, tensor<1x2x1x128xf32>) -> tensor<1x2x17x128xf32>
-    %concat_43 = tensor.concat dim(2) %arg3, %transposed_34 : (tensor<1x2x16x128xf32>, tensor<1x2x1x128xf32>) -> tensor<1x2x17x128xf32>
+    %concat_36 = tensor.concat dim(2) %arg2, %50 : (tensor<1x2x16x128xf32>, tensor<1x2x1x128xf32>) -> tensor<1x2x17x128xf32>
+    %concat_37 = tensor.concat dim(2) %arg3, %transposed_28 : (tensor<1x2x16x128xf32>, tensor<1x2x1x128xf32>) -> tensor<1x2x17x128xf32>
     %51 = tensor.empty() : tensor<1x2x2x17x128xf32>
-    %52 = linalg.generic {indexing_maps = [#map11, #map12], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%concat_42 : tensor<1x2x17x128xf32>) outs(%51 : tensor<1x2x2x17x128xf32>) {
+    %52 = linalg.generic {indexing_maps = [#map11, #map12], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%concat_36 : tensor<1x2x17x128xf32>) outs(%51 : tensor<1x2x2x17x128xf32>) {
     ^bb0(%in: f32, %out: f32):
       linalg.yield %in : f32
     } -> tensor<1x2x2x17x128xf32>
-    %collapsed_44 = tensor.collapse_shape %52 [[0], [1, 2], [3], [4]] : tensor<1x2x2x17x128xf32> into tensor<1x4x17x128xf32>
-    %53 = linalg.generic {indexing_maps = [#map11, #map12], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%concat_43 : tensor<1x2x17x128xf32>) outs(%51 : tensor<1x2x2x17x128xf32>) {
+    %collapsed_38 = tensor.collapse_shape %52 [[0], [1, 2], [3], [4]] : tensor<1x2x2x17x128xf32> into tensor<1x4x17x128xf32>
+    %53 = linalg.generic {indexing_maps = [#map11, #map12], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%concat_37 : tensor<1x2x17x128xf32>) outs(%51 : tensor<1x2x2x17x128xf32>) {
     ^bb0(%in: f32, %out: f32):
       linalg.yield %in : f32
     } -> tensor<1x2x2x17x128xf32>
-    %54 = tensor.empty() : tensor<1x1x1x17xf32>
-    %55 = linalg.generic {indexing_maps = [#map5, #map13, #map13, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%8, %cst_3, %cst_4 : tensor<1x1x1x17xi1>, tensor<f32>, tensor<f32>) outs(%54 : tensor<1x1x1x17xf32>) {
-    ^bb0(%in: i1, %in_68: f32, %in_69: f32, %out: f32):
-      %116 = arith.select %in, %in_68, %in_69 : f32
-      linalg.yield %116 : f32
-    } -> tensor<1x1x1x17xf32>
-    %56 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%45 : tensor<1x4x1x128xf32>) outs(%30 : tensor<1x4x1x128xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %116 = arith.truncf %cst_12 : f64 to f32
-      %117 = arith.mulf %in, %116 : f32
-      linalg.yield %117 : f32
-    } -> tensor<1x4x1x128xf32>
-    %57 = tensor.empty() : tensor<1x4x128x17xf32>
-    %transposed_45 = linalg.transpose ins(%collapsed_44 : tensor<1x4x17x128xf32>) outs(%57 : tensor<1x4x128x17xf32>) permutation = [0, 1, 3, 2] 
-    %58 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%transposed_45 : tensor<1x4x128x17xf32>) outs(%57 : tensor<1x4x128x17xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %116 = arith.truncf %cst_12 : f64 to f32
-      %117 = arith.mulf %in, %116 : f32
-      linalg.yield %117 : f32
-    } -> tensor<1x4x128x17xf32>
-    %collapsed_46 = tensor.collapse_shape %56 [[0, 1], [2], [3]] : tensor<1x4x1x128xf32> into tensor<4x1x128xf32>
-    %collapsed_47 = tensor.collapse_shape %58 [[0, 1], [2], [3]] : tensor<1x4x128x17xf32> into tensor<4x128x17xf32>
-    %59 = tensor.empty() : tensor<4x1x17xf32>
-    %60 = linalg.fill ins(%cst : f32) outs(%59 : tensor<4x1x17xf32>) -> tensor<4x1x17xf32>
-    %61 = linalg.batch_matmul ins(%collapsed_46, %collapsed_47 : tensor<4x1x128xf32>, tensor<4x128x17xf32>) outs(%60 : tensor<4x1x17xf32>) -> tensor<4x1x17xf32>
-    %expanded_48 = tensor.expand_shape %61 [[0, 1], [2], [3]] output_shape [1, 4, 1, 17] : tensor<4x1x17xf32> into tensor<1x4x1x17xf32>
-    %62 = tensor.empty() : tensor<1x4x1x17xf32>
-    %63 = linalg.generic {indexing_maps = [#map5, #map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_48, %55 : tensor<1x4x1x17xf32>, tensor<1x1x1x17xf32>) outs(%62 : tensor<1x4x1x17xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %116 = arith.addf %in, %in_68 : f32
-      linalg.yield %116 : f32
-    } -> tensor<1x4x1x17xf32>
-    %64 = tensor.empty() : tensor<1x4x1xi64>
-    %65 = linalg.fill ins(%c0_i64 : i64) outs(%64 : tensor<1x4x1xi64>) -> tensor<1x4x1xi64>
-    %66 = tensor.empty() : tensor<1x4x1xf32>
-    %67 = linalg.fill ins(%cst_0 : f32) outs(%66 : tensor<1x4x1xf32>) -> tensor<1x4x1xf32>
-    %68:2 = linalg.generic {indexing_maps = [#map5, #map14, #map14], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%63 : tensor<1x4x1x17xf32>) outs(%67, %65 : tensor<1x4x1xf32>, tensor<1x4x1xi64>) {
-    ^bb0(%in: f32, %out: f32, %out_68: i64):
-      %116 = linalg.index 3 : index
-      %117 = arith.index_cast %116 : index to i64
-      %118 = arith.maximumf %in, %out : f32
-      %119 = arith.cmpf ogt, %in, %out : f32
-      %120 = arith.select %119, %117, %out_68 : i64
-      linalg.yield %118, %120 : f32, i64
-    } -> (tensor<1x4x1xf32>, tensor<1x4x1xi64>)
-    %expanded_49 = tensor.expand_shape %68#0 [[0], [1], [2, 3]] output_shape [1, 4, 1, 1] : tensor<1x4x1xf32> into tensor<1x4x1x1xf32>
-    %69 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%63, %expanded_49 : tensor<1x4x1x17xf32>, tensor<1x4x1x1xf32>) outs(%62 : tensor<1x4x1x17xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %116 = arith.subf %in, %in_68 : f32
-      linalg.yield %116 : f32
-    } -> tensor<1x4x1x17xf32>
-    %70 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%69 : tensor<1x4x1x17xf32>) outs(%62 : tensor<1x4x1x17xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %116 = math.exp %in : f32
-      linalg.yield %116 : f32
-    } -> tensor<1x4x1x17xf32>
-    %71 = tensor.empty() : tensor<1x4x1x1xf32>
-    %72 = linalg.fill ins(%cst : f32) outs(%71 : tensor<1x4x1x1xf32>) -> tensor<1x4x1x1xf32>
-    %73 = linalg.generic {indexing_maps = [#map5, #map4], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%70 : tensor<1x4x1x17xf32>) outs(%72 : tensor<1x4x1x1xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %116 = arith.addf %in, %out : f32
-      linalg.yield %116 : f32
-    } -> tensor<1x4x1x1xf32>
-    %74 = linalg.generic {indexing_maps = [#map5, #map4, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%70, %73 : tensor<1x4x1x17xf32>, tensor<1x4x1x1xf32>) outs(%62 : tensor<1x4x1x17xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %116 = arith.divf %in, %in_68 : f32
-      linalg.yield %116 : f32
-    } -> tensor<1x4x1x17xf32>
-    %75 = tensor.empty() : tensor<1x4x1x17xi1>
-    %76 = linalg.generic {indexing_maps = [#map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%63 : tensor<1x4x1x17xf32>) outs(%75 : tensor<1x4x1x17xi1>) {
-    ^bb0(%in: f32, %out: i1):
-      %116 = arith.extf %in : f32 to f64
-      %117 = arith.cmpf oeq, %116, %cst_13 : f64
-      linalg.yield %117 : i1
-    } -> tensor<1x4x1x17xi1>
-    %77 = tensor.empty() : tensor<1x4x1x1xi1>
-    %78 = linalg.fill ins(%true : i1) outs(%77 : tensor<1x4x1x1xi1>) -> tensor<1x4x1x1xi1>
-    %79 = linalg.generic {indexing_maps = [#map5, #map4], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%76 : tensor<1x4x1x17xi1>) outs(%78 : tensor<1x4x1x1xi1>) {
+    %collapsed_39 = tensor.collapse_shape %53 [[0], [1, 2], [3], [4]] : tensor<1x2x2x17x128xf32> into tensor<1x4x17x128xf32>
+    %54 = tensor.empty() : tensor<1x4x1x17xi1>
+    %55 = linalg.generic {indexing_maps = [#map10, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%8 : tensor<1x1x1x17xi1>) outs(%54 : tensor<1x4x1x17xi1>) {
     ^bb0(%in: i1, %out: i1):
-      %116 = arith.andi %in, %out : i1
-      linalg.yield %116 : i1
-    } -> tensor<1x4x1x1xi1>
-    %80 = linalg.generic {indexing_maps = [#map4, #map5, #map5, #map5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%79, %cst_2, %74 : tensor<1x4x1x1xi1>, tensor<1x4x1x17xf32>, tensor<1x4x1x17xf32>) outs(%62 : tensor<1x4x1x17xf32>) {
-    ^bb0(%in: i1, %in_68: f32, %in_69: f32, %out: f32):
-      %116 = arith.select %in, %in_68, %in_69 : f32
-      linalg.yield %116 : f32
-    } -> tensor<1x4x1x17xf32>
-    %collapsed_50 = tensor.collapse_shape %80 [[0, 1], [2], [3]] : tensor<1x4x1x17xf32> into tensor<4x1x17xf32>
-    %collapsed_51 = tensor.collapse_shape %53 [[0, 1, 2], [3], [4]] : tensor<1x2x2x17x128xf32> into tensor<4x17x128xf32>
-    %81 = tensor.empty() : tensor<4x1x128xf32>
-    %82 = linalg.fill ins(%cst : f32) outs(%81 : tensor<4x1x128xf32>) -> tensor<4x1x128xf32>
-    %83 = linalg.batch_matmul ins(%collapsed_50, %collapsed_51 : tensor<4x1x17xf32>, tensor<4x17x128xf32>) outs(%82 : tensor<4x1x128xf32>) -> tensor<4x1x128xf32>
-    %expanded_52 = tensor.expand_shape %83 [[0, 1], [2], [3]] output_shape [1, 4, 1, 128] : tensor<4x1x128xf32> into tensor<1x4x1x128xf32>
-    %84 = tensor.empty() : tensor<1x1x4x128xf32>
-    %transposed_53 = linalg.transpose ins(%expanded_52 : tensor<1x4x1x128xf32>) outs(%84 : tensor<1x1x4x128xf32>) permutation = [0, 2, 1, 3] 
-    %85 = tensor.empty() : tensor<512x32xf32>
-    %transposed_54 = linalg.transpose ins(%cst_11 : tensor<32x512xf32>) outs(%85 : tensor<512x32xf32>) permutation = [1, 0] 
-    %collapsed_55 = tensor.collapse_shape %transposed_53 [[0], [1, 2, 3]] : tensor<1x1x4x128xf32> into tensor<1x512xf32>
-    %86 = tensor.empty() : tensor<1x32xf32>
-    %87 = linalg.fill ins(%cst : f32) outs(%86 : tensor<1x32xf32>) -> tensor<1x32xf32>
-    %88 = linalg.matmul ins(%collapsed_55, %transposed_54 : tensor<1x512xf32>, tensor<512x32xf32>) outs(%87 : tensor<1x32xf32>) -> tensor<1x32xf32>
-    %expanded_56 = tensor.expand_shape %88 [[0], [1, 2]] output_shape [1, 1, 32] : tensor<1x32xf32> into tensor<1x1x32xf32>
-    %89 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%1, %expanded_56 : tensor<1x1x32xf32>, tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %116 = arith.addf %in, %in_68 : f32
-      linalg.yield %116 : f32
+      linalg.yield %in : i1
+    } -> tensor<1x4x1x17xi1>
+    %collapsed_40 = tensor.collapse_shape %45 [[0, 1], [2], [3]] : tensor<1x4x1x128xf32> into tensor<4x1x128xf32>
+    %collapsed_41 = tensor.collapse_shape %collapsed_38 [[0, 1], [2], [3]] : tensor<1x4x17x128xf32> into tensor<4x17x128xf32>
+    %collapsed_42 = tensor.collapse_shape %collapsed_39 [[0, 1], [2], [3]] : tensor<1x4x17x128xf32> into tensor<4x17x128xf32>
+    %collapsed_43 = tensor.collapse_shape %55 [[0, 1], [2], [3]] : tensor<1x4x1x17xi1> into tensor<4x1x17xi1>
+    %56 = tensor.empty() : tensor<4x1x128xf32>
+    %57 = linalg.fill ins(%cst : f32) outs(%56 : tensor<4x1x128xf32>) -> tensor<4x1x128xf32>
+    %58 = "snapkv.sdpa"(%collapsed_40, %collapsed_41, %collapsed_42, %collapsed_43, %57) {scale = 0.088388347648318447 : f64} : (tensor<4x1x128xf32>, tensor<4x17x128xf32>, tensor<4x17x128xf32>, tensor<4x1x17xi1>, tensor<4x1x128xf32>) -> tensor<4x1x128xf32>
+    %expanded_44 = tensor.expand_shape %58 [[0, 1], [2], [3]] output_shape [1, 4, 1, 128] : tensor<4x1x128xf32> into tensor<1x4x1x128xf32>
+    %59 = tensor.empty() : tensor<1x1x4x128xf32>
+    %transposed_45 = linalg.transpose ins(%expanded_44 : tensor<1x4x1x128xf32>) outs(%59 : tensor<1x1x4x128xf32>) permutation = [0, 2, 1, 3] 
+    %60 = tensor.empty() : tensor<512x32xf32>
+    %transposed_46 = linalg.transpose ins(%cst_7 : tensor<32x512xf32>) outs(%60 : tensor<512x32xf32>) permutation = [1, 0] 
+    %collapsed_47 = tensor.collapse_shape %transposed_45 [[0], [1, 2, 3]] : tensor<1x1x4x128xf32> into tensor<1x512xf32>
+    %61 = tensor.empty() : tensor<1x32xf32>
+    %62 = linalg.fill ins(%cst : f32) outs(%61 : tensor<1x32xf32>) -> tensor<1x32xf32>
+    %63 = linalg.matmul ins(%collapsed_47, %transposed_46 : tensor<1x512xf32>, tensor<512x32xf32>) outs(%62 : tensor<1x32xf32>) -> tensor<1x32xf32>
+    %expanded_48 = tensor.expand_shape %63 [[0], [1, 2]] output_shape [1, 1, 32] : tensor<1x32xf32> into tensor<1x1x32xf32>
+    %64 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%1, %expanded_48 : tensor<1x1x32xf32>, tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
+    ^bb0(%in: f32, %in_60: f32, %out: f32):
+      %91 = arith.addf %in, %in_60 : f32
+      linalg.yield %91 : f32
     } -> tensor<1x1x32xf32>
-    %90 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%89 : tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
+    %65 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%64 : tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %116 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %116 : f32
+      %91 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %91 : f32
     } -> tensor<1x1x32xf32>
-    %91 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%90 : tensor<1x1x32xf32>) outs(%17 : tensor<1x1x1xf32>) {
+    %66 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%65 : tensor<1x1x32xf32>) outs(%17 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %116 = arith.addf %in, %out : f32
-      linalg.yield %116 : f32
+      %91 = arith.addf %in, %out : f32
+      linalg.yield %91 : f32
     } -> tensor<1x1x1xf32>
-    %92 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%91 : tensor<1x1x1xf32>) outs(%9 : tensor<1x1x1xf32>) {
+    %67 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%66 : tensor<1x1x1xf32>) outs(%9 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %116 = arith.divf %in, %cst_24 : f32
-      linalg.yield %116 : f32
+      %91 = arith.divf %in, %cst_18 : f32
+      linalg.yield %91 : f32
     } -> tensor<1x1x1xf32>
-    %93 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%92 : tensor<1x1x1xf32>) outs(%9 : tensor<1x1x1xf32>) {
+    %68 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%67 : tensor<1x1x1xf32>) outs(%9 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %116 = arith.truncf %cst_21 : f64 to f32
-      %117 = arith.addf %in, %116 : f32
-      linalg.yield %117 : f32
+      %91 = arith.truncf %cst_15 : f64 to f32
+      %92 = arith.addf %in, %91 : f32
+      linalg.yield %92 : f32
     } -> tensor<1x1x1xf32>
-    %94 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%93 : tensor<1x1x1xf32>) outs(%9 : tensor<1x1x1xf32>) {
+    %69 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%68 : tensor<1x1x1xf32>) outs(%9 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %116 = math.rsqrt %in : f32
-      linalg.yield %116 : f32
+      %91 = math.rsqrt %in : f32
+      linalg.yield %91 : f32
     } -> tensor<1x1x1xf32>
-    %95 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%89, %94 : tensor<1x1x32xf32>, tensor<1x1x1xf32>) outs(%0 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %116 = arith.mulf %in, %in_68 : f32
-      linalg.yield %116 : f32
+    %70 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%64, %69 : tensor<1x1x32xf32>, tensor<1x1x1xf32>) outs(%0 : tensor<1x1x32xf32>) {
+    ^bb0(%in: f32, %in_60: f32, %out: f32):
+      %91 = arith.mulf %in, %in_60 : f32
+      linalg.yield %91 : f32
     } -> tensor<1x1x32xf32>
-    %96 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_10, %95 : tensor<32xf32>, tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %116 = arith.mulf %in, %in_68 : f32
-      linalg.yield %116 : f32
+    %71 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_6, %70 : tensor<32xf32>, tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
+    ^bb0(%in: f32, %in_60: f32, %out: f32):
+      %91 = arith.mulf %in, %in_60 : f32
+      linalg.yield %91 : f32
     } -> tensor<1x1x32xf32>
-    %97 = tensor.empty() : tensor<32x64xf32>
-    %transposed_57 = linalg.transpose ins(%cst_9 : tensor<64x32xf32>) outs(%97 : tensor<32x64xf32>) permutation = [1, 0] 
-    %collapsed_58 = tensor.collapse_shape %96 [[0], [1, 2]] : tensor<1x1x32xf32> into tensor<1x32xf32>
-    %98 = tensor.empty() : tensor<1x64xf32>
-    %99 = linalg.fill ins(%cst : f32) outs(%98 : tensor<1x64xf32>) -> tensor<1x64xf32>
-    %100 = linalg.matmul ins(%collapsed_58, %transposed_57 : tensor<1x32xf32>, tensor<32x64xf32>) outs(%99 : tensor<1x64xf32>) -> tensor<1x64xf32>
-    %expanded_59 = tensor.expand_shape %100 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xf32> into tensor<1x1x64xf32>
-    %101 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_59 : tensor<1x1x64xf32>) outs(%11 : tensor<1x1x64xf32>) {
+    %72 = tensor.empty() : tensor<32x64xf32>
+    %transposed_49 = linalg.transpose ins(%cst_5 : tensor<64x32xf32>) outs(%72 : tensor<32x64xf32>) permutation = [1, 0] 
+    %collapsed_50 = tensor.collapse_shape %71 [[0], [1, 2]] : tensor<1x1x32xf32> into tensor<1x32xf32>
+    %73 = tensor.empty() : tensor<1x64xf32>
+    %74 = linalg.fill ins(%cst : f32) outs(%73 : tensor<1x64xf32>) -> tensor<1x64xf32>
+    %75 = linalg.matmul ins(%collapsed_50, %transposed_49 : tensor<1x32xf32>, tensor<32x64xf32>) outs(%74 : tensor<1x64xf32>) -> tensor<1x64xf32>
+    %expanded_51 = tensor.expand_shape %75 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xf32> into tensor<1x1x64xf32>
+    %76 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_51 : tensor<1x1x64xf32>) outs(%11 : tensor<1x1x64xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %116 = arith.negf %in : f32
-      %117 = math.exp %116 : f32
-      %118 = arith.addf %117, %cst_1 : f32
-      %119 = arith.divf %cst_1, %118 : f32
-      linalg.yield %119 : f32
+      %91 = arith.negf %in : f32
+      %92 = math.exp %91 : f32
+      %93 = arith.addf %92, %cst_0 : f32
+      %94 = arith.divf %cst_0, %93 : f32
+      linalg.yield %94 : f32
     } -> tensor<1x1x64xf32>
-    %102 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_59, %101 : tensor<1x1x64xf32>, tensor<1x1x64xf32>) outs(%11 : tensor<1x1x64xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %116 = arith.mulf %in, %in_68 : f32
-      linalg.yield %116 : f32
+    %77 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%expanded_51, %76 : tensor<1x1x64xf32>, tensor<1x1x64xf32>) outs(%11 : tensor<1x1x64xf32>) {
+    ^bb0(%in: f32, %in_60: f32, %out: f32):
+      %91 = arith.mulf %in, %in_60 : f32
+      linalg.yield %91 : f32
     } -> tensor<1x1x64xf32>
-    %transposed_60 = linalg.transpose ins(%cst_8 : tensor<64x32xf32>) outs(%97 : tensor<32x64xf32>) permutation = [1, 0] 
-    %103 = linalg.matmul ins(%collapsed_58, %transposed_60 : tensor<1x32xf32>, tensor<32x64xf32>) outs(%99 : tensor<1x64xf32>) -> tensor<1x64xf32>
-    %expanded_61 = tensor.expand_shape %103 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xf32> into tensor<1x1x64xf32>
-    %104 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%102, %expanded_61 : tensor<1x1x64xf32>, tensor<1x1x64xf32>) outs(%11 : tensor<1x1x64xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %116 = arith.mulf %in, %in_68 : f32
-      linalg.yield %116 : f32
+    %transposed_52 = linalg.transpose ins(%cst_4 : tensor<64x32xf32>) outs(%72 : tensor<32x64xf32>) permutation = [1, 0] 
+    %78 = linalg.matmul ins(%collapsed_50, %transposed_52 : tensor<1x32xf32>, tensor<32x64xf32>) outs(%74 : tensor<1x64xf32>) -> tensor<1x64xf32>
+    %expanded_53 = tensor.expand_shape %78 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xf32> into tensor<1x1x64xf32>
+    %79 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%77, %expanded_53 : tensor<1x1x64xf32>, tensor<1x1x64xf32>) outs(%11 : tensor<1x1x64xf32>) {
+    ^bb0(%in: f32, %in_60: f32, %out: f32):
+      %91 = arith.mulf %in, %in_60 : f32
+      linalg.yield %91 : f32
     } -> tensor<1x1x64xf32>
-    %105 = tensor.empty() : tensor<64x32xf32>
-    %transposed_62 = linalg.transpose ins(%cst_7 : tensor<32x64xf32>) outs(%105 : tensor<64x32xf32>) permutation = [1, 0] 
-    %collapsed_63 = tensor.collapse_shape %104 [[0], [1, 2]] : tensor<1x1x64xf32> into tensor<1x64xf32>
-    %106 = linalg.matmul ins(%collapsed_63, %transposed_62 : tensor<1x64xf32>, tensor<64x32xf32>) outs(%87 : tensor<1x32xf32>) -> tensor<1x32xf32>
-    %expanded_64 = tensor.expand_shape %106 [[0], [1, 2]] output_shape [1, 1, 32] : tensor<1x32xf32> into tensor<1x1x32xf32>
-    %107 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%89, %expanded_64 : tensor<1x1x32xf32>, tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %116 = arith.addf %in, %in_68 : f32
-      linalg.yield %116 : f32
+    %80 = tensor.empty() : tensor<64x32xf32>
+    %transposed_54 = linalg.transpose ins(%cst_3 : tensor<32x64xf32>) outs(%80 : tensor<64x32xf32>) permutation = [1, 0] 
+    %collapsed_55 = tensor.collapse_shape %79 [[0], [1, 2]] : tensor<1x1x64xf32> into tensor<1x64xf32>
+    %81 = linalg.matmul ins(%collapsed_55, %transposed_54 : tensor<1x64xf32>, tensor<64x32xf32>) outs(%62 : tensor<1x32xf32>) -> tensor<1x32xf32>
+    %expanded_56 = tensor.expand_shape %81 [[0], [1, 2]] output_shape [1, 1, 32] : tensor<1x32xf32> into tensor<1x1x32xf32>
+    %82 = linalg.generic {indexing_maps = [#map1, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%64, %expanded_56 : tensor<1x1x32xf32>, tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
+    ^bb0(%in: f32, %in_60: f32, %out: f32):
+      %91 = arith.addf %in, %in_60 : f32
+      linalg.yield %91 : f32
     } -> tensor<1x1x32xf32>
-    %108 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%107 : tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
+    %83 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%82 : tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %116 = math.fpowi %in, %c2_i64 : f32, i64
-      linalg.yield %116 : f32
+      %91 = math.fpowi %in, %c2_i64 : f32, i64
+      linalg.yield %91 : f32
     } -> tensor<1x1x32xf32>
-    %109 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%108 : tensor<1x1x32xf32>) outs(%17 : tensor<1x1x1xf32>) {
+    %84 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%83 : tensor<1x1x32xf32>) outs(%17 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %116 = arith.addf %in, %out : f32
-      linalg.yield %116 : f32
+      %91 = arith.addf %in, %out : f32
+      linalg.yield %91 : f32
     } -> tensor<1x1x1xf32>
-    %110 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%109 : tensor<1x1x1xf32>) outs(%9 : tensor<1x1x1xf32>) {
+    %85 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%84 : tensor<1x1x1xf32>) outs(%9 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %116 = arith.divf %in, %cst_24 : f32
-      linalg.yield %116 : f32
+      %91 = arith.divf %in, %cst_18 : f32
+      linalg.yield %91 : f32
     } -> tensor<1x1x1xf32>
-    %111 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%110 : tensor<1x1x1xf32>) outs(%9 : tensor<1x1x1xf32>) {
+    %86 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%85 : tensor<1x1x1xf32>) outs(%9 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %116 = arith.truncf %cst_21 : f64 to f32
-      %117 = arith.addf %in, %116 : f32
-      linalg.yield %117 : f32
+      %91 = arith.truncf %cst_15 : f64 to f32
+      %92 = arith.addf %in, %91 : f32
+      linalg.yield %92 : f32
     } -> tensor<1x1x1xf32>
-    %112 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%111 : tensor<1x1x1xf32>) outs(%9 : tensor<1x1x1xf32>) {
+    %87 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%86 : tensor<1x1x1xf32>) outs(%9 : tensor<1x1x1xf32>) {
     ^bb0(%in: f32, %out: f32):
-      %116 = math.rsqrt %in : f32
-      linalg.yield %116 : f32
+      %91 = math.rsqrt %in : f32
+      linalg.yield %91 : f32
     } -> tensor<1x1x1xf32>
-    %113 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%107, %112 : tensor<1x1x32xf32>, tensor<1x1x1xf32>) outs(%0 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %116 = arith.mulf %in, %in_68 : f32
-      linalg.yield %116 : f32
+    %88 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%82, %87 : tensor<1x1x32xf32>, tensor<1x1x1xf32>) outs(%0 : tensor<1x1x32xf32>) {
+    ^bb0(%in: f32, %in_60: f32, %out: f32):
+      %91 = arith.mulf %in, %in_60 : f32
+      linalg.yield %91 : f32
     } -> tensor<1x1x32xf32>
-    %114 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_6, %113 : tensor<32xf32>, tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
-    ^bb0(%in: f32, %in_68: f32, %out: f32):
-      %116 = arith.mulf %in, %in_68 : f32
-      linalg.yield %116 : f32
+    %89 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cst_2, %88 : tensor<32xf32>, tensor<1x1x32xf32>) outs(%0 : tensor<1x1x32xf32>) {
+    ^bb0(%in: f32, %in_60: f32, %out: f32):
+      %91 = arith.mulf %in, %in_60 : f32
+      linalg.yield %91 : f32
     } -> tensor<1x1x32xf32>
-    %transposed_65 = linalg.transpose ins(%cst_5 : tensor<64x32xf32>) outs(%97 : tensor<32x64xf32>) permutation = [1, 0] 
-    %collapsed_66 = tensor.collapse_shape %114 [[0], [1, 2]] : tensor<1x1x32xf32> into tensor<1x32xf32>
-    %115 = linalg.matmul ins(%collapsed_66, %transposed_65 : tensor<1x32xf32>, tensor<32x64xf32>) outs(%99 : tensor<1x64xf32>) -> tensor<1x64xf32>
-    %expanded_67 = tensor.expand_shape %115 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xf32> into tensor<1x1x64xf32>
-    return %expanded_67, %concat_42, %concat_43 : tensor<1x1x64xf32>, tensor<1x2x17x128xf32>, tensor<1x2x17x128xf32>
+    %transposed_57 = linalg.transpose ins(%cst_1 : tensor<64x32xf32>) outs(%72 : tensor<32x64xf32>) permutation = [1, 0] 
+    %collapsed_58 = tensor.collapse_shape %89 [[0], [1, 2]] : tensor<1x1x32xf32> into tensor<1x32xf32>
+    %90 = linalg.matmul ins(%collapsed_58, %transposed_57 : tensor<1x32xf32>, tensor<32x64xf32>) outs(%74 : tensor<1x64xf32>) -> tensor<1x64xf32>
+    %expanded_59 = tensor.expand_shape %90 [[0], [1, 2]] output_shape [1, 1, 64] : tensor<1x64xf32> into tensor<1x1x64xf32>
+    return %expanded_59, %concat_36, %concat_37 : tensor<1x1x64xf32>, tensor<1x2x17x128xf32>, tensor<1x2x17x128xf32>
   }
 }

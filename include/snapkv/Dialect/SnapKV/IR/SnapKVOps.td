@@ -634,4 +634,64 @@ def SnapKV_RaggedAttentionOp : SnapKV_Op<"ragged_attention",
   let hasVerifier = 1;
 }
 
+def SnapKV_SdpaTensor : TensorRankOf<[F16, BF16, F32], [3]>;
+
+def SnapKV_SdpaOp : SnapKV_Op<"sdpa",
+    [Pure, DestinationStyleOpInterface,
+     AllElementTypesMatch<["queries", "keys", "values", "init"]>]> {
+  let summary = "torch's scaled_dot_product_attention as imported";
+  let description = [{
+    `torch.ops.aten.scaled_dot_product_attention` kept as one op by the
+    export (python/snapkv/frontend/export.py): torch-mlir lowers it to
+    `tm_tensor.attention`, which the export re-creates as this op, so that
+    the attention reaches our passes without being decomposed. For every
+    batch-head `n` and query row `i`:
+
+    `result[n, i] = sum_j p_j * values[n, j]` with
+    `p = softmax_j(scale * <queries[n, i], keys[n, j]>)` over the keys `j`
+    with `mask[n, i, j]` true (every key without a mask),
+
+    where `queries : [N, Lq, D]`, `keys : [N, Lk, D]`, `values : [N, Lk, Dv]`
+    and `N` is batch times heads (the importer collapses them, after the
+    model's own GQA repeat). `scale` defaults to `1/sqrt(D)`, as in torch.
+
+    `snapkv-fuse-attention` turns it into `snapkv.attention` where the mask
+    is causal (the model rewrite reads it the same way, AttentionMatcher.h);
+    `convert-snapkv-to-linalg` lowers what is left to linalg exactly as
+    defined above (Q.K^T, masked softmax, P.V).
+
+    ```mlir
+    %o = snapkv.sdpa %q, %k, %v mask %m scale 0.125 outs(%init : tensor<9x?x64xf32>)
+        : tensor<9x?x64xf32>, tensor<9x?x64xf32>, tensor<9x?x64xf32>,
+          tensor<9x?x?xi1> -> tensor<9x?x64xf32>
+    ```
+  }];
+
+  let arguments = (ins
+    SnapKV_SdpaTensor:$queries,
+    SnapKV_SdpaTensor:$keys,
+    SnapKV_SdpaTensor:$values,
+    Optional<TensorRankOf<[I1], [3]>>:$mask,
+    SnapKV_SdpaTensor:$init,
+    OptionalAttr<F64Attr>:$scale
+  );
+  let results = (outs SnapKV_SdpaTensor:$result);
+
+  let assemblyFormat = [{
+    $queries `,` $keys `,` $values (`mask` $mask^)? (`scale` $scale^)?
+    `outs` `(` $init `:` type($init) `)` attr-dict `:` type($queries) `,`
+    type($keys) `,` type($values) (`,` type($mask)^)? `->` type($result)
+  }];
+
+  let extraClassDeclaration = [{
+    /// The softmax scale: the `scale` attribute or `1/sqrt(D)`.
+    double getEffectiveScale();
+    ::mlir::MutableOperandRange getDpsInitsMutable() {
+      return getInitMutable();
+    }
+  }];
+
+  let hasVerifier = 1;
+}
+
 #endif // SNAPKV_DIALECT_SNAPKV_IR_SNAPKVOPS_TD

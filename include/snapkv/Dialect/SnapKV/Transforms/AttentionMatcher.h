@@ -13,6 +13,8 @@
 #ifndef SNAPKV_DIALECT_SNAPKV_TRANSFORMS_ATTENTIONMATCHER_H
 #define SNAPKV_DIALECT_SNAPKV_TRANSFORMS_ATTENTIONMATCHER_H
 
+#include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 
@@ -54,6 +56,9 @@ enum class AttentionMismatch {
   HeadCountMismatch,
   ElementTypesDiffer,
   RepeatCopiesMismatch,
+  // snapkv.sdpa (SDPA kept by the export): its operands.
+  SdpaNotCollapsed,
+  SdpaMaskNotRowColumn,
 };
 
 /// How far matching got before a mismatch of this kind: 0 when the
@@ -82,10 +87,17 @@ struct RepeatedKV {
   linalg::GenericOp repeatOp;
 };
 
-/// One recognised attention.
+/// One recognised attention: decomposed (the two batch matmuls) or kept as
+/// one `snapkv.sdpa` by the export (`sdpa`; the matmuls and `maskAdd` null).
 struct AttentionMatch {
   linalg::BatchMatmulOp scoresMatmul; // Q . K^T
   linalg::BatchMatmulOp outputMatmul; // P . V
+  SdpaOp sdpa;
+  /// The op whose result is the attention's [B * Hq, Lq, D] output.
+  Operation *root() const {
+    return sdpa ? static_cast<Operation *>(sdpa)
+                : static_cast<Operation *>(outputMatmul);
+  }
   /// [B, Hq, Lq, D] post-RoPE queries (the left operand of Q . K^T, before
   /// any constant factor of an SDPA scale split and before SDPA's widening
   /// of bf16/f16 queries, keys and values to f32: `queries`, `keys.source`
@@ -94,7 +106,8 @@ struct AttentionMatch {
   RepeatedKV keys, values;
   /// The `addf(scaled scores, mask)` generic and its mask operand; null
   /// when matched with `maskOptional` and there is no mask (every key is
-  /// visible to every query).
+  /// visible to every query). For `sdpa`, `mask` is the boolean condition
+  /// (key visible) indexed [b|0, h|0, row, column].
   linalg::GenericOp maskAdd;
   Value mask;
   /// SDPA's `select(all scores of the row == -inf, 0, softmax)`; null for
@@ -112,6 +125,11 @@ struct AttentionMatch {
 FailureOr<AttentionMatch> matchAttention(linalg::BatchMatmulOp outputMatmul,
                                          AttentionFailure &failure,
                                          bool maskOptional = false);
+
+/// Matches a kept SDPA: its queries, keys and values through the importer's
+/// collapse of batch and heads (and the GQA repeat), its mask through the
+/// broadcast over heads. Nothing of the softmax is matched: the op is it.
+FailureOr<AttentionMatch> matchSdpa(SdpaOp op, AttentionFailure &failure);
 
 /// Why a mask is not a causal (or covered sliding-window) mask.
 enum class MaskMismatch {

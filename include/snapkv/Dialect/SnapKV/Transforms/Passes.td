@@ -200,9 +200,11 @@ def FuseAttention : Pass<"snapkv-fuse-attention", "::mlir::func::FuncOp"> {
     Finds the attention torch-mlir imports for a Llama-family layer (the
     matcher of `snapkv-compress-kv-cache`, docs/model-ir.md: Q x K^T, the
     constant scale, the additive causal mask, the softmax with or without
-    SDPA's fully-masked-row guard, the GQA repeat and P x V) and replaces it
-    with one `snapkv.attention` on the queries and the keys and values
-    before the repeat, when that op computes exactly the same attention:
+    SDPA's fully-masked-row guard, the GQA repeat and P x V), or the SDPA the
+    export kept as one `snapkv.sdpa` (its mask condition read the same way),
+    and replaces it with one `snapkv.attention` on the queries and the keys
+    and values before the repeat, when that op computes exactly the same
+    attention:
 
     * a prompt's self-attention: the mask compares one arange of positions
       with itself (row `i` sees keys `0 .. i`, `snapkv.attention`'s
