@@ -96,6 +96,10 @@ class Compaction:
     decode_capacity: int = 0
     # Block-granular selection: whole blocks of `block` prefix positions (1: single ones).
     block: int = 1
+    # Two-level chunked prefill: the chunks before the last compacted to `staging` rows
+    # (>= capacity), ranked by `staging_scoring`; 0: off. Needs chunk.
+    staging: int = 0
+    staging_scoring: str = "sum"
 
     @property
     def extends(self) -> bool:
@@ -123,6 +127,8 @@ class Compaction:
             options += f" decode-capacity={self.decode_capacity}"
         if self.block != 1:
             options += f" block={self.block}"
+        if self.staging:
+            options += f" staging={self.staging} staging-scoring={self.staging_scoring}"
         return options
 
 

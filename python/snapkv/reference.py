@@ -256,22 +256,30 @@ def window_votes(q, k, scale, prefix_only=False):
     `prefix_only` leaves the window columns out of the softmax denominator."""
     window, length = q.shape[2], k.shape[2]
     prefix = length - window
-    k = np.repeat(k, q.shape[1] // k.shape[1], axis=1)
-    logits = scale * np.einsum("bhtd,bhjd->bhtj", q, k)
-    # Window query t sits at absolute position P + t and sees columns j <= P + t.
-    future = np.arange(length)[None, :] > (prefix + np.arange(window))[:, None]
+    hidden = _future(window, length)
     if prefix_only:
-        future = future | (np.arange(length)[None, :] >= prefix)
-    logits = np.where(future, -np.inf, logits)
-    # Softmax over ALL visible columns (prefix and window), with max-subtraction; a visible
-    # logit equal to the maximum gets exponent 0, so +inf logits share the mass and a row of
-    # -inf is uniform (docs/hostile-values.md), never inf - inf = NaN.
+        hidden = hidden | (np.arange(length)[None, :] >= prefix)
+    return _causal_probs(q, k, scale, hidden)[..., :prefix].sum(axis=2)
+
+
+def _future(rows, length):
+    """[rows, length]: the columns the last `rows` queries of a `length`-token prompt do not
+    see (query t sits at absolute position length - rows + t and sees columns j <= it)."""
+    return np.arange(length)[None, :] > (length - rows + np.arange(rows))[:, None]
+
+
+def _causal_probs(q, k, scale, hidden):
+    """Each query row's softmax [B, Hq, rows, L] over its visible columns (not `hidden`),
+    with max-subtraction; a visible logit equal to the maximum gets exponent 0, so +inf
+    logits share the mass and a row of -inf is uniform (docs/hostile-values.md), never
+    inf - inf = NaN."""
+    k = np.repeat(k, q.shape[1] // k.shape[1], axis=1)
+    logits = np.where(hidden, -np.inf, scale * np.einsum("bhtd,bhjd->bhtj", q, k))
     top = logits.max(axis=-1, keepdims=True)
     with np.errstate(invalid="ignore"):
         weights = np.exp(np.where(logits == top, 0.0, logits - top))
-    weights = np.where(future, 0.0, weights)
-    probs = weights / weights.sum(axis=-1, keepdims=True)
-    return probs[..., :prefix].sum(axis=2)
+    weights = np.where(hidden, 0.0, weights)
+    return weights / weights.sum(axis=-1, keepdims=True)
 
 
 def accumulated_votes(q, k, scale, window, normalise=False):
@@ -282,16 +290,7 @@ def accumulated_votes(q, k, scale, window, normalise=False):
     min(Q, L - j)."""
     rows, length = q.shape[2], k.shape[2]
     prefix = length - window
-    k = np.repeat(k, q.shape[1] // k.shape[1], axis=1)
-    logits = scale * np.einsum("bhtd,bhjd->bhtj", q, k)
-    future = np.arange(length)[None, :] > (length - rows + np.arange(rows))[:, None]
-    logits = np.where(future, -np.inf, logits)
-    top = logits.max(axis=-1, keepdims=True)
-    with np.errstate(invalid="ignore"):
-        weights = np.exp(np.where(logits == top, 0.0, logits - top))
-    weights = np.where(future, 0.0, weights)
-    probs = weights / weights.sum(axis=-1, keepdims=True)
-    votes = probs[..., :prefix].sum(axis=2)
+    votes = _causal_probs(q, k, scale, _future(rows, length))[..., :prefix].sum(axis=2)
     if normalise:
         votes = votes / np.minimum(rows, length - np.arange(prefix))
     return votes

@@ -47,7 +47,8 @@ struct ConfigureLoweringPass
                AttentionOp, RaggedAttentionOp>(op) ||
           op->hasAttr("snapkv.lowering_config"))
         return WalkResult::advance();
-      if (gpu && isa<AttentionOp, RaggedAttentionOp>(op)) {
+      if (gpu &&
+          (isa<AttentionOp, RaggedAttentionOp>(op) || scoresAccumulated(op))) {
         op->emitOpError() << "has no GPU lowering (target=gpu); it is lowered "
                              "for the CPU only";
         return WalkResult::interrupt();

@@ -47,6 +47,16 @@ static Value indexAsI32(OpBuilder &nb, Location l, unsigned dim) {
   return arith::IndexCastOp::create(nb, l, nb.getI32Type(), i);
 }
 
+/// The body of a dot product accumulated in f32: args[2] + args[0] * args[1].
+static void dotProductBody(OpBuilder &nb, Location l, ValueRange args) {
+  // `contract`: the multiply-add may become one FMA.
+  auto contract = arith::FastMathFlags::contract;
+  Value prod = arith::MulFOp::create(nb, l, toF32(nb, l, args[0]),
+                                     toF32(nb, l, args[1]), contract);
+  linalg::YieldOp::create(
+      nb, l, ValueRange{arith::AddFOp::create(nb, l, args[2], prod, contract)});
+}
+
 /// The body that folds one query head's vote (args[0]) into its kv head's
 /// (args[1]) for gqa mean (acc + v / G, from 0) or max (from -inf).
 static auto foldHeadVotes(const SelectShape &s) {
@@ -177,20 +187,10 @@ Operation *Formulation::logits(Value queriesT, const KeyTiles &tiles,
            : filled({ofr(s.batch), ofr(s.kvHeads), count, ofr(keyTile),
                      ofr(s.group), ofr(s.window)},
                     f32, cF32(0.0f));
-  return generic(
-      init.getType(), {queriesT, tiles.tiles}, {init},
-      {map(7, {0, 1, 4, 6, 5}), map(7, {0, 1, 2, 3, 6}),
-       map(7, {0, 1, 2, 3, 4, 5})},
-      {par, par, par, par, par, par, red},
-      [](OpBuilder &nb, Location l, ValueRange args) {
-        // `contract`: the multiply-add may become one FMA.
-        auto contract = arith::FastMathFlags::contract;
-        Value prod = arith::MulFOp::create(nb, l, toF32(nb, l, args[0]),
-                                           toF32(nb, l, args[1]), contract);
-        linalg::YieldOp::create(
-            nb, l,
-            ValueRange{arith::AddFOp::create(nb, l, args[2], prod, contract)});
-      });
+  return generic(init.getType(), {queriesT, tiles.tiles}, {init},
+                 {map(7, {0, 1, 4, 6, 5}), map(7, {0, 1, 2, 3, 6}),
+                  map(7, {0, 1, 2, 3, 4, 5})},
+                 {par, par, par, par, par, par, red}, dotProductBody);
 }
 
 std::pair<Value, Value> Formulation::tileStatistics(Value logitsT,
@@ -385,7 +385,7 @@ Value Formulation::tileVotes(Value logitsT, const KeyTiles &tiles, Value rowMax,
 
 Value Formulation::votes(Value queries, Value keys, Value length,
                          Value prefix) {
-  if (s.scoring == Scoring::sum || s.scoring == Scoring::norm_sum)
+  if (isAccumulated(s.scoring))
     return accumulatedVotes(queries, keys, length, prefix);
   if (opts.keepLogits && layout.keepsLogits())
     return votesPerHead(queries, keys, length, prefix);
@@ -573,17 +573,10 @@ Value Formulation::accumulatedVotes(Value queries, Value keys, Value length,
   };
   // logits[t, j] = <q_t, k_j>: loops (t, j, d).
   Value logitsInit = filled({q0, l0}, f32, cF32(0.0f));
-  auto logitsOp = generic(
-      logitsInit.getType(), {q, k}, {logitsInit},
-      {headMap(3, {0, 2}), headMap(3, {1, 2}), map(3, {0, 1})}, {par, par, red},
-      [](OpBuilder &nb, Location l, ValueRange args) {
-        auto contract = arith::FastMathFlags::contract;
-        Value prod = arith::MulFOp::create(nb, l, toF32(nb, l, args[0]),
-                                           toF32(nb, l, args[1]), contract);
-        linalg::YieldOp::create(
-            nb, l,
-            ValueRange{arith::AddFOp::create(nb, l, args[2], prod, contract)});
-      });
+  auto logitsOp =
+      generic(logitsInit.getType(), {q, k}, {logitsInit},
+              {headMap(3, {0, 2}), headMap(3, {1, 2}), map(3, {0, 1})},
+              {par, par, red}, dotProductBody);
   group(logitsOp, 1);
   Value logits = logitsOp.getResult(0);
   // Row maximum and softmax denominator over the visible columns: (t, j).

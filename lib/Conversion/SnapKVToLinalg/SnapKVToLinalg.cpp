@@ -375,19 +375,14 @@ struct ConvertSnapKVToLinalgPass
     auto lowerings = std::make_shared<const Lowerings>(defaults, target,
                                                        /*record=*/true, first);
     WalkResult unsupported = getOperation()->walk([&](Operation *op) {
-      if (!isa<AttentionOp, RaggedAttentionOp, SelectOp, ScoreOp>(op))
+      if (!isa<AttentionOp, RaggedAttentionOp>(op) && !scoresAccumulated(op))
         return WalkResult::advance();
       LoweringConfigAttr config = lowerings->config(op);
       if (!config || config.getMapping() != TileMapping::gpu_blocks)
         return WalkResult::advance();
-      if (isa<SelectOp, ScoreOp>(op)) {
-        auto scoring = op->getAttrOfType<ScoringAttr>("scoring");
-        if (!scoring || (scoring.getValue() != Scoring::sum &&
-                         scoring.getValue() != Scoring::norm_sum))
-          return WalkResult::advance();
-        op->emitOpError() << "has no GPU lowering (tiling=gpu); scoring "
-                          << stringifyScoring(scoring.getValue())
-                          << " is lowered for the CPU only";
+      if (scoresAccumulated(op)) {
+        op->emitOpError() << "has no GPU lowering (tiling=gpu); scoring sum "
+                             "and norm_sum are lowered for the CPU only";
         return WalkResult::interrupt();
       }
       // An op's own gpu_blocks configuration is a verifier error; this is

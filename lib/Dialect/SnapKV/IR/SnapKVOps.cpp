@@ -254,11 +254,6 @@ template <typename OpTy> static LogicalResult verifySelectInputs(OpTy op) {
                       op.getCapacityAttr().getInt());
 }
 
-/// Scoring sum / norm_sum: the votes accumulated over every query given.
-static bool isAccumulated(Scoring scoring) {
-  return scoring == Scoring::sum || scoring == Scoring::norm_sum;
-}
-
 LogicalResult SelectOp::verify() {
   RankedTensorType qTy = getQueries().getType();
   RankedTensorType kTy = getKeys().getType();
