@@ -99,6 +99,10 @@ class Compaction:
     # The compacted cache's element type: "same" (the model's) or "i8" (int8 rows with a
     # per-token per-head f32 scale, docs/model-rewrite.md "An 8-bit cache").
     kv_dtype: str = "same"
+    # Two-level chunked prefill: the chunks before the last compacted to `staging` rows
+    # (>= capacity), ranked by `staging_scoring`; 0: off. Needs chunk.
+    staging: int = 0
+    staging_scoring: str = "sum"
 
     @property
     def extends(self) -> bool:
@@ -128,6 +132,8 @@ class Compaction:
             options += f" block={self.block}"
         if self.kv_dtype != "same":
             options += f" kv-dtype={self.kv_dtype}"
+        if self.staging:
+            options += f" staging={self.staging} staging-scoring={self.staging_scoring}"
         return options
 
 

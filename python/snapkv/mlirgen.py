@@ -137,7 +137,10 @@ def case_functions(case, number):
     offsets for select_adaptive; and ``@select<number>`` when dynamic)."""
     elem = case.elem
     shapes = result_shapes(case)
-    q_t = tensor_type(case.q.shape, elem)
+    q_static = tensor_type(case.q.shape, elem)
+    # Accumulated scorings take any number of query rows: dynamic with the prompt length.
+    q_t = tensor_type((*case.q.shape[:2], None, case.q.shape[3]), elem) \
+        if case.dynamic and case.scoring in reference.ACCUMULATED else q_static
     k_static = tensor_type(case.k.shape, elem)
     k_t = tensor_type((*case.k.shape[:2], None, case.k.shape[3]), elem) if case.dynamic \
         else k_static
@@ -152,7 +155,10 @@ def case_functions(case, number):
     def listed(pairs, part):
         return ", ".join(pair[part] for pair in pairs)
 
-    body = [f"%q = arith.constant dense<{dense_hex(case.q)}> : {q_t}"]
+    q_name = "%q" if q_t == q_static else "%qs"
+    body = [f"{q_name} = arith.constant dense<{dense_hex(case.q)}> : {q_static}"]
+    if q_t != q_static:
+        body.append(f"%q = tensor.cast %qs : {q_static} to {q_t}")
     # Static cases use the constants directly; dynamic ones cast them to %k, %v first.
     k_name, v_name = ("%ks", "%vs") if case.dynamic else ("%k", "%v")
     body += [f"{k_name} = arith.constant dense<{dense_hex(case.k)}> : {k_static}",

@@ -15,7 +15,11 @@ from .dtypes import bf16_to_f32, element_type, to_float64
 POOLINGS = ("avg", "max")
 GQA_POLICIES = ("expand", "mean", "max")
 ORDERS = ("position", "score")
-SCORINGS = ("votes", "prefix_votes", "recent", "random")
+SCORINGS = ("votes", "prefix_votes", "recent", "random", "sum", "norm_sum")
+# The scorings that vote (pooled, blocked and ranked like the votes).
+VOTE_SCORINGS = ("votes", "prefix_votes", "sum", "norm_sum")
+# The scorings whose queries are the last Q >= window prompt queries, not the window's.
+ACCUMULATED = ("sum", "norm_sum")
 
 
 @dataclass
@@ -39,15 +43,18 @@ def select(q, k, v, window, capacity, kernel=5, pooling="avg", gqa="expand",
     "prefix_votes" leaves the window columns out of the softmax denominator; "recent"
     keeps `sinks` leading positions and the most recent ones; "random" ranks by
     `random_keys(seed, ...)`. For "recent"/"random", votes and pooled hold those keys.
+    "sum" / "norm_sum" (accumulated attention) take q [B,Hq,Q,D], the last Q prompt queries
+    (window <= Q <= L), and vote with all of them (`accumulated_votes`).
 
     `block` > 1 ranks blocks of `block` consecutive prefix positions (from position 0, the
     last one possibly shorter) by the sum of their pooled scores: `pooled` then holds, at
     every position, its block's sum (`block_sums`), and the top `capacity - window`
     positions of that are kept (whole blocks; docs/semantics.md)."""
     q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
-    elem = _validate(q, k, v, window, capacity, kernel, pooling, gqa, order, scale, dtype)
     if scoring not in SCORINGS:
         raise ValueError(f"scoring must be one of {SCORINGS}, got {scoring!r}")
+    elem = _validate(q, k, v, window, capacity, kernel, pooling, gqa, order, scale, dtype,
+                     accumulated=scoring in ACCUMULATED)
     if sinks is None:  # the op's default: 4, or capacity - window if smaller
         sinks = min(4, capacity - window)
     if scoring == "recent" and not 0 <= sinks <= capacity - window:
@@ -71,6 +78,11 @@ def select(q, k, v, window, capacity, kernel=5, pooling="avg", gqa="expand",
         if scoring in ("votes", "prefix_votes"):
             per_query_head = window_votes(to_float64(q, elem), to_float64(k, elem), s,
                                           prefix_only=scoring == "prefix_votes")
+            votes = aggregate(per_query_head, gqa, kv_heads)
+            pooled = block_sums(pool(votes, kernel, pooling), block)
+        elif scoring in ACCUMULATED:
+            per_query_head = accumulated_votes(to_float64(q, elem), to_float64(k, elem), s,
+                                               window, normalise=scoring == "norm_sum")
             votes = aggregate(per_query_head, gqa, kv_heads)
             pooled = block_sums(pool(votes, kernel, pooling), block)
         elif scoring == "recent":
@@ -244,22 +256,44 @@ def window_votes(q, k, scale, prefix_only=False):
     `prefix_only` leaves the window columns out of the softmax denominator."""
     window, length = q.shape[2], k.shape[2]
     prefix = length - window
-    k = np.repeat(k, q.shape[1] // k.shape[1], axis=1)
-    logits = scale * np.einsum("bhtd,bhjd->bhtj", q, k)
-    # Window query t sits at absolute position P + t and sees columns j <= P + t.
-    future = np.arange(length)[None, :] > (prefix + np.arange(window))[:, None]
+    hidden = _future(window, length)
     if prefix_only:
-        future = future | (np.arange(length)[None, :] >= prefix)
-    logits = np.where(future, -np.inf, logits)
-    # Softmax over ALL visible columns (prefix and window), with max-subtraction; a visible
-    # logit equal to the maximum gets exponent 0, so +inf logits share the mass and a row of
-    # -inf is uniform (docs/hostile-values.md), never inf - inf = NaN.
+        hidden = hidden | (np.arange(length)[None, :] >= prefix)
+    return _causal_probs(q, k, scale, hidden)[..., :prefix].sum(axis=2)
+
+
+def _future(rows, length):
+    """[rows, length]: the columns the last `rows` queries of a `length`-token prompt do not
+    see (query t sits at absolute position length - rows + t and sees columns j <= it)."""
+    return np.arange(length)[None, :] > (length - rows + np.arange(rows))[:, None]
+
+
+def _causal_probs(q, k, scale, hidden):
+    """Each query row's softmax [B, Hq, rows, L] over its visible columns (not `hidden`),
+    with max-subtraction; a visible logit equal to the maximum gets exponent 0, so +inf
+    logits share the mass and a row of -inf is uniform (docs/hostile-values.md), never
+    inf - inf = NaN."""
+    k = np.repeat(k, q.shape[1] // k.shape[1], axis=1)
+    logits = np.where(hidden, -np.inf, scale * np.einsum("bhtd,bhjd->bhtj", q, k))
     top = logits.max(axis=-1, keepdims=True)
     with np.errstate(invalid="ignore"):
         weights = np.exp(np.where(logits == top, 0.0, logits - top))
-    weights = np.where(future, 0.0, weights)
-    probs = weights / weights.sum(axis=-1, keepdims=True)
-    return probs[..., :prefix].sum(axis=2)
+    weights = np.where(hidden, 0.0, weights)
+    return weights / weights.sum(axis=-1, keepdims=True)
+
+
+def accumulated_votes(q, k, scale, window, normalise=False):
+    """Votes [B, Hq, P] of ALL the given queries q [B, Hq, Q, D] (the last Q prompt queries,
+    query t at position L - Q + t) for the prefix columns j < P = L - window (float64
+    inputs): each query's full causal softmax row, summed over the Q queries (H2O / OpenVINO's
+    SUM). `normalise` (NORM_SUM) divides column j's sum by the queries that see it,
+    min(Q, L - j)."""
+    rows, length = q.shape[2], k.shape[2]
+    prefix = length - window
+    votes = _causal_probs(q, k, scale, _future(rows, length))[..., :prefix].sum(axis=2)
+    if normalise:
+        votes = votes / np.minimum(rows, length - np.arange(prefix))
+    return votes
 
 
 def attention(q, k, v, scale=None, elem="f32", offset=None, softcap=None, sliding_window=None):
@@ -350,8 +384,9 @@ def block_sums(scores, block):
 def _validate_block(block, window, capacity, scoring):
     if isinstance(block, bool) or not isinstance(block, numbers.Integral) or block < 1:
         raise ValueError(f"block must be an integer >= 1, got {block!r}")
-    if block != 1 and scoring not in ("votes", "prefix_votes"):
-        raise ValueError(f"block only applies to scoring votes or prefix_votes, got {scoring!r}")
+    if block != 1 and scoring not in VOTE_SCORINGS:
+        raise ValueError(f"block only applies to the scorings that vote {VOTE_SCORINGS}, "
+                         f"got {scoring!r}")
     if (capacity - window) % block:
         raise ValueError(f"block ({block}) must divide capacity - window "
                          f"({capacity - window} = {capacity} - {window})")
@@ -369,7 +404,8 @@ def _gather(x, source, indices):
     return np.ascontiguousarray(np.take_along_axis(rows, indices[..., None], axis=2))
 
 
-def _validate(q, k, v, window, capacity, kernel, pooling, gqa, order, scale, dtype):
+def _validate(q, k, v, window, capacity, kernel, pooling, gqa, order, scale, dtype,
+              accumulated=False):
     for name, x in (("queries", q), ("keys", k), ("values", v)):
         if x.ndim != 4:
             raise ValueError(f"{name} must have rank 4, got shape {x.shape}")
@@ -395,8 +431,11 @@ def _validate(q, k, v, window, capacity, kernel, pooling, gqa, order, scale, dty
         raise ValueError(f"capacity ({capacity}) must be greater than window ({window})")
     if kernel < 1 or kernel % 2 == 0:
         raise ValueError(f"kernel must be odd and positive, got {kernel}")
-    if q.shape[2] != window:
+    if not accumulated and q.shape[2] != window:
         raise ValueError(f"queries hold {q.shape[2]} window rows but window is {window}")
+    if accumulated and not window <= q.shape[2] <= k.shape[2]:
+        raise ValueError(f"queries hold {q.shape[2]} rows: scoring sum / norm_sum needs "
+                         f"window ({window}) <= rows <= prompt length ({k.shape[2]})")
     if k.shape[2] < window:
         raise ValueError(f"prompt length {k.shape[2]} is shorter than window {window}")
     for name, value, allowed in (("pooling", pooling, POOLINGS), ("gqa", gqa, GQA_POLICIES),

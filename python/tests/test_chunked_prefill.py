@@ -17,11 +17,15 @@ heads, head_dim 128), exported with ``@extend`` and compiled:
   generation never reaches it is the model without it, bit for bit; a decode capacity M
   other than C (``decode-capacity=M``, with chunked prefill: its own copy of the extend chain)
   compacts to M rows, as the reference does;
+* two-level chunked prefill (``staging=M``) stages the chunks before the last at M rows by
+  their accumulated attention and keeps C by the prompt's last window, as the PyTorch
+  reference does, the runner holding at most M + C rows of caches in and out;
 * ``snapkv generate --chunk`` and ``--decode-interval`` report the chunks, the K/V the runner
   held and the steps compacted after;
 * bad combinations are clear errors.
 """
 
+import dataclasses
 import json
 
 import numpy as np
@@ -44,6 +48,7 @@ from snapkv.frontend import reference_decode  # noqa: E402  (needs torch)
 L, WINDOW, CAPACITY, CHUNK, STEPS = 100, 8, 40, 32, 8
 INTERVAL, LONG = 8, 24  # decode-time compression: every 8 tokens, over a 24-token generation
 DECODE_CAPACITY = 24  # M < C: decoding compacts below the prefill capacity
+STAGING = 48  # two-level: the chunks before the last are staged at 48 rows, then C = 40 kept
 KERNEL, GQA = 5, "mean"
 # Chunks (0, 32), (32, 64), (64, 100): the last 4 tokens are fewer than the window and join.
 BOUNDS = [(0, 32), (32, 64), (64, 100)]
@@ -68,17 +73,22 @@ def clear_prompt(model):
         both = reference_decode.snapkv_generate(model, ids, LONG, WINDOW, CAPACITY, KERNEL,
                                                 gqa=GQA, chunk=CHUNK, decode_interval=INTERVAL,
                                                 decode_capacity=DECODE_CAPACITY)
+        staged = reference_decode.snapkv_generate(model, ids, STEPS, WINDOW, CAPACITY, KERNEL,
+                                                  gqa=GQA, chunk=CHUNK, staging=STAGING)
         every = [(sels, CAPACITY) for sels in oracle["chunk_selections"]
                  + decoded["decode_selections"] + both["chunk_selections"]] + \
-            [(sels, DECODE_CAPACITY) for sels in both["decode_selections"]]
+            [(sels, DECODE_CAPACITY) for sels in both["decode_selections"]] + \
+            [(sels, STAGING) for sels in staged["chunk_selections"][:-1]] + \
+            [(staged["selections"], CAPACITY)]
         selections = [m["relative"] for sels, capacity in every for sel in sels
                       for m in reference_decode.selection_margins(sel, WINDOW, capacity) if m]
         tokens = [*reference_decode.token_margins(oracle["logits"]),
                   *reference_decode.token_margins(decoded["logits"]),
-                  *reference_decode.token_margins(both["logits"])]
+                  *reference_decode.token_margins(both["logits"]),
+                  *reference_decode.token_margins(staged["logits"])]
         if min(selections) >= reference_decode.MIN_SELECTION_MARGIN and \
                 min(tokens) >= reference_decode.MIN_TOKEN_MARGIN:
-            oracle["decoded"], oracle["both"] = decoded, both
+            oracle["decoded"], oracle["both"], oracle["staged"] = decoded, both, staged
             return ids.reshape(1, L), oracle
     raise AssertionError("no prompt with clear selection and token margins")
 
@@ -205,6 +215,43 @@ def test_bad_chunks_are_clear_errors(case):
         model.prefill(case["ids"], chunk=CHUNK)
     assert hf.extend_function(text) == "extend_layer"
     assert hf.extend_function(plain.text) is None
+
+
+def test_two_level_chunked_prefill_is_the_reference(case):
+    """staging=M: the first two chunks through @extend_stage (the first over empty caches),
+    compacted to M by the sum of all their queries' attention; the last through @extend, C
+    kept by the prompt's last window. The tokens, logits and caches are the reference's, and
+    differ from plain chunked prefill's."""
+    text = hf.rewrite(case["exported"].text,
+                      dataclasses.replace(compaction(CHUNK), staging=STAGING))
+    model = runtime.CompiledModel(text, weights=hf.Checkpoint(case["folder"]), cflags=CFLAGS)
+    assert model.chunked == {"chunk": CHUNK, "window": WINDOW, "function": "extend_layer",
+                             "staging": STAGING, "staging_function": "extend_layer_stage",
+                             "staging_entry": "extend_stage"}
+    oracle = case["oracle"]["staged"]
+    _, caches = model.prefill(case["ids"])
+    assert model.last_prefill["chunks"] == BOUNDS
+    for layer, sel in enumerate(oracle["selections"]):
+        for j, expected in enumerate((sel.keys, sel.values)):
+            assert caches[2 * layer + j].shape == expected.shape == (1, 2, CAPACITY, 128)
+            np.testing.assert_allclose(caches[2 * layer + j], expected, rtol=0,
+                                       atol=CACHE_ATOL, err_msg=f"layer {layer} {'KV'[j]}")
+    # The runner held a call's caches in and out: M staged in, C out at the last chunk.
+    row = 2 * 2 * 128 * 4
+    assert model.last_prefill["peak_cache_bytes"] == 2 * (STAGING + CAPACITY) * row
+    out = model.generate(case["ids"], STEPS)
+    diff = np.abs(out["logits"] - oracle["logits"]).max(axis=1)
+    assert out["tokens"] == oracle["tokens"], f"max |diff| per row {diff.tolist()}"
+    assert diff.max() <= LOGIT_ATOL, f"max |diff| per row {diff.tolist()}"
+    assert not all(np.allclose(a.keys, b.keys, atol=1e-3)
+                   for a, b in zip(oracle["selections"], case["oracle"]["selections"]))
+    # The ledger: M staged rows plus the last chunk before the final select.
+    assert ledger.ledger_data(text, L, 0)["layers"][0]["prefill_peak_rows"] == \
+        STAGING + (L - 2 * CHUNK)
+    bad = snapkv_cli("generate", str(case["folder"]), "--prompt-length", "40", "--window", "8",
+                     "--capacity", "16", "--chunk", "16", "--staging", "12")
+    assert bad.returncode == 1
+    assert "--staging (12) must be at least --capacity (16)" in bad.stderr
 
 
 def test_cli_generate_chunk(case):

@@ -522,7 +522,8 @@ def test_generate_json():
     assert out["compaction"] == dict(window=8, capacity=10, kernel=15, pooling="avg",
                                      gqa="mean", order="position", budget="uniform",
                                      pyramid_beta=20, floor=0, chunk=0, decode_interval=0,
-                                     decode_capacity=0, block=1, kv_dtype="same")
+                                     decode_capacity=0, block=1, kv_dtype="same", staging=0,
+                                     staging_scoring="sum")
     assert out["kept_per_head"] == 10
     assert len(out["tokens"]["full"]) == len(out["tokens"]["compacted"]) == 3
     assert [s["logical_length"] for s in out["steps"]] == [14, 15, 16]

@@ -77,7 +77,9 @@ def draw_config(rng):
 
 def draw_case(rng, config, zero_queries=False, duplicates=0):
     c = config
-    q = rng.standard_normal((c["batch"], c["kv_heads"] * c["group"], c["window"], c["dim"]))
+    # The accumulated scorings read `rows` queries (the last of the prompt), the others W.
+    rows = c.get("rows", c["window"])
+    q = rng.standard_normal((c["batch"], c["kv_heads"] * c["group"], rows, c["dim"]))
     q *= 0.0 if zero_queries else rng.uniform(0.5, 4.0)  # sharper or flatter attention
     kv_shape = (c["batch"], c["kv_heads"], c["length"], c["dim"])
     k, v = rng.standard_normal(kv_shape), rng.standard_normal(kv_shape)
@@ -277,6 +279,56 @@ def block_cut_case(n):
         case.q[..., 0] = np.abs(case.q[..., 0]) + 1.0
         if decisive_scores_separated(case.reference(), case):
             return case
+
+
+# Accumulated scorings (sum / norm_sum, docs/semantics.md "Comparison scorings"): the last Q
+# prompt queries vote, W <= Q <= L; with a dynamic prompt length Q is dynamic too (as a
+# prompt chunk's queries are in the rewrite). Some with blocks.
+ACCUMULATED_CASES = 24
+
+
+def accumulated_config(rng):
+    config = draw_config(rng)
+    window, capacity = config["window"], config["capacity"]
+    length = config["length"]
+    rows = int(rng.integers(window, length + 1))
+    block = None
+    if rng.random() < 0.25:
+        block = [b for b in (2, 3) if (capacity - window) % b == 0] or [None]
+        block = block[0]
+    config.update(rows=rows, block=block, sinks=None, seed=None,
+                  scoring=["sum", "norm_sum"][int(rng.integers(2))])
+    return config
+
+
+def accumulated_case(n):
+    return separated_case(np.random.default_rng([SEED, 6, n]), accumulated_config)
+
+
+@pytest.fixture(scope="module")
+def accumulated_cases():
+    return [accumulated_case(n) for n in range(ACCUMULATED_CASES)]
+
+
+def test_accumulated_cases_cover_the_options(accumulated_cases):
+    cases = accumulated_cases
+    selected = [c for c in cases if c.k.shape[2] >= c.capacity]
+    assert {c.scoring for c in selected} == {"sum", "norm_sum"}
+    assert any(c.dynamic for c in selected) and any(not c.dynamic for c in selected)
+    assert any(c.q.shape[2] == c.k.shape[2] for c in selected)  # every query votes
+    assert any(c.window < c.q.shape[2] < c.k.shape[2] for c in selected)
+    assert any(c.block for c in selected)
+    # The ranking differs from the window's votes somewhere: more queries do change it.
+    assert any(not np.array_equal(
+        c.reference().indices,
+        reference.select(c.q[:, :, -c.window:], c.k, c.v, c.window, c.capacity,
+                         kernel=c.kernel or 5, pooling=c.pooling or "avg",
+                         gqa=c.gqa or "expand", order=c.order or "position", scale=c.scale,
+                         dtype=c.dtype, block=c.block or 1).indices) for c in selected)
+
+
+def test_accumulated_scorings_match_reference(accumulated_cases):
+    check(accumulated_cases)
 
 
 def test_block_cases_are_what_they_claim():

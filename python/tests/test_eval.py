@@ -145,6 +145,26 @@ def test_block_methods():
         METHODS["snapkv-gqa-mean-k15"].key(16, 0)
 
 
+def test_staged_methods():
+    """chunked-N-mKc: two-level chunked prefill staged at K x C rows, by sum (default),
+    norm_sum (-norm) or the window's votes (-votes)."""
+    staged = method_named("chunked-512-m4c")
+    assert staged.name == "chunked-512-m4c" and staged.chunk == 512
+    compaction = staged.compaction(32, 500, 0)
+    assert (compaction.staging, compaction.staging_scoring, compaction.capacity) == \
+        (2000, "sum", 500)
+    assert " chunk=512 staging=2000 staging-scoring=sum" in compaction.pass_options()
+    assert method_named("chunked-64-m2c-norm").compaction(16, 64, 0).staging_scoring == "norm_sum"
+    assert method_named("chunked-64-m2c-votes").compaction(16, 64, 0).staging == 128
+    # Results are keyed by the factor and the scoring (capacity aside), apart from chunked-N's.
+    keys = {method_named(n).key(32, 0) for n in ("chunked-512", "chunked-512-m4c",
+                                               "chunked-512-m2c", "chunked-512-m4c-norm")}
+    assert len(keys) == 4
+    for bad in ("chunked-512-m0c", "chunked-512-mxc", "chunked-512-m4", "chunked-512-m4c-max",
+                "chunked-0-m4c"):
+        assert method_named(bad) is None, bad
+
+
 def test_a_chunk_the_pass_refuses_names_the_reason(model_dir, capsys):
     """A chunk below the window (the pass's option error) reaches the user as the pass's own
     diagnostic, not only as the command that failed."""

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from snapkv import bf16_to_f32, f32_to_bf16, select
-from snapkv.reference import block_sums, pool, rank
+from snapkv.reference import accumulated_votes, block_sums, pool, rank
 
 
 def from_weights(table, values=None):
@@ -81,12 +81,48 @@ def test_block_sums_short_last_block_and_nan():
     (0, "votes", "block must be an integer >= 1, got 0"),
     (2.0, "votes", "block must be an integer >= 1, got 2.0"),
     (4, "votes", "block (4) must divide capacity - window (6 = 8 - 2)"),
-    (2, "recent", "block only applies to scoring votes or prefix_votes"),
+    (2, "recent", "block only applies to the scorings that vote"),
 ])
 def test_block_errors(block, scoring, message):
     q, k, v = worked_example()
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         select(q, k, v, window=2, capacity=8, block=block, scoring=scoring)
+
+
+def test_accumulated_votes_by_hand():
+    # All-zero queries: query t (at position t when Q = L) spreads 1 / (t + 1) over the
+    # columns 0 .. t. L = 4, W = 1, P = 3.
+    q, k = np.zeros((1, 1, 4, 2)), np.ones((1, 1, 4, 2))
+    votes = accumulated_votes(q, k, 1.0, window=1)
+    np.testing.assert_allclose(votes[0, 0], [1 + 1 / 2 + 1 / 3 + 1 / 4, 1 / 2 + 1 / 3 + 1 / 4,
+                                             1 / 3 + 1 / 4])
+    # norm_sum divides by the queries that see the column: L - j of them.
+    normed = accumulated_votes(q, k, 1.0, window=1, normalise=True)
+    np.testing.assert_allclose(normed[0, 0], votes[0, 0] / [4, 3, 2])
+    # The last Q = 2 queries (positions 2 and 3) see every prefix column: min(Q, L - j) = 2.
+    last_two = accumulated_votes(q[:, :, 2:], k, 1.0, window=1, normalise=True)
+    np.testing.assert_allclose(last_two[0, 0], [(1 / 3 + 1 / 4) / 2] * 3)
+
+
+def test_accumulated_scoring_selects_by_all_queries():
+    # Q = W: sum is the window's votes (the same softmax rows, summed the same way).
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((1, 2, 6, 4)).astype(np.float32)
+    k = rng.standard_normal((1, 1, 12, 4)).astype(np.float32)
+    window = select(q[:, :, 4:], k, k, window=2, capacity=6)
+    summed = select(q[:, :, 4:], k, k, window=2, capacity=6, scoring="sum")
+    np.testing.assert_array_equal(window.indices, summed.indices)
+    np.testing.assert_allclose(window.votes, summed.votes)
+    # More queries than the window: ranked by all six, the window still kept.
+    six = select(q, k, k, window=2, capacity=6, scoring="norm_sum")
+    expected = accumulated_votes(q.astype(np.float64), k.astype(np.float64), 0.5, 2,
+                                 normalise=True)
+    np.testing.assert_allclose(six.votes, expected)
+    assert (six.indices[..., -2:] == [10, 11]).all()
+    for rows, message in ((1, r"queries hold 1 rows: scoring sum / norm_sum needs window \(2\)"),
+                          (13, r"rows <= prompt length \(12\)")):
+        with pytest.raises(ValueError, match=message):
+            select(np.zeros((1, 2, rows, 4), np.float32), k, k, window=2, capacity=6, scoring="sum")
 
 
 def test_counter_example_full_softmax_denominator():

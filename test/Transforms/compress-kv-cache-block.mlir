@@ -39,5 +39,5 @@
 // DIVIDE: error: snapkv-compress-kv-cache: block (4) must divide capacity - window (6 = 8 - 2)
 // ZERO: error: snapkv-compress-kv-cache: block must be >= 1 (got 0)
 // PYRAMID: error: snapkv-compress-kv-cache: block needs budget=uniform
-// RECENT: error: snapkv-compress-kv-cache: block sums pooled votes: it needs scoring=votes or prefix_votes
+// RECENT: error: snapkv-compress-kv-cache: block sums pooled votes: it needs a scoring that votes (votes, prefix_votes, sum or norm_sum)
 // DECODECAP: error: snapkv-compress-kv-cache: block (2) must divide decode-capacity - window (3 = 5 - 2)

@@ -461,8 +461,7 @@ SmallVector<Value> Formulation::selection(Value queries, Value keys,
   // Votes for the vote scorings; the ranking keys of `recent` / `random`
   // otherwise (computed over all rows, so that GPU row blocks see their row's
   // keys without needing their own row index).
-  bool byVotes =
-      s.scoring == Scoring::votes || s.scoring == Scoring::prefix_votes;
+  bool byVotes = s.scoring != Scoring::recent && s.scoring != Scoring::random;
   Value v = byVotes ? votes(queries, keys, length, prefix) : Value();
   Value ranked =
       byVotes ? Value() : comparisonKeys(prefix, paddedPrefix(prefix));

@@ -237,6 +237,8 @@ private:
   /// scored by the formulation of one head (B = Hq = Hkv = 1) keeping its
   /// logits.
   Value votesPerHead(Value queries, Value keys, Value length, Value prefix);
+  /// Scoring sum / norm_sum: the votes of every given query, [B, Hc, P].
+  Value accumulatedVotes(Value queries, Value keys, Value length, Value prefix);
   /// Pooled scores over the chunk-padded prefix: [B, Hc, Pp].
   Value pool(Value votes, Value prefix, OpFoldResult paddedPrefix);
   /// `block > 1`: each position's score is its block's sum of `pooled`.

@@ -17,10 +17,12 @@
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Arith/Utils/Utils.h"
+#include "mlir/Dialect/ControlFlow/IR/ControlFlowOps.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
+#include "llvm/Support/FormatVariadic.h"
 
 #include <limits>
 
@@ -43,6 +45,16 @@ Value mlir::snapkv::detail::constF32(OpBuilder &nb, Location l, float v) {
 static Value indexAsI32(OpBuilder &nb, Location l, unsigned dim) {
   Value i = linalg::IndexOp::create(nb, l, dim);
   return arith::IndexCastOp::create(nb, l, nb.getI32Type(), i);
+}
+
+/// The body of a dot product accumulated in f32: args[2] + args[0] * args[1].
+static void dotProductBody(OpBuilder &nb, Location l, ValueRange args) {
+  // `contract`: the multiply-add may become one FMA.
+  auto contract = arith::FastMathFlags::contract;
+  Value prod = arith::MulFOp::create(nb, l, toF32(nb, l, args[0]),
+                                     toF32(nb, l, args[1]), contract);
+  linalg::YieldOp::create(
+      nb, l, ValueRange{arith::AddFOp::create(nb, l, args[2], prod, contract)});
 }
 
 /// The body that folds one query head's vote (args[0]) into its kv head's
@@ -175,20 +187,10 @@ Operation *Formulation::logits(Value queriesT, const KeyTiles &tiles,
            : filled({ofr(s.batch), ofr(s.kvHeads), count, ofr(keyTile),
                      ofr(s.group), ofr(s.window)},
                     f32, cF32(0.0f));
-  return generic(
-      init.getType(), {queriesT, tiles.tiles}, {init},
-      {map(7, {0, 1, 4, 6, 5}), map(7, {0, 1, 2, 3, 6}),
-       map(7, {0, 1, 2, 3, 4, 5})},
-      {par, par, par, par, par, par, red},
-      [](OpBuilder &nb, Location l, ValueRange args) {
-        // `contract`: the multiply-add may become one FMA.
-        auto contract = arith::FastMathFlags::contract;
-        Value prod = arith::MulFOp::create(nb, l, toF32(nb, l, args[0]),
-                                           toF32(nb, l, args[1]), contract);
-        linalg::YieldOp::create(
-            nb, l,
-            ValueRange{arith::AddFOp::create(nb, l, args[2], prod, contract)});
-      });
+  return generic(init.getType(), {queriesT, tiles.tiles}, {init},
+                 {map(7, {0, 1, 4, 6, 5}), map(7, {0, 1, 2, 3, 6}),
+                  map(7, {0, 1, 2, 3, 4, 5})},
+                 {par, par, par, par, par, par, red}, dotProductBody);
 }
 
 std::pair<Value, Value> Formulation::tileStatistics(Value logitsT,
@@ -383,6 +385,8 @@ Value Formulation::tileVotes(Value logitsT, const KeyTiles &tiles, Value rowMax,
 
 Value Formulation::votes(Value queries, Value keys, Value length,
                          Value prefix) {
+  if (isAccumulated(s.scoring))
+    return accumulatedVotes(queries, keys, length, prefix);
   if (opts.keepLogits && layout.keepsLogits())
     return votesPerHead(queries, keys, length, prefix);
   return spanVotes(queries, keys, length, prefix, /*keep=*/false);
@@ -502,6 +506,164 @@ Value Formulation::votesPerHead(Value queries, Value keys, Value length,
             ? value
             : Value(tensor::CastOp::create(b, loc, init.getType(), value)));
   scf::YieldOp::create(b, loc, next);
+  return loop.getResult(0);
+}
+
+/// One (batch, query head) at a time, as votesPerHead: its Q x L logits
+/// (f32; 4 MiB at Q = 512, L = 2048) are the scratch, computed once and
+/// read by the row statistics and the votes. Query t sits at L - Q + t and
+/// sees the columns up to it; each query's probabilities are summed over
+/// the Q queries into the prefix columns' votes, which norm_sum divides by
+/// the number of queries that see the column, min(Q, L - j). Parallel over
+/// the query rows, then over the prefix columns.
+Value Formulation::accumulatedVotes(Value queries, Value keys, Value length,
+                                    Value prefix) {
+  Value rows = tensor::DimOp::create(b, loc, queries, 2);
+  if (cast<RankedTensorType>(queries.getType()).isDynamicDim(2)) {
+    auto check = [&](arith::CmpIPredicate pred, Value lhs, Value rhs,
+                     const std::string &message) {
+      cf::AssertOp::create(b, loc,
+                           arith::CmpIOp::create(b, loc, pred, lhs, rhs),
+                           s.opName + ": " + message);
+    };
+    check(arith::CmpIPredicate::sge, rows, cIndex(s.window),
+          llvm::formatv("'queries' dim 2 is below window {0}", s.window).str());
+    check(arith::CmpIPredicate::sle, rows, length,
+          "'queries' dim 2 exceeds the prompt length (keys dim 2)");
+  }
+  bool mean = s.gqa == GqaPolicy::mean;
+  bool norm = s.scoring == Scoring::norm_sum;
+  float scale = s.scale;
+  SmallVector<OpFoldResult> votesShape = {ofr(s.batch), ofr(s.heads),
+                                          getAsOpFoldResult(prefix)};
+  Value init = s.expand()
+                   ? empty(votesShape, f32)
+                   : filled(votesShape, f32, cF32(mean ? 0.0f : kNegInf));
+  auto loop =
+      scf::ForOp::create(b, loc, cIndex(0), cIndex(s.batch * s.queryHeads),
+                         cIndex(1), ValueRange{init});
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(loop.getBody());
+  Value i = loop.getInductionVar();
+  Value bi = arith::DivUIOp::create(b, loc, i, cIndex(s.queryHeads));
+  Value h = arith::RemUIOp::create(b, loc, i, cIndex(s.queryHeads));
+  Value kv = arith::DivUIOp::create(b, loc, h, cIndex(s.group));
+  Value q = rowOf(queries, bi, h, false), k = rowOf(keys, bi, kv, false);
+  // Rows and columns of one head; the [1, 1, ...] slices read through
+  // constant indices.
+  AffineExpr zero = b.getAffineConstantExpr(0);
+  auto headMap = [&](unsigned numDims, ArrayRef<unsigned> dims) {
+    SmallVector<AffineExpr> exprs = {zero, zero};
+    for (unsigned d : dims)
+      exprs.push_back(b.getAffineDimExpr(d));
+    return AffineMap::get(numDims, 0, exprs, b.getContext());
+  };
+  OpFoldResult q0 = tensor::getMixedSize(b, loc, q, 2);
+  OpFoldResult l0 = getAsOpFoldResult(length);
+  // Query t sees column j when j <= (L - Q) + t.
+  Value base = arith::SubIOp::create(b, loc, length, rows);
+  auto visible = [=](OpBuilder &nb, Location l, unsigned tDim, unsigned jDim) {
+    Value t = linalg::IndexOp::create(nb, l, tDim);
+    Value j = linalg::IndexOp::create(nb, l, jDim);
+    return arith::CmpIOp::create(nb, l, arith::CmpIPredicate::sle, j,
+                                 arith::AddIOp::create(nb, l, base, t));
+  };
+  auto scaled = [=](OpBuilder &nb, Location l, Value x) {
+    return arith::MulFOp::create(nb, l, x, constF32(nb, l, scale));
+  };
+  // logits[t, j] = <q_t, k_j>: loops (t, j, d).
+  Value logitsInit = filled({q0, l0}, f32, cF32(0.0f));
+  auto logitsOp =
+      generic(logitsInit.getType(), {q, k}, {logitsInit},
+              {headMap(3, {0, 2}), headMap(3, {1, 2}), map(3, {0, 1})},
+              {par, par, red}, dotProductBody);
+  group(logitsOp, 1);
+  Value logits = logitsOp.getResult(0);
+  // Row maximum and softmax denominator over the visible columns: (t, j).
+  Value maxInit = filled({q0}, f32, cF32(kNegInf));
+  auto maxOp = generic(
+      maxInit.getType(), {logits}, {maxInit}, {map(2, {0, 1}), map(2, {0})},
+      {par, red}, [&](OpBuilder &nb, Location l, ValueRange args) {
+        Value x = arith::SelectOp::create(nb, l, visible(nb, l, 0, 1),
+                                          scaled(nb, l, args[0]),
+                                          constF32(nb, l, kNegInf));
+        linalg::YieldOp::create(
+            nb, l, ValueRange{arith::MaximumFOp::create(nb, l, args[1], x)});
+      });
+  group(maxOp, 1);
+  Value rowMax = maxOp.getResult(0);
+  Value sumInit = filled({q0}, f32, cF32(0.0f));
+  auto sumOp = generic(
+      sumInit.getType(), {logits, rowMax}, {sumInit},
+      {map(2, {0, 1}), map(2, {0}), map(2, {0})}, {par, red},
+      [&](OpBuilder &nb, Location l, ValueRange args) {
+        Value e = math::ExpOp::create(
+            nb, l, shifted(nb, l, scaled(nb, l, args[0]), args[1]));
+        Value x = arith::SelectOp::create(nb, l, visible(nb, l, 0, 1), e,
+                                          constF32(nb, l, 0.0f));
+        linalg::YieldOp::create(
+            nb, l, ValueRange{arith::AddFOp::create(nb, l, args[2], x)});
+      });
+  group(sumOp, 1);
+  Value rowSum = sumOp.getResult(0);
+  // votes[j] = sum_t p[t, j] over the prefix columns: loops (j, t).
+  Value prefixLogits = tensor::ExtractSliceOp::create(
+      b, loc, logits, ArrayRef<OpFoldResult>{ofr(0), ofr(0)},
+      ArrayRef<OpFoldResult>{q0, getAsOpFoldResult(prefix)},
+      ArrayRef<OpFoldResult>{ofr(1), ofr(1)});
+  Value votesInit = filled({getAsOpFoldResult(prefix)}, f32, cF32(0.0f));
+  auto votesOp = generic(
+      votesInit.getType(), {prefixLogits, rowMax, rowSum}, {votesInit},
+      {map(2, {1, 0}), map(2, {1}), map(2, {1}), map(2, {0})}, {par, red},
+      [&](OpBuilder &nb, Location l, ValueRange args) {
+        Value e = math::ExpOp::create(
+            nb, l, shifted(nb, l, scaled(nb, l, args[0]), args[1]));
+        Value p = arith::DivFOp::create(nb, l, e, args[2]);
+        Value x = arith::SelectOp::create(nb, l, visible(nb, l, 1, 0), p,
+                                          constF32(nb, l, 0.0f));
+        linalg::YieldOp::create(
+            nb, l, ValueRange{arith::AddFOp::create(nb, l, args[3], x)});
+      });
+  group(votesOp, 1);
+  Value v = votesOp.getResult(0);
+  if (norm) {
+    // Column j is seen by min(Q, L - j) queries (at least W + 1 > 0).
+    auto normOp = generic(
+        v.getType(), {v}, {empty({getAsOpFoldResult(prefix)}, f32)},
+        {map(1, {0}), map(1, {0})}, {par},
+        [&](OpBuilder &nb, Location l, ValueRange args) {
+          Value j = linalg::IndexOp::create(nb, l, 0);
+          Value count = arith::MinUIOp::create(
+              nb, l, rows, arith::SubIOp::create(nb, l, length, j));
+          Value c = arith::UIToFPOp::create(
+              nb, l, f32,
+              arith::IndexCastUIOp::create(nb, l, nb.getI64Type(), count));
+          linalg::YieldOp::create(
+              nb, l, ValueRange{arith::DivFOp::create(nb, l, args[0], c)});
+        });
+    group(normOp, 1);
+    v = normOp.getResult(0);
+  }
+  Value out = loop.getRegionIterArgs()[0];
+  SmallVector<OpFoldResult> offsets = {bi, s.expand() ? h : kv, ofr(0)};
+  SmallVector<OpFoldResult> sizes = {ofr(1), ofr(1), getAsOpFoldResult(prefix)};
+  SmallVector<OpFoldResult> strides(3, ofr(1));
+  auto rowTy = RankedTensorType::get(
+      {1, 1, cast<RankedTensorType>(v.getType()).getDimSize(0)}, f32);
+  v = tensor::ExpandShapeOp::create(
+      b, loc, rowTy, v, ArrayRef<ReassociationIndices>{{0, 1, 2}},
+      ArrayRef<OpFoldResult>{ofr(1), ofr(1), getAsOpFoldResult(prefix)});
+  if (!s.expand()) {
+    Value row =
+        tensor::ExtractSliceOp::create(b, loc, out, offsets, sizes, strides);
+    v = generic(row.getType(), {v}, {row},
+                {map(3, {0, 1, 2}), map(3, {0, 1, 2})}, {par, par, par},
+                foldHeadVotes(s))
+            .getResult(0);
+  }
+  scf::YieldOp::create(b, loc,
+                       ValueRange{tensor::InsertSliceOp::create(
+                           b, loc, v, out, offsets, sizes, strides)});
   return loop.getResult(0);
 }
 

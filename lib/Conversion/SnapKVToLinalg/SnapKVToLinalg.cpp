@@ -376,11 +376,16 @@ struct ConvertSnapKVToLinalgPass
     auto lowerings = std::make_shared<const Lowerings>(defaults, target,
                                                        /*record=*/true, first);
     WalkResult unsupported = getOperation()->walk([&](Operation *op) {
-      if (!isa<AttentionOp, RaggedAttentionOp>(op))
+      if (!isa<AttentionOp, RaggedAttentionOp>(op) && !scoresAccumulated(op))
         return WalkResult::advance();
       LoweringConfigAttr config = lowerings->config(op);
       if (!config || config.getMapping() != TileMapping::gpu_blocks)
         return WalkResult::advance();
+      if (scoresAccumulated(op)) {
+        op->emitOpError() << "has no GPU lowering (tiling=gpu); scoring sum "
+                             "and norm_sum are lowered for the CPU only";
+        return WalkResult::interrupt();
+      }
       // An op's own gpu_blocks configuration is a verifier error; this is
       // the pass's tiling=gpu reaching an op without one.
       op->emitOpError() << "has no GPU lowering (tiling=gpu); "

@@ -17,7 +17,8 @@ from .opt import diagnostics, layer_functions, run_opt
 # method's 5 and expand: docs/eval.md, "The defaults"); the demo passes its small sizes.
 DEFAULTS = dict(window=32, capacity=1024, kernel=15, pooling="avg", gqa="mean",
                 order="position", budget="uniform", pyramid_beta=20, floor=0, chunk=0,
-                decode_interval=0, decode_capacity=0, block=1, kv_dtype="same")
+                decode_interval=0, decode_capacity=0, block=1, kv_dtype="same", staging=0,
+                staging_scoring="sum")
 # --kv-dtype: the compacted cache's element type (snapkv-compress-kv-cache kv-dtype).
 KV_DTYPES = ("same", "i8")
 
@@ -71,6 +72,19 @@ def compaction_parent(strict: bool = False) -> argparse.ArgumentParser:
                             "stay near C + N rows per head (docs/semantics.md, \"Chunked "
                             "prefill\"); needs --gqa mean or max and --budget uniform. 0 (the "
                             "default): one-shot prefill")
+    group.add_argument("--staging", type=int_in(0, "--staging"), default=DEFAULTS["staging"],
+                       metavar="M",
+                       help="with --chunk: two-level chunked prefill: the chunks before the "
+                            "last are compacted to M rows (M >= C) ranked by "
+                            "--staging-scoring, and the last chunk's selection keeps C by the "
+                            "prompt's last W queries (which hold the question), so that the K/V "
+                            "held stay near M + N rows per head. 0 (the default): off")
+    group.add_argument("--staging-scoring", choices=("sum", "norm_sum", "votes", "prefix_votes"),
+                       default=DEFAULTS["staging_scoring"],
+                       help="with --staging: what ranks a staged chunk's rows: sum = "
+                            "accumulated attention of all the chunk's queries (H2O, "
+                            "OpenVINO's SUM), norm_sum = that divided by the queries that "
+                            "see the row, votes = the chunk's last W queries")
     group.add_argument("--decode-interval", type=int_in(0, "--decode-interval"),
                        default=DEFAULTS["decode_interval"], metavar="K",
                        help="decode-time compression: every K generated tokens, caches holding "
@@ -118,6 +132,13 @@ def check_window_capacity(args):
     if chunk and chunk < args.window:
         raise CLIError(f"--chunk ({chunk}) must be at least --window ({args.window}): a "
                        f"chunk's last W queries vote")
+    staging = getattr(args, "staging", 0)
+    if staging and not chunk:
+        raise CLIError("--staging is what the chunks before the last are compacted to: it "
+                       "needs --chunk")
+    if staging and staging < args.capacity:
+        raise CLIError(f"--staging ({staging}) must be at least --capacity ({args.capacity}): "
+                       f"the final selection keeps C of the staged rows")
     decode_capacity = getattr(args, "decode_capacity", 0)
     if decode_capacity and not getattr(args, "decode_interval", 0):
         raise CLIError("--decode-capacity is what decode-time compression compacts to: it "
@@ -193,6 +214,8 @@ def pass_options(args, strict: bool, text: str = "") -> str:
             (f" decode-interval={interval}" if interval else "") + \
             (f" decode-capacity={decode_capacity}" if decode_capacity else "") + \
             f" extend-func={extend or 'extend'}"
+    if getattr(args, "staging", 0):
+        options += f" staging={args.staging} staging-scoring={args.staging_scoring}"
     return options + (" strict=true" if strict else "")
 
 
@@ -214,6 +237,8 @@ def describe(options: dict) -> str:
         budget += f", {options['kv_dtype']} cache"
     chunk = f", chunked prefill ({options['chunk']} tokens a chunk)" \
         if options.get("chunk") else ""
+    if options.get("staging"):
+        chunk += f" staged at {options['staging']} rows by {options['staging_scoring']}"
     if options.get("decode_interval"):
         chunk += f", decode-time compression every {options['decode_interval']} tokens"
         if options.get("decode_capacity"):

@@ -39,7 +39,10 @@ TASKS = ("retrieval", "passkey", "needle", "multikey")
 
 def add_parser(commands, common_options):
     methods = "\n".join(f"  {m.name:<22} {m.summary}" for m in METHODS.values()) + \
-        f"\n  {'chunked-N':<22} chunked prefill with any chunk N >= 1 (not in all)"
+        f"\n  {'chunked-N':<22} chunked prefill with any chunk N >= 1 (not in all)" + \
+        f"\n  {'chunked-N-mKc':<22} two-level chunked prefill: chunks staged at K x C rows by " \
+        f"accumulated attention (-norm: normalised, -votes: the chunk's window), then C kept " \
+        f"by the prompt's last window (not in all)"
     p = commands.add_parser(
         "eval", parents=[common_options], formatter_class=Formatter,
         help="accuracy vs cache budget on the retrieval task, through the compiled pipeline",
@@ -163,7 +166,8 @@ def method_list(value: str):
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise argparse.ArgumentTypeError(
                 f"unknown method {name!r}{hint} (choose from {', '.join(METHODS)}, "
-                f"chunked-N for any chunk N >= 1, block-N for any block N >= 1, or all)")
+                f"chunked-N for any chunk N >= 1, chunked-N-mKc[-norm|-votes] for K >= 1, "
+                f"block-N for any block N >= 1, or all)")
         if chosen not in out:
             out.append(chosen)
     return out

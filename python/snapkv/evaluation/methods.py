@@ -70,6 +70,9 @@ class Method:
         capacity = self.capacity(window, capacity)
         options = {**PUBLISHED, **(self.options or {})}
         options.pop("window", None)
+        # Two-level chunked prefill: the staging capacity is a multiple of C.
+        if factor := options.pop("staging_factor", 0):
+            options["staging"] = factor * capacity
         if self.adaptive:
             options["floor"] = self.floor(window, capacity)
         if options.get("scoring") == "random":
@@ -86,6 +89,9 @@ class Method:
         options = compaction.pass_options()
         if self.adaptive:
             options += f" budget=adaptive floor-share={ADAPTIVE_FLOOR_SHARE}"
+        if factor := (self.options or {}).get("staging_factor"):
+            # Capacity 0 gives staging 0: name the factor and what ranks the staged rows.
+            options += f" staging-factor={factor} staging-scoring={compaction.staging_scoring}"
         return options.replace("capacity=0 ", "", 1)
 
 
@@ -98,6 +104,38 @@ def chunked(n: int) -> Method:
                   f"chunked prefill, {n} tokens a chunk, the cache compacted back to C after "
                   f"each (the rewrite's defaults: gqa mean, kernel 15); compare "
                   f"snapkv-gqa-mean-k15")
+
+
+# Two-level chunked prefill: ``chunked-N-mKc`` stages the chunks at M = K x C rows ranked by
+# accumulated attention (``-norm``: normalised, OpenVINO's NORM_SUM), then keeps C by the
+# prompt's last window.
+STAGED_SCORINGS = {"": "sum", "-norm": "norm_sum", "-votes": "votes"}
+
+
+def staged(n: int, factor: int, scoring: str = "sum") -> Method:
+    """Two-level chunked prefill: N-token chunks staged at ``factor`` x C rows."""
+    suffix = {v: k for k, v in STAGED_SCORINGS.items()}[scoring]
+    return Method(f"chunked-{n}-m{factor}c{suffix}",
+                  {"gqa": "mean", "kernel": 15, "chunk": n, "staging_factor": factor,
+                   "staging_scoring": scoring},
+                  f"two-level chunked prefill, {n} tokens a chunk: the chunks before the last "
+                  f"compacted to {factor} x C rows by {scoring} scores of the chunk's queries, "
+                  f"then C kept by the prompt's last window (gqa mean, kernel 15); compare "
+                  f"chunked-{n}")
+
+
+def _staged_name(name: str) -> Optional[Method]:
+    """``chunked-N-mKc[-norm|-votes]`` as a method, or None."""
+    parts = name[len(CHUNKED_PREFIX):].split("-", 2) if name.startswith(CHUNKED_PREFIX) \
+        else []
+    if len(parts) < 2 or not parts[1].startswith("m") or not parts[1].endswith("c"):
+        return None
+    n, factor = parts[0], parts[1][1:-1]
+    scoring = STAGED_SCORINGS.get("-" + parts[2] if len(parts) == 3 else "")
+    if not (n.isascii() and n.isdigit() and factor.isascii() and factor.isdigit()) \
+            or scoring is None or int(n) < 1 or int(factor) < 1:
+        return None
+    return staged(int(n), int(factor), scoring)
 
 
 def blocked(n: int) -> Method:
@@ -160,16 +198,17 @@ METHODS: Dict[str, Method] = {m.name: m for m in _METHODS}
 
 
 def method_named(name: str) -> Optional[Method]:
-    """The method called `name`: one of :data:`METHODS`, ``chunked-N`` for any chunk N >= 1
-    or ``block-N`` for any block N >= 1 (the ones in METHODS are those ``all`` runs); None
-    for another name."""
+    """The method called `name`: one of :data:`METHODS`, ``chunked-N`` for any chunk N >= 1,
+    ``chunked-N-mKc`` (two-level, staged at K x C rows; ``-norm`` / ``-votes`` for the staging
+    scoring) or ``block-N`` for any block N >= 1 (the ones in METHODS are those ``all``
+    runs); None for another name."""
     if name in METHODS:
         return METHODS[name]
     for prefix, make in ((CHUNKED_PREFIX, chunked), (BLOCK_PREFIX, blocked)):
         digits = name[len(prefix):] if name.startswith(prefix) else ""
         if digits.isascii() and digits.isdigit() and int(digits) >= 1:
             return make(int(digits))
-    return None
+    return _staged_name(name)
 
 
 DEFAULT_BUDGETS = (Fraction(1, 2), Fraction(1, 4), Fraction(1, 8), Fraction(1, 16))

@@ -250,7 +250,8 @@ def greedy_decode(model, first_row, length, keys, values, steps, expanded, compr
 @torch.no_grad()
 def snapkv_generate(model, ids, steps, window, capacity, kernel=5, pooling="avg",
                     gqa="expand", order="position", prefilled=None, floor=None, chunk=None,
-                    decode_interval=None, decode_capacity=None):
+                    decode_interval=None, decode_capacity=None, staging=None,
+                    staging_scoring="sum"):
     """Prefill, SnapKV compaction, ``steps`` greedy decode steps. ``capacity``: one for every
     layer, or a list with each layer's (:func:`snapkv.reference.layer_capacities`).
     ``floor`` (an int): Ada-KV's shared budget instead
@@ -266,7 +267,9 @@ def snapkv_generate(model, ids, steps, window, capacity, kernel=5, pooling="avg"
     prefilled and compacted as above, each later one fed by :func:`extend` over the compacted
     caches and the concatenation compacted with the chunk's last ``window`` queries.
     ``selections`` and ``indices`` are then the last chunk's (rows of its concatenation), and
-    ``chunk_selections`` holds every chunk's.
+    ``chunk_selections`` holds every chunk's. ``staging`` (M): two-level chunked prefill: every
+    chunk but the last compacted to M rows ranked by ``staging_scoring`` (``sum`` /
+    ``norm_sum``: all the chunk's queries vote), the last one to ``capacity`` as above.
 
     ``decode_interval``: decode-time compression (same restrictions): after every
     ``decode_interval``-th generated token, once ``window`` were generated, caches of more
@@ -300,7 +303,8 @@ def snapkv_generate(model, ids, steps, window, capacity, kernel=5, pooling="avg"
         logits, keys, values, queries = prefill(model, ids[:, :bounds[0][1]])
         every = []
         for start, stop in bounds[1:]:
-            sels = _compact(queries, keys, values, window, capacity, kernel, pooling, gqa, order)
+            sels = _compact(queries, keys, values, window, staging or capacity, kernel, pooling,
+                            gqa, order, staging_scoring if staging else "votes")
             every.append(sels)
             keys = [torch.from_numpy(s.keys.copy()) for s in sels]
             values = [torch.from_numpy(s.values.copy()) for s in sels]
@@ -369,11 +373,14 @@ def snapkv_generate(model, ids, steps, window, capacity, kernel=5, pooling="avg"
     )
 
 
-def _compact(queries, keys, values, window, capacity, kernel, pooling, gqa, order):
+def _compact(queries, keys, values, window, capacity, kernel, pooling, gqa, order,
+             scoring="votes"):
     """Each layer's :func:`snapkv.reference.select` of `keys`/`values` by its last `window`
-    query rows."""
-    return [reference.select(q[:, :, q.shape[2] - window:].numpy(), k.numpy(), v.numpy(),
-                             window, capacity, kernel, pooling, gqa, order)
+    query rows (all of them for the accumulated scorings)."""
+    every = scoring in reference.ACCUMULATED
+    return [reference.select(q[:, :, 0 if every else q.shape[2] - window:].numpy(), k.numpy(),
+                             v.numpy(), window, capacity, kernel, pooling, gqa, order,
+                             scoring=scoring)
             for q, k, v in zip(queries, keys, values, strict=True)]
 
 

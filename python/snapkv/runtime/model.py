@@ -150,6 +150,9 @@ class CompiledModel:
         # {chunk, window, function} when snapkv-compress-kv-cache made chunked prefill
         # compact after every chunk: the default chunk of prefill().
         self.chunked = described.attributes.get("snapkv.chunked_prefill")
+        # Two-level chunked prefill (`staging=M`): the chunks before the last go through
+        # `staging_entry` (@extend_stage), whose selects keep M rows.
+        staging_entry = (self.chunked or {}).get("staging_entry")
         # {interval, window, capacity, function, entry}: generate() compacts the caches back
         # to `capacity` every `interval` steps (recompress), through the public function
         # `entry` (@extend, or @extend_decode when decode-capacity differs from the chunks').
@@ -160,15 +163,16 @@ class CompiledModel:
         self._extend_appends_only = described.select_count() > 0 and not (
             self.chunked or self.decode_compression)
         entries = ("prefill", "decode") + tuple(
-            dict.fromkeys(name for name in ("extend", compress_entry)
+            dict.fromkeys(name for name in ("extend", compress_entry, staging_entry)
                           if name in described.functions))
         self.prefill_signature = signature(text, "prefill")
         self.decode_signature = signature(text, "decode")
         self.extend_signature = signature(text, "extend") if "extend" in entries else None
         signatures = {"prefill": self.prefill_signature, "decode": self.decode_signature,
                       "extend": self.extend_signature}
-        if compress_entry not in signatures and compress_entry in entries:
-            signatures[compress_entry] = signature(text, compress_entry)
+        for entry in (compress_entry, staging_entry):
+            if entry not in signatures and entry in entries:
+                signatures[entry] = signature(text, entry)
         self._check_signatures()
         self.weights, self.weight_notes = bind_weights(
             tuple(sig for sig in signatures.values() if sig is not None), weights)
@@ -206,6 +210,7 @@ class CompiledModel:
         self._prefill, self._decode = runners["prefill"], runners["decode"]
         self._extend = runners.get("extend")
         self._compress = runners.get(compress_entry)
+        self._stage = runners.get(staging_entry)
 
     @classmethod
     def from_file(cls, path: os.PathLike, **kwargs) -> "CompiledModel":
@@ -359,7 +364,9 @@ class CompiledModel:
         other one through ``@extend`` over the caches so far at its logical positions;
         ``logits`` are the last chunk's. A rewrite with ``chunk=N`` compacts the caches
         after every chunk (docs/semantics.md, "Chunked prefill"); the original model keeps
-        every row.
+        every row. With ``staging=M`` (two-level chunked prefill) every chunk but the last
+        goes through ``@extend_stage`` (the first over empty caches), whose selects keep M
+        rows, and the last through ``@extend``, whose selects keep C.
 
         :attr:`last_prefill` then holds, measured:
 
@@ -401,8 +408,18 @@ class CompiledModel:
             held["both"] = max(held["both"], kv + (heap or 0))
             return out[0], out[1:]
 
-        logits, caches = call(self._prefill, ids[:, :bounds[0][1]])
-        for start, stop in bounds[1:]:
+        if len(bounds) > 1 and self._stage is not None:
+            # Two-level: the chunks before the last are staged (M rows), from empty caches.
+            caches = [np.zeros(tuple(0 if d is None else d for d in t.shape), t.dtype)
+                      for t in self.extend_signature.inputs[2:]]
+            staged, bounds_rest = bounds[:-1], bounds[-1:]
+            for start, stop in staged:
+                logits, caches = call(self._stage, ids[:, start:stop],
+                                      np.array([start], dtype=np.int64), caches=caches)
+        else:
+            logits, caches = call(self._prefill, ids[:, :bounds[0][1]])
+            bounds_rest = bounds[1:]
+        for start, stop in bounds_rest:
             logits, caches = call(self._extend, ids[:, start:stop],
                                   np.array([start], dtype=np.int64), caches=caches)
         self.last_prefill = dict(chunks=bounds, peak_cache_bytes=held["cache"],

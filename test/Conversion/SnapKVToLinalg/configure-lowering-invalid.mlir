@@ -23,3 +23,12 @@ func.func @attention_configured(%q: tensor<1x4x?x16xf32>, %k: tensor<1x2x?x16xf3
       : tensor<1x4x?x16xf32>, tensor<1x2x?x16xf32>, tensor<1x2x?x16xf32> -> tensor<1x4x?x16xf32>
   return %o : tensor<1x4x?x16xf32>
 }
+
+// -----
+
+// Accumulated scores are lowered for the CPU only.
+func.func @accumulated(%q: tensor<1x2x8x4xf32>, %k: tensor<1x2x16x4xf32>) -> tensor<1x2x16x4xf32> {
+  // expected-error @+1 {{'snapkv.select' op has no GPU lowering (target=gpu); it is lowered for the CPU only}}
+  %ko, %vo, %idx = snapkv.select %q, %k, %k window 2 capacity 6 scoring sum : (tensor<1x2x8x4xf32>, tensor<1x2x16x4xf32>, tensor<1x2x16x4xf32>) -> (tensor<1x2x6x4xf32>, tensor<1x2x6x4xf32>, tensor<1x2x6xi64>)
+  return %k : tensor<1x2x16x4xf32>
+}

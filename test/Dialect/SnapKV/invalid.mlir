@@ -377,7 +377,7 @@ func.func @block_zero(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x16x8xf32>, %v: ten
 
 // blocks sum pooled votes; recent and random have none
 func.func @block_recent(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tensor<1x2x16x8xf32>) {
-  // expected-error @+1 {{'snapkv.select' op 'block' only applies to scoring votes or prefix_votes}}
+  // expected-error @+1 {{'snapkv.select' op 'block' only applies to the scorings that vote (votes, prefix_votes, sum, norm_sum)}}
   %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 6 scoring recent block 2 : (tensor<1x4x2x8xf32>, tensor<1x2x16x8xf32>, tensor<1x2x16x8xf32>) -> (tensor<1x4x6x8xf32>, tensor<1x4x6x8xf32>, tensor<1x4x6xi64>)
   return
 }
@@ -518,7 +518,7 @@ func.func @attention_init(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v: 
 // -----
 
 func.func @score_scoring(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x16x8xf32>, %vi: tensor<1x4x14xf32>, %pi: tensor<1x4x14xf32>) {
-  // expected-error @+1 {{'snapkv.score' op attribute 'scoring' failed to satisfy constraint: what ranks the prefix positions whose value is votes or prefix_votes}}
+  // expected-error @+1 {{'snapkv.score' op attribute 'scoring' failed to satisfy constraint: what ranks the prefix positions whose value is votes, prefix_votes, sum or norm_sum}}
   %v, %p = snapkv.score %q, %k window 2 scoring recent outs(%vi, %pi : tensor<1x4x14xf32>, tensor<1x4x14xf32>) : (tensor<1x4x2x8xf32>, tensor<1x2x16x8xf32>) -> (tensor<1x4x14xf32>, tensor<1x4x14xf32>)
   return
 }
@@ -763,5 +763,50 @@ func.func @ragged_rows(%q: tensor<1x4x1x8xf32>, %k: tensor<1x?x4xf32>, %s: tenso
 func.func @ragged_starts(%q: tensor<1x4x1x8xf32>, %k: tensor<1x?x8xf32>, %s: tensor<1x2xi32>) {
   // expected-error @+1 {{'snapkv.ragged_attention' op 'starts' element type must be 'i64', got 'i32'}}
   %o = snapkv.ragged_attention %q, %k, %k rows(%s, %s) : tensor<1x4x1x8xf32>, tensor<1x?x8xf32>, tensor<1x?x8xf32>, tensor<1x2xi32> -> tensor<1x4x1x8xf32>
+  return
+}
+
+// -----
+
+// scoring sum reads at least the window's queries
+func.func @sum_fewer_queries_than_window(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tensor<1x2x16x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op 'queries' dim 2 (2) must be at least window (3): scoring sum / norm_sum reads the last Q >= window prompt queries}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 3 capacity 5 scoring sum : (tensor<1x4x2x8xf32>, tensor<1x2x16x8xf32>, tensor<1x2x16x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
+  return
+}
+
+// -----
+
+// and no more queries than the prompt has
+func.func @sum_more_queries_than_prompt(%q: tensor<1x4x20x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tensor<1x2x16x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op 'queries' dim 2 (20) exceeds the prompt length (16): there are no more prompt queries}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 scoring norm_sum : (tensor<1x4x20x8xf32>, tensor<1x2x16x8xf32>, tensor<1x2x16x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
+  return
+}
+
+// -----
+
+// only the accumulated scorings take a dynamic number of queries
+func.func @votes_dynamic_queries(%q: tensor<1x4x?x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tensor<1x2x16x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op 'queries' dim 2 must be static}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 : (tensor<1x4x?x8xf32>, tensor<1x2x16x8xf32>, tensor<1x2x16x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
+  return
+}
+
+// -----
+
+// the window's votes take exactly the window's queries
+func.func @votes_more_queries(%q: tensor<1x4x6x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tensor<1x2x16x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op 'queries' dim 2 (6) must equal window (2)}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 : (tensor<1x4x6x8xf32>, tensor<1x2x16x8xf32>, tensor<1x2x16x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
+  return
+}
+
+// -----
+
+// select_adaptive shares out the window's votes only
+func.func @adaptive_sum(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tensor<1x2x16x8xf32>) {
+  // expected-error @+1 {{whose value is votes or prefix_votes}}
+  %a, %b, %c, %d = snapkv.select_adaptive %q, %k, %v window 2 capacity 5 scoring sum : (tensor<1x4x2x8xf32>, tensor<1x2x16x8xf32>, tensor<1x2x16x8xf32>) -> (tensor<1x20x8xf32>, tensor<1x20x8xf32>, tensor<1x20xi64>, tensor<1x5xi64>)
   return
 }

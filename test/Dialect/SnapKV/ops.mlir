@@ -122,6 +122,29 @@ func.func @scorings(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tenso
   return
 }
 
+// The accumulated scorings take the last Q >= window prompt queries, Q static
+// or dynamic (a prompt chunk's); block and the other vote clauses apply.
+// CHECK-LABEL: func.func @accumulated
+// CHECK: snapkv.select %{{.*}}, %{{.*}}, %{{.*}} window 2 capacity 6 scoring sum : (tensor<1x4x16x8xf32>,
+// CHECK: snapkv.select %{{.*}}, %{{.*}}, %{{.*}} window 2 capacity 6 kernel 3 gqa mean scoring norm_sum block 2 : (tensor<1x4x?x8xf32>,
+// CHECK: snapkv.score %{{.*}}, %{{.*}} window 2 scoring norm_sum outs(
+// GENERIC-LABEL: sym_name = "accumulated"
+// GENERIC: scoring = #snapkv<scoring sum>
+// GENERIC: scoring = #snapkv<scoring norm_sum>
+func.func @accumulated(%q: tensor<1x4x16x8xf32>, %qd: tensor<1x4x?x8xf32>,
+                       %k: tensor<1x2x16x8xf32>, %kd: tensor<1x2x?x8xf32>,
+                       %s: tensor<1x4x14xf32>) {
+  %a:3 = snapkv.select %q, %k, %k window 2 capacity 6 scoring sum
+      : (tensor<1x4x16x8xf32>, tensor<1x2x16x8xf32>, tensor<1x2x16x8xf32>)
+      -> (tensor<1x4x6x8xf32>, tensor<1x4x6x8xf32>, tensor<1x4x6xi64>)
+  %b:3 = snapkv.select %qd, %kd, %kd window 2 capacity 6 kernel 3 gqa mean scoring norm_sum block 2
+      : (tensor<1x4x?x8xf32>, tensor<1x2x?x8xf32>, tensor<1x2x?x8xf32>)
+      -> (tensor<1x2x?x8xf32>, tensor<1x2x?x8xf32>, tensor<1x2x?xi64>)
+  %c:2 = snapkv.score %q, %k window 2 scoring norm_sum outs(%s, %s : tensor<1x4x14xf32>, tensor<1x4x14xf32>)
+      : (tensor<1x4x16x8xf32>, tensor<1x2x16x8xf32>) -> (tensor<1x4x14xf32>, tensor<1x4x14xf32>)
+  return
+}
+
 // snapkv.attention: the offset and the scale are printed only when given;
 // f16 and a decode step's single query row (Lq = 1 against a dynamic cache)
 // are accepted.

@@ -106,7 +106,7 @@ private:
 
 FailureOr<SmallVector<Value>> SelectOp::decomposeOperation(OpBuilder &b) {
   // `recent` and `random` rank by position or hash, not by scores.
-  if (getScoring() != Scoring::votes && getScoring() != Scoring::prefix_votes)
+  if (getScoring() == Scoring::recent || getScoring() == Scoring::random)
     return failure();
   return Decomposition(b, *this).run();
 }

@@ -239,6 +239,22 @@ LogicalResult SnapKVDialect::verifyOperationAttribute(Operation *op,
       return op->emitError("snapkv.chunked_prefill must be a dictionary with "
                            "integers chunk >= window >= 1 and a function "
                            "name, on a module");
+    // Two-level chunked prefill: the staging capacity and the chain the
+    // runner feeds the chunks before the last to, all three or none.
+    Attribute staging = record.get("staging");
+    auto stagingInt = dyn_cast_or_null<IntegerAttr>(staging);
+    auto stagingFunction =
+        dyn_cast_or_null<StringAttr>(record.get("staging_function"));
+    auto stagingEntry =
+        dyn_cast_or_null<StringAttr>(record.get("staging_entry"));
+    bool none = !staging && !record.get("staging_function") &&
+                !record.get("staging_entry");
+    if (!none && (!stagingInt || stagingInt.getInt() <= window.getInt() ||
+                  !stagingFunction || stagingFunction.getValue().empty() ||
+                  !stagingEntry || stagingEntry.getValue().empty()))
+      return op->emitError("snapkv.chunked_prefill's staging must be an "
+                           "integer above window, with the staging_function "
+                           "and staging_entry names");
     return success();
   }
   if (name == "snapkv.decode_compression") {

@@ -153,15 +153,20 @@ static LogicalResult checkStaticDims(Operation *op, StringRef name,
 /// The rules of docs/semantics.md (the op) that ODS cannot state (ranks,
 /// element types and attribute ranges are in SnapKVOps.td), shared by select
 /// and score. `vTy` is null for score, `capacity` empty for score.
+/// `accumulated` (scoring sum / norm_sum): the queries are the last Q >=
+/// window prompt queries, Q possibly dynamic, rather than the window's.
 static LogicalResult verifyInputs(Operation *op, RankedTensorType qTy,
                                   RankedTensorType kTy, RankedTensorType vTy,
                                   int64_t window,
-                                  std::optional<int64_t> capacity) {
+                                  std::optional<int64_t> capacity,
+                                  bool accumulated = false) {
   SmallVector<std::pair<StringRef, RankedTensorType>, 2> kv = {{"keys", kTy}};
   if (vTy)
     kv.push_back({"values", vTy});
   // Only the prompt length may be dynamic.
-  if (failed(checkStaticDims(op, "queries", qTy, {})))
+  if (failed(checkStaticDims(op, "queries", qTy,
+                             accumulated ? ArrayRef<int64_t>{2}
+                                         : ArrayRef<int64_t>{})))
     return failure();
   for (auto [name, ty] : kv) {
     if (failed(checkStaticDims(op, name, ty, {2})))
@@ -193,9 +198,20 @@ static LogicalResult verifyInputs(Operation *op, RankedTensorType qTy,
     return op->emitOpError()
            << "capacity (" << *capacity << ") must be greater than window ("
            << window << ")";
-  if (qTy.getDimSize(2) != window)
-    return op->emitOpError() << "'queries' dim 2 (" << qTy.getDimSize(2)
+  int64_t rows = qTy.getDimSize(2);
+  if (!accumulated && rows != window)
+    return op->emitOpError() << "'queries' dim 2 (" << rows
                              << ") must equal window (" << window << ")";
+  if (accumulated && !ShapedType::isDynamic(rows) && rows < window)
+    return op->emitOpError()
+           << "'queries' dim 2 (" << rows << ") must be at least window ("
+           << window << "): scoring sum / norm_sum reads the last Q >= "
+           << "window prompt queries";
+  if (accumulated && !ShapedType::isDynamic(rows) && !kTy.isDynamicDim(2) &&
+      rows > kTy.getDimSize(2))
+    return op->emitOpError()
+           << "'queries' dim 2 (" << rows << ") exceeds the prompt length ("
+           << kTy.getDimSize(2) << "): there are no more prompt queries";
   // The lowerings index the first batch element, head and element.
   SmallVector<std::pair<StringRef, RankedTensorType>, 3> all = {
       {"queries", qTy}};
@@ -241,7 +257,9 @@ template <typename OpTy> static LogicalResult verifySelectInputs(OpTy op) {
 LogicalResult SelectOp::verify() {
   RankedTensorType qTy = getQueries().getType();
   RankedTensorType kTy = getKeys().getType();
-  if (failed(verifySelectInputs(*this)))
+  if (failed(verifyInputs(*this, qTy, kTy, getValues().getType(),
+                          getWindowAttr().getInt(), getCapacityAttr().getInt(),
+                          isAccumulated(getScoring()))))
     return failure();
   if (getSinksAttr() && getScoring() != Scoring::recent)
     return emitOpError() << "'sinks' only applies to scoring recent";
@@ -254,10 +272,10 @@ LogicalResult SelectOp::verify() {
   int64_t block = getBlockAttr().getInt();
   if (block < 1)
     return emitOpError() << "block must be at least 1, got " << block;
-  if (block != 1 && getScoring() != Scoring::votes &&
-      getScoring() != Scoring::prefix_votes)
-    return emitOpError() << "'block' only applies to scoring votes or "
-                            "prefix_votes";
+  if (block != 1 &&
+      (getScoring() == Scoring::recent || getScoring() == Scoring::random))
+    return emitOpError() << "'block' only applies to the scorings that vote "
+                            "(votes, prefix_votes, sum, norm_sum)";
   // Whole blocks fill the kept prefix exactly (docs/semantics.md).
   if (keep % block != 0)
     return emitOpError() << "block (" << block
@@ -324,7 +342,7 @@ LogicalResult ScoreOp::verify() {
   RankedTensorType qTy = getQueries().getType();
   RankedTensorType kTy = getKeys().getType();
   if (failed(verifyInputs(*this, qTy, kTy, nullptr, getWindowAttr().getInt(),
-                          std::nullopt)))
+                          std::nullopt, isAccumulated(getScoring()))))
     return failure();
   // ODS makes the inits and results one type.
   Type expected = getResultType(qTy, kTy, getWindowAttr().getInt(), getGqa());

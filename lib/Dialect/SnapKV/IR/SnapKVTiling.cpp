@@ -106,10 +106,11 @@ ScoreOp::getTiledImplementation(OpBuilder &b, ArrayRef<OpFoldResult> offsets,
     queryHeads = heads * group;
   }
   OpFoldResult zero = b.getIndexAttr(0);
-  auto queries = slice(
-      b, loc, getQueries(), {offsets[0], queryOffset, zero, zero},
-      {sizes[0], b.getIndexAttr(queryHeads), b.getIndexAttr(qTy.getDimSize(2)),
-       b.getIndexAttr(qTy.getDimSize(3))});
+  auto queries =
+      slice(b, loc, getQueries(), {offsets[0], queryOffset, zero, zero},
+            {sizes[0], b.getIndexAttr(queryHeads),
+             tensor::getMixedSize(b, loc, getQueries(), 2),
+             b.getIndexAttr(qTy.getDimSize(3))});
   auto keys = slice(b, loc, getKeys(), {offsets[0], keyOffset, zero, zero},
                     {sizes[0], b.getIndexAttr(keyHeads),
                      tensor::getMixedSize(b, loc, getKeys(), 2),

@@ -65,6 +65,9 @@ Value repeatHeads(OpBuilder &b, Location loc, Value token, int64_t group) {
 struct ExtendTarget {
   func::FuncOp func;
   int64_t capacity;
+  /// What its selects rank by: the pass's scoring, or staging-scoring for
+  /// the staged chunks of a two-level chunked prefill.
+  Scoring scoring;
   SmallVector<PrefillLayer> layers = {};
   CallSites calls = {};
 };
@@ -115,9 +118,10 @@ struct CompressKVCachePass
             "budget=uniform (a pyramid layer may keep fewer than the sinks)";
     else if (block < 1)
       bad = "block must be >= 1 (got " + std::to_string(block) + ")";
-    else if (block != 1 && scoring != Scoring::votes &&
-             scoring != Scoring::prefix_votes)
-      bad = "block sums pooled votes: it needs scoring=votes or prefix_votes";
+    else if (block != 1 &&
+             (scoring == Scoring::recent || scoring == Scoring::random))
+      bad = "block sums pooled votes: it needs a scoring that votes (votes, "
+            "prefix_votes, sum or norm_sum)";
     else if (block != 1 && budget != BudgetPolicy::uniform)
       bad = "block needs budget=uniform (a per-layer or per-head budget need "
             "not be a multiple of the block)";
@@ -170,6 +174,13 @@ struct CompressKVCachePass
                                   : "budget=adaptive") +
             " (the extend function and the ragged cache take the model's "
             "element type)";
+    else if (staging != 0 && chunk == 0)
+      bad = "staging is the capacity chunks are compacted to before the last "
+            "one: it needs chunk";
+    else if (staging != 0 && staging < capacity)
+      bad = "staging (" + std::to_string(staging) +
+            ") must be at least capacity (" + std::to_string(capacity) +
+            "): the staged rows are what the final selection chooses from";
     else if (extends() && extendFunc.empty())
       bad = std::string(chunk > 0 ? "chunk" : "decode-interval") +
             " needs extend-func to name a function";
@@ -213,9 +224,16 @@ struct CompressKVCachePass
                            static_cast<int64_t>(layers), pyramidBeta);
   }
 
+  /// `how`: what the selects rank by (the pass's scoring by default); the
+  /// accumulated scorings read all the queries, the others the window's.
   void rewritePrefill(func::FuncOp func, ArrayRef<PrefillLayer> layers,
                       ArrayRef<int64_t> layerCapacity,
-                      StringRef what = "the prompt") {
+                      StringRef what = "the prompt",
+                      std::optional<Scoring> how = std::nullopt) {
+    Scoring scoring = how.value_or(this->scoring);
+    bool accumulated = isAccumulated(scoring);
+    // Blocks are the final selection's; a staged select keeps positions.
+    int64_t block = how ? 1 : static_cast<int64_t>(this->block);
     func::ReturnOp ret = soleReturn(func);
     OpBuilder b(ret);
     // budget=adaptive: the offsets to return after each layer's values.
@@ -244,8 +262,11 @@ struct CompressKVCachePass
           b.getIndexAttr(m.batch), b.getIndexAttr(m.queryHeads),
           b.getIndexAttr(window), b.getIndexAttr(m.headDim)};
       SmallVector<OpFoldResult> strides(4, b.getIndexAttr(1));
-      Value queries = tensor::ExtractSliceOp::create(b, loc, m.queries, offsets,
-                                                     sizes, strides);
+      Value queries =
+          accumulated ? m.queries
+                      : tensor::ExtractSliceOp::create(b, loc, m.queries,
+                                                       offsets, sizes, strides)
+                            .getResult();
       // Always the model's own effective scale, never the op's default: an
       // f32 value of 1/sqrt(D) computed differently could break a tie
       // differently from the model's logits.
@@ -576,7 +597,11 @@ struct CompressKVCachePass
       func::FuncOp entry = *entries.begin();
       return entry.getSymName().str();
     };
-    std::string compressEntry;
+    std::string compressEntry, stagingEntry;
+    // Indices into `targets`: the staged chunks' (if any) and decode-time
+    // compression's (0, the chunks' own extend, unless it has a copy).
+    std::optional<size_t> stagingTarget;
+    size_t compressTarget = 0;
     if (extends()) {
       auto extend = module.lookupSymbol<func::FuncOp>(extendFunc);
       if (!extend || extend.isExternal()) {
@@ -585,17 +610,39 @@ struct CompressKVCachePass
         return;
       }
       int64_t decodeCap = decodeCapacity > 0 ? decodeCapacity : capacity;
-      targets.push_back({extend, chunk > 0 ? capacity : decodeCap});
+      targets.push_back({extend, chunk > 0 ? capacity : decodeCap, scoring});
+      // Two-level chunked prefill: the chunks before the last compact to
+      // `staging` through their own copy of the chain.
+      if (staging > 0) {
+        SmallVector<func::FuncOp> staged = copyChain(
+            callChain(extend, module).getArrayRef(), "_stage", module);
+        copies.append(staged.begin(), staged.end());
+        stagingTarget = targets.size();
+        targets.push_back({staged.front(), staging, stagingScoring});
+        stagingEntry = entryOf(staged.front());
+        if (stagingEntry.empty()) {
+          refuse(extend, extendFunc,
+                 Refusal{RefusalKind::StagingEntry,
+                         {"@" + extendFunc +
+                          " is reached from no public "
+                          "function or from several"},
+                         {}});
+          return;
+        }
+      }
+      compressTarget = 0;
       if (decodeInterval > 0 && chunk > 0 && decodeCap != capacity) {
-        copies = copyChain(callChain(extend, module).getArrayRef(), "_decode",
-                           module);
-        targets.push_back({copies.front(), decodeCap});
+        SmallVector<func::FuncOp> decodeCopies = copyChain(
+            callChain(extend, module).getArrayRef(), "_decode", module);
+        copies.append(decodeCopies.begin(), decodeCopies.end());
+        compressTarget = targets.size();
+        targets.push_back({decodeCopies.front(), decodeCap, scoring});
       }
       if (decodeInterval > 0)
-        compressEntry = entryOf(targets.back().func);
+        compressEntry = entryOf(targets[compressTarget].func);
       // Without one entry the runner would compress through the chunks'
       // extend, at the wrong capacity.
-      if (!copies.empty() && compressEntry.empty()) {
+      if (compressTarget != 0 && compressEntry.empty()) {
         refuse(extend, extendFunc,
                Refusal{RefusalKind::ExtendEntry,
                        {"@" + extendFunc +
@@ -636,12 +683,14 @@ struct CompressKVCachePass
                            [&](size_t layers) { return capacities(layers); })))
       return;
     copies.clear(); // committed
-    for (ExtendTarget &target : targets) {
+    for (auto [i, target] : llvm::enumerate(targets)) {
+      bool chunks = chunk > 0 && (i == 0 || i == stagingTarget);
       rewritePrefill(
           target.func, target.layers,
           SmallVector<int64_t>(target.layers.size(), target.capacity),
-          chunk > 0 && &target == &targets.front() ? "a prefill chunk"
-                                                   : "the generated window");
+          chunks ? "a prefill chunk" : "the generated window",
+          i == stagingTarget ? std::optional<Scoring>(target.scoring)
+                             : std::nullopt);
       updateCallers(target.func, target.calls);
     }
     Builder b(&getContext());
@@ -650,15 +699,24 @@ struct CompressKVCachePass
                       b.getDictionaryAttr(
                           {b.getNamedAttr("dtype", b.getStringAttr("i8")),
                            b.getNamedAttr("scale", b.getStringAttr("f32"))}));
-    if (chunk > 0)
-      module->setAttr(
-          kChunkedPrefillAttrName,
-          b.getDictionaryAttr(
-              {b.getNamedAttr("chunk", b.getI64IntegerAttr(chunk)),
-               b.getNamedAttr("window", b.getI64IntegerAttr(window)),
-               b.getNamedAttr("function", b.getStringAttr(extendFunc))}));
+    if (chunk > 0) {
+      SmallVector<NamedAttribute> fields = {
+          b.getNamedAttr("chunk", b.getI64IntegerAttr(chunk)),
+          b.getNamedAttr("window", b.getI64IntegerAttr(window)),
+          b.getNamedAttr("function", b.getStringAttr(extendFunc))};
+      if (staging > 0) {
+        fields.push_back(
+            b.getNamedAttr("staging", b.getI64IntegerAttr(staging)));
+        fields.push_back(b.getNamedAttr(
+            "staging_function",
+            b.getStringAttr(targets[*stagingTarget].func.getSymName())));
+        fields.push_back(
+            b.getNamedAttr("staging_entry", b.getStringAttr(stagingEntry)));
+      }
+      module->setAttr(kChunkedPrefillAttrName, b.getDictionaryAttr(fields));
+    }
     if (decodeInterval > 0) {
-      ExtendTarget &compress = targets.back();
+      ExtendTarget &compress = targets[compressTarget];
       SmallVector<NamedAttribute> fields = {
           b.getNamedAttr("interval", b.getI64IntegerAttr(decodeInterval)),
           b.getNamedAttr("window", b.getI64IntegerAttr(window)),

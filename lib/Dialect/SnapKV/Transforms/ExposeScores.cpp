@@ -123,7 +123,9 @@ struct ExposeScoresPass : snapkv::impl::ExposeScoresBase<ExposeScoresPass> {
         if (Attribute value = select->getAttr(name))
           shared.emplace_back(StringAttr::get(&getContext(), name), value);
       // The votes the select ranks by (recent and random rank without any).
-      if (select.getScoring() == Scoring::prefix_votes)
+      if (select.getScoring() != Scoring::votes &&
+          select.getScoring() != Scoring::recent &&
+          select.getScoring() != Scoring::random)
         shared.emplace_back(StringAttr::get(&getContext(), "scoring"),
                             select.getScoringAttr());
       OpBuilder b(select->getContext());

@@ -5,6 +5,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/Support/CheckedArithmetic.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/JSON.h"
@@ -141,7 +142,8 @@ decodeRows(uint64_t start, uint64_t steps,
 /// The most rows a layer holds before its select while a `length`-token
 /// prompt is prefilled `chunk` tokens at a time (0: at once), compacting to
 /// `capacity` after each chunk (docs/semantics.md, "Chunked prefill": a last
-/// chunk shorter than `window` joins the one before it).
+/// chunk shorter than `window` joins the one before it). Two-level chunked
+/// prefill passes its staging capacity: what the cache holds before a chunk.
 static uint64_t prefillPeakRows(uint64_t length, uint64_t chunk,
                                 uint64_t capacity, uint64_t window) {
   if (chunk == 0 || length <= chunk)
@@ -166,7 +168,7 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
   /// The ledger row of one select (`snapkv.select` or, holding the same rows
   /// in all, `snapkv.select_adaptive`), or an error at its location.
   FailureOr<Row> row(Operation *op, unsigned layer, uint64_t length,
-                     uint64_t extra, uint64_t chunk,
+                     uint64_t extra, uint64_t chunk, uint64_t staging,
                      const std::optional<DecodeCompression> &dc,
                      bool quantized) {
     auto select = dyn_cast<SelectOp>(op);
@@ -217,7 +219,9 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
     r.full = *full;
     r.compacted = *compacted;
     int64_t window = select ? select.getWindow() : adaptive.getWindow();
-    r.peakRows = prefillPeakRows(length, chunk, capacity, window);
+    r.peakRows = prefillPeakRows(
+        length, chunk, staging ? static_cast<int64_t>(staging) : capacity,
+        window);
     // peakRows <= length, and 2*B*Hkv*(L+g)*D*e fits.
     r.peak = *product({2, r.batch, r.kvHeads, r.peakRows, r.dim, r.bytes});
     r.decodePeakRows = decodePeak;
@@ -255,16 +259,21 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
     CallCounts calls(getOperation());
     // Chunked prefill's extend function compacts the same caches again after
     // each chunk: its selects are not more layers.
-    StringRef extend;
-    uint64_t chunk = 0;
+    // So are two-level chunked prefill's staged chunks'.
+    llvm::SmallDenseSet<StringRef> extend;
+    uint64_t chunk = 0, staging = 0;
     for (StringRef attr : {kChunkedPrefillAttrName, kDecodeCompressionAttrName})
       if (auto record = getOperation()->getAttrOfType<DictionaryAttr>(attr))
-        if (auto name = record.getAs<StringAttr>("function"))
-          extend = name.getValue();
+        for (StringRef field : {"function", "staging_function"})
+          if (auto name = record.getAs<StringAttr>(field))
+            extend.insert(name.getValue());
     if (auto chunked = getOperation()->getAttrOfType<DictionaryAttr>(
-            kChunkedPrefillAttrName))
+            kChunkedPrefillAttrName)) {
       if (auto size = chunked.getAs<IntegerAttr>("chunk"))
         chunk = size.getInt();
+      if (auto size = chunked.getAs<IntegerAttr>("staging"))
+        staging = size.getInt();
+    }
     // The dialect verified the record (positive integers).
     std::optional<DecodeCompression> dc;
     if (auto record = getOperation()->getAttrOfType<DictionaryAttr>(
@@ -281,7 +290,7 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
       if (!isa<SelectOp, SelectAdaptiveOp>(op))
         return WalkResult::advance();
       if (auto func = op->getParentOfType<func::FuncOp>();
-          func && !extend.empty() && func.getName() == extend)
+          func && extend.contains(func.getName()))
         return WalkResult::advance();
       // A select in a function called once per layer is one row per call.
       uint64_t repeats = 1;
@@ -293,7 +302,7 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
       }
       for (uint64_t i = 0; i < repeats; ++i) {
         FailureOr<Row> r =
-            row(op, rows.size(), length, extra, chunk, dc, quantized);
+            row(op, rows.size(), length, extra, chunk, staging, dc, quantized);
         if (failed(r))
           return WalkResult::interrupt();
         std::optional<uint64_t> full =

@@ -35,7 +35,8 @@ def SnapKV_OrderAttr : EnumAttr<SnapKV_Dialect, SnapKV_Order, "order">;
 def SnapKV_Scoring : I32EnumAttr<"Scoring",
     "what ranks the prefix positions",
     [I32EnumAttrCase<"votes", 0>, I32EnumAttrCase<"prefix_votes", 1>,
-     I32EnumAttrCase<"recent", 2>, I32EnumAttrCase<"random", 3>]> {
+     I32EnumAttrCase<"recent", 2>, I32EnumAttrCase<"random", 3>,
+     I32EnumAttrCase<"sum", 4>, I32EnumAttrCase<"norm_sum", 5>]> {
   let cppNamespace = "::mlir::snapkv";
   let genSpecializedAttr = 0;
 }
@@ -169,7 +170,10 @@ defvar SnapKV_RefusalCases = [
   SnapKV_RefusalCase<"ExtendEntry", 41, "extend-entry",
       "decode-capacity differs from capacity with chunk, so decode-time "
       "compression needs its own copy of the extend call chain, called "
-      "through one public function, but {0}">
+      "through one public function, but {0}">,
+  SnapKV_RefusalCase<"StagingEntry", 42, "staging-entry",
+      "staging compacts the chunks before the last through its own copy of "
+      "the extend call chain, called through one public function, but {0}">
 ];
 
 def SnapKV_RefusalKind : I32Enum<"RefusalKind",

@@ -40,6 +40,18 @@ struct AttentionLengths {
 AttentionLengths attentionLengths(OpBuilder &b, Location loc, Value queries,
                                   Value keys, Value values, Value offset,
                                   bool checked = false);
+
+/// Scoring sum / norm_sum: the votes of every query given, not the window's.
+inline bool isAccumulated(Scoring scoring) {
+  return scoring == Scoring::sum || scoring == Scoring::norm_sum;
+}
+/// A select or score that ranks by accumulated votes (lowered for the CPU
+/// only).
+inline bool scoresAccumulated(Operation *op) {
+  auto scoring = op->getAttrOfType<ScoringAttr>("scoring");
+  return isa<SelectOp, ScoreOp>(op) && scoring &&
+         isAccumulated(scoring.getValue());
+}
 } // namespace mlir::snapkv
 
 #endif // SNAPKV_DIALECT_SNAPKV_IR_SNAPKVOPS_H

@@ -36,6 +36,14 @@ def SnapKV_VoteScoringAttr : ConfinedAttr<SnapKV_ScoringAttr, [
                          "::llvm::cast<::mlir::snapkv::ScoringAttr>($_self)"
                          ".getValue())">,
                    "whose value is votes or prefix_votes">]>;
+// The scorings snapkv.score computes: the window's votes and the votes
+// accumulated over every query it is given (sum, norm_sum).
+def SnapKV_ScoreScoringAttr : ConfinedAttr<SnapKV_ScoringAttr, [
+    AttrConstraint<CPred<"::llvm::cast<::mlir::snapkv::ScoringAttr>($_self)"
+                         ".getValue() != ::mlir::snapkv::Scoring::recent && "
+                         "::llvm::cast<::mlir::snapkv::ScoringAttr>($_self)"
+                         ".getValue() != ::mlir::snapkv::Scoring::random">,
+                   "whose value is votes, prefix_votes, sum or norm_sum">]>;
 
 def SnapKV_SelectOp : SnapKV_Op<"select",
     [Pure, InferTypeOpAdaptorWithIsCompatible,
@@ -78,6 +86,13 @@ def SnapKV_SelectOp : SnapKV_Op<"select",
       `random` ranks by a hash of (`seed`, batch, head, position), i.e. a
       uniform random choice that is reproducible from `seed` (default 0).
       Pooling and GQA aggregation only apply to the votes.
+    * `scoring sum` / `norm_sum` (accumulated attention, H2O / OpenVINO's
+      SUM and NORM_SUM): `queries : [B, Hq, Q, D]` are the last `Q` prompt
+      queries, `window <= Q <= L` (`Q` may be dynamic); query `t` sits at
+      position `L - Q + t`, and a prefix position's votes are its summed
+      probabilities over all `Q` queries; `norm_sum` divides that by the
+      number of queries that see it, `min(Q, L - j)`. Pooled and ranked like
+      the votes; the window is still the last `window` positions.
 
     Results: `keys`, `values : [B, Hc, S, D]` (exact copies of the input rows)
     and `indices : [B, Hc, S] x i64`, with `S = min(L, capacity)`. `L` may be
@@ -290,7 +305,8 @@ def SnapKV_ScoreOp : SnapKV_Op<"score",
     `[B, Hc, P] x f32` with `P = L - W` (dynamic when `L` is); `Hc` follows
     `gqa` as for `snapkv.select`. The clauses and the verifier rules are the
     ones of `snapkv.select` that do not involve values or capacity; `scoring`
-    is `votes` (the default) or `prefix_votes`. It is the first stage of a
+    is `votes` (the default), `prefix_votes`, `sum` or `norm_sum` (whose
+    queries are the last `Q >= window` prompt queries). It is the first stage of a
     decomposed `snapkv.select`, and useful to inspect or visualise a
     selection.
 
@@ -322,7 +338,7 @@ def SnapKV_ScoreOp : SnapKV_Op<"score",
     DefaultValuedAttr<SnapKV_GqaPolicyAttr,
                       "::mlir::snapkv::GqaPolicy::expand">:$gqa,
     OptionalAttr<SnapKV_FiniteF32Attr>:$scale,
-    DefaultValuedAttr<SnapKV_VoteScoringAttr,
+    DefaultValuedAttr<SnapKV_ScoreScoringAttr,
                       "::mlir::snapkv::Scoring::votes">:$scoring,
     DefaultValuedAttr<I64Attr, "1">:$block
   );

@@ -553,7 +553,13 @@ def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
              clEnumValN(::mlir::snapkv::Scoring::recent, "recent",
                         "StreamingLLM: sinks and the most recent positions"),
              clEnumValN(::mlir::snapkv::Scoring::random, "random",
-                        "a seeded uniform draw (comparison)"))}]>,
+                        "a seeded uniform draw (comparison)"),
+             clEnumValN(::mlir::snapkv::Scoring::sum, "sum",
+                        "accumulated attention: every query of the prompt "
+                        "(or chunk) votes (H2O, OpenVINO's SUM)"),
+             clEnumValN(::mlir::snapkv::Scoring::norm_sum, "norm_sum",
+                        "sum divided by the queries that see the position "
+                        "(OpenVINO's NORM_SUM)"))}]>,
     Option<"sinks", "sinks", "int64_t", /*default=*/"4",
            "scoring=recent: leading positions always kept (default 4, or "
            "capacity - window if smaller)">,
@@ -582,6 +588,24 @@ def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
            "Decode-time compression: the rows a cache is compacted back to "
            "(greater than `window`; 0: `capacity`). With `chunk` and another "
            "value the extend call chain is copied as `<name>_decode`">,
+    Option<"staging", "staging", "int64_t", /*default=*/"0",
+           "Two-level chunked prefill: the chunks before the last are "
+           "compacted to `staging` rows (>= capacity) ranked by "
+           "`staging-scoring`, through a copy of the extend call chain "
+           "(`<name>_stage`); the last chunk's select keeps `capacity` by the "
+           "prompt's last `window` queries. Needs chunk; 0: off">,
+    Option<"stagingScoring", "staging-scoring", "::mlir::snapkv::Scoring",
+           /*default=*/"::mlir::snapkv::Scoring::sum",
+           "staging: what ranks a staged chunk's rows",
+           [{::llvm::cl::values(
+             clEnumValN(::mlir::snapkv::Scoring::sum, "sum",
+                        "accumulated attention of the chunk's queries"),
+             clEnumValN(::mlir::snapkv::Scoring::norm_sum, "norm_sum",
+                        "sum divided by the queries that see the position"),
+             clEnumValN(::mlir::snapkv::Scoring::votes, "votes",
+                        "the chunk's last `window` queries' votes"),
+             clEnumValN(::mlir::snapkv::Scoring::prefix_votes, "prefix_votes",
+                        "votes under a prefix-only softmax"))}]>,
     Option<"extendFunc", "extend-func", "std::string",
            /*default=*/"\"extend\"",
            "chunk=N: name of the function that extends the caches by a "
