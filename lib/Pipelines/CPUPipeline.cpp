@@ -139,6 +139,7 @@ void snapkv::buildCPUPipeline(OpPassManager &pm,
   // descriptor or array; folding those here halves the LLVM IR that
   // mlir-translate and clang read.
   OpPassManager &llvmFuncs = pm.nest<LLVM::LLVMFuncOp>();
+  llvmFuncs.addPass(createByteBoolVectors());
   llvmFuncs.addPass(createCanonicalizerPass());
   llvmFuncs.addPass(createCSEPass());
 }

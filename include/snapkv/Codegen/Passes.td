@@ -326,6 +326,21 @@ def ScheduleParallelLoops : Pass<"snapkv-schedule-parallel-loops",
   let dependentDialects = ["::mlir::omp::OpenMPDialect"];
 }
 
+def ByteBoolVectors : Pass<"snapkv-byte-bool-vectors"> {
+  let summary = "Read and write i1 vectors of one-byte-per-element buffers "
+                "through i8 vectors";
+  let description = [{
+    Run on the LLVM dialect, after the vector and memref conversions. A
+    buffer of i1 holds one byte per element, but LLVM stores a `<N x i1>`
+    vector bit-packed (llvm/llvm-project#49286), so a vector load of such a
+    buffer reads the wrong bits. Every `llvm.load`, `llvm.store`,
+    `llvm.intr.masked.load` and `llvm.intr.masked.store` of an i1 vector
+    becomes one of `<N x i8>` with `llvm.trunc` after the load or
+    `llvm.zext` before the store (gathers and scatters read each element
+    through its own pointer and are right as they are).
+  }];
+}
+
 def LowerAsserts : Pass<"snapkv-lower-asserts", "::mlir::ModuleOp"> {
   let summary = "Lower cf.assert to abort() with a message on stderr, or to "
                 "an error the caller can read";

@@ -1,7 +1,7 @@
 // RUN: snapkv-opt %s --convert-snapkv-to-linalg -one-shot-bufferize=bufferize-function-boundaries -convert-linalg-to-loops -expand-strided-metadata -lower-affine -finalize-memref-to-llvm -convert-scf-to-cf -convert-cf-to-llvm -convert-arith-to-llvm -convert-math-to-llvm -convert-func-to-llvm -reconcile-unrealized-casts \
 // RUN:   | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils | FileCheck %s --check-prefixes=CHECK,MASKED
-// RUN: snapkv-opt %s --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime | FileCheck %s
-// RUN: snapkv-opt %s --snapkv-cpu-pipeline=fuse-attention=false | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime | FileCheck %s
+// RUN: snapkv-opt %s --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime | FileCheck %s --check-prefixes=CHECK,MASKED
+// RUN: snapkv-opt %s --snapkv-cpu-pipeline=fuse-attention=false | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime | FileCheck %s --check-prefixes=CHECK,MASKED
 
 // snapkv.sdpa as convert-snapkv-to-linalg lowers it (a mask that is not
 // causal is never fused). One head, D = 1, scale 1, keys [0, ln 3], values
@@ -10,11 +10,8 @@
 //   row 1 (q = 0) sees no key: 0 (as torch's SDPA for a fully masked row);
 //   row 2 (q = 0) sees key 0 only: 4.
 // Without the mask rows 1 and 2 see both keys, with equal scores: 6.
-// The masked case is checked through upstream's scalar lowering only: the
-// CPU pipeline reads this constant i1 mask wrongly (row 0 gives 4; the same
-// linalg through upstream's lowering is right): an open issue of the
-// pipeline with i1 tensors. Imported causal masks are fused into
-// snapkv.attention and never reach it.
+// The CPU pipeline reads the i1 mask with vector loads: without
+// snapkv-byte-bool-vectors they read it bit-packed and row 0 gives 4.
 
 func.func private @printMemrefF32(memref<*xf32>) attributes {llvm.emit_c_interface}
 
