@@ -230,8 +230,9 @@ Value AttentionBuilder::build(Value queries, Value keys, Value values,
                : arith::MulIOp::create(b, loc, tiles, cIndex(tq)).getResult();
   Value paddedLk = arith::MaxSIOp::create(b, loc, lk, cIndex(tk));
   Value q = padRows(queries, paddedLq);
-  Value k = padRows(keys, paddedLk);
-  Value v = padRows(values, paddedLk);
+  // A decode step pads its keys and values below, only when they are short.
+  Value k = headRows ? Value() : padRows(keys, paddedLk);
+  Value v = headRows ? Value() : padRows(values, paddedLk);
   // Q^T per head: [B, Hq, D, Lq'].
   Value queriesT = generic(
       RankedTensorType::get({batch, queryHeads, dim, ShapedType::kDynamic},
@@ -247,9 +248,32 @@ Value AttentionBuilder::build(Value queries, Value keys, Value values,
       [](OpBuilder &, Location, ValueRange args) { return args[0]; });
 
   // A decode step: the group's heads as rows, the keys split (decode()).
-  if (headRows)
-    return decode(queriesT, k, v, offset, lk, paddedLk,
-                  cast<RankedTensorType>(queries.getType()));
+  // Keys and values are padded only when shorter than a tile: a pad by
+  // nothing still copies (and zero-fills) the whole cache at every step.
+  if (headRows) {
+    auto resultTy = cast<RankedTensorType>(queries.getType());
+    auto attend = [&](OpBuilder &nb, Location l, bool pad) {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPoint(nb.getInsertionBlock(), nb.getInsertionPoint());
+      Value tileK = pad ? padRows(keys, paddedLk) : keys;
+      Value tileV = pad ? padRows(values, paddedLk) : values;
+      return decode(queriesT, tileK, tileV, offset, lk, pad ? paddedLk : lk,
+                    resultTy);
+    };
+    if (std::optional<int64_t> staticLk = getConstantIntValue(lk))
+      return attend(b, loc, *staticLk < tk);
+    Value shorter = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, lk,
+                                          cIndex(tk));
+    return scf::IfOp::create(
+               b, loc, shorter,
+               [&](OpBuilder &nb, Location l) {
+                 scf::YieldOp::create(nb, l, attend(nb, l, true));
+               },
+               [&](OpBuilder &nb, Location l) {
+                 scf::YieldOp::create(nb, l, attend(nb, l, false));
+               })
+        .getResult(0);
+  }
 
   auto outTy = cast<RankedTensorType>(q.getType());
   Value out = tensor::EmptyOp::create(
