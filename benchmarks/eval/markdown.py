@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
+import sys
 from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
+from snapkv.evaluation.results import wilson  # noqa: E402
 
 
 def cell(correct: int, n: int, interval=None) -> str:
@@ -20,13 +24,6 @@ def cell(correct: int, n: int, interval=None) -> str:
         interval = wilson(correct, n)
     low, high = interval
     return f"{correct}/{n} [{100 * low:.0f}-{100 * high:.0f}]"
-
-
-def wilson(correct: int, n: int, z: float = 1.959964):
-    p = correct / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def eval_tables(path: str, only_length=None):
