@@ -216,51 +216,56 @@ def accepted_test(texts):
 
 
 def refusal_test(texts):
-    cases = []  # (prefix, stem, sed or None, options, expected message, comment)
+    cases = []  # (prefix, stem, sed or None, options, reason, expected message, comment)
     llama_scale = constant_name(texts["llama_eager"], r"0\.088388347648318\d*", "f64")
     cases.append(("NEGATIVE", "llama_eager",
                   Sed(texts, "llama_eager", f"{llama_scale} = arith.constant 0.",
                       f"{llama_scale} = arith.constant -0."),
-                  OPTIONS, "@prefill: linalg.batch_matmul at {{.*}} is not part of a "
+                  OPTIONS, "unrecognised-batch-matmul",
+                  "@prefill: linalg.batch_matmul at {{.*}} is not part of a "
                   "recognised attention: the scores are not scaled by a positive finite "
                   "constant (the factors multiply to -0.088388",
                   "A negative scale (the f64 constant negated)."))
     cases.append(("NONCONSTANT", "llama_eager",
                   Sed(texts, "llama_eager", f"arith.truncf {llama_scale} : f64 to f32",
                       "arith.negf %out : f32"),
-                  OPTIONS, UNRECOGNISED + " the scores are scaled by a "
-                  "factor that is not a constant",
+                  OPTIONS, "unrecognised-batch-matmul",
+                  UNRECOGNISED + " the scores are scaled by a factor that is not a constant",
                   "A scale that is not a constant: the truncf of the constant replaced by a "
                   "value\n// computed from the generic's output operand."))
     cases.append(("SDPANEGATIVE", "llama_sdpa",
                   Sed(texts, "llama_sdpa", "scale = 0.088388347648318447 : f64",
                       "scale = -0.088388347648318447 : f64"),
-                  OPTIONS, "@prefill: snapkv.sdpa at {{.*}} is not part of a recognised "
-                  "attention: the scores are not scaled by a positive finite constant (the "
-                  "scale is -0.088388",
+                  OPTIONS, "unrecognised-sdpa",
+                  "@prefill: snapkv.sdpa at {{.*}} (torch's scaled_dot_product_attention, "
+                  "kept by the export) is not in a form the rewrite recognises: the scores "
+                  "are not scaled by a positive finite constant (the scale is -0.088388",
                   "A kept SDPA with a negative scale."))
     cases.append(("SDPANOTCAUSAL", "llama_sdpa",
                   Sed(texts, "llama_sdpa", "arith.cmpi sle, %in, %in", "arith.cmpi slt, %in, %in"),
-                  OPTIONS, "@prefill: layer 0: the mask condition is not `key position <= "
-                  "query position`",
+                  OPTIONS, "mask",
+                  "@prefill: layer 0: the mask condition is not `key position <= query position`",
                   "A kept SDPA whose mask hides the diagonal (key < query): not causal."))
     cases.append(("NARROW", "mistral_sdpa_window32",
                   Sed(texts, "mistral_sdpa_window32", "%c32_i64 = arith.constant 32 : i64",
                       "%c32_i64 = arith.constant 15 : i64", count=2),
-                  f"{OPTIONS} decode-func=",
+                  f"{OPTIONS} decode-func=", "sliding-window-narrower",
                   "@prefill: layer 0: the sliding window (15 positions) is narrower than the "
                   "prompt (16 positions), and snapkv.select has no window mask",
                   "A sliding window one narrower than the prompt (15 < 16)."))
     cases.append(("DYNWINDOW", "mistral_sdpa_window32_dynamic", None, f"{OPTIONS} decode-func=",
+                  "sliding-window-dynamic-prompt",
                   "@prefill: layer 0: the sliding window (32 positions) cannot be proven to "
                   "cover the prompt, whose length is dynamic",
                   "The same window with a dynamic prompt length: nothing bounds L."))
     cases.append(("DECODEWINDOW", "mistral_sdpa_window32", None, OPTIONS,
+                  "sliding-window-in-decode",
                   "@decode: layer 0: the mask hides keys outside a sliding window of 32 "
                   "positions; the new token's logical position is not bounded, so the window "
                   "cannot be proven to cover the compacted cache",
                   "Decode with a sliding window: the logical position is a run-time value."))
     cases.append(("SOFTCAP", "gemma2_eager", None, f"{OPTIONS} decode-func=",
+                  "unrecognised-batch-matmul",
                   "@prefill: linalg.batch_matmul at {{.*}} is not part of a recognised "
                   "attention: the scores are soft-capped (cap * tanh(scores / cap), Gemma-2's "
                   "attn_logit_softcapping), which snapkv.select does not compute",
@@ -270,9 +275,9 @@ def refusal_test(texts):
            "// Near misses cut from real exports (Inputs/models/): each must leave every",
            "// function unchanged (diff against snapkv-opt without the pass, the",
            "// snapkv.refusal attribute dropped) with a warning that names the function and",
-           "// the reason, and fail with strict=true. One sed edit per case (the generator",
-           "// checks that it applies)."]
-    for prefix, stem, sed, options, message, comment in cases:
+           "// the reason, record the reason's code in snapkv.refusal, and fail with",
+           "// strict=true. One sed edit per case (the generator checks that it applies)."]
+    for prefix, stem, sed, options, reason, message, comment in cases:
         source = f"%S/Inputs/models/{stem}.mlir"
         feed = f"sed '{sed.expr()}' {source}" if sed else f"cat {source}"
         tmp = f"%t.{prefix.lower()}"
@@ -289,11 +294,13 @@ def refusal_test(texts):
         out.append(f"// RUN: snapkv-opt {tmp}.in --snapkv-compress-kv-cache=\"{options}\" "
                    f"-o {tmp}.out 2>&1 \\\n// RUN:   | FileCheck %s --check-prefix={prefix}")
         out.append(f"// RUN: %strip_refusal {tmp}.out | diff {tmp}.plain -")
+        out.append(f"// RUN: FileCheck %s --check-prefix={prefix}-REASON < {tmp}.out")
         out.append(f"// RUN: not snapkv-opt {tmp}.in --snapkv-compress-kv-cache=\"{options} "
                    f"strict=true\" \\\n// RUN:   -o /dev/null 2>&1 | FileCheck %s "
                    f"--check-prefix={prefix}")
         out.append(f"// {prefix}: snapkv-compress-kv-cache left the module unchanged: "
                    f"{message}")
+        out.append(f'// {prefix}-REASON: reason = "{reason}"')
     return "\n".join(out) + "\n"
 
 

@@ -2,8 +2,8 @@
 // Near misses cut from real exports (Inputs/models/): each must leave every
 // function unchanged (diff against snapkv-opt without the pass, the
 // snapkv.refusal attribute dropped) with a warning that names the function and
-// the reason, and fail with strict=true. One sed edit per case (the generator
-// checks that it applies).
+// the reason, record the reason's code in snapkv.refusal, and fail with
+// strict=true. One sed edit per case (the generator checks that it applies).
 
 // A negative scale (the f64 constant negated).
 // RUN: sed 's/%cst_11 = arith\.constant 0\./%cst_11 = arith.constant -0./' %S/Inputs/models/llama_eager.mlir > %t.negative.in
@@ -11,9 +11,11 @@
 // RUN: snapkv-opt %t.negative.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand" -o %t.negative.out 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=NEGATIVE
 // RUN: %strip_refusal %t.negative.out | diff %t.negative.plain -
+// RUN: FileCheck %s --check-prefix=NEGATIVE-REASON < %t.negative.out
 // RUN: not snapkv-opt %t.negative.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand strict=true" \
 // RUN:   -o /dev/null 2>&1 | FileCheck %s --check-prefix=NEGATIVE
 // NEGATIVE: snapkv-compress-kv-cache left the module unchanged: @prefill: linalg.batch_matmul at {{.*}} is not part of a recognised attention: the scores are not scaled by a positive finite constant (the factors multiply to -0.088388
+// NEGATIVE-REASON: reason = "unrecognised-batch-matmul"
 
 // A scale that is not a constant: the truncf of the constant replaced by a value
 // computed from the generic's output operand.
@@ -22,9 +24,11 @@
 // RUN: snapkv-opt %t.nonconstant.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand" -o %t.nonconstant.out 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=NONCONSTANT
 // RUN: %strip_refusal %t.nonconstant.out | diff %t.nonconstant.plain -
+// RUN: FileCheck %s --check-prefix=NONCONSTANT-REASON < %t.nonconstant.out
 // RUN: not snapkv-opt %t.nonconstant.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand strict=true" \
 // RUN:   -o /dev/null 2>&1 | FileCheck %s --check-prefix=NONCONSTANT
 // NONCONSTANT: snapkv-compress-kv-cache left the module unchanged: @prefill: linalg.batch_matmul at {{.*}} is not part of a recognised attention: the scores are scaled by a factor that is not a constant
+// NONCONSTANT-REASON: reason = "unrecognised-batch-matmul"
 
 // A kept SDPA with a negative scale.
 // RUN: sed 's/scale = 0\.088388347648318447 : f64/scale = -0.088388347648318447 : f64/' %S/Inputs/models/llama_sdpa.mlir > %t.sdpanegative.in
@@ -32,9 +36,11 @@
 // RUN: snapkv-opt %t.sdpanegative.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand" -o %t.sdpanegative.out 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=SDPANEGATIVE
 // RUN: %strip_refusal %t.sdpanegative.out | diff %t.sdpanegative.plain -
+// RUN: FileCheck %s --check-prefix=SDPANEGATIVE-REASON < %t.sdpanegative.out
 // RUN: not snapkv-opt %t.sdpanegative.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand strict=true" \
 // RUN:   -o /dev/null 2>&1 | FileCheck %s --check-prefix=SDPANEGATIVE
-// SDPANEGATIVE: snapkv-compress-kv-cache left the module unchanged: @prefill: snapkv.sdpa at {{.*}} is not part of a recognised attention: the scores are not scaled by a positive finite constant (the scale is -0.088388
+// SDPANEGATIVE: snapkv-compress-kv-cache left the module unchanged: @prefill: snapkv.sdpa at {{.*}} (torch's scaled_dot_product_attention, kept by the export) is not in a form the rewrite recognises: the scores are not scaled by a positive finite constant (the scale is -0.088388
+// SDPANEGATIVE-REASON: reason = "unrecognised-sdpa"
 
 // A kept SDPA whose mask hides the diagonal (key < query): not causal.
 // RUN: sed 's/arith\.cmpi sle, %in, %in/arith.cmpi slt, %in, %in/' %S/Inputs/models/llama_sdpa.mlir > %t.sdpanotcausal.in
@@ -42,9 +48,11 @@
 // RUN: snapkv-opt %t.sdpanotcausal.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand" -o %t.sdpanotcausal.out 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=SDPANOTCAUSAL
 // RUN: %strip_refusal %t.sdpanotcausal.out | diff %t.sdpanotcausal.plain -
+// RUN: FileCheck %s --check-prefix=SDPANOTCAUSAL-REASON < %t.sdpanotcausal.out
 // RUN: not snapkv-opt %t.sdpanotcausal.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand strict=true" \
 // RUN:   -o /dev/null 2>&1 | FileCheck %s --check-prefix=SDPANOTCAUSAL
 // SDPANOTCAUSAL: snapkv-compress-kv-cache left the module unchanged: @prefill: layer 0: the mask condition is not `key position <= query position`
+// SDPANOTCAUSAL-REASON: reason = "mask"
 
 // A sliding window one narrower than the prompt (15 < 16).
 // RUN: sed 's/%c32_i64 = arith\.constant 32 : i64/%c32_i64 = arith.constant 15 : i64/' %S/Inputs/models/mistral_sdpa_window32.mlir > %t.narrow.in
@@ -52,9 +60,11 @@
 // RUN: snapkv-opt %t.narrow.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand decode-func=" -o %t.narrow.out 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=NARROW
 // RUN: %strip_refusal %t.narrow.out | diff %t.narrow.plain -
+// RUN: FileCheck %s --check-prefix=NARROW-REASON < %t.narrow.out
 // RUN: not snapkv-opt %t.narrow.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand decode-func= strict=true" \
 // RUN:   -o /dev/null 2>&1 | FileCheck %s --check-prefix=NARROW
 // NARROW: snapkv-compress-kv-cache left the module unchanged: @prefill: layer 0: the sliding window (15 positions) is narrower than the prompt (16 positions), and snapkv.select has no window mask
+// NARROW-REASON: reason = "sliding-window-narrower"
 
 // The same window with a dynamic prompt length: nothing bounds L.
 // RUN: cat %S/Inputs/models/mistral_sdpa_window32_dynamic.mlir > %t.dynwindow.in
@@ -62,9 +72,11 @@
 // RUN: snapkv-opt %t.dynwindow.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand decode-func=" -o %t.dynwindow.out 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=DYNWINDOW
 // RUN: %strip_refusal %t.dynwindow.out | diff %t.dynwindow.plain -
+// RUN: FileCheck %s --check-prefix=DYNWINDOW-REASON < %t.dynwindow.out
 // RUN: not snapkv-opt %t.dynwindow.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand decode-func= strict=true" \
 // RUN:   -o /dev/null 2>&1 | FileCheck %s --check-prefix=DYNWINDOW
 // DYNWINDOW: snapkv-compress-kv-cache left the module unchanged: @prefill: layer 0: the sliding window (32 positions) cannot be proven to cover the prompt, whose length is dynamic
+// DYNWINDOW-REASON: reason = "sliding-window-dynamic-prompt"
 
 // Decode with a sliding window: the logical position is a run-time value.
 // RUN: cat %S/Inputs/models/mistral_sdpa_window32.mlir > %t.decodewindow.in
@@ -72,9 +84,11 @@
 // RUN: snapkv-opt %t.decodewindow.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand" -o %t.decodewindow.out 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=DECODEWINDOW
 // RUN: %strip_refusal %t.decodewindow.out | diff %t.decodewindow.plain -
+// RUN: FileCheck %s --check-prefix=DECODEWINDOW-REASON < %t.decodewindow.out
 // RUN: not snapkv-opt %t.decodewindow.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand strict=true" \
 // RUN:   -o /dev/null 2>&1 | FileCheck %s --check-prefix=DECODEWINDOW
 // DECODEWINDOW: snapkv-compress-kv-cache left the module unchanged: @decode: layer 0: the mask hides keys outside a sliding window of 32 positions; the new token's logical position is not bounded, so the window cannot be proven to cover the compacted cache
+// DECODEWINDOW-REASON: reason = "sliding-window-in-decode"
 
 // Gemma-2's logit softcapping (cap * tanh(scores / cap) before the mask).
 // RUN: cat %S/Inputs/models/gemma2_eager.mlir > %t.softcap.in
@@ -82,6 +96,8 @@
 // RUN: snapkv-opt %t.softcap.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand decode-func=" -o %t.softcap.out 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=SOFTCAP
 // RUN: %strip_refusal %t.softcap.out | diff %t.softcap.plain -
+// RUN: FileCheck %s --check-prefix=SOFTCAP-REASON < %t.softcap.out
 // RUN: not snapkv-opt %t.softcap.in --snapkv-compress-kv-cache="window=4 capacity=8 kernel=5 gqa=expand decode-func= strict=true" \
 // RUN:   -o /dev/null 2>&1 | FileCheck %s --check-prefix=SOFTCAP
 // SOFTCAP: snapkv-compress-kv-cache left the module unchanged: @prefill: linalg.batch_matmul at {{.*}} is not part of a recognised attention: the scores are soft-capped (cap * tanh(scores / cap), Gemma-2's attn_logit_softcapping), which snapkv.select does not compute
+// SOFTCAP-REASON: reason = "unrecognised-batch-matmul"

@@ -368,7 +368,7 @@ func.func @block_above_capacity(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x16x8xf32
 // -----
 
 func.func @block_zero(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tensor<1x2x16x8xf32>) {
-  // expected-error @+1 {{'snapkv.select' op block must be at least 1, got 0}}
+  // expected-error @+1 {{'snapkv.select' op attribute 'block' failed to satisfy constraint: 64-bit signless integer attribute whose value is positive}}
   %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 5 block 0 : (tensor<1x4x2x8xf32>, tensor<1x2x16x8xf32>, tensor<1x2x16x8xf32>) -> (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>, tensor<1x4x5xi64>)
   return
 }
@@ -385,7 +385,7 @@ func.func @block_recent(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x16x8xf32>, %v: t
 // -----
 
 func.func @score_block_zero(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %vi: tensor<1x4x6xf32>, %pi: tensor<1x4x6xf32>) {
-  // expected-error @+1 {{'snapkv.score' op block must be at least 1, got -2}}
+  // expected-error @+1 {{'snapkv.score' op attribute 'block' failed to satisfy constraint: 64-bit signless integer attribute whose value is positive}}
   %v, %p = snapkv.score %q, %k window 2 block -2 outs(%vi, %pi : tensor<1x4x6xf32>, tensor<1x4x6xf32>) : (tensor<1x4x2x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x4x6xf32>, tensor<1x4x6xf32>)
   return
 }
@@ -412,9 +412,9 @@ func.func @bad_scoring(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x8x8xf32>, %v: ten
 
 // -----
 
-// snapkv.attention: the rules of its own verifier, each naming the operand.
+// snapkv.attention: its ODS constraints and the rules of its own verifier.
 func.func @attention_rank(%q: tensor<4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
-  // expected-error @+1 {{'snapkv.attention' op 'queries' must be a rank-4 tensor, got rank 3}}
+  // expected-error @+1 {{'snapkv.attention' op operand #0 must be 4D tensor of 16-bit float or bfloat16 type or 32-bit float values, but got 'tensor<4x8x8xf32>'}}
   %o = snapkv.attention %q, %k, %v outs(%q : tensor<4x8x8xf32>) : tensor<4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32> -> tensor<4x8x8xf32>
   return
 }
@@ -454,7 +454,7 @@ func.func @attention_lengths(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %
 // -----
 
 func.func @attention_element(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf16>, %v: tensor<1x2x8x8xf16>) {
-  // expected-error @+1 {{'snapkv.attention' op 'keys' element type 'f16' differs from 'queries' element type 'f32'}}
+  // expected-error @+1 {{'snapkv.attention' op failed to verify that all of {queries, keys, values} have same element type}}
   %o = snapkv.attention %q, %k, %v outs(%q : tensor<1x4x8x8xf32>) : tensor<1x4x8x8xf32>, tensor<1x2x8x8xf16>, tensor<1x2x8x8xf16> -> tensor<1x4x8x8xf32>
   return
 }
@@ -462,7 +462,7 @@ func.func @attention_element(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf16>, %
 // -----
 
 func.func @attention_result(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
-  // expected-error @+1 {{'snapkv.attention' op result 'result' has type 'tensor<1x4x?x8xf32>', expected 'tensor<1x4x8x8xf32>'}}
+  // expected-error @+1 {{'snapkv.attention' op failed to verify that all of {queries, result} have same type}}
   %o = snapkv.attention %q, %k, %v outs(%q : tensor<1x4x8x8xf32>) : tensor<1x4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32> -> tensor<1x4x?x8xf32>
   return
 }
@@ -478,7 +478,7 @@ func.func @attention_batch(%q: tensor<2x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v:
 // -----
 
 func.func @attention_static_dims(%q: tensor<1x?x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
-  // expected-error @+1 {{'snapkv.attention' op only the prompt length may be dynamic, but 'queries' dim 1 is dynamic}}
+  // expected-error @+1 {{'snapkv.attention' op 'queries' dim 1 must be static}}
   %o = snapkv.attention %q, %k, %v outs(%q : tensor<1x?x8x8xf32>) : tensor<1x?x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32> -> tensor<1x?x8x8xf32>
   return
 }
@@ -486,7 +486,7 @@ func.func @attention_static_dims(%q: tensor<1x?x8x8xf32>, %k: tensor<1x2x8x8xf32
 // -----
 
 func.func @attention_scale(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
-  // expected-error @+1 {{'snapkv.attention' op scale must be a finite number}}
+  // expected-error @+1 {{'snapkv.attention' op attribute 'scale' failed to satisfy constraint: 32-bit float attribute whose value is finite}}
   %o = snapkv.attention %q, %k, %v scale 0x7F800000 outs(%q : tensor<1x4x8x8xf32>) : tensor<1x4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32> -> tensor<1x4x8x8xf32>
   return
 }
@@ -494,7 +494,7 @@ func.func @attention_scale(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v:
 // -----
 
 func.func @attention_softcap(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
-  // expected-error @+1 {{'snapkv.attention' op softcap must be a positive finite number}}
+  // expected-error @+1 {{'snapkv.attention' op attribute 'softcap' failed to satisfy constraint: 32-bit float attribute whose value is finite and positive}}
   %o = snapkv.attention %q, %k, %v softcap 0.0 outs(%q : tensor<1x4x8x8xf32>) : tensor<1x4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32> -> tensor<1x4x8x8xf32>
   return
 }
@@ -502,15 +502,31 @@ func.func @attention_softcap(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %
 // -----
 
 func.func @attention_sliding_window(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
-  // expected-error @+1 {{'snapkv.attention' op sliding_window must be at least 1, got 0}}
+  // expected-error @+1 {{'snapkv.attention' op attribute 'sliding_window' failed to satisfy constraint: 64-bit signless integer attribute whose value is positive}}
   %o = snapkv.attention %q, %k, %v sliding_window 0 outs(%q : tensor<1x4x8x8xf32>) : tensor<1x4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32> -> tensor<1x4x8x8xf32>
   return
 }
 
 // -----
 
+func.func @attention_softcap_negative(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) {
+  // expected-error @+1 {{'snapkv.attention' op attribute 'softcap' failed to satisfy constraint: 32-bit float attribute whose value is finite and positive}}
+  %o = snapkv.attention %q, %k, %v softcap -30.0 outs(%q : tensor<1x4x8x8xf32>) : tensor<1x4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32> -> tensor<1x4x8x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_f64(%q: tensor<1x4x8x8xf64>, %k: tensor<1x2x8x8xf64>, %v: tensor<1x2x8x8xf64>) {
+  // expected-error @+1 {{'snapkv.attention' op operand #0 must be 4D tensor of 16-bit float or bfloat16 type or 32-bit float values, but got 'tensor<1x4x8x8xf64>'}}
+  %o = snapkv.attention %q, %k, %v outs(%q : tensor<1x4x8x8xf64>) : tensor<1x4x8x8xf64>, tensor<1x2x8x8xf64>, tensor<1x2x8x8xf64> -> tensor<1x4x8x8xf64>
+  return
+}
+
+// -----
+
 func.func @attention_init(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>, %i: tensor<1x4x8x8xf16>) {
-  // expected-error @+1 {{'snapkv.attention' op 'init' has type 'tensor<1x4x8x8xf16>', expected the queries' type 'tensor<1x4x8x8xf32>'}}
+  // expected-error @+1 {{'snapkv.attention' op failed to verify that all of {queries, init} have same type}}
   %o = snapkv.attention %q, %k, %v outs(%i : tensor<1x4x8x8xf16>) : tensor<1x4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32> -> tensor<1x4x8x8xf32>
   return
 }
@@ -761,8 +777,48 @@ func.func @ragged_rows(%q: tensor<1x4x1x8xf32>, %k: tensor<1x?x4xf32>, %s: tenso
 // -----
 
 func.func @ragged_starts(%q: tensor<1x4x1x8xf32>, %k: tensor<1x?x8xf32>, %s: tensor<1x2xi32>) {
-  // expected-error @+1 {{'snapkv.ragged_attention' op 'starts' element type must be 'i64', got 'i32'}}
+  // expected-error @+1 {{'snapkv.ragged_attention' op operand #3 must be 2D tensor of 64-bit signless integer values, but got 'tensor<1x2xi32>'}}
   %o = snapkv.ragged_attention %q, %k, %k rows(%s, %s) : tensor<1x4x1x8xf32>, tensor<1x?x8xf32>, tensor<1x?x8xf32>, tensor<1x2xi32> -> tensor<1x4x1x8xf32>
+  return
+}
+
+// -----
+
+func.func @ragged_queries_f64(%q: tensor<1x4x1x8xf64>, %k: tensor<1x?x8xf64>, %s: tensor<1x2xi64>) {
+  // expected-error @+1 {{'snapkv.ragged_attention' op operand #0 must be 4D tensor of 16-bit float or bfloat16 type or 32-bit float values, but got 'tensor<1x4x1x8xf64>'}}
+  %o = snapkv.ragged_attention %q, %k, %k rows(%s, %s) : tensor<1x4x1x8xf64>, tensor<1x?x8xf64>, tensor<1x?x8xf64>, tensor<1x2xi64> -> tensor<1x4x1x8xf64>
+  return
+}
+
+// -----
+
+func.func @ragged_keys_rank(%q: tensor<1x4x1x8xf32>, %k: tensor<1x2x?x8xf32>, %s: tensor<1x2xi64>) {
+  // expected-error @+1 {{'snapkv.ragged_attention' op operand #1 must be 3D tensor of 16-bit float or bfloat16 type or 32-bit float values, but got 'tensor<1x2x?x8xf32>'}}
+  %o = snapkv.ragged_attention %q, %k, %k rows(%s, %s) : tensor<1x4x1x8xf32>, tensor<1x2x?x8xf32>, tensor<1x2x?x8xf32>, tensor<1x2xi64> -> tensor<1x4x1x8xf32>
+  return
+}
+
+// -----
+
+func.func @ragged_keys_element(%q: tensor<1x4x1x8xf32>, %k: tensor<1x?x8xf16>, %s: tensor<1x2xi64>) {
+  // expected-error @+1 {{'snapkv.ragged_attention' op failed to verify that all of {queries, keys, values} have same element type}}
+  %o = snapkv.ragged_attention %q, %k, %k rows(%s, %s) : tensor<1x4x1x8xf32>, tensor<1x?x8xf16>, tensor<1x?x8xf16>, tensor<1x2xi64> -> tensor<1x4x1x8xf32>
+  return
+}
+
+// -----
+
+func.func @ragged_result(%q: tensor<1x4x1x8xf32>, %k: tensor<1x?x8xf32>, %s: tensor<1x2xi64>) {
+  // expected-error @+1 {{'snapkv.ragged_attention' op failed to verify that all of {queries, result} have same type}}
+  %o = snapkv.ragged_attention %q, %k, %k rows(%s, %s) : tensor<1x4x1x8xf32>, tensor<1x?x8xf32>, tensor<1x?x8xf32>, tensor<1x2xi64> -> tensor<1x4x1x8xf16>
+  return
+}
+
+// -----
+
+func.func @ragged_scale(%q: tensor<1x4x1x8xf32>, %k: tensor<1x?x8xf32>, %s: tensor<1x2xi64>) {
+  // expected-error @+1 {{'snapkv.ragged_attention' op attribute 'scale' failed to satisfy constraint: 32-bit float attribute whose value is finite}}
+  %o = snapkv.ragged_attention %q, %k, %k rows(%s, %s) scale 0x7FC00000 : tensor<1x4x1x8xf32>, tensor<1x?x8xf32>, tensor<1x?x8xf32>, tensor<1x2xi64> -> tensor<1x4x1x8xf32>
   return
 }
 

@@ -69,7 +69,7 @@ FailureOr<SmallVector<AttentionMatch>> findAttentions(func::FuncOp func,
     AttentionFailure failure;
     FailureOr<AttentionMatch> m = matchSdpa(op, failure);
     if (failed(m)) {
-      (void)refuseWith(refusal, RefusalKind::UnrecognisedBatchMatmul,
+      (void)refuseWith(refusal, RefusalKind::UnrecognisedSdpa,
                        {describe(op.getOperation()), failure.message()});
       return WalkResult::interrupt();
     }

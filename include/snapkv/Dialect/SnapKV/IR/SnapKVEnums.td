@@ -62,6 +62,9 @@ defvar SnapKV_RefusalCases = [
       "the function does not have a single block ending in func.return">,
   SnapKV_RefusalCase<"UnrecognisedBatchMatmul", 3, "unrecognised-batch-matmul",
       "{0} is not part of a recognised attention: {1}">,
+  SnapKV_RefusalCase<"UnrecognisedSdpa", 43, "unrecognised-sdpa",
+      "{0} (torch's scaled_dot_product_attention, kept by the export) is "
+      "not in a form the rewrite recognises: {1}">,
   SnapKV_RefusalCase<"NoAttention", 4, "no-attention",
       "no attention (Q.K^T, scale, mask, softmax, P.V) found">,
   SnapKV_RefusalCase<"SharedKV", 5, "shared-kv",

@@ -27,6 +27,9 @@ def SnapKV_KernelAttr : ConfinedAttr<I64Attr, [IntPositive,
 def SnapKV_FiniteF32Attr : ConfinedAttr<F32Attr, [
     AttrConstraint<CPred<"::llvm::cast<::mlir::FloatAttr>($_self).getValue()"
                          ".isFinite()">, "whose value is finite">]>;
+def SnapKV_PositiveF32Attr : ConfinedAttr<SnapKV_FiniteF32Attr, [
+    AttrConstraint<CPred<"::llvm::cast<::mlir::FloatAttr>($_self)"
+                         ".getValueAsDouble() > 0.0">, "and positive">]>;
 // The scorings that produce votes (what snapkv.score computes and
 // snapkv.select_adaptive shares out).
 def SnapKV_VoteScoringAttr : ConfinedAttr<SnapKV_ScoringAttr, [
@@ -132,7 +135,7 @@ def SnapKV_SelectOp : SnapKV_Op<"select",
                       "::mlir::snapkv::Scoring::votes">:$scoring,
     OptionalAttr<SnapKV_NonNegativeI64Attr>:$sinks,
     OptionalAttr<SnapKV_NonNegativeI64Attr>:$seed,
-    DefaultValuedAttr<I64Attr, "1">:$block
+    DefaultValuedAttr<SnapKV_PositiveI64Attr, "1">:$block
   );
   let results = (outs
     SnapKV_QKVTensor:$selected_keys,
@@ -340,7 +343,7 @@ def SnapKV_ScoreOp : SnapKV_Op<"score",
     OptionalAttr<SnapKV_FiniteF32Attr>:$scale,
     DefaultValuedAttr<SnapKV_ScoreScoringAttr,
                       "::mlir::snapkv::Scoring::votes">:$scoring,
-    DefaultValuedAttr<I64Attr, "1">:$block
+    DefaultValuedAttr<SnapKV_PositiveI64Attr, "1">:$block
   );
   let results = (outs TensorRankOf<[F32], [3]>:$votes,
                       TensorRankOf<[F32], [3]>:$pooled);
@@ -488,6 +491,10 @@ def SnapKV_GatherOp : SnapKV_Op<"gather",
 
 def SnapKV_AttentionOp : SnapKV_Op<"attention",
     [Pure, DestinationStyleOpInterface,
+     AllElementTypesMatch<["queries", "keys", "values"]>,
+     // Two traits: the inferred result type is then read from `queries`
+     // (operand 0), not from `init`, whose index the optional offset shifts.
+     AllTypesMatch<["queries", "result"]>, AllTypesMatch<["queries", "init"]>,
      DeclareOpInterfaceMethods<TilingInterface,
          ["getIterationDomain", "getLoopIteratorTypes",
           "getTiledImplementation", "getResultTilePosition",
@@ -551,16 +558,16 @@ def SnapKV_AttentionOp : SnapKV_Op<"attention",
   }];
 
   let arguments = (ins
-    AnyRankedTensor:$queries,
-    AnyRankedTensor:$keys,
-    AnyRankedTensor:$values,
+    SnapKV_QKVTensor:$queries,
+    SnapKV_QKVTensor:$keys,
+    SnapKV_QKVTensor:$values,
     Optional<Index>:$offset,
-    AnyRankedTensor:$init,
-    OptionalAttr<F32Attr>:$scale,
-    OptionalAttr<F32Attr>:$softcap,
-    OptionalAttr<I64Attr>:$sliding_window
+    SnapKV_QKVTensor:$init,
+    OptionalAttr<SnapKV_FiniteF32Attr>:$scale,
+    OptionalAttr<SnapKV_PositiveF32Attr>:$softcap,
+    OptionalAttr<SnapKV_PositiveI64Attr>:$sliding_window
   );
-  let results = (outs AnyRankedTensor:$result);
+  let results = (outs SnapKV_QKVTensor:$result);
 
   let assemblyFormat = [{
     $queries `,` $keys `,` $values (`offset` $offset^)? (`scale` $scale^)?
@@ -590,7 +597,9 @@ def SnapKV_AttentionOp : SnapKV_Op<"attention",
 }
 
 def SnapKV_RaggedAttentionOp : SnapKV_Op<"ragged_attention",
-    [Pure, AllTypesMatch<["starts", "lengths"]>]> {
+    [Pure, AllTypesMatch<["starts", "lengths"]>,
+     AllTypesMatch<["queries", "result"]>,
+     AllElementTypesMatch<["queries", "keys", "values"]>]> {
   let summary = "a decode step's attention over a ragged cache, each head its "
                 "own rows";
   let description = [{
@@ -627,14 +636,14 @@ def SnapKV_RaggedAttentionOp : SnapKV_Op<"ragged_attention",
   }];
 
   let arguments = (ins
-    AnyRankedTensor:$queries,
-    AnyRankedTensor:$keys,
-    AnyRankedTensor:$values,
-    AnyRankedTensor:$starts,
-    AnyRankedTensor:$lengths,
-    OptionalAttr<F32Attr>:$scale
+    SnapKV_QKVTensor:$queries,
+    TensorRankOf<[F16, BF16, F32], [3]>:$keys,
+    TensorRankOf<[F16, BF16, F32], [3]>:$values,
+    TensorRankOf<[I64], [2]>:$starts,
+    TensorRankOf<[I64], [2]>:$lengths,
+    OptionalAttr<SnapKV_FiniteF32Attr>:$scale
   );
-  let results = (outs AnyRankedTensor:$result);
+  let results = (outs SnapKV_QKVTensor:$result);
 
   let assemblyFormat = [{
     $queries `,` $keys `,` $values `rows` `(` $starts `,` $lengths `)`
