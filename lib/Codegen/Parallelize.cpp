@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "snapkv/Codegen/Passes.h"
+#include "snapkv/Codegen/ScaledContraction.h"
 
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -89,7 +90,8 @@ struct ParallelizePass : snapkv::impl::ParallelizeBase<ParallelizePass> {
           ops.push_back(linalgOp);
     IRRewriter rewriter(&getContext());
     for (linalg::LinalgOp op : ops) {
-      if (linalg::isaContractionOpInterface(op) &&
+      if ((linalg::isaContractionOpInterface(op) ||
+           snapkv::isScaledContraction(op)) &&
           tileContraction(rewriter, op))
         continue;
       if (llvm::any_of(op.getStaticLoopRanges(), ShapedType::isDynamic))
