@@ -153,3 +153,22 @@ def test_bad_input(tiny, tmp_path):
     with pytest.raises(quantized.QuantizedError, match="holds no Q8_0 tensor"):
         quantized.QuantizedWeights(checkpoint, {}, source="x.gguf").bind(
             WeightRef("model.layers.0.self_attn.q_proj.weight", True, "q8_0"), (64, 512))
+
+
+def test_cli_weights(tiny, tmp_path):
+    """`--weights`: the choices, as-stored with bf16 refused, a checkpoint not converted from
+    GGUF compiled with its f32 weights and said so."""
+    from test_cli import snapkv
+
+    checkpoint, _, _ = tiny
+    done = snapkv("generate", checkpoint.path, "--weights", "q4")
+    assert done.returncode == 2 and "invalid choice: 'q4'" in done.stderr, done.stderr
+    common = ("compile", checkpoint.path, "--window", 8, "--capacity", 16, "-o",
+              tmp_path / "m.mlir", "--weights", "as-stored")
+    done = snapkv(*common, "--dtype", "bf16")
+    assert done.returncode != 0 and "goes with --dtype f32, not bf16" in done.stderr, \
+        done.stderr
+    done = snapkv(*common)
+    assert done.returncode == 0, done.stderr
+    assert "was not converted from a GGUF file" in done.stderr
+    assert "snapkv.quantized" not in (tmp_path / "m.mlir").read_text()

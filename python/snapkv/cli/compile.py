@@ -28,7 +28,7 @@ from .compaction import (
 from .messages import CLIError, progress
 from .opt import diagnostics, layer_functions, run_opt, verify_ir
 from .result import Result
-from .running import stored_weights
+from .running import check_weights, stored_weights
 from .sources import load_source, runner_signature
 
 
@@ -227,6 +227,7 @@ def compute(args) -> CompileResult:
     """Rewrite (and lower) MODEL and write -o OUT (with its sidecar); -o - is left to
     :func:`run`, which writes the module to stdout."""
     target = _check_device_options(args)
+    check_weights(args)
     if not args.full_cache:
         check_window_capacity(args)
     source = load_source(args.model, args, args.quiet, weights=target is not None)

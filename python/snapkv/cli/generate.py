@@ -27,6 +27,7 @@ from .result import Result, emit
 from .running import (
     check_limits,
     check_runnable,
+    check_weights,
     compile_model,
     ids_text,
     prompt,
@@ -355,6 +356,7 @@ class GenerateResult(Result):
 
 def compute(args) -> GenerateResult:
     check_window_capacity(args)
+    check_weights(args)
     source = load_source(args.model, args, args.quiet)
     path, text = source.path, source.text
     prompt_text = text_prompt(args, source.checkpoint)

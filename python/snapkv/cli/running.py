@@ -131,6 +131,14 @@ def check_runnable(text: str, path: Path, length: int, window: int, decode: bool
     return prefill_sig
 
 
+def check_weights(args):
+    """--weights as-stored with another --dtype: refused before anything is exported."""
+    if getattr(args, "weights", "f32") == "as-stored" and \
+            (getattr(args, "dtype", None) or "f32") != "f32":
+        raise CLIError(f"--weights as-stored keeps Q8_0 weights, whose products accumulate in "
+                       f"f32 with f32 activations: it goes with --dtype f32, not {args.dtype}")
+
+
 def stored_weights(source, args, texts):
     """--weights as-stored: `texts` (modules of `source`'s checkpoint) with their Q8_0
     projections as int8 and scales, and the weights that bind them; else unchanged, with the
@@ -143,9 +151,6 @@ def stored_weights(source, args, texts):
     from .. import hf
     from ..frontend import quantized
 
-    if (getattr(args, "dtype", None) or "f32") != "f32":
-        raise CLIError(f"--weights as-stored keeps Q8_0 weights, whose products accumulate in "
-                       f"f32 with f32 activations: it goes with --dtype f32, not {args.dtype}")
     try:
         stored = quantized.as_stored(
             source.checkpoint,
