@@ -1,17 +1,19 @@
 // The vector x Q8_0 matrix product of snapkv-quantize-weights, through the
-// CPU codegen: snapkv-parallelize gives column blocks to threads like an f32
-// matmul's, and snapkv-vectorize takes it like a contraction (one reduction
-// step per register tile, the columns the vector): each step reads a row of
-// int8 values, widens and scales it, and multiply-adds it into the
-// accumulator, no scalar inner loop and no per-column dot products.
+// CPU codegen: snapkv-parallelize splits its reduction into parts of whole
+// blocks of 32 rows (six of three blocks here), each summed into its own row
+// as the f32 vector x matrix product's, and snapkv-vectorize takes it like a
+// contraction (one reduction step per register tile, the columns the
+// vector): each step reads a row of int8 values, widens and scales it, and
+// multiply-adds it into the accumulator, no scalar inner loop and no
+// per-column dot products.
 // RUN: snapkv-opt %s --pass-pipeline="builtin.module(snapkv-quantize-weights,func.func(snapkv-parallelize,snapkv-vectorize{vector-bits=512},canonicalize,cse))" | FileCheck %s --implicit-check-not=linalg.generic --implicit-check-not=vector.reduction
 // RUN: snapkv-opt %s --snapkv-quantize-weights --snapkv-cpu-pipeline -o /dev/null
 
 // CHECK-LABEL: func.func private @layer(
-// CHECK:         scf.forall (%{{.*}}) = (0) to (1536) step (256)
-// CHECK:           scf.for %{{.*}} = %c0 to %c18 step %c1
+// CHECK:         scf.forall (%{{.*}}) in (6) shared_outs
+// CHECK:           scf.for %{{.*}} = %c0 to %c3 step %c1
 // CHECK:             scf.for %{{.*}} = %c0 to %c32 step %c1
-// CHECK:               scf.for %{{.*}} = %c0 to %c256 step %c64
+// CHECK:               scf.for %{{.*}} = %c0 to %c1536 step %c64
 // CHECK:                 %[[X:.*]] = vector.broadcast %{{.*}} : vector<1xf32> to vector<64xf32>
 // CHECK:                 %[[Q:.*]] = vector.transfer_read {{.*}} : tensor<1x1x64xi8>, vector<64xi8>
 // CHECK:                 %[[S:.*]] = vector.transfer_read {{.*}} : tensor<1x64xf32>, vector<64xf32>
