@@ -7,8 +7,8 @@
   by our quantizer, compiled with the weights as int8 + scales, generates the tokens of the
   same model compiled in f32 with the dequantized weights, logits within QUANT_ATOL. Each
   product is the same f32 number on both paths (an f16 scale times an int8 is exact in f32);
-  only the summation order differs (the int8 contraction's column blocks against the f32
-  matmul's split reduction); on SmolLM2's Q8_0 file the logits were within 1.2e-4 of f32's
+  only the summation order differs (the int8 contraction's parts of 32-row blocks against
+  the f32 matmul's parts); on SmolLM2's Q8_0 file the logits were within 1.2e-4 of f32's
   (docs/benchmarks.md), and these two layers' logits are far smaller;
 * bad input: an unknown `weights`, a non-f32 dtype with as-stored, a quantized module bound
   to plain weights, a GGUF whose projections are not Q8_0 (falls back to f32, says so).
