@@ -17,6 +17,10 @@ process held: weights, caches, workspaces, the Python runtime):
   ``snapkv.runtime``); prefill, then decode steps on the full cache;
 * ``ours, SnapKV C = L/8``: the same model rewritten with ``gqa mean``, W = 32, kernel 5,
   C = L/8; decode steps on the compacted cache (prefill as above, plus the selection);
+* ``ours, Q8_0 weights`` (rows ``ours-full-q8_0``, ``ours-snapkv-q8_0``, only when asked
+  for): the same with ``weights="as-stored"``: ``--model`` must then be a checkpoint converted
+  from a GGUF file whose projections are Q8_0 (``snapkv import-gguf FILE.q8_0.gguf``; another
+  checkpoint is an error in the row);
 * ``HF eager`` / ``HF SDPA``: ``AutoModelForCausalLM`` (float32) with that attention, prefill
   with ``use_cache=True, logits_to_keep=1`` (the last row's logits, as ``generate()`` asks
   for and as our prefill computes) and decode steps on its ``DynamicCache``;
@@ -54,8 +58,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python"))
 
-ROWS = ("ours-full", "ours-snapkv", "ours-full-bf16", "ours-snapkv-bf16", "hf-eager", "hf-sdpa",
-        "torch-compile", "iree")
+ROWS = ("ours-full", "ours-snapkv", "ours-full-bf16", "ours-snapkv-bf16", "ours-full-q8_0",
+        "ours-snapkv-q8_0", "hf-eager", "hf-sdpa", "torch-compile", "iree")
 # The CPU engines users would pick instead, each in its own environment
 # (benchmarks/anchors/setup-openvino.sh, setup-llamacpp.sh); rows only when asked for.
 ANCHORS = ("openvino-default", "openvino-f32", "openvino-int8", "llamacpp-f32", "llamacpp-q8_0",
@@ -63,6 +67,8 @@ ANCHORS = ("openvino-default", "openvino-f32", "openvino-int8", "llamacpp-f32", 
 LABELS = {"ours-full": "ours, full cache", "ours-snapkv": "ours, SnapKV C = L/8 (gqa mean)",
           "ours-full-bf16": "ours, bf16 (--dtype bf16), full cache",
           "ours-snapkv-bf16": "ours, bf16, SnapKV C = L/8 (gqa mean)",
+          "ours-full-q8_0": "ours, Q8_0 weights (--weights as-stored), full cache",
+          "ours-snapkv-q8_0": "ours, Q8_0 weights, SnapKV C = L/8 (gqa mean)",
           "hf-eager": "HF eager", "hf-sdpa": "HF SDPA", "torch-compile": "torch.compile (SDPA)",
           "iree": "IREE (full cache)",
           "openvino-default": "OpenVINO GenAI, fp32 IR, plugin default precision",
@@ -139,14 +145,21 @@ def _worker_iree(model_dir: Path, ids, steps: int, runs: int, threads: int) -> d
 
 
 def _worker_ours(model_dir: Path, ids, compact: bool, steps: int, runs: int,
-                 dtype: str = "f32") -> dict:
+                 dtype: str = "f32", weights: str = "f32") -> dict:
     from snapkv import hf
 
     length = len(ids)
     compaction = hf.Compaction(window=32, capacity=max(length // 8, 33), gqa="mean", kernel=5) \
         if compact else None
+    if weights == "as-stored":
+        from snapkv.frontend import quantized
+
+        said = []
+        if quantized.as_stored(hf.Checkpoint(model_dir), log=said.append) is None:
+            raise SystemExit(said[-1])
     start = time.perf_counter()
-    model = hf.load(model_dir, compaction, options=hf.ExportOptions(dtype=dtype))
+    model = hf.load(model_dir, compaction, options=hf.ExportOptions(dtype=dtype),
+                    weights=weights)
     return _time_model(model, ids, steps, runs, time.perf_counter() - start)
 
 
@@ -266,7 +279,8 @@ def worker(args) -> int:
     ids = _prompt(model_dir, args.length)
     if args.row.startswith("ours"):
         result = _worker_ours(model_dir, ids, args.row.startswith("ours-snapkv"), args.steps,
-                              args.prefill_runs, "bf16" if args.row.endswith("bf16") else "f32")
+                              args.prefill_runs, "bf16" if args.row.endswith("bf16") else "f32",
+                              "as-stored" if args.row.endswith("q8_0") else "f32")
     elif args.row == "iree":
         result = _worker_iree(model_dir, ids, args.steps, args.prefill_runs, args.threads)
     else:
@@ -401,7 +415,8 @@ def main(argv=None) -> int:
                     help="a checkpoint directory, a known model name (snapkv models) or "
                     f"{', '.join(SLICES)} (random weights, written once)")
     ap.add_argument("--lengths", default="1024,4096,8000", help="prompt lengths (tokens)")
-    ap.add_argument("--rows", default=",".join(r for r in ROWS if not r.endswith("bf16")),
+    ap.add_argument("--rows", default=",".join(r for r in ROWS
+                                               if not r.endswith(("bf16", "q8_0"))),
                     help=f"any of {', '.join(ROWS + ANCHORS)}; 'anchors' adds the last six")
     ap.add_argument("--steps", type=int, default=16, help="timed decode steps (median)")
     ap.add_argument("--prefill-runs", type=int, default=1, help="timed prefills (median)")

@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "snapkv/Codegen/Passes.h"
+#include "snapkv/Codegen/ScaledContraction.h"
 
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -89,7 +90,8 @@ struct ParallelizePass : snapkv::impl::ParallelizeBase<ParallelizePass> {
           ops.push_back(linalgOp);
     IRRewriter rewriter(&getContext());
     for (linalg::LinalgOp op : ops) {
-      if (linalg::isaContractionOpInterface(op) &&
+      if ((linalg::isaContractionOpInterface(op) ||
+           snapkv::isScaledContraction(op)) &&
           tileContraction(rewriter, op))
         continue;
       if (llvm::any_of(op.getStaticLoopRanges(), ShapedType::isDynamic))
@@ -127,9 +129,13 @@ struct ParallelizePass : snapkv::impl::ParallelizeBase<ParallelizePass> {
     // One row (a decode step's vector x matrix product) reads each element
     // of the matrix once: there is nothing to keep in the caches, and a
     // static reduction lets snapkv-vectorize read the matrix row by row.
+    // The vector x Q8_0 matrix product's reduction is two loops (k / 32,
+    // k % 32): its parts are whole blocks of 32 rows.
+    bool scaled = snapkv::isScaledContraction(op);
     bool oneRow = llvm::all_of(llvm::enumerate(ranges), [&](auto it) {
       auto [d, range] = it;
-      return d == *vectorDim || d == *reduction || range == 1;
+      return d == *vectorDim || d == *reduction || range == 1 ||
+             (scaled && iters[d] == IteratorType::reduction);
     });
     // Column blocks: `columns`, halved (down to 64) until there are at
     // least four, so that narrow projections still go to several threads.
@@ -147,7 +153,11 @@ struct ParallelizePass : snapkv::impl::ParallelizeBase<ParallelizePass> {
           block = smaller;
           break;
         }
-    if (oneRow && !batchDim && splitReduction(rewriter, op, *reduction))
+    unsigned blocks = std::distance(iters.begin(),
+                                    llvm::find(iters, IteratorType::reduction));
+    if (oneRow && !batchDim &&
+        splitReduction(rewriter, op, scaled ? blocks : *reduction,
+                       scaled ? 1 : 32))
       return true;
     if (batchDim) {
       sizes[*batchDim] = 1;
@@ -237,16 +247,16 @@ struct ParallelizePass : snapkv::impl::ParallelizeBase<ParallelizePass> {
   /// innermost (`[...result, parts]`): each part's row is strided and its
   /// vector accumulation falls apart (test/Codegen/parallelize.mlir).
   /// False (nothing changed) if no number of parts from `reductionParts`
-  /// down to 2 divides the reduction into parts of at least 32 steps.
+  /// down to 2 divides the reduction into parts of at least `minSteps` steps.
   bool splitReduction(RewriterBase &rewriter, linalg::LinalgOp op,
-                      unsigned reduction) {
+                      unsigned reduction, int64_t minSteps) {
     SmallVector<int64_t> ranges = op.getStaticLoopRanges();
     int64_t depth = ranges[reduction];
     if (ShapedType::isDynamic(depth) || op->getNumResults() != 1 ||
         llvm::any_of(ranges, ShapedType::isDynamic))
       return false;
     int64_t parts = reductionParts;
-    while (parts >= 2 && (depth % parts != 0 || depth / parts < 32))
+    while (parts >= 2 && (depth % parts != 0 || depth / parts < minSteps))
       --parts;
     if (parts < 2)
       return false;

@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "snapkv/Codegen/Passes.h"
+#include "snapkv/Codegen/ScaledContraction.h"
 #include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
 
 #include "mlir/Dialect/DLTI/DLTI.h"
@@ -639,7 +640,10 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
     // contraction with a broadcast operand does not verify at LLVM 22);
     // other ops with one stay scalar loops (the selection over a dynamic
     // prompt length), which LLVM's loop vectoriser handles where it can.
-    bool contraction = linalg::isaContractionOpInterface(op);
+    // The vector x Q8_0 matrix product too: with the default tile, its eight
+    // reduction steps became per-column dot products.
+    bool contraction = linalg::isaContractionOpInterface(op) ||
+                       snapkv::isScaledContraction(op);
     bool dot =
         contraction &&
         chooseMicrokernel(op, kernel, target) == Microkernel::avx512bf16 &&

@@ -38,12 +38,14 @@ from pathlib import Path
 from typing import Optional, Sequence, Tuple, Union
 
 from . import interface, tools
+from .frontend import quantized
 from .frontend.checkpoint import Checkpoint, CheckpointError
 from .runtime import DEFAULT_CFLAGS, CompiledModel, default_cache_dir
 from .tools import ToolError
 
 __all__ = ["Checkpoint", "CheckpointError", "Compaction", "Exported", "ExportOptions",
-           "export", "extend_function", "layer_functions", "load", "rewrite"]
+           "export", "extend_function", "layer_functions", "load", "quantize_weights",
+           "rewrite"]
 
 PREFILL_LAYER, DECODE_LAYER, EXTEND_LAYER = "prefill_layer", "decode_layer", "extend_layer"
 EXPORT_PACKAGES = ("torch", "transformers", "torch-mlir")
@@ -250,16 +252,32 @@ def rewrite(text: str, compaction: Compaction = Compaction(), *, strict: bool = 
     return tools.opt([f"--snapkv-compress-kv-cache={options}", *extra], text=text).stdout
 
 
+def quantize_weights(text: str) -> str:
+    """`text` with its projection weights taken as Q8_0 (``snapkv-quantize-weights``)."""
+    return tools.opt([quantized.PASS], text=text).stdout
+
+
 def load(checkpoint: Union[Checkpoint, os.PathLike, str],
          compaction: Optional[Compaction] = None, *,
          options: ExportOptions = ExportOptions(), cflags: Sequence[str] = DEFAULT_CFLAGS,
          cache_dir: Optional[os.PathLike] = None, verbose: bool = False,
-         log=None, in_place: bool = True) -> CompiledModel:
+         log=None, in_place: bool = True, weights: str = "f32") -> CompiledModel:
     """The compiled model of `checkpoint`: the original (full cache) without `compaction`,
-    else rewritten with it. Its weights are bound from the checkpoint; its
+    else rewritten with it. `weights`: ``"f32"`` (the checkpoint's tensors, in the export's
+    dtype) or ``"as-stored"``: a checkpoint converted from a GGUF file whose projections
+    are Q8_0 keeps them as int8 values and block scales, dequantized inside the matmuls
+    (:mod:`snapkv.frontend.quantized`; any other checkpoint falls back to its f32 weights,
+    said through `log`). Its weights are bound from the checkpoint; its
     ``max_positions`` is the export's (``max_position_embeddings``, or a sliding window that
     is narrower). `cache_dir` is the runner's (compiled libraries); exports are cached next
     to it. `in_place`: decode writes its caches in place (``CompiledModel``)."""
+    if weights not in quantized.WEIGHT_CHOICES:
+        raise ValueError(f"weights must be one of {', '.join(quantized.WEIGHT_CHOICES)}, "
+                         f"got {weights!r}")
+    if weights == "as-stored" and options.dtype != "f32":
+        raise ValueError(f"weights='as-stored' keeps Q8_0 weights, whose products accumulate "
+                         f"in f32 with f32 activations: it goes with dtype f32, not "
+                         f"{options.dtype}")
     if not isinstance(checkpoint, Checkpoint):
         checkpoint = Checkpoint(checkpoint)
     if compaction is not None and compaction.extends and not options.extend:
@@ -267,6 +285,11 @@ def load(checkpoint: Union[Checkpoint, os.PathLike, str],
     exports = Path(cache_dir).parent / "exports" if cache_dir is not None else None
     exported = export(checkpoint, options, cache_dir=exports, log=log)
     text = exported.text if compaction is None else rewrite(exported.text, compaction)
-    return CompiledModel(text, weights=checkpoint, cflags=cflags, cache_dir=cache_dir,
+    source = checkpoint
+    if weights == "as-stored":
+        stored = quantized.as_stored(checkpoint, log=log)
+        if stored is not None:
+            text, source = quantize_weights(text), stored
+    return CompiledModel(text, weights=source, cflags=cflags, cache_dir=cache_dir,
                          verbose=verbose, in_place=in_place,
                          max_positions=exported.meta.get("max_position_embeddings"))

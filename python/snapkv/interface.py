@@ -44,6 +44,7 @@ class Argument:
     type: TypeInfo
     weight: Optional[str]  # the checkpoint tensor it takes (`snapkv.weight`), if any
     transposed: bool       # `snapkv.transposed`
+    quantized: Optional[str] = None  # `snapkv.quantized`: "q8_0" or "q8_0_scales"
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,8 @@ class Function:
     def from_json(cls, data: dict) -> "Function":
         return cls(
             data["name"], data["visibility"], data["external"],
-            tuple(Argument(TypeInfo.from_json(a["type"]), a["weight"], a["transposed"])
+            tuple(Argument(TypeInfo.from_json(a["type"]), a["weight"], a["transposed"],
+                           a.get("quantized"))
                   for a in data["arguments"]),
             tuple(TypeInfo.from_json(r) for r in data["results"]),
             data["attributes"], tuple(data["callees"]), tuple(data["selects"]),

@@ -293,6 +293,12 @@ def resolve(given: Union[str, os.PathLike], log: Optional[Callable[[str], None]]
     return path(str(given), log=log)
 
 
+def import_marker(directory: Union[str, os.PathLike]) -> dict:
+    """What `import_gguf` recorded in a checkpoint it converted (``source``: the GGUF file,
+    ``architecture``, ``sha256``, ...); empty for any other directory."""
+    return _marker(Path(directory))
+
+
 def name_of(directory: Union[str, os.PathLike]) -> Optional[str]:
     """The known model's name when `directory` is its converted checkpoint, else None."""
     marker = _marker(Path(directory))

@@ -193,6 +193,17 @@ def dtype_option(parser, module_files: bool = True):
                                 "(checked)" if module_files else ""))
 
 
+def weights_option(parser):
+    """--weights: how a checkpoint's weights are held (frontend/quantized.py)."""
+    parser.add_argument("--weights", choices=("f32", "as-stored"), default="f32",
+                        help="f32 (default): the checkpoint's tensors in the --dtype; "
+                             "as-stored: a checkpoint converted from a GGUF file whose "
+                             "projections are Q8_0 (`snapkv import-gguf`) keeps them as int8 "
+                             "values and a scale per 32, widened inside the matmuls (a "
+                             "quarter of the weight bytes); other checkpoints fall back to f32 "
+                             "(-v says why). Needs --dtype f32 (docs/user-guide.md)")
+
+
 def checkpoint_option(parser):
     parser.add_argument("--checkpoint", type=Path, metavar="DIR",
                         help="for a MODEL.mlir written by `snapkv export --hf`: the checkpoint "

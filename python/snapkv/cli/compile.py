@@ -11,7 +11,13 @@ from pathlib import Path
 from typing import Optional
 
 from .. import interface, iree_device, tools
-from .arguments import Formatter, checkpoint_option, dtype_option, model_argument
+from .arguments import (
+    Formatter,
+    checkpoint_option,
+    dtype_option,
+    model_argument,
+    weights_option,
+)
 from .compaction import (
     check_window_capacity,
     compaction_parent,
@@ -22,6 +28,7 @@ from .compaction import (
 from .messages import CLIError, progress
 from .opt import diagnostics, layer_functions, run_opt, verify_ir
 from .result import Result
+from .running import check_weights, stored_weights
 from .sources import load_source, runner_signature
 
 
@@ -58,6 +65,7 @@ def add_parser(commands, common_options):
     model_argument(p, required=True, checkpoints=True)
     checkpoint_option(p)
     dtype_option(p)
+    weights_option(p)
     p.add_argument("-o", "--output", default="-", metavar="OUT.mlir",
                    help="output file ('-': stdout; with --device cuda/iree-cpu: OUT.vmfb, "
                         "and the manifest goes to OUT.json)")
@@ -219,6 +227,7 @@ def compute(args) -> CompileResult:
     """Rewrite (and lower) MODEL and write -o OUT (with its sidecar); -o - is left to
     :func:`run`, which writes the module to stdout."""
     target = _check_device_options(args)
+    check_weights(args)
     if not args.full_cache:
         check_window_capacity(args)
     source = load_source(args.model, args, args.quiet, weights=target is not None)
@@ -239,7 +248,10 @@ def compute(args) -> CompileResult:
                        f"diagnostics are above); nothing was written")
     text = done.stdout
     if target is not None:
+        if args.weights != "f32":
+            raise CLIError(f"--weights {args.weights} goes with --device cpu")
         return _compile_for_device(args, source, text, target, start)
+    (text,), _ = stored_weights(source, args, [text])
     described = interface.describe(text)
     if args.lower:
         progress(args.quiet, "lowering with --snapkv-cpu-pipeline (a few seconds) ...")

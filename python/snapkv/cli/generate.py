@@ -17,6 +17,7 @@ from .arguments import (
     dtype_option,
     int_in,
     model_argument,
+    weights_option,
 )
 from .compaction import check_window_capacity, describe, describe_options, option_dict, rewrite
 from .locate import FIXTURE
@@ -26,11 +27,13 @@ from .result import Result, emit
 from .running import (
     check_limits,
     check_runnable,
+    check_weights,
     compile_model,
     ids_text,
     prompt,
     prompt_length,
     signatures,
+    stored_weights,
     text_prompt,
 )
 from .sources import load_source
@@ -67,6 +70,7 @@ def add_parser(commands, common_options, compaction):
     model_argument(p, checkpoints=True)
     checkpoint_option(p)
     dtype_option(p)
+    weights_option(p)
     add_prompt_options(p, text=True)
     p.add_argument("--steps", "-n", type=int_in(0, "the number of steps"),
                    default=DEFAULT_STEPS, metavar="N", help="decode steps (tokens generated "
@@ -352,6 +356,7 @@ class GenerateResult(Result):
 
 def compute(args) -> GenerateResult:
     check_window_capacity(args)
+    check_weights(args)
     source = load_source(args.model, args, args.quiet)
     path, text = source.path, source.text
     prompt_text = text_prompt(args, source.checkpoint)
@@ -372,10 +377,10 @@ def compute(args) -> GenerateResult:
     rewritten, warnings, rewrite_s = rewrite(path, args)
     if warnings.strip():
         progress(False, diagnostics(warnings))
-    compact = compile_model(rewritten, "compacted-cache model", args,
-                            weights=source.checkpoint)
-    full = compile_model(text, "full-cache model (the original module)", args,
-                         weights=source.checkpoint)
+    (rewritten_run, text_run), weights = stored_weights(source, args, [rewritten, text])
+    compact = compile_model(rewritten_run, "compacted-cache model", args, weights=weights)
+    full = compile_model(text_run, "full-cache model (the original module)", args,
+                         weights=weights)
 
     progress(args.quiet, f"generating {steps} tokens after a {length}-token prompt, "
                          f"with each cache ...")

@@ -131,6 +131,40 @@ def check_runnable(text: str, path: Path, length: int, window: int, decode: bool
     return prefill_sig
 
 
+def check_weights(args):
+    """--weights as-stored with another --dtype: refused before anything is exported."""
+    if getattr(args, "weights", "f32") == "as-stored" and \
+            (getattr(args, "dtype", None) or "f32") != "f32":
+        raise CLIError(f"--weights as-stored keeps Q8_0 weights, whose products accumulate in "
+                       f"f32 with f32 activations: it goes with --dtype f32, not {args.dtype}")
+
+
+def stored_weights(source, args, texts):
+    """--weights as-stored: `texts` (modules of `source`'s checkpoint) with their Q8_0
+    projections as int8 and scales, and the weights that bind them; else unchanged, with the
+    checkpoint."""
+    if getattr(args, "weights", "f32") != "as-stored":
+        return texts, source.checkpoint
+    if source.checkpoint is None:
+        raise CLIError(f"--weights as-stored: {source.label} takes no checkpoint to keep "
+                       f"quantized (give the checkpoint directory as MODEL)")
+    from .. import hf
+    from ..frontend import quantized
+
+    try:
+        stored = quantized.as_stored(
+            source.checkpoint,
+            log=lambda m: progress(args.quiet and not getattr(args, "verbose", False), m))
+    except ValueError as error:
+        raise CLIError(str(error)) from None
+    if stored is None:
+        return texts, source.checkpoint
+    try:
+        return [hf.quantize_weights(text) for text in texts], stored
+    except ToolError as error:
+        raise CLIError(f"snapkv-quantize-weights failed: {error}") from None
+
+
 def compile_model(text: str, label: str, args, weights=None):
     from ..runtime import CompiledModel
 

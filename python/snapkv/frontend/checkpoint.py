@@ -332,13 +332,17 @@ def to_dtype(array: np.ndarray, stored: str, wanted: str) -> np.ndarray:
 class WeightRef(NamedTuple):
     """A weight argument: the checkpoint tensor it takes and whether it takes it transposed
     (``snapkv.transposed``: a 2-D tensor, ``[out, in]`` in the checkpoint, ``[in, out]`` in the
-    module; the runner makes the transposed copy once)."""
+    module; the runner makes the transposed copy once). ``quantized``: which part of a Q8_0
+    weight the argument takes (``snapkv-quantize-weights``: ``"q8_0"``, the int8 values, or
+    ``"q8_0_scales"``), else None."""
 
     name: str
     transposed: bool = False
+    quantized: Optional[str] = None
 
     def __str__(self):
-        return f"{self.name} (transposed)" if self.transposed else self.name
+        text = f"{self.name} (transposed)" if self.transposed else self.name
+        return f"{text} ({self.quantized})" if self.quantized else text
 
 
 def as_ref(key) -> WeightRef:
@@ -350,17 +354,18 @@ def bind_layout(ref: WeightRef, array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(array.T) if ref.transposed else array
 
 
-def weight_arrays(checkpoint: Checkpoint, wanted: Dict[object, Tuple[Tuple[int, ...], str]]) \
-        -> Tuple[Dict[object, np.ndarray], List[str]]:
+def weight_arrays(checkpoint: Checkpoint, wanted: Dict[object, Tuple[Tuple[int, ...], str]],
+                  elsewhere=()) -> Tuple[Dict[object, np.ndarray], List[str]]:
     """({key: array} for `wanted` ({key: (shape, element type)}, each key a tensor name or a
     :class:`WeightRef`), notes). Checks each tensor's shape against the module's and converts
     f16/bf16 to f32 where the module wants f32, or rounds to the bf16/f16 a module exported
     with that dtype wants (a copy; noted); a transposed weight is a
     transposed copy; everything else is mapped, not copied. The mapped pages a copy was made
     from are released (:meth:`Checkpoint.release`). A missing tensor or a shape or dtype that
-    does not fit is a CheckpointError that names it."""
+    does not fit is a CheckpointError that names it. `elsewhere`: tensor names the module
+    takes from another source (Q8_0 weights), not unused."""
     arrays, problems, converted = {}, [], []
-    names = {as_ref(key).name for key in wanted}
+    names = {as_ref(key).name for key in wanted} | set(elsewhere)
     missing = sorted(name for name in names if name not in checkpoint.tensors)
     if missing:
         raise CheckpointError(f"{checkpoint.path}: {len(missing)} tensor(s) the module needs are "

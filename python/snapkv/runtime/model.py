@@ -73,7 +73,25 @@ def bind_weights(signatures, source):
                          f"snapkv.weight) but none were given: pass the checkpoint it "
                          f"was exported from")
     from ..frontend.checkpoint import Checkpoint, weight_arrays
+    from ..frontend.quantized import QuantizedWeights, as_stored
 
+    quantized = {ref: ttype for ref, ttype in wanted.items() if ref.quantized}
+    if quantized and isinstance(source, Checkpoint):
+        # A checkpoint converted from a Q8_0 GGUF file gives them from that file.
+        source = as_stored(source) or source
+    if quantized and not isinstance(source, QuantizedWeights):
+        raise ValueError(f"the module takes {len(quantized)} weight arguments as Q8_0 "
+                         f"(snapkv-quantize-weights), but the weights given have none: give "
+                         f"a checkpoint converted from a GGUF file whose projections are Q8_0 "
+                         f"(snapkv import-gguf)")
+    if isinstance(source, QuantizedWeights):
+        arrays, notes = weight_arrays(source.checkpoint,
+                                      {n: (t.shape, t.elem) for n, t in wanted.items()
+                                       if not n.quantized},
+                                      elsewhere={ref.name for ref in quantized})
+        for ref, ttype in quantized.items():
+            arrays[ref] = source.bind(ref, ttype.shape)
+        return arrays, notes
     if isinstance(source, Checkpoint):
         return weight_arrays(source, {n: (t.shape, t.elem) for n, t in wanted.items()})
     arrays, problems = {}, []

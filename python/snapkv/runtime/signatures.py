@@ -88,7 +88,7 @@ def signature(text: str, name: str) -> Signature:
     return Signature(
         tuple(TensorType.of(a.type) for a in function.arguments),
         tuple(TensorType.of(r) for r in function.results),
-        tuple(WeightRef(a.weight, a.transposed) if a.weight is not None else None
+        tuple(WeightRef(a.weight, a.transposed, a.quantized) if a.weight is not None else None
               for a in function.arguments))
 
 

@@ -231,6 +231,10 @@ static json::Object describeFunction(func::FuncOp func) {
         transposed ? transposed.getValue()
                    : func.getArgAttr(i, "snapkv.transposed") != nullptr;
     arg["transposed"] = isTransposed;
+    // snapkv-quantize-weights: "q8_0" (the int8 values) or "q8_0_scales".
+    if (auto quantized =
+            func.getArgAttrOfType<StringAttr>(i, "snapkv.quantized"))
+      arg["quantized"] = quantized.getValue().str();
     arguments.push_back(std::move(arg));
   }
 

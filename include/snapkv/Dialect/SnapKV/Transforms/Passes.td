@@ -157,6 +157,8 @@ def DescribeModule : Pass<"snapkv-describe-module", "::mlir::ModuleOp"> {
     }
     ```
 
+    A weight argument of `snapkv-quantize-weights` adds `"quantized":
+    "q8_0"` (its int8 values) or `"q8_0_scales"` (their scales).
     `T` is `{"text": "tensor<1x?x64xf32>", "shape": [1, null, 64],
     "element": "f32"}`; `shape` and `element` are present for ranked
     tensors and for memrefs of the identity layout, which add `"memref":
@@ -621,6 +623,41 @@ def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
                         "(absmax / 127), D + 4 bytes a row"))}]>,
     Option<"strict", "strict", "bool", /*default=*/"false",
            "Refusing to rewrite is an error instead of a warning">
+  ];
+}
+
+def QuantizeWeights : Pass<"snapkv-quantize-weights", "::mlir::ModuleOp"> {
+  let summary = "Take a model's projection weights as GGUF Q8_0 int8 values "
+                "and block scales, dequantized inside the matmuls";
+  let description = [{
+    Each argument of a public function that is a checkpoint weight taken
+    transposed (`snapkv.weight`, `snapkv.transposed`, `tensor<KxNxf32>` with
+    K a multiple of 32) and only used as the right-hand operand of
+    `linalg.matmul` (directly, or through calls to private functions that
+    only do that with it, every call passing such a weight) becomes two:
+    `tensor<KxNxi8>` (`snapkv.quantized = "q8_0"`) and its scales
+    `tensor<(K/32)xNxf32>` (the same `snapkv.weight`, `snapkv.transposed`,
+    and `snapkv.quantized = "q8_0_scales"`): the weight is `scale[k / 32, n]
+    * value[k, n]`, GGUF Q8_0's blocks of 32 along the reduction. The
+    callees' arguments and the calls change with them.
+
+    A matmul of one row by such a weight (a decode step's projection, the
+    last row's logits) becomes one `linalg.generic` over (m, k / 32, k % 32,
+    n) whose body widens the int8 value, multiplies it by its scale (exactly
+    the dequantized f32 weight: an f16 scale times an int8 is exact in f32)
+    and multiply-adds it: the weights are read as one byte each. A matmul
+    of more rows (a prompt) dequantizes the weight to f32 first, once per
+    call (K x N conversions against the product's M x K x N multiply-adds),
+    and keeps the f32 matmul. The runner binds the values and scales
+    (`snapkv-describe-module` reports `"quantized"` per argument).
+  }];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect", "::mlir::linalg::LinalgDialect",
+    "::mlir::tensor::TensorDialect"
+  ];
+  let options = [
+    Option<"format", "format", "std::string", /*default=*/"\"q8_0\"",
+           "The block format the weights are taken in (q8_0)">
   ];
 }
 

@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""f32, bf16 and Q8_0 weights (``--weights as-stored``) of one checkpoint, alternated in one
+process: prefill at each of ``--lengths`` and decode steps at the last one's depth, the models
+taking turns (prefill in alternating order per length, decode every step), CPU seconds of the
+process (``time.process_time``) next to wall seconds. CPU seconds are what to read on a shared
+machine (run it with ``OMP_NUM_THREADS=1``: waiting OpenMP threads spin on the CPU).
+
+``--model``: a checkpoint converted from a GGUF file whose projections are Q8_0 (``snapkv
+import-gguf FILE.q8_0.gguf``); prompts are the passkey prompts of ``bench_model.py``.
+Prints one JSON object. Timings are measurements, never pass/fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
+
+
+def main(argv=None) -> int:
+    import bench_model
+
+    from snapkv import hf
+    from snapkv.frontend import quantized
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", required=True, help="checkpoint converted from a Q8_0 GGUF")
+    ap.add_argument("--lengths", default="1000,4000", help="prompt lengths (tokens)")
+    ap.add_argument("--steps", type=int, default=12, help="timed decode steps (median)")
+    args = ap.parse_args(argv)
+    model_dir = Path(args.model)
+    said = []
+    if quantized.as_stored(hf.Checkpoint(model_dir), log=said.append) is None:
+        raise SystemExit(said[-1])
+    models = {"f32": hf.load(model_dir),
+              "bf16": hf.load(model_dir, options=hf.ExportOptions(dtype="bf16")),
+              "q8_0": hf.load(model_dir, weights="as-stored")}
+    order = list(models)
+    lengths = [int(x) for x in args.lengths.split(",") if x]
+    prefill = {name: {} for name in models}
+    state = {}
+    for turn, length in enumerate(lengths):
+        ids = bench_model._prompt(model_dir, length)
+        for name in order if turn % 2 == 0 else order[::-1]:
+            cpu, wall = time.process_time(), time.perf_counter()
+            logits, caches = models[name].prefill(ids[None])
+            prefill[name][length] = (time.process_time() - cpu, time.perf_counter() - wall)
+            state[name] = [int(np.argmax(logits[0, -1])),
+                           models[name].cache(caches, args.steps + 2)]
+    decode = {name: [] for name in models}
+    for step in range(args.steps + 1):  # step 0 warms up
+        for name in order if step % 2 else order[::-1]:
+            token, caches = state[name]
+            cpu, wall = time.process_time(), time.perf_counter()
+            logits, caches = models[name].decode(token, len(ids) + step, caches)
+            if step:
+                decode[name].append((time.process_time() - cpu, time.perf_counter() - wall))
+            state[name] = [int(np.argmax(logits[0, -1])), caches]
+    result = {name: dict(prefill_cpu_s={n: v[0] for n, v in prefill[name].items()},
+                         prefill_wall_s={n: v[1] for n, v in prefill[name].items()},
+                         decode_cpu_ms=float(np.median([c for c, _ in decode[name]]) * 1e3),
+                         decode_wall_ms=float(np.median([w for _, w in decode[name]]) * 1e3),
+                         depth=len(ids))
+              for name in models}
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

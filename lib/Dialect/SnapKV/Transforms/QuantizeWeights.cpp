@@ -1,0 +1,308 @@
+//===- QuantizeWeights.cpp - Q8_0 projection weights ----------------------===//
+//
+// A model's projection weights taken as GGUF Q8_0 stores them (int8 values
+// and one scale per 32 along the reduction) instead of f32: the entry
+// points' and the layer functions' arguments change type, and each
+// linalg.matmul by such a weight reads the int8 values and widens them in
+// its own inner loop (a vector x matrix product), or dequantizes the matrix
+// once per call before the product (a prompt's rows: the conversion is K x N
+// against the product's M x K x N). Plain linalg on tensors: the pipelines
+// tile, vectorise and parallelise it as they do the f32 matmul.
+//
+//===----------------------------------------------------------------------===//
+
+#include "snapkv/Dialect/SnapKV/Transforms/Passes.h"
+
+#include "SignatureRewrite.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/SymbolTable.h"
+
+#include "llvm/ADT/DenseSet.h"
+
+#include <functional>
+
+namespace mlir::snapkv {
+#define GEN_PASS_DEF_QUANTIZEWEIGHTS
+#include "snapkv/Dialect/SnapKV/Transforms/Passes.h.inc"
+} // namespace mlir::snapkv
+
+using namespace mlir;
+using namespace mlir::snapkv;
+
+namespace {
+
+/// Q8_0's block: one scale per 32 consecutive values along the reduction.
+constexpr int64_t kBlock = 32;
+constexpr llvm::StringLiteral kQuantized = "snapkv.quantized";
+
+/// A weight of `[K, N]` f32 whose K is a whole number of blocks.
+bool quantizable(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  return tensor && tensor.hasStaticShape() && tensor.getRank() == 2 &&
+         tensor.getElementType().isF32() && tensor.getDimSize(0) % kBlock == 0;
+}
+
+/// `use` is the right-hand operand of an f32 linalg.matmul of the default
+/// maps (`[M, K] x [K, N]`).
+bool isMatmulRhs(OpOperand &use) {
+  auto matmul = dyn_cast<linalg::MatmulOp>(use.getOwner());
+  if (!matmul || use.getOperandNumber() != 1 || matmul.hasUserDefinedMaps() ||
+      !matmul.hasPureTensorSemantics())
+    return false;
+  auto f32 = [](Value v) { return getElementTypeOrSelf(v.getType()).isF32(); };
+  return f32(matmul.getInputs()[0]) && f32(matmul.getOutputs()[0]);
+}
+
+bool isWeight(func::FuncOp func, unsigned i) {
+  auto transposed = func.getArgAttrOfType<BoolAttr>(i, "snapkv.transposed");
+  bool isTransposed = transposed
+                          ? transposed.getValue()
+                          : func.getArgAttr(i, "snapkv.transposed") != nullptr;
+  return func.getArgAttrOfType<StringAttr>(i, "snapkv.weight") &&
+         isTransposed && quantizable(func.getArgumentTypes()[i]);
+}
+
+RankedTensorType valuesType(RankedTensorType weight) {
+  return RankedTensorType::get(weight.getShape(),
+                               IntegerType::get(weight.getContext(), 8));
+}
+
+RankedTensorType scalesType(RankedTensorType weight) {
+  return RankedTensorType::get(
+      {weight.getDimSize(0) / kBlock, weight.getDimSize(1)},
+      weight.getElementType());
+}
+
+/// `value` ([K, N] or [M, K]) with K split into [K / 32, 32].
+Value splitBlocks(OpBuilder &b, Location loc, Value value, unsigned dim) {
+  auto type = cast<RankedTensorType>(value.getType());
+  SmallVector<int64_t> shape(type.getShape());
+  shape[dim] /= kBlock;
+  shape.insert(shape.begin() + dim + 1, kBlock);
+  SmallVector<ReassociationIndices> groups;
+  for (unsigned d = 0; d < type.getRank(); ++d)
+    groups.push_back(d == dim  ? ReassociationIndices{d, d + 1}
+                     : d < dim ? ReassociationIndices{d}
+                               : ReassociationIndices{d + 1});
+  SmallVector<OpFoldResult> sizes = tensor::getMixedSizes(b, loc, value);
+  sizes[dim] = b.getIndexAttr(shape[dim]);
+  sizes.insert(sizes.begin() + dim + 1, b.getIndexAttr(kBlock));
+  return tensor::ExpandShapeOp::create(
+      b, loc, RankedTensorType::get(shape, type.getElementType()), value,
+      groups, sizes);
+}
+
+/// `matmul(x, dequant(values, scales))` where `x` has one row: one
+/// contraction over (m, k / 32, k % 32, n) whose body widens the int8 value
+/// and scales it (exactly the dequantized f32 weight: an f16 scale times an
+/// int8 fits f32's significand) before the multiply-add.
+Value vectorTimesQuantized(OpBuilder &b, Location loc, Value x, Value values,
+                           Value scales, Value init) {
+  MLIRContext *ctx = b.getContext();
+  AffineExpr m, kb, kk, n;
+  bindDims(ctx, m, kb, kk, n);
+  SmallVector<AffineMap> maps = {AffineMap::get(4, 0, {m, kb, kk}, ctx),
+                                 AffineMap::get(4, 0, {kb, kk, n}, ctx),
+                                 AffineMap::get(4, 0, {kb, n}, ctx),
+                                 AffineMap::get(4, 0, {m, n}, ctx)};
+  using utils::IteratorType;
+  SmallVector<IteratorType> iterators = {
+      IteratorType::parallel, IteratorType::reduction, IteratorType::reduction,
+      IteratorType::parallel};
+  auto generic = linalg::GenericOp::create(
+      b, loc, TypeRange{init.getType()},
+      ValueRange{splitBlocks(b, loc, x, 1), splitBlocks(b, loc, values, 0),
+                 scales},
+      ValueRange{init}, maps, iterators,
+      [](OpBuilder &nb, Location nloc, ValueRange args) {
+        Value wide =
+            arith::SIToFPOp::create(nb, nloc, nb.getF32Type(), args[1]);
+        Value weight = arith::MulFOp::create(nb, nloc, wide, args[2]);
+        Value product = arith::MulFOp::create(nb, nloc, args[0], weight);
+        Value sum = arith::AddFOp::create(nb, nloc, args[3], product);
+        linalg::YieldOp::create(nb, nloc, ValueRange{sum});
+      });
+  return generic.getResult(0);
+}
+
+/// The f32 `[K, N]` weight of `values` and `scales`.
+Value dequantize(OpBuilder &b, Location loc, Value values, Value scales) {
+  MLIRContext *ctx = b.getContext();
+  auto type = cast<RankedTensorType>(values.getType());
+  Value blocks = splitBlocks(b, loc, values, 0);
+  auto blockType = cast<RankedTensorType>(blocks.getType());
+  Value empty =
+      tensor::EmptyOp::create(b, loc, blockType.getShape(), b.getF32Type());
+  AffineExpr kb, kk, n;
+  bindDims(ctx, kb, kk, n);
+  SmallVector<AffineMap> maps = {AffineMap::getMultiDimIdentityMap(3, ctx),
+                                 AffineMap::get(3, 0, {kb, n}, ctx),
+                                 AffineMap::getMultiDimIdentityMap(3, ctx)};
+  SmallVector<utils::IteratorType> iterators(3, utils::IteratorType::parallel);
+  auto generic = linalg::GenericOp::create(
+      b, loc, TypeRange{empty.getType()}, ValueRange{blocks, scales},
+      ValueRange{empty}, maps, iterators,
+      [](OpBuilder &nb, Location nloc, ValueRange args) {
+        Value wide =
+            arith::SIToFPOp::create(nb, nloc, nb.getF32Type(), args[0]);
+        Value weight = arith::MulFOp::create(nb, nloc, wide, args[1]);
+        linalg::YieldOp::create(nb, nloc, ValueRange{weight});
+      });
+  return tensor::CollapseShapeOp::create(
+      b, loc, RankedTensorType::get(type.getShape(), b.getF32Type()),
+      generic.getResult(0), SmallVector<ReassociationIndices>{{0, 1}, {2}});
+}
+
+/// Replaces each matmul by `values` (an argument now int8) with its
+/// quantized form.
+void rewriteMatmuls(Value values, Value scales) {
+  for (OpOperand &use : llvm::make_early_inc_range(values.getUses())) {
+    auto matmul = dyn_cast<linalg::MatmulOp>(use.getOwner());
+    if (!matmul)
+      continue;
+    OpBuilder b(matmul);
+    Location loc = matmul.getLoc();
+    Value x = matmul.getInputs()[0], init = matmul.getOutputs()[0];
+    Value result;
+    if (cast<RankedTensorType>(x.getType()).getDimSize(0) == 1) {
+      result = vectorTimesQuantized(b, loc, x, values, scales, init);
+    } else {
+      Value weight = dequantize(b, loc, values, scales);
+      result = linalg::MatmulOp::create(b, loc, ValueRange{x, weight},
+                                        ValueRange{init})
+                   .getResult(0);
+    }
+    matmul.getResult(0).replaceAllUsesWith(result);
+    matmul.erase();
+  }
+}
+
+struct QuantizeWeights
+    : public mlir::snapkv::impl::QuantizeWeightsBase<QuantizeWeights> {
+  using QuantizeWeightsBase::QuantizeWeightsBase;
+
+  void runOnOperation() override {
+    if (format != "q8_0") {
+      emitError(getOperation().getLoc())
+          << "snapkv-quantize-weights: format must be q8_0, got '" << format
+          << "'";
+      return signalPassFailure();
+    }
+    ModuleOp module = getOperation();
+    SymbolTable symbols(module);
+    // The weights that may change: arguments of the entry points (public
+    // functions nothing in the module calls: only the runner does).
+    llvm::DenseSet<Value> converted;
+    for (auto func : module.getOps<func::FuncOp>())
+      if (func.isPublic() && !func.isExternal() &&
+          SymbolTable::symbolKnownUseEmpty(func, module))
+        for (unsigned i = 0; i < func.getNumArguments(); ++i)
+          if (isWeight(func, i))
+            converted.insert(func.getArgument(i));
+    // A callee's argument changes when its only uses are matmuls and every
+    // call passes it a weight that changes; a weight changes when its uses
+    // are matmuls and such calls. Narrowed to a fixed point.
+    using Position = std::pair<Operation *, unsigned>;
+    llvm::DenseSet<Position> positions;
+    auto calleeOf = [&](func::CallOp call) {
+      return symbols.lookup<func::FuncOp>(call.getCallee());
+    };
+    auto localOk = [](func::FuncOp callee, unsigned i) {
+      return callee && callee.isPrivate() && !callee.isExternal() &&
+             quantizable(callee.getArgumentTypes()[i]) &&
+             llvm::all_of(callee.getArgument(i).getUses(), isMatmulRhs);
+    };
+    bool changed = true;
+    while (changed) {
+      changed = false;
+      positions.clear();
+      for (Value weight : converted)
+        for (OpOperand &use : weight.getUses())
+          if (auto call = dyn_cast<func::CallOp>(use.getOwner())) {
+            func::FuncOp callee = calleeOf(call);
+            unsigned i = use.getOperandNumber();
+            if (!localOk(callee, i))
+              continue;
+            std::optional<SymbolTable::UseRange> uses =
+                SymbolTable::getSymbolUses(callee, module);
+            bool allCalls =
+                uses && llvm::all_of(*uses, [&](auto symbolUse) {
+                  auto other = dyn_cast<func::CallOp>(symbolUse.getUser());
+                  return other && converted.contains(other.getOperand(i));
+                });
+            if (allCalls)
+              positions.insert({callee.getOperation(), i});
+          }
+      for (Value weight : llvm::to_vector(converted)) {
+        bool ok = llvm::all_of(weight.getUses(), [&](OpOperand &use) {
+          if (auto call = dyn_cast<func::CallOp>(use.getOwner()))
+            return positions.contains(
+                {calleeOf(call).getOperation(), use.getOperandNumber()});
+          return isMatmulRhs(use);
+        });
+        if (!ok) {
+          converted.erase(weight);
+          changed = true;
+        }
+      }
+    }
+
+    // The scales argument of each changed value, and the arguments that
+    // change, per function (from the last, so that indices stay valid).
+    DenseMap<Value, Value> scalesOf;
+    DenseMap<Operation *, SmallVector<unsigned>> changes;
+    for (Value weight : converted) {
+      auto arg = cast<BlockArgument>(weight);
+      changes[arg.getOwner()->getParentOp()].push_back(arg.getArgNumber());
+    }
+    for (Position position : positions)
+      changes[position.first].push_back(position.second);
+    Builder b(&getContext());
+    for (auto func : module.getOps<func::FuncOp>()) {
+      if (!changes.count(func))
+        continue;
+      SmallVector<unsigned> args = changes[func];
+      llvm::sort(args, std::greater<unsigned>());
+      for (unsigned i : args) {
+        auto type = cast<RankedTensorType>(func.getArgumentTypes()[i]);
+        SmallVector<NamedAttribute> scaleAttrs;
+        if (func.getArgAttr(i, "snapkv.weight")) {
+          for (NamedAttribute attr : func.getArgAttrDict(i).getValue())
+            if (attr.getName() != kQuantized)
+              scaleAttrs.push_back(attr);
+          scaleAttrs.push_back(
+              b.getNamedAttr(kQuantized, b.getStringAttr("q8_0_scales")));
+          func.setArgAttr(i, kQuantized, b.getStringAttr("q8_0"));
+        }
+        (void)func.insertArgument(i + 1, scalesType(type),
+                                  b.getDictionaryAttr(scaleAttrs),
+                                  func.getArgument(i).getLoc());
+        BlockArgument values = func.getArgument(i);
+        values.setType(valuesType(type));
+        scalesOf[values] = func.getArgument(i + 1);
+        rewriteMatmuls(values, func.getArgument(i + 1));
+      }
+      snapkv::detail::updateSignature(func);
+    }
+    // Each call passes the scales after the values.
+    module.walk([&](func::CallOp call) {
+      SmallVector<Value> operands;
+      bool changedCall = false;
+      for (Value operand : call.getOperands()) {
+        operands.push_back(operand);
+        if (Value scales = scalesOf.lookup(operand)) {
+          operands.push_back(scales);
+          changedCall = true;
+        }
+      }
+      if (changedCall)
+        call->setOperands(operands);
+    });
+  }
+};
+
+} // namespace

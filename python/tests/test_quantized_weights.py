@@ -1,0 +1,175 @@
+"""Q8_0 projection weights kept quantized (`weights="as-stored"`, snapkv-quantize-weights).
+
+* our Q8_0 quantizer is gguf-py's (the reference llama.cpp's `quantize` follows), byte for
+  byte, and `from_gguf` reads a GGUF's Q8_0 tensors back in the checkpoint's row order (the
+  q/k rows llama.cpp permutes for its rotary layout un-permuted);
+* a tiny Llama checkpoint (test_hf_models' "llama", 2 layers) with every projection quantized
+  by our quantizer, compiled with the weights as int8 + scales, generates the tokens of the
+  same model compiled in f32 with the dequantized weights, logits within QUANT_ATOL. Each
+  product is the same f32 number on both paths (an f16 scale times an int8 is exact in f32);
+  only the summation order differs (the int8 contraction's parts of 32-row blocks against
+  the f32 matmul's parts); on SmolLM2's Q8_0 file the logits were within 1.2e-4 of f32's
+  (docs/benchmarks.md), and these two layers' logits are far smaller;
+* bad input: an unknown `weights`, a non-f32 dtype with as-stored, a quantized module bound
+  to plain weights, a GGUF whose projections are not Q8_0 (falls back to f32, says so).
+"""
+
+import numpy as np
+import pytest
+from conftest import require_aot_tools
+
+from snapkv import hf, interface, runtime
+from snapkv.frontend import quantized
+from snapkv.frontend.checkpoint import WeightRef
+
+QUANT_ATOL = 1e-4
+STEPS = 6
+
+
+def test_quantizer_is_gguf_py_q8_0():
+    gguf = pytest.importorskip("gguf")
+    weight = np.random.default_rng(0).normal(0, 0.5, (8, 96)).astype(np.float32)
+    weight[1, :32] = 0  # an all-zero block: scale 0, values 0
+    mine = quantized.quantize_q8_0(weight)
+    theirs = gguf.quants.quantize(weight, gguf.GGMLQuantizationType.Q8_0)
+    blocks = theirs.reshape(8, 3, 34)
+    assert np.array_equal(blocks[:, :, 2:].copy().view(np.int8).reshape(8, 96), mine.values)
+    assert np.array_equal(blocks[:, :, :2].copy().view(np.float16)[:, :, 0].astype(np.float32),
+                          mine.scales)
+    assert np.abs(mine.dequantize() - weight).max() <= mine.scales.max() / 2 * 1.001
+    with pytest.raises(quantized.QuantizedError, match="multiple of 32"):
+        quantized.quantize_q8_0(weight[:, :40])
+
+
+def test_from_gguf_unpermutes_q_and_k(tmp_path):
+    gguf = pytest.importorskip("gguf")
+    rng = np.random.default_rng(1)
+    config = dict(num_attention_heads=2, num_key_value_heads=1)
+    q = rng.normal(0, 1, (8, 64)).astype(np.float32)   # 2 heads of 4 rows
+    k = rng.normal(0, 1, (4, 64)).astype(np.float32)   # 1 kv head
+    up = rng.normal(0, 1, (16, 64)).astype(np.float32)
+
+    def permute(rows, heads):  # llama.cpp's convert_hf_to_gguf permutation
+        return rows.reshape(heads, 2, rows.shape[0] // heads // 2, *rows.shape[1:]) \
+            .swapaxes(1, 2).reshape(rows.shape)
+
+    path = tmp_path / "t.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    for name, array in (("blk.0.attn_q.weight", permute(q, 2)),
+                        ("blk.0.attn_k.weight", permute(k, 1)),
+                        ("blk.0.ffn_up.weight", up)):
+        data = gguf.quants.quantize(array, gguf.GGMLQuantizationType.Q8_0)
+        writer.add_tensor(name, data, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    writer.add_tensor("blk.0.attn_norm.weight", np.ones(64, np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    read = quantized.from_gguf(path, config, "llama")
+    assert sorted(read) == ["model.layers.0.mlp.up_proj.weight",
+                            "model.layers.0.self_attn.k_proj.weight",
+                            "model.layers.0.self_attn.q_proj.weight"]
+    for name, want in (("self_attn.q_proj", q), ("self_attn.k_proj", k), ("mlp.up_proj", up)):
+        got = read[f"model.layers.0.{name}.weight"]
+        assert np.array_equal(got.values, quantized.quantize_q8_0(want).values), name
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """The tiny Llama checkpoint, its export, and every projection quantized."""
+    require_aot_tools()
+    pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("torch_mlir")
+    from test_hf_models import COMMON, checkpoint_dir
+
+    folder = checkpoint_dir("llama", lambda: transformers.LlamaConfig(**COMMON))
+    checkpoint = hf.Checkpoint(folder)
+    exported = hf.export(checkpoint)
+    tensors = {name: quantized.quantize_q8_0(checkpoint.array(name))
+               for name in checkpoint.tensors
+               if name.endswith(("_proj.weight", "lm_head.weight"))}
+    return checkpoint, exported, tensors
+
+
+def test_quantized_model_generates_the_dequantized_models_tokens(tiny):
+    checkpoint, exported, tensors = tiny
+    text = hf.quantize_weights(exported.text)
+    described = interface.describe(text).function("decode")
+    parts = {a.quantized for a in described.arguments if a.weight}
+    assert parts == {None, "q8_0", "q8_0_scales"}
+    taken = {a.weight for a in described.arguments if a.quantized}
+    assert taken == set(tensors), "every projection and lm_head are taken as Q8_0"
+
+    plain = {name: np.asarray(checkpoint.array(name)) for name in checkpoint.tensors}
+    plain.update({name: t.dequantize() for name, t in tensors.items()})
+    reference = runtime.CompiledModel(exported.text, weights=plain, cflags=("-O0",))
+    model = runtime.CompiledModel(text, weights=quantized.QuantizedWeights(checkpoint, tensors),
+                                  cflags=("-O0",))
+    ids = np.random.default_rng(7).integers(0, 256, (1, 24)).astype(np.int64)
+    want, got = reference.generate(ids, STEPS), model.generate(ids, STEPS)
+    diff = np.abs(got["logits"] - want["logits"]).max()
+    assert got["tokens"] == want["tokens"], f"max |diff| {diff}"
+    assert diff <= QUANT_ATOL, f"max |diff| {diff}"
+    # The int8 values are bound, not f32: a quarter of the bytes, plus an f32 scale per 32.
+    q_bytes = sum(a.nbytes for ref, a in model.weights.items() if ref.quantized)
+    f_bytes = sum(a.nbytes for ref, a in reference.weights.items() if ref.name in tensors)
+    assert q_bytes == f_bytes // 4 + f_bytes // 32
+
+
+def test_bad_input(tiny, tmp_path):
+    checkpoint, exported, tensors = tiny
+    with pytest.raises(ValueError, match="weights must be one of f32, as-stored, got 'q4'"):
+        hf.load(checkpoint, weights="q4")
+    with pytest.raises(ValueError, match="goes with dtype f32, not bf16"):
+        hf.load(checkpoint, weights="as-stored", options=hf.ExportOptions(dtype="bf16"))
+    with pytest.raises(ValueError, match="the weights given have none"):
+        runtime.CompiledModel(hf.quantize_weights(exported.text), weights=checkpoint)
+    # A checkpoint not converted from GGUF: as-stored falls back to its own weights.
+    said = []
+    assert quantized.as_stored(checkpoint, log=said.append) is None
+    assert "was not converted from a GGUF file" in said[0]
+    # A GGUF whose projections are Q4_1 (the shipped SmolLM2 file): f32, said.
+    fake = tmp_path / "ckpt"
+    fake.mkdir()
+    gguf = pytest.importorskip("gguf")
+    file = tmp_path / "q4.gguf"
+    writer = gguf.GGUFWriter(str(file), "llama")
+    data = gguf.quants.quantize(np.ones((4, 64), np.float32), gguf.GGMLQuantizationType.Q4_1)
+    writer.add_tensor("blk.0.attn_q.weight", data, raw_dtype=gguf.GGMLQuantizationType.Q4_1)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    from snapkv import models
+
+    (fake / models.MARKER).write_text(f'{{"source": "{file}", "architecture": "llama"}}')
+
+    class Fake:
+        path = fake
+
+    said.clear()
+    assert quantized.as_stored(Fake(), log=said.append) is None
+    assert "holds Q4_1 projection weights; only Q8_0 ones are kept quantized" in said[0]
+    with pytest.raises(quantized.QuantizedError, match="holds no Q8_0 tensor"):
+        quantized.QuantizedWeights(checkpoint, {}, source="x.gguf").bind(
+            WeightRef("model.layers.0.self_attn.q_proj.weight", True, "q8_0"), (64, 512))
+
+
+def test_cli_weights(tiny, tmp_path):
+    """`--weights`: the choices, as-stored with bf16 refused, a checkpoint not converted from
+    GGUF compiled with its f32 weights and said so."""
+    from test_cli import snapkv
+
+    checkpoint, _, _ = tiny
+    done = snapkv("generate", checkpoint.path, "--weights", "q4")
+    assert done.returncode == 2 and "invalid choice: 'q4'" in done.stderr, done.stderr
+    common = ("compile", checkpoint.path, "--window", 8, "--capacity", 16, "-o",
+              tmp_path / "m.mlir", "--weights", "as-stored")
+    done = snapkv(*common, "--dtype", "bf16")
+    assert done.returncode != 0 and "goes with --dtype f32, not bf16" in done.stderr, \
+        done.stderr
+    done = snapkv(*common)
+    assert done.returncode == 0, done.stderr
+    assert "was not converted from a GGUF file" in done.stderr
+    assert "snapkv.quantized" not in (tmp_path / "m.mlir").read_text()
