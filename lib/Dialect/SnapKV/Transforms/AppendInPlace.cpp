@@ -392,6 +392,82 @@ static Value insertRow(OpBuilder &b, Location loc, Value row, Value cache,
       SmallVector<OpFoldResult>(3, b.getIndexAttr(1)));
 }
 
+/// The cache arguments `args` [B, Hc, T, D] as packed buffers `memref<batch
+/// x ? x D>`, each read as a tensor (`bufferization.to_tensor restrict
+/// writable`) after `last`, which advances; their argument numbers go to
+/// `buffers`. What read a cache's length (the run-time checks, onlyChecked)
+/// reads head 0's of batch row 0 (`lengths`); its other sizes are static.
+static SmallVector<Value, 2> packCaches(OpBuilder &b, Location loc,
+                                        ArrayRef<BlockArgument> args,
+                                        int64_t batch, Value lengths,
+                                        Value zero, Operation *&last,
+                                        SmallVector<unsigned> &buffers) {
+  SmallVector<Value, 2> caches;
+  for (BlockArgument arg : args) {
+    auto type = cast<RankedTensorType>(arg.getType());
+    auto packed =
+        RankedTensorType::get({batch, ShapedType::kDynamic, type.getDimSize(3)},
+                              type.getElementType());
+    for (Operation *user : llvm::make_early_inc_range(arg.getUsers()))
+      if (auto dim = dyn_cast<tensor::DimOp>(user)) {
+        b.setInsertionPoint(dim);
+        std::optional<int64_t> d = dim.getConstantIndex();
+        Value size =
+            d && *d != 2 && !type.isDynamicDim(*d)
+                ? arith::ConstantIndexOp::create(b, loc, type.getDimSize(*d))
+                : extractIndex(b, loc, lengths, {zero, zero});
+        dim.replaceAllUsesWith(size);
+        dim.erase();
+      }
+    arg.setType(MemRefType::get(packed.getShape(), packed.getElementType()));
+    b.setInsertionPointAfter(last);
+    Value cache = bufferization::ToTensorOp::create(
+        b, loc, packed, arg, /*restrict=*/true, /*writable=*/true);
+    last = cache.getDefiningOp();
+    caches.push_back(cache);
+    buffers.push_back(arg.getArgNumber());
+  }
+  b.setInsertionPointAfter(last);
+  return caches;
+}
+
+/// The loops over every (batch row, head) that write the new rows into
+/// `caches`, placed after the later of the two appends (both rows exist
+/// there); `b` is left at the start of the inner loop's body.
+static std::pair<scf::ForOp, scf::ForOp>
+rowLoops(OpBuilder &b, Location loc, const Append &keyAppend,
+         const Append &valueAppend, ValueRange caches, Value zero, Value one,
+         Value batchEnd, Value headEnd) {
+  Operation *later = keyAppend.concat;
+  if (later->isBeforeInBlock(valueAppend.concat))
+    later = valueAppend.concat;
+  b.setInsertionPointAfter(later);
+  auto outer = scf::ForOp::create(b, loc, zero, batchEnd, one, caches);
+  b.setInsertionPointToStart(outer.getBody());
+  auto inner =
+      scf::ForOp::create(b, loc, zero, headEnd, one, outer.getRegionIterArgs());
+  b.setInsertionPointToStart(inner.getBody());
+  return {outer, inner};
+}
+
+/// The end of a rewrite of `func`: the `erased` results and the appends
+/// gone, the signature updated, the convention recorded. Returns the buffers'
+/// argument numbers and the rows argument's.
+static std::pair<SmallVector<unsigned>, unsigned>
+finishRewrite(func::FuncOp func, const Plan &plan,
+              const llvm::BitVector &erased, unsigned rowsAt,
+              const SmallVector<unsigned> &buffers, int64_t dim,
+              Layout layout) {
+  eraseResults(func, erased);
+  for (const Append &append : plan.appends)
+    append.concat->erase();
+  SmallVector<Type> inputs(func.getBody().front().getArgumentTypes());
+  func.setType(
+      FunctionType::get(func.getContext(), inputs, func.getResultTypes()));
+  annotate(func, rowsAt, buffers, dim, layout);
+  return {buffers, rowsAt};
+}
+
 /// The ragged rewrite of `func` by `plan`: each pair's caches become packed
 /// buffers [B, R, D] (head c's rows at `starts[b, c]`, `lengths[b, c]` of
 /// them valid, room after them), the new rows are written at `starts +
@@ -432,51 +508,16 @@ rewriteRagged(func::FuncOp func, const Plan &plan) {
     Value starts = rowsSlice(b, loc, rowsArg, p, 0, batch, heads);
     Value lengths = rowsSlice(b, loc, rowsArg, p, 1, batch, heads);
     last = lengths.getDefiningOp();
-    SmallVector<Value, 2> caches;
-    for (const Append *append : {&keyAppend, &valueAppend}) {
-      BlockArgument arg = argOf(*append);
-      auto type = cast<RankedTensorType>(arg.getType());
-      auto packed = RankedTensorType::get(
-          {batch, ShapedType::kDynamic, type.getDimSize(3)},
-          type.getElementType());
-      // The checks that read the cache's length (onlyChecked) get head
-      // 0's, and its other static sizes are the cache's.
-      for (Operation *user : llvm::make_early_inc_range(arg.getUsers()))
-        if (auto dim = dyn_cast<tensor::DimOp>(user)) {
-          b.setInsertionPoint(dim);
-          std::optional<int64_t> d = dim.getConstantIndex();
-          Value size =
-              d && *d != 2 && !type.isDynamicDim(*d)
-                  ? arith::ConstantIndexOp::create(b, loc, type.getDimSize(*d))
-                  : extractIndex(b, loc, lengths, {zero, zero});
-          dim.replaceAllUsesWith(size);
-          dim.erase();
-        }
-      arg.setType(MemRefType::get(packed.getShape(), packed.getElementType()));
-      b.setInsertionPointAfter(last);
-      Value cache = bufferization::ToTensorOp::create(
-          b, loc, packed, arg, /*restrict=*/true, /*writable=*/true);
-      last = cache.getDefiningOp();
-      caches.push_back(cache);
-      buffers.push_back(arg.getArgNumber());
-    }
-    b.setInsertionPointAfter(last);
+    SmallVector<Value, 2> caches =
+        packCaches(b, loc, {argOf(keyAppend), argOf(valueAppend)}, batch,
+                   lengths, zero, last, buffers);
     Value total = tensor::DimOp::create(b, loc, caches[0], 1);
     last = total.getDefiningOp();
-
-    // Write both new rows once both exist: after the later append.
-    Operation *later = keyAppend.concat;
-    if (later->isBeforeInBlock(valueAppend.concat))
-      later = valueAppend.concat;
-    b.setInsertionPointAfter(later);
+    auto [outer, inner] = rowLoops(b, loc, keyAppend, valueAppend, caches, zero,
+                                   one, batchEnd, headEnd);
     Value keyRow = keyAppend.concat.getOperand(1);
     Value valueRow = valueAppend.concat.getOperand(1);
-    auto outer = scf::ForOp::create(b, loc, zero, batchEnd, one, caches);
-    b.setInsertionPointToStart(outer.getBody());
     Value bi = outer.getInductionVar();
-    auto inner = scf::ForOp::create(b, loc, zero, headEnd, one,
-                                    outer.getRegionIterArgs());
-    b.setInsertionPointToStart(inner.getBody());
     Value c = inner.getInductionVar();
     Value start = extractIndex(b, loc, starts, {bi, c});
     Value length = extractIndex(b, loc, lengths, {bi, c});
@@ -531,14 +572,8 @@ rewriteRagged(func::FuncOp func, const Plan &plan) {
       erased.set(append.result);
     }
   }
-  eraseResults(func, erased);
-  for (const Append &append : plan.appends)
-    append.concat->erase();
-  SmallVector<Type> inputs(entry.getArgumentTypes());
-  func.setType(FunctionType::get(ctx, inputs, func.getResultTypes()));
   // In pair order: pair p's keys and values are buffers 2p and 2p + 1.
-  annotate(func, rowsAt, buffers, /*dim=*/1, Layout::Ragged);
-  return {buffers, rowsAt};
+  return finishRewrite(func, plan, erased, rowsAt, buffers, 1, Layout::Ragged);
 }
 
 /// The pool rewrite of `func` by `plan` (layout=pool): every batch row is a
@@ -583,50 +618,16 @@ rewritePool(func::FuncOp func, const Plan &plan) {
       table[which] = rowsSlice(b, loc, rowsArg, p, which, plan.batch, heads);
     auto [starts, lengths, capacities] = table;
     last = capacities.getDefiningOp();
-    SmallVector<Value, 2> pools;
-    for (const Append *append : {&keyAppend, &valueAppend}) {
-      BlockArgument arg = argOf(*append);
-      auto type = cast<RankedTensorType>(arg.getType());
-      auto packed = RankedTensorType::get(
-          {1, ShapedType::kDynamic, type.getDimSize(3)}, type.getElementType());
-      // What read the cache's length (run-time checks, onlyChecked) reads
-      // head 0's of batch row 0; its other sizes are static.
-      for (Operation *user : llvm::make_early_inc_range(arg.getUsers()))
-        if (auto dim = dyn_cast<tensor::DimOp>(user)) {
-          b.setInsertionPoint(dim);
-          std::optional<int64_t> d = dim.getConstantIndex();
-          Value size =
-              d && *d != 2
-                  ? arith::ConstantIndexOp::create(b, loc, type.getDimSize(*d))
-                  : extractIndex(b, loc, lengths, {zero, zero});
-          dim.replaceAllUsesWith(size);
-          dim.erase();
-        }
-      arg.setType(MemRefType::get(packed.getShape(), packed.getElementType()));
-      b.setInsertionPointAfter(last);
-      Value pool = bufferization::ToTensorOp::create(
-          b, loc, packed, arg, /*restrict=*/true, /*writable=*/true);
-      last = pool.getDefiningOp();
-      pools.push_back(pool);
-      buffers.push_back(arg.getArgNumber());
-    }
-    b.setInsertionPointAfter(last);
+    SmallVector<Value, 2> pools =
+        packCaches(b, loc, {argOf(keyAppend), argOf(valueAppend)}, 1, lengths,
+                   zero, last, buffers);
     Value total = tensor::DimOp::create(b, loc, pools[0], 1);
     last = total.getDefiningOp();
-
-    // Write both new rows once both exist: after the later append.
-    Operation *later = keyAppend.concat;
-    if (later->isBeforeInBlock(valueAppend.concat))
-      later = valueAppend.concat;
-    b.setInsertionPointAfter(later);
+    auto [outer, inner] = rowLoops(b, loc, keyAppend, valueAppend, pools, zero,
+                                   one, batch, headEnd);
     Value keyRow = keyAppend.concat.getOperand(1);
     Value valueRow = valueAppend.concat.getOperand(1);
-    auto outer = scf::ForOp::create(b, loc, zero, batch, one, pools);
-    b.setInsertionPointToStart(outer.getBody());
     Value bi = outer.getInductionVar();
-    auto inner = scf::ForOp::create(b, loc, zero, headEnd, one,
-                                    outer.getRegionIterArgs());
-    b.setInsertionPointToStart(inner.getBody());
     Value c = inner.getInductionVar();
     Value start = extractIndex(b, loc, starts, {bi, c});
     Value length = extractIndex(b, loc, lengths, {bi, c});
@@ -712,13 +713,7 @@ rewritePool(func::FuncOp func, const Plan &plan) {
       erased.set(append.result);
     }
   }
-  eraseResults(func, erased);
-  for (const Append &append : plan.appends)
-    append.concat->erase();
-  SmallVector<Type> inputs(entry.getArgumentTypes());
-  func.setType(FunctionType::get(ctx, inputs, func.getResultTypes()));
-  annotate(func, rowsAt, buffers, /*dim=*/1, Layout::Pool);
-  return {buffers, rowsAt};
+  return finishRewrite(func, plan, erased, rowsAt, buffers, 1, Layout::Pool);
 }
 
 /// Rewrites `func` by `plan`; returns the new argument numbers of the buffers
@@ -809,13 +804,8 @@ rewriteDirect(func::FuncOp func, const Plan &plan) {
     buffers.push_back(argNo);
   }
   // The concats now feed only the erased return operands.
-  eraseResults(func, erased);
-  for (const Append &append : plan.appends)
-    append.concat->erase();
-  SmallVector<Type> inputs(entry.getArgumentTypes());
-  func.setType(FunctionType::get(ctx, inputs, func.getResultTypes()));
-  annotate(func, rowsAt, buffers, plan.dim);
-  return {buffers, rowsAt};
+  return finishRewrite(func, plan, erased, rowsAt, buffers, plan.dim,
+                       Layout::Uniform);
 }
 
 namespace {
