@@ -18,7 +18,8 @@ Rows, each run in its own subprocess (so that its peak RSS is its own), in the o
   prompt order; f32, eager PyTorch, greedy.
 
 Columns: sequences run at once (peak), aggregate tokens/s (generated tokens / wall time,
-prefill included), decode tokens/s (decode-step tokens / decode time; the engine only), time
+prefill included), decode tokens/s (decode-step tokens / decode time; the engine only),
+compiled decode calls and decode tokens (``--decode-batch N`` sequences per call), time
 to first token (median and max over the prompts, from the start of the run: queueing
 included), peak K/V bytes held, peak RSS, passkeys found, and whether each sequence's tokens
 equal its single-sequence run (``--check``; engine rows). Every number is measured; none is
@@ -71,7 +72,7 @@ def run_engine(args, row, samples):
                                                           capacity=args.capacity)
     engine = load_engine(checkpoint_dir(args.model), compaction,
                          cache_budget_mb=args.cache_budget, max_queue=len(samples),
-                         per_request=False)
+                         per_request=False, decode_batch=args.decode_batch)
     params = SamplingParams(max_tokens=args.max_tokens, ignore_eos=True)
     engine.reset_stats()
     done = engine.generate([s.ids for s in samples], params)
@@ -86,6 +87,7 @@ def run_engine(args, row, samples):
                 tokens=stats["generated_tokens"], wall_s=stats["wall_s"],
                 tokens_per_s=stats["tokens_per_s"],
                 decode_tokens_per_s=stats["decode_tokens_per_s"],
+                decode_calls=stats["decode_calls"], decode_tokens=stats["decode_tokens"],
                 ttft_median_s=float(np.median(ttft)), ttft_max_s=float(max(ttft)),
                 peak_cache_bytes=stats["peak_cache_bytes"], peak_rss_bytes=stats["peak_rss_bytes"],
                 found=sum(text.correct(s, d.text or "") for s, d in zip(samples, done)),
@@ -173,13 +175,16 @@ def child(args):
 
 
 def table(results, args):
-    lines = ["| row | sequences at once | tokens/s (aggregate) | decode tokens/s | TTFT median / "
-             "max (s) | peak K/V (MiB) | peak RSS (MiB) | passkeys found | same as single run |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| row | sequences at once | tokens/s (aggregate) | decode tokens/s | decode "
+             "calls / tokens | TTFT median / max (s) | peak K/V (MiB) | peak RSS (MiB) | "
+             "passkeys found | same as single run |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         rate = "-" if r["decode_tokens_per_s"] is None else f"{r['decode_tokens_per_s']:.1f}"
         same = "-" if r["same_as_single"] is None else f"{r['same_as_single']}/{r['sequences']}"
+        calls = f"{r['decode_calls']} / {r['decode_tokens']}" if "decode_calls" in r else "-"
         lines.append(f"| {r['row']} | {r['peak_concurrent']} | {r['tokens_per_s']:.1f} | {rate} | "
+                     f"{calls} | "
                      f"{r['ttft_median_s']:.2f} / {r['ttft_max_s']:.2f} | "
                      f"{r['peak_cache_bytes'] / 2**20:.1f} | {r['peak_rss_bytes'] / 2**20:.0f} | "
                      f"{r['found']}/{r['sequences']} | {same} |")
@@ -199,6 +204,9 @@ def main():
                         help="MiB of K/V for every row (SmolLM2's full cache of a 4K-token "
                              "prompt holds about 190)")
     parser.add_argument("--window", type=int, default=32)
+    parser.add_argument("--decode-batch", type=int, default=8, metavar="N",
+                        help="engine rows: sequences per compiled decode call (0: one call "
+                             "per sequence)")
     parser.add_argument("--capacity", type=int,
                         help="SnapKV's C (default: the mean prompt length / 8)")
     parser.add_argument("--rows", default=",".join(ROWS),
@@ -225,7 +233,8 @@ def main():
     passthrough = ["--model", args.model, "--prompts", str(args.prompts), "--lengths",
                    ",".join(map(str, args.lengths)), "--max-tokens", str(args.max_tokens),
                    "--cache-budget", str(args.cache_budget), "--window", str(args.window),
-                   "--capacity", str(args.capacity), "--seed", str(args.seed)] + \
+                   "--capacity", str(args.capacity), "--seed", str(args.seed),
+                   "--decode-batch", str(args.decode_batch)] + \
         (["--check"] if args.check else [])
     for _ in range(args.repeat):
         for row in rows:
@@ -239,7 +248,8 @@ def main():
     lengths = results[0]["lengths"]
     print(f"bench_serve: {args.model}, {args.prompts} passkey prompts of {min(lengths)}-"
           f"{max(lengths)} tokens, {args.max_tokens} tokens each, cache budget "
-          f"{args.cache_budget:g} MiB; SnapKV W={args.window} C={args.capacity}")
+          f"{args.cache_budget:g} MiB; SnapKV W={args.window} C={args.capacity}; decode "
+          f"batch {args.decode_batch}")
     print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     print()

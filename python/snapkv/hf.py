@@ -60,11 +60,14 @@ class ExportOptions:
     over the caches so far), which chunked prefill needs; ``dtype``: the element type of the
     weights, activations and K/V caches, ``f32`` (the default), ``bf16`` or ``f16`` (matmuls
     accumulate, softmax and RMSNorm compute in f32 as in HF's own model in that dtype; the
-    logits are f32; weights stored otherwise are rounded to it when they are bound)."""
+    logits are f32; weights stored otherwise are rounded to it when they are bound);
+    ``batch``: N > 0 also exports ``@decode_batch``, one decode step of N sequences of
+    different lengths (:meth:`~snapkv.runtime.CompiledModel.decode_batch`)."""
     attention: str = "sdpa"
     logits: str = "last"
     extend: bool = False
     dtype: str = "f32"
+    batch: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,7 +214,7 @@ def export(checkpoint: Union[Checkpoint, os.PathLike, str],
 
     text, meta = hf_export.export_text(
         checkpoint, hf_export.ExportOptions(options.attention, options.logits, options.extend,
-                                            options.dtype),
+                                            options.dtype, options.batch),
         log=log)
     hf_export.write(folder, text, meta)
     if log:

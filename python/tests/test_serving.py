@@ -27,7 +27,7 @@ from serving_inputs import (
     write_tokenizer,
 )
 
-from snapkv.serving import QueueFull, RequestError, SamplingParams
+from snapkv.serving import Engine, QueueFull, RequestError, SamplingParams
 from snapkv.tasks import retrieval
 
 # K/V bytes of one cache row of every head: 2 layers x (K, V) x 2 kv heads (gqa mean) x 64 x f32.
@@ -74,7 +74,21 @@ def test_each_sequence_gets_exactly_its_single_sequence_tokens(engine):
     assert 2 <= stats["peak_concurrent_sequences"] < 8  # the budget, not the batch, decides
     assert stats["peak_cache_bytes"] <= 300 * 1024
     assert stats["generated_tokens"] == sum(limits)
+    # One compiled call advanced all the running sequences (@decode_batch).
+    assert stats["decode_calls"] < stats["decode_tokens"] == sum(limits) - len(limits)
     assert engine.running == engine.waiting == engine.reserved == 0
+
+
+def test_per_sequence_decode_gives_the_same_tokens(engine):
+    """batched=False: one @decode call per sequence and step, on the same compiled model."""
+    asks, params = prompts(5), SamplingParams(max_tokens=6, ignore_eos=True)
+    batched = engine.generate(asks, params)
+    alone = Engine(engine.served, batched=False)
+    done = alone.generate(asks, params)
+    assert [d.tokens for d in done] == [b.tokens for b in batched]
+    assert [d.cache_bytes for d in done] == [b.cache_bytes for b in batched]
+    stats = alone.stats.to_json()
+    assert stats["decode_calls"] == stats["decode_tokens"] == 5 * 5
 
 
 def test_a_new_prompt_is_prefilled_while_others_decode(engine):

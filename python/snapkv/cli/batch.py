@@ -68,6 +68,11 @@ def add_engine_options(p):
     group.add_argument("--tokenizer", type=Path, metavar="DIR",
                        help="a directory with tokenizer files, for a model without them "
                             "(default: the checkpoint's own)")
+    group.add_argument("--decode-batch", type=int_in(0, "--decode-batch", 1024),
+                       metavar="N",
+                       help="the running sequences of a model advance together, N per "
+                            "compiled decode call (fewer are padded, more take several "
+                            "calls; default 8); 0: one call per sequence")
 
 
 def positive_mb(value: str) -> float:
@@ -100,6 +105,8 @@ def load_engine(args, per_request: bool = False, max_models: int = 4):
         return load_engine(args.model, compaction(args), cache_budget_mb=args.cache_budget,
                            max_queue=args.max_queue, tokenizer=args.tokenizer,
                            per_request=per_request, max_models=max_models,
+                           **({} if args.decode_batch is None
+                              else dict(decode_batch=args.decode_batch)),
                            log=lambda m: progress(args.quiet, m))
     except LoadError as error:
         raise CLIError(str(error)) from None

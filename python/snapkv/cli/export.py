@@ -12,7 +12,7 @@ import numpy as np
 
 from ..tools import ToolError
 from . import locate
-from .arguments import DTYPES, Formatter
+from .arguments import DTYPES, Formatter, int_in
 from .locate import frontend_hint, load_checkpoint
 from .messages import CLIError, progress, show
 from .result import Result, emit
@@ -50,6 +50,9 @@ def add_parser(commands, common_options):
     p.add_argument("--extend", action="store_true",
                    help="with --hf: also export @extend (a prompt chunk over the caches so far), "
                         "which chunked prefill (--chunk of generate, compile and ledger) needs")
+    p.add_argument("--batch", type=int_in(0, "--batch", 1024), default=0, metavar="N",
+                   help="with --hf: also export @decode_batch, one decode step of N sequences "
+                        "of different lengths (snapkv batch and serve use it)")
     p.add_argument("--dtype", choices=DTYPES, default="f32",
                    help="with --hf: the element type of the weights, activations and K/V "
                         "caches (matmul accumulation, softmax and RMSNorm stay f32, as in HF's "
@@ -207,7 +210,7 @@ def export_checkpoint(args) -> CheckpointExportResult:
     progress(args.quiet, f"exporting {show(args.hf)}: {checkpoint.describe()} ...")
     try:
         exported = hf.export(checkpoint, hf.ExportOptions(args.attention, args.logits,
-                                                          args.extend, args.dtype),
+                                                          args.extend, args.dtype, args.batch),
                              out=out, log=lambda m: progress(args.quiet, f"  {m}"))
     except hf.CheckpointError as error:
         raise CLIError(f"{show(args.hf)}: {error}") from None
@@ -222,9 +225,10 @@ def run(args) -> int:
     if args.hf is not None:
         emit(export_checkpoint(args), as_json=False)
         return 0
-    if args.attention != "sdpa" or args.logits != "last" or args.extend or args.dtype != "f32":
-        raise CLIError("--attention, --logits, --extend and --dtype go with --hf (the bundled "
-                       "fixtures are eager attention, all logits, f32)")
+    if args.attention != "sdpa" or args.logits != "last" or args.extend or \
+            args.dtype != "f32" or args.batch:
+        raise CLIError("--attention, --logits, --extend, --batch and --dtype go with --hf "
+                       "(the bundled fixtures are eager attention, all logits, f32)")
     dynamic = args.dynamic or not args.static
     static = args.static or not args.dynamic
     result = export_models(args.out if args.out is not None else locate.models_dir(),

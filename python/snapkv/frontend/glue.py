@@ -16,8 +16,11 @@ from typing import Dict, List, Set, Tuple
 from .checkpoint import WeightRef
 
 PREFILL_LAYER, DECODE_LAYER, EXTEND_LAYER = "prefill_layer", "decode_layer", "extend_layer"
+# @decode_batch's layer (N sequences' new tokens) and head (logits of every row).
+DECODE_BATCH_LAYER, HEAD_ROWS = "decode_batch_layer", "head_rows"
 # The imported functions the entry points call: private once the entry points exist.
-PRIVATE = ("embed", PREFILL_LAYER, DECODE_LAYER, EXTEND_LAYER, "head")
+PRIVATE = ("embed", PREFILL_LAYER, DECODE_LAYER, EXTEND_LAYER, DECODE_BATCH_LAYER, "head",
+           HEAD_ROWS)
 
 
 @dataclasses.dataclass
@@ -52,15 +55,28 @@ def _one_row(logits: str, text: str) -> str:
     return f"tensor<{'x'.join(dims)}x{head.element}>"
 
 
+def _batch_types(text: str) -> Tuple[str, str]:
+    """@decode_batch's ids ``[1, N]`` and logits ``[1, N, V]`` types, N the batch of
+    @decode_batch_layer's positions ``[N]``, from the compiler."""
+    from .. import interface
+
+    described = interface.describe(text)
+    rows = described.function(DECODE_BATCH_LAYER).arguments[1].type.shape[0]
+    head = described.function(HEAD_ROWS).results[0]
+    vocab = "?" if head.shape[2] is None else str(head.shape[2])
+    return f"tensor<1x{rows}xi64>", f"tensor<1x{rows}x{vocab}x{head.element}>"
+
+
 def _weight_attrs(ref: WeightRef) -> str:
     transposed = ", snapkv.transposed" if ref.transposed else ""
     return (f'{{bufferization.writable = false, snapkv.weight = {json.dumps(ref.name)}'
             f'{transposed}}}')
 
 
-def entry_points(text: str, plan: Plan, logits: str,
-                  extend: bool = False) -> Tuple[str, List[WeightRef]]:
-    """The text of ``@prefill`` and ``@decode`` (and ``@extend``): calls only."""
+def entry_points(text: str, plan: Plan, logits: str, extend: bool = False,
+                 batch: bool = False) -> Tuple[str, List[WeightRef]]:
+    """The text of ``@prefill`` and ``@decode`` (and ``@extend``, ``@decode_batch``): calls
+    only."""
     embed_args, embed_results = _types(text, "embed")
     p_args, p_results = _types(text, PREFILL_LAYER)
     d_args, d_results = _types(text, DECODE_LAYER)
@@ -87,12 +103,12 @@ def entry_points(text: str, plan: Plan, logits: str,
         return (f"    {result} = call @{callee}({', '.join(operands)}) : "
                 f"({', '.join(arg_types)}) -> {shown}")
 
-    def layer_calls(callee, args, results, caches):
+    def layer_calls(callee, args, results, caches, position="%position"):
         """`callee` once per layer, each on the last one's hidden state (with `caches`, also
         on the position and that layer's cache arguments); and the last hidden state."""
         calls, hidden = [], "%h"
         for i, layer in enumerate(plan.layers):
-            extra = ["%position", f"%c{2 * i}", f"%c{2 * i + 1}"] if caches else []
+            extra = [position, f"%c{2 * i}", f"%c{2 * i + 1}"] if caches else []
             calls.append(call(f"%l{i}:3", callee, [hidden, *extra] + [value[w] for w in layer],
                               args, results))
             hidden = f"%l{i}#0"
@@ -141,6 +157,29 @@ def entry_points(text: str, plan: Plan, logits: str,
         lines += [f"  func.func @extend(\n      %ids: {ids_dyn},\n      %position: "
                   f"{e_args[1]},\n      {caches},\n      {weights}) -> "
                   f"({', '.join(extend_types)}) {{", *body]
+    if batch:
+        # One new token of each of N sequences: ids [1, N] (row i is sequence i's token),
+        # each sequence's logical position, its caches a batch row of every cache.
+        b_args, b_results = _types(text, DECODE_BATCH_LAYER)
+        rows_args, rows_results = _types(text, HEAD_ROWS)
+        ids_n, logits_n = _batch_types(text)
+        caches = ",\n      ".join(f"%c{j}: {b_args[2 + j % 2]}" for j in range(2 * n))
+        batch_types = [logits_n] + [t for _ in range(n) for t in b_results[1:]]
+        lines += [f"  func.func @decode_batch(\n      %id: {ids_n},\n      %positions: "
+                  f"{b_args[1]},\n      {caches},\n      {weights}) -> "
+                  f"({', '.join(batch_types)}) {{",
+                  f"    %ids = tensor.cast %id : {ids_n} to {ids_dyn}",
+                  call("%e", "embed", ["%ids", value[plan.embed]], embed_args, embed_results),
+                  f"    %h = tensor.cast %e : {hidden_dyn} to {b_args[0]}"]
+        calls, hidden = layer_calls(DECODE_BATCH_LAYER, b_args, b_results, caches=True,
+                                    position="%positions")
+        lines += calls
+        lines += [f"    %hr = tensor.cast {hidden} : {b_args[0]} to {rows_args[0]}",
+                  call("%logits_r", HEAD_ROWS, ["%hr", value[plan.norm], value[plan.lm_head]],
+                       rows_args, rows_results),
+                  f"    %logits = tensor.cast %logits_r : {rows_results[0]} to {logits_n}"]
+        returned = ["%logits"] + [f"%l{i}#{j}" for i in range(n) for j in (1, 2)]
+        lines += [f"    return {', '.join(returned)} : {', '.join(batch_types)}", "  }"]
     return "\n".join(lines) + "\n", order
 
 

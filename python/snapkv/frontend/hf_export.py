@@ -76,7 +76,16 @@ from torch import nn
 
 from .checkpoint import Checkpoint, CheckpointError, WeightRef
 from .export import import_functions, versions
-from .glue import DECODE_LAYER, EXTEND_LAYER, PREFILL_LAYER, Plan, entry_points, insert
+from .glue import (
+    DECODE_BATCH_LAYER,
+    DECODE_LAYER,
+    EXTEND_LAYER,
+    HEAD_ROWS,
+    PREFILL_LAYER,
+    Plan,
+    entry_points,
+    insert,
+)
 from .model import persist_buffers
 
 FORMAT = "snapkv-hf-export 1"
@@ -88,6 +97,8 @@ DTYPES = ("f32", "bf16", "f16")
 TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 # RoPE types whose frequencies are fixed by the config (traced once, exact for every length).
 STATIC_ROPE = ("default", "linear", "llama3")
+# The most sequences one @decode_batch call may take.
+MAX_BATCH = 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,11 +107,14 @@ class ExportOptions:
     ``eager``); ``logits``: ``last`` (prefill returns ``[1, 1, V]``, what generation needs) or
     ``all`` (``[1, L, V]``, e.g. for perplexity); ``extend``: also export ``@extend`` (a
     prompt chunk over the caches so far: chunked prefill); ``dtype``: the element type of the
-    weights, activations and K/V caches (``f32``, ``bf16``, ``f16``; see :func:`export_text`)."""
+    weights, activations and K/V caches (``f32``, ``bf16``, ``f16``; see :func:`export_text`);
+    ``batch``: N > 0 also exports ``@decode_batch`` (one new token of each of N sequences;
+    N is static: ``snapkv.attention`` takes a static batch)."""
     attention: str = "sdpa"
     logits: str = "last"
     extend: bool = False
     dtype: str = "f32"
+    batch: int = 0
 
     def check(self):
         if self.attention not in ATTENTION:
@@ -110,6 +124,10 @@ class ExportOptions:
             raise ValueError(f"logits must be one of {', '.join(LOGITS)}, got {self.logits!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if isinstance(self.batch, bool) or not isinstance(self.batch, int) or \
+                not 0 <= self.batch <= MAX_BATCH:
+            raise ValueError(f"batch must be an integer in [0, {MAX_BATCH}], got "
+                             f"{self.batch!r}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -311,6 +329,26 @@ class _DecodeLayer(_PrefillLayer):
         return out.last_hidden_state, cache.layers[0].keys, cache.layers[0].values
 
 
+class _DecodeBatchLayer(_PrefillLayer):
+    """One new token of each of N sequences: ``hidden [1, N, H]`` (row i is sequence i's
+    token), ``positions [N]`` (each one's logical position), each sequence's cache a batch
+    row of ``keys``/``values [N, Hkv, T, D]``. HF's decoder runs it as a batch of N one-token
+    steps (per-row RoPE positions), so row i computes what ``_DecodeLayer`` computes for
+    sequence i; the model rewrite and ``snapkv-append-in-place layout=pool`` then give each
+    sequence its own rows of one pool."""
+
+    def forward(self, hidden, positions, keys, values, *weights):
+        from transformers import DynamicCache
+
+        rows = hidden.shape[1]
+        cache = DynamicCache(config=self.config)
+        cache.update(keys, values, 0)
+        out = self.call(weights, inputs_embeds=hidden.reshape(rows, 1, hidden.shape[2]),
+                        position_ids=positions.reshape(rows, 1), cache=cache, use_cache=True)
+        return (out.last_hidden_state.reshape(1, rows, hidden.shape[2]),
+                cache.layers[0].keys, cache.layers[0].values)
+
+
 class _ExtendLayer(_PrefillLayer):
     def forward(self, hidden, position, keys, values, *weights):
         from transformers import DynamicCache
@@ -403,17 +441,28 @@ def export_text(checkpoint: Checkpoint, options: ExportOptions = ExportOptions()
               kv[:, :, :example // 2].clone()) + layer_weights,
              {"hidden": {1: length}, "position": None, "keys": {2: cache},
               "values": {2: cache}, "weights": none}))
+    head = _HeadModule(inner.norm, model.lm_head)
     functions += [
-        ("head", _Head(_HeadModule(inner.norm, model.lm_head), ["norm.weight",
-                                                                 "lm_head.weight"],
-                       options.logits == "last"),
+        ("head", _Head(head, ["norm.weight", "lm_head.weight"], options.logits == "last"),
          (h, norm_w, lm_w), {"hidden": {1: length}, "weights": (None, None)}),
     ]
+    if options.batch:
+        n = options.batch
+        rows = torch.randn(1, n, hidden, generator=g).to(dtype)
+        functions += [
+            (DECODE_BATCH_LAYER, _DecodeBatchLayer(stack, names, config, layer_transposed),
+             (rows, example + torch.arange(n), kv.expand(n, -1, -1, -1).clone(),
+              kv.expand(n, -1, -1, -1).clone()) + layer_weights,
+             {"hidden": None, "positions": None, "keys": {2: cache}, "values": {2: cache},
+              "weights": none}),
+            (HEAD_ROWS, _Head(head, ["norm.weight", "lm_head.weight"], last=False),
+             (h, norm_w, lm_w), {"hidden": {1: length}, "weights": (None, None)}),
+        ]
     if log:
         log(f"tracing {checkpoint.describe()} (torch.export + torch-mlir FX importer) ...")
     with _offline():
         text = import_functions(functions)
-    entry, order = entry_points(text, plan, options.logits, options.extend)
+    entry, order = entry_points(text, plan, options.logits, options.extend, options.batch)
     text = insert(text, entry)
     meta = metadata(checkpoint, config, options, max_positions, notes, order, head_dim)
     header = (f"// Generated by `snapkv export --hf` from {checkpoint.path.name}/ "
@@ -439,7 +488,9 @@ def metadata(checkpoint, config, options, max_positions, notes, order, head_dim)
         "options": dataclasses.asdict(options),
         "functions": {"prefill": "prefill", "decode": "decode", "prefill_layer": PREFILL_LAYER,
                       "decode_layer": DECODE_LAYER}
-        | ({"extend": "extend", "extend_layer": EXTEND_LAYER} if options.extend else {}),
+        | ({"extend": "extend", "extend_layer": EXTEND_LAYER} if options.extend else {})
+        | ({"decode_batch": "decode_batch", "decode_batch_layer": DECODE_BATCH_LAYER}
+           if options.batch else {}),
         "weights": [ref.name for ref in order],
         "transposed": [ref.name for ref in order if ref.transposed],
         "versions": versions(),

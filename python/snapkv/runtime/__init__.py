@@ -18,7 +18,8 @@ One concern per module:
   (:class:`CompiledFunction`, :class:`CompiledCheckError`);
 * :mod:`.glue` -- entry points that only call, run from Python (:class:`GlueRunner`);
 * :mod:`.kvcache` -- caches a decode step writes in place (:class:`KVCache`; ragged,
-  ``budget=adaptive``: :class:`RaggedKVCache`);
+  ``budget=adaptive``: :class:`RaggedKVCache`; many sequences' caches for one batched
+  decode step: :class:`KVPool`);
 * :mod:`.model` -- a prefill/decode model and greedy generation (:class:`CompiledModel`);
 * :mod:`.__main__` -- the command line, ``python -m snapkv.runtime MODULE.mlir``.
 """
@@ -26,7 +27,7 @@ One concern per module:
 from .build import DEFAULT_CFLAGS, PIPELINE, RUNNER_VERSION, Library, compile_library
 from .cache import cache_limit_bytes, default_cache_dir, evict
 from .glue import GlueRunner
-from .kvcache import KVCache, RaggedKVCache
+from .kvcache import KVCache, KVPool, RaggedKVCache
 from .limits import (
     ResourceLimitError,
     available_memory,
@@ -50,7 +51,7 @@ from .signatures import (
 
 __all__ = [
     "DEFAULT_CFLAGS", "PIPELINE", "RUNNER_VERSION", "CompiledCheckError", "CompiledFunction",
-    "CompiledModel", "GlueFunction", "GlueRunner", "KVCache", "Library", "RaggedKVCache",
+    "CompiledModel", "GlueFunction", "GlueRunner", "KVCache", "KVPool", "Library", "RaggedKVCache",
     "bind_weights",
     "ResourceLimitError",
     "Signature", "TensorType", "available_memory", "cache_limit_bytes", "callees",

@@ -11,7 +11,7 @@ code written for a list of arrays (``caches[0].shape[2]``, ``list(caches)``) rea
 
 from __future__ import annotations
 
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 import numpy as np
 
@@ -220,3 +220,198 @@ class RaggedKVCache(Sequence):
     def __repr__(self):
         return (f"RaggedKVCache({len(self)} buffers, {self.rows} rows, "
                 f"{self.nbytes / 2**20:.1f} MiB held)")
+
+
+class KVPool:
+    """The caches of many sequences for one batched decode step (``@decode_batch`` after
+    ``snapkv-append-in-place layout=pool``, docs/serving.md): per layer one keys pool and one
+    values pool ``[1, R, D]`` that every sequence shares, each (sequence, cache head) a
+    segment of the pool with its own start, length and capacity.
+
+    :meth:`add` copies a sequence's caches in, as prefill returns them (uniform ``[1, Hc, T,
+    D]`` keys and values per layer, or with ``ragged`` ``budget=adaptive``'s ``(keys, values,
+    offsets)`` per layer), leaving room for `spare` more rows per head; :meth:`remove` frees
+    its rows for the next sequence. A sequence's segments of one layer are one block of that
+    layer's pool, head after head; blocks are placed first fit, and a pool without room for a
+    block is reallocated larger (one copy, at least doubling). The first rows of every pool
+    are a scratch segment per head for the padding rows of a batch that is not full (each
+    padding row writes its K/V there and attends to that one row; its logits are dropped)."""
+
+    def __init__(self, layers: int, heads: int, dim: int, dtype, rows: int = 256):
+        if layers < 1 or heads < 1 or dim < 1 or rows < 1:
+            raise ValueError(f"a pool needs layers, heads, head dim and rows >= 1, got "
+                             f"{layers}, {heads}, {dim}, {rows}")
+        self.heads, self.dim, self.dtype = heads, dim, np.dtype(dtype)
+        rows += heads  # the scratch segments, rows 0 .. heads - 1
+        self.buffers: List[np.ndarray] = [np.zeros((1, rows, dim), self.dtype)
+                                          for _ in range(2 * layers)]
+        # Per layer, the free blocks (start, rows), ascending and merged.
+        self._free = [[(heads, rows - heads)] for _ in range(layers)]
+        # Per sequence: its blocks [P, 2] (start, rows) and segments' starts, lengths and
+        # capacities [P, Hc].
+        self._seqs = {}
+
+    @property
+    def layers(self) -> int:
+        return len(self._free)
+
+    def __contains__(self, key) -> bool:
+        return key in self._seqs
+
+    def _place(self, layer: int, rows: int) -> int:
+        """The start of a new block of `rows` rows in `layer`'s pool (grown if need be)."""
+        free = self._free[layer]
+        for i, (start, size) in enumerate(free):
+            if size >= rows:
+                free[i:i + 1] = [(start + rows, size - rows)] if size > rows else []
+                return start
+        old = self.buffers[2 * layer].shape[1]
+        new = max(2 * old, old + rows)
+        for i in (2 * layer, 2 * layer + 1):
+            grown = np.zeros((1, new, self.dim), self.dtype)
+            grown[:, :old] = self.buffers[i]
+            self.buffers[i] = grown
+        self._release(layer, old, new - old)
+        return self._place(layer, rows)
+
+    def _release(self, layer: int, start: int, rows: int):
+        free = sorted(self._free[layer] + [(start, rows)])
+        merged = [free[0]]
+        for s, n in free[1:]:
+            last_start, last_rows = merged[-1]
+            if last_start + last_rows == s:
+                merged[-1] = (last_start, last_rows + n)
+            else:
+                merged.append((s, n))
+        self._free[layer] = merged
+
+    def add(self, key, caches: Sequence[np.ndarray], spare: int = 16, ragged: bool = False):
+        """Copy sequence `key`'s caches into the pool with room for `spare` more rows per
+        head (see the class)."""
+        if key in self._seqs:
+            raise ValueError(f"sequence {key!r} is already in the pool")
+        if spare < 0:
+            raise ValueError(f"spare rows must be >= 0, got {spare}")
+        caches = list(caches)
+        per_layer = 3 if ragged else 2
+        if len(caches) != per_layer * self.layers:
+            raise ValueError(f"the pool holds {self.layers} layers: expected "
+                             f"{per_layer * self.layers} cache arrays, got {len(caches)}")
+        heads = []  # per layer: (keys per head, values per head)
+        for layer in range(self.layers):
+            if ragged:
+                keys, values, offsets = (np.asarray(a) for a in
+                                         caches[3 * layer:3 * layer + 3])
+                bounds = offsets.reshape(-1)
+                split = [(keys[0, a:b], values[0, a:b]) for a, b in zip(bounds, bounds[1:])]
+            else:
+                keys, values = (np.asarray(a) for a in caches[2 * layer:2 * layer + 2])
+                if keys.ndim != 4 or keys.shape[0] != 1 or values.shape != keys.shape:
+                    raise ValueError(f"layer {layer}: caches must be [1, Hc, T, D], got "
+                                     f"{keys.shape} and {values.shape}")
+                split = [(keys[0, c], values[0, c]) for c in range(keys.shape[1])]
+            if len(split) != self.heads or any(k.shape[-1] != self.dim for k, _ in split):
+                raise ValueError(f"layer {layer}: the batched decode takes {self.heads} cache "
+                                 f"heads of dim {self.dim}, the caches hold {len(split)} of "
+                                 f"dim {split[0][0].shape[-1] if split else '?'} (gqa=expand "
+                                 f"keeps every query head: decode one sequence at a time)")
+            heads.append(split)
+        state = dict(block=np.zeros((self.layers, 2), np.int64),
+                     starts=np.zeros((self.layers, self.heads), np.int64),
+                     lengths=np.zeros((self.layers, self.heads), np.int64),
+                     caps=np.zeros((self.layers, self.heads), np.int64))
+        for layer, split in enumerate(heads):
+            self._store(state, layer, split, spare)
+        self._seqs[key] = state
+
+    def _store(self, state, layer: int, split, spare: int):
+        """Place `split` (per head: its valid key and value rows) as a new block of `layer`."""
+        counts = np.array([k.shape[0] for k, _ in split], np.int64)
+        caps = counts + spare
+        start = self._place(layer, int(caps.sum()))
+        starts = start + np.concatenate([[0], np.cumsum(caps)[:-1]]).astype(np.int64)
+        for c, (k, v) in enumerate(split):
+            s, n = int(starts[c]), int(counts[c])
+            self.buffers[2 * layer][0, s:s + n] = k
+            self.buffers[2 * layer + 1][0, s:s + n] = v
+        state["block"][layer] = (start, int(caps.sum()))
+        state["starts"][layer], state["lengths"][layer] = starts, counts
+        state["caps"][layer] = caps
+
+    def _rows(self, state, layer: int, buffer: int):
+        return [self.buffers[2 * layer + buffer][0, s:s + n]
+                for s, n in zip(state["starts"][layer], state["lengths"][layer])]
+
+    def remove(self, key):
+        """Free sequence `key`'s rows (nothing if it is not in the pool)."""
+        state = self._seqs.pop(key, None)
+        if state is not None:
+            for layer, (start, rows) in enumerate(state["block"]):
+                self._release(layer, int(start), int(rows))
+
+    def reserve(self, keys: Sequence, rows: int = 1):
+        """Room for `rows` more rows in every head of the sequences `keys`: a layer's block
+        without it is moved to a larger one (at least half its rows again per head)."""
+        for key in keys:
+            state = self._seqs[key]
+            for layer in range(self.layers):
+                lengths = state["lengths"][layer]
+                if np.all(lengths + rows <= state["caps"][layer]):
+                    continue
+                split = list(zip([r.copy() for r in self._rows(state, layer, 0)],
+                                 [r.copy() for r in self._rows(state, layer, 1)]))
+                start, size = state["block"][layer]
+                self._release(layer, int(start), int(size))
+                self._store(state, layer, split, max(rows, int(lengths.max()) // 2, 16))
+
+    def rows_arguments(self, keys: Sequence, batch: Optional[int] = None) -> List[np.ndarray]:
+        """``@decode_batch``'s rows arguments for the sequences `keys` (batch row i is
+        ``keys[i]``), padded to `batch` rows with the scratch segments: per layer ``[1, 3,
+        batch, Hc]``, the segments' starts, lengths and capacities."""
+        batch = len(keys) if batch is None else batch
+        if len(keys) > batch:
+            raise ValueError(f"{len(keys)} sequences do not fit a batch of {batch}")
+        table = np.zeros((self.layers, 3, batch, self.heads), np.int64)
+        table[:, 0, len(keys):] = np.arange(self.heads)  # padding: scratch, empty, room 1
+        table[:, 2, len(keys):] = 1
+        for row, key in enumerate(keys):
+            state = self._seqs[key]
+            for which, name in enumerate(("starts", "lengths", "caps")):
+                table[:, which, row] = state[name]
+        return [np.ascontiguousarray(table[layer:layer + 1]) for layer in range(self.layers)]
+
+    def appended(self, keys: Sequence):
+        """Record that a decode step wrote one row after every head of the sequences `keys`."""
+        for key in keys:
+            self._seqs[key]["lengths"] += 1
+
+    def caches(self, key) -> List[np.ndarray]:
+        """Sequence `key`'s caches ``[k0, v0, k1, v1, ...]``, each ``[1, Hc, T, D]`` (a
+        copy) when its heads hold equal rows, else per head ``[T_c, D]`` lists."""
+        state, out = self._seqs[key], []
+        for layer in range(self.layers):
+            for buffer in (0, 1):
+                rows = self._rows(state, layer, buffer)
+                same = len({r.shape[0] for r in rows}) == 1
+                out.append(np.stack(rows)[None] if same else [r.copy() for r in rows])
+        return out
+
+    def nbytes(self, key) -> int:
+        """Bytes of sequence `key`'s valid rows."""
+        return int(self._seqs[key]["lengths"].sum()) * 2 * self.dim * self.dtype.itemsize
+
+    def allocated(self, key) -> int:
+        """Bytes of sequence `key`'s blocks, the room after every head included."""
+        return int(self._seqs[key]["block"][:, 1].sum()) * 2 * self.dim * self.dtype.itemsize
+
+    @property
+    def pool_bytes(self) -> int:
+        """Bytes of the pools."""
+        return sum(b.nbytes for b in self.buffers)
+
+    def __len__(self) -> int:
+        return len(self._seqs)
+
+    def __repr__(self):
+        return (f"KVPool({self.layers} layers, {len(self)} sequences, "
+                f"{self.pool_bytes / 2**20:.1f} MiB of pools)")

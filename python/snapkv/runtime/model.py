@@ -22,7 +22,7 @@ from ..frontend.checkpoint import bind_layout
 from ..reference import chunk_bounds
 from .build import DEFAULT_CFLAGS, compile_library
 from .glue import GlueRunner
-from .kvcache import KVCache, RaggedKVCache
+from .kvcache import KVCache, KVPool, RaggedKVCache
 from .limits import ResourceLimitError, check_memory, growth
 from .memref import CompiledFunction, HeapCounter
 from .metadata import check_checkpoint, checkpoint_of, max_positions_of
@@ -38,6 +38,9 @@ def check_token_ids(ids: np.ndarray, vocab: Optional[int]):
 # Fusion first: snapkv-fuse-attention recognises the imported concatenation, not the slices
 # that replace it (the CPU pipeline would run the fusion anyway).
 APPEND_IN_PLACE = "builtin.module(func.func(snapkv-fuse-attention),snapkv-append-in-place)"
+# And @decode_batch (``snapkv export --hf --batch``) writing into one pool per cache.
+APPEND_IN_PLACE_BATCH = APPEND_IN_PLACE[:-1] + \
+    ",snapkv-append-in-place{func=decode_batch layout=pool})"
 
 
 @functools.lru_cache(maxsize=8)
@@ -45,10 +48,13 @@ def append_in_place(text: str) -> str:
     """`text` with ``@decode`` writing its new cache rows into caller-owned buffers
     (``snapkv-append-in-place``), or unchanged when the pass does not apply (the compiler
     says why on stderr; the result then has no ``snapkv.append_in_place``). Remembered for
-    the last modules asked about."""
-    if "decode" not in interface.describe(text).functions:
+    the last modules asked about. A ``@decode_batch`` gets the pool layout
+    (:class:`KVPool`)."""
+    functions = interface.describe(text).functions
+    if "decode" not in functions:
         return text
-    return tools.opt([f"--pass-pipeline={APPEND_IN_PLACE}"], text=text).stdout
+    pipeline = APPEND_IN_PLACE_BATCH if "decode_batch" in functions else APPEND_IN_PLACE
+    return tools.opt([f"--pass-pipeline={pipeline}"], text=text).stdout
 
 
 def bind_weights(signatures, source):
@@ -180,15 +186,22 @@ class CompiledModel:
         # decode-interval) compacts prefill but not the chunks: no chunked prefill then.
         self._extend_appends_only = described.select_count() > 0 and not (
             self.chunked or self.decode_compression)
+        # {rows, buffers, layout = "pool"} when @decode_batch (one step of many sequences)
+        # writes into a KVPool.
+        self.batch_in_place = described.functions["decode_batch"].attributes.get(
+            "snapkv.append_in_place") if "decode_batch" in described.functions else None
+        if (self.batch_in_place or {}).get("layout") != "pool":
+            self.batch_in_place = None
         entries = ("prefill", "decode") + tuple(
             dict.fromkeys(name for name in ("extend", compress_entry, staging_entry)
-                          if name in described.functions))
+                          if name in described.functions)) + \
+            (("decode_batch",) if self.batch_in_place else ())
         self.prefill_signature = signature(text, "prefill")
         self.decode_signature = signature(text, "decode")
         self.extend_signature = signature(text, "extend") if "extend" in entries else None
         signatures = {"prefill": self.prefill_signature, "decode": self.decode_signature,
                       "extend": self.extend_signature}
-        for entry in (compress_entry, staging_entry):
+        for entry in (compress_entry, staging_entry, "decode_batch"):
             if entry not in signatures and entry in entries:
                 signatures[entry] = signature(text, entry)
         self._check_signatures()
@@ -229,6 +242,10 @@ class CompiledModel:
         self._extend = runners.get("extend")
         self._compress = runners.get(compress_entry)
         self._stage = runners.get(staging_entry)
+        self._decode_batch = runners.get("decode_batch")
+        self.batch_signature = signatures.get("decode_batch")
+        if self._decode_batch is not None:
+            self._check_batch_signature()
 
     @classmethod
     def from_file(cls, path: os.PathLike, **kwargs) -> "CompiledModel":
@@ -471,6 +488,99 @@ class CompiledModel:
         (logits,) = self._decode(ids, pos, *cache.buffers, cache.rows_argument())
         cache.appended()
         return logits, cache
+
+    @property
+    def batched(self) -> bool:
+        """Whether :meth:`decode_batch` can advance this model's caches: the module has
+        ``@decode_batch`` and its caches have the heads it takes (not ``gqa=expand``), in the
+        model's element type (not ``kv-dtype=i8``)."""
+        if self._decode_batch is None:
+            return False
+        pool = self.batch_signature.inputs[2]
+        rows = self.batch_signature.inputs[2 + self.num_caches]
+        results = self.prefill_signature.results[1:]
+        if self.ragged:  # (keys, values, offsets [B, Hc + 1]) per layer
+            heads = {t.shape[1] - 1 if t.shape[1] else None for t in results[2::3]}
+            caches = [t for i, t in enumerate(results) if i % 3 != 2]
+        else:
+            heads, caches = {t.shape[1] for t in results}, results
+        return heads == {rows.shape[-1]} and {t.elem for t in caches} == {pool.elem}
+
+    @property
+    def batch_size(self) -> Optional[int]:
+        """The sequences one ``@decode_batch`` call takes (None without one)."""
+        return None if self.batch_signature is None else self.batch_signature.inputs[1].shape[0]
+
+    def _check_batch_signature(self):
+        """@decode_batch after ``snapkv-append-in-place layout=pool``: (ids [1, N], positions
+        [N], a keys and a values pool [1, ?, D] per layer, rows [1, 3, N, Hc] per layer) ->
+        logits [1, N, V]."""
+        sig, attr = self.batch_signature, self.batch_in_place
+        layers = len(attr.get("buffers", ())) // 2
+        inputs = sig.inputs
+        buffers = list(range(2, 2 + 2 * layers))
+        rows = list(range(2 + 2 * layers, 2 + 3 * layers))
+        if not layers or attr.get("buffers") != buffers or attr.get("rows") != rows or \
+                len(inputs) != 2 + 3 * layers or len(sig.results) != 1 or \
+                inputs[0].rank != 2 or inputs[1].rank != 1 or inputs[1].shape[0] is None or \
+                any(t.rank != 3 or not t.buffer for t in inputs[2:2 + 2 * layers]) or \
+                any(t.rank != 4 or t.shape[:2] != (1, 3) for t in inputs[2 + 2 * layers:]):
+            raise ValueError(f"@decode_batch is not (ids [1, N], positions [N], a [1, R, D] "
+                             f"pool per cache, rows [1, 3, N, Hc] per layer) -> logits, "
+                             f"written in place as {attr}")
+
+    def pool(self, rows: int = 256) -> KVPool:
+        """An empty :class:`KVPool` for :meth:`decode_batch` (`rows`: each pool's first size;
+        it grows as sequences are added)."""
+        if not self.batched:
+            raise ValueError("this model has no batched decode for its caches (export it with "
+                             "batch, hf.ExportOptions(batch=True); gqa=expand and kv-dtype=i8 "
+                             "caches are decoded one sequence at a time)")
+        sig = self.batch_signature
+        layers = len(self.batch_in_place["buffers"]) // 2
+        return KVPool(layers, sig.inputs[2 + 2 * layers].shape[-1], sig.inputs[2].shape[-1],
+                      sig.inputs[2].dtype, rows)
+
+    def add_to_pool(self, pool: KVPool, key, caches: Sequence[np.ndarray], spare: int = 16):
+        """Copy one sequence's caches, as prefill returns them, into `pool` as `key`."""
+        pool.add(key, caches, spare, ragged=self.ragged)
+
+    def decode_batch(self, tokens: Sequence[int], positions: Sequence[int], pool: KVPool,
+                     keys: Sequence) -> np.ndarray:
+        """One decode step of the sequences `keys` of `pool` in one call: sequence ``keys[i]``
+        is fed ``tokens[i]`` at its logical position ``positions[i]``; its new K/V rows are
+        written into its segments of the pool. Returns the logits ``[N, V]`` (row i is
+        sequence i's: what :meth:`decode` would return for it alone). ``@decode_batch`` takes
+        :attr:`batch_size` sequences: more are run in several calls, fewer padded."""
+        if self._decode_batch is None:
+            raise ValueError("this model has no @decode_batch (export it with batch)")
+        ids = np.ascontiguousarray(np.asarray(tokens, dtype=np.int64).reshape(1, -1))
+        pos = np.ascontiguousarray(np.asarray(positions, dtype=np.int64).reshape(-1))
+        if ids.shape[1] != len(keys) or pos.shape[0] != len(keys) or not len(keys):
+            raise ValueError(f"need one token and one position per sequence, got "
+                             f"{ids.shape[1]} tokens and {pos.shape[0]} positions for "
+                             f"{len(keys)} sequences")
+        if len(set(keys)) != len(keys):
+            raise ValueError("a sequence appears twice in one batched step")
+        self._check_ids(ids)
+        if pos.min() < 0 or (self.max_positions is not None and
+                             pos.max() >= self.max_positions):
+            raise ResourceLimitError(f"positions {pos.min():,}..{pos.max():,} are outside the "
+                                     f"model's positions (0..{self.max_positions - 1:,})"
+                                     if self.max_positions is not None else
+                                     f"position {pos.min()} is negative")
+        pool.reserve(keys, 1)
+        n, rows = self.batch_size, []
+        for first in range(0, len(keys), n):  # calls of n rows, the last one padded
+            part = list(keys[first:first + n])
+            pad = n - len(part)
+            (logits,) = self._decode_batch(
+                np.pad(ids[:, first:first + n], ((0, 0), (0, pad))),
+                np.pad(pos[first:first + n], (0, pad)), *pool.buffers,
+                *pool.rows_arguments(part, n))
+            rows.append(logits[0, :len(part)])
+        pool.appended(keys)
+        return np.concatenate(rows)
 
     def compress_if_due(self, caches, tokens: Sequence[int], length: int, steps_left: int):
         """After a decode step: ``(caches, True)`` compacted by :meth:`recompress` when

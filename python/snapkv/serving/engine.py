@@ -10,12 +10,14 @@ The engine loads a compiled model once (:mod:`.loading`) and serves any number o
   decode; a sequence that ends (``max_tokens``, an end-of-sequence token, a stop string, or
   :meth:`Engine.cancel`) drops its cache and frees its share of the budget at once.
 
-Decode is one compiled call per sequence and step (each sequence's cache its own buffers,
-written in place): the compiled ``@decode`` takes one token at one logical position
-(``position: tensor<1xi64>``), so a single call cannot advance sequences of different lengths
-(docs/serving.md, "What is not batched"). Each sequence's tokens are therefore exactly those
-of its single-sequence run (``snapkv generate``, :meth:`CompiledModel.generate`): the same
-compiled functions on the same inputs.
+Decode is one compiled call per model and step for all the sequences running on it
+(``@decode_batch``, :meth:`CompiledModel.decode_batch`): their caches are segments of one
+:class:`~snapkv.runtime.KVPool` per model, each sequence's token at its own logical position,
+so the weights are read once per step for all of them. A model without a batched decode for
+its caches (``gqa=expand``, ``kv-dtype=i8``, decode-time compression, or ``batched=False``)
+runs one ``@decode`` call per sequence (each cache its own buffers, written in place). Either
+way a sequence's greedy tokens are those of its single-sequence run (``snapkv generate``,
+:meth:`CompiledModel.generate`; docs/serving.md).
 
 Sampling: ``temperature == 0`` is greedy (the argmax, first index on ties, as ``snapkv
 generate``); otherwise softmax(logits / temperature), truncated to the smallest set of tokens
@@ -40,7 +42,7 @@ from typing import Callable, Deque, Iterator, List, Optional, Sequence, Tuple, U
 
 import numpy as np
 
-from ..runtime import CompiledCheckError, CompiledModel, ResourceLimitError
+from ..runtime import CompiledCheckError, CompiledModel, KVPool, ResourceLimitError
 
 MiB = 2 ** 20
 
@@ -178,6 +180,7 @@ class Stats:
     peak_cache_bytes: int = 0        # the most K/V buffer bytes held at once
     generated_tokens: int = 0
     decode_tokens: int = 0           # tokens from decode steps (not prefill's first)
+    decode_calls: int = 0            # compiled decode calls (batched: several tokens each)
     prefill_s: float = 0.0
     decode_s: float = 0.0
     started: Optional[float] = None
@@ -191,6 +194,7 @@ class Stats:
                     peak_concurrent_sequences=self.peak_running,
                     peak_cache_bytes=self.peak_cache_bytes,
                     generated_tokens=self.generated_tokens, decode_tokens=self.decode_tokens,
+                    decode_calls=self.decode_calls,
                     wall_s=wall, prefill_s=self.prefill_s, decode_s=self.decode_s,
                     tokens_per_s=self.generated_tokens / wall if wall > 0 else None,
                     decode_tokens_per_s=self.decode_tokens / self.decode_s
@@ -198,6 +202,24 @@ class Stats:
                     ttft_s=dict(median=float(np.median(self.ttft_s)),
                                 max=float(max(self.ttft_s))) if self.ttft_s else None,
                     peak_rss_bytes=peak_rss())
+
+
+class PoolSlot:
+    """A sequence's cache as segments of a model's :class:`KVPool` (batched decode)."""
+
+    def __init__(self, pool: KVPool, key):
+        self.pool, self.key = pool, key
+
+    @property
+    def nbytes(self) -> int:
+        return self.pool.nbytes(self.key)
+
+    @property
+    def allocated(self) -> int:
+        return self.pool.allocated(self.key)
+
+    def release(self):
+        self.pool.remove(self.key)
 
 
 def _allocated(cache) -> int:
@@ -237,12 +259,13 @@ class Engine:
     compact, SnapKV keeps every row, exactly as the full cache does); `tokenizer`: a
     checkpoint directory with tokenizer files (None: prompts and results are token ids);
     `eos`: end-of-sequence ids; `cache_budget`: bytes of K/V the running sequences may hold
-    together; `max_queue`: waiting sequences at most."""
+    together; `max_queue`: waiting sequences at most; `batched`: advance the sequences of a
+    model that has ``@decode_batch`` with one call per step (False: one call per sequence)."""
 
     def __init__(self, served: Served, *, tokenizer=None, eos: Sequence[int] = (),
                  cache_budget: int = 1024 * MiB, max_queue: int = 256,
                  models: Optional[Callable[[object], Served]] = None,
-                 short: Optional[Callable[[], Served]] = None):
+                 short: Optional[Callable[[], Served]] = None, batched: bool = True):
         if cache_budget <= 0:
             raise ValueError(f"the cache budget must be > 0 bytes, got {cache_budget}")
         if max_queue < 0:
@@ -263,6 +286,8 @@ class Engine:
         self.reserved = 0
         self.stats = Stats()
         self.catalogue = None  # the ModelSet of loading.load_engine
+        self.batched = batched
+        self._pools = {}  # id(model) -> its KVPool (batched decode)
 
     @property
     def model(self) -> CompiledModel:
@@ -430,10 +455,16 @@ class Engine:
                 self._prefill(admitted)
             start = time.perf_counter()
             stepped = 0
+            pooled = {}  # the sequences of each pool, advanced by one call
             for seq in batch:
                 if seq.finish_reason is None:
-                    self._decode(seq)
+                    if isinstance(seq.cache, PoolSlot):
+                        pooled.setdefault(id(seq.cache.pool), []).append(seq)
+                    else:
+                        self._decode(seq)
                     stepped += 1
+            for seqs in pooled.values():
+                self._decode_batch(seqs)
             if stepped:
                 self.stats.decode_s += time.perf_counter() - start
             self.stats.peak_cache_bytes = max(self.stats.peak_cache_bytes, self.held_bytes())
@@ -441,6 +472,8 @@ class Engine:
                 for seq in [s for s in self._running if s.finish_reason is not None]:
                     self._running.remove(seq)
                     self.reserved -= seq.reserved
+                    if isinstance(seq.cache, PoolSlot):
+                        seq.cache.release()
                     seq.cache = None  # its rows go back
                 if not self._running and not self._waiting:
                     self.stats.ended = time.perf_counter()
@@ -452,7 +485,13 @@ class Engine:
         start = time.perf_counter()
         try:
             logits, caches = seq.model.prefill(seq.ids[None])
-            seq.cache = seq.model.cache(caches, seq.params.max_tokens - 1)
+            spare = seq.params.max_tokens - 1
+            pool = self._pool(seq.model)
+            if pool is not None:
+                seq.model.add_to_pool(pool, seq.id, caches, spare)
+                seq.cache = PoolSlot(pool, seq.id)
+            else:
+                seq.cache = seq.model.cache(caches, spare)
         except (CompiledCheckError, ValueError) as error:
             return self._finish(seq, "error", str(error))
         self.stats.prefill_s += time.perf_counter() - start
@@ -467,6 +506,7 @@ class Engine:
         try:
             logits, seq.cache = seq.model.decode(seq.tokens[-1], seq.length + fed, seq.cache)
             self.stats.decode_tokens += 1
+            self.stats.decode_calls += 1
             token = sample(logits[0, 0], seq.params, seq.rng)
             # Decode-time compression (decode-interval) compacts when due, as generate() does.
             seq.cache, _ = seq.model.compress_if_due(
@@ -475,6 +515,35 @@ class Engine:
         except (CompiledCheckError, ValueError) as error:
             return self._finish(seq, "error", str(error))
         self._append(seq, token)
+
+    def _pool(self, model: CompiledModel) -> Optional[KVPool]:
+        """`model`'s pool when its sequences decode batched (created on first use)."""
+        if not self.batched or not model.batched or model.decode_compression:
+            return None
+        if id(model) not in self._pools:
+            self._pools[id(model)] = model.pool()
+        return self._pools[id(model)]
+
+    def _decode_batch(self, seqs: List[Request]):
+        """One decode step of `seqs` (the running sequences of one pool) in one call."""
+        for seq in [s for s in seqs if s.cancelled]:
+            seqs.remove(seq)
+            self._finish(seq, "cancelled")
+        if not seqs:
+            return
+        model, pool = seqs[0].model, seqs[0].cache.pool
+        try:
+            logits = model.decode_batch([s.tokens[-1] for s in seqs],
+                                        [s.length + len(s.tokens) - 1 for s in seqs], pool,
+                                        [s.id for s in seqs])
+        except (CompiledCheckError, ValueError) as error:
+            for seq in seqs:
+                self._finish(seq, "error", str(error))
+            return
+        self.stats.decode_tokens += len(seqs)
+        self.stats.decode_calls += -(-len(seqs) // model.batch_size)
+        for seq, row in zip(seqs, logits):
+            self._append(seq, sample(row, seq.params, seq.rng))
 
     def _append(self, seq: Request, token: int):
         """Record `token`, send what it adds, and end the sequence when it should."""

@@ -24,6 +24,9 @@ SETTINGS = dict(window=int, capacity=int, kernel=int, pooling=("avg", "max"),
                 budget=("uniform", "pyramid", "inverted-pyramid", "adaptive"), floor=int,
                 pyramid_beta=int, chunk=int, decode_interval=int, decode_capacity=int)
 FULL = "full"  # the setting of the full (uncompressed) cache
+# The sequences one batched decode call takes (@decode_batch; fewer are padded, more take
+# several calls).
+DECODE_BATCH = 8
 DEFAULT = hf.Compaction()
 
 
@@ -80,8 +83,10 @@ def _shown(path: Path) -> str:
 
 
 def source(model: Union[str, Path, None], *, extend: bool = False,
+           batch: int = DECODE_BATCH,
            log: Optional[Callable[[str], None]] = None) -> Source:
-    """The :class:`Source` of a MODEL argument (None: the bundled tiny Llama)."""
+    """The :class:`Source` of a MODEL argument (None: the bundled tiny Llama); a checkpoint
+    is exported with ``@decode_batch`` for `batch` sequences (0: without)."""
     if model is None:
         model = bundled_model()
     given = str(model)
@@ -93,7 +98,8 @@ def source(model: Union[str, Path, None], *, extend: bool = False,
     if path.is_dir():
         try:
             checkpoint = hf.Checkpoint(path)
-            exported = hf.export(checkpoint, hf.ExportOptions(extend=extend), log=log)
+            exported = hf.export(checkpoint, hf.ExportOptions(extend=extend, batch=batch),
+                                 log=log)
         except (hf.CheckpointError, tools.ToolError) as error:
             raise LoadError(f"{given}: {error}") from None
         return Source(label, exported.text, checkpoint, path if _has_tokenizer(path) else None,
@@ -244,15 +250,22 @@ def load_engine(model: Union[str, Path, None] = None,
                 compaction: Optional[hf.Compaction] = DEFAULT, *,
                 cache_budget_mb: float = 1024, max_queue: int = 256, max_models: int = 4,
                 tokenizer: Optional[Path] = None, per_request: bool = True,
+                decode_batch: int = DECODE_BATCH,
                 log: Optional[Callable[[str], None]] = None) -> Engine:
     """An :class:`Engine` over `model` with `compaction` (None: the full cache), compiled
     now. `tokenizer`: a directory with tokenizer files, for a model that has none beside it.
-    `per_request`: requests may name their own settings."""
+    `per_request`: requests may name their own settings. `decode_batch`: the running
+    sequences of a model advance together, `decode_batch` per compiled call (``@decode_batch``;
+    0: one call per sequence)."""
     if compaction is not None:
         problem = check_compaction(compaction)
         if problem:
             raise LoadError(problem)
-    src = source(model, extend=bool(compaction and compaction.extends), log=log)
+    if isinstance(decode_batch, bool) or not isinstance(decode_batch, int) or \
+            not 0 <= decode_batch <= 1024:
+        raise LoadError(f"decode_batch must be an integer in [0, 1024], got {decode_batch!r}")
+    src = source(model, extend=bool(compaction and compaction.extends), batch=decode_batch,
+                 log=log)
     if tokenizer is not None:
         if not _has_tokenizer(Path(tokenizer)):
             raise LoadError(f"{tokenizer}: no tokenizer files there")
@@ -276,6 +289,6 @@ def load_engine(model: Union[str, Path, None] = None,
     engine = Engine(served, tokenizer=src.tokenizer, eos=src.eos,
                     cache_budget=int(cache_budget_mb * MiB), max_queue=max_queue,
                     models=catalogue.request if per_request else None,
-                    short=lambda: catalogue.get(None))
+                    short=lambda: catalogue.get(None), batched=decode_batch > 0)
     engine.catalogue = catalogue
     return engine

@@ -106,7 +106,10 @@ void mlir::snapkv::inheritLoweringConfig(
 /// buffer's row count, in the order of `buffers`), every j is a buffer (not
 /// a tensor) with a dimension d. With `layout = "ragged"` (budget=adaptive),
 /// the buffers are (keys, values) pairs and argument i is [pairs, 2, B, Hc]
-/// (each pair's starts and lengths). Lowered types (LLVM) are not checked.
+/// (each pair's starts and lengths). With `layout = "pool"` (a batched
+/// decode), `rows` is a list of arguments [n, 3, B, Hc] (starts, lengths,
+/// capacities of n pairs each, in the order of the pairs). Lowered types
+/// (LLVM) are not checked.
 static LogicalResult verifyAppendInPlace(Operation *op, Attribute value) {
   auto func = dyn_cast<FunctionOpInterface>(op);
   auto record = dyn_cast<DictionaryAttr>(value);
@@ -115,29 +118,56 @@ static LogicalResult verifyAppendInPlace(Operation *op, Attribute value) {
                          "buffers = [<arguments>], dim = <int>[, layout = "
                          "\"ragged\"]} on a function whose rows argument "
                          "holds one i64 per buffer (ragged: [pairs, 2, B, Hc]) "
-                         "and whose buffers are memrefs of rank > dim");
+                         "and whose buffers are memrefs of rank > dim, or "
+                         "{rows = [<arguments>], buffers, dim, layout = "
+                         "\"pool\"} with rows [n, 3, B, Hc] for all pairs");
   };
   if (!func || !record)
     return fail();
-  auto rows = dyn_cast_or_null<IntegerAttr>(record.get("rows"));
   auto dim = dyn_cast_or_null<IntegerAttr>(record.get("dim"));
   auto buffers = dyn_cast_or_null<ArrayAttr>(record.get("buffers"));
-  if (!rows || !dim || !buffers || buffers.empty() || dim.getInt() < 0)
+  if (!dim || !buffers || buffers.empty() || dim.getInt() < 0)
     return fail();
   ArrayRef<Type> args = func.getArgumentTypes();
   auto argument = [&](IntegerAttr index) -> Type {
     int64_t i = index ? index.getInt() : -1;
     return i >= 0 && i < static_cast<int64_t>(args.size()) ? args[i] : Type();
   };
-  Type rowsType = argument(rows);
-  if (!rowsType)
-    return fail();
   Attribute layout = record.get("layout");
-  bool ragged = layout && layout == StringAttr::get(op->getContext(), "ragged");
-  if (layout && !ragged)
-    return fail();
   auto count = static_cast<int64_t>(buffers.size());
-  if (auto shaped = dyn_cast<ShapedType>(rowsType)) {
+  if (layout && layout == StringAttr::get(op->getContext(), "pool")) {
+    auto rowArgs = dyn_cast_or_null<ArrayAttr>(record.get("rows"));
+    if (!rowArgs || rowArgs.empty() || count % 2 != 0)
+      return fail();
+    int64_t pairs = 0;
+    bool lowered = false;
+    for (Attribute arg : rowArgs) {
+      Type type = argument(dyn_cast<IntegerAttr>(arg));
+      if (!type)
+        return fail();
+      auto shaped = dyn_cast<ShapedType>(type);
+      lowered |= !shaped;
+      if (!shaped)
+        continue;
+      if (!shaped.hasRank() || shaped.getRank() != 4 ||
+          !shaped.getElementType().isInteger(64) || shaped.isDynamicDim(0) ||
+          shaped.getDimSize(1) != 3)
+        return fail();
+      pairs += shaped.getDimSize(0);
+    }
+    if (!lowered && pairs != count / 2)
+      return fail();
+  } else if (layout && layout != StringAttr::get(op->getContext(), "ragged")) {
+    return fail();
+  }
+  bool ragged = layout && layout == StringAttr::get(op->getContext(), "ragged");
+  auto rows = dyn_cast_or_null<IntegerAttr>(record.get("rows"));
+  Type rowsType = argument(rows);
+  if (!layout || ragged) {
+    if (!rowsType)
+      return fail();
+  }
+  if (auto shaped = dyn_cast_or_null<ShapedType>(rowsType)) {
     if (!shaped.hasRank() || !shaped.getElementType().isInteger(64))
       return fail();
     if (!ragged && shaped.getShape() != ArrayRef<int64_t>{count})

@@ -17,6 +17,12 @@
 // lengths, the new row goes to each head at start + length, and the fused
 // attention becomes snapkv.ragged_attention.
 //
+// The pool layout (layout=pool: a batched decode step, one sequence per batch
+// row) puts every sequence's heads into one buffer [1, R, D] per cache, each
+// (sequence, head) a segment with its own start, length and capacity, so that
+// one call advances sequences of different lengths; each batch row's
+// attention is a snapkv.ragged_attention over its own segments.
+//
 //===----------------------------------------------------------------------===//
 
 #include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
@@ -47,6 +53,9 @@ using namespace mlir::snapkv;
 static constexpr StringLiteral kAttr = "snapkv.append_in_place";
 
 namespace {
+/// How the caches are laid out after the rewrite (see the file comment).
+enum class Layout { Uniform, Ragged, Pool };
+
 /// One cache argument appended to: `concat` is `tensor.concat dim(dim) %arg,
 /// %row` and its result is returned as result `result`.
 struct Append {
@@ -63,7 +72,7 @@ struct Plan {
   /// feed the same attentions, and those attentions.
   SmallVector<std::pair<unsigned, unsigned>> pairs;
   SmallVector<SmallVector<AttentionOp>> attentions;
-  /// Batch and cache heads of every pair (ragged).
+  /// Batch and cache heads of every pair (ragged, pool).
   int64_t batch = 0, heads = 0;
 };
 } // namespace
@@ -91,7 +100,7 @@ static func::ReturnOp returnOf(func::FuncOp func) {
 static LogicalResult planRagged(func::FuncOp func, Plan &plan,
                                 std::string &why);
 
-static FailureOr<Plan> planDirect(func::FuncOp func, bool ragged,
+static FailureOr<Plan> planDirect(func::FuncOp func, Layout layout,
                                   std::string &why) {
   Plan plan;
   if (func.isExternal() || !func.getBody().hasOneBlock()) {
@@ -167,7 +176,7 @@ static FailureOr<Plan> planDirect(func::FuncOp func, bool ragged,
           "row, returned)";
     return failure();
   }
-  if (ragged && failed(planRagged(func, plan, why)))
+  if (layout != Layout::Uniform && failed(planRagged(func, plan, why)))
     return failure();
   return plan;
 }
@@ -302,17 +311,23 @@ static void eraseResults(func::FuncOp func, const llvm::BitVector &erased) {
   (void)func.eraseResults(erased);
 }
 
-/// Records the new calling convention on `func`.
-static void annotate(func::FuncOp func, unsigned rows, ArrayRef<unsigned> args,
-                     int64_t dim, bool ragged = false) {
+/// Records the new calling convention on `func`: `rows` is one argument
+/// number, or (pool) the list of the rows arguments.
+static void annotate(func::FuncOp func, ArrayRef<unsigned> rows,
+                     ArrayRef<unsigned> args, int64_t dim,
+                     Layout layout = Layout::Uniform) {
   Builder b(func.getContext());
   SmallVector<int64_t> buffers(args.begin(), args.end());
+  SmallVector<int64_t> rowArgs(rows.begin(), rows.end());
   SmallVector<NamedAttribute> fields{
-      b.getNamedAttr("rows", b.getI64IntegerAttr(rows)),
+      b.getNamedAttr("rows", layout == Layout::Pool
+                                 ? Attribute(b.getI64ArrayAttr(rowArgs))
+                                 : Attribute(b.getI64IntegerAttr(rows[0]))),
       b.getNamedAttr("buffers", b.getI64ArrayAttr(buffers)),
       b.getNamedAttr("dim", b.getI64IntegerAttr(dim))};
-  if (ragged)
-    fields.push_back(b.getNamedAttr("layout", b.getStringAttr("ragged")));
+  if (layout != Layout::Uniform)
+    fields.push_back(b.getNamedAttr(
+        "layout", b.getStringAttr(layout == Layout::Pool ? "pool" : "ragged")));
   func->setAttr(kAttr, b.getDictionaryAttr(fields));
 }
 
@@ -323,7 +338,8 @@ static Value extractIndex(OpBuilder &b, Location loc, Value tensor,
   return arith::IndexCastOp::create(b, loc, b.getIndexType(), v);
 }
 
-/// `tensor`[p, which] : [B, Hc] of the rows argument [P, 2, B, Hc].
+/// `tensor`[p, which] : [B, Hc] of the rows argument [P, 2, B, Hc] (pool:
+/// [P, 3, B, Hc]).
 static Value rowsSlice(OpBuilder &b, Location loc, Value rows, int64_t p,
                        int64_t which, int64_t batch, int64_t heads) {
   auto type = RankedTensorType::get({batch, heads}, b.getI64Type());
@@ -334,6 +350,122 @@ static Value rowsSlice(OpBuilder &b, Location loc, Value rows, int64_t p,
   SmallVector<OpFoldResult> strides(4, b.getIndexAttr(1));
   return tensor::ExtractSliceOp::create(b, loc, type, rows, offsets, sizes,
                                         strides);
+}
+
+/// `lengths` [B, Hc] plus one, elementwise: every head's rows after the
+/// append.
+static Value plusOne(OpBuilder &b, Location loc, Value lengths) {
+  auto type = cast<RankedTensorType>(lengths.getType());
+  Value init = tensor::EmptyOp::create(
+      b, loc, tensor::getMixedSizes(b, loc, lengths), type.getElementType());
+  auto identity = AffineMap::getMultiDimIdentityMap(2, b.getContext());
+  return linalg::GenericOp::create(
+             b, loc, type, lengths, init,
+             ArrayRef<AffineMap>{identity, identity},
+             SmallVector<utils::IteratorType>(2, utils::IteratorType::parallel),
+             [](OpBuilder &nb, Location nloc, ValueRange args) {
+               Value inc = arith::ConstantIntOp::create(nb, nloc, 1, 64);
+               linalg::YieldOp::create(
+                   nb, nloc,
+                   ValueRange{arith::AddIOp::create(nb, nloc, args[0], inc)});
+             })
+      .getResult(0);
+}
+
+/// Row `[b, c]` of a new-row tensor [B, Hc, 1, D] as [1, 1, D], inserted
+/// into the packed `cache` [B', R, D] at [`to`, `at`].
+static Value insertRow(OpBuilder &b, Location loc, Value row, Value cache,
+                       Value bi, Value c, OpFoldResult to, Value at) {
+  auto rowType = cast<RankedTensorType>(row.getType());
+  int64_t dim = rowType.getDimSize(3);
+  auto one3 = RankedTensorType::get({1, 1, dim}, rowType.getElementType());
+  Value piece = tensor::ExtractSliceOp::create(
+      b, loc, one3, row,
+      ArrayRef<OpFoldResult>{bi, c, b.getIndexAttr(0), b.getIndexAttr(0)},
+      ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(1),
+                             b.getIndexAttr(1), b.getIndexAttr(dim)},
+      SmallVector<OpFoldResult>(4, b.getIndexAttr(1)));
+  return tensor::InsertSliceOp::create(
+      b, loc, piece, cache, ArrayRef<OpFoldResult>{to, at, b.getIndexAttr(0)},
+      ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(1),
+                             b.getIndexAttr(dim)},
+      SmallVector<OpFoldResult>(3, b.getIndexAttr(1)));
+}
+
+/// The cache arguments `args` [B, Hc, T, D] as packed buffers `memref<batch
+/// x ? x D>`, each read as a tensor (`bufferization.to_tensor restrict
+/// writable`) after `last`, which advances; their argument numbers go to
+/// `buffers`. What read a cache's length (the run-time checks, onlyChecked)
+/// reads head 0's of batch row 0 (`lengths`); its other sizes are static.
+static SmallVector<Value, 2> packCaches(OpBuilder &b, Location loc,
+                                        ArrayRef<BlockArgument> args,
+                                        int64_t batch, Value lengths,
+                                        Value zero, Operation *&last,
+                                        SmallVector<unsigned> &buffers) {
+  SmallVector<Value, 2> caches;
+  for (BlockArgument arg : args) {
+    auto type = cast<RankedTensorType>(arg.getType());
+    auto packed =
+        RankedTensorType::get({batch, ShapedType::kDynamic, type.getDimSize(3)},
+                              type.getElementType());
+    for (Operation *user : llvm::make_early_inc_range(arg.getUsers()))
+      if (auto dim = dyn_cast<tensor::DimOp>(user)) {
+        b.setInsertionPoint(dim);
+        std::optional<int64_t> d = dim.getConstantIndex();
+        Value size =
+            d && *d != 2 && !type.isDynamicDim(*d)
+                ? arith::ConstantIndexOp::create(b, loc, type.getDimSize(*d))
+                : extractIndex(b, loc, lengths, {zero, zero});
+        dim.replaceAllUsesWith(size);
+        dim.erase();
+      }
+    arg.setType(MemRefType::get(packed.getShape(), packed.getElementType()));
+    b.setInsertionPointAfter(last);
+    Value cache = bufferization::ToTensorOp::create(
+        b, loc, packed, arg, /*restrict=*/true, /*writable=*/true);
+    last = cache.getDefiningOp();
+    caches.push_back(cache);
+    buffers.push_back(arg.getArgNumber());
+  }
+  b.setInsertionPointAfter(last);
+  return caches;
+}
+
+/// The loops over every (batch row, head) that write the new rows into
+/// `caches`, placed after the later of the two appends (both rows exist
+/// there); `b` is left at the start of the inner loop's body.
+static std::pair<scf::ForOp, scf::ForOp>
+rowLoops(OpBuilder &b, Location loc, const Append &keyAppend,
+         const Append &valueAppend, ValueRange caches, Value zero, Value one,
+         Value batchEnd, Value headEnd) {
+  Operation *later = keyAppend.concat;
+  if (later->isBeforeInBlock(valueAppend.concat))
+    later = valueAppend.concat;
+  b.setInsertionPointAfter(later);
+  auto outer = scf::ForOp::create(b, loc, zero, batchEnd, one, caches);
+  b.setInsertionPointToStart(outer.getBody());
+  auto inner =
+      scf::ForOp::create(b, loc, zero, headEnd, one, outer.getRegionIterArgs());
+  b.setInsertionPointToStart(inner.getBody());
+  return {outer, inner};
+}
+
+/// The end of a rewrite of `func`: the `erased` results and the appends
+/// gone, the signature updated, the convention recorded. Returns the buffers'
+/// argument numbers and the rows argument's.
+static std::pair<SmallVector<unsigned>, unsigned>
+finishRewrite(func::FuncOp func, const Plan &plan,
+              const llvm::BitVector &erased, unsigned rowsAt,
+              const SmallVector<unsigned> &buffers, int64_t dim,
+              Layout layout) {
+  eraseResults(func, erased);
+  for (const Append &append : plan.appends)
+    append.concat->erase();
+  SmallVector<Type> inputs(func.getBody().front().getArgumentTypes());
+  func.setType(
+      FunctionType::get(func.getContext(), inputs, func.getResultTypes()));
+  annotate(func, rowsAt, buffers, dim, layout);
+  return {buffers, rowsAt};
 }
 
 /// The ragged rewrite of `func` by `plan`: each pair's caches become packed
@@ -376,51 +508,16 @@ rewriteRagged(func::FuncOp func, const Plan &plan) {
     Value starts = rowsSlice(b, loc, rowsArg, p, 0, batch, heads);
     Value lengths = rowsSlice(b, loc, rowsArg, p, 1, batch, heads);
     last = lengths.getDefiningOp();
-    SmallVector<Value, 2> caches;
-    for (const Append *append : {&keyAppend, &valueAppend}) {
-      BlockArgument arg = argOf(*append);
-      auto type = cast<RankedTensorType>(arg.getType());
-      auto packed = RankedTensorType::get(
-          {batch, ShapedType::kDynamic, type.getDimSize(3)},
-          type.getElementType());
-      // The checks that read the cache's length (onlyChecked) get head
-      // 0's, and its other static sizes are the cache's.
-      for (Operation *user : llvm::make_early_inc_range(arg.getUsers()))
-        if (auto dim = dyn_cast<tensor::DimOp>(user)) {
-          b.setInsertionPoint(dim);
-          std::optional<int64_t> d = dim.getConstantIndex();
-          Value size =
-              d && *d != 2 && !type.isDynamicDim(*d)
-                  ? arith::ConstantIndexOp::create(b, loc, type.getDimSize(*d))
-                  : extractIndex(b, loc, lengths, {zero, zero});
-          dim.replaceAllUsesWith(size);
-          dim.erase();
-        }
-      arg.setType(MemRefType::get(packed.getShape(), packed.getElementType()));
-      b.setInsertionPointAfter(last);
-      Value cache = bufferization::ToTensorOp::create(
-          b, loc, packed, arg, /*restrict=*/true, /*writable=*/true);
-      last = cache.getDefiningOp();
-      caches.push_back(cache);
-      buffers.push_back(arg.getArgNumber());
-    }
-    b.setInsertionPointAfter(last);
+    SmallVector<Value, 2> caches =
+        packCaches(b, loc, {argOf(keyAppend), argOf(valueAppend)}, batch,
+                   lengths, zero, last, buffers);
     Value total = tensor::DimOp::create(b, loc, caches[0], 1);
     last = total.getDefiningOp();
-
-    // Write both new rows once both exist: after the later append.
-    Operation *later = keyAppend.concat;
-    if (later->isBeforeInBlock(valueAppend.concat))
-      later = valueAppend.concat;
-    b.setInsertionPointAfter(later);
+    auto [outer, inner] = rowLoops(b, loc, keyAppend, valueAppend, caches, zero,
+                                   one, batchEnd, headEnd);
     Value keyRow = keyAppend.concat.getOperand(1);
     Value valueRow = valueAppend.concat.getOperand(1);
-    auto outer = scf::ForOp::create(b, loc, zero, batchEnd, one, caches);
-    b.setInsertionPointToStart(outer.getBody());
     Value bi = outer.getInductionVar();
-    auto inner = scf::ForOp::create(b, loc, zero, headEnd, one,
-                                    outer.getRegionIterArgs());
-    b.setInsertionPointToStart(inner.getBody());
     Value c = inner.getInductionVar();
     Value start = extractIndex(b, loc, starts, {bi, c});
     Value length = extractIndex(b, loc, lengths, {bi, c});
@@ -448,44 +545,14 @@ rewriteRagged(func::FuncOp func, const Plan &plan) {
                          "or the buffer's end)");
     SmallVector<Value, 2> written;
     std::array<Value, 2> rows{keyRow, valueRow};
-    for (auto [row, cache] : llvm::zip(rows, inner.getRegionIterArgs())) {
-      auto rowType = cast<RankedTensorType>(row.getType());
-      int64_t dim = rowType.getDimSize(3);
-      auto one3 = RankedTensorType::get({1, 1, dim}, rowType.getElementType());
-      Value piece = tensor::ExtractSliceOp::create(
-          b, loc, one3, row,
-          ArrayRef<OpFoldResult>{bi, c, b.getIndexAttr(0), b.getIndexAttr(0)},
-          ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(1),
-                                 b.getIndexAttr(1), b.getIndexAttr(dim)},
-          SmallVector<OpFoldResult>(4, b.getIndexAttr(1)));
-      written.push_back(tensor::InsertSliceOp::create(
-          b, loc, piece, cache,
-          ArrayRef<OpFoldResult>{bi, at, b.getIndexAttr(0)},
-          ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(1),
-                                 b.getIndexAttr(dim)},
-          SmallVector<OpFoldResult>(3, b.getIndexAttr(1))));
-    }
+    for (auto [row, cache] : llvm::zip(rows, inner.getRegionIterArgs()))
+      written.push_back(insertRow(b, loc, row, cache, bi, c, bi, at));
     scf::YieldOp::create(b, loc, written);
     b.setInsertionPointAfter(inner);
     scf::YieldOp::create(b, loc, inner.getResults());
     b.setInsertionPointAfter(outer);
     // Every head now holds one row more.
-    auto lengthsType = cast<RankedTensorType>(lengths.getType());
-    Value init = tensor::EmptyOp::create(b, loc, lengthsType.getShape(),
-                                         lengthsType.getElementType());
-    auto identity = AffineMap::getMultiDimIdentityMap(2, ctx);
-    Value grown =
-        linalg::GenericOp::create(
-            b, loc, lengthsType, lengths, init,
-            ArrayRef<AffineMap>{identity, identity},
-            SmallVector<utils::IteratorType>(2, utils::IteratorType::parallel),
-            [](OpBuilder &nb, Location nloc, ValueRange args) {
-              Value inc = arith::ConstantIntOp::create(nb, nloc, 1, 64);
-              linalg::YieldOp::create(
-                  nb, nloc,
-                  ValueRange{arith::AddIOp::create(nb, nloc, args[0], inc)});
-            })
-            .getResult(0);
+    Value grown = plusOne(b, loc, lengths);
     // The attentions read both appends, so they follow the writes.
     for (AttentionOp attention : plan.attentions[p]) {
       b.setInsertionPoint(attention);
@@ -505,14 +572,148 @@ rewriteRagged(func::FuncOp func, const Plan &plan) {
       erased.set(append.result);
     }
   }
-  eraseResults(func, erased);
-  for (const Append &append : plan.appends)
-    append.concat->erase();
-  SmallVector<Type> inputs(entry.getArgumentTypes());
-  func.setType(FunctionType::get(ctx, inputs, func.getResultTypes()));
   // In pair order: pair p's keys and values are buffers 2p and 2p + 1.
-  annotate(func, rowsAt, buffers, /*dim=*/1, /*ragged=*/true);
-  return {buffers, rowsAt};
+  return finishRewrite(func, plan, erased, rowsAt, buffers, 1, Layout::Ragged);
+}
+
+/// The pool rewrite of `func` by `plan` (layout=pool): every batch row is a
+/// sequence of its own, and each pair's caches become one pool [1, R, D]
+/// that all of them share. Head c of batch row b is the segment of
+/// `capacities[b, c]` rows from `starts[b, c]` on, `lengths[b, c]` of them
+/// valid (segments in any order; the caller keeps them disjoint). `rows :
+/// tensor<P x 3 x B x Hc x i64>` holds per pair the starts, lengths and
+/// capacities. The new rows go at `starts + lengths`, and each attention
+/// becomes, batch row by batch row, a `snapkv.ragged_attention` of that row's
+/// queries over its own segments of the pool.
+static std::pair<SmallVector<unsigned>, unsigned>
+rewritePool(func::FuncOp func, const Plan &plan) {
+  MLIRContext *ctx = func.getContext();
+  Location loc = func.getLoc();
+  unsigned rowsAt = rowsIndex(func);
+  int64_t heads = plan.heads;
+  auto rowsType = RankedTensorType::get(
+      {static_cast<int64_t>(plan.pairs.size()), 3, plan.batch, heads},
+      IntegerType::get(ctx, 64));
+  (void)func.insertArgument(rowsAt, rowsType, {}, loc);
+  Value rowsArg = func.getArgument(rowsAt);
+  auto argOf = [&](const Append &append) {
+    return func.getArgument(append.arg >= rowsAt ? append.arg + 1 : append.arg);
+  };
+  Block &entry = func.getBody().front();
+  func::ReturnOp ret = returnOf(func);
+  llvm::BitVector erased(ret.getNumOperands());
+  OpBuilder b = OpBuilder::atBlockBegin(&entry);
+  Value zero = arith::ConstantIndexOp::create(b, loc, 0);
+  Value one = arith::ConstantIndexOp::create(b, loc, 1);
+  Value headEnd = arith::ConstantIndexOp::create(b, loc, heads);
+  Value batch = arith::ConstantIndexOp::create(b, loc, plan.batch);
+  Operation *last = batch.getDefiningOp();
+  SmallVector<unsigned> buffers;
+  for (auto [p, pair] : llvm::enumerate(plan.pairs)) {
+    Append keyAppend = plan.appends[pair.first];
+    Append valueAppend = plan.appends[pair.second];
+    b.setInsertionPointAfter(last);
+    std::array<Value, 3> table;
+    for (int64_t which = 0; which < 3; ++which)
+      table[which] = rowsSlice(b, loc, rowsArg, p, which, plan.batch, heads);
+    auto [starts, lengths, capacities] = table;
+    last = capacities.getDefiningOp();
+    SmallVector<Value, 2> pools =
+        packCaches(b, loc, {argOf(keyAppend), argOf(valueAppend)}, 1, lengths,
+                   zero, last, buffers);
+    Value total = tensor::DimOp::create(b, loc, pools[0], 1);
+    last = total.getDefiningOp();
+    auto [outer, inner] = rowLoops(b, loc, keyAppend, valueAppend, pools, zero,
+                                   one, batch, headEnd);
+    Value keyRow = keyAppend.concat.getOperand(1);
+    Value valueRow = valueAppend.concat.getOperand(1);
+    Value bi = outer.getInductionVar();
+    Value c = inner.getInductionVar();
+    Value start = extractIndex(b, loc, starts, {bi, c});
+    Value length = extractIndex(b, loc, lengths, {bi, c});
+    Value capacity = extractIndex(b, loc, capacities, {bi, c});
+    Value valid = arith::AndIOp::create(
+        b, loc,
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, start, zero),
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, length, zero));
+    cf::AssertOp::create(b, loc, valid,
+                         "append in place: a segment's start or length is "
+                         "negative");
+    Value fits = arith::AndIOp::create(
+        b, loc,
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, length,
+                              capacity),
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sle,
+                              arith::AddIOp::create(b, loc, start, capacity),
+                              total));
+    cf::AssertOp::create(b, loc, fits,
+                         "append in place: a segment has no room for the new "
+                         "row (its length reaches its capacity, or it ends "
+                         "past the pool)");
+    Value at = arith::AddIOp::create(b, loc, start, length);
+    SmallVector<Value, 2> written;
+    std::array<Value, 2> rows{keyRow, valueRow};
+    for (auto [row, pool] : llvm::zip(rows, inner.getRegionIterArgs()))
+      written.push_back(
+          insertRow(b, loc, row, pool, bi, c, b.getIndexAttr(0), at));
+    scf::YieldOp::create(b, loc, written);
+    b.setInsertionPointAfter(inner);
+    scf::YieldOp::create(b, loc, inner.getResults());
+    b.setInsertionPointAfter(outer);
+    Value grown = plusOne(b, loc, lengths);
+    // The attentions read both appends, so they follow the writes.
+    for (AttentionOp attention : plan.attentions[p]) {
+      b.setInsertionPoint(attention);
+      Location aloc = attention.getLoc();
+      Value queries = attention.getQueries();
+      auto qType = cast<RankedTensorType>(queries.getType());
+      auto oneQ = RankedTensorType::get(
+          {1, qType.getDimSize(1), 1, qType.getDimSize(3)},
+          qType.getElementType());
+      auto oneRows = RankedTensorType::get({1, heads}, b.getI64Type());
+      Value init = tensor::EmptyOp::create(b, aloc, qType.getShape(),
+                                           qType.getElementType());
+      auto loop = scf::ForOp::create(b, aloc, zero, batch, one, init);
+      b.setInsertionPointToStart(loop.getBody());
+      Value row = loop.getInductionVar();
+      auto sliceRow = [&](Value from, RankedTensorType type) -> Value {
+        SmallVector<OpFoldResult> offsets(type.getRank(), b.getIndexAttr(0));
+        offsets[0] = row;
+        SmallVector<OpFoldResult> sizes;
+        for (int64_t size : type.getShape())
+          sizes.push_back(b.getIndexAttr(size));
+        return tensor::ExtractSliceOp::create(
+            b, aloc, type, from, offsets, sizes,
+            SmallVector<OpFoldResult>(type.getRank(), b.getIndexAttr(1)));
+      };
+      Value q = sliceRow(queries, oneQ);
+      auto ragged = RaggedAttentionOp::create(
+          b, aloc, oneQ, q, outer.getResult(0), outer.getResult(1),
+          sliceRow(starts, oneRows), sliceRow(grown, oneRows),
+          attention.getScaleAttr());
+      SmallVector<OpFoldResult> offsets(4, b.getIndexAttr(0));
+      offsets[0] = row;
+      SmallVector<OpFoldResult> sizes;
+      for (int64_t size : oneQ.getShape())
+        sizes.push_back(b.getIndexAttr(size));
+      Value placed = tensor::InsertSliceOp::create(
+          b, aloc, ragged.getResult(), loop.getRegionIterArgs()[0], offsets,
+          sizes, SmallVector<OpFoldResult>(4, b.getIndexAttr(1)));
+      scf::YieldOp::create(b, aloc, placed);
+      b.setInsertionPointAfter(loop);
+      attention.replaceAllUsesWith(loop.getResult(0));
+      attention.erase();
+    }
+    b.setInsertionPoint(ret);
+    std::array<Append, 2> both{keyAppend, valueAppend};
+    for (auto [i, append] : llvm::enumerate(both)) {
+      bufferization::MaterializeInDestinationOp::create(
+          b, loc, TypeRange{}, outer.getResult(i), argOf(append),
+          /*restrict=*/true, /*writable=*/true);
+      erased.set(append.result);
+    }
+  }
+  return finishRewrite(func, plan, erased, rowsAt, buffers, 1, Layout::Pool);
 }
 
 /// Rewrites `func` by `plan`; returns the new argument numbers of the buffers
@@ -603,13 +804,8 @@ rewriteDirect(func::FuncOp func, const Plan &plan) {
     buffers.push_back(argNo);
   }
   // The concats now feed only the erased return operands.
-  eraseResults(func, erased);
-  for (const Append &append : plan.appends)
-    append.concat->erase();
-  SmallVector<Type> inputs(entry.getArgumentTypes());
-  func.setType(FunctionType::get(ctx, inputs, func.getResultTypes()));
-  annotate(func, rowsAt, buffers, plan.dim);
-  return {buffers, rowsAt};
+  return finishRewrite(func, plan, erased, rowsAt, buffers, plan.dim,
+                       Layout::Uniform);
 }
 
 namespace {
@@ -619,16 +815,16 @@ struct CallerPlan {
   DenseMap<func::FuncOp, Plan> callees;
   SmallVector<func::CallOp> calls;
   int64_t dim = -1;
-  bool ragged = false;
+  Layout layout = Layout::Uniform;
   int64_t batch = 0, heads = 0;
 };
 } // namespace
 
 static FailureOr<CallerPlan> planCaller(func::FuncOp root, SymbolTable &symbols,
-                                        ModuleOp module, bool ragged,
+                                        ModuleOp module, Layout layout,
                                         std::string &why) {
   CallerPlan plan;
-  plan.ragged = ragged;
+  plan.layout = layout;
   if (root.isExternal() || !root.getBody().hasOneBlock()) {
     why = "it has no body or more than one block";
     return failure();
@@ -639,11 +835,11 @@ static FailureOr<CallerPlan> planCaller(func::FuncOp root, SymbolTable &symbols,
       continue;
     if (!plan.callees.count(callee)) {
       std::string calleeWhy;
-      FailureOr<Plan> sub = planDirect(callee, /*ragged=*/false, calleeWhy);
+      FailureOr<Plan> sub = planDirect(callee, Layout::Uniform, calleeWhy);
       if (failed(sub))
         continue; // a callee without caches (embedding, head)
-      if (ragged) {
-        sub = planDirect(callee, /*ragged=*/true, calleeWhy);
+      if (layout != Layout::Uniform) {
+        sub = planDirect(callee, layout, calleeWhy);
         if (failed(sub)) {
           why = "@" + callee.getSymName().str() + ": " + calleeWhy;
           return failure();
@@ -713,10 +909,19 @@ static void rewriteCaller(func::FuncOp root, CallerPlan &plan,
                           SymbolTable &symbols) {
   MLIRContext *ctx = root.getContext();
   unsigned rowsAt = rowsIndex(root);
+  bool ragged = plan.layout == Layout::Ragged;
+  bool pool = plan.layout == Layout::Pool;
+  // Pool: one rows argument per call (each callee's own, passed through, so
+  // that the entry point stays glue whatever the batch), else one.
+  unsigned inserted = 1;
+  if (pool)
+    inserted = llvm::count_if(plan.calls, [&](func::CallOp call) {
+      return plan.callees.count(symbols.lookup<func::FuncOp>(call.getCallee()));
+    });
   // The entry point's buffers (argument numbers after `rows` is inserted),
   // in argument order: the order of the entries of its `rows`.
-  // Ragged: the calls' pairs in call order, keys then values (the order
-  // of the entries of `rows`).
+  // Ragged and pool: the calls' pairs in call order, keys then values (the
+  // order of the entries of `rows`).
   SmallVector<unsigned> buffers;
   int64_t pairs = 0;
   for (func::CallOp call : plan.calls) {
@@ -726,9 +931,9 @@ static void rewriteCaller(func::FuncOp root, CallerPlan &plan,
     auto number = [&](const Append &append) {
       unsigned argNo =
           cast<BlockArgument>(call.getOperand(append.arg)).getArgNumber();
-      return argNo >= rowsAt ? argNo + 1 : argNo;
+      return argNo >= rowsAt ? argNo + inserted : argNo;
     };
-    if (plan.ragged) {
+    if (ragged || pool) {
       for (auto [k, v] : it->second.pairs) {
         buffers.push_back(number(it->second.appends[k]));
         buffers.push_back(number(it->second.appends[v]));
@@ -739,22 +944,27 @@ static void rewriteCaller(func::FuncOp root, CallerPlan &plan,
     for (const Append &append : it->second.appends)
       buffers.push_back(number(append));
   }
-  RankedTensorType rowsType;
-  if (plan.ragged) {
-    rowsType = RankedTensorType::get({pairs, 2, plan.batch, plan.heads},
-                                     IntegerType::get(ctx, 64));
-  } else {
-    llvm::sort(buffers);
-    rowsType = RankedTensorType::get({static_cast<int64_t>(buffers.size())},
-                                     IntegerType::get(ctx, 64));
+  Value rowsArg;
+  if (!pool) {
+    RankedTensorType rowsType;
+    if (ragged) {
+      rowsType = RankedTensorType::get({pairs, 2, plan.batch, plan.heads},
+                                       IntegerType::get(ctx, 64));
+    } else {
+      llvm::sort(buffers);
+      rowsType = RankedTensorType::get({static_cast<int64_t>(buffers.size())},
+                                       IntegerType::get(ctx, 64));
+    }
+    (void)root.insertArgument(rowsAt, rowsType, {}, root.getLoc());
+    rowsArg = root.getArgument(rowsAt);
   }
-  (void)root.insertArgument(rowsAt, rowsType, {}, root.getLoc());
-  Value rowsArg = root.getArgument(rowsAt);
   DenseMap<func::FuncOp, std::pair<SmallVector<unsigned>, unsigned>> rewritten;
   for (auto &[callee, calleePlan] : plan.callees)
-    rewritten[callee] = plan.ragged ? rewriteRagged(callee, calleePlan)
-                                    : rewriteDirect(callee, calleePlan);
+    rewritten[callee] = ragged ? rewriteRagged(callee, calleePlan)
+                        : pool ? rewritePool(callee, calleePlan)
+                               : rewriteDirect(callee, calleePlan);
   int64_t nextPair = 0;
+  SmallVector<unsigned> rowArgs;
 
   func::ReturnOp ret = returnOf(root);
   llvm::BitVector erased(ret.getNumOperands());
@@ -788,7 +998,14 @@ static void rewriteCaller(func::FuncOp root, CallerPlan &plan,
     for (auto [i, position] : llvm::enumerate(positions))
       consecutive &= position == positions.front() + static_cast<int64_t>(i);
     Value calleeRowsArg;
-    if (plan.ragged) {
+    if (pool) {
+      // The callee's rows, as its own argument of the entry point.
+      unsigned at = rowsAt + rowArgs.size();
+      (void)root.insertArgument(at, callee.getArgumentTypes()[calleeRows], {},
+                                root.getLoc());
+      calleeRowsArg = root.getArgument(at);
+      rowArgs.push_back(at);
+    } else if (ragged) {
       // This call's pairs are the next ones of `rows`, in order.
       auto n = static_cast<int64_t>(it->second.pairs.size());
       calleeRowsArg = tensor::ExtractSliceOp::create(
@@ -828,11 +1045,15 @@ static void rewriteCaller(func::FuncOp root, CallerPlan &plan,
       call.erase();
   SmallVector<Type> inputs(root.getBody().front().getArgumentTypes());
   root.setType(FunctionType::get(ctx, inputs, root.getResultTypes()));
-  annotate(root, rowsAt, buffers, plan.ragged ? 1 : plan.dim, plan.ragged);
+  if (!pool)
+    rowArgs.push_back(rowsAt);
+  annotate(root, rowArgs, buffers,
+           plan.layout == Layout::Uniform ? plan.dim : 1, plan.layout);
 }
 
-LogicalResult mlir::snapkv::appendInPlace(ModuleOp module, StringRef funcName,
-                                          bool ragged, std::string &why) {
+/// `appendInPlace` in any layout.
+static LogicalResult appendInPlaceAs(ModuleOp module, StringRef funcName,
+                                     Layout layout, std::string &why) {
   SymbolTable symbols(module);
   auto root = symbols.lookup<func::FuncOp>(funcName);
   if (!root) {
@@ -842,16 +1063,18 @@ LogicalResult mlir::snapkv::appendInPlace(ModuleOp module, StringRef funcName,
   if (root->hasAttr(kAttr))
     return success(); // already rewritten
   std::string directWhy, callerWhy;
-  FailureOr<Plan> direct = planDirect(root, ragged, directWhy);
+  FailureOr<Plan> direct = planDirect(root, layout, directWhy);
   if (succeeded(direct)) {
-    if (ragged)
+    if (layout == Layout::Ragged)
       rewriteRagged(root, *direct);
+    else if (layout == Layout::Pool)
+      rewritePool(root, *direct);
     else
       rewriteDirect(root, *direct);
     return success();
   }
   FailureOr<CallerPlan> caller =
-      planCaller(root, symbols, module, ragged, callerWhy);
+      planCaller(root, symbols, module, layout, callerWhy);
   if (succeeded(caller)) {
     rewriteCaller(root, *caller, symbols);
     return success();
@@ -861,6 +1084,12 @@ LogicalResult mlir::snapkv::appendInPlace(ModuleOp module, StringRef funcName,
   return failure();
 }
 
+LogicalResult mlir::snapkv::appendInPlace(ModuleOp module, StringRef funcName,
+                                          bool ragged, std::string &why) {
+  return appendInPlaceAs(module, funcName,
+                         ragged ? Layout::Ragged : Layout::Uniform, why);
+}
+
 namespace {
 struct AppendInPlace
     : public mlir::snapkv::impl::AppendInPlaceBase<AppendInPlace> {
@@ -868,6 +1097,12 @@ struct AppendInPlace
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    if (layout != "uniform" && layout != "pool") {
+      module.emitError() << "snapkv-append-in-place: layout must be uniform "
+                            "or pool, got '"
+                         << layout << "'";
+      return signalPassFailure();
+    }
     auto root = module.lookupSymbol<func::FuncOp>(funcName);
     if (!root) {
       module.emitWarning() << "snapkv-append-in-place: no function @"
@@ -875,7 +1110,9 @@ struct AppendInPlace
       return;
     }
     std::string why;
-    if (failed(appendInPlace(module, funcName, /*ragged=*/false, why)))
+    if (failed(appendInPlaceAs(
+            module, funcName, layout == "pool" ? Layout::Pool : Layout::Uniform,
+            why)))
       root.emitWarning() << "snapkv-append-in-place left the module "
                             "unchanged: "
                          << why;

@@ -592,6 +592,31 @@ std::string AttentionFailure::message() const {
   return text;
 }
 
+/// The model's `[1, 1, Lq, Lk]` mask condition when `value` is the
+/// importer's broadcast of it over the batch (`[B, 1, Lq, Lk]`, a generic
+/// re-reading it at batch 0: a batched decode step, where every sequence's
+/// one query sees all its keys); else `value`.
+static Value skipBatchBroadcast(Value value) {
+  linalg::GenericOp generic;
+  tensor::ExtractOp extract = extractBody(value, generic);
+  if (!extract)
+    return value;
+  auto type = cast<RankedTensorType>(value.getType());
+  auto source = cast<RankedTensorType>(extract.getTensor().getType());
+  if (type.getRank() != 4 || source.getRank() != 4 ||
+      source.getDimSize(0) != 1 ||
+      !matchPattern(extract.getIndices()[0], m_Zero()))
+    return value;
+  for (unsigned dim = 1; dim < 4; ++dim) {
+    Value index = extract.getIndices()[dim];
+    bool unitZero = type.getDimSize(dim) == 1 && matchPattern(index, m_Zero());
+    if (source.getDimSize(dim) != type.getDimSize(dim) ||
+        (!unitZero && !isIterationIndex(index, dim)))
+      return value;
+  }
+  return extract.getTensor();
+}
+
 Value mlir::snapkv::skipCopies(Value value) {
   while (true) {
     linalg::GenericOp generic;
@@ -847,7 +872,7 @@ FailureOr<AttentionMatch> mlir::snapkv::matchSdpa(SdpaOp op,
           map.getResult(2) != getAffineDimExpr(2, ctx) ||
           map.getResult(3) != getAffineDimExpr(3, ctx))
         return fail(AttentionMismatch::SdpaMaskNotRowColumn);
-      m.mask = broadcast.getDpsInputs()[0];
+      m.mask = skipBatchBroadcast(broadcast.getDpsInputs()[0]);
     }
   }
   if (failed(matchKeysValues(m, keys, values, failure)))

@@ -289,6 +289,23 @@ def AppendInPlace : Pass<"snapkv-append-in-place", "::mlir::ModuleOp"> {
     reads through `snapkv-describe-module`). Anything else leaves the module
     unchanged with a warning that says why.
 
+    `layout=pool` makes a batched decode step (one sequence per batch row:
+    `@decode_batch` of `snapkv export --hf --batch N`) advance sequences of
+    different lengths at once: each (keys,
+    values) pair of caches `[B, Hc, T, D]` becomes one pool `memref<1x?xD>`
+    shared by all batch rows, in which head `c` of batch row `b` is a
+    segment of `capacities[b, c]` rows from `starts[b, c]` on with
+    `lengths[b, c]` valid (any order; the caller keeps segments disjoint).
+    The rows argument is `tensor<P x 3 x B x Hc x i64>` (per pair: starts,
+    lengths, capacities), the new row goes at `starts + lengths`, checked
+    against the segment's capacity and the pool's end, and each attention
+    over the caches (a `snapkv.attention` of one query row without offset:
+    run `snapkv-fuse-attention` first) becomes, batch row by batch row, a
+    `snapkv.ragged_attention` over that row's segments. An entry point
+    calling one function per layer gets one rows argument per call
+    (`rows` in the attribute is then the list of them, and `layout =
+    "pool"`), which it passes through.
+
     Run it after `snapkv-fuse-attention` (the fusion recognises the
     concatenation, not the slices). The buffers are written by the
     compiled code: one-shot bufferization (`bufferize-function-boundaries`)
@@ -303,7 +320,10 @@ def AppendInPlace : Pass<"snapkv-append-in-place", "::mlir::ModuleOp"> {
   ];
   let options = [
     Option<"funcName", "func", "std::string", /*default=*/"\"decode\"",
-           "The decode step (or the entry point calling one per layer)">
+           "The decode step (or the entry point calling one per layer)">,
+    Option<"layout", "layout", "std::string", /*default=*/"\"uniform\"",
+           "uniform (one row count per buffer) or pool (a batched decode: "
+           "one pool per cache, a segment per sequence and head)">
   ];
 }
 
