@@ -10,10 +10,11 @@ libraries per shape from ``snapkv-opt --snapkv-cpu-pipeline``:
 * ``tiled``: ``attention-interface=true``, the op tiled through its TilingInterface and
   each tile decomposed (``AggregatedOpInterface``).
 
-The two are called alternately (``--runs`` rounds after one warm-up call each, a pause
-before each call so that no OpenMP thread still spins), and the table gives the median of
-each and the ratio tiled / builder. Timings are measurements, never pass/fail; on a shared
-machine they are contended (say so with ``--note``).
+The two are called alternately (``--runs`` rounds after one warm-up call each, every other
+round in the opposite order, a pause before each call so that no OpenMP thread still
+spins), and the table gives the median of each and the ratio tiled / builder. Timings are
+measurements, never pass/fail; on a shared machine they are contended (say so with
+``--note``).
 """
 
 from __future__ import annotations
@@ -81,8 +82,9 @@ def main() -> int:
         times = {mode: [] for mode in MODES}
         outs = {mode: fns[decode][mode](*call)[0] for mode in MODES}  # warm-up
         np.testing.assert_allclose(outs["tiled"], outs["builder"], rtol=0, atol=1e-5)
-        for _ in range(args.runs):
-            for mode in MODES:
+        for round_ in range(args.runs):
+            # ABBA: neither library always runs first.
+            for mode in list(MODES)[::1 if round_ % 2 == 0 else -1]:
                 time.sleep(PAUSE)
                 start = time.perf_counter()
                 fns[decode][mode](*call)
