@@ -467,12 +467,24 @@ private:
     return tensor::PadOp::create(b, loc, RankedTensorType::get(shape, elemTy),
                                  source, low, high, zero);
   }
-  /// [1, 1, n, D] as [n, D].
+  /// [1, 1, n, D] as [n, D]. With n dynamic, a rank-reducing slice: a
+  /// collapse's buffer would have a dynamic row stride (D is static: it keeps
+  /// the key steps' addressing constant). With n static, a collapse (a slice
+  /// to [1, D] would not say which unit dims it drops).
   Value rowsOf(Value source) {
     auto ty = cast<RankedTensorType>(source.getType());
-    return tensor::CollapseShapeOp::create(
-        b, loc, RankedTensorType::get(ty.getShape().drop_front(2), elemTy),
-        source, SmallVector<ReassociationIndices>{{0, 1, 2}, {3}});
+    auto rowsTy = RankedTensorType::get(ty.getShape().drop_front(2), elemTy);
+    if (!ty.isDynamicDim(2))
+      return tensor::CollapseShapeOp::create(
+          b, loc, rowsTy, source,
+          SmallVector<ReassociationIndices>{{0, 1, 2}, {3}});
+    OpFoldResult zero = b.getIndexAttr(0), one = b.getIndexAttr(1);
+    return tensor::ExtractSliceOp::create(
+        b, loc, rowsTy, source, ArrayRef<OpFoldResult>{zero, zero, zero, zero},
+        ArrayRef<OpFoldResult>{one, one,
+                               tensor::getMixedSize(b, loc, source, 2),
+                               b.getIndexAttr(dim)},
+        SmallVector<OpFoldResult>(4, one));
   }
   /// The logits [Tk, R] from the keys [Tk, D] and the queries [R, D], as
   /// dot products along D in kLanes-wide partial sums (loops (j, r, lane,
