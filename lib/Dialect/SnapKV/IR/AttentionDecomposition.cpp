@@ -49,29 +49,11 @@ Value constF32(OpBuilder &b, Location loc, float v) {
   return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(v));
 }
 
-class KeyLoopBuilder {
-public:
-  KeyLoopBuilder(OpBuilder &b, Location loc, AttentionOp op, int64_t keyTile,
-                 bool lengthsChecked)
-      : b(b), loc(loc), tk(keyTile), lengthsChecked(lengthsChecked) {
-    RankedTensorType qTy = op.getQueries().getType();
-    RankedTensorType kTy = op.getKeys().getType();
-    elemTy = qTy.getElementType();
-    batch = qTy.getDimSize(0);
-    kvHeads = kTy.getDimSize(1);
-    group = qTy.getDimSize(1) / kvHeads;
-    dim = qTy.getDimSize(3);
-    scale = static_cast<float>(op.getEffectiveScale());
-    if (std::optional<APFloat> cap = op.getSoftcap())
-      softcap = cap->convertToFloat();
-    window = op.getSlidingWindow();
-    f32 = b.getF32Type();
-  }
-
-  Value build(Value queries, Value keys, Value values, Value offset,
-              Value init);
-
-private:
+/// What both decompositions build with: linalg ops on tensors, in f32.
+class OpsBuilder {
+protected:
+  OpsBuilder(OpBuilder &b, Location loc)
+      : b(b), loc(loc), f32(b.getF32Type()) {}
   using Body = function_ref<Value(OpBuilder &, Location, ValueRange)>;
 
   Value cIndex(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
@@ -88,20 +70,61 @@ private:
   Value empty(ArrayRef<OpFoldResult> sizes, Type elem) {
     return tensor::EmptyOp::create(b, loc, sizes, elem);
   }
+  Value empty(ArrayRef<int64_t> shape, Type elem) {
+    return tensor::EmptyOp::create(b, loc, shape, elem);
+  }
   Value filled(ArrayRef<OpFoldResult> sizes, float value) {
-    return linalg::FillOp::create(b, loc, constF32(b, loc, value),
-                                  empty(sizes, f32))
+    return fill(empty(sizes, f32), value);
+  }
+  Value filled(ArrayRef<int64_t> shape, float value) {
+    return fill(empty(shape, f32), value);
+  }
+  Value fill(Value tensor, float value) {
+    return linalg::FillOp::create(b, loc, constF32(b, loc, value), tensor)
         .getResult(0);
   }
-  Value generic(ValueRange ins, Value out, ArrayRef<AffineMap> maps,
-                ArrayRef<utils::IteratorType> iters, Body body) {
+  Value generic(Type resultType, ValueRange ins, Value out,
+                ArrayRef<AffineMap> maps, ArrayRef<utils::IteratorType> iters,
+                Body body) {
     return linalg::GenericOp::create(
-               b, loc, out.getType(), ins, out, maps, iters,
+               b, loc, resultType, ins, out, maps, iters,
                [&](OpBuilder &nb, Location l, ValueRange args) {
                  linalg::YieldOp::create(nb, l, body(nb, l, args));
                })
         .getResult(0);
   }
+  Value generic(ValueRange ins, Value out, ArrayRef<AffineMap> maps,
+                ArrayRef<utils::IteratorType> iters, Body body) {
+    return generic(out.getType(), ins, out, maps, iters, body);
+  }
+
+  OpBuilder &b;
+  Location loc;
+  Type f32;
+};
+
+class KeyLoopBuilder : OpsBuilder {
+public:
+  KeyLoopBuilder(OpBuilder &b, Location loc, AttentionOp op, int64_t keyTile,
+                 bool lengthsChecked)
+      : OpsBuilder(b, loc), tk(keyTile), lengthsChecked(lengthsChecked) {
+    RankedTensorType qTy = op.getQueries().getType();
+    RankedTensorType kTy = op.getKeys().getType();
+    elemTy = qTy.getElementType();
+    batch = qTy.getDimSize(0);
+    kvHeads = kTy.getDimSize(1);
+    group = qTy.getDimSize(1) / kvHeads;
+    dim = qTy.getDimSize(3);
+    scale = static_cast<float>(op.getEffectiveScale());
+    if (std::optional<APFloat> cap = op.getSoftcap())
+      softcap = cap->convertToFloat();
+    window = op.getSlidingWindow();
+  }
+
+  Value build(Value queries, Value keys, Value values, Value offset,
+              Value init);
+
+private:
   Value slice(Value source, ArrayRef<OpFoldResult> offsets,
               ArrayRef<OpFoldResult> sizes) {
     return tensor::ExtractSliceOp::create(
@@ -131,15 +154,13 @@ private:
                           OpFoldResult cols, Value row0, Value lq, Value lk,
                           Value offset, Value m, Value l, Value acc);
 
-  OpBuilder &b;
-  Location loc;
   int64_t tk, batch = 0, kvHeads = 0, group = 0, dim = 0;
   /// The caller checked that dynamic key and value lengths agree.
   bool lengthsChecked;
   float scale = 1;
   std::optional<float> softcap;
   std::optional<int64_t> window;
-  Type elemTy, f32;
+  Type elemTy;
 };
 
 SmallVector<Value> KeyLoopBuilder::step(Value q, Value kTile, Value vTile,
@@ -399,11 +420,11 @@ Value shifted(OpBuilder &nb, Location l, Value x, Value max) {
 /// keys are read in place: the last step starts at Lk - Tk, overlapping
 /// its predecessor, whose columns it masks; keys shorter than one tile are
 /// zero-padded. Positions are i32 (attentionLengths checks they fit).
-class TileBuilder {
+class TileBuilder : OpsBuilder {
 public:
   TileBuilder(OpBuilder &b, Location loc, AttentionOp op, int64_t keyTile,
               int64_t rowBound, int64_t keySplits, bool lengthsChecked)
-      : b(b), loc(loc), tk(keyTile), tq(rowBound), splits(keySplits),
+      : OpsBuilder(b, loc), tk(keyTile), tq(rowBound), splits(keySplits),
         lengthsChecked(lengthsChecked) {
     RankedTensorType qTy = op.getQueries().getType();
     elemTy = qTy.getElementType();
@@ -416,7 +437,6 @@ public:
       softcap = cap->convertToFloat();
     if (std::optional<int64_t> w = op.getSlidingWindow())
       window = std::min<int64_t>(*w, int64_t{1} << 29);
-    f32 = b.getF32Type();
     i32 = b.getI32Type();
   }
 
@@ -424,35 +444,6 @@ public:
               Value init);
 
 private:
-  using Body = function_ref<Value(OpBuilder &, Location, ValueRange)>;
-  Value cIndex(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
-  AffineMap map(unsigned numDims, ArrayRef<unsigned> dims) {
-    SmallVector<AffineExpr> exprs;
-    for (unsigned d : dims)
-      exprs.push_back(b.getAffineDimExpr(d));
-    return AffineMap::get(numDims, 0, exprs, b.getContext());
-  }
-  Value empty(ArrayRef<int64_t> shape, Type elem) {
-    return tensor::EmptyOp::create(b, loc, shape, elem);
-  }
-  Value filled(ArrayRef<int64_t> shape, float value) {
-    return linalg::FillOp::create(b, loc, constF32(b, loc, value),
-                                  empty(shape, f32))
-        .getResult(0);
-  }
-  Value generic(Type resultType, ValueRange ins, Value out,
-                ArrayRef<AffineMap> maps, ArrayRef<utils::IteratorType> iters,
-                Body body) {
-    return linalg::GenericOp::create(
-               b, loc, resultType, ins, out, maps, iters,
-               [&](OpBuilder &nb, Location l, ValueRange args) {
-                 linalg::YieldOp::create(nb, l, body(nb, l, args));
-               })
-        .getResult(0);
-  }
-  Value wide(OpBuilder &nb, Location l, Value v) {
-    return v.getType() == f32 ? v : arith::ExtFOp::create(nb, l, f32, v);
-  }
   /// `source` ([.., n, D]) with dim `d` zero-padded at the end to `size`.
   Value padded(Value source, unsigned d, int64_t size) {
     auto ty = cast<RankedTensorType>(source.getType());
@@ -501,14 +492,12 @@ private:
   /// parts of the keys as one maximum, sum and accumulator.
   SmallVector<Value> combine(Value m, Value l, Value acc);
 
-  OpBuilder &b;
-  Location loc;
   int64_t tk, tq, splits, heads = 0, dim = 0, rows = 0;
   bool lengthsChecked, dot = false;
   float scale = 1;
   std::optional<float> softcap;
   std::optional<int64_t> window;
-  Type elemTy, f32, i32;
+  Type elemTy, i32;
   // Set by build() for keyLoop().
   Value qOperand, rowLimits, windowStarts, columns;
 };
