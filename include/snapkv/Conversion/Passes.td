@@ -178,8 +178,10 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
     (`AggregatedOpInterface::decomposeOperation`). With
     `attention-interface`, an op with a `forall` configuration is instead
     tiled through its `TilingInterface` (an `scf.forall` over batch, query
-    heads and tiles of `query-tile` rows) and each tile decomposed the same
-    way. The `[Lq, Lk]` scores are never
+    heads and tiles of `query-tile` rows; a decode step, one static row per
+    head, in tiles of a kv head's group of query heads whose keys run in 4
+    parts in an `scf.forall`) and each tile decomposed into static-shaped
+    steps (docs/lowering.md). The `[Lq, Lk]` scores are never
     materialised. It has no GPU lowering yet (nor has
     `snapkv.ragged_attention`): with `tiling=gpu` the pass reports the op
     and fails.
@@ -209,7 +211,8 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
            /*default=*/"false",
            "Lower a snapkv.attention with a forall configuration by tiling "
            "it through TilingInterface (scf.forall over batch, query heads "
-           "and tiles of query-tile rows) and decomposing each tile, "
+           "and tiles of query-tile rows; a decode step by kv head, its keys "
+           "in 4 parallel parts) and decomposing each tile, "
            "instead of the hand-written tiled online softmax">
   ];
   let dependentDialects = [

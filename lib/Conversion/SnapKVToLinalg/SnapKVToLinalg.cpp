@@ -309,15 +309,27 @@ struct AttentionLowering : OpConversionPattern<AttentionOp> {
 /// decomposed into its online softmax over tiles of `keyTile` keys. The
 /// run-time check of dynamic lengths comes first, once: a check inside the
 /// parallel loop could not return to the caller (asserts=report).
+/// Parts a decode step's keys are split into (FlashDecoding).
+constexpr int64_t kDecodeSplits = 4;
+
 LogicalResult tileAndDecompose(RewriterBase &rewriter, AttentionOp op,
                                const FormulationOptions &options) {
   rewriter.setInsertionPoint(op);
   attentionLengths(rewriter, op.getLoc(), op.getQueries(), op.getKeys(),
                    op.getValues(), op.getOffset());
+  // A decode step (one static row per head): a tile of each kv head's group
+  // of query heads, so that its keys and values are read once for them, the
+  // tiles one after another, each over kDecodeSplits parts of the keys in
+  // parallel (a model's few kv heads alone would leave cores idle).
+  RankedTensorType qTy = op.getQueries().getType();
+  int64_t group = qTy.getDimSize(1) / op.getKeys().getType().getDimSize(1);
+  bool decode = qTy.getDimSize(2) == 1;
   scf::SCFTilingOptions tiling;
-  tiling.setLoopType(scf::SCFTilingOptions::LoopType::ForallOp);
-  tiling.setTileSizes(
-      getAsIndexOpFoldResult(op.getContext(), {1, 1, options.queryTile}));
+  tiling.setLoopType(decode ? scf::SCFTilingOptions::LoopType::ForOp
+                            : scf::SCFTilingOptions::LoopType::ForallOp);
+  tiling.setTileSizes(getAsIndexOpFoldResult(
+      op.getContext(),
+      {1, decode ? group : 1, decode ? 1 : options.queryTile}));
   FailureOr<scf::SCFTilingResult> tiled = scf::tileUsingSCF(
       rewriter, cast<TilingInterface>(op.getOperation()), tiling);
   if (failed(tiled))
@@ -327,7 +339,8 @@ LogicalResult tileAndDecompose(RewriterBase &rewriter, AttentionOp op,
     auto tile = cast<AttentionOp>(tiledOp);
     rewriter.setInsertionPoint(tile);
     FailureOr<SmallVector<Value>> decomposed =
-        tile.decompose(rewriter, options.keyTile, /*lengthsChecked=*/true);
+        tile.decompose(rewriter, options.keyTile, /*lengthsChecked=*/true,
+                       decode ? kDecodeSplits : 1);
     if (failed(decomposed))
       return tile.emitOpError("could not be decomposed");
     rewriter.replaceOp(tile, *decomposed);

@@ -40,10 +40,13 @@ module attributes {transform.with_named_sequence} {
 // -----
 
 // Tiled with scf.forall over (head, tile of 3 rows) of a dynamic prompt
-// length (the last tile shorter) at an explicit offset, then decomposed: each
-// tile is an scf.for over tiles of 4 keys (its configuration's key tile)
-// whose steps are linalg ops on the tile's rows, with f32 statistics for
-// bf16 operands, the result narrowed into the tile of the output.
+// length (the last tile shorter) at an explicit offset, then decomposed: a
+// tile's rows are bounded (3), so its queries are zero-padded to 3 rows and
+// transposed once to [D, 3], and each step is static-shaped: an scf.for over
+// tiles of 4 keys (its configuration's key tile) read in place, the logits
+// a [4, 3] tile, with f32 statistics for bf16 operands; keys shorter than
+// one tile are zero-padded to one (the scf.if's else). The result is
+// narrowed into the tile of the output.
 // CHECK-DAG: #[[ROW0:.*]] = affine_map<(d0) -> (d0 * 3)>
 // CHECK-DAG: #[[ROWS:.*]] = affine_map<(d0)[s0] -> (d0 * -3 + s0, 3)>
 // CHECK-DAG: #[[OFF:.*]] = affine_map<(d0)[s0] -> (d0 * 3 + s0)>
@@ -55,12 +58,20 @@ module attributes {transform.with_named_sequence} {
 // CHECK:   %[[N:.*]] = affine.min #[[ROWS]](%[[T]])
 // CHECK:   tensor.extract_slice %[[Q]][0, %[[H]], %[[R]], 0] [1, 1, %[[N]], 8]
 // CHECK:   affine.apply #[[OFF]](%[[T]])[%[[POS]]]
-// CHECK:   scf.for %{{.*}} = %c0 to %{{.*}} step %c1 iter_args({{.*}}) -> (tensor<1x1x1x?xf32>, tensor<1x1x1x?xf32>, tensor<1x1x1x?x8xf32>)
-// CHECK:     linalg.generic {{.*}} ins({{.*}} : tensor<1x1x1x?x8xbf16>, tensor<1x1x4x8xbf16>) outs({{.*}} : tensor<1x1x1x?x4xf32>)
-// CHECK:       arith.extf {{.*}} : bf16 to f32
-// CHECK:       arith.extf {{.*}} : bf16 to f32
-// CHECK:     math.exp
-// CHECK:     scf.yield
+// CHECK:   tensor.pad
+// CHECK:   } : tensor<1x1x?x8xbf16> to tensor<1x1x3x8xbf16>
+// CHECK:   linalg.generic {{.*}} ins(%{{.*}} : tensor<3x8xbf16>) outs(%{{.*}} : tensor<8x3xbf16>)
+// CHECK:   scf.if
+// CHECK:     scf.for %{{.*}} = %c0 to %{{.*}} step %c1 iter_args({{.*}}) -> (tensor<3xf32>, tensor<3xf32>, tensor<3x8xf32>)
+// CHECK:       tensor.extract_slice %{{.*}} [4, 8] [1, 1] : tensor<?x8xbf16> to tensor<4x8xbf16>
+// CHECK:       linalg.generic {{.*}} ins(%{{.*}}, %{{.*}} : tensor<4x8xbf16>, tensor<8x3xbf16>) outs(%{{.*}} : tensor<4x3xf32>)
+// CHECK:         arith.extf {{.*}} : bf16 to f32
+// CHECK:         arith.extf {{.*}} : bf16 to f32
+// CHECK:       math.exp
+// CHECK:       scf.yield
+// CHECK:   } else {
+// CHECK:     tensor.pad
+// CHECK:     } : tensor<?x8xbf16> to tensor<4x8xbf16>
 // CHECK:   arith.truncf {{.*}} : f32 to bf16
 // CHECK:   tensor.parallel_insert_slice %{{.*}} into %[[O]][0, %[[H]], %[[R]], 0] [1, 1, %[[N]], 8]
 func.func @tile_and_decompose(%q: tensor<1x2x?x8xbf16>, %k: tensor<1x1x?x8xbf16>, %v: tensor<1x1x?x8xbf16>, %pos: index, %init: tensor<1x2x?x8xbf16>) -> tensor<1x2x?x8xbf16> {
@@ -159,19 +170,23 @@ module attributes {transform.with_named_sequence} {
 // -----
 
 // Soft-capping and a sliding window: the tiles keep them, and the
-// decomposition caps the scaled logits (c * tanh(x / c)) and hides the keys
-// at or before the row's limit - W.
+// decomposition hides the keys at or before each row's position - W (its
+// window start, a vector over the rows next to its limit) and caps the
+// scaled logits (c * tanh(x / c)).
 // CHECK-LABEL: func.func @softcap_window
 // CHECK: scf.forall
+// CHECK:   linalg.generic
+// CHECK:     %[[POS:.*]] = arith.addi {{.*}} : i32
+// CHECK:     arith.minsi %[[POS]]
+// CHECK:   linalg.generic
+// CHECK:     %[[P2:.*]] = arith.addi {{.*}} : i32
+// CHECK:     arith.subi %[[P2]], %c3_i32
 // CHECK:   scf.for
 // CHECK:     linalg.generic
-// CHECK:       linalg.index 4
-// CHECK-NEXT:  %[[COL:.*]] = arith.addi
-// CHECK-NEXT:  %[[LIMIT:.*]] = arith.addi
-// CHECK:       arith.cmpi sle, %[[COL]], %[[LIMIT]]
-// CHECK:       arith.cmpi slt
-// CHECK:       %[[FROM:.*]] = arith.subi %[[LIMIT]], %c3
-// CHECK:       arith.cmpi sgt, %[[COL]], %[[FROM]]
+// CHECK:       %[[COL:.*]] = arith.addi %{{.*}}, %{{.*}} : i32
+// CHECK:       arith.cmpi sge, %[[COL]]
+// CHECK:       arith.cmpi sle, %[[COL]]
+// CHECK:       arith.cmpi sgt, %[[COL]]
 // CHECK:       %[[X:.*]] = arith.mulf %{{.*}}, %cst
 // CHECK:       %[[Y:.*]] = arith.divf %[[X]], %[[C:.*]] : f32
 // CHECK:       %[[T:.*]] = math.tanh %[[Y]]

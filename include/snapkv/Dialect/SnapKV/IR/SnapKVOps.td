@@ -587,10 +587,11 @@ def SnapKV_AttentionOp : SnapKV_Op<"attention",
     /// `decomposeOperation` builds with the op's configured key tile).
     /// `lengthsChecked`: the caller has checked at run time that dynamic key
     /// and value lengths agree (once, outside the loops of a tiled op), so
-    /// the decomposition does not.
+    /// the decomposition does not. `keySplits`: a tile's key steps in that
+    /// many parts run in parallel (an `scf.forall`) and then combined.
     ::mlir::FailureOr<::llvm::SmallVector<::mlir::Value>>
     decompose(::mlir::OpBuilder &b, int64_t keyTile,
-              bool lengthsChecked = false);
+              bool lengthsChecked = false, int64_t keySplits = 1);
   }];
 
   let hasVerifier = 1;
