@@ -557,7 +557,10 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
 
     SmallVector<linalg::LinalgOp> ops;
     getOperation().walk([&](linalg::LinalgOp op) {
-      if (op.hasPureTensorSemantics())
+      // An empty static loop (a prompt shorter than one key tile has no
+      // whole tiles) computes nothing and has no register tile.
+      if (op.hasPureTensorSemantics() &&
+          !llvm::is_contained(op.getStaticLoopRanges(), 0))
         ops.push_back(op);
     });
     IRRewriter rewriter(&getContext());

@@ -17,7 +17,8 @@ using namespace mlir;
 
 void snapkv::stages::lowerSelections(OpPassManager &pm,
                                      const ConfigureLoweringOptions &config,
-                                     bool decompose, bool attentionInterface) {
+                                     bool decompose, bool attentionInterface,
+                                     bool tileStages) {
   if (decompose) {
     // On the GPU the conversion splits select_adaptive itself, to lay the
     // ops between its stages out as kernels.
@@ -30,6 +31,7 @@ void snapkv::stages::lowerSelections(OpPassManager &pm,
   pm.addPass(createConfigureLowering(config));
   ConvertSnapKVToLinalgOptions lowering;
   lowering.attentionInterface = attentionInterface;
+  lowering.tileStages = tileStages;
   pm.addPass(createConvertSnapKVToLinalg(lowering));
   pm.addPass(createTileAndFuse());
   pm.addPass(createCanonicalizerPass());

@@ -1,7 +1,9 @@
 // RUN: snapkv-opt %s --snapkv-cpu-pipeline="vector-bits=256" | FileCheck %s --implicit-check-not=snapkv. --implicit-check-not=linalg. --implicit-check-not=scf. --implicit-check-not=expf --implicit-check-not=llvm.intr.exp
-// The OpenMP schedule of the parallel loops: guided unless the `schedule` option says otherwise.
-// RUN: snapkv-opt %s --snapkv-cpu-pipeline="vector-bits=256" | FileCheck %s --check-prefix=GUIDED
-// RUN: snapkv-opt %s --snapkv-cpu-pipeline="vector-bits=256 schedule=static" | FileCheck %s --check-prefix=STATIC
+// The OpenMP schedule of the parallel loops: guided unless the `schedule` option says otherwise
+// (the select's loops, over its 8 rows, are short enough to keep the static schedule unless
+// static-trip-count=0).
+// RUN: snapkv-opt %s --snapkv-cpu-pipeline="vector-bits=256 static-trip-count=0" | FileCheck %s --check-prefix=GUIDED
+// RUN: snapkv-opt %s --snapkv-cpu-pipeline="vector-bits=256 static-trip-count=0 schedule=static" | FileCheck %s --check-prefix=STATIC
 // GUIDED: omp.wsloop schedule(guided)
 // GUIDED-NOT: schedule(static)
 // STATIC: omp.wsloop schedule(static)

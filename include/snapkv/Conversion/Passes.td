@@ -132,9 +132,20 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
     L = 65536, no more than the [B, Hc, L] votes while W <= B x Hc).
     `keep-logits=false` recomputes each tile's logits in the votes, with
     scratch of one tile.
-    `--snapkv-cpu-pipeline` uses `tiling=cpu` and then
-    `snapkv-tile-and-fuse`; `tiling=none` (the default) leaves the ops
-    untiled and unannotated.
+    `tiling=none` (the default) leaves the ops untiled and unannotated.
+
+    `tile-stages` (what `--snapkv-cpu-pipeline` runs) tiles the stage ops
+    of a decomposed select that have a `forall` configuration through their
+    `TilingInterface` before lowering them (upstream
+    `scf::tileConsumerAndFuseProducersUsingSCF`): each
+    `snapkv.top_positions` becomes one `scf.forall` over its (batch, head)
+    rows with the `snapkv.score` it ranks fused into the same iteration
+    (a score read by anything else is tiled on its own), each `snapkv.gather`
+    one more. Each tile is the op of one row, lowered whole inside the loop
+    with the configuration's key tile, chunk and `keep_logits` (one head's
+    logits kept between the passes), and records no groups; the run-time
+    checks of dynamic sizes are made once before the loop (a check inside a
+    parallel loop could not return to the caller with `asserts=report`).
 
     `tiling=gpu` lays the formulation out for GPU blocks: every kernel is one
     group with `mapping = gpu_blocks` (tiled, an `scf.forall` mapped to
@@ -207,6 +218,12 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
     Option<"keepLogits", "keep-logits", "bool", /*default=*/"true",
            "With tiling=cpu: score one (batch, query head) at a time and "
            "keep its logits for the votes instead of recomputing them">,
+    Option<"tileStages", "tile-stages", "bool", /*default=*/"false",
+           "Tile each snapkv.score, top_positions and gather with a forall "
+           "configuration through TilingInterface into an scf.forall over "
+           "its (batch, head) rows (a ranking with the score it reads fused "
+           "in) and lower each tile whole, instead of recording tile "
+           "groups of its formulation">,
     Option<"attentionInterface", "attention-interface", "bool",
            /*default=*/"false",
            "Lower a snapkv.attention with a forall configuration by tiling "

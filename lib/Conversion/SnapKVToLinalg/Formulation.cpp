@@ -11,6 +11,7 @@
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <limits>
@@ -281,6 +282,8 @@ SmallVector<Value> Formulation::castTo(SmallVector<Value> values,
 
 Value Formulation::checkedLength(Value keys, Value values) {
   Value length = tensor::DimOp::create(b, loc, keys, 2);
+  if (opts.checked)
+    return length;
   if (values) {
     Value valuesLength = tensor::DimOp::create(b, loc, values, 2);
     Value same = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, length,
@@ -381,20 +384,7 @@ Value Formulation::topPositions(Value scores, Value init) {
   Value prefix;
   if (scoresTy.isDynamicDim(2)) {
     prefix = tensor::DimOp::create(b, loc, scores, 2);
-    auto check = [&](arith::CmpIPredicate pred, int64_t bound,
-                     const std::string &message) {
-      cf::AssertOp::create(
-          b, loc, arith::CmpIOp::create(b, loc, pred, prefix, cIndex(bound)),
-          s.opName + ": " + message);
-    };
-    check(arith::CmpIPredicate::sge, s.keep,
-          llvm::formatv("'scores' holds fewer prefix positions than "
-                        "capacity - window ({0})",
-                        s.keep)
-              .str());
-    check(arith::CmpIPredicate::slt,
-          std::numeric_limits<int32_t>::max() - s.window,
-          "prompt length (prefix + window) must be below 2^31 - 1");
+    checkPrefix(prefix);
   } else {
     prefix = cIndex(scoresTy.getDimSize(2));
   }
@@ -430,10 +420,36 @@ Value Formulation::rankPositions(Value scores, Value prefix, Value init) {
 }
 
 Value Formulation::gatherRows(Value source, Value indices, Value init) {
-  auto indicesTy = cast<RankedTensorType>(indices.getType());
-  auto initTy = cast<RankedTensorType>(init.getType());
   OpFoldResult slots = tensor::getMixedSize(b, loc, init, 2);
-  if (indicesTy.isDynamicDim(2) || initTy.isDynamicDim(2)) {
+  Value length = tensor::DimOp::create(b, loc, source, 2);
+  checkGather(length, indices, slots);
+  return gather(source, indices, slots, init, length);
+}
+
+void Formulation::checkPrefix(Value prefix) {
+  if (opts.checked)
+    return;
+  auto check = [&](arith::CmpIPredicate pred, int64_t bound,
+                   const std::string &message) {
+    cf::AssertOp::create(
+        b, loc, arith::CmpIOp::create(b, loc, pred, prefix, cIndex(bound)),
+        s.opName + ": " + message);
+  };
+  check(arith::CmpIPredicate::sge, s.keep,
+        llvm::formatv("'scores' holds fewer prefix positions than "
+                      "capacity - window ({0})",
+                      s.keep)
+            .str());
+  check(arith::CmpIPredicate::slt,
+        std::numeric_limits<int32_t>::max() - s.window,
+        "prompt length (prefix + window) must be below 2^31 - 1");
+}
+
+void Formulation::checkGather(Value length, Value indices, OpFoldResult slots) {
+  if (opts.checked)
+    return;
+  if (cast<RankedTensorType>(indices.getType()).isDynamicDim(2) ||
+      isa<Value>(slots)) {
     Value same =
         arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
                               tensor::DimOp::create(b, loc, indices, 2),
@@ -441,7 +457,6 @@ Value Formulation::gatherRows(Value source, Value indices, Value init) {
     cf::AssertOp::create(b, loc, same,
                          s.opName + ": 'indices' dim 2 differs from 'init'");
   }
-  Value length = tensor::DimOp::create(b, loc, source, 2);
   if (ShapedType::isDynamic(s.length)) {
     // An empty source has no row to clamp to.
     Value rows = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt,
@@ -452,7 +467,28 @@ Value Formulation::gatherRows(Value source, Value indices, Value init) {
     cf::AssertOp::create(b, loc, arith::OrIOp::create(b, loc, rows, none),
                          s.opName + ": 'source' has no rows to gather");
   }
-  return gather(source, indices, slots, init, length);
+}
+
+void Formulation::checkStage(Operation *op) {
+  llvm::TypeSwitch<Operation *>(op)
+      .Case([&](ScoreOp score) {
+        Value length = ShapedType::isDynamic(s.length)
+                           ? checkedLength(score.getKeys(), Value())
+                           : cIndex(s.length);
+        if (isAccumulated(s.scoring) &&
+            score.getQueries().getType().isDynamicDim(2))
+          checkQueryRows(tensor::DimOp::create(b, loc, score.getQueries(), 2),
+                         length);
+      })
+      .Case([&](TopPositionsOp top) {
+        if (top.getScores().getType().isDynamicDim(2))
+          checkPrefix(tensor::DimOp::create(b, loc, top.getScores(), 2));
+      })
+      .Case([&](GatherOp gather) {
+        checkGather(tensor::DimOp::create(b, loc, gather.getSource(), 2),
+                    gather.getIndices(),
+                    tensor::getMixedSize(b, loc, gather.getInit(), 2));
+      });
 }
 
 SmallVector<Value> Formulation::selection(Value queries, Value keys,

@@ -170,6 +170,9 @@ public:
   /// snapkv.gather: the rows of `source` at `indices`, clamped into the
   /// source, written into `init`.
   Value gatherRows(Value source, Value indices, Value init);
+  /// The run-time checks of a stage op's dynamic sizes (what lowering it
+  /// checks first), for a loop over its tiles to make before the loop.
+  void checkStage(Operation *op);
 
 private:
   // --- builders -------------------------------------------------------------
@@ -283,6 +286,12 @@ private:
               int64_t heads = 1);
   /// The prompt length, with the run-time checks a dynamic length needs.
   Value checkedLength(Value keys, Value values);
+  /// The checks of a dynamic number of query rows (accumulated scorings).
+  void checkQueryRows(Value rows, Value length);
+  /// The checks of a dynamic prefix of top_positions' scores.
+  void checkPrefix(Value prefix);
+  /// The checks of gather's dynamic slots and its source's `length` rows.
+  void checkGather(Value length, Value indices, OpFoldResult slots);
   Value prefixLength(Value length);
   OpFoldResult paddedPrefix(Value prefix);
   SmallVector<Value> castTo(SmallVector<Value> values, TypeRange types);

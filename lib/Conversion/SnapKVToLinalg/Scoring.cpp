@@ -509,6 +509,20 @@ Value Formulation::votesPerHead(Value queries, Value keys, Value length,
   return loop.getResult(0);
 }
 
+void Formulation::checkQueryRows(Value rows, Value length) {
+  if (opts.checked)
+    return;
+  auto check = [&](arith::CmpIPredicate pred, Value lhs, Value rhs,
+                   const std::string &message) {
+    cf::AssertOp::create(b, loc, arith::CmpIOp::create(b, loc, pred, lhs, rhs),
+                         s.opName + ": " + message);
+  };
+  check(arith::CmpIPredicate::sge, rows, cIndex(s.window),
+        llvm::formatv("'queries' dim 2 is below window {0}", s.window).str());
+  check(arith::CmpIPredicate::sle, rows, length,
+        "'queries' dim 2 exceeds the prompt length (keys dim 2)");
+}
+
 /// One (batch, query head) at a time, as votesPerHead: its Q x L logits
 /// (f32; 4 MiB at Q = 512, L = 2048) are the scratch, computed once and
 /// read by the row statistics and the votes. Query t sits at L - Q + t and
@@ -519,18 +533,8 @@ Value Formulation::votesPerHead(Value queries, Value keys, Value length,
 Value Formulation::accumulatedVotes(Value queries, Value keys, Value length,
                                     Value prefix) {
   Value rows = tensor::DimOp::create(b, loc, queries, 2);
-  if (cast<RankedTensorType>(queries.getType()).isDynamicDim(2)) {
-    auto check = [&](arith::CmpIPredicate pred, Value lhs, Value rhs,
-                     const std::string &message) {
-      cf::AssertOp::create(b, loc,
-                           arith::CmpIOp::create(b, loc, pred, lhs, rhs),
-                           s.opName + ": " + message);
-    };
-    check(arith::CmpIPredicate::sge, rows, cIndex(s.window),
-          llvm::formatv("'queries' dim 2 is below window {0}", s.window).str());
-    check(arith::CmpIPredicate::sle, rows, length,
-          "'queries' dim 2 exceeds the prompt length (keys dim 2)");
-  }
+  if (cast<RankedTensorType>(queries.getType()).isDynamicDim(2))
+    checkQueryRows(rows, length);
   bool mean = s.gqa == GqaPolicy::mean;
   bool norm = s.scoring == Scoring::norm_sum;
   float scale = s.scale;

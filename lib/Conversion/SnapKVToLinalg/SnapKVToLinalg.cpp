@@ -25,6 +25,7 @@
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/DialectConversion.h"
+#include "llvm/ADT/TypeSwitch.h"
 
 namespace mlir::snapkv {
 #define GEN_PASS_DEF_CONVERTSNAPKVTOLINALG
@@ -60,10 +61,13 @@ constexpr StringLiteral kConfigName = "snapkv.lowering_config";
 /// (one sequence for the module, after any group already in the IR).
 class Lowerings {
 public:
+  /// `tiles`: stage ops tiled into parallel loops, whose checks precede
+  /// their loops and whose lowering is one tile's, untiled.
   Lowerings(const FormulationOptions &defaults, LoweringConfigAttr target,
-            bool record, int64_t firstGroup)
+            bool record, int64_t firstGroup,
+            llvm::SmallPtrSet<Operation *, 8> tiles = {})
       : defaults(defaults), target(target), record(record),
-        nextGroup(firstGroup) {}
+        nextGroup(firstGroup), tiles(std::move(tiles)) {}
 
   /// The op's configuration (null: untiled, with the pass's options).
   LoweringConfigAttr config(Operation *op) const {
@@ -73,12 +77,14 @@ public:
   }
   FormulationOptions options(Operation *op) const {
     LoweringConfigAttr c = config(op);
-    return c ? getLoweringOptions(c) : defaults;
+    FormulationOptions options = c ? getLoweringOptions(c) : defaults;
+    options.checked = tiles.contains(op);
+    return options;
   }
   /// The recorder of the op's tile groups, if they are recorded.
   std::optional<TileRecorder> recorder(Operation *op) const {
     LoweringConfigAttr c = config(op);
-    if (!record || !c)
+    if (!record || !c || tiles.contains(op))
       return std::nullopt;
     return TileRecorder(nextGroup, c);
   }
@@ -88,6 +94,7 @@ private:
   LoweringConfigAttr target;
   bool record;
   mutable int64_t nextGroup;
+  llvm::SmallPtrSet<Operation *, 8> tiles;
 };
 
 /// The ops that lowering `op` created (between `before` and `op`) get its
@@ -348,6 +355,121 @@ LogicalResult tileAndDecompose(RewriterBase &rewriter, AttentionOp op,
   return success();
 }
 
+SelectShape stageShape(Operation *op) {
+  return llvm::TypeSwitch<Operation *, SelectShape>(op)
+      .Case<ScoreOp, TopPositionsOp, GatherOp>(
+          [](auto stage) { return SelectShape::get(stage); });
+}
+
+/// The stage ops of decomposed selects with a `forall` configuration, tiled
+/// through TilingInterface into one scf.forall over their (batch, head)
+/// rows each: a snapkv.top_positions with the snapkv.score it ranks fused
+/// into its tile (unless something else reads the scores: then the score is
+/// tiled on its own), each snapkv.gather on its own (an op of one row is
+/// left to its groups). Each tile is a row's op, lowered whole inside the
+/// loop with its configuration's sizes (its key tiles and chunks); the
+/// checks of dynamic sizes come first, once, outside the loop (a check in it
+/// could not return to the caller, asserts=report). Adds the tiles to
+/// `tiles`.
+LogicalResult tileStages(RewriterBase &rewriter, Operation *scope,
+                         const Lowerings &lowerings,
+                         llvm::SmallPtrSet<Operation *, 8> &tiles) {
+  SmallVector<Operation *> stages;
+  scope->walk([&](Operation *op) {
+    if (!isa<ScoreOp, TopPositionsOp, GatherOp>(op) ||
+        op->getParentOfType<scf::ForallOp>())
+      return;
+    LoweringConfigAttr config = lowerings.config(op);
+    if (!config || config.getMapping() != TileMapping::forall)
+      return;
+    // One row (select_adaptive's flattened ranking and gathers) would be a
+    // loop of one iteration: its recorded groups split the row instead.
+    auto rows = cast<ShapedType>(op->getResult(0).getType());
+    if (rows.getDimSize(0) * rows.getDimSize(1) > 1)
+      stages.push_back(op);
+  });
+  // A score whose only reader is the ranking of its rows.
+  auto fusedScore = [&](Operation *op) -> ScoreOp {
+    auto top = dyn_cast<TopPositionsOp>(op);
+    auto score = top ? top.getScores().getDefiningOp<ScoreOp>() : ScoreOp();
+    if (!score || !llvm::is_contained(stages, score.getOperation()) ||
+        !llvm::all_of(score->getUsers(), [&](Operation *user) {
+          return user == op || isa<tensor::DimOp>(user);
+        }))
+      return {};
+    return score;
+  };
+  llvm::SmallPtrSet<Operation *, 4> fused;
+  for (Operation *op : stages)
+    if (ScoreOp score = fusedScore(op))
+      fused.insert(score);
+  for (Operation *op : stages) {
+    if (fused.contains(op))
+      continue;
+    ScoreOp score = fusedScore(op);
+    for (Operation *checked : {score.getOperation(), op}) {
+      if (!checked)
+        continue;
+      rewriter.setInsertionPoint(checked);
+      Formulation(rewriter, checked->getLoc(), stageShape(checked),
+                  lowerings.options(checked))
+          .checkStage(checked);
+    }
+    auto tileable = cast<TilingInterface>(op);
+    SmallVector<int64_t> sizes(tileable.getLoopIteratorTypes().size(), 0);
+    sizes[0] = sizes[1] = 1;
+    scf::SCFTilingOptions tiling;
+    tiling.setLoopType(scf::SCFTilingOptions::LoopType::ForallOp);
+    tiling.setTileSizes(getAsIndexOpFoldResult(op->getContext(), sizes));
+    scf::SCFTileAndFuseOptions options;
+    options.setTilingOptions(tiling);
+    options.setFusionControlFn(
+        [&](tensor::ExtractSliceOp, OpResult producer, bool)
+            -> std::optional<scf::SCFTileAndFuseOptions::ControlFnResult> {
+          if (producer.getOwner() != score.getOperation())
+            return std::nullopt;
+          return scf::SCFTileAndFuseOptions::ControlFnResult{false};
+        });
+    rewriter.setInsertionPoint(op);
+    FailureOr<scf::SCFTileAndFuseResult> result =
+        scf::tileConsumerAndFuseProducersUsingSCF(rewriter, tileable, options);
+    if (failed(result))
+      return op->emitOpError("could not be tiled through TilingInterface");
+    for (Operation *tile : result->tiledAndFusedOps) {
+      if (!isa<ScoreOp, TopPositionsOp, GatherOp>(tile))
+        continue;
+      // A tile is configured as the op it is a tile of.
+      Operation *original =
+          isa<ScoreOp>(tile) && score ? score.getOperation() : op;
+      tile->setDiscardableAttrs(original->getDiscardableAttrDictionary());
+      tiles.insert(tile);
+    }
+    for (auto [original, replacement] : result->replacements)
+      rewriter.replaceAllUsesWith(original, replacement);
+    rewriter.eraseOp(op);
+    if (!score)
+      continue;
+    // Fusion leaves the slices of the scores it fused through in place.
+    for (LoopLikeOpInterface loop : result->loops)
+      loop->walk([&](tensor::ExtractSliceOp slice) {
+        if (slice->use_empty() && slice.getSource().getDefiningOp() == score)
+          rewriter.eraseOp(slice);
+      });
+    // The sizes of the scores' slices: read them off the inits, so that
+    // nothing reads the untiled score.
+    for (OpResult scores : score->getResults())
+      for (OpOperand &use : llvm::make_early_inc_range(scores.getUses()))
+        if (auto dim = dyn_cast<tensor::DimOp>(use.getOwner()))
+          rewriter.modifyOpInPlace(dim, [&] {
+            use.set(score.getDpsInitOperand(scores.getResultNumber())->get());
+          });
+    if (!score->use_empty())
+      return score.emitOpError("is still read after its tiles were fused");
+    rewriter.eraseOp(score);
+  }
+  return success();
+}
+
 void addSnapKVPatterns(RewritePatternSet &patterns,
                        std::shared_ptr<const Lowerings> lowerings) {
   MLIRContext *ctx = patterns.getContext();
@@ -388,6 +510,14 @@ struct ConvertSnapKVToLinalgPass
     });
     auto lowerings = std::make_shared<const Lowerings>(defaults, target,
                                                        /*record=*/true, first);
+    IRRewriter rewriter(&getContext());
+    if (tileStages) {
+      llvm::SmallPtrSet<Operation *, 8> tiles;
+      if (failed(::tileStages(rewriter, getOperation(), *lowerings, tiles)))
+        return signalPassFailure();
+      lowerings = std::make_shared<const Lowerings>(
+          defaults, target, /*record=*/true, first, std::move(tiles));
+    }
     WalkResult unsupported = getOperation()->walk([&](Operation *op) {
       if (!isa<AttentionOp, RaggedAttentionOp>(op) && !scoresAccumulated(op))
         return WalkResult::advance();
@@ -419,7 +549,6 @@ struct ConvertSnapKVToLinalgPass
             (attentionInterface || op.getSoftcap() || op.getSlidingWindow()))
           attentions.push_back(op);
     });
-    IRRewriter rewriter(&getContext());
     for (AttentionOp op : attentions)
       if (failed(tileAndDecompose(rewriter, op, lowerings->options(op))))
         return signalPassFailure();

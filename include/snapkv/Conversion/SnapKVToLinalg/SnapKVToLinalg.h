@@ -56,6 +56,10 @@ struct SnapKVToLinalgOptions {
   /// GPU: threads per block, and 16-bit logits on tensor cores.
   int64_t threads = 128;
   bool tensorCores = true;
+  /// The op is a tile in a parallel loop whose run-time checks were made
+  /// before the loop (a check in it could not return to the caller): none
+  /// is emitted.
+  bool checked = false;
 };
 
 /// The `#snapkv.lowering_config` of `target` with these sizes (null for

@@ -153,12 +153,36 @@ ScoreOp::generateResultTileValue(OpBuilder &b, unsigned resultNumber,
   if (resultNumber > 1 || offsets.size() != 3 ||
       !isConstantIntValue(offsets[2], 0))
     return failure();
-  OpFoldResult prefix = tensor::getMixedSize(b, getLoc(), getVotesInit(), 2);
-  if (sizes[2] != prefix &&
-      !(getConstantIntValue(sizes[2]) &&
-        getConstantIntValue(sizes[2]) == getConstantIntValue(prefix)))
+  // The prefix: its static size, or (dynamic) dim 2 of an init, or of the
+  // result of an op that writes one (as tiling reads it off a result of this
+  // op or of the copy it fuses).
+  int64_t prefix = getVotesInit().getType().getDimSize(2);
+  auto dim = dyn_cast_if_present<tensor::DimOp>(
+      dyn_cast<Value>(sizes[2]) ? cast<Value>(sizes[2]).getDefiningOp()
+                                : nullptr);
+  auto init = [](Value v) {
+    while (auto result = dyn_cast<OpResult>(v)) {
+      auto dps = dyn_cast<DestinationStyleOpInterface>(result.getOwner());
+      if (!dps)
+        break;
+      v = dps.getTiedOpOperand(result)->get();
+    }
+    return v;
+  };
+  bool whole = ShapedType::isDynamic(prefix)
+                   ? dim && isConstantIntValue(dim.getIndex(), 2) &&
+                         llvm::is_contained(
+                             {init(getVotesInit()), init(getPooledInit())},
+                             init(dim.getSource()))
+                   : isConstantIntValue(sizes[2], prefix);
+  if (!whole)
     return failure();
-  return getTiledImplementation(b, offsets.take_front(2), sizes.take_front(2));
+  FailureOr<TilingResult> tiled =
+      getTiledImplementation(b, offsets.take_front(2), sizes.take_front(2));
+  // The tile of the result asked for (fusion reads the first value).
+  if (succeeded(tiled))
+    tiled->tiledValues = {tiled->tiledValues[resultNumber]};
+  return tiled;
 }
 
 //===----------------------------------------------------------------------===//
