@@ -105,7 +105,9 @@ class Compaction:
     # per-token per-head f32 scale, docs/model-rewrite.md "An 8-bit cache").
     kv_dtype: str = "same"
     # Two-level chunked prefill: the chunks before the last compacted to `staging` rows
-    # (>= capacity), ranked by `staging_scoring`; 0: off. Needs chunk.
+    # (>= capacity), ranked by `staging_scoring`; 0: off. Needs chunk. "carried-sum" /
+    # "carried-norm_sum": sum / norm_sum with each staged row's score carried from chunk to
+    # chunk (the pass's staging-carry).
     staging: int = 0
     staging_scoring: str = "sum"
 
@@ -138,8 +140,19 @@ class Compaction:
         if self.kv_dtype != "same":
             options += f" kv-dtype={self.kv_dtype}"
         if self.staging:
-            options += f" staging={self.staging} staging-scoring={self.staging_scoring}"
+            options += staging_options(self.staging, self.staging_scoring)
         return options
+
+
+CARRIED = "carried-"
+
+
+def staging_options(staging: int, scoring: str) -> str:
+    """The pass options of two-level chunked prefill staged at `staging` rows by `scoring`
+    (``carried-sum`` / ``carried-norm_sum``: that scoring with staging-carry)."""
+    carry = scoring.startswith(CARRIED)
+    return f" staging={staging} staging-scoring={scoring.removeprefix(CARRIED)}" + \
+        (" staging-carry=true" if carry else "")
 
 
 @dataclasses.dataclass(frozen=True)

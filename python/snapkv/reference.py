@@ -105,6 +105,69 @@ def select(q, k, v, window, capacity, kernel=5, pooling="avg", gqa="expand",
                      values=_gather(v, source, indices), votes=votes, pooled=pooled)
 
 
+@dataclass
+class CarriedSelection:
+    """A staged step of two-level chunked prefill with carried scores (`carried_select`)."""
+    indices: np.ndarray  # int64 [B, Hc, S], S = min(L, C): rows of the concatenation kept
+    keys: np.ndarray     # [B, Hc, S, D], bit-identical copies of input rows
+    values: np.ndarray   # [B, Hc, S, D]
+    scores: np.ndarray   # float64 [B, Hc, S]: the kept rows' scores, carried to the next step
+    totals: np.ndarray   # float64 [B, Hc, L]: every row's carried score plus the chunk's votes
+    pooled: np.ndarray   # float64 [B, Hc, L - W]: what ranks (the prefix's totals, not pooled)
+
+
+def carried_select(q, k, v, carried, window, capacity, gqa="mean", scoring="sum",
+                   order="position", scale=None, dtype=None):
+    """A staged chunk's selection with carried scores (docs/semantics.md, "Carried scores";
+    ``snapkv-compress-kv-cache staging-carry``). `k`, `v` [B, Hkv, L, D] are the cache's T rows
+    followed by the chunk's, `q` [B, Hq, n, D] the chunk's queries (n = L - T >= window),
+    `carried` [B, Hc, T] the cache rows' scores. Every row but the last gets the chunk's
+    accumulated votes (`accumulated_votes` with window 1: all n queries, the full causal
+    softmax; `norm_sum` divided by the queries that see the row), aggregated over the GQA
+    group; a row's total is its carried score (0 for the chunk's rows) plus those votes (0
+    for the last row). Not pooled. The top `capacity - window` of the first L - window rows
+    by total (ties to the lower row, NaN below every number) and the last `window` rows are
+    kept, or every row when L < capacity; the kept rows' totals are the new carried scores."""
+    q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
+    carried = np.asarray(carried, dtype=np.float64)
+    if scoring not in ACCUMULATED:
+        raise ValueError(f"carried scores add accumulated votes: scoring must be one of "
+                         f"{ACCUMULATED}, got {scoring!r}")
+    if gqa not in ("mean", "max"):
+        raise ValueError(f"carried scores are per kv head: gqa must be mean or max, got {gqa!r}")
+    elem = _validate(q, k, v, window, capacity, 1, "avg", gqa, order, scale, dtype,
+                     accumulated=True)
+    batch, _, rows, dim = q.shape
+    kv_heads, length = k.shape[1], k.shape[2]
+    cached = length - rows
+    if carried.shape != (batch, kv_heads, cached):
+        raise ValueError(f"carried scores must be [B, Hc, T] = {[batch, kv_heads, cached]} "
+                         f"(one per cache row), got shape {list(carried.shape)}")
+    s = 1.0 / math.sqrt(dim) if scale is None else float(scale)
+    votes = aggregate(accumulated_votes(to_float64(q, elem), to_float64(k, elem), s, 1,
+                                        normalise=scoring == "norm_sum"), gqa, kv_heads)
+    totals = np.zeros((batch, kv_heads, length))
+    totals[..., :length - 1] += votes
+    totals[..., :cached] += carried
+    if length < capacity:
+        indices = np.broadcast_to(np.arange(length, dtype=np.int64),
+                                  (batch, kv_heads, length)).copy()
+    else:
+        prefix = length - window
+        indices = np.empty((batch, kv_heads, capacity), dtype=np.int64)
+        for b in range(batch):
+            for h in range(kv_heads):
+                chosen = rank(totals[b, h, :prefix])[:capacity - window]
+                if order == "position":
+                    chosen = np.sort(chosen)
+                indices[b, h] = np.concatenate([chosen, np.arange(prefix, length)])
+    source = np.arange(kv_heads)
+    return CarriedSelection(indices=indices, keys=_gather(k, source, indices),
+                            values=_gather(v, source, indices),
+                            scores=np.take_along_axis(totals, indices, axis=2), totals=totals,
+                            pooled=totals[..., :length - window])
+
+
 def adaptive_counts(pooled, keep, floor=0):
     """How many prefix positions each head keeps under ``budget=adaptive`` (Ada-KV's
     allocation; docs/semantics.md, "Budgets"), for one batch element's pooled scores

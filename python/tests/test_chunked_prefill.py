@@ -19,7 +19,9 @@ heads, head_dim 128), exported with ``@extend`` and compiled:
   compacts to M rows, as the reference does;
 * two-level chunked prefill (``staging=M``) stages the chunks before the last at M rows by
   their accumulated attention and keeps C by the prompt's last window, as the PyTorch
-  reference does, the runner holding at most M + C rows of caches in and out;
+  reference does, the runner holding at most M + C rows of caches in and out; with
+  ``staging-carry`` the staged rows' scores are carried from chunk to chunk, as the reference
+  carries them;
 * ``snapkv generate --chunk`` and ``--decode-interval`` report the chunks, the K/V the runner
   held and the steps compacted after;
 * bad combinations are clear errors.
@@ -75,20 +77,26 @@ def clear_prompt(model):
                                                 decode_capacity=DECODE_CAPACITY)
         staged = reference_decode.snapkv_generate(model, ids, STEPS, WINDOW, CAPACITY, KERNEL,
                                                   gqa=GQA, chunk=CHUNK, staging=STAGING)
+        carried = reference_decode.snapkv_generate(model, ids, STEPS, WINDOW, CAPACITY, KERNEL,
+                                                   gqa=GQA, chunk=CHUNK, staging=STAGING,
+                                                   staging_carry=True)
         every = [(sels, CAPACITY) for sels in oracle["chunk_selections"]
                  + decoded["decode_selections"] + both["chunk_selections"]] + \
             [(sels, DECODE_CAPACITY) for sels in both["decode_selections"]] + \
-            [(sels, STAGING) for sels in staged["chunk_selections"][:-1]] + \
-            [(staged["selections"], CAPACITY)]
+            [(sels, STAGING) for run in (staged, carried)
+             for sels in run["chunk_selections"][:-1]] + \
+            [(staged["selections"], CAPACITY), (carried["selections"], CAPACITY)]
         selections = [m["relative"] for sels, capacity in every for sel in sels
                       for m in reference_decode.selection_margins(sel, WINDOW, capacity) if m]
         tokens = [*reference_decode.token_margins(oracle["logits"]),
                   *reference_decode.token_margins(decoded["logits"]),
                   *reference_decode.token_margins(both["logits"]),
-                  *reference_decode.token_margins(staged["logits"])]
+                  *reference_decode.token_margins(staged["logits"]),
+                  *reference_decode.token_margins(carried["logits"])]
         if min(selections) >= reference_decode.MIN_SELECTION_MARGIN and \
                 min(tokens) >= reference_decode.MIN_TOKEN_MARGIN:
             oracle["decoded"], oracle["both"], oracle["staged"] = decoded, both, staged
+            oracle["carried"] = carried
             return ids.reshape(1, L), oracle
     raise AssertionError("no prompt with clear selection and token margins")
 
@@ -217,6 +225,25 @@ def test_bad_chunks_are_clear_errors(case):
     assert hf.extend_function(plain.text) is None
 
 
+def assert_staged_is(model, ids, oracle):
+    """A two-level chunked prefill's caches after prefill and its generation are the
+    reference's; the runner held a call's caches in and out: M staged in, C out at the last
+    chunk (carried scores, 4 bytes a row, are fewer bytes than that)."""
+    _, caches = model.prefill(ids)
+    assert model.last_prefill["chunks"] == BOUNDS
+    for layer, sel in enumerate(oracle["selections"]):
+        for j, expected in enumerate((sel.keys, sel.values)):
+            assert caches[2 * layer + j].shape == expected.shape == (1, 2, CAPACITY, 128)
+            np.testing.assert_allclose(caches[2 * layer + j], expected, rtol=0,
+                                       atol=CACHE_ATOL, err_msg=f"layer {layer} {'KV'[j]}")
+    row = 2 * 2 * 128 * 4
+    assert model.last_prefill["peak_cache_bytes"] == 2 * (STAGING + CAPACITY) * row
+    out = model.generate(ids, STEPS)
+    diff = np.abs(out["logits"] - oracle["logits"]).max(axis=1)
+    assert out["tokens"] == oracle["tokens"], f"max |diff| per row {diff.tolist()}"
+    assert diff.max() <= LOGIT_ATOL, f"max |diff| per row {diff.tolist()}"
+
+
 def test_two_level_chunked_prefill_is_the_reference(case):
     """staging=M: the first two chunks through @extend_stage (the first over empty caches),
     compacted to M by the sum of all their queries' attention; the last through @extend, C
@@ -229,20 +256,7 @@ def test_two_level_chunked_prefill_is_the_reference(case):
                              "staging": STAGING, "staging_function": "extend_layer_stage",
                              "staging_entry": "extend_stage"}
     oracle = case["oracle"]["staged"]
-    _, caches = model.prefill(case["ids"])
-    assert model.last_prefill["chunks"] == BOUNDS
-    for layer, sel in enumerate(oracle["selections"]):
-        for j, expected in enumerate((sel.keys, sel.values)):
-            assert caches[2 * layer + j].shape == expected.shape == (1, 2, CAPACITY, 128)
-            np.testing.assert_allclose(caches[2 * layer + j], expected, rtol=0,
-                                       atol=CACHE_ATOL, err_msg=f"layer {layer} {'KV'[j]}")
-    # The runner held a call's caches in and out: M staged in, C out at the last chunk.
-    row = 2 * 2 * 128 * 4
-    assert model.last_prefill["peak_cache_bytes"] == 2 * (STAGING + CAPACITY) * row
-    out = model.generate(case["ids"], STEPS)
-    diff = np.abs(out["logits"] - oracle["logits"]).max(axis=1)
-    assert out["tokens"] == oracle["tokens"], f"max |diff| per row {diff.tolist()}"
-    assert diff.max() <= LOGIT_ATOL, f"max |diff| per row {diff.tolist()}"
+    assert_staged_is(model, case["ids"], oracle)
     assert not all(np.allclose(a.keys, b.keys, atol=1e-3)
                    for a, b in zip(oracle["selections"], case["oracle"]["selections"]))
     # The ledger: M staged rows plus the last chunk before the final select.
@@ -252,6 +266,44 @@ def test_two_level_chunked_prefill_is_the_reference(case):
                      "--capacity", "16", "--chunk", "16", "--staging", "12")
     assert bad.returncode == 1
     assert "--staging (12) must be at least --capacity (16)" in bad.stderr
+
+
+def test_carried_staging_is_the_reference(case):
+    """staging-carry: the staged chunks rank by their rows' scores carried from chunk to chunk
+    plus the chunk's accumulated votes. The staged entry point returns those scores after each
+    layer's values (the reference's, to f32 rounding); the first chunk (32 rows, fewer than M)
+    keeps every row, the second keeps M of 64. The tokens, logits and caches are the
+    reference's, and the carry changes the staged selection."""
+    text = hf.rewrite(case["exported"].text,
+                      dataclasses.replace(compaction(CHUNK), staging=STAGING,
+                                          staging_scoring="carried-sum"))
+    assert " staging-scoring=sum staging-carry=true" in dataclasses.replace(
+        compaction(CHUNK), staging=STAGING, staging_scoring="carried-sum").pass_options()
+    model = runtime.CompiledModel(text, weights=hf.Checkpoint(case["folder"]), cflags=CFLAGS)
+    assert model.chunked == {"chunk": CHUNK, "window": WINDOW, "function": "extend_layer",
+                             "staging": STAGING, "staging_function": "extend_layer_stage",
+                             "staging_entry": "extend_stage", "staging_carry": True}
+    oracle, ids = case["oracle"]["carried"], case["ids"]
+    # The staged calls, by hand: caches and scores in, caches and scores out.
+    held = [np.zeros((1, 2, 0, 128), np.float32), np.zeros((1, 2, 0, 128), np.float32),
+            np.zeros((1, 2, 0), np.float32)] * 2
+    for step, (start, stop) in enumerate(BOUNDS[:-1]):
+        out = model._stage(ids[:, start:stop], np.array([start], dtype=np.int64), *held)
+        held = out[1:]
+        for layer, expected in enumerate(oracle["carried"][step]):
+            scores = held[3 * layer + 2]
+            assert scores.shape == expected.shape == (1, 2, min(stop, STAGING))
+            np.testing.assert_allclose(scores, expected, rtol=1e-4, atol=1e-6)
+    assert_staged_is(model, ids, oracle)
+    staged = case["oracle"]["staged"]["chunk_selections"][1]
+    assert any(not np.array_equal(a.indices, b.indices)
+               for a, b in zip(oracle["chunk_selections"][1], staged, strict=True))
+    # The ledger counts the staged rows' scores: M f32 per cache head per layer.
+    plain = hf.rewrite(case["exported"].text,
+                       dataclasses.replace(compaction(CHUNK), staging=STAGING))
+    extra = ledger.ledger_data(text, L, 0)["layers"][0]["prefill_peak"] - \
+        ledger.ledger_data(plain, L, 0)["layers"][0]["prefill_peak"]
+    assert extra == 2 * STAGING * 4
 
 
 def test_cli_generate_chunk(case):

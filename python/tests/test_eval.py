@@ -156,10 +156,18 @@ def test_staged_methods():
     assert " chunk=512 staging=2000 staging-scoring=sum" in compaction.pass_options()
     assert method_named("chunked-64-m2c-norm").compaction(16, 64, 0).staging_scoring == "norm_sum"
     assert method_named("chunked-64-m2c-votes").compaction(16, 64, 0).staging == 128
+    # -carry / -carry-norm: the staged rows' scores carried from chunk to chunk.
+    carried = method_named("chunked-512-m2c-carry").compaction(32, 500, 0)
+    assert carried.staging_scoring == "carried-sum"
+    assert " staging=1000 staging-scoring=sum staging-carry=true" in carried.pass_options()
+    assert " staging-scoring=norm_sum staging-carry=true" in \
+        method_named("chunked-512-m2c-carry-norm").compaction(32, 500, 0).pass_options()
+    assert method_named("chunked-512-m2c-carry-max") is None
     # Results are keyed by the factor and the scoring (capacity aside), apart from chunked-N's.
     keys = {method_named(n).key(32, 0) for n in ("chunked-512", "chunked-512-m4c",
-                                               "chunked-512-m2c", "chunked-512-m4c-norm")}
-    assert len(keys) == 4
+                                               "chunked-512-m2c", "chunked-512-m4c-norm",
+                                               "chunked-512-m4c-carry")}
+    assert len(keys) == 5
     for bad in ("chunked-512-m0c", "chunked-512-mxc", "chunked-512-m4", "chunked-512-m4c-max",
                 "chunked-0-m4c"):
         assert method_named(bad) is None, bad

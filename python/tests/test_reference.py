@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from snapkv import bf16_to_f32, f32_to_bf16, select
-from snapkv.reference import accumulated_votes, block_sums, pool, rank
+from snapkv.reference import accumulated_votes, block_sums, carried_select, pool, rank
 
 
 def from_weights(table, values=None):
@@ -123,6 +123,45 @@ def test_accumulated_scoring_selects_by_all_queries():
                           (13, r"rows <= prompt length \(12\)")):
         with pytest.raises(ValueError, match=message):
             select(np.zeros((1, 2, rows, 4), np.float32), k, k, window=2, capacity=6, scoring="sum")
+
+
+def test_carried_select_by_hand():
+    """Carried scores: a row's total is its carried score plus the chunk's accumulated votes
+    (window 1: every row but the last; not pooled); the top C - W of the first L - W rows by
+    total and the last W rows are kept, and their totals carried on."""
+    # All-zero queries over T = 2 cache rows and a chunk of 4: chunk query t (at row 2 + t)
+    # spreads 1 / (t + 3) over rows 0 .. 2 + t.
+    q, k = np.zeros((1, 1, 4, 2), np.float32), np.ones((1, 1, 6, 2), np.float32)
+    v = np.arange(12, dtype=np.float32).reshape(1, 1, 6, 2)
+    votes = accumulated_votes(q.astype(np.float64), k.astype(np.float64), 1.0, window=1)[0, 0]
+    carried = np.array([[[0.0, 5.0]]])
+    sel = carried_select(q, k, v, carried, window=2, capacity=4, gqa="mean")
+    np.testing.assert_allclose(sel.totals[0, 0], [votes[0], votes[1] + 5.0, *votes[2:], 0.0])
+    # Rows 0 .. 3 compete: row 1 (carried 5) first, then row 0 (the most votes); 4, 5 kept.
+    np.testing.assert_array_equal(sel.indices[0, 0], [0, 1, 4, 5])
+    np.testing.assert_array_equal(sel.values, v[:, :, [0, 1, 4, 5]])
+    np.testing.assert_allclose(sel.scores[0, 0], sel.totals[0, 0, [0, 1, 4, 5]])
+    # Without a carry row 0 outranks row 1 (more queries see it)...
+    plain = carried_select(q, k, v, np.zeros((1, 1, 2)), window=2, capacity=3, gqa="mean")
+    np.testing.assert_array_equal(plain.indices[0, 0], [0, 4, 5])
+    # ...which the carry reverses; shorter than the capacity, every row is kept and scored.
+    np.testing.assert_array_equal(
+        carried_select(q, k, v, carried, window=2, capacity=3, gqa="mean").indices[0, 0],
+        [1, 4, 5])
+    short = carried_select(q, k, v, carried, window=2, capacity=8, gqa="mean")
+    np.testing.assert_array_equal(short.indices[0, 0], np.arange(6))
+    np.testing.assert_allclose(short.scores, short.totals)
+    # norm_sum divides each row's votes by the queries that see it (min(4, 6 - j)).
+    normed = carried_select(q, k, v, carried, window=2, capacity=4, gqa="mean",
+                            scoring="norm_sum")
+    np.testing.assert_allclose(normed.totals[0, 0, :5] - [0, 5, 0, 0, 0],
+                               votes / [4, 4, 4, 3, 2])
+    for bad, message in ((dict(carried=np.zeros((1, 1, 3))), r"one per cache row"),
+                         (dict(scoring="votes"), r"scoring must be one of"),
+                         (dict(gqa="expand"), r"gqa must be mean or max")):
+        args = dict(carried=carried, scoring="sum", gqa="mean") | bad
+        with pytest.raises(ValueError, match=message):
+            carried_select(q, k, v, args.pop("carried"), window=2, capacity=4, **args)
 
 
 def test_counter_example_full_softmax_denominator():

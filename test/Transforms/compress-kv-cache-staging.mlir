@@ -57,3 +57,49 @@
 // RUN:   -o %t.noentry 2>&1 | FileCheck %s --check-prefix=NOENTRY
 // RUN: %strip_refusal %t.noentry | diff %t.private.plain -
 // NOENTRY: warning: snapkv-compress-kv-cache left the module unchanged: @extend_layer: staging compacts the chunks before the last through its own copy of the extend call chain, called through one public function, but @extend_layer is reached from no public function or from several
+
+// staging-carry: the staged layer takes its cache rows' carried scores after its value cache and
+// returns the kept rows' after its values; they rank, added to the chunk's accumulated votes
+// (snapkv.score with window 1 and kernel 1), by snapkv.top_positions, and are gathered with the
+// K/V rows. The entry point takes and returns each layer's scores after its values.
+// RUN: snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 prefill-func=prefill_layer decode-func=decode_layer extend-func=extend_layer chunk=16 staging=20 staging-carry=true strict=true" \
+// RUN:   | FileCheck %s --check-prefix=CARRY
+// CARRY:       module attributes {snapkv.chunked_prefill = {chunk = 16 : i64, function = "extend_layer", staging = 20 : i64, staging_carry, staging_entry = "extend_stage", staging_function = "extend_layer_stage", window = 4 : i64}}
+// CARRY-LABEL: func.func private @extend_layer_stage(
+// CARRY-SAME:    %[[VC:[a-z0-9]+]]: tensor<1x2x?x128xf32>, %[[C:[a-z0-9]+]]: tensor<1x2x?xf32>, %{{.*}}: tensor<32x512xf32>
+// CARRY-SAME:    -> (tensor<1x?x32xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?xf32>)
+// CARRY:         cf.assert %{{.*}}, "snapkv: layer 0's carried scores do not hold one score per cache row"
+// CARRY:         %[[VOTES:.*]], %{{.*}} = snapkv.score %{{.*}}, %{{.*}} window 1 kernel 1 gqa mean scale {{.*}} scoring sum
+// CARRY:         %[[TOTAL:.*]] = linalg.add
+// CARRY:         scf.if
+// CARRY:           tensor.generate
+// CARRY-COUNT-3:   snapkv.gather
+// CARRY:         } else {
+// CARRY:           snapkv.top_positions %{{.*}} window 4 capacity 20 outs(
+// CARRY-COUNT-3:   snapkv.gather
+// CARRY-NOT:     snapkv.select
+// CARRY-LABEL: func.func @extend(
+// CARRY-LABEL: func.func @extend_stage(
+// CARRY-SAME:    %{{.*}}: tensor<1x2x?x128xf32>, %{{.*}}: tensor<1x2x?xf32>, %{{.*}}: tensor<1x2x?x128xf32>, %{{.*}}: tensor<1x2x?x128xf32>, %{{.*}}: tensor<1x2x?xf32>, %{{.*}}: tensor<64x32xf32>
+// CARRY:         call @extend_layer_stage(
+// CARRY:         call @extend_layer_stage(
+// CARRY:         return {{.*}} : tensor<1x1x64xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?x128xf32>, tensor<1x2x?xf32>
+
+// The ledger's prefill peak counts the carried scores (20 rows x 2 heads x 4 bytes per layer).
+// RUN: snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 prefill-func=prefill_layer decode-func=decode_layer extend-func=extend_layer chunk=16 staging=20 staging-carry=true strict=true" \
+// RUN:   --snapkv-report-cache="prompt-length=100 generated=0 format=json" -o /dev/null \
+// RUN:   | FileCheck %s --check-prefix=CARRYLEDGER
+// CARRYLEDGER:      "prefill_peak_rows": 36,
+// CARRYLEDGER-NEXT: "prefill_peak": 73888,
+
+// staging-carry needs staging and an accumulated staging scoring.
+// RUN: not snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 prefill-func=prefill_layer decode-func=decode_layer extend-func=extend_layer chunk=16 staging-carry=true" 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=CARRYNOSTAGING
+// CARRYNOSTAGING: error: snapkv-compress-kv-cache: staging-carry carries the staged rows' scores: it needs staging
+// RUN: not snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 prefill-func=prefill_layer decode-func=decode_layer extend-func=extend_layer chunk=16 staging=20 staging-scoring=votes staging-carry=true" 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=CARRYVOTES
+// CARRYVOTES: error: snapkv-compress-kv-cache: staging-carry adds up accumulated attention: it needs staging-scoring sum or norm_sum

@@ -79,12 +79,15 @@ def compaction_parent(strict: bool = False) -> argparse.ArgumentParser:
                             "--staging-scoring, and the last chunk's selection keeps C by the "
                             "prompt's last W queries (which hold the question), so that the K/V "
                             "held stay near M + N rows per head. 0 (the default): off")
-    group.add_argument("--staging-scoring", choices=("sum", "norm_sum", "votes", "prefix_votes"),
+    group.add_argument("--staging-scoring", choices=("sum", "norm_sum", "votes", "prefix_votes",
+                                                     "carried-sum", "carried-norm_sum"),
                        default=DEFAULTS["staging_scoring"],
                        help="with --staging: what ranks a staged chunk's rows: sum = "
                             "accumulated attention of all the chunk's queries (H2O, "
                             "OpenVINO's SUM), norm_sum = that divided by the queries that "
-                            "see the row, votes = the chunk's last W queries")
+                            "see the row, votes = the chunk's last W queries; carried-sum / "
+                            "carried-norm_sum: each row's score so far plus the chunk's sum / "
+                            "norm_sum, carried from chunk to chunk")
     group.add_argument("--decode-interval", type=int_in(0, "--decode-interval"),
                        default=DEFAULTS["decode_interval"], metavar="K",
                        help="decode-time compression: every K generated tokens, caches holding "
@@ -215,7 +218,9 @@ def pass_options(args, strict: bool, text: str = "") -> str:
             (f" decode-capacity={decode_capacity}" if decode_capacity else "") + \
             f" extend-func={extend or 'extend'}"
     if getattr(args, "staging", 0):
-        options += f" staging={args.staging} staging-scoring={args.staging_scoring}"
+        from ..hf import staging_options
+
+        options += staging_options(args.staging, args.staging_scoring)
     return options + (" strict=true" if strict else "")
 
 

@@ -251,7 +251,7 @@ def greedy_decode(model, first_row, length, keys, values, steps, expanded, compr
 def snapkv_generate(model, ids, steps, window, capacity, kernel=5, pooling="avg",
                     gqa="expand", order="position", prefilled=None, floor=None, chunk=None,
                     decode_interval=None, decode_capacity=None, staging=None,
-                    staging_scoring="sum"):
+                    staging_scoring="sum", staging_carry=False):
     """Prefill, SnapKV compaction, ``steps`` greedy decode steps. ``capacity``: one for every
     layer, or a list with each layer's (:func:`snapkv.reference.layer_capacities`).
     ``floor`` (an int): Ada-KV's shared budget instead
@@ -269,7 +269,10 @@ def snapkv_generate(model, ids, steps, window, capacity, kernel=5, pooling="avg"
     ``selections`` and ``indices`` are then the last chunk's (rows of its concatenation), and
     ``chunk_selections`` holds every chunk's. ``staging`` (M): two-level chunked prefill: every
     chunk but the last compacted to M rows ranked by ``staging_scoring`` (``sum`` /
-    ``norm_sum``: all the chunk's queries vote), the last one to ``capacity`` as above.
+    ``norm_sum``: all the chunk's queries vote), the last one to ``capacity`` as above;
+    ``staging_carry``: each staged row's score carried from chunk to chunk
+    (:func:`snapkv.reference.carried_select`; ``carried`` then holds, per staged chunk, the
+    per-layer scores the kept rows carry).
 
     ``decode_interval``: decode-time compression (same restrictions): after every
     ``decode_interval``-th generated token, once ``window`` were generated, caches of more
@@ -301,10 +304,18 @@ def snapkv_generate(model, ids, steps, window, capacity, kernel=5, pooling="avg"
         if floor is not None or isinstance(capacity, (list, tuple)) or gqa == "expand":
             raise ValueError("chunked prefill takes one capacity, no floor and gqa mean/max")
         logits, keys, values, queries = prefill(model, ids[:, :bounds[0][1]])
-        every = []
+        every, carried = [], []
+        scores = [np.zeros((1, k.shape[1], 0)) for k in keys]
         for start, stop in bounds[1:]:
-            sels = _compact(queries, keys, values, window, staging or capacity, kernel, pooling,
-                            gqa, order, staging_scoring if staging else "votes")
+            if staging and staging_carry:
+                sels = [reference.carried_select(q.numpy(), k.numpy(), v.numpy(), c, window,
+                                                 staging, gqa, staging_scoring, order)
+                        for q, k, v, c in zip(queries, keys, values, scores, strict=True)]
+                scores = [sel.scores for sel in sels]
+                carried.append(scores)
+            else:
+                sels = _compact(queries, keys, values, window, staging or capacity, kernel,
+                                pooling, gqa, order, staging_scoring if staging else "votes")
             every.append(sels)
             keys = [torch.from_numpy(s.keys.copy()) for s in sels]
             values = [torch.from_numpy(s.values.copy()) for s in sels]
@@ -362,6 +373,7 @@ def snapkv_generate(model, ids, steps, window, capacity, kernel=5, pooling="avg"
         indices=[s.indices for s in selections],
         **({"offsets": [s.offsets for s in selections]} if floor is not None else {}),
         **({"chunk_selections": every + [selections]} if every is not None else {}),
+        **({"carried": carried} if every is not None and staging_carry else {}),
         recompressed=recompressed,
         decode_selections=decode_selections,
         physical_lengths=physical,

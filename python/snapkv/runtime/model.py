@@ -204,6 +204,7 @@ class CompiledModel:
         for entry in (compress_entry, staging_entry, "decode_batch"):
             if entry not in signatures and entry in entries:
                 signatures[entry] = signature(text, entry)
+        self.stage_signature = signatures.get(staging_entry)
         self._check_signatures()
         self.weights, self.weight_notes = bind_weights(
             tuple(sig for sig in signatures.values() if sig is not None), weights)
@@ -401,7 +402,9 @@ class CompiledModel:
         after every chunk (docs/semantics.md, "Chunked prefill"); the original model keeps
         every row. With ``staging=M`` (two-level chunked prefill) every chunk but the last
         goes through ``@extend_stage`` (the first over empty caches), whose selects keep M
-        rows, and the last through ``@extend``, whose selects keep C.
+        rows, and the last through ``@extend``, whose selects keep C; with ``staging_carry``
+        the staged calls also take and return each kept row's score (counted in the peak
+        cache bytes), which the last call does not take.
 
         :attr:`last_prefill` then holds, measured:
 
@@ -444,13 +447,19 @@ class CompiledModel:
             return out[0], out[1:]
 
         if len(bounds) > 1 and self._stage is not None:
-            # Two-level: the chunks before the last are staged (M rows), from empty caches.
+            # Two-level: the chunks before the last are staged (M rows), from empty caches
+            # (with staging_carry, and empty scores: [B, Hc, rows] after each layer's values).
+            stage = self.stage_signature
             caches = [np.zeros(tuple(0 if d is None else d for d in t.shape), t.dtype)
-                      for t in self.extend_signature.inputs[2:]]
+                      for t in stage.inputs[2:]]
             staged, bounds_rest = bounds[:-1], bounds[-1:]
             for start, stop in staged:
                 logits, caches = call(self._stage, ids[:, start:stop],
                                       np.array([start], dtype=np.int64), caches=caches)
+            if self.chunked.get("staging_carry"):
+                # The last chunk's selection ranks by the window: the scores stay behind.
+                caches = [c for c, t in zip(caches, stage.results[1:], strict=True)
+                          if t.rank == 4]
         else:
             logits, caches = call(self._prefill, ids[:, :bounds[0][1]])
             bounds_rest = bounds[1:]

@@ -285,6 +285,11 @@ LogicalResult SnapKVDialect::verifyOperationAttribute(Operation *op,
       return op->emitError("snapkv.chunked_prefill's staging must be an "
                            "integer above window, with the staging_function "
                            "and staging_entry names");
+    // The staged entry point takes and returns carried scores.
+    if (Attribute carry = record.get("staging_carry");
+        carry && (!isa<UnitAttr>(carry) || none))
+      return op->emitError("snapkv.chunked_prefill's staging_carry must be a "
+                           "unit attribute, with staging");
     return success();
   }
   if (name == "snapkv.decode_compression") {

@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "../IR/DecompositionUtils.h"
 #include "KVCacheAnalysis.h"
 #include "SignatureRewrite.h"
 
@@ -13,8 +14,10 @@
 #include "snapkv/Dialect/SnapKV/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Arith/Utils/Utils.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/ControlFlow/IR/ControlFlowOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -57,6 +60,19 @@ Value repeatHeads(OpBuilder &b, Location loc, Value token, int64_t group) {
   return tensor::CollapseShapeOp::create(
       b, loc, generic.getResult(0),
       SmallVector<ReassociationIndices>{{0}, {1, 2}, {3}, {4}});
+}
+
+/// Returns `extra[i]` right after the i-th operand of `ret`, for each i in
+/// `extra` (new results that follow the result they belong with).
+void returnAfter(func::ReturnOp ret,
+                 const llvm::SmallDenseMap<unsigned, Value> &extra) {
+  SmallVector<Value> operands;
+  for (auto [i, operand] : llvm::enumerate(ret.getOperands())) {
+    operands.push_back(operand);
+    if (Value value = extra.lookup(i))
+      operands.push_back(value);
+  }
+  ret->setOperands(operands);
 }
 
 /// An extend function to rewrite: a prompt chunk's (chunked prefill) or
@@ -181,6 +197,11 @@ struct CompressKVCachePass
       bad = "staging (" + std::to_string(staging) +
             ") must be at least capacity (" + std::to_string(capacity) +
             "): the staged rows are what the final selection chooses from";
+    else if (stagingCarry && staging == 0)
+      bad = "staging-carry carries the staged rows' scores: it needs staging";
+    else if (stagingCarry && !isAccumulated(stagingScoring))
+      bad = "staging-carry adds up accumulated attention: it needs "
+            "staging-scoring sum or norm_sum";
     else if (extends() && extendFunc.empty())
       bad = std::string(chunk > 0 ? "chunk" : "decode-interval") +
             " needs extend-func to name a function";
@@ -306,16 +327,156 @@ struct CompressKVCachePass
       ret->setOperand(layer.keyResult, keys);
       ret->setOperand(layer.valueResult, values);
     }
-    if (!layerOffsets.empty()) {
-      // Each layer's offsets follow its values (prefillChange's `inserted`).
-      SmallVector<Value> operands;
-      for (auto [i, operand] : llvm::enumerate(ret.getOperands())) {
-        operands.push_back(operand);
-        if (Value extra = layerOffsets.lookup(i))
-          operands.push_back(extra);
-      }
-      ret->setOperands(operands);
+    // Each layer's offsets follow its values (prefillChange's `inserted`).
+    returnAfter(ret, layerOffsets);
+    updateSignature(func);
+  }
+
+  /// staging-carry: the scores that go in after each layer's value cache
+  /// and come out after its values, `[B, Hc, rows] x f32`.
+  void addCarriedScores(ArrayRef<PrefillLayer> layers,
+                        SignatureChange &change) {
+    for (const PrefillLayer &layer : layers) {
+      const AttentionMatch &m = layer.attention;
+      auto type = RankedTensorType::get(
+          {m.batch, gqa == GqaPolicy::expand ? m.queryHeads : m.kvHeads,
+           ShapedType::kDynamic},
+          Float32Type::get(&getContext()));
+      change.insertedArgs.push_back({layer.valueCache.getArgNumber(), type});
+      change.inserted.push_back({layer.valueResult, type});
     }
+  }
+
+  /// staging-carry (docs/semantics.md, "Carried scores"): each layer of the
+  /// staged extend function takes its cache rows' carried scores (a new
+  /// argument after its value cache), adds the chunk's accumulated votes
+  /// (`snapkv.score` with window 1 and kernel 1: every row but the last
+  /// gets them; the last enters at 0), keeps the top `capacity - window` of
+  /// the prefix by that sum plus the window (snapkv.top_positions; every
+  /// row when the concatenation is shorter than `capacity`), and returns
+  /// the kept rows' sums after its values. Not pooled: the staged rows are
+  /// not adjacent positions.
+  void rewriteCarried(func::FuncOp func, ArrayRef<PrefillLayer> layers,
+                      int64_t capacity, Scoring scoring) {
+    func::ReturnOp ret = soleReturn(func);
+    MLIRContext *ctx = &getContext();
+    OpBuilder b(ret);
+    Type f32 = b.getF32Type();
+    llvm::SmallDenseMap<unsigned, Value> carriedOut;
+    for (auto [index, layer] : llvm::enumerate(layers)) {
+      const AttentionMatch &m = layer.attention;
+      Location loc = m.root()->getLoc();
+      Value keys = m.keys.source, values = m.values.source;
+      auto rowsType = cast<RankedTensorType>(keys.getType());
+      int64_t heads = gqa == GqaPolicy::expand ? m.queryHeads : m.kvHeads;
+      auto scoresType =
+          RankedTensorType::get({m.batch, heads, ShapedType::kDynamic}, f32);
+      unsigned at = layer.valueCache.getArgNumber() + 1;
+      (void)func.insertArgument(at, scoresType, {}, loc);
+      Value carried = func.getArgument(at);
+      OpFoldResult length = snapkv::detail::promptLength(
+          b, loc, keys, values, window, "snapkv: a staged chunk", 1,
+          "prompt length (keys dim 2) must be below 2^31 - 1");
+      // The carried scores belong to the cache rows, the first rows of keys.
+      Value rows = tensor::DimOp::create(b, loc, carried, 2);
+      Value cached = tensor::DimOp::create(b, loc, layer.valueCache, 2);
+      cf::AssertOp::create(
+          b, loc,
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, rows, cached),
+          "snapkv: layer " + std::to_string(index) +
+              "'s carried scores do not hold one score per cache row");
+      Value l = getValueOrCreateConstantIndexOp(b, loc, length);
+      Value one = arith::ConstantIndexOp::create(b, loc, 1);
+      ScoreOp score = snapkv::detail::createScore(
+          b, loc, m.queries, keys, length, b.getI64IntegerAttr(1),
+          b.getI64IntegerAttr(1), PoolingKindAttr::get(ctx, PoolingKind::avg),
+          GqaPolicyAttr::get(ctx, gqa), b.getF32FloatAttr(m.scale), scoring);
+      Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0f));
+      auto padTo = [&](Value scores, Value high) {
+        SmallVector<OpFoldResult> low(3, b.getIndexAttr(0));
+        SmallVector<OpFoldResult> highs = {b.getIndexAttr(0), b.getIndexAttr(0),
+                                           high};
+        return tensor::PadOp::create(b, loc, scoresType, scores, low, highs,
+                                     zero)
+            .getResult();
+      };
+      // Both over all `length` rows: the votes miss the last row, the
+      // carried scores the chunk's rows.
+      Value votes = padTo(score.getVotes(), one);
+      Value before = padTo(carried, arith::SubIOp::create(b, loc, l, rows));
+      Value init = tensor::EmptyOp::create(b, loc, scoresType, ValueRange{l});
+      Value total = linalg::AddOp::create(b, loc, ValueRange{votes, before},
+                                          ValueRange{init})
+                        .getResult(0);
+      // [B, Hc, length, 1]: gathered like the K/V rows.
+      auto columnType =
+          RankedTensorType::get({m.batch, heads, ShapedType::kDynamic, 1}, f32);
+      Value column = tensor::ExpandShapeOp::create(
+          b, loc, columnType, total,
+          SmallVector<ReassociationIndices>{{0}, {1}, {2, 3}});
+      auto keptType = RankedTensorType::get(
+          {m.batch, heads, ShapedType::kDynamic, rowsType.getDimSize(3)},
+          rowsType.getElementType());
+      auto gathered = [&](Value indices,
+                          OpFoldResult slots) -> SmallVector<Value> {
+        SmallVector<Value> out;
+        for (auto [source, cols] : {std::pair(keys, rowsType.getDimSize(3)),
+                                    std::pair(values, rowsType.getDimSize(3)),
+                                    std::pair(column, int64_t(1))}) {
+          SmallVector<OpFoldResult> shape = {b.getIndexAttr(m.batch),
+                                             b.getIndexAttr(heads), slots,
+                                             b.getIndexAttr(cols)};
+          Type elem = cast<RankedTensorType>(source.getType()).getElementType();
+          Value empty = tensor::EmptyOp::create(b, loc, shape, elem);
+          out.push_back(GatherOp::create(b, loc, empty.getType(), source,
+                                         indices, empty));
+        }
+        out.back() = tensor::CollapseShapeOp::create(
+            b, loc, out.back(),
+            SmallVector<ReassociationIndices>{{0}, {1}, {2, 3}});
+        return out;
+      };
+      SmallVector<Value> kept = snapkv::detail::bypassOrSelect(
+          b, loc, TypeRange{keptType, keptType, scoresType}, length, capacity,
+          [&](OpFoldResult all) {
+            auto type = RankedTensorType::get(
+                {m.batch, heads, ShapedType::kDynamic}, b.getI64Type());
+            Value every = tensor::GenerateOp::create(
+                b, loc, type,
+                ValueRange{getValueOrCreateConstantIndexOp(b, loc, all)},
+                [](OpBuilder &nb, Location nl, ValueRange ivs) {
+                  tensor::YieldOp::create(nb, nl,
+                                          arith::IndexCastOp::create(
+                                              nb, nl, nb.getI64Type(), ivs[2])
+                                              .getResult());
+                });
+            return gathered(every, all);
+          },
+          [&](OpFoldResult) {
+            // The prefix's sums rank; the window is kept after them.
+            Value prefix = arith::SubIOp::create(
+                b, loc, l, arith::ConstantIndexOp::create(b, loc, window));
+            Value ranked = tensor::ExtractSliceOp::create(
+                b, loc, total, SmallVector<OpFoldResult>(3, b.getIndexAttr(0)),
+                SmallVector<OpFoldResult>{b.getIndexAttr(m.batch),
+                                          b.getIndexAttr(heads), prefix},
+                SmallVector<OpFoldResult>(3, b.getIndexAttr(1)));
+            Value empty = tensor::EmptyOp::create(
+                b, loc, ArrayRef<int64_t>{m.batch, heads, capacity},
+                b.getI64Type());
+            auto top = TopPositionsOp::create(
+                b, loc, empty.getType(), ranked, empty,
+                b.getI64IntegerAttr(window), b.getI64IntegerAttr(capacity),
+                OrderAttr::get(ctx, order));
+            return gathered(top.getResult(), b.getIndexAttr(capacity));
+          });
+      ret->setOperand(layer.keyResult, kept[0]);
+      ret->setOperand(layer.valueResult, kept[1]);
+      carriedOut[layer.valueResult] = kept[2];
+    }
+    // Each layer's scores follow its values (addCarriedScores' `inserted`).
+    returnAfter(ret, carriedOut);
+    eraseDeadOps(func);
     updateSignature(func);
   }
 
@@ -580,7 +741,7 @@ struct CompressKVCachePass
     // analysed before anything changes and rewritten after prefill and
     // decode were. A decode capacity other than the chunks' needs its own
     // copy of the extend call chain (`<name>_decode`) whose select keeps M.
-    SmallVector<ExtendTarget> targets;
+    SmallVector<ExtendTarget, 3> targets;
     SmallVector<func::FuncOp> copies;
     // Until the rewrite commits, a refusal leaves the module as it was.
     llvm::scope_exit dropCopies([&] {
@@ -655,13 +816,15 @@ struct CompressKVCachePass
         FailureOr<SmallVector<PrefillLayer>> layers =
             analyseExtend(target.func, refusal);
         FailureOr<CallSites> calls = failure();
-        if (succeeded(layers))
-          calls = analyseCallers(
-              module, target.func,
-              prefillChange(
-                  *layers, gqa,
-                  SmallVector<int64_t>(layers->size(), target.capacity), false),
-              {target.func}, refusal);
+        if (succeeded(layers)) {
+          SignatureChange change = prefillChange(
+              *layers, gqa,
+              SmallVector<int64_t>(layers->size(), target.capacity), false);
+          if (stagingCarry && &target == &targets[*stagingTarget])
+            addCarriedScores(*layers, change);
+          calls = analyseCallers(module, target.func, change, {target.func},
+                                 refusal);
+        }
         if (failed(calls)) {
           refuse(extend, extendFunc, refusal);
           return;
@@ -684,6 +847,19 @@ struct CompressKVCachePass
       return;
     copies.clear(); // committed
     for (auto [i, target] : llvm::enumerate(targets)) {
+      if (stagingCarry && i == stagingTarget) {
+        SignatureChange carriedScores;
+        addCarriedScores(target.layers, carriedScores);
+        rewriteCarried(target.func, target.layers, target.capacity,
+                       target.scoring);
+        insertCallArguments(target.func, target.calls,
+                            carriedScores.insertedArgs);
+        // The calls' operands now line up with the callee's arguments; the
+        // results are re-made (the calls replaced) last.
+        updateCallers(target.func, target.calls);
+        insertCallResults(target.func, target.calls, carriedScores.inserted);
+        continue;
+      }
       bool chunks = chunk > 0 && (i == 0 || i == stagingTarget);
       rewritePrefill(
           target.func, target.layers,
@@ -712,6 +888,10 @@ struct CompressKVCachePass
             b.getStringAttr(targets[*stagingTarget].func.getSymName())));
         fields.push_back(
             b.getNamedAttr("staging_entry", b.getStringAttr(stagingEntry)));
+        // The staged entry point takes and returns each layer's scores
+        // after its values.
+        if (stagingCarry)
+          fields.push_back(b.getNamedAttr("staging_carry", b.getUnitAttr()));
       }
       module->setAttr(kChunkedPrefillAttrName, b.getDictionaryAttr(fields));
     }

@@ -449,7 +449,7 @@ FailureOr<SmallVector<PrefillLayer>> analyseExtend(func::FuncOp func,
         query->offset != 0 ||
         (query->argument != d.keyCache && query->argument != d.valueCache))
       return refuseWith(refusal, RefusalKind::ExtendQueryPositions, {}, layer);
-    layers.push_back({m, d.keyResult, d.valueResult});
+    layers.push_back({m, d.keyResult, d.valueResult, d.keyCache, d.valueCache});
   }
   if (failed(checkRopePositions(func, caches, refusal)))
     return failure();

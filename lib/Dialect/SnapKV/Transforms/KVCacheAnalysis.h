@@ -44,6 +44,9 @@ LogicalResult refuseMask(Refusal &refusal, MaskMismatch kind, unsigned layer);
 struct PrefillLayer {
   AttentionMatch attention;
   unsigned keyResult = 0, valueResult = 0;
+  /// An extend layer's cache arguments (null for prefill): carried scores
+  /// (staging-carry) go in after the values.
+  BlockArgument keyCache = {}, valueCache = {};
 };
 
 /// One decode layer: its attention, the cache arguments and the appends.

@@ -169,7 +169,7 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
   /// in all, `snapkv.select_adaptive`), or an error at its location.
   FailureOr<Row> row(Operation *op, unsigned layer, uint64_t length,
                      uint64_t extra, uint64_t chunk, uint64_t staging,
-                     const std::optional<DecodeCompression> &dc,
+                     bool carried, const std::optional<DecodeCompression> &dc,
                      bool quantized) {
     auto select = dyn_cast<SelectOp>(op);
     auto adaptive = dyn_cast<SelectAdaptiveOp>(op);
@@ -224,6 +224,10 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
         window);
     // peakRows <= length, and 2*B*Hkv*(L+g)*D*e fits.
     r.peak = *product({2, r.batch, r.kvHeads, r.peakRows, r.dim, r.bytes});
+    // staging_carry: the staged rows' scores, one f32 per row per cache head
+    // (at most M rows; less than the K/V rows' bytes, so it fits too).
+    if (carried)
+      r.peak += r.batch * r.heads * std::min<uint64_t>(staging, length) * 4;
     r.decodePeakRows = decodePeak;
     std::optional<uint64_t> decodeBytes =
         product({2, r.batch, r.heads, decodePeak, r.rowBytes});
@@ -262,6 +266,7 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
     // So are two-level chunked prefill's staged chunks'.
     llvm::SmallDenseSet<StringRef> extend;
     uint64_t chunk = 0, staging = 0;
+    bool carried = false;
     for (StringRef attr : {kChunkedPrefillAttrName, kDecodeCompressionAttrName})
       if (auto record = getOperation()->getAttrOfType<DictionaryAttr>(attr))
         for (StringRef field : {"function", "staging_function"})
@@ -273,6 +278,7 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
         chunk = size.getInt();
       if (auto size = chunked.getAs<IntegerAttr>("staging"))
         staging = size.getInt();
+      carried = chunked.contains("staging_carry");
     }
     // The dialect verified the record (positive integers).
     std::optional<DecodeCompression> dc;
@@ -301,8 +307,8 @@ struct ReportCachePass : snapkv::impl::ReportCacheBase<ReportCachePass> {
         repeats = *count;
       }
       for (uint64_t i = 0; i < repeats; ++i) {
-        FailureOr<Row> r =
-            row(op, rows.size(), length, extra, chunk, staging, dc, quantized);
+        FailureOr<Row> r = row(op, rows.size(), length, extra, chunk, staging,
+                               carried, dc, quantized);
         if (failed(r))
           return WalkResult::interrupt();
         std::optional<uint64_t> full =

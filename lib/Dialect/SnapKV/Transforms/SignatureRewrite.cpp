@@ -71,13 +71,19 @@ FailureOr<CallSites> analyseCallers(ModuleOp module, func::FuncOp callee,
         return failure();
       }
     }
-    for (auto [index, type] : change.args) {
+    // The caller's own argument passed at `index`, or null (refused).
+    auto callerArgument = [&](unsigned index) -> BlockArgument {
       auto arg = dyn_cast<BlockArgument>(call.getOperand(index));
-      if (!arg || arg.getOwner() != &caller.getBody().front()) {
-        (void)refuseWith(refusal, RefusalKind::CallOperandNotArgument,
-                         {std::to_string(index), name});
+      if (arg && arg.getOwner() == &caller.getBody().front())
+        return arg;
+      (void)refuseWith(refusal, RefusalKind::CallOperandNotArgument,
+                       {std::to_string(index), name});
+      return {};
+    };
+    for (auto [index, type] : change.args) {
+      BlockArgument arg = callerArgument(index);
+      if (!arg)
         return failure();
-      }
       for (OpOperand &argUse : arg.getUses()) {
         Operation *user = argUse.getOwner();
         if (isa<tensor::DimOp>(user))
@@ -94,6 +100,9 @@ FailureOr<CallSites> analyseCallers(ModuleOp module, func::FuncOp callee,
         return failure();
       }
     }
+    for (auto [index, type] : change.insertedArgs)
+      if (!callerArgument(index))
+        return failure();
     sites.calls.push_back(call);
   }
   return sites;
@@ -239,6 +248,29 @@ void insertCallResults(func::FuncOp callee, const CallSites &sites,
           operands.push_back(value);
     }
     ret->setOperands(operands);
+    callers.insert(caller);
+  }
+  for (func::FuncOp caller : callers)
+    updateSignature(caller);
+}
+
+void insertCallArguments(func::FuncOp callee, const CallSites &sites,
+                         ArrayRef<std::pair<unsigned, Type>> inserted) {
+  llvm::SetVector<func::FuncOp> callers;
+  for (func::CallOp call : sites.calls) {
+    auto caller = call->getParentOfType<func::FuncOp>();
+    SmallVector<Value> operands;
+    for (auto [i, operand] : llvm::enumerate(call.getOperands())) {
+      operands.push_back(operand);
+      for (auto [after, type] : inserted) {
+        if (after != i)
+          continue;
+        unsigned at = cast<BlockArgument>(operand).getArgNumber() + 1;
+        (void)caller.insertArgument(at, type, {}, call.getLoc());
+        operands.push_back(caller.getArgument(at));
+      }
+    }
+    call->setOperands(operands);
     callers.insert(caller);
   }
   for (func::FuncOp caller : callers)

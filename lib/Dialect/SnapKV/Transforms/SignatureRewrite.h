@@ -26,8 +26,13 @@ struct SignatureChange {
   /// New results, each after the (changed) result it names:
   /// budget=adaptive's per-layer offsets follow the layer's values.
   SmallVector<std::pair<unsigned, Type>> inserted;
+  /// New arguments, each after the argument it names: staging-carry's
+  /// per-layer scores follow the layer's value cache. The caller passes its
+  /// own new argument, inserted after the one it passes there.
+  SmallVector<std::pair<unsigned, Type>> insertedArgs;
   bool empty() const {
-    return args.empty() && results.empty() && inserted.empty();
+    return args.empty() && results.empty() && inserted.empty() &&
+           insertedArgs.empty();
   }
 };
 
@@ -74,6 +79,13 @@ void updateCallers(func::FuncOp callee, const CallSites &sites);
 /// returns each new result from the caller right after the result it follows.
 void insertCallResults(func::FuncOp callee, const CallSites &sites,
                        ArrayRef<std::pair<unsigned, Type>> inserted);
+
+/// Gives each call of `callee` (whose signature gained the arguments
+/// `inserted`, each after the argument it names) the new operands: each a new
+/// argument of the caller, right after the caller's argument the call passes
+/// at the position it follows (analyseCallers checked that it is one).
+void insertCallArguments(func::FuncOp callee, const CallSites &sites,
+                         ArrayRef<std::pair<unsigned, Type>> inserted);
 
 /// The func.call ops of `callee` in `module`, in the order they appear.
 SmallVector<func::CallOp> callsOf(func::FuncOp callee, ModuleOp module);

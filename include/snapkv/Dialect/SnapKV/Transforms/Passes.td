@@ -628,6 +628,12 @@ def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
                         "the chunk's last `window` queries' votes"),
              clEnumValN(::mlir::snapkv::Scoring::prefix_votes, "prefix_votes",
                         "votes under a prefix-only softmax"))}]>,
+    Option<"stagingCarry", "staging-carry", "bool", /*default=*/"false",
+           "staging with staging-scoring sum or norm_sum: carry each staged "
+           "row's accumulated score from chunk to chunk (H2O / OpenVINO): a "
+           "row ranks by its carried score plus the new chunk's votes, not by "
+           "the chunk's alone. The staged entry point takes and returns one "
+           "f32 score per row per cache head after each layer's values">,
     Option<"extendFunc", "extend-func", "std::string",
            /*default=*/"\"extend\"",
            "chunk=N: name of the function that extends the caches by a "
