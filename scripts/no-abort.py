@@ -46,6 +46,8 @@ PASSES = [
     ["--pass-pipeline=builtin.module(func.func(snapkv-expand-strided-copies))"],
     ["--pass-pipeline=builtin.module(convert-scf-to-openmp,func.func(snapkv-schedule-parallel-loops))"],
     ["--snapkv-lower-asserts"],
+    ["--pass-pipeline=builtin.module(llvm.func(snapkv-byte-bool-vectors))"],
+    ["--snapkv-quantize-weights"],
     ["--snapkv-outline-select"],
     ["--snapkv-expose-scores"],
     ["--snapkv-expose-scores=through-callers=true"],
