@@ -52,7 +52,7 @@ void snapkv::buildCPUPipeline(OpPassManager &pm,
   config.keepLogits = options.keepLogits;
   config.cpuFeatures = options.cpuFeatures;
   stages::lowerSelections(pm, config, options.decomposeSelect,
-                          options.attentionInterface, options.tileStages);
+                          options.tileStages);
   OpPassManager &tensors = pm.nest<func::FuncOp>();
   stages::prepareTensorCode(tensors);
   tensors.addPass(createFuseElementwise());

@@ -17,8 +17,7 @@ using namespace mlir;
 
 void snapkv::stages::lowerSelections(OpPassManager &pm,
                                      const ConfigureLoweringOptions &config,
-                                     bool decompose, bool attentionInterface,
-                                     bool tileStages) {
+                                     bool decompose, bool tileStages) {
   if (decompose) {
     // On the GPU the conversion splits select_adaptive itself, to lay the
     // ops between its stages out as kernels.
@@ -30,7 +29,6 @@ void snapkv::stages::lowerSelections(OpPassManager &pm,
   // then the conversion that reads it.
   pm.addPass(createConfigureLowering(config));
   ConvertSnapKVToLinalgOptions lowering;
-  lowering.attentionInterface = attentionInterface;
   lowering.tileStages = tileStages;
   pm.addPass(createConvertSnapKVToLinalg(lowering));
   pm.addPass(createTileAndFuse());

@@ -21,12 +21,11 @@ namespace mlir::snapkv::stages {
 /// `config` (its target, sizes given and CPU features); then the snapkv ops
 /// to the formulation laid out as configured, its recorded tiling applied
 /// at once (before anything could rewrite the ops that carry it),
-/// snapkv.attention to its tiled online softmax (`attentionInterface`:
-/// tiled through TilingInterface and decomposed; `tileStages`: the stage
-/// ops too, each tile lowered whole), then canonicalisation and CSE.
+/// snapkv.attention tiled through TilingInterface and decomposed
+/// (`tileStages`: the stage ops too, each tile lowered whole), then
+/// canonicalisation and CSE.
 void lowerSelections(OpPassManager &pm, const ConfigureLoweringOptions &config,
-                     bool decompose, bool attentionInterface = false,
-                     bool tileStages = false);
+                     bool decompose, bool tileStages = false);
 
 /// The user's tensor code around the selects, into linalg: fpowi expanded
 /// (a vectorised fpowi would get a vector exponent llvm.intr.powi does not

@@ -1,7 +1,8 @@
 """`snapkv.attention` compiled by the CPU pipeline (snapkv-opt --snapkv-cpu-pipeline, clang,
 called through snapkv.runtime) against the float64 reference `snapkv.reference.attention`.
 
-The compiled op is FlashAttention's online softmax in f32 over tiles of query rows and keys;
+The compiled op is FlashAttention's online softmax in f32, the op tiled through its
+TilingInterface over tiles of query rows and each tile decomposed over tiles of keys;
 the shapes below cross every tile boundary (one row, a partial last tile, whole tiles, keys
 shorter than one tile, the last key tile overlapping its predecessor), the GQA groups, the
 alignment of the causal mask (prefill Lq = Lk, decode Lq = 1, rows that see no key when
@@ -192,49 +193,9 @@ def test_the_untiled_key_loop_form_matches_the_reference():
                                rtol=0, atol=2e-3)
 
 
-def test_the_tiled_and_decomposed_form_matches_the_reference():
-    """`attention-interface=true`: the op tiled through its TilingInterface (one query head and
-    4 rows per tile, each with its own causal offset) and each tile decomposed into the online
-    softmax over key tiles of 8: the same lengths, GQA groups, offsets (rows without keys are
-    zero), decode rows and f16 as the hand-written form."""
-    rng = np.random.default_rng(31)
-    tiles = SMALL_TILES + " attention-interface=true"
-    fn = _function((1, 4, None, 16), (1, 2, None, 16), "f32", None, tiles)
-    for lq, lk in LENGTHS:
-        q = rng.standard_normal((1, 4, lq, 16), dtype=np.float32)
-        k, v = (rng.standard_normal((1, 2, lk, 16), dtype=np.float32) for _ in range(2))
-        (out,) = fn(q, k, v)
-        np.testing.assert_allclose(out, reference.attention(q, k, v), rtol=0, atol=2e-6,
-                                   err_msg=f"Lq={lq} Lk={lk}")
-    fn = _function((1, 4, None, 8), (1, 2, None, 8), "f32", 2.0, tiles, offset=True)
-    for lq, lk, offset in [(1, 20, 7), (3, 20, 2), (5, 20, -2), (12, 12, 0), (2, 20, 2**40),
-                           (2, 20, -2**40), (9, 30, 21)]:
-        q = rng.standard_normal((1, 4, lq, 8), dtype=np.float32)
-        k, v = (rng.standard_normal((1, 2, lk, 8), dtype=np.float32) for _ in range(2))
-        (out,) = fn(q, k, v, np.array([offset], dtype=np.int64))
-        np.testing.assert_allclose(out, reference.attention(q, k, v, 2.0, offset=offset),
-                                   rtol=0, atol=2e-6, err_msg=f"Lq={lq} Lk={lk} "
-                                   f"offset={offset}")
-    fn = _function((1, 6, 1, 32), (1, 2, None, 32), "f32", None, tiles, offset=True)
-    for lk, offset in [(20, 19), (20, 7), (300, 150), (20, -1), (1, 0)]:
-        q = rng.standard_normal((1, 6, 1, 32), dtype=np.float32)
-        k, v = (rng.standard_normal((1, 2, lk, 32), dtype=np.float32) for _ in range(2))
-        (out,) = fn(q, k, v, np.array([offset], dtype=np.int64))
-        np.testing.assert_allclose(out, reference.attention(q, k, v, offset=offset), rtol=0,
-                                   atol=2e-6, err_msg=f"decode Lk={lk} offset={offset}")
-    fn = _function((1, 2, None, 16), (1, 1, None, 16), "f16", None, tiles)
-    q, k, v = (rng.standard_normal(s).astype(np.float16)
-               for s in [(1, 2, 19, 16), (1, 1, 19, 16), (1, 1, 19, 16)])
-    (out,) = fn(q, k, v)
-    assert out.dtype == np.float16
-    np.testing.assert_allclose(out.astype(np.float64), reference.attention(q, k, v, elem="f16"),
-                               rtol=0, atol=2e-3)
-
-
 def test_softcap_and_sliding_window_match_the_reference():
-    """`softcap` and `sliding_window`, which only the op's decomposition computes: the CPU
-    pipeline tiles and decomposes such an op whatever its options, and the untiled conversion
-    decomposes it whole. Large logits (scale 2) reach the cap; the window hides all but the
+    """`softcap` and `sliding_window`: the CPU pipeline's tiles and the untiled conversion's
+    whole decomposition. Large logits (scale 2) reach the cap; the window hides all but the
     last 5 keys up to each row's position, across key tiles and offsets."""
     rng = np.random.default_rng(41)
     for key_loop in (False, True):

@@ -176,24 +176,19 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
     are left untiled.
 
     `snapkv.attention` becomes a tiled online softmax (FlashAttention's
-    recurrence): with `tiling=cpu` (or a `forall` configuration) an
-    `scf.forall` over (batch, query head, tile of `query-tile` rows) and in
-    it an `scf.for` over the tiles of `key-tile` keys that the rows can see,
-    carrying each row's maximum, sum and `[query-tile, D]` accumulator; per
-    key tile, static-shaped linalg ops (logits, masked maximum,
-    probabilities, P x V). Untiled (`tiling=none`, no configuration), one
-    `scf.for` over key tiles whose steps are linalg ops over every row that
-    sees the tile (a decode step's single static row: one step, no loop),
-    and no `scf.forall`: the form a compiler that tiles linalg itself
-    (IREE) takes: the op's own decomposition
-    (`AggregatedOpInterface::decomposeOperation`). With
-    `attention-interface`, an op with a `forall` configuration is instead
-    tiled through its `TilingInterface` (an `scf.forall` over batch, query
-    heads and tiles of `query-tile` rows; a decode step, one static row per
-    head, in tiles of a kv head's group of query heads whose keys run in 4
-    parts in an `scf.forall`) and each tile decomposed into static-shaped
-    steps (docs/lowering.md). The `[Lq, Lk]` scores are never
-    materialised. It has no GPU lowering yet (nor has
+    recurrence). With `tiling=cpu` (or a `forall` configuration) it is tiled
+    through its `TilingInterface` (an `scf.forall` over batch, query heads
+    and tiles of `query-tile` rows; a decode step, one static row per head,
+    in tiles of a kv head's group of query heads whose keys run in 4 parts
+    in an `scf.forall`) and each tile decomposed into static-shaped steps
+    over tiles of `key-tile` keys (docs/lowering.md); a
+    `snapkv.ragged_attention`'s per-head ops are decomposed as such tiles.
+    Untiled (`tiling=none`, no configuration), one `scf.for` over key tiles
+    whose steps are linalg ops over every row that sees the tile (a decode
+    step's single static row: one step, no loop), and no `scf.forall`: the
+    form a compiler that tiles linalg itself (IREE) takes: the op's own
+    decomposition (`AggregatedOpInterface::decomposeOperation`). The
+    `[Lq, Lk]` scores are never materialised. It has no GPU lowering yet (nor has
     `snapkv.ragged_attention`): with `tiling=gpu` the pass reports the op
     and fails.
   }];
@@ -223,14 +218,7 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
            "configuration through TilingInterface into an scf.forall over "
            "its (batch, head) rows (a ranking with the score it reads fused "
            "in) and lower each tile whole, instead of recording tile "
-           "groups of its formulation">,
-    Option<"attentionInterface", "attention-interface", "bool",
-           /*default=*/"false",
-           "Lower a snapkv.attention with a forall configuration by tiling "
-           "it through TilingInterface (scf.forall over batch, query heads "
-           "and tiles of query-tile rows; a decode step by kv head, its keys "
-           "in 4 parallel parts) and decomposing each tile, "
-           "instead of the hand-written tiled online softmax">
+           "groups of its formulation">
   ];
   let dependentDialects = [
     "::mlir::affine::AffineDialect",

@@ -62,13 +62,6 @@ struct CPUPipelineOptions : PassPipelineOptions<CPUPipelineOptions> {
       llvm::cl::desc("Query rows per snapkv.attention tile (0: chosen per "
                      "op by snapkv-configure-lowering)"),
       llvm::cl::init(0)};
-  Option<bool> attentionInterface{
-      *this, "attention-interface",
-      llvm::cl::desc("Lower snapkv.attention by tiling it through "
-                     "TilingInterface and decomposing each tile "
-                     "(convert-snapkv-to-linalg's attention-interface) "
-                     "instead of the hand-written tiled online softmax"),
-      llvm::cl::init(false)};
   Option<bool> decomposeSelect{
       *this, "decompose-select",
       llvm::cl::desc("Split each snapkv.select into its stage ops (score, "

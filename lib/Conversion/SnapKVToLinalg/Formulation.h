@@ -317,16 +317,6 @@ Value constF32(OpBuilder &nb, Location l, float v);
 /// yields probabilities (1 / #maxima) instead of inf - inf = NaN.
 Value shifted(OpBuilder &nb, Location l, Value x, Value max);
 
-/// snapkv.attention as a tiled online softmax (Attention.cpp): an
-/// scf.forall over (batch, query head, tile of `queryTile` rows), each
-/// looping over the visible tiles of `keyTile` keys; a decode step (one
-/// static query row) over (batch, kv head, key split) with the group's
-/// heads as the rows. `offset` may be null
-/// (the op's default, Lk - Lq).
-Value lowerAttention(OpBuilder &b, Location loc, AttentionOp op, Value queries,
-                     Value keys, Value values, Value offset, int64_t queryTile,
-                     int64_t keyTile);
-
 /// snapkv.sdpa as its definition in linalg (Sdpa.cpp).
 void populateSdpaLowering(RewritePatternSet &patterns);
 

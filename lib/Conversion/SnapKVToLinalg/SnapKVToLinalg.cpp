@@ -1,11 +1,11 @@
 //===- SnapKVToLinalg.cpp - snapkv ops to tensor-level linalg -------------===//
 //
 // Replaces snapkv.select / snapkv.score with the formulation of
-// Formulation.h, and snapkv.attention with its tiled online softmax
-// (Attention.cpp). With `tiling=cpu|gpu` the pass also writes how each group
-// of formulation ops is to be tiled into the IR (#snapkv.tile on the root,
-// snapkv.fuse on the producers fused into its tile), for
-// snapkv-tile-and-fuse.
+// Formulation.h, and snapkv.attention tiled through its TilingInterface and
+// decomposed (AttentionDecomposition.cpp). With `tiling=cpu|gpu` the pass also
+// writes how each group of formulation ops is to be tiled into the IR
+// (#snapkv.tile on the root, snapkv.fuse on the producers fused into its tile),
+// for snapkv-tile-and-fuse.
 //
 //===----------------------------------------------------------------------===//
 
@@ -280,37 +280,6 @@ struct RaggedAttentionLowering : OpConversionPattern<RaggedAttentionOp> {
   }
 };
 
-struct AttentionLowering : OpConversionPattern<AttentionOp> {
-  AttentionLowering(MLIRContext *ctx,
-                    std::shared_ptr<const Lowerings> lowerings)
-      : OpConversionPattern(ctx), lowerings(std::move(lowerings)) {}
-  LogicalResult
-  matchAndRewrite(AttentionOp op, OpAdaptor adaptor,
-                  ConversionPatternRewriter &rewriter) const override {
-    FormulationOptions options = lowerings->options(op);
-    if (options.mapping == TileMapping::gpu_blocks)
-      return rewriter.notifyMatchFailure(op, "no GPU lowering");
-    // Untiled (no configuration): the op's own decomposition, the form a
-    // compiler that tiles linalg itself takes, one loop over key tiles and no
-    // scf.forall.
-    if (!lowerings->config(op)) {
-      FailureOr<SmallVector<Value>> decomposed =
-          op.decompose(rewriter, options.keyTile);
-      if (failed(decomposed))
-        return failure();
-      rewriter.replaceOp(op, *decomposed);
-      return success();
-    }
-    rewriter.replaceOp(op,
-                       lowerAttention(rewriter, op.getLoc(), op,
-                                      adaptor.getQueries(), adaptor.getKeys(),
-                                      adaptor.getValues(), adaptor.getOffset(),
-                                      options.queryTile, options.keyTile));
-    return success();
-  }
-  std::shared_ptr<const Lowerings> lowerings;
-};
-
 /// snapkv.attention through its interfaces: tiled (TilingInterface) into an
 /// scf.forall over (batch, query head, tile of `queryTile` rows), each tile
 /// decomposed into its online softmax over tiles of `keyTile` keys. The
@@ -354,6 +323,35 @@ LogicalResult tileAndDecompose(RewriterBase &rewriter, AttentionOp op,
   }
   return success();
 }
+
+/// A snapkv.attention left to the conversion: untiled (no configuration),
+/// the op's own decomposition, the form a compiler that tiles linalg itself
+/// takes (one loop over key tiles, no scf.forall); with a CPU configuration,
+/// a ragged attention's per-head op (already one tile: one batch, one kv
+/// head), decomposed as a tile, its keys in parallel parts when it is a
+/// decode step.
+struct AttentionLowering : OpConversionPattern<AttentionOp> {
+  AttentionLowering(MLIRContext *ctx,
+                    std::shared_ptr<const Lowerings> lowerings)
+      : OpConversionPattern(ctx), lowerings(std::move(lowerings)) {}
+  LogicalResult
+  matchAndRewrite(AttentionOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    FormulationOptions options = lowerings->options(op);
+    if (options.mapping == TileMapping::gpu_blocks)
+      return rewriter.notifyMatchFailure(op, "no GPU lowering");
+    bool decode =
+        lowerings->config(op) && op.getQueries().getType().getDimSize(2) == 1;
+    FailureOr<SmallVector<Value>> decomposed =
+        op.decompose(rewriter, options.keyTile, /*lengthsChecked=*/false,
+                     decode ? kDecodeSplits : 1);
+    if (failed(decomposed))
+      return failure();
+    rewriter.replaceOp(op, *decomposed);
+    return success();
+  }
+  std::shared_ptr<const Lowerings> lowerings;
+};
 
 SelectShape stageShape(Operation *op) {
   return llvm::TypeSwitch<Operation *, SelectShape>(op)
@@ -540,13 +538,12 @@ struct ConvertSnapKVToLinalgPass
     });
     if (unsupported.wasInterrupted())
       return signalPassFailure();
-    // Tiled and decomposed: with attention-interface, and always for
-    // soft-capping and sliding windows, which only the decomposition computes.
+    // With a CPU configuration: tiled through TilingInterface and each tile
+    // decomposed.
     SmallVector<AttentionOp> attentions;
     getOperation()->walk([&](AttentionOp op) {
       if (LoweringConfigAttr config = lowerings->config(op))
-        if (config.getMapping() == TileMapping::forall &&
-            (attentionInterface || op.getSoftcap() || op.getSlidingWindow()))
+        if (config.getMapping() == TileMapping::forall)
           attentions.push_back(op);
     });
     for (AttentionOp op : attentions)

@@ -5,12 +5,12 @@
 // the whole cache at every step. The long branch reads the caches in place.
 // CHECK-LABEL: func.func @decode
 // CHECK: %[[LEN:.*]] = tensor.dim %arg1, %c2
-// CHECK: %[[SHORT:.*]] = arith.cmpi slt, %[[LEN]], %c8
-// CHECK: scf.if %[[SHORT]]
-// CHECK: tensor.pad %arg1
-// CHECK: tensor.pad %arg2
-// CHECK: } else {
+// CHECK: %[[LONG:.*]] = arith.cmpi sge, %[[LEN]], %c8
+// CHECK: scf.if %[[LONG]]
 // CHECK-NOT: tensor.pad
+// CHECK: } else {
+// CHECK: tensor.pad
+// CHECK: tensor.pad
 // CHECK: return
 func.func @decode(%q: tensor<1x4x1x32xf32>, %k: tensor<1x2x?x32xf32>, %v: tensor<1x2x?x32xf32>) -> tensor<1x4x1x32xf32> {
   %o = snapkv.attention %q, %k, %v outs(%q : tensor<1x4x1x32xf32>) : tensor<1x4x1x32xf32>, tensor<1x2x?x32xf32>, tensor<1x2x?x32xf32> -> tensor<1x4x1x32xf32>

@@ -1,5 +1,5 @@
 // RUN: snapkv-opt %s --transform-preload-library="transform-library-paths=%p/Inputs/attention-tile-decompose.mlir" --transform-interpreter --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime | FileCheck %s
-// RUN: snapkv-opt %s --snapkv-cpu-pipeline="attention-interface=true query-tile=3 key-tile=4" | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime | FileCheck %s
+// RUN: snapkv-opt %s --snapkv-cpu-pipeline="query-tile=3 key-tile=4" | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime | FileCheck %s
 
 // snapkv.attention tiled through TilingInterface and decomposed
 // (AggregatedOpInterface) runs and matches its untiled decomposition and the
@@ -8,9 +8,9 @@
 // over key tiles of 4 (the last one partial), and a decode row at offset 4
 // (keys 5 and 6 hidden). The first command's transform schedule,
 // Inputs/attention-tile-decompose.mlir, tiles the ops marked `tile` and
-// decomposes those marked `whole`, before the CPU pipeline; the second uses
-// the pipeline's own attention-interface path (every op tiled and decomposed),
-// checked against the same reference.
+// decomposes those marked `whole`, before the CPU pipeline; the second
+// leaves the tiling to the pipeline (every op tiled and decomposed), checked
+// against the same reference.
 // Inputs: q[0, h, i, d] = sin(a * (31 h + 7 i + d) + c) with (a, c) = (0.7, 0)
 // for the prompt and (1.3, 0.2) for the decode row; keys (0.9, 0.5), values
 // (0.3, 1.0), in f32.
