@@ -134,8 +134,8 @@ std::optional<Microkernel> parseMicrokernel(StringRef name) {
 /// the AVX512_BF16 kernel (no AMX tiles yet; CPUs with AMX-BF16 have
 /// AVX512_BF16). Only a contraction of bf16 operands into f32 whose
 /// right-hand operand is read in rows along the vector (`[..., K, N]`, the
-/// left-hand one `[..., K]`) gets one: the pairs of reduction steps are then
-/// two rows of it.
+/// left-hand one `[..., K]` or `[..., K, M]`) gets one: the pairs of
+/// reduction steps are then two rows of it.
 Microkernel chooseMicrokernel(linalg::LinalgOp op, Microkernel option,
                               const Target &target) {
   if (auto attr =
@@ -169,9 +169,14 @@ Microkernel chooseMicrokernel(linalg::LinalgOp op, Microkernel option,
   };
   unsigned k = reductions.front();
   auto n = dyn_cast<AffineDimExpr>(maps[2].getResults().back());
-  if (!n || !endsWith(maps[0], {k}) ||
-      !endsWith(maps[1], {k, n.getPosition()}) ||
+  if (!n || !endsWith(maps[1], {k, n.getPosition()}) ||
       maps[0].isFunctionOfDim(n.getPosition()))
+    return Microkernel::none;
+  // The left-hand operand `[..., K]`, or `[..., K, M]` (attention's P, rows
+  // innermost: each row's pair is interleaved from two of its rows).
+  auto last = dyn_cast<AffineDimExpr>(maps[0].getResults().back());
+  if (!endsWith(maps[0], {k}) &&
+      !(last && endsWith(maps[0], {k, last.getPosition()})))
     return Microkernel::none;
   return Microkernel::avx512bf16;
 }
@@ -462,7 +467,22 @@ LogicalResult vectorizeBF16Dot(RewriterBase &rewriter, linalg::LinalgOp op,
   Location loc = op.getLoc();
   Type bf16 = rewriter.getBF16Type(), f32 = rewriter.getF32Type(),
        i32 = rewriter.getI32Type();
-  Value a = readWhole(rewriter, loc, op.getDpsInputs()[0], {rows, 2});
+  Value a;
+  if (m && maps[0].getResults().back().isFunctionOfDim(*m)) {
+    // A as [2, rows]: its two rows interleaved into the rows' pairs.
+    Value pairRows = readWhole(rewriter, loc, op.getDpsInputs()[0], {2, rows});
+    SmallVector<int64_t> pairsOf;
+    for (int64_t r = 0; r < rows; ++r)
+      pairsOf.append({r, rows + r});
+    a = vector::ShapeCastOp::create(
+        rewriter, loc, VectorType::get({rows, 2}, bf16),
+        vector::ShuffleOp::create(
+            rewriter, loc,
+            vector::ExtractOp::create(rewriter, loc, pairRows, 0),
+            vector::ExtractOp::create(rewriter, loc, pairRows, 1), pairsOf));
+  } else {
+    a = readWhole(rewriter, loc, op.getDpsInputs()[0], {rows, 2});
+  }
   Value b = readWhole(rewriter, loc, op.getDpsInputs()[1], {2, columns});
   Value init = op.getDpsInits()[0];
   Value c = readWhole(rewriter, loc, init, {rows, columns});

@@ -25,7 +25,7 @@ def _function(q_shape, kv_shape, elem, scale, tiles, offset=False, key_loop=Fals
     tiles of 8) lowered first, then compiled by the same pipeline. `extra`: more clauses
     of the op (softcap, sliding_window)."""
     require_aot_tools()
-    ty = {"f32": "f32", "f16": "f16"}[elem]
+    ty = {"f32": "f32", "f16": "f16", "bf16": "bf16"}[elem]
 
     def tensor(shape):
         return "tensor<" + "x".join("?" if d is None else str(d) for d in shape) + f"x{ty}>"
@@ -141,6 +141,29 @@ def test_f16_rounds_the_f32_result():
     assert out.dtype == np.float16
     expected = reference.attention(q, k, v, elem="f16")
     np.testing.assert_allclose(out.astype(np.float64), expected, rtol=0, atol=2e-3)
+
+
+@pytest.mark.parametrize("features", ["host", "-avx512bf16"])
+def test_bf16_rounds_the_probabilities_and_the_result(features):
+    """bf16 operands: the logits and softmax statistics in f32, the probabilities rounded to
+    bf16 for P x V (accumulated in f32), the result rounded: a prefill across tiles and a
+    decode step, with the vdpbf16ps microkernel where this CPU has it and with the fallback
+    (operands widened to f32)."""
+    from snapkv.dtypes import bf16_to_f32, f32_to_bf16
+    rng = np.random.default_rng(4)
+    tiles = f"{SMALL_TILES} cpu-features={features}"
+    for q_shape, kv_shape, lengths in [((1, 4, None, 32), (1, 2, None, 32), [(19, 19), (40, 40)]),
+                                       ((1, 6, 1, 32), (1, 2, None, 32), [(1, 20), (1, 300)])]:
+        fn = _function(q_shape, kv_shape, "bf16", None, tiles)
+        for lq, lk in lengths:
+            q = f32_to_bf16(rng.standard_normal((1, q_shape[1], lq, 32), dtype=np.float32))
+            k, v = (f32_to_bf16(rng.standard_normal((1, 2, lk, 32), dtype=np.float32))
+                    for _ in range(2))
+            (out,) = fn(q, k, v)
+            assert out.dtype == np.uint16
+            # bf16: 8 bits of mantissa in P and in the result.
+            np.testing.assert_allclose(bf16_to_f32(out), reference.attention(q, k, v, elem="bf16"),
+                                       rtol=0, atol=3e-2, err_msg=f"Lq={lq} Lk={lk}")
 
 
 def test_the_untiled_key_loop_form_matches_the_reference():

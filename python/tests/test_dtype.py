@@ -8,14 +8,16 @@ model generates what HF transformers' own model in that dtype generates
 
 LOGIT_ATOL: both sides round every activation to the dtype after each matmul and norm, but
 sum in different orders (f32 accumulators in both) and HF's CPU SDPA kernel rounds its softmax
-probabilities to bf16 before the P @ V product where the exported attention stays f32, so a
-value next to a rounding boundary rounds one ulp apart (2^-8 relative in bf16, 2^-11 in f16)
-and the difference travels through the remaining layers. On these logits (|logit| up to ~10)
-the differences seen over ten prompts are 0.12-0.19 in bf16 (HF's own bf16 model is 0.3-0.7
-from its f32 one) and 0.02-0.06 in f16 (HF: 0.05-0.11). The tolerances leave room for that,
-and the prompt is chosen so that HF's two best logits are at least MIN_MARGIN apart at every
-step, so such a difference cannot swap a greedy token; a wrong computation (bf16 accumulation,
-a dropped f32 upcast in RMSNorm, weights rounded another way) moves logits by whole units.
+probabilities to the dtype before the P @ V product (the compiled attention does too in bf16,
+since 2026-12-07, not in f16), so a value next to a rounding boundary rounds one ulp apart
+(2^-8 relative in bf16, 2^-11 in f16) and the difference travels through the remaining
+layers. On these logits (|logit| up to ~10) the differences seen over ten prompts (measured
+before the compiled bf16 attention rounded its probabilities) are 0.12-0.19 in bf16 (HF's
+own bf16 model is 0.3-0.7 from its f32 one) and 0.02-0.06 in f16 (HF: 0.05-0.11). The
+tolerances leave room for that, and the prompt is chosen so that HF's two best logits are at
+least MIN_MARGIN apart at every step, so such a difference cannot swap a greedy token; a
+wrong computation (bf16 accumulation, a dropped f32 upcast in RMSNorm, weights rounded
+another way) moves logits by whole units.
 
 Slow (exports and compiles): each dtype's export is cached, its libraries too.
 """

@@ -87,3 +87,20 @@ func.func @marked(%a: tensor<2x64xbf16>, %b: tensor<64x16xbf16>, %b2: tensor<64x
 }
 
 // BAD: snapkv-vectorize: microkernel must be auto, avx512bf16 or none, got 'amx'
+
+// -----
+
+// A left-hand operand laid out [K, M] (attention's bf16 probabilities, query
+// rows innermost): per pair of reduction steps, its two rows are read and
+// interleaved into each row's pair, then broadcast as for [M, K].
+// CHECK-LABEL: func.func @left_transposed
+// CHECK: scf.for %{{.*}} = %c0 to %c64 step %c2
+// CHECK: vector.transfer_read {{.*}} : tensor<2x8xbf16>, vector<2x8xbf16>
+// CHECK: vector.interleave {{.*}} : vector<8xbf16> -> vector<16xbf16>
+// CHECK: vector.bitcast {{.*}} : vector<2xbf16> to vector<1xi32>
+// CHECK-COUNT-2: x86vector.avx512.dot {{.*}} : vector<32xbf16> -> vector<16xf32>
+func.func @left_transposed(%p: tensor<64x8xbf16>, %v: tensor<64x32xbf16>, %c: tensor<8x32xf32>) -> tensor<8x32xf32> {
+  %r = linalg.matmul indexing_maps = [affine_map<(m, n, k) -> (k, m)>, affine_map<(m, n, k) -> (k, n)>, affine_map<(m, n, k) -> (m, n)>]
+      ins(%p, %v : tensor<64x8xbf16>, tensor<64x32xbf16>) outs(%c : tensor<8x32xf32>) -> tensor<8x32xf32>
+  return %r : tensor<8x32xf32>
+}

@@ -49,7 +49,9 @@ def Vectorize : Pass<"snapkv-vectorize", "::mlir::func::FuncOp"> {
       columns) into the pairs `x86vector.avx512.dot` (`vdpbf16ps`) multiplies
       with a broadcast pair of `A`, adding into the f32 accumulators: one
       instruction per two multiply-adds of 16 columns, no widening of the
-      operands to f32. An odd or ragged remainder of the reduction (a block
+      operands to f32. An `A` laid out `[..., K, M]` (attention's bf16
+      probabilities, query rows innermost) has each row's pair interleaved
+      from two of its rows first. An odd or ragged remainder of the reduction (a block
       of it whose size is only known at run time) is peeled and takes the
       fallback, as does a vector x matrix product (one row: a decode step's
       projections reuse no interleaved pair across rows, and the

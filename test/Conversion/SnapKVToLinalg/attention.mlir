@@ -48,6 +48,25 @@ func.func @half(%q: tensor<1x2x8x16xf16>, %k: tensor<1x1x8x16xf16>, %v: tensor<1
 
 // -----
 
+// bf16 operands: the logits and the softmax statistics in f32; the
+// probabilities also rounded to bf16 (one generic writes both), so that
+// P x V is a bf16 contraction into the f32 accumulator (vdpbf16ps in
+// snapkv-vectorize); the sum of the f32 ones.
+// CHECK-LABEL: func.func @bf16
+// CHECK: linalg.generic {{.*}} ins(%{{.*}}, %{{.*}} : tensor<8x16xbf16>, tensor<16x4xbf16>) outs(%{{.*}} : tensor<8x4xf32>)
+// CHECK: %[[P:.*]]:2 = linalg.generic {{.*}} outs(%{{.*}}, %{{.*}} : tensor<8x4xf32>, tensor<8x4xbf16>)
+// CHECK:   math.exp
+// CHECK:   arith.truncf %{{.*}} : f32 to bf16
+// CHECK: linalg.generic {{.*}} ins(%[[P]]#0 : tensor<8x4xf32>) outs(%{{.*}} : tensor<4xf32>)
+// CHECK: linalg.generic {{.*}} ins(%[[P]]#1, %{{.*}} : tensor<8x4xbf16>, tensor<8x16xbf16>) outs(%{{.*}} : tensor<4x16xf32>)
+func.func @bf16(%q: tensor<1x4x?x16xbf16>, %k: tensor<1x2x?x16xbf16>, %v: tensor<1x2x?x16xbf16>) -> tensor<1x4x?x16xbf16> {
+  // expected-error @+1 {{has no GPU lowering}}
+  %o = snapkv.attention %q, %k, %v outs(%q : tensor<1x4x?x16xbf16>) : tensor<1x4x?x16xbf16>, tensor<1x2x?x16xbf16>, tensor<1x2x?x16xbf16> -> tensor<1x4x?x16xbf16>
+  return %o : tensor<1x4x?x16xbf16>
+}
+
+// -----
+
 // A decode step (one static row per head, D a multiple of 16): a tile per
 // kv head of its 2 query heads (an scf.for over the kv heads), so each key
 // and value tile is read once for both; its key steps run in 4 parts in

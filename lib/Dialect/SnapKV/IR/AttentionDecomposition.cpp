@@ -642,15 +642,34 @@ SmallVector<Value> TileBuilder::keyLoop(Value keys, Value values, Value n,
   probIns.push_back(mNext);
   SmallVector<AffineMap> probMaps = maps;
   probMaps.append({rowMap, tileMap});
-  Value probs = generic(
-      tileTy, probIns, empty({tk, rows}, f32), probMaps, {par, par},
-      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-        Value x = visibleLogit(nb, l, a[0], a.slice(1, numMask));
-        Value e = math::ExpOp::create(nb, l, shifted(nb, l, x, a[numMask + 1]));
-        Value hidden = arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ,
-                                             x, constF32(nb, l, kNegInf));
-        return arith::SelectOp::create(nb, l, hidden, constF32(nb, l, 0.0f), e);
-      });
+  // bf16 operands: P also rounded to bf16 (as FlashAttention-2 does), so
+  // that P x V is a bf16 contraction accumulated in f32 (snapkv-vectorize's
+  // vdpbf16ps microkernel); its sum stays f32.
+  bool narrowProbs = elemTy.isBF16();
+  auto probBody = [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+    Value x = visibleLogit(nb, l, a[0], a.slice(1, numMask));
+    Value e = math::ExpOp::create(nb, l, shifted(nb, l, x, a[numMask + 1]));
+    Value hidden = arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ, x,
+                                         constF32(nb, l, kNegInf));
+    return arith::SelectOp::create(nb, l, hidden, constF32(nb, l, 0.0f), e);
+  };
+  Value probs, narrow;
+  if (narrowProbs) {
+    probMaps.push_back(tileMap);
+    auto both = linalg::GenericOp::create(
+        b, loc, TypeRange{tileTy, RankedTensorType::get({tk, rows}, elemTy)},
+        probIns, ValueRange{empty({tk, rows}, f32), empty({tk, rows}, elemTy)},
+        probMaps, {par, par}, [&](OpBuilder &nb, Location l, ValueRange a) {
+          Value p = probBody(nb, l, a);
+          linalg::YieldOp::create(
+              nb, l, ValueRange{p, arith::TruncFOp::create(nb, l, elemTy, p)});
+        });
+    probs = both.getResult(0);
+    narrow = both.getResult(1);
+  } else {
+    probs = generic(tileTy, probIns, empty({tk, rows}, f32), probMaps,
+                    {par, par}, probBody);
+  }
   Value lNext = generic(rowTy, {probs}, lScaled, {tileMap, rowMap}, {red, par},
                         [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
                           return arith::AddFOp::create(nb, l, a[1], a[0]);
@@ -662,11 +681,11 @@ SmallVector<Value> TileBuilder::keyLoop(Value keys, Value values, Value n,
               });
   // Loops (r, d, j): the head dim d is the vector, p[j, r] broadcast.
   Value accNext =
-      generic(accTy, {probs, vTile}, accScaled,
+      generic(accTy, {narrowProbs ? narrow : probs, vTile}, accScaled,
               {map(3, {2, 0}), map(3, {2, 1}), map(3, {0, 1})}, {par, par, red},
               [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                Value p = arith::MulFOp::create(nb, l, a[0], wide(nb, l, a[1]),
-                                                contract);
+                Value p = arith::MulFOp::create(nb, l, wide(nb, l, a[0]),
+                                                wide(nb, l, a[1]), contract);
                 return arith::AddFOp::create(nb, l, a[2], p, contract);
               });
   scf::YieldOp::create(b, loc, ValueRange{mNext, lNext, accNext});
