@@ -540,13 +540,7 @@ LogicalResult vectorizeScaledVectorTimesMatrix(RewriterBase &rewriter,
   if (ranges.size() != 4 || ranges[0] != 1 ||
       llvm::any_of(ranges, ShapedType::isDynamic) || op.getNumDpsInputs() != 3)
     return failure();
-  AffineExpr m, kb, kk, n;
-  bindDims(ctx, m, kb, kk, n);
-  SmallVector<AffineMap> expected = {AffineMap::get(4, 0, {m, kb, kk}, ctx),
-                                     AffineMap::get(4, 0, {kb, kk, n}, ctx),
-                                     AffineMap::get(4, 0, {kb, n}, ctx),
-                                     AffineMap::get(4, 0, {m, n}, ctx)};
-  if (op.getIndexingMapsArray() != expected)
+  if (op.getIndexingMapsArray() != snapkv::scaledContractionMaps(ctx))
     return failure();
   // The body `out + a * (sitofp(q) * scale)` with a (perhaps widened from
   // bf16), q, scale the inputs in order (isScaledContraction checked its
