@@ -63,3 +63,20 @@ func.func @wide(%x: tensor<1x256xf32>, %w: tensor<256x4096xf32> {snapkv.weight =
   %y = linalg.matmul ins(%x, %w : tensor<1x256xf32>, tensor<256x4096xf32>) outs(%c : tensor<1x4096xf32>) -> tensor<1x4096xf32>
   return %y : tensor<1x4096xf32>
 }
+
+// bf16 activations (`--dtype bf16`): each is widened to f32 once per row of
+// the block, the kernel otherwise the same.
+// CHECK-LABEL: func.func @bf16(
+// CHECK:         scf.for %{{.*}} = %c0 to %c32 step %c1
+// CHECK:           %[[A:.*]] = tensor.extract %{{.*}} : tensor<1x{{[0-9]+}}x32xbf16>
+// CHECK:           %[[AW:.*]] = arith.extf %[[A]] : bf16 to f32
+// CHECK:           %[[AB:.*]] = vector.broadcast %[[AW]] : f32 to vector<64xf32>
+// CHECK:           scf.for %{{.*}} = %c0 to %c256 step %c64
+// CHECK:             vector.fma %[[AB]], %{{.*}}, %{{.*}} : vector<64xf32>
+func.func @bf16(%x: tensor<1x128xbf16>, %w: tensor<128x256xbf16> {snapkv.weight = "wb", snapkv.transposed}) -> tensor<1x256xf32> {
+  %zero = arith.constant 0.0 : f32
+  %init = tensor.empty() : tensor<1x256xf32>
+  %c = linalg.fill ins(%zero : f32) outs(%init : tensor<1x256xf32>) -> tensor<1x256xf32>
+  %y = linalg.matmul ins(%x, %w : tensor<1x128xbf16>, tensor<128x256xbf16>) outs(%c : tensor<1x256xf32>) -> tensor<1x256xf32>
+  return %y : tensor<1x256xf32>
+}
