@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""f32, bf16 and Q8_0 weights (``--weights as-stored``) of one checkpoint, alternated in one
-process: prefill at each of ``--lengths`` and decode steps at the last one's depth, the models
-taking turns (prefill in alternating order per length, decode every step), CPU seconds of the
-process (``time.process_time``) next to wall seconds. CPU seconds are what to read on a shared
-machine (run it with ``OMP_NUM_THREADS=1``: waiting OpenMP threads spin on the CPU).
+"""f32, bf16 and Q8_0 weights (``--weights as-stored``, with f32 and with bf16 activations and
+caches) of one checkpoint, alternated in one process: prefill at each of ``--lengths`` and
+decode steps at the last one's depth, the models taking turns (prefill in alternating order
+per length, decode every step), CPU seconds of the process (``time.process_time``) next to
+wall seconds. CPU seconds are what to read on a shared machine (run it with
+``OMP_NUM_THREADS=1``: waiting OpenMP threads spin on the CPU).
 
 ``--model``: a checkpoint converted from a GGUF file whose projections are Q8_0 (``snapkv
 import-gguf FILE.q8_0.gguf``); prompts are the passkey prompts of ``bench_model.py``.
@@ -41,7 +42,9 @@ def main(argv=None) -> int:
         raise SystemExit(said[-1])
     models = {"f32": hf.load(model_dir),
               "bf16": hf.load(model_dir, options=hf.ExportOptions(dtype="bf16")),
-              "q8_0": hf.load(model_dir, weights="as-stored")}
+              "q8_0": hf.load(model_dir, weights="as-stored"),
+              "q8_0-bf16": hf.load(model_dir, weights="as-stored",
+                                   options=hf.ExportOptions(dtype="bf16"))}
     order = list(models)
     lengths = [int(x) for x in args.lengths.split(",") if x]
     prefill = {name: {} for name in models}

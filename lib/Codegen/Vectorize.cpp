@@ -538,6 +538,164 @@ LogicalResult vectorizeBF16Dot(RewriterBase &rewriter, linalg::LinalgOp op,
   return success();
 }
 
+/// Columns of the vector x Q8_0 matrix product per chunk of its block sums.
+constexpr int64_t kScaledChunk = 2048;
+
+/// The vector x Q8_0 matrix product (snapkv-quantize-weights' one-row
+/// scaled contraction over (m, k / 32, k % 32, n), a part of it once
+/// snapkv-parallelize has split its blocks) with each block's 32 products
+/// summed before its scale: per block, the 32 rows of int8 values are read
+/// in address order, widened (`sitofp`) and multiply-added into a row of
+/// block sums (one FMA per vector, the sums in the L1 cache), then one FMA
+/// per vector adds the sums, times the block's scales, to the result. The
+/// per-product form (`x * (q * s)`) spent a multiply and a load of the
+/// scales per product; accumulators in registers over a block's 32 rows
+/// read the rows a vector at a time across them (32 strided streams), which
+/// ran slower than that on the layers' projections.
+LogicalResult vectorizeScaledVectorTimesMatrix(RewriterBase &rewriter,
+                                               linalg::LinalgOp op,
+                                               int64_t lanes) {
+  MLIRContext *ctx = op.getContext();
+  SmallVector<int64_t> ranges = op.getStaticLoopRanges();
+  if (ranges.size() != 4 || ranges[0] != 1 ||
+      llvm::any_of(ranges, ShapedType::isDynamic) || op.getNumDpsInputs() != 3)
+    return failure();
+  if (op.getIndexingMapsArray() != snapkv::scaledContractionMaps(ctx))
+    return failure();
+  // The body `out + a * (sitofp(q) * scale)` with a (perhaps widened from
+  // bf16), q, scale the inputs in order (isScaledContraction checked its
+  // shape).
+  Block &body = op->getRegion(0).front();
+  auto add =
+      cast<arith::AddFOp>(body.getTerminator()->getOperand(0).getDefiningOp());
+  Value out = body.getArgument(3);
+  auto product = (add.getLhs() == out ? add.getRhs() : add.getLhs())
+                     .getDefiningOp<arith::MulFOp>();
+  auto scaled = product.getRhs().getDefiningOp<arith::MulFOp>();
+  auto widen = scaled.getLhs().getDefiningOp<arith::SIToFPOp>();
+  Value a = product.getLhs();
+  if (auto ext = a.getDefiningOp<arith::ExtFOp>())
+    a = ext.getIn();
+  if (a != body.getArgument(0) || widen.getIn() != body.getArgument(1) ||
+      scaled.getRhs() != body.getArgument(2))
+    return failure();
+  Type f32 = rewriter.getF32Type();
+  Value x = op.getDpsInputs()[0], values = op.getDpsInputs()[1],
+        scales = op.getDpsInputs()[2], init = op.getDpsInits()[0];
+  auto elementType = [](Value v) { return getElementTypeOrSelf(v.getType()); };
+  if (!(elementType(x).isF32() || elementType(x).isBF16()) ||
+      !elementType(scales).isF32() || !elementType(init).isF32() ||
+      !elementType(values).isInteger(8))
+    return failure();
+  int64_t columns = ranges[3];
+  int64_t width = vectorWidth(columns, 4 * lanes, lanes);
+  if (columns % width != 0)
+    return failure();
+  // Columns in chunks whose block sums (and results) stay in the L1 cache:
+  // the whole row up to 2,048 columns (8 KB of f32), else the widest
+  // multiple of `width` below that divides it (the 49,152 logits: 24 of
+  // 2,048; wider chunks ran slower).
+  int64_t chunk = columns;
+  if (chunk > kScaledChunk)
+    for (chunk = kScaledChunk - kScaledChunk % width; columns % chunk != 0;)
+      chunk -= width;
+  Location loc = op.getLoc();
+  auto index = [&](int64_t v) -> Value {
+    return arith::ConstantIndexOp::create(rewriter, loc, v);
+  };
+  Value c0 = index(0), c1 = index(1);
+  auto wideType = VectorType::get({width}, f32);
+  auto intType = VectorType::get({width}, elementType(values));
+  Value zeros = arith::ConstantOp::create(
+      rewriter, loc, wideType, DenseElementsAttr::get(wideType, 0.0f));
+  using Body = function_ref<Value(OpBuilder &, Location, Value, Value)>;
+  // for i in [from, from + count) step `step`: carried = body(i, carried).
+  auto loop = [&](OpBuilder &b, Location loc, Value from, int64_t count,
+                  int64_t step, ValueRange carried, Body body) {
+    Value upper = arith::AddIOp::create(b, loc, from, index(count));
+    return scf::ForOp::create(
+        b, loc, from, upper, index(step), carried,
+        [&](OpBuilder &b, Location loc, Value i, ValueRange carried) {
+          Value next = body(b, loc, i, carried.front());
+          scf::YieldOp::create(b, loc, next);
+        });
+  };
+  auto read = [&](OpBuilder &b, Location loc, VectorType type, Value source,
+                  ValueRange indices) -> Value {
+    return vector::TransferReadOp::create(b, loc, type, source, indices,
+                                          /*padding=*/std::nullopt,
+                                          ArrayRef<bool>{true});
+  };
+  auto write = [&](OpBuilder &b, Location loc, Value vector, Value dest,
+                   ValueRange indices) -> Value {
+    return vector::TransferWriteOp::create(b, loc, vector, dest, indices,
+                                           ArrayRef<bool>{true})
+        .getResult();
+  };
+  // A block's 32 sums of a chunk: a row of the chunk's width, re-zeroed per
+  // block, carried through the loops (one buffer once bufferized).
+  Value sums0 = tensor::EmptyOp::create(rewriter, loc, {chunk}, f32);
+  auto chunks = scf::ForOp::create(
+      rewriter, loc, c0, index(columns), index(chunk), ValueRange{init, sums0},
+      [&](OpBuilder &b, Location loc, Value first, ValueRange carried) {
+        auto blocks = scf::ForOp::create(
+            b, loc, c0, index(ranges[1]), c1, carried,
+            [&](OpBuilder &b, Location loc, Value block, ValueRange carried) {
+              Value sums =
+                  loop(b, loc, c0, chunk, width, carried[1],
+                       [&](OpBuilder &b, Location loc, Value col, Value sums) {
+                         return write(b, loc, zeros, sums, {col});
+                       })
+                      .getResult(0);
+              // Row after row of the block, in address order: one FMA per
+              // widened vector of int8 values.
+              sums =
+                  loop(b, loc, c0, ranges[2], 1, sums,
+                       [&](OpBuilder &b, Location loc, Value row,
+                           Value sums) -> Value {
+                         Value a = tensor::ExtractOp::create(
+                             b, loc, x, ValueRange{c0, block, row});
+                         if (!a.getType().isF32())
+                           a = arith::ExtFOp::create(b, loc, f32, a);
+                         Value splat =
+                             vector::BroadcastOp::create(b, loc, wideType, a);
+                         return loop(b, loc, c0, chunk, width, sums,
+                                     [&](OpBuilder &b, Location loc, Value col,
+                                         Value sums) {
+                                       Value at = arith::AddIOp::create(
+                                           b, loc, first, col);
+                                       Value q = read(b, loc, intType, values,
+                                                      {block, row, at});
+                                       Value sum = vector::FMAOp::create(
+                                           b, loc, splat,
+                                           arith::SIToFPOp::create(b, loc,
+                                                                   wideType, q),
+                                           read(b, loc, wideType, sums, {col}));
+                                       return write(b, loc, sum, sums, {col});
+                                     })
+                             .getResult(0);
+                       })
+                      .getResult(0);
+              // The block's scales, once per sum.
+              Value result =
+                  loop(b, loc, c0, chunk, width, carried[0],
+                       [&](OpBuilder &b, Location loc, Value col, Value out) {
+                         Value at = arith::AddIOp::create(b, loc, first, col);
+                         Value sum = vector::FMAOp::create(
+                             b, loc, read(b, loc, wideType, sums, {col}),
+                             read(b, loc, wideType, scales, {block, at}),
+                             read(b, loc, wideType, out, {c0, at}));
+                         return write(b, loc, sum, out, {c0, at});
+                       })
+                      .getResult(0);
+              scf::YieldOp::create(b, loc, ValueRange{result, sums});
+            });
+        scf::YieldOp::create(b, loc, blocks.getResults());
+      });
+  rewriter.replaceOp(op, chunks.getResult(0));
+  return success();
+}
+
 struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
   using Base::Base;
 
@@ -667,6 +825,12 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
     // reduction steps became per-column dot products.
     bool contraction = linalg::isaContractionOpInterface(op) ||
                        snapkv::isScaledContraction(op);
+    if (snapkv::isScaledContraction(op) && isVectorTimesMatrix(op)) {
+      rewriter.setInsertionPoint(op);
+      if (succeeded(
+              vectorizeScaledVectorTimesMatrix(rewriter, op, target.lanes)))
+        return;
+    }
     bool dot =
         contraction &&
         chooseMicrokernel(op, kernel, target) == Microkernel::avx512bf16 &&

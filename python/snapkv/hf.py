@@ -283,17 +283,19 @@ def load(checkpoint: Union[Checkpoint, os.PathLike, str],
     dtype) or ``"as-stored"``: a checkpoint converted from a GGUF file whose projections
     are Q8_0 keeps them as int8 values and block scales, dequantized inside the matmuls
     (:mod:`snapkv.frontend.quantized`; any other checkpoint falls back to its f32 weights,
-    said through `log`). Its weights are bound from the checkpoint; its
-    ``max_positions`` is the export's (``max_position_embeddings``, or a sliding window that
-    is narrower). `cache_dir` is the runner's (compiled libraries); exports are cached next
-    to it. `in_place`: decode writes its caches in place (``CompiledModel``)."""
+    said through `log`), with ``dtype`` f32 or bf16 (bf16 activations and caches; a
+    prompt's products dequantize each weight to bf16). Its weights are bound from the
+    checkpoint; its ``max_positions`` is the export's (``max_position_embeddings``, or a
+    sliding window that is narrower). `cache_dir` is the runner's (compiled libraries);
+    exports are cached next to it. `in_place`: decode writes its caches in place
+    (``CompiledModel``)."""
     if weights not in quantized.WEIGHT_CHOICES:
         raise ValueError(f"weights must be one of {', '.join(quantized.WEIGHT_CHOICES)}, "
                          f"got {weights!r}")
-    if weights == "as-stored" and options.dtype != "f32":
+    if weights == "as-stored" and options.dtype not in quantized.STORED_DTYPES:
         raise ValueError(f"weights='as-stored' keeps Q8_0 weights, whose products accumulate "
-                         f"in f32 with f32 activations: it goes with dtype f32, not "
-                         f"{options.dtype}")
+                         f"in f32: it goes with dtype {' or '.join(quantized.STORED_DTYPES)}, "
+                         f"not {options.dtype}")
     if not isinstance(checkpoint, Checkpoint):
         checkpoint = Checkpoint(checkpoint)
     if compaction is not None and compaction.extends and not options.extend:

@@ -5,12 +5,14 @@
   q/k rows llama.cpp permutes for its rotary layout un-permuted);
 * a tiny Llama checkpoint (test_hf_models' "llama", 2 layers) with every projection quantized
   by our quantizer, compiled with the weights as int8 + scales, generates the tokens of the
-  same model compiled in f32 with the dequantized weights, logits within QUANT_ATOL. Each
-  product is the same f32 number on both paths (an f16 scale times an int8 is exact in f32);
-  only the summation order differs (the int8 contraction's parts of 32-row blocks against
-  the f32 matmul's parts); on SmolLM2's Q8_0 file the logits were within 1.2e-4 of f32's
-  (docs/benchmarks.md), and these two layers' logits are far smaller;
-* bad input: an unknown `weights`, a non-f32 dtype with as-stored, a quantized module bound
+  same model compiled in f32 with the dequantized weights, logits within QUANT_ATOL. The
+  dequantized weight is exact in f32 (an f16 scale times an int8); only the rounding of the
+  sums differs (the int8 contraction sums each 32-row block before its scale, in parts of
+  whole blocks, against the f32 matmul's parts); on SmolLM2's Q8_0 file the logits were
+  within 1.2e-4 of f32's (docs/benchmarks.md), and these two layers' logits are far smaller;
+* the same with dtype bf16 (bf16 activations and caches), against the bf16 model bound to
+  the dequantized weights;
+* bad input: an unknown `weights`, dtype f16 with as-stored, a quantized module bound
   to plain weights, a GGUF whose projections are not Q8_0 (falls back to f32, says so).
 """
 
@@ -18,11 +20,12 @@ import numpy as np
 import pytest
 from conftest import require_aot_tools
 
-from snapkv import hf, interface, runtime
+from snapkv import dtypes, hf, interface, runtime
 from snapkv.frontend import quantized
 from snapkv.frontend.checkpoint import WeightRef
 
 QUANT_ATOL = 1e-4
+BF16_ATOL = 0.0625
 STEPS = 6
 
 
@@ -121,8 +124,8 @@ def test_bad_input(tiny, tmp_path):
     checkpoint, exported, tensors = tiny
     with pytest.raises(ValueError, match="weights must be one of f32, as-stored, got 'q4'"):
         hf.load(checkpoint, weights="q4")
-    with pytest.raises(ValueError, match="goes with dtype f32, not bf16"):
-        hf.load(checkpoint, weights="as-stored", options=hf.ExportOptions(dtype="bf16"))
+    with pytest.raises(ValueError, match="goes with dtype f32 or bf16, not f16"):
+        hf.load(checkpoint, weights="as-stored", options=hf.ExportOptions(dtype="f16"))
     with pytest.raises(ValueError, match="the weights given have none"):
         runtime.CompiledModel(hf.quantize_weights(exported.text), weights=checkpoint)
     # A checkpoint not converted from GGUF: as-stored falls back to its own weights.
@@ -157,8 +160,8 @@ def test_bad_input(tiny, tmp_path):
 
 
 def test_cli_weights(tiny, tmp_path):
-    """`--weights`: the choices, as-stored with bf16 refused, a checkpoint not converted from
-    GGUF compiled with its f32 weights and said so."""
+    """`--weights`: the choices, as-stored with f16 refused, a checkpoint not converted from
+    GGUF compiled with its own weights (f32 or bf16) and said so."""
     from test_cli import snapkv
 
     checkpoint, _, _ = tiny
@@ -166,10 +169,43 @@ def test_cli_weights(tiny, tmp_path):
     assert done.returncode == 2 and "invalid choice: 'q4'" in done.stderr, done.stderr
     common = ("compile", checkpoint.path, "--window", 8, "--capacity", 16, "-o",
               tmp_path / "m.mlir", "--weights", "as-stored")
-    done = snapkv(*common, "--dtype", "bf16")
-    assert done.returncode != 0 and "goes with --dtype f32, not bf16" in done.stderr, \
+    done = snapkv(*common, "--dtype", "f16")
+    assert done.returncode != 0 and "goes with --dtype f32 or bf16, not f16" in done.stderr, \
         done.stderr
-    done = snapkv(*common)
-    assert done.returncode == 0, done.stderr
-    assert "was not converted from a GGUF file" in done.stderr
-    assert "snapkv.quantized" not in (tmp_path / "m.mlir").read_text()
+    for dtype in ("f32", "bf16"):
+        done = snapkv(*common, "--dtype", dtype)
+        assert done.returncode == 0, done.stderr
+        assert "was not converted from a GGUF file" in done.stderr
+        written = (tmp_path / "m.mlir").read_text()
+        assert "snapkv.quantized" not in written and (dtype == "f32") != ("xbf16>" in written)
+
+
+def test_bf16_model_with_quantized_weights(tiny):
+    """dtype bf16 with as-stored weights: bf16 activations and caches, int8 + f32-scale
+    weights. Against the f32 model with the dequantized weights, over the prompt and one
+    decode step (the same token in): its logits are no further from f32's than the plain
+    bf16 model's (bound to the dequantized weights, rounded to bf16) plus BF16_ATOL, one
+    bf16 spacing at these logits (|logit| < 16). Greedy runs of the two bf16 models part
+    after a few tokens on this random model (its top logits are a bf16 spacing or two
+    apart), so tokens are compared for the first step only."""
+    checkpoint, exported, tensors = tiny
+    exported16 = hf.export(checkpoint, hf.ExportOptions(dtype="bf16"))
+    text = hf.quantize_weights(exported16.text)
+    described = interface.describe(text).function("decode")
+    taken = {a.weight for a in described.arguments if a.quantized}
+    assert taken == set(tensors), "every bf16 projection and lm_head are taken as Q8_0"
+    plain = {name: np.asarray(checkpoint.array(name)) for name in checkpoint.tensors}
+    plain.update({name: t.dequantize() for name, t in tensors.items()})
+    f32 = runtime.CompiledModel(exported.text, weights=plain, cflags=("-O0",))
+    bf16 = runtime.CompiledModel(
+        exported16.text, cflags=("-O0",),
+        weights={name: dtypes.from_float32(array, "bf16") for name, array in plain.items()})
+    model = runtime.CompiledModel(text, weights=quantized.QuantizedWeights(checkpoint, tensors),
+                                  cflags=("-O0",))
+    ids = np.random.default_rng(7).integers(0, 256, (1, 24)).astype(np.int64)
+    want, plain16, got = (m.generate(ids, 1) for m in (f32, bf16, model))
+    assert got["tokens"][0] == plain16["tokens"][0] == want["tokens"][0]
+    ours = np.abs(got["logits"] - want["logits"]).max()
+    theirs = np.abs(plain16["logits"] - want["logits"]).max()
+    assert np.abs(want["logits"]).max() < 16
+    assert ours <= theirs + BF16_ATOL, f"max |diff| from f32 {ours}, plain bf16's {theirs}"

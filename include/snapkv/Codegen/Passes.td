@@ -19,7 +19,12 @@ def Vectorize : Pass<"snapkv-vectorize", "::mlir::func::FuncOp"> {
     allow, and the loop over the rows is peeled: full tiles are static, the
     last few rows are taken one at a time. A single row (a decode step's
     vector x matrix) takes its reduction loop outside the loop over the
-    vector's tiles, so that the matrix is read in address order. Other ops vectorise their innermost loop and take eight
+    vector's tiles, so that the matrix is read in address order. The vector
+    x Q8_0 matrix product of `snapkv-quantize-weights` (one row) sums each
+    block's 32 products before its scale: the block's rows of int8 values
+    are widened and multiply-added, in address order, into a row of block
+    sums (chunks of up to 2,048 columns, in the L1 cache), then one FMA per
+    vector adds the sums times the block's scales to the result. Other ops vectorise their innermost loop and take eight
     steps of a reduction that precedes a parallel innermost loop at once.
     Ops the vectoriser rejects (for example the pooling window with its
     `j + k` access, or bodies that loop) stay scalar. The accumulators of

@@ -17,15 +17,27 @@
 
 namespace mlir::snapkv {
 
+/// The indexing maps of the vector x Q8_0 matrix product over (m, k / 32,
+/// k % 32, n): activations `[m, k / 32, k % 32]`, values `[k / 32, k % 32,
+/// n]`, scales `[k / 32, n]`, result `[m, n]`.
+inline SmallVector<AffineMap> scaledContractionMaps(MLIRContext *ctx) {
+  AffineExpr m, kb, kk, n;
+  bindDims(ctx, m, kb, kk, n);
+  return {AffineMap::get(4, 0, {m, kb, kk}, ctx),
+          AffineMap::get(4, 0, {kb, kk, n}, ctx),
+          AffineMap::get(4, 0, {kb, n}, ctx),
+          AffineMap::get(4, 0, {m, n}, ctx)};
+}
+
 /// Whether `op` is a linalg.generic with one init and a reduction whose body
-/// is `out + a * (sitofp(q) * scale)`.
+/// is `out + a * (sitofp(q) * scale)`, `a` perhaps widened first (`extf`).
 inline bool isScaledContraction(linalg::LinalgOp op) {
   auto generic = dyn_cast<linalg::GenericOp>(op.getOperation());
   if (!generic || generic.getNumDpsInits() != 1 ||
       generic.getNumReductionLoops() == 0)
     return false;
   Block &body = generic.getRegion().front();
-  if (body.getOperations().size() != 5)
+  if (body.getOperations().size() != 5 && body.getOperations().size() != 6)
     return false;
   auto add = body.getTerminator()->getOperand(0).getDefiningOp<arith::AddFOp>();
   Value out = body.getArguments().back();
@@ -36,6 +48,9 @@ inline bool isScaledContraction(linalg::LinalgOp op) {
   if (!product)
     return false;
   auto scaled = product.getRhs().getDefiningOp<arith::MulFOp>();
+  if (body.getOperations().size() == 6 &&
+      !product.getLhs().getDefiningOp<arith::ExtFOp>())
+    return false;
   return scaled && scaled.getLhs().getDefiningOp<arith::SIToFPOp>();
 }
 

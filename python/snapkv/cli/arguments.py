@@ -201,7 +201,7 @@ def weights_option(parser):
                              "projections are Q8_0 (`snapkv import-gguf`) keeps them as int8 "
                              "values and a scale per 32, widened inside the matmuls (a "
                              "quarter of the weight bytes); other checkpoints fall back to f32 "
-                             "(-v says why). Needs --dtype f32 (docs/user-guide.md)")
+                             "(-v says why). Needs --dtype f32 or bf16 (docs/user-guide.md)")
 
 
 def checkpoint_option(parser):

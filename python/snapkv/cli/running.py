@@ -132,11 +132,15 @@ def check_runnable(text: str, path: Path, length: int, window: int, decode: bool
 
 
 def check_weights(args):
-    """--weights as-stored with another --dtype: refused before anything is exported."""
+    """--weights as-stored with a --dtype it does not take: refused before anything is
+    exported."""
+    from ..frontend import quantized
+
     if getattr(args, "weights", "f32") == "as-stored" and \
-            (getattr(args, "dtype", None) or "f32") != "f32":
+            (getattr(args, "dtype", None) or "f32") not in quantized.STORED_DTYPES:
         raise CLIError(f"--weights as-stored keeps Q8_0 weights, whose products accumulate in "
-                       f"f32 with f32 activations: it goes with --dtype f32, not {args.dtype}")
+                       f"f32: it goes with --dtype "
+                       f"{' or '.join(quantized.STORED_DTYPES)}, not {args.dtype}")
 
 
 def stored_weights(source, args, texts):

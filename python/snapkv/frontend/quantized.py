@@ -22,6 +22,8 @@ BLOCK = 32
 Q8_0 = "q8_0"
 Q8_0_SCALES = "q8_0_scales"
 WEIGHT_CHOICES = ("f32", "as-stored")
+# The export dtypes Q8_0 weights go with (snapkv-quantize-weights takes f32 and bf16 matmuls).
+STORED_DTYPES = ("f32", "bf16")
 PASS = "--snapkv-quantize-weights=format=q8_0"
 
 # GGUF tensor names (llama.cpp's) of the projections, and the checkpoint's names.
@@ -157,7 +159,7 @@ class QuantizedWeights:
 def as_stored(checkpoint, log: Optional[Callable[[str], None]] = None) \
         -> Optional[QuantizedWeights]:
     """The Q8_0 weights of `checkpoint` when it was converted from a GGUF file (``snapkv
-    import-gguf``) whose projections are all Q8_0; None (the f32 weights then, said through
+    import-gguf``) whose projections are all Q8_0; None (its own weights then, said through
     `log`) otherwise."""
     from .. import models
 
@@ -178,7 +180,8 @@ def as_stored(checkpoint, log: Optional[Callable[[str], None]] = None) \
     others = sorted({kind for kind in projections.values() if kind != "Q8_0"})
     if others or not projections:
         say(f"--weights as-stored: {file.name} holds {'/'.join(others) or 'no'} projection "
-            f"weights; only Q8_0 ones are kept quantized (dequantized to f32 instead)")
+            f"weights; only Q8_0 ones are kept quantized (the checkpoint's, in the --dtype, "
+            f"instead)")
         return None
     weights = QuantizedWeights(checkpoint,
                                from_gguf(file, checkpoint.config, marker.get("architecture")),

@@ -1,19 +1,20 @@
 //===- QuantizeWeights.cpp - Q8_0 projection weights ----------------------===//
 //
 // A model's projection weights taken as GGUF Q8_0 stores them (int8 values
-// and one scale per 32 along the reduction) instead of f32: the entry
+// and one scale per 32 along the reduction) instead of f32 or bf16: the entry
 // points' and the layer functions' arguments change type, and each
 // linalg.matmul by such a weight reads the int8 values and widens them in
 // its own inner loop (a vector x matrix product), or dequantizes the matrix
 // once per call before the product (a prompt's rows: the conversion is K x N
 // against the product's M x K x N). Plain linalg on tensors: the pipelines
-// tile, vectorise and parallelise it as they do the f32 matmul.
+// tile, vectorise and parallelise it as they do the f32 or bf16 matmul.
 //
 //===----------------------------------------------------------------------===//
 
 #include "snapkv/Dialect/SnapKV/Transforms/Passes.h"
 
 #include "SignatureRewrite.h"
+#include "snapkv/Codegen/ScaledContraction.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -39,22 +40,27 @@ namespace {
 constexpr int64_t kBlock = 32;
 constexpr llvm::StringLiteral kQuantized = "snapkv.quantized";
 
-/// A weight of `[K, N]` f32 whose K is a whole number of blocks.
+/// A weight of `[K, N]` f32 or bf16 (`--dtype bf16`'s) whose K is a whole
+/// number of blocks.
 bool quantizable(Type type) {
   auto tensor = dyn_cast<RankedTensorType>(type);
-  return tensor && tensor.hasStaticShape() && tensor.getRank() == 2 &&
-         tensor.getElementType().isF32() && tensor.getDimSize(0) % kBlock == 0;
+  if (!tensor || !tensor.hasStaticShape() || tensor.getRank() != 2)
+    return false;
+  Type element = tensor.getElementType();
+  return (element.isF32() || element.isBF16()) &&
+         tensor.getDimSize(0) % kBlock == 0;
 }
 
-/// `use` is the right-hand operand of an f32 linalg.matmul of the default
-/// maps (`[M, K] x [K, N]`).
+/// `use` is the right-hand operand of a linalg.matmul of the default maps
+/// (`[M, K] x [K, N]`) whose operands have one type and whose result is f32.
 bool isMatmulRhs(OpOperand &use) {
   auto matmul = dyn_cast<linalg::MatmulOp>(use.getOwner());
   if (!matmul || use.getOperandNumber() != 1 || matmul.hasUserDefinedMaps() ||
       !matmul.hasPureTensorSemantics())
     return false;
-  auto f32 = [](Value v) { return getElementTypeOrSelf(v.getType()).isF32(); };
-  return f32(matmul.getInputs()[0]) && f32(matmul.getOutputs()[0]);
+  auto element = [](Value v) { return getElementTypeOrSelf(v.getType()); };
+  return element(matmul.getInputs()[0]) == element(use.get()) &&
+         element(matmul.getOutputs()[0]).isF32();
 }
 
 bool isWeight(func::FuncOp func, unsigned i) {
@@ -71,10 +77,11 @@ RankedTensorType valuesType(RankedTensorType weight) {
                                IntegerType::get(weight.getContext(), 8));
 }
 
+/// f32 whatever the weight's type: GGUF's f16 scales, exactly.
 RankedTensorType scalesType(RankedTensorType weight) {
   return RankedTensorType::get(
       {weight.getDimSize(0) / kBlock, weight.getDimSize(1)},
-      weight.getElementType());
+      Float32Type::get(weight.getContext()));
 }
 
 /// `value` ([K, N] or [M, K]) with K split into [K / 32, 32].
@@ -99,16 +106,11 @@ Value splitBlocks(OpBuilder &b, Location loc, Value value, unsigned dim) {
 /// `matmul(x, dequant(values, scales))` where `x` has one row: one
 /// contraction over (m, k / 32, k % 32, n) whose body widens the int8 value
 /// and scales it (exactly the dequantized f32 weight: an f16 scale times an
-/// int8 fits f32's significand) before the multiply-add.
+/// int8 fits f32's significand) before the multiply-add; a bf16 `x` is
+/// widened to f32 first (the products of bf16 matmuls are f32's too).
 Value vectorTimesQuantized(OpBuilder &b, Location loc, Value x, Value values,
                            Value scales, Value init) {
-  MLIRContext *ctx = b.getContext();
-  AffineExpr m, kb, kk, n;
-  bindDims(ctx, m, kb, kk, n);
-  SmallVector<AffineMap> maps = {AffineMap::get(4, 0, {m, kb, kk}, ctx),
-                                 AffineMap::get(4, 0, {kb, kk, n}, ctx),
-                                 AffineMap::get(4, 0, {kb, n}, ctx),
-                                 AffineMap::get(4, 0, {m, n}, ctx)};
+  SmallVector<AffineMap> maps = scaledContractionMaps(b.getContext());
   using utils::IteratorType;
   SmallVector<IteratorType> iterators = {
       IteratorType::parallel, IteratorType::reduction, IteratorType::reduction,
@@ -119,24 +121,28 @@ Value vectorTimesQuantized(OpBuilder &b, Location loc, Value x, Value values,
                  scales},
       ValueRange{init}, maps, iterators,
       [](OpBuilder &nb, Location nloc, ValueRange args) {
+        Value a = args[0];
+        if (!a.getType().isF32())
+          a = arith::ExtFOp::create(nb, nloc, nb.getF32Type(), a);
         Value wide =
             arith::SIToFPOp::create(nb, nloc, nb.getF32Type(), args[1]);
         Value weight = arith::MulFOp::create(nb, nloc, wide, args[2]);
-        Value product = arith::MulFOp::create(nb, nloc, args[0], weight);
+        Value product = arith::MulFOp::create(nb, nloc, a, weight);
         Value sum = arith::AddFOp::create(nb, nloc, args[3], product);
         linalg::YieldOp::create(nb, nloc, ValueRange{sum});
       });
   return generic.getResult(0);
 }
 
-/// The f32 `[K, N]` weight of `values` and `scales`.
-Value dequantize(OpBuilder &b, Location loc, Value values, Value scales) {
+/// The `[K, N]` weight of `values` and `scales`, of `type` (f32, or bf16:
+/// the product rounded, as the bf16 model's own weights are).
+Value dequantize(OpBuilder &b, Location loc, Value values, Value scales,
+                 Type type) {
   MLIRContext *ctx = b.getContext();
-  auto type = cast<RankedTensorType>(values.getType());
+  auto shape = cast<RankedTensorType>(values.getType());
   Value blocks = splitBlocks(b, loc, values, 0);
   auto blockType = cast<RankedTensorType>(blocks.getType());
-  Value empty =
-      tensor::EmptyOp::create(b, loc, blockType.getShape(), b.getF32Type());
+  Value empty = tensor::EmptyOp::create(b, loc, blockType.getShape(), type);
   AffineExpr kb, kk, n;
   bindDims(ctx, kb, kk, n);
   SmallVector<AffineMap> maps = {AffineMap::getMultiDimIdentityMap(3, ctx),
@@ -146,20 +152,22 @@ Value dequantize(OpBuilder &b, Location loc, Value values, Value scales) {
   auto generic = linalg::GenericOp::create(
       b, loc, TypeRange{empty.getType()}, ValueRange{blocks, scales},
       ValueRange{empty}, maps, iterators,
-      [](OpBuilder &nb, Location nloc, ValueRange args) {
+      [&](OpBuilder &nb, Location nloc, ValueRange args) {
         Value wide =
             arith::SIToFPOp::create(nb, nloc, nb.getF32Type(), args[0]);
         Value weight = arith::MulFOp::create(nb, nloc, wide, args[1]);
+        if (type != weight.getType())
+          weight = arith::TruncFOp::create(nb, nloc, type, weight);
         linalg::YieldOp::create(nb, nloc, ValueRange{weight});
       });
   return tensor::CollapseShapeOp::create(
-      b, loc, RankedTensorType::get(type.getShape(), b.getF32Type()),
+      b, loc, RankedTensorType::get(shape.getShape(), type),
       generic.getResult(0), SmallVector<ReassociationIndices>{{0, 1}, {2}});
 }
 
-/// Replaces each matmul by `values` (an argument now int8) with its
-/// quantized form.
-void rewriteMatmuls(Value values, Value scales) {
+/// Replaces each matmul by `values` (an argument now int8, of `type` before)
+/// with its quantized form.
+void rewriteMatmuls(Value values, Value scales, Type type) {
   for (OpOperand &use : llvm::make_early_inc_range(values.getUses())) {
     auto matmul = dyn_cast<linalg::MatmulOp>(use.getOwner());
     if (!matmul)
@@ -171,7 +179,7 @@ void rewriteMatmuls(Value values, Value scales) {
     if (cast<RankedTensorType>(x.getType()).getDimSize(0) == 1) {
       result = vectorTimesQuantized(b, loc, x, values, scales, init);
     } else {
-      Value weight = dequantize(b, loc, values, scales);
+      Value weight = dequantize(b, loc, values, scales, type);
       result = linalg::MatmulOp::create(b, loc, ValueRange{x, weight},
                                         ValueRange{init})
                    .getResult(0);
@@ -284,7 +292,7 @@ struct QuantizeWeights
         BlockArgument values = func.getArgument(i);
         values.setType(valuesType(type));
         scalesOf[values] = func.getArgument(i + 1);
-        rewriteMatmuls(values, func.getArgument(i + 1));
+        rewriteMatmuls(values, func.getArgument(i + 1), type.getElementType());
       }
       snapkv::detail::updateSignature(func);
     }

@@ -657,10 +657,11 @@ def QuantizeWeights : Pass<"snapkv-quantize-weights", "::mlir::ModuleOp"> {
                 "and block scales, dequantized inside the matmuls";
   let description = [{
     Each argument of a public function that is a checkpoint weight taken
-    transposed (`snapkv.weight`, `snapkv.transposed`, `tensor<KxNxf32>` with
-    K a multiple of 32) and only used as the right-hand operand of
-    `linalg.matmul` (directly, or through calls to private functions that
-    only do that with it, every call passing such a weight) becomes two:
+    transposed (`snapkv.weight`, `snapkv.transposed`, `tensor<KxNxf32>` or
+    `tensor<KxNxbf16>` with K a multiple of 32) and only used as the
+    right-hand operand of `linalg.matmul` (of a left-hand operand of its type
+    into f32; directly, or through calls to private functions that only do
+    that with it, every call passing such a weight) becomes two:
     `tensor<KxNxi8>` (`snapkv.quantized = "q8_0"`) and its scales
     `tensor<(K/32)xNxf32>` (the same `snapkv.weight`, `snapkv.transposed`,
     and `snapkv.quantized = "q8_0_scales"`): the weight is `scale[k / 32, n]
@@ -671,10 +672,12 @@ def QuantizeWeights : Pass<"snapkv-quantize-weights", "::mlir::ModuleOp"> {
     last row's logits) becomes one `linalg.generic` over (m, k / 32, k % 32,
     n) whose body widens the int8 value, multiplies it by its scale (exactly
     the dequantized f32 weight: an f16 scale times an int8 is exact in f32)
-    and multiply-adds it: the weights are read as one byte each. A matmul
-    of more rows (a prompt) dequantizes the weight to f32 first, once per
-    call (K x N conversions against the product's M x K x N multiply-adds),
-    and keeps the f32 matmul. The runner binds the values and scales
+    and multiply-adds it (a bf16 activation widened to f32 first): the
+    weights are read as one byte each. A matmul of more rows (a prompt)
+    dequantizes the weight to the weight's type first (bf16: the product
+    rounded), once per call (K x N conversions against the product's M x K
+    x N multiply-adds), and keeps the matmul (bf16's takes the bf16
+    microkernel). The runner binds the values and scales
     (`snapkv-describe-module` reports `"quantized"` per argument).
   }];
   let dependentDialects = [
