@@ -39,6 +39,7 @@ PASSES = [
     ["--pass-pipeline=builtin.module(func.func(snapkv-fuse-attention),snapkv-append-in-place)"],
     ["--pass-pipeline=builtin.module(func.func(snapkv-fuse-elementwise))"],
     ["--pass-pipeline=builtin.module(func.func(snapkv-parallelize))"],
+    ["--pass-pipeline=builtin.module(func.func(snapkv-parallelize),func.func(snapkv-fuse-parallel-loops))"],
     # Small panels, so that the lit inputs' matmuls are packed too.
     ["--pass-pipeline=builtin.module(func.func(snapkv-pack-weights{panel=4 min-columns=8}))"],
     ["--pass-pipeline=builtin.module(func.func(snapkv-vectorize))"],

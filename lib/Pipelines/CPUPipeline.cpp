@@ -67,6 +67,9 @@ void snapkv::buildCPUPipeline(OpPassManager &pm,
   parallelize.rowBlock = options.rowBlock;
   parallelize.columns = options.columns;
   tensors.addPass(createParallelize(parallelize));
+  // One OpenMP region for independent loops over the same iterations.
+  if (options.fuseParallelLoops)
+    tensors.addPass(createFuseParallelLoops());
   VectorizeOptions vectorize;
   vectorize.vectorBits = options.vectorBits;
   // For the bf16 contractions the strategy did not mark (made after it).

@@ -256,6 +256,38 @@ def Parallelize : Pass<"snapkv-parallelize", "::mlir::func::FuncOp"> {
   ];
 }
 
+def FuseParallelLoops : Pass<"snapkv-fuse-parallel-loops",
+                              "::mlir::func::FuncOp"> {
+  let summary = "Fuse independent sibling scf.forall loops over the same "
+                "iterations into one";
+  let description = [{
+    CPU code generation step of `--snapkv-cpu-pipeline`, run on tensors after
+    `snapkv-parallelize`. Each `scf.forall` becomes one OpenMP parallel
+    region: a fork and a join, and the other threads idle while the code
+    between two regions runs on one. A forall is moved up to the previous
+    forall of its block and fused with it (upstream's
+    `fuseIndependentSiblingForallLoops`; each iteration runs the first
+    loop's body, then the second's) when:
+
+    * the two have the same bounds, steps and mapping;
+    * neither writes memory (their results are tensors);
+    * the later one uses no value computed by the earlier one or by the ops
+      between, except by effect-free ops that need nothing else from there
+      (its `tensor.empty` outputs and their fills), which move up with it;
+    * no op between them has memory effects.
+
+    A decode step's Q, K and V products (each split into the same 8 parts of
+    its reduction by `snapkv-parallelize`) become one loop, and so do its
+    gate and up products: 5 parallel regions per SmolLM2 decode layer
+    instead of 8. Every value is computed by the same ops in the same order
+    as before, so results are bit-identical and do not depend on the number
+    of threads. Upstream's `scf-parallel-loop-fusion` fuses only adjacent
+    `scf.parallel` loops on buffers, and the transform dialect's
+    `loop.fuse_sibling` needs the loops named by a script.
+  }];
+  let dependentDialects = ["::mlir::scf::SCFDialect"];
+}
+
 def OptimizeMath : Pass<"snapkv-optimize-math", "::mlir::func::FuncOp"> {
   let summary = "Polynomial f32 exp that stays in vector registers";
   let description = [{

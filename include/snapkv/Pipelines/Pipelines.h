@@ -99,6 +99,12 @@ struct CPUPipelineOptions : PassPipelineOptions<CPUPipelineOptions> {
                      "decode step's vector x matrix products), at most; 0 "
                      "splits its columns instead (snapkv-parallelize)"),
       llvm::cl::init(8)};
+  Option<bool> fuseParallelLoops{
+      *this, "fuse-parallel-loops",
+      llvm::cl::desc("Fuse independent parallel loops over the same "
+                     "iterations (a decode step's Q, K and V products) into "
+                     "one OpenMP region (snapkv-fuse-parallel-loops)"),
+      llvm::cl::init(true)};
   Option<bool> packWeights{
       *this, "pack-weights",
       llvm::cl::desc("Pack the weights of wide prefill matmuls into column "
