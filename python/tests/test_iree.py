@@ -12,6 +12,9 @@ scores, as in test_differential):
 * the benchmark shape (B=1, Hq=32, Hkv=8, D=128, W=32, C=1024): plain `iree-compile` for every
   policy and order with a dynamic L, and a run at L = 2048 (position order) against the
   reference.
+* our strategy on IREE's dispatches (`IreeSelect.compile`'s default, so every select test above
+  runs with it): `snapkv-configure-lowering`'s choice, the `compilation_info` on the key-tile
+  statistics' roots, kept by IREE's own configuration, and the same results without it.
 
 The rewritten tiny Llama (`snapkv-compress-kv-cache` + `convert-snapkv-to-linalg`) gives the
 same tokens, logits (within 1e-5), caches and cache lengths as the project's CPU pipeline
