@@ -8,7 +8,9 @@ for both orders:
 
 * IREE: ``convert-snapkv-to-linalg`` output compiled by plain ``iree-compile``
   (``snapkv.iree_backend.IREE_COMPILE_FLAGS``: llvm-cpu, ``--iree-llvmcpu-target-cpu=host``;
-  for the select also ``SELECT_COMPILE_FLAGS``, data tiling)
+  for the select also ``SELECT_COMPILE_FLAGS``, data tiling), twice: with our strategy
+  (``snapkv-configure-lowering``'s choice carried onto IREE's dispatch roots,
+  ``iree_backend.attach_strategy``) and with IREE's own tiles everywhere
   and called through ``iree.runtime`` on a ``local-task`` device with ``--workers`` (2)
   worker threads, inputs uploaded once; a call is timed until its indices are on the host.
   If plain ``iree-compile`` refuses the module for its stack limit, the script says so and,
@@ -28,7 +30,8 @@ device) and ``snapkv.runtime.CompiledModel`` (clang -O2, libomp), prompt lengths
 ``--prompt-lengths``; decode runs on the compacted caches that prefill returned, at logical
 position L. Logits of both are compared.
 
-Medians of ``--runs`` after one warm-up; ratios from the same run. Prints markdown tables;
+Select: the four timed interleaved (``bench_select.interleaved``), medians of ``--runs``;
+model: medians of ``--runs`` after one warm-up; ratios from the same run. Prints markdown tables;
 ``--write docs/benchmarks.md`` replaces (or appends) this script's section there, ``--json``
 writes every number. The load average before and after is printed: numbers taken on a busy
 machine are noisy.
@@ -70,12 +73,13 @@ def timed(fn, runs):
     return statistics.median(out)
 
 
-def iree_select(case, workers, allow_raise):
+def iree_select(case, workers, allow_raise, carry_strategy=True):
     """(IreeSelect or None, whether the stack limit had to be raised, what plain
     iree-compile said if it refused the module)."""
+    kwargs = dict(carry_strategy=carry_strategy, driver=iree_backend.TASK_DRIVER,
+                  workers=workers)
     try:
-        return iree_backend.IreeSelect.compile(case, driver=iree_backend.TASK_DRIVER,
-                                               workers=workers), False, None
+        return iree_backend.IreeSelect.compile(case, **kwargs), False, None
     except mlirgen.ToolError as error:
         said = [ln.strip() for ln in str(error).splitlines() if "error:" in ln]
         why = (said or [str(error).strip()[:300]])[0]
@@ -83,36 +87,96 @@ def iree_select(case, workers, allow_raise):
             return None, False, why
     import iree.runtime as rt
     rt.flags.parse_flags(RAISED_WORKER_STACK)   # read when the device is created
-    select = iree_backend.IreeSelect.compile(case, extra_args=RAISED_STACK,
-                                             driver=iree_backend.TASK_DRIVER, workers=workers)
+    select = iree_backend.IreeSelect.compile(case, extra_args=RAISED_STACK, **kwargs)
     return select, True, why
 
 
-def measure_select(length, order, args, torch_s):
+def measure_select(length, order, args):
+    """IREE with our strategy, IREE with its own tiles, ours and PyTorch eager, timed
+    interleaved (bench_select.interleaved) in one run."""
     q, k, v = bs.inputs(length)
     case = mlirgen.Case(q, k, v, bs.W, bs.C, kernel=bs.KERNEL, order=order)
     ref = reference.select(q, k, v, bs.W, bs.C, bs.KERNEL, "avg", order=order)
-    row = {"L": length, "order": order, "torch": torch_s}
-    select, raised, why = iree_select(case, args.workers, not args.plain_only)
-    row.update(raised_stack=raised, plain_error=why)
-    if select is not None:
-        row["iree_compile_s"] = select.compile_seconds
+    row = {"L": length, "order": order}
+    fns = {"torch": torch_fn(length)}
+    for key, carry in (("iree", True), ("iree_own", False)):
+        select, raised, why = iree_select(case, args.workers, not args.plain_only, carry)
+        row.update({f"{key}_raised_stack": raised, f"{key}_plain_error": why})
+        if select is None:
+            continue
+        row[f"{key}_compile_s"] = select.compile_seconds
         dq, dk, dv = select.device_arrays(q, k, v)
-        row["iree"] = timed(lambda: select.call(dq, dk, dv)[2].to_host(), args.runs)
+        fns[key] = lambda s=select, d=(dq, dk, dv): s.call(*d)[2].to_host()
         keys, values, idx = select(q, k, v)
-        row["iree_vs_ref"] = index_check(idx, ref)
-        row["iree_kv_exact"] = gathered_exactly(k, v, keys, values, idx)
+        row[f"{key}_vs_ref"] = index_check(idx, ref)
+        row[f"{key}_kv_exact"] = gathered_exactly(k, v, keys, values, idx)
+        row[f"{key}_idx"] = idx
     body = bs.select_function(1, length)
     if order != "position":
         body = body.replace(f"kernel {bs.KERNEL}\n", f"kernel {bs.KERNEL} order {order}\n")
     ours = bs.AotFunction(body, bs.SELECT_FN, args.cache_dir)
-    row["ours"] = statistics.median(ours.times((q, k, v), args.runs))
+    fns["ours"] = lambda: ours.times((q, k, v), 1)[0]
+    row.update(bs.interleaved(fns, args.runs))
     _, _, ours_idx = ours(q, k, v)
     row["ours_vs_ref"] = index_check(ours_idx, ref)
-    if select is not None:
-        row["iree_eq_ours"] = bool((idx == ours_idx).all())
+    for key in ("iree", "iree_own"):
+        if f"{key}_idx" in row:
+            row[f"{key}_eq_ours"] = bool((row.pop(f"{key}_idx") == ours_idx).all())
     print(f"  select L={length} order={order} done", flush=True)
     return row
+
+
+def dispatch_times(case, carry_strategy, workers, min_time=0.3):
+    """{dispatch: milliseconds} for each dispatch of the select of `case`: the standalone
+    benchmark modules iree-compile writes (``--iree-hal-dump-executable-benchmarks-to``),
+    each timed by ``iree-benchmark-module`` (its JSON output) on `workers` threads; None for
+    one whose benchmark module iree-compile 3.13 cannot build (the pooling's)."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    import iree.compiler
+    tool = shutil.which("iree-benchmark-module")
+    if tool is None:
+        sys.exit("--dispatches needs iree-benchmark-module (pip iree-base-runtime)")
+    module = iree_backend.select_module(case)
+    choice = iree_backend.strategy(module) if carry_strategy else None
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        iree_backend.compile_vmfb(
+            iree_backend.lower_to_upstream(module, choice),
+            [*iree_backend.SELECT_COMPILE_FLAGS,
+             f"--iree-hal-dump-executable-benchmarks-to={tmp}"], choice)
+        for source in sorted(Path(tmp).glob("*.mlir")):
+            vmfb = source.with_suffix(".vmfb")
+            name = source.stem.removeprefix("module_").split("_embedded_")[0]
+            try:
+                vmfb.write_bytes(iree.compiler.compile_file(str(source)))
+            except iree.compiler.CompilerToolError:
+                out[name] = None
+                continue
+            done = subprocess.run(
+                [tool, f"--module={vmfb}", "--device=local-task",
+                 f"--task_topology_group_count={workers}", f"--benchmark_min_time={min_time}",
+                 "--benchmark_format=json"], capture_output=True, text=True, check=True)
+            bench = json.loads(done.stdout)["benchmarks"][0]
+            out[name] = bench["real_time"] / {"us": 1e3, "ms": 1.0}[bench["time_unit"]]
+    return out
+
+
+def print_dispatches(length, args):
+    """Both compilations' dispatches at `length`, the slowest first (position order)."""
+    q, k, v = bs.inputs(length)
+    case = mlirgen.Case(q, k, v, bs.W, bs.C, kernel=bs.KERNEL)
+    own = dispatch_times(case, False, args.workers)
+    ours = dispatch_times(case, True, args.workers)
+    print(f"\nL={length}: dispatches, ms ({args.workers} workers; a dispatch in the "
+          "threshold search runs 32 times per call)")
+    print("| dispatch | IREE's own tiles | our strategy |\n|---|---:|---:|")
+    def cell(times, name):
+        return "n/a" if times.get(name) is None else f"{times[name]:.2f}"
+    for name in sorted(own, key=lambda n: own[n] or 0.0, reverse=True):
+        print(f"| `{name}` | {cell(own, name)} | {cell(ours, name)} |")
 
 
 def gathered_exactly(k, v, keys, values, idx):
@@ -140,15 +204,19 @@ def index_check(idx, ref, rtol=1e-5):
     return "same sets, order differs only at near-ties"
 
 
-def torch_time(length, args):
+def torch_fn(length):
+    """One PyTorch eager ``update_kv`` call at `length` (K/V already repeated)."""
     import torch
     from torch_update_kv import SnapKVCluster, repeat_kv
     q, k, v = (torch.from_numpy(x) for x in bs.inputs(length))
     n_rep = bs.HQ // bs.HKV
     k_rep, v_rep = repeat_kv(k, n_rep).contiguous(), repeat_kv(v, n_rep).contiguous()
     cluster = SnapKVCluster(bs.W, bs.C, bs.KERNEL, "avgpool")
-    with torch.inference_mode():
-        return timed(lambda: cluster.update_kv(k_rep, q, v_rep, None, n_rep), args.runs)
+
+    def call():
+        with torch.inference_mode():
+            cluster.update_kv(k_rep, q, v_rep, None, n_rep)
+    return call
 
 
 def measure_model(args):
@@ -194,26 +262,34 @@ def ratio(base, x):
 
 
 def render(select_rows, model_rows, compile_s, args, load_before, load_after):
-    head = ["L", "order", "IREE (ms)", "ours, CPU pipeline (ms)",
+    head = ["L", "order", "IREE, our strategy (ms)", "IREE, its own tiles (ms)",
+            "ours, CPU pipeline (ms)",
             f"PyTorch eager `update_kv` (ms, {args.threads} threads)", "IREE vs PyTorch",
-            "IREE vs ours", "`iree-compile` (s)"]
-    t = ["| " + " | ".join(head) + " |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
+            "IREE vs IREE's own tiles", "IREE vs ours", "`iree-compile` (s)"]
+    t = ["| " + " | ".join(head) + " |", "|---:|---|" + "---:|" * (len(head) - 2)]
     checks = []
     notes = []
     for r in select_rows:
-        iree = r.get("iree")
-        mark = "†" if r.get("raised_stack") else ""
-        if iree is not None:
-            checks.append(f"L={r['L']} {r['order']}: indices vs numpy reference: IREE "
-                          f"{r['iree_vs_ref']}, ours {r['ours_vs_ref']}; IREE == ours: "
-                          f"{'yes' if r['iree_eq_ours'] else 'NO'}; IREE's K/V rows exact "
-                          f"copies: {'yes' if r['iree_kv_exact'] else 'NO'}")
+        iree, own = r.get("iree"), r.get("iree_own")
+
+        def cell(key, r=r):
+            mark = "†" if r.get(f"{key}_raised_stack") else ""
+            return ms(r[key]) + mark if r.get(key) is not None else "does not compile"
+        for key, name in (("iree", "IREE (our strategy)"), ("iree_own", "IREE (own tiles)")):
+            if r.get(key) is not None:
+                checks.append(f"L={r['L']} {r['order']}: {name} indices vs numpy reference: "
+                              f"{r[f'{key}_vs_ref']}; == ours: "
+                              f"{'yes' if r[f'{key}_eq_ours'] else 'NO'}; K/V rows exact "
+                              f"copies: {'yes' if r[f'{key}_kv_exact'] else 'NO'}")
+        checks.append(f"L={r['L']} {r['order']}: ours vs numpy reference: {r['ours_vs_ref']}")
         t.append("| " + " | ".join([
-            str(r["L"]), r["order"], (ms(iree) + mark) if iree is not None else "does not compile",
-            ms(r["ours"]), ms(r["torch"]), ratio(r["torch"], iree), ratio(r["ours"], iree),
+            str(r["L"]), r["order"], cell("iree"), cell("iree_own"), ms(r["ours"]),
+            ms(r["torch"]), ratio(r["torch"], iree), ratio(own, iree),
+            ratio(r["ours"], iree),
             f"{r['iree_compile_s']:.1f}" if "iree_compile_s" in r else "n/a"]) + " |")
-        if r.get("plain_error") and r["plain_error"] not in notes:
-            notes.append(r["plain_error"])
+        for key in ("iree", "iree_own"):
+            if r.get(f"{key}_plain_error") and r[f"{key}_plain_error"] not in notes:
+                notes.append(r[f"{key}_plain_error"])
     ratio_note = ("`X vs Y` = Y time / X time (>1: X is faster). PyTorch eager is the same "
                   "call for both orders (its output is in score order).")
     mt = ["| L | physical cache after prefill | IREE prefill (ms) | ours prefill (ms) | "
@@ -228,7 +304,8 @@ def render(select_rows, model_rows, compile_s, args, load_before, load_after):
                   f"{r['prefill_logits_diff']:.1e} / {r['decode_logits_diff']:.1e} |")
     load = (f"1-min load average {load_before[0]:.2f} before, {load_after[0]:.2f} after "
             f"(5-min {load_before[1]:.2f} / {load_after[1]:.2f})")
-    raised = any(r.get("raised_stack") for r in select_rows)
+    raised = any(r.get("iree_raised_stack") or r.get("iree_own_raised_stack")
+                 for r in select_rows)
     footer = []
     if raised:
         footer.append("† plain `iree-compile` refuses this module; measured with "
@@ -251,15 +328,16 @@ def render(select_rows, model_rows, compile_s, args, load_before, load_after):
         f"* Machine: {mach['cpu']}, {mach['cores']} cores; {load}.",
         f"* IREE: {versions}; `iree-compile {' '.join(iree_backend.IREE_COMPILE_FLAGS)}` "
         f"(the select also `{' '.join(iree_backend.SELECT_COMPILE_FLAGS)}`) on "
-        "the output of `snapkv-opt --convert-snapkv-to-linalg`; `iree.runtime` on a "
+        "the output of `snapkv-opt --convert-snapkv-to-linalg`, with our strategy on the "
+        "dispatch roots (docs/iree.md) and without; `iree.runtime` on a "
         f"`local-task` device with {args.workers} worker threads; inputs uploaded once, a "
         "call timed until its indices are on the host.",
         f"* Ours: as in the CPU table above (clang -O3 shared object, OpenMP "
         f"{bs.omp_threads()} threads). PyTorch: eager `update_kv`, "
         f"`torch.set_num_threads({args.threads})`.",
         f"* Select shape: B=1, Hq={bs.HQ}, Hkv={bs.HKV}, D={bs.D}, W={bs.W}, C={bs.C}, "
-        f"kernel {bs.KERNEL}, avg pooling, gqa expand, f32; medians of {args.runs} runs after "
-        "one warm-up.",
+        f"kernel {bs.KERNEL}, avg pooling, gqa expand, f32; medians of {args.runs} runs, "
+        "the four interleaved.",
         "",
         "\n".join(t), "", ratio_note, *footer, "", *[f"* {ln}" for ln in checks], "",
         f"Tiny model (`test/Models/tiny_llama_dynamic.mlir`, rewritten with window "
@@ -290,6 +368,9 @@ def main():
     ap.add_argument("--plain-only", action="store_true",
                     help="never raise IREE's stack limit (a module it refuses is reported)")
     ap.add_argument("--skip-model", action="store_true")
+    ap.add_argument("--dispatches", action="store_true",
+                    help="also time each dispatch of the select, with and without our "
+                         "strategy (iree-benchmark-module)")
     ap.add_argument("--snapkv-opt", default=str(bs.tools.snapkv_opt()))
     ap.add_argument("--cache-dir", help="where our compiled .so files are kept")
     ap.add_argument("--write", metavar="MD")
@@ -308,9 +389,11 @@ def main():
           f"{bs.omp_threads()}; torch threads {torch.get_num_threads()}", flush=True)
     select_rows = []
     for length in (int(x) for x in args.lengths.split(",") if x):
-        torch_s = torch_time(length, args)
         for order in args.orders.split(","):
-            select_rows.append(measure_select(length, order, args, torch_s))
+            select_rows.append(measure_select(length, order, args))
+    if args.dispatches:
+        for length in (int(x) for x in args.lengths.split(",") if x):
+            print_dispatches(length, args)
     model_rows, compile_s = ([], (0.0, 0.0))
     if not args.skip_model:
         model_rows, iree_s, ours_s = measure_model(args)

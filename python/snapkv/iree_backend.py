@@ -37,10 +37,12 @@ Command line (compares with the CPU pipeline)::
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -114,12 +116,17 @@ def compress(text: str, **options) -> str:
     return snapkv_opt(text, f"--snapkv-compress-kv-cache={compress_options(**options)}")
 
 
-def lower_to_upstream(text: str) -> str:
+def lower_to_upstream(text: str, strategy: Optional["Strategy"] = None) -> str:
     """``--snapkv-fuse-attention --convert-snapkv-to-linalg`` (untiled: IREE tiles and
     distributes the linalg itself); raises if anything but upstream dialects remains. IREE
     leaves the importer's ``[L, L]`` attention over a dynamic prompt length untiled (the
-    tiny model's prefill at 1,024 tokens took 240 ms through it, 16 ms fused)."""
-    lowered = snapkv_opt(text, "--snapkv-fuse-attention", "--convert-snapkv-to-linalg")
+    tiny model's prefill at 1,024 tokens took 240 ms through it, 16 ms fused).
+    `strategy` (:func:`strategy`): the formulation gets its key tile, query tile and chunk."""
+    convert = "--convert-snapkv-to-linalg"
+    if strategy is not None:
+        convert += (f"=key-tile={strategy.key_tile} query-tile={strategy.query_tile} "
+                    f"chunk={strategy.chunk}")
+    lowered = snapkv_opt(text, "--snapkv-fuse-attention", convert)
     extra = dialects(lowered) - UPSTREAM_DIALECTS
     if extra:
         raise ToolError(f"convert-snapkv-to-linalg left ops of {sorted(extra)}")
@@ -139,6 +146,7 @@ def _parse(text: str):
 
 
 def _ops(module) -> list:
+    """Every operation in `module` (a Module or an operation), nested ones included."""
     from iree.compiler import ir
     ops = []
 
@@ -146,7 +154,7 @@ def _ops(module) -> list:
         ops.append(op)
         return ir.WalkResult.ADVANCE
 
-    module.operation.walk(visit)
+    getattr(module, "operation", module).walk(visit)
     return ops
 
 
@@ -165,13 +173,143 @@ def count_ops(text: str, name: str) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+# Our per-op strategy on IREE's dispatches (docs/iree.md, "Our strategy on IREE's dispatches")
+
+class Strategy(NamedTuple):
+    """What ``snapkv-configure-lowering`` chose for a module's root ops (its JSON report):
+    the one place where tile sizes are decided, for our CPU pipeline and for IREE.
+    ``vector_bits``: the CPU's vector register width."""
+    key_tile: int
+    query_tile: int
+    chunk: int
+    vector_bits: int
+
+
+def strategy(text: str) -> Strategy:
+    """``snapkv-configure-lowering{target=cpu report=-}`` on `text` (snapkv ops, before
+    lowering): the choice its root ops share. Raises :class:`ToolError` if it has none or
+    if they differ (the conversion options below take one choice for the whole module)."""
+    done = tools.opt(["--snapkv-configure-lowering=target=cpu report=-", "-o", os.devnull],
+                     text=text)
+    chosen = {Strategy(r["config"]["key_tile"], r["config"]["query_tile"], r["config"]["chunk"],
+                       r["vector_bits"])
+              for r in map(json.loads, done.stdout.splitlines()) if "config" in r}
+    if len(chosen) != 1:
+        raise ToolError(f"snapkv-configure-lowering chose {len(chosen)} different "
+                        f"configurations ({sorted(chosen)}); one is needed for IREE")
+    return chosen.pop()
+
+
+def _loop_ranges(op) -> List[Optional[int]]:
+    """Static extent of each loop of a ``linalg.generic`` (None: dynamic), from its operands'
+    shapes and indexing maps."""
+    from iree.compiler import ir
+    maps = [ir.AffineMapAttr(a).value for a in op.attributes["indexing_maps"]]
+    ranges: List[Optional[int]] = [None] * maps[0].n_dims
+    for operand, amap in zip(op.operands, maps):
+        shaped = ir.ShapedType(operand.type)
+        for i, expr in enumerate(amap.results):
+            if isinstance(expr, ir.AffineDimExpr) and not shaped.is_dynamic_dim(i):
+                ranges[expr.position] = shaped.shape[i]
+    return ranges
+
+
+def key_tile_config(op, choice: Strategy) -> Optional[Dict[str, list]]:
+    """IREE's ``#iree_cpu.lowering_config`` sizes for a dispatch root that computes the
+    statistics of our key tiles, as our CPU pipeline runs them; None for any other op.
+
+    Such a root is a float ``linalg.generic`` reducing over one loop of exactly
+    ``choice.key_tile`` keys whose first input is contiguous along a parallel loop (the
+    query rows: the logits are ``[.., key, query]``). IREE's own choice vectorises the
+    reduction, i.e. strided loads across keys; ours: each workgroup one key tile of one row
+    of the outermost loop (an iteration of the CPU pipeline's ``scf.forall``), the query rows
+    in vectors of ``choice.vector_bits``, the keys one after the other."""
+    from iree.compiler import ir
+    if op.name != "linalg.generic" or not op.operands:
+        return None
+    iterators = [str(a) for a in op.attributes["iterator_types"]]
+    reductions = [i for i, kind in enumerate(iterators) if "reduction" in kind]
+    ranges = _loop_ranges(op)
+    first = ir.ShapedType(op.operands[0].type)
+    if (len(reductions) != 1 or ranges[reductions[0]] != choice.key_tile
+            or not isinstance(first.element_type, ir.FloatType)):
+        return None
+    inner = ir.AffineMapAttr(op.attributes["indexing_maps"][0]).value.results[-1]
+    if not isinstance(inner, ir.AffineDimExpr):
+        return None
+    contiguous = inner.position
+    if contiguous in reductions or ranges[contiguous] is None:
+        return None
+    lanes = choice.vector_bits // first.element_type.width
+    parallel = [0 if i in reductions else min(lanes, ranges[i]) if i == contiguous else 1
+                for i in range(len(ranges))]
+    return dict(distribution=[1] + [0] * (len(ranges) - 1),
+                vector_common_parallel=parallel,
+                vector_reduction=[int(i in reductions) for i in range(len(ranges))])
+
+
+def lowering_config(sizes: Dict[str, list]):
+    """IREE's ``#iree_cpu.lowering_config`` with the tile sizes of :func:`key_tile_config`
+    (in the current ``ir.Context``)."""
+    from iree.compiler import ir
+    levels = ", ".join(f"{name} = [{', '.join(map(str, v))}]" for name, v in sizes.items())
+    return ir.Attribute.parse(f"#iree_cpu.lowering_config<{levels}>")
+
+
+def _compilation_info(sizes: Dict[str, list]):
+    # IREE's CPU pipeline for tiled reductions, the one it picks for these roots itself.
+    from iree.compiler import ir
+    return ir.Attribute.parse(
+        f"#iree_codegen.compilation_info<lowering_config = {lowering_config(sizes)},"
+        " translation_info = #iree_codegen.translation_info<"
+        "pipeline = #iree_cpu.pipeline<DoubleTilingExpert>>>")
+
+
+def attach_strategy(sources: str, choice: Strategy) -> Tuple[str, List[dict]]:
+    """`sources` (``iree-compile --compile-to=executable-sources``) with an
+    ``#iree_codegen.compilation_info`` on every dispatch root that :func:`key_tile_config`
+    maps; returns the module text and ``[{"dispatch", "config"}]``, one per root.
+
+    The attribute goes on the executables, after IREE's global optimisation: one set on our
+    linalg input does not survive its unit-dimension folding (``FoldUnitExtentDimsPass``
+    rebuilds the op without it)."""
+    from iree.compiler import ir
+    context = ir.Context()
+    applied: List[dict] = []
+    with context:
+        module = ir.Module.parse(sources)
+        for func in _ops(module):
+            variant = func.parent.parent if func.name == "func.func" else None
+            if variant is None or variant.name != "hal.executable.variant":
+                continue
+            # The root: the last structured op before the results are stored.
+            roots = [op for op in _ops(func) if op.name == "linalg.generic"]
+            sizes = key_tile_config(roots[-1], choice) if roots else None
+            if sizes is not None:
+                roots[-1].attributes["compilation_info"] = _compilation_info(sizes)
+                applied.append(dict(dispatch=ir.StringAttr(func.attributes["sym_name"]).value,
+                                    config=sizes))
+        return str(module), applied
+
+
+# ---------------------------------------------------------------------------------------------
 # Compiling and running
 
-def compile_vmfb(text: str, extra_args: Sequence[str] = ()) -> bytes:
-    """``iree-compile`` `text` (upstream dialects only) for llvm-cpu; returns the vmfb bytes."""
+def compile_vmfb(text: str, extra_args: Sequence[str] = (),
+                 choice: Optional[Strategy] = None) -> bytes:
+    """``iree-compile`` `text` (upstream dialects only) for llvm-cpu; returns the vmfb bytes.
+    With `choice`, in two steps: to IREE's executable sources, where
+    :func:`attach_strategy` configures the dispatch roots, then on from there."""
     import iree.compiler
+    flags = [*IREE_COMPILE_FLAGS, *extra_args]
     try:
-        return iree.compiler.compile_str(text, extra_args=[*IREE_COMPILE_FLAGS, *extra_args])
+        if choice is None:
+            return iree.compiler.compile_str(text, extra_args=flags)
+        sources = iree.compiler.compile_str(
+            text, extra_args=[*flags, "--compile-to=executable-sources"]).decode()
+        configured, _ = attach_strategy(sources, choice)
+        return iree.compiler.compile_str(
+            configured, extra_args=[*flags, "--compile-from=executable-sources"])
     except iree.compiler.CompilerToolError as error:
         raise ToolError(str(error)[-6000:]) from None
 
@@ -366,15 +504,20 @@ class IreeSelect:
 
     @classmethod
     def compile(cls, case: mlirgen.Case, *, extra_args: Sequence[str] = (),
-                **kwargs) -> "IreeSelect":
+                carry_strategy: bool = True, **kwargs) -> "IreeSelect":
         """Lower and compile the select of `case`, then load it (`kwargs`: driver, workers).
-        ``lowered`` and ``compile_seconds`` (``iree-compile`` alone) are kept."""
-        lowered = lower_to_upstream(select_module(case))
+        With `carry_strategy` (the default) the formulation and IREE's dispatch roots follow
+        ``snapkv-configure-lowering``'s choice (:func:`strategy`, :func:`attach_strategy`);
+        without, IREE chooses every tile itself. ``lowered``, ``strategy`` (None without)
+        and ``compile_seconds`` (``iree-compile`` alone) are kept."""
+        module = select_module(case)
+        choice = strategy(module) if carry_strategy else None
+        lowered = lower_to_upstream(module, choice)
         start = time.perf_counter()
-        vmfb = compile_vmfb(lowered, [*SELECT_COMPILE_FLAGS, *extra_args])
+        vmfb = compile_vmfb(lowered, [*SELECT_COMPILE_FLAGS, *extra_args], choice)
         seconds = time.perf_counter() - start
         select = cls(vmfb, **kwargs)
-        select.lowered, select.compile_seconds = lowered, seconds
+        select.lowered, select.strategy, select.compile_seconds = lowered, choice, seconds
         return select
 
     def device_arrays(self, *arrays):

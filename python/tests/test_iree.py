@@ -12,6 +12,9 @@ scores, as in test_differential):
 * the benchmark shape (B=1, Hq=32, Hkv=8, D=128, W=32, C=1024): plain `iree-compile` for every
   policy and order with a dynamic L, and a run at L = 2048 (position order) against the
   reference.
+* our strategy on IREE's dispatches (`IreeSelect.compile`'s default, so every select test above
+  runs with it): `snapkv-configure-lowering`'s choice, the `compilation_info` on the key-tile
+  statistics' roots, kept by IREE's own configuration, and the same results without it.
 
 The rewritten tiny Llama (`snapkv-compress-kv-cache` + `convert-snapkv-to-linalg`) gives the
 same tokens, logits (within 1e-5), caches and cache lengths as the project's CPU pipeline
@@ -35,6 +38,7 @@ from conftest import require_aot_tools
 from test_differential import HOSTILE_PATTERNS, decisive_scores_separated, separated_hostile
 
 from snapkv import iree_backend, mlirgen, runtime
+from snapkv.tools import ToolError
 
 REASON = iree_backend.unavailable_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
@@ -214,6 +218,72 @@ def test_worker_count_is_checked():
         iree_backend.config(iree_backend.DEFAULT_DRIVER, workers=2)
     with pytest.raises(ValueError, match="workers must be >= 1"):
         iree_backend.config(iree_backend.TASK_DRIVER, workers=0)
+
+
+# --- our strategy on IREE's dispatches (docs/iree.md) ----------------------------------------
+
+def test_strategy_is_configure_lowerings_choice():
+    _tools_or_skip()
+    choice = iree_backend.strategy(iree_backend.select_module(_case(150, 3, dynamic=True)))
+    # snapkv-configure-lowering's choice for a dynamic prompt length (its own lit test,
+    # strategy.mlir, pins the rules); the vector width is the host's.
+    assert (choice.key_tile, choice.query_tile, choice.chunk) == (64, 32, 0)
+    assert choice.vector_bits in (128, 256, 512)
+
+
+def test_strategy_needs_a_root_op():
+    _tools_or_skip()
+    with pytest.raises(ToolError, match="chose 0 different configurations"):
+        iree_backend.strategy("func.func @f() {\n  return\n}\n")
+
+
+def test_dispatch_roots_carry_the_strategy_and_results_are_unchanged():
+    import iree.compiler
+    _tools_or_skip()
+    case = _case(150, seed=11, dynamic=True)
+    module = iree_backend.select_module(case)
+    choice = iree_backend.strategy(module)
+    flags = [*iree_backend.IREE_COMPILE_FLAGS, *iree_backend.SELECT_COMPILE_FLAGS]
+    sources = iree.compiler.compile_str(iree_backend.lower_to_upstream(module, choice),
+                                        extra_args=[*flags, "--compile-to=executable-sources"])
+    configured, applied = iree_backend.attach_strategy(sources.decode(), choice)
+    # The statistics of the key tiles (maximum, then sum of exponentials): one pair per
+    # dispatch region IREE forms for them (with a dynamic L, two), nothing else.
+    assert len(applied) >= 2 and len(applied) % 2 == 0, applied
+    assert all("_reduction_" in entry["dispatch"] for entry in applied), applied
+    lanes = choice.vector_bits // 32
+    for entry in applied:
+        sizes = entry["config"]
+        assert sizes["distribution"][0] == 1 and not any(sizes["distribution"][1:])
+        # One reduction loop, over the key tile, one key at a time; the query rows (W = 4
+        # of them, contiguous in the logits) in one vector of min(lanes, W) lanes.
+        assert sorted(sizes["vector_reduction"]) == [0] * (len(sizes["vector_reduction"]) - 1) + [1]
+        assert max(sizes["vector_common_parallel"]) == min(lanes, W)
+    # IREE keeps our choice through its own strategy selection.
+    selected = iree.compiler.compile_str(
+        configured, extra_args=[*flags, "--compile-from=executable-sources",
+                                "--compile-to=executable-configurations"]).decode()
+    from iree.compiler import ir
+    wanted = {entry["dispatch"]: entry["config"] for entry in applied}
+    with ir.Context():
+        module = ir.Module.parse(selected)
+        for op in iree_backend._ops(module):
+            name = ir.StringAttr(op.attributes["sym_name"]).value \
+                if op.name == "func.func" else None
+            if name in wanted:
+                root = [o for o in iree_backend._ops(op) if o.name == "linalg.generic"][-1]
+                assert root.attributes["lowering_config"] == \
+                    iree_backend.lowering_config(wanted.pop(name))
+    assert not wanted, f"dispatches not found after configuration: {sorted(wanted)}"
+    # Same indices, bit-identical rows, with and without the strategy.
+    carried = iree_backend.IreeSelect.compile(case)
+    own = iree_backend.IreeSelect.compile(case, carry_strategy=False)
+    assert carried.strategy == choice and own.strategy is None
+    _check(carried, case)
+    for length in (150, 64):
+        inputs = _inputs(length, seed=5)
+        for got, want in zip(carried(*inputs), own(*inputs)):
+            assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
 
 
 # The benchmark shape. Position order once failed here: the per-slot search of the kept

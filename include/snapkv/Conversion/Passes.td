@@ -43,7 +43,10 @@ def ConfigureLowering : Pass<"snapkv-configure-lowering"> {
     deterministic. `report=-` prints what was chosen, one JSON object per
     root op and line, on stdout (`report=FILE` writes it to a file):
     `{"op", "function", "element_type", "length" (null: dynamic), "given"
-    (the op had its own configuration), "config": {...} or "microkernel"}`.
+    (the op had its own configuration), "config": {...} or "microkernel"}`,
+    and for `cpu` the CPU's vector register width, `"vector_bits"` (512 with
+    `avx512f`, 256 with `avx2` or `avx`, else 128), which the IREE route
+    (`snapkv.iree_backend`) sizes its dispatches' vectors by.
 
     A configuration already on an op (set by hand, or by an earlier run for
     another target) is kept, so one op can be tiled differently from the

@@ -51,6 +51,9 @@ constexpr StringLiteral kMicrokernelName = "snapkv.microkernel";
 /// The CPU features the strategy reads.
 struct CPUFeatures {
   bool avx512bf16 = false, amx = false;
+  /// Vector register width: what compilers that vectorise on their own
+  /// (IREE, through snapkv.iree_backend) read from the report.
+  int64_t vectorBits = 128;
 
   /// `spec`: see snapkv::cpuFeatureNames.
   static CPUFeatures get(StringRef spec) {
@@ -58,6 +61,10 @@ struct CPUFeatures {
     CPUFeatures features;
     features.avx512bf16 = names.lookup("avx512bf16");
     features.amx = names.lookup("amx-bf16") && names.lookup("amx-tile");
+    if (names.lookup("avx512f"))
+      features.vectorBits = 512;
+    else if (names.lookup("avx2") || names.lookup("avx"))
+      features.vectorBits = 256;
     return features;
   }
 
@@ -205,6 +212,8 @@ struct ConfigureLoweringPass
                              : llvm::json::Value(shape->length);
       choice["given"] = given;
       choice["config"] = describe(config);
+      if (!gpu)
+        choice["vector_bits"] = features.vectorBits;
       choices.push_back(std::move(choice));
       return WalkResult::advance();
     });

@@ -7,6 +7,8 @@
 // RUN: snapkv-opt %s --snapkv-configure-lowering="cpu-features=avx512bf16 key-tile=128 chunk=32" | FileCheck %s --check-prefix=GIVEN
 // RUN: snapkv-opt %s --snapkv-configure-lowering="cpu-features=avx512bf16 report=-" -o /dev/null | FileCheck %s --check-prefix=REPORT
 // RUN: snapkv-opt %s --snapkv-configure-lowering="cpu-features=avx512bf16 report=%t.json" -o /dev/null
+// RUN: snapkv-opt %s --snapkv-configure-lowering="cpu-features=+avx2,+avx512f report=-" -o /dev/null | FileCheck %s --check-prefix=AVX512
+// RUN: snapkv-opt %s --snapkv-configure-lowering="cpu-features=+avx,+avx2 report=-" -o /dev/null | FileCheck %s --check-prefix=AVX2
 // RUN: %python -c "import json, sys; rows = [json.loads(l) for l in open(sys.argv[1])]; assert len(rows) == 8, rows; assert rows[0]['config']['chunk'] == 64 and rows[1]['length'] is None, rows" %t.json
 
 // A long static prompt: 64-key tiles, chunks of about sqrt(4064) = 64; f32, so
@@ -86,12 +88,17 @@ func.func @attention_and_matmuls(%q: tensor<1x4x16x8xbf16>, %k: tensor<1x2x16x8x
 }
 
 // One JSON object per root op, in program order.
-// REPORT: {"config":{"chunk":64,"keep_logits":true,"key_tile":64,"mapping":"forall","microkernel":"none","query_tile":32},"element_type":"f32","function":"long_f32","given":false,"length":4096,"op":"snapkv.score"}
-// REPORT-NEXT: {"config":{"chunk":0,"keep_logits":true,"key_tile":64,"mapping":"forall","microkernel":"avx512bf16","query_tile":32},"element_type":"bf16","function":"dynamic_bf16","given":false,"length":null,"op":"snapkv.score"}
-// REPORT-NEXT: {"config":{{.*}}"microkernel":"none"{{.*}}"op":"snapkv.gather"}
-// REPORT-NEXT: {"config":{{.*}}"key_tile":24{{.*}}"given":false,"length":24,"op":"snapkv.top_positions"}
-// REPORT-NEXT: {"config":{{.*}}"key_tile":4{{.*}}"given":true,"length":24,"op":"snapkv.top_positions"}
-// REPORT-NEXT: {"config":{{.*}}"microkernel":"avx512bf16"{{.*}}"op":"snapkv.attention"}
+// REPORT: {"config":{"chunk":64,"keep_logits":true,"key_tile":64,"mapping":"forall","microkernel":"none","query_tile":32},"element_type":"f32","function":"long_f32","given":false,"length":4096,"op":"snapkv.score","vector_bits":128}
+// REPORT-NEXT: {"config":{"chunk":0,"keep_logits":true,"key_tile":64,"mapping":"forall","microkernel":"avx512bf16","query_tile":32},"element_type":"bf16","function":"dynamic_bf16","given":false,"length":null,"op":"snapkv.score","vector_bits":128}
+// REPORT-NEXT: {"config":{{.*}}"microkernel":"none"{{.*}}"op":"snapkv.gather","vector_bits":128}
+// REPORT-NEXT: {"config":{{.*}}"key_tile":24{{.*}}"given":false,"length":24,"op":"snapkv.top_positions","vector_bits":128}
+// REPORT-NEXT: {"config":{{.*}}"key_tile":4{{.*}}"given":true,"length":24,"op":"snapkv.top_positions","vector_bits":128}
+// REPORT-NEXT: {"config":{{.*}}"microkernel":"avx512bf16"{{.*}}"op":"snapkv.attention","vector_bits":128}
 // REPORT-NEXT: {"element_type":"bf16","function":"attention_and_matmuls","microkernel":"avx512bf16","op":"linalg.matmul"}
 // REPORT-NEXT: {"element_type":"bf16","function":"attention_and_matmuls","microkernel":"avx512bf16","op":"linalg.batch_matmul"}
 // REPORT-NOT: linalg.matmul
+
+// The vector register width of the CPU, on each root op's line (IREE's dispatch
+// configurations read it: snapkv.iree_backend).
+// AVX512: {"config":{{.*}}"op":"snapkv.score","vector_bits":512}
+// AVX2: {"config":{{.*}}"op":"snapkv.score","vector_bits":256}
