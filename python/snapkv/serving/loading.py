@@ -13,7 +13,7 @@ import dataclasses
 import json
 import threading
 from pathlib import Path
-from typing import Callable, Dict, Optional, Union
+from typing import Callable, Dict, Optional, Tuple, Union
 
 from .. import hf, models, runtime, tools
 from .engine import Engine, MiB, RequestError, Served
@@ -24,8 +24,7 @@ SETTINGS = dict(window=int, capacity=int, kernel=int, pooling=("avg", "max"),
                 budget=("uniform", "pyramid", "inverted-pyramid", "adaptive"), floor=int,
                 pyramid_beta=int, chunk=int, decode_interval=int, decode_capacity=int)
 FULL = "full"  # the setting of the full (uncompressed) cache
-# The sequences one batched decode call takes (@decode_batch; fewer are padded, more take
-# several calls).
+# The most sequences one batched decode call takes (@decode_batch; more take several calls).
 DECODE_BATCH = 8
 DEFAULT = hf.Compaction()
 
@@ -82,11 +81,20 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
+def decode_batch_sizes(batch: int) -> Tuple[int, ...]:
+    """The batched decode steps exported for at most `batch` sequences a call: every power
+    of two below it, and `batch`. A step of k running sequences takes the smallest that
+    fits them, so it pads fewer than k rows (two sequences are not padded to eight)."""
+    return tuple(sorted({1 << i for i in range(batch.bit_length()) if 1 << i < batch} |
+                        {batch})) if batch else ()
+
+
 def source(model: Union[str, Path, None], *, extend: bool = False,
            batch: int = DECODE_BATCH,
            log: Optional[Callable[[str], None]] = None) -> Source:
     """The :class:`Source` of a MODEL argument (None: the bundled tiny Llama); a checkpoint
-    is exported with ``@decode_batch`` for `batch` sequences (0: without)."""
+    is exported with batched decode steps for up to `batch` sequences
+    (:func:`decode_batch_sizes`; 0: without)."""
     if model is None:
         model = bundled_model()
     given = str(model)
@@ -98,8 +106,8 @@ def source(model: Union[str, Path, None], *, extend: bool = False,
     if path.is_dir():
         try:
             checkpoint = hf.Checkpoint(path)
-            exported = hf.export(checkpoint, hf.ExportOptions(extend=extend, batch=batch),
-                                 log=log)
+            exported = hf.export(checkpoint, hf.ExportOptions(
+                extend=extend, batch=decode_batch_sizes(batch) or 0), log=log)
         except (hf.CheckpointError, tools.ToolError) as error:
             raise LoadError(f"{given}: {error}") from None
         return Source(label, exported.text, checkpoint, path if _has_tokenizer(path) else None,
@@ -255,8 +263,8 @@ def load_engine(model: Union[str, Path, None] = None,
     """An :class:`Engine` over `model` with `compaction` (None: the full cache), compiled
     now. `tokenizer`: a directory with tokenizer files, for a model that has none beside it.
     `per_request`: requests may name their own settings. `decode_batch`: the running
-    sequences of a model advance together, `decode_batch` per compiled call (``@decode_batch``;
-    0: one call per sequence)."""
+    sequences of a model advance together, at most `decode_batch` per compiled call
+    (:func:`decode_batch_sizes`; 0: one call per sequence)."""
     if compaction is not None:
         problem = check_compaction(compaction)
         if problem:
