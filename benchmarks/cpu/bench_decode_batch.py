@@ -10,6 +10,9 @@ values), so no prefill runs and only decode steps are timed, the two modes alter
 Prints the sequences at once and, per mode, the median step time and the aggregate decode
 tokens/s (sequences / step time).
 
+Batched steps take at most ``--decode-batch`` sequences; fewer take the smallest exported
+step that fits (as the engine: the powers of two below N, and N).
+
     python benchmarks/cpu/bench_decode_batch.py          # SmolLM2, 256 MiB, C = 256, N = 8
 """
 
@@ -27,9 +30,11 @@ sys.path.insert(0, str(REPO / "python"))
 def run(args, label, compaction):
     from snapkv import hf, models
     from snapkv.runtime import KVCache
+    from snapkv.serving.loading import decode_batch_sizes
 
+    # The steps the engine exports: a step of k sequences takes the smallest that fits.
     model = hf.load(models.path(args.model), compaction,
-                    options=hf.ExportOptions(batch=args.decode_batch))
+                    options=hf.ExportOptions(batch=decode_batch_sizes(args.decode_batch)))
     lengths = [args.lengths[i % len(args.lengths)] for i in range(args.prompts)]
     kept = [L if compaction is None else min(L, compaction.capacity) for L in lengths]
     sig = model.batch_signature

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Serving many passkey prompts at one cache budget: the full cache vs SnapKV (C = L/8) in
-:class:`snapkv.Engine` (continuous batching, admission by ``--cache-budget``), against HF
-transformers' padded batch ``generate`` at the same budget.
+:class:`snapkv.Engine` (continuous batching, admission by ``--cache-budget``, batched
+decode), against HF transformers' padded batch ``generate`` at the same budget.
 
 Prompts: ``--prompts`` (default 16) passkey prompts (:mod:`snapkv.tasks.text`) of the
 lengths ``--lengths`` (default 1024,2048,3072,4096, cycled), tokenised by the model's own
@@ -10,15 +10,23 @@ tokenizer; each generates ``--max-tokens`` tokens (default 32) greedily.
 Rows, each run in its own subprocess (so that its peak RSS is its own), in the order
 ``--order`` (alternate with ``--repeat`` to see the noise):
 
-* **full**: the engine with the full cache (``--full-cache``);
+* **full**: the engine with the full cache (``--full-cache``), f32;
 * **snapkv**: the engine with SnapKV at ``C = --capacity`` (default: the mean prompt length
-  / 8), ``W = --window``, pooling kernel 15, ``gqa mean`` (the CLI's defaults);
+  / 8), ``W = --window``, pooling kernel 15, ``gqa mean`` (the CLI's defaults), f32;
+* **snapkv-bf16**: the same in bf16 (weights, activations and K/V: ``--dtype bf16``, the
+  fastest precision measured for decode; a cache row is half the bytes);
 * **hf**: ``transformers`` ``model.generate`` on left-padded batches, as many prompts per batch
   as their padded full cache (``B x (longest + max_tokens)`` rows) fits in the budget, in
-  prompt order; f32, eager PyTorch, greedy.
+  prompt order; f32, PyTorch eager mode with HF's attention implementation
+  ``--hf-attention`` (default ``sdpa``, HF's own default), greedy;
+* **hf-bf16**: the same in bf16.
+
+The engine rows decode every running sequence in one compiled call a step (``@decode_batch``
+for up to ``--decode-batch`` sequences; fewer take the smallest exported step that fits).
 
 Columns: sequences run at once (peak), aggregate tokens/s (generated tokens / wall time,
-prefill included), decode tokens/s (decode-step tokens / decode time; the engine only),
+prefill included), decode tokens/s (decode-step tokens / decode time; HF: the tokens
+after each batch's first / the time after its prefill),
 compiled decode calls and decode tokens (``--decode-batch N`` sequences per call), time
 to first token (median and max over the prompts, from the start of the run: queueing
 included), peak K/V bytes held, peak RSS, passkeys found, and whether each sequence's tokens
@@ -45,7 +53,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python"))
 
-ROWS = ("full", "snapkv", "hf")
+ROWS = ("full", "snapkv", "snapkv-bf16", "hf", "hf-bf16")
 
 
 def prompts(args, tokenizer_dir):
@@ -72,7 +80,8 @@ def run_engine(args, row, samples):
                                                           capacity=args.capacity)
     engine = load_engine(checkpoint_dir(args.model), compaction,
                          cache_budget_mb=args.cache_budget, max_queue=len(samples),
-                         per_request=False, decode_batch=args.decode_batch)
+                         per_request=False, decode_batch=args.decode_batch,
+                         dtype="bf16" if row.endswith("-bf16") else None)
     params = SamplingParams(max_tokens=args.max_tokens, ignore_eos=True)
     engine.reset_stats()
     done = engine.generate([s.ids for s in samples], params)
@@ -91,10 +100,11 @@ def run_engine(args, row, samples):
                 ttft_median_s=float(np.median(ttft)), ttft_max_s=float(max(ttft)),
                 peak_cache_bytes=stats["peak_cache_bytes"], peak_rss_bytes=stats["peak_rss_bytes"],
                 found=sum(text.correct(s, d.text or "") for s, d in zip(samples, done)),
-                same_as_single=same, label=engine.served.label)
+                same_as_single=same, label=f"{engine.served.label}, decode steps of "
+                                           f"{engine.model.batch_sizes or 1} sequences")
 
 
-def run_hf(args, samples):
+def run_hf(args, row, samples):
     import resource
 
     import torch
@@ -113,13 +123,14 @@ def run_hf(args, samples):
 
     directory = checkpoint_dir(args.model)
     tok = transformers.AutoTokenizer.from_pretrained(str(directory))
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(directory),
-                                                              dtype=torch.float32)
+    dtype = torch.bfloat16 if row.endswith("-bf16") else torch.float32
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        str(directory), dtype=dtype, attn_implementation=args.hf_attention)
     model.eval()
     config = model.config
     heads = config.num_key_value_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    row_bytes = 2 * config.num_hidden_layers * heads * head_dim * 4
+    row_bytes = 2 * config.num_hidden_layers * heads * head_dim * dtype.itemsize
     budget = args.cache_budget * 2 ** 20
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     batches, current = [], []
@@ -134,6 +145,7 @@ def run_hf(args, samples):
     batches.append(current)
     start = time.perf_counter()
     ttft, outputs, peak_cache, tokens = [], [], 0, 0
+    decode_tokens, decode_s = 0, 0.0  # after each batch's first token
     with torch.inference_mode():
         for batch in batches:
             longest = max(s.length for s in batch)
@@ -148,6 +160,8 @@ def run_hf(args, samples):
                                  pad_token_id=pad,
                                  logits_processor=transformers.LogitsProcessorList(
                                      [first]))
+            decode_s += time.perf_counter() - first.at
+            decode_tokens += (out.shape[1] - longest - 1) * len(batch)
             ttft += [first.at - start] * len(batch)
             peak_cache = max(peak_cache, len(batch) * (longest + args.max_tokens) * row_bytes)
             for i in range(len(batch)):
@@ -155,20 +169,23 @@ def run_hf(args, samples):
                 tokens += len(new)
                 outputs.append(tok.decode(new, skip_special_tokens=True))
     wall = time.perf_counter() - start
-    return dict(row="hf", sequences=len(samples), peak_concurrent=max(len(b) for b in batches),
-                tokens=tokens, wall_s=wall, tokens_per_s=tokens / wall, decode_tokens_per_s=None,
+    return dict(row=row, sequences=len(samples), peak_concurrent=max(len(b) for b in batches),
+                tokens=tokens, wall_s=wall, tokens_per_s=tokens / wall,
+                decode_tokens_per_s=decode_tokens / decode_s if decode_s > 0 else None,
                 ttft_median_s=float(np.median(ttft)), ttft_max_s=float(max(ttft)),
                 peak_cache_bytes=peak_cache,
                 peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                 found=sum(text.correct(s, o) for s, o in zip(samples, outputs)),
-                same_as_single=None, label=f"transformers {transformers.__version__} generate, "
+                same_as_single=None, label=f"transformers {transformers.__version__} generate "
+                                           f"({model.config._attn_implementation}, {dtype}), "
                                            f"torch {torch.__version__}, {torch.get_num_threads()} "
                                            f"threads")
 
 
 def child(args):
     samples = prompts(args, checkpoint_dir(args.model))
-    result = run_hf(args, samples) if args.child == "hf" else run_engine(args, args.child, samples)
+    result = run_hf(args, args.child, samples) if args.child.startswith("hf") else \
+        run_engine(args, args.child, samples)
     result["lengths"] = [s.length for s in samples]
     print(json.dumps(result))
     return 0
@@ -205,10 +222,13 @@ def main():
                              "prompt holds about 190)")
     parser.add_argument("--window", type=int, default=32)
     parser.add_argument("--decode-batch", type=int, default=8, metavar="N",
-                        help="engine rows: sequences per compiled decode call (0: one call "
-                             "per sequence)")
+                        help="engine rows: sequences per compiled decode call at most (fewer "
+                             "take the smallest exported step that fits; 0: one call per "
+                             "sequence)")
     parser.add_argument("--capacity", type=int,
                         help="SnapKV's C (default: the mean prompt length / 8)")
+    parser.add_argument("--hf-attention", choices=("sdpa", "eager"), default="sdpa",
+                        help="HF rows: the attention implementation (default sdpa, HF's)")
     parser.add_argument("--rows", default=",".join(ROWS),
                         help=f"rows to run, in order ({', '.join(ROWS)})")
     parser.add_argument("--repeat", type=int, default=1, help="run the rows this many times, "
@@ -234,7 +254,8 @@ def main():
                    ",".join(map(str, args.lengths)), "--max-tokens", str(args.max_tokens),
                    "--cache-budget", str(args.cache_budget), "--window", str(args.window),
                    "--capacity", str(args.capacity), "--seed", str(args.seed),
-                   "--decode-batch", str(args.decode_batch)] + \
+                   "--decode-batch", str(args.decode_batch),
+                   "--hf-attention", args.hf_attention] + \
         (["--check"] if args.check else [])
     for _ in range(args.repeat):
         for row in rows:
@@ -254,6 +275,9 @@ def main():
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     print()
     print(table(results, args))
+    print()
+    for r in results:
+        print(f"* {r['row']}: {r['label']}; wall {r['wall_s']:.1f} s")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1) + "\n")
     return 0

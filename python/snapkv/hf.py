@@ -62,12 +62,13 @@ class ExportOptions:
     accumulate, softmax and RMSNorm compute in f32 as in HF's own model in that dtype; the
     logits are f32; weights stored otherwise are rounded to it when they are bound);
     ``batch``: N > 0 also exports ``@decode_batch``, one decode step of N sequences of
-    different lengths (:meth:`~snapkv.runtime.CompiledModel.decode_batch`)."""
+    different lengths (:meth:`~snapkv.runtime.CompiledModel.decode_batch`); a tuple of
+    sizes, one step per size (a step of fewer sequences takes the smallest that fits)."""
     attention: str = "sdpa"
     logits: str = "last"
     extend: bool = False
     dtype: str = "f32"
-    batch: int = 0
+    batch: Union[int, Tuple[int, ...]] = 0
 
 
 @dataclasses.dataclass(frozen=True)

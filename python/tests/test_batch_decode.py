@@ -5,7 +5,9 @@ lengths at once (``snapkv export --hf --batch``, ``snapkv-append-in-place layout
 Every sequence's greedy tokens are exactly those of its single-sequence run
 (``CompiledModel.generate``), with the full cache, SnapKV (uniform) and ``budget=adaptive``,
 while sequences join and leave the batch at different steps (a batch of one included), the
-pool grows and segments run out of room. The retrieval model (2 layers), W=16, C=64.
+pool grows and segments run out of room. A step of k sequences calls the smallest exported
+step that takes them (sizes 1, 2, 4, 8: what the engine exports for ``decode_batch=8``).
+The retrieval model (2 layers), W=16, C=64.
 """
 
 import numpy as np
@@ -15,6 +17,7 @@ from serving_inputs import CAPACITY, MODEL, WINDOW
 
 from snapkv import hf
 from snapkv.runtime import KVPool
+from snapkv.serving.loading import decode_batch_sizes
 
 SETTINGS = {
     "full": None,
@@ -28,7 +31,8 @@ STEPS = 10
 @pytest.fixture(scope="module", params=sorted(SETTINGS))
 def model(request):
     require_aot_tools()
-    return hf.load(MODEL, SETTINGS[request.param], options=hf.ExportOptions(batch=4))
+    return hf.load(MODEL, SETTINGS[request.param],
+                   options=hf.ExportOptions(batch=decode_batch_sizes(8)))
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +75,31 @@ def test_batched_tokens_equal_single_runs(model, prompts):
     batched, sizes = run_batched(model, prompts, starts=(0, 2, 2, 5), steps=STEPS)
     assert batched == singles
     assert 1 in sizes and max(sizes) == 4  # a batch of one, and all four together
+
+
+def test_each_step_takes_the_smallest_batch_that_fits(model, prompts, monkeypatch):
+    assert model.batch_sizes == (1, 2, 4, 8) and model.batch_size == 8
+    assert [model.batch_calls(k) for k in (1, 2, 3, 5, 8, 11, 17)] == \
+        [[1], [2], [4], [8], [8], [8, 4], [8, 8, 1]]
+    called = []  # (sequences in the step, the size of each call)
+    steps = dict(model._batch_steps)
+    for n, run in steps.items():
+        monkeypatch.setitem(model._batch_steps, n,
+                            lambda *args, n=n, run=run: called.append(n) or run(*args))
+    singles = [model.generate(p[None], 4)["tokens"] for p in prompts]
+    batched, sizes = run_batched(model, prompts, starts=(0, 1, 1, 2), steps=4)
+    assert batched == singles
+    # Sizes 1, 3, 4, 3, 1: one call each, of 1, 4, 4, 4, 1 rows (no step padded to 8).
+    assert sizes == [1, 3, 4, 4, 3, 1] and called == [1, 4, 4, 4, 4, 1]
+
+
+def test_export_refuses_bad_batch_sizes():
+    from snapkv.frontend import hf_export
+
+    for bad in ((), (0, 2), (2, 2000), (True,), -1):
+        with pytest.raises(ValueError, match="batch must be an integer"):
+            hf_export.ExportOptions(batch=bad).check()
+    assert hf_export.ExportOptions(batch=(4, 1, 2)).batch_sizes == (1, 2, 4)
 
 
 def test_pool_reuses_freed_rows(model, prompts):

@@ -282,3 +282,24 @@ def test_engine_load_takes_the_settings_as_keywords(engine, tokenizer_dir):
     assert again.served.capacity == CAPACITY and again.served.window == WINDOW
     with pytest.raises(ValueError, match="full_cache takes no SnapKV settings"):
         snapkv.Engine.load(MODEL, full_cache=True, capacity=64)
+
+
+def test_bf16_engine_gives_each_sequence_its_single_run(engine):
+    """--dtype bf16: the checkpoint exported in bf16 (its K/V rows half the bytes), decoded
+    batched; each sequence's tokens are its single-sequence run's in bf16."""
+    from snapkv.serving import LoadError
+
+    half = load_engine(cache_budget_mb=1, dtype="bf16")
+    asks, limits = prompts(5), [6, 3, 6, 5, 6]
+    done = half.generate(asks, [SamplingParams(max_tokens=m, ignore_eos=True) for m in limits])
+    model = half.model
+    assert model.batch_sizes == (1, 2, 4, 8)
+    for ids, m, got in zip(asks, limits, done):
+        assert got.tokens == model.generate(np.asarray(ids)[None], m - 1)["tokens"]
+        assert got.cache_bytes == ROW // 2 * (min(len(ids), CAPACITY) + m - 1)
+    stats = half.stats.to_json()
+    assert stats["decode_calls"] < stats["decode_tokens"]
+    with pytest.raises(LoadError, match="computes in f32 .* not bf16; give the checkpoint"):
+        from snapkv.serving import load_engine as load
+
+        load(None, None, dtype="bf16")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from .arguments import Formatter, int_in, model_argument
+from .arguments import Formatter, dtype_option, int_in, model_argument
 from .compaction import check_window_capacity, option_dict
 from .messages import CLIError, progress
 from .result import Result, emit
@@ -70,9 +70,11 @@ def add_engine_options(p):
                             "(default: the checkpoint's own)")
     group.add_argument("--decode-batch", type=int_in(0, "--decode-batch", 1024),
                        metavar="N",
-                       help="the running sequences of a model advance together, N per "
-                            "compiled decode call (fewer are padded, more take several "
-                            "calls; default 8); 0: one call per sequence")
+                       help="the running sequences of a model advance together, at most N "
+                            "per compiled decode call (more take several calls; fewer take "
+                            "the smallest exported step that fits them: the powers of two "
+                            "below N, and N; default 8); 0: one call per sequence")
+    dtype_option(group)
 
 
 def positive_mb(value: str) -> float:
@@ -107,6 +109,7 @@ def load_engine(args, per_request: bool = False, max_models: int = 4):
                            per_request=per_request, max_models=max_models,
                            **({} if args.decode_batch is None
                               else dict(decode_batch=args.decode_batch)),
+                           dtype=args.dtype,
                            log=lambda m: progress(args.quiet, m))
     except LoadError as error:
         raise CLIError(str(error)) from None

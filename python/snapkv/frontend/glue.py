@@ -11,16 +11,26 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Dict, List, Set, Tuple
+from typing import Dict, List, Sequence, Set, Tuple
 
 from .checkpoint import WeightRef
 
 PREFILL_LAYER, DECODE_LAYER, EXTEND_LAYER = "prefill_layer", "decode_layer", "extend_layer"
 # @decode_batch's layer (N sequences' new tokens) and head (logits of every row).
 DECODE_BATCH_LAYER, HEAD_ROWS = "decode_batch_layer", "head_rows"
+DECODE_BATCH = "decode_batch"
 # The imported functions the entry points call: private once the entry points exist.
 PRIVATE = ("embed", PREFILL_LAYER, DECODE_LAYER, EXTEND_LAYER, DECODE_BATCH_LAYER, "head",
            HEAD_ROWS)
+
+
+def batch_functions(sizes: Sequence[int]) -> List[Tuple[int, str, str]]:
+    """(N, entry point, layer function) of each batched decode step of `sizes`: the largest
+    N is ``@decode_batch`` / ``@decode_batch_layer``, each smaller one ``@decode_batch_<N>``
+    / ``@decode_batch_layer_<N>`` (a step of fewer sequences then pads less)."""
+    largest = max(sizes, default=0)
+    return [(n, DECODE_BATCH, DECODE_BATCH_LAYER) if n == largest else
+            (n, f"{DECODE_BATCH}_{n}", f"{DECODE_BATCH_LAYER}_{n}") for n in sorted(sizes)]
 
 
 @dataclasses.dataclass
@@ -55,13 +65,13 @@ def _one_row(logits: str, text: str) -> str:
     return f"tensor<{'x'.join(dims)}x{head.element}>"
 
 
-def _batch_types(text: str) -> Tuple[str, str]:
-    """@decode_batch's ids ``[1, N]`` and logits ``[1, N, V]`` types, N the batch of
-    @decode_batch_layer's positions ``[N]``, from the compiler."""
+def _batch_types(text: str, layer: str) -> Tuple[str, str]:
+    """A batched decode step's ids ``[1, N]`` and logits ``[1, N, V]`` types, N the batch of
+    its layer function's positions ``[N]``, from the compiler."""
     from .. import interface
 
     described = interface.describe(text)
-    rows = described.function(DECODE_BATCH_LAYER).arguments[1].type.shape[0]
+    rows = described.function(layer).arguments[1].type.shape[0]
     head = described.function(HEAD_ROWS).results[0]
     vocab = "?" if head.shape[2] is None else str(head.shape[2])
     return f"tensor<1x{rows}xi64>", f"tensor<1x{rows}x{vocab}x{head.element}>"
@@ -74,9 +84,9 @@ def _weight_attrs(ref: WeightRef) -> str:
 
 
 def entry_points(text: str, plan: Plan, logits: str, extend: bool = False,
-                 batch: bool = False) -> Tuple[str, List[WeightRef]]:
-    """The text of ``@prefill`` and ``@decode`` (and ``@extend``, ``@decode_batch``): calls
-    only."""
+                 batch: Sequence[int] = ()) -> Tuple[str, List[WeightRef]]:
+    """The text of ``@prefill`` and ``@decode`` (and ``@extend``, a ``@decode_batch`` per
+    size in `batch`: :func:`batch_functions`): calls only."""
     embed_args, embed_results = _types(text, "embed")
     p_args, p_results = _types(text, PREFILL_LAYER)
     d_args, d_results = _types(text, DECODE_LAYER)
@@ -157,21 +167,21 @@ def entry_points(text: str, plan: Plan, logits: str, extend: bool = False,
         lines += [f"  func.func @extend(\n      %ids: {ids_dyn},\n      %position: "
                   f"{e_args[1]},\n      {caches},\n      {weights}) -> "
                   f"({', '.join(extend_types)}) {{", *body]
-    if batch:
+    for _, entry_name, layer_name in batch_functions(batch):
         # One new token of each of N sequences: ids [1, N] (row i is sequence i's token),
         # each sequence's logical position, its caches a batch row of every cache.
-        b_args, b_results = _types(text, DECODE_BATCH_LAYER)
+        b_args, b_results = _types(text, layer_name)
         rows_args, rows_results = _types(text, HEAD_ROWS)
-        ids_n, logits_n = _batch_types(text)
+        ids_n, logits_n = _batch_types(text, layer_name)
         caches = ",\n      ".join(f"%c{j}: {b_args[2 + j % 2]}" for j in range(2 * n))
         batch_types = [logits_n] + [t for _ in range(n) for t in b_results[1:]]
-        lines += [f"  func.func @decode_batch(\n      %id: {ids_n},\n      %positions: "
+        lines += [f"  func.func @{entry_name}(\n      %id: {ids_n},\n      %positions: "
                   f"{b_args[1]},\n      {caches},\n      {weights}) -> "
                   f"({', '.join(batch_types)}) {{",
                   f"    %ids = tensor.cast %id : {ids_n} to {ids_dyn}",
                   call("%e", "embed", ["%ids", value[plan.embed]], embed_args, embed_results),
                   f"    %h = tensor.cast %e : {hidden_dyn} to {b_args[0]}"]
-        calls, hidden = layer_calls(DECODE_BATCH_LAYER, b_args, b_results, caches=True,
+        calls, hidden = layer_calls(layer_name, b_args, b_results, caches=True,
                                     position="%positions")
         lines += calls
         lines += [f"    %hr = tensor.cast {hidden} : {b_args[0]} to {rows_args[0]}",
@@ -183,10 +193,11 @@ def entry_points(text: str, plan: Plan, logits: str, extend: bool = False,
     return "\n".join(lines) + "\n", order
 
 
-def insert(text: str, functions: str) -> str:
+def insert(text: str, functions: str, batch: Sequence[int] = ()) -> str:
     """`functions` inserted before the module's closing brace (the resource section, if any,
-    stays after it); the pieces made private."""
-    for name in PRIVATE:
+    stays after it); the pieces made private (the layer functions of the batch sizes
+    `batch` too)."""
+    for name in PRIVATE + tuple(layer for _, _, layer in batch_functions(batch)):
         text = text.replace(f"func.func @{name}(", f"func.func private @{name}(", 1)
     resources = text.find("\n{-#")
     head, tail = (text, "") if resources < 0 else (text[:resources], text[resources:])

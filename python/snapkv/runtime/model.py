@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import re
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
@@ -38,9 +39,14 @@ def check_token_ids(ids: np.ndarray, vocab: Optional[int]):
 # Fusion first: snapkv-fuse-attention recognises the imported concatenation, not the slices
 # that replace it (the CPU pipeline would run the fusion anyway).
 APPEND_IN_PLACE = "builtin.module(func.func(snapkv-fuse-attention),snapkv-append-in-place)"
-# And @decode_batch (``snapkv export --hf --batch``) writing into one pool per cache.
-APPEND_IN_PLACE_BATCH = APPEND_IN_PLACE[:-1] + \
-    ",snapkv-append-in-place{func=decode_batch layout=pool})"
+# The batched decode steps of ``snapkv export --hf --batch``: @decode_batch (the largest N)
+# and @decode_batch_<N> (each smaller one).
+BATCH_ENTRY = re.compile(r"decode_batch(_[0-9]+)?")
+
+
+def batch_entries(functions) -> List[str]:
+    """The names of the batched decode steps among `functions` (names)."""
+    return [name for name in functions if BATCH_ENTRY.fullmatch(name)]
 
 
 @functools.lru_cache(maxsize=8)
@@ -48,12 +54,14 @@ def append_in_place(text: str) -> str:
     """`text` with ``@decode`` writing its new cache rows into caller-owned buffers
     (``snapkv-append-in-place``), or unchanged when the pass does not apply (the compiler
     says why on stderr; the result then has no ``snapkv.append_in_place``). Remembered for
-    the last modules asked about. A ``@decode_batch`` gets the pool layout
-    (:class:`KVPool`)."""
+    the last modules asked about. Every ``@decode_batch`` (``_<N>``) gets the pool layout
+    (:class:`KVPool`), writing into one pool per cache."""
     functions = interface.describe(text).functions
     if "decode" not in functions:
         return text
-    pipeline = APPEND_IN_PLACE_BATCH if "decode_batch" in functions else APPEND_IN_PLACE
+    pipeline = APPEND_IN_PLACE[:-1] + "".join(
+        f",snapkv-append-in-place{{func={name} layout=pool}}"
+        for name in batch_entries(functions)) + ")"
     return tools.opt([f"--pass-pipeline={pipeline}"], text=text).stdout
 
 
@@ -187,21 +195,22 @@ class CompiledModel:
         self._extend_appends_only = described.select_count() > 0 and not (
             self.chunked or self.decode_compression)
         # {rows, buffers, layout = "pool"} when @decode_batch (one step of many sequences)
-        # writes into a KVPool.
-        self.batch_in_place = described.functions["decode_batch"].attributes.get(
-            "snapkv.append_in_place") if "decode_batch" in described.functions else None
-        if (self.batch_in_place or {}).get("layout") != "pool":
-            self.batch_in_place = None
+        # writes into a KVPool; the same for each smaller @decode_batch_<N> that does.
+        in_place = {name: described.functions[name].attributes.get("snapkv.append_in_place")
+                    for name in batch_entries(described.functions)}
+        batch_steps = [name for name, attr in in_place.items()
+                       if (attr or {}).get("layout") == "pool"] \
+            if (in_place.get("decode_batch") or {}).get("layout") == "pool" else []
+        self.batch_in_place = in_place["decode_batch"] if batch_steps else None
         entries = ("prefill", "decode") + tuple(
             dict.fromkeys(name for name in ("extend", compress_entry, staging_entry)
-                          if name in described.functions)) + \
-            (("decode_batch",) if self.batch_in_place else ())
+                          if name in described.functions)) + tuple(batch_steps)
         self.prefill_signature = signature(text, "prefill")
         self.decode_signature = signature(text, "decode")
         self.extend_signature = signature(text, "extend") if "extend" in entries else None
         signatures = {"prefill": self.prefill_signature, "decode": self.decode_signature,
                       "extend": self.extend_signature}
-        for entry in (compress_entry, staging_entry, "decode_batch"):
+        for entry in (compress_entry, staging_entry, *batch_steps):
             if entry not in signatures and entry in entries:
                 signatures[entry] = signature(text, entry)
         self.stage_signature = signatures.get(staging_entry)
@@ -245,8 +254,11 @@ class CompiledModel:
         self._stage = runners.get(staging_entry)
         self._decode_batch = runners.get("decode_batch")
         self.batch_signature = signatures.get("decode_batch")
-        if self._decode_batch is not None:
-            self._check_batch_signature()
+        # {N: the step taking N sequences}, ascending.
+        self._batch_steps = {}
+        for name in sorted(batch_steps, key=lambda n: signatures[n].inputs[1].shape[0] or 0):
+            self._check_batch_signature(name, signatures[name], in_place[name])
+            self._batch_steps[signatures[name].inputs[1].shape[0]] = runners[name]
 
     @classmethod
     def from_file(cls, path: os.PathLike, **kwargs) -> "CompiledModel":
@@ -517,14 +529,31 @@ class CompiledModel:
 
     @property
     def batch_size(self) -> Optional[int]:
-        """The sequences one ``@decode_batch`` call takes (None without one)."""
-        return None if self.batch_signature is None else self.batch_signature.inputs[1].shape[0]
+        """The most sequences one ``@decode_batch`` call takes (None without one)."""
+        return max(self._batch_steps, default=None)
 
-    def _check_batch_signature(self):
-        """@decode_batch after ``snapkv-append-in-place layout=pool``: (ids [1, N], positions
-        [N], a keys and a values pool [1, ?, D] per layer, rows [1, 3, N, Hc] per layer) ->
-        logits [1, N, V]."""
-        sig, attr = self.batch_signature, self.batch_in_place
+    @property
+    def batch_sizes(self) -> Tuple[int, ...]:
+        """The sequences each batched decode step takes (``@decode_batch`` and every
+        ``@decode_batch_<N>``), ascending."""
+        return tuple(self._batch_steps)
+
+    def batch_calls(self, count: int) -> List[int]:
+        """The step sizes one decode step of `count` sequences calls: the largest while
+        more remain than it takes, then the smallest that takes the rest (padded)."""
+        sizes, calls = self.batch_sizes, []
+        while count > sizes[-1]:
+            calls.append(sizes[-1])
+            count -= sizes[-1]
+        if count:
+            calls.append(next(n for n in sizes if n >= count))
+        return calls
+
+    @staticmethod
+    def _check_batch_signature(name, sig, attr):
+        """A batched step after ``snapkv-append-in-place layout=pool``: (ids [1, N],
+        positions [N], a keys and a values pool [1, ?, D] per layer, rows [1, 3, N, Hc] per
+        layer) -> logits [1, N, V]."""
         layers = len(attr.get("buffers", ())) // 2
         inputs = sig.inputs
         buffers = list(range(2, 2 + 2 * layers))
@@ -534,7 +563,7 @@ class CompiledModel:
                 inputs[0].rank != 2 or inputs[1].rank != 1 or inputs[1].shape[0] is None or \
                 any(t.rank != 3 or not t.buffer for t in inputs[2:2 + 2 * layers]) or \
                 any(t.rank != 4 or t.shape[:2] != (1, 3) for t in inputs[2 + 2 * layers:]):
-            raise ValueError(f"@decode_batch is not (ids [1, N], positions [N], a [1, R, D] "
+            raise ValueError(f"@{name} is not (ids [1, N], positions [N], a [1, R, D] "
                              f"pool per cache, rows [1, 3, N, Hc] per layer) -> logits, "
                              f"written in place as {attr}")
 
@@ -559,8 +588,10 @@ class CompiledModel:
         """One decode step of the sequences `keys` of `pool` in one call: sequence ``keys[i]``
         is fed ``tokens[i]`` at its logical position ``positions[i]``; its new K/V rows are
         written into its segments of the pool. Returns the logits ``[N, V]`` (row i is
-        sequence i's: what :meth:`decode` would return for it alone). ``@decode_batch`` takes
-        :attr:`batch_size` sequences: more are run in several calls, fewer padded."""
+        sequence i's: what :meth:`decode` would return for it alone). The calls are
+        :meth:`batch_calls`: ``@decode_batch`` takes :attr:`batch_size` sequences, more are
+        run in several calls, and the rest go to the smallest step that takes them
+        (padded)."""
         if self._decode_batch is None:
             raise ValueError("this model has no @decode_batch (export it with batch)")
         ids = np.ascontiguousarray(np.asarray(tokens, dtype=np.int64).reshape(1, -1))
@@ -579,15 +610,16 @@ class CompiledModel:
                                      if self.max_positions is not None else
                                      f"position {pos.min()} is negative")
         pool.reserve(keys, 1)
-        n, rows = self.batch_size, []
-        for first in range(0, len(keys), n):  # calls of n rows, the last one padded
+        rows, first = [], 0
+        for n in self.batch_calls(len(keys)):
             part = list(keys[first:first + n])
             pad = n - len(part)
-            (logits,) = self._decode_batch(
+            (logits,) = self._batch_steps[n](
                 np.pad(ids[:, first:first + n], ((0, 0), (0, pad))),
                 np.pad(pos[first:first + n], (0, pad)), *pool.buffers,
                 *pool.rows_arguments(part, n))
             rows.append(logits[0, :len(part)])
+            first += n
         pool.appended(keys)
         return np.concatenate(rows)
 

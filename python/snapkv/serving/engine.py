@@ -541,7 +541,7 @@ class Engine:
                 self._finish(seq, "error", str(error))
             return
         self.stats.decode_tokens += len(seqs)
-        self.stats.decode_calls += -(-len(seqs) // model.batch_size)
+        self.stats.decode_calls += len(model.batch_calls(len(seqs)))
         for seq, row in zip(seqs, logits):
             self._append(seq, sample(row, seq.params, seq.rng))
 

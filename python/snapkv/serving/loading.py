@@ -13,9 +13,10 @@ import dataclasses
 import json
 import threading
 from pathlib import Path
-from typing import Callable, Dict, Optional, Union
+from typing import Callable, Dict, Optional, Tuple, Union
 
 from .. import hf, models, runtime, tools
+from ..dtypes import ELEMENT_TYPES
 from .engine import Engine, MiB, RequestError, Served
 
 # Settings a request may change (the Compaction fields), with what each takes.
@@ -24,8 +25,7 @@ SETTINGS = dict(window=int, capacity=int, kernel=int, pooling=("avg", "max"),
                 budget=("uniform", "pyramid", "inverted-pyramid", "adaptive"), floor=int,
                 pyramid_beta=int, chunk=int, decode_interval=int, decode_capacity=int)
 FULL = "full"  # the setting of the full (uncompressed) cache
-# The sequences one batched decode call takes (@decode_batch; fewer are padded, more take
-# several calls).
+# The most sequences one batched decode call takes (@decode_batch; more take several calls).
 DECODE_BATCH = 8
 DEFAULT = hf.Compaction()
 
@@ -82,11 +82,21 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
+def decode_batch_sizes(batch: int) -> Tuple[int, ...]:
+    """The batched decode steps exported for at most `batch` sequences a call: every power
+    of two below it, and `batch`. A step of k running sequences takes the smallest that
+    fits them, so it pads fewer than k rows (two sequences are not padded to eight)."""
+    return tuple(sorted({1 << i for i in range(batch.bit_length()) if 1 << i < batch} |
+                        {batch})) if batch else ()
+
+
 def source(model: Union[str, Path, None], *, extend: bool = False,
-           batch: int = DECODE_BATCH,
+           batch: int = DECODE_BATCH, dtype: Optional[str] = None,
            log: Optional[Callable[[str], None]] = None) -> Source:
     """The :class:`Source` of a MODEL argument (None: the bundled tiny Llama); a checkpoint
-    is exported with ``@decode_batch`` for `batch` sequences (0: without)."""
+    is exported in `dtype` (None: f32) with batched decode steps for up to `batch` sequences
+    (:func:`decode_batch_sizes`; 0: without); a module file must compute in `dtype` when
+    it is given."""
     if model is None:
         model = bundled_model()
     given = str(model)
@@ -98,8 +108,9 @@ def source(model: Union[str, Path, None], *, extend: bool = False,
     if path.is_dir():
         try:
             checkpoint = hf.Checkpoint(path)
-            exported = hf.export(checkpoint, hf.ExportOptions(extend=extend, batch=batch),
-                                 log=log)
+            exported = hf.export(checkpoint, hf.ExportOptions(
+                extend=extend, dtype=dtype or "f32", batch=decode_batch_sizes(batch) or 0),
+                log=log)
         except (hf.CheckpointError, tools.ToolError) as error:
             raise LoadError(f"{given}: {error}") from None
         return Source(label, exported.text, checkpoint, path if _has_tokenizer(path) else None,
@@ -113,10 +124,16 @@ def source(model: Union[str, Path, None], *, extend: bool = False,
         raise LoadError(f"{given}: {error}") from None
     checkpoint = None
     try:
-        if runtime.signature(text, "prefill").weight_args:
+        prefill = runtime.signature(text, "prefill")
+        if prefill.weight_args:
             checkpoint = runtime.checkpoint_of(path)
     except (ValueError, tools.ToolError) as error:
         raise LoadError(f"{given}: {error}") from None
+    held = prefill.results[1].elem if len(prefill.results) > 1 else None
+    if dtype is not None and held != dtype:
+        raise LoadError(f"{given}: the module computes in {held} and keeps the element type "
+                        f"it was exported in, not {dtype}; give the checkpoint directory to "
+                        f"export it in {dtype}")
     found = runtime.max_positions_of(path)
     directory = getattr(checkpoint, "path", None)
     return Source(label, text, checkpoint,
@@ -250,13 +267,15 @@ def load_engine(model: Union[str, Path, None] = None,
                 compaction: Optional[hf.Compaction] = DEFAULT, *,
                 cache_budget_mb: float = 1024, max_queue: int = 256, max_models: int = 4,
                 tokenizer: Optional[Path] = None, per_request: bool = True,
-                decode_batch: int = DECODE_BATCH,
+                decode_batch: int = DECODE_BATCH, dtype: Optional[str] = None,
                 log: Optional[Callable[[str], None]] = None) -> Engine:
     """An :class:`Engine` over `model` with `compaction` (None: the full cache), compiled
     now. `tokenizer`: a directory with tokenizer files, for a model that has none beside it.
     `per_request`: requests may name their own settings. `decode_batch`: the running
-    sequences of a model advance together, `decode_batch` per compiled call (``@decode_batch``;
-    0: one call per sequence)."""
+    sequences of a model advance together, at most `decode_batch` per compiled call
+    (:func:`decode_batch_sizes`; 0: one call per sequence). `dtype`: the element type a
+    checkpoint is exported in (``f32``, the default, ``bf16`` or ``f16``; weights,
+    activations and K/V caches, so the budget holds twice the rows in 16 bits)."""
     if compaction is not None:
         problem = check_compaction(compaction)
         if problem:
@@ -264,8 +283,10 @@ def load_engine(model: Union[str, Path, None] = None,
     if isinstance(decode_batch, bool) or not isinstance(decode_batch, int) or \
             not 0 <= decode_batch <= 1024:
         raise LoadError(f"decode_batch must be an integer in [0, 1024], got {decode_batch!r}")
+    if dtype is not None and dtype not in ELEMENT_TYPES:
+        raise LoadError(f"dtype must be one of {', '.join(ELEMENT_TYPES)}, got {dtype!r}")
     src = source(model, extend=bool(compaction and compaction.extends), batch=decode_batch,
-                 log=log)
+                 dtype=dtype, log=log)
     if tokenizer is not None:
         if not _has_tokenizer(Path(tokenizer)):
             raise LoadError(f"{tokenizer}: no tokenizer files there")
