@@ -482,9 +482,9 @@ private:
   /// c), d = c * kLanes + lane: each key row read once for all rows r).
   Value dotLogits(Value kTile, Value qRows);
   /// The key steps [begin, end) over `keys`/`values` ([n, D], n >= Tk):
-  /// every row's maximum, sum and accumulator.
+  /// every row's maximum, sum and accumulator, from `inits` (-inf, 0, 0).
   SmallVector<Value> keyLoop(Value keys, Value values, Value n, Value begin,
-                             Value end);
+                             Value end, ValueRange inits);
   /// The key steps [begin, end) over `k`, `v` ([Lk, D]), zero-padded first
   /// when shorter than one tile.
   SmallVector<Value> steps(Value k, Value v, Value lk, Value begin, Value end);
@@ -533,17 +533,15 @@ Value TileBuilder::dotLogits(Value kTile, Value qRows) {
 }
 
 SmallVector<Value> TileBuilder::keyLoop(Value keys, Value values, Value n,
-                                        Value begin, Value end) {
+                                        Value begin, Value end,
+                                        ValueRange inits) {
   auto par = utils::IteratorType::parallel;
   auto red = utils::IteratorType::reduction;
   auto contract = arith::FastMathFlags::contract;
   Type tileTy = RankedTensorType::get({tk, rows}, f32);
   Type rowTy = RankedTensorType::get({rows}, f32);
   Type accTy = RankedTensorType::get({rows, dim}, f32);
-  auto loop = scf::ForOp::create(b, loc, begin, end, cIndex(1),
-                                 ValueRange{filled({rows}, kNegInf),
-                                            filled({rows}, 0.0f),
-                                            filled({rows, dim}, 0.0f)});
+  auto loop = scf::ForOp::create(b, loc, begin, end, cIndex(1), inits);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(loop.getBody());
   Value m = loop.getRegionIterArgs()[0], l = loop.getRegionIterArgs()[1],
@@ -695,12 +693,19 @@ SmallVector<Value> TileBuilder::keyLoop(Value keys, Value values, Value n,
 SmallVector<Value> TileBuilder::steps(Value k, Value v, Value lk, Value begin,
                                       Value end) {
   // Keys read in place when there is at least one whole tile of them, else
-  // zero-padded to one.
+  // zero-padded to one. The loop's initial values come before the scf.if
+  // that chooses: created in its branches, the [R, D] accumulator that both
+  // yield bufferizes to a fully dynamic layout, and a read of it with an
+  // unknown innermost stride becomes a loop over its elements through the
+  // stack.
+  SmallVector<Value> inits = {filled({rows}, kNegInf), filled({rows}, 0.0f),
+                              filled({rows, dim}, 0.0f)};
   auto onPadded = [&]() {
-    return keyLoop(padded(k, 0, tk), padded(v, 0, tk), cIndex(tk), begin, end);
+    return keyLoop(padded(k, 0, tk), padded(v, 0, tk), cIndex(tk), begin, end,
+                   inits);
   };
   if (std::optional<int64_t> staticLk = getConstantIntValue(lk))
-    return *staticLk >= tk ? keyLoop(k, v, lk, begin, end) : onPadded();
+    return *staticLk >= tk ? keyLoop(k, v, lk, begin, end, inits) : onPadded();
   Type rowTy = RankedTensorType::get({rows}, f32);
   auto whole = scf::IfOp::create(
       b, loc, TypeRange{rowTy, rowTy, RankedTensorType::get({rows, dim}, f32)},
@@ -708,7 +713,7 @@ SmallVector<Value> TileBuilder::steps(Value k, Value v, Value lk, Value begin,
       /*withElseRegion=*/true);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(whole.thenBlock());
-  scf::YieldOp::create(b, loc, keyLoop(k, v, lk, begin, end));
+  scf::YieldOp::create(b, loc, keyLoop(k, v, lk, begin, end, inits));
   b.setInsertionPointToStart(whole.elseBlock());
   scf::YieldOp::create(b, loc, onPadded());
   return SmallVector<Value>(whole.getResults());
