@@ -88,3 +88,61 @@ def test_the_heap_is_counted(tmp_path):
     fn = runtime.CompiledFunction(lib, "f", runtime.signature(ALLOC, "f"))
     assert fn._free is memref._FREE
     np.testing.assert_array_equal(fn(np.array([3], dtype=np.int64))[0], [1, 1, 1])
+
+
+def test_freed_large_blocks_are_kept_within_the_limit(tmp_path, monkeypatch):
+    """A freed block of 256 KiB or more is kept and taken back by an allocation it fits with
+    at most an eighth to spare; smaller ones go back to malloc; the limit bounds what is
+    kept (lowering it frees the excess), trim frees everything, and $SNAPKV_HEAP_CACHE_MB
+    sets the limit when a library is loaded (a malformed value is an error)."""
+    require_aot_tools()
+    monkeypatch.delenv(memref.HEAP_CACHE_ENV, raising=False)
+    path = runtime.compile_library(ALLOC, cache_dir=tmp_path).path
+    lib = ctypes.CDLL(str(path))
+    fn = runtime.CompiledFunction(lib, "f", runtime.signature(ALLOC, "f"))
+    heap = memref.HeapCounter.of(lib)
+    assert heap.cache_limit == 1 << 30 and heap.cached == 0
+    mib = 1 << 20
+
+    def call(nbytes):
+        (out,) = fn(np.array([nbytes // 4], dtype=np.int64))
+        assert out.shape == (nbytes // 4,) and (out == 1).all()
+        assert heap.live == 0  # kept blocks are not live
+
+    call(1000)
+    assert heap.cached == 0  # small: freed
+    call(5 * mib)
+    kept = heap.cached
+    assert 5 * mib <= kept < 5 * mib + 8192
+    call(5 * mib - 256 * 1024)  # fits the kept block: taken back, then kept again
+    assert heap.cached == kept
+    call(4 * mib)  # more than an eighth to spare: a block of its own
+    assert kept + 4 * mib <= heap.cached < kept + 4 * mib + 8192
+    heap.cache_limit = 5 * mib  # lowered: the least recently freed (5 MiB) goes first
+    assert 4 * mib <= heap.cached < 4 * mib + 8192
+    call(6 * mib)  # larger than the limit: freed
+    assert 4 * mib <= heap.cached < 4 * mib + 8192
+    heap.cache_limit = 12 * mib
+    call(5 * mib)  # kept beside the 4 MiB block
+    assert 9 * mib <= heap.cached < 9 * mib + 8192
+    call(6 * mib)  # 15 MiB would be over the limit: the older block (4 MiB) goes
+    assert 11 * mib <= heap.cached < 11 * mib + 8192
+    call(5 * mib)  # and the 5 MiB one is still there
+    assert 11 * mib <= heap.cached < 11 * mib + 8192
+    heap.trim()
+    assert heap.cached == 0
+    heap.cache_limit = 0
+    call(5 * mib)
+    assert heap.cached == 0
+    with pytest.raises(ValueError, match="heap cache limit is >= 0 bytes"):
+        heap.cache_limit = -1
+
+    # The environment is read when a library is loaded (a copy: dlopen loads a path once).
+    monkeypatch.setenv(memref.HEAP_CACHE_ENV, "3")
+    copy = tmp_path / "copy.so"
+    copy.write_bytes(path.read_bytes())
+    assert memref.HeapCounter.of(ctypes.CDLL(str(copy))).cache_limit == 3 * mib
+    monkeypatch.setenv(memref.HEAP_CACHE_ENV, "lots")
+    with pytest.raises(ValueError, match=r"SNAPKV_HEAP_CACHE_MB must be a whole number of "
+                                         r"megabytes \(0 keeps no freed blocks\), got 'lots'"):
+        memref.HeapCounter.of(lib)

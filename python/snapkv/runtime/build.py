@@ -13,7 +13,9 @@
    lowered code calls its ``memrefCopy``) and libomp, with ``-Bsymbolic`` (a function named
    like a libc one, ``@select``, is still the one its C wrapper calls), and with ``heap.c``:
    ``generic-alloc=true`` makes every allocation call its ``_mlir_memref_to_llvm_alloc``,
-   which counts the bytes held (``snapkv_heap_peak``). The tools come from
+   which counts the bytes held (``snapkv_heap_peak``) and reuses the large blocks the
+   library freed instead of having the kernel map and zero new pages for each
+   (``$SNAPKV_HEAP_CACHE_MB``, :class:`~snapkv.runtime.memref.HeapCounter`). The tools come from
    :mod:`snapkv.tools`;
 3. the ``.so`` is cached (:mod:`snapkv.runtime.cache`); ``from_cache`` says whether it was
    compiled.
@@ -55,7 +57,8 @@ from .cache import (
 RUNNER_VERSION = 9
 PIPELINE = ("builtin.module(func.func(llvm-request-c-wrappers),"
             "snapkv-cpu-pipeline{asserts=report generic-alloc=true})")
-# Defines the allocation functions generic-alloc calls, counting the heap.
+# Defines the allocation functions generic-alloc calls, counting the heap and keeping
+# freed large blocks for reuse.
 HEAP_COUNTER = Path(__file__).resolve().with_name("heap.c")
 # -fno-unroll-loops: the pipeline already unrolls register tiles; LLVM unrolling their loops
 # again doubles the code clang optimises (half its time) for no measured speed-up
@@ -198,8 +201,10 @@ def compile_library(text: str, *, cache_dir: Optional[os.PathLike] = None,
     # Fast path: the index of this text, pipeline and these tools names a library.
     # clang's version stands for the LLVM libraries the two tools load.
     # Compiled for this CPU, the lowering depends on it too (the bf16 microkernel).
+    # heap.c is linked in: a change to it names another library.
     source_key = _sha256(f"runner {RUNNER_VERSION}", pipeline, _file_digest(opt.resolve()),
-                         _file_digest(translate.resolve()), _version_of(clang),
+                         _file_digest(translate.resolve()), _file_digest(HEAP_COUNTER),
+                         _version_of(clang),
                          " ".join(cflags), _cpu() if _native(cflags) else "", text)
     index = cache / f"{source_key}.key"
     try:

@@ -28,6 +28,7 @@ freed. Input arrays are made contiguous and kept referenced until the call retur
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 import time
 from typing import List, Optional, Sequence
@@ -226,18 +227,43 @@ def _library_free(lib: ctypes.CDLL):
     return free
 
 
+HEAP_CACHE_ENV = "SNAPKV_HEAP_CACHE_MB"
+
+
+def heap_cache_limit() -> Optional[int]:
+    """Bytes ``$SNAPKV_HEAP_CACHE_MB`` lets a library keep of its freed blocks (None when
+    unset: the library's default). heap.c reads the variable itself when it is loaded; this
+    turns a value it would ignore into an error."""
+    value = os.environ.get(HEAP_CACHE_ENV, "")
+    if not value:
+        return None
+    if not value.isdigit() or int(value) > 2 ** 43 - 1:
+        raise ValueError(f"{HEAP_CACHE_ENV} must be a whole number of megabytes (0 keeps no "
+                         f"freed blocks), got {value!r}")
+    return int(value) << 20
+
+
 class HeapCounter:
     """The heap of a library built with ``generic-alloc=true`` (``runtime/heap.c``): bytes
     its code allocated and has not freed (``live``), and the most it held at once since
     :meth:`reset_peak` (``peak``), over every thread. Results are counted until the runner
-    has copied them out and freed them."""
+    has copied them out and freed them.
+
+    Freed blocks of 256 KiB or more are kept for the library's next allocations
+    (``cached`` bytes, at most ``cache_limit``; not in ``live``): the process holds
+    ``live + cached`` bytes for the compiled code. :meth:`trim` gives them back."""
 
     def __init__(self, lib: ctypes.CDLL):
+        heap_cache_limit()  # a malformed value is an error, not a silent default
         self._live, self._peak = lib.snapkv_heap_live, lib.snapkv_heap_peak
-        self._reset = lib.snapkv_heap_reset_peak
-        for f in (self._live, self._peak):
+        self._cached, self._limit = lib.snapkv_heap_cached, lib.snapkv_heap_cache_limit
+        self._reset, self._trim = lib.snapkv_heap_reset_peak, lib.snapkv_heap_trim
+        self._set_limit = lib.snapkv_heap_set_cache_limit
+        for f in (self._live, self._peak, self._cached, self._limit):
             f.argtypes, f.restype = [], ctypes.c_int64
-        self._reset.argtypes, self._reset.restype = [], None
+        for f in (self._reset, self._trim):
+            f.argtypes, f.restype = [], None
+        self._set_limit.argtypes, self._set_limit.restype = [ctypes.c_int64], None
 
     @classmethod
     def of(cls, lib: ctypes.CDLL) -> Optional["HeapCounter"]:
@@ -252,8 +278,27 @@ class HeapCounter:
     def peak(self) -> int:
         return int(self._peak())
 
+    @property
+    def cached(self) -> int:
+        return int(self._cached())
+
+    @property
+    def cache_limit(self) -> int:
+        return int(self._limit())
+
+    @cache_limit.setter
+    def cache_limit(self, nbytes: int):
+        """At most `nbytes` kept from now on (0: none); blocks kept beyond it are freed."""
+        if nbytes < 0:
+            raise ValueError(f"a heap cache limit is >= 0 bytes, got {nbytes}")
+        self._set_limit(nbytes)
+
     def reset_peak(self):
         self._reset()
+
+    def trim(self):
+        """Free every kept block."""
+        self._trim()
 
 
 def _to_numpy(desc, ttype: TensorType, what: str) -> np.ndarray:

@@ -13,6 +13,7 @@ import ctypes
 import functools
 import os
 import re
+import weakref
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
@@ -236,8 +237,11 @@ class CompiledModel:
         self.library = compile_library(compiled, cache_dir=cache_dir, verbose=verbose,
                                        cflags=cflags, timeout=timeout, label=label)
         self._lib = ctypes.CDLL(str(self.library.path))
-        # The compiled code's heap (None for a library built without generic-alloc).
+        # The compiled code's heap (None for a library built without generic-alloc). The
+        # freed blocks it keeps for reuse go back to the system with the model.
         self.heap = HeapCounter.of(self._lib)
+        if self.heap is not None:
+            weakref.finalize(self, self.heap.trim)
         bound = {name: [self.weights[n] for n, _ in signatures[name].weight_args]
                  for name in entries}
         if self.split:
@@ -427,7 +431,10 @@ class CompiledModel:
           call (activations, attention tiles, a chunk's concatenated K/V, the results before
           they are copied out), from the library's heap counter (None without one);
         * ``peak_bytes``: the largest sum of the two over the calls, an upper bound of what
-          prefill held at once (a result is counted in the heap and as a copy)."""
+          prefill held at once (a result is counted in the heap and as a copy);
+        * ``kept_heap_bytes``: freed blocks the library keeps for its next calls afterwards
+          (:class:`~snapkv.runtime.memref.HeapCounter`; not in the peaks; None without a
+          counter)."""
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         if ids.ndim == 1:
             ids = ids[None]
@@ -479,7 +486,8 @@ class CompiledModel:
             logits, caches = call(self._extend, ids[:, start:stop],
                                   np.array([start], dtype=np.int64), caches=caches)
         self.last_prefill = dict(chunks=bounds, peak_cache_bytes=held["cache"],
-                                 peak_heap_bytes=held["heap"], peak_bytes=held["both"])
+                                 peak_heap_bytes=held["heap"], peak_bytes=held["both"],
+                                 kept_heap_bytes=None if self.heap is None else self.heap.cached)
         return logits, caches
 
     def decode(self, token: int, position: int, caches: Sequence[np.ndarray]):
