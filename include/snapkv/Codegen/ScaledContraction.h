@@ -59,13 +59,11 @@ inline bool isScaledContraction(linalg::LinalgOp op) {
 /// 32]` (int8), values `[k / 32, k % 32, n]` (int8), activation scales `[m,
 /// k / 32]`, weight scales `[k / 32, n]`, result `[m, n]`.
 inline SmallVector<AffineMap> int8ContractionMaps(MLIRContext *ctx) {
-  AffineExpr m, kb, kk, n;
-  bindDims(ctx, m, kb, kk, n);
-  return {AffineMap::get(4, 0, {m, kb, kk}, ctx),
-          AffineMap::get(4, 0, {kb, kk, n}, ctx),
-          AffineMap::get(4, 0, {m, kb}, ctx),
-          AffineMap::get(4, 0, {kb, n}, ctx),
-          AffineMap::get(4, 0, {m, n}, ctx)};
+  SmallVector<AffineMap> maps = scaledContractionMaps(ctx);
+  maps.insert(maps.begin() + 2, maps[2]); // the weight scales' [k / 32, n]
+  maps[2] = AffineMap::get(
+      4, 0, {getAffineDimExpr(0, ctx), getAffineDimExpr(1, ctx)}, ctx);
+  return maps;
 }
 
 /// Whether `op` is the int8 x int8 block product of
