@@ -91,7 +91,8 @@ struct ParallelizePass : snapkv::impl::ParallelizeBase<ParallelizePass> {
     IRRewriter rewriter(&getContext());
     for (linalg::LinalgOp op : ops) {
       if ((linalg::isaContractionOpInterface(op) ||
-           snapkv::isScaledContraction(op)) &&
+           snapkv::isScaledContraction(op) ||
+           snapkv::isInt8ScaledContraction(op)) &&
           tileContraction(rewriter, op))
         continue;
       if (llvm::any_of(op.getStaticLoopRanges(), ShapedType::isDynamic))
@@ -131,7 +132,8 @@ struct ParallelizePass : snapkv::impl::ParallelizeBase<ParallelizePass> {
     // static reduction lets snapkv-vectorize read the matrix row by row.
     // The vector x Q8_0 matrix product's reduction is two loops (k / 32,
     // k % 32): its parts are whole blocks of 32 rows.
-    bool scaled = snapkv::isScaledContraction(op);
+    bool scaled =
+        snapkv::isScaledContraction(op) || snapkv::isInt8ScaledContraction(op);
     bool oneRow = llvm::all_of(llvm::enumerate(ranges), [&](auto it) {
       auto [d, range] = it;
       return d == *vectorDim || d == *reduction || range == 1 ||

@@ -10,11 +10,14 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Int8Microkernel.h"
+#include "VectorLoops.h"
 #include "snapkv/Codegen/Passes.h"
 #include "snapkv/Codegen/ScaledContraction.h"
 #include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
 
 #include "mlir/Dialect/DLTI/DLTI.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -608,30 +611,9 @@ LogicalResult vectorizeScaledVectorTimesMatrix(RewriterBase &rewriter,
   auto intType = VectorType::get({width}, elementType(values));
   Value zeros = arith::ConstantOp::create(
       rewriter, loc, wideType, DenseElementsAttr::get(wideType, 0.0f));
-  using Body = function_ref<Value(OpBuilder &, Location, Value, Value)>;
-  // for i in [from, from + count) step `step`: carried = body(i, carried).
-  auto loop = [&](OpBuilder &b, Location loc, Value from, int64_t count,
-                  int64_t step, ValueRange carried, Body body) {
-    Value upper = arith::AddIOp::create(b, loc, from, index(count));
-    return scf::ForOp::create(
-        b, loc, from, upper, index(step), carried,
-        [&](OpBuilder &b, Location loc, Value i, ValueRange carried) {
-          Value next = body(b, loc, i, carried.front());
-          scf::YieldOp::create(b, loc, next);
-        });
-  };
-  auto read = [&](OpBuilder &b, Location loc, VectorType type, Value source,
-                  ValueRange indices) -> Value {
-    return vector::TransferReadOp::create(b, loc, type, source, indices,
-                                          /*padding=*/std::nullopt,
-                                          ArrayRef<bool>{true});
-  };
-  auto write = [&](OpBuilder &b, Location loc, Value vector, Value dest,
-                   ValueRange indices) -> Value {
-    return vector::TransferWriteOp::create(b, loc, vector, dest, indices,
-                                           ArrayRef<bool>{true})
-        .getResult();
-  };
+  auto loop = snapkv::forCarrying;
+  auto read = snapkv::readVector;
+  auto write = snapkv::writeVector;
   // A block's 32 sums of a chunk: a row of the chunk's width, re-zeroed per
   // block, carried through the loops (one buffer once bufferized).
   Value sums0 = tensor::EmptyOp::create(rewriter, loc, {chunk}, f32);
@@ -703,6 +685,8 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
   bool peeled = false;
   /// The microkernel the option asks for.
   Microkernel kernel = Microkernel::none;
+  /// Whether int8 block products take vpdpbusd (`int8-microkernel`).
+  bool int8Vnni = false;
 
   void runOnOperation() override {
     peeled = false;
@@ -732,6 +716,17 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
       return signalPassFailure();
     }
     kernel = *chosen;
+    if (int8Microkernel != "auto" && int8Microkernel != "avx512vnni" &&
+        int8Microkernel != "none") {
+      emitError(getOperation().getLoc())
+          << "snapkv-vectorize: int8-microkernel must be auto, avx512vnni or "
+             "none, got '"
+          << int8Microkernel << "'";
+      return signalPassFailure();
+    }
+    int8Vnni = int8Microkernel == "auto"
+                   ? llvm::sys::getHostCPUFeatures().lookup("avx512vnni")
+                   : int8Microkernel == "avx512vnni";
 
     SmallVector<linalg::LinalgOp> ops;
     getOperation().walk([&](linalg::LinalgOp op) {
@@ -825,6 +820,16 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
     // reduction steps became per-column dot products.
     bool contraction = linalg::isaContractionOpInterface(op) ||
                        snapkv::isScaledContraction(op);
+    if (snapkv::isInt8ScaledContraction(op)) {
+      rewriter.setInsertionPoint(op);
+      auto attr =
+          op->getAttrOfType<snapkv::MicrokernelAttr>("snapkv.microkernel");
+      bool vnni =
+          attr ? attr.getValue() == snapkv::Microkernel::avx512vnni : int8Vnni;
+      if (succeeded(snapkv::vectorizeInt8VectorTimesMatrix(rewriter, op,
+                                                           target.lanes, vnni)))
+        return;
+    }
     if (snapkv::isScaledContraction(op) && isVectorTimesMatrix(op)) {
       rewriter.setInsertionPoint(op);
       if (succeeded(

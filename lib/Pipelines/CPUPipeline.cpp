@@ -76,6 +76,9 @@ void snapkv::buildCPUPipeline(OpPassManager &pm,
   vectorize.microkernel =
       cpuFeatureNames(options.cpuFeatures).lookup("avx512bf16") ? "avx512bf16"
                                                                 : "none";
+  vectorize.int8Microkernel =
+      cpuFeatureNames(options.cpuFeatures).lookup("avx512vnni") ? "avx512vnni"
+                                                                : "none";
   tensors.addPass(createVectorize(vectorize));
   tensors.addPass(createCanonicalizerPass());
   tensors.addPass(createCSEPass());

@@ -269,16 +269,18 @@ def rewrite(text: str, compaction: Compaction = Compaction(), *, strict: bool = 
     return tools.opt([f"--snapkv-compress-kv-cache={options}", *extra], text=text).stdout
 
 
-def quantize_weights(text: str) -> str:
-    """`text` with its projection weights taken as Q8_0 (``snapkv-quantize-weights``)."""
-    return tools.opt([quantized.PASS], text=text).stdout
+def quantize_weights(text: str, activations: str = "float") -> str:
+    """`text` with its projection weights taken as Q8_0 (``snapkv-quantize-weights``);
+    `activations` ``"i8"``: a decode step's activations quantized per block of 32 too."""
+    return tools.opt([quantized.pass_arg(activations)], text=text).stdout
 
 
 def load(checkpoint: Union[Checkpoint, os.PathLike, str],
          compaction: Optional[Compaction] = None, *,
          options: ExportOptions = ExportOptions(), cflags: Sequence[str] = DEFAULT_CFLAGS,
          cache_dir: Optional[os.PathLike] = None, verbose: bool = False,
-         log=None, in_place: bool = True, weights: str = "f32") -> CompiledModel:
+         log=None, in_place: bool = True, weights: str = "f32",
+         activations: str = "float") -> CompiledModel:
     """The compiled model of `checkpoint`: the original (full cache) without `compaction`,
     else rewritten with it. `weights`: ``"f32"`` (the checkpoint's tensors, in the export's
     dtype) or ``"as-stored"``: a checkpoint converted from a GGUF file whose projections
@@ -289,10 +291,19 @@ def load(checkpoint: Union[Checkpoint, os.PathLike, str],
     checkpoint; its ``max_positions`` is the export's (``max_position_embeddings``, or a
     sliding window that is narrower). `cache_dir` is the runner's (compiled libraries);
     exports are cached next to it. `in_place`: decode writes its caches in place
-    (``CompiledModel``)."""
+    (``CompiledModel``). `activations` (with ``"as-stored"``): ``"float"``, or ``"i8"``:
+    a decode step's activations quantized per block of 32 to int8 (scale max|x|/127) and
+    multiplied as integers with the Q8_0 values (llama.cpp's form, ``vpdpbusd`` on
+    AVX512_VNNI; different numerics, so never the default)."""
     if weights not in quantized.WEIGHT_CHOICES:
         raise ValueError(f"weights must be one of {', '.join(quantized.WEIGHT_CHOICES)}, "
                          f"got {weights!r}")
+    if activations not in quantized.ACTIVATION_CHOICES:
+        raise ValueError(f"activations must be one of "
+                         f"{', '.join(quantized.ACTIVATION_CHOICES)}, got {activations!r}")
+    if activations != "float" and weights != "as-stored":
+        raise ValueError(f"activations={activations!r} quantizes the activations of Q8_0 "
+                         f"products: it goes with weights='as-stored'")
     if weights == "as-stored" and options.dtype not in quantized.STORED_DTYPES:
         raise ValueError(f"weights='as-stored' keeps Q8_0 weights, whose products accumulate "
                          f"in f32: it goes with dtype {' or '.join(quantized.STORED_DTYPES)}, "
@@ -308,7 +319,7 @@ def load(checkpoint: Union[Checkpoint, os.PathLike, str],
     if weights == "as-stored":
         stored = quantized.as_stored(checkpoint, log=log)
         if stored is not None:
-            text, source = quantize_weights(text), stored
+            text, source = quantize_weights(text, activations), stored
     return CompiledModel(text, weights=source, cflags=cflags, cache_dir=cache_dir,
                          verbose=verbose, in_place=in_place,
                          max_positions=exported.meta.get("max_position_embeddings"))

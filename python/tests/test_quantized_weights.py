@@ -13,7 +13,10 @@
 * the same with dtype bf16 (bf16 activations and caches), against the bf16 model bound to
   the dequantized weights;
 * bad input: an unknown `weights`, dtype f16 with as-stored, a quantized module bound
-  to plain weights, a GGUF whose projections are not Q8_0 (falls back to f32, says so).
+  to plain weights, a GGUF whose projections are not Q8_0 (falls back to f32, says so);
+* int8 activations (`activations="i8"`): the compiled one-row kernel, with vpdpbusd and with
+  the fallback, is the integer arithmetic of a numpy reference; the tiny model's greedy steps
+  against f32's; an unknown choice, or i8 without as-stored, is refused.
 """
 
 import numpy as np
@@ -27,6 +30,7 @@ from snapkv.frontend.checkpoint import WeightRef
 QUANT_ATOL = 1e-4
 BF16_ATOL = 0.0625
 STEPS = 6
+I8_ATOL = 0.3
 
 
 def test_quantizer_is_gguf_py_q8_0():
@@ -209,3 +213,116 @@ def test_bf16_model_with_quantized_weights(tiny):
     theirs = np.abs(plain16["logits"] - want["logits"]).max()
     assert np.abs(want["logits"]).max() < 16
     assert ours <= theirs + BF16_ATOL, f"max |diff| from f32 {ours}, plain bf16's {theirs}"
+
+
+# int8 activations (`activations="i8"`, llama.cpp's form of a Q8_0 vector x matrix product).
+I8_MODULE = """
+func.func @mv(%x: tensor<1x{k}xf32>, %w: tensor<{k}x{n}xf32> {{snapkv.weight = "w",
+                                                           snapkv.transposed}})
+    -> tensor<1x{n}xf32> {{
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<1x{n}xf32>
+  %c = linalg.fill ins(%z : f32) outs(%e : tensor<1x{n}xf32>) -> tensor<1x{n}xf32>
+  %y = linalg.matmul ins(%x, %w : tensor<1x{k}xf32>, tensor<{k}x{n}xf32>)
+                     outs(%c : tensor<1x{n}xf32>) -> tensor<1x{n}xf32>
+  return %y : tensor<1x{n}xf32>
+}}
+"""
+
+
+def int8_reference(x, values, scales):
+    """The integer arithmetic of `activations="i8"` in numpy: per block of 32 of `x` ([K]),
+    scale d = max|x| / 127 and a = round(x * (1 / d)) (halves away from zero; 0 for a block
+    of zeros), all in f32 like the compiled code; then per block and column the exact sum of
+    32 int8 x int8 products, times d * scale. Returns (the result in f64 from those exact
+    terms, the sum of the terms' magnitudes)."""
+    blocks = x.reshape(-1, 32)
+    d = (np.abs(blocks).max(axis=1) / np.float32(127)).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        inverse = np.where(d == 0, np.float32(0), np.float32(1) / d).astype(np.float32)
+    v = (blocks * inverse[:, None]).astype(np.float32).astype(np.float64)
+    a = (np.sign(v) * np.floor(np.abs(v) + 0.5)).astype(np.int64)
+    assert np.abs(a).max() <= 127
+    sums = np.einsum("bk,bkn->bn", a, values.reshape(len(d), 32, -1).astype(np.int64))
+    scale = (d[:, None] * scales).astype(np.float32).astype(np.float64)
+    terms = sums.astype(np.float64) * scale
+    return terms.sum(axis=0), np.abs(terms).sum(axis=0)
+
+
+@pytest.mark.parametrize("features", ["host", "-avx512vnni"])
+def test_int8_activation_kernel_is_the_integer_arithmetic(features):
+    """The compiled one-row product with int8 activations, with vpdpbusd where this CPU has
+    AVX512_VNNI (`host`) and with the fallback (the feature forced off), against
+    int8_reference: the block sums are exact integers, so the only difference is the f32
+    rounding of the per-block multiply-adds (at most a few ulps of the terms' magnitude);
+    one activation rounded the other way would be off by ~1e-2 of it. The rows hold halves
+    (2.5 with max 127: 3, not numpy's 2), a block of zeros and a block of one value."""
+    import ctypes
+
+    from snapkv import tools
+
+    require_aot_tools()
+    k, n = 256, 192
+    rng = np.random.default_rng(11)
+    text = tools.opt([quantized.pass_arg("i8")], text=I8_MODULE.format(k=k, n=n)).stdout
+    pipeline = runtime.PIPELINE.replace("asserts=report",
+                                        f"asserts=report cpu-features={features}")
+    lib = runtime.compile_library(text, label="int8-activations", pipeline=pipeline)
+    fn = runtime.CompiledFunction(ctypes.CDLL(str(lib.path)), "mv",
+                                  runtime.signature(text, "mv"))
+    values = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    scales = rng.uniform(1e-3, 2e-2, (k // 32, n)).astype(np.float32)
+    for trial in range(3):
+        x = rng.normal(0, 1 + 10 * trial, k).astype(np.float32)
+        x[:32] = 0
+        x[32:64] = -3.25
+        x[64:96] = np.resize(np.float32([127, 2.5, -2.5, 0.5, -0.5, 1.5, 126.5, -127]), 32)
+        (got,) = fn(x[None], values, scales)
+        want, magnitude = int8_reference(x, values, scales)
+        err = np.abs(got[0].astype(np.float64) - want)
+        assert np.all(err <= 4e-7 * magnitude + 1e-30), \
+            f"{features}: max relative error {(err / magnitude).max():.3g}"
+
+
+def test_int8_activations_model(tiny):
+    """The tiny model with activations="i8" (each decode step's projections and the last
+    row's logits on int8 activations) against the f32 model bound to the dequantized weights,
+    greedy: while both have generated the same tokens, each step's logits are within I8_ATOL
+    (the activations' rounding, up to d / 2 each; |logits| < 16 here) and its token is the
+    same wherever the reference's top two logits are more than 2 x I8_ATOL apart. This random
+    model has near-ties (0.004 at its third step), where the two may part."""
+    checkpoint, exported, tensors = tiny
+    text = hf.quantize_weights(exported.text, "i8")
+    plain = {name: np.asarray(checkpoint.array(name)) for name in checkpoint.tensors}
+    plain.update({name: t.dequantize() for name, t in tensors.items()})
+    reference = runtime.CompiledModel(exported.text, weights=plain, cflags=("-O0",))
+    model = runtime.CompiledModel(text, weights=quantized.QuantizedWeights(checkpoint, tensors))
+    ids = np.random.default_rng(7).integers(0, 256, (1, 24)).astype(np.int64)
+    want, got = reference.generate(ids, STEPS), model.generate(ids, STEPS)
+    compared = 0
+    for step, (w, g) in enumerate(zip(np.asarray(want["logits"]), np.asarray(got["logits"]))):
+        if got["tokens"][:step] != want["tokens"][:step]:
+            break
+        diff = np.abs(w - g).max()
+        assert 0 < diff <= I8_ATOL, f"step {step}: max |diff| {diff}"
+        top = np.sort(w.ravel())
+        if top[-1] - top[-2] > 2 * I8_ATOL:
+            assert got["tokens"][step] == want["tokens"][step], f"step {step}"
+        compared += 1
+    assert compared >= 3, (want["tokens"], got["tokens"])
+
+
+def test_int8_activations_bad_input(tiny, tmp_path):
+    from test_cli import snapkv
+
+    checkpoint, _, _ = tiny
+    with pytest.raises(ValueError, match="activations must be one of float, i8, got 'i4'"):
+        hf.load(checkpoint, weights="as-stored", activations="i4")
+    with pytest.raises(ValueError, match="goes with weights='as-stored'"):
+        hf.load(checkpoint, activations="i8")
+    done = snapkv("generate", checkpoint.path, "--weights", "as-stored", "--activations", "i4")
+    assert done.returncode == 2 and "invalid choice: 'i4' (choose from 'float', 'i8')" in \
+        done.stderr, done.stderr
+    done = snapkv("compile", checkpoint.path, "--window", 8, "--capacity", 16, "-o",
+                  tmp_path / "m.mlir", "--activations", "i8")
+    assert done.returncode != 0 and "goes with --weights as-stored" in done.stderr, done.stderr

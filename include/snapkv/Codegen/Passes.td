@@ -76,6 +76,21 @@ def Vectorize : Pass<"snapkv-vectorize", "::mlir::func::FuncOp"> {
     option for that op; `amx` takes the `avx512bf16` kernel (no AMX tiles
     yet; CPUs with AMX-BF16 have AVX512_BF16). In `--snapkv-cpu-pipeline`
     the option follows the pipeline's `cpu-features` too (`host`: `auto`).
+
+    The int8 x int8 block product of snapkv-quantize-weights'
+    `activations=i8` (one row, after snapkv-parallelize) sums each block's
+    32 integer products per column in i32 and adds the sums, times the two
+    scales, to the result once per block. With `int8-microkernel`
+    `avx512vnni` (or `snapkv.microkernel = #snapkv.microkernel<avx512vnni>`
+    on the op, snapkv-configure-lowering's choice from AVX512_VNNI; 512-bit
+    vectors and columns in 64s) each 4 rows of 64 weights are offset to
+    unsigned (`xor 0x80`), interleaved into 4 rows per i32 lane and
+    multiply-added with the broadcast 4 activations by `vpdpbusd` (an
+    `llvm.inline_asm` without side effects: `llvm.call_intrinsic` has
+    unknown memory effects, which the buffer deallocation after this pass
+    rejects), and 128 x the block's sum of
+    activations is subtracted from its sums; else (`none`) each product is
+    widened to i32: the same integers.
   }];
   let options = [
     Option<"vectorBits", "vector-bits", "int64_t", /*default=*/"0",
@@ -83,10 +98,16 @@ def Vectorize : Pass<"snapkv-vectorize", "::mlir::func::FuncOp"> {
            "host's)">,
     Option<"microkernel", "microkernel", "std::string", /*default=*/"\"auto\"",
            "Microkernel of bf16 x bf16 -> f32 contractions: auto (the "
-           "host's), avx512bf16 (vdpbf16ps) or none (widen to f32)">
+           "host's), avx512bf16 (vdpbf16ps) or none (widen to f32)">,
+    Option<"int8Microkernel", "int8-microkernel", "std::string",
+           /*default=*/"\"auto\"",
+           "Microkernel of the int8 x int8 block products (activations=i8): "
+           "auto (the host's), avx512vnni (vpdpbusd) or none (widened i32 "
+           "multiplies)">
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect",
+    "::mlir::LLVM::LLVMDialect",
     "::mlir::scf::SCFDialect",
     "::mlir::tensor::TensorDialect",
     "::mlir::vector::VectorDialect",

@@ -54,6 +54,51 @@ inline bool isScaledContraction(linalg::LinalgOp op) {
   return scaled && scaled.getLhs().getDefiningOp<arith::SIToFPOp>();
 }
 
+/// The indexing maps of the vector x Q8_0 matrix product with int8
+/// activations over (m, k / 32, k % 32, n): activations `[m, k / 32, k %
+/// 32]` (int8), values `[k / 32, k % 32, n]` (int8), activation scales `[m,
+/// k / 32]`, weight scales `[k / 32, n]`, result `[m, n]`.
+inline SmallVector<AffineMap> int8ContractionMaps(MLIRContext *ctx) {
+  SmallVector<AffineMap> maps = scaledContractionMaps(ctx);
+  maps.insert(maps.begin() + 2, maps[2]); // the weight scales' [k / 32, n]
+  maps[2] = AffineMap::get(
+      4, 0, {getAffineDimExpr(0, ctx), getAffineDimExpr(1, ctx)}, ctx);
+  return maps;
+}
+
+/// Whether `op` is the int8 x int8 block product of
+/// snapkv-quantize-weights' `activations=i8`: a linalg.generic of
+/// int8ContractionMaps whose body is `out + sitofp(extsi(a) * extsi(q)) *
+/// (scale_a * scale_q)` (the integer product exact; the kernels sum each
+/// block's 32 of them in i32 before the one multiply by the scales).
+inline bool isInt8ScaledContraction(linalg::LinalgOp op) {
+  auto generic = dyn_cast<linalg::GenericOp>(op.getOperation());
+  if (!generic || generic.getNumDpsInputs() != 4 ||
+      generic.getNumDpsInits() != 1 ||
+      generic.getIndexingMapsArray() != int8ContractionMaps(op.getContext()))
+    return false;
+  Block &body = generic.getRegion().front();
+  auto add = body.getTerminator()->getOperand(0).getDefiningOp<arith::AddFOp>();
+  if (!add || add.getLhs() != body.getArgument(4))
+    return false;
+  auto product = add.getRhs().getDefiningOp<arith::MulFOp>();
+  if (!product)
+    return false;
+  auto widen = product.getLhs().getDefiningOp<arith::SIToFPOp>();
+  auto scales = product.getRhs().getDefiningOp<arith::MulFOp>();
+  if (!widen || !scales || scales.getLhs() != body.getArgument(2) ||
+      scales.getRhs() != body.getArgument(3))
+    return false;
+  auto ints = widen.getIn().getDefiningOp<arith::MulIOp>();
+  if (!ints)
+    return false;
+  auto a = ints.getLhs().getDefiningOp<arith::ExtSIOp>();
+  auto q = ints.getRhs().getDefiningOp<arith::ExtSIOp>();
+  return a && q && a.getIn() == body.getArgument(0) &&
+         q.getIn() == body.getArgument(1) && a.getType().isInteger(32) &&
+         q.getType().isInteger(32);
+}
+
 } // namespace mlir::snapkv
 
 #endif // SNAPKV_CODEGEN_SCALEDCONTRACTION_H

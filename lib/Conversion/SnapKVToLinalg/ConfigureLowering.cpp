@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Formulation.h"
+#include "snapkv/Codegen/ScaledContraction.h"
 #include "snapkv/Conversion/SnapKVToLinalg/SnapKVToLinalg.h"
 #include "snapkv/Dialect/SnapKV/IR/SnapKVDialect.h"
 #include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
@@ -50,7 +51,7 @@ constexpr StringLiteral kMicrokernelName = "snapkv.microkernel";
 
 /// The CPU features the strategy reads.
 struct CPUFeatures {
-  bool avx512bf16 = false, amx = false;
+  bool avx512bf16 = false, amx = false, avx512vnni = false;
   /// Vector register width: what compilers that vectorise on their own
   /// (IREE, through snapkv.iree_backend) read from the report.
   int64_t vectorBits = 128;
@@ -61,6 +62,7 @@ struct CPUFeatures {
     CPUFeatures features;
     features.avx512bf16 = names.lookup("avx512bf16");
     features.amx = names.lookup("amx-bf16") && names.lookup("amx-tile");
+    features.avx512vnni = names.lookup("avx512vnni");
     if (names.lookup("avx512f"))
       features.vectorBits = 512;
     else if (names.lookup("avx2") || names.lookup("avx"))
@@ -179,6 +181,22 @@ struct ConfigureLoweringPass
     std::vector<llvm::json::Value> choices;
 
     WalkResult result = root->walk([&](Operation *op) {
+      // The int8 x int8 block products (activations=i8): vpdpbusd.
+      if (auto linalgOp = dyn_cast<linalg::LinalgOp>(op);
+          !gpu && linalgOp && isInt8ScaledContraction(linalgOp)) {
+        if (!op->hasAttr(kMicrokernelName))
+          op->setAttr(kMicrokernelName,
+                      MicrokernelAttr::get(op->getContext(),
+                                           features.avx512vnni
+                                               ? Microkernel::avx512vnni
+                                               : Microkernel::none));
+        llvm::json::Object choice =
+            describe(op, IntegerType::get(op->getContext(), 8));
+        choice["microkernel"] = stringifyMicrokernel(
+            op->getAttrOfType<MicrokernelAttr>(kMicrokernelName).getValue());
+        choices.push_back(std::move(choice));
+        return WalkResult::advance();
+      }
       if (!gpu)
         if (Type type = contractionElementType(op); type && type.isBF16()) {
           if (!op->hasAttr(kMicrokernelName))

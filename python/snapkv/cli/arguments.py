@@ -202,6 +202,12 @@ def weights_option(parser):
                              "values and a scale per 32, widened inside the matmuls (a "
                              "quarter of the weight bytes); other checkpoints fall back to f32 "
                              "(-v says why). Needs --dtype f32 or bf16 (docs/user-guide.md)")
+    parser.add_argument("--activations", choices=("float", "i8"), default="float",
+                        help="with --weights as-stored: a decode step's activations in the "
+                             "Q8_0 products. float (default): as computed (--dtype); i8: "
+                             "quantized per block of 32 to int8 (scale max|x|/127) and "
+                             "multiplied as integers, llama.cpp's form (AVX512_VNNI's "
+                             "vpdpbusd where the CPU has it); changes the numerics")
 
 
 def checkpoint_option(parser):

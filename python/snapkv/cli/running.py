@@ -136,6 +136,10 @@ def check_weights(args):
     exported."""
     from ..frontend import quantized
 
+    if getattr(args, "activations", "float") != "float" and \
+            getattr(args, "weights", "f32") != "as-stored":
+        raise CLIError(f"--activations {args.activations} quantizes the activations of Q8_0 "
+                       f"products: it goes with --weights as-stored")
     if getattr(args, "weights", "f32") == "as-stored" and \
             (getattr(args, "dtype", None) or "f32") not in quantized.STORED_DTYPES:
         raise CLIError(f"--weights as-stored keeps Q8_0 weights, whose products accumulate in "
@@ -164,7 +168,8 @@ def stored_weights(source, args, texts):
     if stored is None:
         return texts, source.checkpoint
     try:
-        return [hf.quantize_weights(text) for text in texts], stored
+        return [hf.quantize_weights(text, getattr(args, "activations", "float"))
+                for text in texts], stored
     except ToolError as error:
         raise CLIError(f"snapkv-quantize-weights failed: {error}") from None
 

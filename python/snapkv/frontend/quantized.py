@@ -25,6 +25,17 @@ WEIGHT_CHOICES = ("f32", "as-stored")
 # The export dtypes Q8_0 weights go with (snapkv-quantize-weights takes f32 and bf16 matmuls).
 STORED_DTYPES = ("f32", "bf16")
 PASS = "--snapkv-quantize-weights=format=q8_0"
+# A decode step's activations in the Q8_0 products: as computed (f32 or bf16), or quantized
+# per block of 32 to int8 (llama.cpp's form; int8 x int8 block sums, vpdpbusd on AVX512_VNNI).
+ACTIVATION_CHOICES = ("float", "i8")
+
+
+def pass_arg(activations: str = "float") -> str:
+    """The snapkv-opt argument that takes a module's projection weights as Q8_0."""
+    if activations not in ACTIVATION_CHOICES:
+        raise ValueError(f"activations must be one of {', '.join(ACTIVATION_CHOICES)}, "
+                         f"got {activations!r}")
+    return PASS if activations == "float" else f"{PASS} activations={activations}"
 
 # GGUF tensor names (llama.cpp's) of the projections, and the checkpoint's names.
 _PROJECTIONS = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",

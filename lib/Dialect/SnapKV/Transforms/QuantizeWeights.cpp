@@ -19,6 +19,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/SymbolTable.h"
 
@@ -134,6 +135,107 @@ Value vectorTimesQuantized(OpBuilder &b, Location loc, Value x, Value values,
   return generic.getResult(0);
 }
 
+/// `matmul(x, dequant(values, scales))` where `x` has one row, with `x`
+/// quantized too (`activations=i8`): per block of 32, `scale = max|x| / 127`
+/// and `a = round(x / scale)` as GGUF Q8_0 quantizes (a multiply by `1 /
+/// scale`, 0 for a block of zeros), then the int8 x int8 contraction of
+/// int8ContractionMaps.
+Value int8VectorTimesQuantized(OpBuilder &b, Location loc, Value x,
+                               Value values, Value scales, Value init) {
+  MLIRContext *ctx = b.getContext();
+  Type f32 = b.getF32Type();
+  Value blocks = splitBlocks(b, loc, x, 1);
+  auto blockType = cast<RankedTensorType>(blocks.getType());
+  ArrayRef<int64_t> shape = blockType.getShape();
+  using utils::IteratorType;
+  AffineExpr m, kb, kk;
+  bindDims(ctx, m, kb, kk);
+  AffineMap all = AffineMap::getMultiDimIdentityMap(3, ctx);
+  AffineMap perBlock = AffineMap::get(3, 0, {m, kb}, ctx);
+  auto widened = [&](OpBuilder &nb, Location nloc, Value v) -> Value {
+    return v.getType().isF32() ? v : arith::ExtFOp::create(nb, nloc, f32, v);
+  };
+  // max |x| per block.
+  Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0));
+  Value rowShape = tensor::EmptyOp::create(b, loc, shape.take_front(2), f32);
+  Value maxima0 = linalg::FillOp::create(b, loc, zero, rowShape).getResult(0);
+  Value maxima =
+      linalg::GenericOp::create(
+          b, loc, TypeRange{maxima0.getType()}, ValueRange{blocks},
+          ValueRange{maxima0}, ArrayRef<AffineMap>{all, perBlock},
+          ArrayRef<IteratorType>{IteratorType::parallel, IteratorType::parallel,
+                                 IteratorType::reduction},
+          [&](OpBuilder &nb, Location nloc, ValueRange args) {
+            Value magnitude =
+                math::AbsFOp::create(nb, nloc, widened(nb, nloc, args[0]));
+            Value max = arith::MaximumFOp::create(nb, nloc, args[1], magnitude);
+            linalg::YieldOp::create(nb, nloc, ValueRange{max});
+          })
+          .getResult(0);
+  // scale = max / 127.
+  AffineMap id2 = AffineMap::getMultiDimIdentityMap(2, ctx);
+  Value activationScales =
+      linalg::GenericOp::create(
+          b, loc, TypeRange{rowShape.getType()}, ValueRange{maxima},
+          ValueRange{rowShape}, ArrayRef<AffineMap>{id2, id2},
+          ArrayRef<IteratorType>{IteratorType::parallel,
+                                 IteratorType::parallel},
+          [&](OpBuilder &nb, Location nloc, ValueRange args) {
+            Value limit =
+                arith::ConstantOp::create(nb, nloc, nb.getF32FloatAttr(127));
+            Value scale = arith::DivFOp::create(nb, nloc, args[0], limit);
+            linalg::YieldOp::create(nb, nloc, ValueRange{scale});
+          })
+          .getResult(0);
+  // a = round(x * (1 / scale)).
+  Value quantized0 =
+      tensor::EmptyOp::create(b, loc, shape, IntegerType::get(ctx, 8));
+  Value quantized =
+      linalg::GenericOp::create(
+          b, loc, TypeRange{quantized0.getType()},
+          ValueRange{blocks, activationScales}, ValueRange{quantized0},
+          ArrayRef<AffineMap>{all, perBlock, all},
+          SmallVector<IteratorType>(3, IteratorType::parallel),
+          [&](OpBuilder &nb, Location nloc, ValueRange args) {
+            Value zero =
+                arith::ConstantOp::create(nb, nloc, nb.getF32FloatAttr(0));
+            Value one =
+                arith::ConstantOp::create(nb, nloc, nb.getF32FloatAttr(1));
+            Value inverse = arith::DivFOp::create(nb, nloc, one, args[1]);
+            Value isZero = arith::CmpFOp::create(
+                nb, nloc, arith::CmpFPredicate::OEQ, args[1], zero);
+            inverse = arith::SelectOp::create(nb, nloc, isZero, zero, inverse);
+            Value scaled = arith::MulFOp::create(
+                nb, nloc, widened(nb, nloc, args[0]), inverse);
+            Value rounded = math::RoundOp::create(nb, nloc, scaled);
+            Value value = arith::FPToSIOp::create(
+                nb, nloc, IntegerType::get(ctx, 8), rounded);
+            linalg::YieldOp::create(nb, nloc, ValueRange{value});
+          })
+          .getResult(0);
+  SmallVector<IteratorType> iterators = {
+      IteratorType::parallel, IteratorType::reduction, IteratorType::reduction,
+      IteratorType::parallel};
+  auto generic = linalg::GenericOp::create(
+      b, loc, TypeRange{init.getType()},
+      ValueRange{quantized, splitBlocks(b, loc, values, 0), activationScales,
+                 scales},
+      ValueRange{init}, int8ContractionMaps(ctx), iterators,
+      [](OpBuilder &nb, Location nloc, ValueRange args) {
+        Type i32 = nb.getI32Type();
+        Value a = arith::ExtSIOp::create(nb, nloc, i32, args[0]);
+        Value q = arith::ExtSIOp::create(nb, nloc, i32, args[1]);
+        Value product = arith::MulIOp::create(nb, nloc, a, q);
+        Value wide =
+            arith::SIToFPOp::create(nb, nloc, nb.getF32Type(), product);
+        Value scale = arith::MulFOp::create(nb, nloc, args[2], args[3]);
+        Value scaled = arith::MulFOp::create(nb, nloc, wide, scale);
+        Value sum = arith::AddFOp::create(nb, nloc, args[4], scaled);
+        linalg::YieldOp::create(nb, nloc, ValueRange{sum});
+      });
+  return generic.getResult(0);
+}
+
 /// The `[K, N]` weight of `values` and `scales`, of `type` (f32, or bf16:
 /// the product rounded, as the bf16 model's own weights are).
 Value dequantize(OpBuilder &b, Location loc, Value values, Value scales,
@@ -166,8 +268,10 @@ Value dequantize(OpBuilder &b, Location loc, Value values, Value scales,
 }
 
 /// Replaces each matmul by `values` (an argument now int8, of `type` before)
-/// with its quantized form.
-void rewriteMatmuls(Value values, Value scales, Type type) {
+/// with its quantized form (`int8Activations`: a one-row product's
+/// activations quantized too).
+void rewriteMatmuls(Value values, Value scales, Type type,
+                    bool int8Activations) {
   for (OpOperand &use : llvm::make_early_inc_range(values.getUses())) {
     auto matmul = dyn_cast<linalg::MatmulOp>(use.getOwner());
     if (!matmul)
@@ -177,7 +281,9 @@ void rewriteMatmuls(Value values, Value scales, Type type) {
     Value x = matmul.getInputs()[0], init = matmul.getOutputs()[0];
     Value result;
     if (cast<RankedTensorType>(x.getType()).getDimSize(0) == 1) {
-      result = vectorTimesQuantized(b, loc, x, values, scales, init);
+      result = int8Activations
+                   ? int8VectorTimesQuantized(b, loc, x, values, scales, init)
+                   : vectorTimesQuantized(b, loc, x, values, scales, init);
     } else {
       Value weight = dequantize(b, loc, values, scales, type);
       result = linalg::MatmulOp::create(b, loc, ValueRange{x, weight},
@@ -198,6 +304,12 @@ struct QuantizeWeights
       emitError(getOperation().getLoc())
           << "snapkv-quantize-weights: format must be q8_0, got '" << format
           << "'";
+      return signalPassFailure();
+    }
+    if (activations != "float" && activations != "i8") {
+      emitError(getOperation().getLoc())
+          << "snapkv-quantize-weights: activations must be float or i8, got '"
+          << activations << "'";
       return signalPassFailure();
     }
     ModuleOp module = getOperation();
@@ -292,7 +404,8 @@ struct QuantizeWeights
         BlockArgument values = func.getArgument(i);
         values.setType(valuesType(type));
         scalesOf[values] = func.getArgument(i + 1);
-        rewriteMatmuls(values, func.getArgument(i + 1), type.getElementType());
+        rewriteMatmuls(values, func.getArgument(i + 1), type.getElementType(),
+                       activations == "i8");
       }
       snapkv::detail::updateSignature(func);
     }

@@ -17,7 +17,7 @@ def SnapKV_TileMappingAttr : EnumAttr<SnapKV_Dialect, SnapKV_TileMapping,
 def SnapKV_Microkernel : I32EnumAttr<"Microkernel",
     "the CPU instructions an op's inner products are built from",
     [I32EnumAttrCase<"none", 0>, I32EnumAttrCase<"avx512bf16", 1>,
-     I32EnumAttrCase<"amx", 2>]> {
+     I32EnumAttrCase<"amx", 2>, I32EnumAttrCase<"avx512vnni", 3>]> {
   let cppNamespace = "::mlir::snapkv";
   let genSpecializedAttr = 0;
 }
@@ -28,7 +28,9 @@ def SnapKV_MicrokernelAttr : EnumAttr<SnapKV_Dialect, SnapKV_Microkernel,
   let description = [{
     `none`: the generic vectorisation (f32 FMAs, 16-bit operands widened);
     `avx512bf16`: bf16 pairs multiplied and accumulated in f32 by
-    `vdpbf16ps` (AVX512_BF16); `amx`: bf16 tiles on AMX (AMX_BF16). Chosen
+    `vdpbf16ps` (AVX512_BF16); `amx`: bf16 tiles on AMX (AMX_BF16);
+    `avx512vnni`: int8 x int8 block sums by `vpdpbusd` (AVX512_VNNI, the
+    int8 products of snapkv-quantize-weights' `activations=i8`). Chosen
     by `snapkv-configure-lowering` from the op's element types and the CPU
     features, as the `microkernel` of a `#snapkv.lowering_config` (snapkv
     ops) or on its own as `snapkv.microkernel` (a linalg contraction).
