@@ -56,24 +56,21 @@ SmallVector<Value> emit(Formulation &f, GatherOp, GatherOp::Adaptor a) {
 
 constexpr StringLiteral kConfigName = "snapkv.lowering_config";
 
-/// How each op is lowered: its own snapkv.lowering_config, else the pass's
-/// options and target; and the numbers of the tile groups the ops record
-/// (one sequence for the module, after any group already in the IR).
+/// How each op is lowered: as its own snapkv.lowering_config says, else
+/// untiled with the pass's sizes; and the numbers of the tile groups the ops
+/// record (one sequence for the module, after any group already in the IR).
 class Lowerings {
 public:
   /// `tiles`: stage ops tiled into parallel loops, whose checks precede
   /// their loops and whose lowering is one tile's, untiled.
-  Lowerings(const FormulationOptions &defaults, LoweringConfigAttr target,
-            bool record, int64_t firstGroup,
+  Lowerings(const FormulationOptions &defaults, bool record, int64_t firstGroup,
             llvm::SmallPtrSet<Operation *, 8> tiles = {})
-      : defaults(defaults), target(target), record(record),
-        nextGroup(firstGroup), tiles(std::move(tiles)) {}
+      : defaults(defaults), record(record), nextGroup(firstGroup),
+        tiles(std::move(tiles)) {}
 
-  /// The op's configuration (null: untiled, with the pass's options).
+  /// The op's configuration (null: untiled, with the pass's sizes).
   LoweringConfigAttr config(Operation *op) const {
-    if (auto own = op->getAttrOfType<LoweringConfigAttr>(kConfigName))
-      return own;
-    return target;
+    return op->getAttrOfType<LoweringConfigAttr>(kConfigName);
   }
   FormulationOptions options(Operation *op) const {
     LoweringConfigAttr c = config(op);
@@ -91,7 +88,6 @@ public:
 
 private:
   FormulationOptions defaults;
-  LoweringConfigAttr target;
   bool record;
   mutable int64_t nextGroup;
   llvm::SmallPtrSet<Operation *, 8> tiles;
@@ -484,18 +480,40 @@ struct ConvertSnapKVToLinalgPass
   using Base::Base;
 
   void runOnOperation() override {
-    std::optional<SnapKVToLinalgOptions> sized = sizeOptions(
-        getOperation(), getArgument(), keyTile, queryTile, chunk, keepLogits);
-    if (!sized)
+    if (keyTile < 0 || queryTile < 0 || chunk < 0) {
+      emitError(getOperation()->getLoc())
+          << "convert-snapkv-to-linalg: key-tile, query-tile and chunk must "
+             "be non-negative (0: chosen per op)";
       return signalPassFailure();
-    SnapKVToLinalgOptions options = *sized;
-    LoweringConfigAttr target =
-        getLoweringConfig(&getContext(), tiling, options);
-    // Untiled (tiling=none): the CPU layout, recomputing each tile's logits.
-    FormulationOptions defaults = options;
-    defaults.keepLogits = false;
-    if (target)
-      defaults = getLoweringOptions(target);
+    }
+    // tiling=cpu|gpu is snapkv-configure-lowering for that target with these
+    // sizes and no CPU features (no microkernel) on the ops without a
+    // configuration: the strategy is the one place sizes are chosen.
+    if (tiling != LoweringTarget::none) {
+      ConfigureLoweringOptions strategy;
+      strategy.target = tiling;
+      strategy.keyTile = keyTile;
+      strategy.queryTile = queryTile;
+      strategy.chunk = chunk;
+      strategy.keepLogits = keepLogits;
+      strategy.cpuFeatures = "";
+      getOperation()->walk([&](Operation *op) {
+        if (op->hasAttr(kConfigName))
+          return;
+        if (LoweringConfigAttr config = chooseLoweringConfig(op, strategy))
+          op->setAttr(kConfigName, config);
+      });
+    }
+    // Untiled ops (no configuration): the CPU layout, recomputing each
+    // tile's logits, with the given sizes or the lowering's defaults.
+    FormulationOptions defaults;
+    if (keyTile)
+      defaults.keyTile = keyTile;
+    if (queryTile)
+      defaults.queryTile = queryTile;
+    defaults.autoChunk = chunk == 0;
+    if (chunk)
+      defaults.chunk = chunk;
     // Numbered after any group already in the IR (a second run on a module
     // whose other selects were lowered before).
     int64_t first = 0;
@@ -506,15 +524,15 @@ struct ConvertSnapKVToLinalgPass
         for (int64_t id : fuse.asArrayRef())
           first = std::max(first, id + 1);
     });
-    auto lowerings = std::make_shared<const Lowerings>(defaults, target,
-                                                       /*record=*/true, first);
+    auto lowerings =
+        std::make_shared<const Lowerings>(defaults, /*record=*/true, first);
     IRRewriter rewriter(&getContext());
     if (tileStages) {
       llvm::SmallPtrSet<Operation *, 8> tiles;
       if (failed(::tileStages(rewriter, getOperation(), *lowerings, tiles)))
         return signalPassFailure();
-      lowerings = std::make_shared<const Lowerings>(
-          defaults, target, /*record=*/true, first, std::move(tiles));
+      lowerings = std::make_shared<const Lowerings>(defaults, /*record=*/true,
+                                                    first, std::move(tiles));
     }
     WalkResult unsupported = getOperation()->walk([&](Operation *op) {
       if (!isa<AttentionOp, RaggedAttentionOp>(op) && !scoresAccumulated(op))
@@ -562,26 +580,6 @@ struct ConvertSnapKVToLinalgPass
 
 } // namespace
 
-std::optional<SnapKVToLinalgOptions>
-mlir::snapkv::detail::sizeOptions(Operation *op, StringRef pass,
-                                  int64_t keyTile, int64_t queryTile,
-                                  int64_t chunk, bool keepLogits) {
-  if (keyTile < 1 || queryTile < 1 || chunk < 0) {
-    emitError(op->getLoc()) << pass
-                            << ": key-tile and query-tile must be positive "
-                               "and chunk non-negative";
-    return std::nullopt;
-  }
-  SnapKVToLinalgOptions options;
-  options.keyTile = keyTile;
-  options.queryTile = queryTile;
-  options.autoChunk = chunk == 0;
-  if (chunk != 0)
-    options.chunk = chunk;
-  options.keepLogits = keepLogits;
-  return options;
-}
-
 LoweringConfigAttr
 mlir::snapkv::getLoweringConfig(MLIRContext *ctx, LoweringTarget target,
                                 const SnapKVToLinalgOptions &options) {
@@ -616,7 +614,7 @@ mlir::snapkv::getLoweringOptions(LoweringConfigAttr config) {
 
 void mlir::snapkv::populateSnapKVToLinalgPatterns(
     RewritePatternSet &patterns, const SnapKVToLinalgOptions &options) {
-  addSnapKVPatterns(patterns, std::make_shared<const Lowerings>(
-                                  options, LoweringConfigAttr(),
-                                  /*record=*/false, /*firstGroup=*/0));
+  addSnapKVPatterns(patterns,
+                    std::make_shared<const Lowerings>(options, /*record=*/false,
+                                                      /*firstGroup=*/0));
 }

@@ -68,6 +68,12 @@ struct SnapKVToLinalgOptions {
 LoweringConfigAttr getLoweringConfig(MLIRContext *ctx, LoweringTarget target,
                                      const SnapKVToLinalgOptions &options);
 
+/// The configuration snapkv-configure-lowering chooses for `op` with
+/// `strategy`'s target, sizes (0: chosen per op) and CPU features; null for
+/// an op it does not configure. The one place tile sizes are chosen.
+LoweringConfigAttr
+chooseLoweringConfig(Operation *op, const ConfigureLoweringOptions &strategy);
+
 /// The options an op's configuration stands for (its mapping included).
 SnapKVToLinalgOptions getLoweringOptions(LoweringConfigAttr config);
 
