@@ -137,9 +137,9 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
     scratch of one tile.
     `tiling=none` (the default) leaves the ops untiled and unannotated.
 
-    `tile-stages` (what `--snapkv-cpu-pipeline` runs) tiles the stage ops
-    of a decomposed select that have a `forall` configuration through their
-    `TilingInterface` before lowering them (upstream
+    The stage ops of a decomposed select that have a `forall`
+    configuration are tiled through their `TilingInterface` before they are
+    lowered (upstream
     `scf::tileConsumerAndFuseProducersUsingSCF`): each
     `snapkv.top_positions` becomes one `scf.forall` over its (batch, head)
     rows with the `snapkv.score` it ranks fused into the same iteration
@@ -149,6 +149,9 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
     logits kept between the passes), and records no groups; the run-time
     checks of dynamic sizes are made once before the loop (a check inside a
     parallel loop could not return to the caller with `asserts=report`).
+    An op of one row (`snapkv.select_adaptive`'s ranking over all heads and
+    its gathers from the flattened rows) would be a loop of one iteration:
+    its steps record tile groups instead, which split the row.
 
     `tiling=gpu` lays the formulation out for GPU blocks: every kernel is one
     group with `mapping = gpu_blocks` (tiled, an `scf.forall` mapped to
@@ -221,13 +224,7 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
                         "the GPU block layout"))}]>,
     Option<"keepLogits", "keep-logits", "bool", /*default=*/"true",
            "With tiling=cpu: score one (batch, query head) at a time and "
-           "keep its logits for the votes instead of recomputing them">,
-    Option<"tileStages", "tile-stages", "bool", /*default=*/"false",
-           "Tile each snapkv.score, top_positions and gather with a forall "
-           "configuration through TilingInterface into an scf.forall over "
-           "its (batch, head) rows (a ranking with the score it reads fused "
-           "in) and lower each tile whole, instead of recording tile "
-           "groups of its formulation">
+           "keep its logits for the votes instead of recomputing them">
   ];
   let dependentDialects = [
     "::mlir::affine::AffineDialect",

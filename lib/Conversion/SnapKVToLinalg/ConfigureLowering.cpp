@@ -204,14 +204,8 @@ struct ConfigureLoweringPass
       return signalPassFailure();
     }
     bool gpu = target == LoweringTarget::gpu;
-    ConfigureLoweringOptions strategy;
-    strategy.target = target;
-    strategy.keyTile = keyTile;
-    strategy.queryTile = queryTile;
-    strategy.chunk = chunk;
-    strategy.keepLogits = keepLogits;
-    strategy.threads = threads;
-    strategy.tensorCores = tensorCores;
+    ConfigureLoweringOptions strategy{target,     keyTile, queryTile,  chunk,
+                                      keepLogits, threads, tensorCores};
     CPUFeatures features = CPUFeatures::get(cpuFeatures);
     std::vector<llvm::json::Value> choices;
 

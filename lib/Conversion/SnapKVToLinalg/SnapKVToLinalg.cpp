@@ -63,10 +63,9 @@ class Lowerings {
 public:
   /// `tiles`: stage ops tiled into parallel loops, whose checks precede
   /// their loops and whose lowering is one tile's, untiled.
-  Lowerings(const FormulationOptions &defaults, bool record, int64_t firstGroup,
+  Lowerings(const FormulationOptions &defaults, int64_t firstGroup,
             llvm::SmallPtrSet<Operation *, 8> tiles = {})
-      : defaults(defaults), record(record), nextGroup(firstGroup),
-        tiles(std::move(tiles)) {}
+      : defaults(defaults), nextGroup(firstGroup), tiles(std::move(tiles)) {}
 
   /// The op's configuration (null: untiled, with the pass's sizes).
   LoweringConfigAttr config(Operation *op) const {
@@ -81,14 +80,13 @@ public:
   /// The recorder of the op's tile groups, if they are recorded.
   std::optional<TileRecorder> recorder(Operation *op) const {
     LoweringConfigAttr c = config(op);
-    if (!record || !c || tiles.contains(op))
+    if (!c || tiles.contains(op))
       return std::nullopt;
     return TileRecorder(nextGroup, c);
   }
 
 private:
   FormulationOptions defaults;
-  bool record;
   mutable int64_t nextGroup;
   llvm::SmallPtrSet<Operation *, 8> tiles;
 };
@@ -524,16 +522,14 @@ struct ConvertSnapKVToLinalgPass
         for (int64_t id : fuse.asArrayRef())
           first = std::max(first, id + 1);
     });
-    auto lowerings =
-        std::make_shared<const Lowerings>(defaults, /*record=*/true, first);
     IRRewriter rewriter(&getContext());
-    if (tileStages) {
-      llvm::SmallPtrSet<Operation *, 8> tiles;
-      if (failed(::tileStages(rewriter, getOperation(), *lowerings, tiles)))
-        return signalPassFailure();
-      lowerings = std::make_shared<const Lowerings>(defaults, /*record=*/true,
-                                                    first, std::move(tiles));
-    }
+    // The stage ops with a CPU configuration, tiled through TilingInterface.
+    llvm::SmallPtrSet<Operation *, 8> tiles;
+    if (failed(::tileStages(rewriter, getOperation(),
+                            Lowerings(defaults, first), tiles)))
+      return signalPassFailure();
+    auto lowerings =
+        std::make_shared<const Lowerings>(defaults, first, std::move(tiles));
     WalkResult unsupported = getOperation()->walk([&](Operation *op) {
       if (!isa<AttentionOp, RaggedAttentionOp>(op) && !scoresAccumulated(op))
         return WalkResult::advance();
@@ -610,11 +606,4 @@ mlir::snapkv::getLoweringOptions(LoweringConfigAttr config) {
     options.tensorCores = config.getTensorCores().getValue();
   }
   return options;
-}
-
-void mlir::snapkv::populateSnapKVToLinalgPatterns(
-    RewritePatternSet &patterns, const SnapKVToLinalgOptions &options) {
-  addSnapKVPatterns(patterns,
-                    std::make_shared<const Lowerings>(options, /*record=*/false,
-                                                      /*firstGroup=*/0));
 }

@@ -6,10 +6,6 @@
 #include "mlir/Pass/Pass.h"
 #include "llvm/ADT/StringMap.h"
 
-namespace mlir {
-class RewritePatternSet;
-} // namespace mlir
-
 namespace mlir::snapkv {
 
 /// The layout convert-snapkv-to-linalg emits, and the tiling it records.
@@ -81,12 +77,6 @@ SnapKVToLinalgOptions getLoweringOptions(LoweringConfigAttr config);
 /// strategy's and the CPU pipeline's option): `host`, the host's, or names
 /// comma-separated (`+name` or `name` adds one, `-name` removes it).
 llvm::StringMap<bool> cpuFeatureNames(StringRef spec);
-
-/// Adds the patterns that lower `snapkv.select`, `snapkv.score` (untiled)
-/// and `snapkv.attention` to tensor-level linalg code; an op's own
-/// `snapkv.lowering_config` sets its sizes (its tiling is not recorded).
-void populateSnapKVToLinalgPatterns(RewritePatternSet &patterns,
-                                    const SnapKVToLinalgOptions &options = {});
 
 } // namespace mlir::snapkv
 
