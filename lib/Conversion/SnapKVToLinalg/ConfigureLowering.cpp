@@ -158,6 +158,15 @@ llvm::json::Object describe(LoweringConfigAttr config) {
   return object;
 }
 
+/// Refuses, on `op`, a target that has no lowering for it.
+LogicalResult checkLowered(Operation *op, LoweringTarget target) {
+  if (target != LoweringTarget::gpu ||
+      !(isa<AttentionOp, RaggedAttentionOp>(op) || scoresAccumulated(op)))
+    return success();
+  return op->emitOpError()
+         << "has no GPU lowering (target=gpu); it is lowered for the CPU only";
+}
+
 /// The configuration of `op` (of `shape`) for `options`' target.
 LoweringConfigAttr choose(Operation *op, const RootShape &shape,
                           const CPUFeatures &features,
@@ -244,12 +253,8 @@ struct ConfigureLoweringPass
       auto config = op->getAttrOfType<LoweringConfigAttr>(kConfigName);
       bool given = static_cast<bool>(config);
       if (!config) {
-        if (gpu && (isa<AttentionOp, RaggedAttentionOp>(op) ||
-                    scoresAccumulated(op))) {
-          op->emitOpError() << "has no GPU lowering (target=gpu); it is "
-                               "lowered for the CPU only";
+        if (failed(checkLowered(op, target)))
           return WalkResult::interrupt();
-        }
         config = choose(op, *shape, features, strategy);
         op->setAttr(kConfigName, config);
       }
@@ -294,11 +299,13 @@ struct ConfigureLoweringPass
 
 } // namespace
 
-LoweringConfigAttr
+FailureOr<LoweringConfigAttr>
 snapkv::chooseLoweringConfig(Operation *op,
                              const ConfigureLoweringOptions &strategy) {
   std::optional<RootShape> shape = rootShape(op);
   if (!shape)
-    return {};
+    return LoweringConfigAttr();
+  if (failed(checkLowered(op, strategy.target)))
+    return failure();
   return choose(op, *shape, CPUFeatures::get(strategy.cpuFeatures), strategy);
 }

@@ -495,12 +495,19 @@ struct ConvertSnapKVToLinalgPass
       strategy.chunk = chunk;
       strategy.keepLogits = keepLogits;
       strategy.cpuFeatures = "";
-      getOperation()->walk([&](Operation *op) {
+      WalkResult refused = getOperation()->walk([&](Operation *op) {
         if (op->hasAttr(kConfigName))
-          return;
-        if (LoweringConfigAttr config = chooseLoweringConfig(op, strategy))
-          op->setAttr(kConfigName, config);
+          return WalkResult::advance();
+        FailureOr<LoweringConfigAttr> config =
+            chooseLoweringConfig(op, strategy);
+        if (failed(config))
+          return WalkResult::interrupt();
+        if (*config)
+          op->setAttr(kConfigName, *config);
+        return WalkResult::advance();
       });
+      if (refused.wasInterrupted())
+        return signalPassFailure();
     }
     // Untiled ops (no configuration): the CPU layout, recomputing each
     // tile's logits, with the given sizes or the lowering's defaults.
@@ -530,28 +537,6 @@ struct ConvertSnapKVToLinalgPass
       return signalPassFailure();
     auto lowerings =
         std::make_shared<const Lowerings>(defaults, first, std::move(tiles));
-    WalkResult unsupported = getOperation()->walk([&](Operation *op) {
-      if (!isa<AttentionOp, RaggedAttentionOp>(op) && !scoresAccumulated(op))
-        return WalkResult::advance();
-      LoweringConfigAttr config = lowerings->config(op);
-      if (!config || config.getMapping() != TileMapping::gpu_blocks)
-        return WalkResult::advance();
-      if (scoresAccumulated(op)) {
-        op->emitOpError() << "has no GPU lowering (tiling=gpu); scoring sum "
-                             "and norm_sum are lowered for the CPU only";
-        return WalkResult::interrupt();
-      }
-      // An op's own gpu_blocks configuration is a verifier error; this is
-      // the pass's tiling=gpu reaching an op without one.
-      op->emitOpError() << "has no GPU lowering (tiling=gpu); "
-                        << (isa<AttentionOp>(op)
-                                ? "fuse attention only for the CPU"
-                                : "ragged attention is lowered for the CPU "
-                                  "only");
-      return WalkResult::interrupt();
-    });
-    if (unsupported.wasInterrupted())
-      return signalPassFailure();
     // With a CPU configuration: tiled through TilingInterface and each tile
     // decomposed.
     SmallVector<AttentionOp> attentions;

@@ -66,8 +66,9 @@ LoweringConfigAttr getLoweringConfig(MLIRContext *ctx, LoweringTarget target,
 
 /// The configuration snapkv-configure-lowering chooses for `op` with
 /// `strategy`'s target, sizes (0: chosen per op) and CPU features; null for
-/// an op it does not configure. The one place tile sizes are chosen.
-LoweringConfigAttr
+/// an op it does not configure; failure, reported on `op`, where the target
+/// has no lowering for it. The one place tile sizes are chosen.
+FailureOr<LoweringConfigAttr>
 chooseLoweringConfig(Operation *op, const ConfigureLoweringOptions &strategy);
 
 /// The options an op's configuration stands for (its mapping included).
