@@ -51,8 +51,7 @@ void snapkv::buildCPUPipeline(OpPassManager &pm,
   config.chunk = options.chunk;
   config.keepLogits = options.keepLogits;
   config.cpuFeatures = options.cpuFeatures;
-  stages::lowerSelections(pm, config, options.decomposeSelect,
-                          options.tileStages);
+  stages::lowerSelections(pm, config, options.decomposeSelect);
   OpPassManager &tensors = pm.nest<func::FuncOp>();
   stages::prepareTensorCode(tensors);
   tensors.addPass(createFuseElementwise());

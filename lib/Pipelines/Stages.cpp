@@ -17,7 +17,7 @@ using namespace mlir;
 
 void snapkv::stages::lowerSelections(OpPassManager &pm,
                                      const ConfigureLoweringOptions &config,
-                                     bool decompose, bool tileStages) {
+                                     bool decompose) {
   if (decompose) {
     // On the GPU the conversion splits select_adaptive itself, to lay the
     // ops between its stages out as kernels.
@@ -28,9 +28,7 @@ void snapkv::stages::lowerSelections(OpPassManager &pm,
   // Each root op's strategy as data (kept where the input already has one),
   // then the conversion that reads it.
   pm.addPass(createConfigureLowering(config));
-  ConvertSnapKVToLinalgOptions lowering;
-  lowering.tileStages = tileStages;
-  pm.addPass(createConvertSnapKVToLinalg(lowering));
+  pm.addPass(createConvertSnapKVToLinalg());
   pm.addPass(createTileAndFuse());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());

@@ -21,11 +21,10 @@ namespace mlir::snapkv::stages {
 /// `config` (its target, sizes given and CPU features); then the snapkv ops
 /// to the formulation laid out as configured, its recorded tiling applied
 /// at once (before anything could rewrite the ops that carry it),
-/// snapkv.attention tiled through TilingInterface and decomposed
-/// (`tileStages`: the stage ops too, each tile lowered whole), then
-/// canonicalisation and CSE.
+/// snapkv.attention and (CPU) the stage ops tiled through TilingInterface,
+/// each tile decomposed or lowered whole, then canonicalisation and CSE.
 void lowerSelections(OpPassManager &pm, const ConfigureLoweringOptions &config,
-                     bool decompose, bool tileStages = false);
+                     bool decompose);
 
 /// The user's tensor code around the selects, into linalg: fpowi expanded
 /// (a vectorised fpowi would get a vector exponent llvm.intr.powi does not

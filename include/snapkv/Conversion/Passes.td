@@ -137,9 +137,9 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
     scratch of one tile.
     `tiling=none` (the default) leaves the ops untiled and unannotated.
 
-    `tile-stages` (what `--snapkv-cpu-pipeline` runs) tiles the stage ops
-    of a decomposed select that have a `forall` configuration through their
-    `TilingInterface` before lowering them (upstream
+    The stage ops of a decomposed select that have a `forall`
+    configuration are tiled through their `TilingInterface` before they are
+    lowered (upstream
     `scf::tileConsumerAndFuseProducersUsingSCF`): each
     `snapkv.top_positions` becomes one `scf.forall` over its (batch, head)
     rows with the `snapkv.score` it ranks fused into the same iteration
@@ -149,6 +149,9 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
     logits kept between the passes), and records no groups; the run-time
     checks of dynamic sizes are made once before the loop (a check inside a
     parallel loop could not return to the caller with `asserts=report`).
+    An op of one row (`snapkv.select_adaptive`'s ranking over all heads and
+    its gathers from the flattened rows) would be a loop of one iteration:
+    its steps record tile groups instead, which split the row.
 
     `tiling=gpu` lays the formulation out for GPU blocks: every kernel is one
     group with `mapping = gpu_blocks` (tiled, an `scf.forall` mapped to
@@ -171,12 +174,16 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
     The groups are written into the IR as the formulation emits them, so an
     op the conversion later folds or erases takes its attributes with it.
 
-    An op's own `snapkv.lowering_config` (written by
-    `snapkv-configure-lowering`, see there) overrides `tiling` and the size
-    options for that op: its `mapping` is the layout and the tiling recorded
-    (`forall` as `tiling=cpu`, `gpu_blocks` as `tiling=gpu`), its sizes the
-    lowering's. Ops without one follow the options; with `tiling=none` they
-    are left untiled.
+    Each op is lowered as its own `snapkv.lowering_config` says (written by
+    `snapkv-configure-lowering`, see there): its `mapping` is the layout and
+    the tiling recorded (`forall` for the CPU layout, `gpu_blocks` for the
+    GPU's), its sizes the lowering's. `tiling=cpu|gpu` is a thin alias for
+    that pass: the ops without a configuration first get the one
+    `snapkv-configure-lowering{target=cpu|gpu cpu-features=}` chooses with
+    this pass's `key-tile`, `query-tile`, `chunk` and `keep-logits` (so no
+    microkernel), so tile sizes are chosen in one place. With
+    `tiling=none` (the default) ops without a configuration are left
+    untiled, with this pass's sizes.
 
     `snapkv.attention` becomes a tiled online softmax (FlashAttention's
     recurrence). With `tiling=cpu` (or a `forall` configuration) it is tiled
@@ -196,16 +203,18 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
     and fails.
   }];
   let options = [
-    Option<"keyTile", "key-tile", "int64_t", /*default=*/"64",
-           "Key positions per scoring tile and per attention key tile">,
-    Option<"queryTile", "query-tile", "int64_t", /*default=*/"32",
-           "Query rows per snapkv.attention tile">,
+    Option<"keyTile", "key-tile", "int64_t", /*default=*/"0",
+           "Key positions per scoring tile and per attention key tile (0: "
+           "64, at most a scoring op's static prompt length)">,
+    Option<"queryTile", "query-tile", "int64_t", /*default=*/"0",
+           "Query rows per snapkv.attention tile (0: 32)">,
     Option<"chunk", "chunk", "int64_t", /*default=*/"0",
            "Prefix positions per compaction chunk (0: about sqrt(prefix) for "
            "a static prompt length, 128 for a dynamic one)">,
     Option<"tiling", "tiling", "::mlir::snapkv::LoweringTarget",
            /*default=*/"::mlir::snapkv::LoweringTarget::none",
-           "Lay the formulation out for a target and record its tiling",
+           "Configure the ops without a configuration as "
+           "snapkv-configure-lowering's target with these sizes (an alias)",
            [{::llvm::cl::values(
              clEnumValN(::mlir::snapkv::LoweringTarget::none, "none",
                         "the formulation only"),
@@ -215,13 +224,7 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
                         "the GPU block layout"))}]>,
     Option<"keepLogits", "keep-logits", "bool", /*default=*/"true",
            "With tiling=cpu: score one (batch, query head) at a time and "
-           "keep its logits for the votes instead of recomputing them">,
-    Option<"tileStages", "tile-stages", "bool", /*default=*/"false",
-           "Tile each snapkv.score, top_positions and gather with a forall "
-           "configuration through TilingInterface into an scf.forall over "
-           "its (batch, head) rows (a ranking with the score it reads fused "
-           "in) and lower each tile whole, instead of recording tile "
-           "groups of its formulation">
+           "keep its logits for the votes instead of recomputing them">
   ];
   let dependentDialects = [
     "::mlir::affine::AffineDialect",

@@ -68,15 +68,6 @@ struct CPUPipelineOptions : PassPipelineOptions<CPUPipelineOptions> {
                      "top_positions, gather) before lowering "
                      "(snapkv-decompose-select); false lowers it whole"),
       llvm::cl::init(true)};
-  Option<bool> tileStages{
-      *this, "tile-stages",
-      llvm::cl::desc("Tile the stage ops through TilingInterface into one "
-                     "scf.forall over their (batch, head) rows each, the "
-                     "score fused into its ranking's loop, and lower each "
-                     "tile whole (convert-snapkv-to-linalg's tile-stages); "
-                     "false tiles the steps of their lowering instead "
-                     "(snapkv-tile-and-fuse)"),
-      llvm::cl::init(true)};
   Option<omp::ClauseScheduleKind> schedule{
       *this, "schedule",
       llvm::cl::desc("OpenMP schedule of the parallel loops without a "

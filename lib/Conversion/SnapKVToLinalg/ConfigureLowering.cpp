@@ -158,6 +158,42 @@ llvm::json::Object describe(LoweringConfigAttr config) {
   return object;
 }
 
+/// Refuses, on `op`, a target that has no lowering for it.
+LogicalResult checkLowered(Operation *op, LoweringTarget target) {
+  if (target != LoweringTarget::gpu ||
+      !(isa<AttentionOp, RaggedAttentionOp>(op) || scoresAccumulated(op)))
+    return success();
+  return op->emitOpError()
+         << "has no GPU lowering (target=gpu); it is lowered for the CPU only";
+}
+
+/// The configuration of `op` (of `shape`) for `options`' target.
+LoweringConfigAttr choose(Operation *op, const RootShape &shape,
+                          const CPUFeatures &features,
+                          const ConfigureLoweringOptions &strategy) {
+  SnapKVToLinalgOptions options;
+  bool staticLength = !ShapedType::isDynamic(shape.length);
+  if (strategy.keyTile)
+    options.keyTile = strategy.keyTile;
+  // The scoring tiles no more keys than the prompt has.
+  if (shape.scoring && staticLength)
+    options.keyTile =
+        std::max<int64_t>(1, std::min(options.keyTile, shape.length));
+  if (strategy.queryTile)
+    options.queryTile = strategy.queryTile;
+  options.autoChunk = strategy.chunk == 0 && !(shape.scoring && staticLength);
+  if (strategy.chunk != 0)
+    options.chunk = strategy.chunk;
+  else if (!options.autoChunk)
+    options.chunk = autoChunkSize(shape.length, shape.window);
+  options.keepLogits = strategy.keepLogits;
+  options.threads = strategy.threads;
+  options.tensorCores = strategy.tensorCores;
+  if (shape.products)
+    options.microkernel = features.microkernel(shape.elementType);
+  return getLoweringConfig(op->getContext(), strategy.target, options);
+}
+
 struct ConfigureLoweringPass
     : snapkv::impl::ConfigureLoweringBase<ConfigureLoweringPass> {
   using Base::Base;
@@ -177,6 +213,8 @@ struct ConfigureLoweringPass
       return signalPassFailure();
     }
     bool gpu = target == LoweringTarget::gpu;
+    ConfigureLoweringOptions strategy{target,     keyTile, queryTile,  chunk,
+                                      keepLogits, threads, tensorCores};
     CPUFeatures features = CPUFeatures::get(cpuFeatures);
     std::vector<llvm::json::Value> choices;
 
@@ -215,13 +253,9 @@ struct ConfigureLoweringPass
       auto config = op->getAttrOfType<LoweringConfigAttr>(kConfigName);
       bool given = static_cast<bool>(config);
       if (!config) {
-        if (gpu && (isa<AttentionOp, RaggedAttentionOp>(op) ||
-                    scoresAccumulated(op))) {
-          op->emitOpError() << "has no GPU lowering (target=gpu); it is "
-                               "lowered for the CPU only";
+        if (failed(checkLowered(op, target)))
           return WalkResult::interrupt();
-        }
-        config = choose(op, *shape, features);
+        config = choose(op, *shape, features, strategy);
         op->setAttr(kConfigName, config);
       }
       llvm::json::Object choice = describe(op, shape->elementType);
@@ -239,30 +273,6 @@ struct ConfigureLoweringPass
       return signalPassFailure();
     if (failed(writeReport(choices)))
       signalPassFailure();
-  }
-
-  /// The configuration of `op` for the pass's target.
-  LoweringConfigAttr choose(Operation *op, const RootShape &shape,
-                            const CPUFeatures &features) {
-    SnapKVToLinalgOptions options;
-    bool staticLength = !ShapedType::isDynamic(shape.length);
-    options.keyTile = keyTile ? keyTile : 64;
-    // The scoring tiles no more keys than the prompt has.
-    if (shape.scoring && staticLength)
-      options.keyTile =
-          std::max<int64_t>(1, std::min(options.keyTile, shape.length));
-    options.queryTile = queryTile ? queryTile : 32;
-    options.autoChunk = chunk == 0 && !(shape.scoring && staticLength);
-    if (chunk != 0)
-      options.chunk = chunk;
-    else if (!options.autoChunk)
-      options.chunk = autoChunkSize(shape.length, shape.window);
-    options.keepLogits = keepLogits;
-    options.threads = threads;
-    options.tensorCores = tensorCores;
-    if (shape.products)
-      options.microkernel = features.microkernel(shape.elementType);
-    return getLoweringConfig(op->getContext(), target, options);
   }
 
   LogicalResult writeReport(ArrayRef<llvm::json::Value> choices) {
@@ -288,3 +298,14 @@ struct ConfigureLoweringPass
 };
 
 } // namespace
+
+FailureOr<LoweringConfigAttr>
+snapkv::chooseLoweringConfig(Operation *op,
+                             const ConfigureLoweringOptions &strategy) {
+  std::optional<RootShape> shape = rootShape(op);
+  if (!shape)
+    return LoweringConfigAttr();
+  if (failed(checkLowered(op, strategy.target)))
+    return failure();
+  return choose(op, *shape, CPUFeatures::get(strategy.cpuFeatures), strategy);
+}

@@ -55,12 +55,6 @@ struct SelectShape {
 
 using FormulationOptions = SnapKVToLinalgOptions;
 
-/// The size options of a pass (`pass`, for the message), checked: an error
-/// on `op` and nothing for a tile below 1 or a negative chunk.
-std::optional<SnapKVToLinalgOptions>
-sizeOptions(Operation *op, StringRef pass, int64_t keyTile, int64_t queryTile,
-            int64_t chunk, bool keepLogits);
-
 /// The compaction chunk of a static prompt of `length` positions: the power
 /// of two from 16 to 1024 nearest above sqrt(prefix).
 int64_t autoChunkSize(int64_t length, int64_t window);

@@ -56,24 +56,20 @@ SmallVector<Value> emit(Formulation &f, GatherOp, GatherOp::Adaptor a) {
 
 constexpr StringLiteral kConfigName = "snapkv.lowering_config";
 
-/// How each op is lowered: its own snapkv.lowering_config, else the pass's
-/// options and target; and the numbers of the tile groups the ops record
-/// (one sequence for the module, after any group already in the IR).
+/// How each op is lowered: as its own snapkv.lowering_config says, else
+/// untiled with the pass's sizes; and the numbers of the tile groups the ops
+/// record (one sequence for the module, after any group already in the IR).
 class Lowerings {
 public:
   /// `tiles`: stage ops tiled into parallel loops, whose checks precede
   /// their loops and whose lowering is one tile's, untiled.
-  Lowerings(const FormulationOptions &defaults, LoweringConfigAttr target,
-            bool record, int64_t firstGroup,
+  Lowerings(const FormulationOptions &defaults, int64_t firstGroup,
             llvm::SmallPtrSet<Operation *, 8> tiles = {})
-      : defaults(defaults), target(target), record(record),
-        nextGroup(firstGroup), tiles(std::move(tiles)) {}
+      : defaults(defaults), nextGroup(firstGroup), tiles(std::move(tiles)) {}
 
-  /// The op's configuration (null: untiled, with the pass's options).
+  /// The op's configuration (null: untiled, with the pass's sizes).
   LoweringConfigAttr config(Operation *op) const {
-    if (auto own = op->getAttrOfType<LoweringConfigAttr>(kConfigName))
-      return own;
-    return target;
+    return op->getAttrOfType<LoweringConfigAttr>(kConfigName);
   }
   FormulationOptions options(Operation *op) const {
     LoweringConfigAttr c = config(op);
@@ -84,15 +80,13 @@ public:
   /// The recorder of the op's tile groups, if they are recorded.
   std::optional<TileRecorder> recorder(Operation *op) const {
     LoweringConfigAttr c = config(op);
-    if (!record || !c || tiles.contains(op))
+    if (!c || tiles.contains(op))
       return std::nullopt;
     return TileRecorder(nextGroup, c);
   }
 
 private:
   FormulationOptions defaults;
-  LoweringConfigAttr target;
-  bool record;
   mutable int64_t nextGroup;
   llvm::SmallPtrSet<Operation *, 8> tiles;
 };
@@ -484,18 +478,47 @@ struct ConvertSnapKVToLinalgPass
   using Base::Base;
 
   void runOnOperation() override {
-    std::optional<SnapKVToLinalgOptions> sized = sizeOptions(
-        getOperation(), getArgument(), keyTile, queryTile, chunk, keepLogits);
-    if (!sized)
+    if (keyTile < 0 || queryTile < 0 || chunk < 0) {
+      emitError(getOperation()->getLoc())
+          << "convert-snapkv-to-linalg: key-tile, query-tile and chunk must "
+             "be non-negative (0: chosen per op)";
       return signalPassFailure();
-    SnapKVToLinalgOptions options = *sized;
-    LoweringConfigAttr target =
-        getLoweringConfig(&getContext(), tiling, options);
-    // Untiled (tiling=none): the CPU layout, recomputing each tile's logits.
-    FormulationOptions defaults = options;
-    defaults.keepLogits = false;
-    if (target)
-      defaults = getLoweringOptions(target);
+    }
+    // tiling=cpu|gpu is snapkv-configure-lowering for that target with these
+    // sizes and no CPU features (no microkernel) on the ops without a
+    // configuration: the strategy is the one place sizes are chosen.
+    if (tiling != LoweringTarget::none) {
+      ConfigureLoweringOptions strategy;
+      strategy.target = tiling;
+      strategy.keyTile = keyTile;
+      strategy.queryTile = queryTile;
+      strategy.chunk = chunk;
+      strategy.keepLogits = keepLogits;
+      strategy.cpuFeatures = "";
+      WalkResult refused = getOperation()->walk([&](Operation *op) {
+        if (op->hasAttr(kConfigName))
+          return WalkResult::advance();
+        FailureOr<LoweringConfigAttr> config =
+            chooseLoweringConfig(op, strategy);
+        if (failed(config))
+          return WalkResult::interrupt();
+        if (*config)
+          op->setAttr(kConfigName, *config);
+        return WalkResult::advance();
+      });
+      if (refused.wasInterrupted())
+        return signalPassFailure();
+    }
+    // Untiled ops (no configuration): the CPU layout, recomputing each
+    // tile's logits, with the given sizes or the lowering's defaults.
+    FormulationOptions defaults;
+    if (keyTile)
+      defaults.keyTile = keyTile;
+    if (queryTile)
+      defaults.queryTile = queryTile;
+    defaults.autoChunk = chunk == 0;
+    if (chunk)
+      defaults.chunk = chunk;
     // Numbered after any group already in the IR (a second run on a module
     // whose other selects were lowered before).
     int64_t first = 0;
@@ -506,38 +529,14 @@ struct ConvertSnapKVToLinalgPass
         for (int64_t id : fuse.asArrayRef())
           first = std::max(first, id + 1);
     });
-    auto lowerings = std::make_shared<const Lowerings>(defaults, target,
-                                                       /*record=*/true, first);
     IRRewriter rewriter(&getContext());
-    if (tileStages) {
-      llvm::SmallPtrSet<Operation *, 8> tiles;
-      if (failed(::tileStages(rewriter, getOperation(), *lowerings, tiles)))
-        return signalPassFailure();
-      lowerings = std::make_shared<const Lowerings>(
-          defaults, target, /*record=*/true, first, std::move(tiles));
-    }
-    WalkResult unsupported = getOperation()->walk([&](Operation *op) {
-      if (!isa<AttentionOp, RaggedAttentionOp>(op) && !scoresAccumulated(op))
-        return WalkResult::advance();
-      LoweringConfigAttr config = lowerings->config(op);
-      if (!config || config.getMapping() != TileMapping::gpu_blocks)
-        return WalkResult::advance();
-      if (scoresAccumulated(op)) {
-        op->emitOpError() << "has no GPU lowering (tiling=gpu); scoring sum "
-                             "and norm_sum are lowered for the CPU only";
-        return WalkResult::interrupt();
-      }
-      // An op's own gpu_blocks configuration is a verifier error; this is
-      // the pass's tiling=gpu reaching an op without one.
-      op->emitOpError() << "has no GPU lowering (tiling=gpu); "
-                        << (isa<AttentionOp>(op)
-                                ? "fuse attention only for the CPU"
-                                : "ragged attention is lowered for the CPU "
-                                  "only");
-      return WalkResult::interrupt();
-    });
-    if (unsupported.wasInterrupted())
+    // The stage ops with a CPU configuration, tiled through TilingInterface.
+    llvm::SmallPtrSet<Operation *, 8> tiles;
+    if (failed(::tileStages(rewriter, getOperation(),
+                            Lowerings(defaults, first), tiles)))
       return signalPassFailure();
+    auto lowerings =
+        std::make_shared<const Lowerings>(defaults, first, std::move(tiles));
     // With a CPU configuration: tiled through TilingInterface and each tile
     // decomposed.
     SmallVector<AttentionOp> attentions;
@@ -561,26 +560,6 @@ struct ConvertSnapKVToLinalgPass
 };
 
 } // namespace
-
-std::optional<SnapKVToLinalgOptions>
-mlir::snapkv::detail::sizeOptions(Operation *op, StringRef pass,
-                                  int64_t keyTile, int64_t queryTile,
-                                  int64_t chunk, bool keepLogits) {
-  if (keyTile < 1 || queryTile < 1 || chunk < 0) {
-    emitError(op->getLoc()) << pass
-                            << ": key-tile and query-tile must be positive "
-                               "and chunk non-negative";
-    return std::nullopt;
-  }
-  SnapKVToLinalgOptions options;
-  options.keyTile = keyTile;
-  options.queryTile = queryTile;
-  options.autoChunk = chunk == 0;
-  if (chunk != 0)
-    options.chunk = chunk;
-  options.keepLogits = keepLogits;
-  return options;
-}
 
 LoweringConfigAttr
 mlir::snapkv::getLoweringConfig(MLIRContext *ctx, LoweringTarget target,
@@ -612,11 +591,4 @@ mlir::snapkv::getLoweringOptions(LoweringConfigAttr config) {
     options.tensorCores = config.getTensorCores().getValue();
   }
   return options;
-}
-
-void mlir::snapkv::populateSnapKVToLinalgPatterns(
-    RewritePatternSet &patterns, const SnapKVToLinalgOptions &options) {
-  addSnapKVPatterns(patterns, std::make_shared<const Lowerings>(
-                                  options, LoweringConfigAttr(),
-                                  /*record=*/false, /*firstGroup=*/0));
 }

@@ -28,7 +28,7 @@
 // CHECK:   arith.divf
 // CHECK:   tensor.parallel_insert_slice
 func.func @attention(%q: tensor<1x4x?x16xf32>, %k: tensor<1x2x?x16xf32>, %v: tensor<1x2x?x16xf32>) -> tensor<1x4x?x16xf32> {
-  // expected-error @+1 {{'snapkv.attention' op has no GPU lowering (tiling=gpu); fuse attention only for the CPU}}
+  // expected-error @+1 {{'snapkv.attention' op has no GPU lowering (target=gpu); it is lowered for the CPU only}}
   %o = snapkv.attention %q, %k, %v outs(%q : tensor<1x4x?x16xf32>) : tensor<1x4x?x16xf32>, tensor<1x2x?x16xf32>, tensor<1x2x?x16xf32> -> tensor<1x4x?x16xf32>
   return %o : tensor<1x4x?x16xf32>
 }
@@ -109,7 +109,7 @@ func.func @decode(%q: tensor<1x4x1x32xf32>, %k: tensor<1x2x?x32xf32>, %v: tensor
 // CHECK: tensor.extract_slice %[[Q]][%[[B]], %{{.*}}, 0, 0] [1, 2, 1, 8] [1, 1, 1, 1]
 // CHECK: scf.forall
 // CHECK: tensor.insert_slice %{{.*}} into %{{.*}}[%[[B]], %{{.*}}, 0, 0] [1, 2, 1, 8] [1, 1, 1, 1]
-// expected-error @+2 {{'snapkv.ragged_attention' op has no GPU lowering (tiling=gpu); ragged attention is lowered for the CPU only}}
+// expected-error @+2 {{'snapkv.ragged_attention' op has no GPU lowering (target=gpu); it is lowered for the CPU only}}
 func.func @ragged(%q: tensor<2x4x1x8xf32>, %k: tensor<2x?x8xf32>, %v: tensor<2x?x8xf32>, %s: tensor<2x2xi64>, %l: tensor<2x2xi64>) -> tensor<2x4x1x8xf32> {
   %o = snapkv.ragged_attention %q, %k, %v rows(%s, %l) : tensor<2x4x1x8xf32>, tensor<2x?x8xf32>, tensor<2x?x8xf32>, tensor<2x2xi64> -> tensor<2x4x1x8xf32>
   return %o : tensor<2x4x1x8xf32>

@@ -1,16 +1,22 @@
 // snapkv-configure-lowering writes each op's lowering for a target as data
 // (#snapkv.lowering_config); convert-snapkv-to-linalg lowers every op as its own
-// configuration says. The pipelines run the two: configured and converted gives
-// exactly what the tiling option gives with the sizes the pass chose (the
-// 24-position prompts here: key tiles of at most 24 keys, chunks of 16).
+// configuration says. The pipelines run the two. The conversion's tiling=cpu|gpu is
+// an alias for the strategy (with no CPU features) on the ops without a configuration,
+// so the two give exactly the same, with the sizes the strategy chose (the 24-position
+// prompts here: key tiles of at most 24 keys, chunks of 16) or the ones given.
 // RUN: snapkv-opt %s --snapkv-configure-lowering="key-tile=8" | FileCheck %s
 // RUN: snapkv-opt %s --snapkv-configure-lowering="target=gpu chunk=16" | FileCheck %s --check-prefix=GPU
 // RUN: snapkv-opt %s --snapkv-configure-lowering --convert-snapkv-to-linalg -o %t.configured
 // RUN: snapkv-opt %s --convert-snapkv-to-linalg=tiling=cpu -o %t.option
 // RUN: diff %t.configured %t.option
+// RUN: snapkv-opt %s --snapkv-configure-lowering="key-tile=8 chunk=4 keep-logits=false cpu-features=" --convert-snapkv-to-linalg -o %t.configured-sized
+// RUN: snapkv-opt %s --convert-snapkv-to-linalg="tiling=cpu key-tile=8 chunk=4 keep-logits=false" -o %t.option-sized
+// RUN: diff %t.configured-sized %t.option-sized
 // RUN: snapkv-opt %s --snapkv-configure-lowering=target=gpu --convert-snapkv-to-linalg -o %t.configured-gpu
-// RUN: snapkv-opt %s --convert-snapkv-to-linalg="tiling=gpu key-tile=24 chunk=16" -o %t.option-gpu
+// RUN: snapkv-opt %s --convert-snapkv-to-linalg=tiling=gpu -o %t.option-gpu
 // RUN: diff %t.configured-gpu %t.option-gpu
+// RUN: not snapkv-opt %s --convert-snapkv-to-linalg="tiling=cpu key-tile=-1" -o /dev/null 2>&1 | FileCheck %s --check-prefix=BAD
+// BAD: convert-snapkv-to-linalg: key-tile, query-tile and chunk must be non-negative (0: chosen per op)
 // One op's own configuration wins over the pass's target: @mixed's second select
 // is laid out for GPU blocks with 4-key tiles, its first for forall loops.
 // RUN: snapkv-opt %s --snapkv-configure-lowering --convert-snapkv-to-linalg | FileCheck %s --check-prefix=MIXED

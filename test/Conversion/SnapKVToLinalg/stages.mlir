@@ -20,8 +20,13 @@
 // CHECK: linalg.generic {{.*}} outs(%{{.*}} : tensor<1x2x3xi64>, tensor<1x2x3xi32>)
 // CHECK: %[[RESULT:.*]] = linalg.generic {{.*}} outs(%[[I]] : tensor<1x2x5xi64>)
 // CHECK: return %[[RESULT]]
+// With tiling=cpu the op is tiled through its TilingInterface: one scf.forall over its
+// (batch, head) rows, each iteration the row's op lowered whole (no groups recorded).
 // CPU-LABEL: func.func @top_positions
-// CPU: snapkv.tile = #snapkv.tile<group = {{[0-9]+}}, sizes = [1, 1, 0], mapping = forall>
+// CPU-NOT: snapkv.tile
+// CPU: scf.forall (%{{.*}}, %{{.*}}) in (1, 2) shared_outs
+// CPU-NOT: snapkv.tile
+// CPU: return
 // With tiling=gpu the checks run on the host, then one block per (batch, head) row, each
 // the row's ranking (the 32-step threshold search inside the block).
 // GPU-LABEL: func.func @top_positions
@@ -59,7 +64,10 @@ func.func @top_positions(%s: tensor<1x2x?xf32>, %i: tensor<1x2x5xi64>) -> tensor
 // CHECK: tensor.extract %[[SRC]][%{{.*}}, %[[KV]], %[[J]], %{{.*}}] : tensor<1x2x?x8xf16>
 // CHECK: return %[[ROWS]]
 // CPU-LABEL: func.func @gather
-// CPU: snapkv.tile = #snapkv.tile<group = {{[0-9]+}}, sizes = [1, 1, 1, 0], mapping = forall>
+// CPU-NOT: snapkv.tile
+// CPU: scf.forall (%{{.*}}, %{{.*}}) in (1, 4) shared_outs
+// CPU-NOT: snapkv.tile
+// CPU: return
 // With tiling=gpu, one block per (batch, head) row.
 // GPU-LABEL: func.func @gather
 // GPU: cf.assert %{{.*}}, "snapkv.gather: 'source' has no rows to gather"
@@ -85,6 +93,7 @@ func.func @gather(%src: tensor<1x2x?x8xf16>, %idx: tensor<1x4x?xi64>, %init: ten
 // CHECK: arith.select %{{.*}}, %cst{{.*}}, %{{.*}} : f32
 // CHECK: tensor.collapse_shape %{{.*}} {{\[}}[0], [1, 2]] : tensor<1x2x18xf32> into tensor<1x36xf32>
 // CHECK: return %{{.*}}, %{{.*}} : tensor<1x20x8xf32>, tensor<1x3xi64>
+// The stages the conversion itself makes of a select_adaptive keep their groups.
 // CPU-LABEL: func.func @adaptive
 // CPU: snapkv.tile = #snapkv.tile<group = {{[0-9]+}}, sizes = [1, 1, 0], mapping = forall>
 // For the GPU, every stage is a kernel (an scf.forall mapped to blocks) and no

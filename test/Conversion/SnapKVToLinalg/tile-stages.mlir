@@ -1,14 +1,12 @@
-// tile-stages: the stage ops of a decomposed select are tiled through their
-// TilingInterface, with the sizes of their #snapkv.lowering_config, instead of
-// the steps of their lowering being tiled from recorded groups. The ranking is
+// The stage ops of a decomposed select are tiled through their TilingInterface,
+// with the sizes of their #snapkv.lowering_config (no groups recorded). The ranking is
 // one scf.forall over the (batch, head) rows with the score it ranks fused in,
 // each gather one more; each tile is one row's op, lowered whole inside the
 // loop (key tiles of key_tile keys, chunks of chunk positions). The run-time
 // checks of the dynamic prompt come first, once, outside the loops.
-// RUN: snapkv-opt %s --snapkv-decompose-select --convert-snapkv-to-linalg=tile-stages=true --canonicalize --cse | FileCheck %s --implicit-check-not=snapkv.tile --implicit-check-not=snapkv.fuse --implicit-check-not="= snapkv."
-// The CPU pipeline does this by default (its IR after the conversion).
+// RUN: snapkv-opt %s --snapkv-decompose-select --convert-snapkv-to-linalg --canonicalize --cse | FileCheck %s --implicit-check-not=snapkv.tile --implicit-check-not=snapkv.fuse --implicit-check-not="= snapkv."
+// The CPU pipeline does this (its IR after the conversion).
 // RUN: snapkv-opt %s --snapkv-cpu-pipeline="cpu-features=avx512f" --mlir-print-ir-after=convert-snapkv-to-linalg -o /dev/null 2>&1 | FileCheck %s --check-prefix=PIPELINE
-// RUN: snapkv-opt %s --snapkv-cpu-pipeline="cpu-features=avx512f tile-stages=false" --mlir-print-ir-after=convert-snapkv-to-linalg -o /dev/null 2>&1 | FileCheck %s --check-prefix=GROUPS
 
 // CHECK-LABEL: func.func @select
 // CHECK-SAME: (%[[Q:.*]]: tensor<1x4x2x4xf32>, %[[K:.*]]: tensor<1x2x?x4xf32>, %[[V:.*]]: tensor<1x2x?x4xf32>)
@@ -53,8 +51,6 @@
 // PIPELINE: tensor<1x1x?x16xi32>
 // PIPELINE: scf.forall (%{{.*}}, %{{.*}}) in (1, 4) shared_outs(%{{.*}} = %{{.*}}) -> (tensor<1x4x6x4xf32>)
 // PIPELINE: scf.forall (%{{.*}}, %{{.*}}) in (1, 4) shared_outs(%{{.*}} = %{{.*}}) -> (tensor<1x4x6x4xf32>)
-// GROUPS-LABEL: func.func @select
-// GROUPS: snapkv.tile = #snapkv.tile<
 func.func @select(%q: tensor<1x4x2x4xf32>, %k: tensor<1x2x?x4xf32>, %v: tensor<1x2x?x4xf32>)
     -> (tensor<1x4x?x4xf32>, tensor<1x4x?x4xf32>, tensor<1x4x?xi64>) {
   %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 6

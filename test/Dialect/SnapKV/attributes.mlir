@@ -283,3 +283,14 @@ func.func @lowering_config_attention_on_blocks(%q: tensor<1x4x?x16xf32>, %k: ten
       : tensor<1x4x?x16xf32>, tensor<1x2x?x16xf32>, tensor<1x2x?x16xf32> -> tensor<1x4x?x16xf32>
   return %o : tensor<1x4x?x16xf32>
 }
+
+// -----
+
+// Accumulated scores (scoring sum / norm_sum) are lowered for the CPU only, too.
+func.func @lowering_config_accumulated_on_blocks(%q: tensor<1x2x8x4xf32>, %k: tensor<1x2x16x4xf32>) -> tensor<1x2x6xi64> {
+  // expected-error @+1 {{'snapkv.select' op has no GPU lowering: its snapkv.lowering_config cannot map it to gpu_blocks}}
+  %ko, %vo, %idx = snapkv.select %q, %k, %k window 2 capacity 6 scoring sum
+      {snapkv.lowering_config = #snapkv.lowering_config<mapping = gpu_blocks, key_tile = 8, query_tile = 32, chunk = 0, keep_logits = false, threads = 64, tensor_cores = true>}
+      : (tensor<1x2x8x4xf32>, tensor<1x2x16x4xf32>, tensor<1x2x16x4xf32>) -> (tensor<1x2x6x4xf32>, tensor<1x2x6x4xf32>, tensor<1x2x6xi64>)
+  return %idx : tensor<1x2x6xi64>
+}

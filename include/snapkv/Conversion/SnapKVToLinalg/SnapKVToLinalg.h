@@ -6,10 +6,6 @@
 #include "mlir/Pass/Pass.h"
 #include "llvm/ADT/StringMap.h"
 
-namespace mlir {
-class RewritePatternSet;
-} // namespace mlir
-
 namespace mlir::snapkv {
 
 /// The layout convert-snapkv-to-linalg emits, and the tiling it records.
@@ -68,6 +64,13 @@ struct SnapKVToLinalgOptions {
 LoweringConfigAttr getLoweringConfig(MLIRContext *ctx, LoweringTarget target,
                                      const SnapKVToLinalgOptions &options);
 
+/// The configuration snapkv-configure-lowering chooses for `op` with
+/// `strategy`'s target, sizes (0: chosen per op) and CPU features; null for
+/// an op it does not configure; failure, reported on `op`, where the target
+/// has no lowering for it. The one place tile sizes are chosen.
+FailureOr<LoweringConfigAttr>
+chooseLoweringConfig(Operation *op, const ConfigureLoweringOptions &strategy);
+
 /// The options an op's configuration stands for (its mapping included).
 SnapKVToLinalgOptions getLoweringOptions(LoweringConfigAttr config);
 
@@ -75,12 +78,6 @@ SnapKVToLinalgOptions getLoweringOptions(LoweringConfigAttr config);
 /// strategy's and the CPU pipeline's option): `host`, the host's, or names
 /// comma-separated (`+name` or `name` adds one, `-name` removes it).
 llvm::StringMap<bool> cpuFeatureNames(StringRef spec);
-
-/// Adds the patterns that lower `snapkv.select`, `snapkv.score` (untiled)
-/// and `snapkv.attention` to tensor-level linalg code; an op's own
-/// `snapkv.lowering_config` sets its sizes (its tiling is not recorded).
-void populateSnapKVToLinalgPatterns(RewritePatternSet &patterns,
-                                    const SnapKVToLinalgOptions &options = {});
 
 } // namespace mlir::snapkv
 
