@@ -197,8 +197,8 @@ struct ConfigureLoweringPass
       auto config = op->getAttrOfType<LoweringConfigAttr>(kConfigName);
       bool given = static_cast<bool>(config);
       if (!config) {
-        if (gpu && (isa<AttentionOp, RaggedAttentionOp>(op) ||
-                    scoresAccumulated(op))) {
+        if (gpu &&
+            (isa<AttentionOp, RaggedAttentionOp>(op) || scoresOnCpuOnly(op))) {
           op->emitOpError() << "has no GPU lowering (target=gpu); it is "
                                "lowered for the CPU only";
           return WalkResult::interrupt();

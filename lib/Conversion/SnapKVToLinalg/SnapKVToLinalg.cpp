@@ -517,14 +517,15 @@ struct ConvertSnapKVToLinalgPass
           defaults, target, /*record=*/true, first, std::move(tiles));
     }
     WalkResult unsupported = getOperation()->walk([&](Operation *op) {
-      if (!isa<AttentionOp, RaggedAttentionOp>(op) && !scoresAccumulated(op))
+      if (!isa<AttentionOp, RaggedAttentionOp>(op) && !scoresOnCpuOnly(op))
         return WalkResult::advance();
       LoweringConfigAttr config = lowerings->config(op);
       if (!config || config.getMapping() != TileMapping::gpu_blocks)
         return WalkResult::advance();
-      if (scoresAccumulated(op)) {
-        op->emitOpError() << "has no GPU lowering (tiling=gpu); scoring sum "
-                             "and norm_sum are lowered for the CPU only";
+      if (scoresOnCpuOnly(op)) {
+        op->emitOpError() << "has no GPU lowering (tiling=gpu); scoring sum, "
+                             "norm_sum and keydiff are lowered for the CPU "
+                             "only";
         return WalkResult::interrupt();
       }
       // An op's own gpu_blocks configuration is a verifier error; this is

@@ -10,7 +10,7 @@
 // CHECK:           arith.divf
 // CHECK:           arith.uitofp
 func.func @accumulated(%q: tensor<1x2x?x4xf32>, %k: tensor<1x2x16x4xf32>) -> tensor<1x2x6xi64> {
-  // expected-error @+1 {{'snapkv.select' op has no GPU lowering (tiling=gpu); scoring sum and norm_sum are lowered for the CPU only}}
+  // expected-error @+1 {{'snapkv.select' op has no GPU lowering (tiling=gpu); scoring sum, norm_sum and keydiff are lowered for the CPU only}}
   %ko, %vo, %idx = snapkv.select %q, %k, %k window 2 capacity 6 scoring norm_sum : (tensor<1x2x?x4xf32>, tensor<1x2x16x4xf32>, tensor<1x2x16x4xf32>) -> (tensor<1x2x6x4xf32>, tensor<1x2x6x4xf32>, tensor<1x2x6xi64>)
   return %idx : tensor<1x2x6xi64>
 }
