@@ -15,7 +15,7 @@ from .dtypes import bf16_to_f32, element_type, to_float64
 POOLINGS = ("avg", "max")
 GQA_POLICIES = ("expand", "mean", "max")
 ORDERS = ("position", "score")
-SCORINGS = ("votes", "prefix_votes", "recent", "random", "sum", "norm_sum")
+SCORINGS = ("votes", "prefix_votes", "recent", "random", "sum", "norm_sum", "keydiff")
 # The scorings that vote (pooled, blocked and ranked like the votes).
 VOTE_SCORINGS = ("votes", "prefix_votes", "sum", "norm_sum")
 # The scorings whose queries are the last Q >= window prompt queries, not the window's.
@@ -44,7 +44,8 @@ def select(q, k, v, window, capacity, kernel=5, pooling="avg", gqa="expand",
     keeps `sinks` leading positions and the most recent ones; "random" ranks by
     `random_keys(seed, ...)`. For "recent"/"random", votes and pooled hold those keys.
     "sum" / "norm_sum" (accumulated attention) take q [B,Hq,Q,D], the last Q prompt queries
-    (window <= Q <= L), and vote with all of them (`accumulated_votes`).
+    (window <= Q <= L), and vote with all of them (`accumulated_votes`). "keydiff" ranks by
+    `keydiff_scores` (question-agnostic: q only fixes the shapes), pooled like the votes.
 
     `block` > 1 ranks blocks of `block` consecutive prefix positions (from position 0, the
     last one possibly shorter) by the sum of their pooled scores: `pooled` then holds, at
@@ -85,6 +86,9 @@ def select(q, k, v, window, capacity, kernel=5, pooling="avg", gqa="expand",
                                                window, normalise=scoring == "norm_sum")
             votes = aggregate(per_query_head, gqa, kv_heads)
             pooled = block_sums(pool(votes, kernel, pooling), block)
+        elif scoring == "keydiff":
+            votes = keydiff_scores(to_float64(k, elem), window)[:, source]
+            pooled = pool(votes, kernel, pooling)
         elif scoring == "recent":
             position = np.arange(prefix, dtype=np.float64)
             votes = np.broadcast_to(np.where(position < sinks, np.inf, position),
@@ -407,6 +411,24 @@ def ragged_attention(q, k, v, starts, lengths, scale=None, elem="f32"):
                 q[b:b + 1, c * group:(c + 1) * group], k[b:b + 1, None, rows],
                 v[b:b + 1, None, rows], scale, elem)[0]
     return out
+
+
+def keydiff_scores(k, window):
+    """KeyDiff's key distinctness [B, Hkv, P] of the prefix rows j < P = L - window (float64
+    keys [B, Hkv, L, D]; docs/semantics.md, "Comparison scorings"): 1 - <k_j, a> / (|k_j| |a|)
+    with a the sum over all L rows of the head's unit keys k / |k| (a zero key's is 0), and
+    1 where |k_j| or |a| is 0. A NaN or infinite key makes the head's anchor, so every score
+    of the head, NaN. Larger = more distinct; kvpress's KeyDiffPress ranks by -cos(k_j, mean
+    unit key), the same order."""
+    norms = np.sqrt((k * k).sum(axis=-1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        anchor = np.where(norms[..., None] == 0, 0.0, k / norms[..., None]).sum(axis=2)
+        size = np.sqrt((anchor * anchor).sum(axis=-1))
+        prefix = k.shape[2] - window
+        dot = np.einsum("bhjd,bhd->bhj", k[:, :, :prefix], anchor)
+        cosine = np.where((norms[..., :prefix] == 0) | (size[..., None] == 0), 0.0,
+                          dot / (norms[..., :prefix] * size[..., None]))
+    return 1.0 - cosine
 
 
 def aggregate(votes, gqa, kv_heads):

@@ -21,7 +21,7 @@ heads, head_dim 128), exported with ``@extend`` and compiled:
   their accumulated attention and keeps C by the prompt's last window, as the PyTorch
   reference does, the runner holding at most M + C rows of caches in and out; with
   ``staging-carry`` the staged rows' scores are carried from chunk to chunk, as the reference
-  carries them;
+  carries them, and with ``staging-scoring=keydiff`` the rows are staged by their keys alone;
 * ``snapkv generate --chunk`` and ``--decode-interval`` report the chunks, the K/V the runner
   held and the steps compacted after;
 * bad combinations are clear errors.
@@ -80,23 +80,27 @@ def clear_prompt(model):
         carried = reference_decode.snapkv_generate(model, ids, STEPS, WINDOW, CAPACITY, KERNEL,
                                                    gqa=GQA, chunk=CHUNK, staging=STAGING,
                                                    staging_carry=True)
+        keydiff = reference_decode.snapkv_generate(model, ids, STEPS, WINDOW, CAPACITY, KERNEL,
+                                                   gqa=GQA, chunk=CHUNK, staging=STAGING,
+                                                   staging_scoring="keydiff")
         every = [(sels, CAPACITY) for sels in oracle["chunk_selections"]
                  + decoded["decode_selections"] + both["chunk_selections"]] + \
             [(sels, DECODE_CAPACITY) for sels in both["decode_selections"]] + \
-            [(sels, STAGING) for run in (staged, carried)
+            [(sels, STAGING) for run in (staged, carried, keydiff)
              for sels in run["chunk_selections"][:-1]] + \
-            [(staged["selections"], CAPACITY), (carried["selections"], CAPACITY)]
+            [(run["selections"], CAPACITY) for run in (staged, carried, keydiff)]
         selections = [m["relative"] for sels, capacity in every for sel in sels
                       for m in reference_decode.selection_margins(sel, WINDOW, capacity) if m]
         tokens = [*reference_decode.token_margins(oracle["logits"]),
                   *reference_decode.token_margins(decoded["logits"]),
                   *reference_decode.token_margins(both["logits"]),
                   *reference_decode.token_margins(staged["logits"]),
-                  *reference_decode.token_margins(carried["logits"])]
+                  *reference_decode.token_margins(carried["logits"]),
+                  *reference_decode.token_margins(keydiff["logits"])]
         if min(selections) >= reference_decode.MIN_SELECTION_MARGIN and \
                 min(tokens) >= reference_decode.MIN_TOKEN_MARGIN:
             oracle["decoded"], oracle["both"], oracle["staged"] = decoded, both, staged
-            oracle["carried"] = carried
+            oracle["carried"], oracle["keydiff"] = carried, keydiff
             return ids.reshape(1, L), oracle
     raise AssertionError("no prompt with clear selection and token margins")
 
@@ -266,6 +270,21 @@ def test_two_level_chunked_prefill_is_the_reference(case):
                      "--capacity", "16", "--chunk", "16", "--staging", "12")
     assert bad.returncode == 1
     assert "--staging (12) must be at least --capacity (16)" in bad.stderr
+
+
+def test_keydiff_staging_is_the_reference(case):
+    """staging-scoring=keydiff: the staged chunks keep the M rows whose keys are least like
+    their head's mean key direction (no attention); C kept by the prompt's last window. The
+    tokens, logits and caches are the reference's, and the staged selection is not sum's."""
+    text = hf.rewrite(case["exported"].text,
+                      dataclasses.replace(compaction(CHUNK), staging=STAGING,
+                                          staging_scoring="keydiff"))
+    model = runtime.CompiledModel(text, weights=hf.Checkpoint(case["folder"]), cflags=CFLAGS)
+    oracle = case["oracle"]["keydiff"]
+    assert_staged_is(model, case["ids"], oracle)
+    staged = case["oracle"]["staged"]["chunk_selections"][1]
+    assert any(not np.array_equal(a.indices, b.indices)
+               for a, b in zip(oracle["chunk_selections"][1], staged, strict=True))
 
 
 def test_carried_staging_is_the_reference(case):

@@ -331,6 +331,60 @@ def test_accumulated_scorings_match_reference(accumulated_cases):
     check(accumulated_cases)
 
 
+# KeyDiff (docs/semantics.md "Comparison scorings"): ranked by the keys alone; exact ties from
+# duplicated key rows (kernel 1 or max pooling keeps them), zero keys (score exactly 1).
+KEYDIFF_CASES = 24
+
+
+def keydiff_config(rng):
+    config = draw_config(rng)
+    config.update(scoring="keydiff", sinks=None, seed=None)
+    return config
+
+
+def keydiff_case(n):
+    rng = np.random.default_rng([SEED, 7, n])
+    if n % 3:
+        return separated_case(rng, keydiff_config)
+
+    def tied(rng):
+        config = keydiff_config(rng)
+        config["length"] = config["capacity"] + int(rng.integers(1, 12))
+        if config["pooling"] != "max":
+            config["kernel"] = 1
+        return config
+    while True:
+        case = separated_case(rng, tied, duplicates=4)
+        case.k[:, :, int(rng.integers(case.k.shape[2]))] = 0
+        if decisive_scores_separated(case.reference(), case):
+            return case
+
+
+@pytest.fixture(scope="module")
+def keydiff_cases():
+    return [keydiff_case(n) for n in range(KEYDIFF_CASES)]
+
+
+def test_keydiff_cases_cover_the_options(keydiff_cases):
+    selected = [c for c in keydiff_cases if c.k.shape[2] > c.capacity]
+    assert {c.elem for c in selected} == {"f32", "f16", "bf16"}
+    assert {c.gqa or "expand" for c in selected} == {"expand", "mean", "max"}
+    assert any(c.dynamic for c in selected) and any(not c.dynamic for c in selected)
+    # Exact ties decide some selection (duplicated rows), and the ranking is not the votes'.
+    assert any(len(np.unique(c.reference().pooled[0, 0])) < c.reference().pooled.shape[-1]
+               for c in selected)
+    assert any(not np.array_equal(
+        c.reference().indices,
+        reference.select(c.q, c.k, c.v, c.window, c.capacity, kernel=c.kernel or 5,
+                         pooling=c.pooling or "avg", gqa=c.gqa or "expand",
+                         order=c.order or "position", scale=c.scale, dtype=c.dtype).indices)
+        for c in selected)
+
+
+def test_keydiff_matches_reference(keydiff_cases):
+    check(keydiff_cases)
+
+
 def test_block_cases_are_what_they_claim():
     cases = [block_case(n) for n in range(BLOCK_CASES)]
     selected = [c for c in cases if c.k.shape[2] >= c.capacity]

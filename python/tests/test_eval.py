@@ -163,11 +163,15 @@ def test_staged_methods():
     assert " staging-scoring=norm_sum staging-carry=true" in \
         method_named("chunked-512-m2c-carry-norm").compaction(32, 500, 0).pass_options()
     assert method_named("chunked-512-m2c-carry-max") is None
+    # -keydiff: the staged rows ranked by their keys' distinctness (KeyDiff).
+    assert " staging=2000 staging-scoring=keydiff" in \
+        method_named("chunked-1000-m4c-keydiff").compaction(32, 500, 0).pass_options()
     # Results are keyed by the factor and the scoring (capacity aside), apart from chunked-N's.
     keys = {method_named(n).key(32, 0) for n in ("chunked-512", "chunked-512-m4c",
                                                "chunked-512-m2c", "chunked-512-m4c-norm",
-                                               "chunked-512-m4c-carry")}
-    assert len(keys) == 5
+                                               "chunked-512-m4c-carry",
+                                               "chunked-512-m4c-keydiff")}
+    assert len(keys) == 6
     for bad in ("chunked-512-m0c", "chunked-512-mxc", "chunked-512-m4", "chunked-512-m4c-max",
                 "chunked-0-m4c"):
         assert method_named(bad) is None, bad

@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 
 from snapkv import bf16_to_f32, f32_to_bf16, select
-from snapkv.reference import accumulated_votes, block_sums, carried_select, pool, rank
+from snapkv.reference import (
+    accumulated_votes,
+    block_sums,
+    carried_select,
+    keydiff_scores,
+    pool,
+    rank,
+)
 
 
 def from_weights(table, values=None):
@@ -123,6 +130,50 @@ def test_accumulated_scoring_selects_by_all_queries():
                           (13, r"rows <= prompt length \(12\)")):
         with pytest.raises(ValueError, match=message):
             select(np.zeros((1, 2, rows, 4), np.float32), k, k, window=2, capacity=6, scoring="sum")
+
+
+def test_keydiff_by_hand():
+    # Unit keys e0, e0, e1, e0, e1 sum to a = (3, 2): cos(e0, a) = 3 / sqrt(13) for rows 0,
+    # 1, 3 and 2 / sqrt(13) for row 2 (the window row 4 counts in a, is not scored).
+    k = np.array([[1, 0], [2, 0], [0, 3], [1, 0], [0, 1]], np.float32)[None, None]
+    q = np.zeros((1, 1, 1, 2), np.float32)
+    sel = select(q, k, k, window=1, capacity=3, kernel=1, scoring="keydiff")
+    np.testing.assert_allclose(sel.votes[0, 0], 1 - np.array([3, 3, 2, 3]) / math.sqrt(13))
+    # The most distinct row 2, then the tie among 0, 1, 3 to the lowest; the window.
+    assert sel.indices[0, 0].tolist() == [0, 2, 4]
+    # A zero key scores exactly 1 and adds nothing to the anchor.
+    zero = k.copy()
+    zero[0, 0, 1] = 0
+    assert keydiff_scores(zero.astype(np.float64), 1)[0, 0, 1] == 1.0
+    # A NaN key makes every score of its head NaN: the head keeps the first positions.
+    bad = k.copy()
+    bad[0, 0, 3, 0] = np.nan
+    nan = select(q, bad, bad, window=1, capacity=3, kernel=1, scoring="keydiff")
+    assert np.isnan(nan.votes).all() and nan.indices[0, 0].tolist() == [0, 1, 4]
+
+
+def test_keydiff_ranks_like_kvpress_and_ignores_gqa():
+    # kvpress's KeyDiffPress: -cosine_similarity(k, mean of the normalised keys), per kv head.
+    rng = np.random.default_rng(5)
+    k = rng.standard_normal((1, 2, 40, 8)).astype(np.float32)
+    q = rng.standard_normal((1, 4, 4, 8)).astype(np.float32)
+    k64 = k.astype(np.float64)
+    unit = k64 / np.linalg.norm(k64, axis=-1, keepdims=True)
+    anchor = unit.mean(axis=2, keepdims=True)
+    kvpress = -(unit * anchor).sum(-1) / np.linalg.norm(anchor, axis=-1)
+    ours = keydiff_scores(k64, 4)
+    for h in range(2):
+        assert rank(ours[0, h]).tolist() == rank(kvpress[0, h, :36]).tolist()
+    mean = select(q, k, k, window=4, capacity=12, kernel=1, gqa="mean", scoring="keydiff")
+    top = select(q, k, k, window=4, capacity=12, kernel=1, gqa="max", scoring="keydiff")
+    expand = select(q, k, k, window=4, capacity=12, kernel=1, scoring="keydiff")
+    np.testing.assert_array_equal(mean.indices, top.indices)
+    np.testing.assert_array_equal(expand.indices, np.repeat(mean.indices, 2, axis=1))
+    # Pooled like the votes.
+    pooled = select(q, k, k, window=4, capacity=12, kernel=5, gqa="mean", scoring="keydiff")
+    np.testing.assert_allclose(pooled.pooled, pool(ours, 5, "avg"))
+    with pytest.raises(ValueError, match="block only applies to the scorings that vote"):
+        select(q, k, k, window=4, capacity=12, gqa="mean", scoring="keydiff", block=4)
 
 
 def test_carried_select_by_hand():

@@ -22,6 +22,24 @@
 // NORM-LABEL: func.func private @extend_layer_stage(
 // NORM:         snapkv.select {{.*}} capacity 20 {{.*}} scoring norm_sum :
 
+// keydiff (question-agnostic, docs/semantics.md): the staged selects rank by the keys and take
+// the window's queries; the last chunk's select still votes with the prompt's window.
+// RUN: snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 prefill-func=prefill_layer decode-func=decode_layer extend-func=extend_layer chunk=16 staging=20 staging-scoring=keydiff strict=true" \
+// RUN:   | FileCheck %s --check-prefix=KEYDIFF
+// KEYDIFF-LABEL: func.func private @extend_layer(
+// KEYDIFF:         snapkv.select %{{.*}}, %{{.*}}, %{{.*}} window 4 capacity 8 kernel 15 gqa mean scale {{[^ ]*}} : (tensor<1x4x4x128xf32>,
+// KEYDIFF-LABEL: func.func private @extend_layer_stage(
+// KEYDIFF:         snapkv.select %{{.*}}, %{{.*}}, %{{.*}} window 4 capacity 20 kernel 15 gqa mean scale {{[^ ]*}} scoring keydiff : (tensor<1x4x4x128xf32>,
+// RUN: not snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 prefill-func=prefill_layer decode-func=decode_layer extend-func=extend_layer chunk=16 staging=20 staging-scoring=keydiff staging-carry=true" 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=CARRYKEYDIFF
+// CARRYKEYDIFF: error: snapkv-compress-kv-cache: staging-carry adds up accumulated attention: it needs staging-scoring sum or norm_sum
+// RUN: not snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \
+// RUN:   --snapkv-compress-kv-cache="window=4 capacity=8 prefill-func=prefill_layer decode-func=decode_layer scoring=keydiff block=2" 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=BLOCKKEYDIFF
+// BLOCKKEYDIFF: error: snapkv-compress-kv-cache: block sums pooled votes: it needs a scoring that votes (votes, prefix_votes, sum or norm_sum)
+
 // The ledger's prefill peak is the staged rows plus a chunk (20 + 16), not C + 16; the staged
 // selects are not more layers.
 // RUN: snapkv-opt %S/Inputs/models/llama_layers_extend.mlir \

@@ -45,21 +45,26 @@ func.func @other(%q: tensor<1x1x2x2xf32>, %k: tensor<1x1x4x2xf32>) -> tensor<1x1
 // -----
 
 // The score ranks as the select does: a prefix_votes select gets a
-// prefix_votes score; recent and random rank without votes, and their score
-// shows the votes.
+// prefix_votes score; recent, random and keydiff rank without votes, and
+// their score shows the votes.
 // CHECK-LABEL: func.func @prefill(%arg0: tensor<1x1x2x2xf32>
 // CHECK: snapkv.select {{.*}} scoring prefix_votes
 // CHECK: snapkv.score %arg0, %arg1 window 2 scoring prefix_votes outs(
 // CHECK: snapkv.select {{.*}} scoring recent
 // CHECK: snapkv.score %arg0, %arg1 window 2 outs(
+// CHECK: snapkv.select {{.*}} scoring keydiff
+// CHECK: snapkv.score %arg0, %arg1 window 2 outs(
 // NAMED-LABEL: func.func @prefill(%arg0: tensor<1x1x2x2xf32>
 // NAMED: snapkv.score {{.*}} scoring prefix_votes
-func.func @prefill(%q: tensor<1x1x2x2xf32>, %k: tensor<1x1x8x2xf32>) -> (tensor<1x1x4xi64>, tensor<1x1x4xi64>) {
+func.func @prefill(%q: tensor<1x1x2x2xf32>, %k: tensor<1x1x8x2xf32>) -> (tensor<1x1x4xi64>, tensor<1x1x4xi64>, tensor<1x1x4xi64>) {
   %k0, %v0, %i0 = snapkv.select %q, %k, %k window 2 capacity 4 scoring prefix_votes
       : (tensor<1x1x2x2xf32>, tensor<1x1x8x2xf32>, tensor<1x1x8x2xf32>)
       -> (tensor<1x1x4x2xf32>, tensor<1x1x4x2xf32>, tensor<1x1x4xi64>)
   %k1, %v1, %i1 = snapkv.select %q, %k, %k window 2 capacity 4 scoring recent
       : (tensor<1x1x2x2xf32>, tensor<1x1x8x2xf32>, tensor<1x1x8x2xf32>)
       -> (tensor<1x1x4x2xf32>, tensor<1x1x4x2xf32>, tensor<1x1x4xi64>)
-  return %i0, %i1 : tensor<1x1x4xi64>, tensor<1x1x4xi64>
+  %k2, %v2, %i2 = snapkv.select %q, %k, %k window 2 capacity 4 scoring keydiff
+      : (tensor<1x1x2x2xf32>, tensor<1x1x8x2xf32>, tensor<1x1x8x2xf32>)
+      -> (tensor<1x1x4x2xf32>, tensor<1x1x4x2xf32>, tensor<1x1x4xi64>)
+  return %i0, %i1, %i2 : tensor<1x1x4xi64>, tensor<1x1x4xi64>, tensor<1x1x4xi64>
 }

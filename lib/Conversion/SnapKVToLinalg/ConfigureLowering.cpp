@@ -161,7 +161,7 @@ llvm::json::Object describe(LoweringConfigAttr config) {
 /// Refuses, on `op`, a target that has no lowering for it.
 LogicalResult checkLowered(Operation *op, LoweringTarget target) {
   if (target != LoweringTarget::gpu ||
-      !(isa<AttentionOp, RaggedAttentionOp>(op) || scoresAccumulated(op)))
+      !(isa<AttentionOp, RaggedAttentionOp>(op) || scoresOnCpuOnly(op)))
     return success();
   return op->emitOpError()
          << "has no GPU lowering (target=gpu); it is lowered for the CPU only";

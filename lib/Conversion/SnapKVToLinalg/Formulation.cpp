@@ -498,7 +498,10 @@ SmallVector<Value> Formulation::selection(Value queries, Value keys,
   // otherwise (computed over all rows, so that GPU row blocks see their row's
   // keys without needing their own row index).
   bool byVotes = s.scoring != Scoring::recent && s.scoring != Scoring::random;
-  Value v = byVotes ? votes(queries, keys, length, prefix) : Value();
+  Value v = !byVotes ? Value()
+            : s.scoring == Scoring::keydiff
+                ? keydiffScores(keys, length, prefix)
+                : votes(queries, keys, length, prefix);
   Value ranked =
       byVotes ? Value() : comparisonKeys(prefix, paddedPrefix(prefix));
   return layout.perRow(

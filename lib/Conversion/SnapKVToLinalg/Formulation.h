@@ -236,6 +236,9 @@ private:
   Value votesPerHead(Value queries, Value keys, Value length, Value prefix);
   /// Scoring sum / norm_sum: the votes of every given query, [B, Hc, P].
   Value accumulatedVotes(Value queries, Value keys, Value length, Value prefix);
+  /// Scoring keydiff: each prefix key's distinctness from its kv head's
+  /// mean key direction, [B, Hc, P].
+  Value keydiffScores(Value keys, Value length, Value prefix);
   /// Pooled scores over the chunk-padded prefix: [B, Hc, Pp].
   Value pool(Value votes, Value prefix, OpFoldResult paddedPrefix);
   /// `block > 1`: each position's score is its block's sum of `pooled`.

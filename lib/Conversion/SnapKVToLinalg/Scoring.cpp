@@ -671,6 +671,107 @@ Value Formulation::accumulatedVotes(Value queries, Value keys, Value length,
   return loop.getResult(0);
 }
 
+/// KeyDiff (docs/semantics.md, "Comparison scorings"), in f32 over whole
+/// tensors: the squared norm of every key, the anchor a = sum of the unit
+/// keys of the kv head (all L rows, in row order), |a|, then for each prefix
+/// key 1 - <k_j, a> / (|k_j| |a|), 1 where either norm is 0. A NaN or
+/// infinite key makes its head's anchor, and so every score of the head,
+/// NaN. Per kv head; `expand` repeats a kv head's scores for its G query
+/// heads.
+Value Formulation::keydiffScores(Value keys, Value length, Value prefix) {
+  OpFoldResult l0 = getAsOpFoldResult(length), p0 = getAsOpFoldResult(prefix);
+  OpFoldResult batch = ofr(s.batch), kvHeads = ofr(s.kvHeads);
+  // sq[b, h, j] = sum_d k^2: loops (b, h, j, d).
+  Value sqInit = filled({batch, kvHeads, l0}, f32, cF32(0.0f));
+  auto sqOp =
+      generic(sqInit.getType(), {keys}, {sqInit},
+              {map(4, {0, 1, 2, 3}), map(4, {0, 1, 2})}, {par, par, par, red},
+              [](OpBuilder &nb, Location l, ValueRange args) {
+                Value x = toF32(nb, l, args[0]);
+                linalg::YieldOp::create(
+                    nb, l,
+                    ValueRange{arith::AddFOp::create(
+                        nb, l, args[1], arith::MulFOp::create(nb, l, x, x))});
+              });
+  group(sqOp, 2);
+  Value sq = sqOp.getResult(0);
+  // a[b, h, d] = sum_j k_j[d] / |k_j| (0 for a zero key): loops (b, h, d, j).
+  auto isZero = [](OpBuilder &nb, Location l, Value x) {
+    return arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ, x,
+                                 constF32(nb, l, 0.0f));
+  };
+  Value anchorInit = filled({batch, kvHeads, ofr(s.dim)}, f32, cF32(0.0f));
+  auto anchorOp = generic(
+      anchorInit.getType(), {keys, sq}, {anchorInit},
+      {map(4, {0, 1, 3, 2}), map(4, {0, 1, 3}), map(4, {0, 1, 2})},
+      {par, par, par, red}, [&](OpBuilder &nb, Location l, ValueRange args) {
+        Value unit = arith::DivFOp::create(
+            nb, l, toF32(nb, l, args[0]), math::SqrtOp::create(nb, l, args[1]));
+        Value u = arith::SelectOp::create(nb, l, isZero(nb, l, args[1]),
+                                          constF32(nb, l, 0.0f), unit);
+        linalg::YieldOp::create(
+            nb, l, ValueRange{arith::AddFOp::create(nb, l, args[2], u)});
+      });
+  group(anchorOp, 2);
+  Value anchor = anchorOp.getResult(0);
+  // aa[b, h] = |a|^2: loops (b, h, d).
+  Value aaInit = filled({batch, kvHeads}, f32, cF32(0.0f));
+  auto aaOp = generic(
+      aaInit.getType(), {anchor}, {aaInit}, {map(3, {0, 1, 2}), map(3, {0, 1})},
+      {par, par, red}, [](OpBuilder &nb, Location l, ValueRange args) {
+        Value x = args[0];
+        linalg::YieldOp::create(
+            nb, l,
+            ValueRange{arith::AddFOp::create(
+                nb, l, args[1], arith::MulFOp::create(nb, l, x, x))});
+      });
+  group(aaOp, 2);
+  // dot[b, h, j] = <k_j, a> over the prefix keys: loops (b, h, j, d).
+  Value prefixKeys = tensor::ExtractSliceOp::create(
+      b, loc, keys, ArrayRef<OpFoldResult>{ofr(0), ofr(0), ofr(0), ofr(0)},
+      ArrayRef<OpFoldResult>{batch, kvHeads, p0, ofr(s.dim)},
+      ArrayRef<OpFoldResult>{ofr(1), ofr(1), ofr(1), ofr(1)});
+  Value dotInit = filled({batch, kvHeads, p0}, f32, cF32(0.0f));
+  auto dotOp =
+      generic(dotInit.getType(), {prefixKeys, anchor}, {dotInit},
+              {map(4, {0, 1, 2, 3}), map(4, {0, 1, 3}), map(4, {0, 1, 2})},
+              {par, par, par, red}, dotProductBody);
+  group(dotOp, 2);
+  Value prefixSq = tensor::ExtractSliceOp::create(
+      b, loc, sq, ArrayRef<OpFoldResult>{ofr(0), ofr(0), ofr(0)},
+      ArrayRef<OpFoldResult>{batch, kvHeads, p0},
+      ArrayRef<OpFoldResult>{ofr(1), ofr(1), ofr(1)});
+  auto scoreOp = generic(
+      dotInit.getType(), {dotOp.getResult(0), prefixSq, aaOp.getResult(0)},
+      {empty({batch, kvHeads, p0}, f32)},
+      {map(3, {0, 1, 2}), map(3, {0, 1, 2}), map(3, {0, 1}), map(3, {0, 1, 2})},
+      {par, par, par}, [&](OpBuilder &nb, Location l, ValueRange args) {
+        Value norms =
+            arith::MulFOp::create(nb, l, math::SqrtOp::create(nb, l, args[1]),
+                                  math::SqrtOp::create(nb, l, args[2]));
+        Value cosine = arith::DivFOp::create(nb, l, args[0], norms);
+        Value none = arith::OrIOp::create(nb, l, isZero(nb, l, args[1]),
+                                          isZero(nb, l, args[2]));
+        Value c =
+            arith::SelectOp::create(nb, l, none, constF32(nb, l, 0.0f), cosine);
+        linalg::YieldOp::create(
+            nb, l,
+            ValueRange{arith::SubFOp::create(nb, l, constF32(nb, l, 1.0f), c)});
+      });
+  group(scoreOp, 2);
+  Value scores = scoreOp.getResult(0);
+  if (!s.expand())
+    return scores;
+  // Query head h reads kv head h / G: [B, Hkv, G, P] collapsed to [B, Hq, P].
+  Value repeated =
+      linalg::BroadcastOp::create(
+          b, loc, scores, empty({batch, kvHeads, ofr(s.group), p0}, f32),
+          ArrayRef<int64_t>{2})
+          .getResult()[0];
+  return tensor::CollapseShapeOp::create(
+      b, loc, repeated, ArrayRef<ReassociationIndices>{{0}, {1, 2}, {3}});
+}
+
 /// Stride-1 pooling with kernel/2 neighbours on each side over the prefix,
 /// evaluated on the chunk-padded prefix [0, Pp) (positions >= P are never
 /// ranked). avg: zero padding and division by the kernel size; max: -inf

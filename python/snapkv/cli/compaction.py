@@ -80,12 +80,15 @@ def compaction_parent(strict: bool = False) -> argparse.ArgumentParser:
                             "prompt's last W queries (which hold the question), so that the K/V "
                             "held stay near M + N rows per head. 0 (the default): off")
     group.add_argument("--staging-scoring", choices=("sum", "norm_sum", "votes", "prefix_votes",
-                                                     "carried-sum", "carried-norm_sum"),
+                                                     "keydiff", "carried-sum",
+                                                     "carried-norm_sum"),
                        default=DEFAULTS["staging_scoring"],
                        help="with --staging: what ranks a staged chunk's rows: sum = "
                             "accumulated attention of all the chunk's queries (H2O, "
                             "OpenVINO's SUM), norm_sum = that divided by the queries that "
-                            "see the row, votes = the chunk's last W queries; carried-sum / "
+                            "see the row, votes = the chunk's last W queries, keydiff = the "
+                            "keys least like their head's mean key direction (KeyDiff; no "
+                            "attention, CPU only); carried-sum / "
                             "carried-norm_sum: each row's score so far plus the chunk's sum / "
                             "norm_sum, carried from chunk to chunk")
     group.add_argument("--decode-interval", type=int_in(0, "--decode-interval"),

@@ -108,17 +108,19 @@ def chunked(n: int) -> Method:
 
 # Two-level chunked prefill: ``chunked-N-mKc`` stages the chunks at M = K x C rows ranked by
 # accumulated attention (``-norm``: normalised, OpenVINO's NORM_SUM; ``-carry``, ``-carry-norm``:
-# each staged row's score carried from chunk to chunk, as H2O and OpenVINO do), then keeps C
-# by the prompt's last window.
+# each staged row's score carried from chunk to chunk, as H2O and OpenVINO do; ``-keydiff``:
+# by the keys' distinctness, KeyDiff, no attention), then keeps C by the prompt's last window.
 STAGED_SCORINGS = {"": "sum", "-norm": "norm_sum", "-votes": "votes", "-carry": "carried-sum",
-                   "-carry-norm": "carried-norm_sum"}
+                   "-carry-norm": "carried-norm_sum", "-keydiff": "keydiff"}
 
 
 def staged(n: int, factor: int, scoring: str = "sum") -> Method:
     """Two-level chunked prefill: N-token chunks staged at ``factor`` x C rows."""
     suffix = {v: k for k, v in STAGED_SCORINGS.items()}[scoring]
     ranks = f"{scoring} scores of the chunk's queries"
-    if scoring.startswith(hf.CARRIED):
+    if scoring == "keydiff":
+        ranks = "the keys' distinctness from their head's mean key (KeyDiff)"
+    elif scoring.startswith(hf.CARRIED):
         ranks = f"{scoring.removeprefix(hf.CARRIED)} scores carried over the chunks so far"
     return Method(f"chunked-{n}-m{factor}c{suffix}",
                   {"gqa": "mean", "kernel": 15, "chunk": n, "staging_factor": factor,
@@ -130,7 +132,7 @@ def staged(n: int, factor: int, scoring: str = "sum") -> Method:
 
 
 def _staged_name(name: str) -> Optional[Method]:
-    """``chunked-N-mKc[-norm|-votes|-carry|-carry-norm]`` as a method, or None."""
+    """``chunked-N-mKc[-norm|-votes|-carry|-carry-norm|-keydiff]`` as a method, or None."""
     parts = name[len(CHUNKED_PREFIX):].split("-", 2) if name.startswith(CHUNKED_PREFIX) \
         else []
     if len(parts) < 2 or not parts[1].startswith("m") or not parts[1].endswith("c"):
@@ -205,8 +207,8 @@ METHODS: Dict[str, Method] = {m.name: m for m in _METHODS}
 def method_named(name: str) -> Optional[Method]:
     """The method called `name`: one of :data:`METHODS`, ``chunked-N`` for any chunk N >= 1,
     ``chunked-N-mKc`` (two-level, staged at K x C rows; ``-norm`` / ``-votes`` / ``-carry`` /
-    ``-carry-norm`` for the staging scoring) or ``block-N`` for any block N >= 1 (the ones in
-    METHODS are those ``all`` runs); None for another name."""
+    ``-carry-norm`` / ``-keydiff`` for the staging scoring) or ``block-N`` for any block N >= 1
+    (the ones in METHODS are those ``all`` runs); None for another name."""
     if name in METHODS:
         return METHODS[name]
     for prefix, make in ((CHUNKED_PREFIX, chunked), (BLOCK_PREFIX, blocked)):

@@ -533,6 +533,23 @@ func.func @attention_init(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v: 
 
 // -----
 
+// keydiff ranks by the keys alone: no block, no snapkv.score
+func.func @block_keydiff(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tensor<1x2x16x8xf32>) {
+  // expected-error @+1 {{'snapkv.select' op 'block' only applies to the scorings that vote (votes, prefix_votes, sum, norm_sum)}}
+  %a, %b, %c = snapkv.select %q, %k, %v window 2 capacity 6 scoring keydiff block 2 : (tensor<1x4x2x8xf32>, tensor<1x2x16x8xf32>, tensor<1x2x16x8xf32>) -> (tensor<1x4x6x8xf32>, tensor<1x4x6x8xf32>, tensor<1x4x6xi64>)
+  return
+}
+
+// -----
+
+func.func @score_keydiff(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x16x8xf32>, %vi: tensor<1x4x14xf32>, %pi: tensor<1x4x14xf32>) {
+  // expected-error @+1 {{'snapkv.score' op attribute 'scoring' failed to satisfy constraint: what ranks the prefix positions whose value is votes, prefix_votes, sum or norm_sum}}
+  %v, %p = snapkv.score %q, %k window 2 scoring keydiff outs(%vi, %pi : tensor<1x4x14xf32>, tensor<1x4x14xf32>) : (tensor<1x4x2x8xf32>, tensor<1x2x16x8xf32>) -> (tensor<1x4x14xf32>, tensor<1x4x14xf32>)
+  return
+}
+
+// -----
+
 func.func @score_scoring(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x16x8xf32>, %vi: tensor<1x4x14xf32>, %pi: tensor<1x4x14xf32>) {
   // expected-error @+1 {{'snapkv.score' op attribute 'scoring' failed to satisfy constraint: what ranks the prefix positions whose value is votes, prefix_votes, sum or norm_sum}}
   %v, %p = snapkv.score %q, %k window 2 scoring recent outs(%vi, %pi : tensor<1x4x14xf32>, tensor<1x4x14xf32>) : (tensor<1x4x2x8xf32>, tensor<1x2x16x8xf32>) -> (tensor<1x4x14xf32>, tensor<1x4x14xf32>)

@@ -145,6 +145,18 @@ func.func @accumulated(%q: tensor<1x4x16x8xf32>, %qd: tensor<1x4x?x8xf32>,
   return
 }
 
+// scoring keydiff: the window's queries (not read), pooled like the votes.
+// CHECK-LABEL: func.func @keydiff
+// CHECK: snapkv.select %{{.*}}, %{{.*}}, %{{.*}} window 2 capacity 6 kernel 1 gqa mean scoring keydiff : (tensor<1x4x2x8xf32>,
+// GENERIC-LABEL: sym_name = "keydiff"
+// GENERIC: scoring = #snapkv<scoring keydiff>
+func.func @keydiff(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x?x8xf32>) {
+  %a:3 = snapkv.select %q, %k, %k window 2 capacity 6 kernel 1 gqa mean scoring keydiff
+      : (tensor<1x4x2x8xf32>, tensor<1x2x?x8xf32>, tensor<1x2x?x8xf32>)
+      -> (tensor<1x2x?x8xf32>, tensor<1x2x?x8xf32>, tensor<1x2x?xi64>)
+  return
+}
+
 // snapkv.attention: the offset and the scale are printed only when given;
 // f16 and a decode step's single query row (Lq = 1 against a dynamic cache)
 // are accepted.

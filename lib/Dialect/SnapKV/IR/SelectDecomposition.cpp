@@ -105,8 +105,10 @@ private:
 } // namespace
 
 FailureOr<SmallVector<Value>> SelectOp::decomposeOperation(OpBuilder &b) {
-  // `recent` and `random` rank by position or hash, not by scores.
-  if (getScoring() == Scoring::recent || getScoring() == Scoring::random)
+  // `recent` and `random` rank by position or hash, `keydiff` by the keys
+  // alone: snapkv.score computes none of them.
+  if (getScoring() == Scoring::recent || getScoring() == Scoring::random ||
+      getScoring() == Scoring::keydiff)
     return failure();
   return Decomposition(b, *this).run();
 }

@@ -220,10 +220,10 @@ LogicalResult SnapKVDialect::verifyOperationAttribute(Operation *op,
       return op->emitError("snapkv.lowering_config is for the snapkv ops "
                            "that convert-snapkv-to-linalg lowers and the "
                            "block loops it makes");
-    // Attention and accumulated scores are lowered for the CPU only: a
-    // configuration that maps them to GPU blocks names a lowering that does
-    // not exist.
-    if ((isa<AttentionOp, RaggedAttentionOp>(op) || scoresAccumulated(op)) &&
+    // Attention and the CPU-only scorings (scoresOnCpuOnly) are lowered for the
+    // CPU only: a configuration that maps them to GPU blocks names a lowering
+    // that does not exist.
+    if ((isa<AttentionOp, RaggedAttentionOp>(op) || scoresOnCpuOnly(op)) &&
         cast<LoweringConfigAttr>(value).getMapping() == TileMapping::gpu_blocks)
       return op->emitOpError("has no GPU lowering: its snapkv.lowering_config "
                              "cannot map it to gpu_blocks");

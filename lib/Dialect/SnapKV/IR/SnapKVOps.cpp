@@ -248,7 +248,8 @@ LogicalResult SelectOp::verify() {
                          << keep << "), got " << getSinksAttr().getInt();
   int64_t block = getBlockAttr().getInt();
   if (block != 1 &&
-      (getScoring() == Scoring::recent || getScoring() == Scoring::random))
+      (getScoring() == Scoring::recent || getScoring() == Scoring::random ||
+       getScoring() == Scoring::keydiff))
     return emitOpError() << "'block' only applies to the scorings that vote "
                             "(votes, prefix_votes, sum, norm_sum)";
   // Whole blocks fill the kept prefix exactly (docs/semantics.md).

@@ -135,7 +135,8 @@ struct CompressKVCachePass
     else if (block < 1)
       bad = "block must be >= 1 (got " + std::to_string(block) + ")";
     else if (block != 1 &&
-             (scoring == Scoring::recent || scoring == Scoring::random))
+             (scoring == Scoring::recent || scoring == Scoring::random ||
+              scoring == Scoring::keydiff))
       bad = "block sums pooled votes: it needs a scoring that votes (votes, "
             "prefix_votes, sum or norm_sum)";
     else if (block != 1 && budget != BudgetPolicy::uniform)

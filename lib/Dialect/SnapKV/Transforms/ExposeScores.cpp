@@ -122,10 +122,12 @@ struct ExposeScoresPass : snapkv::impl::ExposeScoresBase<ExposeScoresPass> {
            {"window", "kernel", "pooling", "gqa", "scale", "block"})
         if (Attribute value = select->getAttr(name))
           shared.emplace_back(StringAttr::get(&getContext(), name), value);
-      // The votes the select ranks by (recent and random rank without any).
+      // The votes the select ranks by (recent, random and keydiff rank
+      // without any: their window's votes are shown).
       if (select.getScoring() != Scoring::votes &&
           select.getScoring() != Scoring::recent &&
-          select.getScoring() != Scoring::random)
+          select.getScoring() != Scoring::random &&
+          select.getScoring() != Scoring::keydiff)
         shared.emplace_back(StringAttr::get(&getContext(), "scoring"),
                             select.getScoringAttr());
       OpBuilder b(select->getContext());

@@ -36,7 +36,8 @@ def SnapKV_Scoring : I32EnumAttr<"Scoring",
     "what ranks the prefix positions",
     [I32EnumAttrCase<"votes", 0>, I32EnumAttrCase<"prefix_votes", 1>,
      I32EnumAttrCase<"recent", 2>, I32EnumAttrCase<"random", 3>,
-     I32EnumAttrCase<"sum", 4>, I32EnumAttrCase<"norm_sum", 5>]> {
+     I32EnumAttrCase<"sum", 4>, I32EnumAttrCase<"norm_sum", 5>,
+     I32EnumAttrCase<"keydiff", 6>]> {
   let cppNamespace = "::mlir::snapkv";
   let genSpecializedAttr = 0;
 }

@@ -52,6 +52,13 @@ inline bool scoresAccumulated(Operation *op) {
   return isa<SelectOp, ScoreOp>(op) && scoring &&
          isAccumulated(scoring.getValue());
 }
+/// A select or score whose scoring is lowered for the CPU only: the
+/// accumulated ones and `keydiff`.
+inline bool scoresOnCpuOnly(Operation *op) {
+  auto scoring = op->getAttrOfType<ScoringAttr>("scoring");
+  return scoresAccumulated(op) || (isa<SelectOp>(op) && scoring &&
+                                   scoring.getValue() == Scoring::keydiff);
+}
 } // namespace mlir::snapkv
 
 #endif // SNAPKV_DIALECT_SNAPKV_IR_SNAPKVOPS_H

@@ -45,7 +45,9 @@ def SnapKV_ScoreScoringAttr : ConfinedAttr<SnapKV_ScoringAttr, [
     AttrConstraint<CPred<"::llvm::cast<::mlir::snapkv::ScoringAttr>($_self)"
                          ".getValue() != ::mlir::snapkv::Scoring::recent && "
                          "::llvm::cast<::mlir::snapkv::ScoringAttr>($_self)"
-                         ".getValue() != ::mlir::snapkv::Scoring::random">,
+                         ".getValue() != ::mlir::snapkv::Scoring::random && "
+                         "::llvm::cast<::mlir::snapkv::ScoringAttr>($_self)"
+                         ".getValue() != ::mlir::snapkv::Scoring::keydiff">,
                    "whose value is votes, prefix_votes, sum or norm_sum">]>;
 
 def SnapKV_SelectOp : SnapKV_Op<"select",
@@ -96,6 +98,10 @@ def SnapKV_SelectOp : SnapKV_Op<"select",
       probabilities over all `Q` queries; `norm_sum` divides that by the
       number of queries that see it, `min(Q, L - j)`. Pooled and ranked like
       the votes; the window is still the last `window` positions.
+    * `scoring keydiff` (KeyDiff, question-agnostic): prefix position `j`
+      scores `1 - cos(k_j, a)`, `a` the mean of the unit keys of all `L` rows
+      of its kv head (docs/semantics.md); the queries are not read. Pooled
+      and ranked like the votes; no `block`; lowered for the CPU only.
 
     Results: `keys`, `values : [B, Hc, S, D]` (exact copies of the input rows)
     and `indices : [B, Hc, S] x i64`, with `S = min(L, capacity)`. `L` may be
@@ -104,8 +110,8 @@ def SnapKV_SelectOp : SnapKV_Op<"select",
     With the vote scorings the op decomposes (`snapkv-decompose-select`, or
     `AggregatedOpInterface::decomposeOperation`) into its stages:
     `snapkv.score`, `snapkv.top_positions` and two `snapkv.gather`, behind
-    an `scf.if` for the short-prompt bypass when `L` is dynamic; `recent` and
-    `random` rank without scores and stay whole.
+    an `scf.if` for the short-prompt bypass when `L` is dynamic; `recent`,
+    `random` and `keydiff` rank without votes and stay whole.
 
     Example:
 

@@ -581,7 +581,10 @@ def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
                         "(or chunk) votes (H2O, OpenVINO's SUM)"),
              clEnumValN(::mlir::snapkv::Scoring::norm_sum, "norm_sum",
                         "sum divided by the queries that see the position "
-                        "(OpenVINO's NORM_SUM)"))}]>,
+                        "(OpenVINO's NORM_SUM)"),
+             clEnumValN(::mlir::snapkv::Scoring::keydiff, "keydiff",
+                        "KeyDiff: keys least like their head's mean key "
+                        "direction (question-agnostic)"))}]>,
     Option<"sinks", "sinks", "int64_t", /*default=*/"4",
            "scoring=recent: leading positions always kept (default 4, or "
            "capacity - window if smaller)">,
@@ -627,7 +630,10 @@ def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
              clEnumValN(::mlir::snapkv::Scoring::votes, "votes",
                         "the chunk's last `window` queries' votes"),
              clEnumValN(::mlir::snapkv::Scoring::prefix_votes, "prefix_votes",
-                        "votes under a prefix-only softmax"))}]>,
+                        "votes under a prefix-only softmax"),
+             clEnumValN(::mlir::snapkv::Scoring::keydiff, "keydiff",
+                        "KeyDiff: the chunk's and staged keys least like "
+                        "their head's mean key direction"))}]>,
     Option<"stagingCarry", "staging-carry", "bool", /*default=*/"false",
            "staging with staging-scoring sum or norm_sum: carry each staged "
            "row's accumulated score from chunk to chunk (H2O / OpenVINO): a "
