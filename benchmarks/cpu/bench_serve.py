@@ -19,7 +19,14 @@ Rows, each run in its own subprocess (so that its peak RSS is its own), in the o
   as their padded full cache (``B x (longest + max_tokens)`` rows) fits in the budget, in
   prompt order; f32, PyTorch eager mode with HF's attention implementation
   ``--hf-attention`` (default ``sdpa``, HF's own default), greedy;
-* **hf-bf16**: the same in bf16.
+* **hf-bf16**: the same in bf16;
+* **openvino** (not in the default rows: it needs the venv ``benchmarks/anchors/setup-openvino.sh``
+  makes, ``$SNAPKV_OPENVINO_VENV`` to point elsewhere): OpenVINO GenAI's
+  ``ContinuousBatchingPipeline`` with cache eviction at ``max_cache_size`` = C (whole 32-token
+  blocks) and a KV cache of ``--cache-budget`` held to f16
+  (``benchmarks/anchors/openvino_serve.py``): every prompt added at once, the pipeline stepped
+  until all finish; sequences at once = the most it scheduled in one step, peak K/V = the
+  pool it allocates, decode tokens/s not measured (-).
 
 The engine rows decode every running sequence in one compiled call a step (``@decode_batch``
 for up to ``--decode-batch`` sequences; fewer take the smallest exported step that fits).
@@ -53,7 +60,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python"))
 
-ROWS = ("full", "snapkv", "snapkv-bf16", "hf", "hf-bf16")
+ROWS = ("full", "snapkv", "snapkv-bf16", "hf", "hf-bf16", "openvino")
+ANCHOR_DIR = REPO / "benchmarks" / "anchors"
 
 
 def prompts(args, tokenizer_dir):
@@ -182,10 +190,49 @@ def run_hf(args, row, samples):
                                            f"threads")
 
 
+def run_openvino(args, samples):
+    import tempfile
+
+    from snapkv import tokenizer
+    from snapkv.tasks import text
+
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "snapkv"
+    venv = Path(os.environ.get("SNAPKV_OPENVINO_VENV") or root / "openvino-venv")
+    python = venv / "bin" / "python"
+    if not python.exists():
+        raise SystemExit(f"{python} is missing: run benchmarks/anchors/setup-openvino.sh")
+    directory = checkpoint_dir(args.model)
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as requests:
+        json.dump(dict(ids=[[int(i) for i in s.ids] for s in samples],
+                       max_tokens=args.max_tokens, capacity=args.capacity,
+                       cache_budget_mb=args.cache_budget, threads=os.cpu_count()), requests)
+        requests.flush()
+        done = subprocess.run([str(python), str(ANCHOR_DIR / "openvino_serve.py"), "--model",
+                               str(directory), "--requests", requests.name],
+                              capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"openvino_serve.py failed:\n{done.stderr[-3000:]}")
+    ov = json.loads(done.stdout.strip().splitlines()[-1])
+    tokens = sum(len(t) for t in ov["tokens"])
+    found = sum(text.correct(s, tokenizer.decode(directory, t))
+                for s, t in zip(samples, ov["tokens"]))
+    return dict(row="openvino", sequences=len(samples), peak_concurrent=ov["peak_scheduled"],
+                tokens=tokens, wall_s=ov["wall_s"], tokens_per_s=tokens / ov["wall_s"],
+                decode_tokens_per_s=None, ttft_median_s=float(np.median(ov["ttft_s"])),
+                ttft_max_s=float(max(ov["ttft_s"])),
+                peak_cache_bytes=ov["kv_bytes"],  # the pool it allocates
+                peak_rss_bytes=ov["peak_rss_bytes"], found=found, same_as_single=None,
+                label=ov["label"])
+
+
 def child(args):
     samples = prompts(args, checkpoint_dir(args.model))
-    result = run_hf(args, args.child, samples) if args.child.startswith("hf") else \
-        run_engine(args, args.child, samples)
+    if args.child == "openvino":
+        result = run_openvino(args, samples)
+    elif args.child.startswith("hf"):
+        result = run_hf(args, args.child, samples)
+    else:
+        result = run_engine(args, args.child, samples)
     result["lengths"] = [s.length for s in samples]
     print(json.dumps(result))
     return 0
@@ -229,7 +276,7 @@ def main():
                         help="SnapKV's C (default: the mean prompt length / 8)")
     parser.add_argument("--hf-attention", choices=("sdpa", "eager"), default="sdpa",
                         help="HF rows: the attention implementation (default sdpa, HF's)")
-    parser.add_argument("--rows", default=",".join(ROWS),
+    parser.add_argument("--rows", default=",".join(ROWS[:-1]),
                         help=f"rows to run, in order ({', '.join(ROWS)})")
     parser.add_argument("--repeat", type=int, default=1, help="run the rows this many times, "
                                                               "alternating")
