@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "snapkv/Codegen/Passes.h"
+#include "snapkv/Codegen/Q41Contraction.h"
 #include "snapkv/Codegen/ScaledContraction.h"
 
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
@@ -92,7 +93,8 @@ struct ParallelizePass : snapkv::impl::ParallelizeBase<ParallelizePass> {
     for (linalg::LinalgOp op : ops) {
       if ((linalg::isaContractionOpInterface(op) ||
            snapkv::isScaledContraction(op) ||
-           snapkv::isInt8ScaledContraction(op)) &&
+           snapkv::isInt8ScaledContraction(op) ||
+           snapkv::isQ41Contraction(op)) &&
           tileContraction(rewriter, op))
         continue;
       if (llvm::any_of(op.getStaticLoopRanges(), ShapedType::isDynamic))
@@ -132,8 +134,9 @@ struct ParallelizePass : snapkv::impl::ParallelizeBase<ParallelizePass> {
     // static reduction lets snapkv-vectorize read the matrix row by row.
     // The vector x Q8_0 matrix product's reduction is two loops (k / 32,
     // k % 32): its parts are whole blocks of 32 rows.
-    bool scaled =
-        snapkv::isScaledContraction(op) || snapkv::isInt8ScaledContraction(op);
+    bool scaled = snapkv::isScaledContraction(op) ||
+                  snapkv::isInt8ScaledContraction(op) ||
+                  snapkv::isQ41Contraction(op);
     bool oneRow = llvm::all_of(llvm::enumerate(ranges), [&](auto it) {
       auto [d, range] = it;
       return d == *vectorDim || d == *reduction || range == 1 ||

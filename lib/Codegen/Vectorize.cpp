@@ -13,6 +13,7 @@
 #include "Int8Microkernel.h"
 #include "VectorLoops.h"
 #include "snapkv/Codegen/Passes.h"
+#include "snapkv/Codegen/Q41Contraction.h"
 #include "snapkv/Codegen/ScaledContraction.h"
 #include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
 
@@ -830,6 +831,9 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
                                                            target.lanes, vnni)))
         return;
     }
+    if (succeeded(
+            snapkv::vectorizeQ41VectorTimesMatrix(rewriter, op, target.lanes)))
+      return;
     if (snapkv::isScaledContraction(op) && isVectorTimesMatrix(op)) {
       rewriter.setInsertionPoint(op);
       if (succeeded(

@@ -269,10 +269,12 @@ def rewrite(text: str, compaction: Compaction = Compaction(), *, strict: bool = 
     return tools.opt([f"--snapkv-compress-kv-cache={options}", *extra], text=text).stdout
 
 
-def quantize_weights(text: str, activations: str = "float") -> str:
-    """`text` with its projection weights taken as Q8_0 (``snapkv-quantize-weights``);
-    `activations` ``"i8"``: a decode step's activations quantized per block of 32 too."""
-    return tools.opt([quantized.pass_arg(activations)], text=text).stdout
+def quantize_weights(text: str, activations: str = "float", formats=None) -> str:
+    """`text` with its projection weights taken as Q8_0 (``snapkv-quantize-weights``), or
+    each in its format of `formats` ({name: "q8_0" or "q4_1"}, ``QuantizedWeights.formats``);
+    `activations` ``"i8"``: a decode step's activations quantized per block of 32 too (Q8_0
+    weights only)."""
+    return tools.opt([quantized.pass_arg(activations, formats)], text=text).stdout
 
 
 def load(checkpoint: Union[Checkpoint, os.PathLike, str],
@@ -284,7 +286,8 @@ def load(checkpoint: Union[Checkpoint, os.PathLike, str],
     """The compiled model of `checkpoint`: the original (full cache) without `compaction`,
     else rewritten with it. `weights`: ``"f32"`` (the checkpoint's tensors, in the export's
     dtype) or ``"as-stored"``: a checkpoint converted from a GGUF file whose projections
-    are Q8_0 keeps them as int8 values and block scales, dequantized inside the matmuls
+    are Q8_0 or Q4_1 (the shipped SmolLM2) keeps them as stored (int8 values and block
+    scales; nibbles, block scales and mins), dequantized inside the matmuls
     (:mod:`snapkv.frontend.quantized`; any other checkpoint falls back to its f32 weights,
     said through `log`), with ``dtype`` f32 or bf16 (bf16 activations and caches; a
     prompt's products dequantize each weight to bf16). Its weights are bound from the
@@ -319,7 +322,7 @@ def load(checkpoint: Union[Checkpoint, os.PathLike, str],
     if weights == "as-stored":
         stored = quantized.as_stored(checkpoint, log=log)
         if stored is not None:
-            text, source = quantize_weights(text, activations), stored
+            text, source = quantize_weights(text, activations, stored.formats), stored
     return CompiledModel(text, weights=source, cflags=cflags, cache_dir=cache_dir,
                          verbose=verbose, in_place=in_place,
                          max_positions=exported.meta.get("max_position_embeddings"))

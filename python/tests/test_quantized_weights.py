@@ -136,14 +136,14 @@ def test_bad_input(tiny, tmp_path):
     said = []
     assert quantized.as_stored(checkpoint, log=said.append) is None
     assert "was not converted from a GGUF file" in said[0]
-    # A GGUF whose projections are Q4_1 (the shipped SmolLM2 file): f32, said.
+    # A GGUF whose projections are Q4_0 (neither Q8_0 nor Q4_1): f32, said.
     fake = tmp_path / "ckpt"
     fake.mkdir()
     gguf = pytest.importorskip("gguf")
     file = tmp_path / "q4.gguf"
     writer = gguf.GGUFWriter(str(file), "llama")
-    data = gguf.quants.quantize(np.ones((4, 64), np.float32), gguf.GGMLQuantizationType.Q4_1)
-    writer.add_tensor("blk.0.attn_q.weight", data, raw_dtype=gguf.GGMLQuantizationType.Q4_1)
+    data = gguf.quants.quantize(np.ones((4, 64), np.float32), gguf.GGMLQuantizationType.Q4_0)
+    writer.add_tensor("blk.0.attn_q.weight", data, raw_dtype=gguf.GGMLQuantizationType.Q4_0)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -157,8 +157,9 @@ def test_bad_input(tiny, tmp_path):
 
     said.clear()
     assert quantized.as_stored(Fake(), log=said.append) is None
-    assert "holds Q4_1 projection weights; only Q8_0 ones are kept quantized" in said[0]
-    with pytest.raises(quantized.QuantizedError, match="holds no Q8_0 tensor"):
+    assert "holds Q4_0 projection weights; only Q8_0 and Q4_1 ones are kept quantized" \
+        in said[0]
+    with pytest.raises(quantized.QuantizedError, match="holds no Q8_0 or Q4_1 tensor"):
         quantized.QuantizedWeights(checkpoint, {}, source="x.gguf").bind(
             WeightRef("model.layers.0.self_attn.q_proj.weight", True, "q8_0"), (64, 512))
 

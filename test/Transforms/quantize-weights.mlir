@@ -3,10 +3,10 @@
 // RUN: snapkv-opt %s --snapkv-quantize-weights | FileCheck %s
 // RUN: snapkv-opt %s --snapkv-quantize-weights --snapkv-describe-module -o /dev/null \
 // RUN:   | FileCheck %s --check-prefix=JSON
-// RUN: not snapkv-opt %s --snapkv-quantize-weights=format=q4_1 2>&1 \
+// RUN: not snapkv-opt %s --snapkv-quantize-weights=format=q4_0 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=FORMAT
 
-// FORMAT: snapkv-quantize-weights: format must be q8_0, got 'q4_1'
+// FORMAT: snapkv-quantize-weights: format must be q8_0 or q4_1, got 'q4_0'
 
 // The maps of the vector x Q8_0 matrix product (@decode_layer, below).
 // CHECK-DAG:  #[[XMAP:.*]] = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>

@@ -148,8 +148,8 @@ def check_weights(args):
 
 
 def stored_weights(source, args, texts):
-    """--weights as-stored: `texts` (modules of `source`'s checkpoint) with their Q8_0
-    projections as int8 and scales, and the weights that bind them; else unchanged, with the
+    """--weights as-stored: `texts` (modules of `source`'s checkpoint) with their Q8_0 or
+    Q4_1 projections as stored, and the weights that bind them; else unchanged, with the
     checkpoint."""
     if getattr(args, "weights", "f32") != "as-stored":
         return texts, source.checkpoint
@@ -168,8 +168,10 @@ def stored_weights(source, args, texts):
     if stored is None:
         return texts, source.checkpoint
     try:
-        return [hf.quantize_weights(text, getattr(args, "activations", "float"))
-                for text in texts], stored
+        return [hf.quantize_weights(text, getattr(args, "activations", "float"),
+                                    stored.formats) for text in texts], stored
+    except quantized.QuantizedError as error:
+        raise CLIError(f"--weights as-stored: {error}") from None
     except ToolError as error:
         raise CLIError(f"snapkv-quantize-weights failed: {error}") from None
 

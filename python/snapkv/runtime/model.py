@@ -92,12 +92,13 @@ def bind_weights(signatures, source):
 
     quantized = {ref: ttype for ref, ttype in wanted.items() if ref.quantized}
     if quantized and isinstance(source, Checkpoint):
-        # A checkpoint converted from a Q8_0 GGUF file gives them from that file.
+        # A checkpoint converted from a Q8_0 or Q4_1 GGUF file gives them from that file.
         source = as_stored(source) or source
     if quantized and not isinstance(source, QuantizedWeights):
-        raise ValueError(f"the module takes {len(quantized)} weight arguments as Q8_0 "
+        raise ValueError(f"the module takes {len(quantized)} weight arguments quantized "
                          f"(snapkv-quantize-weights), but the weights given have none: give "
-                         f"a checkpoint converted from a GGUF file whose projections are Q8_0 "
+                         f"a checkpoint converted from a GGUF file whose projections are "
+                         f"Q8_0 or Q4_1 "
                          f"(snapkv import-gguf)")
     if isinstance(source, QuantizedWeights):
         arrays, notes = weight_arrays(source.checkpoint,

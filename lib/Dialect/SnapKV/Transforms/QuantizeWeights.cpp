@@ -1,7 +1,8 @@
-//===- QuantizeWeights.cpp - Q8_0 projection weights ----------------------===//
+//===- QuantizeWeights.cpp - Q8_0 and Q4_1 projection weights -------------===//
 //
 // A model's projection weights taken as GGUF Q8_0 stores them (int8 values
-// and one scale per 32 along the reduction) instead of f32 or bf16: the entry
+// and one scale per 32 along the reduction), or as Q4_1 does (nibbles, a
+// scale and a min per 32: QuantizeQ41.cpp), instead of f32 or bf16: the entry
 // points' and the layer functions' arguments change type, and each
 // linalg.matmul by such a weight reads the int8 values and widens them in
 // its own inner loop (a vector x matrix product), or dequantizes the matrix
@@ -13,6 +14,7 @@
 
 #include "snapkv/Dialect/SnapKV/Transforms/Passes.h"
 
+#include "QuantizeQ41.h"
 #include "SignatureRewrite.h"
 #include "snapkv/Codegen/ScaledContraction.h"
 
@@ -24,6 +26,7 @@
 #include "mlir/IR/SymbolTable.h"
 
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/StringMap.h"
 
 #include <functional>
 
@@ -40,6 +43,30 @@ namespace {
 /// Q8_0's block: one scale per 32 consecutive values along the reduction.
 constexpr int64_t kBlock = 32;
 constexpr llvm::StringLiteral kQuantized = "snapkv.quantized";
+
+/// The block formats a weight may be taken in; each is its values argument
+/// and the `parts` after it (`snapkv.quantized` = format, format_part).
+enum class Format { q8_0, q4_1 };
+
+std::optional<Format> parseFormat(StringRef name) {
+  if (name == "q8_0")
+    return Format::q8_0;
+  if (name == "q4_1")
+    return Format::q4_1;
+  return std::nullopt;
+}
+
+StringRef nameOf(Format format) {
+  return format == Format::q8_0 ? "q8_0" : "q4_1";
+}
+
+/// The arguments after the values: Q8_0's scales; Q4_1's scales `d` and
+/// mins `m` (the weight `q * d + m`).
+SmallVector<StringRef> partsOf(Format format) {
+  if (format == Format::q8_0)
+    return {"scales"};
+  return {"scales", "mins"};
+}
 
 /// A weight of `[K, N]` f32 or bf16 (`--dtype bf16`'s) whose K is a whole
 /// number of blocks.
@@ -73,9 +100,13 @@ bool isWeight(func::FuncOp func, unsigned i) {
          isTransposed && quantizable(func.getArgumentTypes()[i]);
 }
 
-RankedTensorType valuesType(RankedTensorType weight) {
-  return RankedTensorType::get(weight.getShape(),
-                               IntegerType::get(weight.getContext(), 8));
+/// Q8_0: one int8 per value; Q4_1: one byte per two values of a block (its
+/// nibbles).
+RankedTensorType valuesType(RankedTensorType weight, Format format) {
+  SmallVector<int64_t> shape(weight.getShape());
+  if (format == Format::q4_1)
+    shape[0] /= 2;
+  return RankedTensorType::get(shape, IntegerType::get(weight.getContext(), 8));
 }
 
 /// f32 whatever the weight's type: GGUF's f16 scales, exactly.
@@ -267,11 +298,12 @@ Value dequantize(OpBuilder &b, Location loc, Value values, Value scales,
       generic.getResult(0), SmallVector<ReassociationIndices>{{0, 1}, {2}});
 }
 
-/// Replaces each matmul by `values` (an argument now int8, of `type` before)
+/// Replaces each matmul by `values` (an argument now i8, of `type` before)
 /// with its quantized form (`int8Activations`: a one-row product's
-/// activations quantized too).
-void rewriteMatmuls(Value values, Value scales, Type type,
+/// activations quantized too); `parts` are the arguments after `values`.
+void rewriteMatmuls(Value values, ValueRange parts, Format format, Type type,
                     bool int8Activations) {
+  Value scales = parts.front();
   for (OpOperand &use : llvm::make_early_inc_range(values.getUses())) {
     auto matmul = dyn_cast<linalg::MatmulOp>(use.getOwner());
     if (!matmul)
@@ -280,12 +312,18 @@ void rewriteMatmuls(Value values, Value scales, Type type,
     Location loc = matmul.getLoc();
     Value x = matmul.getInputs()[0], init = matmul.getOutputs()[0];
     Value result;
-    if (cast<RankedTensorType>(x.getType()).getDimSize(0) == 1) {
+    bool oneRow = cast<RankedTensorType>(x.getType()).getDimSize(0) == 1;
+    if (oneRow && format == Format::q4_1) {
+      result = buildQ41Contraction(b, loc, x, values, scales, parts[1], init);
+    } else if (oneRow) {
       result = int8Activations
                    ? int8VectorTimesQuantized(b, loc, x, values, scales, init)
                    : vectorTimesQuantized(b, loc, x, values, scales, init);
     } else {
-      Value weight = dequantize(b, loc, values, scales, type);
+      Value weight =
+          format == Format::q4_1
+              ? buildQ41Dequantize(b, loc, values, scales, parts[1], type)
+              : dequantize(b, loc, values, scales, type);
       result = linalg::MatmulOp::create(b, loc, ValueRange{x, weight},
                                         ValueRange{init})
                    .getResult(0);
@@ -300,11 +338,25 @@ struct QuantizeWeights
   using QuantizeWeightsBase::QuantizeWeightsBase;
 
   void runOnOperation() override {
-    if (format != "q8_0") {
+    std::optional<Format> common = parseFormat(format);
+    if (!common) {
       emitError(getOperation().getLoc())
-          << "snapkv-quantize-weights: format must be q8_0, got '" << format
-          << "'";
+          << "snapkv-quantize-weights: format must be q8_0 or q4_1, got '"
+          << format << "'";
       return signalPassFailure();
+    }
+    llvm::StringMap<Format> named;
+    for (StringRef entry : weightFormats) {
+      auto [name, given] = entry.rsplit(':');
+      std::optional<Format> parsed = parseFormat(given);
+      if (name.empty() || !parsed) {
+        emitError(getOperation().getLoc())
+            << "snapkv-quantize-weights: weight-formats takes NAME:FORMAT "
+               "entries with FORMAT q8_0 or q4_1, got '"
+            << entry << "'";
+        return signalPassFailure();
+      }
+      named[name] = *parsed;
     }
     if (activations != "float" && activations != "i8") {
       emitError(getOperation().getLoc())
@@ -316,18 +368,32 @@ struct QuantizeWeights
     SymbolTable symbols(module);
     // The weights that may change: arguments of the entry points (public
     // functions nothing in the module calls: only the runner does).
-    llvm::DenseSet<Value> converted;
+    // Each in its format: its name's in `weight-formats`, else `format`.
+    DenseMap<Value, Format> converted;
     for (auto func : module.getOps<func::FuncOp>())
       if (func.isPublic() && !func.isExternal() &&
           SymbolTable::symbolKnownUseEmpty(func, module))
         for (unsigned i = 0; i < func.getNumArguments(); ++i)
-          if (isWeight(func, i))
-            converted.insert(func.getArgument(i));
+          if (isWeight(func, i)) {
+            auto name = func.getArgAttrOfType<StringAttr>(i, "snapkv.weight");
+            auto it = named.find(name.getValue());
+            converted[func.getArgument(i)] =
+                it == named.end() ? *common : it->second;
+          }
+    if (activations == "i8" && llvm::any_of(converted, [](auto entry) {
+          return entry.second != Format::q8_0;
+        })) {
+      emitError(module.getLoc())
+          << "snapkv-quantize-weights: activations=i8 takes q8_0 weights "
+             "only";
+      return signalPassFailure();
+    }
     // A callee's argument changes when its only uses are matmuls and every
-    // call passes it a weight that changes; a weight changes when its uses
-    // are matmuls and such calls. Narrowed to a fixed point.
+    // call passes it a weight that changes, all in one format; a weight
+    // changes when its uses are matmuls and such calls. Narrowed to a fixed
+    // point.
     using Position = std::pair<Operation *, unsigned>;
-    llvm::DenseSet<Position> positions;
+    DenseMap<Position, Format> positions;
     auto calleeOf = [&](func::CallOp call) {
       return symbols.lookup<func::FuncOp>(call.getCallee());
     };
@@ -340,8 +406,8 @@ struct QuantizeWeights
     while (changed) {
       changed = false;
       positions.clear();
-      for (Value weight : converted)
-        for (OpOperand &use : weight.getUses())
+      for (auto entry : converted)
+        for (OpOperand &use : entry.first.getUses())
           if (auto call = dyn_cast<func::CallOp>(use.getOwner())) {
             func::FuncOp callee = calleeOf(call);
             unsigned i = use.getOperandNumber();
@@ -352,12 +418,14 @@ struct QuantizeWeights
             bool allCalls =
                 uses && llvm::all_of(*uses, [&](auto symbolUse) {
                   auto other = dyn_cast<func::CallOp>(symbolUse.getUser());
-                  return other && converted.contains(other.getOperand(i));
+                  auto it = other ? converted.find(other.getOperand(i))
+                                  : converted.end();
+                  return it != converted.end() && it->second == entry.second;
                 });
             if (allCalls)
-              positions.insert({callee.getOperation(), i});
+              positions[{callee.getOperation(), i}] = entry.second;
           }
-      for (Value weight : llvm::to_vector(converted)) {
+      for (Value weight : llvm::to_vector(llvm::make_first_range(converted))) {
         bool ok = llvm::all_of(weight.getUses(), [&](OpOperand &use) {
           if (auto call = dyn_cast<func::CallOp>(use.getOwner()))
             return positions.contains(
@@ -371,52 +439,62 @@ struct QuantizeWeights
       }
     }
 
-    // The scales argument of each changed value, and the arguments that
+    // The parts (scales, ...) of each changed value, and the arguments that
     // change, per function (from the last, so that indices stay valid).
-    DenseMap<Value, Value> scalesOf;
-    DenseMap<Operation *, SmallVector<unsigned>> changes;
-    for (Value weight : converted) {
+    DenseMap<Value, SmallVector<Value>> partsOfValue;
+    DenseMap<Operation *, SmallVector<std::pair<unsigned, Format>>> changes;
+    for (auto [weight, weightFormat] : converted) {
       auto arg = cast<BlockArgument>(weight);
-      changes[arg.getOwner()->getParentOp()].push_back(arg.getArgNumber());
+      changes[arg.getOwner()->getParentOp()].push_back(
+          {arg.getArgNumber(), weightFormat});
     }
-    for (Position position : positions)
-      changes[position.first].push_back(position.second);
+    for (auto [position, positionFormat] : positions)
+      changes[position.first].push_back({position.second, positionFormat});
     Builder b(&getContext());
     for (auto func : module.getOps<func::FuncOp>()) {
       if (!changes.count(func))
         continue;
-      SmallVector<unsigned> args = changes[func];
-      llvm::sort(args, std::greater<unsigned>());
-      for (unsigned i : args) {
+      SmallVector<std::pair<unsigned, Format>> args = changes[func];
+      llvm::sort(args, [](auto l, auto r) { return l.first > r.first; });
+      for (auto [i, argFormat] : args) {
         auto type = cast<RankedTensorType>(func.getArgumentTypes()[i]);
-        SmallVector<NamedAttribute> scaleAttrs;
-        if (func.getArgAttr(i, "snapkv.weight")) {
-          for (NamedAttribute attr : func.getArgAttrDict(i).getValue())
-            if (attr.getName() != kQuantized)
-              scaleAttrs.push_back(attr);
-          scaleAttrs.push_back(
-              b.getNamedAttr(kQuantized, b.getStringAttr("q8_0_scales")));
-          func.setArgAttr(i, kQuantized, b.getStringAttr("q8_0"));
+        SmallVector<StringRef> partNames = partsOf(argFormat);
+        for (auto [p, part] : llvm::enumerate(partNames)) {
+          SmallVector<NamedAttribute> partAttrs;
+          if (func.getArgAttr(i, "snapkv.weight")) {
+            for (NamedAttribute attr : func.getArgAttrDict(i).getValue())
+              if (attr.getName() != kQuantized)
+                partAttrs.push_back(attr);
+            partAttrs.push_back(b.getNamedAttr(
+                kQuantized,
+                b.getStringAttr(nameOf(argFormat) + "_" + part.str())));
+          }
+          (void)func.insertArgument(i + 1 + p, scalesType(type),
+                                    b.getDictionaryAttr(partAttrs),
+                                    func.getArgument(i).getLoc());
         }
-        (void)func.insertArgument(i + 1, scalesType(type),
-                                  b.getDictionaryAttr(scaleAttrs),
-                                  func.getArgument(i).getLoc());
+        if (func.getArgAttr(i, "snapkv.weight"))
+          func.setArgAttr(i, kQuantized, b.getStringAttr(nameOf(argFormat)));
         BlockArgument values = func.getArgument(i);
-        values.setType(valuesType(type));
-        scalesOf[values] = func.getArgument(i + 1);
-        rewriteMatmuls(values, func.getArgument(i + 1), type.getElementType(),
+        values.setType(valuesType(type, argFormat));
+        SmallVector<Value> parts;
+        for (unsigned p = 0; p < partNames.size(); ++p)
+          parts.push_back(func.getArgument(i + 1 + p));
+        partsOfValue[values] = parts;
+        rewriteMatmuls(values, parts, argFormat, type.getElementType(),
                        activations == "i8");
       }
       snapkv::detail::updateSignature(func);
     }
-    // Each call passes the scales after the values.
+    // Each call passes the parts after the values.
     module.walk([&](func::CallOp call) {
       SmallVector<Value> operands;
       bool changedCall = false;
       for (Value operand : call.getOperands()) {
         operands.push_back(operand);
-        if (Value scales = scalesOf.lookup(operand)) {
-          operands.push_back(scales);
+        auto it = partsOfValue.find(operand);
+        if (it != partsOfValue.end()) {
+          llvm::append_range(operands, it->second);
           changedCall = true;
         }
       }

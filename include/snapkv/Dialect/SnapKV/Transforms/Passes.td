@@ -659,8 +659,8 @@ def CompressKVCache : Pass<"snapkv-compress-kv-cache", "::mlir::ModuleOp"> {
 }
 
 def QuantizeWeights : Pass<"snapkv-quantize-weights", "::mlir::ModuleOp"> {
-  let summary = "Take a model's projection weights as GGUF Q8_0 int8 values "
-                "and block scales, dequantized inside the matmuls";
+  let summary = "Take a model's projection weights as GGUF Q8_0 or Q4_1 "
+                "blocks, dequantized inside the matmuls";
   let description = [{
     Each argument of a public function that is a checkpoint weight taken
     transposed (`snapkv.weight`, `snapkv.transposed`, `tensor<KxNxf32>` or
@@ -673,6 +673,19 @@ def QuantizeWeights : Pass<"snapkv-quantize-weights", "::mlir::ModuleOp"> {
     and `snapkv.quantized = "q8_0_scales"`): the weight is `scale[k / 32, n]
     * value[k, n]`, GGUF Q8_0's blocks of 32 along the reduction. The
     callees' arguments and the calls change with them.
+
+    `format=q4_1` (GGUF Q4_1, the shipped SmolLM2 file's projections) takes
+    the weight as `tensor<(K/2)xNxi8>` (`"q4_1"`: per block of 32 rows, 16
+    rows of bytes, value j of the block in the low nibble of byte row j and
+    value 16 + j in its high nibble, ggml's order), its scales `d` and mins
+    `m` (`"q4_1_scales"`, `"q4_1_mins"`, `tensor<(K/32)xNxf32>` each): the
+    weight is `q * d + m`, in f32 as gguf-py dequantizes it. A one-row
+    product is one `linalg.generic` over (m, k / 32, h, j, n) reading nibble
+    h of byte (k / 32, j, n) in its body (Codegen/Q41Contraction.h); a
+    prompt's rows dequantize the weight first, as for Q8_0.
+    `weight-formats` names weights in another format (SmolLM2's tied
+    embedding is Q8_0 beside its Q4_1 projections); a callee's argument
+    changes only when every call passes it weights of one format.
 
     A matmul of one row by such a weight (a decode step's projection, the
     last row's logits) becomes one `linalg.generic` over (m, k / 32, k % 32,
@@ -694,7 +707,8 @@ def QuantizeWeights : Pass<"snapkv-quantize-weights", "::mlir::ModuleOp"> {
     % 32, n) of body `out + sitofp(extsi(a) * extsi(q)) * (scale_a *
     scale_q)`: the products are exact integers, and snapkv-vectorize sums
     each block's 32 in i32 before the one multiply by the scales (on
-    AVX512_VNNI with `vpdpbusd`). A prompt's rows are unchanged by it.
+    AVX512_VNNI with `vpdpbusd`). A prompt's rows are unchanged by it. It
+    takes Q8_0 weights only (an error with a `q4_1` one).
   }];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::linalg::LinalgDialect",
@@ -702,7 +716,11 @@ def QuantizeWeights : Pass<"snapkv-quantize-weights", "::mlir::ModuleOp"> {
   ];
   let options = [
     Option<"format", "format", "std::string", /*default=*/"\"q8_0\"",
-           "The block format the weights are taken in (q8_0)">,
+           "The block format the weights are taken in (q8_0 or q4_1)">,
+    ListOption<"weightFormats", "weight-formats", "std::string",
+               "NAME:FORMAT entries: the weight `snapkv.weight = NAME` in "
+               "FORMAT instead of `format` (a GGUF file's tensors in their "
+               "own formats)">,
     Option<"activations", "activations", "std::string",
            /*default=*/"\"float\"",
            "The one-row products' activations: float (as given, f32 or bf16) "
