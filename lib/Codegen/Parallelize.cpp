@@ -93,8 +93,7 @@ struct ParallelizePass : snapkv::impl::ParallelizeBase<ParallelizePass> {
     for (linalg::LinalgOp op : ops) {
       if ((linalg::isaContractionOpInterface(op) ||
            snapkv::isScaledContraction(op) ||
-           snapkv::isInt8ScaledContraction(op) ||
-           snapkv::isQ41Contraction(op)) &&
+           snapkv::isInt8ScaledContraction(op) || snapkv::isQ41Product(op)) &&
           tileContraction(rewriter, op))
         continue;
       if (llvm::any_of(op.getStaticLoopRanges(), ShapedType::isDynamic))
@@ -136,7 +135,7 @@ struct ParallelizePass : snapkv::impl::ParallelizeBase<ParallelizePass> {
     // k % 32): its parts are whole blocks of 32 rows.
     bool scaled = snapkv::isScaledContraction(op) ||
                   snapkv::isInt8ScaledContraction(op) ||
-                  snapkv::isQ41Contraction(op);
+                  snapkv::isQ41Product(op);
     bool oneRow = llvm::all_of(llvm::enumerate(ranges), [&](auto it) {
       auto [d, range] = it;
       return d == *vectorDim || d == *reduction || range == 1 ||

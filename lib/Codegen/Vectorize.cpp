@@ -831,8 +831,8 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
                                                            target.lanes, vnni)))
         return;
     }
-    if (succeeded(
-            snapkv::vectorizeQ41VectorTimesMatrix(rewriter, op, target.lanes)))
+    if (succeeded(snapkv::vectorizeQ41VectorTimesMatrix(
+            rewriter, op, target.lanes, int8Vnni)))
       return;
     if (snapkv::isScaledContraction(op) && isVectorTimesMatrix(op)) {
       rewriter.setInsertionPoint(op);

@@ -231,12 +231,10 @@ func.func @mv(%x: tensor<1x{k}xf32>, %w: tensor<{k}x{n}xf32> {{snapkv.weight = "
 """
 
 
-def int8_reference(x, values, scales):
-    """The integer arithmetic of `activations="i8"` in numpy: per block of 32 of `x` ([K]),
-    scale d = max|x| / 127 and a = round(x * (1 / d)) (halves away from zero; 0 for a block
-    of zeros), all in f32 like the compiled code; then per block and column the exact sum of
-    32 int8 x int8 products, times d * scale. Returns (the result in f64 from those exact
-    terms, the sum of the terms' magnitudes)."""
+def quantize_activations(x):
+    """`x` ([K]) quantized per block of 32 as `activations="i8"` does, in f32 like the
+    compiled code: (the scales d = max|x| / 127 [K/32], the values a = round(x * (1 / d)),
+    halves away from zero, 0 for a block of zeros, [K/32, 32] int64)."""
     blocks = x.reshape(-1, 32)
     d = (np.abs(blocks).max(axis=1) / np.float32(127)).astype(np.float32)
     with np.errstate(divide="ignore"):
@@ -244,6 +242,16 @@ def int8_reference(x, values, scales):
     v = (blocks * inverse[:, None]).astype(np.float32).astype(np.float64)
     a = (np.sign(v) * np.floor(np.abs(v) + 0.5)).astype(np.int64)
     assert np.abs(a).max() <= 127
+    return d, a
+
+
+def int8_reference(x, values, scales):
+    """The integer arithmetic of `activations="i8"` in numpy: per block of 32 of `x` ([K]),
+    scale d = max|x| / 127 and a = round(x * (1 / d)) (halves away from zero; 0 for a block
+    of zeros), all in f32 like the compiled code; then per block and column the exact sum of
+    32 int8 x int8 products, times d * scale. Returns (the result in f64 from those exact
+    terms, the sum of the terms' magnitudes)."""
+    d, a = quantize_activations(x)
     sums = np.einsum("bk,bkn->bn", a, values.reshape(len(d), 32, -1).astype(np.int64))
     scale = (d[:, None] * scales).astype(np.float32).astype(np.float64)
     terms = sums.astype(np.float64) * scale

@@ -8,11 +8,30 @@
 // RUN:   --snapkv-cpu-pipeline -o /dev/null
 // RUN: not snapkv-opt %s --snapkv-quantize-weights="weight-formats=model.embed.weight" 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=ENTRY
-// RUN: not snapkv-opt %s --snapkv-quantize-weights="format=q4_1 activations=i8" 2>&1 \
-// RUN:   | FileCheck %s --check-prefix=I8
+// RUN: snapkv-opt %s --snapkv-quantize-weights="format=q4_1 activations=i8" | FileCheck %s --check-prefix=I8
+// RUN: snapkv-opt %s --snapkv-quantize-weights="format=q4_1 activations=i8" \
+// RUN:   --snapkv-cpu-pipeline="cpu-features=-avx512vnni" -o /dev/null
 
 // ENTRY: weight-formats takes NAME:FORMAT entries with FORMAT q8_0 or q4_1, got 'model.embed.weight'
-// I8: snapkv-quantize-weights: activations=i8 takes q8_0 weights only
+// With int8 activations: x quantized per block of 32 (as for Q8_0), then
+// `out + (sitofp(a) * scale_a) * (q * d + m)` over (m, k / 32, h, j, n).
+// I8-DAG:  #[[IA:.*]] = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3)>
+// I8-DAG:  #[[IB:.*]] = affine_map<(d0, d1, d2, d3, d4) -> (d1, d3, d4)>
+// I8-DAG:  #[[IS:.*]] = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1)>
+// I8-DAG:  #[[ID:.*]] = affine_map<(d0, d1, d2, d3, d4) -> (d1, d4)>
+// I8-LABEL: func.func private @decode_layer(
+// I8:          math.round
+// I8:        } -> tensor<1x2x32xi8>
+// I8:        %[[AH:.*]] = tensor.expand_shape %{{.*}} {{\[}}[0], [1], [2, 3]] output_shape [1, 2, 2, 16] : tensor<1x2x32xi8>
+// I8:        linalg.generic {indexing_maps = [#[[IA]], #[[IB]], #[[IS]], #[[ID]], #[[ID]], #{{.*}}]
+// I8-SAME:     ins(%[[AH]], %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} : tensor<1x2x2x16xi8>, tensor<2x16x16xi8>, tensor<1x2xf32>, tensor<2x16xf32>, tensor<2x16xf32>)
+// I8:        ^bb0(%[[QA:.*]]: i8, %[[BYTE:.*]]: i8, %[[SA:.*]]: f32, %[[SD:.*]]: f32, %[[SM:.*]]: f32, %[[ACC:.*]]: f32):
+// I8:          %[[WA:.*]] = arith.sitofp %[[QA]] : i8 to f32
+// I8:          %[[DA:.*]] = arith.mulf %[[WA]], %[[SA]] : f32
+// I8:          arith.shrui %[[BYTE]]
+// I8:          %[[W:.*]] = arith.addf %{{.*}}, %[[SM]] : f32
+// I8:          %[[P:.*]] = arith.mulf %[[DA]], %[[W]] : f32
+// I8:          arith.addf %[[ACC]], %[[P]] : f32
 
 // CHECK-DAG:  #[[X:.*]] = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3)>
 // CHECK-DAG:  #[[B:.*]] = affine_map<(d0, d1, d2, d3, d4) -> (d1, d3, d4)>

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Formulation.h"
+#include "snapkv/Codegen/Q41Contraction.h"
 #include "snapkv/Codegen/ScaledContraction.h"
 #include "snapkv/Conversion/SnapKVToLinalg/SnapKVToLinalg.h"
 #include "snapkv/Dialect/SnapKV/IR/SnapKVDialect.h"
@@ -221,7 +222,9 @@ struct ConfigureLoweringPass
     WalkResult result = root->walk([&](Operation *op) {
       // The int8 x int8 block products (activations=i8): vpdpbusd.
       if (auto linalgOp = dyn_cast<linalg::LinalgOp>(op);
-          !gpu && linalgOp && isInt8ScaledContraction(linalgOp)) {
+          !gpu && linalgOp &&
+          (isInt8ScaledContraction(linalgOp) ||
+           isQ41Int8Contraction(linalgOp))) {
         if (!op->hasAttr(kMicrokernelName))
           op->setAttr(kMicrokernelName,
                       MicrokernelAttr::get(op->getContext(),

@@ -36,8 +36,9 @@ WEIGHT_CHOICES = ("f32", "as-stored")
 # The export dtypes Q8_0 weights go with (snapkv-quantize-weights takes f32 and bf16 matmuls).
 STORED_DTYPES = ("f32", "bf16")
 PASS = "--snapkv-quantize-weights"
-# A decode step's activations in the Q8_0 products: as computed (f32 or bf16), or quantized
-# per block of 32 to int8 (llama.cpp's form; int8 x int8 block sums, vpdpbusd on AVX512_VNNI).
+# A decode step's activations in the Q8_0 and Q4_1 products: as computed (f32 or bf16), or
+# quantized per block of 32 to int8 (llama.cpp's form; integer block sums, vpdpbusd on
+# AVX512_VNNI).
 ACTIVATION_CHOICES = ("float", "i8")
 
 
@@ -51,9 +52,6 @@ def pass_arg(activations: str = "float", formats: Optional[Mapping[str, str]] = 
     formats = dict(formats or {})
     counts = {f: list(formats.values()).count(f) for f in sorted(set(formats.values()))}
     common = max(counts, key=lambda f: (counts[f], f == Q8_0)) if counts else Q8_0
-    if activations != "float" and any(f != Q8_0 for f in formats.values()):
-        raise QuantizedError(f"activations={activations!r} takes Q8_0 weights; these are "
-                             f"{'/'.join(f.upper() for f in counts)}")
     options = [f"format={common}"]
     others = sorted(f"{name}:{f}" for name, f in formats.items() if f != common)
     if others:
@@ -308,8 +306,11 @@ def as_stored(checkpoint, log: Optional[Callable[[str], None]] = None) \
                                source=file.name)
     weights.check(["model.layers.0.self_attn.q_proj.weight",
                    "model.layers.0.self_attn.k_proj.weight"])
-    kept = sorted(set(weights.formats.values()))
-    counts = ", ".join(f"{list(weights.formats.values()).count(f)} {f.upper()}" for f in kept)
-    say(f"--weights as-stored: {counts} tensors of {file.name} kept quantized (per "
-        f"{BLOCK}: int8 and a scale; Q4_1: nibbles, a scale and a min)")
+    kept = sorted(set(weights.formats.values()), reverse=True)
+    counts = " and ".join(f"{list(weights.formats.values()).count(f)} {f.upper()}"
+                          for f in kept)
+    forms = {Q8_0: f"Q8_0: int8 values and a scale per {BLOCK}",
+             Q4_1: f"Q4_1: 4-bit values, a scale and a min per {BLOCK}"}
+    say(f"--weights as-stored: {counts} tensors of {file.name} kept quantized "
+        f"({'; '.join(forms[f] for f in kept)})")
     return weights

@@ -1,8 +1,8 @@
 //===- QuantizeQ41.cpp - products by GGUF Q4_1 weights --------------------===//
 //
 // The linalg of snapkv-quantize-weights' `q4_1` weights: a one-row product
-// reading the nibbles in its body, and the dequantization a prompt's
-// product takes first.
+// reading the nibbles in its body (with float or int8 activations), and the
+// dequantization a prompt's product takes first.
 //
 //===----------------------------------------------------------------------===//
 
@@ -83,6 +83,37 @@ Value snapkv::buildQ41Contraction(OpBuilder &b, Location loc, Value x,
         Value weight = weightOf(nb, nloc, args[1], args[2], args[3], 2);
         Value product = arith::MulFOp::create(nb, nloc, a, weight);
         Value sum = arith::AddFOp::create(nb, nloc, args[4], product);
+        linalg::YieldOp::create(nb, nloc, ValueRange{sum});
+      });
+  return generic.getResult(0);
+}
+
+Value snapkv::buildQ41Int8Contraction(OpBuilder &b, Location loc, Value x,
+                                      Value bytes, Value scales, Value mins,
+                                      Value init) {
+  auto [quantized, activationScales] = quantizeActivationBlocks(b, loc, x);
+  auto quantizedType = cast<RankedTensorType>(quantized.getType());
+  Value halves = tensor::ExpandShapeOp::create(
+      b, loc,
+      RankedTensorType::get({1, quantizedType.getDimSize(1), 2, kQ41Pairs},
+                            quantizedType.getElementType()),
+      quantized, SmallVector<ReassociationIndices>{{0}, {1}, {2, 3}});
+  using utils::IteratorType;
+  SmallVector<IteratorType> iterators = {
+      IteratorType::parallel, IteratorType::reduction, IteratorType::reduction,
+      IteratorType::reduction, IteratorType::parallel};
+  auto generic = linalg::GenericOp::create(
+      b, loc, TypeRange{init.getType()},
+      ValueRange{halves, split(b, loc, bytes, 0, {kQ41Pairs}), activationScales,
+                 scales, mins},
+      ValueRange{init}, q41Int8ContractionMaps(b.getContext()), iterators,
+      [](OpBuilder &nb, Location nloc, ValueRange args) {
+        Value wide =
+            arith::SIToFPOp::create(nb, nloc, nb.getF32Type(), args[0]);
+        Value a = arith::MulFOp::create(nb, nloc, wide, args[2]);
+        Value weight = weightOf(nb, nloc, args[1], args[3], args[4], 2);
+        Value product = arith::MulFOp::create(nb, nloc, a, weight);
+        Value sum = arith::AddFOp::create(nb, nloc, args[5], product);
         linalg::YieldOp::create(nb, nloc, ValueRange{sum});
       });
   return generic.getResult(0);

@@ -15,6 +15,19 @@ namespace mlir::snapkv {
 Value buildQ41Contraction(OpBuilder &b, Location loc, Value x, Value bytes,
                           Value scales, Value mins, Value init);
 
+/// The product of buildQ41Contraction with `x` quantized per block of 32
+/// (quantizeActivationBlocks): one linalg.generic of q41Int8ContractionMaps.
+Value buildQ41Int8Contraction(OpBuilder &b, Location loc, Value x, Value bytes,
+                              Value scales, Value mins, Value init);
+
+/// `x` (`[1, k]`, f32 or bf16) quantized per block of 32 as GGUF Q8_0
+/// quantizes: `scale = max|x| / 127` and `a = round(x / scale)` (a multiply
+/// by `1 / scale`, 0 for a block of zeros). Returns `a` (`[1, k / 32, 32]`
+/// i8) and the scales (`[1, k / 32]` f32). Defined in QuantizeWeights.cpp
+/// (the Q8_0 products' `activations=i8`).
+std::pair<Value, Value> quantizeActivationBlocks(OpBuilder &b, Location loc,
+                                                 Value x);
+
 /// The `[k, n]` weight of `bytes`, `scales` and `mins` in `type`: `q * d +
 /// m` in f32 (gguf-py's dequantization), rounded to `type` if that is not
 /// f32.

@@ -166,13 +166,10 @@ Value vectorTimesQuantized(OpBuilder &b, Location loc, Value x, Value values,
   return generic.getResult(0);
 }
 
-/// `matmul(x, dequant(values, scales))` where `x` has one row, with `x`
-/// quantized too (`activations=i8`): per block of 32, `scale = max|x| / 127`
-/// and `a = round(x / scale)` as GGUF Q8_0 quantizes (a multiply by `1 /
-/// scale`, 0 for a block of zeros), then the int8 x int8 contraction of
-/// int8ContractionMaps.
-Value int8VectorTimesQuantized(OpBuilder &b, Location loc, Value x,
-                               Value values, Value scales, Value init) {
+} // namespace
+
+std::pair<Value, Value>
+snapkv::quantizeActivationBlocks(OpBuilder &b, Location loc, Value x) {
   MLIRContext *ctx = b.getContext();
   Type f32 = b.getF32Type();
   Value blocks = splitBlocks(b, loc, x, 1);
@@ -244,6 +241,19 @@ Value int8VectorTimesQuantized(OpBuilder &b, Location loc, Value x,
             linalg::YieldOp::create(nb, nloc, ValueRange{value});
           })
           .getResult(0);
+  return {quantized, activationScales};
+}
+
+namespace {
+
+/// `matmul(x, dequant(values, scales))` where `x` has one row, with `x`
+/// quantized too (`activations=i8`, quantizeActivationBlocks), then the int8
+/// x int8 contraction of int8ContractionMaps.
+Value int8VectorTimesQuantized(OpBuilder &b, Location loc, Value x,
+                               Value values, Value scales, Value init) {
+  MLIRContext *ctx = b.getContext();
+  auto [quantized, activationScales] = quantizeActivationBlocks(b, loc, x);
+  using utils::IteratorType;
   SmallVector<IteratorType> iterators = {
       IteratorType::parallel, IteratorType::reduction, IteratorType::reduction,
       IteratorType::parallel};
@@ -314,7 +324,10 @@ void rewriteMatmuls(Value values, ValueRange parts, Format format, Type type,
     Value result;
     bool oneRow = cast<RankedTensorType>(x.getType()).getDimSize(0) == 1;
     if (oneRow && format == Format::q4_1) {
-      result = buildQ41Contraction(b, loc, x, values, scales, parts[1], init);
+      result = int8Activations ? buildQ41Int8Contraction(b, loc, x, values,
+                                                         scales, parts[1], init)
+                               : buildQ41Contraction(b, loc, x, values, scales,
+                                                     parts[1], init);
     } else if (oneRow) {
       result = int8Activations
                    ? int8VectorTimesQuantized(b, loc, x, values, scales, init)
@@ -380,14 +393,6 @@ struct QuantizeWeights
             converted[func.getArgument(i)] =
                 it == named.end() ? *common : it->second;
           }
-    if (activations == "i8" && llvm::any_of(converted, [](auto entry) {
-          return entry.second != Format::q8_0;
-        })) {
-      emitError(module.getLoc())
-          << "snapkv-quantize-weights: activations=i8 takes q8_0 weights "
-             "only";
-      return signalPassFailure();
-    }
     // A callee's argument changes when its only uses are matmuls and every
     // call passes it a weight that changes, all in one format; a weight
     // changes when its uses are matmuls and such calls. Narrowed to a fixed

@@ -707,8 +707,12 @@ def QuantizeWeights : Pass<"snapkv-quantize-weights", "::mlir::ModuleOp"> {
     % 32, n) of body `out + sitofp(extsi(a) * extsi(q)) * (scale_a *
     scale_q)`: the products are exact integers, and snapkv-vectorize sums
     each block's 32 in i32 before the one multiply by the scales (on
-    AVX512_VNNI with `vpdpbusd`). A prompt's rows are unchanged by it. It
-    takes Q8_0 weights only (an error with a `q4_1` one).
+    AVX512_VNNI with `vpdpbusd`). A prompt's rows are unchanged by it. A
+    `q4_1` weight's one-row product takes the same int8 activations: body
+    `out + (sitofp(a) * scale_a) * (q * d + m)`, which snapkv-vectorize
+    computes as llama.cpp's Q4_1 x Q8_1 does, `scale_a * (d * sum q * a + m
+    * sum a)` with the sums in i32 (`vpdpbusd` takes the nibbles, unsigned,
+    as they are).
   }];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::linalg::LinalgDialect",
