@@ -82,77 +82,63 @@ void vectorizeFloat(RewriterBase &rewriter, linalg::LinalgOp op,
     return a.getType().isF32() ? a : arith::ExtFOp::create(b, loc, f32, a);
   };
 
-  Value sums0 = tensor::EmptyOp::create(rewriter, loc, {chunk}, f32);
-  auto chunks = scf::ForOp::create(
-      rewriter, loc, c0, index(columns), index(chunk), ValueRange{init, sums0},
-      [&](OpBuilder &b, Location loc, Value first, ValueRange carried) {
-        auto blocks = scf::ForOp::create(
-            b, loc, c0, index(ranges[1]), c1, carried,
-            [&](OpBuilder &b, Location loc, Value block, ValueRange carried) {
-              Value sums =
-                  loop(b, loc, chunk, width, carried[1],
+  Value result = forChunksOfBlocks(
+      rewriter, loc, columns, chunk, ranges[1], init, zeros,
+      [&](OpBuilder &b, Location loc, Value first, Value block, Value out,
+          Value sums) -> std::pair<Value, Value> {
+        // Byte row j: values j (low nibbles) and 16 + j (high), and
+        // the block's sum of activations, in order.
+        Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0));
+        auto rows = scf::ForOp::create(
+            b, loc, c0, index(kQ41Pairs), c1, ValueRange{sums, zero},
+            [&](OpBuilder &b, Location loc, Value j, ValueRange carried) {
+              Value low = activation(b, loc, block, 0, j);
+              Value high = activation(b, loc, block, 1, j);
+              Value total = arith::AddFOp::create(
+                  b, loc, arith::AddFOp::create(b, loc, carried[1], low), high);
+              Value lowSplat =
+                  vector::BroadcastOp::create(b, loc, floatType, low);
+              Value highSplat =
+                  vector::BroadcastOp::create(b, loc, floatType, high);
+              Value next =
+                  loop(b, loc, chunk, width, carried[0],
                        [&](OpBuilder &b, Location loc, Value col, Value sums) {
-                         return write(b, loc, zeros, sums, {col});
+                         Value at = arith::AddIOp::create(b, loc, first, col);
+                         Value packed =
+                             read(b, loc, byteType, bytes, {block, j, at});
+                         Value q0 = arith::UIToFPOp::create(
+                             b, loc, floatType,
+                             arith::AndIOp::create(b, loc, packed, fifteen));
+                         Value q1 = arith::UIToFPOp::create(
+                             b, loc, floatType,
+                             arith::ShRUIOp::create(b, loc, packed, four));
+                         Value sum = vector::FMAOp::create(
+                             b, loc, lowSplat, q0,
+                             read(b, loc, floatType, sums, {col}));
+                         sum =
+                             vector::FMAOp::create(b, loc, highSplat, q1, sum);
+                         return write(b, loc, sum, sums, {col});
                        });
-              // Byte row j: values j (low nibbles) and 16 + j (high), and
-              // the block's sum of activations, in order.
-              Value zero =
-                  arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0));
-              auto rows = scf::ForOp::create(
-                  b, loc, c0, index(kQ41Pairs), c1, ValueRange{sums, zero},
-                  [&](OpBuilder &b, Location loc, Value j, ValueRange carried) {
-                    Value low = activation(b, loc, block, 0, j);
-                    Value high = activation(b, loc, block, 1, j);
-                    Value total = arith::AddFOp::create(
-                        b, loc, arith::AddFOp::create(b, loc, carried[1], low),
-                        high);
-                    Value lowSplat =
-                        vector::BroadcastOp::create(b, loc, floatType, low);
-                    Value highSplat =
-                        vector::BroadcastOp::create(b, loc, floatType, high);
-                    Value next = loop(
-                        b, loc, chunk, width, carried[0],
-                        [&](OpBuilder &b, Location loc, Value col, Value sums) {
-                          Value at = arith::AddIOp::create(b, loc, first, col);
-                          Value packed =
-                              read(b, loc, byteType, bytes, {block, j, at});
-                          Value q0 = arith::UIToFPOp::create(
-                              b, loc, floatType,
-                              arith::AndIOp::create(b, loc, packed, fifteen));
-                          Value q1 = arith::UIToFPOp::create(
-                              b, loc, floatType,
-                              arith::ShRUIOp::create(b, loc, packed, four));
-                          Value sum = vector::FMAOp::create(
-                              b, loc, lowSplat, q0,
-                              read(b, loc, floatType, sums, {col}));
-                          sum =
-                              vector::FMAOp::create(b, loc, highSplat, q1, sum);
-                          return write(b, loc, sum, sums, {col});
-                        });
-                    scf::YieldOp::create(b, loc, ValueRange{next, total});
-                  });
-              Value total = vector::BroadcastOp::create(b, loc, floatType,
-                                                        rows.getResult(1));
-              // out = sums * d + (m * sum x + out), once per block.
-              Value result = loop(
-                  b, loc, chunk, width, carried[0],
-                  [&](OpBuilder &b, Location loc, Value col, Value out) {
-                    Value at = arith::AddIOp::create(b, loc, first, col);
-                    Value shifted = vector::FMAOp::create(
-                        b, loc, read(b, loc, floatType, mins, {block, at}),
-                        total, read(b, loc, floatType, out, {c0, at}));
-                    Value next = vector::FMAOp::create(
-                        b, loc,
-                        read(b, loc, floatType, rows.getResult(0), {col}),
-                        read(b, loc, floatType, scales, {block, at}), shifted);
-                    return write(b, loc, next, out, {c0, at});
-                  });
-              scf::YieldOp::create(b, loc,
-                                   ValueRange{result, rows.getResult(0)});
+              scf::YieldOp::create(b, loc, ValueRange{next, total});
             });
-        scf::YieldOp::create(b, loc, blocks.getResults());
+        Value total =
+            vector::BroadcastOp::create(b, loc, floatType, rows.getResult(1));
+        // out = sums * d + (m * sum x + out), once per block.
+        Value updated = loop(
+            b, loc, chunk, width, out,
+            [&](OpBuilder &b, Location loc, Value col, Value out) {
+              Value at = arith::AddIOp::create(b, loc, first, col);
+              Value shifted = vector::FMAOp::create(
+                  b, loc, read(b, loc, floatType, mins, {block, at}), total,
+                  read(b, loc, floatType, out, {c0, at}));
+              Value next = vector::FMAOp::create(
+                  b, loc, read(b, loc, floatType, rows.getResult(0), {col}),
+                  read(b, loc, floatType, scales, {block, at}), shifted);
+              return write(b, loc, next, out, {c0, at});
+            });
+        return {updated, rows.getResult(0)};
       });
-  rewriter.replaceOp(op, chunks.getResult(0));
+  rewriter.replaceOp(op, result);
 }
 
 /// `vpdpbusd acc, u8, s8`: per i32 lane of `acc`, the sum of the 4 products
@@ -287,76 +273,61 @@ void vectorizeInt8(RewriterBase &rewriter, linalg::LinalgOp op,
         });
   };
 
-  Value sums0 = tensor::EmptyOp::create(rewriter, loc, {chunk}, i32);
-  auto chunks = scf::ForOp::create(
-      rewriter, loc, c0, index(columns), index(chunk), ValueRange{init, sums0},
-      [&](OpBuilder &b, Location loc, Value first, ValueRange carried) {
-        auto blocks = scf::ForOp::create(
-            b, loc, c0, index(ranges[1]), c1, carried,
-            [&](OpBuilder &b, Location loc, Value block, ValueRange carried) {
-              Value sums =
-                  loop(b, loc, chunk, width, carried[1],
-                       [&](OpBuilder &b, Location loc, Value col, Value sums) {
-                         return write(b, loc, zeros, sums, {col});
-                       });
-              sums =
-                  vnni ? loop(b, loc, kQ41Pairs / 4, 1, sums,
-                              [&](OpBuilder &b, Location loc, Value group,
-                                  Value sums) {
-                                return vnniGroup(b, loc, block, first, group,
-                                                 sums);
-                              })
-                       : loop(b, loc, kQ41Pairs, 1, sums,
-                              [&](OpBuilder &b, Location loc, Value j,
-                                  Value sums) {
-                                return plainRow(b, loc, block, first, j, sums);
-                              });
-              // The block's sum of activations (exact in i32).
-              auto halfType = VectorType::get({kQ41Pairs}, i8);
-              auto wideHalf = VectorType::get({kQ41Pairs}, i32);
-              Value both = arith::AddIOp::create(
+  Value result = forChunksOfBlocks(
+      rewriter, loc, columns, chunk, ranges[1], init, zeros,
+      [&](OpBuilder &b, Location loc, Value first, Value block, Value out,
+          Value sums) -> std::pair<Value, Value> {
+        sums = vnni
+                   ? loop(b, loc, kQ41Pairs / 4, 1, sums,
+                          [&](OpBuilder &b, Location loc, Value group,
+                              Value sums) {
+                            return vnniGroup(b, loc, block, first, group, sums);
+                          })
+                   : loop(b, loc, kQ41Pairs, 1, sums,
+                          [&](OpBuilder &b, Location loc, Value j, Value sums) {
+                            return plainRow(b, loc, block, first, j, sums);
+                          });
+        // The block's sum of activations (exact in i32).
+        auto halfType = VectorType::get({kQ41Pairs}, i8);
+        auto wideHalf = VectorType::get({kQ41Pairs}, i32);
+        Value both = arith::AddIOp::create(
+            b, loc,
+            arith::ExtSIOp::create(
+                b, loc, wideHalf,
+                read(b, loc, halfType, x, {c0, block, c0, c0})),
+            arith::ExtSIOp::create(
+                b, loc, wideHalf,
+                read(b, loc, halfType, x, {c0, block, c1, c0})));
+        Value total = vector::ReductionOp::create(
+            b, loc, vector::CombiningKind::ADD, both);
+        // out = sums * (scale_a * d) + ((scale_a * sum a) * m + out).
+        Value scaleA = tensor::ExtractOp::create(b, loc, xScales, {c0, block});
+        Value shift = vector::BroadcastOp::create(
+            b, loc, floatType,
+            arith::MulFOp::create(
+                b, loc, arith::SIToFPOp::create(b, loc, f32, total), scaleA));
+        Value scaleSplat =
+            vector::BroadcastOp::create(b, loc, floatType, scaleA);
+        Value updated = loop(
+            b, loc, chunk, width, out,
+            [&](OpBuilder &b, Location loc, Value col, Value out) {
+              Value at = arith::AddIOp::create(b, loc, first, col);
+              Value shifted = vector::FMAOp::create(
+                  b, loc, read(b, loc, floatType, mins, {block, at}), shift,
+                  read(b, loc, floatType, out, {c0, at}));
+              Value scale = arith::MulFOp::create(
+                  b, loc, scaleSplat,
+                  read(b, loc, floatType, scales, {block, at}));
+              Value next = vector::FMAOp::create(
                   b, loc,
-                  arith::ExtSIOp::create(
-                      b, loc, wideHalf,
-                      read(b, loc, halfType, x, {c0, block, c0, c0})),
-                  arith::ExtSIOp::create(
-                      b, loc, wideHalf,
-                      read(b, loc, halfType, x, {c0, block, c1, c0})));
-              Value total = vector::ReductionOp::create(
-                  b, loc, vector::CombiningKind::ADD, both);
-              // out = sums * (scale_a * d) + ((scale_a * sum a) * m + out).
-              Value scaleA =
-                  tensor::ExtractOp::create(b, loc, xScales, {c0, block});
-              Value shift = vector::BroadcastOp::create(
-                  b, loc, floatType,
-                  arith::MulFOp::create(
-                      b, loc, arith::SIToFPOp::create(b, loc, f32, total),
-                      scaleA));
-              Value scaleSplat =
-                  vector::BroadcastOp::create(b, loc, floatType, scaleA);
-              Value result =
-                  loop(b, loc, chunk, width, carried[0],
-                       [&](OpBuilder &b, Location loc, Value col, Value out) {
-                         Value at = arith::AddIOp::create(b, loc, first, col);
-                         Value shifted = vector::FMAOp::create(
-                             b, loc, read(b, loc, floatType, mins, {block, at}),
-                             shift, read(b, loc, floatType, out, {c0, at}));
-                         Value scale = arith::MulFOp::create(
-                             b, loc, scaleSplat,
-                             read(b, loc, floatType, scales, {block, at}));
-                         Value next = vector::FMAOp::create(
-                             b, loc,
-                             arith::SIToFPOp::create(
-                                 b, loc, floatType,
-                                 read(b, loc, intType, sums, {col})),
-                             scale, shifted);
-                         return write(b, loc, next, out, {c0, at});
-                       });
-              scf::YieldOp::create(b, loc, ValueRange{result, sums});
+                  arith::SIToFPOp::create(b, loc, floatType,
+                                          read(b, loc, intType, sums, {col})),
+                  scale, shifted);
+              return write(b, loc, next, out, {c0, at});
             });
-        scf::YieldOp::create(b, loc, blocks.getResults());
+        return {updated, sums};
       });
-  rewriter.replaceOp(op, chunks.getResult(0));
+  rewriter.replaceOp(op, result);
 }
 
 } // namespace

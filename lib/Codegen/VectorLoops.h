@@ -12,6 +12,7 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 
 namespace mlir::snapkv {
@@ -47,6 +48,46 @@ inline scf::ForOp forCarrying(OpBuilder &b, Location loc, Value from,
       [&](OpBuilder &b, Location loc, Value i, ValueRange carried) {
         scf::YieldOp::create(b, loc, body(b, loc, i, carried.front()));
       });
+}
+
+/// (out, sums) = body(first, block, out, sums): one block of a chunk.
+using BlockBody = function_ref<std::pair<Value, Value>(
+    OpBuilder &, Location, Value, Value, Value, Value)>;
+
+/// The loops of a one-row block kernel: over chunks of `chunk` of the
+/// `columns` columns (`first`: the chunk's first column) and, in each, over
+/// the `blocks` blocks of the reduction, `body` takes the result `out` and a
+/// `[chunk]` row of block sums (one buffer once bufferized) zeroed by
+/// vectors of `zeros` first, and returns both. Returns the final result.
+inline Value forChunksOfBlocks(OpBuilder &b, Location loc, int64_t columns,
+                               int64_t chunk, int64_t blocks, Value init,
+                               Value zeros, BlockBody body) {
+  auto index = [&](int64_t v) -> Value {
+    return arith::ConstantIndexOp::create(b, loc, v);
+  };
+  Value c0 = index(0), c1 = index(1);
+  auto zerosType = cast<VectorType>(zeros.getType());
+  Value sums0 =
+      tensor::EmptyOp::create(b, loc, {chunk}, zerosType.getElementType());
+  auto chunks = scf::ForOp::create(
+      b, loc, c0, index(columns), index(chunk), ValueRange{init, sums0},
+      [&](OpBuilder &b, Location loc, Value first, ValueRange carried) {
+        auto loop = scf::ForOp::create(
+            b, loc, c0, index(blocks), c1, carried,
+            [&](OpBuilder &b, Location loc, Value block, ValueRange carried) {
+              Value sums =
+                  forCarrying(
+                      b, loc, c0, chunk, zerosType.getDimSize(0), carried[1],
+                      [&](OpBuilder &b, Location loc, Value col, Value sums) {
+                        return writeVector(b, loc, zeros, sums, {col});
+                      })
+                      .getResult(0);
+              auto [out, next] = body(b, loc, first, block, carried[0], sums);
+              scf::YieldOp::create(b, loc, ValueRange{out, next});
+            });
+        scf::YieldOp::create(b, loc, loop.getResults());
+      });
+  return chunks.getResult(0);
 }
 
 } // namespace mlir::snapkv

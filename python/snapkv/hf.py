@@ -296,7 +296,7 @@ def load(checkpoint: Union[Checkpoint, os.PathLike, str],
     exports are cached next to it. `in_place`: decode writes its caches in place
     (``CompiledModel``). `activations` (with ``"as-stored"``): ``"float"``, or ``"i8"``:
     a decode step's activations quantized per block of 32 to int8 (scale max|x|/127) and
-    multiplied as integers with the Q8_0 values (llama.cpp's form, ``vpdpbusd`` on
+    multiplied as integers with the Q8_0 or Q4_1 values (llama.cpp's form, ``vpdpbusd`` on
     AVX512_VNNI; different numerics, so never the default)."""
     if weights not in quantized.WEIGHT_CHOICES:
         raise ValueError(f"weights must be one of {', '.join(quantized.WEIGHT_CHOICES)}, "
@@ -306,11 +306,11 @@ def load(checkpoint: Union[Checkpoint, os.PathLike, str],
                          f"{', '.join(quantized.ACTIVATION_CHOICES)}, got {activations!r}")
     if activations != "float" and weights != "as-stored":
         raise ValueError(f"activations={activations!r} quantizes the activations of Q8_0 "
-                         f"products: it goes with weights='as-stored'")
+                         f"and Q4_1 products: it goes with weights='as-stored'")
     if weights == "as-stored" and options.dtype not in quantized.STORED_DTYPES:
-        raise ValueError(f"weights='as-stored' keeps Q8_0 weights, whose products accumulate "
-                         f"in f32: it goes with dtype {' or '.join(quantized.STORED_DTYPES)}, "
-                         f"not {options.dtype}")
+        raise ValueError(f"weights='as-stored' keeps Q8_0 or Q4_1 weights, whose products "
+                         f"accumulate in f32: it goes with dtype "
+                         f"{' or '.join(quantized.STORED_DTYPES)}, not {options.dtype}")
     if not isinstance(checkpoint, Checkpoint):
         checkpoint = Checkpoint(checkpoint)
     if compaction is not None and compaction.extends and not options.extend:

@@ -49,8 +49,8 @@
 // One row: nibble h of byte (k / 32, j, n), `q * d + m`, multiply-added.
 // CHECK-LABEL: func.func private @decode_layer(
 // CHECK-SAME:   %[[LX:.*]]: tensor<1x64xf32>, %[[LQ:.*]]: tensor<32x16xi8>, %[[LD:.*]]: tensor<2x16xf32>, %[[LM:.*]]: tensor<2x16xf32>)
-// CHECK:        %[[XB:.*]] = tensor.expand_shape %[[LX]] {{\[}}[0], [1, 2, 3]] output_shape [1, 2, 2, 16]
-// CHECK:        %[[QB:.*]] = tensor.expand_shape %[[LQ]] {{\[}}[0, 1], [2]] output_shape [2, 16, 16]
+// CHECK-DAG:    %[[XB:.*]] = tensor.expand_shape %[[LX]] {{\[}}[0], [1, 2, 3]] output_shape [1, 2, 2, 16]
+// CHECK-DAG:    %[[QB:.*]] = tensor.expand_shape %[[LQ]] {{\[}}[0, 1], [2]] output_shape [2, 16, 16]
 // CHECK:        linalg.generic {indexing_maps = [#[[X]], #[[B]], #[[S]], #[[S]], #[[O]]], iterator_types = ["parallel", "reduction", "reduction", "reduction", "parallel"]}
 // CHECK-SAME:     ins(%[[XB]], %[[QB]], %[[LD]], %[[LM]] : tensor<1x2x2x16xf32>, tensor<2x16x16xi8>, tensor<2x16xf32>, tensor<2x16xf32>)
 // CHECK:        ^bb0(%[[A:.*]]: f32, %[[BYTE:.*]]: i8, %[[SD:.*]]: f32, %[[SM:.*]]: f32, %[[ACC:.*]]: f32):

@@ -198,13 +198,16 @@ def weights_option(parser):
     parser.add_argument("--weights", choices=("f32", "as-stored"), default="f32",
                         help="f32 (default): the checkpoint's tensors in the --dtype; "
                              "as-stored: a checkpoint converted from a GGUF file whose "
-                             "projections are Q8_0 (`snapkv import-gguf`) keeps them as int8 "
-                             "values and a scale per 32, widened inside the matmuls (a "
-                             "quarter of the weight bytes); other checkpoints fall back to f32 "
-                             "(-v says why). Needs --dtype f32 or bf16 (docs/user-guide.md)")
+                             "projections are Q8_0 or Q4_1 (`snapkv import-gguf`; the shipped "
+                             "smollm2-135m-instruct is Q4_1) keeps them as the file does, "
+                             "int8 values and a scale per 32 (Q8_0) or 4-bit values, a scale "
+                             "and a min per 32 (Q4_1), dequantized inside the matmuls; other "
+                             "checkpoints fall back to f32 (-v says why). Needs --dtype f32 or "
+                             "bf16 (docs/user-guide.md)")
     parser.add_argument("--activations", choices=("float", "i8"), default="float",
                         help="with --weights as-stored: a decode step's activations in the "
-                             "Q8_0 products. float (default): as computed (--dtype); i8: "
+                             "Q8_0 or Q4_1 products. float (default): as computed (--dtype); "
+                             "i8: "
                              "quantized per block of 32 to int8 (scale max|x|/127) and "
                              "multiplied as integers, llama.cpp's form (AVX512_VNNI's "
                              "vpdpbusd where the CPU has it); changes the numerics")

@@ -139,11 +139,11 @@ def check_weights(args):
     if getattr(args, "activations", "float") != "float" and \
             getattr(args, "weights", "f32") != "as-stored":
         raise CLIError(f"--activations {args.activations} quantizes the activations of Q8_0 "
-                       f"products: it goes with --weights as-stored")
+                       f"and Q4_1 products: it goes with --weights as-stored")
     if getattr(args, "weights", "f32") == "as-stored" and \
             (getattr(args, "dtype", None) or "f32") not in quantized.STORED_DTYPES:
-        raise CLIError(f"--weights as-stored keeps Q8_0 weights, whose products accumulate in "
-                       f"f32: it goes with --dtype "
+        raise CLIError(f"--weights as-stored keeps Q8_0 or Q4_1 weights, whose products "
+                       f"accumulate in f32: it goes with --dtype "
                        f"{' or '.join(quantized.STORED_DTYPES)}, not {args.dtype}")
 
 

@@ -333,8 +333,9 @@ class WeightRef(NamedTuple):
     """A weight argument: the checkpoint tensor it takes and whether it takes it transposed
     (``snapkv.transposed``: a 2-D tensor, ``[out, in]`` in the checkpoint, ``[in, out]`` in the
     module; the runner makes the transposed copy once). ``quantized``: which part of a Q8_0
-    weight the argument takes (``snapkv-quantize-weights``: ``"q8_0"``, the int8 values, or
-    ``"q8_0_scales"``), else None."""
+    or Q4_1 weight the argument takes (``snapkv-quantize-weights``: ``"q8_0"``, the int8
+    values, or ``"q8_0_scales"``; ``"q4_1"``, the nibble bytes, ``"q4_1_scales"`` or
+    ``"q4_1_mins"``), else None."""
 
     name: str
     transposed: bool = False

@@ -306,7 +306,8 @@ def as_stored(checkpoint, log: Optional[Callable[[str], None]] = None) \
                                source=file.name)
     weights.check(["model.layers.0.self_attn.q_proj.weight",
                    "model.layers.0.self_attn.k_proj.weight"])
-    kept = sorted(set(weights.formats.values()), reverse=True)
+    kept = sorted(set(weights.formats.values()),
+                  key=lambda f: -list(weights.formats.values()).count(f))
     counts = " and ".join(f"{list(weights.formats.values()).count(f)} {f.upper()}"
                           for f in kept)
     forms = {Q8_0: f"Q8_0: int8 values and a scale per {BLOCK}",

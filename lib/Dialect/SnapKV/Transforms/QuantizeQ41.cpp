@@ -66,54 +66,42 @@ Value weightOf(OpBuilder &b, Location loc, Value byte, Value d, Value m,
 
 Value snapkv::buildQ41Contraction(OpBuilder &b, Location loc, Value x,
                                   Value bytes, Value scales, Value mins,
-                                  Value init) {
+                                  Value init, bool int8Activations) {
+  MLIRContext *ctx = b.getContext();
+  Value blocks = split(b, loc, bytes, 0, {kQ41Pairs});
+  SmallVector<Value> inputs;
+  if (int8Activations) {
+    auto [quantized, activationScales] = quantizeActivationBlocks(b, loc, x);
+    auto type = cast<RankedTensorType>(quantized.getType());
+    Value halves = tensor::ExpandShapeOp::create(
+        b, loc,
+        RankedTensorType::get({1, type.getDimSize(1), 2, kQ41Pairs},
+                              type.getElementType()),
+        quantized, SmallVector<ReassociationIndices>{{0}, {1}, {2, 3}});
+    inputs = {halves, blocks, activationScales, scales, mins};
+  } else {
+    inputs = {split(b, loc, x, 1, {2, kQ41Pairs}), blocks, scales, mins};
+  }
   using utils::IteratorType;
   SmallVector<IteratorType> iterators = {
       IteratorType::parallel, IteratorType::reduction, IteratorType::reduction,
       IteratorType::reduction, IteratorType::parallel};
   auto generic = linalg::GenericOp::create(
-      b, loc, TypeRange{init.getType()},
-      ValueRange{split(b, loc, x, 1, {2, kQ41Pairs}),
-                 split(b, loc, bytes, 0, {kQ41Pairs}), scales, mins},
-      ValueRange{init}, q41ContractionMaps(b.getContext()), iterators,
-      [](OpBuilder &nb, Location nloc, ValueRange args) {
+      b, loc, TypeRange{init.getType()}, inputs, ValueRange{init},
+      int8Activations ? q41Int8ContractionMaps(ctx) : q41ContractionMaps(ctx),
+      iterators, [&](OpBuilder &nb, Location nloc, ValueRange args) {
+        Type f32 = nb.getF32Type();
         Value a = args[0];
-        if (!a.getType().isF32())
-          a = arith::ExtFOp::create(nb, nloc, nb.getF32Type(), a);
-        Value weight = weightOf(nb, nloc, args[1], args[2], args[3], 2);
+        if (int8Activations)
+          a = arith::MulFOp::create(
+              nb, nloc, arith::SIToFPOp::create(nb, nloc, f32, a), args[2]);
+        else if (!a.getType().isF32())
+          a = arith::ExtFOp::create(nb, nloc, f32, a);
+        // The bytes, then (after the activations' scales) d and m, and out.
+        Value weight = weightOf(nb, nloc, args[1], args[args.size() - 3],
+                                args[args.size() - 2], 2);
         Value product = arith::MulFOp::create(nb, nloc, a, weight);
-        Value sum = arith::AddFOp::create(nb, nloc, args[4], product);
-        linalg::YieldOp::create(nb, nloc, ValueRange{sum});
-      });
-  return generic.getResult(0);
-}
-
-Value snapkv::buildQ41Int8Contraction(OpBuilder &b, Location loc, Value x,
-                                      Value bytes, Value scales, Value mins,
-                                      Value init) {
-  auto [quantized, activationScales] = quantizeActivationBlocks(b, loc, x);
-  auto quantizedType = cast<RankedTensorType>(quantized.getType());
-  Value halves = tensor::ExpandShapeOp::create(
-      b, loc,
-      RankedTensorType::get({1, quantizedType.getDimSize(1), 2, kQ41Pairs},
-                            quantizedType.getElementType()),
-      quantized, SmallVector<ReassociationIndices>{{0}, {1}, {2, 3}});
-  using utils::IteratorType;
-  SmallVector<IteratorType> iterators = {
-      IteratorType::parallel, IteratorType::reduction, IteratorType::reduction,
-      IteratorType::reduction, IteratorType::parallel};
-  auto generic = linalg::GenericOp::create(
-      b, loc, TypeRange{init.getType()},
-      ValueRange{halves, split(b, loc, bytes, 0, {kQ41Pairs}), activationScales,
-                 scales, mins},
-      ValueRange{init}, q41Int8ContractionMaps(b.getContext()), iterators,
-      [](OpBuilder &nb, Location nloc, ValueRange args) {
-        Value wide =
-            arith::SIToFPOp::create(nb, nloc, nb.getF32Type(), args[0]);
-        Value a = arith::MulFOp::create(nb, nloc, wide, args[2]);
-        Value weight = weightOf(nb, nloc, args[1], args[3], args[4], 2);
-        Value product = arith::MulFOp::create(nb, nloc, a, weight);
-        Value sum = arith::AddFOp::create(nb, nloc, args[5], product);
+        Value sum = arith::AddFOp::create(nb, nloc, args.back(), product);
         linalg::YieldOp::create(nb, nloc, ValueRange{sum});
       });
   return generic.getResult(0);

@@ -11,14 +11,12 @@ namespace mlir::snapkv {
 /// block of 32 rows, 16 rows of bytes, value j in the low nibble of byte row
 /// j and value 16 + j in its high nibble), `scales` and `mins` (`[k / 32, n]`
 /// f32): one linalg.generic of q41ContractionMaps (Q41Contraction.h), `x`
-/// (`[1, k]`, f32 or bf16) widened in its body.
+/// (`[1, k]`, f32 or bf16) widened in its body. `int8Activations`: `x`
+/// quantized per block of 32 first (quantizeActivationBlocks), the generic of
+/// q41Int8ContractionMaps.
 Value buildQ41Contraction(OpBuilder &b, Location loc, Value x, Value bytes,
-                          Value scales, Value mins, Value init);
-
-/// The product of buildQ41Contraction with `x` quantized per block of 32
-/// (quantizeActivationBlocks): one linalg.generic of q41Int8ContractionMaps.
-Value buildQ41Int8Contraction(OpBuilder &b, Location loc, Value x, Value bytes,
-                              Value scales, Value mins, Value init);
+                          Value scales, Value mins, Value init,
+                          bool int8Activations);
 
 /// `x` (`[1, k]`, f32 or bf16) quantized per block of 32 as GGUF Q8_0
 /// quantizes: `scale = max|x| / 127` and `a = round(x / scale)` (a multiply

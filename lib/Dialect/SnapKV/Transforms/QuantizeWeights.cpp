@@ -324,10 +324,8 @@ void rewriteMatmuls(Value values, ValueRange parts, Format format, Type type,
     Value result;
     bool oneRow = cast<RankedTensorType>(x.getType()).getDimSize(0) == 1;
     if (oneRow && format == Format::q4_1) {
-      result = int8Activations ? buildQ41Int8Contraction(b, loc, x, values,
-                                                         scales, parts[1], init)
-                               : buildQ41Contraction(b, loc, x, values, scales,
-                                                     parts[1], init);
+      result = buildQ41Contraction(b, loc, x, values, scales, parts[1], init,
+                                   int8Activations);
     } else if (oneRow) {
       result = int8Activations
                    ? int8VectorTimesQuantized(b, loc, x, values, scales, init)
