@@ -49,6 +49,11 @@ PASSES = [
     ["--snapkv-lower-asserts"],
     ["--pass-pipeline=builtin.module(llvm.func(snapkv-byte-bool-vectors))"],
     ["--snapkv-quantize-weights"],
+    # Q4_1's one-row products through snapkv-parallelize and snapkv-vectorize, float and int8.
+    ["--pass-pipeline=builtin.module(snapkv-quantize-weights{format=q4_1},"
+     "func.func(snapkv-parallelize,snapkv-vectorize))"],
+    ["--pass-pipeline=builtin.module(snapkv-quantize-weights{format=q4_1 activations=i8},"
+     "func.func(snapkv-parallelize,snapkv-vectorize))"],
     ["--snapkv-outline-select"],
     ["--snapkv-expose-scores"],
     ["--snapkv-expose-scores=through-callers=true"],
