@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "BF16Microkernel.h"
 #include "Int8Microkernel.h"
 #include "VectorLoops.h"
 #include "snapkv/Codegen/Passes.h"
@@ -423,122 +424,6 @@ bool isVectorTimesMatrix(linalg::LinalgOp op) {
     return op.getIteratorTypesArray()[d] != IteratorType::parallel ||
            !lhs.isFunctionOfDim(d) || ranges[d] == 1;
   });
-}
-
-/// The whole static tensor `v` read as a vector of `shape` (its non-unit
-/// dimensions, in order).
-Value readWhole(OpBuilder &b, Location loc, Value v, ArrayRef<int64_t> shape) {
-  auto type = cast<RankedTensorType>(v.getType());
-  Value zero = arith::ConstantIndexOp::create(b, loc, 0);
-  SmallVector<Value> indices(type.getRank(), zero);
-  SmallVector<bool> inBounds(type.getRank(), true);
-  Value read = vector::TransferReadOp::create(
-      b, loc, VectorType::get(type.getShape(), type.getElementType()), v,
-      indices, /*padding=*/std::nullopt, inBounds);
-  return vector::ShapeCastOp::create(
-      b, loc, VectorType::get(shape, type.getElementType()), read);
-}
-
-/// The register tile of a bf16 contraction (static loops: rows R, columns
-/// N, a reduction of 2, the rest 1) as AVX512_BF16 dot products: per row,
-/// its pair of A broadcast as one 32-bit element; per `lanes` columns, the
-/// two rows of B interleaved into pairs; `x86vector.avx512.dot` adds each
-/// pair's two products to the f32 accumulator. Upstream's
-/// populateVectorContractToPackedTypeDotProductPatterns (LLVM 22) wants
-/// contractions already unrolled to one accumulator row and operands in the
-/// VNNI layout (or flat pairs traced to loads and stores); this tile keeps
-/// R x N accumulators in registers across the reduction loop instead.
-LogicalResult vectorizeBF16Dot(RewriterBase &rewriter, linalg::LinalgOp op,
-                               int64_t lanes) {
-  SmallVector<int64_t> ranges = op.getStaticLoopRanges();
-  SmallVector<unsigned> reductions;
-  op.getReductionDims(reductions);
-  unsigned k = reductions.front();
-  SmallVector<AffineMap> maps = op.getIndexingMapsArray();
-  unsigned n = cast<AffineDimExpr>(maps[2].getResults().back()).getPosition();
-  // Rows: the parallel dimension of A (and C) with more than one step.
-  std::optional<unsigned> m;
-  for (auto [d, range] : llvm::enumerate(ranges))
-    if (d != k && d != n && range != 1) {
-      if (m || !maps[0].isFunctionOfDim(d))
-        return failure();
-      m = d;
-    }
-  int64_t rows = m ? ranges[*m] : 1, columns = ranges[n];
-  if (ranges[k] != 2 || columns % lanes != 0)
-    return failure();
-  Location loc = op.getLoc();
-  Type bf16 = rewriter.getBF16Type(), f32 = rewriter.getF32Type(),
-       i32 = rewriter.getI32Type();
-  Value a;
-  if (m && maps[0].getResults().back().isFunctionOfDim(*m)) {
-    // A as [2, rows]: its two rows interleaved into the rows' pairs.
-    Value pairRows = readWhole(rewriter, loc, op.getDpsInputs()[0], {2, rows});
-    SmallVector<int64_t> pairsOf;
-    for (int64_t r = 0; r < rows; ++r)
-      pairsOf.append({r, rows + r});
-    a = vector::ShapeCastOp::create(
-        rewriter, loc, VectorType::get({rows, 2}, bf16),
-        vector::ShuffleOp::create(
-            rewriter, loc,
-            vector::ExtractOp::create(rewriter, loc, pairRows, 0),
-            vector::ExtractOp::create(rewriter, loc, pairRows, 1), pairsOf));
-  } else {
-    a = readWhole(rewriter, loc, op.getDpsInputs()[0], {rows, 2});
-  }
-  Value b = readWhole(rewriter, loc, op.getDpsInputs()[1], {2, columns});
-  Value init = op.getDpsInits()[0];
-  Value c = readWhole(rewriter, loc, init, {rows, columns});
-  // The pairs of B: lanes 2i and 2i + 1 of pair vector j hold column
-  // j * lanes + i of the two rows.
-  SmallVector<int64_t> interleave;
-  for (int64_t i = 0; i < lanes; ++i)
-    interleave.append({i, lanes + i});
-  Value b0 = vector::ExtractOp::create(rewriter, loc, b, 0);
-  Value b1 = vector::ExtractOp::create(rewriter, loc, b, 1);
-  SmallVector<Value> pairs;
-  for (int64_t j = 0; j < columns; j += lanes) {
-    auto part = [&](Value row) {
-      return vector::ExtractStridedSliceOp::create(rewriter, loc, row, {j},
-                                                   {lanes}, {1});
-    };
-    pairs.push_back(vector::ShuffleOp::create(rewriter, loc, part(b0), part(b1),
-                                              interleave));
-  }
-  auto pairType = VectorType::get({2 * lanes}, bf16);
-  for (int64_t r = 0; r < rows; ++r) {
-    Value pair = vector::ExtractOp::create(rewriter, loc, a, r);
-    Value word = vector::ExtractOp::create(
-        rewriter, loc,
-        vector::BitCastOp::create(rewriter, loc, VectorType::get({1}, i32),
-                                  pair),
-        0);
-    Value broadcast = vector::BitCastOp::create(
-        rewriter, loc, pairType,
-        vector::BroadcastOp::create(rewriter, loc,
-                                    VectorType::get({lanes}, i32), word));
-    Value row = vector::ExtractOp::create(rewriter, loc, c, r);
-    for (auto [j, bPairs] : llvm::enumerate(pairs)) {
-      int64_t offset = static_cast<int64_t>(j) * lanes;
-      Value acc = vector::ExtractStridedSliceOp::create(rewriter, loc, row,
-                                                        {offset}, {lanes}, {1});
-      Value dot = x86vector::DotBF16Op::create(
-          rewriter, loc, VectorType::get({lanes}, f32), acc, broadcast, bPairs);
-      row = vector::InsertStridedSliceOp::create(rewriter, loc, dot, row,
-                                                 {offset}, {1});
-    }
-    c = vector::InsertOp::create(rewriter, loc, row, c, r);
-  }
-  auto initType = cast<RankedTensorType>(init.getType());
-  Value result = vector::ShapeCastOp::create(
-      rewriter, loc, VectorType::get(initType.getShape(), f32), c);
-  Value zero = arith::ConstantIndexOp::create(rewriter, loc, 0);
-  SmallVector<Value> indices(initType.getRank(), zero);
-  SmallVector<bool> inBounds(initType.getRank(), true);
-  auto write = vector::TransferWriteOp::create(rewriter, loc, result, init,
-                                               indices, inBounds);
-  rewriter.replaceOp(op, write.getResult());
-  return success();
 }
 
 /// Columns of the vector x Q8_0 matrix product per chunk of its block sums.
@@ -985,7 +870,7 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
       return;
     rewriter.setInsertionPoint(tiledOp);
     if (chooseMicrokernel(tiledOp, kernel, target) == Microkernel::avx512bf16 &&
-        succeeded(vectorizeBF16Dot(rewriter, tiledOp, target.lanes)))
+        succeeded(snapkv::vectorizeBF16Dot(rewriter, tiledOp, target.lanes)))
       return;
     FailureOr<linalg::VectorizationResult> vectorized =
         linalg::vectorize(rewriter, tiledOp, /*inputVectorSizes=*/{},
