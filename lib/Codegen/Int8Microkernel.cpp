@@ -7,9 +7,11 @@
 // AVX512_VNNI `vpdpbusd` (inline assembly: see below) multiplies 4 unsigned
 // bytes by 4 signed bytes and adds the 4 products into an i32 lane: the weights
 // (signed) are offset by 128 into the unsigned operand (`q ^ 0x80` is `q +
-// 128`) and interleaved by 4 rows in registers, the activations are the signed
-// operand, and the offset's share, 128 x the block's sum of activations, is
-// subtracted from each sum once per block.
+// 128`), the activations are the signed operand, and the offset's share, 128
+// x the block's sum of activations, is subtracted from each sum once per
+// block. The weights come packed by 4 rows (`[K / 4, N, 4]`, bound so once),
+// so each `vpdpbusd` takes one contiguous 64-byte read and the matrix is read
+// in address order, without shuffles.
 //
 //===----------------------------------------------------------------------===//
 
@@ -40,8 +42,9 @@ LogicalResult snapkv::vectorizeInt8VectorTimesMatrix(RewriterBase &rewriter,
                                                      linalg::LinalgOp op,
                                                      int64_t lanes, bool vnni) {
   SmallVector<int64_t> ranges = op.getStaticLoopRanges();
-  if (!isInt8ScaledContraction(op) || ranges.size() != 4 || ranges[0] != 1 ||
-      ranges[2] != kBlock || llvm::any_of(ranges, ShapedType::isDynamic))
+  if (!isInt8ScaledContraction(op) || ranges.size() != 5 || ranges[0] != 1 ||
+      ranges[2] != kBlock / kGroup || ranges[3] != kGroup ||
+      llvm::any_of(ranges, ShapedType::isDynamic))
     return failure();
   Value x = op.getDpsInputs()[0], values = op.getDpsInputs()[1],
         xScales = op.getDpsInputs()[2], scales = op.getDpsInputs()[3],
@@ -50,9 +53,9 @@ LogicalResult snapkv::vectorizeInt8VectorTimesMatrix(RewriterBase &rewriter,
   if (!elementType(xScales).isF32() || !elementType(scales).isF32() ||
       !elementType(init).isF32())
     return failure();
-  int64_t columns = ranges[3];
-  // One vpdpbusd covers 16 columns by 4 rows; a step takes 4 of them.
-  vnni = vnni && lanes == 16 && columns % (4 * lanes) == 0;
+  int64_t columns = ranges[4];
+  // One vpdpbusd covers 16 columns by 4 rows.
+  vnni = vnni && lanes == 16;
   int64_t width = 0;
   for (int64_t w : {4 * lanes, 2 * lanes, lanes})
     if (!width && columns % w == 0)
@@ -73,7 +76,8 @@ LogicalResult snapkv::vectorizeInt8VectorTimesMatrix(RewriterBase &rewriter,
   Value c0 = index(0), c1 = index(1);
   auto intType = VectorType::get({width}, i32);
   auto floatType = VectorType::get({width}, f32);
-  auto byteType = VectorType::get({width}, i8);
+  auto laneType = VectorType::get({lanes}, i32);
+  auto pieceType = VectorType::get({kGroup * lanes}, i8);
   Value zeros = arith::ConstantOp::create(rewriter, loc, intType,
                                           DenseElementsAttr::get(intType, 0));
   // for i in [0, count) step `step`: carried = body(i, carried).
@@ -83,86 +87,94 @@ LogicalResult snapkv::vectorizeInt8VectorTimesMatrix(RewriterBase &rewriter,
   };
   auto read = readVector;
   auto write = writeVector;
+  // The packed values as `[k / 32, k % 32 / 4, n * 4 + k % 4]` and the
+  // activations as `[m, k / 32, k % 32]`: a group's 16 columns x 4 rows are
+  // one contiguous 64-byte read.
+  auto collapseLast = [&](Value v) -> Value {
+    int64_t rank = cast<RankedTensorType>(v.getType()).getRank();
+    SmallVector<ReassociationIndices> groups;
+    for (int64_t d = 0; d < rank - 2; ++d)
+      groups.push_back({d});
+    groups.push_back({rank - 2, rank - 1});
+    return tensor::CollapseShapeOp::create(rewriter, loc, v, groups);
+  };
+  Value rows = collapseLast(values), xBlocks = collapseLast(x);
 
-  // VNNI: the sums of one group of 4 rows of block `block` into `sums`.
-  auto vnniGroup = [&](OpBuilder &b, Location loc, Value block, Value first,
+  // The sums of group `group` (rows 4 group..4 group + 3) of block `block`
+  // into `sums`, one stride of the packed values in address order.
+  auto groupSums = [&](OpBuilder &b, Location loc, Value block, Value first,
                        Value group, Value sums) -> Value {
-    auto laneType = VectorType::get({lanes}, i32);
-    auto pieceType = VectorType::get({4 * lanes}, i8);
     // The group's 4 activations as one i32, in every lane.
     Value row = arith::MulIOp::create(b, loc, group, index(kGroup));
     Value four =
-        read(b, loc, VectorType::get({kGroup}, i8), x, {c0, block, row});
+        read(b, loc, VectorType::get({kGroup}, i8), xBlocks, {c0, block, row});
     Value word = vector::ExtractOp::create(
         b, loc,
         vector::BitCastOp::create(b, loc, VectorType::get({1}, i32), four),
         ArrayRef<int64_t>{0});
-    Value activations = vector::BitCastOp::create(
-        b, loc, pieceType, vector::BroadcastOp::create(b, loc, laneType, word));
+    Value words = vector::BroadcastOp::create(b, loc, laneType, word);
+    Value activations = vector::BitCastOp::create(b, loc, pieceType, words);
+    // Without VNNI: activation r of the group (sign-extended), in every lane.
+    SmallVector<Value> splats;
+    if (!vnni)
+      for (int64_t r = 0; r < kGroup; ++r)
+        splats.push_back(vector::BroadcastOp::create(
+            b, loc, laneType,
+            arith::ExtSIOp::create(b, loc, i32,
+                                   vector::ExtractOp::create(
+                                       b, loc, four, ArrayRef<int64_t>{r}))));
     Value offset = arith::ConstantOp::create(
         b, loc, pieceType, DenseElementsAttr::get(pieceType, int8_t(-128)));
+    auto shift = [&](OpBuilder &b, int64_t bits) -> Value {
+      return arith::ConstantOp::create(
+          b, loc, laneType,
+          DenseElementsAttr::get(laneType, static_cast<int32_t>(bits)));
+    };
     return loop(
-        b, loc, chunk, 4 * lanes, sums,
+        b, loc, chunk, width, sums,
         [&](OpBuilder &b, Location loc, Value col, Value sums) -> Value {
-          Value at = arith::AddIOp::create(b, loc, first, col);
-          SmallVector<Value> rows;
-          for (int64_t r = 0; r < kGroup; ++r) {
-            Value k = arith::AddIOp::create(b, loc, row, index(r));
-            rows.push_back(arith::XOrIOp::create(
-                b, loc, read(b, loc, pieceType, values, {block, k, at}),
-                offset));
-          }
-          // Bytes of rows 0 and 1 (2 and 3) interleaved, then their pairs:
-          // column c's 4 rows in lane c.
-          SmallVector<int64_t> bytes;
-          for (int64_t c = 0; c < 4 * lanes; ++c)
-            bytes.append({c, 4 * lanes + c});
-          Value low =
-              vector::ShuffleOp::create(b, loc, rows[0], rows[1], bytes);
-          Value high =
-              vector::ShuffleOp::create(b, loc, rows[2], rows[3], bytes);
-          for (int64_t j = 0; j < 4; ++j) {
-            SmallVector<int64_t> mask;
-            for (int64_t c = j * lanes; c < (j + 1) * lanes; ++c)
-              mask.append(
-                  {2 * c, 2 * c + 1, 8 * lanes + 2 * c, 8 * lanes + 2 * c + 1});
-            Value piece = vector::ShuffleOp::create(b, loc, low, high, mask);
+          for (int64_t j = 0; j < width / lanes; ++j) {
             Value to = arith::AddIOp::create(b, loc, col, index(j * lanes));
+            Value at = arith::MulIOp::create(
+                b, loc, arith::AddIOp::create(b, loc, first, to),
+                index(kGroup));
+            Value piece = read(b, loc, pieceType, rows, {block, group, at});
             Value acc = read(b, loc, laneType, sums, {to});
-            // `vpdpbusd acc, piece, activations` (AT&T order reversed), the
-            // sum tied to `acc`. Inline assembly without side effects is
-            // pure; `llvm.call_intrinsic` has unknown memory effects, which
-            // the buffer deallocation pipeline after this pass rejects.
-            Value sum =
-                LLVM::InlineAsmOp::create(
-                    b, loc, laneType, ValueRange{acc, piece, activations},
-                    "vpdpbusd $3, $2, $0", "=v,0,v,v",
-                    /*has_side_effects=*/false, /*is_align_stack=*/false,
-                    LLVM::TailCallKind::None, LLVM::AsmDialectAttr(),
-                    ArrayAttr())
-                    .getRes();
+            Value sum;
+            if (vnni) {
+              // `vpdpbusd acc, q + 128, activations` (AT&T order reversed;
+              // `q ^ 0x80` is `q + 128` as an unsigned byte), the sum tied
+              // to `acc`. Inline assembly without side effects is pure;
+              // `llvm.call_intrinsic` has unknown memory effects, which the
+              // buffer deallocation pipeline after this pass rejects.
+              sum = LLVM::InlineAsmOp::create(
+                        b, loc, laneType,
+                        ValueRange{acc,
+                                   arith::XOrIOp::create(b, loc, piece, offset),
+                                   activations},
+                        "vpdpbusd $3, $2, $0", "=v,0,v,v",
+                        /*has_side_effects=*/false, /*is_align_stack=*/false,
+                        LLVM::TailCallKind::None, LLVM::AsmDialectAttr(),
+                        ArrayAttr())
+                        .getRes();
+            } else {
+              // Value r of each column is byte r of its i32: shifted to the
+              // top, then arithmetically back (sign-extended).
+              Value packed = vector::BitCastOp::create(b, loc, laneType, piece);
+              sum = acc;
+              for (int64_t r = 0; r < kGroup; ++r) {
+                Value up = arith::ShLIOp::create(
+                    b, loc, packed, shift(b, 8 * (kGroup - 1 - r)));
+                Value q = arith::ShRSIOp::create(b, loc, up,
+                                                 shift(b, 8 * (kGroup - 1)));
+                sum = arith::AddIOp::create(
+                    b, loc, sum, arith::MulIOp::create(b, loc, q, splats[r]));
+              }
+            }
             sums = write(b, loc, sum, sums, {to});
           }
           return sums;
         });
-  };
-  // Without VNNI: the sums of row `row` of block `block`, widened to i32.
-  auto plainRow = [&](OpBuilder &b, Location loc, Value block, Value first,
-                      Value row, Value sums) -> Value {
-    Value a = arith::ExtSIOp::create(
-        b, loc, i32, tensor::ExtractOp::create(b, loc, x, {c0, block, row}));
-    Value splat = vector::BroadcastOp::create(b, loc, intType, a);
-    return loop(b, loc, chunk, width, sums,
-                [&](OpBuilder &b, Location loc, Value col, Value sums) {
-                  Value at = arith::AddIOp::create(b, loc, first, col);
-                  Value q = arith::ExtSIOp::create(
-                      b, loc, intType,
-                      read(b, loc, byteType, values, {block, row, at}));
-                  Value sum = arith::AddIOp::create(
-                      b, loc, read(b, loc, intType, sums, {col}),
-                      arith::MulIOp::create(b, loc, splat, q));
-                  return write(b, loc, sum, sums, {col});
-                });
   };
 
   Value sums0 = tensor::EmptyOp::create(rewriter, loc, {chunk}, i32);
@@ -177,15 +189,15 @@ LogicalResult snapkv::vectorizeInt8VectorTimesMatrix(RewriterBase &rewriter,
                        [&](OpBuilder &b, Location loc, Value col, Value sums) {
                          return write(b, loc, zeros, sums, {col});
                        });
+              sums = loop(
+                  b, loc, kBlock / kGroup, 1, sums,
+                  [&](OpBuilder &b, Location loc, Value group, Value sums) {
+                    return groupSums(b, loc, block, first, group, sums);
+                  });
               Value offset;
               if (vnni) {
-                sums = loop(
-                    b, loc, kBlock / kGroup, 1, sums,
-                    [&](OpBuilder &b, Location loc, Value group, Value sums) {
-                      return vnniGroup(b, loc, block, first, group, sums);
-                    });
                 // 128 x the block's sum of activations, in every lane.
-                Value all = read(b, loc, VectorType::get({kBlock}, i8), x,
+                Value all = read(b, loc, VectorType::get({kBlock}, i8), xBlocks,
                                  {c0, block, c0});
                 Value total = vector::ReductionOp::create(
                     b, loc, vector::CombiningKind::ADD,
@@ -197,12 +209,6 @@ LogicalResult snapkv::vectorizeInt8VectorTimesMatrix(RewriterBase &rewriter,
                         b, loc, total,
                         arith::ConstantOp::create(b, loc,
                                                   b.getI32IntegerAttr(128))));
-              } else {
-                sums = loop(
-                    b, loc, kBlock, 1, sums,
-                    [&](OpBuilder &b, Location loc, Value row, Value sums) {
-                      return plainRow(b, loc, block, first, row, sums);
-                    });
               }
               // out += f32(sum) * (scale_a * scale_q), once per block.
               Value scaleA = vector::BroadcastOp::create(

@@ -11,11 +11,11 @@ namespace mlir::snapkv {
 
 /// Vectorises a one-row int8 x int8 block product
 /// (snapkv::isInt8ScaledContraction, static sizes, as snapkv-parallelize
-/// leaves it): per block, the i32 sums of its 32 integer products for each
-/// column, then one multiply-add of the sums by the two scales into the
-/// result. `vnni` (512-bit vectors only): the sums by
-/// `llvm.x86.avx512.vpdpbusd.512`, else by widened i32 multiplies; the same
-/// integers either way.
+/// leaves it; values packed by 4 rows): per block, the i32 sums of its 32
+/// integer products for each column, then one multiply-add of the sums by
+/// the two scales into the result. `vnni` (512-bit vectors only): the sums
+/// by `vpdpbusd`, else by i32 multiplies of the bytes sign-extended by
+/// shifts; the same integers either way.
 LogicalResult vectorizeInt8VectorTimesMatrix(RewriterBase &rewriter,
                                              linalg::LinalgOp op, int64_t lanes,
                                              bool vnni);

@@ -230,6 +230,18 @@ func.func @mv(%x: tensor<1x{k}xf32>, %w: tensor<{k}x{n}xf32> {{snapkv.weight = "
 """
 
 
+def test_pack_rows_is_linalg_pack_by_4_rows():
+    """`[K, N]` -> `[K/4, N, 4]`, out[i, n, r] = values[4 i + r, n]; Q8Tensor binds it."""
+    values = np.arange(8 * 3, dtype=np.int64).reshape(8, 3).astype(np.int8)
+    packed = quantized.pack_rows(values)
+    assert packed.shape == (2, 3, 4) and packed.flags.c_contiguous
+    for i, n, r in np.ndindex(2, 3, 4):
+        assert packed[i, n, r] == values[4 * i + r, n]
+    tensor = quantized.quantize_q8_0(np.random.default_rng(1).normal(size=(3, 64)))
+    assert np.array_equal(tensor.bound(quantized.Q8_0_PACKED),
+                          quantized.pack_rows(tensor.values.T))
+
+
 def int8_reference(x, values, scales):
     """The integer arithmetic of `activations="i8"` in numpy: per block of 32 of `x` ([K]),
     scale d = max|x| / 127 and a = round(x * (1 / d)) (halves away from zero; 0 for a block
@@ -277,7 +289,7 @@ def test_int8_activation_kernel_is_the_integer_arithmetic(features):
         x[:32] = 0
         x[32:64] = -3.25
         x[64:96] = np.resize(np.float32([127, 2.5, -2.5, 0.5, -0.5, 1.5, 126.5, -127]), 32)
-        (got,) = fn(x[None], values, scales)
+        (got,) = fn(x[None], quantized.pack_rows(values), scales)
         want, magnitude = int8_reference(x, values, scales)
         err = np.abs(got[0].astype(np.float64) - want)
         assert np.all(err <= 4e-7 * magnitude + 1e-30), \
@@ -293,6 +305,10 @@ def test_int8_activations_model(tiny):
     model has near-ties (0.004 at its third step), where the two may part."""
     checkpoint, exported, tensors = tiny
     text = hf.quantize_weights(exported.text, "i8")
+    # The values packed by 4 rows for vpdpbusd (prefill's products dequantize from them).
+    described = interface.describe(text).function("decode")
+    assert {a.quantized for a in described.arguments if a.weight} == \
+        {None, "q8_0_packed", "q8_0_scales"}
     plain = {name: np.asarray(checkpoint.array(name)) for name in checkpoint.tensors}
     plain.update({name: t.dequantize() for name, t in tensors.items()})
     reference = runtime.CompiledModel(exported.text, weights=plain, cflags=("-O0",))

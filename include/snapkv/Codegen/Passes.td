@@ -83,14 +83,16 @@ def Vectorize : Pass<"snapkv-vectorize", "::mlir::func::FuncOp"> {
     scales, to the result once per block. With `int8-microkernel`
     `avx512vnni` (or `snapkv.microkernel = #snapkv.microkernel<avx512vnni>`
     on the op, snapkv-configure-lowering's choice from AVX512_VNNI; 512-bit
-    vectors and columns in 64s) each 4 rows of 64 weights are offset to
-    unsigned (`xor 0x80`), interleaved into 4 rows per i32 lane and
-    multiply-added with the broadcast 4 activations by `vpdpbusd` (an
+    vectors) the weights, packed by 4 rows (`[K / 4, N, 4]`: 16 columns x 4
+    rows are 64 contiguous bytes, the matrix read in address order), are
+    offset to unsigned (`xor 0x80`) and multiply-added with the broadcast 4
+    activations by `vpdpbusd` (an
     `llvm.inline_asm` without side effects: `llvm.call_intrinsic` has
     unknown memory effects, which the buffer deallocation after this pass
     rejects), and 128 x the block's sum of
-    activations is subtracted from its sums; else (`none`) each product is
-    widened to i32: the same integers.
+    activations is subtracted from its sums; else (`none`) each i32 lane's 4
+    bytes are sign-extended by shifts and multiplied in i32: the same
+    integers.
   }];
   let options = [
     Option<"vectorBits", "vector-bits", "int64_t", /*default=*/"0",

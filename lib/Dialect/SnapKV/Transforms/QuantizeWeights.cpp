@@ -6,7 +6,9 @@
 // linalg.matmul by such a weight reads the int8 values and widens them in
 // its own inner loop (a vector x matrix product), or dequantizes the matrix
 // once per call before the product (a prompt's rows: the conversion is K x N
-// against the product's M x K x N). Plain linalg on tensors: the pipelines
+// against the product's M x K x N). With int8 activations the values are
+// taken packed by 4 rows, the layout `vpdpbusd` reads (the runner binds the
+// permuted copy once). Plain linalg on tensors: the pipelines
 // tile, vectorise and parallelise it as they do the f32 or bf16 matmul.
 //
 //===----------------------------------------------------------------------===//
@@ -39,6 +41,9 @@ namespace {
 
 /// Q8_0's block: one scale per 32 consecutive values along the reduction.
 constexpr int64_t kBlock = 32;
+/// Rows per column of the packed values (`activations=i8`): `vpdpbusd` adds
+/// 4 adjacent byte products into each i32 lane.
+constexpr int64_t kGroup = 4;
 constexpr llvm::StringLiteral kQuantized = "snapkv.quantized";
 
 /// A weight of `[K, N]` f32 or bf16 (`--dtype bf16`'s) whose K is a whole
@@ -73,9 +78,15 @@ bool isWeight(func::FuncOp func, unsigned i) {
          isTransposed && quantizable(func.getArgumentTypes()[i]);
 }
 
-RankedTensorType valuesType(RankedTensorType weight) {
-  return RankedTensorType::get(weight.getShape(),
-                               IntegerType::get(weight.getContext(), 8));
+/// `[K, N]` int8, or `packed`: `[K / 4, N, 4]` (the values of rows 4i..4i+3
+/// of each column adjacent, `linalg.pack` of `[K, N]` with inner_dims_pos =
+/// [0] and inner_tiles = [4]).
+RankedTensorType valuesType(RankedTensorType weight, bool packed) {
+  Type i8 = IntegerType::get(weight.getContext(), 8);
+  if (!packed)
+    return RankedTensorType::get(weight.getShape(), i8);
+  return RankedTensorType::get(
+      {weight.getDimSize(0) / kGroup, weight.getDimSize(1), kGroup}, i8);
 }
 
 /// f32 whatever the weight's type: GGUF's f16 scales, exactly.
@@ -139,7 +150,7 @@ Value vectorTimesQuantized(OpBuilder &b, Location loc, Value x, Value values,
 /// quantized too (`activations=i8`): per block of 32, `scale = max|x| / 127`
 /// and `a = round(x / scale)` as GGUF Q8_0 quantizes (a multiply by `1 /
 /// scale`, 0 for a block of zeros), then the int8 x int8 contraction of
-/// int8ContractionMaps.
+/// int8ContractionMaps, whose `values` are packed by 4 rows (valuesType).
 Value int8VectorTimesQuantized(OpBuilder &b, Location loc, Value x,
                                Value values, Value scales, Value init) {
   MLIRContext *ctx = b.getContext();
@@ -213,14 +224,26 @@ Value int8VectorTimesQuantized(OpBuilder &b, Location loc, Value x,
             linalg::YieldOp::create(nb, nloc, ValueRange{value});
           })
           .getResult(0);
+  // [m, k / 32, k % 32 / 4, k % 4] and [k / 32, k % 32 / 4, n, k % 4].
+  auto valueType = cast<RankedTensorType>(values.getType());
+  Value groups = tensor::ExpandShapeOp::create(
+      b, loc,
+      RankedTensorType::get({shape[0], shape[1], kBlock / kGroup, kGroup},
+                            IntegerType::get(ctx, 8)),
+      quantized, SmallVector<ReassociationIndices>{{0}, {1}, {2, 3}});
+  Value packed = tensor::ExpandShapeOp::create(
+      b, loc,
+      RankedTensorType::get({valueType.getDimSize(0) * kGroup / kBlock,
+                             kBlock / kGroup, valueType.getDimSize(1), kGroup},
+                            valueType.getElementType()),
+      values, SmallVector<ReassociationIndices>{{0, 1}, {2}, {3}});
   SmallVector<IteratorType> iterators = {
       IteratorType::parallel, IteratorType::reduction, IteratorType::reduction,
-      IteratorType::parallel};
+      IteratorType::reduction, IteratorType::parallel};
   auto generic = linalg::GenericOp::create(
       b, loc, TypeRange{init.getType()},
-      ValueRange{quantized, splitBlocks(b, loc, values, 0), activationScales,
-                 scales},
-      ValueRange{init}, int8ContractionMaps(ctx), iterators,
+      ValueRange{groups, packed, activationScales, scales}, ValueRange{init},
+      int8ContractionMaps(ctx), iterators,
       [](OpBuilder &nb, Location nloc, ValueRange args) {
         Type i32 = nb.getI32Type();
         Value a = arith::ExtSIOp::create(nb, nloc, i32, args[0]);
@@ -236,21 +259,42 @@ Value int8VectorTimesQuantized(OpBuilder &b, Location loc, Value x,
   return generic.getResult(0);
 }
 
-/// The `[K, N]` weight of `values` and `scales`, of `type` (f32, or bf16:
-/// the product rounded, as the bf16 model's own weights are).
+/// The `[K, N]` weight of `values` (`[K, N]`, or packed `[K / 4, N, 4]`) and
+/// `scales`, of `type` (f32, or bf16: the product rounded, as the bf16
+/// model's own weights are).
 Value dequantize(OpBuilder &b, Location loc, Value values, Value scales,
                  Type type) {
   MLIRContext *ctx = b.getContext();
-  auto shape = cast<RankedTensorType>(values.getType());
-  Value blocks = splitBlocks(b, loc, values, 0);
-  auto blockType = cast<RankedTensorType>(blocks.getType());
-  Value empty = tensor::EmptyOp::create(b, loc, blockType.getShape(), type);
-  AffineExpr kb, kk, n;
-  bindDims(ctx, kb, kk, n);
-  SmallVector<AffineMap> maps = {AffineMap::getMultiDimIdentityMap(3, ctx),
-                                 AffineMap::get(3, 0, {kb, n}, ctx),
-                                 AffineMap::getMultiDimIdentityMap(3, ctx)};
-  SmallVector<utils::IteratorType> iterators(3, utils::IteratorType::parallel);
+  auto valueType = cast<RankedTensorType>(values.getType());
+  bool packed = valueType.getRank() == 3;
+  int64_t rows = valueType.getDimSize(0) * (packed ? kGroup : 1),
+          columns = valueType.getDimSize(1);
+  // Over (k / 32, k % 32, n), or (k / 32, k % 32 / 4, k % 4, n) reading the
+  // packed values at [k / 4, n, k % 4].
+  SmallVector<int64_t> shape = {rows / kBlock, kBlock, columns};
+  if (packed)
+    shape = {rows / kBlock, kBlock / kGroup, kGroup, columns};
+  Value blocks =
+      packed ? tensor::ExpandShapeOp::create(
+                   b, loc,
+                   RankedTensorType::get(
+                       {rows / kBlock, kBlock / kGroup, columns, kGroup},
+                       valueType.getElementType()),
+                   values, SmallVector<ReassociationIndices>{{0, 1}, {2}, {3}})
+             : splitBlocks(b, loc, values, 0);
+  unsigned dims = shape.size();
+  Value empty = tensor::EmptyOp::create(b, loc, shape, type);
+  AffineExpr kb = getAffineDimExpr(0, ctx), n = getAffineDimExpr(dims - 1, ctx);
+  AffineMap identity = AffineMap::getMultiDimIdentityMap(dims, ctx);
+  SmallVector<AffineMap> maps = {
+      packed ? AffineMap::get(
+                   dims, 0,
+                   {kb, getAffineDimExpr(1, ctx), n, getAffineDimExpr(2, ctx)},
+                   ctx)
+             : identity,
+      AffineMap::get(dims, 0, {kb, n}, ctx), identity};
+  SmallVector<utils::IteratorType> iterators(dims,
+                                             utils::IteratorType::parallel);
   auto generic = linalg::GenericOp::create(
       b, loc, TypeRange{empty.getType()}, ValueRange{blocks, scales},
       ValueRange{empty}, maps, iterators,
@@ -262,9 +306,12 @@ Value dequantize(OpBuilder &b, Location loc, Value values, Value scales,
           weight = arith::TruncFOp::create(nb, nloc, type, weight);
         linalg::YieldOp::create(nb, nloc, ValueRange{weight});
       });
+  SmallVector<ReassociationIndices> groups = {{0, 1}, {2}};
+  if (packed)
+    groups = {{0, 1, 2}, {3}};
   return tensor::CollapseShapeOp::create(
-      b, loc, RankedTensorType::get(shape.getShape(), type),
-      generic.getResult(0), SmallVector<ReassociationIndices>{{0, 1}, {2}});
+      b, loc, RankedTensorType::get({rows, columns}, type),
+      generic.getResult(0), groups);
 }
 
 /// Replaces each matmul by `values` (an argument now int8, of `type` before)
@@ -382,6 +429,9 @@ struct QuantizeWeights
     for (Position position : positions)
       changes[position.first].push_back(position.second);
     Builder b(&getContext());
+    // int8 activations: every converted weight packed by 4 rows for vpdpbusd
+    // (a prompt's products dequantize from the same layout).
+    bool int8 = activations == "i8";
     for (auto func : module.getOps<func::FuncOp>()) {
       if (!changes.count(func))
         continue;
@@ -396,16 +446,17 @@ struct QuantizeWeights
               scaleAttrs.push_back(attr);
           scaleAttrs.push_back(
               b.getNamedAttr(kQuantized, b.getStringAttr("q8_0_scales")));
-          func.setArgAttr(i, kQuantized, b.getStringAttr("q8_0"));
+          func.setArgAttr(i, kQuantized,
+                          b.getStringAttr(int8 ? "q8_0_packed" : "q8_0"));
         }
         (void)func.insertArgument(i + 1, scalesType(type),
                                   b.getDictionaryAttr(scaleAttrs),
                                   func.getArgument(i).getLoc());
         BlockArgument values = func.getArgument(i);
-        values.setType(valuesType(type));
+        values.setType(valuesType(type, int8));
         scalesOf[values] = func.getArgument(i + 1);
         rewriteMatmuls(values, func.getArgument(i + 1), type.getElementType(),
-                       activations == "i8");
+                       int8);
       }
       snapkv::detail::updateSignature(func);
     }

@@ -691,10 +691,16 @@ def QuantizeWeights : Pass<"snapkv-quantize-weights", "::mlir::ModuleOp"> {
     row too: per block of 32, the scale `max|x| / 127` (f32) and the values
     `round(x / scale)` (to nearest, halves away from zero; a block of zeros
     has scale 0 and values 0), then one `linalg.generic` over (m, k / 32, k
-    % 32, n) of body `out + sitofp(extsi(a) * extsi(q)) * (scale_a *
-    scale_q)`: the products are exact integers, and snapkv-vectorize sums
-    each block's 32 in i32 before the one multiply by the scales (on
-    AVX512_VNNI with `vpdpbusd`). A prompt's rows are unchanged by it.
+    % 32 / 4, k % 4, n) of body `out + sitofp(extsi(a) * extsi(q)) *
+    (scale_a * scale_q)`: the products are exact integers, and
+    snapkv-vectorize sums each block's 32 in i32 before the one multiply by
+    the scales (on AVX512_VNNI with `vpdpbusd`). Its weights' values are
+    taken packed by 4 rows, `tensor<(K/4)xNx4xi8>` (`snapkv.quantized =
+    "q8_0_packed"`; `linalg.pack` of the `[K, N]` values with
+    inner_dims_pos = [0] and inner_tiles = [4]: each column's 4 consecutive
+    values adjacent, as `vpdpbusd` multiplies them), which the runner binds
+    once; a prompt's rows (float activations, unchanged numerics)
+    dequantize from the same packed values.
   }];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::linalg::LinalgDialect",
