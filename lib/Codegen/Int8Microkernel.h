@@ -20,6 +20,16 @@ LogicalResult vectorizeInt8VectorTimesMatrix(RewriterBase &rewriter,
                                              linalg::LinalgOp op, int64_t lanes,
                                              bool vnni);
 
+/// Vectorises an int8 x int8 block product of several rows (a prompt's,
+/// static but for the rows, as snapkv-parallelize tiles it): per strip of up
+/// to 64 columns, tiles of 4 rows whose i32 block sums stay in registers over
+/// a block's 32 rows (each weight read shared by the tile's rows), then the
+/// sums times both scales added to the result once per block. `vnni` as
+/// above; the same integers either way.
+LogicalResult vectorizeInt8MatrixTimesMatrix(RewriterBase &rewriter,
+                                             linalg::LinalgOp op, int64_t lanes,
+                                             bool vnni);
+
 } // namespace mlir::snapkv
 
 #endif // SNAPKV_LIB_CODEGEN_INT8MICROKERNEL_H

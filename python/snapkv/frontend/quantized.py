@@ -31,7 +31,7 @@ WEIGHT_CHOICES = ("f32", "as-stored")
 # The export dtypes Q8_0 weights go with (snapkv-quantize-weights takes f32 and bf16 matmuls).
 STORED_DTYPES = ("f32", "bf16")
 PASS = "--snapkv-quantize-weights=format=q8_0"
-# A decode step's activations in the Q8_0 products: as computed (f32 or bf16), or quantized
+# The activations of the Q8_0 products (every row): as computed (f32 or bf16), or quantized
 # per block of 32 to int8 (llama.cpp's form; int8 x int8 block sums, vpdpbusd on AVX512_VNNI).
 ACTIVATION_CHOICES = ("float", "i8")
 

@@ -146,13 +146,14 @@ Value vectorTimesQuantized(OpBuilder &b, Location loc, Value x, Value values,
   return generic.getResult(0);
 }
 
-/// `matmul(x, dequant(values, scales))` where `x` has one row, with `x`
-/// quantized too (`activations=i8`): per block of 32, `scale = max|x| / 127`
+/// `matmul(x, dequant(values, scales))` with `x` (its rows: a decode step's
+/// one, a prompt's many) quantized too (`activations=i8`): per row and block
+/// of 32, `scale = max|x| / 127`
 /// and `a = round(x / scale)` as GGUF Q8_0 quantizes (a multiply by `1 /
 /// scale`, 0 for a block of zeros), then the int8 x int8 contraction of
 /// int8ContractionMaps, whose `values` are packed by 4 rows (valuesType).
-Value int8VectorTimesQuantized(OpBuilder &b, Location loc, Value x,
-                               Value values, Value scales, Value init) {
+Value int8TimesQuantized(OpBuilder &b, Location loc, Value x, Value values,
+                         Value scales, Value init) {
   MLIRContext *ctx = b.getContext();
   Type f32 = b.getF32Type();
   Value blocks = splitBlocks(b, loc, x, 1);
@@ -168,7 +169,10 @@ Value int8VectorTimesQuantized(OpBuilder &b, Location loc, Value x,
   };
   // max |x| per block.
   Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0));
-  Value rowShape = tensor::EmptyOp::create(b, loc, shape.take_front(2), f32);
+  // The row count may be dynamic (a prompt's).
+  SmallVector<OpFoldResult> sizes = tensor::getMixedSizes(b, loc, blocks);
+  Value rowShape = tensor::EmptyOp::create(
+      b, loc, ArrayRef<OpFoldResult>(sizes).take_front(2), f32);
   Value maxima0 = linalg::FillOp::create(b, loc, zero, rowShape).getResult(0);
   Value maxima =
       linalg::GenericOp::create(
@@ -200,7 +204,7 @@ Value int8VectorTimesQuantized(OpBuilder &b, Location loc, Value x,
           .getResult(0);
   // a = round(x * (1 / scale)).
   Value quantized0 =
-      tensor::EmptyOp::create(b, loc, shape, IntegerType::get(ctx, 8));
+      tensor::EmptyOp::create(b, loc, sizes, IntegerType::get(ctx, 8));
   Value quantized =
       linalg::GenericOp::create(
           b, loc, TypeRange{quantized0.getType()},
@@ -259,42 +263,21 @@ Value int8VectorTimesQuantized(OpBuilder &b, Location loc, Value x,
   return generic.getResult(0);
 }
 
-/// The `[K, N]` weight of `values` (`[K, N]`, or packed `[K / 4, N, 4]`) and
-/// `scales`, of `type` (f32, or bf16: the product rounded, as the bf16
-/// model's own weights are).
+/// The `[K, N]` weight of `values` and `scales`, of `type` (f32, or bf16:
+/// the product rounded, as the bf16 model's own weights are).
 Value dequantize(OpBuilder &b, Location loc, Value values, Value scales,
                  Type type) {
   MLIRContext *ctx = b.getContext();
-  auto valueType = cast<RankedTensorType>(values.getType());
-  bool packed = valueType.getRank() == 3;
-  int64_t rows = valueType.getDimSize(0) * (packed ? kGroup : 1),
-          columns = valueType.getDimSize(1);
-  // Over (k / 32, k % 32, n), or (k / 32, k % 32 / 4, k % 4, n) reading the
-  // packed values at [k / 4, n, k % 4].
-  SmallVector<int64_t> shape = {rows / kBlock, kBlock, columns};
-  if (packed)
-    shape = {rows / kBlock, kBlock / kGroup, kGroup, columns};
-  Value blocks =
-      packed ? tensor::ExpandShapeOp::create(
-                   b, loc,
-                   RankedTensorType::get(
-                       {rows / kBlock, kBlock / kGroup, columns, kGroup},
-                       valueType.getElementType()),
-                   values, SmallVector<ReassociationIndices>{{0, 1}, {2}, {3}})
-             : splitBlocks(b, loc, values, 0);
-  unsigned dims = shape.size();
-  Value empty = tensor::EmptyOp::create(b, loc, shape, type);
-  AffineExpr kb = getAffineDimExpr(0, ctx), n = getAffineDimExpr(dims - 1, ctx);
-  AffineMap identity = AffineMap::getMultiDimIdentityMap(dims, ctx);
-  SmallVector<AffineMap> maps = {
-      packed ? AffineMap::get(
-                   dims, 0,
-                   {kb, getAffineDimExpr(1, ctx), n, getAffineDimExpr(2, ctx)},
-                   ctx)
-             : identity,
-      AffineMap::get(dims, 0, {kb, n}, ctx), identity};
-  SmallVector<utils::IteratorType> iterators(dims,
-                                             utils::IteratorType::parallel);
+  auto shape = cast<RankedTensorType>(values.getType());
+  Value blocks = splitBlocks(b, loc, values, 0);
+  auto blockType = cast<RankedTensorType>(blocks.getType());
+  Value empty = tensor::EmptyOp::create(b, loc, blockType.getShape(), type);
+  AffineExpr kb, kk, n;
+  bindDims(ctx, kb, kk, n);
+  SmallVector<AffineMap> maps = {AffineMap::getMultiDimIdentityMap(3, ctx),
+                                 AffineMap::get(3, 0, {kb, n}, ctx),
+                                 AffineMap::getMultiDimIdentityMap(3, ctx)};
+  SmallVector<utils::IteratorType> iterators(3, utils::IteratorType::parallel);
   auto generic = linalg::GenericOp::create(
       b, loc, TypeRange{empty.getType()}, ValueRange{blocks, scales},
       ValueRange{empty}, maps, iterators,
@@ -306,12 +289,9 @@ Value dequantize(OpBuilder &b, Location loc, Value values, Value scales,
           weight = arith::TruncFOp::create(nb, nloc, type, weight);
         linalg::YieldOp::create(nb, nloc, ValueRange{weight});
       });
-  SmallVector<ReassociationIndices> groups = {{0, 1}, {2}};
-  if (packed)
-    groups = {{0, 1, 2}, {3}};
   return tensor::CollapseShapeOp::create(
-      b, loc, RankedTensorType::get({rows, columns}, type),
-      generic.getResult(0), groups);
+      b, loc, RankedTensorType::get(shape.getShape(), type),
+      generic.getResult(0), SmallVector<ReassociationIndices>{{0, 1}, {2}});
 }
 
 /// Replaces each matmul by `values` (an argument now int8, of `type` before)
@@ -327,10 +307,10 @@ void rewriteMatmuls(Value values, Value scales, Type type,
     Location loc = matmul.getLoc();
     Value x = matmul.getInputs()[0], init = matmul.getOutputs()[0];
     Value result;
-    if (cast<RankedTensorType>(x.getType()).getDimSize(0) == 1) {
-      result = int8Activations
-                   ? int8VectorTimesQuantized(b, loc, x, values, scales, init)
-                   : vectorTimesQuantized(b, loc, x, values, scales, init);
+    if (int8Activations) {
+      result = int8TimesQuantized(b, loc, x, values, scales, init);
+    } else if (cast<RankedTensorType>(x.getType()).getDimSize(0) == 1) {
+      result = vectorTimesQuantized(b, loc, x, values, scales, init);
     } else {
       Value weight = dequantize(b, loc, values, scales, type);
       result = linalg::MatmulOp::create(b, loc, ValueRange{x, weight},
