@@ -80,8 +80,8 @@ def Vectorize : Pass<"snapkv-vectorize", "::mlir::func::FuncOp"> {
     The int8 x int8 block product of snapkv-quantize-weights'
     `activations=i8` (after snapkv-parallelize) sums each block's 32 integer
     products per column in i32 and adds the sums, times the two scales, to
-    the result once per block: one row in chunks of up to 2,048 columns
-    whose sums stay in the L1 cache (the weights read in address order),
+    the result once per block: one row in chunks of up to 65,536 columns
+    whose sums stay in the caches (the weights read in address order),
     several rows (a prompt's) in strips of up to 64 columns and tiles of 4
     rows whose 16 i32 sums stay in registers over a block (each weight read
     shared by the 4 rows), the other rows one at a time. With `int8-microkernel`
