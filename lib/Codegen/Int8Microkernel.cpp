@@ -105,6 +105,42 @@ Value dot4(OpBuilder &b, Location loc, Value acc, Value piece, Value words,
   return acc;
 }
 
+/// An int8 x int8 block product (snapkv::isInt8ScaledContraction) with f32
+/// scales and result, static but perhaps for its rows: its operands, and the
+/// widest multiple of the vector (up to 4 of them) that divides its columns.
+struct Int8Product {
+  Value x, values, xScales, scales, init;
+  int64_t blocks, columns, width;
+};
+
+std::optional<Int8Product> matchInt8Product(linalg::LinalgOp op,
+                                            int64_t lanes) {
+  SmallVector<int64_t> ranges = op.getStaticLoopRanges();
+  if (!snapkv::isInt8ScaledContraction(op) || ranges.size() != 5 ||
+      ranges[2] != kBlock / kGroup || ranges[3] != kGroup ||
+      llvm::any_of(ArrayRef<int64_t>(ranges).drop_front(),
+                   ShapedType::isDynamic))
+    return std::nullopt;
+  Int8Product p{op.getDpsInputs()[0],
+                op.getDpsInputs()[1],
+                op.getDpsInputs()[2],
+                op.getDpsInputs()[3],
+                op.getDpsInits()[0],
+                ranges[1],
+                ranges[4],
+                0};
+  auto elementType = [](Value v) { return getElementTypeOrSelf(v.getType()); };
+  if (!elementType(p.xScales).isF32() || !elementType(p.scales).isF32() ||
+      !elementType(p.init).isF32())
+    return std::nullopt;
+  for (int64_t w : {4 * lanes, 2 * lanes, lanes})
+    if (!p.width && p.columns % w == 0)
+      p.width = w;
+  if (!p.width)
+    return std::nullopt;
+  return p;
+}
+
 /// `v` (`[..., a, b]`) as `[..., a * b]`.
 Value collapseLast(OpBuilder &b, Location loc, Value v) {
   int64_t rank = cast<RankedTensorType>(v.getType()).getRank();
@@ -120,27 +156,15 @@ Value collapseLast(OpBuilder &b, Location loc, Value v) {
 LogicalResult snapkv::vectorizeInt8VectorTimesMatrix(RewriterBase &rewriter,
                                                      linalg::LinalgOp op,
                                                      int64_t lanes, bool vnni) {
-  SmallVector<int64_t> ranges = op.getStaticLoopRanges();
-  if (!isInt8ScaledContraction(op) || ranges.size() != 5 || ranges[0] != 1 ||
-      ranges[2] != kBlock / kGroup || ranges[3] != kGroup ||
-      llvm::any_of(ranges, ShapedType::isDynamic))
+  std::optional<Int8Product> product = matchInt8Product(op, lanes);
+  if (!product || op.getStaticLoopRanges()[0] != 1)
     return failure();
-  Value x = op.getDpsInputs()[0], values = op.getDpsInputs()[1],
-        xScales = op.getDpsInputs()[2], scales = op.getDpsInputs()[3],
-        init = op.getDpsInits()[0];
-  auto elementType = [](Value v) { return getElementTypeOrSelf(v.getType()); };
-  if (!elementType(xScales).isF32() || !elementType(scales).isF32() ||
-      !elementType(init).isF32())
-    return failure();
-  int64_t columns = ranges[4];
+  Value x = product->x, values = product->values, xScales = product->xScales,
+        scales = product->scales, init = product->init;
+  int64_t blocks = product->blocks, columns = product->columns,
+          width = product->width;
   // One vpdpbusd covers 16 columns by 4 rows.
   vnni = vnni && lanes == 16;
-  int64_t width = 0;
-  for (int64_t w : {4 * lanes, 2 * lanes, lanes})
-    if (!width && columns % w == 0)
-      width = w;
-  if (!width)
-    return failure();
   int64_t chunk = columns;
   if (chunk > kChunk)
     for (chunk = kChunk - kChunk % width; columns % chunk != 0;)
@@ -201,8 +225,8 @@ LogicalResult snapkv::vectorizeInt8VectorTimesMatrix(RewriterBase &rewriter,
   auto chunks = scf::ForOp::create(
       rewriter, loc, c0, index(columns), index(chunk), ValueRange{init, sums0},
       [&](OpBuilder &b, Location loc, Value first, ValueRange carried) {
-        auto blocks = scf::ForOp::create(
-            b, loc, c0, index(ranges[1]), c1, carried,
+        auto perBlock = scf::ForOp::create(
+            b, loc, c0, index(blocks), c1, carried,
             [&](OpBuilder &b, Location loc, Value block, ValueRange carried) {
               Value sums =
                   loop(b, loc, chunk, width, carried[1],
@@ -251,7 +275,7 @@ LogicalResult snapkv::vectorizeInt8VectorTimesMatrix(RewriterBase &rewriter,
                   });
               scf::YieldOp::create(b, loc, ValueRange{result, sums});
             });
-        scf::YieldOp::create(b, loc, blocks.getResults());
+        scf::YieldOp::create(b, loc, perBlock.getResults());
       });
   rewriter.replaceOp(op, chunks.getResult(0));
   return success();
@@ -260,29 +284,16 @@ LogicalResult snapkv::vectorizeInt8VectorTimesMatrix(RewriterBase &rewriter,
 LogicalResult snapkv::vectorizeInt8MatrixTimesMatrix(RewriterBase &rewriter,
                                                      linalg::LinalgOp op,
                                                      int64_t lanes, bool vnni) {
-  SmallVector<int64_t> ranges = op.getStaticLoopRanges();
-  if (!isInt8ScaledContraction(op) || ranges.size() != 5 ||
-      ranges[2] != kBlock / kGroup || ranges[3] != kGroup ||
-      llvm::any_of(ArrayRef<int64_t>(ranges).drop_front(),
-                   ShapedType::isDynamic))
+  std::optional<Int8Product> product = matchInt8Product(op, lanes);
+  if (!product)
     return failure();
-  Value x = op.getDpsInputs()[0], values = op.getDpsInputs()[1],
-        xScales = op.getDpsInputs()[2], scales = op.getDpsInputs()[3],
-        init = op.getDpsInits()[0];
-  auto elementType = [](Value v) { return getElementTypeOrSelf(v.getType()); };
-  if (!elementType(xScales).isF32() || !elementType(scales).isF32() ||
-      !elementType(init).isF32())
-    return failure();
-  int64_t columns = ranges[4], blocks = ranges[1];
-  vnni = vnni && lanes == 16;
-  // A strip of columns: up to 4 vectors, the weights every row of the tile
+  // A strip of columns (up to 4 vectors): the weights every row of the tile
   // multiplies.
-  int64_t strip = 0;
-  for (int64_t w : {4 * lanes, 2 * lanes, lanes})
-    if (!strip && columns % w == 0)
-      strip = w;
-  if (!strip)
-    return failure();
+  Value x = product->x, values = product->values, xScales = product->xScales,
+        scales = product->scales, init = product->init;
+  int64_t blocks = product->blocks, columns = product->columns,
+          strip = product->width;
+  vnni = vnni && lanes == 16;
   int64_t vectors = strip / lanes;
 
   Location loc = op.getLoc();
