@@ -711,7 +711,9 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
           op->getAttrOfType<snapkv::MicrokernelAttr>("snapkv.microkernel");
       bool vnni =
           attr ? attr.getValue() == snapkv::Microkernel::avx512vnni : int8Vnni;
-      if (succeeded(snapkv::vectorizeInt8VectorTimesMatrix(rewriter, op,
+      if (succeeded(snapkv::vectorizeInt8VectorTimesMatrix(
+              rewriter, op, target.lanes, vnni)) ||
+          succeeded(snapkv::vectorizeInt8MatrixTimesMatrix(rewriter, op,
                                                            target.lanes, vnni)))
         return;
     }

@@ -271,7 +271,8 @@ def rewrite(text: str, compaction: Compaction = Compaction(), *, strict: bool = 
 
 def quantize_weights(text: str, activations: str = "float") -> str:
     """`text` with its projection weights taken as Q8_0 (``snapkv-quantize-weights``);
-    `activations` ``"i8"``: a decode step's activations quantized per block of 32 too."""
+    `activations` ``"i8"``: the products' activations (every row) quantized per block of 32
+    too."""
     return tools.opt([quantized.pass_arg(activations)], text=text).stdout
 
 
@@ -292,9 +293,9 @@ def load(checkpoint: Union[Checkpoint, os.PathLike, str],
     sliding window that is narrower). `cache_dir` is the runner's (compiled libraries);
     exports are cached next to it. `in_place`: decode writes its caches in place
     (``CompiledModel``). `activations` (with ``"as-stored"``): ``"float"``, or ``"i8"``:
-    a decode step's activations quantized per block of 32 to int8 (scale max|x|/127) and
-    multiplied as integers with the Q8_0 values (llama.cpp's form, ``vpdpbusd`` on
-    AVX512_VNNI; different numerics, so never the default)."""
+    the activations of every row (a decode step's, a prompt's) quantized per block of 32 to
+    int8 (scale max|x|/127) and multiplied as integers with the Q8_0 values (llama.cpp's
+    form, ``vpdpbusd`` on AVX512_VNNI; different numerics, so never the default)."""
     if weights not in quantized.WEIGHT_CHOICES:
         raise ValueError(f"weights must be one of {', '.join(quantized.WEIGHT_CHOICES)}, "
                          f"got {weights!r}")

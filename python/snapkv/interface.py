@@ -44,7 +44,7 @@ class Argument:
     type: TypeInfo
     weight: Optional[str]  # the checkpoint tensor it takes (`snapkv.weight`), if any
     transposed: bool       # `snapkv.transposed`
-    quantized: Optional[str] = None  # `snapkv.quantized`: "q8_0" or "q8_0_scales"
+    quantized: Optional[str] = None  # `snapkv.quantized`: "q8_0", "q8_0_packed" or "q8_0_scales"
 
 
 @dataclass(frozen=True)

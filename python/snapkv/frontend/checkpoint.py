@@ -333,8 +333,8 @@ class WeightRef(NamedTuple):
     """A weight argument: the checkpoint tensor it takes and whether it takes it transposed
     (``snapkv.transposed``: a 2-D tensor, ``[out, in]`` in the checkpoint, ``[in, out]`` in the
     module; the runner makes the transposed copy once). ``quantized``: which part of a Q8_0
-    weight the argument takes (``snapkv-quantize-weights``: ``"q8_0"``, the int8 values, or
-    ``"q8_0_scales"``), else None."""
+    weight the argument takes (``snapkv-quantize-weights``: ``"q8_0"``, the int8 values,
+    ``"q8_0_packed"``, the same packed by 4 rows, or ``"q8_0_scales"``), else None."""
 
     name: str
     transposed: bool = False

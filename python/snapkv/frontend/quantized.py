@@ -4,7 +4,10 @@ Q8_0 is blocks of 32 values along a row (the reduction of ``x @ W.T``): one f16 
 and 32 int8 ``q``, the value ``d * q``. A module rewritten by ``snapkv-quantize-weights``
 takes each such weight as two arguments, the int8 values ``[K, N]`` (``snapkv.quantized =
 "q8_0"``) and the scales ``[K/32, N]`` in f32 (``"q8_0_scales"``), both transposed from the
-checkpoint's ``[N, K]`` like the f32 weight they replace. :class:`QuantizedWeights` is the
+checkpoint's ``[N, K]`` like the f32 weight they replace; with int8 activations
+(``activations=i8``) the values come packed by 4 rows instead, ``[K/4, N, 4]``
+(``"q8_0_packed"``, :func:`pack_rows`: what ``vpdpbusd`` reads, bound so once).
+:class:`QuantizedWeights` is the
 weight source that binds them: the Q8_0 tensors (read from the GGUF file a checkpoint was
 converted from, :func:`from_gguf`, or made by :func:`quantize_q8_0`) plus the checkpoint for
 every other weight.
@@ -21,11 +24,14 @@ import numpy as np
 BLOCK = 32
 Q8_0 = "q8_0"
 Q8_0_SCALES = "q8_0_scales"
+Q8_0_PACKED = "q8_0_packed"
+# Rows per column of the packed values: vpdpbusd adds 4 adjacent byte products per i32 lane.
+GROUP = 4
 WEIGHT_CHOICES = ("f32", "as-stored")
 # The export dtypes Q8_0 weights go with (snapkv-quantize-weights takes f32 and bf16 matmuls).
 STORED_DTYPES = ("f32", "bf16")
 PASS = "--snapkv-quantize-weights=format=q8_0"
-# A decode step's activations in the Q8_0 products: as computed (f32 or bf16), or quantized
+# The activations of the Q8_0 products (every row): as computed (f32 or bf16), or quantized
 # per block of 32 to int8 (llama.cpp's form; int8 x int8 block sums, vpdpbusd on AVX512_VNNI).
 ACTIVATION_CHOICES = ("float", "i8")
 
@@ -71,8 +77,18 @@ class Q8Tensor:
         return (blocks * self.scales[:, :, None]).reshape(n, k)
 
     def bound(self, part: str) -> np.ndarray:
-        """The argument `part` (values or scales) as the module takes it: transposed."""
+        """The argument `part` (values, packed values or scales) as the module takes it:
+        transposed, and packed by 4 rows for ``"q8_0_packed"``."""
+        if part == Q8_0_PACKED:
+            return pack_rows(self.values.T)
         return np.ascontiguousarray((self.values if part == Q8_0 else self.scales).T)
+
+
+def pack_rows(values: np.ndarray) -> np.ndarray:
+    """`values` ``[K, N]`` as ``[K/4, N, 4]``: ``out[i, n, r] = values[4 i + r, n]``
+    (``linalg.pack`` with inner_dims_pos [0], inner_tiles [4])."""
+    k, n = values.shape
+    return np.ascontiguousarray(values.reshape(k // GROUP, GROUP, n).transpose(0, 2, 1))
 
 
 def quantize_q8_0(weight: np.ndarray) -> Q8Tensor:

@@ -6,7 +6,9 @@
 // linalg.matmul by such a weight reads the int8 values and widens them in
 // its own inner loop (a vector x matrix product), or dequantizes the matrix
 // once per call before the product (a prompt's rows: the conversion is K x N
-// against the product's M x K x N). Plain linalg on tensors: the pipelines
+// against the product's M x K x N). With int8 activations the values are
+// taken packed by 4 rows, the layout `vpdpbusd` reads (the runner binds the
+// permuted copy once). Plain linalg on tensors: the pipelines
 // tile, vectorise and parallelise it as they do the f32 or bf16 matmul.
 //
 //===----------------------------------------------------------------------===//
@@ -39,6 +41,9 @@ namespace {
 
 /// Q8_0's block: one scale per 32 consecutive values along the reduction.
 constexpr int64_t kBlock = 32;
+/// Rows per column of the packed values (`activations=i8`): `vpdpbusd` adds
+/// 4 adjacent byte products into each i32 lane.
+constexpr int64_t kGroup = 4;
 constexpr llvm::StringLiteral kQuantized = "snapkv.quantized";
 
 /// A weight of `[K, N]` f32 or bf16 (`--dtype bf16`'s) whose K is a whole
@@ -73,9 +78,15 @@ bool isWeight(func::FuncOp func, unsigned i) {
          isTransposed && quantizable(func.getArgumentTypes()[i]);
 }
 
-RankedTensorType valuesType(RankedTensorType weight) {
-  return RankedTensorType::get(weight.getShape(),
-                               IntegerType::get(weight.getContext(), 8));
+/// `[K, N]` int8, or `packed`: `[K / 4, N, 4]` (the values of rows 4i..4i+3
+/// of each column adjacent, `linalg.pack` of `[K, N]` with inner_dims_pos =
+/// [0] and inner_tiles = [4]).
+RankedTensorType valuesType(RankedTensorType weight, bool packed) {
+  Type i8 = IntegerType::get(weight.getContext(), 8);
+  if (!packed)
+    return RankedTensorType::get(weight.getShape(), i8);
+  return RankedTensorType::get(
+      {weight.getDimSize(0) / kGroup, weight.getDimSize(1), kGroup}, i8);
 }
 
 /// f32 whatever the weight's type: GGUF's f16 scales, exactly.
@@ -135,13 +146,14 @@ Value vectorTimesQuantized(OpBuilder &b, Location loc, Value x, Value values,
   return generic.getResult(0);
 }
 
-/// `matmul(x, dequant(values, scales))` where `x` has one row, with `x`
-/// quantized too (`activations=i8`): per block of 32, `scale = max|x| / 127`
+/// `matmul(x, dequant(values, scales))` with `x` (its rows: a decode step's
+/// one, a prompt's many) quantized too (`activations=i8`): per row and block
+/// of 32, `scale = max|x| / 127`
 /// and `a = round(x / scale)` as GGUF Q8_0 quantizes (a multiply by `1 /
 /// scale`, 0 for a block of zeros), then the int8 x int8 contraction of
-/// int8ContractionMaps.
-Value int8VectorTimesQuantized(OpBuilder &b, Location loc, Value x,
-                               Value values, Value scales, Value init) {
+/// int8ContractionMaps, whose `values` are packed by 4 rows (valuesType).
+Value int8TimesQuantized(OpBuilder &b, Location loc, Value x, Value values,
+                         Value scales, Value init) {
   MLIRContext *ctx = b.getContext();
   Type f32 = b.getF32Type();
   Value blocks = splitBlocks(b, loc, x, 1);
@@ -157,7 +169,10 @@ Value int8VectorTimesQuantized(OpBuilder &b, Location loc, Value x,
   };
   // max |x| per block.
   Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0));
-  Value rowShape = tensor::EmptyOp::create(b, loc, shape.take_front(2), f32);
+  // The row count may be dynamic (a prompt's).
+  SmallVector<OpFoldResult> sizes = tensor::getMixedSizes(b, loc, blocks);
+  Value rowShape = tensor::EmptyOp::create(
+      b, loc, ArrayRef<OpFoldResult>(sizes).take_front(2), f32);
   Value maxima0 = linalg::FillOp::create(b, loc, zero, rowShape).getResult(0);
   Value maxima =
       linalg::GenericOp::create(
@@ -189,7 +204,7 @@ Value int8VectorTimesQuantized(OpBuilder &b, Location loc, Value x,
           .getResult(0);
   // a = round(x * (1 / scale)).
   Value quantized0 =
-      tensor::EmptyOp::create(b, loc, shape, IntegerType::get(ctx, 8));
+      tensor::EmptyOp::create(b, loc, sizes, IntegerType::get(ctx, 8));
   Value quantized =
       linalg::GenericOp::create(
           b, loc, TypeRange{quantized0.getType()},
@@ -213,14 +228,26 @@ Value int8VectorTimesQuantized(OpBuilder &b, Location loc, Value x,
             linalg::YieldOp::create(nb, nloc, ValueRange{value});
           })
           .getResult(0);
+  // [m, k / 32, k % 32 / 4, k % 4] and [k / 32, k % 32 / 4, n, k % 4].
+  auto valueType = cast<RankedTensorType>(values.getType());
+  Value groups = tensor::ExpandShapeOp::create(
+      b, loc,
+      RankedTensorType::get({shape[0], shape[1], kBlock / kGroup, kGroup},
+                            IntegerType::get(ctx, 8)),
+      quantized, SmallVector<ReassociationIndices>{{0}, {1}, {2, 3}});
+  Value packed = tensor::ExpandShapeOp::create(
+      b, loc,
+      RankedTensorType::get({valueType.getDimSize(0) * kGroup / kBlock,
+                             kBlock / kGroup, valueType.getDimSize(1), kGroup},
+                            valueType.getElementType()),
+      values, SmallVector<ReassociationIndices>{{0, 1}, {2}, {3}});
   SmallVector<IteratorType> iterators = {
       IteratorType::parallel, IteratorType::reduction, IteratorType::reduction,
-      IteratorType::parallel};
+      IteratorType::reduction, IteratorType::parallel};
   auto generic = linalg::GenericOp::create(
       b, loc, TypeRange{init.getType()},
-      ValueRange{quantized, splitBlocks(b, loc, values, 0), activationScales,
-                 scales},
-      ValueRange{init}, int8ContractionMaps(ctx), iterators,
+      ValueRange{groups, packed, activationScales, scales}, ValueRange{init},
+      int8ContractionMaps(ctx), iterators,
       [](OpBuilder &nb, Location nloc, ValueRange args) {
         Type i32 = nb.getI32Type();
         Value a = arith::ExtSIOp::create(nb, nloc, i32, args[0]);
@@ -280,10 +307,10 @@ void rewriteMatmuls(Value values, Value scales, Type type,
     Location loc = matmul.getLoc();
     Value x = matmul.getInputs()[0], init = matmul.getOutputs()[0];
     Value result;
-    if (cast<RankedTensorType>(x.getType()).getDimSize(0) == 1) {
-      result = int8Activations
-                   ? int8VectorTimesQuantized(b, loc, x, values, scales, init)
-                   : vectorTimesQuantized(b, loc, x, values, scales, init);
+    if (int8Activations) {
+      result = int8TimesQuantized(b, loc, x, values, scales, init);
+    } else if (cast<RankedTensorType>(x.getType()).getDimSize(0) == 1) {
+      result = vectorTimesQuantized(b, loc, x, values, scales, init);
     } else {
       Value weight = dequantize(b, loc, values, scales, type);
       result = linalg::MatmulOp::create(b, loc, ValueRange{x, weight},
@@ -382,6 +409,9 @@ struct QuantizeWeights
     for (Position position : positions)
       changes[position.first].push_back(position.second);
     Builder b(&getContext());
+    // int8 activations: every converted weight packed by 4 rows for vpdpbusd
+    // (a prompt's products dequantize from the same layout).
+    bool int8 = activations == "i8";
     for (auto func : module.getOps<func::FuncOp>()) {
       if (!changes.count(func))
         continue;
@@ -396,16 +426,17 @@ struct QuantizeWeights
               scaleAttrs.push_back(attr);
           scaleAttrs.push_back(
               b.getNamedAttr(kQuantized, b.getStringAttr("q8_0_scales")));
-          func.setArgAttr(i, kQuantized, b.getStringAttr("q8_0"));
+          func.setArgAttr(i, kQuantized,
+                          b.getStringAttr(int8 ? "q8_0_packed" : "q8_0"));
         }
         (void)func.insertArgument(i + 1, scalesType(type),
                                   b.getDictionaryAttr(scaleAttrs),
                                   func.getArgument(i).getLoc());
         BlockArgument values = func.getArgument(i);
-        values.setType(valuesType(type));
+        values.setType(valuesType(type, int8));
         scalesOf[values] = func.getArgument(i + 1);
         rewriteMatmuls(values, func.getArgument(i + 1), type.getElementType(),
-                       activations == "i8");
+                       int8);
       }
       snapkv::detail::updateSignature(func);
     }

@@ -686,15 +686,21 @@ def QuantizeWeights : Pass<"snapkv-quantize-weights", "::mlir::ModuleOp"> {
     microkernel). The runner binds the values and scales
     (`snapkv-describe-module` reports `"quantized"` per argument).
 
-    `activations=i8` (llama.cpp's form of a Q8_0 vector x matrix product;
-    it changes the numerics, so it is never the default) quantizes the one
-    row too: per block of 32, the scale `max|x| / 127` (f32) and the values
+    `activations=i8` (llama.cpp's form of a Q8_0 matrix product; it changes
+    the numerics, so it is never the default) quantizes the activations
+    too, a decode step's row and a prompt's rows alike: per row and block of
+    32, the scale `max|x| / 127` (f32) and the values
     `round(x / scale)` (to nearest, halves away from zero; a block of zeros
     has scale 0 and values 0), then one `linalg.generic` over (m, k / 32, k
-    % 32, n) of body `out + sitofp(extsi(a) * extsi(q)) * (scale_a *
-    scale_q)`: the products are exact integers, and snapkv-vectorize sums
-    each block's 32 in i32 before the one multiply by the scales (on
-    AVX512_VNNI with `vpdpbusd`). A prompt's rows are unchanged by it.
+    % 32 / 4, k % 4, n) of body `out + sitofp(extsi(a) * extsi(q)) *
+    (scale_a * scale_q)`: the products are exact integers, and
+    snapkv-vectorize sums each block's 32 in i32 before the one multiply by
+    the scales (on AVX512_VNNI with `vpdpbusd`). Its weights' values are
+    taken packed by 4 rows, `tensor<(K/4)xNx4xi8>` (`snapkv.quantized =
+    "q8_0_packed"`; `linalg.pack` of the `[K, N]` values with
+    inner_dims_pos = [0] and inner_tiles = [4]: each column's 4 consecutive
+    values adjacent, as `vpdpbusd` multiplies them), which the runner binds
+    once.
   }];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::linalg::LinalgDialect",
@@ -705,8 +711,9 @@ def QuantizeWeights : Pass<"snapkv-quantize-weights", "::mlir::ModuleOp"> {
            "The block format the weights are taken in (q8_0)">,
     Option<"activations", "activations", "std::string",
            /*default=*/"\"float\"",
-           "The one-row products' activations: float (as given, f32 or bf16) "
-           "or i8 (quantized per block of 32, int8 x int8 block sums)">
+           "The products' activations: float (as given, f32 or bf16) or i8 "
+           "(quantized per row and block of 32, int8 x int8 block sums, the "
+           "values packed by 4 rows)">
   ];
 }
 
