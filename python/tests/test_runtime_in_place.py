@@ -64,7 +64,7 @@ def test_in_place_decode_is_the_functional_decode(text, compacted, ids, which):
 
 def test_one_function_per_layer(tmp_path):
     """The entry points only call layer functions (as `snapkv export --hf` writes them): the
-    decode layer function takes the buffers, the runner passes `rows` to every call."""
+    decode layer function takes the buffers, the compiled @decode passes each its `rows`."""
     require_aot_tools()
     text = layers_text()
     rng = np.random.default_rng(0)
@@ -73,8 +73,9 @@ def test_one_function_per_layer(tmp_path):
     functional = runtime.CompiledModel(text, in_place=False, **kwargs)
     whole = runtime.CompiledModel(text, split_entry_points=False, **kwargs)
     assert split.split and split.in_place is not None and whole.in_place == split.in_place
-    described = runtime.signatures.interface.describe(runtime.model.append_in_place(text))
-    layer = described.function(split._decode.glue.callees[1])
+    in_place = runtime.model.append_in_place(text)
+    described = runtime.signatures.interface.describe(in_place)
+    layer = described.function(runtime.glue_function(in_place, "decode").callees[1])
     assert layer.attributes["snapkv.append_in_place"]["dim"] == 2
     ids = rng.integers(0, 64, (1, 12))
     got = split.generate(ids, 5)

@@ -135,6 +135,10 @@ class CompiledFunction:
             kept, desc = self._descriptor(array, i, copy=False)
             self._bound.append(kept)
             self._bound_descriptors.append(desc)
+        # Made once: a decode step binds hundreds of weights, and building these per call
+        # was most of its time in Python.
+        self._bound_refs = [ctypes.byref(d) for d in self._bound_descriptors]
+        self._bound_spans = [(a.ctypes.data, a.ctypes.data + a.nbytes) for a in self._bound]
 
     def _descriptor(self, array, index: int, copy: bool = True):
         ttype = self.signature.args[index]
@@ -166,11 +170,12 @@ class CompiledFunction:
             array, desc = self._descriptor(array, i)
             inputs.append(array)
             descriptors.append(desc)
-        return inputs + self._bound, descriptors + self._bound_descriptors
+        return inputs, descriptors
 
     def _invoke(self, descriptors):
+        """Call on the descriptors of the free arguments (the bound ones are added)."""
         results = self._result_type()
-        params = [ctypes.byref(d) for d in descriptors]
+        params = [ctypes.byref(d) for d in descriptors] + self._bound_refs
         if self.signature.results:
             params.insert(0, ctypes.byref(results))
         with self._lock:
@@ -186,7 +191,7 @@ class CompiledFunction:
 
     def _release(self, results, inputs):
         """Free each distinct returned allocation once; never memory of an input."""
-        spans = [(a.ctypes.data, a.ctypes.data + a.nbytes) for a in inputs]
+        spans = [(a.ctypes.data, a.ctypes.data + a.nbytes) for a in inputs] + self._bound_spans
         freed = set()
         for desc in self._results(results):
             ptr = desc.allocated

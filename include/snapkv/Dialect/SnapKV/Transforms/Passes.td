@@ -186,9 +186,11 @@ def DropGlue : Pass<"snapkv-drop-glue", "::mlir::ModuleOp"> {
     `func.call`, `tensor.cast` and `func.return` only, and makes every
     function they call public (declarations stay private). The Python runner runs such an entry point
     itself, step by step from `snapkv-describe-module`'s `glue`, calling the
-    compiled callees' C interfaces: compiled, it would inline every layer of
-    a model into one function. A name that is not a function, or a function
-    that does more, is an error.
+    compiled callees' C interfaces: fewer compiled functions then take every
+    weight (hundreds of memref descriptors, slow for clang). The runner
+    erases only the entry points it calls once per prompt; a decode step stays
+    compiled (one call per token, not one per layer). A name that is not a
+    function, or a function that does more, is an error.
   }];
   let options = [
     ListOption<"functions", "functions", "std::string",
