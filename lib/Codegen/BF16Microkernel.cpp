@@ -9,6 +9,7 @@
 #include "BF16Microkernel.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/Dialect/X86Vector/X86VectorDialect.h"
 
@@ -37,7 +38,7 @@ LogicalResult snapkv::vectorizeBF16Dot(RewriterBase &rewriter,
   SmallVector<int64_t> ranges = op.getStaticLoopRanges();
   SmallVector<unsigned> reductions;
   op.getReductionDims(reductions);
-  unsigned k = reductions.front();
+  unsigned k = reductions.back();
   SmallVector<AffineMap> maps = op.getIndexingMapsArray();
   unsigned n = cast<AffineDimExpr>(maps[2].getResults().back()).getPosition();
   // Rows: the parallel dimension of A (and C) with more than one step.
@@ -70,24 +71,42 @@ LogicalResult snapkv::vectorizeBF16Dot(RewriterBase &rewriter,
   } else {
     a = readWhole(rewriter, loc, op.getDpsInputs()[0], {rows, 2});
   }
-  Value b = readWhole(rewriter, loc, op.getDpsInputs()[1], {2, columns});
   Value init = op.getDpsInits()[0];
   Value c = readWhole(rewriter, loc, init, {rows, columns});
   // The pairs of B: lanes 2i and 2i + 1 of pair vector j hold column
   // j * lanes + i of the two rows.
-  SmallVector<int64_t> interleave;
-  for (int64_t i = 0; i < lanes; ++i)
-    interleave.append({i, lanes + i});
-  Value b0 = vector::ExtractOp::create(rewriter, loc, b, 0);
-  Value b1 = vector::ExtractOp::create(rewriter, loc, b, 1);
   SmallVector<Value> pairs;
-  for (int64_t j = 0; j < columns; j += lanes) {
-    auto part = [&](Value row) {
-      return vector::ExtractStridedSliceOp::create(rewriter, loc, row, {j},
-                                                   {lanes}, {1});
-    };
-    pairs.push_back(vector::ShuffleOp::create(rewriter, loc, part(b0), part(b1),
-                                              interleave));
+  if (maps[1].getResults().back().isFunctionOfDim(k)) {
+    // Already in pairs ([N, 2]): read as they are, through a 1-D view (an
+    // [N x 2] read would be N reads of two elements).
+    Value bTile = op.getDpsInputs()[1];
+    auto bType = cast<RankedTensorType>(bTile.getType());
+    ReassociationIndices all =
+        llvm::to_vector(llvm::seq<int64_t>(0, bType.getRank()));
+    Value b = readWhole(
+        rewriter, loc,
+        tensor::CollapseShapeOp::create(rewriter, loc, bTile,
+                                        ArrayRef<ReassociationIndices>{all}),
+        {2 * columns});
+    for (int64_t j = 0; j < columns; j += lanes)
+      pairs.push_back(vector::ExtractStridedSliceOp::create(
+          rewriter, loc, b, {2 * j}, {2 * lanes}, {1}));
+  } else {
+    // Two rows ([2, N]), interleaved.
+    Value b = readWhole(rewriter, loc, op.getDpsInputs()[1], {2, columns});
+    SmallVector<int64_t> interleave;
+    for (int64_t i = 0; i < lanes; ++i)
+      interleave.append({i, lanes + i});
+    Value b0 = vector::ExtractOp::create(rewriter, loc, b, 0);
+    Value b1 = vector::ExtractOp::create(rewriter, loc, b, 1);
+    for (int64_t j = 0; j < columns; j += lanes) {
+      auto part = [&](Value row) {
+        return vector::ExtractStridedSliceOp::create(rewriter, loc, row, {j},
+                                                     {lanes}, {1});
+      };
+      pairs.push_back(vector::ShuffleOp::create(rewriter, loc, part(b0),
+                                                part(b1), interleave));
+    }
   }
   auto pairType = VectorType::get({2 * lanes}, bf16);
   for (int64_t r = 0; r < rows; ++r) {

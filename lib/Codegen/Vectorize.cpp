@@ -152,7 +152,7 @@ Microkernel chooseMicrokernel(linalg::LinalgOp op, Microkernel option,
       !llvm::is_contained({4, 8, 16}, target.lanes))
     return Microkernel::none;
   if (!linalg::isaContractionOpInterface(op) || op.getNumDpsInputs() != 2 ||
-      op.getNumReductionLoops() != 1)
+      op.getNumReductionLoops() > 2)
     return Microkernel::none;
   auto elementType = [](Value v) { return getElementTypeOrSelf(v.getType()); };
   if (!elementType(op.getDpsInputs()[0]).isBF16() ||
@@ -171,11 +171,19 @@ Microkernel chooseMicrokernel(linalg::LinalgOp op, Microkernel option,
         return false;
     return true;
   };
-  unsigned k = reductions.front();
+  unsigned k = reductions.back();
   auto n = dyn_cast<AffineDimExpr>(maps[2].getResults().back());
-  if (!n || !endsWith(maps[1], {k, n.getPosition()}) ||
-      maps[0].isFunctionOfDim(n.getPosition()))
+  if (!n || maps[0].isFunctionOfDim(n.getPosition()))
     return Microkernel::none;
+  if (reductions.size() == 2) {
+    // B already in pairs, `[..., K / 2, N, 2]` (the VNNI layout; attention's
+    // V): the reduction is (K / 2, 2), the pair innermost in both operands.
+    if (op.getStaticLoopRanges()[k] != 2 ||
+        !endsWith(maps[1], {reductions.front(), n.getPosition(), k}))
+      return Microkernel::none;
+  } else if (!endsWith(maps[1], {k, n.getPosition()})) {
+    return Microkernel::none;
+  }
   // The left-hand operand `[..., K]`, or `[..., K, M]` (attention's P, rows
   // innermost: each row's pair is interleaved from two of its rows).
   auto last = dyn_cast<AffineDimExpr>(maps[0].getResults().back());
@@ -282,6 +290,16 @@ SmallVector<int64_t> defaultTile(linalg::LinalgOp op, ArrayRef<int64_t> ranges,
       iters[n - 2] == IteratorType::reduction &&
       !ShapedType::isDynamic(ranges[n - 2]) && ranges[n - 2] % 8 == 0)
     tile[n - 2] = 8;
+  // An innermost loop shorter than a vector of an elementwise op (a layout
+  // change into pairs: attention's V as [Tk / 2, D, 2]) takes the loop
+  // before it whole too: one [D x 2] vector, one shuffle of its [2 x D]
+  // read, instead of D vectors of 2.
+  if (n >= 2 && !ShapedType::isDynamic(inner) && inner < target.lanes &&
+      !ShapedType::isDynamic(ranges[n - 2]) &&
+      ranges[n - 2] * inner <= 2 * maxWidth &&
+      llvm::all_of(
+          iters, [](IteratorType it) { return it == IteratorType::parallel; }))
+    tile[n - 2] = ranges[n - 2];
   return tile;
 }
 
@@ -563,6 +581,37 @@ LogicalResult vectorizeScaledVectorTimesMatrix(RewriterBase &rewriter,
   return success();
 }
 
+/// `write` of a whole static tensor tile as a write of its flattened
+/// vector into the tile collapsed to 1-D.
+void writeThroughFlatView(RewriterBase &rewriter,
+                          vector::TransferWriteOp write) {
+  auto type = dyn_cast<RankedTensorType>(write.getBase().getType());
+  VectorType vecType = write.getVectorType();
+  if (!type || !type.hasStaticShape() || write.getMask() ||
+      !write.getPermutationMap().isMinorIdentity() ||
+      type.getNumElements() != vecType.getNumElements() ||
+      !llvm::all_of(write.getIndices(),
+                    [](Value i) { return isZeroInteger(i); }))
+    return;
+  rewriter.setInsertionPoint(write);
+  Location loc = write.getLoc();
+  ReassociationIndices all =
+      llvm::to_vector(llvm::seq<int64_t>(0, type.getRank()));
+  Value flat = tensor::CollapseShapeOp::create(
+      rewriter, loc, write.getBase(), ArrayRef<ReassociationIndices>{all});
+  Value vector = vector::ShapeCastOp::create(
+      rewriter, loc,
+      VectorType::get({type.getNumElements()}, vecType.getElementType()),
+      write.getVector());
+  Value zero = arith::ConstantIndexOp::create(rewriter, loc, 0);
+  Value written =
+      vector::TransferWriteOp::create(rewriter, loc, vector, flat,
+                                      ValueRange{zero}, ArrayRef<bool>{true})
+          .getResult();
+  rewriter.replaceOpWithNewOp<tensor::ExpandShapeOp>(
+      write, type, written, ArrayRef<ReassociationIndices>{all});
+}
+
 struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
   using Base::Base;
 
@@ -753,14 +802,18 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
     // it), is peeled: its pairs are static tiles, vectorised in the second
     // round; the odd step left, if any, stays a scalar loop. The remainder
     // rows of a peeled row loop take such a reduction one step at a time.
+    // B already in pairs (two reduction loops, the pair's static 2 last):
+    // the pair is whole.
     std::optional<unsigned> pairDim;
     if (dot && !masked) {
       SmallVector<unsigned> reductions;
       op.getReductionDims(reductions);
       unsigned k = reductions.front();
       bool ragged = ShapedType::isDynamic(ranges[k]) || ranges[k] % 2 != 0;
-      if ((!ragged || !rowsByOne) &&
-          (ShapedType::isDynamic(ranges[k]) || ranges[k] >= 2)) {
+      if (reductions.size() == 2) {
+        tile[reductions.back()] = 2;
+      } else if ((!ragged || !rowsByOne) &&
+                 (ShapedType::isDynamic(ranges[k]) || ranges[k] >= 2)) {
         tile[k] = 2;
         if (ragged)
           pairDim = k;
@@ -880,7 +933,34 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
                           /*vectorizeNDExtract=*/ndExtractIsSafe(tiledOp));
     if (failed(vectorized))
       return;
+    // A copy that transposes an N-D vector (V's rows into pairs): a read
+    // and a vector.transpose (one shuffle of the flattened vector, Shuffle1D),
+    // written through a 1-D view of the whole tile. convert-vector-to-scf
+    // would otherwise read and write it a row of the result at a time, rows
+    // of two elements here.
+    llvm::SetVector<Operation *> transposing, writes;
+    for (Value v : vectorized->replacements)
+      if (auto write = v.getDefiningOp<vector::TransferWriteOp>())
+        if (auto read =
+                write.getVector().getDefiningOp<vector::TransferReadOp>())
+          if (read.getVectorType().getRank() >= 2 &&
+              read.getPermutationMap().isPermutation() &&
+              !read.getPermutationMap().isMinorIdentity()) {
+            transposing.insert(read);
+            writes.insert(write);
+          }
     rewriter.replaceOp(tiledOp, vectorized->replacements);
+    if (transposing.empty())
+      return;
+    RewritePatternSet permutations(rewriter.getContext());
+    vector::populateVectorTransferPermutationMapLoweringPatterns(permutations);
+    // Only the reads: the writes are rewritten below.
+    (void)applyOpPatternsGreedily(transposing.getArrayRef(),
+                                  std::move(permutations),
+                                  GreedyRewriteConfig().setStrictness(
+                                      GreedyRewriteStrictness::ExistingOps));
+    for (Operation *write : writes)
+      writeThroughFlatView(rewriter, cast<vector::TransferWriteOp>(write));
   }
 };
 

@@ -438,6 +438,11 @@ public:
     if (std::optional<int64_t> w = op.getSlidingWindow())
       window = std::min<int64_t>(*w, int64_t{1} << 29);
     i32 = b.getI32Type();
+    if (auto config =
+            op->getAttrOfType<LoweringConfigAttr>("snapkv.lowering_config"))
+      pairedValues = elemTy.isBF16() && tk % 2 == 0 &&
+                     (config.getMicrokernel() == Microkernel::avx512bf16 ||
+                      config.getMicrokernel() == Microkernel::amx);
   }
 
   Value build(Value queries, Value keys, Value values, Value offset,
@@ -494,6 +499,10 @@ private:
 
   int64_t tk, tq, splits, heads = 0, dim = 0, rows = 0;
   bool lengthsChecked, dot = false;
+  /// P x V reads V in pairs of rows ([Tk / 2, D, 2]), only for the bf16 dot
+  /// products (the op's configured microkernel): the generic vectorisation
+  /// would read each half of a pair with a stride of two.
+  bool pairedValues = false;
   float scale = 1;
   std::optional<float> softcap;
   std::optional<int64_t> window;
@@ -677,15 +686,37 @@ SmallVector<Value> TileBuilder::keyLoop(Value keys, Value values, Value n,
               [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
                 return arith::MulFOp::create(nb, l, a[1], a[0]);
               });
-  // Loops (r, d, j): the head dim d is the vector, p[j, r] broadcast.
-  Value accNext =
-      generic(accTy, {narrowProbs ? narrow : probs, vTile}, accScaled,
-              {map(3, {2, 0}), map(3, {2, 1}), map(3, {0, 1})}, {par, par, red},
-              [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                Value p = arith::MulFOp::create(nb, l, wide(nb, l, a[0]),
-                                                wide(nb, l, a[1]), contract);
-                return arith::AddFOp::create(nb, l, a[2], p, contract);
-              });
+  auto pvBody = [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+    Value p = arith::MulFOp::create(nb, l, wide(nb, l, a[0]), wide(nb, l, a[1]),
+                                    contract);
+    return arith::AddFOp::create(nb, l, a[2], p, contract);
+  };
+  Value accNext;
+  if (pairedValues) {
+    // V's rows in pairs, [Tk / 2, D, 2], once per step: P x V's register
+    // tiles read them as they are instead of interleaving two rows of V per
+    // tile. Loops (r, d, jj, t), j = 2 jj + t: the same pairs, same order.
+    SmallVector<ReassociationIndices> pairsOfRows = {{0, 1}, {2}};
+    Value vByPairs = tensor::ExpandShapeOp::create(
+        b, loc, RankedTensorType::get({tk / 2, 2, dim}, elemTy), vTile,
+        pairsOfRows);
+    Value vPairs =
+        generic(RankedTensorType::get({tk / 2, dim, 2}, elemTy), {vByPairs},
+                empty({tk / 2, dim, 2}, elemTy),
+                {map(3, {0, 2, 1}), map(3, {0, 1, 2})}, {par, par, par},
+                [](OpBuilder &, Location, ValueRange a) { return a[0]; });
+    Value pPairs = tensor::ExpandShapeOp::create(
+        b, loc, RankedTensorType::get({tk / 2, 2, rows}, elemTy), narrow,
+        pairsOfRows);
+    accNext = generic(accTy, {pPairs, vPairs}, accScaled,
+                      {map(4, {2, 3, 0}), map(4, {2, 1, 3}), map(4, {0, 1})},
+                      {par, par, red, red}, pvBody);
+  } else {
+    // Loops (r, d, j): the head dim d is the vector, p[j, r] broadcast.
+    accNext = generic(accTy, {narrowProbs ? narrow : probs, vTile}, accScaled,
+                      {map(3, {2, 0}), map(3, {2, 1}), map(3, {0, 1})},
+                      {par, par, red}, pvBody);
+  }
   scf::YieldOp::create(b, loc, ValueRange{mNext, lNext, accNext});
   return SmallVector<Value>(loop.getResults());
 }
