@@ -76,9 +76,9 @@ public:
     i32 = b.getI32Type();
     if (auto config =
             op->getAttrOfType<LoweringConfigAttr>("snapkv.lowering_config"))
-      pairedValues = elemTy.isBF16() && tk % 2 == 0 &&
-                     (config.getMicrokernel() == Microkernel::avx512bf16 ||
-                      config.getMicrokernel() == Microkernel::amx);
+      pairs = elemTy.isBF16() && tk % 2 == 0 && dim % 2 == 0 &&
+              (config.getMicrokernel() == Microkernel::avx512bf16 ||
+               config.getMicrokernel() == Microkernel::amx);
   }
 
   Value build(Value queries, Value keys, Value values, Value offset,
@@ -135,10 +135,11 @@ private:
 
   int64_t tk, tq, splits, heads = 0, dim = 0, rows = 0;
   bool lengthsChecked, dot = false;
-  /// P x V reads V in pairs of rows ([Tk / 2, D, 2]), only for the bf16 dot
-  /// products (the op's configured microkernel): the generic vectorisation
+  /// Q K^T reads the queries in pairs along D ([D / 2, R, 2]) and P x V
+  /// reads V in pairs of rows ([Tk / 2, D, 2]): only for the bf16 dot
+  /// products (the op's configured microkernel), the generic vectorisation
   /// would read each half of a pair with a stride of two.
-  bool pairedValues = false;
+  bool pairs = false;
   float scale = 1;
   std::optional<float> softcap;
   std::optional<int64_t> window;
@@ -206,19 +207,30 @@ SmallVector<Value> TileBuilder::keyLoop(Value keys, Value values, Value n,
         ArrayRef<OpFoldResult>{one, one});
   };
   Value kTile = tile(keys), vTile = tile(values);
-  Value logits =
-      dot ? dotLogits(kTile, qOperand)
-          : generic(
-                // logits[j, r] = <k_j, q_r>; loops (j, r, d): the rows r
-                // are the vector, one key element broadcast per step.
-                tileTy, {kTile, qOperand}, filled({tk, rows}, 0.0f),
-                {map(3, {0, 2}), map(3, {2, 1}), map(3, {0, 1})},
-                {par, par, red},
-                [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                  Value p = arith::MulFOp::create(nb, l, wide(nb, l, a[0]),
-                                                  wide(nb, l, a[1]), contract);
-                  return arith::AddFOp::create(nb, l, a[2], p, contract);
-                });
+  auto productBody = [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+    Value p = arith::MulFOp::create(nb, l, wide(nb, l, a[0]), wide(nb, l, a[1]),
+                                    contract);
+    return arith::AddFOp::create(nb, l, a[2], p, contract);
+  };
+  Value logits;
+  if (dot) {
+    logits = dotLogits(kTile, qOperand);
+  } else if (pairs) {
+    // Loops (j, r, dd, t), d = 2 dd + t: each key's pair along D broadcast,
+    // the queries' pairs as they are; the same pairs, same order, as over d.
+    Value kByPairs = tensor::ExpandShapeOp::create(
+        b, loc, RankedTensorType::get({tk, dim / 2, 2}, elemTy), kTile,
+        SmallVector<ReassociationIndices>{{0}, {1, 2}});
+    logits = generic(tileTy, {kByPairs, qOperand}, filled({tk, rows}, 0.0f),
+                     {map(4, {0, 2, 3}), map(4, {2, 1, 3}), map(4, {0, 1})},
+                     {par, par, red, red}, productBody);
+  } else {
+    // logits[j, r] = <k_j, q_r>; loops (j, r, d): the rows r are the
+    // vector, one key element broadcast per step.
+    logits = generic(tileTy, {kTile, qOperand}, filled({tk, rows}, 0.0f),
+                     {map(3, {0, 2}), map(3, {2, 1}), map(3, {0, 1})},
+                     {par, par, red}, productBody);
+  }
   // Column start + j is visible to row r when it is new to this step
   // (>= first), causally visible (<= the row's limit) and, with a sliding
   // window, after the row's window start; the visible logits scaled (and
@@ -322,13 +334,8 @@ SmallVector<Value> TileBuilder::keyLoop(Value keys, Value values, Value n,
               [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
                 return arith::MulFOp::create(nb, l, a[1], a[0]);
               });
-  auto pvBody = [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-    Value p = arith::MulFOp::create(nb, l, wide(nb, l, a[0]), wide(nb, l, a[1]),
-                                    contract);
-    return arith::AddFOp::create(nb, l, a[2], p, contract);
-  };
   Value accNext;
-  if (pairedValues) {
+  if (pairs) {
     // V's rows in pairs, [Tk / 2, D, 2], once per step: P x V's register
     // tiles read them as they are instead of interleaving two rows of V per
     // tile. Loops (r, d, jj, t), j = 2 jj + t: the same pairs, same order.
@@ -346,12 +353,12 @@ SmallVector<Value> TileBuilder::keyLoop(Value keys, Value values, Value n,
         pairsOfRows);
     accNext = generic(accTy, {pPairs, vPairs}, accScaled,
                       {map(4, {2, 3, 0}), map(4, {2, 1, 3}), map(4, {0, 1})},
-                      {par, par, red, red}, pvBody);
+                      {par, par, red, red}, productBody);
   } else {
     // Loops (r, d, j): the head dim d is the vector, p[j, r] broadcast.
     accNext = generic(accTy, {narrowProbs ? narrow : probs, vTile}, accScaled,
                       {map(3, {2, 0}), map(3, {2, 1}), map(3, {0, 1})},
-                      {par, par, red}, pvBody);
+                      {par, par, red}, productBody);
   }
   scf::YieldOp::create(b, loc, ValueRange{mNext, lNext, accNext});
   return SmallVector<Value>(loop.getResults());
@@ -434,12 +441,24 @@ Value TileBuilder::build(Value queries, Value keys, Value values, Value offset,
   Value qRows = tensor::CollapseShapeOp::create(
       b, loc, RankedTensorType::get({rows, dim}, elemTy), q,
       SmallVector<ReassociationIndices>{{0, 1, 2}, {3}});
-  qOperand =
-      dot ? qRows
-          : generic(RankedTensorType::get({dim, rows}, elemTy), {qRows},
-                    empty({dim, rows}, elemTy),
-                    {map(2, {1, 0}), map(2, {0, 1})}, {par, par},
-                    [](OpBuilder &, Location, ValueRange a) { return a[0]; });
+  auto copy = [](OpBuilder &, Location, ValueRange a) { return a[0]; };
+  if (dot) {
+    qOperand = qRows;
+  } else if (pairs) {
+    // [D / 2, R, 2]: the queries' pairs along D, the rows' vector of pairs
+    // that Q K^T's dot products read as they are.
+    Value qByPairs = tensor::ExpandShapeOp::create(
+        b, loc, RankedTensorType::get({rows, dim / 2, 2}, elemTy), qRows,
+        SmallVector<ReassociationIndices>{{0}, {1, 2}});
+    qOperand =
+        generic(RankedTensorType::get({dim / 2, rows, 2}, elemTy), {qByPairs},
+                empty({dim / 2, rows, 2}, elemTy),
+                {map(3, {1, 0, 2}), map(3, {0, 1, 2})}, {par, par, par}, copy);
+  } else {
+    qOperand = generic(RankedTensorType::get({dim, rows}, elemTy), {qRows},
+                       empty({dim, rows}, elemTy),
+                       {map(2, {1, 0}), map(2, {0, 1})}, {par, par}, copy);
+  }
 
   // Row 0's position, clamped to [-tq, Lk (+ the window)]: no key or every
   // key (none, past the window) for the whole tile either way, in i32.
