@@ -95,6 +95,15 @@ def test_steps_write_the_same_buffers(text, ids):
         assert out is cache
     assert [b.ctypes.data for b in cache.buffers] == pointers
     assert cache.rows == ids.shape[1] + 4 and cache[0].shape[2] == ids.shape[1] + 4
+    # The buffers' descriptors are made once, not per step; a buffer that became read-only
+    # is refused all the same.
+    args = [np.array([[1]]), np.array([0]), *cache.buffers, cache.rows_argument()]
+    first, again = model._decode._prepare(args)[1], model._decode._prepare(args)[1]
+    assert first[2] is again[2] and first[0] is not again[0]
+    cache.buffers[0].flags.writeable = False
+    with pytest.raises(ValueError, match="written in place"):
+        model._decode._prepare(args)
+    cache.buffers[0].flags.writeable = True
     # Arrays in: a KVCache out, with room to spare; growing past it copies once, to 1.5x.
     _, caches = model.prefill(ids)
     logits, grown = model.decode(1, ids.shape[1], caches)

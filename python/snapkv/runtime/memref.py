@@ -31,6 +31,7 @@ import ctypes
 import os
 import threading
 import time
+import weakref
 from typing import List, Optional, Sequence
 
 import numpy as np
@@ -139,6 +140,9 @@ class CompiledFunction:
         # was most of its time in Python.
         self._bound_refs = [ctypes.byref(d) for d in self._bound_descriptors]
         self._bound_spans = [(a.ctypes.data, a.ctypes.data + a.nbytes) for a in self._bound]
+        # {argument index: (weak reference, shape, descriptor)} of the last buffer passed
+        # there: a decode step passes the same cache buffers every call.
+        self._buffer_descriptors = {}
 
     def _descriptor(self, array, index: int, copy: bool = True):
         ttype = self.signature.args[index]
@@ -167,7 +171,14 @@ class CompiledFunction:
             raise ValueError(f"@{self.name} takes {free} arguments{extra}, got {len(arrays)}")
         inputs, descriptors = [], []
         for i, array in enumerate(arrays):
-            array, desc = self._descriptor(array, i)
+            kept = self._buffer_descriptors.get(i)
+            if kept is not None and kept[0]() is array and kept[1] == array.shape \
+                    and array.flags.writeable:
+                desc = kept[2]
+            else:
+                array, desc = self._descriptor(array, i)
+                if sig.args[i].buffer:
+                    self._buffer_descriptors[i] = (weakref.ref(array), array.shape, desc)
             inputs.append(array)
             descriptors.append(desc)
         return inputs, descriptors
