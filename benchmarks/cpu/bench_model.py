@@ -21,6 +21,10 @@ process held: weights, caches, workspaces, the Python runtime):
   for): the same with ``weights="as-stored"``: ``--model`` must then be a checkpoint converted
   from a GGUF file whose projections are Q8_0 (``snapkv import-gguf FILE.q8_0.gguf``; another
   checkpoint is an error in the row);
+* ``ours, bf16, GGUF weights as stored`` (rows ``ours-{full,snapkv}-stored-bf16[-i8]``, only
+  when asked for): ``--dtype bf16`` with ``weights="as-stored"`` on a checkpoint imported from
+  a GGUF (the default model is: the shipped SmolLM2's Q4_1 projections and Q8_0 embedding),
+  ``-i8`` with ``activations="i8"`` (int8 activations on VNNI);
 * ``HF eager`` / ``HF SDPA``: ``AutoModelForCausalLM`` (float32) with that attention, prefill
   with ``use_cache=True, logits_to_keep=1`` (the last row's logits, as ``generate()`` asks
   for and as our prefill computes) and decode steps on its ``DynamicCache``;
@@ -59,7 +63,9 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python"))
 
 ROWS = ("ours-full", "ours-snapkv", "ours-full-bf16", "ours-snapkv-bf16", "ours-full-q8_0",
-        "ours-snapkv-q8_0", "hf-eager", "hf-sdpa", "torch-compile", "iree")
+        "ours-snapkv-q8_0", "ours-full-stored-bf16", "ours-snapkv-stored-bf16",
+        "ours-full-stored-bf16-i8", "ours-snapkv-stored-bf16-i8", "hf-eager", "hf-sdpa",
+        "torch-compile", "iree")
 # The CPU engines users would pick instead, each in its own environment
 # (benchmarks/anchors/setup-openvino.sh, setup-llamacpp.sh); rows only when asked for.
 ANCHORS = ("openvino-default", "openvino-f32", "openvino-int8", "llamacpp-f32", "llamacpp-q8_0",
@@ -69,6 +75,12 @@ LABELS = {"ours-full": "ours, full cache", "ours-snapkv": "ours, SnapKV C = L/8 
           "ours-snapkv-bf16": "ours, bf16, SnapKV C = L/8 (gqa mean)",
           "ours-full-q8_0": "ours, Q8_0 weights (--weights as-stored), full cache",
           "ours-snapkv-q8_0": "ours, Q8_0 weights, SnapKV C = L/8 (gqa mean)",
+          "ours-full-stored-bf16": "ours, bf16, GGUF weights as stored, full cache",
+          "ours-snapkv-stored-bf16": "ours, bf16, GGUF weights as stored, SnapKV C = L/8",
+          "ours-full-stored-bf16-i8": "ours, bf16, GGUF weights as stored, int8 activations, "
+                                      "full cache",
+          "ours-snapkv-stored-bf16-i8": "ours, bf16, GGUF weights as stored, int8 activations, "
+                                        "SnapKV C = L/8",
           "hf-eager": "HF eager", "hf-sdpa": "HF SDPA", "torch-compile": "torch.compile (SDPA)",
           "iree": "IREE (full cache)",
           "openvino-default": "OpenVINO GenAI, fp32 IR, plugin default precision",
@@ -145,7 +157,7 @@ def _worker_iree(model_dir: Path, ids, steps: int, runs: int, threads: int) -> d
 
 
 def _worker_ours(model_dir: Path, ids, compact: bool, steps: int, runs: int,
-                 dtype: str = "f32", weights: str = "f32") -> dict:
+                 dtype: str = "f32", weights: str = "f32", activations: str = "float") -> dict:
     from snapkv import hf
 
     length = len(ids)
@@ -159,7 +171,7 @@ def _worker_ours(model_dir: Path, ids, compact: bool, steps: int, runs: int,
             raise SystemExit(said[-1])
     start = time.perf_counter()
     model = hf.load(model_dir, compaction, options=hf.ExportOptions(dtype=dtype),
-                    weights=weights)
+                    weights=weights, activations=activations)
     return _time_model(model, ids, steps, runs, time.perf_counter() - start)
 
 
@@ -278,9 +290,11 @@ def worker(args) -> int:
         return 0
     ids = _prompt(model_dir, args.length)
     if args.row.startswith("ours"):
-        result = _worker_ours(model_dir, ids, args.row.startswith("ours-snapkv"), args.steps,
-                              args.prefill_runs, "bf16" if args.row.endswith("bf16") else "f32",
-                              "as-stored" if args.row.endswith("q8_0") else "f32")
+        parts = args.row.split("-")
+        result = _worker_ours(model_dir, ids, parts[1] == "snapkv", args.steps,
+                              args.prefill_runs, "bf16" if "bf16" in parts else "f32",
+                              "as-stored" if {"q8_0", "stored"} & set(parts) else "f32",
+                              "i8" if "i8" in parts else "float")
     elif args.row == "iree":
         result = _worker_iree(model_dir, ids, args.steps, args.prefill_runs, args.threads)
     else:
@@ -416,7 +430,7 @@ def main(argv=None) -> int:
                     f"{', '.join(SLICES)} (random weights, written once)")
     ap.add_argument("--lengths", default="1024,4096,8000", help="prompt lengths (tokens)")
     ap.add_argument("--rows", default=",".join(r for r in ROWS
-                                               if not r.endswith(("bf16", "q8_0"))),
+                                               if not r.endswith(("bf16", "q8_0", "i8"))),
                     help=f"any of {', '.join(ROWS + ANCHORS)}; 'anchors' adds the last six")
     ap.add_argument("--steps", type=int, default=16, help="timed decode steps (median)")
     ap.add_argument("--prefill-runs", type=int, default=1, help="timed prefills (median)")

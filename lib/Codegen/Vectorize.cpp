@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "BF16Microkernel.h"
 #include "Int8Microkernel.h"
 #include "VectorLoops.h"
 #include "snapkv/Codegen/Passes.h"
@@ -152,7 +153,7 @@ Microkernel chooseMicrokernel(linalg::LinalgOp op, Microkernel option,
       !llvm::is_contained({4, 8, 16}, target.lanes))
     return Microkernel::none;
   if (!linalg::isaContractionOpInterface(op) || op.getNumDpsInputs() != 2 ||
-      op.getNumReductionLoops() != 1)
+      op.getNumReductionLoops() > 2)
     return Microkernel::none;
   auto elementType = [](Value v) { return getElementTypeOrSelf(v.getType()); };
   if (!elementType(op.getDpsInputs()[0]).isBF16() ||
@@ -171,11 +172,19 @@ Microkernel chooseMicrokernel(linalg::LinalgOp op, Microkernel option,
         return false;
     return true;
   };
-  unsigned k = reductions.front();
+  unsigned k = reductions.back();
   auto n = dyn_cast<AffineDimExpr>(maps[2].getResults().back());
-  if (!n || !endsWith(maps[1], {k, n.getPosition()}) ||
-      maps[0].isFunctionOfDim(n.getPosition()))
+  if (!n || maps[0].isFunctionOfDim(n.getPosition()))
     return Microkernel::none;
+  if (reductions.size() == 2) {
+    // B already in pairs, `[..., K / 2, N, 2]` (the VNNI layout; attention's
+    // V): the reduction is (K / 2, 2), the pair innermost in both operands.
+    if (op.getStaticLoopRanges()[k] != 2 ||
+        !endsWith(maps[1], {reductions.front(), n.getPosition(), k}))
+      return Microkernel::none;
+  } else if (!endsWith(maps[1], {k, n.getPosition()})) {
+    return Microkernel::none;
+  }
   // The left-hand operand `[..., K]`, or `[..., K, M]` (attention's P, rows
   // innermost: each row's pair is interleaved from two of its rows).
   auto last = dyn_cast<AffineDimExpr>(maps[0].getResults().back());
@@ -282,6 +291,16 @@ SmallVector<int64_t> defaultTile(linalg::LinalgOp op, ArrayRef<int64_t> ranges,
       iters[n - 2] == IteratorType::reduction &&
       !ShapedType::isDynamic(ranges[n - 2]) && ranges[n - 2] % 8 == 0)
     tile[n - 2] = 8;
+  // An innermost loop shorter than a vector of an elementwise op (a layout
+  // change into pairs: attention's V as [Tk / 2, D, 2]) takes the loop
+  // before it whole too: one [D x 2] vector, one shuffle of its [2 x D]
+  // read, instead of D vectors of 2.
+  if (n >= 2 && !ShapedType::isDynamic(inner) && inner < target.lanes &&
+      !ShapedType::isDynamic(ranges[n - 2]) &&
+      ranges[n - 2] * inner <= 2 * maxWidth &&
+      llvm::all_of(
+          iters, [](IteratorType it) { return it == IteratorType::parallel; }))
+    tile[n - 2] = ranges[n - 2];
   return tile;
 }
 
@@ -426,122 +445,6 @@ bool isVectorTimesMatrix(linalg::LinalgOp op) {
   });
 }
 
-/// The whole static tensor `v` read as a vector of `shape` (its non-unit
-/// dimensions, in order).
-Value readWhole(OpBuilder &b, Location loc, Value v, ArrayRef<int64_t> shape) {
-  auto type = cast<RankedTensorType>(v.getType());
-  Value zero = arith::ConstantIndexOp::create(b, loc, 0);
-  SmallVector<Value> indices(type.getRank(), zero);
-  SmallVector<bool> inBounds(type.getRank(), true);
-  Value read = vector::TransferReadOp::create(
-      b, loc, VectorType::get(type.getShape(), type.getElementType()), v,
-      indices, /*padding=*/std::nullopt, inBounds);
-  return vector::ShapeCastOp::create(
-      b, loc, VectorType::get(shape, type.getElementType()), read);
-}
-
-/// The register tile of a bf16 contraction (static loops: rows R, columns
-/// N, a reduction of 2, the rest 1) as AVX512_BF16 dot products: per row,
-/// its pair of A broadcast as one 32-bit element; per `lanes` columns, the
-/// two rows of B interleaved into pairs; `x86vector.avx512.dot` adds each
-/// pair's two products to the f32 accumulator. Upstream's
-/// populateVectorContractToPackedTypeDotProductPatterns (LLVM 22) wants
-/// contractions already unrolled to one accumulator row and operands in the
-/// VNNI layout (or flat pairs traced to loads and stores); this tile keeps
-/// R x N accumulators in registers across the reduction loop instead.
-LogicalResult vectorizeBF16Dot(RewriterBase &rewriter, linalg::LinalgOp op,
-                               int64_t lanes) {
-  SmallVector<int64_t> ranges = op.getStaticLoopRanges();
-  SmallVector<unsigned> reductions;
-  op.getReductionDims(reductions);
-  unsigned k = reductions.front();
-  SmallVector<AffineMap> maps = op.getIndexingMapsArray();
-  unsigned n = cast<AffineDimExpr>(maps[2].getResults().back()).getPosition();
-  // Rows: the parallel dimension of A (and C) with more than one step.
-  std::optional<unsigned> m;
-  for (auto [d, range] : llvm::enumerate(ranges))
-    if (d != k && d != n && range != 1) {
-      if (m || !maps[0].isFunctionOfDim(d))
-        return failure();
-      m = d;
-    }
-  int64_t rows = m ? ranges[*m] : 1, columns = ranges[n];
-  if (ranges[k] != 2 || columns % lanes != 0)
-    return failure();
-  Location loc = op.getLoc();
-  Type bf16 = rewriter.getBF16Type(), f32 = rewriter.getF32Type(),
-       i32 = rewriter.getI32Type();
-  Value a;
-  if (m && maps[0].getResults().back().isFunctionOfDim(*m)) {
-    // A as [2, rows]: its two rows interleaved into the rows' pairs.
-    Value pairRows = readWhole(rewriter, loc, op.getDpsInputs()[0], {2, rows});
-    SmallVector<int64_t> pairsOf;
-    for (int64_t r = 0; r < rows; ++r)
-      pairsOf.append({r, rows + r});
-    a = vector::ShapeCastOp::create(
-        rewriter, loc, VectorType::get({rows, 2}, bf16),
-        vector::ShuffleOp::create(
-            rewriter, loc,
-            vector::ExtractOp::create(rewriter, loc, pairRows, 0),
-            vector::ExtractOp::create(rewriter, loc, pairRows, 1), pairsOf));
-  } else {
-    a = readWhole(rewriter, loc, op.getDpsInputs()[0], {rows, 2});
-  }
-  Value b = readWhole(rewriter, loc, op.getDpsInputs()[1], {2, columns});
-  Value init = op.getDpsInits()[0];
-  Value c = readWhole(rewriter, loc, init, {rows, columns});
-  // The pairs of B: lanes 2i and 2i + 1 of pair vector j hold column
-  // j * lanes + i of the two rows.
-  SmallVector<int64_t> interleave;
-  for (int64_t i = 0; i < lanes; ++i)
-    interleave.append({i, lanes + i});
-  Value b0 = vector::ExtractOp::create(rewriter, loc, b, 0);
-  Value b1 = vector::ExtractOp::create(rewriter, loc, b, 1);
-  SmallVector<Value> pairs;
-  for (int64_t j = 0; j < columns; j += lanes) {
-    auto part = [&](Value row) {
-      return vector::ExtractStridedSliceOp::create(rewriter, loc, row, {j},
-                                                   {lanes}, {1});
-    };
-    pairs.push_back(vector::ShuffleOp::create(rewriter, loc, part(b0), part(b1),
-                                              interleave));
-  }
-  auto pairType = VectorType::get({2 * lanes}, bf16);
-  for (int64_t r = 0; r < rows; ++r) {
-    Value pair = vector::ExtractOp::create(rewriter, loc, a, r);
-    Value word = vector::ExtractOp::create(
-        rewriter, loc,
-        vector::BitCastOp::create(rewriter, loc, VectorType::get({1}, i32),
-                                  pair),
-        0);
-    Value broadcast = vector::BitCastOp::create(
-        rewriter, loc, pairType,
-        vector::BroadcastOp::create(rewriter, loc,
-                                    VectorType::get({lanes}, i32), word));
-    Value row = vector::ExtractOp::create(rewriter, loc, c, r);
-    for (auto [j, bPairs] : llvm::enumerate(pairs)) {
-      int64_t offset = static_cast<int64_t>(j) * lanes;
-      Value acc = vector::ExtractStridedSliceOp::create(rewriter, loc, row,
-                                                        {offset}, {lanes}, {1});
-      Value dot = x86vector::DotBF16Op::create(
-          rewriter, loc, VectorType::get({lanes}, f32), acc, broadcast, bPairs);
-      row = vector::InsertStridedSliceOp::create(rewriter, loc, dot, row,
-                                                 {offset}, {1});
-    }
-    c = vector::InsertOp::create(rewriter, loc, row, c, r);
-  }
-  auto initType = cast<RankedTensorType>(init.getType());
-  Value result = vector::ShapeCastOp::create(
-      rewriter, loc, VectorType::get(initType.getShape(), f32), c);
-  Value zero = arith::ConstantIndexOp::create(rewriter, loc, 0);
-  SmallVector<Value> indices(initType.getRank(), zero);
-  SmallVector<bool> inBounds(initType.getRank(), true);
-  auto write = vector::TransferWriteOp::create(rewriter, loc, result, init,
-                                               indices, inBounds);
-  rewriter.replaceOp(op, write.getResult());
-  return success();
-}
-
 /// Columns of the vector x Q8_0 matrix product per chunk of its block sums.
 constexpr int64_t kScaledChunk = 2048;
 
@@ -677,6 +580,37 @@ LogicalResult vectorizeScaledVectorTimesMatrix(RewriterBase &rewriter,
       });
   rewriter.replaceOp(op, chunks.getResult(0));
   return success();
+}
+
+/// `write` of a whole static tensor tile as a write of its flattened
+/// vector into the tile collapsed to 1-D.
+void writeThroughFlatView(RewriterBase &rewriter,
+                          vector::TransferWriteOp write) {
+  auto type = dyn_cast<RankedTensorType>(write.getBase().getType());
+  VectorType vecType = write.getVectorType();
+  if (!type || !type.hasStaticShape() || write.getMask() ||
+      !write.getPermutationMap().isMinorIdentity() ||
+      type.getNumElements() != vecType.getNumElements() ||
+      !llvm::all_of(write.getIndices(),
+                    [](Value i) { return isZeroInteger(i); }))
+    return;
+  rewriter.setInsertionPoint(write);
+  Location loc = write.getLoc();
+  ReassociationIndices all =
+      llvm::to_vector(llvm::seq<int64_t>(0, type.getRank()));
+  Value flat = tensor::CollapseShapeOp::create(
+      rewriter, loc, write.getBase(), ArrayRef<ReassociationIndices>{all});
+  Value vector = vector::ShapeCastOp::create(
+      rewriter, loc,
+      VectorType::get({type.getNumElements()}, vecType.getElementType()),
+      write.getVector());
+  Value zero = arith::ConstantIndexOp::create(rewriter, loc, 0);
+  Value written =
+      vector::TransferWriteOp::create(rewriter, loc, vector, flat,
+                                      ValueRange{zero}, ArrayRef<bool>{true})
+          .getResult();
+  rewriter.replaceOpWithNewOp<tensor::ExpandShapeOp>(
+      write, type, written, ArrayRef<ReassociationIndices>{all});
 }
 
 struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
@@ -827,7 +761,9 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
           op->getAttrOfType<snapkv::MicrokernelAttr>("snapkv.microkernel");
       bool vnni =
           attr ? attr.getValue() == snapkv::Microkernel::avx512vnni : int8Vnni;
-      if (succeeded(snapkv::vectorizeInt8VectorTimesMatrix(rewriter, op,
+      if (succeeded(snapkv::vectorizeInt8VectorTimesMatrix(
+              rewriter, op, target.lanes, vnni)) ||
+          succeeded(snapkv::vectorizeInt8MatrixTimesMatrix(rewriter, op,
                                                            target.lanes, vnni)))
         return;
     }
@@ -870,14 +806,18 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
     // it), is peeled: its pairs are static tiles, vectorised in the second
     // round; the odd step left, if any, stays a scalar loop. The remainder
     // rows of a peeled row loop take such a reduction one step at a time.
+    // B already in pairs (two reduction loops, the pair's static 2 last):
+    // the pair is whole.
     std::optional<unsigned> pairDim;
     if (dot && !masked) {
       SmallVector<unsigned> reductions;
       op.getReductionDims(reductions);
       unsigned k = reductions.front();
       bool ragged = ShapedType::isDynamic(ranges[k]) || ranges[k] % 2 != 0;
-      if ((!ragged || !rowsByOne) &&
-          (ShapedType::isDynamic(ranges[k]) || ranges[k] >= 2)) {
+      if (reductions.size() == 2) {
+        tile[reductions.back()] = 2;
+      } else if ((!ragged || !rowsByOne) &&
+                 (ShapedType::isDynamic(ranges[k]) || ranges[k] >= 2)) {
         tile[k] = 2;
         if (ragged)
           pairDim = k;
@@ -989,7 +929,7 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
       return;
     rewriter.setInsertionPoint(tiledOp);
     if (chooseMicrokernel(tiledOp, kernel, target) == Microkernel::avx512bf16 &&
-        succeeded(vectorizeBF16Dot(rewriter, tiledOp, target.lanes)))
+        succeeded(snapkv::vectorizeBF16Dot(rewriter, tiledOp, target.lanes)))
       return;
     FailureOr<linalg::VectorizationResult> vectorized =
         linalg::vectorize(rewriter, tiledOp, /*inputVectorSizes=*/{},
@@ -997,7 +937,34 @@ struct VectorizePass : snapkv::impl::VectorizeBase<VectorizePass> {
                           /*vectorizeNDExtract=*/ndExtractIsSafe(tiledOp));
     if (failed(vectorized))
       return;
+    // A copy that transposes an N-D vector (V's rows into pairs): a read
+    // and a vector.transpose (one shuffle of the flattened vector, Shuffle1D),
+    // written through a 1-D view of the whole tile. convert-vector-to-scf
+    // would otherwise read and write it a row of the result at a time, rows
+    // of two elements here.
+    llvm::SetVector<Operation *> transposing, writes;
+    for (Value v : vectorized->replacements)
+      if (auto write = v.getDefiningOp<vector::TransferWriteOp>())
+        if (auto read =
+                write.getVector().getDefiningOp<vector::TransferReadOp>())
+          if (read.getVectorType().getRank() >= 2 &&
+              read.getPermutationMap().isPermutation() &&
+              !read.getPermutationMap().isMinorIdentity()) {
+            transposing.insert(read);
+            writes.insert(write);
+          }
     rewriter.replaceOp(tiledOp, vectorized->replacements);
+    if (transposing.empty())
+      return;
+    RewritePatternSet permutations(rewriter.getContext());
+    vector::populateVectorTransferPermutationMapLoweringPatterns(permutations);
+    // Only the reads: the writes are rewritten below.
+    (void)applyOpPatternsGreedily(transposing.getArrayRef(),
+                                  std::move(permutations),
+                                  GreedyRewriteConfig().setStrictness(
+                                      GreedyRewriteStrictness::ExistingOps));
+    for (Operation *write : writes)
+      writeThroughFlatView(rewriter, cast<vector::TransferWriteOp>(write));
   }
 };
 

@@ -272,8 +272,8 @@ def rewrite(text: str, compaction: Compaction = Compaction(), *, strict: bool = 
 def quantize_weights(text: str, activations: str = "float", formats=None) -> str:
     """`text` with its projection weights taken as Q8_0 (``snapkv-quantize-weights``), or
     each in its format of `formats` ({name: "q8_0" or "q4_1"}, ``QuantizedWeights.formats``);
-    `activations` ``"i8"``: a decode step's activations quantized per block of 32 too (Q8_0
-    weights only)."""
+    `activations` ``"i8"``: the products' activations quantized per block of 32 too (every
+    row of a Q8_0 product, a decode step's row of a Q4_1 one)."""
     return tools.opt([quantized.pass_arg(activations, formats)], text=text).stdout
 
 
@@ -295,9 +295,10 @@ def load(checkpoint: Union[Checkpoint, os.PathLike, str],
     sliding window that is narrower). `cache_dir` is the runner's (compiled libraries);
     exports are cached next to it. `in_place`: decode writes its caches in place
     (``CompiledModel``). `activations` (with ``"as-stored"``): ``"float"``, or ``"i8"``:
-    a decode step's activations quantized per block of 32 to int8 (scale max|x|/127) and
-    multiplied as integers with the Q8_0 or Q4_1 values (llama.cpp's form, ``vpdpbusd`` on
-    AVX512_VNNI; different numerics, so never the default)."""
+    the activations quantized per block of 32 to int8 (scale max|x|/127) and multiplied as
+    integers with the Q8_0 values (every row, a decode step's and a prompt's) or the Q4_1
+    values (a decode step's row) (llama.cpp's form, ``vpdpbusd`` on AVX512_VNNI; different
+    numerics, so never the default)."""
     if weights not in quantized.WEIGHT_CHOICES:
         raise ValueError(f"weights must be one of {', '.join(quantized.WEIGHT_CHOICES)}, "
                          f"got {weights!r}")

@@ -44,7 +44,7 @@ class Argument:
     type: TypeInfo
     weight: Optional[str]  # the checkpoint tensor it takes (`snapkv.weight`), if any
     transposed: bool       # `snapkv.transposed`
-    quantized: Optional[str] = None  # `snapkv.quantized`: "q8_0", "q4_1" or a part's name
+    quantized: Optional[str] = None  # `snapkv.quantized`: "q8_0", "q8_0_packed", "q4_1" or a part
 
 
 @dataclass(frozen=True)

@@ -132,7 +132,7 @@ def test_q41_kernel_is_the_numpy_arithmetic(k, n):
     require_aot_tools()
     rng = np.random.default_rng(5)
     text = tools.opt([quantized.pass_arg("float", {"w": "q4_1"})],
-                     text=I8_MODULE.format(k=k, n=n)).stdout
+                     text=I8_MODULE.format(m=1, k=k, n=n, rows="")).stdout
     lib = runtime.compile_library(text, label="q4_1", pipeline=runtime.PIPELINE)
     fn = runtime.CompiledFunction(ctypes.CDLL(str(lib.path)), "mv",
                                   runtime.signature(text, "mv"))
@@ -244,7 +244,7 @@ def test_q41_int8_kernel_is_the_integer_arithmetic(features):
     k, n = 256, 192
     rng = np.random.default_rng(12)
     text = tools.opt([quantized.pass_arg("i8", {"w": "q4_1"})],
-                     text=I8_MODULE.format(k=k, n=n)).stdout
+                     text=I8_MODULE.format(m=1, k=k, n=n, rows="")).stdout
     pipeline = runtime.PIPELINE.replace("asserts=report",
                                         f"asserts=report cpu-features={features}")
     lib = runtime.compile_library(text, label="q4_1-int8", pipeline=pipeline)

@@ -14,9 +14,10 @@ from snapkv import runtime
 def test_entry_points_that_only_call_run_from_python(tmp_path):
     """A module whose @prefill/@decode only call layer functions (as `snapkv export --hf`
     writes it): the runner compiles the callees alone (one copy of the layer code, no
-    @prefill/@decode in the library) and makes the calls itself, with the same results, bit
-    for bit, as the module compiled whole (test_runtime_signatures.py: which entry points
-    are glue)."""
+    @prefill in the library) and makes prefill's calls itself; @decode, called once per
+    token, stays compiled (one call per step, not one per layer). The same results, bit for
+    bit, as the module compiled whole (test_runtime_signatures.py: which entry points are
+    glue)."""
     require_aot_tools()
     text = layers_text()
     rng = np.random.default_rng(0)
@@ -28,6 +29,9 @@ def test_entry_points_that_only_call_run_from_python(tmp_path):
     symbols = ctypes.CDLL(str(split.library.path))
     assert hasattr(symbols, "_mlir_ciface_prefill_layer")
     assert not hasattr(symbols, "_mlir_ciface_prefill")
+    assert hasattr(symbols, "_mlir_ciface_decode")
+    assert isinstance(split._prefill, runtime.GlueRunner)
+    assert isinstance(split._decode, runtime.CompiledFunction)
     assert hasattr(ctypes.CDLL(str(whole.library.path)), "_mlir_ciface_prefill")
     assert split.library.stats["clang"]["bytes"] > 0  # compiled here: per-step statistics
 

@@ -64,7 +64,7 @@ def test_in_place_decode_is_the_functional_decode(text, compacted, ids, which):
 
 def test_one_function_per_layer(tmp_path):
     """The entry points only call layer functions (as `snapkv export --hf` writes them): the
-    decode layer function takes the buffers, the runner passes `rows` to every call."""
+    decode layer function takes the buffers, the compiled @decode passes each its `rows`."""
     require_aot_tools()
     text = layers_text()
     rng = np.random.default_rng(0)
@@ -73,8 +73,9 @@ def test_one_function_per_layer(tmp_path):
     functional = runtime.CompiledModel(text, in_place=False, **kwargs)
     whole = runtime.CompiledModel(text, split_entry_points=False, **kwargs)
     assert split.split and split.in_place is not None and whole.in_place == split.in_place
-    described = runtime.signatures.interface.describe(runtime.model.append_in_place(text))
-    layer = described.function(split._decode.glue.callees[1])
+    in_place = runtime.model.append_in_place(text)
+    described = runtime.signatures.interface.describe(in_place)
+    layer = described.function(runtime.glue_function(in_place, "decode").callees[1])
     assert layer.attributes["snapkv.append_in_place"]["dim"] == 2
     ids = rng.integers(0, 64, (1, 12))
     got = split.generate(ids, 5)
@@ -94,6 +95,15 @@ def test_steps_write_the_same_buffers(text, ids):
         assert out is cache
     assert [b.ctypes.data for b in cache.buffers] == pointers
     assert cache.rows == ids.shape[1] + 4 and cache[0].shape[2] == ids.shape[1] + 4
+    # The buffers' descriptors are made once, not per step; a buffer that became read-only
+    # is refused all the same.
+    args = [np.array([[1]]), np.array([0]), *cache.buffers, cache.rows_argument()]
+    first, again = model._decode._prepare(args)[1], model._decode._prepare(args)[1]
+    assert first[2] is again[2] and first[0] is not again[0]
+    cache.buffers[0].flags.writeable = False
+    with pytest.raises(ValueError, match="written in place"):
+        model._decode._prepare(args)
+    cache.buffers[0].flags.writeable = True
     # Arrays in: a KVCache out, with room to spare; growing past it copies once, to 1.5x.
     _, caches = model.prefill(ids)
     logits, grown = model.decode(1, ids.shape[1], caches)

@@ -104,3 +104,46 @@ func.func @left_transposed(%p: tensor<64x8xbf16>, %v: tensor<64x32xbf16>, %c: te
       ins(%p, %v : tensor<64x8xbf16>, tensor<64x32xbf16>) outs(%c : tensor<8x32xf32>) -> tensor<8x32xf32>
   return %r : tensor<8x32xf32>
 }
+
+// -----
+
+// B already in pairs of rows ([K / 2, N, 2], attention's V in its bf16
+// layout; the reduction is (K / 2, 2)): each step reads B's pairs as they
+// are, one 1-D read of the tile, no interleave; A's two rows still give
+// each row's pair.
+// CHECK-LABEL: func.func @paired_rows
+// CHECK: vector.transfer_read {{.*}} : tensor<128xbf16>, vector<128xbf16>
+// CHECK-NOT: vector.interleave
+// CHECK-COUNT-4: x86vector.avx512.dot {{.*}} : vector<32xbf16> -> vector<16xf32>
+// CHECK-NOT: vector.interleave
+// CHECK: return
+// NONE-LABEL: func.func @paired_rows
+// NONE-NOT: x86vector
+func.func @paired_rows(%a: tensor<32x2x8xbf16>, %b: tensor<32x64x2xbf16>, %c: tensor<8x64xf32>) -> tensor<8x64xf32> {
+  %r = linalg.generic {indexing_maps = [affine_map<(r, d, j, t) -> (j, t, r)>, affine_map<(r, d, j, t) -> (j, d, t)>, affine_map<(r, d, j, t) -> (r, d)>], iterator_types = ["parallel", "parallel", "reduction", "reduction"]} ins(%a, %b : tensor<32x2x8xbf16>, tensor<32x64x2xbf16>) outs(%c : tensor<8x64xf32>) {
+  ^bb0(%x: bf16, %y: bf16, %acc: f32):
+    %xf = arith.extf %x : bf16 to f32
+    %yf = arith.extf %y : bf16 to f32
+    %p = arith.mulf %xf, %yf : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  } -> tensor<8x64xf32>
+  return %r : tensor<8x64xf32>
+}
+
+// -----
+
+// The layout change into pairs: per pair of rows, one [2 x 64] read,
+// transposed, and written whole through a 1-D view (not 64 writes of two).
+// CHECK-LABEL: func.func @into_pairs
+// CHECK: vector.transfer_read {{.*}} : tensor<1x2x64xbf16>, vector<2x64xbf16>
+// CHECK: vector.transpose {{.*}}, [1, 0] : vector<2x64xbf16> to vector<64x2xbf16>
+// CHECK: vector.transfer_write {{.*}} : vector<128xbf16>, tensor<128xbf16>
+func.func @into_pairs(%v: tensor<32x2x64xbf16>) -> tensor<32x64x2xbf16> {
+  %e = tensor.empty() : tensor<32x64x2xbf16>
+  %r = linalg.generic {indexing_maps = [affine_map<(j, d, t) -> (j, t, d)>, affine_map<(j, d, t) -> (j, d, t)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v : tensor<32x2x64xbf16>) outs(%e : tensor<32x64x2xbf16>) {
+  ^bb0(%x: bf16, %y: bf16):
+    linalg.yield %x : bf16
+  } -> tensor<32x64x2xbf16>
+  return %r : tensor<32x64x2xbf16>
+}

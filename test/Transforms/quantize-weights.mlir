@@ -3,6 +3,12 @@
 // RUN: snapkv-opt %s --snapkv-quantize-weights | FileCheck %s
 // RUN: snapkv-opt %s --snapkv-quantize-weights --snapkv-describe-module -o /dev/null \
 // RUN:   | FileCheck %s --check-prefix=JSON
+// int8 activations: the values packed by 4 rows ([K / 4, N, 4]); a prompt's
+// rows are quantized too (one int8 x int8 contraction, no matmul).
+// RUN: snapkv-opt %s --snapkv-quantize-weights=activations=i8 \
+// RUN:   | FileCheck %s --check-prefix=PACKED
+// RUN: snapkv-opt %s --snapkv-quantize-weights=activations=i8 --snapkv-describe-module \
+// RUN:   -o /dev/null | FileCheck %s --check-prefix=PACKEDJSON
 // RUN: not snapkv-opt %s --snapkv-quantize-weights=format=q4_0 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=FORMAT
 
@@ -56,6 +62,27 @@
 // CHECK-NEXT:     arith.mulf
 // CHECK:        %[[DW:.*]] = tensor.collapse_shape %[[D]] {{\[}}[0, 1], [2]] : tensor<2x32x16xf32> into tensor<64x16xf32>
 // CHECK:        linalg.matmul ins(%[[PX]], %[[DW]] : tensor<?x64xf32>, tensor<64x16xf32>)
+
+// PACKED-LABEL: func.func @decode(
+// PACKED-SAME:   tensor<16x16x4xi8> {bufferization.writable = false, snapkv.quantized = "q8_0_packed", snapkv.transposed, snapkv.weight = "model.layers.0.q_proj.weight"},
+// PACKED-SAME:   tensor<2x16xf32> {bufferization.writable = false, snapkv.quantized = "q8_0_scales", snapkv.transposed, snapkv.weight = "model.layers.0.q_proj.weight"},
+// PACKED-LABEL: func.func private @prefill_layer(
+// PACKED-SAME:   %[[PX:.*]]: tensor<?x64xf32>, %[[PQ:.*]]: tensor<16x16x4xi8>, %[[PS:.*]]: tensor<2x16xf32>)
+// PACKED:        %[[PA:.*]] = tensor.expand_shape %{{.*}} {{\[}}[0], [1], [2, 3]] output_shape [%{{.*}}, 2, 8, 4] : tensor<?x2x32xi8> into tensor<?x2x8x4xi8>
+// PACKED:        %[[PB:.*]] = tensor.expand_shape %[[PQ]] {{\[}}[0, 1], [2], [3]] output_shape [2, 8, 16, 4]
+// PACKED:        linalg.generic {{.*}}iterator_types = ["parallel", "reduction", "reduction", "reduction", "parallel"]}
+// PACKED-SAME:     ins(%[[PA]], %[[PB]], %{{.*}}, %[[PS]] : tensor<?x2x8x4xi8>, tensor<2x8x16x4xi8>, tensor<?x2xf32>, tensor<2x16xf32>)
+// PACKED-NOT:    linalg.matmul
+
+// PACKEDJSON:      "name": "decode"
+// PACKEDJSON:      "quantized": "q8_0_packed",
+// PACKEDJSON-NEXT: "transposed": true,
+// PACKEDJSON:      "element": "i8"
+// PACKEDJSON-NEXT: "shape": [
+// PACKEDJSON-NEXT:   16,
+// PACKEDJSON-NEXT:   16,
+// PACKEDJSON-NEXT:   4
+// PACKEDJSON-NEXT: ],
 
 // JSON:      "name": "decode"
 // JSON:      "quantized": "q8_0",

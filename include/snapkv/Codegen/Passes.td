@@ -78,19 +78,25 @@ def Vectorize : Pass<"snapkv-vectorize", "::mlir::func::FuncOp"> {
     the option follows the pipeline's `cpu-features` too (`host`: `auto`).
 
     The int8 x int8 block product of snapkv-quantize-weights'
-    `activations=i8` (one row, after snapkv-parallelize) sums each block's
-    32 integer products per column in i32 and adds the sums, times the two
-    scales, to the result once per block. With `int8-microkernel`
+    `activations=i8` (after snapkv-parallelize) sums each block's 32 integer
+    products per column in i32 and adds the sums, times the two scales, to
+    the result once per block: one row in chunks of up to 65,536 columns
+    whose sums stay in the caches (the weights read in address order),
+    several rows (a prompt's) in strips of up to 64 columns and tiles of 4
+    rows whose 16 i32 sums stay in registers over a block (each weight read
+    shared by the 4 rows), the other rows one at a time. With `int8-microkernel`
     `avx512vnni` (or `snapkv.microkernel = #snapkv.microkernel<avx512vnni>`
     on the op, snapkv-configure-lowering's choice from AVX512_VNNI; 512-bit
-    vectors and columns in 64s) each 4 rows of 64 weights are offset to
-    unsigned (`xor 0x80`), interleaved into 4 rows per i32 lane and
-    multiply-added with the broadcast 4 activations by `vpdpbusd` (an
+    vectors) the weights, packed by 4 rows (`[K / 4, N, 4]`: 16 columns x 4
+    rows are 64 contiguous bytes, the matrix read in address order), are
+    offset to unsigned (`xor 0x80`) and multiply-added with the broadcast 4
+    activations by `vpdpbusd` (an
     `llvm.inline_asm` without side effects: `llvm.call_intrinsic` has
     unknown memory effects, which the buffer deallocation after this pass
     rejects), and 128 x the block's sum of
-    activations is subtracted from its sums; else (`none`) each product is
-    widened to i32: the same integers.
+    activations is subtracted from its sums; else (`none`) each i32 lane's 4
+    bytes are sign-extended by shifts and multiplied in i32: the same
+    integers.
   }];
   let options = [
     Option<"vectorBits", "vector-bits", "int64_t", /*default=*/"0",

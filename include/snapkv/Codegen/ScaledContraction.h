@@ -55,15 +55,20 @@ inline bool isScaledContraction(linalg::LinalgOp op) {
 }
 
 /// The indexing maps of the vector x Q8_0 matrix product with int8
-/// activations over (m, k / 32, k % 32, n): activations `[m, k / 32, k %
-/// 32]` (int8), values `[k / 32, k % 32, n]` (int8), activation scales `[m,
-/// k / 32]`, weight scales `[k / 32, n]`, result `[m, n]`.
+/// activations over (m, k / 32, k % 32 / 4, k % 4, n): activations `[m, k /
+/// 32, k % 32 / 4, k % 4]` (int8), values `[k / 32, k % 32 / 4, n, k % 4]`
+/// (int8: the weight `[K, N]` packed by 4 rows, `linalg.pack` with
+/// inner_dims_pos = [0] and inner_tiles = [4], each column's 4 consecutive
+/// values adjacent as `vpdpbusd` takes them), activation scales `[m, k /
+/// 32]`, weight scales `[k / 32, n]`, result `[m, n]`.
 inline SmallVector<AffineMap> int8ContractionMaps(MLIRContext *ctx) {
-  SmallVector<AffineMap> maps = scaledContractionMaps(ctx);
-  maps.insert(maps.begin() + 2, maps[2]); // the weight scales' [k / 32, n]
-  maps[2] = AffineMap::get(
-      4, 0, {getAffineDimExpr(0, ctx), getAffineDimExpr(1, ctx)}, ctx);
-  return maps;
+  AffineExpr m, kb, g, r, n;
+  bindDims(ctx, m, kb, g, r, n);
+  return {AffineMap::get(5, 0, {m, kb, g, r}, ctx),
+          AffineMap::get(5, 0, {kb, g, n, r}, ctx),
+          AffineMap::get(5, 0, {m, kb}, ctx),
+          AffineMap::get(5, 0, {kb, n}, ctx),
+          AffineMap::get(5, 0, {m, n}, ctx)};
 }
 
 /// Whether `op` is the int8 x int8 block product of

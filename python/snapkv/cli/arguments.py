@@ -205,12 +205,13 @@ def weights_option(parser):
                              "checkpoints fall back to f32 (-v says why). Needs --dtype f32 or "
                              "bf16 (docs/user-guide.md)")
     parser.add_argument("--activations", choices=("float", "i8"), default="float",
-                        help="with --weights as-stored: a decode step's activations in the "
-                             "Q8_0 or Q4_1 products. float (default): as computed (--dtype); "
-                             "i8: "
+                        help="with --weights as-stored: the activations of the Q8_0 and "
+                             "Q4_1 products. float (default): as computed (--dtype); i8: each "
+                             "row (a decode step's, a prompt's; Q4_1: a decode step's) "
                              "quantized per block of 32 to int8 (scale max|x|/127) and "
-                             "multiplied as integers, llama.cpp's form (AVX512_VNNI's "
-                             "vpdpbusd where the CPU has it); changes the numerics")
+                             "multiplied as integers, llama.cpp's form (AVX512_VNNI's vpdpbusd "
+                             "where the CPU has it, Q8_0 weights bound packed by 4 rows); "
+                             "changes the numerics")
 
 
 def checkpoint_option(parser):

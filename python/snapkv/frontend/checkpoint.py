@@ -334,8 +334,8 @@ class WeightRef(NamedTuple):
     (``snapkv.transposed``: a 2-D tensor, ``[out, in]`` in the checkpoint, ``[in, out]`` in the
     module; the runner makes the transposed copy once). ``quantized``: which part of a Q8_0
     or Q4_1 weight the argument takes (``snapkv-quantize-weights``: ``"q8_0"``, the int8
-    values, or ``"q8_0_scales"``; ``"q4_1"``, the nibble bytes, ``"q4_1_scales"`` or
-    ``"q4_1_mins"``), else None."""
+    values, ``"q8_0_packed"``, the same packed by 4 rows, or ``"q8_0_scales"``; ``"q4_1"``,
+    the nibble bytes, ``"q4_1_scales"`` or ``"q4_1_mins"``), else None."""
 
     name: str
     transposed: bool = False

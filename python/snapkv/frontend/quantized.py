@@ -4,7 +4,9 @@ Q8_0 is blocks of 32 values along a row (the reduction of ``x @ W.T``): one f16 
 and 32 int8 ``q``, the value ``d * q``. A module rewritten by ``snapkv-quantize-weights``
 takes each such weight as two arguments, the int8 values ``[K, N]`` (``snapkv.quantized =
 "q8_0"``) and the scales ``[K/32, N]`` in f32 (``"q8_0_scales"``), both transposed from the
-checkpoint's ``[N, K]`` like the f32 weight they replace.
+checkpoint's ``[N, K]`` like the f32 weight they replace; with int8 activations
+(``activations=i8``) the values come packed by 4 rows instead, ``[K/4, N, 4]``
+(``"q8_0_packed"``, :func:`pack_rows`: what ``vpdpbusd`` reads, bound so once).
 
 Q4_1 (the shipped SmolLM2 file's projections) is blocks of 32 with an f16 scale ``d``, an f16
 min ``m`` and 16 bytes of 4-bit ``q`` (value j in the low nibble of byte j, value 16 + j in
@@ -29,6 +31,9 @@ import numpy as np
 BLOCK = 32
 Q8_0 = "q8_0"
 Q8_0_SCALES = "q8_0_scales"
+Q8_0_PACKED = "q8_0_packed"
+# Rows per column of the packed values: vpdpbusd adds 4 adjacent byte products per i32 lane.
+GROUP = 4
 Q4_1 = "q4_1"
 # The GGML tensor types kept as stored, by the format snapkv-quantize-weights takes them in.
 STORED_TYPES = {"Q8_0": Q8_0, "Q4_1": Q4_1}
@@ -36,9 +41,9 @@ WEIGHT_CHOICES = ("f32", "as-stored")
 # The export dtypes Q8_0 weights go with (snapkv-quantize-weights takes f32 and bf16 matmuls).
 STORED_DTYPES = ("f32", "bf16")
 PASS = "--snapkv-quantize-weights"
-# A decode step's activations in the Q8_0 and Q4_1 products: as computed (f32 or bf16), or
-# quantized per block of 32 to int8 (llama.cpp's form; integer block sums, vpdpbusd on
-# AVX512_VNNI).
+# The activations of the Q8_0 products (every row) and the Q4_1 ones (a decode step's row):
+# as computed (f32 or bf16), or quantized per block of 32 to int8 (llama.cpp's form; integer
+# block sums, vpdpbusd on AVX512_VNNI).
 ACTIVATION_CHOICES = ("float", "i8")
 
 
@@ -95,7 +100,10 @@ class Q8Tensor:
         return (blocks * self.scales[:, :, None]).reshape(n, k)
 
     def bound(self, part: str) -> np.ndarray:
-        """The argument `part` (values or scales) as the module takes it: transposed."""
+        """The argument `part` (values, packed values or scales) as the module takes it:
+        transposed, and packed by 4 rows for ``"q8_0_packed"``."""
+        if part == Q8_0_PACKED:
+            return pack_rows(self.values.T)
         return np.ascontiguousarray((self.values if part == Q8_0 else self.scales).T)
 
 
@@ -160,6 +168,13 @@ def quantize_q4_1(weight: np.ndarray) -> Q41Tensor:
                              f"{list(weight.shape)}")
     raw = gguf.quants.quantize(weight, gguf.GGMLQuantizationType.Q4_1)
     return Q41Tensor.from_blocks(raw, weight.shape[0])
+
+
+def pack_rows(values: np.ndarray) -> np.ndarray:
+    """`values` ``[K, N]`` as ``[K/4, N, 4]``: ``out[i, n, r] = values[4 i + r, n]``
+    (``linalg.pack`` with inner_dims_pos [0], inner_tiles [4])."""
+    k, n = values.shape
+    return np.ascontiguousarray(values.reshape(k // GROUP, GROUP, n).transpose(0, 2, 1))
 
 
 def quantize_q8_0(weight: np.ndarray) -> Q8Tensor:
@@ -244,7 +259,10 @@ class QuantizedWeights:
     def bind(self, ref, shape) -> np.ndarray:
         """The array of argument `ref` (a quantized WeightRef) of type `shape`."""
         tensor = self.tensors.get(ref.name)
-        wanted = ref.quantized.split("_scales")[0].split("_mins")[0].upper()
+        wanted = ref.quantized
+        for suffix in ("_scales", "_mins", "_packed"):
+            wanted = wanted.removesuffix(suffix)
+        wanted = wanted.upper()
         if tensor is None:
             raise QuantizedError(f"{ref.name}: the module takes it as {wanted}, but "
                                  f"{self.source or 'the weights given'} holds no Q8_0 or "

@@ -31,6 +31,7 @@ import ctypes
 import os
 import threading
 import time
+import weakref
 from typing import List, Optional, Sequence
 
 import numpy as np
@@ -135,6 +136,13 @@ class CompiledFunction:
             kept, desc = self._descriptor(array, i, copy=False)
             self._bound.append(kept)
             self._bound_descriptors.append(desc)
+        # Made once: a decode step binds hundreds of weights, and building these per call
+        # was most of its time in Python.
+        self._bound_refs = [ctypes.byref(d) for d in self._bound_descriptors]
+        self._bound_spans = [(a.ctypes.data, a.ctypes.data + a.nbytes) for a in self._bound]
+        # {argument index: (weak reference, shape, descriptor)} of the last buffer passed
+        # there: a decode step passes the same cache buffers every call.
+        self._buffer_descriptors = {}
 
     def _descriptor(self, array, index: int, copy: bool = True):
         ttype = self.signature.args[index]
@@ -163,14 +171,22 @@ class CompiledFunction:
             raise ValueError(f"@{self.name} takes {free} arguments{extra}, got {len(arrays)}")
         inputs, descriptors = [], []
         for i, array in enumerate(arrays):
-            array, desc = self._descriptor(array, i)
+            kept = self._buffer_descriptors.get(i)
+            if kept is not None and kept[0]() is array and kept[1] == array.shape \
+                    and array.flags.writeable:
+                desc = kept[2]
+            else:
+                array, desc = self._descriptor(array, i)
+                if sig.args[i].buffer:
+                    self._buffer_descriptors[i] = (weakref.ref(array), array.shape, desc)
             inputs.append(array)
             descriptors.append(desc)
-        return inputs + self._bound, descriptors + self._bound_descriptors
+        return inputs, descriptors
 
     def _invoke(self, descriptors):
+        """Call on the descriptors of the free arguments (the bound ones are added)."""
         results = self._result_type()
-        params = [ctypes.byref(d) for d in descriptors]
+        params = [ctypes.byref(d) for d in descriptors] + self._bound_refs
         if self.signature.results:
             params.insert(0, ctypes.byref(results))
         with self._lock:
@@ -186,7 +202,7 @@ class CompiledFunction:
 
     def _release(self, results, inputs):
         """Free each distinct returned allocation once; never memory of an input."""
-        spans = [(a.ctypes.data, a.ctypes.data + a.nbytes) for a in inputs]
+        spans = [(a.ctypes.data, a.ctypes.data + a.nbytes) for a in inputs] + self._bound_spans
         freed = set()
         for desc in self._results(results):
             ptr = desc.allocated

@@ -164,10 +164,14 @@ class CompiledModel:
 
         `split_entry_points`: when ``@prefill`` and ``@decode`` only call other functions
         (``func.call``, ``tensor.cast``, ``return``: one function per layer, as ``snapkv
-        export --hf`` writes them), compile the callees alone and make the calls from here
-        (:class:`GlueRunner`): the compiled code holds one copy of each layer, and no
-        function takes every weight (hundreds of memref descriptors, which clang compiles
-        slowly). False compiles the module as it is.
+        export --hf`` writes them), compile the callees alone and make the calls of
+        ``@prefill`` (and ``@extend`` and the other entry points called once per prompt
+        or chunk) from here (:class:`GlueRunner`): the compiled code holds one copy of each
+        layer, and fewer functions take every weight (hundreds of memref descriptors,
+        which clang compiles slowly). The steps called once per token (``@decode``, each
+        ``@decode_batch``) stay compiled: one call per step instead of one per layer
+        (their Python calls were about a tenth of a SmolLM2 step; docs/benchmarks.md, "A
+        decode step itemised"). False compiles the module as it is.
 
         `in_place`: compile ``@decode`` so that it writes each new cache row into buffers
         this object passes (:func:`append_in_place`, :class:`KVCache`), not into fresh copies
@@ -228,11 +232,15 @@ class CompiledModel:
         glue = [glue_function(text, name) for name in entries] \
             if split_entry_points else [None]
         self.split = all(glue)
+        # The entry points called once per token: compiled, not run from here.
+        stepping = ("decode", *batch_steps)
         if self.split:
             # The entry points only call the layer functions: compile those alone and run the
-            # calls from here (one copy of each layer's code, small C interfaces).
-            compiled = without_glue(text, glue)
-            label = f"the functions {', '.join('@' + c for c in glue[0].callees)}"
+            # calls of the others from here (one copy of each layer's code).
+            glue = {name: g for name, g in zip(entries, glue) if name not in stepping}
+            compiled = without_glue(text, list(glue.values()))
+            label = f"the functions {', '.join('@' + c for c in glue['prefill'].callees)} " \
+                    f"and {', '.join('@' + n for n in stepping)}"
         else:
             compiled, label = text, "prefill/decode"
         self.library = compile_library(compiled, cache_dir=cache_dir, verbose=verbose,
@@ -245,14 +253,13 @@ class CompiledModel:
             weakref.finalize(self, self.heap.trim)
         bound = {name: [self.weights[n] for n, _ in signatures[name].weight_args]
                  for name in entries}
+        runners = {name: CompiledFunction(self._lib, name, signatures[name], bound[name])
+                   for name in entries if not self.split or name in stepping}
         if self.split:
             functions = {callee: CompiledFunction(self._lib, callee, signature(compiled, callee))
-                         for callee in dict.fromkeys(c for g in glue for c in g.callees)}
-            runners = {name: GlueRunner(g, signatures[name], functions, bound[name])
-                       for name, g in zip(entries, glue)}
-        else:
-            runners = {name: CompiledFunction(self._lib, name, signatures[name], bound[name])
-                       for name in entries}
+                         for callee in dict.fromkeys(c for g in glue.values() for c in g.callees)}
+            runners.update({name: GlueRunner(g, signatures[name], functions, bound[name])
+                            for name, g in glue.items()})
         self._prefill, self._decode = runners["prefill"], runners["decode"]
         self._extend = runners.get("extend")
         self._compress = runners.get(compress_entry)

@@ -1,24 +1,14 @@
 //===- AttentionDecomposition.cpp - snapkv.attention's online softmax -----===//
 //
-// AggregatedOpInterface::decomposeOperation of snapkv.attention: the online
-// softmax with the key tiles as the only loop, an scf.for over tiles of Tk
-// keys whose body is linalg ops over all of (batch, kv head, group head,
-// query row) at once, carrying the row maximum, the row sum and the
-// accumulator of every row. Each step computes only the rows that see its
-// tile (from the first row whose causal limit reaches the tile), so the
-// causal upper triangle is skipped a tile at a time. No scf.forall and
-// nothing sized by the query tile: tiling the op (TilingInterface, over
-// batch, heads and query rows) is what distributes it, whether a pipeline
-// tiles it or a compiler that tiles linalg itself (IREE) takes the
-// decomposed op whole. A single query row (a decode step) takes every key
-// in one step, with no loop.
-//
-// GQA without copies: the queries are viewed as [B, Hkv, G, Lq, D], so that
-// every indexing map is a projection. Products and the softmax are in f32;
-// the result, written into the op's init, has the queries' type.
+// snapkv.attention's decompositions (AttentionOp::decompose): a tile as
+// TilingInterface makes it (one batch and kv head, a static bound on its
+// rows) gets static-shaped key steps (TileBuilder, below); any other op the
+// one loop over key tiles of AttentionKeyLoop.cpp, which is also
+// AggregatedOpInterface::decomposeOperation's form for an untiled op.
 //
 //===----------------------------------------------------------------------===//
 
+#include "AttentionBuilders.h"
 #include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -30,372 +20,18 @@
 #include "mlir/Dialect/Tensor/Utils/Utils.h"
 #include "mlir/Interfaces/ValueBoundsOpInterface.h"
 
-#include <limits>
-
 using namespace mlir;
 using namespace mlir::snapkv;
+using namespace mlir::snapkv::attention;
 
 namespace {
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 /// Keys per step when the op has no snapkv.lowering_config (the
 /// conversion's default key tile).
 constexpr int64_t kDefaultKeyTile = 64;
 /// The most rows (heads x query rows) a tile's static steps take: beyond,
 /// a [Tk, R] logits tile no longer stays in cache.
 constexpr int64_t kMaxTileRows = 256;
-
-Value constF32(OpBuilder &b, Location loc, float v) {
-  return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(v));
-}
-
-/// What both decompositions build with: linalg ops on tensors, in f32.
-class OpsBuilder {
-protected:
-  OpsBuilder(OpBuilder &b, Location loc)
-      : b(b), loc(loc), f32(b.getF32Type()) {}
-  using Body = function_ref<Value(OpBuilder &, Location, ValueRange)>;
-
-  Value cIndex(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
-  AffineMap map(unsigned numDims, ArrayRef<unsigned> dims) {
-    SmallVector<AffineExpr> exprs;
-    for (unsigned d : dims)
-      exprs.push_back(b.getAffineDimExpr(d));
-    return AffineMap::get(numDims, 0, exprs, b.getContext());
-  }
-  /// An f32 operand of a body: extended from a narrower element type.
-  Value wide(OpBuilder &nb, Location l, Value v) {
-    return v.getType() == f32 ? v : arith::ExtFOp::create(nb, l, f32, v);
-  }
-  Value empty(ArrayRef<OpFoldResult> sizes, Type elem) {
-    return tensor::EmptyOp::create(b, loc, sizes, elem);
-  }
-  Value empty(ArrayRef<int64_t> shape, Type elem) {
-    return tensor::EmptyOp::create(b, loc, shape, elem);
-  }
-  Value filled(ArrayRef<OpFoldResult> sizes, float value) {
-    return fill(empty(sizes, f32), value);
-  }
-  Value filled(ArrayRef<int64_t> shape, float value) {
-    return fill(empty(shape, f32), value);
-  }
-  Value fill(Value tensor, float value) {
-    return linalg::FillOp::create(b, loc, constF32(b, loc, value), tensor)
-        .getResult(0);
-  }
-  Value generic(Type resultType, ValueRange ins, Value out,
-                ArrayRef<AffineMap> maps, ArrayRef<utils::IteratorType> iters,
-                Body body) {
-    return linalg::GenericOp::create(
-               b, loc, resultType, ins, out, maps, iters,
-               [&](OpBuilder &nb, Location l, ValueRange args) {
-                 linalg::YieldOp::create(nb, l, body(nb, l, args));
-               })
-        .getResult(0);
-  }
-  Value generic(ValueRange ins, Value out, ArrayRef<AffineMap> maps,
-                ArrayRef<utils::IteratorType> iters, Body body) {
-    return generic(out.getType(), ins, out, maps, iters, body);
-  }
-
-  OpBuilder &b;
-  Location loc;
-  Type f32;
-};
-
-class KeyLoopBuilder : OpsBuilder {
-public:
-  KeyLoopBuilder(OpBuilder &b, Location loc, AttentionOp op, int64_t keyTile,
-                 bool lengthsChecked)
-      : OpsBuilder(b, loc), tk(keyTile), lengthsChecked(lengthsChecked) {
-    RankedTensorType qTy = op.getQueries().getType();
-    RankedTensorType kTy = op.getKeys().getType();
-    elemTy = qTy.getElementType();
-    batch = qTy.getDimSize(0);
-    kvHeads = kTy.getDimSize(1);
-    group = qTy.getDimSize(1) / kvHeads;
-    dim = qTy.getDimSize(3);
-    scale = static_cast<float>(op.getEffectiveScale());
-    if (std::optional<APFloat> cap = op.getSoftcap())
-      softcap = cap->convertToFloat();
-    window = op.getSlidingWindow();
-  }
-
-  Value build(Value queries, Value keys, Value values, Value offset,
-              Value init);
-
-private:
-  Value slice(Value source, ArrayRef<OpFoldResult> offsets,
-              ArrayRef<OpFoldResult> sizes) {
-    return tensor::ExtractSliceOp::create(
-        b, loc, source, offsets, sizes,
-        SmallVector<OpFoldResult>(offsets.size(), b.getIndexAttr(1)));
-  }
-  Value insert(Value source, Value dest, ArrayRef<OpFoldResult> offsets,
-               ArrayRef<OpFoldResult> sizes) {
-    return tensor::InsertSliceOp::create(
-        b, loc, source, dest, offsets, sizes,
-        SmallVector<OpFoldResult>(offsets.size(), b.getIndexAttr(1)));
-  }
-  /// [B, Hkv, G, rows] and [B, Hkv, G, rows, D] sizes.
-  SmallVector<OpFoldResult> rowSizes(OpFoldResult rows, bool withDim) {
-    SmallVector<OpFoldResult> sizes = {b.getIndexAttr(batch),
-                                       b.getIndexAttr(kvHeads),
-                                       b.getIndexAttr(group), rows};
-    if (withDim)
-      sizes.push_back(b.getIndexAttr(dim));
-    return sizes;
-  }
-
-  /// One step over the keys [k0, k0 + cols) (`kTile`, `vTile`:
-  /// [B, Hkv, cols, D]) for the rows [row0, Lq): the running maximum, sum and
-  /// accumulator of every row, updated.
-  SmallVector<Value> step(Value q, Value kTile, Value vTile, Value k0,
-                          OpFoldResult cols, Value row0, Value lq, Value lk,
-                          Value offset, Value m, Value l, Value acc);
-
-  int64_t tk, batch = 0, kvHeads = 0, group = 0, dim = 0;
-  /// The caller checked that dynamic key and value lengths agree.
-  bool lengthsChecked;
-  float scale = 1;
-  std::optional<float> softcap;
-  std::optional<int64_t> window;
-  Type elemTy;
-};
-
-SmallVector<Value> KeyLoopBuilder::step(Value q, Value kTile, Value vTile,
-                                        Value k0, OpFoldResult cols, Value row0,
-                                        Value lq, Value lk, Value offset,
-                                        Value m, Value l, Value acc) {
-  auto par = utils::IteratorType::parallel;
-  auto red = utils::IteratorType::reduction;
-  OpFoldResult zero = b.getIndexAttr(0);
-  Value rows = arith::SubIOp::create(b, loc, lq, row0);
-  SmallVector<OpFoldResult> at4 = {zero, zero, zero, row0};
-  SmallVector<OpFoldResult> at5 = {zero, zero, zero, row0, zero};
-  Value qs = slice(q, at5, rowSizes(rows, true));
-  Value ms = slice(m, at4, rowSizes(rows, false));
-  Value ls = slice(l, at4, rowSizes(rows, false));
-  Value as = slice(acc, at5, rowSizes(rows, true));
-
-  // Logits [B, Hkv, G, rows, cols], scaled, -inf where the row does not see
-  // the key (causally later, or past the keys).
-  SmallVector<OpFoldResult> logitSizes = rowSizes(rows, false);
-  logitSizes.push_back(cols);
-  Value logits = generic(
-      {qs, kTile}, filled(logitSizes, 0.0f),
-      {map(6, {0, 1, 2, 3, 5}), map(6, {0, 1, 4, 5}), map(6, {0, 1, 2, 3, 4})},
-      {par, par, par, par, par, red},
-      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-        Value p =
-            arith::MulFOp::create(nb, l, wide(nb, l, a[0]), wide(nb, l, a[1]));
-        return arith::AddFOp::create(nb, l, a[2], p);
-      });
-  Value rowBase = arith::AddIOp::create(b, loc, row0, offset);
-  SmallVector<AffineMap> same5(2, map(5, {0, 1, 2, 3, 4}));
-  Value masked = generic(
-      {logits}, empty(logitSizes, f32), same5, {par, par, par, par, par},
-      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-        Value i = linalg::IndexOp::create(nb, l, 3);
-        Value j = linalg::IndexOp::create(nb, l, 4);
-        Value col = arith::AddIOp::create(nb, l, k0, j);
-        Value limit = arith::AddIOp::create(nb, l, rowBase, i);
-        Value seen = arith::AndIOp::create(
-            nb, l,
-            arith::CmpIOp::create(nb, l, arith::CmpIPredicate::sle, col, limit),
-            arith::CmpIOp::create(nb, l, arith::CmpIPredicate::slt, col, lk));
-        // A sliding window of W keys: only the keys after limit - W.
-        if (window)
-          seen = arith::AndIOp::create(
-              nb, l, seen,
-              arith::CmpIOp::create(
-                  nb, l, arith::CmpIPredicate::sgt, col,
-                  arith::SubIOp::create(
-                      nb, l, limit,
-                      arith::ConstantIndexOp::create(nb, l, *window))));
-        Value scaled =
-            arith::MulFOp::create(nb, l, a[0], constF32(nb, l, scale));
-        // Soft-capped logits: c * tanh(x / c).
-        if (softcap)
-          scaled = arith::MulFOp::create(
-              nb, l, constF32(nb, l, *softcap),
-              math::TanhOp::create(
-                  nb, l,
-                  arith::DivFOp::create(nb, l, scaled,
-                                        constF32(nb, l, *softcap))));
-        return arith::SelectOp::create(nb, l, seen, scaled,
-                                       constF32(nb, l, kNegInf));
-      });
-
-  // The new maximum, and the base the exponentials subtract: 0 while a row
-  // has seen no key (its maximum -inf), so that they give 0, not NaN.
-  SmallVector<OpFoldResult> statSizes = rowSizes(rows, false);
-  SmallVector<AffineMap> same4(3, map(4, {0, 1, 2, 3}));
-  Value tileMax =
-      generic({masked}, filled(statSizes, kNegInf),
-              {map(5, {0, 1, 2, 3, 4}), map(5, {0, 1, 2, 3})},
-              {par, par, par, par, red},
-              [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                return arith::MaximumFOp::create(nb, l, a[0], a[1]);
-              });
-  Value newMax =
-      generic({ms, tileMax}, empty(statSizes, f32), same4, {par, par, par, par},
-              [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                return arith::MaximumFOp::create(nb, l, a[0], a[1]);
-              });
-  auto base = [&](OpBuilder &nb, Location l, Value max) -> Value {
-    Value none = arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ, max,
-                                       constF32(nb, l, kNegInf));
-    return arith::SelectOp::create(nb, l, none, constF32(nb, l, 0.0f), max);
-  };
-  Value probs = generic(
-      {masked, newMax}, empty(logitSizes, f32),
-      {map(5, {0, 1, 2, 3, 4}), map(5, {0, 1, 2, 3}), map(5, {0, 1, 2, 3, 4})},
-      {par, par, par, par, par},
-      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-        return math::ExpOp::create(
-            nb, l, arith::SubFOp::create(nb, l, a[0], base(nb, l, a[1])));
-      });
-  Value alpha = generic(
-      {ms, newMax}, empty(statSizes, f32), same4, {par, par, par, par},
-      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-        return math::ExpOp::create(
-            nb, l, arith::SubFOp::create(nb, l, a[0], base(nb, l, a[1])));
-      });
-
-  // l' = l * alpha + sum_j p; acc' = acc * alpha + P x V.
-  Value tileSum =
-      generic({probs}, filled(statSizes, 0.0f),
-              {map(5, {0, 1, 2, 3, 4}), map(5, {0, 1, 2, 3})},
-              {par, par, par, par, red},
-              [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                return arith::AddFOp::create(nb, l, a[0], a[1]);
-              });
-  Value newSum = generic(
-      {ls, alpha, tileSum}, empty(statSizes, f32),
-      SmallVector<AffineMap>(4, map(4, {0, 1, 2, 3})), {par, par, par, par},
-      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-        return arith::AddFOp::create(
-            nb, l, arith::MulFOp::create(nb, l, a[0], a[1]), a[2]);
-      });
-  SmallVector<OpFoldResult> accSizes = rowSizes(rows, true);
-  Value pv = generic(
-      {probs, vTile}, filled(accSizes, 0.0f),
-      {map(6, {0, 1, 2, 3, 5}), map(6, {0, 1, 5, 4}), map(6, {0, 1, 2, 3, 4})},
-      {par, par, par, par, par, red},
-      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-        Value p = arith::MulFOp::create(nb, l, a[0], wide(nb, l, a[1]));
-        return arith::AddFOp::create(nb, l, a[2], p);
-      });
-  Value newAcc =
-      generic({as, alpha, pv}, empty(accSizes, f32),
-              {map(5, {0, 1, 2, 3, 4}), map(5, {0, 1, 2, 3}),
-               map(5, {0, 1, 2, 3, 4}), map(5, {0, 1, 2, 3, 4})},
-              {par, par, par, par, par},
-              [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                return arith::AddFOp::create(
-                    nb, l, arith::MulFOp::create(nb, l, a[0], a[1]), a[2]);
-              });
-  return {insert(newMax, m, at4, statSizes), insert(newSum, l, at4, statSizes),
-          insert(newAcc, acc, at5, accSizes)};
-}
-
-Value KeyLoopBuilder::build(Value queries, Value keys, Value values,
-                            Value offset, Value init) {
-  auto queriesTy = cast<RankedTensorType>(queries.getType());
-  AttentionLengths lengths =
-      attentionLengths(b, loc, queries, keys, values, offset, lengthsChecked);
-  Value lq = lengths.lq, lk = lengths.lk;
-  offset = lengths.offset;
-  OpFoldResult lqSize = tensor::getMixedSize(b, loc, queries, 2);
-  // [B, Hq, Lq, D] -> [B, Hkv, G, Lq, D].
-  SmallVector<int64_t> grouped = {batch, kvHeads, group,
-                                  queriesTy.getDimSize(2), dim};
-  Value q = tensor::ExpandShapeOp::create(
-      b, loc, RankedTensorType::get(grouped, elemTy), queries,
-      SmallVector<ReassociationIndices>{{0}, {1, 2}, {3}, {4}},
-      rowSizes(lqSize, true));
-  Value m = filled(rowSizes(lqSize, false), kNegInf);
-  Value l = filled(rowSizes(lqSize, false), 0.0f);
-  Value acc = filled(rowSizes(lqSize, true), 0.0f);
-
-  SmallVector<Value> stats;
-  if (queriesTy.getDimSize(2) == 1) {
-    // A decode step: every key in one step.
-    stats =
-        step(q, keys, values, cIndex(0), tensor::getMixedSize(b, loc, keys, 2),
-             cIndex(0), lq, lk, offset, m, l, acc);
-  } else {
-    // Keys and values zero-padded to whole tiles (masked as past the keys).
-    Value tiles = arith::CeilDivSIOp::create(b, loc, lk, cIndex(tk));
-    Value padded = arith::MulIOp::create(b, loc, tiles, cIndex(tk));
-    auto paddedTy = [&](Value v) {
-      auto ty = cast<RankedTensorType>(v.getType());
-      return RankedTensorType::get({batch, kvHeads, ShapedType::kDynamic, dim},
-                                   ty.getElementType());
-    };
-    auto pad = [&](Value v) -> Value {
-      Value zero = arith::ConstantOp::create(
-          b, loc,
-          b.getZeroAttr(cast<RankedTensorType>(v.getType()).getElementType()));
-      return tensor::createPadHighOp(paddedTy(v), v, zero, /*nofold=*/false,
-                                     loc, b, ValueRange{padded});
-    };
-    Value kp = pad(keys), vp = pad(values);
-    auto loop = scf::ForOp::create(
-        b, loc, cIndex(0), tiles, cIndex(1), ValueRange{m, l, acc},
-        [&](OpBuilder &nb, Location, Value t, ValueRange carried) {
-          OpBuilder::InsertionGuard guard(b);
-          b.setInsertionPoint(nb.getInsertionBlock(), nb.getInsertionPoint());
-          Value k0 = arith::MulIOp::create(b, loc, t, cIndex(tk));
-          // The first row that sees key k0: k0 - offset, within [0, Lq].
-          Value row0 = arith::MinSIOp::create(
-              b, loc,
-              arith::MaxSIOp::create(
-                  b, loc, arith::SubIOp::create(b, loc, k0, offset), cIndex(0)),
-              lq);
-          OpFoldResult zero = b.getIndexAttr(0);
-          SmallVector<OpFoldResult> at = {zero, zero, k0, zero};
-          SmallVector<OpFoldResult> sizes = {
-              b.getIndexAttr(batch), b.getIndexAttr(kvHeads),
-              b.getIndexAttr(tk), b.getIndexAttr(dim)};
-          SmallVector<Value> next =
-              step(q, slice(kp, at, sizes), slice(vp, at, sizes), k0,
-                   b.getIndexAttr(tk), row0, lq, lk, offset, carried[0],
-                   carried[1], carried[2]);
-          scf::YieldOp::create(b, loc, next);
-        });
-    stats.assign(loop.getResults().begin(), loop.getResults().end());
-  }
-
-  // out = acc / l, 0 for a row that saw no key, written into the init viewed
-  // as [B, Hkv, G, Lq, D]; back to [B, Hq, Lq, D].
-  Value initGrouped = tensor::ExpandShapeOp::create(
-      b, loc, RankedTensorType::get(grouped, elemTy), init,
-      SmallVector<ReassociationIndices>{{0}, {1, 2}, {3}, {4}},
-      rowSizes(lqSize, true));
-  Value out = generic(
-      {stats[2], stats[1]}, initGrouped,
-      {map(5, {0, 1, 2, 3, 4}), map(5, {0, 1, 2, 3}), map(5, {0, 1, 2, 3, 4})},
-      {utils::IteratorType::parallel, utils::IteratorType::parallel,
-       utils::IteratorType::parallel, utils::IteratorType::parallel,
-       utils::IteratorType::parallel},
-      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-        Value positive = arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OGT,
-                                               a[1], constF32(nb, l, 0.0f));
-        Value safe = arith::SelectOp::create(nb, l, positive, a[1],
-                                             constF32(nb, l, 1.0f));
-        Value div = arith::DivFOp::create(nb, l, a[0], safe);
-        Value value = arith::SelectOp::create(nb, l, positive, div,
-                                              constF32(nb, l, 0.0f));
-        return elemTy == f32
-                   ? value
-                   : arith::TruncFOp::create(nb, l, elemTy, value).getResult();
-      });
-  return tensor::CollapseShapeOp::create(
-      b, loc, queriesTy, out,
-      SmallVector<ReassociationIndices>{{0}, {1, 2}, {3}, {4}});
-}
 
 /// Width of a single-row tile's partial dot products (AVX-512's f32 lanes).
 constexpr int64_t kLanes = 16;
@@ -438,6 +74,11 @@ public:
     if (std::optional<int64_t> w = op.getSlidingWindow())
       window = std::min<int64_t>(*w, int64_t{1} << 29);
     i32 = b.getI32Type();
+    if (auto config =
+            op->getAttrOfType<LoweringConfigAttr>("snapkv.lowering_config"))
+      pairs = elemTy.isBF16() && tk % 2 == 0 && dim % 2 == 0 &&
+              (config.getMicrokernel() == Microkernel::avx512bf16 ||
+               config.getMicrokernel() == Microkernel::amx);
   }
 
   Value build(Value queries, Value keys, Value values, Value offset,
@@ -494,6 +135,11 @@ private:
 
   int64_t tk, tq, splits, heads = 0, dim = 0, rows = 0;
   bool lengthsChecked, dot = false;
+  /// Q K^T reads the queries in pairs along D ([D / 2, R, 2]) and P x V
+  /// reads V in pairs of rows ([Tk / 2, D, 2]): only for the bf16 dot
+  /// products (the op's configured microkernel), the generic vectorisation
+  /// would read each half of a pair with a stride of two.
+  bool pairs = false;
   float scale = 1;
   std::optional<float> softcap;
   std::optional<int64_t> window;
@@ -561,19 +207,30 @@ SmallVector<Value> TileBuilder::keyLoop(Value keys, Value values, Value n,
         ArrayRef<OpFoldResult>{one, one});
   };
   Value kTile = tile(keys), vTile = tile(values);
-  Value logits =
-      dot ? dotLogits(kTile, qOperand)
-          : generic(
-                // logits[j, r] = <k_j, q_r>; loops (j, r, d): the rows r
-                // are the vector, one key element broadcast per step.
-                tileTy, {kTile, qOperand}, filled({tk, rows}, 0.0f),
-                {map(3, {0, 2}), map(3, {2, 1}), map(3, {0, 1})},
-                {par, par, red},
-                [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                  Value p = arith::MulFOp::create(nb, l, wide(nb, l, a[0]),
-                                                  wide(nb, l, a[1]), contract);
-                  return arith::AddFOp::create(nb, l, a[2], p, contract);
-                });
+  auto productBody = [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+    Value p = arith::MulFOp::create(nb, l, wide(nb, l, a[0]), wide(nb, l, a[1]),
+                                    contract);
+    return arith::AddFOp::create(nb, l, a[2], p, contract);
+  };
+  Value logits;
+  if (dot) {
+    logits = dotLogits(kTile, qOperand);
+  } else if (pairs) {
+    // Loops (j, r, dd, t), d = 2 dd + t: each key's pair along D broadcast,
+    // the queries' pairs as they are; the same pairs, same order, as over d.
+    Value kByPairs = tensor::ExpandShapeOp::create(
+        b, loc, RankedTensorType::get({tk, dim / 2, 2}, elemTy), kTile,
+        SmallVector<ReassociationIndices>{{0}, {1, 2}});
+    logits = generic(tileTy, {kByPairs, qOperand}, filled({tk, rows}, 0.0f),
+                     {map(4, {0, 2, 3}), map(4, {2, 1, 3}), map(4, {0, 1})},
+                     {par, par, red, red}, productBody);
+  } else {
+    // logits[j, r] = <k_j, q_r>; loops (j, r, d): the rows r are the
+    // vector, one key element broadcast per step.
+    logits = generic(tileTy, {kTile, qOperand}, filled({tk, rows}, 0.0f),
+                     {map(3, {0, 2}), map(3, {2, 1}), map(3, {0, 1})},
+                     {par, par, red}, productBody);
+  }
   // Column start + j is visible to row r when it is new to this step
   // (>= first), causally visible (<= the row's limit) and, with a sliding
   // window, after the row's window start; the visible logits scaled (and
@@ -677,15 +334,32 @@ SmallVector<Value> TileBuilder::keyLoop(Value keys, Value values, Value n,
               [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
                 return arith::MulFOp::create(nb, l, a[1], a[0]);
               });
-  // Loops (r, d, j): the head dim d is the vector, p[j, r] broadcast.
-  Value accNext =
-      generic(accTy, {narrowProbs ? narrow : probs, vTile}, accScaled,
-              {map(3, {2, 0}), map(3, {2, 1}), map(3, {0, 1})}, {par, par, red},
-              [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                Value p = arith::MulFOp::create(nb, l, wide(nb, l, a[0]),
-                                                wide(nb, l, a[1]), contract);
-                return arith::AddFOp::create(nb, l, a[2], p, contract);
-              });
+  Value accNext;
+  if (pairs) {
+    // V's rows in pairs, [Tk / 2, D, 2], once per step: P x V's register
+    // tiles read them as they are instead of interleaving two rows of V per
+    // tile. Loops (r, d, jj, t), j = 2 jj + t: the same pairs, same order.
+    SmallVector<ReassociationIndices> pairsOfRows = {{0, 1}, {2}};
+    Value vByPairs = tensor::ExpandShapeOp::create(
+        b, loc, RankedTensorType::get({tk / 2, 2, dim}, elemTy), vTile,
+        pairsOfRows);
+    Value vPairs =
+        generic(RankedTensorType::get({tk / 2, dim, 2}, elemTy), {vByPairs},
+                empty({tk / 2, dim, 2}, elemTy),
+                {map(3, {0, 2, 1}), map(3, {0, 1, 2})}, {par, par, par},
+                [](OpBuilder &, Location, ValueRange a) { return a[0]; });
+    Value pPairs = tensor::ExpandShapeOp::create(
+        b, loc, RankedTensorType::get({tk / 2, 2, rows}, elemTy), narrow,
+        pairsOfRows);
+    accNext = generic(accTy, {pPairs, vPairs}, accScaled,
+                      {map(4, {2, 3, 0}), map(4, {2, 1, 3}), map(4, {0, 1})},
+                      {par, par, red, red}, productBody);
+  } else {
+    // Loops (r, d, j): the head dim d is the vector, p[j, r] broadcast.
+    accNext = generic(accTy, {narrowProbs ? narrow : probs, vTile}, accScaled,
+                      {map(3, {2, 0}), map(3, {2, 1}), map(3, {0, 1})},
+                      {par, par, red}, productBody);
+  }
   scf::YieldOp::create(b, loc, ValueRange{mNext, lNext, accNext});
   return SmallVector<Value>(loop.getResults());
 }
@@ -767,12 +441,24 @@ Value TileBuilder::build(Value queries, Value keys, Value values, Value offset,
   Value qRows = tensor::CollapseShapeOp::create(
       b, loc, RankedTensorType::get({rows, dim}, elemTy), q,
       SmallVector<ReassociationIndices>{{0, 1, 2}, {3}});
-  qOperand =
-      dot ? qRows
-          : generic(RankedTensorType::get({dim, rows}, elemTy), {qRows},
-                    empty({dim, rows}, elemTy),
-                    {map(2, {1, 0}), map(2, {0, 1})}, {par, par},
-                    [](OpBuilder &, Location, ValueRange a) { return a[0]; });
+  auto copy = [](OpBuilder &, Location, ValueRange a) { return a[0]; };
+  if (dot) {
+    qOperand = qRows;
+  } else if (pairs) {
+    // [D / 2, R, 2]: the queries' pairs along D, the rows' vector of pairs
+    // that Q K^T's dot products read as they are.
+    Value qByPairs = tensor::ExpandShapeOp::create(
+        b, loc, RankedTensorType::get({rows, dim / 2, 2}, elemTy), qRows,
+        SmallVector<ReassociationIndices>{{0}, {1, 2}});
+    qOperand =
+        generic(RankedTensorType::get({dim / 2, rows, 2}, elemTy), {qByPairs},
+                empty({dim / 2, rows, 2}, elemTy),
+                {map(3, {1, 0, 2}), map(3, {0, 1, 2})}, {par, par, par}, copy);
+  } else {
+    qOperand = generic(RankedTensorType::get({dim, rows}, elemTy), {qRows},
+                       empty({dim, rows}, elemTy),
+                       {map(2, {1, 0}), map(2, {0, 1})}, {par, par}, copy);
+  }
 
   // Row 0's position, clamped to [-tq, Lk (+ the window)]: no key or every
   // key (none, past the window) for the whole tile either way, in i32.
@@ -958,8 +644,7 @@ FailureOr<SmallVector<Value>> AttentionOp::decompose(OpBuilder &b,
                                   .build(getQueries(), getKeys(), getValues(),
                                          getOffset(), getInit())};
   return SmallVector<Value>{
-      KeyLoopBuilder(b, getLoc(), *this, keyTile, lengthsChecked)
-          .build(getQueries(), getKeys(), getValues(), getOffset(), getInit())};
+      decomposeKeyLoop(b, getLoc(), *this, keyTile, lengthsChecked)};
 }
 
 FailureOr<SmallVector<Value>> AttentionOp::decomposeOperation(OpBuilder &b) {

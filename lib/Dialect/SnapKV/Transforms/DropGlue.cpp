@@ -1,10 +1,11 @@
 //===- DropGlue.cpp - erase entry points that only call -------------------===//
 //
-// A model's entry point that only calls one layer function per layer is run
-// by the Python runner, call by call, rather than compiled: compiling it
-// would inline every layer into one function (a 30-layer model's pipeline
-// then needs more memory than the machine has). What it calls becomes public
-// so that the runner can call each callee's C interface.
+// A model's entry point that only calls one layer function per layer may be
+// run by the Python runner, call by call, rather than compiled: one function
+// less that takes every weight (hundreds of memref descriptors, which clang
+// compiles slowly). The runner does so for the entry points it calls once
+// per prompt, not for a decode step. What it calls becomes public so that the
+// runner can call each callee's C interface.
 //
 //===----------------------------------------------------------------------===//
 

@@ -7,7 +7,9 @@
 // linalg.matmul by such a weight reads the int8 values and widens them in
 // its own inner loop (a vector x matrix product), or dequantizes the matrix
 // once per call before the product (a prompt's rows: the conversion is K x N
-// against the product's M x K x N). Plain linalg on tensors: the pipelines
+// against the product's M x K x N). With int8 activations the values are
+// taken packed by 4 rows, the layout `vpdpbusd` reads (the runner binds the
+// permuted copy once). Plain linalg on tensors: the pipelines
 // tile, vectorise and parallelise it as they do the f32 or bf16 matmul.
 //
 //===----------------------------------------------------------------------===//
@@ -42,6 +44,9 @@ namespace {
 
 /// Q8_0's block: one scale per 32 consecutive values along the reduction.
 constexpr int64_t kBlock = 32;
+/// Rows per column of the packed values (`activations=i8`): `vpdpbusd` adds
+/// 4 adjacent byte products into each i32 lane.
+constexpr int64_t kGroup = 4;
 constexpr llvm::StringLiteral kQuantized = "snapkv.quantized";
 
 /// The block formats a weight may be taken in; each is its values argument
@@ -100,13 +105,19 @@ bool isWeight(func::FuncOp func, unsigned i) {
          isTransposed && quantizable(func.getArgumentTypes()[i]);
 }
 
-/// Q8_0: one int8 per value; Q4_1: one byte per two values of a block (its
-/// nibbles).
-RankedTensorType valuesType(RankedTensorType weight, Format format) {
+/// Q8_0: one int8 per value, `[K, N]`, or `packed` (`activations=i8`):
+/// `[K / 4, N, 4]` (the values of rows 4i..4i+3 of each column adjacent,
+/// `linalg.pack` of `[K, N]` with inner_dims_pos = [0] and inner_tiles =
+/// [4]); Q4_1: one byte per two values of a block (its nibbles), `[K / 2, N]`.
+RankedTensorType valuesType(RankedTensorType weight, Format format,
+                            bool packed) {
+  Type i8 = IntegerType::get(weight.getContext(), 8);
   SmallVector<int64_t> shape(weight.getShape());
   if (format == Format::q4_1)
     shape[0] /= 2;
-  return RankedTensorType::get(shape, IntegerType::get(weight.getContext(), 8));
+  else if (packed)
+    shape = {shape[0] / kGroup, shape[1], kGroup};
+  return RankedTensorType::get(shape, i8);
 }
 
 /// f32 whatever the weight's type: GGUF's f16 scales, exactly.
@@ -168,13 +179,15 @@ Value vectorTimesQuantized(OpBuilder &b, Location loc, Value x, Value values,
 
 } // namespace
 
+/// `x`'s rows quantized per block of 32 as GGUF Q8_0 quantizes: `scale =
+/// max|x| / 127` and `a = round(x / scale)` (a multiply by `1 / scale`, 0 for
+/// a block of zeros); the `[m, K / 32, 32]` int8 values and `[m, K / 32]`
+/// scales.
 std::pair<Value, Value>
 snapkv::quantizeActivationBlocks(OpBuilder &b, Location loc, Value x) {
   MLIRContext *ctx = b.getContext();
   Type f32 = b.getF32Type();
   Value blocks = splitBlocks(b, loc, x, 1);
-  auto blockType = cast<RankedTensorType>(blocks.getType());
-  ArrayRef<int64_t> shape = blockType.getShape();
   using utils::IteratorType;
   AffineExpr m, kb, kk;
   bindDims(ctx, m, kb, kk);
@@ -185,7 +198,10 @@ snapkv::quantizeActivationBlocks(OpBuilder &b, Location loc, Value x) {
   };
   // max |x| per block.
   Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0));
-  Value rowShape = tensor::EmptyOp::create(b, loc, shape.take_front(2), f32);
+  // The row count may be dynamic (a prompt's).
+  SmallVector<OpFoldResult> sizes = tensor::getMixedSizes(b, loc, blocks);
+  Value rowShape = tensor::EmptyOp::create(
+      b, loc, ArrayRef<OpFoldResult>(sizes).take_front(2), f32);
   Value maxima0 = linalg::FillOp::create(b, loc, zero, rowShape).getResult(0);
   Value maxima =
       linalg::GenericOp::create(
@@ -217,7 +233,7 @@ snapkv::quantizeActivationBlocks(OpBuilder &b, Location loc, Value x) {
           .getResult(0);
   // a = round(x * (1 / scale)).
   Value quantized0 =
-      tensor::EmptyOp::create(b, loc, shape, IntegerType::get(ctx, 8));
+      tensor::EmptyOp::create(b, loc, sizes, IntegerType::get(ctx, 8));
   Value quantized =
       linalg::GenericOp::create(
           b, loc, TypeRange{quantized0.getType()},
@@ -246,22 +262,37 @@ snapkv::quantizeActivationBlocks(OpBuilder &b, Location loc, Value x) {
 
 namespace {
 
-/// `matmul(x, dequant(values, scales))` where `x` has one row, with `x`
-/// quantized too (`activations=i8`, quantizeActivationBlocks), then the int8
-/// x int8 contraction of int8ContractionMaps.
-Value int8VectorTimesQuantized(OpBuilder &b, Location loc, Value x,
-                               Value values, Value scales, Value init) {
+/// `matmul(x, dequant(values, scales))` with `x` (its rows: a decode step's
+/// one, a prompt's many) quantized too (`activations=i8`,
+/// quantizeActivationBlocks), then the int8 x int8 contraction of
+/// int8ContractionMaps, whose `values` are packed by 4 rows (valuesType).
+Value int8TimesQuantized(OpBuilder &b, Location loc, Value x, Value values,
+                         Value scales, Value init) {
   MLIRContext *ctx = b.getContext();
   auto [quantized, activationScales] = quantizeActivationBlocks(b, loc, x);
+  ArrayRef<int64_t> shape =
+      cast<RankedTensorType>(quantized.getType()).getShape();
   using utils::IteratorType;
+  // [m, k / 32, k % 32 / 4, k % 4] and [k / 32, k % 32 / 4, n, k % 4].
+  auto valueType = cast<RankedTensorType>(values.getType());
+  Value groups = tensor::ExpandShapeOp::create(
+      b, loc,
+      RankedTensorType::get({shape[0], shape[1], kBlock / kGroup, kGroup},
+                            IntegerType::get(ctx, 8)),
+      quantized, SmallVector<ReassociationIndices>{{0}, {1}, {2, 3}});
+  Value packed = tensor::ExpandShapeOp::create(
+      b, loc,
+      RankedTensorType::get({valueType.getDimSize(0) * kGroup / kBlock,
+                             kBlock / kGroup, valueType.getDimSize(1), kGroup},
+                            valueType.getElementType()),
+      values, SmallVector<ReassociationIndices>{{0, 1}, {2}, {3}});
   SmallVector<IteratorType> iterators = {
       IteratorType::parallel, IteratorType::reduction, IteratorType::reduction,
-      IteratorType::parallel};
+      IteratorType::reduction, IteratorType::parallel};
   auto generic = linalg::GenericOp::create(
       b, loc, TypeRange{init.getType()},
-      ValueRange{quantized, splitBlocks(b, loc, values, 0), activationScales,
-                 scales},
-      ValueRange{init}, int8ContractionMaps(ctx), iterators,
+      ValueRange{groups, packed, activationScales, scales}, ValueRange{init},
+      int8ContractionMaps(ctx), iterators,
       [](OpBuilder &nb, Location nloc, ValueRange args) {
         Type i32 = nb.getI32Type();
         Value a = arith::ExtSIOp::create(nb, nloc, i32, args[0]);
@@ -309,8 +340,10 @@ Value dequantize(OpBuilder &b, Location loc, Value values, Value scales,
 }
 
 /// Replaces each matmul by `values` (an argument now i8, of `type` before)
-/// with its quantized form (`int8Activations`: a one-row product's
-/// activations quantized too); `parts` are the arguments after `values`.
+/// with its quantized form (`int8Activations`: the activations quantized
+/// too, Q8_0's products of any row count and Q4_1's one-row products; a
+/// prompt's Q4_1 products dequantize); `parts` are the arguments after
+/// `values`.
 void rewriteMatmuls(Value values, ValueRange parts, Format format, Type type,
                     bool int8Activations) {
   Value scales = parts.front();
@@ -326,10 +359,10 @@ void rewriteMatmuls(Value values, ValueRange parts, Format format, Type type,
     if (oneRow && format == Format::q4_1) {
       result = buildQ41Contraction(b, loc, x, values, scales, parts[1], init,
                                    int8Activations);
+    } else if (int8Activations && format == Format::q8_0) {
+      result = int8TimesQuantized(b, loc, x, values, scales, init);
     } else if (oneRow) {
-      result = int8Activations
-                   ? int8VectorTimesQuantized(b, loc, x, values, scales, init)
-                   : vectorTimesQuantized(b, loc, x, values, scales, init);
+      result = vectorTimesQuantized(b, loc, x, values, scales, init);
     } else {
       Value weight =
           format == Format::q4_1
@@ -454,6 +487,8 @@ struct QuantizeWeights
     for (auto [position, positionFormat] : positions)
       changes[position.first].push_back({position.second, positionFormat});
     Builder b(&getContext());
+    // int8 activations: every Q8_0 weight packed by 4 rows for vpdpbusd.
+    bool int8 = activations == "i8";
     for (auto func : module.getOps<func::FuncOp>()) {
       if (!changes.count(func))
         continue;
@@ -476,16 +511,18 @@ struct QuantizeWeights
                                     b.getDictionaryAttr(partAttrs),
                                     func.getArgument(i).getLoc());
         }
+        bool packed = int8 && argFormat == Format::q8_0;
         if (func.getArgAttr(i, "snapkv.weight"))
-          func.setArgAttr(i, kQuantized, b.getStringAttr(nameOf(argFormat)));
+          func.setArgAttr(
+              i, kQuantized,
+              b.getStringAttr(packed ? "q8_0_packed" : nameOf(argFormat)));
         BlockArgument values = func.getArgument(i);
-        values.setType(valuesType(type, argFormat));
+        values.setType(valuesType(type, argFormat, packed));
         SmallVector<Value> parts;
         for (unsigned p = 0; p < partNames.size(); ++p)
           parts.push_back(func.getArgument(i + 1 + p));
         partsOfValue[values] = parts;
-        rewriteMatmuls(values, parts, argFormat, type.getElementType(),
-                       activations == "i8");
+        rewriteMatmuls(values, parts, argFormat, type.getElementType(), int8);
       }
       snapkv::detail::updateSignature(func);
     }

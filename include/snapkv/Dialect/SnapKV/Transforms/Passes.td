@@ -186,9 +186,11 @@ def DropGlue : Pass<"snapkv-drop-glue", "::mlir::ModuleOp"> {
     `func.call`, `tensor.cast` and `func.return` only, and makes every
     function they call public (declarations stay private). The Python runner runs such an entry point
     itself, step by step from `snapkv-describe-module`'s `glue`, calling the
-    compiled callees' C interfaces: compiled, it would inline every layer of
-    a model into one function. A name that is not a function, or a function
-    that does more, is an error.
+    compiled callees' C interfaces: fewer compiled functions then take every
+    weight (hundreds of memref descriptors, slow for clang). The runner
+    erases only the entry points it calls once per prompt; a decode step stays
+    compiled (one call per token, not one per layer). A name that is not a
+    function, or a function that does more, is an error.
   }];
   let options = [
     ListOption<"functions", "functions", "std::string",
@@ -699,20 +701,27 @@ def QuantizeWeights : Pass<"snapkv-quantize-weights", "::mlir::ModuleOp"> {
     microkernel). The runner binds the values and scales
     (`snapkv-describe-module` reports `"quantized"` per argument).
 
-    `activations=i8` (llama.cpp's form of a Q8_0 vector x matrix product;
-    it changes the numerics, so it is never the default) quantizes the one
-    row too: per block of 32, the scale `max|x| / 127` (f32) and the values
+    `activations=i8` (llama.cpp's form of a Q8_0 matrix product; it changes
+    the numerics, so it is never the default) quantizes the activations
+    too, a decode step's row and a prompt's rows alike: per row and block of
+    32, the scale `max|x| / 127` (f32) and the values
     `round(x / scale)` (to nearest, halves away from zero; a block of zeros
     has scale 0 and values 0), then one `linalg.generic` over (m, k / 32, k
-    % 32, n) of body `out + sitofp(extsi(a) * extsi(q)) * (scale_a *
-    scale_q)`: the products are exact integers, and snapkv-vectorize sums
-    each block's 32 in i32 before the one multiply by the scales (on
-    AVX512_VNNI with `vpdpbusd`). A prompt's rows are unchanged by it. A
-    `q4_1` weight's one-row product takes the same int8 activations: body
-    `out + (sitofp(a) * scale_a) * (q * d + m)`, which snapkv-vectorize
-    computes as llama.cpp's Q4_1 x Q8_1 does, `scale_a * (d * sum q * a + m
-    * sum a)` with the sums in i32 (`vpdpbusd` takes the nibbles, unsigned,
-    as they are).
+    % 32 / 4, k % 4, n) of body `out + sitofp(extsi(a) * extsi(q)) *
+    (scale_a * scale_q)`: the products are exact integers, and
+    snapkv-vectorize sums each block's 32 in i32 before the one multiply by
+    the scales (on AVX512_VNNI with `vpdpbusd`). Its weights' values are
+    taken packed by 4 rows, `tensor<(K/4)xNx4xi8>` (`snapkv.quantized =
+    "q8_0_packed"`; `linalg.pack` of the `[K, N]` values with
+    inner_dims_pos = [0] and inner_tiles = [4]: each column's 4 consecutive
+    values adjacent, as `vpdpbusd` multiplies them), which the runner binds
+    once.
+    A `q4_1` weight's one-row product takes the same int8 activations (its
+    nibbles unpacked, not packed): body `out + (sitofp(a) * scale_a) * (q * d
+    + m)`, which snapkv-vectorize computes as llama.cpp's Q4_1 x Q8_1 does,
+    `scale_a * (d * sum q * a + m * sum a)` with the sums in i32 (`vpdpbusd`
+    takes the nibbles, unsigned, as they are); a prompt's Q4_1 products
+    dequantize.
   }];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::linalg::LinalgDialect",
@@ -727,8 +736,9 @@ def QuantizeWeights : Pass<"snapkv-quantize-weights", "::mlir::ModuleOp"> {
                "own formats)">,
     Option<"activations", "activations", "std::string",
            /*default=*/"\"float\"",
-           "The one-row products' activations: float (as given, f32 or bf16) "
-           "or i8 (quantized per block of 32, int8 x int8 block sums)">
+           "The products' activations: float (as given, f32 or bf16) or i8 "
+           "(quantized per row and block of 32, int8 x int8 block sums, the "
+           "values packed by 4 rows)">
   ];
 }
 
