@@ -181,9 +181,14 @@ def main(argv=None) -> int:
     p.add_argument("--methods", default="nodrop,keydiff,keydiff+oracle,keydiff+oracle+forced")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", type=Path, help="every prompt's rows (rewritten after each)")
+    p.add_argument("--no-baselines", action="store_true",
+                   help="skip the full prefill (no full/oneshot rows, oracle or logit_diff)")
     args = p.parse_args(argv)
     methods = args.methods.split(",")
     specs = {m: parse(m) for m in methods}
+    if args.no_baselines and any(s["oracle"] for s in specs.values()):
+        raise SystemExit("chunk_attribution.py: oracle needs one-shot's rows: drop "
+                         "--no-baselines")
 
     import torch
     from transformers import AutoModelForCausalLM
@@ -203,7 +208,7 @@ def main(argv=None) -> int:
         # held / oneshot: per layer [Hkv, S] prompt positions; means over layers and heads.
         share = None if held is None else float(np.mean(
             [np.isin(sample.positions, row).mean() for layer in held for row in layer]))
-        same = None if held is None else float(np.mean(
+        same = None if held is None or oneshot is None else float(np.mean(
             [np.isin(o, h).mean() for hs, os in zip(held, oneshot) for h, o in zip(hs, os)]))
         start = None if held is None else float(np.mean(
             [np.isin(np.arange(HEAD), row).mean() for layer in held for row in layer]))
@@ -223,22 +228,24 @@ def main(argv=None) -> int:
             ids = torch.from_numpy(sample.ids)[None]
             length = ids.shape[1]
             bounds = reference.chunk_bounds(length, args.chunk, WINDOW)
-            logits, keys, values, queries = rd.prefill(model, ids)
-            full_row = logits[0, -1]
-            tokens, _, _ = rd.greedy_decode(model, full_row, length, [k.clone() for k in keys],
-                                            [v.clone() for v in values], sample.steps,
-                                            expanded=False)
-            record(index, sample, "full", tokens, None, None, None)
-            sels = [reference.select(q[:, :, length - WINDOW:].numpy(), k.numpy(), v.numpy(),
-                                     WINDOW, capacity, KERNEL, "avg", GQA)
-                    for q, k, v in zip(queries, keys, values)]
-            oneshot = [s.indices[0] for s in sels]
-            tokens, _, _ = rd.greedy_decode(
-                model, full_row, length, [torch.from_numpy(s.keys.copy()) for s in sels],
-                [torch.from_numpy(s.values.copy()) for s in sels], sample.steps,
-                expanded=False)
-            record(index, sample, "oneshot", tokens, oneshot, 0.0, oneshot)
-            del logits, keys, values, queries
+            full_row = oneshot = None
+            if not args.no_baselines:
+                logits, keys, values, queries = rd.prefill(model, ids)
+                full_row = logits[0, -1]
+                tokens, _, _ = rd.greedy_decode(model, full_row, length, [k.clone() for k in keys],
+                                                [v.clone() for v in values], sample.steps,
+                                                expanded=False)
+                record(index, sample, "full", tokens, None, None, None)
+                sels = [reference.select(q[:, :, length - WINDOW:].numpy(), k.numpy(), v.numpy(),
+                                         WINDOW, capacity, KERNEL, "avg", GQA)
+                        for q, k, v in zip(queries, keys, values)]
+                oneshot = [s.indices[0] for s in sels]
+                tokens, _, _ = rd.greedy_decode(
+                    model, full_row, length, [torch.from_numpy(s.keys.copy()) for s in sels],
+                    [torch.from_numpy(s.values.copy()) for s in sels], sample.steps,
+                    expanded=False)
+                record(index, sample, "oneshot", tokens, oneshot, 0.0, oneshot)
+                del logits, keys, values, queries
             memo = {(): rd.prefill(model, ids[:, :bounds[0][1]])}
             for method in methods:
                 row, caches, held = chunked(model, ids, specs[method], bounds, capacity,
@@ -246,11 +253,11 @@ def main(argv=None) -> int:
                 tokens, _, _ = rd.greedy_decode(model, row, length, [k for k, _ in caches],
                                                 [v for _, v in caches], sample.steps,
                                                 expanded=False)
-                record(index, sample, method, tokens, held,
-                       float((row - full_row).abs().max()), oneshot)
+                diff = None if full_row is None else float((row - full_row).abs().max())
+                record(index, sample, method, tokens, held, diff, oneshot)
     print(f"\n{args.task}, L = {args.length}, C = {capacity}, M = {staging}, chunk {args.chunk}, "
           f"prompts {args.first}..{args.first + args.samples - 1}")
-    for method in ["full", "oneshot", *methods]:
+    for method in ([] if args.no_baselines else ["full", "oneshot"]) + methods:
         mine = [r for r in rows if r["method"] == method]
         right = sum(r["correct"] for r in mine)
         low, high = wilson(right, len(mine))
