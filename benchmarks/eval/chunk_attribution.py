@@ -35,7 +35,6 @@ logits row from the full cache's (``logit_diff``). Accuracy only: timings are no
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
@@ -44,9 +43,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
-from snapkv import models, reference  # noqa: E402
-from snapkv.evaluation.results import wilson  # noqa: E402
-from snapkv.evaluation.tasks import TextTask  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from staging_scores import arguments, load, summary  # noqa: E402
+
+from snapkv import reference  # noqa: E402
 
 WINDOW, KERNEL, GQA, SINKS = 32, 15, "mean", 4
 HEAD = 32  # first_rows: the share of the prompt's first HEAD positions (its instruction) held
@@ -168,19 +168,8 @@ def chunked(model, ids, spec, bounds, capacity, staging, oneshot, memo):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="smollm2-135m-instruct")
-    p.add_argument("--task", default="passkey", choices=("passkey", "needle", "multikey"))
-    p.add_argument("--length", type=int, default=4000)
-    p.add_argument("--budget", type=float, default=1 / 8, help="C = length * budget")
-    p.add_argument("--chunk", type=int, default=1000)
+    p = arguments(__doc__, "nodrop,keydiff,keydiff+oracle,keydiff+oracle+forced")
     p.add_argument("--factor", type=int, default=4, help="M = factor * C")
-    p.add_argument("--samples", type=int, default=6)
-    p.add_argument("--first", type=int, default=0, help="first prompt index")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--methods", default="nodrop,keydiff,keydiff+oracle,keydiff+oracle+forced")
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--json", type=Path, help="every prompt's rows (rewritten after each)")
     p.add_argument("--no-baselines", action="store_true",
                    help="skip the full prefill (no full/oneshot rows, oracle or logit_diff)")
     args = p.parse_args(argv)
@@ -191,15 +180,10 @@ def main(argv=None) -> int:
                          "--no-baselines")
 
     import torch
-    from transformers import AutoModelForCausalLM
 
     from snapkv.frontend import reference_decode as rd
 
-    torch.set_num_threads(args.threads)
-    directory = models.resolve(args.model)
-    model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32,
-                                                 attn_implementation="eager").eval()
-    task = TextTask(args.task, directory)
+    model, task = load(args)
     capacity = int(args.length * args.budget)
     staging = args.factor * capacity
     rows = []
@@ -255,15 +239,9 @@ def main(argv=None) -> int:
                                                 expanded=False)
                 diff = None if full_row is None else float((row - full_row).abs().max())
                 record(index, sample, method, tokens, held, diff, oneshot)
-    print(f"\n{args.task}, L = {args.length}, C = {capacity}, M = {staging}, chunk {args.chunk}, "
-          f"prompts {args.first}..{args.first + args.samples - 1}")
-    for method in ([] if args.no_baselines else ["full", "oneshot"]) + methods:
-        mine = [r for r in rows if r["method"] == method]
-        right = sum(r["correct"] for r in mine)
-        low, high = wilson(right, len(mine))
-        held = [r["held"] for r in mine if r["held"] is not None]
-        print(f"{method:28s} {right}/{len(mine)} [{100 * low:.0f}-{100 * high:.0f}]"
-              + (f"  held {np.mean(held):.2f}" if held else ""))
+    summary(f"{args.task}, L = {args.length}, C = {capacity}, M = {staging}, chunk {args.chunk}, "
+            f"prompts {args.first}..{args.first + args.samples - 1}",
+            ([] if args.no_baselines else ["full", "oneshot"]) + methods, rows)
     return 0
 
 
