@@ -139,8 +139,9 @@ def share_work(rd):
     rd.prefill = shared_prefill
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def arguments(doc, methods):
+    """The options both prototypes take (`methods`: the default of ``--methods``)."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     p.add_argument("--model", default="smollm2-135m-instruct")
     p.add_argument("--task", default="passkey", choices=("passkey", "needle", "multikey"))
     p.add_argument("--length", type=int, default=4000)
@@ -149,22 +150,46 @@ def main(argv=None) -> int:
     p.add_argument("--samples", type=int, default=6)
     p.add_argument("--first", type=int, default=0, help="first prompt index")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--methods", default="full,oneshot,m2c-sum,m2c-keydiff,m4c-sum,m4c-keydiff")
+    p.add_argument("--methods", default=methods)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", type=Path, help="every prompt's rows (rewritten after each)")
-    args = p.parse_args(argv)
+    return p
 
+
+def load(args):
+    """``(model, task)``: the checkpoint in HF's eager float32 forward, and its text task."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    from snapkv.frontend import reference_decode as rd
-
     torch.set_num_threads(args.threads)
-    share_work(rd)
     directory = models.resolve(args.model)
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32,
                                                  attn_implementation="eager").eval()
-    task = TextTask(args.task, directory)
+    return model, TextTask(args.task, directory)
+
+
+def summary(title, methods, rows):
+    """Per method: right/n with the Wilson interval and the mean ``held``."""
+    print(f"\n{title}")
+    for method in methods:
+        mine = [r for r in rows if r["method"] == method]
+        right = sum(r["correct"] for r in mine)
+        low, high = wilson(right, len(mine))
+        held = [r["held"] for r in mine if r["held"] is not None]
+        print(f"{method:28s} {right}/{len(mine)} [{100 * low:.0f}-{100 * high:.0f}]"
+              + (f"  held {np.mean(held):.2f}" if held else ""))
+
+
+def main(argv=None) -> int:
+    p = arguments(__doc__, "full,oneshot,m2c-sum,m2c-keydiff,m4c-sum,m4c-keydiff")
+    args = p.parse_args(argv)
+
+    import torch
+
+    from snapkv.frontend import reference_decode as rd
+
+    model, task = load(args)
+    share_work(rd)
     capacity = int(args.length * args.budget)
     methods = args.methods.split(",")
     for method in methods:
@@ -188,15 +213,8 @@ def main(argv=None) -> int:
                 args.json.write_text(json.dumps(dict(
                     task=args.task, length=args.length, capacity=capacity, chunk=args.chunk,
                     window=WINDOW, kernel=KERNEL, gqa=GQA, rows=rows), indent=1))
-    print(f"\n{args.task}, L = {args.length}, C = {capacity}, chunk {args.chunk}, "
-          f"prompts {args.first}..{args.first + args.samples - 1}")
-    for method in methods:
-        mine = [r for r in rows if r["method"] == method]
-        right = sum(r["correct"] for r in mine)
-        low, high = wilson(right, len(mine))
-        held = [r["held"] for r in mine if r["held"] is not None]
-        print(f"{method:16s} {right}/{len(mine)} [{100 * low:.0f}-{100 * high:.0f}]"
-              + (f"  held {np.mean(held):.2f}" if held else ""))
+    summary(f"{args.task}, L = {args.length}, C = {capacity}, chunk {args.chunk}, "
+            f"prompts {args.first}..{args.first + args.samples - 1}", methods, rows)
     return 0
 
 

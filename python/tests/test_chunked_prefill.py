@@ -263,6 +263,20 @@ def test_two_level_chunked_prefill_is_the_reference(case):
     assert_staged_is(model, case["ids"], oracle)
     assert not all(np.allclose(a.keys, b.keys, atol=1e-3)
                    for a, b in zip(oracle["selections"], case["oracle"]["selections"]))
+    # Staging that drops nothing (a 40-token prompt: M and C >= L) is the original model: the
+    # staged chunk, then the last one over its caches at their logical positions, give the
+    # full cache's caches, logits and tokens (a check of the positions, masks and row order).
+    short = case["ids"][:, :CAPACITY]
+    logits, caches = model.prefill(short)
+    assert model.last_prefill["chunks"] == [(0, CHUNK), (CHUNK, CAPACITY)]
+    expected_logits, expected = case["full"].prefill(short)
+    np.testing.assert_allclose(logits, expected_logits, rtol=0, atol=LOGIT_ATOL)
+    for mine, full in zip(caches, expected, strict=True):
+        assert mine.shape == full.shape == (1, 2, CAPACITY, 128)
+        np.testing.assert_allclose(mine, full, rtol=0, atol=CACHE_ATOL)
+    out, full = model.generate(short, STEPS), case["full"].generate(short, STEPS)
+    assert out["tokens"] == full["tokens"]
+    np.testing.assert_allclose(out["logits"], full["logits"], rtol=0, atol=LOGIT_ATOL)
     # The ledger: M staged rows plus the last chunk before the final select.
     assert ledger.ledger_data(text, L, 0)["layers"][0]["prefill_peak_rows"] == \
         STAGING + (L - 2 * CHUNK)
