@@ -101,6 +101,20 @@ void mlir::snapkv::inheritLoweringConfig(
     });
 }
 
+LogicalResult mlir::snapkv::decomposeSelect(RewriterBase &rewriter,
+                                            linalg::AggregatedOpInterface op) {
+  rewriter.setInsertionPoint(op);
+  Operation *before = op->getPrevNode();
+  FailureOr<SmallVector<Value>> stages = op.decomposeOperation(rewriter);
+  if (failed(stages))
+    return failure();
+  Operation *first = before ? before->getNextNode() : &op->getBlock()->front();
+  inheritLoweringConfig(
+      op, llvm::make_range(first->getIterator(), op->getIterator()));
+  rewriter.replaceOp(op, *stages);
+  return success();
+}
+
 /// `{rows = i, buffers = [j, ...], dim = d}` on a function (written by
 /// snapkv-append-in-place): argument i holds one i64 per buffer (each
 /// buffer's row count, in the order of `buffers`), every j is a buffer (not
