@@ -12,6 +12,7 @@
 
 #include "snapkv/Conversion/SnapKVToLinalg/SnapKVToLinalg.h"
 #include "Formulation.h"
+#include "snapkv/Dialect/SnapKV/IR/SelectDecomposition.h"
 #include "snapkv/Dialect/SnapKV/IR/SnapKVDialect.h"
 #include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
 

@@ -1,4 +1,5 @@
 #include "snapkv/Dialect/SnapKV/IR/SnapKVDialect.h"
+#include "snapkv/Dialect/SnapKV/IR/SelectDecomposition.h"
 #include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
 
 #include "mlir/Dialect/Affine/IR/AffineOps.h"

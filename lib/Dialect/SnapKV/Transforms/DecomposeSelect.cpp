@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "snapkv/Dialect/SnapKV/IR/SelectDecomposition.h"
 #include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
 #include "snapkv/Dialect/SnapKV/Transforms/Passes.h"
 

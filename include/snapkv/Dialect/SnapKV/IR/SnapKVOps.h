@@ -7,7 +7,6 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/IR/OpImplementation.h"
-#include "mlir/IR/PatternMatch.h"
 #include "mlir/Interfaces/DestinationStyleOpInterface.h"
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
@@ -28,12 +27,6 @@ namespace mlir::snapkv {
 /// decomposition or a lowering made of `from` are lowered as it would be.
 void inheritLoweringConfig(Operation *from,
                            llvm::iterator_range<Block::iterator> created);
-
-/// Replaces `op` (a select or select_adaptive) with its stage ops (its
-/// AggregatedOpInterface decomposition), which inherit its configuration;
-/// fails, leaving `op`, where it has no stage form.
-LogicalResult decomposeSelect(RewriterBase &rewriter,
-                              linalg::AggregatedOpInterface op);
 
 /// snapkv.attention's query and key lengths and causal offset (Lk - Lq unless
 /// `offset` is given), with the run-time check the verifier cannot make on
