@@ -19,16 +19,14 @@ import sys
 PASSES = [
     ["--convert-snapkv-to-linalg"],
     # The CPU pipeline tiles with keep-logits; the recomputing form separately.
-    ["--convert-snapkv-to-linalg=tiling=cpu keep-logits=false", "--snapkv-tile-and-fuse"],
+    ["--convert-snapkv-to-linalg=tiling=cpu keep-logits=false"],
     ["--convert-snapkv-to-linalg=tiling=gpu", "--snapkv-tile-and-fuse"],
     # On its own: whatever #snapkv.tile / snapkv.fuse the input carries.
     ["--snapkv-tile-and-fuse"],
     ["--snapkv-cpu-pipeline"],
     ["--snapkv-cpu-pipeline=fuse-attention=false"],
-    ["--snapkv-cpu-pipeline=decompose-select=false"],
     ["--snapkv-decompose-select"],
-    ["--snapkv-decompose-select", "--convert-snapkv-to-linalg=tiling=cpu",
-     "--snapkv-tile-and-fuse"],
+    ["--snapkv-decompose-select", "--convert-snapkv-to-linalg=tiling=cpu"],
     # Each op's configuration as data, then the conversion that reads it (on GPU blocks
     # with their own threads, without tensor cores).
     ["--snapkv-configure-lowering"],

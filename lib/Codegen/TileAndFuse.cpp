@@ -14,7 +14,6 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/SCF/Transforms/TileUsingInterface.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
-#include "mlir/IR/Dominance.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Interfaces/TilingInterface.h"
 
@@ -48,63 +47,6 @@ struct Group {
 bool inGroup(Operation *op, int64_t group) {
   auto groups = op->getAttrOfType<DenseI64ArrayAttr>(kFuseAttr);
   return groups && llvm::is_contained(groups.asArrayRef(), group);
-}
-
-/// Whether `l` and `r` hold the same values: the same SSA value, fills of
-/// the same constant (into any tensor of one type), or the same slice.
-bool sameValues(Value l, Value r) {
-  if (l == r)
-    return true;
-  if (l.getType() != r.getType())
-    return false;
-  auto lf = l.getDefiningOp<linalg::FillOp>(),
-       rf = r.getDefiningOp<linalg::FillOp>();
-  if (lf && rf)
-    return lf.getInputs()[0] == rf.getInputs()[0];
-  auto ls = l.getDefiningOp<tensor::ExtractSliceOp>(),
-       rs = r.getDefiningOp<tensor::ExtractSliceOp>();
-  return ls && rs &&
-         OperationEquivalence::isEquivalentTo(
-             ls, rs, OperationEquivalence::exactValueMatch, nullptr,
-             OperationEquivalence::IgnoreLocations);
-}
-
-/// Tile-and-fuse fuses a producer once per slice that reads it. CSE merges
-/// identical copies, but not the copy that writes the loop's output (a
-/// producer yielded for users outside the tile: the logits kept for the
-/// votes) and one that writes a fresh tensor, which would compute the tile
-/// twice. Same op, same inputs, inits with the same values: the first copy
-/// whose value reaches all users of the other replaces it.
-void mergeFusedCopies(RewriterBase &rewriter, Block &body) {
-  SmallVector<linalg::GenericOp> ops(body.getOps<linalg::GenericOp>());
-  DominanceInfo dominance;
-  llvm::DenseMap<Value, Value> inRegion;
-  auto equivalent = [&](Value l, Value r) {
-    return success(sameValues(l, r) || inRegion.lookup(l) == r);
-  };
-  auto mark = [&](Value l, Value r) { inRegion[l] = r; };
-  auto reachesUsers = [&](Operation *from, Operation *to) {
-    return llvm::all_of(to->getUsers(), [&](Operation *user) {
-      return dominance.properlyDominates(from, user);
-    });
-  };
-  llvm::SmallPtrSet<Operation *, 8> erased;
-  for (auto [i, a] : llvm::enumerate(ops)) {
-    for (linalg::GenericOp c : ArrayRef(ops).drop_front(i + 1)) {
-      if (erased.contains(a) || erased.contains(c))
-        continue;
-      inRegion.clear();
-      if (!OperationEquivalence::isEquivalentTo(
-              a, c, equivalent, mark, OperationEquivalence::IgnoreLocations))
-        continue;
-      auto [keep, drop] =
-          reachesUsers(c, a) ? std::pair{c, a} : std::pair{a, c};
-      if (!reachesUsers(keep, drop))
-        continue;
-      rewriter.replaceOp(drop, keep->getResults());
-      erased.insert(drop);
-    }
-  }
 }
 
 /// Tiles `group.root` into an scf.forall and fuses the group's producers.
@@ -166,8 +108,6 @@ LogicalResult tileGroup(RewriterBase &rewriter, const Group &group) {
     for (Operation *slice : deadSlices)
       rewriter.eraseOp(slice);
   }
-  if (!result->loops.empty())
-    mergeFusedCopies(rewriter, *result->loops.back()->getRegion(0).begin());
   if (Attribute config = group.root->getAttr(kConfigAttr);
       config && blocks && !result->loops.empty())
     result->loops.front()->setAttr(kConfigAttr, config);

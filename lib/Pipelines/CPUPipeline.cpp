@@ -51,7 +51,7 @@ void snapkv::buildCPUPipeline(OpPassManager &pm,
   config.chunk = options.chunk;
   config.keepLogits = options.keepLogits;
   config.cpuFeatures = options.cpuFeatures;
-  stages::lowerSelections(pm, config, options.decomposeSelect);
+  stages::lowerSelections(pm, config, /*decompose=*/true);
   OpPassManager &tensors = pm.nest<func::FuncOp>();
   stages::prepareTensorCode(tensors);
   tensors.addPass(createFuseElementwise());

@@ -29,7 +29,9 @@ void snapkv::stages::lowerSelections(OpPassManager &pm,
   // then the conversion that reads it.
   pm.addPass(createConfigureLowering(config));
   pm.addPass(createConvertSnapKVToLinalg());
-  pm.addPass(createTileAndFuse());
+  // The GPU's kernels, recorded by the conversion (the CPU records none).
+  if (config.target == LoweringTarget::gpu)
+    pm.addPass(createTileAndFuse());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
 }

@@ -19,10 +19,11 @@ namespace mlir::snapkv::stages {
 /// stage ops (score, top_positions, gather); each root op's
 /// #snapkv.lowering_config chosen by snapkv-configure-lowering with
 /// `config` (its target, sizes given and CPU features); then the snapkv ops
-/// to the formulation laid out as configured, its recorded tiling applied
-/// at once (before anything could rewrite the ops that carry it),
-/// snapkv.attention and (CPU) the stage ops tiled through TilingInterface,
-/// each tile decomposed or lowered whole, then canonicalisation and CSE.
+/// lowered: on the CPU snapkv.attention and the stage ops tiled through
+/// TilingInterface, each tile decomposed or lowered whole; on the GPU the
+/// formulation laid out as blocks, its recorded kernels tiled at once
+/// (before anything could rewrite the ops that carry them); then
+/// canonicalisation and CSE.
 void lowerSelections(OpPassManager &pm, const ConfigureLoweringOptions &config,
                      bool decompose);
 

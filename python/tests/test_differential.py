@@ -482,14 +482,12 @@ def test_long_prompts_match_reference(long_cases):
 
 # Other CPU forms of the select, lowered and tiled before the pipeline (whose own conversion
 # then finds no snapkv op left). --snapkv-cpu-pipeline keeps each (batch, query head)'s
-# logits between the softmax statistics and the votes (keep-logits) and decomposes each
-# select into its stage ops (score, top_positions, gather) first; "recomputed-logits"
-# recomputes the logits per tile (keep-logits=false), "whole" lowers the select whole
-# (decompose-select=false).
+# logits between the softmax statistics and the votes (keep-logits); "recomputed-logits"
+# does not (keep-logits=false). Both lower a select as its stage ops (score, top_positions,
+# gather) tiled through TilingInterface, a comparison scoring whole with each step tiled over
+# its rows.
 CPU_FORMS = {  # textual pass-pipeline elements, run before the CPU pipeline
-    "recomputed-logits": ("convert-snapkv-to-linalg{tiling=cpu keep-logits=false}",
-                          "snapkv-tile-and-fuse"),
-    "whole": ("convert-snapkv-to-linalg{tiling=cpu}", "snapkv-tile-and-fuse"),
+    "recomputed-logits": ("convert-snapkv-to-linalg{tiling=cpu keep-logits=false}",),
 }
 CPU_FORM_CASES = 100
 

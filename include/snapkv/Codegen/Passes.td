@@ -125,8 +125,10 @@ def TileAndFuse : Pass<"snapkv-tile-and-fuse"> {
   let summary = "Tile each op marked #snapkv.tile and fuse its group's "
                 "producers into the tile";
   let description = [{
-    Applies the tiling that `convert-snapkv-to-linalg{tiling=cpu|gpu}`
-    records in the IR (docs/lowering.md): the root of each group carries
+    Applies the tiling that `convert-snapkv-to-linalg{tiling=gpu}` records
+    in the IR for the GPU kernels (docs/lowering.md; the GPU pipeline runs
+    it, the CPU tiles the stage ops through `TilingInterface` and records
+    nothing): the root of each group carries
     `snapkv.tile = #snapkv.tile<group = N, sizes = [...], mapping = ...>`,
     the producers to fuse into its tile `snapkv.fuse = array<i64: N, ...>`.
     Groups are tiled consumers first (highest group first) with upstream's

@@ -21,8 +21,8 @@ def ConfigureLowering : Pass<"snapkv-configure-lowering"> {
       of two from 16 to 1024 nearest above sqrt(prefix) (the search over the
       chunk counts against the scan of one chunk), else 0 (the lowering's
       128 for a dynamic length; `select_adaptive`'s stages choose their own).
-    * `mapping`: `forall` for `cpu` (each group an `scf.forall`, OpenMP in
-      the CPU pipeline), with `keep_logits` as the option says;
+    * `mapping`: `forall` for `cpu` (the stage ops tiled into `scf.forall`
+      loops over their rows, OpenMP in the CPU pipeline), with `keep_logits` as the option says;
       `gpu_blocks` for `gpu`, with `threads` and `tensor_cores` as the
       options say (the block loops carry them to `snapkv-gpu-distribute`).
       `snapkv.attention` and `snapkv.ragged_attention` have no GPU
@@ -51,7 +51,7 @@ def ConfigureLowering : Pass<"snapkv-configure-lowering"> {
     A configuration already on an op (set by hand, or by an earlier run for
     another target) is kept, so one op can be tiled differently from the
     rest. `convert-snapkv-to-linalg` then lowers each op as its
-    configuration says and records its groups' `#snapkv.tile`; both
+    configuration says (and records the GPU kernels' `#snapkv.tile`); both
     pipelines run this pass before it (docs/lowering.md).
 
     ```mlir
@@ -120,38 +120,32 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
     window, values as long as keys, below 2^31 - 1) and an `scf.if` between
     the short-prompt bypass (`L < capacity`) and the selection.
 
-    `tiling=cpu` also records how to tile the formulation, as data that
-    `snapkv-tile-and-fuse` applies: each group of ops (for example a key
-    tile's logits and its statistics) gets `#snapkv.tile<group = N, sizes =
-    [...], mapping = forall>` on its root and `snapkv.fuse = array<i64: N>`
-    on the producers that are fused into the root's tile, so that tiled, the
-    group is one `scf.forall` over its outer parallel axes and the logits are
-    never materialised beyond one tile. With `keep-logits` (the
-    default) the scoring runs in an `scf.for` over the (batch, query head)
-    rows, one after the other; each head's loop over its key tiles computes
-    the logits once, for the statistics, and yields them, and the votes read
-    them back instead of recomputing them: half the floating-point work, for
-    a scratch of W x L floats (one head's logits; 8 MiB at W = 32,
-    L = 65536, no more than the [B, Hc, L] votes while W <= B x Hc).
-    `keep-logits=false` recomputes each tile's logits in the votes, with
-    scratch of one tile.
-    `tiling=none` (the default) leaves the ops untiled and unannotated.
-
-    The stage ops of a decomposed select that have a `forall`
-    configuration are tiled through their `TilingInterface` before they are
-    lowered (upstream
+    With a `forall` (CPU) configuration a `snapkv.select` or
+    `snapkv.select_adaptive` is first split into its stage ops (its
+    `AggregatedOpInterface` decomposition, as `snapkv-decompose-select`
+    does), and the stage ops are tiled through their `TilingInterface`
+    before they are lowered (upstream
     `scf::tileConsumerAndFuseProducersUsingSCF`): each
     `snapkv.top_positions` becomes one `scf.forall` over its (batch, head)
     rows with the `snapkv.score` it ranks fused into the same iteration
     (a score read by anything else is tiled on its own), each `snapkv.gather`
     one more. Each tile is the op of one row, lowered whole inside the loop
-    with the configuration's key tile, chunk and `keep_logits` (one head's
-    logits kept between the passes), and records no groups; the run-time
-    checks of dynamic sizes are made once before the loop (a check inside a
-    parallel loop could not return to the caller with `asserts=report`).
-    An op of one row (`snapkv.select_adaptive`'s ranking over all heads and
-    its gathers from the flattened rows) would be a loop of one iteration:
-    its steps record tile groups instead, which split the row.
+    with the configuration's key tile and chunk; with `keep_logits` (the
+    default) the scoring of a row runs its query heads one after the other
+    and keeps each head's logits between the softmax statistics and the
+    votes instead of recomputing them (half the floating-point work, a
+    scratch of W x L floats). The run-time checks of dynamic sizes are made
+    once before the loop (a check inside a parallel loop could not return
+    to the caller with `asserts=report`). An op of one row
+    (`snapkv.select_adaptive`'s ranking over all heads and its gathers from
+    the flattened rows) would be a loop of one iteration: its gathers are
+    tiled by kept slot instead, its ranking is lowered whole. A select the
+    stage ops cannot express (the comparison scorings `recent`, `random`
+    and `keydiff`) is lowered whole, each of its steps (a linalg op over
+    `[B, H, ...]` rows) tiled through `TilingInterface` into an
+    `scf.forall` over its (batch, head) rows. No `#snapkv.tile` is recorded
+    for the CPU. `tiling=none` (the default) leaves the ops without a configuration
+    untiled and unannotated.
 
     `tiling=gpu` lays the formulation out for GPU blocks: every kernel is one
     group with `mapping = gpu_blocks` (tiled, an `scf.forall` mapped to
@@ -175,9 +169,9 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
     op the conversion later folds or erases takes its attributes with it.
 
     Each op is lowered as its own `snapkv.lowering_config` says (written by
-    `snapkv-configure-lowering`, see there): its `mapping` is the layout and
-    the tiling recorded (`forall` for the CPU layout, `gpu_blocks` for the
-    GPU's), its sizes the lowering's. `tiling=cpu|gpu` is a thin alias for
+    `snapkv-configure-lowering`, see there): its `mapping` is the layout
+    (`forall`: the stage ops tiled through `TilingInterface`; `gpu_blocks`:
+    the kernels recorded), its sizes the lowering's. `tiling=cpu|gpu` is a thin alias for
     that pass: the ops without a configuration first get the one
     `snapkv-configure-lowering{target=cpu|gpu cpu-features=}` chooses with
     this pass's `key-tile`, `query-tile`, `chunk` and `keep-logits` (so no
@@ -219,7 +213,7 @@ def ConvertSnapKVToLinalg : Pass<"convert-snapkv-to-linalg"> {
              clEnumValN(::mlir::snapkv::LoweringTarget::none, "none",
                         "the formulation only"),
              clEnumValN(::mlir::snapkv::LoweringTarget::cpu, "cpu",
-                        "groups for scf.forall loops"),
+                        "stage ops tiled into scf.forall loops"),
              clEnumValN(::mlir::snapkv::LoweringTarget::gpu, "gpu",
                         "the GPU block layout"))}]>,
     Option<"keepLogits", "keep-logits", "bool", /*default=*/"true",

@@ -62,12 +62,6 @@ struct CPUPipelineOptions : PassPipelineOptions<CPUPipelineOptions> {
       llvm::cl::desc("Query rows per snapkv.attention tile (0: chosen per "
                      "op by snapkv-configure-lowering)"),
       llvm::cl::init(0)};
-  Option<bool> decomposeSelect{
-      *this, "decompose-select",
-      llvm::cl::desc("Split each snapkv.select into its stage ops (score, "
-                     "top_positions, gather) before lowering "
-                     "(snapkv-decompose-select); false lowers it whole"),
-      llvm::cl::init(true)};
   Option<omp::ClauseScheduleKind> schedule{
       *this, "schedule",
       llvm::cl::desc("OpenMP schedule of the parallel loops without a "

@@ -143,7 +143,6 @@ namespace mlir::snapkv::detail {
 /// GPU blocks: staged key tiles, per-row steps in one block per row.
 class RowBlocks final : public Layout {
 public:
-  TileMapping mapping() const override { return TileMapping::gpu_blocks; }
   SmallVector<KeyTiles> keyTiles(Formulation &f, Value keys,
                                  Value length) const override {
     return {f.stagedKeyTiles(keys, length)};

@@ -152,10 +152,10 @@ int64_t mlir::snapkv::detail::autoChunkSize(int64_t length, int64_t window) {
 //===----------------------------------------------------------------------===//
 
 namespace mlir::snapkv::detail {
-/// Every step on whole [B, H, ...] tensors; groups tiled into scf.forall.
+/// Every step on whole [B, H, ...] tensors (the CPU tiles the stage ops
+/// that run it, not its steps).
 class WholeTensors final : public Layout {
 public:
-  TileMapping mapping() const override { return TileMapping::forall; }
   SmallVector<KeyTiles> keyTiles(Formulation &f, Value keys,
                                  Value length) const override {
     return f.viewKeyTiles(keys, length);
@@ -218,18 +218,10 @@ linalg::GenericOp Formulation::generic(
                                    body);
 }
 
-void Formulation::group(Operation *root, unsigned tiledLoops,
-                        ArrayRef<Operation *> fuse) {
-  if (!tiles || layout.mapping() != TileMapping::forall)
-    return;
-  SmallVector<int64_t> sizes(tiledLoops, 1);
-  tiles->record(root, sizes, fuse);
-}
-
 void Formulation::blockGroup(Operation *root, ArrayRef<int64_t> tileSizes,
                              ArrayRef<Operation *> fuse,
                              ArrayRef<Operation *> staged) {
-  if (!tiles || layout.mapping() != TileMapping::gpu_blocks)
+  if (!tiles)
     return;
   SmallVector<Operation *> members(fuse.begin(), fuse.end());
   for (Operation *op : staged)
@@ -246,9 +238,9 @@ void TileRecorder::record(Operation *root, ArrayRef<int64_t> tileSizes,
   // One size per loop, the loops not named untiled.
   SmallVector<int64_t> sizes(tileSizes);
   sizes.resize(cast<linalg::LinalgOp>(root).getNumLoops(), 0);
-  root->setAttr("snapkv.tile", TileAttr::get(ctx, id, sizes, mapping));
-  if (mapping == TileMapping::gpu_blocks)
-    root->setAttr("snapkv.lowering_config", config);
+  root->setAttr("snapkv.tile",
+                TileAttr::get(ctx, id, sizes, TileMapping::gpu_blocks));
+  root->setAttr("snapkv.lowering_config", config);
   // Initial values (fills) are computed per tile too, so that no full-size
   // init tensor is materialised.
   llvm::SetVector<Operation *> members(fuse.begin(), fuse.end());

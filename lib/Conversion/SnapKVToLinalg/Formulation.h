@@ -59,29 +59,26 @@ using FormulationOptions = SnapKVToLinalgOptions;
 /// of two from 16 to 1024 nearest above sqrt(prefix).
 int64_t autoChunkSize(int64_t length, int64_t window);
 
-/// Writes tile groups into the IR as the formulation emits them: a group is
-/// ops that a target tiles together, `root` tiled with one size per loop
-/// (0 = not tiled; `#snapkv.tile` on the root) and every producer in `fuse`
-/// that the tiled root needs fused into the same tile loop (the group's
-/// number in the producer's `snapkv.fuse`). snapkv-tile-and-fuse applies
-/// them. Nothing refers to the ops afterwards, so an op that the conversion
-/// later folds or erases takes its attributes with it.
+/// Writes the GPU kernels into the IR as the formulation emits them: a group
+/// is ops that one kernel of GPU blocks computes, `root` tiled with one size
+/// per loop (0 = not tiled; `#snapkv.tile` on the root) and every producer in
+/// `fuse` that the tiled root needs fused into the same block loop (the
+/// group's number in the producer's `snapkv.fuse`). snapkv-tile-and-fuse
+/// applies them. Nothing refers to the ops afterwards, so an op that the
+/// conversion later folds or erases takes its attributes with it. (The CPU
+/// records none: it tiles the stage ops through TilingInterface.)
 class TileRecorder {
 public:
   /// Groups take their numbers from `next` (shared by the recorders of one
-  /// function, after any group already in the IR); `mapping` is the loops
-  /// every group of this recorder becomes.
-  /// `config` is the op's configuration (its mapping is the loops every
-  /// group becomes), put on the roots of GPU groups for their block loops.
+  /// function, after any group already in the IR). `config` is the op's
+  /// `gpu_blocks` configuration, put on the roots for their block loops.
   TileRecorder(int64_t &next, LoweringConfigAttr config)
-      : next(next), mapping(config.getMapping()), config(config) {}
-  TileMapping getMapping() const { return mapping; }
+      : next(next), config(config) {}
   void record(Operation *root, ArrayRef<int64_t> tileSizes,
               ArrayRef<Operation *> fuse);
 
 private:
   int64_t &next;
-  TileMapping mapping;
   LoweringConfigAttr config;
 };
 
@@ -109,8 +106,8 @@ using RowBody =
     function_ref<SmallVector<Value>(Formulation &f, const Rows &rows)>;
 
 /// Where a target's kernels draw their boundaries; the ops are the same.
-/// WholeTensors (Formulation.cpp) runs every step on whole tensors and
-/// records its groups as scf.forall loops; RowBlocks (Blocks.cpp, for
+/// WholeTensors (Formulation.cpp) runs every step on whole tensors (on the
+/// CPU, those of one stage op's tile); RowBlocks (Blocks.cpp, for
 /// GPU blocks) stages each key tile as a bounded copy and runs the per-row
 /// steps in one block per (batch, head) row. The formulation asks its
 /// layout, never the target.
@@ -119,8 +116,6 @@ public:
   virtual ~Layout() = default;
   /// The layout of the options' mapping (`gpu_blocks`: RowBlocks).
   static const Layout &of(const FormulationOptions &options);
-  /// What the groups this layout records become.
-  virtual TileMapping mapping() const = 0;
   /// The key tiles the scoring reads, in spans.
   virtual SmallVector<KeyTiles> keyTiles(Formulation &f, Value keys,
                                          Value length) const = 0;
@@ -145,8 +140,7 @@ class Formulation {
   friend struct Rows;
 
 public:
-  /// With `tiles`, the formulation records how each group of its ops is
-  /// tiled for the target (its layout's groups: scf.forall or GPU blocks).
+  /// With `tiles` (GPU blocks), the formulation records its kernels.
   Formulation(OpBuilder &builder, Location loc, const SelectShape &shape,
               const FormulationOptions &options, TileRecorder *tiles = nullptr);
 
@@ -181,10 +175,6 @@ private:
   generic(TypeRange resultTypes, ValueRange ins, ValueRange outs,
           ArrayRef<AffineMap> maps, ArrayRef<utils::IteratorType> iters,
           function_ref<void(OpBuilder &, Location, ValueRange)> body);
-  /// Records a CPU group rooted at `root`, tiling its first `tiledLoops`
-  /// loops (only for the WholeTensors layout, with a recorder).
-  void group(Operation *root, unsigned tiledLoops,
-             ArrayRef<Operation *> fuse = {});
   /// Records a GPU group (only for the RowBlocks layout, with a recorder):
   /// one block per tile of `tileSizes`; the linalg producers of the inputs
   /// of `staged` (the staging of the queries and key tiles) are fused into

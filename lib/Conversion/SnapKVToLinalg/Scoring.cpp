@@ -100,7 +100,6 @@ Value Formulation::queriesByHead(Value queries) {
                     [](OpBuilder &nb, Location l, ValueRange args) {
                       linalg::YieldOp::create(nb, l, ValueRange{args[0]});
                     });
-  group(op, 3);
   return op.getResult(0);
 }
 
@@ -277,7 +276,6 @@ std::pair<Value, Value> Formulation::tileStatistics(Value logitsT,
   // One tile of T x (G*W) logits is computed per (b, kv, n, g) and used by
   // both statistics; on a GPU per (b, kv, n), one block each, which computes
   // the row limits itself (no host-written buffer for kernels to read).
-  group(sumOp, 4, {maxOp, producer});
   blockGroup(sumOp, {1, 1, 1}, {maxOp, producer, rowLimitsOp}, {producer});
   return {tileMax, sumOp.getResult(0)};
 }
@@ -298,7 +296,6 @@ std::pair<Value, Value> Formulation::rowStatistics(Value tileMax,
             nb, l,
             ValueRange{arith::MaximumFOp::create(nb, l, args[1], args[0])});
       });
-  group(maxOp, 2);
   Value rowMax = maxOp.getResult(0);
   // sum_n tileSum[n] * exp(tileMax[n] - rowMax); a tile whose maximum is
   // the row's contributes its sum unscaled (also when both are infinite).
@@ -312,7 +309,6 @@ std::pair<Value, Value> Formulation::rowStatistics(Value tileMax,
         linalg::YieldOp::create(
             nb, l, ValueRange{arith::AddFOp::create(nb, l, args[3], part)});
       });
-  group(sumOp, 2);
   auto invOp = generic(
       rowTy, {sumOp.getResult(0)}, {empty(shape, f32)},
       {map(4, {0, 1, 2, 3}), map(4, {0, 1, 2, 3})}, {par, par, par, par},
@@ -321,7 +317,6 @@ std::pair<Value, Value> Formulation::rowStatistics(Value tileMax,
         linalg::YieldOp::create(
             nb, l, ValueRange{arith::DivFOp::create(nb, l, one, args[0])});
       });
-  group(invOp, 2);
   // GPU: one block per (b, kv) combines all tiles of its rows.
   blockGroup(invOp, {1, 1}, {sumOp, maxOp});
   return {rowMax, invOp.getResult(0)};
@@ -355,11 +350,7 @@ Value Formulation::tileVotes(Value logitsT, const KeyTiles &tiles, Value rowMax,
         linalg::YieldOp::create(
             nb, l, ValueRange{arith::AddFOp::create(nb, l, args[3], p)});
       });
-  SmallVector<Operation *> fused;
-  if (producer)
-    fused.push_back(producer);
   if (s.expand()) {
-    group(votesOp, 4, fused);
     blockGroup(votesOp, {1, 1, 1, 0}, {producer}, {producer});
     return tensor::CollapseShapeOp::create(
         b, loc, votesOp.getResult(0),
@@ -375,8 +366,6 @@ Value Formulation::tileVotes(Value logitsT, const KeyTiles &tiles, Value rowMax,
                       cF32(mean ? 0.0f : kNegInf))},
               {map(5, {0, 1, 4, 2, 3}), map(5, {0, 1, 2, 3})},
               {par, par, par, par, red}, foldHeadVotes(s));
-  fused.push_back(votesOp);
-  group(aggregateOp, 3, fused);
   blockGroup(aggregateOp, {1, 1, 1}, {votesOp, producer}, {producer});
   return tensor::CollapseShapeOp::create(
       b, loc, aggregateOp.getResult(0),
@@ -581,7 +570,6 @@ Value Formulation::accumulatedVotes(Value queries, Value keys, Value length,
       generic(logitsInit.getType(), {q, k}, {logitsInit},
               {headMap(3, {0, 2}), headMap(3, {1, 2}), map(3, {0, 1})},
               {par, par, red}, dotProductBody);
-  group(logitsOp, 1);
   Value logits = logitsOp.getResult(0);
   // Row maximum and softmax denominator over the visible columns: (t, j).
   Value maxInit = filled({q0}, f32, cF32(kNegInf));
@@ -594,7 +582,6 @@ Value Formulation::accumulatedVotes(Value queries, Value keys, Value length,
         linalg::YieldOp::create(
             nb, l, ValueRange{arith::MaximumFOp::create(nb, l, args[1], x)});
       });
-  group(maxOp, 1);
   Value rowMax = maxOp.getResult(0);
   Value sumInit = filled({q0}, f32, cF32(0.0f));
   auto sumOp = generic(
@@ -608,7 +595,6 @@ Value Formulation::accumulatedVotes(Value queries, Value keys, Value length,
         linalg::YieldOp::create(
             nb, l, ValueRange{arith::AddFOp::create(nb, l, args[2], x)});
       });
-  group(sumOp, 1);
   Value rowSum = sumOp.getResult(0);
   // votes[j] = sum_t p[t, j] over the prefix columns: loops (j, t).
   Value prefixLogits = tensor::ExtractSliceOp::create(
@@ -628,7 +614,6 @@ Value Formulation::accumulatedVotes(Value queries, Value keys, Value length,
         linalg::YieldOp::create(
             nb, l, ValueRange{arith::AddFOp::create(nb, l, args[3], x)});
       });
-  group(votesOp, 1);
   Value v = votesOp.getResult(0);
   if (norm) {
     // Column j is seen by min(Q, L - j) queries (at least W + 1 > 0).
@@ -645,7 +630,6 @@ Value Formulation::accumulatedVotes(Value queries, Value keys, Value length,
           linalg::YieldOp::create(
               nb, l, ValueRange{arith::DivFOp::create(nb, l, args[0], c)});
         });
-    group(normOp, 1);
     v = normOp.getResult(0);
   }
   Value out = loop.getRegionIterArgs()[0];
@@ -693,7 +677,6 @@ Value Formulation::keydiffScores(Value keys, Value length, Value prefix) {
                     ValueRange{arith::AddFOp::create(
                         nb, l, args[1], arith::MulFOp::create(nb, l, x, x))});
               });
-  group(sqOp, 2);
   Value sq = sqOp.getResult(0);
   // a[b, h, d] = sum_j k_j[d] / |k_j| (0 for a zero key): loops (b, h, d, j).
   auto isZero = [](OpBuilder &nb, Location l, Value x) {
@@ -712,7 +695,6 @@ Value Formulation::keydiffScores(Value keys, Value length, Value prefix) {
         linalg::YieldOp::create(
             nb, l, ValueRange{arith::AddFOp::create(nb, l, args[2], u)});
       });
-  group(anchorOp, 2);
   Value anchor = anchorOp.getResult(0);
   // aa[b, h] = |a|^2: loops (b, h, d).
   Value aaInit = filled({batch, kvHeads}, f32, cF32(0.0f));
@@ -725,7 +707,6 @@ Value Formulation::keydiffScores(Value keys, Value length, Value prefix) {
             ValueRange{arith::AddFOp::create(
                 nb, l, args[1], arith::MulFOp::create(nb, l, x, x))});
       });
-  group(aaOp, 2);
   // dot[b, h, j] = <k_j, a> over the prefix keys: loops (b, h, j, d).
   Value prefixKeys = tensor::ExtractSliceOp::create(
       b, loc, keys, ArrayRef<OpFoldResult>{ofr(0), ofr(0), ofr(0), ofr(0)},
@@ -736,7 +717,6 @@ Value Formulation::keydiffScores(Value keys, Value length, Value prefix) {
       generic(dotInit.getType(), {prefixKeys, anchor}, {dotInit},
               {map(4, {0, 1, 2, 3}), map(4, {0, 1, 3}), map(4, {0, 1, 2})},
               {par, par, par, red}, dotProductBody);
-  group(dotOp, 2);
   Value prefixSq = tensor::ExtractSliceOp::create(
       b, loc, sq, ArrayRef<OpFoldResult>{ofr(0), ofr(0), ofr(0)},
       ArrayRef<OpFoldResult>{batch, kvHeads, p0},
@@ -758,7 +738,6 @@ Value Formulation::keydiffScores(Value keys, Value length, Value prefix) {
             nb, l,
             ValueRange{arith::SubFOp::create(nb, l, constF32(nb, l, 1.0f), c)});
       });
-  group(scoreOp, 2);
   Value scores = scoreOp.getResult(0);
   if (!s.expand())
     return scores;
@@ -804,7 +783,6 @@ Value Formulation::pool(Value votesT, Value prefix,
                 : Value(arith::MaximumFOp::create(nb, l, args[2], args[0]));
         linalg::YieldOp::create(nb, l, ValueRange{r});
       });
-  group(poolOp, 2);
   Value pooled = poolOp.getResult(0);
   if (avg) {
     float k = static_cast<float>(s.kernel);
@@ -816,7 +794,6 @@ Value Formulation::pool(Value votesT, Value prefix,
                                   ValueRange{arith::DivFOp::create(
                                       nb, l, args[0], constF32(nb, l, k))});
         });
-    group(divOp, 2);
     pooled = divOp.getResult(0);
   }
   return s.block == 1 ? pooled : blockSums(pooled, prefix, paddedPrefixLen);
@@ -859,6 +836,5 @@ Value Formulation::blockSums(Value pooled, Value prefix,
         linalg::YieldOp::create(
             nb, l, ValueRange{arith::AddFOp::create(nb, l, args[2], x)});
       });
-  group(sumOp, 2);
   return sumOp.getResult(0);
 }

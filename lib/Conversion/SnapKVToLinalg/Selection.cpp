@@ -75,7 +75,6 @@ Value Formulation::orderKeys(Value pooled, Value prefix) {
                                 ValueRange{arith::SelectOp::create(
                                     nb, l, ranked, key, constI32(nb, l, 0))});
       });
-  group(op, 2);
   return op.getResult(0);
 }
 
@@ -143,7 +142,6 @@ Value Formulation::comparisonKeys(Value prefix, OpFoldResult paddedPrefixLen) {
                                 ValueRange{arith::SelectOp::create(
                                     nb, l, real, key, constI32(nb, l, 0))});
       });
-  group(op, 2);
   return op.getResult(0);
 }
 
@@ -174,7 +172,6 @@ Value Formulation::threshold(Value keys) {
                   ValueRange{arith::AddIOp::create(bb, bl, a[2],
                                                    boolToI32(bb, bl, ge))});
             });
-        group(countOp, 2);
         auto nextOp = generic(
             rowTy, {countOp.getResult(0)}, {prefixKey},
             {map(2, {0, 1}), map(2, {0, 1})}, {par, par},
@@ -186,7 +183,6 @@ Value Formulation::threshold(Value keys) {
                                       ValueRange{arith::SelectOp::create(
                                           bb, bl, enough, cand, a[1])});
             });
-        group(nextOp, 1);
         scf::YieldOp::create(b, l, ValueRange{nextOp.getResult(0)});
       });
   return loop.getResult(0);
@@ -204,7 +200,6 @@ Value Formulation::countAbove(Value keys, Value thresh) {
                                 ValueRange{arith::AddIOp::create(
                                     nb, l, a[2], boolToI32(nb, l, gt))});
       });
-  group(op, 2);
   return op.getResult(0);
 }
 
@@ -241,7 +236,6 @@ std::pair<Value, Value> Formulation::keptPositions(Value keys, Value thresh,
                 arith::AddIOp::create(nb, l, a[2], boolToI32(nb, l, gt)),
                 arith::AddIOp::create(nb, l, a[3], boolToI32(nb, l, eq))});
       });
-  group(countOp, 2);
 
   // Exclusive prefix sums over the chunks.
   auto prefixOp = generic(
@@ -263,7 +257,6 @@ std::pair<Value, Value> Formulation::keptPositions(Value keys, Value thresh,
                                              arith::SelectOp::create(
                                                  nb, l, before, a[1], zero))});
       });
-  group(prefixOp, 2);
   Value aboveBefore = prefixOp.getResult(0),
         equalBefore = prefixOp.getResult(1);
 
@@ -362,7 +355,6 @@ std::pair<Value, Value> Formulation::keptPositions(Value keys, Value thresh,
         linalg::YieldOp::create(
             nb, l, ValueRange{scan.getResult(2), scan.getResult(3)});
       });
-  group(slotOp, 2);
   return {slotOp.getResult(0), slotOp.getResult(1)};
 }
 
@@ -388,7 +380,6 @@ Value Formulation::orderByScore(Value positions, Value keptKeys) {
                                 ValueRange{arith::AddIOp::create(
                                     nb, l, a[2], boolToI32(nb, l, before))});
       });
-  group(rankOp, 2);
   auto placeOp = generic(
       RankedTensorType::get({s.batch, s.heads, s.keep}, i64),
       {rankOp.getResult(0), positions},
@@ -406,7 +397,6 @@ Value Formulation::orderByScore(Value positions, Value keptKeys) {
                 nb, l, a[2],
                 arith::SelectOp::create(nb, l, mine, a[1], zero))});
       });
-  group(placeOp, 2);
   return placeOp.getResult(0);
 }
 
@@ -439,7 +429,6 @@ Value Formulation::withWindow(Value prefixPositions, Value prefix, Value dest) {
                                 ValueRange{arith::SelectOp::create(
                                     nb, l, inPrefix, a[0], windowPos)});
       });
-  group(op, 2);
   return op.getResult(0);
 }
 
@@ -454,7 +443,6 @@ Value Formulation::allPositions(OpFoldResult length) {
             nb, l,
             ValueRange{arith::IndexCastOp::create(nb, l, nb.getI64Type(), j)});
       });
-  group(op, 2);
   return op.getResult(0);
 }
 
@@ -493,7 +481,6 @@ Value Formulation::gather(Value source, Value indices, OpFoldResult kept,
                                             ValueRange{bi, kv, pos, d});
         linalg::YieldOp::create(nb, l, ValueRange{v});
       });
-  group(op, 3);
   // GPU (snapkv.gather only; a select gathers in its row blocks): one block
   // per (batch, head) row.
   blockGroup(op, {1, 1});

@@ -2,15 +2,17 @@
 //
 // Replaces snapkv.select / snapkv.score with the formulation of
 // Formulation.h, and snapkv.attention tiled through its TilingInterface and
-// decomposed (AttentionDecomposition.cpp). With `tiling=cpu|gpu` the pass also
-// writes how each group of formulation ops is to be tiled into the IR
-// (#snapkv.tile on the root, snapkv.fuse on the producers fused into its tile),
-// for snapkv-tile-and-fuse.
+// decomposed (AttentionDecomposition.cpp). On the CPU (a `forall`
+// configuration) a select is lowered as its stage ops, each tiled through
+// TilingInterface; on GPU blocks the pass writes each kernel's tiling into
+// the IR (#snapkv.tile on the root, snapkv.fuse on the producers fused into
+// its tile), for snapkv-tile-and-fuse.
 //
 //===----------------------------------------------------------------------===//
 
 #include "snapkv/Conversion/SnapKVToLinalg/SnapKVToLinalg.h"
 #include "Formulation.h"
+#include "snapkv/Dialect/SnapKV/IR/SelectDecomposition.h"
 #include "snapkv/Dialect/SnapKV/IR/SnapKVDialect.h"
 #include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
 
@@ -77,10 +79,11 @@ public:
     options.checked = tiles.contains(op);
     return options;
   }
-  /// The recorder of the op's tile groups, if they are recorded.
+  /// The recorder of the op's tile groups: only GPU blocks record them (the
+  /// CPU tiles the stage ops through TilingInterface).
   std::optional<TileRecorder> recorder(Operation *op) const {
     LoweringConfigAttr c = config(op);
-    if (!c || tiles.contains(op))
+    if (!c || c.getMapping() != TileMapping::gpu_blocks)
       return std::nullopt;
     return TileRecorder(nextGroup, c);
   }
@@ -90,6 +93,12 @@ private:
   mutable int64_t nextGroup;
   llvm::SmallPtrSet<Operation *, 8> tiles;
 };
+
+/// Whether the op has a `forall` (CPU) configuration.
+bool onCPU(const Lowerings &lowerings, Operation *op) {
+  LoweringConfigAttr config = lowerings.config(op);
+  return config && config.getMapping() == TileMapping::forall;
+}
 
 /// The ops that lowering `op` created (between `before` and `op`) get its
 /// configuration, so that they are lowered as it would have been.
@@ -156,7 +165,8 @@ void layOutAdaptiveInBlocks(RewriterBase &rewriter,
 }
 
 /// snapkv.select_adaptive through its stage ops, which this conversion then
-/// lowers like a decomposed select's.
+/// lowers like a decomposed select's: on GPU blocks or untiled (the CPU's
+/// were decomposed and tiled before, decomposeSelects).
 struct AdaptiveLowering : OpConversionPattern<SelectAdaptiveOp> {
   AdaptiveLowering(MLIRContext *ctx, std::shared_ptr<const Lowerings> lowerings)
       : OpConversionPattern(ctx), lowerings(std::move(lowerings)) {}
@@ -168,8 +178,7 @@ struct AdaptiveLowering : OpConversionPattern<SelectAdaptiveOp> {
     if (failed(stages))
       return failure();
     inheritConfig(op, before);
-    std::optional<TileRecorder> tiles = lowerings->recorder(op);
-    if (tiles && tiles->getMapping() == TileMapping::gpu_blocks) {
+    if (std::optional<TileRecorder> tiles = lowerings->recorder(op)) {
       Operation *first =
           before ? before->getNextNode() : &op->getBlock()->front();
       SmallVector<Operation *> created;
@@ -347,37 +356,103 @@ struct AttentionLowering : OpConversionPattern<AttentionOp> {
   std::shared_ptr<const Lowerings> lowerings;
 };
 
+/// The selects with a `forall` configuration left whole (the comparison
+/// scorings) lowered through the formulation, each of its steps (a linalg op
+/// over [B, H, ...] rows, none of which reads another row) then tiled through
+/// TilingInterface into an scf.forall over its (batch, head) rows, or its
+/// batch rows where only its first loop is parallel. Every step is a few
+/// passes over the keys, no logits, so nothing is fused. The run-time checks
+/// come before the loops.
+LogicalResult tileWholeSelects(RewriterBase &rewriter, Operation *scope,
+                               const Lowerings &lowerings) {
+  SmallVector<SelectOp> selects;
+  scope->walk([&](SelectOp op) {
+    if (onCPU(lowerings, op))
+      selects.push_back(op);
+  });
+  for (SelectOp op : selects) {
+    rewriter.setInsertionPoint(op);
+    Operation *before = op->getPrevNode();
+    Formulation f(rewriter, op.getLoc(), SelectShape::get(op),
+                  lowerings.options(op));
+    SmallVector<Value> results = f.select(op.getQueries(), op.getKeys(),
+                                          op.getValues(), op->getResultTypes());
+    Operation *first =
+        before ? before->getNextNode() : &op->getBlock()->front();
+    SmallVector<linalg::LinalgOp> steps;
+    for (Operation &top :
+         llvm::make_range(first->getIterator(), op->getIterator()))
+      top.walk([&](linalg::LinalgOp step) {
+        if (!isa<linalg::FillOp>(step))
+          steps.push_back(step);
+      });
+    rewriter.replaceOp(op, results);
+    for (linalg::LinalgOp step : steps) {
+      SmallVector<utils::IteratorType> iters = step.getIteratorTypesArray();
+      SmallVector<int64_t> sizes(iters.size(), 0);
+      for (size_t d = 0; d < std::min<size_t>(2, iters.size()) &&
+                         iters[d] == utils::IteratorType::parallel;
+           ++d)
+        sizes[d] = 1;
+      if (sizes.empty() || sizes[0] == 0)
+        continue;
+      scf::SCFTilingOptions tiling;
+      tiling.setLoopType(scf::SCFTilingOptions::LoopType::ForallOp);
+      tiling.setTileSizes(getAsIndexOpFoldResult(rewriter.getContext(), sizes));
+      rewriter.setInsertionPoint(step);
+      FailureOr<scf::SCFTilingResult> tiled = scf::tileUsingSCF(
+          rewriter, cast<TilingInterface>(step.getOperation()), tiling);
+      if (failed(tiled))
+        return step->emitOpError("could not be tiled through TilingInterface");
+      rewriter.replaceOp(step, tiled->replacements);
+    }
+  }
+  return success();
+}
+
 SelectShape stageShape(Operation *op) {
   return llvm::TypeSwitch<Operation *, SelectShape>(op)
       .Case<ScoreOp, TopPositionsOp, GatherOp>(
           [](auto stage) { return SelectShape::get(stage); });
 }
 
-/// The stage ops of decomposed selects with a `forall` configuration, tiled
-/// through TilingInterface into one scf.forall over their (batch, head)
-/// rows each: a snapkv.top_positions with the snapkv.score it ranks fused
-/// into its tile (unless something else reads the scores: then the score is
-/// tiled on its own), each snapkv.gather on its own (an op of one row is
-/// left to its groups). Each tile is a row's op, lowered whole inside the
-/// loop with its configuration's sizes (its key tiles and chunks); the
-/// checks of dynamic sizes come first, once, outside the loop (a check in it
-/// could not return to the caller, asserts=report). Adds the tiles to
-/// `tiles`.
+/// The selects with a `forall` configuration as their stage ops (their
+/// AggregatedOpInterface decomposition), which inherit the configuration:
+/// the CPU tiles the stage ops, never a whole select. A select the stage ops
+/// cannot express (the comparison scorings recent, random and keydiff, whose
+/// keys rank without votes and take no logits) stays whole (tileWholeSelects).
+void decomposeSelects(RewriterBase &rewriter, Operation *scope,
+                      const Lowerings &lowerings) {
+  SmallVector<linalg::AggregatedOpInterface> selects;
+  scope->walk([&](Operation *op) {
+    if (isa<SelectOp, SelectAdaptiveOp>(op) && onCPU(lowerings, op))
+      selects.push_back(cast<linalg::AggregatedOpInterface>(op));
+  });
+  for (linalg::AggregatedOpInterface op : selects)
+    (void)decomposeSelect(rewriter, op);
+}
+
+/// The stage ops with a `forall` configuration, tiled through
+/// TilingInterface into one scf.forall over their (batch, head) rows each: a
+/// snapkv.top_positions with the snapkv.score it ranks fused into its tile
+/// (unless something else reads the scores: then the score is tiled on its
+/// own), each snapkv.gather on its own. An op of one row
+/// (select_adaptive's flattened ranking and its gathers) would be a loop of
+/// one iteration: its gathers are tiled by slots instead, its ranking is
+/// lowered whole. Each tile is lowered whole inside the loop with its
+/// configuration's sizes (its key tiles and chunks); the checks of dynamic
+/// sizes come first, once, outside the loop (a check in it could not return
+/// to the caller, asserts=report). Adds the tiles to `tiles`.
 LogicalResult tileStages(RewriterBase &rewriter, Operation *scope,
                          const Lowerings &lowerings,
                          llvm::SmallPtrSet<Operation *, 8> &tiles) {
   SmallVector<Operation *> stages;
   scope->walk([&](Operation *op) {
     if (!isa<ScoreOp, TopPositionsOp, GatherOp>(op) ||
-        op->getParentOfType<scf::ForallOp>())
+        op->getParentOfType<scf::ForallOp>() || !onCPU(lowerings, op))
       return;
-    LoweringConfigAttr config = lowerings.config(op);
-    if (!config || config.getMapping() != TileMapping::forall)
-      return;
-    // One row (select_adaptive's flattened ranking and gathers) would be a
-    // loop of one iteration: its recorded groups split the row instead.
     auto rows = cast<ShapedType>(op->getResult(0).getType());
-    if (rows.getDimSize(0) * rows.getDimSize(1) > 1)
+    if (rows.getDimSize(0) * rows.getDimSize(1) > 1 || isa<GatherOp>(op))
       stages.push_back(op);
   });
   // A score whose only reader is the ranking of its rows.
@@ -410,6 +485,9 @@ LogicalResult tileStages(RewriterBase &rewriter, Operation *scope,
     auto tileable = cast<TilingInterface>(op);
     SmallVector<int64_t> sizes(tileable.getLoopIteratorTypes().size(), 0);
     sizes[0] = sizes[1] = 1;
+    auto rows = cast<ShapedType>(op->getResult(0).getType());
+    if (rows.getDimSize(0) * rows.getDimSize(1) == 1)
+      sizes[2] = 1;
     scf::SCFTilingOptions tiling;
     tiling.setLoopType(scf::SCFTilingOptions::LoopType::ForallOp);
     tiling.setTileSizes(getAsIndexOpFoldResult(op->getContext(), sizes));
@@ -530,7 +608,12 @@ struct ConvertSnapKVToLinalgPass
           first = std::max(first, id + 1);
     });
     IRRewriter rewriter(&getContext());
-    // The stage ops with a CPU configuration, tiled through TilingInterface.
+    // The selects with a CPU configuration as stage ops, tiled through
+    // TilingInterface.
+    decomposeSelects(rewriter, getOperation(), Lowerings(defaults, first));
+    if (failed(tileWholeSelects(rewriter, getOperation(),
+                                Lowerings(defaults, first))))
+      return signalPassFailure();
     llvm::SmallPtrSet<Operation *, 8> tiles;
     if (failed(::tileStages(rewriter, getOperation(),
                             Lowerings(defaults, first), tiles)))

@@ -44,14 +44,14 @@ func.func @select(%q: tensor<1x2x2x4xf32>, %k: tensor<1x2x24x4xf32>, %v: tensor<
 // CHECK-LABEL: func.func @mixed
 // CHECK: snapkv.select {{.*}} {snapkv.lowering_config = #snapkv.lowering_config<mapping = forall, key_tile = 8,
 // CHECK: snapkv.select {{.*}} {snapkv.lowering_config = #snapkv.lowering_config<mapping = gpu_blocks, key_tile = 4,
+// The first select as its stage ops tiled over the (batch, head) rows, then the
+// second's key tiles: 24 / 4 = 6 staged tiles of 4 keys, in GPU blocks.
 // MIXED-LABEL: func.func @mixed
 // MIXED-NOT: mapping = gpu_blocks
-// MIXED: mapping = forall
-// The second select's key tiles: 24 / 4 = 6 staged tiles of 4 keys, in GPU blocks.
+// MIXED: scf.forall (%{{.*}}, %{{.*}}) in (1, 2) shared_outs
+// MIXED-NOT: mapping = gpu_blocks
 // MIXED: tensor<1x2x6x4x4xf32>
-// MIXED-NOT: mapping = forall
 // MIXED: mapping = gpu_blocks
-// MIXED-NOT: mapping = forall
 // MIXED: return
 func.func @mixed(%q: tensor<1x2x2x4xf32>, %k: tensor<1x2x24x4xf32>, %v: tensor<1x2x24x4xf32>)
     -> (tensor<1x2x6xi64>, tensor<1x2x6xi64>) {

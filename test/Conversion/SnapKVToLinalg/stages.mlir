@@ -93,9 +93,19 @@ func.func @gather(%src: tensor<1x2x?x8xf16>, %idx: tensor<1x4x?xi64>, %init: ten
 // CHECK: arith.select %{{.*}}, %cst{{.*}}, %{{.*}} : f32
 // CHECK: tensor.collapse_shape %{{.*}} {{\[}}[0], [1, 2]] : tensor<1x2x18xf32> into tensor<1x36xf32>
 // CHECK: return %{{.*}}, %{{.*}} : tensor<1x20x8xf32>, tensor<1x3xi64>
-// The stages the conversion itself makes of a select_adaptive keep their groups.
+// On the CPU the conversion decomposes the select_adaptive and tiles its stage
+// ops through TilingInterface (no groups recorded): the scoring and the floor's
+// ranking per (batch, head) row; the layer-wide ranking, one row, lowered whole
+// (its 32-step threshold search at the top); its two gathers per kept slot.
 // CPU-LABEL: func.func @adaptive
-// CPU: snapkv.tile = #snapkv.tile<group = {{[0-9]+}}, sizes = [1, 1, 0], mapping = forall>
+// CPU-NOT: snapkv.tile
+// CPU: scf.forall (%{{.*}}, %{{.*}}) in (1, 2) shared_outs
+// CPU: scf.forall (%{{.*}}, %{{.*}}) in (1, 2) shared_outs
+// CPU: scf.for %{{.*}} = %c0 to %c32
+// CPU: scf.forall (%{{.*}}, %{{.*}}, %{{.*}}) in (1, 1, 20) shared_outs
+// CPU: scf.forall (%{{.*}}, %{{.*}}, %{{.*}}) in (1, 1, 20) shared_outs
+// CPU-NOT: snapkv.tile
+// CPU: return
 // For the GPU, every stage is a kernel (an scf.forall mapped to blocks) and no
 // linalg op is left between them for the host: the scoring's four, the
 // floor's ranking per (batch, head) row, its threshold, ties and raised

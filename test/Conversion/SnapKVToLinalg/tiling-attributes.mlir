@@ -1,30 +1,31 @@
-// tiling=cpu records how to tile the formulation, as data (#snapkv.tile on a group's root,
-// snapkv.fuse on the producers fused into its tile); snapkv-tile-and-fuse applies it. The
-// record survives printing: tiling the printed IR gives what one process gives.
-// RUN: snapkv-opt %s --convert-snapkv-to-linalg=tiling=cpu | FileCheck %s
+// tiling=gpu records the GPU kernels of the formulation as data (#snapkv.tile on a group's
+// root, snapkv.fuse on the producers fused into its block loop); snapkv-tile-and-fuse applies
+// it. The record survives printing: tiling the printed IR gives what one process gives. The
+// CPU records none (it tiles the stage ops through TilingInterface), nor does an untiled op.
+// RUN: snapkv-opt %s --convert-snapkv-to-linalg=tiling=gpu | FileCheck %s
 // RUN: snapkv-opt %s --convert-snapkv-to-linalg | FileCheck %s --check-prefix=NONE
-// RUN: snapkv-opt %s --convert-snapkv-to-linalg=tiling=gpu | FileCheck %s --check-prefix=GPU
-// RUN: snapkv-opt %s --convert-snapkv-to-linalg=tiling=cpu -o %t.annotated
+// RUN: snapkv-opt %s --convert-snapkv-to-linalg=tiling=cpu | FileCheck %s --check-prefix=NONE
+// RUN: snapkv-opt %s --convert-snapkv-to-linalg=tiling=gpu -o %t.annotated
 // RUN: snapkv-opt %t.annotated --snapkv-tile-and-fuse -o %t.two
-// RUN: snapkv-opt %s --convert-snapkv-to-linalg=tiling=cpu --snapkv-tile-and-fuse -o %t.one
+// RUN: snapkv-opt %s --convert-snapkv-to-linalg=tiling=gpu --snapkv-tile-and-fuse -o %t.one
 // RUN: diff %t.one %t.two
 // Groups are numbered per function when the conversion runs on each function on its own,
 // and tiled per function.
-// RUN: snapkv-opt %s --pass-pipeline="builtin.module(func.func(convert-snapkv-to-linalg{tiling=cpu}),snapkv-tile-and-fuse)" \
+// RUN: snapkv-opt %s --pass-pipeline="builtin.module(func.func(convert-snapkv-to-linalg{tiling=gpu}),snapkv-tile-and-fuse)" \
 // RUN:   | FileCheck %s --check-prefix=PERFUNC --implicit-check-not=snapkv.tile
 
-// With keep-logits, one (batch, query head) row at a time: the queries of the row (group 0),
-// then the tile statistics (group 1), into whose tile the logits and their fills are fused.
+// The tile statistics, one block per (batch, kv head, key tile) (group 0), with the staged
+// queries and key tiles, the logits and their fills fused into it; then the row statistics,
+// one block per (batch, kv head) (group 1).
 // CHECK-LABEL: func.func @mean
-// CHECK:       scf.for
-// CHECK:         linalg.generic {{.*}} attrs = {snapkv.tile = #snapkv.tile<group = 0, sizes = [1, 1, 1, 0, 0], mapping = forall>}
-// CHECK:         linalg.fill {snapkv.fuse = array<i64: 1>}
-// CHECK:         %[[LOGITS:.*]] = linalg.generic {{.*}} outs(%{{.*}} : tensor<1x1x1x40x1x4xf32>) attrs = {snapkv.fuse = array<i64: 1>}
-// CHECK:         linalg.generic {{.*}} ins(%[[LOGITS]], {{.*}} attrs = {snapkv.fuse = array<i64: 1>}
-// CHECK:         linalg.generic {{.*}} ins(%[[LOGITS]], {{.*}} attrs = {snapkv.tile = #snapkv.tile<group = 1, sizes = [1, 1, 1, 1, 0, 0], mapping = forall>}
+// CHECK:       linalg.generic {{.*}} outs(%{{.*}} : tensor<2x2x2x8x4xf32>) attrs =  {snapkv.fuse = array<i64: 0>}
+// CHECK:       linalg.fill {snapkv.fuse = array<i64: 0>}
+// CHECK:       %[[LOGITS:.*]] = linalg.generic {{.*}} outs(%{{.*}} : tensor<2x2x1x40x2x4xf32>) attrs =  {snapkv.fuse = array<i64: 0>}
+// CHECK:       linalg.generic {{.*}} ins(%[[LOGITS]], {{.*}} attrs =  {snapkv.fuse = array<i64: 0>}
+// CHECK:       linalg.generic {{.*}} ins(%[[LOGITS]], {{.*}} snapkv.tile = #snapkv.tile<group = 0, sizes = [1, 1, 1, 0, 0, 0], mapping = gpu_blocks>
+// CHECK:       snapkv.tile = #snapkv.tile<group = 1, sizes = [1, 1, 0, 0], mapping = gpu_blocks>
 // NONE-NOT: snapkv.tile
 // NONE-NOT: snapkv.fuse
-// GPU: snapkv.tile = #snapkv.tile<group = 0, sizes = [1, 1, 1, 0, 0, 0], mapping = gpu_blocks>
 // PERFUNC-LABEL: func.func @mean
 // PERFUNC: scf.forall
 // PERFUNC-LABEL: func.func @expand

@@ -1,5 +1,4 @@
 // RUN: snapkv-opt %s --snapkv-cpu-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime | FileCheck %s
-// RUN: snapkv-opt %s --snapkv-cpu-pipeline=decompose-select=false | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils,%openmp_runtime | FileCheck %s
 
 // `block B` (docs/semantics.md, step 3, "Blocks"): blocks of B prefix positions from
 // position 0 rank by the sum of their pooled scores and are kept whole.

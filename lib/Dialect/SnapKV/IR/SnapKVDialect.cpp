@@ -1,4 +1,5 @@
 #include "snapkv/Dialect/SnapKV/IR/SnapKVDialect.h"
+#include "snapkv/Dialect/SnapKV/IR/SelectDecomposition.h"
 #include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
 
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
@@ -99,6 +100,20 @@ void mlir::snapkv::inheritLoweringConfig(
       if (isa<SnapKVDialect>(op->getDialect()) && !op->hasAttr(name))
         op->setAttr(name, config);
     });
+}
+
+LogicalResult mlir::snapkv::decomposeSelect(RewriterBase &rewriter,
+                                            linalg::AggregatedOpInterface op) {
+  rewriter.setInsertionPoint(op);
+  Operation *before = op->getPrevNode();
+  FailureOr<SmallVector<Value>> stages = op.decomposeOperation(rewriter);
+  if (failed(stages))
+    return failure();
+  Operation *first = before ? before->getNextNode() : &op->getBlock()->front();
+  inheritLoweringConfig(
+      op, llvm::make_range(first->getIterator(), op->getIterator()));
+  rewriter.replaceOp(op, *stages);
+  return success();
 }
 
 /// `{rows = i, buffers = [j, ...], dim = d}` on a function (written by

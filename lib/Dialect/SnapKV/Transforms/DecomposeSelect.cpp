@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "snapkv/Dialect/SnapKV/IR/SelectDecomposition.h"
 #include "snapkv/Dialect/SnapKV/IR/SnapKVOps.h"
 #include "snapkv/Dialect/SnapKV/Transforms/Passes.h"
 
@@ -31,19 +32,10 @@ struct DecomposeSelectPass
         selects.push_back(cast<linalg::AggregatedOpInterface>(op));
     });
     IRRewriter rewriter(&getContext());
-    for (linalg::AggregatedOpInterface op : selects) {
-      rewriter.setInsertionPoint(op);
-      Operation *before = op->getPrevNode();
-      FailureOr<SmallVector<Value>> stages = op.decomposeOperation(rewriter);
-      if (failed(stages))
-        continue;
-      // The stages are lowered as the select's configuration says.
-      Operation *first =
-          before ? before->getNextNode() : &op->getBlock()->front();
-      inheritLoweringConfig(
-          op, llvm::make_range(first->getIterator(), op->getIterator()));
-      rewriter.replaceOp(op, *stages);
-    }
+    // The stages are lowered as the select's configuration says; a select
+    // with no stage form stays.
+    for (linalg::AggregatedOpInterface op : selects)
+      (void)decomposeSelect(rewriter, op);
   }
 };
 

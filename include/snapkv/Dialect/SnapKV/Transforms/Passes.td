@@ -48,8 +48,9 @@ def DecomposeSelect : Pass<"snapkv-decompose-select"> {
     (see its description); with `adaptive=false` it is left to
     `convert-snapkv-to-linalg`, which decomposes it itself and, with
     `tiling=gpu`, lays the parts between the stage ops out as kernels. The
-    CPU pipeline runs this pass after `snapkv-outline-select` (unless
-    `decompose-select=false`); the GPU pipeline with `decompose-select=true`
+    CPU pipeline runs this pass after `snapkv-outline-select` (and
+    `convert-snapkv-to-linalg` decomposes any select with a CPU
+    configuration left); the GPU pipeline with `decompose-select=true`
     runs it with `adaptive=false` (its default lowers a select whole, a
     layout that fuses pooling, selection and gather into one block per
     row). A select's `snapkv.lowering_config` goes to its stage ops.
