@@ -26,7 +26,9 @@ from test_quantized_weights import (
     QUANT_ATOL,
     STEPS,
     assert_greedy_steps_close,
+    llama_permute,
     quantize_activations,
+    write_gguf,
 )
 
 from snapkv import hf, interface, runtime, tools
@@ -61,27 +63,16 @@ def test_q41_tensor_is_gguf_py_q4_1():
 
 
 def test_from_gguf_reads_q4_1(tmp_path):
-    gguf = pytest.importorskip("gguf")
+    pytest.importorskip("gguf")
     rng = np.random.default_rng(1)
     config = dict(num_attention_heads=2, num_key_value_heads=1)
     q = rng.normal(0, 1, (8, 64)).astype(np.float32)
     up = rng.normal(0, 1, (16, 64)).astype(np.float32)
 
-    def permute(rows, heads):  # llama.cpp's convert_hf_to_gguf permutation
-        return rows.reshape(heads, 2, rows.shape[0] // heads // 2, *rows.shape[1:]) \
-            .swapaxes(1, 2).reshape(rows.shape)
-
     path = tmp_path / "t.gguf"
-    writer = gguf.GGUFWriter(str(path), "llama")
-    for name, array, kind in (("blk.0.attn_q.weight", permute(q, 2), "Q4_1"),
-                              ("blk.0.ffn_up.weight", up, "Q4_1"),
-                              ("token_embd.weight", up, "Q8_0")):
-        kind = getattr(gguf.GGMLQuantizationType, kind)
-        writer.add_tensor(name, gguf.quants.quantize(array, kind), raw_dtype=kind)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_gguf(path, [("blk.0.attn_q.weight", llama_permute(q, 2), "Q4_1"),
+                      ("blk.0.ffn_up.weight", up, "Q4_1"),
+                      ("token_embd.weight", up, "Q8_0")])
     read = quantized.from_gguf(path, config, "llama")
     assert {name: t.format for name, t in read.items()} == {
         "model.layers.0.self_attn.q_proj.weight": "q4_1",

@@ -49,30 +49,42 @@ def test_quantizer_is_gguf_py_q8_0():
         quantized.quantize_q8_0(weight[:, :40])
 
 
-def test_from_gguf_unpermutes_q_and_k(tmp_path):
+def llama_permute(rows, heads):
+    """llama.cpp's convert_hf_to_gguf permutation of a q or k projection's rows."""
+    return rows.reshape(heads, 2, rows.shape[0] // heads // 2, *rows.shape[1:]) \
+        .swapaxes(1, 2).reshape(rows.shape)
+
+
+def write_gguf(path, tensors):
+    """A llama GGUF file at `path` of `tensors`: (name, array, GGML type name or None for
+    the array as it is)."""
     gguf = pytest.importorskip("gguf")
+    writer = gguf.GGUFWriter(str(path), "llama")
+    for name, array, kind in tensors:
+        if kind is None:
+            writer.add_tensor(name, array)
+        else:
+            kind = getattr(gguf.GGMLQuantizationType, kind)
+            writer.add_tensor(name, gguf.quants.quantize(array, kind), raw_dtype=kind)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def test_from_gguf_unpermutes_q_and_k(tmp_path):
+    pytest.importorskip("gguf")
     rng = np.random.default_rng(1)
     config = dict(num_attention_heads=2, num_key_value_heads=1)
     q = rng.normal(0, 1, (8, 64)).astype(np.float32)   # 2 heads of 4 rows
     k = rng.normal(0, 1, (4, 64)).astype(np.float32)   # 1 kv head
     up = rng.normal(0, 1, (16, 64)).astype(np.float32)
 
-    def permute(rows, heads):  # llama.cpp's convert_hf_to_gguf permutation
-        return rows.reshape(heads, 2, rows.shape[0] // heads // 2, *rows.shape[1:]) \
-            .swapaxes(1, 2).reshape(rows.shape)
-
     path = tmp_path / "t.gguf"
-    writer = gguf.GGUFWriter(str(path), "llama")
-    for name, array in (("blk.0.attn_q.weight", permute(q, 2)),
-                        ("blk.0.attn_k.weight", permute(k, 1)),
-                        ("blk.0.ffn_up.weight", up)):
-        data = gguf.quants.quantize(array, gguf.GGMLQuantizationType.Q8_0)
-        writer.add_tensor(name, data, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
-    writer.add_tensor("blk.0.attn_norm.weight", np.ones(64, np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_gguf(path, [("blk.0.attn_q.weight", llama_permute(q, 2), "Q8_0"),
+                      ("blk.0.attn_k.weight", llama_permute(k, 1), "Q8_0"),
+                      ("blk.0.ffn_up.weight", up, "Q8_0"),
+                      ("blk.0.attn_norm.weight", np.ones(64, np.float32), None)])
     read = quantized.from_gguf(path, config, "llama")
     assert sorted(read) == ["model.layers.0.mlp.up_proj.weight",
                             "model.layers.0.self_attn.k_proj.weight",
